@@ -1,0 +1,285 @@
+"""The ``forewarn`` command line (typer). Thin: parsing, printing, exit codes."""
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from guard.errors import ForewarnError
+from guard.model import GuardModel
+from guard.runtime import Guard
+from guard.storm import Method, check_prism_file, check_sparse_model, build_sparse_dtmc, labels_of, export_drn, prism_text
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Forewarn: a proactive runtime guard for LLM agents.")
+out = Console()
+err = Console(stderr=True)
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class ExportFormat(str, Enum):
+    prism = "prism"
+    drn = "drn"
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+@app.command()
+def learn(
+    traces: Annotated[list[Path], typer.Argument(help="JSONL trace files (one run a line).")],
+    spec: Annotated[Path, typer.Option("--spec", "-s", help="YAML spec.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Model file to write.")],
+    alpha: Annotated[Optional[float], typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
+    method: Annotated[Method, typer.Option(help="Storm method: sound (certified bounds), topological, exact.")]
+    = Method.SOUND,
+    precision: Annotated[float, typer.Option(help="Solver precision (sound/topological).")] = 1e-6,
+    epsilon: Annotated[Optional[float], typer.Option(help="PAC ε (default: the spec's).")] = None,
+    delta: Annotated[Optional[float], typer.Option(help="PAC δ (default: the spec's).")] = None,
+    format: Annotated[Format, typer.Option("--format", help="Summary format.")] = Format.table,
+) -> None:
+    """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
+    from guard.pipeline import learn_model
+    from guard.spec import load_spec
+
+    parsed = load_spec(spec)
+    with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not err.is_terminal) as progress:
+        task = progress.add_task("learn", total=None)
+        model = learn_model(traces, parsed, alpha=alpha, method=method, precision=precision, epsilon=epsilon,
+                            delta=delta, on_run=lambda n: progress.update(task, completed=n))
+    model.save(output)
+    summary = _summary(model, output)
+    if format is Format.json:
+        _print_json(summary)
+        return
+    table = Table(title=f"forewarn learn → {output}", show_header=False)
+    for key, value in summary.items():
+        if key != "pac_worst":
+            table.add_row(key, str(value))
+    out.print(table)
+    worst = summary["pac_worst"]
+    if worst:
+        out.print(f"PAC (ε={model.pac.epsilon}, δ={model.pac.delta}): "
+                  f"{model.pac.satisfied_count}/{len(model.pac.states)} states have enough visits; worst "
+                  f"state {worst['state']} ({worst['predicates']}) has {worst['visits']} of "
+                  f"{worst['required']} required.")
+
+
+def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
+    d, o, pac = model.dtmc, model.outcome, model.pac
+    worst = pac.worst
+    initial_runs = sum(d.initial.values()) or 1
+    initial_risk = sum(o.values[i] * n for i, n in d.initial.items()) / initial_runs
+    return {
+        "model": str(output),
+        "spec": model.spec.name,
+        "runs": model.provenance["runs"],
+        "steps": model.provenance["steps"],
+        "unsafe_runs": model.provenance["unsafe_runs"],
+        "states": d.size,
+        "transitions": int(d.matrix.nnz),
+        "unsafe_states": int(d.unsafe.sum()),
+        "invalid_observed_transitions": d.invalid_observed,
+        "property": o.formula,
+        "method": o.method.value,
+        "initial_risk": round(float(initial_risk), 6),
+        "learn_seconds": model.provenance["learn_seconds"],
+        "check_seconds": round(o.seconds, 6),
+        "pac_satisfied": pac.satisfied,
+        "pac_amplification": pac.amplification,
+        "pac_worst": None if worst is None else {
+            "state": worst.state, "visits": worst.visits, "required": worst.required,
+            "predicates": _state_words(model, worst.state)},
+    }
+
+
+def _state_words(model: GuardModel, index: int) -> str:
+    bits = model.dtmc.states[index]
+    if bits < 0:
+        return "end"
+    held = [n for b, n in enumerate(model.dtmc.predicates) if bits >> b & 1]
+    return ", ".join(held) if held else "no predicate holds"
+
+
+@app.command()
+def check(
+    model: Annotated[Path, typer.Argument(help="A Forewarn model file, or a PRISM DTMC (.pm/.prism).")],
+    property: Annotated[Optional[str], typer.Option("--property", "-p", help="PCTL property, e.g. 'P=? [F<=5 \"unsafe\"]'.")]
+    = None,
+    const: Annotated[Optional[str], typer.Option("--const", help="PRISM constants, e.g. N=16,K=2.")] = None,
+    method: Annotated[Method, typer.Option(help="Storm method.")] = Method.SOUND,
+    precision: Annotated[float, typer.Option(help="Solver precision.")] = 1e-6,
+    format: Annotated[Format, typer.Option("--format")] = Format.table,
+) -> None:
+    """Show the cached per-state values of a model, or check another property with Storm."""
+    if model.suffix in {".pm", ".prism"}:
+        if property is None:
+            raise ForewarnError("checking a PRISM file needs --property, e.g. --property 'P=? [F \"goal\"]'")
+        result = check_prism_file(model, property, constants=const, method=method, precision=precision)
+        if format is Format.json:
+            _print_json({"property": result.formula, "initial": result.initial,
+                         "states": [{"index": i, "value": float(v)} for i, v in enumerate(result.values)]})
+        else:
+            out.print(f"{result.formula} = {result.initial:.6g} in the initial state "
+                      f"({result.states} states, {result.transitions} transitions)")
+        return
+    if const is not None:
+        raise ForewarnError("--const applies to PRISM files only")
+    loaded = GuardModel.load(model)
+    dtmc = loaded.dtmc
+    outcome = loaded.outcome
+    if property is not None:
+        storm_model = build_sparse_dtmc(dtmc.matrix, labels_of(dtmc))
+        outcome = check_sparse_model(storm_model, property, method=method, precision=precision)
+    rows = []
+    for i, bits in enumerate(dtmc.states):
+        rows.append({
+            "predicates": {} if bits < 0 else {n: bool(bits >> b & 1) for b, n in enumerate(dtmc.predicates)},
+            "monitors": {},
+            "kind": "end" if bits < 0 else "state",
+            "unsafe": bool(dtmc.unsafe[i]),
+            "value": float(outcome.values[i]),
+            "lower": None if outcome.lower is None else float(outcome.lower[i]),
+            "upper": None if outcome.upper is None else float(outcome.upper[i]),
+        })
+    if format is Format.json:
+        _print_json({"property": outcome.formula, "method": outcome.method.value, "states": rows})
+        return
+    table = Table(title=f"{outcome.formula}  ({outcome.method.value})")
+    for column in ("#", "state", "unsafe", "value", "lower", "upper"):
+        table.add_column(column, justify="right" if column in {"#", "value", "lower", "upper"} else "left")
+    for i, row in enumerate(rows):
+        words = "end" if row["kind"] == "end" else (_state_words(loaded, i))
+        table.add_row(str(i), words, "yes" if row["unsafe"] else "", _fmt(row["value"], 6),
+                      _fmt(row["lower"], 6), _fmt(row["upper"], 6))
+    out.print(table)
+
+
+@app.command()
+def export(
+    model: Annotated[Path, typer.Argument(help="A Forewarn model file.")],
+    format: Annotated[ExportFormat, typer.Option("--format", help="prism or drn.")] = ExportFormat.prism,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write (default: stdout).")]
+    = None,
+) -> None:
+    """Export the learned chain with its labels (unsafe, end, predicates) as PRISM or DRN."""
+    loaded = GuardModel.load(model)
+    if format is ExportFormat.prism:
+        text = prism_text(loaded.dtmc, name=loaded.spec.name)
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            output.write_text(text, encoding="utf-8")
+        return
+    if output is None:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.drn"
+            export_drn(loaded.dtmc, path)
+            sys.stdout.write(path.read_text(encoding="utf-8"))
+        return
+    export_drn(loaded.dtmc, output)
+
+
+@app.command()
+def replay(
+    traces: Annotated[list[Path], typer.Argument(help="JSONL trace files to replay.")],
+    model: Annotated[Path, typer.Option("--model", "-m", help="Model file.")],
+    theta: Annotated[str, typer.Option(help="Comma-separated thresholds on p_safe.")] = "0.1,0.3,0.5,0.7,0.9",
+    format: Annotated[Format, typer.Option("--format")] = Format.table,
+) -> None:
+    """Replay logged runs: detection, false alarms, advance warning and calibration per θ."""
+    from guard.replay import replay as run_replay
+    from guard.traces import read_runs
+
+    try:
+        thetas = [float(x) for x in theta.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ForewarnError(f"--theta: expected comma-separated numbers, got {theta!r}") from exc
+    if not thetas or any(not 0.0 <= t <= 1.0 for t in thetas):
+        raise ForewarnError(f"--theta: thresholds must lie in [0, 1], got {theta!r}")
+    guard = Guard.load(model)
+
+    def runs() -> Any:
+        for path in traces:
+            yield from read_runs(path)
+
+    report = run_replay(guard, runs(), thetas)
+    if format is Format.json:
+        _print_json([{**t.__dict__, "brier": report.brier} for t in report.thetas])
+        return
+    table = Table(title=f"replay of {report.runs} runs ({report.steps} steps) against {model}")
+    for column in ("θ", "unsafe", "detected", "rate", "safe", "false alarms", "rate", "advance steps",
+                   "advance s"):
+        table.add_column(column, justify="right")
+    for t in report.thetas:
+        table.add_row(f"{t.theta:g}", str(t.n_unsafe), str(t.detected), _pct(t.detection_rate), str(t.n_safe),
+                      str(t.false_alarms), _pct(t.false_alarm_rate), _fmt(t.mean_advance_steps, 2),
+                      _fmt(t.mean_advance_seconds, 2))
+    out.print(table)
+    out.print(f"Brier score of p_unsafe against outcomes: {_fmt(report.brier)}"
+              f" ({report.unseen_steps} steps in states the model never saw)")
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+@app.command()
+def demo(
+    domain: Annotated[str, typer.Option(help="Built-in domain.")] = "embodied",
+    out_dir: Annotated[Path, typer.Option("--out", help="Where traces, specs and models go.")]
+    = Path("forewarn-demo"),
+    runs: Annotated[int, typer.Option(help="Logged runs per task to learn from.")] = 200,
+    episodes: Annotated[int, typer.Option(help="Simulated episodes per task and configuration.")] = 60,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 7,
+    heed: Annotated[Optional[float], typer.Option(help="Probability the agent heeds a reflection prompt.")]
+    = None,
+) -> None:
+    """Run the whole pipeline on a built-in domain and print a Table-3-style comparison."""
+    from guard.demo import run_demo
+
+    run_demo(domain=domain, out_dir=out_dir, runs=runs, episodes=episodes, seed=seed, heed=heed, console=out)
+
+
+def main() -> None:
+    """Entry point: user errors print one clear line and exit 2, never a traceback."""
+    try:
+        app(standalone_mode=False)
+    except ForewarnError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        sys.exit(2)
+    except (typer.Exit, SystemExit) as exc:
+        code = getattr(exc, "exit_code", getattr(exc, "code", 0))
+        sys.exit(code)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as exc:  # click's usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

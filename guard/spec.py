@@ -1,0 +1,252 @@
+"""The spec: which predicates abstract a state, what is unsafe, how to learn and act.
+
+A spec is YAML (see the contract in ``docs/spec.md``). Every error it can raise names
+the file and the line of the offending entry, because a spec is written by hand.
+"""
+from __future__ import annotations
+
+import keyword
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from guard.errors import SpecError
+
+__all__ = [
+    "Action",
+    "PredicateDef",
+    "ValidTransitions",
+    "Thresholds",
+    "GuardSettings",
+    "LearningSettings",
+    "Spec",
+    "load_spec",
+    "parse_spec",
+]
+
+RESERVED_NAMES = frozenset({"unsafe", "end", "init", "state", "deadlock", "true", "false", "null"})
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Action(str, Enum):
+    """What the guard does at a step, from least to most severe."""
+
+    ALLOW = "allow"
+    REFLECT = "reflect"
+    ASK_HUMAN = "ask_human"
+    STOP = "stop"
+
+    @property
+    def severity(self) -> int:
+        return _SEVERITY[self]
+
+
+_SEVERITY = {Action.ALLOW: 0, Action.REFLECT: 1, Action.ASK_HUMAN: 2, Action.STOP: 3}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PredicateDef(_Strict):
+    """One predicate: a CEL expression over ``state``, or a Python callable ``module:function``."""
+
+    cel: str | None = None
+    python: str | None = None
+    description: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PredicateDef:
+        if (self.cel is None) == (self.python is None):
+            raise ValueError("a predicate needs exactly one of 'cel' (an expression) or 'python' ('module:function')")
+        if self.python is not None and ":" not in self.python:
+            raise ValueError(f"python predicate {self.python!r} must be written 'module:function'")
+        return self
+
+
+class ValidTransitions(_Strict):
+    """Which abstract transitions are possible at all (smoothing adds mass only to these)."""
+
+    max_changed_predicates: int | None = Field(default=None, ge=1)
+    irreversible: tuple[str, ...] = ()
+    function: str | None = None  # 'module:function' taking (src, dst) tuples of bools
+
+    @field_validator("function")
+    @classmethod
+    def _colon(cls, value: str | None) -> str | None:
+        if value is not None and ":" not in value:
+            raise ValueError(f"function {value!r} must be written 'module:function'")
+        return value
+
+
+class Thresholds(_Strict):
+    """Act when p_safe < θ; the most severe action whose θ is exceeded wins."""
+
+    reflect: float | None = Field(default=None, ge=0.0, le=1.0)
+    ask_human: float | None = Field(default=None, ge=0.0, le=1.0)
+    stop: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    def items(self) -> list[tuple[Action, float]]:
+        """Configured (action, θ) pairs, most severe first."""
+        pairs = [(Action.STOP, self.stop), (Action.ASK_HUMAN, self.ask_human), (Action.REFLECT, self.reflect)]
+        return [(action, theta) for action, theta in pairs if theta is not None]
+
+
+class GuardSettings(_Strict):
+    horizon: int | None = Field(default=None, ge=0)
+    thresholds: Thresholds = Thresholds(reflect=0.9, ask_human=0.5, stop=0.2)
+    unseen_state: Action = Action.ASK_HUMAN
+
+
+class LearningSettings(_Strict):
+    alpha: float = Field(default=0.1, ge=0.0)
+    epsilon: float = Field(default=0.05, gt=0.0, lt=1.0)
+    delta: float = Field(default=0.05, gt=0.0, lt=1.0)
+
+
+class Spec(_Strict):
+    """A parsed, validated spec. Predicate order is the bit order of abstract states."""
+
+    name: str = "spec"
+    description: str | None = None
+    predicates: dict[str, PredicateDef]
+    unsafe: str | None = None
+    monitors: tuple[dict[str, Any], ...] = ()
+    valid_transitions: ValidTransitions = ValidTransitions()
+    guard: GuardSettings = GuardSettings()
+    learning: LearningSettings = LearningSettings()
+
+    # Where the spec came from, so errors found later (CEL compilation) can name a line.
+    _source: str | None = PrivateAttr(default=None)
+    _text: str | None = PrivateAttr(default=None)
+
+    @field_validator("predicates", mode="before")
+    @classmethod
+    def _coerce_predicates(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return {name: ({"cel": body} if isinstance(body, str) else body) for name, body in value.items()}
+
+    @field_validator("predicates")
+    @classmethod
+    def _names(cls, value: dict[str, PredicateDef]) -> dict[str, PredicateDef]:
+        if not value:
+            raise ValueError("a spec needs at least one predicate")
+        for name in value:
+            if not _IDENT.match(name) or keyword.iskeyword(name) or name in RESERVED_NAMES:
+                raise ValueError(
+                    f"predicate name {name!r} must be an identifier (letters, digits, _) and not one of "
+                    f"{sorted(RESERVED_NAMES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Spec:
+        unknown = [p for p in self.valid_transitions.irreversible if p not in self.predicates]
+        if unknown:
+            raise ValueError(f"valid_transitions.irreversible names unknown predicate(s) {unknown}; "
+                             f"known: {list(self.predicates)}")
+        if self.monitors:
+            raise ValueError("monitors are not supported by this version of Forewarn yet; "
+                             "express the violation with 'unsafe' instead")
+        if self.unsafe is None:
+            raise ValueError("'unsafe' is required (a CEL expression over predicate names)")
+        return self
+
+    @property
+    def predicate_names(self) -> list[str]:
+        return list(self.predicates)
+
+    @property
+    def source(self) -> str | None:
+        """The file the spec was read from, if any."""
+        return self._source
+
+    @property
+    def text(self) -> str | None:
+        """The YAML text the spec was parsed from, if any."""
+        return self._text
+
+    def line_of(self, *loc: Any) -> int | None:
+        """Line of an entry (e.g. ``("predicates", "fork_in_microwave")``) in the spec's text."""
+        return spec_line(self._text, *loc)
+
+    def error(self, message: str, *loc: Any) -> SpecError:
+        """A :class:`SpecError` pointing at the entry ``loc``."""
+        return SpecError(message, source=self._source, line=self.line_of(*loc))
+
+    def to_document(self) -> dict[str, Any]:
+        """The spec as plain data, as it would be written in YAML."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a YAML spec file.
+
+    Raises:
+        SpecError: naming the file and line of what is wrong.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"cannot read spec: {exc.strerror}", source=str(path)) from exc
+    return parse_spec(text, source=str(path))
+
+
+def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
+    """Parse YAML text into a validated :class:`Spec` (CEL is compiled later, in predicates)."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(f"YAML does not parse: {problem}", source=source, line=line) from exc
+    if not isinstance(document, dict):
+        raise SpecError("a spec must be a YAML mapping with at least 'predicates' and 'unsafe'",
+                        source=source, line=1)
+    try:
+        spec = Spec.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = tuple(first["loc"])
+        field = ".".join(str(part) for part in loc) or "<root>"
+        message = first["msg"].removeprefix("Value error, ")
+        raise SpecError(f"{field}: {message}", source=source, line=line_of(root, loc)) from exc
+    spec._source = source
+    spec._text = text
+    return spec
+
+
+def line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML node at ``loc`` (or of its deepest existing ancestor)."""
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == str(part)), None)
+            if match is None:
+                break
+            line = match[0].start_mark.line + 1
+            node = match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def spec_line(source_text: str | None, *loc: Any) -> int | None:
+    """Line of ``loc`` in a spec's YAML text, for errors found after parsing (e.g. CEL)."""
+    if not source_text:
+        return None
+    try:
+        return line_of(yaml.compose(source_text, Loader=yaml.SafeLoader), tuple(loc))
+    except yaml.YAMLError:
+        return None

@@ -1,0 +1,238 @@
+"""The one place Forewarn talks to Storm (stormpy 2.x).
+
+Learned chains go to Storm through its sparse builder, never through PRISM text;
+PRISM text is only an export format and an input for people with existing models.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import stormpy
+from stormpy import datastructures as _ds
+from stormpy import environments as _env
+from stormpy import models as _models
+
+from guard.errors import CheckError
+from guard.learning import LearnedDTMC
+
+__all__ = [
+    "Method",
+    "CheckOutcome",
+    "storm_version",
+    "labels_of",
+    "build_sparse_dtmc",
+    "check_sparse_model",
+    "check_dtmc",
+    "validate_formula",
+    "export_drn",
+    "prism_text",
+    "PrismCheck",
+    "check_prism_file",
+]
+
+
+class Method(str, Enum):
+    """How Storm solves: certified bounds, fast but uncertified, or exact rationals."""
+
+    SOUND = "sound"  # optimistic value iteration on SCCs: certified lower/upper bounds
+    TOPOLOGICAL = "topological"  # SCC-wise, not certified: no bounds are kept
+    EXACT = "exact"  # rational arithmetic: value = lower = upper
+
+    @property
+    def certified(self) -> bool:
+        return self is not Method.TOPOLOGICAL
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    formula: str
+    values: np.ndarray
+    lower: np.ndarray | None
+    upper: np.ndarray | None
+    method: Method
+    precision: float
+    seconds: float
+
+
+def storm_version() -> str:
+    return str(getattr(stormpy, "__version__", "unknown"))
+
+
+def validate_formula(formula: str) -> None:
+    """Parse a property with Storm's own parser; raise :class:`CheckError` if it does not parse."""
+    try:
+        properties = stormpy.parse_properties(formula)
+    except Exception as exc:  # stormpy raises its own error types for parse failures
+        raise CheckError(f"Storm cannot parse property {formula!r}: {_first_line(exc)}") from exc
+    if len(properties) != 1:
+        raise CheckError(f"expected exactly one property, got {len(properties)} in {formula!r}")
+
+
+def labels_of(dtmc: LearnedDTMC) -> dict[str, list[int]]:
+    """The labels a learned chain carries into Storm: unsafe, end, init and every predicate."""
+    labels: dict[str, list[int]] = {
+        "unsafe": np.flatnonzero(dtmc.unsafe).tolist(),
+        "end": [dtmc.end_index],
+        "init": sorted(dtmc.initial) or [0],
+    }
+    for bit, name in enumerate(dtmc.predicates):
+        labels[name] = [i for i, bits in enumerate(dtmc.states[:-1]) if bits >> bit & 1]
+    return labels
+
+
+def build_sparse_dtmc(matrix: Any, labels: Mapping[str, Sequence[int]], *,
+                      exact_rows: Sequence[Sequence[tuple[int, Fraction]]] | None = None) -> Any:
+    """A Storm sparse DTMC from a CSR matrix (float) or exact rational rows.
+
+    Args:
+        matrix: scipy CSR matrix, rows summing to 1, column indices sorted per row.
+        labels: label name → state indices.
+        exact_rows: per row, ``(column, Fraction)`` pairs; builds a ``Rational`` model.
+    """
+    n = matrix.shape[0]
+    if exact_rows is None:
+        builder = _ds.SparseMatrixBuilder[float](n, n, matrix.nnz, force_dimensions=True)
+        coo_rows = np.repeat(np.arange(n), np.diff(matrix.indptr))
+        builder.add_next_values(coo_rows.tolist(), matrix.indices.tolist(), matrix.data.tolist())
+        value_type: Any = float
+    else:
+        builder = _ds.SparseMatrixBuilder[stormpy.Rational](n, n, 0, force_dimensions=True)
+        for i, row in enumerate(exact_rows):
+            for j, p in row:
+                builder.add_next_value(i, j, stormpy.Rational(f"{p.numerator}/{p.denominator}"))
+        value_type = stormpy.Rational
+    transitions = builder.build()
+    labeling = _models.StateLabeling(n)
+    for name, states in labels.items():
+        labeling.add_label(name)
+        for state in states:
+            labeling.add_label_to_state(name, int(state))
+    components = _models.SparseModelComponents[value_type](transition_matrix=transitions, state_labeling=labeling)
+    return _models.SparseDtmc[value_type](components)
+
+
+def _environment(method: Method, precision: float) -> Any:
+    if method is Method.EXACT:
+        return _env.exact()
+    if method is Method.SOUND:
+        env = _env.sound()
+    else:
+        env = _env.Environment()
+        env.solver().set_linear_equation_solver_type(_env.EquationSolverType.TOPOLOGICAL)
+    env.solver().native().precision = stormpy.Rational(repr(precision))
+    return env
+
+
+def check_sparse_model(model: Any, formula: str, *, method: Method = Method.SOUND,
+                       precision: float = 1e-6) -> CheckOutcome:
+    """Check ``formula`` for every state of a sparse model in one Storm call."""
+    validate_formula(formula)
+    prop = stormpy.parse_properties(formula)[0]
+    env = _environment(method, precision)
+    started = time.perf_counter()
+    try:
+        result = stormpy.model_checking(model, prop, environment=env)
+    except Exception as exc:
+        raise CheckError(f"Storm could not check {formula!r}: {_first_line(exc)}") from exc
+    seconds = time.perf_counter() - started
+    if method is Method.EXACT:
+        values = np.array([float(Fraction(str(v))) for v in result.get_value_vector()])
+        return CheckOutcome(formula, values, values.copy(), values.copy(), method, 0.0, seconds)
+    values = np.asarray(result.get_value_vector(), dtype=float)
+    lower = upper = None
+    if method is Method.SOUND and result.has_lower_bounds() and result.has_upper_bounds():
+        lower = np.asarray(result.get_lower_bound_vector(), dtype=float)
+        upper = np.asarray(result.get_upper_bound_vector(), dtype=float)
+    return CheckOutcome(formula, values, lower, upper, method, precision, seconds)
+
+
+def check_dtmc(dtmc: LearnedDTMC, formula: str, *, method: Method = Method.SOUND,
+               precision: float = 1e-6) -> CheckOutcome:
+    """Check a learned chain: build it for Storm directly and solve for all states."""
+    exact_rows = [dtmc.exact_row(i) for i in range(dtmc.size)] if method is Method.EXACT else None
+    model = build_sparse_dtmc(dtmc.matrix, labels_of(dtmc), exact_rows=exact_rows)
+    return check_sparse_model(model, formula, method=method, precision=precision)
+
+
+def export_drn(dtmc: LearnedDTMC, path: str | Path) -> None:
+    """Write Storm's explicit DRN format."""
+    model = build_sparse_dtmc(dtmc.matrix, labels_of(dtmc))
+    options = stormpy.io.DirectEncodingExporterOptions()
+    options.output_precision = 17  # enough digits for every double to round-trip
+    stormpy.io.export_to_drn(model, str(path), options=options)
+
+
+def prism_text(dtmc: LearnedDTMC, *, name: str = "forewarn") -> str:
+    """The chain as a PRISM DTMC: one variable ``s``, one command per state, every label kept.
+
+    Probabilities are written with ``repr`` so the floats round-trip exactly.
+    """
+    n = dtmc.size
+    m = dtmc.matrix
+    lines = [f"// {name}: learned by Forewarn; s = state index (see the model file)", "dtmc", "",
+             "module chain", f"  s : [0..{n - 1}] init {min(dtmc.initial) if dtmc.initial else 0};"]
+    for i in range(n):
+        start, stop = m.indptr[i], m.indptr[i + 1]
+        updates = " + ".join(f"{float(p)!r}:(s'={int(j)})" for j, p in zip(m.indices[start:stop], m.data[start:stop]))
+        lines.append(f"  [] s={i} -> {updates};")
+    lines += ["endmodule", ""]
+    for label, states in labels_of(dtmc).items():
+        if label == "init":
+            continue
+        body = " | ".join(f"s={s}" for s in states) or "false"
+        lines.append(f'label "{label}" = {body};')
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class PrismCheck:
+    formula: str
+    initial: float
+    values: np.ndarray
+    states: int
+    transitions: int
+
+
+def check_prism_file(path: str | Path, formula: str, *, constants: str | None = None,
+                     method: Method = Method.SOUND, precision: float = 1e-6) -> PrismCheck:
+    """Check a PRISM DTMC file (people's existing models) with constants like ``'N=16,K=2'``."""
+    try:
+        program = stormpy.parse_prism_program(str(path))
+    except Exception as exc:
+        raise CheckError(f"{path}: PRISM model does not parse: {_first_line(exc)}") from exc
+    if program.model_type != stormpy.storage.PrismModelType.DTMC:
+        raise CheckError(f"{path}: expected a DTMC, found a {program.model_type.name} model")
+    try:
+        properties = stormpy.parse_properties(formula, program)
+    except Exception as exc:
+        raise CheckError(f"Storm cannot parse property {formula!r} for {path}: {_first_line(exc)}") from exc
+    if constants:
+        try:
+            program, properties = stormpy.instantiate_constants(program, constants, properties)
+        except Exception as exc:
+            raise CheckError(f"{path}: constants {constants!r}: {_first_line(exc)}") from exc
+    if program.has_undefined_constants:
+        missing = ", ".join(str(c.name) for c in program.constants if not c.defined)
+        raise CheckError(f"{path}: undefined constants {missing}; give them with --const NAME=VALUE,...")
+    try:
+        value_type = stormpy.Rational if method is Method.EXACT else float
+        model = stormpy.build_model[value_type](program, properties)
+        result = stormpy.model_checking(model, properties[0], environment=_environment(method, precision))
+    except Exception as exc:
+        raise CheckError(f"{path}: Storm could not check {formula!r}: {_first_line(exc)}") from exc
+    values = np.array([float(Fraction(str(v))) for v in result.get_value_vector()])
+    init = int(next(iter(model.initial_states)))
+    return PrismCheck(formula=formula, initial=float(values[init]), values=values,
+                      states=model.nr_states, transitions=model.nr_transitions)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,121 @@
+"""Reading logged runs: the contract's JSONL, one run a line, streamed.
+
+Every line is checked before anything of it is used; a bad line raises a
+:class:`TraceError` naming the file, the line and the field.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from guard.errors import PredicateError, TraceError
+from guard.predicates import PredicateSet
+
+__all__ = ["Run", "read_runs", "abstract_run", "file_digest"]
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One logged run. ``steps`` are the validated step objects of the line."""
+
+    id: str
+    steps: list[dict[str, Any]]
+    meta: dict[str, Any] = field(default_factory=dict)
+    source: str = "<traces>"
+    line: int = 0
+
+    def states(self) -> Iterator[dict[str, Any]]:
+        for step in self.steps:
+            yield step["state"]
+
+    def times(self) -> list[float | None]:
+        return [step.get("t") for step in self.steps]
+
+
+def read_runs(path: str | Path) -> Iterator[Run]:
+    """Yield the runs of a JSONL trace file one at a time (the file may exceed memory).
+
+    Raises:
+        TraceError: for a line that is not a valid run.
+    """
+    source = str(path)
+    try:
+        handle = open(path, "rb")
+    except OSError as exc:
+        raise TraceError(f"cannot read traces: {exc.strerror}", source=source) from exc
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            if raw.strip():
+                yield parse_run(raw, source=source, line=number)
+
+
+def parse_run(raw: bytes | str, *, source: str = "<traces>", line: int = 0) -> Run:
+    """Validate one JSON line as a run."""
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(f"not valid JSON ({exc})", source=source, line=line) from exc
+    if not isinstance(document, dict):
+        raise TraceError(f"a run must be a JSON object, got {_kind(document)}", source=source, line=line)
+    steps = document.get("steps")
+    if not isinstance(steps, list):
+        raise TraceError("missing or not a list" if steps is None else f"expected a list, got {_kind(steps)}",
+                         source=source, line=line, field="steps")
+    if not steps:
+        raise TraceError("a run needs at least one step", source=source, line=line, field="steps")
+    for index, step in enumerate(steps):
+        where = f"steps[{index}]"
+        if not isinstance(step, dict):
+            raise TraceError(f"expected an object, got {_kind(step)}", source=source, line=line, field=where)
+        state = step.get("state")
+        if not isinstance(state, dict):
+            problem = "missing" if "state" not in step else f"expected a JSON object, got {_kind(state)}"
+            raise TraceError(problem, source=source, line=line, field=f"{where}.state")
+        t = step.get("t")
+        if t is not None and (t.__class__ is bool or not isinstance(t, (int, float))):
+            raise TraceError(f"expected a number of seconds, got {_kind(t)}", source=source, line=line,
+                             field=f"{where}.t")
+        action = step.get("action")
+        if action is not None and not isinstance(action, (str, dict)):
+            raise TraceError(f"expected a string or an object, got {_kind(action)}", source=source, line=line,
+                             field=f"{where}.action")
+    run_id = document.get("id", f"line-{line}")
+    if not isinstance(run_id, (str, int)) or run_id.__class__ is bool:
+        raise TraceError(f"expected a string, got {_kind(run_id)}", source=source, line=line, field="id")
+    meta = document.get("meta", {})
+    if not isinstance(meta, dict):
+        raise TraceError(f"expected an object, got {_kind(meta)}", source=source, line=line, field="meta")
+    return Run(id=str(run_id), steps=steps, meta=meta, source=source, line=line)
+
+
+def abstract_run(run: Run, predicates: PredicateSet) -> list[int]:
+    """The run's abstract states, one bit mask per step."""
+    evaluate = predicates.evaluate
+    out = []
+    for index, step in enumerate(run.steps):
+        try:
+            out.append(evaluate(step["state"]))
+        except PredicateError as exc:
+            raise TraceError(str(exc), source=run.source, line=run.line,
+                             field=f"steps[{index}].state (run {run.id!r})") from exc
+    return out
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file, read in blocks, for a model's provenance."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
+             int: "a number", float: "a number"}
+    return names.get(type(value), type(value).__name__)
