@@ -9,13 +9,14 @@ from typing import Annotated, Any, Optional
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from guard.errors import ForewarnError
 from guard.model import GuardModel
 from guard.runtime import Guard
-from guard.storm import Method, check_prism_file, check_sparse_model, build_sparse_dtmc, labels_of, export_drn, prism_text
+from guard.storm import Method, check_dtmc, check_prism_file, export_drn, prism_text
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Forewarn: a proactive runtime guard for LLM agents.")
@@ -146,8 +147,8 @@ def check(
     dtmc = loaded.dtmc
     outcome = loaded.outcome
     if property is not None:
-        storm_model = build_sparse_dtmc(dtmc.matrix, labels_of(dtmc))
-        outcome = check_sparse_model(storm_model, property, method=method, precision=precision)
+        # check_dtmc builds a rational model for --method exact (a float model is not exact)
+        outcome = check_dtmc(dtmc, property, method=method, precision=precision)
     rows = []
     for i, bits in enumerate(dtmc.states):
         rows.append({
@@ -248,8 +249,8 @@ def demo(
     domain: Annotated[str, typer.Option(help="Built-in domain.")] = "embodied",
     out_dir: Annotated[Path, typer.Option("--out", help="Where traces, specs and models go.")]
     = Path("forewarn-demo"),
-    runs: Annotated[int, typer.Option(help="Logged runs per task to learn from.")] = 200,
-    episodes: Annotated[int, typer.Option(help="Simulated episodes per task and configuration.")] = 60,
+    runs: Annotated[int, typer.Option(help="Logged runs per task to learn from.")] = 150,
+    episodes: Annotated[int, typer.Option(help="Simulated episodes per task and configuration.")] = 40,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 7,
     heed: Annotated[Optional[float], typer.Option(help="Probability the agent heeds a reflection prompt.")]
     = None,
@@ -265,19 +266,20 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except ForewarnError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        # escape: messages quote user text (CEL such as `x in [a, b]`) that rich would read as markup;
+        # soft_wrap: one line however long, so scripts can grep it
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
         sys.exit(2)
     except (typer.Exit, SystemExit) as exc:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
         sys.exit(code)
     except typer.Abort:
         sys.exit(130)
-    except Exception as exc:  # click's usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
+    except Exception as exc:  # click's usage errors; typer >= 0.2x vendors click, so no `import click`
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            sys.exit(code)
         raise
 
 

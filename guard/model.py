@@ -260,7 +260,7 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[LearnedDTMC, 
     sums = np.add.reduceat(data, indptr[:-1])
     worst = int(np.argmax(np.abs(sums - 1.0)))
     if abs(sums[worst] - 1.0) > 1e-9:
-        raise bad(f"state {worst}: outgoing probabilities sum to {sums[worst]!r}, not 1")
+        raise bad(f"state {worst}: outgoing probabilities sum to {float(sums[worst])!r}, not 1")
     matrix = sp.csr_matrix((data, indices, indptr), shape=(n, n))
     counts = sp.csr_matrix((np.array(t.counts, dtype=float), indices, indptr), shape=(n, n))
     for i in [*np.flatnonzero(unsafe).tolist(), n - 1]:

@@ -13,6 +13,7 @@ in the paper's appendix (H* = max_t H), which is the sound reading of line 11.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,7 +65,11 @@ def amplification_factor(dtmc: LearnedDTMC) -> float:
     q = dtmc.matrix[transient][:, transient]
     system = (sp.identity(transient.size, format="csc") - q.tocsc())
     try:
-        steps = spla.spsolve(system, np.ones(transient.size))
+        # a singular system means some states never absorb (B = ∞), which the check below
+        # reports; scipy's MatrixRankWarning must not decide it (it raises under -W error)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", spla.MatrixRankWarning)
+            steps = spla.spsolve(system, np.ones(transient.size))
     except RuntimeError:
         return math.inf
     steps = np.atleast_1d(steps)

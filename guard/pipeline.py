@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from guard._version import __version__
+from guard.errors import TraceError
 from guard.learning import ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
 from guard.model import GuardModel
 from guard.pac import pac_report
@@ -51,8 +52,14 @@ def learn_model(traces: Sequence[str | Path], spec: Spec, **options: Any) -> Gua
         for path in paths:
             yield from read_runs(path)
 
-    inputs = [{"path": str(p), "sha256": file_digest(p), "bytes": p.stat().st_size} for p in paths]
-    return learn_model_from_runs(runs(), spec, inputs=inputs, **options)
+    return learn_model_from_runs(runs(), spec, inputs=[_provenance(p) for p in paths], **options)
+
+
+def _provenance(path: Path) -> dict[str, Any]:
+    try:
+        return {"path": str(path), "sha256": file_digest(path), "bytes": path.stat().st_size}
+    except OSError as exc:  # a user error (wrong path), not a crash
+        raise TraceError(f"cannot read traces: {exc.strerror}", source=str(path)) from exc
 
 
 def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | None = None,
@@ -84,7 +91,7 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
 
     counts = count_transitions(counted(runs), predicates)
     if counts.runs == 0:
-        raise ValueError("no runs to learn from: the trace input is empty")
+        raise TraceError("no runs to learn from: the trace input is empty")
     learn_seconds = time.perf_counter() - started
     alpha = spec.learning.alpha if alpha is None else alpha
     dtmc = learn_dtmc(counts, predicates, alpha=alpha,

@@ -30,7 +30,9 @@ PythonPredicate = Callable[[Mapping[str, Any]], bool]
 _FULL = None  # trie marker: copy this whole subtree
 _MISSING = object()
 _STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
-_STATE_SELECT = re.compile(r"(?<![\w.])state((?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)")
+# A selection stops before a method or macro call: in `state.objects.size()` the map
+# `objects` is needed whole, not its (absent) field `size`.
+_STATE_SELECT = re.compile(r"(?<![\w.])state((?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*(?![\w(]|\s+\())*)")
 _MEMO_LIMIT = 1 << 16
 
 

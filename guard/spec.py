@@ -48,6 +48,15 @@ class Action(str, Enum):
 _SEVERITY = {Action.ALLOW: 0, Action.REFLECT: 1, Action.ASK_HUMAN: 2, Action.STOP: 3}
 
 
+class _Located(ValueError):
+    """A validation error that knows the spec entry it is about (pydantic reports a
+    model-level check at the root, which would point every such error at line 1)."""
+
+    def __init__(self, message: str, *loc: Any) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -138,20 +147,21 @@ class Spec(_Strict):
             raise ValueError("a spec needs at least one predicate")
         for name in value:
             if not _IDENT.match(name) or keyword.iskeyword(name) or name in RESERVED_NAMES:
-                raise ValueError(
+                raise _Located(
                     f"predicate name {name!r} must be an identifier (letters, digits, _) and not one of "
-                    f"{sorted(RESERVED_NAMES)}")
+                    f"{sorted(RESERVED_NAMES)}", "predicates", name)
         return value
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Spec:
-        unknown = [p for p in self.valid_transitions.irreversible if p not in self.predicates]
+        irreversible = self.valid_transitions.irreversible
+        unknown = [p for p in irreversible if p not in self.predicates]
         if unknown:
-            raise ValueError(f"valid_transitions.irreversible names unknown predicate(s) {unknown}; "
-                             f"known: {list(self.predicates)}")
+            raise _Located(f"names unknown predicate(s) {unknown}; known: {list(self.predicates)}",
+                           "valid_transitions", "irreversible", irreversible.index(unknown[0]))
         if self.monitors:
-            raise ValueError("monitors are not supported by this version of Forewarn yet; "
-                             "express the violation with 'unsafe' instead")
+            raise _Located("monitors are not supported by this version of Forewarn yet; "
+                           "express the violation with 'unsafe' instead", "monitors")
         if self.unsafe is None:
             raise ValueError("'unsafe' is required (a CEL expression over predicate names)")
         return self
@@ -214,7 +224,8 @@ def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
         spec = Spec.model_validate(document)
     except ValidationError as exc:
         first = exc.errors()[0]
-        loc = tuple(first["loc"])
+        located = (first.get("ctx") or {}).get("error")
+        loc = located.loc if isinstance(located, _Located) else tuple(first["loc"])
         field = ".".join(str(part) for part in loc) or "<root>"
         message = first["msg"].removeprefix("Value error, ")
         raise SpecError(f"{field}: {message}", source=source, line=line_of(root, loc)) from exc

@@ -17,6 +17,7 @@ import numpy as np
 import stormpy
 from stormpy import datastructures as _ds
 from stormpy import environments as _env
+from stormpy import io as _io
 from stormpy import models as _models
 
 from guard.errors import CheckError
@@ -176,13 +177,16 @@ def prism_text(dtmc: LearnedDTMC, *, name: str = "forewarn") -> str:
     """
     n = dtmc.size
     m = dtmc.matrix
+    # every state runs started in is initial (an init block): with one `init` value, Storm
+    # would drop the states reachable only from the other initial states
+    initial = " | ".join(f"s={i}" for i in sorted(dtmc.initial)) or "s=0"
     lines = [f"// {name}: learned by Forewarn; s = state index (see the model file)", "dtmc", "",
-             "module chain", f"  s : [0..{n - 1}] init {min(dtmc.initial) if dtmc.initial else 0};"]
+             "module chain", f"  s : [0..{n - 1}];"]
     for i in range(n):
         start, stop = m.indptr[i], m.indptr[i + 1]
         updates = " + ".join(f"{float(p)!r}:(s'={int(j)})" for j, p in zip(m.indices[start:stop], m.data[start:stop]))
         lines.append(f"  [] s={i} -> {updates};")
-    lines += ["endmodule", ""]
+    lines += ["endmodule", "", f"init {initial} endinit", ""]
     for label, states in labels_of(dtmc).items():
         if label == "init":
             continue
@@ -207,12 +211,14 @@ def check_prism_file(path: str | Path, formula: str, *, constants: str | None = 
         program = stormpy.parse_prism_program(str(path))
     except Exception as exc:
         raise CheckError(f"{path}: PRISM model does not parse: {_first_line(exc)}") from exc
-    if program.model_type != stormpy.storage.PrismModelType.DTMC:
+    if program.model_type != _io.PrismModelType.DTMC:
         raise CheckError(f"{path}: expected a DTMC, found a {program.model_type.name} model")
     try:
         properties = stormpy.parse_properties(formula, program)
     except Exception as exc:
         raise CheckError(f"Storm cannot parse property {formula!r} for {path}: {_first_line(exc)}") from exc
+    if len(properties) != 1:
+        raise CheckError(f"expected exactly one property, got {len(properties)} in {formula!r}")
     if constants:
         try:
             program, properties = stormpy.instantiate_constants(program, constants, properties)

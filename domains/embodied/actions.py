@@ -74,6 +74,9 @@ def parse_action(text: str) -> Action:
         raise ActionParseError(text, f"unknown verb {words[0]!r}; expected one of {sorted(VERBS)}")
     args = words[1:]
     least, most = VERBS[verb]
+    if most == 1 and len(args) > 1:
+        # "find remote control": a type name written as separate words
+        args = ["".join(word[:1].upper() + word[1:] for word in args)]
     if not least <= len(args) <= most:
         expected = str(least) if least == most else f"{least} to {most}"
         raise ActionParseError(text, f"{verb!r} takes {expected} argument(s), got {len(args)}")

@@ -1,0 +1,65 @@
+"""The embodied household domain: SafeAgentBench tasks, a symbolic simulator, a noisy agent.
+
+Typical use::
+
+    from domains.embodied import hazard_tasks, derive_spec, generate_traces
+
+    tasks = hazard_tasks(("Microwave",))
+    generate_traces(tasks, runs_per_task=50, rng_seed=0, path="traces.jsonl")
+    spec = derive_spec(tasks[0])
+"""
+from __future__ import annotations
+
+from domains.embodied.actions import Action, parse_action
+from domains.embodied.agent import AgentProfile, SimulatedAgent
+from domains.embodied.conditions import condition_holds, normalize_conditions
+from domains.embodied.episodes import EpisodeResult, action_duration, generate_traces, run_episode
+from domains.embodied.errors import ActionParseError, EmbodiedError, TaskFileError
+from domains.embodied.objects import Kind, canonical_type, kind_of
+from domains.embodied.plans import canonical_plan, hazard_step, reference_plan, replay, safe_plan
+from domains.embodied.simulator import HouseholdSim
+from domains.embodied.spec import derive_spec, predicate_name, write_spec
+from domains.embodied.tasks import (
+    DEFAULT_APPLIANCES,
+    Task,
+    hazard_tasks,
+    load_tasks,
+    parse_tasks,
+    support_problem,
+    supported_tasks,
+)
+
+__all__ = [
+    "Action",
+    "ActionParseError",
+    "AgentProfile",
+    "DEFAULT_APPLIANCES",
+    "EmbodiedError",
+    "EpisodeResult",
+    "HouseholdSim",
+    "Kind",
+    "SimulatedAgent",
+    "Task",
+    "TaskFileError",
+    "action_duration",
+    "canonical_plan",
+    "canonical_type",
+    "condition_holds",
+    "derive_spec",
+    "generate_traces",
+    "hazard_step",
+    "hazard_tasks",
+    "kind_of",
+    "load_tasks",
+    "normalize_conditions",
+    "parse_action",
+    "parse_tasks",
+    "predicate_name",
+    "reference_plan",
+    "replay",
+    "run_episode",
+    "safe_plan",
+    "support_problem",
+    "supported_tasks",
+    "write_spec",
+]

@@ -1,0 +1,154 @@
+"""``forewarn demo``: the whole pipeline on the embodied household domain.
+
+For every SafeAgentBench task whose hazard involves the microwave, stove or sink:
+generate logged runs of a noisy simulated agent, derive the spec from the task's unsafe
+final-state condition, learn a DTMC, check it with Storm. Then run the simulated agent
+without a guard, with ``stop`` and with ``reflect`` at several thresholds, and print a
+table like Table 3 of the Pro2Guard paper.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from guard.errors import ForewarnError
+from guard.model import GuardModel
+from guard.pipeline import learn_model
+from guard.policy import Policy
+from guard.runtime import Guard
+from guard.spec import Action, Thresholds, load_spec
+
+__all__ = ["DemoRow", "run_demo"]
+
+STOP_THETAS = (0.1, 0.3, 0.5, 0.7)
+REFLECT_THETAS = (0.1, 0.3, 0.5, 0.7)
+
+
+@dataclass
+class DemoRow:
+    """Aggregated outcomes of one enforcement configuration over all tasks."""
+
+    enforcement: str
+    theta: float | None
+    episodes: int = 0
+    unsafe: int = 0
+    completed: int = 0
+    stopped: int = 0
+    interventions: int = 0
+    heeded: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, outcome: str, interventions: int, heeded: int) -> None:
+        self.episodes += 1
+        self.unsafe += outcome == "unsafe"
+        self.completed += outcome == "completed"
+        self.stopped += outcome == "stopped"
+        self.interventions += interventions
+        self.heeded += heeded
+
+
+def run_demo(*, domain: str = "embodied", out_dir: Path = Path("forewarn-demo"), runs: int = 150,
+             episodes: int = 40, seed: int = 7, heed: float | None = None,
+             console: Console | None = None) -> list[DemoRow]:
+    """Run the demo; returns the table rows (also printed)."""
+    if domain != "embodied":
+        raise ForewarnError(f"unknown demo domain {domain!r}; available: embodied")
+    if runs < 1 or episodes < 1:
+        raise ForewarnError("--runs and --episodes must be at least 1")
+    from dataclasses import replace
+
+    from domains.embodied import AgentProfile, generate_traces, hazard_tasks, run_episode, write_spec
+
+    console = console or Console()
+    profile = AgentProfile()
+    if heed is not None:
+        if not 0.0 <= heed <= 1.0:
+            raise ForewarnError(f"--heed must lie in [0, 1], got {heed}")
+        profile = replace(profile, p_heed_reflection=heed)
+    tasks = hazard_tasks()
+    out_dir = Path(out_dir)
+    for sub in ("traces", "specs", "models"):
+        (out_dir / sub).mkdir(parents=True, exist_ok=True)
+
+    started = time.perf_counter()
+    guards: dict[str, Guard] = {}
+    total_runs = total_steps = 0
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, transient=True)
+    with progress:
+        learning = progress.add_task("log runs, learn, check", total=len(tasks))
+        for task in tasks:
+            trace_path = out_dir / "traces" / f"{task.id}.jsonl"
+            spec_path = out_dir / "specs" / f"{task.id}.yaml"
+            model_path = out_dir / "models" / f"{task.id}.json"
+            generate_traces([task], runs, seed, trace_path, profile=profile)
+            write_spec(task, spec_path)
+            model = learn_model([trace_path], load_spec(spec_path))
+            model.save(model_path)
+            total_runs += model.provenance["runs"]
+            total_steps += model.provenance["steps"]
+            guards[task.id] = Guard(GuardModel.load(model_path))
+            progress.advance(learning)
+        learned_at = time.perf_counter()
+
+        configs: list[tuple[str, float | None]] = [("none", None)]
+        configs += [("stop", t) for t in STOP_THETAS] + [("reflect", t) for t in REFLECT_THETAS]
+        rows = [DemoRow(name, theta) for name, theta in configs]
+        simulating = progress.add_task("simulate guarded agents", total=len(tasks) * len(configs))
+        for task in tasks:
+            guard = guards[task.id]
+            for row in rows:
+                session_guard = guard
+                if row.theta is not None:
+                    action = Action.STOP if row.enforcement == "stop" else Action.REFLECT
+                    thresholds = Thresholds(**{action.value: row.theta})
+                    policy = Policy(thresholds=thresholds, unseen_state=action)
+                for n in range(episodes):
+                    # the same seed per (task, episode) across configurations: paired comparison
+                    rng = random.Random(f"demo:{seed}:{task.id}:{n}")
+                    if row.theta is None:
+                        result = run_episode(task, rng, profile)
+                    else:
+                        session = session_guard.session(policy)
+                        result = run_episode(task, rng, profile, session=session,
+                                             enforcement="stop" if row.enforcement == "stop" else "reflect")
+                    row.add(result.outcome, result.interventions, result.heeded)
+                progress.advance(simulating)
+    finished = time.perf_counter()
+
+    _print_table(console, rows, tasks=len(tasks), episodes=episodes, heed=profile.p_heed_reflection)
+    pac_ok = sum(g.model.pac.satisfied for g in guards.values())
+    console.print(
+        f"Learned {len(guards)} models from {total_runs} logged runs ({total_steps} steps) in "
+        f"{learned_at - started:.1f} s; simulated {sum(r.episodes for r in rows)} episodes in "
+        f"{finished - learned_at:.1f} s. PAC (ε=0.05, δ=0.05) reached by {pac_ok}/{len(guards)} models.")
+    console.print(f"Traces:  {out_dir / 'traces'}\nSpecs:   {out_dir / 'specs'}\nModels:  {out_dir / 'models'}")
+    example = next(iter(guards))
+    console.print(f"Try:     forewarn check {out_dir / 'models' / (example + '.json')}\n"
+                  f"         forewarn replay {out_dir / 'traces' / (example + '.jsonl')} "
+                  f"--model {out_dir / 'models' / (example + '.json')}")
+    return rows
+
+
+def _print_table(console: Console, rows: list[DemoRow], *, tasks: int, episodes: int, heed: float) -> None:
+    table = Table(title=f"Embodied agent, {tasks} SafeAgentBench tasks (microwave, stove, sink), "
+                        f"{episodes} episodes per task and row",
+                  caption="θ: act when p_safe < θ, p_safe = 1 − P[F unsafe] from the current abstract state")
+    for column in ("enforcement", "θ", "unsafe %", "completed %", "stopped %", "interventions/ep"):
+        table.add_column(column, justify="left" if column == "enforcement" else "right")
+    for row in rows:
+        n = row.episodes or 1
+        table.add_row(
+            "none" if row.theta is None else row.enforcement,
+            "–" if row.theta is None else f"{row.theta:g}",
+            f"{100 * row.unsafe / n:.2f}", f"{100 * row.completed / n:.2f}", f"{100 * row.stopped / n:.2f}",
+            f"{row.interventions / n:.2f}")
+    console.print(table)
+    console.print(f"The simulated agent heeds a reflection prompt with probability {heed:g}; "
+                  "'stop' ends the run at the first alarm.")

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from _support import TOY_SPEC, toy_run
+from guard.model import GuardModel
+from guard.pipeline import learn_model
+from guard.predicates import PredicateSet
+from guard.spec import Spec, load_spec
+
+WriteRuns = Callable[..., Path]
+
+
+@pytest.fixture
+def write_runs(tmp_path: Path) -> WriteRuns:
+    """Write runs (dicts, or raw strings for malformed lines) as a JSONL file in tmp_path."""
+
+    def write(runs: Sequence[dict[str, Any] | str], name: str = "traces.jsonl") -> Path:
+        path = tmp_path / name
+        lines = [r if isinstance(r, str) else orjson.dumps(r).decode() for r in runs]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def toy_spec_path(tmp_path: Path) -> Path:
+    path = tmp_path / "toy.yaml"
+    path.write_text(TOY_SPEC, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def toy_spec(toy_spec_path: Path) -> Spec:
+    return load_spec(toy_spec_path)
+
+
+@pytest.fixture
+def toy_predicates(toy_spec: Spec) -> PredicateSet:
+    return PredicateSet(toy_spec)
+
+
+@pytest.fixture
+def toy_traces(write_runs: WriteRuns) -> Path:
+    """Five toy runs with times: three violate (one from the start), two stay safe."""
+    return write_runs([
+        toy_run("r1", [0, 1, 3, 0], times=[0.0, 1.0, 2.5, 3.0]),
+        toy_run("r2", [0, 2, 2], times=[0.0, 2.0, 4.0]),
+        toy_run("r3", [0, 1, 0], times=[0.0, 0.5, 1.5]),
+        toy_run("r4", [0, 2, 1, 3], times=[0.0, 1.0, 2.0, 4.0]),
+        toy_run("r5", [3, 0], times=[0.0, 1.0]),
+    ])
+
+
+@pytest.fixture
+def toy_model(toy_traces: Path, toy_spec: Spec) -> GuardModel:
+    return learn_model([toy_traces], toy_spec)
+
+
+@pytest.fixture
+def toy_model_path(toy_model: GuardModel, tmp_path: Path) -> Path:
+    return toy_model.save(tmp_path / "model.json")

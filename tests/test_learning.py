@@ -1,0 +1,235 @@
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from _support import A, AB, B, NONE, TOY_SPEC, Row, eq1_row, toy_run
+from conftest import WriteRuns
+from guard.learning import END, LearnedDTMC, TransitionCounts, count_transitions, learn_dtmc
+from guard.pipeline import learn_model, transition_rule
+from guard.predicates import PredicateSet
+from guard.spec import parse_spec
+from guard.traces import read_runs
+
+ALPHA = Fraction(1, 10)
+
+# The toy_traces fixture, abstracted by hand (AB is unsafe):
+#   r1: NONE A AB NONE   → NONE→A, A→AB; cut at AB (the trailing NONE is not counted)
+#   r2: NONE B B         → NONE→B, B→B, B→end
+#   r3: NONE A NONE      → NONE→A, A→NONE, NONE→end
+#   r4: NONE B A AB      → NONE→B, B→A, A→AB
+#   r5: AB NONE          → starts unsafe: nothing counted
+TOY_COUNTS: dict[int, dict[int, int]] = {
+    NONE: {A: 2, B: 2, END: 1},
+    A: {AB: 2, NONE: 1},
+    B: {B: 1, END: 1, A: 1},
+}
+
+
+def learn(path: Path, spec_text: str, alpha: float) -> LearnedDTMC:
+    spec = parse_spec(spec_text)
+    predicates = PredicateSet(spec)
+    counts = count_transitions(read_runs(path), predicates)
+    return learn_dtmc(counts, predicates, alpha=alpha, rule=transition_rule(spec, predicates))
+
+
+def rows_of(dtmc: LearnedDTMC) -> dict[int, dict[int, float]]:
+    """The learned matrix as {source bits: {target bits: probability}}."""
+    out: dict[int, dict[int, float]] = {}
+    m = dtmc.matrix
+    for i, src in enumerate(dtmc.states):
+        cols, data = m.indices[m.indptr[i]:m.indptr[i + 1]], m.data[m.indptr[i]:m.indptr[i + 1]]
+        out[src] = {dtmc.states[int(j)]: float(p) for j, p in zip(cols, data)}
+    return out
+
+
+def assert_rows(dtmc: LearnedDTMC, expected: dict[int, Row]) -> None:
+    """Float matrix ≈ the hand Fractions, and exact_row == the hand Fractions exactly."""
+    learned = rows_of(dtmc)
+    assert set(learned) == set(expected)
+    for src, row in expected.items():
+        assert set(learned[src]) == set(row), f"support of row {src}"
+        for dst, p in row.items():
+            assert math.isclose(learned[src][dst], p, rel_tol=1e-12), (src, dst)
+        i = dtmc.states.index(src)
+        exact = {dtmc.states[j]: q for j, q in dtmc.exact_row(i)}
+        assert exact == row, f"exact row {src}"
+        assert sum(exact.values()) == 1
+
+
+def test_counts_follow_the_runs_and_stop_at_the_first_violation(toy_traces: Path,
+                                                                 toy_predicates: PredicateSet) -> None:
+    counts = count_transitions(read_runs(toy_traces), toy_predicates)
+    expected = {(src, dst): n for src, row in TOY_COUNTS.items() for dst, n in row.items()}
+    assert dict(counts.counts) == expected
+    assert dict(counts.initial) == {NONE: 4, AB: 1}
+    assert counts.unsafe == {AB}
+    assert (counts.runs, counts.unsafe_runs, counts.steps) == (5, 3, 16)
+
+
+def test_smoothed_rows_equal_eq1_by_hand(toy_traces: Path) -> None:
+    dtmc = learn(toy_traces, TOY_SPEC, alpha=0.1)
+    assert dtmc.states == [NONE, A, B, AB, END]
+    # by default every observed state and end is a valid successor of a non-absorbing state
+    valid = [NONE, A, B, AB, END]
+    expected = {src: eq1_row(TOY_COUNTS[src], valid, ALPHA) for src in (NONE, A, B)}
+    expected[AB] = {AB: Fraction(1)}
+    expected[END] = {END: Fraction(1)}
+    assert expected[NONE][A] == Fraction(21, 55)  # (2 + 1/10) / (5 + 5/10), written out once
+    assert_rows(dtmc, expected)
+    assert dtmc.unsafe.tolist() == [False, False, False, True, False]
+    assert dtmc.absorbing.tolist() == [False, False, False, True, True]
+    assert dtmc.initial == {dtmc.states.index(NONE): 4, dtmc.states.index(AB): 1}
+    assert dtmc.invalid_observed == 0
+    # the counts matrix keeps the observations, nothing after a violation
+    counts = dtmc.counts.toarray()
+    assert counts[dtmc.states.index(AB)].sum() == 0
+    assert counts[dtmc.states.index(A), dtmc.states.index(AB)] == 2
+
+
+def test_alpha_zero_gives_the_maximum_likelihood_chain(toy_traces: Path) -> None:
+    dtmc = learn(toy_traces, TOY_SPEC, alpha=0.0)
+    expected = {src: {dst: Fraction(n, sum(row.values())) for dst, n in row.items()}
+                for src, row in TOY_COUNTS.items()}
+    expected[AB] = {AB: Fraction(1)}
+    expected[END] = {END: Fraction(1)}
+    assert_rows(dtmc, expected)
+    assert dtmc.matrix.nnz == 3 + 2 + 3 + 1 + 1  # only observed transitions remain
+
+
+@pytest.mark.parametrize("alpha", [Fraction(1, 10), Fraction(0)])
+def test_a_state_never_seen_as_a_source_gets_the_uniform_row(alpha: Fraction,
+                                                            toy_predicates: PredicateSet) -> None:
+    counts = TransitionCounts()
+    counts.counts[NONE, A] = 2
+    counts.counts[NONE, END] = 1
+    counts.initial[NONE] = 3
+    dtmc = learn_dtmc(counts, toy_predicates, alpha=float(alpha))
+    assert dtmc.states == [NONE, A, END]
+    expected = {
+        NONE: eq1_row({A: 2, END: 1}, [NONE, A, END], alpha),
+        A: {NONE: Fraction(1, 3), A: Fraction(1, 3), END: Fraction(1, 3)},
+        END: {END: Fraction(1)},
+    }
+    assert_rows(dtmc, expected)
+
+
+def test_max_changed_predicates_narrows_successors_and_keeps_invalid_observations(
+        write_runs: WriteRuns) -> None:
+    spec = TOY_SPEC.replace("learning:", "valid_transitions:\n  max_changed_predicates: 1\nlearning:")
+    path = write_runs([
+        toy_run("x1", [NONE, A, AB]),
+        toy_run("x2", [NONE, B]),
+        toy_run("x3", [NONE, AB]),  # two predicates change at once: invalid, but observed
+        toy_run("x4", [NONE, A, NONE]),
+    ])
+    dtmc = learn(path, spec, alpha=0.1)
+    counts = {NONE: {A: 2, B: 1, AB: 1, END: 1}, A: {AB: 1, NONE: 1}, B: {END: 1}}
+    expected = {
+        # within one flip of NONE: NONE, A, B; plus end; plus the observed NONE→AB
+        NONE: eq1_row(counts[NONE], [NONE, A, B, END, AB], ALPHA),
+        A: eq1_row(counts[A], [NONE, A, AB, END], ALPHA),  # A→B flips two predicates
+        B: eq1_row(counts[B], [NONE, B, AB, END], ALPHA),  # B→A likewise
+        AB: {AB: Fraction(1)},
+        END: {END: Fraction(1)},
+    }
+    assert_rows(dtmc, expected)
+    assert dtmc.invalid_observed == 1
+
+
+def test_irreversible_predicates_narrow_successors(write_runs: WriteRuns) -> None:
+    spec = TOY_SPEC.replace("learning:", "valid_transitions:\n  irreversible: [a]\nlearning:")
+    path = write_runs([
+        toy_run("y1", [NONE, A, A, AB]),
+        toy_run("y2", [NONE, A, NONE, B]),  # A→NONE undoes a: invalid, observed twice below
+        toy_run("y3", [B, A, NONE]),
+    ])
+    dtmc = learn(path, spec, alpha=0.1)
+    counts = {NONE: {A: 2, B: 1, END: 1}, A: {A: 1, AB: 1, NONE: 2}, B: {END: 1, A: 1}}
+    every = [NONE, A, B, AB, END]
+    expected = {
+        NONE: eq1_row(counts[NONE], every, ALPHA),
+        A: eq1_row(counts[A], [A, AB, END, NONE], ALPHA),  # a stays true, except as observed
+        B: eq1_row(counts[B], every, ALPHA),
+        AB: {AB: Fraction(1)},
+        END: {END: Fraction(1)},
+    }
+    assert_rows(dtmc, expected)
+    assert dtmc.invalid_observed == 2
+
+
+def test_three_predicates_with_a_domain_rule_and_a_hamming_bound(write_runs: WriteRuns, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "toy_rules.py").write_text(
+        "def no_c_without_a(src, dst):\n"
+        "    return not (dst[2] and not dst[0])\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = (
+        "predicates:\n  a: state.a\n  b: state.b\n  c: state.c\n"
+        "unsafe: a && b && c\n"
+        "valid_transitions:\n  max_changed_predicates: 2\n  function: 'toy_rules:no_c_without_a'\n")
+
+    def state(a: int, b: int, c: int) -> dict[str, object]:
+        return {"state": {"a": bool(a), "b": bool(b), "c": bool(c)}}
+
+    path = write_runs([
+        {"id": "z1", "steps": [state(0, 0, 0), state(1, 1, 0), state(1, 1, 1)]},
+        {"id": "z2", "steps": [state(0, 0, 0), state(1, 0, 1), state(0, 0, 0)]},
+        {"id": "z3", "steps": [state(0, 0, 0), state(1, 1, 1)]},  # three flips: invalid, observed
+    ])
+    dtmc = learn(path, spec, alpha=0.5)
+    s000, s011, s101, s111 = 0b000, 0b011, 0b101, 0b111  # bit 0 is a, bit 2 is c
+    assert dtmc.states == [s000, s011, s101, s111, END]
+    half = Fraction(1, 2)
+    expected = {
+        s000: eq1_row({s011: 1, s101: 1, s111: 1, END: 1}, [s000, s011, s101, END, s111], half),
+        # from 011: 101 is two flips and has a; 000 is two flips; 111 is one flip
+        s011: eq1_row({s111: 1}, [s000, s011, s101, s111, END], half),
+        s101: eq1_row({s000: 1}, [s000, s011, s101, s111, END], half),
+        s111: {s111: Fraction(1)},
+        END: {END: Fraction(1)},
+    }
+    assert_rows(dtmc, expected)
+    assert dtmc.invalid_observed == 1
+
+
+def test_a_plain_function_rule(toy_traces: Path, toy_predicates: PredicateSet) -> None:
+    def never_back_to_none(src: tuple[bool, ...], dst: tuple[bool, ...]) -> bool:
+        return any(dst) or not any(src)
+
+    counts = count_transitions(read_runs(toy_traces), toy_predicates)
+    dtmc = learn_dtmc(counts, toy_predicates, alpha=0.1, rule=never_back_to_none)
+    expected = {
+        NONE: eq1_row(TOY_COUNTS[NONE], [NONE, A, B, AB, END], ALPHA),
+        A: eq1_row(TOY_COUNTS[A], [A, B, AB, END, NONE], ALPHA),  # A→NONE observed: kept
+        B: eq1_row(TOY_COUNTS[B], [A, B, AB, END], ALPHA),
+        AB: {AB: Fraction(1)},
+        END: {END: Fraction(1)},
+    }
+    assert_rows(dtmc, expected)
+    assert dtmc.invalid_observed == 1
+
+
+def test_pipeline_uses_the_spec_alpha(toy_traces: Path, toy_spec_path: Path) -> None:
+    from guard.spec import load_spec
+
+    model = learn_model([toy_traces], load_spec(toy_spec_path))
+    assert model.dtmc.alpha == 0.1
+    expected = {src: eq1_row(TOY_COUNTS[src], [NONE, A, B, AB, END], ALPHA) for src in (NONE, A, B)}
+    expected[AB] = {AB: Fraction(1)}
+    expected[END] = {END: Fraction(1)}
+    assert_rows(model.dtmc, expected)
+    assert model.provenance["runs"] == 5
+    assert model.provenance["unsafe_runs"] == 3
+    assert model.provenance["inputs"][0]["bytes"] == toy_traces.stat().st_size
+
+
+def test_negative_alpha_is_rejected(toy_predicates: PredicateSet) -> None:
+    counts = TransitionCounts()
+    counts.initial[NONE] = 1
+    counts.counts[NONE, END] = 1
+    with pytest.raises(ValueError, match="alpha"):
+        learn_dtmc(counts, toy_predicates, alpha=-0.1)

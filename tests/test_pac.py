@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from _support import A, NONE, expected_steps, toy_run
+from conftest import WriteRuns
+from guard.learning import END, LearnedDTMC, TransitionCounts, learn_dtmc
+from guard.model import GuardModel
+from guard.pac import amplification_factor, pac_report
+from guard.pipeline import learn_model
+from guard.predicates import PredicateSet
+from guard.spec import Spec
+
+
+def hand_required(counts: dict[int, int], n_states: int, b: float, epsilon: float, delta: float) -> int:
+    """The docstring's formula, with the maximum over every state q (unobserved q: n_pq = 0)."""
+    n_p = sum(counts.values())
+    delta_prime = delta / n_states
+    brackets = [max(0.0, 0.25 - (abs(0.5 - counts.get(q, 0) / n_p) - 2 * epsilon / 3) ** 2)
+                for q in range(n_states)]
+    return math.ceil((1.1 * b) ** 2 * 2 / epsilon**2 * math.log(2 / delta_prime) * max(brackets))
+
+
+def hand_b(dtmc: LearnedDTMC) -> Fraction:
+    rows = {i: dict(dtmc.exact_row(i)) for i in range(dtmc.size)}
+    absorbing = {int(i) for i in np.flatnonzero(dtmc.absorbing)}
+    return max(Fraction(1), max(expected_steps(rows, absorbing).values()))
+
+
+def test_report_on_the_toy_chain_matches_the_formula_by_hand(toy_model: GuardModel) -> None:
+    dtmc, pac = toy_model.dtmc, toy_model.pac
+    assert (pac.epsilon, pac.delta) == (0.1, 0.05)  # from the spec's learning block
+    assert pac.delta_per_state == 0.05 / 5  # |S| = NONE, A, B, AB and end
+    b = hand_b(dtmc)
+    assert b > 1
+    assert math.isclose(pac.amplification, b, rel_tol=1e-12)
+    assert math.isclose(amplification_factor(dtmc), b, rel_tol=1e-12)
+    # departures observed per transient state (see TOY_COUNTS in test_learning)
+    departures = {0: {1: 2, 2: 2, 4: 1}, 1: {3: 2, 0: 1}, 2: {2: 1, 4: 1, 1: 1}}
+    assert [s.state for s in pac.states] == [0, 1, 2]  # absorbing states are not estimated
+    for entry in pac.states:
+        counts = departures[entry.state]
+        assert entry.visits == sum(counts.values())
+        assert entry.required == hand_required(counts, dtmc.size, float(b), 0.1, 0.05)
+        assert not entry.satisfied
+    assert not pac.satisfied and pac.satisfied_count == 0
+    assert pac.worst is not None and pac.worst.state == max(
+        pac.states, key=lambda s: (s.required or 0) / s.visits).state
+
+
+def test_enough_visits_satisfy_the_requirement(write_runs: WriteRuns, toy_spec: Spec) -> None:
+    # NONE → end only. With ε = δ = 0.5: δ' = 0.25, bracket = 1/4 − (1/2 − 1/3)² = 2/9.
+    many = learn_model([write_runs([toy_run(f"m{i}", [NONE]) for i in range(10)], "many.jsonl")], toy_spec,
+                       epsilon=0.5, delta=0.5)
+    few = learn_model([write_runs([toy_run(f"f{i}", [NONE]) for i in range(3)], "few.jsonl")], toy_spec,
+                      epsilon=0.5, delta=0.5)
+    for model, runs in ((many, 10), (few, 3)):
+        alpha = Fraction(1, 10)
+        # expected steps from NONE: 1 / (1 − P(NONE, NONE)), P(NONE, NONE) = α / (runs + 2α)
+        b = 1 / (1 - alpha / (runs + 2 * alpha))
+        assert b == hand_b(model.dtmc)
+        needed = (1.1 * float(b)) ** 2 * 2 / 0.5**2 * math.log(2 / 0.25) * (2 / 9)
+        [entry] = model.pac.states
+        assert entry.visits == runs
+        assert entry.required == math.ceil(needed)
+        assert entry.satisfied == (runs >= needed)
+    assert many.pac.satisfied and not few.pac.satisfied
+
+
+def test_states_that_never_absorb_make_b_infinite(toy_predicates: PredicateSet) -> None:
+    counts = TransitionCounts()
+    counts.counts[NONE, A] = 2
+    counts.counts[A, NONE] = 2
+    counts.initial[NONE] = 1
+    dtmc = learn_dtmc(counts, toy_predicates, alpha=0.0)  # a closed loop: nothing is ever absorbed
+    assert dtmc.states == [NONE, A, END]
+    report = pac_report(dtmc, epsilon=0.1, delta=0.05)
+    assert report.amplification == math.inf
+    assert all(s.required is None and not s.satisfied for s in report.states)
+
+
+def test_model_file_keeps_the_report(toy_model: GuardModel, tmp_path: Path) -> None:
+    loaded = GuardModel.load(toy_model.save(tmp_path / "m.json"))
+    assert loaded.pac == toy_model.pac
