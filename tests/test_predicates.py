@@ -29,11 +29,28 @@ RICH_PREDICATES = {
     "big_state": 'size(state) >= 3',
     "quoted": '"state.a" != "" && has(state.c)',
 }
-RICH_SPEC = "predicates:\n" + "".join(f"  {name}: '{expr.replace(chr(39), chr(39) * 2)}'\n"
-                                      for name, expr in RICH_PREDICATES.items()) + "unsafe: flag && big_state\n"
+# The same without guards: these fail on many states, so each is also checked on its own.
+PARTIAL_PREDICATES = {
+    "n_objects": 'state.objects.size() > 1',
+    "any_x": 'state.objects.exists(k, k.startsWith("x"))',
+    "b_all": 'state.b.all(k, k != "a")',
+    "deep": 'state.b.c.x == 1',
+    "either": 'state.b.c == 1 || state.objects.size() == 0',
+    "listed": '"x" in state.objects',
+}
+
+
+def spec_text(predicates: dict[str, str], unsafe: str) -> str:
+    body = "".join(f"  {name}: '{expr.replace(chr(39), chr(39) * 2)}'\n" for name, expr in predicates.items())
+    return f"predicates:\n{body}unsafe: {unsafe}\n"
+
+
+RICH_SPEC = spec_text(RICH_PREDICATES, "flag && big_state")
 _PROGRAMS = {name: cel.compile(expr) for name, expr in RICH_PREDICATES.items()}
-# One set for the whole test, so its memo is shared between examples (that is what is tested).
+# Sets shared by all examples, so their memos carry over between examples (that is what is tested).
 _SHARED = PredicateSet(parse_spec(RICH_SPEC))
+_SINGLES = {name: (cel.compile(expr), PredicateSet(parse_spec(spec_text({name: expr}, name))))
+            for name, expr in {**RICH_PREDICATES, **PARTIAL_PREDICATES}.items()}
 
 KEYS = st.sampled_from(["a", "b", "c", "x", "objects", "xa", "xb", "ya"])
 LEAVES = st.one_of(
@@ -69,6 +86,36 @@ def test_projection_and_memo_agree_with_the_full_state(state: dict[str, Any]) ->
                 _SHARED.evaluate(state)
         else:
             assert _SHARED.evaluate(state) == expected
+
+
+def check_each_predicate(state: dict[str, Any]) -> None:
+    for name, (program, predicates) in _SINGLES.items():
+        try:
+            expected: bool | None = program.execute({"state": state})
+        except Exception:
+            expected = None
+        for _ in range(2):
+            if expected.__class__ is not bool:
+                with pytest.raises(PredicateError):
+                    predicates.evaluate(state)
+            else:
+                assert predicates.evaluate(state) == int(bool(expected)), name
+
+
+@settings(max_examples=300, deadline=None)
+@given(STATES)
+def test_each_predicate_alone_agrees_with_the_full_state(state: dict[str, Any]) -> None:
+    check_each_predicate(state)
+
+
+STATES_WITH_OBJECTS = st.fixed_dictionaries({"objects": st.dictionaries(KEYS, VALUES, max_size=4),
+                                             "b": st.dictionaries(KEYS, VALUES, max_size=3)})
+
+
+@settings(max_examples=200, deadline=None)
+@given(STATES_WITH_OBJECTS)
+def test_maps_behind_method_calls_agree_with_the_full_state(state: dict[str, Any]) -> None:
+    check_each_predicate(state)
 
 
 def test_method_calls_need_the_whole_map() -> None:
