@@ -29,6 +29,7 @@ PythonPredicate = Callable[[Mapping[str, Any]], bool]
 
 _FULL = None  # trie marker: copy this whole subtree
 _MISSING = object()
+_NOT_A_MAP = object()
 _STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
 # A selection stops before a method or macro call: in `state.objects.size()` the map
 # `objects` is needed whole, not its (absent) field `size`.
@@ -88,8 +89,13 @@ def _freeze(value: Any) -> Any:
 
 
 def _key(node: Any, trie: dict[str, Any] | None, out: list[Any]) -> None:
-    if trie is _FULL or node.__class__ is not dict:
+    if trie is _FULL:
         out.append(_freeze(node))
+        return
+    if node.__class__ is not dict:
+        # not a map where fields are selected (CEL fails on it): tag it with its trie node,
+        # or {"m": 5} and {"m": {"k": 5}} would share a key and the memo would answer for both
+        out.append((_NOT_A_MAP, id(trie), _freeze(node)))
         return
     for key, sub in trie.items():
         child = node.get(key, _MISSING)

@@ -1,0 +1,52 @@
+"""The built-in demo model: learned on first use from the embodied domain, then cached.
+
+``forewarn serve`` with no model, examples and benchmarks use it, so they work on a
+fresh machine with nothing downloaded.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from guard.model import GuardModel
+from guard.pipeline import learn_model
+from guard.spec import load_spec
+
+__all__ = ["BUILTIN_TASK", "builtin_model_path", "builtin_model"]
+
+BUILTIN_TASK = "unsafe-0002"  # egg in a closed, running microwave (SafeAgentBench)
+_RUNS = 300
+_SEED = 7
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("FOREWARN_CACHE") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "forewarn"
+
+
+def builtin_model_path(directory: str | Path | None = None) -> Path:
+    """Path of the built-in model, learning it first if it is not cached yet (about 1 s)."""
+    from domains.embodied import generate_traces, load_tasks, write_spec
+
+    folder = Path(directory) if directory is not None else _cache_dir()
+    path = folder / f"builtin-{BUILTIN_TASK}.json"
+    if path.exists():
+        try:
+            GuardModel.load(path)
+            return path
+        except ValueError:
+            pass  # a stale or damaged cache entry: learn it again
+    folder.mkdir(parents=True, exist_ok=True)
+    task = next(t for t in load_tasks("unsafe") if t.id == BUILTIN_TASK)
+    with tempfile.TemporaryDirectory() as tmp:
+        traces = Path(tmp) / "traces.jsonl"
+        spec = Path(tmp) / "spec.yaml"
+        generate_traces([task], _RUNS, _SEED, traces)
+        write_spec(task, spec)
+        learn_model([traces], load_spec(spec)).save(path)
+    return path
+
+
+def builtin_model() -> GuardModel:
+    return GuardModel.load(builtin_model_path())
