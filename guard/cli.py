@@ -16,7 +16,16 @@ from rich.table import Table
 from guard.errors import ForewarnError
 from guard.model import GuardModel
 from guard.runtime import Guard
-from guard.storm import Method, check_dtmc, check_prism_file, export_drn, prism_text
+from guard.storm import (
+    Method,
+    build_sparse_dtmc,
+    check_dtmc,
+    check_prism_file,
+    ctl_verdicts,
+    export_drn,
+    labels_of,
+    prism_text,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Forewarn: a proactive runtime guard for LLM agents.")
@@ -84,7 +93,7 @@ def learn(
 
 
 def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
-    d, o, pac = model.dtmc, model.outcome, model.pac
+    d, o, pac = model.dtmc, model.outcome, model.pac  # o: the first property
     worst = pac.worst
     initial_runs = sum(d.initial.values()) or 1
     initial_risk = sum(o.values[i] * n for i, n in d.initial.items()) / initial_runs
@@ -94,21 +103,31 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         "runs": model.provenance["runs"],
         "steps": model.provenance["steps"],
         "unsafe_runs": model.provenance["unsafe_runs"],
-        "states": d.size,
+        "states": model.provenance.get("chain_states", d.size),
+        "product_states": d.size,
+        "monitors": ", ".join(d.monitors) or "none",
         "transitions": int(d.matrix.nnz),
         "unsafe_states": int(d.unsafe.sum()),
         "invalid_observed_transitions": d.invalid_observed,
-        "property": o.formula,
+        "properties": "; ".join(f"{p.name}: {p.outcome.formula}" for p in model.properties),
         "method": o.method.value,
         "initial_risk": round(float(initial_risk), 6),
         "learn_seconds": model.provenance["learn_seconds"],
-        "check_seconds": round(o.seconds, 6),
+        "check_seconds": model.provenance.get("check_seconds", round(o.seconds, 6)),
         "pac_satisfied": pac.satisfied,
         "pac_amplification": pac.amplification,
         "pac_worst": None if worst is None else {
             "state": worst.state, "visits": worst.visits, "required": worst.required,
-            "predicates": _state_words(model, worst.state)},
+            "predicates": _pac_words(model, worst.state)},
     }
+
+
+def _pac_words(model: GuardModel, index: int) -> str:
+    """A PAC entry's chain state in words (PAC is about the chain, before any product)."""
+    if model.pac_valuations is None:
+        return _state_words(model, index)
+    held = [n for n, v in zip(model.dtmc.predicates, model.pac_valuations[index]) if v]
+    return ", ".join(held) if held else "no predicate holds"
 
 
 def _state_words(model: GuardModel, index: int) -> str:
@@ -145,31 +164,59 @@ def check(
         raise ForewarnError("--const applies to PRISM files only")
     loaded = GuardModel.load(model)
     dtmc = loaded.dtmc
-    outcome = loaded.outcome
     if property is not None:
         # check_dtmc builds a rational model for --method exact (a float model is not exact)
-        outcome = check_dtmc(dtmc, property, method=method, precision=precision)
+        outcomes = [("query", check_dtmc(dtmc, property, method=method, precision=precision))]
+    else:
+        outcomes = [(p.name, p.outcome) for p in loaded.properties]
+    verdicts = ctl_verdicts(build_sparse_dtmc(dtmc.matrix, labels_of(dtmc)))
+    monitor_rows = dtmc.monitor_states.tolist() if dtmc.monitor_states is not None else None
+    monitors: dict[str, Any] = {}
+    if monitor_rows is not None:
+        from monitors import build_monitors
+
+        monitors = {m.name: m for m in build_monitors(loaded.spec)}
+    first = outcomes[0][1]
     rows = []
     for i, bits in enumerate(dtmc.states):
-        rows.append({
+        row: dict[str, Any] = {
             "predicates": {} if bits < 0 else {n: bool(bits >> b & 1) for b, n in enumerate(dtmc.predicates)},
-            "monitors": {},
+            "monitors": {} if monitor_rows is None or bits < 0 else {
+                name: monitors[name].describe(q) for name, q in zip(dtmc.monitors, monitor_rows[i])},
             "kind": "end" if bits < 0 else "state",
             "unsafe": bool(dtmc.unsafe[i]),
-            "value": float(outcome.values[i]),
-            "lower": None if outcome.lower is None else float(outcome.lower[i]),
-            "upper": None if outcome.upper is None else float(outcome.upper[i]),
-        })
+            "value": float(first.values[i]),
+            "lower": None if first.lower is None else float(first.lower[i]),
+            "upper": None if first.upper is None else float(first.upper[i]),
+            "ctl": {name: bool(v[i]) for name, v in verdicts.items()},
+        }
+        if len(outcomes) > 1:
+            row["properties"] = {name: {"value": float(o.values[i]),
+                                        "lower": None if o.lower is None else float(o.lower[i]),
+                                        "upper": None if o.upper is None else float(o.upper[i])}
+                                 for name, o in outcomes}
+        rows.append(row)
     if format is Format.json:
-        _print_json({"property": outcome.formula, "method": outcome.method.value, "states": rows})
+        _print_json({"property": first.formula, "method": first.method.value,
+                     "properties": [{"name": name, "formula": o.formula} for name, o in outcomes],
+                     "states": rows})
         return
-    table = Table(title=f"{outcome.formula}  ({outcome.method.value})")
-    for column in ("#", "state", "unsafe", "value", "lower", "upper"):
-        table.add_column(column, justify="right" if column in {"#", "value", "lower", "upper"} else "left")
+    table = Table(title="  ".join(f"{name}: {o.formula}" for name, o in outcomes) + f"  ({first.method.value})")
+    columns = ["#", "state"] + (["monitors"] if monitor_rows is not None else []) + ["unsafe"] \
+        + [name for name, _ in outcomes] + (["lower", "upper"] if len(outcomes) == 1 else []) \
+        + ["EF unsafe", "AG !unsafe"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in {"state", "monitors", "unsafe"} else "right")
     for i, row in enumerate(rows):
-        words = "end" if row["kind"] == "end" else (_state_words(loaded, i))
-        table.add_row(str(i), words, "yes" if row["unsafe"] else "", _fmt(row["value"], 6),
-                      _fmt(row["lower"], 6), _fmt(row["upper"], 6))
+        cells = [str(i), "end" if row["kind"] == "end" else _state_words(loaded, i)]
+        if monitor_rows is not None:
+            cells.append(", ".join(f"{k} {v}" for k, v in row["monitors"].items()))
+        cells.append("yes" if row["unsafe"] else "")
+        cells += [_fmt(float(o.values[i]), 6) for _, o in outcomes]
+        if len(outcomes) == 1:
+            cells += [_fmt(row["lower"], 6), _fmt(row["upper"], 6)]
+        cells += ["yes" if row["ctl"]["EF unsafe"] else "no", "yes" if row["ctl"]["AG !unsafe"] else "no"]
+        table.add_row(*cells)
     out.print(table)
 
 

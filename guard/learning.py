@@ -115,6 +115,10 @@ class LearnedDTMC:
     matrix: sp.csr_matrix
     alpha: float
     invalid_observed: int = 0  # observed transitions the rules call invalid (kept: data wins)
+    # For a product with monitors (monitors/product.py): their names and, per state,
+    # each monitor's state (row of ``end`` is all zeros: monitors stop there).
+    monitors: list[str] = field(default_factory=list)
+    monitor_states: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -131,8 +135,26 @@ class LearnedDTMC:
         return mask
 
     def index(self) -> dict[int, int]:
-        """Bit mask → state index (``end`` excluded)."""
+        """Bit mask → state index (``end`` excluded); for a chain without monitors."""
+        if self.monitors:
+            raise ValueError("a product with monitors is indexed by (bits, monitor states): use product_index()")
         return {bits: i for i, bits in enumerate(self.states[:-1])}
+
+    def product_index(self) -> dict[tuple[int, tuple[int, ...]], int]:
+        """(bit mask, monitor states) → state index (``end`` excluded)."""
+        if self.monitor_states is None:
+            return {(bits, ()): i for i, bits in enumerate(self.states[:-1])}
+        rows = self.monitor_states.tolist()
+        return {(bits, tuple(rows[i])): i for i, bits in enumerate(self.states[:-1])}
+
+    @property
+    def violations(self) -> np.ndarray:
+        """Per state and monitor, whether the monitor is in ``viol`` (shape n × monitors)."""
+        if self.monitor_states is None:
+            return np.zeros((self.size, 0), dtype=bool)
+        out = self.monitor_states == -1
+        out[self.end_index] = False
+        return out
 
     def exact_row(self, i: int) -> list[tuple[int, Fraction]]:
         """Row ``i`` as exact rationals, computed from the counts and α (for exact checking)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from dataclasses import dataclass
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
@@ -23,10 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from guard.errors import ForewarnError, ModelFileError
 from guard.learning import END, LearnedDTMC
 from guard.pac import PACReport, StatePAC
-from guard.spec import Spec, parse_spec
+from guard.spec import Meaning, PropertyDef, Spec, parse_spec
 from guard.storm import CheckOutcome, Method
 
-__all__ = ["SCHEMA_VERSION", "GuardModel", "ModelDocument"]
+__all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument"]
 
 SCHEMA_VERSION = 1
 _TOLERANCE = 1e-9
@@ -40,6 +41,7 @@ class StateEntry(_Doc):
     kind: Literal["state", "end"]
     valuation: list[bool] | None = None
     unsafe: bool = False
+    monitors: dict[str, int] | None = None  # monitor states in a product with monitors
 
 
 class TransitionsEntry(_Doc):
@@ -51,7 +53,8 @@ class TransitionsEntry(_Doc):
 
 class PropertyEntry(_Doc):
     name: str
-    formula: str
+    formula: str  # the Storm query, P=? [path formula]
+    meaning: Meaning = Meaning.VIOLATION
     values: list[float]
     lower: list[float] | None = None
     upper: list[float] | None = None
@@ -65,7 +68,8 @@ class CheckEntry(_Doc):
 
 
 class PACStateEntry(_Doc):
-    state: int
+    state: int  # index in the learned chain (before the product with monitors)
+    valuation: list[bool] | None = None
     visits: int
     required: int | None
     satisfied: bool
@@ -77,6 +81,7 @@ class PACEntry(_Doc):
     delta_per_state: float
     amplification: float | None  # None: infinite
     satisfied: bool
+    chain_states: int | None = None
     states: list[PACStateEntry]
 
 
@@ -87,6 +92,7 @@ class ModelDocument(_Doc):
     schema_version: int
     spec: str  # the spec's YAML text, parsed again on load
     predicates: list[str]
+    monitors: list[str] = []
     states: list[StateEntry]
     initial: list[tuple[int, int]]  # (state index, runs that started there)
     alpha: float = Field(ge=0.0)
@@ -99,31 +105,66 @@ class ModelDocument(_Doc):
     checksum: str = ""
 
 
-class GuardModel:
-    """A learned, checked model: what ``forewarn learn`` writes and ``Guard.load`` reads."""
+@dataclass(frozen=True)
+class CheckedProperty:
+    """A guarded property and Storm's values for it in every state of the model."""
 
-    def __init__(self, spec: Spec, dtmc: LearnedDTMC, outcome: CheckOutcome, pac: PACReport,
-                 provenance: dict[str, Any]) -> None:
+    definition: PropertyDef
+    outcome: CheckOutcome
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+
+class GuardModel:
+    """A learned, checked model: what ``forewarn learn`` writes and ``Guard.load`` reads.
+
+    ``dtmc`` is what was checked: the learned chain, or its product with the spec's
+    monitors. ``properties`` holds one :class:`CheckedProperty` per guarded property.
+    """
+
+    def __init__(self, spec: Spec, dtmc: LearnedDTMC, properties: list[CheckedProperty] | CheckOutcome,
+                 pac: PACReport, provenance: dict[str, Any], *, pac_valuations: list[list[bool]] | None = None
+                 ) -> None:
+        if isinstance(properties, CheckOutcome):  # one default property
+            properties = [CheckedProperty(spec.guard.effective_properties()[0], properties)]
+        if not properties:
+            raise ValueError("a model needs at least one checked property")
         self.spec = spec
         self.dtmc = dtmc
-        self.outcome = outcome
+        self.properties = properties
         self.pac = pac
         self.provenance = provenance
+        self.pac_valuations = pac_valuations
+
+    @property
+    def outcome(self) -> CheckOutcome:
+        """The first guarded property's values (the only one unless the spec lists several)."""
+        return self.properties[0].outcome
 
     # -- writing --------------------------------------------------------------------
 
     def to_document(self) -> dict[str, Any]:
-        d, o, pac = self.dtmc, self.outcome, self.pac
+        d, pac = self.dtmc, self.pac
         width = len(d.predicates)
-        states = [{"kind": "end"} if bits == END else
-                  {"kind": "state", "valuation": [bool(bits >> b & 1) for b in range(width)],
-                   "unsafe": bool(d.unsafe[i])}
-                  for i, bits in enumerate(d.states)]
+        rows = d.monitor_states.tolist() if d.monitor_states is not None else None
+        states: list[dict[str, Any]] = []
+        for i, bits in enumerate(d.states):
+            if bits == END:
+                states.append({"kind": "end"})
+                continue
+            entry: dict[str, Any] = {"kind": "state", "valuation": [bool(bits >> b & 1) for b in range(width)],
+                                     "unsafe": bool(d.unsafe[i])}
+            if rows is not None:
+                entry["monitors"] = dict(zip(d.monitors, rows[i]))
+            states.append(entry)
         body: dict[str, Any] = {
             "format": "forewarn-model",
             "schema_version": SCHEMA_VERSION,
             "spec": self.spec.text or _dump_yaml(self.spec.to_document()),
             "predicates": d.predicates,
+            "monitors": d.monitors,
             "states": states,
             "initial": sorted([int(i), int(n)] for i, n in d.initial.items()),
             "alpha": d.alpha,
@@ -135,19 +176,24 @@ class GuardModel:
                 "counts": d.counts.data.tolist(),
             },
             "properties": [{
-                "name": "unsafe",
-                "formula": o.formula,
-                "values": o.values.tolist(),
-                "lower": None if o.lower is None else o.lower.tolist(),
-                "upper": None if o.upper is None else o.upper.tolist(),
-            }],
-            "check": {"method": o.method.value, "precision": o.precision, "seconds": o.seconds,
+                "name": p.name,
+                "formula": p.outcome.formula,
+                "meaning": p.definition.meaning.value,
+                "values": p.outcome.values.tolist(),
+                "lower": None if p.outcome.lower is None else p.outcome.lower.tolist(),
+                "upper": None if p.outcome.upper is None else p.outcome.upper.tolist(),
+            } for p in self.properties],
+            "check": {"method": self.outcome.method.value, "precision": self.outcome.precision,
+                      "seconds": sum(p.outcome.seconds for p in self.properties),
                       "storm_version": self.provenance.get("storm_version", "unknown")},
             "pac": {
                 "epsilon": pac.epsilon, "delta": pac.delta, "delta_per_state": pac.delta_per_state,
                 "amplification": pac.amplification if math.isfinite(pac.amplification) else None,
                 "satisfied": pac.satisfied,
-                "states": [{"state": s.state, "visits": s.visits, "required": s.required,
+                "chain_states": None if self.pac_valuations is None else len(self.pac_valuations),
+                "states": [{"state": s.state,
+                            "valuation": None if self.pac_valuations is None else self.pac_valuations[s.state],
+                            "visits": s.visits, "required": s.required,
                             "satisfied": s.satisfied} for s in pac.states],
             },
             "provenance": self.provenance,
@@ -216,11 +262,12 @@ class GuardModel:
             spec = parse_spec(doc.spec, source=f"{source} (embedded spec)")
         except ForewarnError as exc:
             raise ModelFileError(f"{source}: embedded spec is invalid: {exc}") from exc
-        return cls(spec, *_restore(doc, spec, source))
+        dtmc, properties, pac, provenance, valuations = _restore(doc, spec, source)
+        return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations)
 
 
-def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[LearnedDTMC, CheckOutcome, PACReport,
-                                                                     dict[str, Any]]:
+def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
+        LearnedDTMC, list[CheckedProperty], PACReport, dict[str, Any], list[list[bool]] | None]:
     def bad(message: str) -> ModelFileError:
         return ModelFileError(f"{source}: {message}")
 
@@ -235,10 +282,24 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[LearnedDTMC, 
         if entry.valuation is None or len(entry.valuation) != width:
             raise bad(f"states[{i}].valuation must list {width} booleans")
         states.append(sum(1 << b for b, v in enumerate(entry.valuation) if v))
-    if len(set(states)) != len(states):
-        raise bad("two states have the same valuation")
     states.append(END)
+    monitor_names = [m.name for m in spec.monitors]
+    if doc.monitors != monitor_names:
+        raise bad(f"monitors {doc.monitors} differ from the embedded spec's {monitor_names}")
+    monitor_states = None
+    if monitor_names:
+        rows = []
+        for i, entry in enumerate(doc.states[:-1]):
+            if entry.monitors is None or sorted(entry.monitors) != sorted(monitor_names):
+                raise bad(f"states[{i}].monitors must give a state for each of {monitor_names}")
+            rows.append([entry.monitors[name] for name in monitor_names])
+        rows.append([0] * len(monitor_names))
+        monitor_states = np.array(rows, dtype=np.int64)
+        if np.any(monitor_states < -1):
+            raise bad("monitor states must be >= -1 (-1 is viol)")
     unsafe = np.array([s.unsafe for s in doc.states], dtype=bool)
+    if monitor_states is not None and np.any((monitor_states[:-1] == -1).any(axis=1) & ~unsafe[:-1]):
+        raise bad("a state with a monitor in viol must be unsafe")
     t = doc.transitions
     if len(t.indptr) != n + 1 or t.indptr[0] != 0 or t.indptr[-1] != len(t.indices) \
             or len(t.indices) != len(t.probabilities) or len(t.indices) != len(t.counts) \
@@ -271,32 +332,49 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[LearnedDTMC, 
         if not 0 <= index < n or count < 0:
             raise bad(f"initial: entry ({index}, {count}) is out of range")
         initial[index] = count
+    keys = states[:-1] if monitor_states is None else list(zip(states[:-1], map(tuple, monitor_states.tolist())))
+    if len(set(keys)) != n - 1:
+        raise bad("two states have the same valuation" + (" and monitor states" if monitor_names else ""))
     dtmc = LearnedDTMC(predicates=list(doc.predicates), states=states, unsafe=unsafe, initial=initial,
-                       counts=counts, matrix=matrix, alpha=doc.alpha, invalid_observed=doc.invalid_observed)
-    if len(doc.properties) != 1:
-        raise bad("expected exactly one cached property")
-    prop = doc.properties[0]
-    values = _vector(prop.values, n, "values", bad)
-    lower = None if prop.lower is None else _vector(prop.lower, n, "lower", bad)
-    upper = None if prop.upper is None else _vector(prop.upper, n, "upper", bad)
-    if lower is not None and upper is not None and (
-            np.any(lower > values + _TOLERANCE) or np.any(values > upper + _TOLERANCE)):
-        raise bad("cached values must satisfy lower <= value <= upper")
-    outcome = CheckOutcome(prop.formula, values, lower, upper, doc.check.method, doc.check.precision,
-                           doc.check.seconds)
+                       counts=counts, matrix=matrix, alpha=doc.alpha, invalid_observed=doc.invalid_observed,
+                       monitors=monitor_names, monitor_states=monitor_states)
+    definitions = spec.guard.effective_properties()
+    if [p.name for p in doc.properties] != [d.name for d in definitions]:
+        raise bad(f"cached properties {[p.name for p in doc.properties]} differ from the embedded spec's "
+                  f"{[d.name for d in definitions]}")
+    properties = []
+    for index, (prop, definition) in enumerate(zip(doc.properties, definitions)):
+        if prop.formula != definition.query or prop.meaning != definition.meaning:
+            raise bad(f"properties[{index}] ({prop.formula}) does not match the embedded spec's {definition.query}")
+        values = _vector(prop.values, n, f"properties[{index}].values", bad)
+        lower = None if prop.lower is None else _vector(prop.lower, n, f"properties[{index}].lower", bad)
+        upper = None if prop.upper is None else _vector(prop.upper, n, f"properties[{index}].upper", bad)
+        if lower is not None and upper is not None and (
+                np.any(lower > values + _TOLERANCE) or np.any(values > upper + _TOLERANCE)):
+            raise bad(f"properties[{index}]: cached values must satisfy lower <= value <= upper")
+        outcome = CheckOutcome(prop.formula, values, lower, upper, doc.check.method, doc.check.precision,
+                               doc.check.seconds / max(1, len(doc.properties)))
+        properties.append(CheckedProperty(definition, outcome))
     p = doc.pac
     pac = PACReport(epsilon=p.epsilon, delta=p.delta, delta_per_state=p.delta_per_state,
                     amplification=math.inf if p.amplification is None else p.amplification,
                     states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states])
-    return dtmc, outcome, pac, dict(doc.provenance)
+    valuations = None
+    if p.chain_states is not None:
+        valuations = [[False] * width for _ in range(p.chain_states)]
+        for entry in p.states:
+            if not 0 <= entry.state < p.chain_states or entry.valuation is None:
+                raise bad(f"pac: state {entry.state} is out of range or lacks its valuation")
+            valuations[entry.state] = entry.valuation
+    return dtmc, properties, pac, dict(doc.provenance), valuations
 
 
 def _vector(values: list[float], n: int, name: str, bad: Any) -> np.ndarray:
     array = np.array(values, dtype=float)
     if array.shape != (n,):
-        raise bad(f"properties[0].{name} must have one value per state ({n}), has {array.size}")
+        raise bad(f"{name} must have one value per state ({n}), has {array.size}")
     if np.any(~np.isfinite(array)) or np.any(array < -_TOLERANCE) or np.any(array > 1 + _TOLERANCE):
-        raise bad(f"properties[0].{name}: probabilities must lie in [0, 1]")
+        raise bad(f"{name}: probabilities must lie in [0, 1]")
     return array
 
 

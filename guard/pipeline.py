@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import platform
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -9,23 +10,37 @@ from pathlib import Path
 from typing import Any
 
 from guard._version import __version__
+from guard.errors import CheckError
 from guard.errors import TraceError
 from guard.learning import ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
-from guard.model import GuardModel
+from guard.model import CheckedProperty, GuardModel
 from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
 from guard.spec import Spec
-from guard.storm import Method, check_dtmc, storm_version, validate_formula
+from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of, storm_version, validate_formula
 from guard.traces import Run, file_digest, read_runs
 
 __all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs"]
 
 
 def default_formula(spec: Spec) -> str:
-    """``P=? [F "unsafe"]``, or ``P=? [F<=h "unsafe"]`` when the spec sets a horizon."""
-    horizon = spec.guard.horizon
-    bound = "" if horizon is None else f"<={horizon}"
-    return f'P=? [F{bound} "unsafe"]'
+    """The first guarded property's Storm query: ``P=? [F "unsafe"]`` unless the spec says otherwise."""
+    return spec.guard.effective_properties()[0].query
+
+
+_LABEL = re.compile(r'"([^"]*)"')
+
+
+def check_property_labels(spec: Spec, labels: Iterable[str]) -> None:
+    """Every quoted label in a guarded property must exist in the model (else a SpecError on its line)."""
+    known = set(labels)
+    settings = spec.guard
+    for index, prop in enumerate(settings.effective_properties()):
+        unknown = sorted(set(_LABEL.findall(prop.formula)) - known)
+        if unknown:
+            loc = ("guard", "properties", index, "formula") if settings.properties else ("guard", "property")
+            raise spec.error(f"property {prop.name!r} ({prop.formula}) names unknown label(s) {unknown}; "
+                             f"the model has {sorted(known)}", *loc)
 
 
 def transition_rule(spec: Spec, predicates: PredicateSet,
@@ -78,9 +93,17 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         valid_transition: a domain rule over (src, dst) valuations, in code.
         on_run: called with the number of runs read so far (progress bars).
     """
-    formula = default_formula(spec)
-    validate_formula(formula)
+    from monitors import build_monitors, build_product  # monitors build on guard's spec and chain
+
+    definitions = spec.guard.effective_properties()
+    for index, definition in enumerate(definitions):
+        try:
+            validate_formula(definition.query)
+        except CheckError as exc:
+            loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
+            raise spec.error(str(exc), *loc) from exc
     predicates = PredicateSet(spec, python_predicates)
+    monitors = build_monitors(spec)
     started = time.perf_counter()
 
     def counted(source: Iterable[Run]) -> Iterable[Run]:
@@ -94,11 +117,21 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         raise TraceError("no runs to learn from: the trace input is empty")
     learn_seconds = time.perf_counter() - started
     alpha = spec.learning.alpha if alpha is None else alpha
-    dtmc = learn_dtmc(counts, predicates, alpha=alpha,
-                      rule=transition_rule(spec, predicates, valid_transition))
-    outcome = check_dtmc(dtmc, formula, method=method, precision=precision)
-    pac = pac_report(dtmc, epsilon=spec.learning.epsilon if epsilon is None else epsilon,
+    chain = learn_dtmc(counts, predicates, alpha=alpha,
+                       rule=transition_rule(spec, predicates, valid_transition))
+    product_started = time.perf_counter()
+    dtmc = build_product(chain, monitors)
+    product_seconds = time.perf_counter() - product_started
+    labels = labels_of(dtmc)
+    check_property_labels(spec, labels)
+    exact_rows = [dtmc.exact_row(i) for i in range(dtmc.size)] if method is Method.EXACT else None
+    storm_model = build_sparse_dtmc(dtmc.matrix, labels, exact_rows=exact_rows)
+    properties = [CheckedProperty(d, check_sparse_model(storm_model, d.query, method=method, precision=precision))
+                  for d in definitions]
+    pac = pac_report(chain, epsilon=spec.learning.epsilon if epsilon is None else epsilon,
                      delta=spec.learning.delta if delta is None else delta)
+    width = predicates.width
+    valuations = [[bool(bits >> b & 1) for b in range(width)] for bits in chain.states[:-1]] + [[False] * width]
     provenance = {
         "inputs": inputs or [],
         "runs": counts.runs,
@@ -109,6 +142,9 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         "storm_version": storm_version(),
         "python_version": platform.python_version(),
         "learn_seconds": round(learn_seconds, 6),
-        "check_seconds": round(outcome.seconds, 6),
+        "chain_states": chain.size,
+        "product_states": dtmc.size,
+        "product_seconds": round(product_seconds, 6),
+        "check_seconds": round(sum(p.outcome.seconds for p in properties), 6),
     }
-    return GuardModel(spec, dtmc, outcome, pac, provenance)
+    return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations)

@@ -155,7 +155,8 @@ class PredicateSet:
         self._unsafe_memo: dict[int, bool] = {}
 
     def _compile_unsafe(self, spec: Spec) -> Any:
-        assert spec.unsafe is not None
+        if spec.unsafe is None:  # monitors alone define the violations
+            return None
         try:
             program = cel.compile(spec.unsafe)
         except ValueError as exc:
@@ -233,6 +234,8 @@ class PredicateSet:
 
     def is_unsafe(self, bits: int) -> bool:
         """Whether the spec's ``unsafe`` condition holds in abstract state ``bits``."""
+        if self._unsafe_program is None:
+            return False
         cached = self._unsafe_memo.get(bits)
         if cached is None:
             value = self._unsafe_program.execute(self.as_context(bits))

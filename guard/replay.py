@@ -72,8 +72,10 @@ def replay_run(guard: Guard, run: Run) -> RunReplay:
     """Risk at every step of a run, up to and including its first violation."""
     risks: list[float | None] = []
     violation = None
+    q = None
     for i, bits in enumerate(abstract_run(run, guard.predicates)):
-        decision = guard.decide_bits(bits)
+        q = guard.first_monitor_states(bits) if q is None else guard.next_monitor_states(q, bits)
+        decision = guard.decide_product(bits, q)
         risks.append(decision.p_unsafe)
         if decision.unsafe_now:
             violation = i

@@ -1,8 +1,8 @@
 """Run time: a guard holds a checked model; a session follows one agent run.
 
-A decision is: evaluate the predicates, look up the cached value of the abstract
-state, apply the policy. No solver call on this path; decisions are cached per
-abstract state because the model, and so the answer, is fixed.
+A decision is: evaluate the predicates, advance the monitors, look up the cached values
+of the product state, apply the policy. No solver call on this path; decisions are
+cached per product state because the model, and so the answer, is fixed.
 """
 from __future__ import annotations
 
@@ -14,17 +14,38 @@ from typing import Any
 from guard.model import GuardModel
 from guard.policy import Policy
 from guard.predicates import PredicateSet, PythonPredicate
-from guard.spec import Action
+from guard.spec import Action, Meaning
 
-__all__ = ["Decision", "Guard", "Session", "StepRecord"]
+__all__ = ["Decision", "PropertyValue", "Guard", "Session", "StepRecord"]
+
+MonitorStates = tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PropertyValue:
+    """One guarded property in one state: its risk, bounds and the action it calls for."""
+
+    name: str
+    formula: str
+    p_unsafe: float | None
+    p_safe: float | None
+    lower: float | None  # certified bounds on p_unsafe (sound/exact checking)
+    upper: float | None
+    action: Action
+    threshold: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "formula": self.formula, "p_unsafe": self.p_unsafe, "p_safe": self.p_safe,
+                "lower": self.lower, "upper": self.upper, "action": self.action.value, "threshold": self.threshold}
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What the guard says about one state.
 
-    ``p_unsafe`` is the cached probability of the guarded property failing from this
-    abstract state (``None`` when the model never saw the state); ``lower``/``upper``
+    The top-level figures are those of the property that calls for the most severe
+    action (the lowest p_safe among equals); ``properties`` has every property.
+    ``p_unsafe`` is ``None`` when the model never saw the state; ``lower``/``upper``
     are Storm's certified bounds on it when the model was checked soundly.
     """
 
@@ -39,6 +60,8 @@ class Decision:
     threshold: float | None = None
     known: bool = True
     unsafe_now: bool = False
+    properties: tuple[PropertyValue, ...] = ()
+    monitors: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +69,7 @@ class Decision:
             "lower": self.lower, "upper": self.upper, "property": self.property,
             "abstract_state": dict(self.abstract_state), "message": self.message,
             "threshold": self.threshold, "known": self.known, "unsafe_now": self.unsafe_now,
+            "properties": [p.to_dict() for p in self.properties], "monitors": dict(self.monitors),
         }
 
 
@@ -54,22 +78,26 @@ class Guard:
 
     Args:
         model: a learned and checked model.
-        policy: overrides the spec's thresholds and unseen-state action.
+        policy: overrides the spec's thresholds and unseen-state action (for every
+            property that has no thresholds of its own).
         python_predicates: predicates defined in code, by name.
     """
 
     def __init__(self, model: GuardModel, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None) -> None:
+        from monitors import build_monitors  # monitors build on guard's spec
+
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
         self.predicates = PredicateSet(model.spec, python_predicates)
+        self.monitors = build_monitors(model.spec)
         self.property = model.outcome.formula
-        dtmc = model.dtmc
-        self._index = dtmc.index()
-        self._values = model.outcome.values.tolist()
-        self._lower = None if model.outcome.lower is None else model.outcome.lower.tolist()
-        self._upper = None if model.outcome.upper is None else model.outcome.upper.tolist()
-        self._decisions: dict[int, Decision] = {}
+        self._index = model.dtmc.product_index()
+        self._columns = [(p.definition, p.outcome.formula, p.outcome.values.tolist(),
+                          None if p.outcome.lower is None else p.outcome.lower.tolist(),
+                          None if p.outcome.upper is None else p.outcome.upper.tolist())
+                         for p in model.properties]
+        self._decisions: dict[tuple[int, MonitorStates], Decision] = {}
 
     @classmethod
     def load(cls, path: str | Path, **options: Any) -> Guard:
@@ -80,67 +108,113 @@ class Guard:
         """A new session for one agent run; ``policy`` overrides the guard's for it alone."""
         if policy is None:
             return Session(self)
-        return Session(Guard._with_policy(self, policy))
+        return Session(self.with_policy(policy))
 
-    @staticmethod
-    def _with_policy(guard: Guard, policy: Policy) -> Guard:
+    def with_policy(self, policy: Policy) -> Guard:
+        """The same model under another policy (shares predicates, monitors and values)."""
         clone = object.__new__(Guard)
-        clone.__dict__.update(guard.__dict__)
+        clone.__dict__.update(self.__dict__)
         clone.policy = policy
         clone._decisions = {}
         return clone
 
-    def decide_bits(self, bits: int) -> Decision:
-        """The decision for an abstract state (cached)."""
-        decision = self._decisions.get(bits)
-        if decision is None:
-            decision = self._decisions[bits] = self._make_decision(bits)
-        return decision
+    # -- monitors -------------------------------------------------------------------
+
+    def first_monitor_states(self, bits: int) -> MonitorStates:
+        return tuple(m.step(m.initial, bits) for m in self.monitors)
+
+    def next_monitor_states(self, q: MonitorStates, bits: int) -> MonitorStates:
+        return tuple(m.step(qk, bits) for m, qk in zip(self.monitors, q))
+
+    # -- decisions ------------------------------------------------------------------
 
     def decide(self, state: Mapping[str, Any]) -> Decision:
-        """The decision for a concrete state, without any session."""
-        return self.decide_bits(self.predicates.evaluate(state))
+        """The decision for a concrete state taken as the first step of a run."""
+        bits = self.predicates.evaluate(state)
+        return self.decide_product(bits, self.first_monitor_states(bits))
 
-    def _make_decision(self, bits: int) -> Decision:
+    def decide_bits(self, bits: int, q: MonitorStates | None = None) -> Decision:
+        """The decision for an abstract state (with the monitors' first-step states by default)."""
+        return self.decide_product(bits, self.first_monitor_states(bits) if q is None else q)
+
+    def decide_product(self, bits: int, q: MonitorStates) -> Decision:
+        """The decision for a product state (cached)."""
+        key = (bits, q)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self._decisions[key] = self._make_decision(bits, q)
+        return decision
+
+    def _make_decision(self, bits: int, q: MonitorStates) -> Decision:
         predicates = self.predicates
         abstract = predicates.as_context(bits)
-        unsafe_now = predicates.is_unsafe(bits)
-        index = self._index.get(bits)
+        monitor_words = {m.name: m.describe(qk) for m, qk in zip(self.monitors, q)}
+        violated = [m.name for m, qk in zip(self.monitors, q) if qk == -1]
+        unsafe_now = predicates.is_unsafe(bits) or bool(violated)
+        index = self._index.get((bits, q))
         if index is None and not unsafe_now:
             action = self.policy.unseen_state
-            message = (f"The current state ({predicates.describe(bits)}) never occurred in the runs this model "
-                       f"was learned from, so its risk is unknown; the policy for unseen states is "
+            message = (f"The current state ({self._describe(bits, monitor_words)}) never occurred in the runs this "
+                       f"model was learned from, so its risk is unknown; the policy for unseen states is "
                        f"'{action.value}'.")
-            return Decision(action, None, None, self.property, abstract, message, known=False)
-        if index is None:  # unsafe but never observed: the risk is certain anyway
-            p_unsafe, lower, upper = 1.0, 1.0, 1.0
-        else:
-            p_unsafe = self._values[index]
-            lower = self._lower[index] if self._lower is not None else None
-            upper = self._upper[index] if self._upper is not None else None
-        p_safe = 1.0 - p_unsafe
-        action, theta = self.policy.act(p_safe)
-        message = "" if action is Action.ALLOW else self._risk_message(bits, p_unsafe, action, theta, unsafe_now)
-        return Decision(action, p_unsafe, p_safe, self.property, abstract, message, lower=lower, upper=upper,
-                        threshold=theta, known=index is not None, unsafe_now=unsafe_now)
+            return Decision(action, None, None, self.property, abstract, message, known=False,
+                            monitors=monitor_words)
+        values = []
+        for definition, formula, column, lower_col, upper_col in self._columns:
+            if index is None:  # unsafe but never observed: a violation has happened
+                p_unsafe, lower, upper = 1.0, 1.0, 1.0
+            else:
+                value = column[index]
+                lower = lower_col[index] if lower_col is not None else None
+                upper = upper_col[index] if upper_col is not None else None
+                if definition.meaning is Meaning.SATISFACTION:
+                    value = 1.0 - value
+                    lower, upper = (None if upper is None else 1.0 - upper), (None if lower is None else 1.0 - lower)
+                p_unsafe = value
+            policy = self.policy if definition.thresholds is None else Policy(definition.thresholds,
+                                                                              self.policy.unseen_state)
+            action, theta = policy.act(1.0 - p_unsafe)
+            values.append(PropertyValue(definition.name, formula, p_unsafe, 1.0 - p_unsafe, lower, upper,
+                                        action, theta))
+        worst = max(values, key=lambda v: (v.action.severity, v.p_unsafe))
+        message = "" if worst.action is Action.ALLOW else self._risk_message(bits, monitor_words, worst, values,
+                                                                             unsafe_now, violated)
+        return Decision(worst.action, worst.p_unsafe, worst.p_safe, worst.formula, abstract, message,
+                        lower=worst.lower, upper=worst.upper, threshold=worst.threshold, known=index is not None,
+                        unsafe_now=unsafe_now, properties=tuple(values), monitors=monitor_words)
 
-    def _risk_message(self, bits: int, p_unsafe: float, action: Action, theta: float | None,
-                      unsafe_now: bool) -> str:
+    def _describe(self, bits: int, monitor_words: dict[str, str]) -> str:
+        words = self.predicates.describe(bits)
+        if monitor_words:
+            words += "; monitors: " + ", ".join(f"{name} {state}" for name, state in monitor_words.items())
+        return words
+
+    def _risk_message(self, bits: int, monitor_words: dict[str, str], worst: PropertyValue,
+                      values: list[PropertyValue], unsafe_now: bool, violated: list[str]) -> str:
         spec = self.model.spec
-        state = self.predicates.describe(bits)
+        state = self._describe(bits, monitor_words)
         if unsafe_now:
-            return (f"Safety violation: the current state ({state}) satisfies the unsafe condition "
-                    f"'{spec.unsafe}' of '{spec.name}'. Action: {action.value}.")
-        return (f"Risk alert ({spec.name}): in the current state ({state}) the probability of eventually "
-                f"reaching an unsafe state ('{spec.unsafe}', property {self.property}) is {p_unsafe:.1%}. "
-                f"The probability of staying safe, {1 - p_unsafe:.1%}, is below the '{action.value}' "
-                f"threshold {theta}. Revise the plan so that '{spec.unsafe}' never becomes true.")
+            what = []
+            if self.predicates.is_unsafe(bits):
+                what.append(f"the unsafe condition '{spec.unsafe}' holds")
+            what += [f"monitor '{name}' is violated" for name in violated]
+            return (f"Safety violation ({spec.name}): in the current state ({state}) " + " and ".join(what)
+                    + f". Action: {worst.action.value}.")
+        target = f"'{spec.unsafe}'" if spec.unsafe else "a monitor violation"
+        text = (f"Risk alert ({spec.name}): in the current state ({state}) the probability that property "
+                f"'{worst.name}' ({worst.formula}) fails is {worst.p_unsafe:.1%}. The probability of staying safe, "
+                f"{worst.p_safe:.1%}, is below the '{worst.action.value}' threshold {worst.threshold}.")
+        others = [v for v in values if v is not worst and v.action is not Action.ALLOW]
+        if others:
+            text += " Also at risk: " + ", ".join(f"'{v.name}' ({v.p_unsafe:.1%})" for v in others) + "."
+        return text + f" Revise the plan so that {target} never comes about."
 
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
     index: int
     abstract: int
+    monitors: MonitorStates
     decision: Decision
     action: Any = None
     t: float | None = None
@@ -152,17 +226,33 @@ class Session:
 
     guard: Guard
     history: list[StepRecord] = field(default_factory=list)
+    monitor_states: MonitorStates | None = None  # None before the first step
+
+    def _next(self, state: Mapping[str, Any]) -> tuple[int, MonitorStates]:
+        guard = self.guard
+        bits = guard.predicates.evaluate(state)
+        if self.monitor_states is None:
+            return bits, guard.first_monitor_states(bits)
+        return bits, guard.next_monitor_states(self.monitor_states, bits)
 
     def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
         """Commit the agent's new state and decide on it."""
-        bits = self.guard.predicates.evaluate(state)
-        decision = self.guard.decide_bits(bits)
-        self.history.append(StepRecord(len(self.history), bits, decision, action, t))
+        bits, q = self._next(state)
+        decision = self.guard.decide_product(bits, q)
+        self.monitor_states = q
+        self.history.append(StepRecord(len(self.history), bits, q, decision, action, t))
         return decision
 
     def preview(self, state: Mapping[str, Any]) -> Decision:
         """Decide on a state the agent might move to, committing nothing (look-ahead)."""
-        return self.guard.decide_bits(self.guard.predicates.evaluate(state))
+        bits, q = self._next(state)
+        return self.guard.decide_product(bits, q)
+
+    def restore(self, abstract_history: list[tuple[int, MonitorStates]]) -> None:
+        """Resume a session from its committed (abstract state, monitor states) history."""
+        self.history = [StepRecord(i, bits, q, self.guard.decide_product(bits, q))
+                        for i, (bits, q) in enumerate(abstract_history)]
+        self.monitor_states = abstract_history[-1][1] if abstract_history else None
 
     @property
     def last(self) -> Decision | None:

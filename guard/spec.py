@@ -9,7 +9,7 @@ import keyword
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -22,6 +22,9 @@ __all__ = [
     "ValidTransitions",
     "Thresholds",
     "GuardSettings",
+    "Meaning",
+    "MonitorDef",
+    "PropertyDef",
     "LearningSettings",
     "Spec",
     "load_spec",
@@ -105,10 +108,120 @@ class Thresholds(_Strict):
         return [(action, theta) for action, theta in pairs if theta is not None]
 
 
+class Meaning(str, Enum):
+    """Whether a property's probability is that of the bad thing or of the good thing."""
+
+    VIOLATION = "violation"  # p_unsafe = P  (e.g. F "unsafe")
+    SATISFACTION = "satisfaction"  # p_safe = P  (e.g. G !"unsafe", !"unsafe" U "goal")
+
+
+def _path_formula_only(value: str) -> str:
+    if re.match(r"^\s*P\s*(=\?|[<>]=?)", value):
+        raise ValueError(f"give the path formula only (e.g. 'F \"unsafe\"'), not {value!r}: "
+                         "Forewarn asks Storm for its probability")
+    return value
+
+
+class PropertyDef(_Strict):
+    """A guarded property: a PCTL/LTL path formula over the model's labels (Storm parses it)."""
+
+    name: str
+    formula: str
+    meaning: Meaning = Meaning.VIOLATION
+    thresholds: Thresholds | None = None  # None: the guard's thresholds
+
+    @field_validator("name")
+    @classmethod
+    def _ident(cls, value: str) -> str:
+        if not _IDENT.match(value):
+            raise ValueError(f"property name {value!r} must be an identifier")
+        return value
+
+    @field_validator("formula")
+    @classmethod
+    def _path_formula(cls, value: str) -> str:
+        return _path_formula_only(value)
+
+    @property
+    def query(self) -> str:
+        """The Storm query, ``P=? [formula]``."""
+        return f"P=? [{self.formula}]"
+
+
 class GuardSettings(_Strict):
     horizon: int | None = Field(default=None, ge=0)
+    property: str | None = None  # one path formula; default F "unsafe" (F<=horizon "unsafe")
+    properties: tuple[PropertyDef, ...] = ()
     thresholds: Thresholds = Thresholds(reflect=0.9, ask_human=0.5, stop=0.2)
     unseen_state: Action = Action.ASK_HUMAN
+
+    @field_validator("property")
+    @classmethod
+    def _path_formula(cls, value: str | None) -> str | None:
+        return None if value is None else _path_formula_only(value)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> GuardSettings:
+        if self.properties and (self.property is not None or self.horizon is not None):
+            raise ValueError("give either 'properties' or 'property'/'horizon', not both")
+        if self.property is not None and self.horizon is not None:
+            raise ValueError("'horizon' applies to the default property; write the bound into 'property'")
+        names = [p.name for p in self.properties]
+        if len(set(names)) != len(names):
+            raise ValueError(f"property names must be unique, got {names}")
+        return self
+
+    def effective_properties(self) -> list[PropertyDef]:
+        """The properties to guard: the listed ones, or the single default one."""
+        if self.properties:
+            return list(self.properties)
+        if self.property is not None:
+            formula = self.property
+        else:
+            formula = 'F "unsafe"' if self.horizon is None else f'F<={self.horizon} "unsafe"'
+        return [PropertyDef(name="unsafe", formula=formula)]
+
+
+MonitorKind = Literal["bounded_response", "absence", "universality", "existence", "precedence", "response"]
+
+
+class MonitorDef(_Strict):
+    """A timing rule; see docs/monitors.md for the exact finite-run meaning of each kind."""
+
+    name: str
+    kind: MonitorKind
+    trigger: str | None = None  # bounded_response
+    response: str | None = None  # bounded_response
+    within: int | None = Field(default=None, ge=0)
+    restart: bool = False  # bounded_response: a new trigger while waiting restarts the count
+    p: str | None = None  # patterns: the main condition
+    s: str | None = None  # precedence: the enabling condition; response: the trigger
+    scope: Literal["globally", "before", "after", "between"] = "globally"
+    q: str | None = None  # scope opener (after, between)
+    r: str | None = None  # scope closer (before, between)
+
+    @field_validator("name")
+    @classmethod
+    def _ident(cls, value: str) -> str:
+        if not _IDENT.match(value):
+            raise ValueError(f"monitor name {value!r} must be an identifier")
+        return value
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self) -> MonitorDef:
+        if self.kind == "bounded_response":
+            missing = [f for f in ("trigger", "response", "within") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"bounded_response needs {missing}")
+            if any(getattr(self, f) is not None for f in ("p", "s", "q", "r")) or self.scope != "globally":
+                raise ValueError("bounded_response takes trigger, response, within and restart; for a scoped "
+                                 "rule use kind: response with p, s and scope")
+            return self
+        if self.p is None:
+            raise ValueError(f"{self.kind} needs 'p'")
+        if self.trigger is not None or self.response is not None or self.restart:
+            raise ValueError(f"{self.kind} takes p (and s), not trigger/response/restart")
+        return self
 
 
 class LearningSettings(_Strict):
@@ -124,7 +237,7 @@ class Spec(_Strict):
     description: str | None = None
     predicates: dict[str, PredicateDef]
     unsafe: str | None = None
-    monitors: tuple[dict[str, Any], ...] = ()
+    monitors: tuple[MonitorDef, ...] = ()
     valid_transitions: ValidTransitions = ValidTransitions()
     guard: GuardSettings = GuardSettings()
     learning: LearningSettings = LearningSettings()
@@ -159,11 +272,13 @@ class Spec(_Strict):
         if unknown:
             raise _Located(f"names unknown predicate(s) {unknown}; known: {list(self.predicates)}",
                            "valid_transitions", "irreversible", irreversible.index(unknown[0]))
-        if self.monitors:
-            raise _Located("monitors are not supported by this version of Forewarn yet; "
-                           "express the violation with 'unsafe' instead", "monitors")
-        if self.unsafe is None:
-            raise ValueError("'unsafe' is required (a CEL expression over predicate names)")
+        if self.unsafe is None and not self.monitors:
+            raise ValueError("'unsafe' is required (a CEL expression over predicate names) "
+                             "unless monitors define the violations")
+        names = [m.name for m in self.monitors]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise _Located(f"monitor name {name!r} is used twice", "monitors", i, "name")
         return self
 
     @property

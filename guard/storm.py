@@ -31,6 +31,8 @@ __all__ = [
     "build_sparse_dtmc",
     "check_sparse_model",
     "check_dtmc",
+    "check_qualitative",
+    "ctl_verdicts",
     "validate_formula",
     "export_drn",
     "prism_text",
@@ -77,7 +79,7 @@ def validate_formula(formula: str) -> None:
 
 
 def labels_of(dtmc: LearnedDTMC) -> dict[str, list[int]]:
-    """The labels a learned chain carries into Storm: unsafe, end, init and every predicate."""
+    """The labels a model carries into Storm: unsafe, end, init, every predicate, ``viol_<monitor>``."""
     labels: dict[str, list[int]] = {
         "unsafe": np.flatnonzero(dtmc.unsafe).tolist(),
         "end": [dtmc.end_index],
@@ -85,6 +87,9 @@ def labels_of(dtmc: LearnedDTMC) -> dict[str, list[int]]:
     }
     for bit, name in enumerate(dtmc.predicates):
         labels[name] = [i for i, bits in enumerate(dtmc.states[:-1]) if bits >> bit & 1]
+    violations = dtmc.violations
+    for k, name in enumerate(dtmc.monitors):
+        labels[f"viol_{name}"] = np.flatnonzero(violations[:, k]).tolist()
     return labels
 
 
@@ -152,6 +157,28 @@ def check_sparse_model(model: Any, formula: str, *, method: Method = Method.SOUN
         lower = np.asarray(result.get_lower_bound_vector(), dtype=float)
         upper = np.asarray(result.get_upper_bound_vector(), dtype=float)
     return CheckOutcome(formula, values, lower, upper, method, precision, seconds)
+
+
+def check_qualitative(model: Any, formula: str) -> np.ndarray:
+    """A qualitative property (e.g. ``P>0 [F "unsafe"]``) for every state, as booleans."""
+    validate_formula(formula)
+    try:
+        result = stormpy.model_checking(model, stormpy.parse_properties(formula)[0])
+    except Exception as exc:
+        raise CheckError(f"Storm could not check {formula!r}: {_first_line(exc)}") from exc
+    out = np.zeros(model.nr_states, dtype=bool)
+    out[list(result.get_truth_values_vector())] = True
+    return out
+
+
+def ctl_verdicts(model: Any) -> dict[str, np.ndarray]:
+    """Per state, CTL ``EF unsafe`` and ``AG !unsafe``, decided by Storm on the graph.
+
+    On a finite DTMC a path prefix reaching ``unsafe`` has positive probability, so
+    ``EF unsafe`` is exactly ``P>0 [F "unsafe"]`` and ``AG !unsafe`` is ``P<=0 [F "unsafe"]``.
+    """
+    return {"EF unsafe": check_qualitative(model, 'P>0 [F "unsafe"]'),
+            "AG !unsafe": check_qualitative(model, 'P<=0 [F "unsafe"]')}
 
 
 def check_dtmc(dtmc: LearnedDTMC, formula: str, *, method: Method = Method.SOUND,

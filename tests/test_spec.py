@@ -8,6 +8,7 @@ from _support import TOY_SPEC
 from guard.errors import SpecError
 from guard.predicates import PredicateSet
 from guard.spec import Action, Spec, load_spec, parse_spec
+from monitors import build_monitors
 
 
 def spec_error(text: str) -> SpecError:
@@ -108,11 +109,60 @@ def test_irreversible_naming_an_unknown_predicate() -> None:
     assert "valid_transitions.irreversible" in str(error)
 
 
-def test_monitors_are_not_supported_yet() -> None:
-    error = spec_error("predicates:\n  a: state.a\nunsafe: a\nmonitors:\n  - name: m\n    kind: bounded_response\n"
-                       "    trigger: a\n    response: a\n    within: 3\n")
-    assert error.line == 4
-    assert "monitors are not supported" in str(error)
+def monitor_error(text: str) -> SpecError:
+    """The error a spec with monitors raises when its monitors are built."""
+    with pytest.raises(SpecError) as info:
+        build_monitors(parse_spec(text, source="s.yaml"))
+    assert str(info.value).startswith(f"s.yaml:{info.value.line}: ")
+    return info.value
+
+
+MONITOR_SPEC = "predicates:\n  a: state.a\n  b: state.b\nmonitors:\n  - name: m\n"
+
+
+def test_a_monitor_condition_naming_an_unknown_predicate_names_its_line() -> None:
+    error = monitor_error(MONITOR_SPEC + "    kind: bounded_response\n    trigger: a\n    response: c\n"
+                                        "    within: 3\n")
+    assert error.line == 8
+    assert "unknown predicate" in str(error) and "'c'" in str(error) and "response" in str(error)
+
+
+def test_an_unbounded_existence_over_the_whole_run_is_rejected_with_the_reason() -> None:
+    error = monitor_error(MONITOR_SPEC + "    kind: existence\n    p: a\n")
+    assert error.line == 5
+    assert "cannot be monitored on finite runs" in str(error) and "within" in str(error)
+
+
+def test_monitor_fields_must_fit_the_kind() -> None:
+    error = spec_error(MONITOR_SPEC + "    kind: bounded_response\n    trigger: a\n    response: b\n")
+    assert "bounded_response needs ['within']" in str(error)
+    error = spec_error(MONITOR_SPEC + "    kind: precedence\n    p: a\n    trigger: b\n")
+    assert "takes p (and s)" in str(error)
+
+
+def test_monitor_names_are_unique() -> None:
+    error = spec_error(MONITOR_SPEC + "    kind: absence\n    p: a\n  - name: m\n    kind: absence\n    p: b\n")
+    assert error.line == 8 and "used twice" in str(error)
+
+
+def test_unsafe_may_be_left_out_when_monitors_define_the_violations() -> None:
+    spec = parse_spec(MONITOR_SPEC + "    kind: absence\n    p: a\n")
+    assert spec.unsafe is None and PredicateSet(spec).is_unsafe(0b11) is False
+
+
+def test_a_property_naming_an_unknown_label_names_its_line() -> None:
+    from guard.pipeline import check_property_labels
+
+    spec = parse_spec("predicates:\n  a: state.a\nunsafe: a\nguard:\n  properties:\n"
+                      "    - name: p\n      formula: 'F \"nope\"'\n", source="s.yaml")
+    with pytest.raises(SpecError) as info:
+        check_property_labels(spec, ["unsafe", "end", "a"])
+    assert info.value.line == 7 and "'nope'" in str(info.value)
+
+
+def test_a_property_must_be_a_path_formula() -> None:
+    error = spec_error("predicates:\n  a: state.a\nunsafe: a\nguard:\n  property: 'P=? [F \"unsafe\"]'\n")
+    assert "path formula only" in str(error)
 
 
 def test_unsafe_is_required() -> None:

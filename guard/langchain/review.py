@@ -1,0 +1,75 @@
+"""The human review of a call: the interrupt's payload and the answers it accepts.
+
+The payload has the shape of LangChain's ``HITLRequest`` (``action_requests`` and
+``review_configs``) plus a ``forewarn`` entry with the decision, so a client that
+renders LangChain's human-in-the-loop interrupts renders Forewarn's too. The answer is
+what LangChain's middleware takes, ``{"decisions": [decision]}``, or the bare decision:
+``{"type": "approve"}``, ``{"type": "reject", "message"?: reason}`` or
+``{"type": "edit", "edited_action": {"name": tool, "args": {...}}}``.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from guard.runtime import Decision
+
+__all__ = ["ReviewType", "Review", "review_payload", "parse_review"]
+
+ReviewType = Literal["approve", "edit", "reject"]
+REVIEW_TYPES: tuple[ReviewType, ...] = ("approve", "edit", "reject")
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    """A reviewer's answer about one call."""
+
+    type: ReviewType
+    name: str | None = None      # edit: the tool to call instead (None: the same)
+    args: dict[str, Any] | None = None  # edit: the arguments to call it with
+    message: str | None = None   # reject: the reason, passed on to the model
+
+
+def review_payload(name: str, args: Any, call_id: str | None, description: str, decision: Decision,
+                   allowed: Sequence[ReviewType]) -> dict[str, Any]:
+    return {
+        "action_requests": [{"name": name, "args": args, "description": description}],
+        "review_configs": [{"action_name": name, "allowed_decisions": list(allowed)}],
+        "forewarn": {"tool_call_id": call_id, **decision.to_dict()},
+    }
+
+
+def parse_review(answer: Any, allowed: Sequence[ReviewType]) -> Review:
+    """Read a resume value as a :class:`Review`.
+
+    Raises:
+        ValueError: naming what is wrong with the answer and what was expected.
+    """
+    expected = ('expected {"type": "approve"}, {"type": "reject", "message": ...}, '
+                '{"type": "edit", "edited_action": {"name": ..., "args": {...}}} or {"decisions": [one of those]}')
+    if isinstance(answer, Mapping) and "decisions" in answer:
+        decisions = answer["decisions"]
+        if not isinstance(decisions, Sequence) or isinstance(decisions, str) or len(decisions) != 1:
+            raise ValueError(f"Forewarn reviews one call per interrupt, so 'decisions' must hold exactly one "
+                             f"decision; got {decisions!r}")
+        answer = decisions[0]
+    if not isinstance(answer, Mapping) or "type" not in answer:
+        raise ValueError(f"cannot read the review {answer!r}: {expected}")
+    kind = answer["type"]
+    if kind not in REVIEW_TYPES:
+        raise ValueError(f"unknown review type {kind!r}: {expected}")
+    if kind not in allowed:
+        raise ValueError(f"review type {kind!r} is not allowed here; allowed: {list(allowed)}")
+    if kind == "edit":
+        edited = answer.get("edited_action")
+        if not isinstance(edited, Mapping) or not isinstance(edited.get("args"), Mapping):
+            raise ValueError(f"an edit needs 'edited_action' with 'args' (an object); got {edited!r}")
+        name = edited.get("name")
+        if name is not None and not isinstance(name, str):
+            raise ValueError(f"edited_action.name must be a tool name, got {name!r}")
+        return Review("edit", name=name, args=dict(edited["args"]))
+    if kind == "reject":
+        message = answer.get("message")
+        return Review("reject", message=message if isinstance(message, str) and message else None)
+    return Review("approve")

@@ -1,0 +1,22 @@
+"""Errors of LLM-output checking: all are :class:`guard.errors.ForewarnError` (exit code 2 in the CLI)."""
+from __future__ import annotations
+
+from guard.errors import ForewarnError
+
+__all__ = ["LLMCheckError", "SourceError", "QueryError", "QuantificationError"]
+
+
+class LLMCheckError(ForewarnError):
+    """Base of every llmcheck input error."""
+
+
+class SourceError(LLMCheckError):
+    """A token source that cannot be opened or that answered something unusable."""
+
+
+class QueryError(LLMCheckError):
+    """A property whose labels do not name a quantification comparison or a reserved label."""
+
+
+class QuantificationError(LLMCheckError):
+    """An unknown quantification, or one given bad arguments."""

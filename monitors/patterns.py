@@ -1,0 +1,195 @@
+"""Dwyer's specification patterns as monitors, with their scopes.
+
+Patterns (P, S are conditions):
+
+* ``absence``       — P never holds in the scope;
+* ``universality``  — P holds at every step of the scope;
+* ``existence``     — P holds at some step of the scope, within its first K+1 steps
+  when ``within: K`` is given;
+* ``precedence``    — P holds only after S has held (S at the same step counts);
+* ``response``      — every S is followed by P within K steps (at the same step counts).
+
+Scopes (Q opens, R closes):
+
+* ``globally``      — the whole run;
+* ``before R``      — the steps before the first R (the whole run if R never holds);
+* ``after Q``       — from the first Q (included) to the end of the run;
+* ``between Q and R`` — from each Q (a step with Q and not R) up to the next R
+  (excluded), or to the end of the run if R does not come.
+
+``before`` and ``between`` are the variants a guard can act on: a P inside the scope is
+a violation at once, whether or not R comes later (Dwyer's "after Q until R"). An
+existence or response obligation still open when R closes the scope is a violation on
+the R step; one still open when the run ends is not (weak finite-run semantics). So
+``existence`` and ``response`` without a bound need a closing scope (``before`` or
+``between``): on their own, no finite prefix of a run violates them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from monitors.base import VIOL, Condition, Monitor, MonitorSemanticsError
+
+__all__ = ["Pattern", "Scope", "PatternMonitor"]
+
+
+class Pattern(str, Enum):
+    ABSENCE = "absence"
+    UNIVERSALITY = "universality"
+    EXISTENCE = "existence"
+    PRECEDENCE = "precedence"
+    RESPONSE = "response"
+
+
+class Scope(str, Enum):
+    GLOBALLY = "globally"
+    BEFORE = "before"
+    AFTER = "after"
+    BETWEEN = "between"
+
+
+# Scope phases, stored in the low two bits of a monitor state.
+_WAITING, _ACTIVE, _FINISHED = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class _Inner:
+    """The pattern inside one scope segment; inner states are small non-negative ints."""
+
+    pattern: Pattern
+    p: Condition
+    s: Condition | None
+    within: int | None
+
+    def start(self) -> int:
+        # existence: 0 = met, 1 + c = c steps seen without P; response: 0 idle, r pending
+        return 1 if self.pattern is Pattern.EXISTENCE else 0
+
+    def step(self, x: int, bits: int) -> int:
+        pattern, within = self.pattern, self.within
+        if pattern is Pattern.ABSENCE:
+            return VIOL if self.p(bits) else 0
+        if pattern is Pattern.UNIVERSALITY:
+            return 0 if self.p(bits) else VIOL
+        if pattern is Pattern.EXISTENCE:
+            if x == 0 or self.p(bits):
+                return 0
+            if within is None:
+                return 1
+            seen = x  # steps seen without P, this one included
+            return VIOL if seen >= within + 1 else seen + 1
+        assert self.s is not None
+        if pattern is Pattern.PRECEDENCE:
+            if x == 1 or self.s(bits):
+                return 1
+            return VIOL if self.p(bits) else 0
+        # response: S must be followed by P within K steps (same step counts)
+        if self.p(bits):
+            return 0
+        if x == 0:
+            if not self.s(bits):
+                return 0
+            if within is None:
+                return 1
+            return VIOL if within == 0 else within
+        if within is None:
+            return 1
+        return VIOL if x == 1 else x - 1
+
+    def close(self, x: int) -> int:
+        """The scope closes (R): an open existence or response obligation is violated."""
+        if self.pattern is Pattern.EXISTENCE and x != 0:
+            return VIOL
+        if self.pattern is Pattern.RESPONSE and x != 0:
+            return VIOL
+        return x
+
+    def describe(self, x: int) -> str:
+        if self.pattern is Pattern.EXISTENCE:
+            return "met" if x == 0 else f"waiting({x - 1})"
+        if self.pattern is Pattern.PRECEDENCE:
+            return "enabled" if x == 1 else "not yet enabled"
+        if self.pattern is Pattern.RESPONSE:
+            if x == 0:
+                return "idle"
+            return "pending" if self.within is None else f"wait({x})"
+        return "ok"
+
+
+class PatternMonitor(Monitor):
+    """A Dwyer pattern within a scope. State = inner * 4 + phase, or ``VIOL``."""
+
+    def __init__(self, name: str, pattern: Pattern, p: Condition, *, s: Condition | None = None,
+                 within: int | None = None, scope: Scope = Scope.GLOBALLY, q: Condition | None = None,
+                 r: Condition | None = None) -> None:
+        super().__init__(name)
+        if within is not None and within < 0:
+            raise ValueError(f"monitor {name!r}: 'within' must be >= 0, got {within}")
+        if pattern in (Pattern.PRECEDENCE, Pattern.RESPONSE) and s is None:
+            raise ValueError(f"monitor {name!r}: pattern {pattern.value!r} needs 's' "
+                             f"({'the enabling condition' if pattern is Pattern.PRECEDENCE else 'the trigger'})")
+        if pattern in (Pattern.ABSENCE, Pattern.UNIVERSALITY, Pattern.PRECEDENCE) and within is not None:
+            raise ValueError(f"monitor {name!r}: 'within' applies to existence and response only")
+        if scope in (Scope.AFTER, Scope.BETWEEN) and q is None:
+            raise ValueError(f"monitor {name!r}: scope {scope.value!r} needs 'q' (the condition opening it)")
+        if scope in (Scope.BEFORE, Scope.BETWEEN) and r is None:
+            raise ValueError(f"monitor {name!r}: scope {scope.value!r} needs 'r' (the condition closing it)")
+        if pattern in (Pattern.EXISTENCE, Pattern.RESPONSE) and within is None \
+                and scope in (Scope.GLOBALLY, Scope.AFTER):
+            raise MonitorSemanticsError(
+                f"monitor {name!r}: unbounded {pattern.value} {scope.value} cannot be monitored on finite runs: "
+                "no finite prefix of a run violates 'eventually P' (an obligation still open when a run ends "
+                "is not a violation). Give a bound ('within: K') or a closing scope ('before' or 'between').")
+        self.pattern, self.scope, self.within = pattern, scope, within
+        self.p, self.s, self.q, self.r = p, s, q, r
+        self._inner = _Inner(pattern, p, s, within)
+
+    @property
+    def initial(self) -> int:
+        if self.scope in (Scope.GLOBALLY, Scope.BEFORE):
+            return self._inner.start() * 4 + _ACTIVE
+        return _WAITING
+
+    def step(self, q: int, bits: int) -> int:
+        if q == VIOL:
+            return VIOL
+        phase, x = q & 3, q >> 2
+        inner, scope = self._inner, self.scope
+        if phase == _FINISHED:
+            return q
+        if phase == _WAITING:
+            assert self.q is not None
+            opens = self.q(bits) and (scope is Scope.AFTER or not self.r(bits))  # type: ignore[misc]
+            if not opens:
+                return q
+            x = inner.step(inner.start(), bits)
+            return VIOL if x == VIOL else x * 4 + _ACTIVE
+        if scope in (Scope.BEFORE, Scope.BETWEEN) and self.r(bits):  # type: ignore[misc]
+            x = inner.close(x)
+            if x == VIOL:
+                return VIOL
+            return _FINISHED if scope is Scope.BEFORE else _WAITING
+        x = inner.step(x, bits)
+        return VIOL if x == VIOL else x * 4 + _ACTIVE
+
+    def describe(self, q: int) -> str:
+        if q == VIOL:
+            return "viol"
+        phase, x = q & 3, q >> 2
+        if phase == _WAITING:
+            return "out of scope"
+        if phase == _FINISHED:
+            return "scope over"
+        return self._inner.describe(x)
+
+    def to_document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"name": self.name, "kind": self.pattern.value, "p": self.p.expression,
+                               "scope": self.scope.value}
+        for key, cond in (("s", self.s), ("q", self.q), ("r", self.r)):
+            if cond is not None:
+                doc[key] = cond.expression
+        if self.within is not None:
+            doc["within"] = self.within
+        return doc
