@@ -62,6 +62,8 @@ def learn(
     precision: Annotated[float, typer.Option(help="Solver precision (sound/topological).")] = 1e-6,
     epsilon: Annotated[Optional[float], typer.Option(help="PAC ε (default: the spec's).")] = None,
     delta: Annotated[Optional[float], typer.Option(help="PAC δ (default: the spec's).")] = None,
+    period: Annotated[Optional[float], typer.Option(help="Resample runs to one step every PERIOD seconds "
+                                                         "(zero-order hold; needs 't' on every step).")] = None,
     format: Annotated[Format, typer.Option("--format", help="Summary format.")] = Format.table,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
@@ -73,7 +75,7 @@ def learn(
                   console=err, transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("learn", total=None)
         model = learn_model(traces, parsed, alpha=alpha, method=method, precision=precision, epsilon=epsilon,
-                            delta=delta, on_run=lambda n: progress.update(task, completed=n))
+                            delta=delta, period=period, on_run=lambda n: progress.update(task, completed=n))
     model.save(output)
     summary = _summary(model, output)
     if format is Format.json:
@@ -252,11 +254,14 @@ def replay(
     traces: Annotated[list[Path], typer.Argument(help="JSONL trace files to replay.")],
     model: Annotated[Path, typer.Option("--model", "-m", help="Model file.")],
     theta: Annotated[str, typer.Option(help="Comma-separated thresholds on p_safe.")] = "0.1,0.3,0.5,0.7,0.9",
+    period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step "
+                                                         "(default: the period the model was learned with).")]
+    = None,
     format: Annotated[Format, typer.Option("--format")] = Format.table,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning and calibration per θ."""
     from guard.replay import replay as run_replay
-    from guard.traces import read_runs
+    from guard.pipeline import read_trace_files
 
     try:
         thetas = [float(x) for x in theta.split(",") if x.strip()]
@@ -265,10 +270,11 @@ def replay(
     if not thetas or any(not 0.0 <= t <= 1.0 for t in thetas):
         raise ForewarnError(f"--theta: thresholds must lie in [0, 1], got {theta!r}")
     guard = Guard.load(model)
+    if period is None:
+        period = guard.model.provenance.get("period_seconds")
 
     def runs() -> Any:
-        for path in traces:
-            yield from read_runs(path)
+        return read_trace_files(traces, period=period)
 
     report = run_replay(guard, runs(), thetas)
     if format is Format.json:

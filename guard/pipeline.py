@@ -18,7 +18,7 @@ from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
 from guard.spec import Spec
 from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of, storm_version, validate_formula
-from guard.traces import Run, file_digest, read_runs
+from guard.traces import Run, file_digest, read_runs, resample
 
 __all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs"]
 
@@ -59,15 +59,29 @@ def transition_rule(spec: Spec, predicates: PredicateSet,
     return spec_transition_rule(vt.max_changed_predicates, irreversible, domain_rule, predicates.width)
 
 
-def learn_model(traces: Sequence[str | Path], spec: Spec, **options: Any) -> GuardModel:
-    """Learn and check a model from JSONL trace files (streamed; see :func:`learn_model_from_runs`)."""
+def read_trace_files(traces: Sequence[str | Path], *, period: float | None = None) -> Iterable[Run]:
+    """Runs from JSONL files, streamed, resampled to a fixed period (seconds) if given."""
+    for path in traces:
+        for run in read_runs(path):
+            yield run if period is None else resample(run, period)
+
+
+def learn_model(traces: Sequence[str | Path], spec: Spec, *, period: float | None = None,
+                **options: Any) -> GuardModel:
+    """Learn and check a model from JSONL trace files (streamed; see :func:`learn_model_from_runs`).
+
+    Args:
+        period: resample every run to this many seconds per step first (needs ``t``).
+    """
     paths = [Path(p) for p in traces]
 
     def runs() -> Iterable[Run]:
-        for path in paths:
-            yield from read_runs(path)
+        return read_trace_files(paths, period=period)
 
-    return learn_model_from_runs(runs(), spec, inputs=[_provenance(p) for p in paths], **options)
+    model = learn_model_from_runs(runs(), spec, inputs=[_provenance(p) for p in paths], **options)
+    if period is not None:
+        model.provenance["period_seconds"] = period
+    return model
 
 
 def _provenance(path: Path) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import orjson
 from guard.errors import PredicateError, TraceError
 from guard.predicates import PredicateSet
 
-__all__ = ["Run", "read_runs", "abstract_run", "file_digest"]
+__all__ = ["Run", "read_runs", "parse_run", "abstract_run", "resample", "file_digest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +91,47 @@ def parse_run(raw: bytes | str, *, source: str = "<traces>", line: int = 0) -> R
     if not isinstance(meta, dict):
         raise TraceError(f"expected an object, got {_kind(meta)}", source=source, line=line, field="meta")
     return Run(id=str(run_id), steps=steps, meta=meta, source=source, line=line)
+
+
+def resample(run: Run, period: float) -> Run:
+    """The run sampled every ``period`` seconds by zero-order hold (fixed-period steps).
+
+    Step k is at time ``t0 + k·period`` and carries the latest logged state at or before
+    that time, so "K steps" means K·period seconds. A state that lasted less than a
+    period between two sample times is not seen: choose a period no longer than the
+    shortest state that matters. A step's ``action`` is kept on the first sample that
+    holds its state.
+
+    Raises:
+        TraceError: a step without ``t``, or times that go backwards.
+    """
+    if not period > 0:
+        raise ValueError(f"period must be > 0 seconds, got {period}")
+    times = []
+    for index, step in enumerate(run.steps):
+        t = step.get("t")
+        if t is None:
+            raise TraceError("resampling needs a time 't' on every step", source=run.source, line=run.line,
+                             field=f"steps[{index}].t")
+        if times and t < times[-1]:
+            raise TraceError(f"time goes backwards ({t} after {times[-1]})", source=run.source, line=run.line,
+                             field=f"steps[{index}].t")
+        times.append(float(t))
+    start = times[0]
+    count = int((times[-1] - start) / period + 1e-9) + 1
+    out: list[dict[str, Any]] = []
+    held = 0
+    for k in range(count):
+        now = start + k * period
+        fresh = False
+        while held + 1 < len(times) and times[held + 1] <= now + 1e-9:
+            held += 1
+            fresh = True
+        step = {"state": run.steps[held]["state"], "t": round(now, 9)}
+        if (fresh or k == 0) and run.steps[held].get("action") is not None:
+            step["action"] = run.steps[held]["action"]
+        out.append(step)
+    return Run(id=run.id, steps=out, meta=run.meta, source=run.source, line=run.line)
 
 
 def abstract_run(run: Run, predicates: PredicateSet) -> list[int]:
