@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import cel
+import numpy as np
 
 __all__ = ["VIOL", "Condition", "ConditionError", "Monitor", "MonitorSemanticsError"]
 
@@ -52,6 +53,10 @@ class Condition:
             value = self._memo[bits] = result
         return value
 
+    def table(self, states: Sequence[int]) -> np.ndarray:
+        """The condition's truth value for each of the given abstract states."""
+        return np.fromiter((self(bits) for bits in states), dtype=bool, count=len(states))
+
     def __repr__(self) -> str:
         return f"Condition({self.expression!r})"
 
@@ -83,6 +88,29 @@ class Monitor(ABC):
     @abstractmethod
     def to_document(self) -> dict[str, Any]:
         """The monitor's definition as spec data."""
+
+    @property
+    def state_bound(self) -> int | None:
+        """An exclusive upper bound on state values (``None``: unknown); lets the product pack states."""
+        return None
+
+    def prepare(self, states: Sequence[int]) -> Any:
+        """Per-chain data for :meth:`step_array` (by default the abstract states themselves)."""
+        return list(states)
+
+    def step_array(self, q: np.ndarray, at: np.ndarray, prepared: Any) -> np.ndarray:
+        """:meth:`step` for many (state, chain state index) pairs at once.
+
+        Subclasses vectorise this; the default calls :meth:`step` once per distinct pair.
+        """
+        memo: dict[tuple[int, int], int] = {}
+        out = np.empty_like(q)
+        for k, (qk, j) in enumerate(zip(q.tolist(), at.tolist())):
+            value = memo.get((qk, j))
+            if value is None:
+                value = memo[(qk, j)] = self.step(qk, prepared[j])
+            out[k] = value
+        return out
 
     def run(self, trace: Sequence[int]) -> list[int]:
         """States after each step of a trace of bit masks."""

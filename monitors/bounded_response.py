@@ -17,7 +17,10 @@ weaker rule "within K steps of the latest trigger".
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from monitors.base import VIOL, Condition, Monitor
 
@@ -53,6 +56,21 @@ class BoundedResponse(Monitor):
                 return IDLE
             return VIOL if self.within == 0 else self.within
         return VIOL if q == 1 else q - 1
+
+    @property
+    def state_bound(self) -> int:
+        return self.within + 1
+
+    def prepare(self, states: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        return self.trigger.table(states), self.response.table(states)
+
+    def step_array(self, q: np.ndarray, at: np.ndarray, prepared: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        trigger, response = prepared[0][at], prepared[1][at]
+        fire = VIOL if self.within == 0 else self.within
+        starting = (q == IDLE) | (self.restart & trigger & (q > 0))
+        out = np.where(starting, np.where(trigger, fire, IDLE), np.where(q == 1, VIOL, q - 1))
+        out = np.where(response, IDLE, out)
+        return np.where(q == VIOL, VIOL, out)
 
     def describe(self, q: int) -> str:
         if q == VIOL:

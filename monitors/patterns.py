@@ -26,9 +26,12 @@ the R step; one still open when the run ends is not (weak finite-run semantics).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
+
+import numpy as np
 
 from monitors.base import VIOL, Condition, Monitor, MonitorSemanticsError
 
@@ -97,6 +100,29 @@ class _Inner:
         if within is None:
             return 1
         return VIOL if x == 1 else x - 1
+
+    def step_array(self, x: np.ndarray, p: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """:meth:`step` on arrays (``p``, ``s``: the conditions' values at the step read)."""
+        pattern, within = self.pattern, self.within
+        if pattern is Pattern.ABSENCE:
+            return np.where(p, VIOL, 0)
+        if pattern is Pattern.UNIVERSALITY:
+            return np.where(p, 0, VIOL)
+        if pattern is Pattern.EXISTENCE:
+            waiting = 1 if within is None else np.where(x >= within + 1, VIOL, x + 1)
+            return np.where((x == 0) | p, 0, waiting)
+        if pattern is Pattern.PRECEDENCE:
+            return np.where((x == 1) | s, 1, np.where(p, VIOL, 0))
+        fire = 1 if within is None else (VIOL if within == 0 else within)
+        pending = 1 if within is None else np.where(x == 1, VIOL, x - 1)
+        return np.where(p, 0, np.where(x == 0, np.where(s, fire, 0), pending))
+
+    def max_state(self) -> int:
+        if self.pattern is Pattern.EXISTENCE:
+            return 1 if self.within is None else self.within + 1
+        if self.pattern is Pattern.RESPONSE:
+            return 1 if self.within is None else max(self.within, 1)
+        return 1
 
     def close(self, x: int) -> int:
         """The scope closes (R): an open existence or response obligation is violated."""
@@ -173,6 +199,38 @@ class PatternMonitor(Monitor):
             return _FINISHED if scope is Scope.BEFORE else _WAITING
         x = inner.step(x, bits)
         return VIOL if x == VIOL else x * 4 + _ACTIVE
+
+    @property
+    def state_bound(self) -> int:
+        return 4 * (self._inner.max_state() + 1)
+
+    def prepare(self, states: Sequence[int]) -> dict[str, np.ndarray]:
+        return {name: cond.table(states) for name, cond in
+                (("p", self.p), ("s", self.s), ("q", self.q), ("r", self.r)) if cond is not None}
+
+    def step_array(self, q: np.ndarray, at: np.ndarray, prepared: dict[str, np.ndarray]) -> np.ndarray:
+        none = np.zeros(len(at), dtype=bool)
+        p = prepared["p"][at]
+        s = prepared["s"][at] if "s" in prepared else none
+        opener = prepared["q"][at] if "q" in prepared else none
+        closer = prepared["r"][at] if "r" in prepared else none
+        inner, scope = self._inner, self.scope
+        phase, x = q & 3, q >> 2
+
+        def active(x_new: np.ndarray) -> np.ndarray:
+            return np.where(x_new == VIOL, VIOL, x_new * 4 + _ACTIVE)
+
+        # waiting: the scope may open on this step (and the step is then read in scope)
+        opens = opener & (~closer if scope is not Scope.AFTER else True)
+        from_waiting = np.where(opens, active(inner.step_array(np.full_like(x, inner.start()), p, s)), q)
+        # active: the scope may close on this step (R), else the step is read in scope
+        stepped = active(inner.step_array(x, p, s))
+        if scope in (Scope.BEFORE, Scope.BETWEEN):
+            pending = (x != 0) if inner.pattern in (Pattern.EXISTENCE, Pattern.RESPONSE) else np.zeros_like(closer)
+            after_close = np.where(pending, VIOL, _FINISHED if scope is Scope.BEFORE else _WAITING)
+            stepped = np.where(closer, after_close, stepped)
+        out = np.where(phase == _WAITING, from_waiting, np.where(phase == _ACTIVE, stepped, q))
+        return np.where(q == VIOL, VIOL, out)
 
     def describe(self, q: int) -> str:
         if q == VIOL:

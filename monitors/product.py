@@ -13,7 +13,6 @@ eq. 1 of the paper holds for product rows as it does for chain rows.
 """
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,7 +21,7 @@ import scipy.sparse as sp
 from guard.learning import END, LearnedDTMC
 from monitors.base import VIOL, Monitor
 
-__all__ = ["build_product", "initial_monitor_states", "advance"]
+__all__ = ["ProductTooLargeError", "build_product", "initial_monitor_states", "advance"]
 
 
 def initial_monitor_states(monitors: Sequence[Monitor], bits: int) -> tuple[int, ...]:
@@ -35,87 +34,107 @@ def advance(monitors: Sequence[Monitor], q: tuple[int, ...], bits: int) -> tuple
     return tuple(m.step(qk, bits) for m, qk in zip(monitors, q))
 
 
-def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor]) -> LearnedDTMC:
-    """The reachable product of ``chain`` with ``monitors`` (the chain itself when there are none)."""
+def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor], *,
+                  max_states: int | None = 5_000_000) -> LearnedDTMC:
+    """The reachable product of ``chain`` with ``monitors`` (the chain itself when there are none).
+
+    Breadth-first, one layer at a time: monitors step all of a layer's transitions at
+    once (:meth:`Monitor.step_array`), and a product state is packed into one integer
+    (chain state and monitor states in mixed radix), so the only per-transition Python
+    work is one dictionary look-up.
+
+    Raises:
+        ProductTooLargeError: more than ``max_states`` reachable product states.
+    """
     if not monitors:
         return chain
     m = len(monitors)
     end_c = chain.end_index
     matrix, counts = chain.matrix, chain.counts
-    index: dict[tuple[int, tuple[int, ...]], int] = {}
-    base: list[int] = []
-    qs: list[tuple[int, ...]] = []
-    queue: deque[int] = deque()
+    prepared = [mon.prepare(chain.states[:-1]) for mon in monitors]
+    absorbing_chain = chain.absorbing
+    indptr_c = matrix.indptr
+    packer = _Packer(monitors, chain.size)
 
-    def state_of(i: int, q: tuple[int, ...]) -> int:
-        key = (i, q)
-        found = index.get(key)
-        if found is None:
-            found = index[key] = len(base)
-            base.append(i)
-            qs.append(q)
-            queue.append(found)
-        return found
+    index: dict[int, int] = {}
+    keys: list[int] = []
 
-    for i in range(end_c):
-        state_of(i, initial_monitor_states(monitors, chain.states[i]))
+    def add(new_keys: np.ndarray) -> np.ndarray:
+        distinct, inverse = np.unique(new_keys, return_inverse=True)
+        found_at = []
+        get = index.get
+        for key in distinct.tolist():
+            found = get(key)
+            if found is None:
+                found = index[key] = len(keys)
+                keys.append(key)
+            found_at.append(found)
+        out = np.asarray(found_at, dtype=np.int64)[inverse.reshape(-1)]
+        if max_states is not None and len(keys) > max_states:
+            raise ProductTooLargeError(
+                f"the product of the learned chain ({chain.size} states) with monitors "
+                f"{[mon.name for mon in monitors]} exceeds {max_states:,} reachable states; lower the monitors' "
+                "bounds ('within'), coarsen the abstraction, or resample to a longer period")
+        return out
 
-    rows_cols: list[list[int]] = []
-    rows_probs: list[np.ndarray] = []
-    rows_counts: list[np.ndarray] = []
-    absorbing_rows: list[bool] = []
-    end_marker = -1
-    while queue:
-        k = queue.popleft()
-        i, q = base[k], qs[k]
-        while len(rows_cols) <= k:
-            rows_cols.append([]), rows_probs.append(np.empty(0)), rows_counts.append(np.empty(0))
-            absorbing_rows.append(False)
-        if chain.unsafe[i] or VIOL in q:
-            absorbing_rows[k] = True
-            continue
-        start, stop = matrix.indptr[i], matrix.indptr[i + 1]
-        targets = []
-        for j in matrix.indices[start:stop]:
-            j = int(j)
-            if j == end_c:
-                targets.append(end_marker)
-            else:
-                targets.append(state_of(j, advance(monitors, q, chain.states[j])))
-        rows_cols[k] = targets
-        rows_probs[k] = matrix.data[start:stop]
-        rows_counts[k] = counts.data[start:stop]
+    starts = np.arange(end_c, dtype=np.int64)
+    q0 = np.column_stack([mon.step_array(np.full(end_c, mon.initial, dtype=np.int64), starts, prep)
+                          for mon, prep in zip(monitors, prepared)]) if end_c else np.zeros((0, m), np.int64)
+    first = add(packer.pack(starts, q0))
+    frontier_keys = np.asarray(keys, dtype=np.int64)
+    frontier = np.arange(len(keys), dtype=np.int64)
 
-    n = len(base) + 1
+    edge_src: list[np.ndarray] = []
+    edge_dst: list[np.ndarray] = []
+    edge_p: list[np.ndarray] = []
+    edge_n: list[np.ndarray] = []
+    while frontier.size:
+        c, q = packer.unpack(frontier_keys)
+        live = ~absorbing_chain[c] & ~(q == VIOL).any(axis=1)
+        src, c, q = frontier[live], c[live], q[live]
+        if not src.size:
+            break
+        lengths = indptr_c[c + 1] - indptr_c[c]
+        positions = np.repeat(indptr_c[c] - np.cumsum(np.r_[0, lengths[:-1]]), lengths) + np.arange(lengths.sum())
+        targets = matrix.indices[positions].astype(np.int64)
+        e_q = np.repeat(q, lengths, axis=0)
+        inner = targets != end_c
+        next_q = np.column_stack([mon.step_array(e_q[inner, k], targets[inner], prep)
+                                  for k, (mon, prep) in enumerate(zip(monitors, prepared))])
+        before = len(keys)
+        dst = np.full(len(targets), -1, dtype=np.int64)  # -1: end, numbered last
+        dst[inner] = add(packer.pack(targets[inner], next_q))
+        edge_src.append(np.repeat(src, lengths)), edge_dst.append(dst)
+        edge_p.append(matrix.data[positions]), edge_n.append(counts.data[positions])
+        frontier = np.arange(before, len(keys), dtype=np.int64)
+        frontier_keys = np.asarray(keys[before:], dtype=np.int64)
+
+    n = len(keys) + 1
     end = n - 1
-    indptr = [0]
-    cols_parts, prob_parts, count_parts = [], [], []
-    for k in range(n - 1):
-        if absorbing_rows[k]:
-            cols, probs, cnt = np.array([k]), np.ones(1), np.zeros(1)
-        else:
-            cols = np.array([end if t == end_marker else t for t in rows_cols[k]], dtype=np.int64)
-            order = np.argsort(cols, kind="stable")
-            cols, probs, cnt = cols[order], rows_probs[k][order], rows_counts[k][order]
-        cols_parts.append(cols), prob_parts.append(probs), count_parts.append(cnt)
-        indptr.append(indptr[-1] + len(cols))
-    cols_parts.append(np.array([end])), prob_parts.append(np.ones(1)), count_parts.append(np.zeros(1))
-    indptr.append(indptr[-1] + 1)
-    indices = np.concatenate(cols_parts).astype(np.int64)
-    product_matrix = sp.csr_matrix((np.concatenate(prob_parts), indices, np.array(indptr)), shape=(n, n))
-    product_counts = sp.csr_matrix((np.concatenate(count_parts), indices, np.array(indptr)), shape=(n, n))
-
-    monitor_states = np.array(qs + [tuple([0] * m)], dtype=np.int64).reshape(n, m)
+    base, monitor_states = packer.unpack(np.asarray(keys, dtype=np.int64))
+    monitor_states = np.vstack([monitor_states, np.zeros((1, m), dtype=np.int64)])
     violations = monitor_states == VIOL
     violations[end] = False
-    unsafe = np.array([bool(chain.unsafe[base[k]]) for k in range(n - 1)] + [False]) | violations.any(axis=1)
+    unsafe = np.append(chain.unsafe[base], False) | violations.any(axis=1)
+    absorbing = np.append(absorbing_chain[base], True) | violations.any(axis=1)
+    loops = np.flatnonzero(absorbing)
+    src = np.concatenate(edge_src + [loops])
+    dst = np.concatenate(edge_dst + [loops])
+    dst[dst == -1] = end
+    probs = np.concatenate(edge_p + [np.ones(len(loops))])
+    cnts = np.concatenate(edge_n + [np.zeros(len(loops))])
+    order = np.lexsort((dst, src))
+    src, dst, probs, cnts = src[order], dst[order], probs[order], cnts[order]
+    row_ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))])
+    product_matrix = sp.csr_matrix((probs, dst, row_ptr), shape=(n, n))
+    product_counts = sp.csr_matrix((cnts, dst, row_ptr), shape=(n, n))
     initial: dict[int, int] = {}
     for i, runs in chain.initial.items():
-        k = index[(i, initial_monitor_states(monitors, chain.states[i]))]
+        k = int(first[i])
         initial[k] = initial.get(k, 0) + runs
     return LearnedDTMC(
         predicates=list(chain.predicates),
-        states=[chain.states[i] for i in base] + [END],
+        states=[chain.states[i] for i in base.tolist()] + [END],
         unsafe=unsafe,
         initial=initial,
         counts=product_counts,
@@ -125,3 +144,33 @@ def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor]) -> LearnedDTM
         monitors=[mon.name for mon in monitors],
         monitor_states=monitor_states,
     )
+
+
+class _Packer:
+    """(chain state, monitor states) ↔ one int64, in mixed radix (monitor state + 1 ≥ 0)."""
+
+    def __init__(self, monitors: Sequence[Monitor], chain_size: int) -> None:
+        radices = []
+        for mon in monitors:
+            bound = mon.state_bound
+            if bound is None:
+                raise ValueError(f"monitor {mon.name!r} does not state a bound on its states (state_bound)")
+            radices.append(bound + 1)
+        self.radices = np.array(radices, dtype=np.int64)
+        self.multipliers = np.concatenate([[1], np.cumprod(self.radices)[:-1]]).astype(np.int64)
+        self.span = int(np.prod([int(r) for r in radices]))
+        if self.span * chain_size >= 2**62:
+            raise ProductTooLargeError("the monitors' state spaces are too large to combine "
+                                       f"({self.span:,} monitor-state combinations)")
+
+    def pack(self, chain_states: np.ndarray, q: np.ndarray) -> np.ndarray:
+        return chain_states * self.span + ((q + 1) * self.multipliers).sum(axis=1)
+
+    def unpack(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        code = keys % self.span
+        q = (code[:, None] // self.multipliers) % self.radices - 1
+        return keys // self.span, q
+
+
+class ProductTooLargeError(ValueError):
+    """The reachable product would not fit the configured limit."""

@@ -158,3 +158,30 @@ def test_monitors_are_built_from_the_spec_in_order() -> None:
     monitors = build_monitors(spec)
     assert [m.name for m in monitors] == ["answer", "never_r"]
     assert isinstance(monitors[0], BoundedResponse) and monitors[0].within == 3
+
+
+@settings(max_examples=300, deadline=None)
+@given(pattern=st.sampled_from([*Pattern, "bounded_response"]), scope=st.sampled_from(list(Scope)),
+       within=st.integers(min_value=0, max_value=4), restart=st.booleans(),
+       steps=st.lists(st.tuples(st.integers(min_value=0, max_value=60), st.integers(min_value=0, max_value=15)),
+                      min_size=1, max_size=40))
+def test_vectorised_steps_equal_scalar_steps(pattern: Pattern | str, scope: Scope, within: int, restart: bool,
+                                             steps: list[tuple[int, int]]) -> None:
+    import numpy as np
+
+    if pattern == "bounded_response":
+        monitor: BoundedResponse | PatternMonitor = BoundedResponse("m", S, P, within, restart=restart)
+    else:
+        bound = within if pattern in (Pattern.EXISTENCE, Pattern.RESPONSE) else None
+        if bound is None and pattern in (Pattern.EXISTENCE, Pattern.RESPONSE):
+            return
+        monitor = PatternMonitor("m", pattern, P, s=S, within=bound, scope=scope, q=Q, r=R)
+    abstract = list(range(16))
+    prepared = monitor.prepare(abstract)
+    # reachable-looking monitor states: run the monitor over random traces and keep what it visits
+    states = sorted({q for _, bits in steps for q in monitor.run([bits, bits ^ 3, bits ^ 5])} | {monitor.initial})
+    qs = np.array([states[i % len(states)] for i, _ in steps], dtype=np.int64)
+    at = np.array([bits for _, bits in steps], dtype=np.int64)
+    vector = monitor.step_array(qs, at, prepared)
+    assert vector.tolist() == [monitor.step(int(q), int(b)) for q, b in zip(qs, at)]
+    assert monitor.state_bound is not None and max(states) < monitor.state_bound
