@@ -76,7 +76,10 @@ def learn(
         task = progress.add_task("learn", total=None)
         model = learn_model(traces, parsed, alpha=alpha, method=method, precision=precision, epsilon=epsilon,
                             delta=delta, period=period, on_run=lambda n: progress.update(task, completed=n))
-    model.save(output)
+    try:
+        model.save(output)
+    except OSError as exc:  # e.g. -o names a folder, or a path under a file
+        raise ForewarnError(f"{output}: cannot write the model file: {exc.strerror}") from exc
     summary = _summary(model, output)
     if format is Format.json:
         _print_json(summary)
@@ -231,12 +234,16 @@ def export(
 ) -> None:
     """Export the learned chain with its labels (unsafe, end, predicates) as PRISM or DRN."""
     loaded = GuardModel.load(model)
+    if output is not None:
+        try:  # like `learn -o`: create the folder; a path that cannot be written is a user error
+            output.parent.mkdir(parents=True, exist_ok=True)
+            if format is ExportFormat.prism:
+                output.write_text(prism_text(loaded.dtmc, name=loaded.spec.name), encoding="utf-8")
+                return
+        except OSError as exc:
+            raise ForewarnError(f"{output}: cannot write: {exc.strerror}") from exc
     if format is ExportFormat.prism:
-        text = prism_text(loaded.dtmc, name=loaded.spec.name)
-        if output is None:
-            sys.stdout.write(text)
-        else:
-            output.write_text(text, encoding="utf-8")
+        sys.stdout.write(prism_text(loaded.dtmc, name=loaded.spec.name))
         return
     if output is None:
         import tempfile

@@ -85,6 +85,8 @@ def _freeze(value: Any) -> Any:
         return (dict, tuple((k, _freeze(v)) for k, v in value.items()))
     if cls is list or cls is tuple:
         return (list, tuple(_freeze(v) for v in value))
+    if cls is float and value == 0.0:  # 0.0 == -0.0, but CEL tells them apart (1.0 / x, string(x))
+        return (cls, value, str(value))
     return (cls, value)
 
 

@@ -5,8 +5,9 @@ both hold; so the abstract states are NONE=0, A=1, B=2 and AB=3 (unsafe).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 NONE, A, B, AB = 0, 1, 2, 3
@@ -30,6 +31,7 @@ guard:
 """
 
 Row = dict[int, Fraction]
+WriteRuns = Callable[..., Path]  # the write_runs fixture: (runs, name=...) -> path of a JSONL file
 
 
 def toy_state(bits: int, **extra: Any) -> dict[str, Any]:

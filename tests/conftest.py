@@ -1,20 +1,17 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from _support import TOY_SPEC, toy_run
+from _support import TOY_SPEC, WriteRuns, toy_run
 from guard.model import GuardModel
 from guard.pipeline import learn_model
 from guard.predicates import PredicateSet
 from guard.spec import Spec, load_spec
-
-WriteRuns = Callable[..., Path]
-
 
 @pytest.fixture
 def write_runs(tmp_path: Path) -> WriteRuns:

@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from _support import A, AB, B, NONE, TOY_SPEC, Row, eq1_row, toy_run
-from conftest import WriteRuns
+from _support import A, AB, B, NONE, Row, TOY_SPEC, WriteRuns, eq1_row, toy_run
 from guard.learning import END, LearnedDTMC, TransitionCounts, count_transitions, learn_dtmc
 from guard.pipeline import learn_model, transition_rule
 from guard.predicates import PredicateSet
-from guard.spec import parse_spec
+from guard.spec import Spec, parse_spec
 from guard.traces import read_runs
 
 ALPHA = Fraction(1, 10)
@@ -213,10 +212,8 @@ def test_a_plain_function_rule(toy_traces: Path, toy_predicates: PredicateSet) -
     assert dtmc.invalid_observed == 1
 
 
-def test_pipeline_uses_the_spec_alpha(toy_traces: Path, toy_spec_path: Path) -> None:
-    from guard.spec import load_spec
-
-    model = learn_model([toy_traces], load_spec(toy_spec_path))
+def test_pipeline_uses_the_spec_alpha(toy_traces: Path, toy_spec: Spec) -> None:
+    model = learn_model([toy_traces], toy_spec)
     assert model.dtmc.alpha == 0.1
     expected = {src: eq1_row(TOY_COUNTS[src], [NONE, A, B, AB, END], ALPHA) for src in (NONE, A, B)}
     expected[AB] = {AB: Fraction(1)}

@@ -12,6 +12,7 @@ import pytest
 from _support import TOY_SPEC
 from guard.errors import ModelFileError
 from guard.model import SCHEMA_VERSION, GuardModel, _checksum
+from guard.spec import Spec
 
 Edit = Callable[[dict[str, Any]], None]
 
@@ -91,13 +92,6 @@ def test_a_hand_edited_probability_breaks_the_checksum(toy_model_path: Path) -> 
     toy_model_path.write_text(edited, encoding="utf-8")
     with pytest.raises(ModelFileError, match="checksum mismatch"):
         GuardModel.load(toy_model_path)
-
-
-def set_path(document: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
-    target: Any = document
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
 
 
 def _row_not_summing_to_one(d: dict[str, Any]) -> None:
@@ -209,8 +203,6 @@ def test_a_document_without_certified_bounds_loads(toy_model: GuardModel) -> Non
 
 
 def test_a_spec_built_in_code_is_embedded_as_yaml(toy_model: GuardModel) -> None:
-    from guard.spec import Spec
-
     spec = Spec.model_validate(toy_model.spec.to_document())
     assert spec.text is None
     model = GuardModel(spec, toy_model.dtmc, toy_model.outcome, toy_model.pac, toy_model.provenance)

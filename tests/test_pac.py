@@ -6,8 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _support import A, NONE, expected_steps, toy_run
-from conftest import WriteRuns
+from _support import A, NONE, WriteRuns, expected_steps, toy_run
 from guard.learning import END, LearnedDTMC, TransitionCounts, learn_dtmc
 from guard.model import GuardModel
 from guard.pac import amplification_factor, pac_report

@@ -10,14 +10,14 @@ import pytest
 import scipy.sparse as sp
 import stormpy
 
-from _support import AB, Row, bounded_reach, reach_probabilities, toy_run
-from conftest import WriteRuns
-from guard.spec import Spec
+from _support import AB, Row, WriteRuns, bounded_reach, reach_probabilities, toy_run
 from guard.errors import CheckError
 from guard.learning import LearnedDTMC
 from guard.model import GuardModel
+from guard.pipeline import learn_model
+from guard.spec import Spec
 from guard.storm import (Method, build_sparse_dtmc, check_dtmc, check_prism_file, check_sparse_model,
-                         export_drn, labels_of, prism_text, validate_formula)
+                         ctl_verdicts, export_drn, labels_of, prism_text, validate_formula)
 
 REACH = 'P=? [F "unsafe"]'
 
@@ -103,8 +103,9 @@ def random_chain(rng: np.random.Generator, n: int) -> tuple[sp.csr_matrix, list[
     return sp.csr_matrix((vals, (rows, cols)), shape=(n, n)), unsafe
 
 
-def independent_reach(matrix: sp.csr_matrix, unsafe: list[int]) -> np.ndarray:
-    """P(F unsafe) by graph analysis plus a dense linear solve of (I − Q)x = b."""
+def independent_reach(matrix: sp.csr_matrix, unsafe: list[int]) -> tuple[np.ndarray, set[int]]:
+    """P(F unsafe) by graph analysis plus a dense linear solve of (I − Q)x = b; and the
+    states that reach unsafe at all."""
     n = matrix.shape[0]
     reach = set(unsafe)
     reverse = matrix.T.tocsr()
@@ -123,7 +124,7 @@ def independent_reach(matrix: sp.csr_matrix, unsafe: list[int]) -> np.ndarray:
         q = dense[np.ix_(maybe, maybe)]
         b = dense[np.ix_(maybe, unsafe)].sum(axis=1)
         values[maybe] = np.linalg.solve(np.eye(maybe.size) - q, b)
-    return values
+    return values, reach
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -133,7 +134,7 @@ def test_storm_agrees_with_an_independent_solver_on_random_chains(seed: int) -> 
     matrix, unsafe = random_chain(rng, n)
     model = build_sparse_dtmc(matrix, {"unsafe": unsafe, "end": [n - 1], "init": [n // 2]})
     assert (model.nr_states, model.nr_transitions) == (n, matrix.nnz)
-    expected = independent_reach(matrix, unsafe)
+    expected, reach = independent_reach(matrix, unsafe)
 
     sound = check_sparse_model(model, REACH, method=Method.SOUND)
     assert sound.lower is not None and sound.upper is not None
@@ -144,6 +145,10 @@ def test_storm_agrees_with_an_independent_solver_on_random_chains(seed: int) -> 
     topological = check_sparse_model(model, REACH, method=Method.TOPOLOGICAL)
     assert topological.lower is None and topological.upper is None
     np.testing.assert_allclose(topological.values, expected, rtol=0, atol=1e-5)
+
+    verdicts = ctl_verdicts(model)  # EF unsafe and AG !unsafe, from the graph alone
+    assert verdicts["EF unsafe"].tolist() == [i in reach for i in range(n)]
+    assert verdicts["AG !unsafe"].tolist() == [i not in reach for i in range(n)]
 
 
 def test_exact_rows_build_a_rational_model() -> None:
@@ -194,8 +199,6 @@ def test_prism_export_reads_back_with_the_same_chain_and_values(toy_model: Guard
 
 
 def test_prism_export_keeps_every_initial_state(write_runs: WriteRuns, toy_spec: Spec) -> None:
-    from guard.pipeline import learn_model
-
     # with alpha 0, state B is reachable only as a start state
     path = write_runs([toy_run("p1", [0, 1, 3]), toy_run("p2", [2, 0])])
     dtmc = learn_model([path], toy_spec, alpha=0.0).dtmc

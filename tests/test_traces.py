@@ -8,7 +8,8 @@ import pytest
 from _support import WriteRuns, toy_run, toy_state
 from guard.errors import TraceError
 from guard.predicates import PredicateSet
-from guard.spec import Spec
+from guard.pipeline import learn_model
+from guard.spec import Spec, parse_spec
 from guard.traces import abstract_run, file_digest, parse_run, read_runs
 
 GOOD = '{"id": "ok", "steps": [{"state": {"a": false, "b": 0}}]}'
@@ -96,8 +97,6 @@ def test_a_field_the_state_lacks_names_line_step_predicate_and_field(write_runs:
 
 
 def test_a_predicate_returning_a_non_bool_is_reported(write_runs: WriteRuns) -> None:
-    from guard.spec import parse_spec
-
     predicates = PredicateSet(parse_spec("predicates:\n  level: state.level\nunsafe: level\n"))
     path = write_runs(['{"id": "r", "steps": [{"state": {"level": true}}, {"state": {"level": 2}}]}'])
     [run] = read_runs(path)
@@ -108,8 +107,6 @@ def test_a_predicate_returning_a_non_bool_is_reported(write_runs: WriteRuns) -> 
 
 def test_learning_from_a_file_with_a_bad_line_raises_and_writes_nothing(write_runs: WriteRuns, toy_spec: Spec,
                                                                         tmp_path: Path) -> None:
-    from guard.pipeline import learn_model
-
     path = write_runs([toy_run("r1", [0, 1, 3]), '{"id": "r2", "steps": []}', toy_run("r3", [0, 2])])
     with pytest.raises(TraceError) as info:
         learn_model([path], toy_spec)
@@ -117,9 +114,7 @@ def test_learning_from_a_file_with_a_bad_line_raises_and_writes_nothing(write_ru
     assert not list(tmp_path.glob("*.json"))
 
 
-def test_an_empty_trace_file(write_runs: WriteRuns, toy_spec: Spec, tmp_path: Path) -> None:
-    from guard.pipeline import learn_model
-
+def test_an_empty_trace_file(toy_spec: Spec, tmp_path: Path) -> None:
     path = tmp_path / "empty.jsonl"
     path.write_text("\n\n", encoding="utf-8")
     with pytest.raises(TraceError, match="no runs to learn from"):

@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from _support import A, AB, B, NONE, WriteRuns, toy_run
+from guard import Guard, Policy
+from guard.learning import END
+from guard.model import GuardModel
+from guard.pipeline import learn_model
+from guard.replay import replay, replay_run
+from guard.spec import Action, Spec
+from guard.storm import CheckOutcome, Method
+from guard.traces import read_runs
+
+# Risk set by hand per abstract state, so every alarm below can be worked out on paper:
+# p_safe is NONE 0.9, A 0.4, B 0.7, AB 0.
+RISK = {NONE: Fraction(1, 10), A: Fraction(6, 10), B: Fraction(3, 10), AB: Fraction(1), END: Fraction(0)}
+
+
+def with_risk(model: GuardModel, risk: dict[int, Fraction]) -> GuardModel:
+    values = np.array([float(risk[bits]) for bits in model.dtmc.states])
+    outcome = CheckOutcome(model.outcome.formula, values, None, None, Method.TOPOLOGICAL, 1e-6, 0.0)
+    return GuardModel(model.spec, model.dtmc, outcome, model.pac, model.provenance)
+
+
+@pytest.fixture
+def guard(toy_model: GuardModel) -> Guard:
+    assert sorted(toy_model.dtmc.states) == sorted(RISK)
+    return Guard(with_risk(toy_model, RISK))
+
+
+@pytest.fixture
+def replay_traces(write_runs: WriteRuns) -> Path:
+    return write_runs([
+        toy_run("u1", [NONE, A, AB, NONE], times=[0.0, 1.0, 3.0, 4.0]),  # violates at step 2
+        toy_run("u2", [NONE, B, B, AB], times=[0.0, 2.0, 5.0, 9.0]),  # violates at step 3
+        toy_run("u3", [AB, NONE], times=[0.0, 1.0]),  # violates at once: nothing can warn
+        toy_run("s1", [NONE, B, NONE]),
+        toy_run("s2", [NONE, NONE]),
+        toy_run("s3", [NONE, A]),
+    ], name="replay.jsonl")
+
+
+def test_replay_run_stops_at_the_first_violation(guard: Guard, replay_traces: Path) -> None:
+    u1 = replay_run(guard, next(read_runs(replay_traces)))
+    assert u1.violation == 2 and u1.unsafe
+    assert u1.p_unsafe == [0.1, 0.6, 1.0]  # the step after the violation is not replayed
+    assert u1.times == [0.0, 1.0, 3.0]
+    assert u1.first_alarm(0.5, unseen_alarms=True) == 1  # A: p_safe 0.4 < 0.5
+    assert u1.first_alarm(0.3, unseen_alarms=True) == 2  # only the violation itself
+
+
+def test_metrics_by_hand(guard: Guard, replay_traces: Path) -> None:
+    report = replay(guard, read_runs(replay_traces), [0.3, 0.5, 0.8, 0.95])
+    assert (report.runs, report.steps, report.unseen_steps) == (6, 3 + 4 + 1 + 3 + 2 + 2, 0)
+    by_theta = {t.theta: t for t in report.thetas}
+    assert all((t.n_unsafe, t.n_safe) == (3, 3) for t in report.thetas)
+
+    # θ = 0.3: only AB alarms, always at the violation itself: no detection, no false alarm
+    t = by_theta[0.3]
+    assert (t.detected, t.false_alarms, t.detection_rate, t.false_alarm_rate) == (0, 0, 0.0, 0.0)
+    assert t.mean_advance_steps is None and t.mean_advance_seconds is None
+
+    # θ = 0.5: A alarms. u1 warned at step 1 (1 step, 2 s ahead); s3 is a false alarm
+    t = by_theta[0.5]
+    assert (t.detected, t.false_alarms) == (1, 1)
+    assert (t.detection_rate, t.false_alarm_rate) == (1 / 3, 1 / 3)
+    assert (t.mean_advance_steps, t.mean_advance_seconds) == (1.0, 2.0)
+
+    # θ = 0.8: A and B alarm. u1: 1 step, 2 s; u2: warned at step 1, 2 steps and 7 s ahead
+    t = by_theta[0.8]
+    assert (t.detected, t.false_alarms) == (2, 2)  # s1 (B) and s3 (A)
+    assert (t.mean_advance_steps, t.median_advance_steps) == (1.5, 1.5)
+    assert (t.mean_advance_seconds, t.median_advance_seconds) == (4.5, 4.5)
+
+    # θ = 0.95: every state alarms. u1: 2 steps, 3 s; u2: 3 steps, 9 s; u3 still undetected
+    t = by_theta[0.95]
+    assert (t.detected, t.false_alarms, t.false_alarm_rate) == (2, 3, 1.0)
+    assert (t.mean_advance_steps, t.mean_advance_seconds) == (2.5, 6.0)
+
+    # Brier over the steps strictly before each run's first violation
+    squares = [
+        (RISK[NONE] - 1) ** 2 + (RISK[A] - 1) ** 2,  # u1: NONE, A
+        (RISK[NONE] - 1) ** 2 + 2 * (RISK[B] - 1) ** 2,  # u2: NONE, B, B
+        # u3: nothing before its violation
+        2 * RISK[NONE] ** 2 + RISK[B] ** 2,  # s1
+        2 * RISK[NONE] ** 2,  # s2
+        RISK[NONE] ** 2 + RISK[A] ** 2,  # s3
+    ]
+    assert report.brier is not None
+    assert math.isclose(report.brier, sum(squares) / 12, rel_tol=1e-12)
+    assert report.to_dict()["brier"] == report.brier
+
+
+def test_unseen_states_alarm_unless_the_policy_allows_them(write_runs: WriteRuns, toy_spec: Spec) -> None:
+    partial = learn_model([write_runs([toy_run("q", [NONE, A, NONE])], "train.jsonl")], toy_spec)
+    assert B not in partial.dtmc.states and AB not in partial.dtmc.states
+    model = with_risk(partial, {NONE: Fraction(1, 10), A: Fraction(2, 10), END: Fraction(0)})
+    runs = write_runs([toy_run("v1", [NONE, B, AB], times=[0.0, 1.0, 2.0]), toy_run("v2", [NONE, B])],
+                      "replay.jsonl")
+
+    alarming = replay(Guard(model), read_runs(runs), [0.1])
+    [t] = alarming.thetas
+    assert (t.detected, t.false_alarms, t.mean_advance_steps, t.mean_advance_seconds) == (1, 1, 1.0, 1.0)
+    assert alarming.unseen_steps == 2
+    # only the seen steps before a violation are scored: NONE of v1 (outcome 1), NONE of v2 (outcome 0)
+    assert alarming.brier is not None and math.isclose(alarming.brier, (0.9**2 + 0.1**2) / 2)
+
+    quiet = Guard(model, policy=Policy.from_settings(model.spec.guard).with_overrides({"unseen_state": "allow"}))
+    assert quiet.policy.unseen_state is Action.ALLOW
+    [t] = replay(quiet, read_runs(runs), [0.1]).thetas
+    assert (t.detected, t.false_alarms) == (0, 0)
+
+
+def test_no_runs_of_a_kind_gives_no_rate(guard: Guard, write_runs: WriteRuns) -> None:
+    report = replay(guard, read_runs(write_runs([toy_run("s", [NONE, B])], "safe.jsonl")), [0.5])
+    [t] = report.thetas
+    assert (t.n_unsafe, t.detection_rate, t.false_alarm_rate) == (0, None, 0.0)
