@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
+import cel
 import numpy as np
 import orjson
 import scipy.sparse as sp
@@ -298,8 +299,17 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
         if np.any(monitor_states < -1):
             raise bad("monitor states must be >= -1 (-1 is viol)")
     unsafe = np.array([s.unsafe for s in doc.states], dtype=bool)
-    if monitor_states is not None and np.any((monitor_states[:-1] == -1).any(axis=1) & ~unsafe[:-1]):
-        raise bad("a state with a monitor in viol must be unsafe")
+    expected = np.zeros(n, dtype=bool)
+    if monitor_states is not None:
+        expected[:-1] = (monitor_states[:-1] == -1).any(axis=1)
+    if spec.unsafe is not None:
+        condition = cel.compile(spec.unsafe)
+        for i, entry in enumerate(doc.states[:-1]):
+            expected[i] |= bool(condition.execute(dict(zip(doc.predicates, entry.valuation or []))))
+    mismatch = np.flatnonzero(expected != unsafe)
+    if mismatch.size:
+        raise bad(f"state {int(mismatch[0])} is marked {'unsafe' if unsafe[mismatch[0]] else 'safe'}, but the "
+                  "embedded spec's unsafe condition and monitors say otherwise")
     t = doc.transitions
     if len(t.indptr) != n + 1 or t.indptr[0] != 0 or t.indptr[-1] != len(t.indices) \
             or len(t.indices) != len(t.probabilities) or len(t.indices) != len(t.counts) \

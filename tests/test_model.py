@@ -169,7 +169,7 @@ def _embedded_spec_invalid(d: dict[str, Any]) -> None:
     (_negative_value, r"properties\[0\]\.values: probabilities must lie in \[0, 1\]"),
     (_lower_above_value, "lower <= value <= upper"),
     (_value_above_upper, "lower <= value <= upper"),
-    (_unsafe_not_absorbing, "state 0 is unsafe and must be absorbing"),
+    (_unsafe_not_absorbing, "state 0 is marked unsafe, but the embedded spec"),
     (_end_not_last, "exactly one 'end' state"),
     (_target_out_of_range, "target index is outside"),
     (_wrong_number_of_values, "one value per state"),
