@@ -321,6 +321,16 @@ def demo(
     run_demo(domain=domain, out_dir=out_dir, runs=runs, episodes=episodes, seed=seed, heed=heed, console=out)
 
 
+def _register_plugins() -> None:
+    """Commands that live with their subsystems (imported lazily: heavy back-ends load on use)."""
+    from guard.llmcheck.cli import register as register_llmcheck
+
+    register_llmcheck(app)
+
+
+_register_plugins()
+
+
 def main() -> None:
     """Entry point: user errors print one clear line and exit 2, never a traceback."""
     try:

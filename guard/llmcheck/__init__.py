@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from guard.llmcheck.dtmc import CheckResult, Scope, check_explored, prism_text
 from guard.llmcheck.errors import LLMCheckError, QuantificationError, QueryError, SourceError
-from guard.llmcheck.explore import (Budget, DistributionCache, ExploredModel, ExploreSettings, State, StateKind,
-                                    explore, top_alpha_k)
+from guard.llmcheck.chain import Budget, ExploredModel, ExploreSettings, ExploreStats, State, StateKind
+from guard.llmcheck.explore import DistributionCache, explore, top_alpha_k
 from guard.llmcheck.guard import LLMCheckGuard
 from guard.llmcheck.pipeline import LLMCheckReport, Outcome, SweepRow, check_llm, sweep
 from guard.llmcheck.quantify import (Quantification, available_quantifications, make_quantification,
@@ -21,7 +21,8 @@ from guard.llmcheck.sources import Candidate, NgramSource, TokenDistribution, To
 
 __all__ = [
     "TokenSource", "Candidate", "TokenDistribution", "NgramSource", "open_source",
-    "ExploreSettings", "Budget", "DistributionCache", "explore", "top_alpha_k", "ExploredModel", "State", "StateKind",
+    "ExploreSettings", "Budget", "DistributionCache", "explore", "top_alpha_k", "ExploredModel", "ExploreStats", "State",
+    "StateKind",
     "Quantification", "make_quantification", "register_quantification", "available_quantifications",
     "Query", "parse_query", "Scope", "CheckResult", "check_explored", "prism_text",
     "check_llm", "LLMCheckReport", "Outcome", "sweep", "SweepRow",

@@ -113,7 +113,7 @@ def llmcheck(
     if more_sweep and not sweep:
         raise LLMCheckError(f"unexpected argument(s) {' '.join(more_sweep)}; sweep axes follow --sweep")
     from guard.llmcheck.dtmc.build import Scope
-    from guard.llmcheck.explore import Budget, ExploreSettings
+    from guard.llmcheck.chain import Budget, ExploreSettings
     from guard.llmcheck.sources import open_source
     from guard.storm import Method
 

@@ -11,7 +11,14 @@ class LLMCheckError(ForewarnError):
 
 
 class SourceError(LLMCheckError):
-    """A token source that cannot be opened or that answered something unusable."""
+    """A token source that cannot be opened or that answered something unusable.
+
+    ``status`` is the HTTP status when an endpoint answered with an error.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class QueryError(LLMCheckError):

@@ -10,7 +10,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from guard.llmcheck.dtmc.build import Scope
-from guard.llmcheck.explore import Budget, DistributionCache, ExploreSettings
+from guard.llmcheck.chain import Budget, ExploreSettings
+from guard.llmcheck.explore import DistributionCache
 from guard.llmcheck.pipeline import LLMCheckReport, check_llm, resolve_quantifications
 from guard.llmcheck.quantify import Quantification
 from guard.llmcheck.sources.base import TokenSource

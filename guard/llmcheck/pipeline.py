@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from guard.llmcheck.dtmc.build import Scope
 from guard.llmcheck.dtmc.check import CheckResult, check_explored
-from guard.llmcheck.explore import Budget, DistributionCache, ExploredModel, ExploreSettings, StateKind, explore
+from guard.llmcheck.chain import Budget, ExploredModel, ExploreSettings, StateKind
+from guard.llmcheck.explore import DistributionCache, explore
 from guard.llmcheck.quantify import Quantification, available_quantifications, parse_quantifications
 from guard.llmcheck.query import Query, parse_query
 from guard.llmcheck.sources.base import TokenSource
@@ -110,8 +111,7 @@ def outcomes_of(model: ExploredModel, result: CheckResult) -> list[Outcome]:
             satisfies = True if lo is not None and lo >= 1 - 1e-9 else False if hi is not None and hi <= 1e-9 else None
         else:
             satisfies = bool(result.values[s.index] >= 0.5)  # 0 or 1: the state is absorbing
-        values = {name: int(column[s.index]) for name, column in result.labeling.values.items()
-                  if column[s.index] is not None}
+        values = {name: v for name, column in result.labeling.values.items() if (v := column[s.index]) is not None}
         out.append(Outcome(s.text, s.continuation, visit[s.index], s.kind, satisfies, values))
     out.sort(key=lambda o: -o.probability)
     return out

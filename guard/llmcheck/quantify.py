@@ -186,8 +186,8 @@ def _readability(_: str | None) -> Callable[[str], int]:
         words = _WORDS.findall(text)
         if not words:
             return 0  # a text with no words has no readability to speak of
-        n_words = max(1, textstat.lexicon_count(text))
-        n_sentences = max(1, textstat.sentence_count(text))
+        n_words = max(1, int(textstat.lexicon_count(text)))
+        n_sentences = max(1, int(textstat.sentence_count(text)))
         syllables = sum(len(hyphenator.positions(w.lower())) + 1 for w in words)
         return round(206.835 - 1.015 * n_words / n_sentences - 84.6 * syllables / len(words))
     return flesch

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from rich.console import Console
@@ -29,8 +29,7 @@ def render_report(report: LLMCheckReport, *, top: int = 5, exported: Path | None
     """The answer with its bounds, the model's size, the unexplored mass, the texts, the cost."""
     out = console or Console()
     d = report.to_dict(top)
-    model, cost = d["model"], d["cost"]
-    assert isinstance(model, dict) and isinstance(cost, dict)  # for the type checker: built just above
+    model, cost = cast(dict[str, Any], d["model"]), cast(dict[str, Any], d["cost"])
     table = Table(title=f"forewarn llmcheck — {escape(str(d['property']))}", show_header=False)
     table.add_row("probability", f"[bold]{_p(report.result.value)}[/]")
     table.add_row("with unexplored mass", f"[{_p(report.result.lower)}, {_p(report.result.upper)}]")

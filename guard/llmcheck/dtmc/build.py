@@ -18,7 +18,7 @@ from stormpy import datastructures as _ds
 from stormpy import models as _models
 
 from guard.llmcheck.errors import QueryError
-from guard.llmcheck.explore import ExploredModel, StateKind
+from guard.llmcheck.chain import ExploredModel, StateKind
 from guard.llmcheck.quantify import Quantification
 from guard.llmcheck.query import Query
 from guard.storm import build_sparse_dtmc

@@ -20,7 +20,7 @@ import numpy as np
 from guard.errors import CheckError
 from guard.llmcheck.dtmc.build import Labeling, Scope, build_bounds_mdp, build_dtmc, label_states
 from guard.llmcheck.errors import QueryError
-from guard.llmcheck.explore import ExploredModel
+from guard.llmcheck.chain import ExploredModel
 from guard.llmcheck.quantify import Quantification
 from guard.llmcheck.query import Query
 from guard.storm import Method, check_sparse_model

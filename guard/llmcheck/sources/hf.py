@@ -87,7 +87,7 @@ class HFSource(TokenSource):
         ids = torch.full((len(sequences), width), self._pad, dtype=torch.long)
         mask = torch.zeros((len(sequences), width), dtype=torch.long)
         for row, sequence in enumerate(sequences):
-            ids[row, width - len(sequence):] = torch.tensor([int(t) for t in sequence], dtype=torch.long)
+            ids[row, width - len(sequence):] = torch.tensor([int(t) for t in sequence], dtype=torch.long)  # type: ignore[call-overload]
             mask[row, width - len(sequence):] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.inference_mode():

@@ -1,6 +1,8 @@
 """A word n-gram model trained from a text file: the token source that needs no weights.
 
-Tokens are words and punctuation marks. Each non-empty line of the training text is one
+Tokens are words and punctuation marks, each with a leading space when one preceded it
+in the text (``" player"``, ``","``), so decoding is joining and keeps the text's own
+spacing (``rm -rf /`` stays ``rm -rf /``). Each non-empty line of the training text is one
 sequence, started by ``<s>`` and ended by the end-of-sequence token ``</s>``. The next-word
 distribution is the maximum-likelihood estimate of the longest context (the last
 ``order - 1`` tokens, shortened until it was seen in training), optionally interpolated
@@ -20,13 +22,13 @@ __all__ = ["NgramSource", "tokenize_words", "BOS", "EOS"]
 
 BOS = "<s>"
 EOS = "</s>"
-_WORD = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
-_NO_SPACE_BEFORE = frozenset(".,;:!?)]}%'’")
+_WORD = re.compile(r"\s*(?:\w+(?:['’]\w+)*|[^\w\s])")
 
 
 def tokenize_words(text: str) -> tuple[str, ...]:
-    """Words and punctuation marks of ``text``, in order (``"Don't stop."`` → ``("Don't", "stop", ".")``)."""
-    return tuple(_WORD.findall(text))
+    """Words and punctuation marks of ``text`` with their leading space, if any
+    (``"Don't stop."`` → ``("Don't", " stop", ".")``); runs of whitespace become one space."""
+    return tuple((" " + t.lstrip()) if t[:1].isspace() else t for t in _WORD.findall(text.strip()))
 
 
 class NgramSource(TokenSource):
@@ -96,13 +98,7 @@ class NgramSource(TokenSource):
         return tokenize_words(text)
 
     def decode(self, tokens: Sequence[Token]) -> str:
-        parts: list[str] = []
-        for token in tokens:
-            word = str(token)
-            if word in (BOS, EOS):
-                continue
-            parts.append(word if (not parts or word in _NO_SPACE_BEFORE) else " " + word)
-        return "".join(parts)
+        return "".join(str(t) for t in tokens if t not in (BOS, EOS))
 
     def distribution(self, context: Sequence[str]) -> tuple[Candidate, ...]:
         """The whole next-token distribution after ``context`` (words), most probable first."""
@@ -120,7 +116,7 @@ class NgramSource(TokenSource):
             lam = self.smoothing
             probs = {w: (1 - lam) * probs.get(w, 0.0) + lam * p for w, p in self._unigram.items()}
         ranked = sorted(probs.items(), key=lambda wp: (-wp[1], wp[0]))
-        result = tuple(Candidate(w, p, self.decode(["x", w])[1:], eos=w == EOS) for w, p in ranked if p > 0.0)
+        result = tuple(Candidate(w, p, self.decode([w]), eos=w == EOS) for w, p in ranked if p > 0.0)
         self._cache[key] = result
         return result
 

@@ -78,7 +78,7 @@ class OpenAISource(TokenSource):
             try:
                 return self._request(prompts, top_k)
             except SourceError as exc:
-                if exc.status not in (400, 422):  # type: ignore[attr-defined]
+                if exc.status not in (400, 422):
                     raise
                 self._lists = False
         out: list[TokenDistribution] = []
@@ -95,9 +95,8 @@ class OpenAISource(TokenSource):
         except httpx.HTTPError as exc:
             raise SourceError(f"cannot reach {url}: {exc}") from exc
         if response.status_code != 200:
-            error = SourceError(f"{url} answered HTTP {response.status_code}: {response.text[:200]}")
-            error.status = response.status_code  # type: ignore[attr-defined]
-            raise error
+            raise SourceError(f"{url} answered HTTP {response.status_code}: {response.text[:200]}",
+                              status=response.status_code)
         try:
             choices = sorted(response.json()["choices"], key=lambda c: c.get("index", 0))
             out = [self._distribution(choice["logprobs"]["top_logprobs"][0]) for choice in choices]
