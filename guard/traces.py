@@ -6,6 +6,7 @@ Every line is checked before anything of it is used; a bad line raises a
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,7 +119,9 @@ def resample(run: Run, period: float) -> Run:
                              field=f"steps[{index}].t")
         times.append(float(t))
     start = times[0]
-    count = int((times[-1] - start) / period + 1e-9) + 1
+    # the grid reaches the last logged time: a final state between grid points is held
+    # at the next grid point rather than lost (it may be the violation)
+    count = math.ceil((times[-1] - start) / period - 1e-9) + 1
     out: list[dict[str, Any]] = []
     held = 0
     for k in range(count):

@@ -155,3 +155,13 @@ def test_resampling_needs_times_that_go_forward() -> None:
     assert info.value.line == 3 and info.value.field == "steps[1].t"
     with pytest.raises(TraceError, match="backwards"):
         resample(parse_run(json.dumps({"steps": [{"state": {}, "t": 1}, {"state": {}, "t": 0.5}]})), 0.1)
+
+
+def test_resampling_keeps_a_last_state_between_grid_points() -> None:
+    import json
+
+    from guard.traces import parse_run, resample
+
+    run = parse_run(json.dumps({"steps": [{"state": {"a": 1}, "t": 0.0}, {"state": {"a": 2}, "t": 0.17}]}))
+    steps = resample(run, 0.1).steps
+    assert [s["t"] for s in steps] == [0.0, 0.1, 0.2] and steps[-1]["state"] == {"a": 2}
