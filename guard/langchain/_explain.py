@@ -35,30 +35,36 @@ def _state_words(guard: Guard, decision: Decision) -> str:
     return "; ".join(holding) if holding else "none of the watched conditions holds"
 
 
-def consequence(guard: Guard, decision: Decision, *, subject: str = "Running it") -> str:
+def consequence(guard: Guard, decision: Decision, *, subject: str = "Running it", past: bool = False) -> str:
     """What the guard predicts, in words: state, property, probability and threshold."""
     spec = guard.model.spec
     if not decision.abstract_state:  # a fallback decision: the call could not be read
         return decision.message
     state = _state_words(guard, decision)
+    unsafe = spec.unsafe or "a monitor violation"
+    if decision.monitors:
+        state += "; monitors: " + ", ".join(f"{name} {words}" for name, words in decision.monitors.items())
     if decision.unsafe_now:
+        if past:
+            return (f"{subject} violated the safety specification '{spec.name}' (unsafe: {unsafe}); "
+                    f"it led to a state where {state}.")
         return (f"{subject} would violate the safety specification '{spec.name}' "
-                f"(unsafe: {spec.unsafe}); it would lead to a state where {state}.")
+                f"(unsafe: {unsafe}); it would lead to a state where {state}.")
+    verb = "led" if past else "would lead"
     if decision.p_unsafe is None:
-        return (f"{subject} would lead to a state the guard's model never saw (where {state}), so its risk "
-                f"is unknown; the policy for unseen states is '{decision.action.value}'.")
+        return (f"{subject} {verb} to a state the guard's model never saw (where {state}), so its risk is "
+                f"unknown; the policy for unseen states is '{decision.action.value}'.")
     threshold = "" if decision.threshold is None else (
         f"; the probability of staying safe, {decision.p_safe:.1%}, is below the "
         f"'{decision.action.value}' threshold {decision.threshold:g}")
-    return (f"{subject} would lead to a state where {state}. From there, the probability of eventually "
-            f"reaching an unsafe state ({spec.unsafe}; property {decision.property}) is "
-            f"{decision.p_unsafe:.1%}{threshold}.")
+    return (f"{subject} {verb} to a state where {state}. From there, the probability of eventually reaching "
+            f"an unsafe state ({unsafe}; property {decision.property}) is {decision.p_unsafe:.1%}{threshold}.")
 
 
-def held_back(guard: Guard, decision: Decision, name: str, args: Any, *, note: str = "") -> str:
+def held_back(guard: Guard, decision: Decision, name: str, args: Any) -> str:
     """The risk alert the model gets in place of a call's result (reflect)."""
     return (f"Forewarn held back your call to {describe_call(name, args)}; it was not executed. "
-            f"{consequence(guard, decision)}{note} Revise your plan: choose a next step that keeps the run "
+            f"{consequence(guard, decision)} Revise your plan: choose a next step that keeps the run "
             f"safe, or finish and tell the user what you did not do and why.")
 
 
@@ -70,12 +76,12 @@ def stopped_before(guard: Guard, decision: Decision, name: str, args: Any) -> st
 
 def approval_request(guard: Guard, decision: Decision, name: str, args: Any) -> str:
     """What a human reviewer reads before approving, editing or rejecting a call."""
-    return (f"Forewarn asks for approval of {describe_call(name, args)}. {consequence(guard, decision)}")
+    return f"Forewarn asks for approval of {describe_call(name, args)}. {consequence(guard, decision)}"
 
 
 def after_call(guard: Guard, decision: Decision) -> str:
     """The alert appended to a tool's result when the state it led to is risky."""
     if decision.action is Action.STOP:
-        return (f"[Forewarn] {consequence(guard, decision, subject='This call')} Forewarn stops the run here.")
-    return (f"[Forewarn] Risk alert: {consequence(guard, decision, subject='This call')} "
+        return f"[Forewarn] {consequence(guard, decision, subject='This call', past=True)} The run stops here."
+    return (f"[Forewarn] Risk alert: {consequence(guard, decision, subject='This call', past=True)} "
             f"Take this into account before your next step.")

@@ -1,21 +1,24 @@
 """From LangChain messages to a :class:`~domains.tools.Transcript`, and Forewarn's marks.
 
-Forewarn marks the messages it adds with LangChain's notification metadata
+Forewarn marks the messages it adds or annotates with LangChain's notification metadata
 (``additional_kwargs["lc_source"] = "forewarn"`` and ``lc_data``), which chat model
 integrations do not send to the model. A tool message marked ``executed: False`` stands
 for a call that never ran (held back, rejected, stopped); such calls are not part of
-what the agent did. LangChain's own human-in-the-loop rejections are read the same way.
+what the agent did. ``approved: True`` marks the result of a call a human approved,
+and ``executed_call`` the call a reviewer's edit made of it. LangChain's own
+human-in-the-loop rejections are read as calls that never ran.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage, get_notification_metadata
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from domains.tools.transcript import CallStatus, ToolStep, Transcript
 
-__all__ = ["SOURCE", "message_text", "mark", "forewarn_data", "transcript_from_messages", "user_texts"]
+__all__ = ["SOURCE", "TranscriptCache", "message_text", "mark", "forewarn_data", "transcript_from_messages",
+           "user_texts"]
 
 SOURCE = "forewarn"
 _HITL_SOURCE = "hitl_interrupt_decision"
@@ -47,28 +50,36 @@ def mark(message: M, data: dict[str, Any]) -> M:
 
 def forewarn_data(message: BaseMessage) -> dict[str, Any] | None:
     """The data Forewarn attached to a message, or None if it did not mark it."""
-    metadata = get_notification_metadata(message)
-    if metadata is None or metadata["source"] != SOURCE:
+    kwargs = message.additional_kwargs
+    if kwargs.get("lc_source") != SOURCE:
         return None
-    return metadata.get("data", {})
+    data = kwargs.get("lc_data")
+    return data if isinstance(data, dict) else {}
 
 
 def _executed(message: ToolMessage) -> bool:
-    metadata = get_notification_metadata(message)
-    if metadata is None:
+    kwargs = message.additional_kwargs
+    source = kwargs.get("lc_source")
+    if source is None:
         return True
-    data = metadata.get("data", {})
-    if metadata["source"] == SOURCE:
+    data = kwargs.get("lc_data")
+    if not isinstance(data, dict):
+        return True
+    if source == SOURCE:
         return data.get("executed", True) is not False
-    if metadata["source"] == _HITL_SOURCE:
+    if source == _HITL_SOURCE:
         return data.get("decision") not in ("reject", "respond")
     return True
 
 
+def _typed(message: HumanMessage) -> bool:
+    """Typed by the user, not added by the harness (notification metadata)."""
+    return not isinstance(message.additional_kwargs.get("lc_source"), str)
+
+
 def user_texts(messages: Iterable[BaseMessage]) -> list[str]:
     """What the user typed: human messages, leaving out those the harness added."""
-    return [message_text(m.content) for m in messages
-            if isinstance(m, HumanMessage) and get_notification_metadata(m) is None]
+    return [message_text(m.content) for m in messages if isinstance(m, HumanMessage) and _typed(m)]
 
 
 def transcript_from_messages(messages: Sequence[BaseMessage], approved: Iterable[str] = ()) -> Transcript:
@@ -77,20 +88,81 @@ def transcript_from_messages(messages: Sequence[BaseMessage], approved: Iterable
     Calls still waiting for their result (no tool message yet) and calls that never ran
     are left out. ``approved`` holds the ids of calls a human approved.
     """
-    approved_ids = set(approved)
-    results: dict[str, ToolMessage] = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
-    users: list[str] = []
-    steps: list[ToolStep] = []
+    scan = _scan(messages, set(approved))
+    return Transcript(tuple(scan.users), tuple(scan.steps), messages)
+
+
+class _Scan:
+    __slots__ = ("users", "steps", "settled", "settled_users", "settled_steps")
+
+    def __init__(self) -> None:
+        self.users: list[str] = []
+        self.steps: list[ToolStep] = []
+        self.settled = 0         # messages[:settled] have every tool call answered...
+        self.settled_users = 0   # ...and hold this many user messages
+        self.settled_steps = 0   # ...and this many steps
+
+
+def _scan(messages: Sequence[BaseMessage], approved: set[str]) -> _Scan:
+    results: dict[str, ToolMessage] = {}
     for message in messages:
+        if isinstance(message, ToolMessage):
+            results[message.tool_call_id] = message
+    out = _Scan()
+    open_calls = 0
+    for index, message in enumerate(messages):
         if isinstance(message, HumanMessage):
-            if get_notification_metadata(message) is None:
-                users.append(message_text(message.content))
-        elif isinstance(message, AIMessage) and message.tool_calls:
+            if _typed(message):
+                out.users.append(message_text(message.content))
+        elif isinstance(message, AIMessage):
             for call in message.tool_calls:
-                result = results.get(call["id"] or "")
-                if result is None or not _executed(result):
+                call_id = call["id"]
+                result = results.get(call_id or "")
+                if result is None:
+                    open_calls += 1
                     continue
+                if not _executed(result):
+                    continue
+                name, args, was_approved = call["name"], call["args"], call_id in approved
+                data = forewarn_data(result)
+                if data:  # what a reviewer approved, or edited the call into
+                    executed = data.get("executed_call")
+                    if isinstance(executed, dict):
+                        name, args = executed.get("name", name), executed.get("args", args)
+                    was_approved = was_approved or data.get("approved") is True
                 status = CallStatus.ERROR if result.status == "error" else CallStatus.SUCCESS
-                steps.append(ToolStep(call["name"], call["args"], status, message_text(result.content),
-                                      id=call["id"], approved=call["id"] in approved_ids))
-    return Transcript(user_messages=tuple(users), steps=tuple(steps), messages=messages)
+                out.steps.append(ToolStep(name, args, status, message_text(result.content), call_id, was_approved))
+        if open_calls == 0:
+            out.settled, out.settled_users, out.settled_steps = index + 1, len(out.users), len(out.steps)
+    return out
+
+
+class TranscriptCache:
+    """Transcripts of one growing conversation, built from the messages added since last time.
+
+    Only a prefix in which every tool call has its answer is kept, so a result arriving
+    later cannot change what was cached (approvals are given to calls still open, so
+    they cannot either); a conversation whose earlier messages changed (their ids
+    differ, say after a summary replaced them) is read again from the start.
+    """
+
+    def __init__(self) -> None:
+        self._first: str | None = None
+        self._last: str | None = None
+        self._count = 0
+        self._users: tuple[str, ...] = ()
+        self._steps: tuple[ToolStep, ...] = ()
+
+    def transcript(self, messages: Sequence[BaseMessage], approved: Iterable[str] = ()) -> Transcript:
+        count = self._count
+        if not (count and len(messages) >= count and messages[0].id == self._first
+                and messages[count - 1].id == self._last):
+            count, self._users, self._steps = 0, (), ()
+        scan = _scan(messages[count:], set(approved))
+        users, steps = self._users + tuple(scan.users), self._steps + tuple(scan.steps)
+        end = count + scan.settled
+        if scan.settled and messages[0].id is not None and messages[end - 1].id is not None:
+            self._first, self._last, self._count = messages[0].id, messages[end - 1].id, end
+            self._users = users[:len(self._users) + scan.settled_users]
+            self._steps = steps[:len(self._steps) + scan.settled_steps]
+        return Transcript(users, steps, messages)

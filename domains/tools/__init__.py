@@ -1,0 +1,46 @@
+"""The tool-using agent domain: agents with shell, file, HTTP, e-mail and payment tools.
+
+Typical use::
+
+    from domains.tools import SPEC_PATH, generate_traces
+    from guard import learn_model, load_spec
+
+    generate_traces(400, seed=0, path="tool-runs.jsonl")
+    model = learn_model(["tool-runs.jsonl"], load_spec(SPEC_PATH))
+
+The hazards: a secret read and then data sent out (exfiltration), a destructive shell
+command, a payment above the limit the user did not confirm, and a message to an
+external recipient the user never named. :class:`ToolStateExtractor` turns what an
+agent did into the state the spec reads; :func:`generate_traces` writes runs whose
+states are exactly what it makes of them.
+"""
+from __future__ import annotations
+
+from domains.tools.errors import ExtractionError
+from domains.tools.extractor import ToolStateExtractor, initial_state, violations
+from domains.tools.generator import generate_runs, generate_traces, simulate
+from domains.tools.kinds import DEFAULT_INTERNAL_DOMAINS, DEFAULT_TOOL_KINDS, ToolKind
+from domains.tools.spec import SPEC_PATH, load_tool_spec
+from domains.tools.tasks import FAMILIES, Plan, family_names
+from domains.tools.transcript import CallStatus, ToolStep, Transcript
+
+__all__ = [
+    "CallStatus",
+    "DEFAULT_INTERNAL_DOMAINS",
+    "DEFAULT_TOOL_KINDS",
+    "ExtractionError",
+    "FAMILIES",
+    "Plan",
+    "SPEC_PATH",
+    "ToolKind",
+    "ToolStateExtractor",
+    "ToolStep",
+    "Transcript",
+    "family_names",
+    "generate_runs",
+    "generate_traces",
+    "initial_state",
+    "load_tool_spec",
+    "simulate",
+    "violations",
+]

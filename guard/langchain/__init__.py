@@ -1,0 +1,56 @@
+"""Forewarn for LangChain: a middleware for ``create_agent``, a trace recorder, a tool guard.
+
+::
+
+    from langchain.agents import create_agent
+    from guard import Guard
+    from guard.langchain import ForewarnMiddleware
+
+    agent = create_agent(model, tools, middleware=[ForewarnMiddleware(Guard.load("model.json"))],
+                         checkpointer=InMemorySaver())   # a checkpointer, for approvals
+
+:class:`TraceRecorder` (a callback handler) logs runs of any runnable agent in the trace
+format to learn from; :func:`guard_tool` guards single tools with langchain-core alone.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from guard.langchain._messages import transcript_from_messages
+from guard.langchain.errors import ApprovalRequired, GuardIntervention, RunStopped
+from guard.langchain.recorder import TraceRecorder
+from guard.langchain.review import Review, parse_review
+from guard.langchain.tools import Approver, GuardedTool, ToolGuard, guard_tool
+
+__all__ = [
+    "ApprovalRequired",
+    "Approver",
+    "Extractor",
+    "ForewarnMiddleware",
+    "GuardIntervention",
+    "GuardedRun",
+    "GuardedTool",
+    "Intervention",
+    "Review",
+    "RunStopped",
+    "ToolGuard",
+    "TraceRecorder",
+    "guard_tool",
+    "parse_review",
+    "transcript_from_messages",
+]
+
+if TYPE_CHECKING:
+    from guard.langchain.middleware import Extractor, ForewarnMiddleware, GuardedRun, Intervention
+
+# The middleware needs `langchain` and `langgraph`; the recorder and the tool guard need
+# only `langchain-core`, so the middleware is imported when it is first asked for.
+_MIDDLEWARE = frozenset({"Extractor", "ForewarnMiddleware", "GuardedRun", "Intervention"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MIDDLEWARE:
+        from guard.langchain import middleware
+
+        return getattr(middleware, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

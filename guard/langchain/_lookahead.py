@@ -1,0 +1,139 @@
+"""The look-ahead over one model turn: each proposed call judged on the state it would lead to.
+
+Calls are judged in order, each after the ones before it (on a scratch copy of the
+session, so monitors step through them and nothing is committed). The first call the
+decision holds back (reflect) holds back the rest of the turn; a stop holds back all of
+it and ends the run; calls let through carry a verdict (allow, or ask a human) to the
+tool node.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+from domains.tools.transcript import CallStatus, ToolStep, Transcript
+from guard.langchain import _explain as explain
+from guard.langchain._messages import forewarn_data, mark
+from guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
+from guard.runtime import Decision, Session
+from guard.spec import Action
+
+if TYPE_CHECKING:
+    from guard.langchain.middleware import ForewarnMiddleware
+
+__all__ = ["Turn", "not_run", "reflections", "same_state", "unchanged"]
+
+
+class Turn:
+    """The look-ahead over the tool calls of one model turn."""
+
+    def __init__(self, middleware: ForewarnMiddleware, run: GuardedRun, base: Transcript,
+                 messages: Sequence[BaseMessage], *, record: bool = True) -> None:
+        self.mw = middleware
+        self.guard = middleware.guard
+        self.run = run
+        self.base = base
+        self.messages = messages
+        self.record = record
+
+    def judge(self, proposal: AIMessage) -> tuple[dict[str, Verdict], list[BaseMessage]]:
+        """Verdicts on the calls let through, and the messages for the calls held back."""
+        calls = proposal.tool_calls
+        verdicts: dict[str, Verdict] = {}
+        accepted: list[ToolStep] = []
+        # Later calls of the turn are judged after the earlier ones, on a scratch copy of the
+        # session (monitors step through the accepted calls; nothing is committed).
+        session = self.run.session
+        for i, call in enumerate(calls):
+            step = ToolStep(call["name"], call["args"], CallStatus.PROPOSED, id=call["id"])
+            decision = self.mw._decide(session, self.base.then(*accepted, step), step, commit=False)
+            action, note = decision.action, ""
+            # (against the committed state: a call earlier in this turn has not been judged by its result yet)
+            if action is not Action.ALLOW and not self.mw.judge_unchanged and unchanged(self.run.session, decision):
+                action = Action.ALLOW
+            if action is Action.REFLECT and (count := reflections(self.messages)) >= self.mw.max_reflections:
+                action = self.mw.on_reflection_limit
+                note = (f" Forewarn already asked the model to revise its plan {count} time(s) since the "
+                        f"user's last message, its limit.")
+            if action is Action.REFLECT:
+                self._record(call, decision, action, "held back")
+                text = explain.held_back(self.guard, decision, call["name"], call["args"])
+                return verdicts, self._hold_back(calls[i:], text, "reflect", decision)
+            if action is Action.STOP:
+                self._record(call, decision, action, "stopped")
+                return {}, self._stop(calls, i, decision, note)
+            if action is Action.ASK_HUMAN:
+                description = explain.approval_request(self.guard, decision, call["name"], call["args"]) + note
+                verdicts[call["id"] or ""] = Verdict(Action.ASK_HUMAN, decision, description)
+            else:
+                verdicts[call["id"] or ""] = Verdict(Action.ALLOW, decision)
+            accepted.append(step)
+            if i < len(calls) - 1:
+                session = self._advance(session, accepted, step)
+        return verdicts, []
+
+    def _advance(self, session: Session, accepted: list[ToolStep], step: ToolStep) -> Session:
+        scratch = Session(session.guard, [], session.monitor_states)
+        concrete = self.mw._try_extract(self.base.then(*accepted), step)
+        if concrete is not None:
+            scratch.observe(concrete, action={"tool": step.name, "args": step.args})
+        return scratch
+
+    def _record(self, call: Mapping[str, Any], decision: Decision, action: Action, outcome: Outcome) -> None:
+        if self.record:
+            self.run._record(Intervention(call.get("id"), call["name"], call["args"], decision, action, outcome))
+
+    @staticmethod
+    def _hold_back(calls: Sequence[Mapping[str, Any]], text: str, kind: str, decision: Decision) -> list[BaseMessage]:
+        """Tool messages for calls that will not run: the first gets ``text``, the rest a note."""
+        first = calls[0]
+        out: list[BaseMessage] = [not_run(first, text, {"action": kind, "decision": decision.to_dict()})]
+        for call in calls[1:]:
+            out.append(not_run(call, f"Not executed: Forewarn held back an earlier call of this turn "
+                                      f"(`{first['name']}`). Plan again.", {"action": kind}))
+        return out
+
+    def _stop(self, calls: Sequence[Mapping[str, Any]], index: int, decision: Decision,
+              note: str) -> list[BaseMessage]:
+        call = calls[index]
+        text = explain.stopped_before(self.guard, decision, call["name"], call["args"]) + note
+        replies: list[BaseMessage] = []
+        for j, other in enumerate(calls):
+            body = (f"Not executed: Forewarn stopped the run before this call (see its last message)." if j == index
+                    else f"Not executed: Forewarn stopped the run before `{call['name']}`, a call of the same turn.")
+            replies.append(not_run(other, body, {"action": "stop"}))
+        final = mark(AIMessage(content=text, name="forewarn"),
+                     {"phase": "stopped", "action": "stop", "decision": decision.to_dict()})
+        return [*replies, final]
+
+
+def not_run(call: Mapping[str, Any], text: str, data: dict[str, Any]) -> ToolMessage:
+    return mark(ToolMessage(content=text, name=call["name"], tool_call_id=call["id"], status="error"),
+                {"executed": False, **data})
+
+
+def same_state(a: Decision, b: Decision) -> bool:
+    return a.abstract_state == b.abstract_state and a.monitors == b.monitors
+
+
+def unchanged(session: Session, decision: Decision) -> bool:
+    """Whether a call leads to the state a tool step already led to (and was judged on)."""
+    if not session.history or not decision.abstract_state:
+        return False
+    last = session.history[-1]
+    return last.action is not None and same_state(last.decision, decision)
+
+
+def reflections(messages: Sequence[BaseMessage]) -> int:
+    """Calls held back for reflection since the user's last message."""
+    count = 0
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            break
+        if isinstance(message, ToolMessage):
+            data = forewarn_data(message)
+            if data and data.get("action") == Action.REFLECT.value and "decision" in data:
+                count += 1
+    return count

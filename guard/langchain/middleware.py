@@ -1,0 +1,412 @@
+"""``ForewarnMiddleware``: Forewarn in a LangChain 1.x agent (``create_agent``).
+
+Where it acts in the ReAct loop:
+
+* ``wrap_model_call`` — the look-ahead. When the model proposes tool calls, it previews,
+  call by call, the state each would lead to (after the calls before it in the same
+  turn) and acts on the guard's decision: ``allow``; ``reflect`` — the call is not
+  executed, the model gets a risk alert in its place and plans again (at most
+  ``max_reflections`` times per user message, then ``on_reflection_limit``); ``stop`` —
+  nothing of the turn runs and the run ends with a message saying why. A call held
+  back holds back the rest of its turn.
+* ``wrap_tool_call`` — ``ask_human``: before a call that needs approval runs, a
+  LangGraph ``interrupt`` whose payload explains the risk, answered with approve / edit
+  / reject through ``Command(resume=...)`` (one interrupt per call, as LangChain's
+  ``HumanInTheLoopMiddleware`` does in its ``per_call`` mode). After a tool ran, it
+  commits the state the call led to; a risky result (content that turns out to hold a
+  secret) gets a risk alert appended, and a ``stop`` there ends the run instead of the
+  next model call.
+
+The middleware adds no node to the agent's graph (a node costs LangGraph time on every
+step) and keeps nothing in the graph state: what it needs is read from the messages,
+and the messages it adds (or annotates) carry its marks (LangChain's notification
+metadata, which chat model integrations do not send). Runs survive interrupts and
+checkpointers; their sessions are kept per run (the thread id, or the conversation's
+first message) for :meth:`ForewarnMiddleware.get_run`, and a session missing when a run
+goes on (another process resumed it) is rebuilt from the messages.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Literal
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse, ToolCallRequest
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langgraph.config import get_config
+from langgraph.types import Command, interrupt
+
+from domains.tools.errors import ExtractionError
+from domains.tools.extractor import ToolStateExtractor
+from domains.tools.transcript import CallStatus, ToolStep, Transcript
+from guard.errors import ForewarnError
+from guard.langchain import _explain as explain
+from guard.langchain._messages import forewarn_data, mark, message_text
+from guard.langchain._lookahead import Turn, not_run, reflections, same_state
+from guard.langchain.review import REVIEW_TYPES, Review, ReviewType, parse_review, review_payload
+from guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
+from guard.policy import Policy
+from guard.runtime import Decision, Guard, Session
+from guard.spec import Action
+
+__all__ = ["Extractor", "ForewarnMiddleware", "GuardedRun", "Intervention", "Outcome"]
+
+Extractor = Callable[[Transcript], Mapping[str, Any]]
+"""A state extractor: what the agent did so far → the concrete state the spec reads."""
+
+ToolResult = ToolMessage | Command[Any]
+
+
+class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
+    """Guard every step of a ``create_agent`` agent with a Forewarn model.
+
+    Args:
+        guard: the guard (a learned, checked model and its policy).
+        extractor: what the agent did (a :class:`~domains.tools.Transcript`) → the
+            concrete state the guard's spec reads; ``ToolStateExtractor()`` when None.
+        policy: overrides the guard's thresholds and unseen-state action.
+        max_reflections: reflections per user message; past it, ``on_reflection_limit``.
+        on_reflection_limit: ``ask_human`` or ``stop`` (the default).
+        on_extraction_error: ``"raise"`` (the default) raises the
+            :class:`~domains.tools.ExtractionError` (or the ``PredicateError``) out of the
+            agent; ``reflect``, ``ask_human`` or ``stop`` acts on an unreadable call as
+            that. Never ``allow``: a call the guard cannot read is not waved through.
+        allowed_decisions: what a reviewer may answer (approve, edit, reject).
+        judge_unchanged: also act on calls that leave the watched (abstract) state as it
+            is. By default they pass: the guard already spoke when a tool led the run
+            into that state (its alert is in that tool's result), and judging again
+            would hold back every harmless step taken in a risky state.
+        max_runs: how many runs' sessions are kept for :meth:`get_run` (oldest dropped).
+        name: the middleware's name (to use two of them in one agent).
+
+    Raises:
+        ValueError: for a setting out of range, or an extractor whose initial state the
+            guard's predicates cannot read (``PredicateError``).
+    """
+
+    def __init__(self, guard: Guard, *, extractor: Extractor | None = None, policy: Policy | None = None,
+                 max_reflections: int = 2, on_reflection_limit: Action | str = Action.STOP,
+                 on_extraction_error: Action | Literal["raise"] | str = "raise",
+                 allowed_decisions: Sequence[ReviewType] = REVIEW_TYPES, judge_unchanged: bool = False,
+                 max_runs: int = 1024, name: str | None = None) -> None:
+        super().__init__()
+        self.guard = guard
+        self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
+        self.policy = policy
+        # One guard for all sessions, so its per-abstract-state decision cache is shared.
+        self._session_guard = guard if policy is None else guard.session(policy).guard
+        if max_reflections < 0:
+            raise ValueError(f"max_reflections={max_reflections!r} must be 0 or more")
+        self.max_reflections = max_reflections
+        limit = Action(on_reflection_limit)
+        if limit not in (Action.ASK_HUMAN, Action.STOP):
+            raise ValueError(f"on_reflection_limit={limit.value!r}: expected 'ask_human' or 'stop'")
+        self.on_reflection_limit = limit
+        self.on_extraction_error: Action | None = None
+        if on_extraction_error != "raise":
+            fallback = Action(on_extraction_error)
+            if fallback is Action.ALLOW:
+                raise ValueError("on_extraction_error='allow' would wave through calls the guard cannot read; "
+                                 "use 'raise', 'reflect', 'ask_human' or 'stop'")
+            self.on_extraction_error = fallback
+        unknown = [d for d in allowed_decisions if d not in REVIEW_TYPES]
+        if unknown or not allowed_decisions:
+            raise ValueError(f"allowed_decisions={list(allowed_decisions)!r}: choose from {list(REVIEW_TYPES)}")
+        self.allowed_decisions: tuple[ReviewType, ...] = tuple(allowed_decisions)
+        self.judge_unchanged = judge_unchanged
+        self.max_runs = max_runs
+        self._name = name
+        self._runs: OrderedDict[str, GuardedRun] = OrderedDict()
+        self._lock = threading.RLock()
+        self._last: str | None = None
+        # Fail now, not mid-run, if the extractor and the spec do not fit together.
+        guard.predicates.evaluate(self.extractor(Transcript()))
+
+    @property
+    def name(self) -> str:
+        return self._name or type(self).__name__
+
+    # -- runs ---------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> GuardedRun | None:
+        """The run with this id (the thread id, when the agent was invoked with one)."""
+        with self._lock:
+            return self._runs.get(run_id)
+
+    @property
+    def last_run(self) -> GuardedRun | None:
+        """The run the middleware worked on most recently."""
+        with self._lock:
+            return self._runs.get(self._last) if self._last is not None else None
+
+    def _run_of(self, messages: Sequence[BaseMessage]) -> GuardedRun:
+        run_id = _thread_id() or (f"run-{messages[0].id}" if messages and messages[0].id else "default")
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                run = self._runs[run_id] = GuardedRun(run_id, Session(self._session_guard))
+                while len(self._runs) > self.max_runs:
+                    self._runs.popitem(last=False)
+                self._replay(run, messages)
+            else:
+                self._runs.move_to_end(run_id)
+            self._last = run_id
+            return run
+
+    def _replay(self, run: GuardedRun, messages: Sequence[BaseMessage]) -> None:
+        """Commit what a run did so far to its fresh session: the initial state, then each
+        call's (monitors need the whole history)."""
+        done = run._transcripts.transcript(messages)
+        for k in range(len(done.steps) + 1):
+            step = done.steps[k - 1] if k else None
+            concrete = self._try_extract(Transcript(done.user_messages, done.steps[:k]), step)
+            if concrete is not None:
+                run.session.observe(concrete, action=None if step is None else {"tool": step.name, "args": step.args})
+
+    # -- hooks ----------------------------------------------------------------------
+
+    def wrap_model_call(self, request: ModelRequest[Any],
+                        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]) -> ModelCallResult[Any]:
+        messages = request.state["messages"]
+        stopped = _stopped_after_tool(messages)
+        if stopped is not None:
+            return stopped
+        return self._look_ahead(messages, handler(request))
+
+    async def awrap_model_call(self, request: ModelRequest[Any],
+                               handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+                               ) -> ModelCallResult[Any]:
+        messages = request.state["messages"]
+        stopped = _stopped_after_tool(messages)
+        if stopped is not None:
+            return stopped
+        return self._look_ahead(messages, await handler(request))
+
+    def wrap_tool_call(self, request: ToolCallRequest,
+                       handler: Callable[[ToolCallRequest], ToolResult]) -> ToolResult:
+        run, verdict = self._verdict_for(request)
+        if verdict is None or verdict.action is Action.ALLOW:
+            return self._after_tool(run, request, handler(request), None)
+        resolved = self._review(run, request, verdict)
+        if isinstance(resolved, ToolMessage):
+            return resolved
+        return self._after_tool(run, resolved[0], handler(resolved[0]), resolved[1])
+
+    async def awrap_tool_call(self, request: ToolCallRequest,
+                              handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]) -> ToolResult:
+        run, verdict = self._verdict_for(request)
+        if verdict is None or verdict.action is Action.ALLOW:
+            return self._after_tool(run, request, await handler(request), None)
+        resolved = self._review(run, request, verdict)
+        if isinstance(resolved, ToolMessage):
+            return resolved
+        return self._after_tool(run, resolved[0], await handler(resolved[0]), resolved[1])
+
+    # -- the look-ahead ---------------------------------------------------------------
+
+    def _look_ahead(self, messages: Sequence[BaseMessage], response: ModelResponse[Any]) -> ModelCallResult[Any]:
+        proposal = next((m for m in reversed(response.result) if isinstance(m, AIMessage)), None)
+        if proposal is None or not proposal.tool_calls:
+            return response
+        run = self._run_of(messages)
+        with self._lock:
+            base = run._transcripts.transcript(messages)
+            verdicts, added = Turn(self, run, base, messages).judge(proposal)
+            run._verdicts.update(verdicts)
+        if not added:
+            return response
+        return ModelResponse(result=[*response.result, *added], structured_response=response.structured_response)
+
+    def _verdict_for(self, request: ToolCallRequest) -> tuple[GuardedRun, Verdict | None]:
+        messages = request.state["messages"]
+        run = self._run_of(messages)
+        call_id = request.tool_call.get("id") or ""
+        with self._lock:
+            verdict = run._verdicts.get(call_id)
+            if verdict is None:  # judged in another process, or never: judge the turn again
+                verdict = self._rejudge(run, messages, call_id)
+            return run, verdict
+
+    def _rejudge(self, run: GuardedRun, messages: Sequence[BaseMessage], call_id: str) -> Verdict | None:
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if isinstance(message, AIMessage) and any(c["id"] == call_id for c in message.tool_calls):
+                before = messages[:index]
+                verdicts, _ = Turn(self, run, run._transcripts.transcript(before), before, record=False).judge(message)
+                run._verdicts.update(verdicts)
+                # a call the turn holds back (reflect, stop) never reaches a tool node: ask instead
+                return verdicts.get(call_id) or Verdict(Action.ASK_HUMAN, _unjudged(self, call_id))
+        return None
+
+    # -- approval -----------------------------------------------------------------------
+
+    def _review(self, run: GuardedRun, request: ToolCallRequest,
+                verdict: Verdict) -> tuple[ToolCallRequest, Review] | ToolMessage:
+        call = request.tool_call
+        decision = verdict.decision
+        review = parse_review(interrupt(review_payload(call["name"], call["args"], call.get("id"),
+                                                       verdict.description, decision, self.allowed_decisions)),
+                              self.allowed_decisions)
+        if review.type == "reject":
+            with self._lock:
+                run._verdicts.pop(call.get("id") or "", None)
+                run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
+                                         "rejected"))
+            reason = f" The user's reason: {review.message}" if review.message else ""
+            text = (f"The user rejected the call to {explain.describe_call(call['name'], call['args'])}; it was "
+                    f"not executed.{reason} Do not retry it unless the user asks for it.")
+            return not_run(call, text, {"action": "reject", "decision": decision.to_dict()})
+        if review.type == "approve":
+            with self._lock:
+                run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
+                                         "approved"))
+            return request, review
+        name = review.name or call["name"]
+        edited = {**call, "name": name, "args": review.args or {}}
+        tool = request.tool
+        if name != call["name"]:
+            tool = next((t for t in request.runtime.tools if t.name == name), None)
+            if tool is None:
+                names = ", ".join(sorted(t.name for t in request.runtime.tools))
+                raise ValueError(f"the reviewer edited call {call.get('id')!r} to tool {name!r}, which the agent "
+                                 f"does not have; its tools: {names}")
+        step = ToolStep(name, edited["args"], CallStatus.PROPOSED, id=call.get("id"), approved=True)
+        with self._lock:
+            self._extract(run._transcripts.transcript(request.state["messages"]).then(step), step)  # readable?
+            run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN, "edited"))
+        return request.override(tool_call=edited, tool=tool), review
+
+    # -- after a tool ran -------------------------------------------------------------
+
+    def _after_tool(self, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+                    review: Review | None) -> ToolResult:
+        call = request.tool_call
+        message = result if isinstance(result, ToolMessage) else _tool_message_in(result, call.get("id"))
+        text = message_text(message.content) if message is not None else None
+        error = message is not None and message.status == "error"
+        approved = review is not None
+        step = ToolStep(call["name"], call["args"], CallStatus.ERROR if error else CallStatus.SUCCESS, text,
+                        id=call.get("id"), approved=approved)
+        with self._lock:
+            run._verdicts.pop(call.get("id") or "", None)
+            transcript = run._transcripts.transcript(request.state["messages"]).then(step)
+            before = run.session.history[-1] if run.session.history else None
+            decision = self._decide(run.session, transcript, step, commit=True)
+        marks: dict[str, Any] = {"phase": "observed"}
+        notes: list[str] = []
+        if approved:
+            marks["approved"] = True
+        if review is not None and review.type == "edit":
+            marks["executed_call"] = {"name": call["name"], "args": call["args"]}
+            notes.append(f"Note: a human reviewer replaced your call before it ran; it ran as "
+                         f"{explain.describe_call(call['name'], call['args'])}. Do not re-issue your original call.")
+        news = decision.action is not Action.ALLOW and not (
+            not self.judge_unchanged and decision.action is not Action.STOP and before is not None
+            and before.action is not None and same_state(before.decision, decision))
+        if news:  # a risky state the look-ahead could not see (or did, and a human let it through)
+            words = explain.after_call(self.guard, decision)
+            marks.update(action=decision.action.value, explanation=words, decision=decision.to_dict())
+            notes.append(words)
+            with self._lock:
+                run._record(Intervention(call.get("id"), call["name"], call["args"], decision, decision.action,
+                                         "alerted"))
+        if message is None or len(marks) == 1:
+            return result
+        content: Any = message.content
+        for note in notes:
+            content = _append(content, note)
+        marked = mark(message.model_copy(update={"content": content}), marks)
+        if isinstance(result, ToolMessage):
+            return marked
+        update = dict(result.update) if isinstance(result.update, dict) else {}
+        update["messages"] = [marked if m is message else m for m in update.get("messages", [])]
+        return replace(result, update=update)
+
+    # -- states and decisions ---------------------------------------------------------
+
+    def _extract(self, transcript: Transcript, step: ToolStep | None) -> Mapping[str, Any]:
+        """The concrete state; a user's extractor failing is an ExtractionError naming the call."""
+        try:
+            return self.extractor(transcript)
+        except ForewarnError:
+            raise
+        except Exception as exc:
+            name = step.name if step is not None else "<no call>"
+            raise ExtractionError(name, step.args if step is not None else None,
+                                  f"the extractor raised {type(exc).__name__}: {exc}") from exc
+
+    def _try_extract(self, transcript: Transcript, step: ToolStep | None) -> Mapping[str, Any] | None:
+        """As :meth:`_extract`, or None where a fallback action is configured (for states that
+        are only recorded: the fallback acts where a call is judged)."""
+        try:
+            return self._extract(transcript, step)
+        except ForewarnError:
+            if self.on_extraction_error is None:
+                raise
+            return None
+
+    def _decide(self, session: Session, transcript: Transcript, step: ToolStep, *, commit: bool) -> Decision:
+        try:
+            concrete = self._extract(transcript, step)
+            if commit:
+                return session.observe(concrete, action={"tool": step.name, "args": step.args})
+            return session.preview(concrete)
+        except ForewarnError as exc:  # ExtractionError, or a PredicateError on the state
+            if self.on_extraction_error is None:
+                raise
+            return self._fallback(step.name, str(exc))
+
+    def _fallback(self, tool: str, reason: str) -> Decision:
+        assert self.on_extraction_error is not None
+        return Decision(self.on_extraction_error, None, None, self.guard.property, {},
+                        f"Forewarn cannot read the call to `{tool}` ({reason}), so it cannot judge its risk; "
+                        f"the configured action for such calls is '{self.on_extraction_error.value}'.",
+                        known=False)
+
+
+def _unjudged(middleware: ForewarnMiddleware, call_id: str) -> Decision:
+    return Decision(Action.ASK_HUMAN, None, None, middleware.guard.property, {},
+                    f"Forewarn held back call {call_id!r} when the model proposed it; it reached a tool anyway, so "
+                    f"a human decides.", known=False)
+
+
+def _thread_id() -> str | None:
+    try:
+        configurable = get_config().get("configurable", {})
+    except RuntimeError:  # outside a runnable context
+        return None
+    thread = configurable.get("thread_id")
+    return None if thread is None else str(thread)
+
+
+def _stopped_after_tool(messages: Sequence[BaseMessage]) -> AIMessage | None:
+    """The run's final message when a tool that just ran led to a state the policy stops at."""
+    for message in reversed(messages):
+        if not isinstance(message, ToolMessage):
+            return None
+        data = forewarn_data(message)
+        if data and data.get("phase") == "observed" and data.get("action") == Action.STOP.value:
+            text = f"Forewarn stopped this run after `{message.name}` ran. {data.get('explanation', '')}".strip()
+            return mark(AIMessage(content=text, name="forewarn"), {"phase": "stopped", "action": "stop"})
+    return None
+
+
+def _tool_message_in(command: Command[Any], call_id: str | None) -> ToolMessage | None:
+    update = command.update
+    if not isinstance(update, dict):
+        return None
+    for message in update.get("messages", []) or []:
+        if isinstance(message, ToolMessage) and message.tool_call_id == call_id:
+            return message
+    return None
+
+
+def _append(content: Any, text: str) -> Any:
+    if isinstance(content, str):
+        return f"{content}\n\n{text}" if content else text
+    if isinstance(content, list):
+        return [*content, {"type": "text", "text": text}]
+    return text

@@ -1,0 +1,47 @@
+"""From LangChain messages to transcripts: what counts as done, and the incremental cache."""
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from domains.tools import CallStatus
+from guard.langchain._messages import TranscriptCache, mark, transcript_from_messages
+from guard.langchain.testing import ScriptedChatModel, tool_calls
+
+
+def call(call_id: str, name: str = "shell", **args: object) -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": name, "args": args or {"command": "ls"}, "id": call_id}],
+                     id=f"ai-{call_id}")
+
+
+def result(call_id: str, text: str = "ok", **kwargs: object) -> ToolMessage:
+    return ToolMessage(content=text, tool_call_id=call_id, id=f"tool-{call_id}", **kwargs)  # type: ignore[arg-type]
+
+
+def test_only_calls_that_ran_count() -> None:
+    held = mark(result("c2", "held back"), {"executed": False})
+    hitl = result("c3", "rejected", status="error").model_copy(update={"additional_kwargs": {
+        "lc_source": "hitl_interrupt_decision", "lc_data": {"decision": "reject"}}})
+    harness = HumanMessage("summary of earlier turns").model_copy(update={"additional_kwargs": {
+        "lc_source": "summarization"}})
+    messages = [HumanMessage("do it", id="h"), harness, call("c1"), result("c1", status="error"), call("c2"), held,
+                call("c3"), hitl, call("c4"), result("c4", [{"type": "text", "text": "block"}]), call("c5")]
+    transcript = transcript_from_messages(messages, approved=["c4"])
+    assert transcript.user_messages == ("do it",)
+    assert [(s.id, s.status, s.result, s.approved) for s in transcript.steps] == [
+        ("c1", CallStatus.ERROR, "ok", False), ("c4", CallStatus.SUCCESS, "block", True)]
+
+
+def test_the_cache_gives_what_a_full_read_gives_at_every_step() -> None:
+    model = ScriptedChatModel(script=[tool_calls(("shell", {"command": "ls"}), ("shell", {"command": "pwd"})), "x"])
+    first = model.invoke([HumanMessage("go")])
+    messages = [HumanMessage("go", id="h"), first.model_copy(update={"id": "a1"})]
+    ids = [c["id"] for c in first.tool_calls]
+    sequence = [*messages, result(ids[0]), result(ids[1]), HumanMessage("again", id="h2"), call("c9"), result("c9")]
+    cache = TranscriptCache()
+    for end in range(1, len(sequence) + 1):
+        prefix = sequence[:end]
+        assert cache.transcript(prefix) == transcript_from_messages(prefix)
+    # earlier messages replaced (a summary): read again from the start
+    rewritten = [HumanMessage("summary", id="s"), call("c10"), result("c10")]
+    assert cache.transcript(rewritten) == transcript_from_messages(rewritten)
+    assert cache.transcript(sequence) == transcript_from_messages(sequence)
