@@ -118,8 +118,9 @@ def build_sparse_dtmc(matrix: Any, labels: Mapping[str, Sequence[int]], *,
     labeling = _models.StateLabeling(n)
     for name, states in labels.items():
         labeling.add_label(name)
-        for state in states:
-            labeling.add_label_to_state(name, int(state))
+        mask = np.zeros(n, dtype=bool)
+        mask[np.asarray(states, dtype=np.int64)] = True
+        labeling.set_states(name, _ds.BitVector(n, np.flatnonzero(mask).tolist()))
     components = _models.SparseModelComponents[value_type](transition_matrix=transitions, state_labeling=labeling)
     return _models.SparseDtmc[value_type](components)
 
