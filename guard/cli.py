@@ -256,50 +256,6 @@ def export(
     export_drn(loaded.dtmc, output)
 
 
-@app.command()
-def replay(
-    traces: Annotated[list[Path], typer.Argument(help="JSONL trace files to replay.")],
-    model: Annotated[Path, typer.Option("--model", "-m", help="Model file.")],
-    theta: Annotated[str, typer.Option(help="Comma-separated thresholds on p_safe.")] = "0.1,0.3,0.5,0.7,0.9",
-    period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step "
-                                                         "(default: the period the model was learned with).")]
-    = None,
-    format: Annotated[Format, typer.Option("--format")] = Format.table,
-) -> None:
-    """Replay logged runs: detection, false alarms, advance warning and calibration per θ."""
-    from guard.replay import replay as run_replay
-    from guard.pipeline import read_trace_files
-
-    try:
-        thetas = [float(x) for x in theta.split(",") if x.strip()]
-    except ValueError as exc:
-        raise ForewarnError(f"--theta: expected comma-separated numbers, got {theta!r}") from exc
-    if not thetas or any(not 0.0 <= t <= 1.0 for t in thetas):
-        raise ForewarnError(f"--theta: thresholds must lie in [0, 1], got {theta!r}")
-    guard = Guard.load(model)
-    if period is None:
-        period = guard.model.provenance.get("period_seconds")
-
-    def runs() -> Any:
-        return read_trace_files(traces, period=period)
-
-    report = run_replay(guard, runs(), thetas)
-    if format is Format.json:
-        _print_json([{**t.__dict__, "brier": report.brier} for t in report.thetas])
-        return
-    table = Table(title=f"replay of {report.runs} runs ({report.steps} steps) against {model}")
-    for column in ("θ", "unsafe", "detected", "rate", "safe", "false alarms", "rate", "advance steps",
-                   "advance s"):
-        table.add_column(column, justify="right")
-    for t in report.thetas:
-        table.add_row(f"{t.theta:g}", str(t.n_unsafe), str(t.detected), _pct(t.detection_rate), str(t.n_safe),
-                      str(t.false_alarms), _pct(t.false_alarm_rate), _fmt(t.mean_advance_steps, 2),
-                      _fmt(t.mean_advance_seconds, 2))
-    out.print(table)
-    out.print(f"Brier score of p_unsafe against outcomes: {_fmt(report.brier)}"
-              f" ({report.unseen_steps} steps in states the model never saw)")
-
-
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.1%}"
 
@@ -323,9 +279,11 @@ def demo(
 
 def _register_plugins() -> None:
     """Commands that live with their subsystems (imported lazily: heavy back-ends load on use)."""
+    from guard.evaluation.cli import register as register_evaluation
     from guard.llmcheck.cli import register as register_llmcheck
 
     register_llmcheck(app)
+    register_evaluation(app)
 
 
 _register_plugins()

@@ -1,43 +1,144 @@
-"""Offline replay: how early and how reliably a model would have warned on logged runs.
+"""Offline replay: how early, how reliably and how well calibrated a model would have warned.
 
 An alarm at threshold θ is a step whose p_safe is below θ (or an unseen abstract state,
 when the policy acts on those). A violating run counts as detected only when an alarm
 came strictly before its first violation; a run that never violates and raised any
-alarm is a false alarm.
+alarm is a false alarm. A run's first violation is the first step whose decision has
+``unsafe_now`` (the spec's unsafe condition holds or a monitor is in ``viol``); nothing
+after it is replayed.
+
+Besides the figures of the paper's Table 1 (advance warning) this module tells what
+``stop`` at θ would have done to the logged runs (Table 3: violations prevented, runs cut
+short, task completion when runs carry ``meta.success``) and how well ``p_unsafe`` is
+calibrated against what happened, per step and per run. :func:`summarize` works on any
+per-step risk, so the baselines of :mod:`guard.evaluation.baselines` are scored by the
+same code as the model.
 """
 from __future__ import annotations
 
+import re
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
+from guard.evaluation.calibration import Calibration, calibrate
 from guard.runtime import Guard
 from guard.spec import Action
 from guard.traces import Run, abstract_run
 
-__all__ = ["RunReplay", "ThetaReport", "ReplayReport", "replay_run", "replay"]
+__all__ = ["RunReplay", "Spread", "StopOutcome", "ThetaReport", "ReplayReport", "replay_run", "replay",
+           "summarize", "rate_curve", "horizon_of"]
+
+MonitorStates = tuple[int, ...]
 
 
 @dataclass(frozen=True)
 class RunReplay:
-    """One run seen through the model: per-step risk, first violation, times."""
+    """One run seen through a risk source (the model or a baseline).
+
+    Attributes:
+        p_unsafe: risk per replayed step; ``None`` where the abstract state was never seen.
+        violation: index of the first unsafe step, or ``None`` for a safe run.
+        times: each replayed step's ``t`` (``None`` where the log has none).
+        meta: the run's ``meta`` (``success`` there marks task success).
+        length: the number of steps of the logged run (replay stops at the violation).
+        abstract, monitor_states: the product state of every replayed step.
+    """
 
     id: str
-    p_unsafe: list[float | None]  # None where the abstract state was never seen
-    violation: int | None  # index of the first unsafe step
+    p_unsafe: list[float | None]
+    violation: int | None
     times: list[float | None]
+    meta: dict[str, Any] = field(default_factory=dict)
+    length: int | None = None
+    abstract: tuple[int, ...] = ()
+    monitor_states: tuple[MonitorStates, ...] = ()
 
     @property
     def unsafe(self) -> bool:
         return self.violation is not None
 
+    @property
+    def success(self) -> bool | None:
+        """``meta.success`` when the log gives it as a boolean."""
+        value = self.meta.get("success")
+        return value if isinstance(value, bool) else None
+
+    def _alarms(self, p: float | None, theta: float, unseen_alarms: bool) -> bool:
+        return (p is None and unseen_alarms) or (p is not None and 1.0 - p < theta)
+
     def first_alarm(self, theta: float, unseen_alarms: bool) -> int | None:
         last = self.violation if self.violation is not None else len(self.p_unsafe) - 1
         for i in range(last + 1):
-            p = self.p_unsafe[i]
-            if (p is None and unseen_alarms) or (p is not None and 1.0 - p < theta):
+            if self._alarms(self.p_unsafe[i], theta, unseen_alarms):
                 return i
         return None
+
+    def alarm_steps(self, theta: float, unseen_alarms: bool) -> int:
+        """Steps before the violation (or up to the end) that raise an alarm: the prompts
+        ``reflect`` would send, or the approvals ``ask_human`` would request, were every one ignored."""
+        end = self.violation if self.violation is not None else len(self.p_unsafe)
+        return sum(self._alarms(p, theta, unseen_alarms) for p in self.p_unsafe[:end])
+
+    def min_p_safe(self, unseen_alarms: bool) -> float:
+        """The lowest p_safe an alarm could fire on: before the violation, or over the whole safe run.
+
+        ``-inf`` when an unseen state alarms there; ``inf`` when no step is scored.
+        """
+        end = self.violation if self.violation is not None else len(self.p_unsafe)
+        low = float("inf")
+        for p in self.p_unsafe[:end]:
+            if p is None:
+                if unseen_alarms:
+                    return float("-inf")
+            elif 1.0 - p < low:
+                low = 1.0 - p
+        return low
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Distribution of a list of numbers: count, mean, median, stdev, quartiles, range."""
+
+    n: int
+    mean: float
+    median: float
+    stdev: float | None
+    q1: float
+    q3: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread | None:
+        if not values:
+            return None
+        if len(values) == 1:
+            v = float(values[0])
+            return cls(1, v, v, None, v, v, v, v)
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+        return cls(len(values), statistics.fmean(values), float(statistics.median(values)),
+                   statistics.stdev(values), q1, q3, float(min(values)), float(max(values)))
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    """What ``stop`` at θ would have done: end every run at its first alarm.
+
+    ``unsafe_rate`` and ``completion_rate`` are the paper's Table 3 columns (over all
+    runs, and over the runs whose ``meta.success`` is a boolean).
+    """
+
+    prevented: int  # violations with an alarm strictly before them
+    still_unsafe: int
+    cut_short: int  # safe runs stopped: they would have finished without a violation
+    completions_lost: int  # runs that completed their task and would have been stopped
+    unsafe_rate: float | None
+    completion_rate: float | None
 
 
 @dataclass(frozen=True)
@@ -53,75 +154,210 @@ class ThetaReport:
     median_advance_steps: float | None
     mean_advance_seconds: float | None
     median_advance_seconds: float | None
+    advance_steps: Spread | None = None
+    advance_seconds: Spread | None = None
+    unsafe_at_start: int = 0  # violations at the first step: no replay can warn of them
+    stop: StopOutcome | None = None
+    prompts_per_run: float | None = None  # alarm steps per run (reflect prompts / approvals)
+    prompts_per_safe_run: float | None = None
 
 
 @dataclass(frozen=True)
 class ReplayReport:
+    """Figures of one replay. ``brier`` is the per-step Brier score (the contract's)."""
+
     runs: int
     steps: int
     unseen_steps: int
     brier: float | None
     thetas: list[ThetaReport] = field(default_factory=list)
+    calibration_step: Calibration | None = None
+    calibration_run: Calibration | None = None
+    unsafe_rate: float | None = None  # runs that violate, unguarded
+    runs_with_success: int = 0
+    completion_rate: float | None = None  # runs that complete their task, unguarded
+    horizon: int | None = None  # outcomes are "violation within h steps" for F<=h properties
+    unseen_alarms: bool = True
+    baselines: dict[str, ReplayReport] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    replays: list[RunReplay] = field(default_factory=list, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, object]:
-        return {"runs": self.runs, "steps": self.steps, "unseen_steps": self.unseen_steps, "brier": self.brier,
-                "thetas": [asdict(t) for t in self.thetas]}
+        out: dict[str, object] = {
+            "runs": self.runs, "steps": self.steps, "unseen_steps": self.unseen_steps, "brier": self.brier,
+            "thetas": [asdict(t) for t in self.thetas],
+            "calibration": {"step": None if self.calibration_step is None else self.calibration_step.to_dict(),
+                            "run": None if self.calibration_run is None else self.calibration_run.to_dict()},
+            "unsafe_rate": self.unsafe_rate, "runs_with_success": self.runs_with_success,
+            "completion_rate": self.completion_rate, "horizon": self.horizon, "notes": list(self.notes)}
+        if self.baselines:
+            out["baselines"] = {name: b.to_dict() for name, b in self.baselines.items()}
+        return out
+
+    def theta_entries(self) -> list[dict[str, object]]:
+        """``replay --format json``: one object per θ with the contract's keys, and more."""
+        step, run = self.calibration_step, self.calibration_run
+        entries = []
+        for t in self.thetas:
+            entry: dict[str, object] = {**asdict(t), "brier": self.brier,
+                                        "ece": None if step is None else step.ece,
+                                        "brier_run": None if run is None else run.brier,
+                                        "ece_run": None if run is None else run.ece}
+            if self.baselines:
+                entry["baselines"] = {name: _baseline_entry(b, t.theta) for name, b in self.baselines.items()}
+            entries.append(entry)
+        return entries
+
+
+def _baseline_entry(report: ReplayReport, theta: float) -> dict[str, object]:
+    t = next(x for x in report.thetas if x.theta == theta)
+    return {"detection_rate": t.detection_rate, "false_alarm_rate": t.false_alarm_rate,
+            "mean_advance_steps": t.mean_advance_steps, "mean_advance_seconds": t.mean_advance_seconds,
+            "brier": report.brier, "ece": None if report.calibration_step is None else report.calibration_step.ece}
+
+
+_BOUNDED = re.compile(r'^\s*P\s*=\s*\?\s*\[\s*F\s*<=\s*(\d+)\s*"unsafe"\s*\]\s*$')
+
+
+def horizon_of(formula: str) -> int | None:
+    """``h`` for a query ``P=? [F<=h "unsafe"]``, else ``None`` (outcome: the run violates at all)."""
+    match = _BOUNDED.match(formula)
+    return int(match.group(1)) if match else None
 
 
 def replay_run(guard: Guard, run: Run) -> RunReplay:
     """Risk at every step of a run, up to and including its first violation."""
     risks: list[float | None] = []
+    abstract: list[int] = []
+    monitor_states: list[MonitorStates] = []
     violation = None
     q = None
     for i, bits in enumerate(abstract_run(run, guard.predicates)):
         q = guard.first_monitor_states(bits) if q is None else guard.next_monitor_states(q, bits)
         decision = guard.decide_product(bits, q)
         risks.append(decision.p_unsafe)
+        abstract.append(bits)
+        monitor_states.append(q)
         if decision.unsafe_now:
             violation = i
             break
-    return RunReplay(run.id, risks, violation, run.times()[:len(risks)])
+    return RunReplay(run.id, risks, violation, run.times()[:len(risks)], meta=run.meta, length=len(run.steps),
+                     abstract=tuple(abstract), monitor_states=tuple(monitor_states))
 
 
-def replay(guard: Guard, runs: Iterable[Run], thetas: Sequence[float]) -> ReplayReport:
-    """Replay runs through a guard and summarise per threshold."""
-    replays = [replay_run(guard, run) for run in runs]
-    unseen_alarms = guard.policy.unseen_state is not Action.ALLOW
-    squared, scored, unseen, steps = 0.0, 0, 0, 0
+def replay(guard: Guard, runs: Iterable[Run], thetas: Sequence[float], *,
+           on_run: Callable[[int], None] | None = None) -> ReplayReport:
+    """Replay runs through a guard and summarise per threshold.
+
+    Args:
+        guard: the model under its policy (the policy's ``unseen_state`` decides whether
+            a state the model never saw raises an alarm).
+        runs: runs in the contract's format (consumed once).
+        thetas: thresholds on p_safe.
+        on_run: called with the number of runs replayed so far (progress bars).
+    """
+    replays = []
+    for n, run in enumerate(runs, start=1):
+        replays.append(replay_run(guard, run))
+        if on_run is not None:
+            on_run(n)
+    return summarize(replays, thetas, unseen_alarms=guard.policy.unseen_state is not Action.ALLOW,
+                     horizon=horizon_of(guard.property))
+
+
+def _rate(count: int, total: int) -> float | None:
+    return count / total if total else None
+
+
+def _outcome(r: RunReplay, i: int, horizon: int | None) -> bool:
+    return r.violation is not None and (horizon is None or r.violation - i <= horizon)
+
+
+def summarize(replays: Sequence[RunReplay], thetas: Sequence[float], *, unseen_alarms: bool,
+              horizon: int | None = None) -> ReplayReport:
+    """The per-θ figures and the calibration of replayed runs (any risk source).
+
+    Calibration scores every step strictly before a run's first violation (the
+    violating step predicts nothing) whose risk is known, against whether the run goes
+    on to violate (within ``horizon`` steps when the property is ``F<=horizon``); per
+    run, the first step's risk against the run's outcome.
+    """
+    steps = sum(len(r.p_unsafe) for r in replays)
+    unseen = 0
+    step_pairs: list[tuple[float, bool]] = []
+    run_pairs: list[tuple[float, bool]] = []
     for r in replays:
-        outcome = 1.0 if r.unsafe else 0.0
-        horizon = r.violation if r.violation is not None else len(r.p_unsafe)
-        steps += len(r.p_unsafe)
-        for p in r.p_unsafe[:horizon]:  # the violating step itself predicts nothing
+        horizon_end = r.violation if r.violation is not None else len(r.p_unsafe)
+        for i, p in enumerate(r.p_unsafe[:horizon_end]):
             if p is None:
                 unseen += 1
             else:
-                squared += (p - outcome) ** 2
-                scored += 1
-    reports = []
+                step_pairs.append((p, _outcome(r, i, horizon)))
+        if horizon_end > 0 and r.p_unsafe[0] is not None:
+            run_pairs.append((r.p_unsafe[0], _outcome(r, 0, horizon)))
+    by_step, by_run = calibrate(step_pairs), calibrate(run_pairs)
     n_unsafe = sum(r.unsafe for r in replays)
     n_safe = len(replays) - n_unsafe
-    for theta in thetas:
-        advance_steps: list[float] = []
-        advance_seconds: list[float] = []
-        false_alarms = 0
-        for r in replays:
-            alarm = r.first_alarm(theta, unseen_alarms)
-            if r.violation is None:
-                false_alarms += alarm is not None
-            elif alarm is not None and alarm < r.violation:
+    with_success = [r for r in replays if r.success is not None]
+    completed = sum(bool(r.success) for r in with_success)
+    reports = [_theta_report(replays, theta, unseen_alarms, n_unsafe, n_safe, with_success) for theta in thetas]
+    return ReplayReport(runs=len(replays), steps=steps, unseen_steps=unseen, brier=by_step.brier, thetas=reports,
+                        calibration_step=by_step, calibration_run=by_run,
+                        unsafe_rate=_rate(n_unsafe, len(replays)), runs_with_success=len(with_success),
+                        completion_rate=_rate(completed, len(with_success)), horizon=horizon,
+                        unseen_alarms=unseen_alarms, replays=list(replays))
+
+
+def _theta_report(replays: Sequence[RunReplay], theta: float, unseen_alarms: bool, n_unsafe: int, n_safe: int,
+                  with_success: Sequence[RunReplay]) -> ThetaReport:
+    advance_steps: list[float] = []
+    advance_seconds: list[float] = []
+    false_alarms = at_start = 0
+    prompts = safe_prompts = 0
+    for r in replays:
+        alarm = r.first_alarm(theta, unseen_alarms)
+        count = r.alarm_steps(theta, unseen_alarms)
+        prompts += count
+        if r.violation is None:
+            false_alarms += alarm is not None
+            safe_prompts += count
+        else:
+            at_start += r.violation == 0
+            if alarm is not None and alarm < r.violation:
                 advance_steps.append(r.violation - alarm)
                 t_alarm, t_violation = r.times[alarm], r.times[r.violation]
                 if t_alarm is not None and t_violation is not None:
                     advance_seconds.append(t_violation - t_alarm)
-        reports.append(ThetaReport(
-            theta=theta, n_unsafe=n_unsafe, n_safe=n_safe, detected=len(advance_steps), false_alarms=false_alarms,
-            detection_rate=len(advance_steps) / n_unsafe if n_unsafe else None,
-            false_alarm_rate=false_alarms / n_safe if n_safe else None,
-            mean_advance_steps=statistics.fmean(advance_steps) if advance_steps else None,
-            median_advance_steps=statistics.median(advance_steps) if advance_steps else None,
-            mean_advance_seconds=statistics.fmean(advance_seconds) if advance_seconds else None,
-            median_advance_seconds=statistics.median(advance_seconds) if advance_seconds else None,
-        ))
-    return ReplayReport(runs=len(replays), steps=steps, unseen_steps=unseen,
-                        brier=squared / scored if scored else None, thetas=reports)
+    detected = len(advance_steps)
+    completions_kept = sum(bool(r.success) and r.first_alarm(theta, unseen_alarms) is None for r in with_success)
+    completions = sum(bool(r.success) for r in with_success)
+    stop = StopOutcome(prevented=detected, still_unsafe=n_unsafe - detected, cut_short=false_alarms,
+                       completions_lost=completions - completions_kept,
+                       unsafe_rate=_rate(n_unsafe - detected, len(replays)),
+                       completion_rate=_rate(completions_kept, len(with_success)))
+    steps_spread, seconds_spread = Spread.of(advance_steps), Spread.of(advance_seconds)
+    return ThetaReport(
+        theta=theta, n_unsafe=n_unsafe, n_safe=n_safe, detected=detected, false_alarms=false_alarms,
+        detection_rate=_rate(detected, n_unsafe), false_alarm_rate=_rate(false_alarms, n_safe),
+        mean_advance_steps=None if steps_spread is None else steps_spread.mean,
+        median_advance_steps=None if steps_spread is None else steps_spread.median,
+        mean_advance_seconds=None if seconds_spread is None else seconds_spread.mean,
+        median_advance_seconds=None if seconds_spread is None else seconds_spread.median,
+        advance_steps=steps_spread, advance_seconds=seconds_spread, unsafe_at_start=at_start, stop=stop,
+        prompts_per_run=_rate(prompts, len(replays)), prompts_per_safe_run=_rate(safe_prompts, n_safe))
+
+
+def rate_curve(replays: Sequence[RunReplay], thetas: Sequence[float] | NDArray[np.float64], *,
+               unseen_alarms: bool) -> tuple[list[float | None], list[float | None]]:
+    """Detection and false-alarm rates at many thresholds at once (for curves).
+
+    A run is flagged at θ exactly when its lowest p_safe before the violation (over the
+    whole run when it is safe) is below θ, so one sort per kind of run gives every θ.
+    """
+    unsafe = np.sort([r.min_p_safe(unseen_alarms) for r in replays if r.unsafe])
+    safe = np.sort([r.min_p_safe(unseen_alarms) for r in replays if not r.unsafe])
+    grid = np.asarray(thetas, dtype=float)
+    detection = np.searchsorted(unsafe, grid, side="left") / len(unsafe) if len(unsafe) else None
+    false_alarm = np.searchsorted(safe, grid, side="left") / len(safe) if len(safe) else None
+    return ([None] * len(grid) if detection is None else detection.tolist(),
+            [None] * len(grid) if false_alarm is None else false_alarm.tolist())

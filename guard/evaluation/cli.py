@@ -1,0 +1,351 @@
+"""``forewarn replay``, ``forewarn evaluate`` and ``forewarn ingest``.
+
+The lead wires them in ``guard/cli.py`` with ``register(app)``. matplotlib is imported
+only when a report or plots are asked for, so the commands stay quick without them.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from guard.errors import ForewarnError
+from guard.ingest import InputFormat, read_input
+from guard.replay import ReplayReport
+
+__all__ = ["register", "replay", "evaluate", "ingest", "parse_thetas"]
+
+out = Console()
+err = Console(stderr=True)
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class MethodOption(str, Enum):
+    sound = "sound"
+    topological = "topological"
+    exact = "exact"
+
+
+class MismatchOption(str, Enum):
+    error = "error"
+    simulator = "simulator"
+
+
+def parse_thetas(text: str) -> list[float]:
+    """``"0.1,0.5"`` → ``[0.1, 0.5]``; every threshold must lie in [0, 1]."""
+    try:
+        thetas = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ForewarnError(f"--theta: expected comma-separated numbers, got {text!r}") from exc
+    if not thetas or any(not 0.0 <= t <= 1.0 for t in thetas):
+        raise ForewarnError(f"--theta: thresholds must lie in [0, 1], got {text!r}")
+    return thetas
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+@contextmanager
+def _progress(label: str, total: int | None = None) -> Iterator[Callable[..., None]]:
+    """A progress bar on stderr when it is a terminal; yields ``update(completed=..., description=...)``."""
+    columns = [TextColumn("{task.description}"), BarColumn(),
+               MofNCompleteColumn() if total else TextColumn("{task.completed} runs"), TimeElapsedColumn()]
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
+        task = progress.add_task(label, total=total)
+
+        def update(**fields: Any) -> None:
+            progress.update(task, **fields)
+
+        yield update
+
+
+def _write_outputs(report: ReplayReport, *, html_path: Path | None, plots_dir: Path | None, run_id: str | None,
+                   render: Callable[[Any, Any], str], folds: Sequence[ReplayReport] = ()) -> None:
+    if html_path is None and plots_dir is None:
+        return
+    from guard.evaluation.plots import report_images, save_images
+
+    if run_id is not None and not any(r.id == run_id for r in report.replays):
+        raise ForewarnError(f"--run: no replayed run has the id {run_id!r}")
+    with _progress("drawing figures") as update:
+        images, chosen = report_images(report, run_id=run_id, folds=folds)
+        update(description="writing")
+        try:
+            if plots_dir is not None:
+                for path in save_images(images, plots_dir):
+                    err.print(f"wrote {path}", highlight=False)
+            if html_path is not None:
+                _atomic_write(html_path, render(images, chosen))
+                err.print(f"wrote {html_path}", highlight=False)
+        except OSError as exc:
+            raise ForewarnError(f"cannot write the report: {exc.strerror} ({exc.filename})") from exc
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write through a temporary file beside ``path``: a failure leaves no half-written report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _in_sample(traces: Sequence[Path], provenance: dict[str, Any]) -> list[str]:
+    """Replayed files the model was learned from (same SHA-256): its figures there are in-sample."""
+    from guard.traces import file_digest
+
+    learned = {entry.get("sha256") for entry in provenance.get("inputs", [])}
+    same = []
+    for path in traces:
+        try:
+            if file_digest(path) in learned:
+                same.append(str(path))
+        except OSError:
+            continue
+    return same
+
+
+def replay(
+    traces: Annotated[list[Path], typer.Argument(help="Trace files to replay (JSONL, columnar or action logs).")],
+    model: Annotated[Path, typer.Option("--model", "-m", help="Model file.")],
+    theta: Annotated[str, typer.Option(help="Comma-separated thresholds on p_safe.")] = "0.1,0.3,0.5,0.7,0.9",
+    period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step "
+                                                         "(default: the period the model was learned with).")]
+    = None,
+    format: Annotated[Format, typer.Option("--format")] = Format.table,
+    report: Annotated[Optional[Path], typer.Option("--report", help="Write a self-contained HTML report.")] = None,
+    plots: Annotated[Optional[Path], typer.Option("--plots", help="Write the report's figures as PNG here.")]
+    = None,
+    run: Annotated[Optional[str], typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
+    = None,
+    input_format: Annotated[InputFormat, typer.Option("--input-format", help="Format of the trace files.")]
+    = InputFormat.auto,
+    baseline_traces: Annotated[Optional[list[Path]], typer.Option(
+        "--baseline-traces", help="Runs to fit the empirical-frequency baseline on (default: the replayed runs, "
+                                  "each left out of its own scoring).")] = None,
+) -> None:
+    """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
+    from guard.evaluation.baselines import score_baselines, trace_run
+    from guard.replay import replay as run_replay
+    from guard.runtime import Guard
+
+    thetas = parse_thetas(theta)
+    guard = Guard.load(model)
+    if period is None:
+        period = guard.model.provenance.get("period_seconds")
+    with _progress("replaying") as update:
+        result = run_replay(guard, read_input(traces, input_format, period=period), thetas,
+                            on_run=lambda n: update(completed=n))
+        train = None
+        if baseline_traces:
+            update(description="baseline runs", completed=0)
+            train = [trace_run(r, guard.predicates, guard.monitors)
+                     for r in read_input(baseline_traces, input_format, period=period)]
+        baselines = score_baselines(result.replays, thetas, predicates=guard.predicates, monitors=guard.monitors,
+                                    train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon)
+    notes = list(result.notes)
+    same = _in_sample(traces, guard.model.provenance)
+    if same:
+        notes.append(f"The model was learned from {', '.join(same)}: these figures are in-sample and flatter it. "
+                     "Replay runs it never saw, or use `forewarn evaluate` for cross-validated figures.")
+    if train is None:
+        notes.append("The empirical-frequency baseline was fitted on the replayed runs, each left out of its own "
+                     "scoring (pass --baseline-traces to fit it on other runs).")
+    result = replace(result, baselines=baselines, notes=notes)
+    if format is Format.json:
+        _print_json(result.theta_entries())
+    else:
+        _print_replay(result, f"replay of {result.runs} runs ({result.steps} steps) against {model}")
+    if report is not None or plots is not None:
+        from guard.evaluation.report import replay_html
+
+        context = {"model": str(model), "traces": ", ".join(map(str, traces)), "spec": guard.model.spec.name,
+                   "property": guard.property}
+        _write_outputs(result, html_path=report, plots_dir=plots, run_id=run,
+                       render=lambda images, chosen: replay_html(result, images, chosen, context=context))
+
+
+def _print_replay(report: ReplayReport, title: str, evaluation: Any = None) -> None:
+    table = Table(title=title)
+    columns = ["θ", "warned in time", "false alarms", "advance steps", "median [IQR]", "advance s", "alarms/run"]
+    if evaluation is not None:
+        columns += ["detection over folds", "false alarms over folds"]
+    for column in columns:
+        table.add_column(column, justify="right")
+    for t in report.thetas:
+        spread = t.advance_steps
+        iqr = "–" if spread is None else f"{spread.median:g} [{spread.q1:g}–{spread.q3:g}]"
+        row = [f"{t.theta:g}", f"{t.detected}/{t.n_unsafe} {_pct(t.detection_rate)}",
+               f"{t.false_alarms}/{t.n_safe} {_pct(t.false_alarm_rate)}", _fmt(t.mean_advance_steps), iqr,
+               _fmt(t.mean_advance_seconds), _fmt(t.prompts_per_run)]
+        if evaluation is not None:
+            row += [_over(evaluation.over_folds(t.theta, "detection_rate")),
+                    _over(evaluation.over_folds(t.theta, "false_alarm_rate"))]
+        table.add_row(*row)
+    out.print(table)
+    stop = Table(title="stop at the first alarm (Table 3 of the paper)")
+    for column in ("enforcement", "θ", "unsafe %", "completion %", "prevented", "cut short"):
+        stop.add_column(column, justify="left" if column == "enforcement" else "right")
+    stop.add_row("none", "–", _pct(report.unsafe_rate), _pct(report.completion_rate), "–", "–")
+    for t in report.thetas:
+        if t.stop is not None:
+            stop.add_row("stop", f"{t.theta:g}", _pct(t.stop.unsafe_rate), _pct(t.stop.completion_rate),
+                         str(t.stop.prevented), str(t.stop.cut_short))
+    out.print(stop)
+    step, per_run = report.calibration_step, report.calibration_run
+    out.print(f"Brier score of p_unsafe against outcomes: {_fmt(report.brier, 4)}"
+              f" ({report.unseen_steps} steps in states the model never saw); "
+              f"ECE {_fmt(None if step is None else step.ece, 4)}; per run: Brier "
+              f"{_fmt(None if per_run is None else per_run.brier, 4)}, "
+              f"ECE {_fmt(None if per_run is None else per_run.ece, 4)}")
+    if report.baselines:
+        from guard.evaluation.baselines import LABELS
+
+        middle = report.thetas[len(report.thetas) // 2]
+        for name, baseline in report.baselines.items():
+            b = next(x for x in baseline.thetas if x.theta == middle.theta)
+            out.print(f"Baseline {LABELS[name]} at θ={middle.theta:g}: detection {_pct(b.detection_rate)}, "
+                      f"false alarms {_pct(b.false_alarm_rate)}, Brier {_fmt(baseline.brier, 4)}")
+    for note in report.notes:
+        out.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+def _over(spread: Any) -> str:
+    if spread is None:
+        return "–"
+    sd = "" if spread.stdev is None else f" ± {spread.stdev:.1%}"
+    return f"{spread.mean:.1%}{sd}"
+
+
+def evaluate(
+    traces: Annotated[list[Path], typer.Argument(help="Trace files (JSONL, columnar or action logs).")],
+    spec: Annotated[Path, typer.Option("--spec", "-s", help="YAML spec to learn with.")],
+    folds: Annotated[int, typer.Option(help="Number of folds.")] = 5,
+    group_by: Annotated[Optional[str], typer.Option(
+        "--group-by", help="Dotted path whose runs stay together, e.g. meta.task (default: each run alone).")]
+    = None,
+    theta: Annotated[str, typer.Option(help="Comma-separated thresholds on p_safe.")] = "0.1,0.3,0.5,0.7,0.9",
+    seed: Annotated[int, typer.Option(help="Seed for assigning equal-sized groups to folds.")] = 0,
+    period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
+    alpha: Annotated[Optional[float], typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
+    method: Annotated[MethodOption, typer.Option(help="Storm method for each fold's model.")] = MethodOption.sound,
+    format: Annotated[Format, typer.Option("--format")] = Format.table,
+    report: Annotated[Optional[Path], typer.Option("--report", help="Write a self-contained HTML report.")] = None,
+    plots: Annotated[Optional[Path], typer.Option("--plots", help="Write the report's figures as PNG here.")]
+    = None,
+    run: Annotated[Optional[str], typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
+    = None,
+    input_format: Annotated[InputFormat, typer.Option("--input-format", help="Format of the trace files.")]
+    = InputFormat.auto,
+) -> None:
+    """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
+    from guard.evaluation.evaluate import evaluate as run_evaluate
+    from guard.spec import load_spec
+    from guard.storm import Method
+
+    thetas = parse_thetas(theta)
+    parsed = load_spec(spec)
+    with _progress("reading runs") as update:
+        runs = []
+        for n, r in enumerate(read_input(traces, input_format, period=period), start=1):
+            runs.append(r)
+            update(completed=n)
+    if not runs:
+        raise ForewarnError("no runs to evaluate: the trace input is empty")
+    with _progress("cross-validation", total=2 * folds) as update:
+        steps = {"learn": 0, "replay": 1}
+
+        def on_progress(phase: str, fold: int) -> None:
+            update(completed=2 * (fold - 1) + steps[phase], description=f"fold {fold}/{folds}: {phase}")
+
+        result = run_evaluate(runs, parsed, thetas, folds=folds, group_by=group_by, seed=seed,
+                              method=Method(method.value), alpha=alpha, on_progress=on_progress)
+    if format is Format.json:
+        _print_json(result.to_dict())
+    else:
+        title = (f"{folds}-fold cross-validation of {parsed.name} over {result.pooled.runs} runs"
+                 + (f" in {result.groups} groups by {group_by}" if group_by else ""))
+        _print_replay(replace(result.pooled, notes=result.notes), title, result)
+        pac = Table(title="folds")
+        for column in ("fold", "train", "test", "states", "PAC", "states with enough visits", "Brier"):
+            pac.add_column(column, justify="right")
+        for f in result.folds:
+            pac.add_row(str(f.index), str(f.train_runs), str(f.test_runs), str(f.states),
+                        "yes" if f.pac["satisfied"] else "no", f"{f.pac['states_satisfied']}/{f.pac['states']}",
+                        _fmt(f.report.brier, 4))
+        out.print(pac)
+    if report is not None or plots is not None:
+        from guard.evaluation.report import evaluation_html
+
+        context = {"spec": str(spec), "traces": ", ".join(map(str, traces)), "folds": str(folds),
+                   "group by": group_by or "run id", "seed": str(seed)}
+        _write_outputs(result.pooled, html_path=report, plots_dir=plots, run_id=run,
+                       folds=[f.report for f in result.folds],
+                       render=lambda images, chosen: evaluation_html(result, images, chosen, context=context))
+
+
+def ingest(
+    inputs: Annotated[list[Path], typer.Argument(help="Log files to convert.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="JSONL trace file to write.")],
+    input_format: Annotated[InputFormat, typer.Option("--input-format", help="Format of the input files.")]
+    = InputFormat.auto,
+    period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
+    time_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's seconds.")] = "t",
+    action_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's action.")]
+    = "action",
+    on_mismatch: Annotated[MismatchOption, typer.Option(
+        help="Action logs: a logged success the symbolic household forbids is an error, or the simulator wins.")]
+    = MismatchOption.error,
+) -> None:
+    """Convert columnar or action-only logs into the contract's JSONL (for `forewarn learn`)."""
+    written = 0
+    temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with open(temporary, "wb") as stream:
+            for r in read_input(inputs, input_format, period=period, time_column=time_column,
+                                action_column=action_column, on_mismatch=on_mismatch.value):
+                stream.write(orjson.dumps({"id": r.id, "steps": r.steps, "meta": r.meta}) + b"\n")
+                written += 1
+        os.replace(temporary, output)  # nothing is half-written: a bad record leaves no output
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise ForewarnError(f"{output}: cannot write: {exc.strerror}") from exc
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    err.print(f"wrote {written} runs to {output}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``replay``, ``evaluate`` and ``ingest`` to the ``forewarn`` app."""
+    app.command("replay")(replay)
+    app.command("evaluate")(evaluate)
+    app.command("ingest")(ingest)

@@ -1,0 +1,173 @@
+"""Cross-validated evaluation: learn on some runs, replay the others, k times.
+
+Each fold's model is learned (and checked with Storm) from the runs outside the fold
+and replayed on the runs inside it, with the baselines fitted on the same training
+runs. Every run is tested exactly once, so the pooled figures are over all runs; the
+spread over folds shows how much they depend on which runs a model happened to see.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from guard.evaluation.baselines import score_baselines, trace_run
+from guard.evaluation.folds import group_of, split_folds
+from guard.pipeline import learn_model_from_runs
+from guard.predicates import PredicateSet, PythonPredicate
+from guard.replay import ReplayReport, RunReplay, Spread, horizon_of, replay_run, summarize
+from guard.runtime import Guard
+from guard.spec import Action, Spec
+from guard.storm import Method
+from guard.traces import Run
+
+__all__ = ["FoldResult", "EvaluationReport", "evaluate", "FOLD_METRICS"]
+
+# Per-θ figures whose spread over folds is reported: (name, getter).
+FOLD_METRICS: tuple[tuple[str, Callable[[Any], float | None]], ...] = (
+    ("detection_rate", lambda t: t.detection_rate),
+    ("false_alarm_rate", lambda t: t.false_alarm_rate),
+    ("mean_advance_steps", lambda t: t.mean_advance_steps),
+    ("mean_advance_seconds", lambda t: t.mean_advance_seconds),
+    ("stop_unsafe_rate", lambda t: None if t.stop is None else t.stop.unsafe_rate),
+    ("stop_completion_rate", lambda t: None if t.stop is None else t.stop.completion_rate),
+)
+
+
+@dataclass(frozen=True)
+class FoldResult:
+    """One fold: what its model was learned from, its PAC status, and its replay of the held-out runs."""
+
+    index: int
+    train_runs: int
+    test_runs: int
+    test_groups: list[str]
+    states: int
+    pac: dict[str, Any]
+    report: ReplayReport
+
+
+@dataclass(frozen=True)
+class EvaluationReport:
+    folds: list[FoldResult]
+    pooled: ReplayReport  # every run replayed once, by the model that did not see it
+    thetas: list[float]
+    group_by: str | None
+    groups: int
+    seed: int
+    spec: str
+    notes: list[str] = field(default_factory=list)
+
+    def over_folds(self, theta: float, metric: str) -> Spread | None:
+        """The spread over folds of one per-θ figure (folds where it is undefined are left out)."""
+        getter = dict(FOLD_METRICS)[metric]
+        values = []
+        for fold in self.folds:
+            t = next(x for x in fold.report.thetas if x.theta == theta)
+            value = getter(t)
+            if value is not None:
+                values.append(value)
+        return Spread.of(values)
+
+    def calibration_over_folds(self) -> dict[str, Spread | None]:
+        def collect(pick: Callable[[ReplayReport], float | None]) -> Spread | None:
+            return Spread.of([v for v in (pick(f.report) for f in self.folds) if v is not None])
+
+        return {
+            "brier": collect(lambda r: r.brier),
+            "ece": collect(lambda r: None if r.calibration_step is None else r.calibration_step.ece),
+            "brier_run": collect(lambda r: None if r.calibration_run is None else r.calibration_run.brier),
+            "ece_run": collect(lambda r: None if r.calibration_run is None else r.calibration_run.ece),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        entries = self.pooled.theta_entries()
+        for entry, theta in zip(entries, self.thetas):
+            entry["over_folds"] = {name: _spread_dict(self.over_folds(theta, name)) for name, _ in FOLD_METRICS}
+        return {
+            "spec": self.spec, "folds": len(self.folds), "group_by": self.group_by, "groups": self.groups,
+            "seed": self.seed, "runs": self.pooled.runs, "thetas": entries,
+            "calibration": {**self.pooled.to_dict()["calibration"],  # type: ignore[dict-item]
+                            "over_folds": {k: _spread_dict(v) for k, v in self.calibration_over_folds().items()}},
+            "pooled": self.pooled.to_dict(),
+            "fold_details": [{"fold": f.index, "train_runs": f.train_runs, "test_runs": f.test_runs,
+                              "test_groups": f.test_groups, "states": f.states, "pac": f.pac,
+                              "report": f.report.to_dict()} for f in self.folds],
+            "notes": list(self.notes),
+        }
+
+
+def _spread_dict(spread: Spread | None) -> dict[str, Any] | None:
+    return None if spread is None else spread.__dict__.copy()
+
+
+def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds: int = 5,
+             group_by: str | None = None, seed: int = 0, method: Method = Method.SOUND,
+             alpha: float | None = None, python_predicates: Mapping[str, PythonPredicate] | None = None,
+             on_progress: Callable[[str, int], None] | None = None) -> EvaluationReport:
+    """K-fold cross-validation of learning a guard from ``spec`` on ``runs``.
+
+    Args:
+        runs: the runs (held in memory: every fold reads them again).
+        spec: the spec to learn with; its guard policy decides whether unseen states alarm.
+        thetas: thresholds on p_safe.
+        folds: number of folds (at least 2, at most the number of groups).
+        group_by: a dotted path such as ``meta.task``; runs sharing its value stay in one
+            fold. ``None``: every run is its own group.
+        seed: for the assignment of equal-sized groups to folds.
+        method: Storm's method for each fold's model.
+        on_progress: called with a phase ("learn", "replay") and the fold number.
+
+    Raises:
+        ForewarnError: too few groups for the folds, a run without the grouping key, a
+            bad spec or trace.
+    """
+    from monitors import build_monitors
+
+    predicates = PredicateSet(spec, python_predicates)
+    monitors = build_monitors(spec)
+    traced = [trace_run(run, predicates, monitors) for run in runs]
+    groups = [group_of(run, group_by) for run in runs]
+    assignment = split_folds(groups, [t.unsafe for t in traced], folds, seed=seed, key=group_by)
+    unseen_alarms = spec.guard.unseen_state is not Action.ALLOW
+    horizon = horizon_of(spec.guard.effective_properties()[0].query)
+    results: list[FoldResult] = []
+    pooled_model: list[RunReplay] = []
+    pooled_baselines: dict[str, list[RunReplay]] = {}
+    for index, test in enumerate(assignment, start=1):
+        held_out = set(test)
+        train = [i for i in range(len(runs)) if i not in held_out]
+        if on_progress is not None:
+            on_progress("learn", index)
+        model = learn_model_from_runs((runs[i] for i in train), spec, alpha=alpha, method=method,
+                                      python_predicates=python_predicates)
+        guard = Guard(model, python_predicates=python_predicates)
+        if on_progress is not None:
+            on_progress("replay", index)
+        replays = [replay_run(guard, runs[i]) for i in test]
+        report = summarize(replays, thetas, unseen_alarms=unseen_alarms, horizon=horizon)
+        baselines = score_baselines(replays, thetas, predicates=predicates, monitors=monitors,
+                                    train=[traced[i] for i in train], unseen_alarms=unseen_alarms, horizon=horizon)
+        report = replace(report, baselines=baselines)
+        pooled_model += replays
+        for name, b in baselines.items():
+            pooled_baselines.setdefault(name, []).extend(b.replays)
+        pac = model.pac
+        worst = pac.worst
+        results.append(FoldResult(
+            index=index, train_runs=len(train), test_runs=len(test),
+            test_groups=sorted({groups[i] for i in test}), states=model.provenance["chain_states"],
+            pac={"satisfied": pac.satisfied, "states_satisfied": pac.satisfied_count, "states": len(pac.states),
+                 "epsilon": pac.epsilon, "delta": pac.delta, "amplification": pac.amplification,
+                 "worst": None if worst is None else {"state": worst.state, "visits": worst.visits,
+                                                      "required": worst.required}},
+            report=report))
+    pooled = summarize(pooled_model, thetas, unseen_alarms=unseen_alarms, horizon=horizon)
+    pooled = replace(pooled, baselines={name: summarize(rs, thetas, unseen_alarms=unseen_alarms, horizon=horizon)
+                                        for name, rs in pooled_baselines.items()})
+    notes = []
+    if not any(f.pac["satisfied"] for f in results):
+        notes.append("No fold's model reached the PAC guarantee: its risks rest on states visited fewer times "
+                     "than (ε, δ) requires; treat the figures as estimates from little data.")
+    return EvaluationReport(folds=results, pooled=pooled, thetas=list(thetas), group_by=group_by,
+                            groups=len(set(groups)), seed=seed, spec=spec.name, notes=notes)

@@ -1,0 +1,47 @@
+"""Support for the evaluation tests: the toy domain with risks set by hand, CLI results."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import orjson
+
+from _support import A, AB, B, NONE
+from guard.learning import END
+from guard.model import GuardModel
+from guard.storm import CheckOutcome, Method
+
+# p_safe is NONE 0.9, A 0.4, B 0.7, AB 0: every alarm below can be worked out on paper.
+RISK = {NONE: Fraction(1, 10), A: Fraction(6, 10), B: Fraction(3, 10), AB: Fraction(1), END: Fraction(0)}
+
+
+def with_risk(model: GuardModel, risk: dict[int, Fraction], formula: str | None = None) -> GuardModel:
+    """The model with its values replaced by ``risk`` (per abstract state), and optionally its formula."""
+    values = np.array([float(risk[bits]) for bits in model.dtmc.states])
+    outcome = CheckOutcome(formula or model.outcome.formula, values, None, None, Method.TOPOLOGICAL, 1e-6, 0.0)
+    return GuardModel(model.spec, model.dtmc, outcome, model.pac, model.provenance)
+
+
+@dataclass(frozen=True)
+class Result:
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> object:
+        return orjson.loads(self.stdout)
+
+
+CLI = Callable[..., Result]
+
+
+def assert_user_error(result: Result, *fragments: str) -> None:
+    assert result.returncode == 2, (result.args, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    line = " ".join(result.stderr.split())
+    assert line.startswith("error: "), line
+    for fragment in fragments:
+        assert fragment in line, (fragment, line)
