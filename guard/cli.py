@@ -281,9 +281,11 @@ def _register_plugins() -> None:
     """Commands that live with their subsystems (imported lazily: heavy back-ends load on use)."""
     from guard.evaluation.cli import register as register_evaluation
     from guard.llmcheck.cli import register as register_llmcheck
+    from server.cli import register as register_server
 
-    register_llmcheck(app)
     register_evaluation(app)
+    register_server(app)
+    register_llmcheck(app)
 
 
 _register_plugins()

@@ -1,0 +1,323 @@
+"""HTTP load on the sidecar: ``observe`` next to a no-op endpoint of the same server, same run.
+
+What it does
+------------
+1. Starts the sidecar in a child process (this script with ``_serve``): the real app of
+   ``server.app.create_app`` on uvicorn, as ``forewarn serve`` runs it, with persistence
+   on (SQLite WAL in a temporary folder; ``--synchronous full`` to fsync every group
+   commit), serving the built-in demo model, plus one extra route, ``POST /noop``, that
+   answers ``{}`` and does nothing else: the floor of FastAPI + uvicorn on this machine.
+2. From this process (the load generator; a raw HTTP/1.1 client over keep-alive
+   connections, asyncio), creates 16 sessions and sends ``observe`` steps round-robin,
+   each a realistic embodied state (about 250 bytes) whose agent position changes at
+   every step:
+
+   a. *open loop* at 100, 500 and 1,000 requests/s for ``--seconds`` each, first against
+      ``/noop`` (the floor the machine gives at that moment), then ``observe``: requests are
+      sent on a fixed schedule whatever the answers do. Latency is from the request's
+      write to the last byte of its answer (``p50``/``p99``); ``p99 sched`` also counts
+      the time a request waited for its slot (scheduler lag and queueing), so a server
+      that falls behind cannot hide it.
+   b. *peak* (closed loop): 16 connections, each sending its next request as soon as the
+      last one is answered, for ``--seconds``, against ``/noop`` and against ``observe``.
+3. Prints throughput and latency, the server's own step and commit-wait times (from
+   /metrics), and the two targets: p99 <= 5 ms at 500 requests/s, and peak ``observe``
+   throughput >= 60% of the no-op endpoint's.
+
+Bounded: every phase stops after ``--seconds`` (at most rate x seconds requests, each
+with a 10 s timeout), only 127.0.0.1 is contacted, and the server is stopped at the end.
+Nothing is asserted. The machine's load average is printed: on a shared 2-core machine
+other work shifts the numbers.
+
+Run: ``python bench/http_load.py [--seconds 5] [--quick] [--synchronous normal|full] [--json FILE]``
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import _common as C
+
+RATES = (100, 500, 1000)
+CONNECTIONS = 16
+SESSIONS = 16
+KEY = "bench-agent-key-0123456789abcdef"
+TARGET_P99_MS = 5.0
+TARGET_RATIO = 0.60
+TIMEOUT = 10.0
+
+
+# -- the server (child process) ---------------------------------------------------------------
+
+
+def serve(port: int, db: Path, synchronous: str) -> None:
+    from starlette.responses import Response
+
+    from guard.builtin import builtin_model_path
+    from server.app import create_app, start
+    from server.cli import serve_app
+    from server.settings import ServerSettings
+
+    settings = ServerSettings(host="127.0.0.1", port=port, db=db, models={"builtin": builtin_model_path()}, api_keys=f"{KEY}:agent",
+                              synchronous=synchronous, log_level="warning")
+    app = create_app(settings, state=start(settings))
+
+    @app.post("/noop", include_in_schema=False)
+    async def noop() -> Response:
+        return Response(b"{}", media_type="application/json")
+
+    serve_app(app, settings)  # as `forewarn serve` runs it
+
+
+# -- the load generator ------------------------------------------------------------------------
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection; answers are read by Content-Length."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, port: int) -> Connection:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(reader, writer)
+
+    async def request(self, raw: bytes) -> tuple[int, bytes]:
+        self.writer.write(raw)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        lower = head.lower()
+        at = lower.find(b"content-length:")
+        length = int(lower[at + 15:lower.index(b"\r\n", at)]) if at >= 0 else 0
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def post(path: str, body: bytes) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def kitchen(i: int) -> dict[str, Any]:
+    """Embodied states of the built-in model's task; the facts repeat, the position does not."""
+    egg = ("Fridge", "Fridge", "Microwave", "CounterTop")[i % 4]
+    return {"objects": {"Egg": {"parentReceptacles": [egg], "isPickedUp": i % 3 == 0},
+                        "Microwave": {"isOpen": i % 5 != 0, "isToggled": False}},
+            "agent": {"position": [round(0.01 * i, 2), 0.9, -0.5], "rotation": i % 360, "step": i}}
+
+
+class Steps:
+    """Pre-rendered observe requests, round-robin over the sessions (rendering is not measured)."""
+
+    def __init__(self, sessions: list[str], count: int = 4096) -> None:
+        self.requests = [post(f"/v1/sessions/{sessions[i % len(sessions)]}/observe",
+                              orjson.dumps({"state": kitchen(i), "action": "step"})) for i in range(count)]
+        self.i = 0
+
+    def next(self) -> bytes:
+        self.i += 1
+        return self.requests[self.i % len(self.requests)]
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def open_loop(port: int, make: Any, rate: int, seconds: float) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    idle: asyncio.Queue[Connection] = asyncio.Queue()
+    for _ in range(CONNECTIONS):
+        idle.put_nowait(await Connection.open(port))
+    latency: list[float] = []
+    scheduled: list[float] = []
+    errors = 0
+
+    async def one(due: float, raw: bytes) -> None:
+        nonlocal errors
+        conn = await idle.get()
+        sent = time.perf_counter()
+        try:
+            status, _ = await asyncio.wait_for(conn.request(raw), TIMEOUT)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+            errors += 1
+            conn.close()
+            idle.put_nowait(await Connection.open(port))
+            return
+        done = time.perf_counter()
+        idle.put_nowait(conn)
+        if status != 200:
+            errors += 1
+        latency.append(done - sent)
+        scheduled.append(done - due)
+
+    count = int(rate * seconds)
+    start_loop = loop.time() + 0.05
+    start_clock = time.perf_counter() + 0.05
+    tasks = []
+    for i in range(count):
+        offset = i / rate
+        delay = start_loop + offset - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(start_clock + offset, make())))
+    await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - start_clock
+    while not idle.empty():
+        idle.get_nowait().close()
+    return {"rate": rate, "requests": count, "achieved_rps": round(len(latency) / elapsed, 1), "errors": errors,
+            "p50_ms": percentile(latency, 0.50) * 1e3, "p99_ms": percentile(latency, 0.99) * 1e3,
+            "p99_sched_ms": percentile(scheduled, 0.99) * 1e3, "max_ms": max(latency, default=float("nan")) * 1e3}
+
+
+async def closed_loop(port: int, make: Any, seconds: float) -> dict[str, Any]:
+    conns = [await Connection.open(port) for _ in range(CONNECTIONS)]
+    latency: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + seconds
+
+    async def run(conn: Connection) -> None:
+        nonlocal errors
+        while time.perf_counter() < stop:
+            sent = time.perf_counter()
+            status, _ = await asyncio.wait_for(conn.request(make()), TIMEOUT)
+            latency.append(time.perf_counter() - sent)
+            errors += status != 200
+
+    started = time.perf_counter()
+    await asyncio.gather(*(run(c) for c in conns))
+    elapsed = time.perf_counter() - started
+    for conn in conns:
+        conn.close()
+    return {"requests": len(latency), "rps": round(len(latency) / elapsed, 1), "errors": errors,
+            "p50_ms": percentile(latency, 0.5) * 1e3, "p99_ms": percentile(latency, 0.99) * 1e3}
+
+
+async def measure(port: int, seconds: float) -> dict[str, Any]:
+    conn = await Connection.open(port)
+    sessions = []
+    for _ in range(SESSIONS):
+        status, body = await conn.request(post("/v1/sessions", b"{}"))
+        if status != 201:
+            raise SystemExit(f"cannot create a session: HTTP {status} {body[:200]!r}")
+        sessions.append(orjson.loads(body)["id"])
+    steps = Steps(sessions)
+    noop = post("/noop", orjson.dumps({"state": kitchen(0)}))
+    for _ in range(300):  # warm-up: memo, caches, connections
+        await conn.request(steps.next())
+        await conn.request(noop)
+    conn.close()
+    results: dict[str, Any] = {"open_loop": [], "open_loop_noop": [], "peak": {}}
+    for rate in RATES:  # the no-op at the same rate first: the floor this machine gives right now
+        results["open_loop_noop"].append(await open_loop(port, lambda: noop, rate, seconds))
+        results["open_loop"].append(await open_loop(port, steps.next, rate, seconds))
+    results["peak"]["noop"] = await closed_loop(port, lambda: noop, seconds)
+    results["peak"]["observe"] = await closed_loop(port, steps.next, seconds)
+    return results
+
+
+def server_metrics(port: int) -> dict[str, float]:
+    import httpx
+
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        for name in ('forewarn_step_seconds_sum{op="observe"}', 'forewarn_step_seconds_count{op="observe"}',
+                     "forewarn_commit_wait_seconds_sum", "forewarn_commit_wait_seconds_count"):
+            if line.startswith(name + " "):
+                values[name] = float(line.split()[-1])
+    return values
+
+
+def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"the server exited with code {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                if sock.recv(32).startswith(b"HTTP/1.1 200"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise SystemExit("the server was not ready in time")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of each phase")
+    parser.add_argument("--quick", action="store_true", help="2-second phases")
+    parser.add_argument("--synchronous", choices=["normal", "full"], default="normal")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    seconds = 2.0 if args.quick else args.seconds
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "bench.db"
+        process = subprocess.Popen([sys.executable, __file__, "_serve", str(port), str(db), args.synchronous],
+                                   env={**os.environ, "PYTHONPATH": str(C.ROOT)})
+        try:
+            wait_ready(port, process)
+            results = asyncio.run(measure(port, seconds))
+            metrics = server_metrics(port)
+        finally:
+            process.terminate()
+            process.wait(30)
+        db_note = f"SQLite WAL, synchronous={args.synchronous}"
+
+    machine = C.machine()
+    print(f"forewarn sidecar, HTTP load from a separate process on loopback ({db_note}); "
+          f"{CONNECTIONS} connections, {SESSIONS} sessions, {seconds:g} s per phase")
+    print(f"machine: {machine['cpus']} cpus, load average {machine['loadavg']}, python {machine['python']}\n")
+    rows = [[name, r["rate"], r["achieved_rps"], r["errors"], r["p50_ms"], r["p99_ms"], r["p99_sched_ms"],
+             r["max_ms"]]
+            for o, n in zip(results["open_loop"], results["open_loop_noop"]) for name, r in (("noop", n), ("observe", o))]
+    print(C.table(["endpoint", "req/s", "achieved", "errors", "p50 ms", "p99 ms", "p99 sched ms", "max ms"], rows,
+                  title="open loop"))
+    peak = results["peak"]
+    ratio = peak["observe"]["rps"] / peak["noop"]["rps"]
+    print()
+    print(C.table(["endpoint", "req/s", "errors", "p50 ms", "p99 ms"],
+                  [[name, p["rps"], p["errors"], p["p50_ms"], p["p99_ms"]] for name, p in peak.items()],
+                  title=f"peak (closed loop, {CONNECTIONS} connections)"))
+    step = metrics.get('forewarn_step_seconds_sum{op="observe"}', 0) / max(
+        1.0, metrics.get('forewarn_step_seconds_count{op="observe"}', 1))
+    commit = metrics.get("forewarn_commit_wait_seconds_sum", 0) / max(
+        1.0, metrics.get("forewarn_commit_wait_seconds_count", 1))
+    print(f"\nserver side, mean over all observes: step {step * 1e3:.3f} ms, of which waiting for the commit "
+          f"{commit * 1e3:.3f} ms")
+    at_500 = next(r for r in results["open_loop"] if r["rate"] == 500)
+    print(f"\ntarget p99 <= {TARGET_P99_MS} ms at 500 req/s: p99 {at_500['p99_ms']:.2f} ms "
+          f"(with scheduling {at_500['p99_sched_ms']:.2f} ms) -> {C.verdict(at_500['p99_ms'] <= TARGET_P99_MS)}")
+    print(f"target peak observe >= {TARGET_RATIO:.0%} of no-op: {ratio:.0%} -> {C.verdict(ratio >= TARGET_RATIO)}")
+    C.write_json(args.json, {"seconds": seconds, "synchronous": args.synchronous, "results": results,
+                             "ratio": ratio, "server_step_ms": step * 1e3, "server_commit_wait_ms": commit * 1e3})
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "_serve":
+        serve(int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])
+    else:
+        main()

@@ -1,0 +1,360 @@
+"""A client of the HTTP sidecar (``forewarn serve``) with the in-process API.
+
+Switching an agent from the library to the sidecar is one line::
+
+    guard = Guard.load("model.json")                       # in process
+    guard = Client("http://127.0.0.1:8321", api_key=KEY)   # over HTTP
+    session = guard.session()
+    decision = session.observe(state)                      # the same Decision
+
+``Client`` is synchronous and ``AsyncClient`` its asyncio twin; both use httpx. The URL and
+key default to ``FOREWARN_URL`` and ``FOREWARN_API_KEY``. Decisions are
+:class:`RemoteDecision`, a :class:`guard.runtime.Decision` that also carries the step
+number and, when the action is ``ask_human``, the approval to wait on.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import httpx
+
+from guard.errors import ForewarnError, PredicateError
+from guard.policy import Policy
+from guard.runtime import Decision, PropertyValue
+from guard.spec import Action
+
+__all__ = ["AsyncClient", "AsyncRemoteSession", "Client", "RemoteDecision", "RemoteSession", "ServerError",
+           "DEFAULT_URL"]
+
+DEFAULT_URL = "http://127.0.0.1:8321"
+
+
+class ServerError(ForewarnError):
+    """The sidecar refused a request, or could not be reached (``status`` 0)."""
+
+    def __init__(self, message: str, *, status: int = 0, code: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteDecision(Decision):
+    """A decision answered by the sidecar: the core's fields plus where it was recorded."""
+
+    session_id: str = ""
+    step: int | None = None
+    approval_id: str | None = None
+    committed: bool = False
+    model: dict[str, str] = field(default_factory=dict)
+    at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**Decision.to_dict(self), "session_id": self.session_id, "step": self.step,
+                "approval_id": self.approval_id, "committed": self.committed, "model": dict(self.model),
+                "at": self.at}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RemoteDecision:
+        properties = tuple(
+            PropertyValue(p["name"], p["formula"], p.get("p_unsafe"), p.get("p_safe"), p.get("lower"), p.get("upper"),
+                          Action(p.get("action", data["action"])), p.get("threshold"))
+            for p in data.get("properties") or ())
+        return cls(Action(data["action"]), data.get("p_unsafe"), data.get("p_safe"), data["property"],
+                   dict(data["abstract_state"]), data.get("message", ""), lower=data.get("lower"),
+                   upper=data.get("upper"), threshold=data.get("threshold"), known=data.get("known", True),
+                   unsafe_now=data.get("unsafe_now", False), properties=properties,
+                   monitors=dict(data.get("monitors") or {}), session_id=data.get("session_id", ""),
+                   step=data.get("step"), approval_id=data.get("approval_id"),
+                   committed=data.get("committed", False), model=dict(data.get("model") or {}), at=data.get("at"))
+
+
+def _policy_json(policy: Policy | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if policy is None:
+        return None
+    if isinstance(policy, Policy):
+        return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value}
+    return dict(policy)
+
+
+def _step_body(state: Mapping[str, Any], action: Any, t: float | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"state": state}
+    if action is not None:
+        body["action"] = action
+    if t is not None:
+        body["t"] = t
+    return body
+
+
+def _raise_for(response: httpx.Response) -> dict[str, Any]:
+    if response.is_success:
+        return cast(dict[str, Any], response.json())
+    try:
+        error = response.json().get("error") or {}
+    except ValueError:
+        error = {}
+    message = error.get("message") or response.text or response.reason_phrase
+    if error.get("code") == "predicate_error":  # the same error as in process, plus where it was
+        exc = PredicateError(message, predicate=error.get("predicate"))
+        exc.field = error.get("field")  # type: ignore[attr-defined]
+        raise exc
+    raise ServerError(f"HTTP {response.status_code}: {message}", status=response.status_code,
+                      code=error.get("code"), field=error.get("field"))
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    key = api_key if api_key is not None else os.environ.get("FOREWARN_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+class Client:
+    """A synchronous client of one sidecar.
+
+    Args:
+        url: the server's base URL (default ``FOREWARN_URL`` or http://127.0.0.1:8321).
+        api_key: the bearer key (default ``FOREWARN_API_KEY``).
+        timeout: seconds per request (long polls add their wait to it).
+        transport: an httpx transport, e.g. for tests.
+    """
+
+    def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float = 30.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.url = (url or os.environ.get("FOREWARN_URL") or DEFAULT_URL).rstrip("/")
+        self._http = httpx.Client(base_url=self.url, headers=_headers(api_key), timeout=timeout,
+                                  transport=transport)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServerError(f"cannot reach the Forewarn server at {self.url}: {exc}") from exc
+        return _raise_for(response)
+
+    # -- sessions, as Guard has them --------------------------------------------------
+
+    def session(self, policy: Policy | Mapping[str, Any] | None = None, *, model: str | None = None,
+                metadata: Mapping[str, Any] | None = None) -> RemoteSession:
+        """A new session on the server (``Guard.session`` over HTTP)."""
+        body: dict[str, Any] = {}
+        if model is not None:
+            body["model"] = model
+        if policy is not None:
+            body["policy"] = _policy_json(policy)
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        created = self._call("POST", "/v1/sessions", json=body)
+        return RemoteSession(self, created["id"], created)
+
+    def attach(self, session_id: str) -> RemoteSession:
+        """An existing session, e.g. after the agent restarted."""
+        return RemoteSession(self, session_id, self.get_session(session_id, limit=1))
+
+    def get_session(self, session_id: str, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
+        return self._call("GET", f"/v1/sessions/{session_id}", params={"offset": offset, "limit": limit})
+
+    def batch(self, steps: list[Mapping[str, Any]]) -> list[RemoteDecision]:
+        """Many steps in one request: each ``{"session", "state", "op"?, "action"?, "t"?}``; all or nothing."""
+        out = self._call("POST", "/v1/batch", json={"steps": list(steps)})
+        return [RemoteDecision.from_json(d) for d in out["results"]]
+
+    # -- approvals ---------------------------------------------------------------------
+
+    def approvals(self, status: str = "pending", *, session_id: str | None = None) -> list[dict[str, Any]]:
+        params = {"status": status} | ({"session_id": session_id} if session_id else {})
+        return cast(list[dict[str, Any]], self._call("GET", "/v1/approvals", params=params)["approvals"])
+
+    def approval(self, approval_id: str, *, wait: float = 0.0) -> dict[str, Any]:
+        """An approval; with ``wait``, long-polls up to that many seconds for its resolution."""
+        return self._call("GET", f"/v1/approvals/{approval_id}", params={"wait": wait},
+                          timeout=self._http.timeout.read + wait if self._http.timeout.read else None)
+
+    def wait_for_approval(self, approval_id: str, timeout: float = 300.0, *, poll: float = 30.0) -> dict[str, Any]:
+        """Long-poll until the approval is resolved or ``timeout`` passes; returns it either way."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            result = self.approval(approval_id, wait=max(0.0, min(poll, remaining)))
+            if result["status"] != "pending" or remaining <= 0:
+                return result
+
+    def approve(self, approval_id: str, reason: str | None = None) -> dict[str, Any]:
+        return self._call("POST", f"/v1/approvals/{approval_id}", json={"decision": "approve", "reason": reason})
+
+    def reject(self, approval_id: str, reason: str | None = None) -> dict[str, Any]:
+        return self._call("POST", f"/v1/approvals/{approval_id}", json={"decision": "reject", "reason": reason})
+
+    # -- models and health ---------------------------------------------------------------
+
+    def models(self) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], self._call("GET", "/v1/models")["models"])
+
+    def load_model(self, name: str, path: str, *, migrate_sessions: bool = False) -> dict[str, Any]:
+        return self._call("POST", "/v1/models", json={"name": name, "path": path,
+                                                      "migrate_sessions": migrate_sessions})
+
+    def ready(self) -> bool:
+        try:
+            return self._http.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+
+class RemoteSession:
+    """A session on the server, with the methods of :class:`guard.runtime.Session`."""
+
+    def __init__(self, client: Client, session_id: str, info: Mapping[str, Any]) -> None:
+        self.client = client
+        self.id = session_id
+        self.info = dict(info)
+        self.last: RemoteDecision | None = None
+
+    def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> RemoteDecision:
+        """Commit the agent's new state and decide on it (answered once the server has stored it)."""
+        data = self.client._call("POST", f"/v1/sessions/{self.id}/observe", json=_step_body(state, action, t))
+        self.last = RemoteDecision.from_json(data)
+        return self.last
+
+    def preview(self, state: Mapping[str, Any]) -> RemoteDecision:
+        """What the guard would decide in ``state``; nothing is committed."""
+        return RemoteDecision.from_json(
+            self.client._call("POST", f"/v1/sessions/{self.id}/preview", json={"state": state}))
+
+    def wait_for_approval(self, decision: RemoteDecision, timeout: float = 300.0) -> dict[str, Any]:
+        if decision.approval_id is None:
+            raise ValueError(f"the decision (action {decision.action.value!r}) has no approval to wait for")
+        return self.client.wait_for_approval(decision.approval_id, timeout)
+
+    def history(self, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
+        return self.client.get_session(self.id, offset=offset, limit=limit)
+
+    def close(self) -> dict[str, Any]:
+        return self.client._call("POST", f"/v1/sessions/{self.id}/close")
+
+
+class AsyncClient:
+    """The asyncio twin of :class:`Client` (same arguments)."""
+
+    def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float = 30.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.url = (url or os.environ.get("FOREWARN_URL") or DEFAULT_URL).rstrip("/")
+        self._http = httpx.AsyncClient(base_url=self.url, headers=_headers(api_key), timeout=timeout,
+                                       transport=transport)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServerError(f"cannot reach the Forewarn server at {self.url}: {exc}") from exc
+        return _raise_for(response)
+
+    async def session(self, policy: Policy | Mapping[str, Any] | None = None, *, model: str | None = None,
+                      metadata: Mapping[str, Any] | None = None) -> AsyncRemoteSession:
+        body: dict[str, Any] = {}
+        if model is not None:
+            body["model"] = model
+        if policy is not None:
+            body["policy"] = _policy_json(policy)
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        created = await self._call("POST", "/v1/sessions", json=body)
+        return AsyncRemoteSession(self, created["id"], created)
+
+    async def attach(self, session_id: str) -> AsyncRemoteSession:
+        return AsyncRemoteSession(self, session_id, await self.get_session(session_id, limit=1))
+
+    async def get_session(self, session_id: str, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
+        return await self._call("GET", f"/v1/sessions/{session_id}", params={"offset": offset, "limit": limit})
+
+    async def batch(self, steps: list[Mapping[str, Any]]) -> list[RemoteDecision]:
+        out = await self._call("POST", "/v1/batch", json={"steps": list(steps)})
+        return [RemoteDecision.from_json(d) for d in out["results"]]
+
+    async def approvals(self, status: str = "pending", *, session_id: str | None = None) -> list[dict[str, Any]]:
+        params = {"status": status} | ({"session_id": session_id} if session_id else {})
+        return cast(list[dict[str, Any]], (await self._call("GET", "/v1/approvals", params=params))["approvals"])
+
+    async def approval(self, approval_id: str, *, wait: float = 0.0) -> dict[str, Any]:
+        return await self._call("GET", f"/v1/approvals/{approval_id}", params={"wait": wait},
+                                timeout=self._http.timeout.read + wait if self._http.timeout.read else None)
+
+    async def wait_for_approval(self, approval_id: str, timeout: float = 300.0, *,
+                                poll: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            result = await self.approval(approval_id, wait=max(0.0, min(poll, remaining)))
+            if result["status"] != "pending" or remaining <= 0:
+                return result
+
+    async def approve(self, approval_id: str, reason: str | None = None) -> dict[str, Any]:
+        return await self._call("POST", f"/v1/approvals/{approval_id}", json={"decision": "approve", "reason": reason})
+
+    async def reject(self, approval_id: str, reason: str | None = None) -> dict[str, Any]:
+        return await self._call("POST", f"/v1/approvals/{approval_id}", json={"decision": "reject", "reason": reason})
+
+    async def models(self) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], (await self._call("GET", "/v1/models"))["models"])
+
+    async def load_model(self, name: str, path: str, *, migrate_sessions: bool = False) -> dict[str, Any]:
+        return await self._call("POST", "/v1/models", json={"name": name, "path": path,
+                                                            "migrate_sessions": migrate_sessions})
+
+    async def ready(self) -> bool:
+        try:
+            return (await self._http.get("/readyz")).status_code == 200
+        except httpx.TransportError:
+            return False
+
+
+class AsyncRemoteSession:
+    """The asyncio twin of :class:`RemoteSession`."""
+
+    def __init__(self, client: AsyncClient, session_id: str, info: Mapping[str, Any]) -> None:
+        self.client = client
+        self.id = session_id
+        self.info = dict(info)
+        self.last: RemoteDecision | None = None
+
+    async def observe(self, state: Mapping[str, Any], *, action: Any = None,
+                      t: float | None = None) -> RemoteDecision:
+        data = await self.client._call("POST", f"/v1/sessions/{self.id}/observe", json=_step_body(state, action, t))
+        self.last = RemoteDecision.from_json(data)
+        return self.last
+
+    async def preview(self, state: Mapping[str, Any]) -> RemoteDecision:
+        return RemoteDecision.from_json(
+            await self.client._call("POST", f"/v1/sessions/{self.id}/preview", json={"state": state}))
+
+    async def wait_for_approval(self, decision: RemoteDecision, timeout: float = 300.0) -> dict[str, Any]:
+        if decision.approval_id is None:
+            raise ValueError(f"the decision (action {decision.action.value!r}) has no approval to wait for")
+        return await self.client.wait_for_approval(decision.approval_id, timeout)
+
+    async def history(self, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
+        return await self.client.get_session(self.id, offset=offset, limit=limit)
+
+    async def close(self) -> dict[str, Any]:
+        return await self.client._call("POST", f"/v1/sessions/{self.id}/close")

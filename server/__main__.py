@@ -1,0 +1,25 @@
+"""``python -m server serve ...``: the sidecar without the rest of the ``forewarn`` CLI."""
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from guard.errors import ForewarnError
+from server.cli import register
+
+app = typer.Typer(add_completion=False, no_args_is_help=True)
+register(app)
+
+
+@app.callback()
+def _main() -> None:
+    """Forewarn sidecar."""
+
+
+if __name__ == "__main__":
+    try:
+        app(standalone_mode=False)
+    except ForewarnError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(2)

@@ -1,0 +1,99 @@
+"""The step path after parsing: apply a step to its live session, serialise the decision once,
+and commit it (the answer waits for the commit)."""
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from guard.errors import ForewarnError
+from guard.runtime import Decision
+from guard.spec import Action
+from server import schemas as S
+from server._http import ApiError, log
+from server.auth import Principal
+from server.sessions import LiveSession
+from server.state import ServerState
+from server.storage import Storage
+
+__all__ = ["commit_step", "decision_json", "write", "write_steps"]
+
+
+async def write(state: ServerState, job: Callable[..., Any]) -> Any:
+    try:
+        return await state.storage.write(job)
+    except ForewarnError as exc:
+        raise ApiError(503, "storage_unavailable", f"the database refused the write: {exc}") from exc
+    except Exception as exc:
+        log.error("database write failed: %s", exc)
+        raise ApiError(503, "storage_unavailable", f"the database refused the write: {exc}") from exc
+
+
+async def write_steps(state: ServerState, lives: list[LiveSession], rows: list[tuple[Any, ...]],
+                      approvals: list[tuple[Any, ...]]) -> None:
+    """Commit step rows; the answer waits for this. On failure the sessions are dropped from memory
+    (they resume from what the database holds) and the client gets a 503, never a decision."""
+    for live in lives:
+        live.inflight += 1
+    waited = time.perf_counter()
+    try:
+        await write(state, Storage.insert_steps(rows, approvals))
+    except ApiError:
+        for live in lives:
+            state.sessions.forget(live)
+        raise
+    finally:
+        for live in lives:
+            live.inflight -= 1
+    state.metrics.commit_seconds.observe(time.perf_counter() - waited)
+
+
+def commit_step(state: ServerState, live: LiveSession, body: S.StepIn,
+                principal: Principal) -> tuple[bytes, tuple[Any, ...], tuple[Any, ...] | None]:
+    """Apply an (already evaluable) step to the live session; the response bytes and the rows to write.
+    No await in here: the step number and the history move together."""
+    decision = live.session.observe(body.state, action=body.action, t=body.t)
+    step = live.next_step
+    live.next_step += 1
+    now = time.time()
+    approval_id = "a_" + secrets.token_urlsafe(15) if decision.action is Action.ASK_HUMAN else None
+    payload = decision_json(decision, live, step=step, approval_id=approval_id, at=now, committed=True)
+    action_in = None if body.action is None else orjson.dumps(body.action).decode()
+    canonical = orjson.dumps({"state": body.state, "action": body.action, "t": body.t}, option=orjson.OPT_SORT_KEYS)
+    record = live.session.history[-1]
+    # the monitors' states after this step: with the abstract state, all a session needs to resume
+    monitors = orjson.dumps(list(record.monitors)).decode() if record.monitors else None
+    row = (live.id, step, now, principal.name, live.loaded.version, hashlib.sha256(canonical).hexdigest(),
+           record.abstract, monitors, action_in, body.t,
+           orjson.dumps(body.state).decode() if state.settings.store_states else None,
+           decision.action.value, decision.p_unsafe, payload.decode(), approval_id)
+    approval = (approval_id, live.id, step, now) if approval_id else None
+    return payload, row, approval
+
+
+_DECISION_PREFIX: dict[int, tuple[Decision, bytes]] = {}
+
+
+def decision_json(decision: Decision, live: LiveSession, *, step: int | None, approval_id: str | None,
+                  at: float, committed: bool) -> bytes:
+    """The decision as answered: the core's ``to_dict()`` (serialised once per decision object: the
+    core caches decisions per product state) followed by where this answer belongs."""
+    cached = _DECISION_PREFIX.get(id(decision))
+    if cached is None or cached[0] is not decision:
+        out = decision.to_dict()
+        if "properties" not in out:  # a core without per-property values
+            out["properties"] = [{"name": "unsafe", "formula": decision.property, "p_unsafe": decision.p_unsafe,
+                                  "p_safe": decision.p_safe, "lower": decision.lower, "upper": decision.upper,
+                                  "threshold": decision.threshold}]
+        out.setdefault("monitors", {})
+        if len(_DECISION_PREFIX) > 100_000:
+            _DECISION_PREFIX.clear()
+        # keep the decision itself: its id must not be reused by another object while cached
+        cached = _DECISION_PREFIX[id(decision)] = (decision, orjson.dumps(out)[:-1])
+    tail = orjson.dumps({"approval_id": approval_id, "session_id": live.id, "step": step, "committed": committed,
+                         "model": {"name": live.model_name, "version": live.loaded.version}, "at": at})
+    return cached[1] + b"," + tail[1:]

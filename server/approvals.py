@@ -1,0 +1,61 @@
+"""Human approvals: who is waiting on which, and waking them when it is resolved.
+
+The database is the truth; this only holds the asyncio events of long-polling
+requests. One server process owns the database, so every resolution passes through
+here and no waiter can miss one.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["ApprovalHub", "APPROVAL_STATUSES"]
+
+APPROVAL_STATUSES = ("pending", "approved", "rejected", "cancelled")
+
+
+class ApprovalHub:
+    """Events for approvals someone waits on, and the count of pending ones (for metrics)."""
+
+    def __init__(self, pending: int = 0) -> None:
+        self.pending = pending
+        self._events: dict[str, _Waiters] = {}
+
+    def created(self, count: int = 1) -> None:
+        self.pending += count
+
+    def resolved(self, approval_ids: Iterable[str]) -> None:
+        """Wake everyone waiting on these approvals (call after the resolution is committed)."""
+        for approval_id in approval_ids:
+            self.pending = max(0, self.pending - 1)
+            waiters = self._events.pop(approval_id, None)
+            if waiters is not None:
+                waiters.event.set()
+
+    async def wait(self, approval_id: str, timeout: float) -> bool:
+        """Wait until the approval is resolved or ``timeout`` passes; True if it was resolved.
+
+        The caller must have seen it pending *without awaiting since*: then a resolution
+        cannot slip in between the check and the wait (everything runs on one loop).
+        """
+        waiters = self._events.get(approval_id)
+        if waiters is None:
+            waiters = self._events[approval_id] = _Waiters(asyncio.Event())
+        waiters.count += 1
+        try:
+            await asyncio.wait_for(waiters.event.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            waiters.count -= 1
+            # drop the entry once nobody waits on it, so abandoned waits do not pile up
+            if waiters.count == 0 and self._events.get(approval_id) is waiters:
+                del self._events[approval_id]
+
+
+@dataclass(slots=True, eq=False)
+class _Waiters:
+    event: asyncio.Event
+    count: int = 0

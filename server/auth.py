@@ -1,0 +1,62 @@
+"""API keys and roles.
+
+A request carries ``Authorization: Bearer KEY``. The presented key is compared with
+*every* configured key using :func:`hmac.compare_digest` on SHA-256 digests (equal
+lengths), without stopping at a match, so the time taken says nothing about which
+key, or how much of one, matched.
+
+Roles: ``agent`` (sessions and steps, and waiting on its approvals), ``approver``
+(approvals, and reading sessions for context), ``admin`` (models, and everything else).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from server.settings import ApiKey, Role
+
+__all__ = ["Authenticator", "Principal", "AGENT", "APPROVER", "ADMIN", "ANY", "READERS"]
+
+AGENT = frozenset({Role.AGENT, Role.ADMIN})
+APPROVER = frozenset({Role.APPROVER, Role.ADMIN})
+ADMIN = frozenset({Role.ADMIN})
+ANY = frozenset(Role)
+READERS = frozenset(Role)  # reading a session or an approval: the agent that made it, its approver, admin
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the audit log's ``principal`` and the role that decides what they may do."""
+
+    name: str
+    role: Role
+
+
+_ANONYMOUS_ADMIN = Principal("anonymous", Role.ADMIN)
+
+
+class Authenticator:
+    """Checks bearer keys. With ``insecure=True`` every caller is an anonymous admin."""
+
+    def __init__(self, keys: Iterable[ApiKey], *, insecure: bool = False) -> None:
+        self.insecure = insecure
+        self._entries = [(hashlib.sha256(k.key.get_secret_value().encode()).digest(), Principal(k.principal, k.role))
+                         for k in keys]
+
+    def principal(self, authorization: str | None) -> Principal | None:
+        """The principal for an ``Authorization`` header value, or None if it names no key."""
+        if self.insecure:
+            return _ANONYMOUS_ADMIN
+        if not authorization:
+            return None
+        scheme, _, key = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            return None
+        digest = hashlib.sha256(key.strip().encode()).digest()
+        found: Principal | None = None
+        for stored, principal in self._entries:  # no early exit: constant time over the key set
+            if hmac.compare_digest(stored, digest):
+                found = principal
+        return found

@@ -1,0 +1,103 @@
+"""``forewarn serve``: the sidecar's command. ``register(app)`` adds it to a typer app."""
+from __future__ import annotations
+
+import re
+import secrets
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from pydantic import SecretStr
+
+from server.settings import ApiKey, ConfigError, Role, ServerSettings, load_settings
+
+__all__ = ["register", "serve", "run_server", "serve_app", "parse_model_options"]
+
+
+def parse_model_options(values: list[str]) -> dict[str, Path]:
+    """``--model`` values: ``PATH`` (named after the file) or ``NAME=PATH``."""
+    models: dict[str, Path] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep:
+            path = value
+            name = re.sub(r"[^A-Za-z0-9._-]", "-", Path(value).stem).lstrip("-._") or "model"
+        if name in models:
+            raise ConfigError(f"--model: the name {name!r} is given twice")
+        models[name] = Path(path)
+    return models
+
+
+def _generated_keys() -> tuple[ApiKey, ...]:
+    return tuple(ApiKey(key=SecretStr(f"fw-{role.value}-{secrets.token_urlsafe(24)}"), role=role,
+                        name=f"generated-{role.value}") for role in Role)
+
+
+def run_server(settings: ServerSettings) -> None:
+    """Start (blocking) and serve until interrupted. Errors before binding raise ForewarnError."""
+    from server.app import create_app, start
+
+    state = start(settings)  # a bad model or a locked database fails here, with its own message
+    serve_app(create_app(settings, state=state), settings)
+
+
+def serve_app(app: Any, settings: ServerSettings) -> None:
+    """Run ``app`` on uvicorn as ``forewarn serve`` does."""
+    import gc
+
+    import uvicorn
+
+    # Everything allocated so far (FastAPI, pydantic schemas, the models, numpy, stormpy) lives as
+    # long as the process: out of the collector's sight, a full collection takes microseconds
+    # instead of stalling every request in flight for a hundred milliseconds or more.
+    gc.collect()
+    gc.freeze()
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                            access_log=settings.access_log, lifespan="on", server_header=False,
+                            timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run()
+
+
+def serve(
+    model: Annotated[Optional[list[str]], typer.Option(
+        "--model", "-m", help="A model file, or NAME=FILE; repeatable. Default: the built-in demo model.")] = None,
+    host: Annotated[Optional[str], typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port (default 8321).")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Server config file (YAML).")] = None,
+    db: Annotated[Optional[Path], typer.Option(help="SQLite database (default ./forewarn.db; FOREWARN_DB).")]
+    = None,
+    default_model: Annotated[Optional[str], typer.Option(help="Model for sessions that name none.")] = None,
+    synchronous: Annotated[Optional[str], typer.Option(
+        help="normal: survives a killed process; full: also a power loss (fsync per group commit).")] = None,
+    insecure_no_auth: Annotated[bool, typer.Option(
+        "--insecure-no-auth", help="Serve without API keys (loopback addresses only).")] = False,
+    log_level: Annotated[Optional[str], typer.Option(help="critical, error, warning, info, debug.")] = None,
+    access_log: Annotated[bool, typer.Option("--access-log", help="Log every request.")] = False,
+) -> None:
+    """Serve the guard over HTTP (sessions, steps, approvals, models, metrics)."""
+    overrides = {
+        "host": host, "port": port, "db": db, "default_model": default_model, "synchronous": synchronous,
+        "log_level": log_level,
+        "models": parse_model_options(model) if model else None,
+        "insecure_no_auth": True if insecure_no_auth else None,
+        "access_log": True if access_log else None,
+    }
+    settings = load_settings(config, **overrides)
+    if not settings.api_keys and not settings.insecure_no_auth:
+        # A safe default that still lets `forewarn serve` work out of the box: fresh keys for this run only.
+        keys = _generated_keys()
+        settings = settings.model_copy(update={"api_keys": keys})
+        lines = [f"  {k.role.value:<9} {k.key.get_secret_value()}" for k in keys]
+        sys.stderr.write("forewarn serve: no API keys configured (FOREWARN_API_KEYS or api_keys in --config); "
+                         "generated these for this run:\n" + "\n".join(lines) + "\n")
+        sys.stderr.flush()
+    elif settings.insecure_no_auth:
+        sys.stderr.write("forewarn serve: WARNING: --insecure-no-auth: anyone who can reach "
+                         f"{settings.host}:{settings.port} acts as admin\n")
+    run_server(settings)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve`` to a typer app (``guard.cli`` does this for ``forewarn``)."""
+    app.command("serve")(serve)

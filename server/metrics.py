@@ -1,0 +1,56 @@
+"""Prometheus metrics of one server (its own registry, so several apps can share a process)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
+
+__all__ = ["Metrics", "CONTENT_TYPE_LATEST"]
+
+# Steps take tens of microseconds to a few milliseconds; the default buckets start at 5 ms.
+_STEP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+class Metrics:
+    """The server's metrics. Gauges read live counters at scrape time, so they are never stale."""
+
+    def __init__(self, *, sessions_open: Callable[[], float], sessions_cached: Callable[[], float],
+                 approvals_pending: Callable[[], float], models_loaded: Callable[[], float]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.decisions = Counter("forewarn_decisions_total", "Decisions answered, by action and operation",
+                                 ["action", "op"], registry=self.registry)
+        self.step_seconds = Histogram("forewarn_step_seconds",
+                                      "Server-side time of a step, from parsed body to answer "
+                                      "(includes waiting for the commit of observe)",
+                                      ["op"], buckets=_STEP_BUCKETS, registry=self.registry)
+        self.commit_seconds = Histogram("forewarn_commit_wait_seconds",
+                                        "Time a step waited for its decision to be committed (its turn on the event loop "
+                                        "included: commits are grouped per loop iteration)",
+                                        buckets=_STEP_BUCKETS, registry=self.registry)
+        self.approvals_resolved = Counter("forewarn_approvals_resolved_total", "Approvals resolved, by outcome",
+                                          ["status"], registry=self.registry)
+        self.errors = Counter("forewarn_request_errors_total", "Requests answered with an error, by status",
+                              ["status"], registry=self.registry)
+        self.model_loads = Counter("forewarn_model_loads_total", "Models loaded or replaced", ["model"],
+                                   registry=self.registry)
+        Gauge("forewarn_sessions_open", "Sessions not closed", registry=self.registry).set_function(sessions_open)
+        Gauge("forewarn_sessions_in_memory", "Sessions held in memory (the rest resume from the database)",
+              registry=self.registry).set_function(sessions_cached)
+        Gauge("forewarn_approvals_pending", "Approvals waiting for a human",
+              registry=self.registry).set_function(approvals_pending)
+        Gauge("forewarn_models_loaded", "Model names served", registry=self.registry).set_function(models_loaded)
+        # Bound children: .labels() looks up a dict each call; the step path should not.
+        self._decision_children: dict[tuple[str, str], Counter] = {}
+        self.observe_seconds = self.step_seconds.labels("observe")
+        self.preview_seconds = self.step_seconds.labels("preview")
+        self.batch_seconds = self.step_seconds.labels("batch")
+
+    def decision(self, action: str, op: str) -> None:
+        child = self._decision_children.get((action, op))
+        if child is None:
+            child = self._decision_children[(action, op)] = self.decisions.labels(action, op)
+        child.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

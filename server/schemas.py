@@ -1,0 +1,265 @@
+"""The HTTP boundary: what requests may carry and what responses promise.
+
+Requests are strict (unknown fields are errors that name them). Response models are
+documentation and a contract that the schema tests check; they allow extra fields
+where the core will grow (per-property values, monitor states), so a newer core does
+not break older clients.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from guard.spec import Action
+from server.settings import MODEL_NAME_PATTERN
+
+__all__ = [
+    "ApprovalList", "ApprovalOut", "ApprovalResolve", "BatchIn", "BatchItem", "BatchOut", "DecisionOut",
+    "ErrorBody", "Health", "ModelList", "ModelLoad", "ModelLoaded", "ModelOut", "PolicyOverrides",
+    "Ready", "SessionCreate", "SessionCreated", "SessionList", "SessionOut", "StepIn", "StepOut",
+]
+
+ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class _In(BaseModel):
+    # strict: a JSON true is not a threshold of 1.0, nor "1" a number; what is not what the schema
+    # says is refused, naming the field
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# -- requests ---------------------------------------------------------------------------
+
+
+class ThresholdsIn(_In):
+    """Act when p_safe < θ. ``null`` switches an action off."""
+
+    reflect: float | None = Field(default=None, ge=0.0, le=1.0)
+    ask_human: float | None = Field(default=None, ge=0.0, le=1.0)
+    stop: float | None = Field(default=None, ge=0.0, le=1.0)
+
+
+class PolicyOverrides(_In):
+    """Overrides of the model's policy for one session; what is left out stays as the spec says."""
+
+    thresholds: ThresholdsIn | None = None
+    unseen_state: Literal["allow", "reflect", "ask_human", "stop"] | None = Field(
+        default=None, description="The action in a state the model never saw.")
+
+
+class SessionCreate(_In):
+    model: str | None = Field(default=None, pattern=MODEL_NAME_PATTERN,
+                              description="A model name; the server's default model when left out.")
+    policy: PolicyOverrides | None = None
+    metadata: dict[str, Any] | None = Field(default=None, description="Any JSON object, stored with the session.")
+
+
+class StepIn(_In):
+    state: dict[str, Any] = Field(description="The agent's concrete state: any JSON object.")
+    action: str | dict[str, Any] | None = Field(default=None, description="What the agent did (string or object).")
+    t: float | None = Field(default=None, allow_inf_nan=False, description="Time of the step, in seconds.")
+
+
+class BatchItem(StepIn):
+    session: str = Field(pattern=ID_PATTERN, description="The session the step belongs to.")
+    op: Literal["observe", "preview"] = "observe"
+
+
+class BatchIn(_In):
+    steps: list[BatchItem] = Field(min_length=1, description="Steps, answered in order; all or none are committed.")
+
+
+class ApprovalResolve(_In):
+    decision: Literal["approve", "reject"]
+    reason: str | None = Field(default=None, max_length=4000)
+
+
+class ModelLoad(_In):
+    name: str = Field(pattern=MODEL_NAME_PATTERN)
+    path: str = Field(min_length=1, max_length=4096, description="A model file on the server's file system.")
+    migrate_sessions: bool = Field(default=False, description="Move the open sessions of this name to the new "
+                                                              "version too (their predicates must be the same).")
+
+
+# -- responses --------------------------------------------------------------------------
+
+
+class PropertyValue(_Out):
+    name: str
+    formula: str
+    p_unsafe: float | None
+    p_safe: float | None
+    lower: float | None = None
+    upper: float | None = None
+    threshold: float | None = None
+
+
+class ModelRef(_Out):
+    name: str
+    version: str
+
+
+class DecisionOut(_Out):
+    action: Action
+    p_unsafe: float | None
+    p_safe: float | None
+    lower: float | None = None
+    upper: float | None = None
+    property: str
+    threshold: float | None = None
+    known: bool
+    unsafe_now: bool
+    abstract_state: dict[str, bool]
+    properties: list[PropertyValue]
+    monitors: dict[str, Any]
+    message: str
+    approval_id: str | None = Field(description="Set when the action is ask_human and the step was committed.")
+    session_id: str
+    step: int | None = Field(description="The committed step's number; null for a preview.")
+    committed: bool
+    model: ModelRef
+    at: float = Field(description="Unix time of the decision, in seconds.")
+
+
+class SessionCreated(_Out):
+    id: str
+    model: ModelRef
+    policy: dict[str, Any] = Field(description="The session's effective policy.")
+    created_at: float
+
+
+class StepOut(_Out):
+    step: int
+    at: float
+    principal: str
+    model_version: str
+    input_hash: str
+    action: Any = None
+    t: float | None = None
+    abstract_state: dict[str, bool]
+    monitors: dict[str, Any] = Field(default_factory=dict, description="Each monitor's state, in words.")
+    monitor_states: list[int] = Field(default_factory=list, description="Each monitor's automaton state.")
+    approval_id: str | None = None
+    state: dict[str, Any] | None = None
+    decision: DecisionOut
+
+
+class SessionOut(_Out):
+    id: str
+    status: Literal["open", "closed"]
+    model: ModelRef
+    policy: dict[str, Any] | None = None
+    effective_policy: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    created_at: float
+    created_by: str
+    closed_at: float | None = None
+    closed_by: str | None = None
+    steps_total: int
+    offset: int
+    limit: int
+    steps: list[StepOut]
+
+
+class SessionSummary(_Out):
+    id: str
+    status: Literal["open", "closed"]
+    model: ModelRef
+    metadata: dict[str, Any] | None = None
+    created_at: float
+    closed_at: float | None = None
+    steps_total: int
+
+
+class SessionList(_Out):
+    sessions: list[SessionSummary]
+    offset: int
+    limit: int
+
+
+class ApprovalOut(_Out):
+    id: str
+    session_id: str
+    step: int
+    status: Literal["pending", "approved", "rejected", "cancelled"]
+    created_at: float
+    requested_by: str | None = None
+    resolved_at: float | None = None
+    resolved_by: str | None = None
+    reason: str | None = None
+    decision: DecisionOut | None = None
+
+
+class ApprovalList(_Out):
+    approvals: list[ApprovalOut]
+    offset: int
+    limit: int
+
+
+class PACOut(_Out):
+    epsilon: float
+    delta: float
+    delta_per_state: float
+    amplification: float | None
+    satisfied: bool
+    states_total: int
+    states_satisfied: int
+    worst: dict[str, Any] | None = None
+    states: list[dict[str, Any]] | None = None
+
+
+class ModelOut(_Out):
+    name: str
+    version: str
+    default: bool
+    source: str
+    loaded_at: float
+    loaded_by: str
+    spec: str
+    predicates: list[str]
+    unsafe: str | None
+    property: str
+    states: int
+    policy: dict[str, Any]
+    provenance: dict[str, Any]
+    pac: PACOut
+
+
+class ModelList(_Out):
+    models: list[ModelOut]
+    default: str
+
+
+class ModelLoaded(ModelOut):
+    replaced: str | None = Field(description="The version it replaced, if any.")
+    migrated_sessions: int
+
+
+class BatchOut(_Out):
+    results: list[DecisionOut]
+
+
+class ErrorInfo(_Out):
+    code: str
+    message: str
+    field: str | None = None
+    predicate: str | None = None
+
+
+class ErrorBody(_Out):
+    error: ErrorInfo
+    detail: list[dict[str, Any]] | None = None
+
+
+class Health(_Out):
+    status: Literal["ok"]
+
+
+class Ready(_Out):
+    status: Literal["ready", "not ready"]
+    checks: dict[str, bool]

@@ -1,0 +1,144 @@
+"""Live sessions: the in-memory ``guard.runtime.Session`` of each run, and its resumption.
+
+A session's state is its abstract-state history (and, once models have monitors,
+their states): the database holds it step by step, so a session that is not in
+memory, after a restart or an eviction, is rebuilt from its rows on first use.
+Everything here runs on the event loop thread, without awaiting, so two requests
+never see a session half-updated.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from guard.policy import Policy
+from guard.runtime import MonitorStates, Session
+from server.models_registry import LoadedModel, ModelRegistry
+from server.storage import Storage
+
+__all__ = ["LiveSession", "SessionManager", "SessionNotFound", "effective_policy"]
+
+
+class SessionNotFound(KeyError):
+    pass
+
+
+@dataclass(slots=True, eq=False)
+class LiveSession:
+    id: str
+    model_name: str
+    loaded: LoadedModel
+    overrides: dict[str, Any] | None
+    session: Session
+    closed: bool
+    next_step: int
+    inflight: int = 0  # committed-but-not-yet-acknowledged steps: never evict while > 0
+
+
+def effective_policy(policy: Policy) -> dict[str, Any]:
+    return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value}
+
+
+def make_session(loaded: LoadedModel, overrides: dict[str, Any] | None) -> Session:
+    """A core session on ``loaded`` with the policy overrides (raises ValueError if they are invalid)."""
+    guard = loaded.guard
+    if not overrides:
+        return guard.session()
+    return guard.session(guard.policy.with_overrides(overrides))
+
+
+class SessionManager:
+    """Live sessions, least recently used first; at most ``capacity`` of them stay in memory."""
+
+    def __init__(self, storage: Storage, registry: ModelRegistry, capacity: int) -> None:
+        self._storage = storage
+        self._registry = registry
+        self._capacity = capacity
+        self._live: OrderedDict[str, LiveSession] = OrderedDict()
+        self.open_count = storage.count_open_sessions()
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def get(self, session_id: str) -> LiveSession:
+        live = self._live.get(session_id)
+        if live is not None:
+            self._live.move_to_end(session_id)
+            return live
+        live = self._resume(session_id)
+        self._remember(live)
+        return live
+
+    def add(self, live: LiveSession) -> None:
+        """A new session, once its row is committed."""
+        self.open_count += 1
+        self._remember(live)
+
+    def closed(self, live: LiveSession) -> None:
+        if not live.closed:
+            live.closed = True
+            self.open_count = max(0, self.open_count - 1)
+
+    def reopened(self, live: LiveSession) -> None:
+        """Undo :meth:`closed` (its write failed)."""
+        if live.closed:
+            live.closed = False
+            self.open_count += 1
+
+    def forget(self, live: LiveSession) -> None:
+        """Drop a session from memory (after a failed write: the database is the truth)."""
+        if self._live.get(live.id) is live:
+            del self._live[live.id]
+
+    def cached(self, model_name: str) -> list[LiveSession]:
+        return [s for s in self._live.values() if s.model_name == model_name and not s.closed]
+
+    def switch_model(self, live: LiveSession, loaded: LoadedModel) -> None:
+        """Move a live session to another version of its model (same predicates), keeping its history.
+        The monitor states are recomputed from the abstract states: the new version's monitors rule."""
+        session = make_session(loaded, live.overrides)
+        session.restore(_replay(session, [(r.abstract, None) for r in live.session.history]))
+        live.session = session
+        live.loaded = loaded
+
+    def _remember(self, live: LiveSession) -> None:
+        self._live[live.id] = live
+        if len(self._live) <= self._capacity:
+            return
+        for key in list(self._live):
+            if len(self._live) <= self._capacity:
+                break
+            if self._live[key].inflight == 0:
+                del self._live[key]
+
+    def _resume(self, session_id: str) -> LiveSession:
+        row = self._storage.session_row(session_id)
+        if row is None:
+            raise SessionNotFound(session_id)
+        loaded = self._registry.version(row["model_version"])
+        overrides = orjson.loads(row["policy"]) if row["policy"] else None
+        session = make_session(loaded, overrides)
+        rows = self._storage.history(session_id)
+        session.restore(_replay(session, [(abstract, None if monitors is None else tuple(orjson.loads(monitors)))
+                                          for _step, abstract, monitors, _action, _t in rows]))
+        next_step = rows[-1][0] + 1 if rows else 0
+        return LiveSession(session_id, row["model_name"], loaded, overrides, session,
+                           closed=row["closed_at"] is not None, next_step=next_step)
+
+
+def _replay(session: Session, steps: list[tuple[int, MonitorStates | None]]) -> list[tuple[int, MonitorStates]]:
+    """(abstract state, monitor states) of each step; stored monitor states are taken as they are,
+    missing ones are computed by running the session's monitors over the abstract states."""
+    guard = session.guard
+    history: list[tuple[int, MonitorStates]] = []
+    q: MonitorStates | None = None
+    for bits, stored in steps:
+        if stored is not None:
+            q = stored
+        else:
+            q = guard.first_monitor_states(bits) if q is None else guard.next_monitor_states(q, bits)
+        history.append((bits, q))
+    return history

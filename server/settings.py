@@ -1,0 +1,205 @@
+"""Server settings: a YAML file, the environment (``FOREWARN_*``) and the command line.
+
+Precedence, highest first: command-line options, environment variables, the YAML
+file given with ``--config``, the defaults below. Unknown keys in the file are
+errors that name the key, so a typo never silently falls back to a default.
+"""
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from contextvars import ContextVar
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+from guard.errors import ForewarnError
+
+__all__ = ["ApiKey", "ConfigError", "Limits", "Role", "ServerSettings", "is_loopback", "load_settings"]
+
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+BUILTIN_MODEL = "builtin"
+
+
+class ConfigError(ForewarnError):
+    """Server configuration that is missing, malformed or unsafe; names the key."""
+
+
+class Role(str, Enum):
+    """What a key may do. ``admin`` may do everything the other two may."""
+
+    AGENT = "agent"
+    APPROVER = "approver"
+    ADMIN = "admin"
+
+
+class ApiKey(BaseModel):
+    """One API key. ``name`` is who the audit log says acted (default: a key fingerprint)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: SecretStr = Field(min_length=1)
+    role: Role
+    name: str | None = None
+
+    @property
+    def principal(self) -> str:
+        # never the key itself: the audit log may be read by people who must not act as the key
+        return self.name or "key-" + hashlib.sha256(self.key.get_secret_value().encode()).hexdigest()[:10]
+
+
+class Limits(BaseModel):
+    """Bounds on what one request may ask of the server."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    max_state_depth: int = Field(default=32, ge=1, le=512)
+    max_batch: int = Field(default=1000, ge=1)
+    max_wait_seconds: float = Field(default=60.0, gt=0)
+    max_page: int = Field(default=1000, ge=1)
+
+
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("forewarn_server_config", default=None)
+
+
+class _YamlFile(PydanticBaseSettingsSource):
+    """The ``--config`` file, read with errors that name it."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path | None) -> None:
+        super().__init__(settings_cls)
+        self.data: dict[str, Any] = {}
+        if path is None:
+            return
+        try:
+            document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: YAML does not parse: {exc}") from exc
+        if document is None:
+            return
+        if not isinstance(document, dict):
+            raise ConfigError(f"{path}: a server config must be a YAML mapping, got {type(document).__name__}")
+        self.data = document
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self.data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+class ServerSettings(BaseSettings):
+    """Everything ``forewarn serve`` can be told. Environment variables are ``FOREWARN_<FIELD>``.
+
+    ``api_keys`` reads ``"key1:agent,key2:approver:alice,key3:admin"`` (key, role and an
+    optional name) from the environment, or a list of ``{key, role, name}`` from the file.
+    ``models`` maps names to model files; empty means the built-in demo model.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="FOREWARN_", extra="forbid", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8321, ge=0, le=65535)
+    db: Path = Path("forewarn.db")
+    models: dict[str, Path] = Field(default_factory=dict)
+    default_model: str | None = None
+    api_keys: Annotated[tuple[ApiKey, ...], NoDecode] = ()
+    insecure_no_auth: bool = False
+    metrics_public: bool = False
+    synchronous: Literal["normal", "full"] = "normal"
+    store_states: bool = False
+    session_cache: int = Field(default=10_000, ge=1)
+    limits: Limits = Limits()
+    access_log: bool = False
+    opentelemetry: bool = False  # FastAPI's native OpenTelemetry hooks (costly per request; off by default)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _YamlFile(settings_cls, _CONFIG_FILE.get())
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _parse_keys(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        keys = []
+        for position, item in enumerate(part.strip() for part in value.split(",")):
+            if not item:
+                continue
+            key, _, rest = item.partition(":")
+            role, _, name = rest.partition(":")
+            if not key or not role:
+                raise ValueError(f"entry {position + 1} must be written 'key:role' or 'key:role:name' "
+                                 f"(role one of agent, approver, admin)")
+            keys.append({"key": key, "role": role, "name": name or None})
+        return keys
+
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, value: dict[str, Path]) -> dict[str, Path]:
+        for name in value:
+            if not re.match(MODEL_NAME_PATTERN, name):
+                raise ValueError(f"model name {name!r} must match {MODEL_NAME_PATTERN}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServerSettings:
+        names = self.model_names
+        if self.default_model is not None and self.default_model not in names:
+            raise ValueError(f"default_model {self.default_model!r} is not one of the models {names}")
+        secrets = [k.key.get_secret_value() for k in self.api_keys]
+        if len(set(secrets)) != len(secrets):
+            raise ValueError("api_keys: the same key is listed twice")
+        if self.insecure_no_auth and not is_loopback(self.host):
+            raise ValueError(f"insecure_no_auth serves without any authentication and is only allowed on a "
+                             f"loopback address, not host {self.host!r}")
+        return self
+
+    @property
+    def model_names(self) -> list[str]:
+        return list(self.models) or [BUILTIN_MODEL]
+
+    @property
+    def default(self) -> str:
+        return self.default_model or self.model_names[0]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_settings(config: Path | None = None, **overrides: Any) -> ServerSettings:
+    """Settings from ``config`` (YAML), the environment and ``overrides`` (None values ignored).
+
+    Raises:
+        ConfigError: naming the file or variable and the key that is wrong.
+    """
+    token = _CONFIG_FILE.set(config)
+    try:
+        return ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "<root>"
+        where = f"{config}: " if config is not None else "server settings: "
+        message = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{where}{field}: {message} (set on the command line, as FOREWARN_{field.split('.')[0].upper()} "
+                          "or in the config file)") from exc
+    finally:
+        _CONFIG_FILE.reset(token)

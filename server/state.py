@@ -1,0 +1,75 @@
+"""What a running server holds, and how it starts: the database, the models, the live sessions."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from server.approvals import ApprovalHub
+from server.auth import Authenticator
+from server.metrics import Metrics
+from server.models_registry import ModelRegistry, read_model
+from server.sessions import SessionManager
+from server.settings import BUILTIN_MODEL, ConfigError, ServerSettings
+from server.storage import Storage
+
+__all__ = ["ServerState", "start"]
+
+
+@dataclass(eq=False)
+class ServerState:
+    """Everything a running server holds. Built by :func:`start`, closed by :meth:`close`."""
+
+    settings: ServerSettings
+    storage: Storage
+    registry: ModelRegistry
+    sessions: SessionManager
+    hub: ApprovalHub
+    auth: Authenticator
+    metrics: Metrics = field(init=False)
+    stopping: bool = False
+
+    def __post_init__(self) -> None:
+        self.metrics = Metrics(sessions_open=lambda: self.sessions.open_count,
+                               sessions_cached=lambda: len(self.sessions),
+                               approvals_pending=lambda: self.hub.pending,
+                               models_loaded=lambda: len(self.registry.names()))
+
+    def close(self) -> None:
+        self.stopping = True
+        self.storage.close()
+
+
+def start(settings: ServerSettings) -> ServerState:
+    """Open the database and load the configured models (blocking; seconds for the built-in one).
+
+    Raises:
+        ConfigError: no API keys and no explicit ``insecure_no_auth``.
+        StorageError: the database is locked by another server or unusable.
+        ModelFileError: a configured model file is missing or invalid.
+    """
+    if not settings.api_keys and not settings.insecure_no_auth:
+        raise ConfigError("no API keys are configured: set FOREWARN_API_KEYS='KEY:agent,KEY:approver,KEY:admin' "
+                          "or api_keys in the config file (or, on a loopback address only, insecure_no_auth)")
+    sources: dict[str, Path] = dict(settings.models)
+    if not sources:
+        from guard.builtin import builtin_model_path
+
+        sources = {BUILTIN_MODEL: builtin_model_path()}
+    loaded_files = {name: read_model(path) for name, path in sources.items()}  # fail before touching the DB
+    storage = Storage.open(settings.db, synchronous=settings.synchronous)
+    try:
+        registry = ModelRegistry(storage)
+        in_db = storage.current_models()
+        for name, (raw, version, model, guard) in loaded_files.items():
+            # The configured file is what the operator asked for at this start, so it becomes current.
+            if in_db.get(name) != version or storage.model_version(version) is None:
+                storage.write_sync(Storage.put_model(name, version, str(sources[name]), raw, "config", current=True))
+            registry.install(name, version, str(sources[name]), model, guard, "config")
+        registry.restore_current()
+        sessions = SessionManager(storage, registry, settings.session_cache)
+        hub = ApprovalHub(storage.count_pending_approvals())
+    except BaseException:
+        storage.close()
+        raise
+    return ServerState(settings, storage, registry, sessions, hub,
+                       Authenticator(settings.api_keys, insecure=settings.insecure_no_auth))

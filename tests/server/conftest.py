@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from _sidecar import KEYS, ServerThread, settings
+from guard.builtin import builtin_model_path
+from guard.client import Client
+
+
+@pytest.fixture(scope="session")
+def builtin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built-in demo model, learned once per test run into a temporary cache."""
+    return builtin_model_path(tmp_path_factory.mktemp("forewarn-cache"))
+
+
+@pytest.fixture(scope="session")
+def builtin_v2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another version of the built-in model: same spec and predicates, other runs, other values."""
+    from domains.embodied import generate_traces
+    from domains.embodied.spec import write_spec
+    from domains.embodied.tasks import load_tasks
+    from guard.builtin import BUILTIN_TASK
+    from guard.pipeline import learn_model
+    from guard.spec import load_spec
+
+    folder = tmp_path_factory.mktemp("builtin-v2")
+    task = next(t for t in load_tasks("unsafe") if t.id == BUILTIN_TASK)
+    generate_traces([task], 120, 11, folder / "traces.jsonl")
+    write_spec(task, folder / "spec.yaml")
+    return learn_model([folder / "traces.jsonl"], load_spec(folder / "spec.yaml")).save(folder / "v2.json")
+
+
+@pytest.fixture(scope="session")
+def toy_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model with other predicates (a, b) than the built-in one."""
+    import orjson
+
+    from _support import TOY_SPEC, toy_run
+    from guard.pipeline import learn_model
+    from guard.spec import parse_spec
+
+    folder = tmp_path_factory.mktemp("toy")
+    runs = [toy_run("r1", [0, 1, 3]), toy_run("r2", [0, 2, 2]), toy_run("r3", [0, 1, 0]), toy_run("r4", [3])]
+    traces = folder / "toy.jsonl"
+    traces.write_text("\n".join(orjson.dumps(r).decode() for r in runs) + "\n", encoding="utf-8")
+    return learn_model([traces], parse_spec(TOY_SPEC)).save(folder / "toy.json")
+
+
+@pytest.fixture
+def server(tmp_path: Path, builtin_path: Path, toy_path: Path) -> Iterator[ServerThread]:
+    """A real uvicorn on loopback serving the built-in model (default) and the toy one."""
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path, "toy": toy_path})) as running:
+        yield running
+
+
+@pytest.fixture
+def http(server: ServerThread) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+def agent(server: ServerThread) -> Iterator[Client]:
+    with Client(server.url, api_key=KEYS["agent"]) as client:
+        yield client
+
+
+@pytest.fixture
+def approver(server: ServerThread) -> Iterator[Client]:
+    with Client(server.url, api_key=KEYS["approver"]) as client:
+        yield client
+
+
+@pytest.fixture
+def admin(server: ServerThread) -> Iterator[Client]:
+    with Client(server.url, api_key=KEYS["admin"]) as client:
+        yield client

@@ -1,0 +1,88 @@
+"""Loading and replacing models while agents are stepping."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from _sidecar import KEYS, ServerThread, auth, egg_state
+from guard.client import Client, ServerError
+
+
+def test_hot_reload_under_load(server: ServerThread, builtin_path: Path, builtin_v2_path: Path) -> None:
+    """Replace the model again and again while threads observe: no step fails, every answer names a
+    version that was current at some point, old sessions keep theirs, new sessions get the new one."""
+    with Client(server.url, api_key=KEYS["agent"]) as agent, Client(server.url, api_key=KEYS["admin"]) as admin:
+        v1 = agent.models()[0]["version"]
+        old = [agent.session() for _ in range(3)]
+        stop = threading.Event()
+        failures: list[str] = []
+        seen: dict[str, set[str]] = {s.id: set() for s in old}
+
+        def worker(session_id: str) -> None:
+            with Client(server.url, api_key=KEYS["agent"]) as own:
+                remote = own.attach(session_id)
+                i = 0
+                while not stop.is_set():
+                    try:
+                        seen[session_id].add(remote.observe(egg_state(holding=i % 2 == 0)).model["version"])
+                    except Exception as exc:  # noqa: BLE001 - any failure is the finding
+                        failures.append(repr(exc))
+                        return
+                    i += 1
+
+        threads = [threading.Thread(target=worker, args=(s.id,)) for s in old]
+        for thread in threads:
+            thread.start()
+        versions = set()
+        for i in range(6):
+            path = builtin_v2_path if i % 2 == 0 else builtin_path
+            loaded = admin.load_model("builtin", str(path))
+            versions.add(loaded["version"])
+            fresh = agent.session()
+            assert fresh.info["model"]["version"] == loaded["version"]
+            assert fresh.observe(egg_state()).model["version"] == loaded["version"]
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+        assert not failures, failures[:3]
+        assert len(versions) == 2 and v1 in versions and loaded["version"] == v1
+        assert all(s == {v1} for s in seen.values()), seen  # existing sessions keep theirs
+
+
+def test_migrate_sessions(server: ServerThread, admin: Client, agent: Client, builtin_v2_path: Path,
+                          toy_path: Path) -> None:
+    session = agent.session()
+    before = session.observe(egg_state(in_microwave=True, closed=True))
+    loaded = admin.load_model("builtin", str(builtin_v2_path), migrate_sessions=True)
+    assert loaded["migrated_sessions"] == 1 and loaded["replaced"] == before.model["version"]
+    after = session.observe(egg_state(in_microwave=True, closed=True))
+    assert after.model["version"] == loaded["version"] != before.model["version"]
+    assert after.step == 1
+    with pytest.raises(ServerError) as incompatible:
+        admin.load_model("builtin", str(toy_path), migrate_sessions=True)
+    assert incompatible.value.status == 409 and incompatible.value.code == "incompatible_model"
+    assert session.observe(egg_state()).model["version"] == loaded["version"]  # nothing changed
+
+
+def test_load_a_new_name_and_bad_files(server: ServerThread, admin: Client, agent: Client, toy_path: Path,
+                                       tmp_path: Path, http: httpx.Client) -> None:
+    loaded = admin.load_model("toy-2", str(toy_path))
+    assert loaded["replaced"] is None and loaded["predicates"] == ["a", "b"]
+    assert agent.session(model="toy-2").observe({"a": True, "b": 5}).unsafe_now
+    broken = tmp_path / "broken.json"
+    broken.write_text(toy_path.read_text()[:-40])
+    for path in (broken, tmp_path / "missing.json", tmp_path):
+        response = http.post("/v1/models", json={"name": "x", "path": str(path)}, headers=auth("admin"))
+        assert response.status_code == 422 and response.json()["error"]["field"] == "body.path", response.text
+    response = http.post("/v1/models", json={"name": "bad name!", "path": str(toy_path)}, headers=auth("admin"))
+    assert response.status_code == 422 and response.json()["error"]["field"] == "body.name"
+    assert {m["name"] for m in agent.models()} == {"builtin", "toy", "toy-2"}
+
+
+@pytest.mark.parametrize("path", ["bad\x00path.json", "/dev/zero", "/"])
+def test_model_paths_that_are_not_files(http: httpx.Client, path: str) -> None:
+    response = http.post("/v1/models", json={"name": "x", "path": path}, headers=auth("admin"))
+    assert response.status_code == 422 and response.json()["error"]["code"] == "invalid_model"
