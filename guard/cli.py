@@ -6,16 +6,14 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-import orjson
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from guard._cli import Format, err, out, print_json
 from guard.errors import ForewarnError
 from guard.model import GuardModel
-from guard.runtime import Guard
 from guard.storm import (
     Method,
     build_sparse_dtmc,
@@ -29,22 +27,11 @@ from guard.storm import (
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Forewarn: a proactive runtime guard for LLM agents.")
-out = Console()
-err = Console(stderr=True)
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-
-
 class ExportFormat(str, Enum):
     prism = "prism"
     drn = "drn"
 
 
-def _print_json(value: Any) -> None:
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -82,7 +69,7 @@ def learn(
         raise ForewarnError(f"{output}: cannot write the model file: {exc.strerror}") from exc
     summary = _summary(model, output)
     if format is Format.json:
-        _print_json(summary)
+        print_json(summary)
         return
     table = Table(title=f"forewarn learn → {output}", show_header=False)
     for key, value in summary.items():
@@ -159,7 +146,7 @@ def check(
             raise ForewarnError("checking a PRISM file needs --property, e.g. --property 'P=? [F \"goal\"]'")
         result = check_prism_file(model, property, constants=const, method=method, precision=precision)
         if format is Format.json:
-            _print_json({"property": result.formula, "initial": result.initial,
+            print_json({"property": result.formula, "initial": result.initial,
                          "states": [{"index": i, "value": float(v)} for i, v in enumerate(result.values)]})
         else:
             out.print(f"{result.formula} = {result.initial:.6g} in the initial state "
@@ -202,7 +189,7 @@ def check(
                                  for name, o in outcomes}
         rows.append(row)
     if format is Format.json:
-        _print_json({"property": first.formula, "method": first.method.value,
+        print_json({"property": first.formula, "method": first.method.value,
                      "properties": [{"name": name, "formula": o.formula} for name, o in outcomes],
                      "states": rows})
         return

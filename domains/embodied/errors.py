@@ -1,24 +1,13 @@
 """Errors of the embodied domain: bad task files and action strings that do not parse."""
 from __future__ import annotations
 
+from guard.errors import ForewarnError
+
 __all__ = ["EmbodiedError", "ActionParseError", "TaskFileError"]
 
 
-class EmbodiedError(ValueError):
-    """Base of every error the embodied domain raises for bad input.
-
-    Subclasses ``ValueError`` so callers that already catch bad values keep working.
-    """
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.message!r})"
+class EmbodiedError(ForewarnError):
+    """Base of every error the embodied domain raises for bad input (a ForewarnError, so a ValueError)."""
 
 
 class ActionParseError(EmbodiedError):

@@ -6,7 +6,6 @@ only when a report or plots are asked for, so the commands stay quick without th
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -16,29 +15,21 @@ from typing import Annotated, Any, Optional
 
 import orjson
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from guard._cli import Format, err, out, print_json
 from guard.errors import ForewarnError
+from guard.storm import Method
 from guard.ingest import InputFormat, read_input
 from guard.replay import ReplayReport
 
 __all__ = ["register", "replay", "evaluate", "ingest", "parse_thetas"]
 
-out = Console()
-err = Console(stderr=True)
 
 
-class Format(str, Enum):
-    table = "table"
-    json = "json"
 
 
-class MethodOption(str, Enum):
-    sound = "sound"
-    topological = "topological"
-    exact = "exact"
 
 
 class MismatchOption(str, Enum):
@@ -57,8 +48,6 @@ def parse_thetas(text: str) -> list[float]:
     return thetas
 
 
-def _print_json(value: Any) -> None:
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -180,7 +169,7 @@ def replay(
                      "scoring (pass --baseline-traces to fit it on other runs).")
     result = replace(result, baselines=baselines, notes=notes)
     if format is Format.json:
-        _print_json(result.theta_entries())
+        print_json(result.theta_entries())
     else:
         _print_replay(result, f"replay of {result.runs} runs ({result.steps} steps) against {model}")
     if report is not None or plots is not None:
@@ -255,7 +244,7 @@ def evaluate(
     seed: Annotated[int, typer.Option(help="Seed for assigning equal-sized groups to folds.")] = 0,
     period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
     alpha: Annotated[Optional[float], typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
-    method: Annotated[MethodOption, typer.Option(help="Storm method for each fold's model.")] = MethodOption.sound,
+    method: Annotated[Method, typer.Option(help="Storm method for each fold's model.")] = Method.SOUND,
     format: Annotated[Format, typer.Option("--format")] = Format.table,
     report: Annotated[Optional[Path], typer.Option("--report", help="Write a self-contained HTML report.")] = None,
     plots: Annotated[Optional[Path], typer.Option("--plots", help="Write the report's figures as PNG here.")]
@@ -268,7 +257,6 @@ def evaluate(
     """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
     from guard.evaluation.evaluate import evaluate as run_evaluate
     from guard.spec import load_spec
-    from guard.storm import Method
 
     thetas = parse_thetas(theta)
     parsed = load_spec(spec)
@@ -286,9 +274,9 @@ def evaluate(
             update(completed=2 * (fold - 1) + steps[phase], description=f"fold {fold}/{folds}: {phase}")
 
         result = run_evaluate(runs, parsed, thetas, folds=folds, group_by=group_by, seed=seed,
-                              method=Method(method.value), alpha=alpha, on_progress=on_progress)
+                              method=method, alpha=alpha, on_progress=on_progress)
     if format is Format.json:
-        _print_json(result.to_dict())
+        print_json(result.to_dict())
     else:
         title = (f"{folds}-fold cross-validation of {parsed.name} over {result.pooled.runs} runs"
                  + (f" in {result.groups} groups by {group_by}" if group_by else ""))

@@ -13,14 +13,13 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from guard._cli import Format
+from guard.storm import Method
 from guard.llmcheck.errors import LLMCheckError
 
 __all__ = ["llmcheck", "register", "parse_sweep"]
 
 
-class Format(str, Enum):
-    table = "table"
-    json = "json"
 
 
 class ExportFormat(str, Enum):
@@ -32,10 +31,6 @@ class ScopeOption(str, Enum):
     full = "full"
 
 
-class MethodOption(str, Enum):
-    sound = "sound"
-    topological = "topological"
-    exact = "exact"
 
 
 def parse_sweep(items: list[str]) -> dict[str, list[float]]:
@@ -78,7 +73,7 @@ def llmcheck(
     ngram_smoothing: Annotated[float, typer.Option(help="Unigram weight mixed into the n-gram source.")] = 0.0,
     eos_token: Annotated[Optional[list[str]], typer.Option(help="End-of-text token string (openai source), "
                                                            "repeatable.")] = None,
-    method: Annotated[MethodOption, typer.Option(help="Storm method.")] = MethodOption.sound,
+    method: Annotated[Method, typer.Option(help="Storm method.")] = Method.SOUND,
     precision: Annotated[float, typer.Option(help="Solver precision.")] = 1e-9,
     bounds: Annotated[bool, typer.Option(help="Compute the interval for the unexplored mass.")] = True,
     top: Annotated[int, typer.Option(help="Most likely satisfying / violating texts to show.")] = 5,
@@ -115,7 +110,6 @@ def llmcheck(
     from guard.llmcheck.dtmc.build import Scope
     from guard.llmcheck.chain import Budget, ExploreSettings
     from guard.llmcheck.sources import open_source
-    from guard.storm import Method
 
     options: dict[str, Any] = {}
     if model.startswith("ngram:"):
@@ -129,7 +123,7 @@ def llmcheck(
         source.max_batch = batch_size
     budget = Budget(max_states, max_calls, max_seconds)
     common: dict[str, Any] = {"quantifications": quantify or [], "budget": budget, "scope": Scope(scope.value),
-                              "method": Method(method.value), "precision": precision}
+                              "method": method, "precision": precision}
     with source:
         if sweep:
             _run_sweep(source, prompt, property, parse_sweep(sweep + (more_sweep or [])), alpha, k, depth,
