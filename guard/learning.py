@@ -8,11 +8,12 @@
 """
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from itertools import combinations
+from itertools import chain, combinations
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,6 +34,7 @@ __all__ = [
 END = -1  # the abstract 'state' a run enters after its last step
 ValidTransitionRule = Callable[[tuple[bool, ...], tuple[bool, ...]], bool]
 DENSE_LIMIT = 50_000_000  # valid-successor entries we agree to materialise without a rule
+_TABLE_WIDTH = 22  # up to this many predicates, states are found in a table of 2^width entries
 
 
 @dataclass
@@ -70,10 +72,21 @@ class TransitionCounts:
 
 def count_transitions(runs: Iterable[Run], predicates: PredicateSet,
                       counts: TransitionCounts | None = None) -> TransitionCounts:
-    """Stream runs into transition counts (memory grows with abstract states, not runs)."""
+    """Stream runs into transition counts (memory grows with abstract states, not runs).
+
+    The cyclic garbage collector is paused meanwhile (and restored after, also on
+    error): parsed JSON holds no cycles, and its passes over the freshly parsed states
+    cost more than the parsing itself. The pause is process-wide.
+    """
     counts = counts or TransitionCounts()
-    for run in runs:
-        counts.add(abstract_run(run, predicates), predicates)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for run in runs:
+            counts.add(abstract_run(run, predicates), predicates)
+    finally:
+        if was_enabled:
+            gc.enable()
     return counts
 
 
@@ -160,15 +173,26 @@ class LearnedDTMC:
         """Row ``i`` as exact rationals, computed from the counts and α (for exact checking)."""
         start, stop = self.matrix.indptr[i], self.matrix.indptr[i + 1]
         cols = self.matrix.indices[start:stop]
-        if self.absorbing[i]:
+        if i == self.end_index or self.unsafe[i]:
             return [(i, Fraction(1))]
-        n = self.counts[i].toarray().ravel()
-        alpha = Fraction(str(self.alpha))
+        counts = self.counts
+        begin, end = counts.indptr[i], counts.indptr[i + 1]
+        if np.array_equal(counts.indices[begin:end], cols):  # the same sparsity, as learn_dtmc builds it
+            row = counts.data[begin:end]
+            total = int(row.sum())
+            observed = [int(n) for n in row.tolist()]
+        else:  # a row of another shape (hand-built): read it densely
+            dense = counts[i].toarray().ravel()
+            total = int(dense.sum())
+            observed = [int(dense[j]) for j in cols]
         k = len(cols)
-        total = int(n.sum())
         if total == 0:
             return [(int(j), Fraction(1, k)) for j in cols]
-        return [(int(j), (int(n[j]) + alpha) / (total + k * alpha)) for j in cols]
+        # (n + α) / (total + k·α) with α = a/b, as one fraction of integers: the same value
+        alpha = Fraction(str(self.alpha))
+        a, b = alpha.numerator, alpha.denominator
+        denominator = total * b + k * a
+        return [(j, Fraction(n * b + a, denominator)) for j, n in zip(cols.tolist(), observed)]
 
 
 def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: float,
@@ -185,108 +209,164 @@ def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: flo
     """
     if alpha < 0:
         raise ValueError(f"alpha must be >= 0, got {alpha}")
-    observed = set(counts.initial)
-    for src, dst in counts.counts:
-        observed.add(src)
-        if dst != END:
-            observed.add(dst)
-    states = sorted(observed) + [END]
-    index = {bits: i for i, bits in enumerate(states)}
+    # Everything below works on whole arrays: entry (i, j) of the chain is the code i·n + j.
+    pairs = counts.counts
+    observed_n = np.fromiter(pairs.values(), dtype=np.int64, count=len(pairs))
+    src_bits, dst_bits, initial_bits = _bit_arrays(counts)
+    bits = _sorted_unique(np.concatenate([initial_bits, src_bits, dst_bits[dst_bits != END]]))
+    states = bits.tolist() + [END]
     n_states = len(states)
     end = n_states - 1
-    unsafe = np.array([bits != END and predicates.is_unsafe(bits) for bits in states], dtype=bool)
+    unsafe = np.zeros(n_states, dtype=bool)
+    unsafe[:end] = _unsafe_flags(bits, predicates)
+    transient = np.flatnonzero(~unsafe[:end])
+    absorbing = np.append(np.flatnonzero(unsafe[:end]), end)
 
-    observed_succ: dict[int, dict[int, int]] = {}
-    for (src, dst), n in counts.counts.items():
-        observed_succ.setdefault(index[src], {})[index[dst]] = n
-
-    successors = _valid_successors(states, index, unsafe, predicates.width, rule)
-    if successors is None and (n_states - 1) * n_states > DENSE_LIMIT:
-        raise ValueError(
-            f"{n_states - 1} abstract states with every transition valid would need "
-            f"{(n_states - 1) * n_states:,} entries; narrow the valid transitions "
-            "(valid_transitions.max_changed_predicates or a domain rule)")
-    all_targets = np.arange(n_states, dtype=np.int64)
-
-    indptr = [0]
-    cols_parts: list[np.ndarray] = []
-    prob_parts: list[np.ndarray] = []
-    count_parts: list[np.ndarray] = []
-    invalid_observed = 0
-    for i in range(n_states):
-        if i == end or unsafe[i]:
-            cols = np.array([i], dtype=np.int64)
-            probs = np.ones(1)
-            row_counts = np.zeros(1)
-        else:
-            seen = observed_succ.get(i, {})
-            valid = all_targets if successors is None else successors[i]
-            extra = [j for j in seen if not _contains(valid, j)]
-            if extra:
-                invalid_observed += sum(seen[j] for j in extra)
-                valid = np.union1d(valid, np.array(extra, dtype=np.int64))
-            cols = valid
-            row_counts = np.array([seen.get(int(j), 0) for j in cols], dtype=np.float64) if seen \
-                else np.zeros(len(cols))
-            total = row_counts.sum()
-            k = len(cols)
-            if total == 0 and alpha == 0:
-                probs = np.full(k, 1.0 / k)
-            else:
-                probs = (row_counts + alpha) / (total + k * alpha)
-                if alpha == 0:  # maximum likelihood: drop the zero entries
-                    keep = row_counts > 0
-                    cols, probs, row_counts = cols[keep], probs[keep], row_counts[keep]
-        cols_parts.append(cols)
-        prob_parts.append(probs)
-        count_parts.append(row_counts)
-        indptr.append(indptr[-1] + len(cols))
-    indices = np.concatenate(cols_parts)
-    shape = (n_states, n_states)
-    matrix = sp.csr_matrix((np.concatenate(prob_parts), indices, np.array(indptr)), shape=shape)
-    count_matrix = sp.csr_matrix((np.concatenate(count_parts), indices, np.array(indptr)), shape=shape)
-    initial = {index[bits]: n for bits, n in counts.initial.items()}
-    return LearnedDTMC(predicates=list(predicates.names), states=states, unsafe=unsafe, initial=initial,
-                       counts=count_matrix, matrix=matrix, alpha=float(alpha),
-                       invalid_observed=invalid_observed)
-
-
-def _contains(sorted_array: np.ndarray, value: int) -> bool:
-    position = np.searchsorted(sorted_array, value)
-    return bool(position < len(sorted_array) and sorted_array[position] == value)
-
-
-def _valid_successors(states: list[int], index: dict[int, int], unsafe: np.ndarray, width: int,
-                      rule: ValidTransitionRule | None) -> list[np.ndarray] | None:
-    """Sorted valid successor indices per state (``end`` always valid); ``None``: all states."""
+    locate = _locator(bits, predicates.width)
     if rule is None:
-        return None
-    end = len(states) - 1
+        if (n_states - 1) * n_states > DENSE_LIMIT:
+            raise ValueError(
+                f"{n_states - 1} abstract states with every transition valid would need "
+                f"{(n_states - 1) * n_states:,} entries; narrow the valid transitions "
+                "(valid_transitions.max_changed_predicates or a domain rule)")
+        valid = (transient[:, None] * n_states + np.arange(n_states)).ravel()
+    else:
+        sources, targets = _valid_pairs(bits, states, transient, predicates.width, rule, locate)
+        valid = np.concatenate([sources * n_states + targets, transient * n_states + end])
+        valid.sort(kind="stable")  # a radix sort for integers
+
+    src = locate(src_bits)
+    dst = np.where(dst_bits == END, end, locate(dst_bits))
+    from_transient = ~unsafe[src]  # nothing is learned out of an absorbing state
+    seen = src[from_transient] * n_states + dst[from_transient]
+    order = np.argsort(seen, kind="stable")  # sorted look-ups below are several times faster than random ones
+    seen, seen_n = seen[order], observed_n[from_transient][order]
+    position = np.minimum(np.searchsorted(valid, seen), max(len(valid) - 1, 0))
+    is_valid = valid[position] == seen if len(valid) else np.zeros(len(seen), dtype=bool)
+    invalid_observed = int(seen_n[~is_valid].sum())
+    codes = np.concatenate([valid, seen[~is_valid], absorbing * n_states + absorbing])
+    codes.sort(kind="stable")
+    rows, cols = np.divmod(codes, n_states)
+    row_counts = np.zeros(len(codes))
+    row_counts[np.searchsorted(codes, seen)] = seen_n
+
+    # eq. 1 per entry, with the same floating-point operations as row by row
+    k = np.bincount(rows, minlength=n_states)
+    total = np.bincount(rows, weights=row_counts, minlength=n_states)
+    alpha = float(alpha)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        probs = (row_counts + alpha) / (total[rows] + k[rows].astype(np.float64) * alpha)
+    absorbing_entry = unsafe[rows] | (rows == end)
+    if alpha == 0:
+        uniform = (total[rows] == 0) & ~absorbing_entry  # never seen as a source
+        probs[uniform] = 1.0 / k[rows[uniform]]
+        keep = absorbing_entry | uniform | (row_counts > 0)  # maximum likelihood: drop the zeros
+        rows, cols, probs, row_counts = rows[keep], cols[keep], probs[keep], row_counts[keep]
+    probs[unsafe[rows] | (rows == end)] = 1.0
+    indptr = np.zeros(n_states + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_states), out=indptr[1:])
+    indices = cols.astype(np.int64, copy=False)
+    shape = (n_states, n_states)
+    matrix = sp.csr_matrix((probs, indices, indptr), shape=shape)
+    count_matrix = sp.csr_matrix((row_counts, indices, indptr.copy()), shape=shape)
+    initial_index = np.searchsorted(bits, initial_bits).tolist()
+    initial = dict(zip(initial_index, counts.initial.values()))
+    return LearnedDTMC(predicates=list(predicates.names), states=states, unsafe=unsafe, initial=initial,
+                       counts=count_matrix, matrix=matrix, alpha=alpha, invalid_observed=invalid_observed)
+
+
+def _bit_arrays(counts: TransitionCounts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sources, targets and initial states as int64 arrays, or object arrays for masks past 63 bits."""
+    pairs, initial = counts.counts, counts.initial
+    for dtype in (np.int64, object):
+        try:
+            flat = np.fromiter(chain.from_iterable(pairs), dtype=dtype, count=2 * len(pairs))
+            return flat[0::2], flat[1::2], np.fromiter(initial, dtype=dtype, count=len(initial))
+        except OverflowError:
+            continue
+    raise AssertionError("unreachable: object arrays hold any int")
+
+
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    # sort and compare neighbours: np.unique's hash path is far slower on large int64 arrays
+    values = np.sort(values, kind="stable")
+    if len(values) > 1:
+        values = values[np.concatenate([[True], values[1:] != values[:-1]])]
+    return values
+
+
+def _unsafe_flags(bits: np.ndarray, predicates: PredicateSet) -> np.ndarray:
+    """``is_unsafe`` per state, evaluated once per valuation of the bits it reads."""
+    mask = getattr(predicates, "unsafe_mask", None)
+    if mask is None or len(bits) == 0:
+        return np.array([predicates.is_unsafe(b) for b in bits.tolist()], dtype=bool)
+    if bits.dtype != object:
+        mask &= (1 << 63) - 1
+    read, inverse = np.unique(bits & mask, return_inverse=True)
+    return np.array([predicates.is_unsafe(b) for b in read.tolist()], dtype=bool)[inverse.ravel()]
+
+
+def _locator(bits: np.ndarray, width: int) -> Callable[[np.ndarray], np.ndarray]:
+    """A function giving the index of each bit mask among ``bits`` (sorted), or -1."""
+    n = len(bits)
+    if n and bits.dtype != object and width <= _TABLE_WIDTH and 0 <= bits[0] and bits[-1] >> width == 0:
+        table = np.full(1 << width, -1, dtype=np.int64)  # a direct table: no search at all
+        table[bits] = np.arange(n)
+        return lambda values: table[values]
+
+    def search(values: np.ndarray) -> np.ndarray:
+        position = np.minimum(np.searchsorted(bits, values), max(n - 1, 0))
+        return np.where(bits[position] == values, position, -1) if n else np.full(len(values), -1)
+
+    return search
+
+
+def _valid_pairs(bits: np.ndarray, states: list[int], sources: np.ndarray, width: int,
+                 rule: ValidTransitionRule,
+                 locate: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(source, target) index pairs the rule allows among observed states (``end`` excluded)."""
     max_changed = getattr(rule, "max_changed", None)
     irreversible = getattr(rule, "irreversible_bits", 0)
     extra = getattr(rule, "extra", rule)
-    valuation = [tuple(bool(bits >> b & 1) for b in range(width)) if bits != END else () for bits in states]
-    out: list[np.ndarray] = []
-    for i, src in enumerate(states):
-        if i == end or unsafe[i]:
-            out.append(np.array([i], dtype=np.int64))
-            continue
-        if max_changed is not None and max_changed < width:
-            # enumerate the few neighbours within the Hamming ball instead of scanning all states
-            candidates = set()
-            for r in range(max_changed + 1):
-                for flip in combinations(range(width), r):
-                    mask = 0
-                    for b in flip:
-                        mask |= 1 << b
-                    j = index.get(src ^ mask)
-                    if j is not None:
-                        candidates.add(j)
-        else:
-            candidates = set(range(end))
-        valid = [j for j in candidates
-                 if not (src & irreversible & ~states[j])
-                 and (extra is None or extra(valuation[i], valuation[j]))]
-        valid.append(end)
-        out.append(np.array(sorted(valid), dtype=np.int64))
-    return out
+    n = len(bits)
+    source_bits = bits[sources]
+    src_parts: list[np.ndarray] = []
+    dst_parts: list[np.ndarray] = []
+    if max_changed is not None and max_changed < width:
+        # the few neighbours within the Hamming ball, looked up, not scanned for
+        flippable = range(width) if bits.dtype == object else range(min(width, 63))
+        for r in range(max_changed + 1):
+            for flip in combinations(flippable, r):
+                position = locate(source_bits ^ sum(1 << b for b in flip))
+                hit = position >= 0
+                src_parts.append(sources[hit])
+                dst_parts.append(position[hit])
+    else:
+        chunk = max(1, (1 << 22) // max(n, 1))  # bound the candidate arrays, not the result
+        for start in range(0, len(sources), chunk):
+            block = sources[start:start + chunk]
+            src_parts.append(np.repeat(block, n))
+            dst_parts.append(np.tile(np.arange(n), len(block)))
+            if irreversible or extra is not None:
+                src_parts[-1], dst_parts[-1] = _allowed(bits, states, width, irreversible, extra,
+                                                        src_parts[-1], dst_parts[-1])
+        irreversible, extra = 0, None
+    src = np.concatenate(src_parts) if src_parts else np.zeros(0, dtype=np.int64)
+    dst = np.concatenate(dst_parts) if dst_parts else np.zeros(0, dtype=np.int64)
+    return _allowed(bits, states, width, irreversible, extra, src, dst)
+
+
+def _allowed(bits: np.ndarray, states: list[int], width: int, irreversible: int,
+             extra: ValidTransitionRule | None, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs that keep the irreversible predicates and pass the domain rule."""
+    if irreversible:
+        if bits.dtype != object:
+            irreversible &= (1 << 63) - 1
+        keep = (bits[src] & irreversible & ~bits[dst]) == 0
+        src, dst = src[keep], dst[keep]
+    if extra is not None and len(src):
+        valuation = [tuple(bool(b >> i & 1) for i in range(width)) for b in states[:len(bits)]]
+        keep = np.fromiter((bool(extra(valuation[i], valuation[j])) for i, j in zip(src.tolist(), dst.tolist())),
+                           dtype=bool, count=len(src))
+        src, dst = src[keep], dst[keep]
+    return src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)

@@ -51,7 +51,7 @@ def read_runs(path: str | Path) -> Iterator[Run]:
         raise TraceError(f"cannot read traces: {exc.strerror}", source=source) from exc
     with handle:
         for number, raw in enumerate(handle, start=1):
-            if raw.strip():
+            if not raw.isspace():  # as raw.strip(), without copying a long line
                 yield parse_run(raw, source=source, line=number)
 
 
@@ -69,22 +69,16 @@ def parse_run(raw: bytes | str, *, source: str = "<traces>", line: int = 0) -> R
                          source=source, line=line, field="steps")
     if not steps:
         raise TraceError("a run needs at least one step", source=source, line=line, field="steps")
+    # orjson gives exact types, so these class tests accept what _check_step accepts
     for index, step in enumerate(steps):
-        where = f"steps[{index}]"
-        if not isinstance(step, dict):
-            raise TraceError(f"expected an object, got {_kind(step)}", source=source, line=line, field=where)
-        state = step.get("state")
-        if not isinstance(state, dict):
-            problem = "missing" if "state" not in step else f"expected a JSON object, got {_kind(state)}"
-            raise TraceError(problem, source=source, line=line, field=f"{where}.state")
+        if step.__class__ is not dict or step.get("state").__class__ is not dict:
+            _check_step(step, index, source, line)
         t = step.get("t")
-        if t is not None and (t.__class__ is bool or not isinstance(t, (int, float))):
-            raise TraceError(f"expected a number of seconds, got {_kind(t)}", source=source, line=line,
-                             field=f"{where}.t")
+        if t is not None and t.__class__ is not float and t.__class__ is not int:
+            _check_step(step, index, source, line)
         action = step.get("action")
-        if action is not None and not isinstance(action, (str, dict)):
-            raise TraceError(f"expected a string or an object, got {_kind(action)}", source=source, line=line,
-                             field=f"{where}.action")
+        if action is not None and action.__class__ is not str and action.__class__ is not dict:
+            _check_step(step, index, source, line)
     run_id = document.get("id", f"line-{line}")
     if not isinstance(run_id, (str, int)) or run_id.__class__ is bool:
         raise TraceError(f"expected a string, got {_kind(run_id)}", source=source, line=line, field="id")
@@ -92,6 +86,25 @@ def parse_run(raw: bytes | str, *, source: str = "<traces>", line: int = 0) -> R
     if not isinstance(meta, dict):
         raise TraceError(f"expected an object, got {_kind(meta)}", source=source, line=line, field="meta")
     return Run(id=str(run_id), steps=steps, meta=meta, source=source, line=line)
+
+
+def _check_step(step: Any, index: int, source: str, line: int) -> None:
+    """Raise the error for a step that is not valid."""
+    where = f"steps[{index}]"
+    if not isinstance(step, dict):
+        raise TraceError(f"expected an object, got {_kind(step)}", source=source, line=line, field=where)
+    state = step.get("state")
+    if not isinstance(state, dict):
+        problem = "missing" if "state" not in step else f"expected a JSON object, got {_kind(state)}"
+        raise TraceError(problem, source=source, line=line, field=f"{where}.state")
+    t = step.get("t")
+    if t is not None and (t.__class__ is bool or not isinstance(t, (int, float))):
+        raise TraceError(f"expected a number of seconds, got {_kind(t)}", source=source, line=line,
+                         field=f"{where}.t")
+    action = step.get("action")
+    if action is not None and not isinstance(action, (str, dict)):
+        raise TraceError(f"expected a string or an object, got {_kind(action)}", source=source, line=line,
+                         field=f"{where}.action")
 
 
 def resample(run: Run, period: float) -> Run:
@@ -108,7 +121,7 @@ def resample(run: Run, period: float) -> Run:
     """
     if not period > 0:
         raise ValueError(f"period must be > 0 seconds, got {period}")
-    times = []
+    times: list[float] = []
     for index, step in enumerate(run.steps):
         t = step.get("t")
         if t is None:
@@ -140,13 +153,14 @@ def resample(run: Run, period: float) -> Run:
 def abstract_run(run: Run, predicates: PredicateSet) -> list[int]:
     """The run's abstract states, one bit mask per step."""
     evaluate = predicates.evaluate
-    out = []
-    for index, step in enumerate(run.steps):
-        try:
-            out.append(evaluate(step["state"]))
-        except PredicateError as exc:
-            raise TraceError(str(exc), source=run.source, line=run.line,
-                             field=f"steps[{index}].state (run {run.id!r})") from exc
+    out: list[int] = []
+    append = out.append
+    try:
+        for step in run.steps:
+            append(evaluate(step["state"]))
+    except PredicateError as exc:
+        raise TraceError(str(exc), source=run.source, line=run.line,
+                         field=f"steps[{len(out)}].state (run {run.id!r})") from exc
     return out
 
 

@@ -3,11 +3,15 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from _support import A, AB, B, NONE, Row, TOY_SPEC, WriteRuns, eq1_row, toy_run
-from guard.learning import END, LearnedDTMC, TransitionCounts, count_transitions, learn_dtmc
+from guard.learning import END, LearnedDTMC, TransitionCounts, count_transitions, learn_dtmc, spec_transition_rule
 from guard.pipeline import learn_model, transition_rule
 from guard.predicates import PredicateSet
 from guard.spec import Spec, parse_spec
@@ -230,3 +234,137 @@ def test_negative_alpha_is_rejected(toy_predicates: PredicateSet) -> None:
     counts.counts[NONE, END] = 1
     with pytest.raises(ValueError, match="alpha"):
         learn_dtmc(counts, toy_predicates, alpha=-0.1)
+
+
+# -- the vectorised learn_dtmc against eq. 1 written row by row ------------------------------
+
+def reference_learn(counts: TransitionCounts, predicates: PredicateSet, alpha: float,
+                    rule: Any) -> tuple[list[int], list[list[int]], list[list[float]], list[list[float]], int]:
+    """States, and per row the columns, probabilities and counts, computed one row at a time."""
+    observed = set(counts.initial)
+    for src, dst in counts.counts:
+        observed.add(src)
+        if dst != END:
+            observed.add(dst)
+    states = sorted(observed) + [END]
+    index = {bits: i for i, bits in enumerate(states)}
+    end = len(states) - 1
+    unsafe = [bits != END and predicates.is_unsafe(bits) for bits in states]
+    seen: dict[int, dict[int, int]] = {}
+    for (src, dst), n in counts.counts.items():
+        seen.setdefault(index[src], {})[index[dst]] = n
+    width = predicates.width
+    valuation = [tuple(bool(b >> k & 1) for k in range(width)) if b != END else () for b in states]
+    all_cols, all_probs, all_counts, invalid = [], [], [], 0
+    for i, src in enumerate(states):
+        if i == end or unsafe[i]:
+            all_cols.append([i]), all_probs.append([1.0]), all_counts.append([0.0])
+            continue
+        if rule is None:
+            valid = set(range(len(states)))
+        else:
+            valid = {j for j in range(end) if rule(valuation[i], valuation[j])} | {end}
+        row = seen.get(i, {})
+        invalid += sum(n for j, n in row.items() if j not in valid)
+        cols = sorted(valid | set(row))
+        row_counts = np.array([row.get(j, 0) for j in cols], dtype=np.float64)
+        total, k = row_counts.sum(), len(cols)
+        if total == 0 and alpha == 0:
+            probs = np.full(k, 1.0 / k)
+        else:
+            probs = (row_counts + alpha) / (total + k * alpha)
+            if alpha == 0:
+                keep = row_counts > 0
+                cols, probs, row_counts = [c for c, q in zip(cols, keep) if q], probs[keep], row_counts[keep]
+        all_cols.append(list(cols)), all_probs.append(probs.tolist()), all_counts.append(row_counts.tolist())
+    return states, all_cols, all_probs, all_counts, invalid
+
+
+def assert_same_as_reference(counts: TransitionCounts, predicates: PredicateSet, alpha: float, rule: Any) -> None:
+    dtmc = learn_dtmc(counts, predicates, alpha=alpha, rule=rule)
+    states, cols, probs, row_counts, invalid = reference_learn(counts, predicates, alpha, rule)
+    assert dtmc.states == states
+    assert dtmc.invalid_observed == invalid
+    for name, matrix, expected in (("matrix", dtmc.matrix, probs), ("counts", dtmc.counts, row_counts)):
+        for i in range(len(states)):
+            start, stop = matrix.indptr[i], matrix.indptr[i + 1]
+            assert matrix.indices[start:stop].tolist() == cols[i], (name, i)
+            assert matrix.data[start:stop].tolist() == expected[i], (name, i)  # bit for bit
+    assert dtmc.initial == {states.index(b): n for b, n in counts.initial.items()}
+    assert list(dtmc.initial) == [states.index(b) for b in counts.initial]
+
+
+def bits_spec(width: int, unsafe: str, extra: str = "") -> Spec:
+    predicates = "".join(f"  p{i}: state.p{i}\n" for i in range(width))
+    return parse_spec(f"predicates:\n{predicates}unsafe: '{unsafe}'\n{extra}")
+
+
+@st.composite
+def chains(draw: st.DrawFn) -> tuple[TransitionCounts, int]:
+    width = draw(st.integers(1, 6))
+    shift = draw(st.sampled_from([0, 20]))  # past 22 predicates, states are found by binary search
+    pool = [bits << shift for bits in
+            draw(st.lists(st.integers(0, (1 << width) - 1), min_size=1, max_size=12, unique=True))]
+    counts = TransitionCounts()
+    for src, dst, n in draw(st.lists(st.tuples(st.sampled_from(pool), st.sampled_from(pool + [END]),
+                                               st.integers(1, 5)), max_size=30)):
+        counts.counts[src, dst] += n
+    for start in draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3)):
+        counts.initial[start] += 1
+    return counts, width + shift
+
+
+@settings(max_examples=200, deadline=None)
+@given(chains(), st.sampled_from([0.0, 0.1, 0.5, 1.0, 2.5e-3]), st.integers(0, 5), st.booleans(), st.booleans())
+def test_learning_agrees_with_the_row_by_row_reference(chain: tuple[TransitionCounts, int], alpha: float,
+                                                       max_changed: int, irreversible: bool, domain: bool) -> None:
+    counts, width = chain
+    if width > 10:  # a Hamming ball of radius 5 in 26 bits has 80,000 masks: keep the test quick
+        max_changed = min(max_changed, 2)
+    predicates = PredicateSet(bits_spec(width, "p0 && !p1" if width > 1 else "p0"))
+    extra = (lambda s, d: sum(d) >= sum(s) - 1) if domain else None
+    rule = spec_transition_rule(max_changed if max_changed else None, 1 << (width - 1) if irreversible else 0,
+                                extra, width)
+    assert_same_as_reference(counts, predicates, alpha, rule)
+    assert_same_as_reference(counts, predicates, alpha, None)
+
+
+@pytest.mark.parametrize("width", [30, 70])  # found by binary search; past 63 bits, in object arrays
+def test_many_predicates(width: int) -> None:
+    predicates = PredicateSet(bits_spec(width, f"p0 && p{width - 1}"))
+    rule = spec_transition_rule(1, 1 << (width - 5), None, width)
+    counts = TransitionCounts()
+    top, mid = 1 << (width - 1), 1 << (width - 5)
+    masks = [0, 1, top, top | 1, mid, mid | 2, 3]
+    for i, src in enumerate(masks):
+        for dst in masks[i % 3::2] + [END]:
+            counts.counts[src, dst] += 1 + i
+    counts.initial[0] = 2
+    for alpha in (0.0, 0.1):
+        assert_same_as_reference(counts, predicates, alpha, rule)
+        assert_same_as_reference(counts, predicates, alpha, None)
+
+
+def test_unsafe_is_evaluated_once_per_valuation_it_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    predicates = PredicateSet(bits_spec(6, "p0 && !p1"))
+    calls: list[int] = []
+    is_unsafe = predicates.is_unsafe
+    monkeypatch.setattr(predicates, "is_unsafe", lambda bits: calls.append(bits) or is_unsafe(bits))
+    counts = TransitionCounts()
+    for src in range(64):
+        counts.counts[src, END] += 1
+    counts.initial[0] = 1
+    dtmc = learn_dtmc(counts, predicates, alpha=0.1)
+    assert sorted(calls) == [0, 1, 2, 3]
+    assert dtmc.unsafe[:-1].tolist() == [bits & 0b11 == 0b01 for bits in range(64)]
+
+
+def test_exact_row_of_a_hand_built_chain_with_other_count_sparsity() -> None:
+    import scipy.sparse as sp
+
+    matrix = sp.csr_matrix(np.array([[0.5, 0.5, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]))
+    counts = sp.csr_matrix(np.array([[3.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]))
+    dtmc = LearnedDTMC(predicates=["a"], states=[0, 1, END], unsafe=np.array([False, True, False]),
+                       initial={0: 1}, counts=counts, matrix=matrix, alpha=0.5)
+    assert dtmc.exact_row(0) == [(0, Fraction(7, 8)), (1, Fraction(1, 8))]
+    assert dtmc.exact_row(1) == [(1, Fraction(1))]

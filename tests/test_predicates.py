@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import cel
@@ -11,7 +13,7 @@ from hypothesis import strategies as st
 
 from _support import TOY_SPEC, toy_state
 from guard.errors import PredicateError, SpecError
-from guard.predicates import PredicateSet, _selected_paths
+from guard.predicates import PredicateSet, _freeze, _key, _mask, _plan_leaves, _selected_paths
 from guard.spec import Spec, parse_spec
 
 # Predicates that read the state in every way projection must get right: nested fields,
@@ -234,3 +236,283 @@ def test_unhashable_values_skip_the_memo() -> None:
 def test_spec_text_of_the_toy_is_unchanged() -> None:
     # test_spec relies on these line numbers
     assert TOY_SPEC.splitlines()[3] == "  b:" and TOY_SPEC.splitlines()[6].startswith("unsafe:")
+
+
+# -- leaf variables: each `state.a.b` selection becomes a variable bound to its value -----
+
+# Predicates that stress the rewriting: errors absorbed by || && ?: and macros, has() beside
+# the same selection, macros and `in` on rewritten maps and lists, type distinctions,
+# `state` shadowed by a macro variable, odd spacing, comments and literals that mention state.
+LEAF_PREDICATES = {
+    "absorbed_or": 'state.zz.q == 1 || has(state.a)',
+    "absorbed_and": 'has(state.b) && state.b.c.x == 1',
+    "ternary": 'has(state.x) ? state.x == [true] : state.a == 1.0',
+    "in_list_or_map": '"xa" in state.objects',
+    "value_in_list": 'has(state.b) && state.b.c in [1, 2.0, true, "x", null]',
+    "int_not_float": 'state.b.c == 1 && type(state.b.c) == int',
+    "bool_not_int": 'state.a == true || state.a == 0',
+    "as_string": 'string(state.a) == "-0"',
+    "spaced": 'state . b . c == 1 || state .a == false',
+    "shadowed": '[1, 2].exists(state, state == 2) && has(state.a)',
+    "shadowed_map": 'has(state.objects) && type(state.objects) == map && state.objects.all(state, state != "ya")',
+    "exists_one": 'state.objects.exists_one(k, k == "xb")',
+    "map_macro": 'size(state.x.map(v, v)) == 2',
+    "filter_macro": 'state.objects.filter(k, k.startsWith("x")).size() == 1',
+    "indexed": 'state.x[1] == state.b.c',
+    "bare": 'size(state) == 2 && has(state.c)',
+    "commented": 'state.c == "x" // it\'s "state.a"',
+    "raw_string": 'r"\\" + "state.a" == state.c',
+    "triple": '"""a"state.a""" != state.c',
+    "deep_has": 'has(state.b.c.x) && state.b.c.x == state.b.c.y',
+}
+_LEAF_PROGRAMS = {name: cel.compile(expr) for name, expr in LEAF_PREDICATES.items()}
+_LEAF_SET = PredicateSet(parse_spec(spec_text(LEAF_PREDICATES, "absorbed_or")))
+_LEAF_SINGLES = {name: (cel.compile(expr), PredicateSet(parse_spec(spec_text({name: expr}, name))))
+                 for name, expr in LEAF_PREDICATES.items()}
+
+PYTHON_LEAVES = st.one_of(LEAVES, st.sampled_from([10 ** 20, 2 ** 63, b"x", ("x", 1), float("inf")]))
+PYTHON_VALUES = st.recursive(PYTHON_LEAVES, lambda children: st.one_of(
+    st.lists(children, max_size=3), st.tuples(children, children),
+    st.dictionaries(KEYS, children, max_size=4)), max_leaves=12)
+PYTHON_STATES = st.dictionaries(KEYS, PYTHON_VALUES, max_size=5)
+
+
+def check_set_against_singles(state: dict[str, Any]) -> None:
+    expected: int | None = 0
+    for index, program in enumerate(_LEAF_PROGRAMS.values()):
+        try:
+            value = program.execute({"state": state})
+        except Exception:
+            expected = None
+            break
+        if value.__class__ is not bool:
+            expected = None
+            break
+        assert expected is not None
+        expected |= int(value) << index
+    for _ in range(2):  # the second call is answered from the memo
+        if expected is None:
+            with pytest.raises(PredicateError):
+                _LEAF_SET.evaluate(state)
+        else:
+            assert _LEAF_SET.evaluate(state) == expected
+    for name, (program, predicates) in _LEAF_SINGLES.items():
+        try:
+            single: Any = program.execute({"state": state})
+        except Exception:
+            single = None
+        for _ in range(2):
+            if single.__class__ is not bool:
+                with pytest.raises(PredicateError):
+                    predicates.evaluate(state)
+            else:
+                assert predicates.evaluate(state) == int(single), name
+
+
+@settings(max_examples=200, deadline=None)
+@given(STATES)
+def test_leaf_variables_agree_with_the_full_state(state: dict[str, Any]) -> None:
+    check_set_against_singles(state)
+
+
+@settings(max_examples=100, deadline=None)
+@given(STATES_WITH_OBJECTS)
+def test_leaf_variables_agree_on_states_with_maps(state: dict[str, Any]) -> None:
+    check_set_against_singles(state)
+
+
+@settings(max_examples=100, deadline=None)
+@given(PYTHON_STATES)
+def test_leaf_variables_agree_on_python_values(state: dict[str, Any]) -> None:
+    # what code may hand to observe(): tuples, big ints, bytes, infinities
+    check_set_against_singles(state)
+
+
+@pytest.mark.parametrize("state", [
+    {"a": True, "b": {"c": 1}, "c": "x"},
+    {"a": 1, "b": {"c": 1.0, "x": 1, "y": 1}, "c": "\\state.a"},
+    {"a": -0.0, "b": {"c": True}, "x": [True, 1], "objects": {"xa": 1, "xb": 2}},
+    {"a": 0.0, "b": {"c": {"x": 1, "y": 1}}, "x": [1, 1.0], "objects": ["xa", "xb"]},
+    {"a": False, "b": [1], "x": "xy", "objects": {"ya": 1}},
+    {"b": None, "objects": None},
+    {"a": True, "b": {"c": None}, "zz": {"q": 1}, "c": 'a"state.a'},
+])
+def test_leaf_variables_on_chosen_states(state: dict[str, Any]) -> None:
+    check_set_against_singles(state)
+
+
+@pytest.mark.parametrize("state", [
+    OrderedDict(a=True, b={"c": 1}),
+    {"a": True, "b": OrderedDict(c=1)},
+    {"a": True, "b": MappingProxyType({"c": 1})},
+])
+def test_maps_that_are_not_dicts_are_evaluated_as_before(state: Any) -> None:
+    check_set_against_singles(state)
+
+
+def test_a_value_cel_cannot_convert_is_reported() -> None:
+    predicates = PredicateSet(parse_spec("predicates:\n  some: size(state.tags) > 0\nunsafe: some\n"))
+    for _ in range(2):
+        with pytest.raises(PredicateError, match="predicate 'some'.*cannot be evaluated"):
+            predicates.evaluate({"tags": {"x"}})
+
+
+def test_a_miss_evaluates_only_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = parse_spec("predicates:\n  in_mw: '\"Microwave\" in state.objects.Fork.parentReceptacles'\n"
+                      "  switched: state.objects.Microwave.isToggled\n  hot: state.objects.Pan.temperature > 60.0\n"
+                      "unsafe: in_mw && switched\n")
+    predicates = PredicateSet(spec)
+
+    def original(state: Any) -> int:
+        raise AssertionError("the original program ran")
+
+    monkeypatch.setattr(predicates, "_evaluate_original", original)
+    state = {"objects": {"Fork": {"parentReceptacles": ["Microwave"], "isPickedUp": False},
+                         "Microwave": {"isToggled": True}, "Pan": {"temperature": 95.0}}, "agent": {"x": 1}}
+    assert predicates.evaluate(state) == 0b111
+    state["objects"]["Pan"]["temperature"] = 21
+    assert predicates.evaluate(state) == 0b011
+    # a missing field still goes to the original expressions, which name it
+    del state["objects"]["Microwave"]["isToggled"]
+    with pytest.raises(AssertionError, match="original program ran"):
+        predicates.evaluate(state)
+
+
+def test_a_missing_field_is_reported_as_before() -> None:
+    predicates = PredicateSet(parse_spec(
+        "predicates:\n  switched: state.objects.Microwave.isToggled\n  hot: state.t > 1\nunsafe: switched\n"))
+    with pytest.raises(PredicateError, match=r"predicate 'switched' \(state.objects.Microwave.isToggled\) "
+                                             r"reads field 'isToggled'") as info:
+        predicates.evaluate({"objects": {"Microwave": {}}, "t": 2})
+    assert info.value.predicate == "switched"
+    with pytest.raises(PredicateError, match=r"predicate 'hot' \(state.t > 1\) reads field 't'"):
+        predicates.evaluate({"objects": {"Microwave": {"isToggled": True}}})
+    with pytest.raises(PredicateError, match="predicate 'switched'.*cannot be evaluated"):
+        predicates.evaluate({"objects": {"Microwave": 5}, "t": 2})
+
+
+def test_what_the_rewriting_keeps_on_state() -> None:
+    rewritten, leaves, kept, presence = _plan_leaves([
+        'has(state.b.c) && state.b.c == 1 && "state.q" == state.q',
+        '[1].exists(state, state == 1) && state.a',
+        'size(state) > 0 && x. state.y',
+    ])
+    assert rewritten[0] == 'has(state.b.c) && _fw0 == 1 && "state.q" == _fw1'
+    assert rewritten[1] == '[1].exists(state, state == 1) && state.a'  # shadowed: left alone
+    assert rewritten[2] == 'size(state) > 0 && x. state.y'
+    assert leaves == {("b", "c"): "_fw0", ("q",): "_fw1"}
+    assert presence == [("b", "c")]
+    assert kept == [(), (), ("a",), ()]  # the macro variable and its use, then state.a, size(state)
+
+
+def test_literals_and_comments_are_masked() -> None:
+    assert _mask('"a\\"b" + state.x') == '"    " + state.x'
+    assert _mask('r"\\" + state.x') == 'r" " + state.x'  # a raw string ends at the next quote
+    assert _mask('"""x"y""" + state.x') == '"""   """ + state.x'
+    assert _mask("'''it's''' + state.x") == "'''    ''' + state.x"
+    assert _mask("state.x // it's") == "state.x        "
+    assert _selected_paths("state.x // state.y") == [("x",)]
+    assert _selected_paths('b"state.z" == state.b') == [("b",)]
+
+
+def test_key_images_keep_types_apart() -> None:
+    images = [_freeze(v) for v in (True, 1, 1.0, 0.0, -0.0, "1", None, [True], [1], [1.0], ["1"], (1,),
+                                   {1: "a"}, {True: "a"}, {"1": "a"}, [[1]], [[True]])]
+    assert len(set(images)) == len(images) - 1  # (1,) and [1] are the same CEL list
+    assert _freeze((1,)) == _freeze([1])
+
+
+def test_the_generated_key_matches_the_trie_walk() -> None:
+    selective = {name: expr for name, expr in RICH_PREDICATES.items() if name != "big_state"}
+    predicates = PredicateSet(parse_spec(spec_text(selective, "flag")))
+    for state in ({"a": True, "b": {"c": 1}, "objects": {"x": 1}, "x": [1], "c": 2},
+                  {"a": [1.0, "x"], "b": {"c": -0.0, "d": 5}, "objects": [], "x": [], "c": None}):
+        parts: list[Any] = []
+        _key(state, predicates._trie, parts)
+        assert predicates._fast_key is not None and predicates._fast_key(state) == tuple(parts)
+    assert predicates._fast_key({"a": True}) is None  # missing fields: the caller walks the trie
+
+
+def test_unsafe_is_evaluated_per_valuation_of_the_bits_it_reads() -> None:
+    spec = parse_spec("predicates:\n  p: state.p\n  q: state.q\n  r: state.r\n  s: state.s\n"
+                      "unsafe: (p && !r) || s\n")
+    predicates = PredicateSet(spec)
+    assert predicates.unsafe_mask == 0b1101
+    program = cel.compile(spec.unsafe or "")
+    for bits in range(16):
+        assert predicates.is_unsafe(bits) == program.execute(predicates.as_context(bits))
+    assert len(predicates._unsafe_memo) == 8
+
+
+# -- second-level memo: per predicate, keyed by the fields it reads ------------------------
+
+SMALL = st.sampled_from([True, False, 0, 1, 1.0, 0.0, -0.0, "x", "", None])
+STRUCTURED_STATES = st.fixed_dictionaries({
+    "o": st.fixed_dictionaries({"a": SMALL, "b": SMALL}),
+    "p": st.fixed_dictionaries({"c": SMALL, "l": st.lists(SMALL, max_size=2)}),
+    "noise": st.integers(),
+})
+STRUCTURED_PREDICATES = {
+    "a_true": "state.o.a == true",
+    "a_one": "state.o.a == 1",
+    "a_is_double": "type(state.o.a) == double",
+    "negative": "type(state.o.a) == double && 1.0 / state.o.a < 0.0",
+    "b_in_l": "state.o.b in state.p.l",
+    "c_set": 'state.p.c == "x" || state.p.c == null',
+    "l_long": "size(state.p.l) > 1",
+    "same": "state.o.a == state.p.c",
+    "fails_on_strings": "state.o.b > 0",
+}
+_STRUCTURED = [cel.compile(expr) for expr in STRUCTURED_PREDICATES.values()]
+_STRUCTURED_SET = PredicateSet(parse_spec(spec_text(STRUCTURED_PREDICATES, "a_true")))
+
+
+@settings(max_examples=300, deadline=None)
+@given(STRUCTURED_STATES)
+def test_per_predicate_memo_agrees_with_the_full_state(state: dict[str, Any]) -> None:
+    expected: int | None = 0
+    for index, program in enumerate(_STRUCTURED):
+        try:
+            value = program.execute({"state": state})
+        except Exception:
+            expected = None
+            break
+        if value.__class__ is not bool or expected is None:
+            expected = None
+            break
+        expected |= int(value) << index
+    for _ in range(2):
+        if expected is None:
+            with pytest.raises(PredicateError):
+                _STRUCTURED_SET.evaluate(state)
+        else:
+            assert _STRUCTURED_SET.evaluate(state) == expected
+
+
+def test_a_new_combination_of_known_values_needs_no_cel(monkeypatch: pytest.MonkeyPatch) -> None:
+    predicates = PredicateSet(parse_spec(
+        "predicates:\n  hot: state.pan.t > 60.0\n  lit: state.stove.on\n  held: state.agent.holding == 'Knife'\n"
+        "unsafe: hot && lit\n"))
+    calls: list[int] = []
+    run_leaves = predicates._run_leaves
+
+    def counted(items: int, state: Any) -> Any:
+        calls.append(items)
+        return run_leaves(items, state)
+
+    monkeypatch.setattr(predicates, "_run_leaves", counted)
+
+    def state(t: float, on: bool, holding: str) -> dict[str, Any]:
+        return {"pan": {"t": t}, "stove": {"on": on}, "agent": {"holding": holding, "x": len(calls)}}
+
+    assert predicates.evaluate(state(95.0, True, "")) == 0b011
+    assert predicates.evaluate(state(21.0, False, "Knife")) == 0b100
+    assert calls == [0b111, 0b111]
+    assert predicates.evaluate(state(95.0, False, "Knife")) == 0b101  # known values, new combination
+    assert predicates.evaluate(state(21.0, True, "")) == 0b010
+    assert calls == [0b111, 0b111]
+    assert predicates.evaluate(state(60.5, True, "Knife")) == 0b111  # only `hot` reads a new value
+    assert calls == [0b111, 0b111, 0b001]
+    # a new value that fails is reported by the original expressions, naming the predicate
+    with pytest.raises(PredicateError, match=r"predicate 'hot' \(state.pan.t > 60.0\) cannot be evaluated"):
+        predicates.evaluate(state("hot", True, "Knife"))  # type: ignore[arg-type]

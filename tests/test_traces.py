@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -10,7 +11,7 @@ from guard.errors import TraceError
 from guard.predicates import PredicateSet
 from guard.pipeline import learn_model
 from guard.spec import Spec, parse_spec
-from guard.traces import abstract_run, file_digest, parse_run, read_runs
+from guard.traces import Run, abstract_run, file_digest, parse_run, read_runs
 
 GOOD = '{"id": "ok", "steps": [{"state": {"a": false, "b": 0}}]}'
 
@@ -165,3 +166,46 @@ def test_resampling_keeps_a_last_state_between_grid_points() -> None:
     run = parse_run(json.dumps({"steps": [{"state": {"a": 1}, "t": 0.0}, {"state": {"a": 2}, "t": 0.17}]}))
     steps = resample(run, 0.1).steps
     assert [s["t"] for s in steps] == [0.0, 0.1, 0.2] and steps[-1]["state"] == {"a": 2}
+
+
+def test_counting_pauses_the_cyclic_gc_and_restores_it(write_runs: WriteRuns, toy_predicates: PredicateSet) -> None:
+    import gc
+
+    from guard.learning import count_transitions
+
+    seen: list[bool] = []
+
+    def watched(runs: Iterator[Run]) -> Iterator[Run]:
+        for run in runs:
+            seen.append(gc.isenabled())
+            yield run
+
+    good = write_runs([toy_run("r1", [0, 1]), toy_run("r2", [0, 2])], name="good.jsonl")
+    bad = write_runs([toy_run("r1", [0, 1]), '{"id": "r2", "steps": []}'], name="bad.jsonl")
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        assert count_transitions(watched(read_runs(good)), toy_predicates).runs == 2
+        assert seen == [False, False] and gc.isenabled()
+        with pytest.raises(TraceError):
+            count_transitions(read_runs(bad), toy_predicates)
+        assert gc.isenabled()  # restored on error too
+        gc.disable()
+        count_transitions(read_runs(good), toy_predicates)
+        assert not gc.isenabled()  # left as it was
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_lines_of_whitespace_are_skipped(write_runs: WriteRuns) -> None:
+    path = write_runs([GOOD, " \t", GOOD, "\x0c"])
+    assert [r.line for r in read_runs(path)] == [1, 3]
+
+
+def test_the_first_bad_step_is_named(write_runs: WriteRuns) -> None:
+    steps = [{"state": {"a": i}, "t": i, "action": "go"} for i in range(5)]
+    steps[3]["t"] = "later"
+    steps[4]["action"] = 7
+    with pytest.raises(TraceError) as info:
+        parse_run(orjson.dumps({"id": "x", "steps": steps}))
+    assert info.value.field == "steps[3].t"
