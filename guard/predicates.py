@@ -23,13 +23,24 @@ give the same result or the same error.
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable, Mapping
-from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import cel
 
+from guard._cel_fields import (
+    MEMO_LIMIT,
+    PROGRAM_LIMIT,
+    Leaves,
+    build_trie,
+    compile_key,
+    compile_leaves,
+    list_program,
+    project,
+    selected_paths,
+    sub_key_getters,
+    walk_key,
+)
 from guard.errors import PredicateError
 from guard.spec import Spec
 
@@ -37,21 +48,6 @@ __all__ = ["PredicateSet", "resolve_callable"]
 
 PythonPredicate = Callable[[Mapping[str, Any]], bool]
 
-_FULL = None  # trie marker: copy this whole subtree
-_PRESENCE = "presence"  # trie marker: only whether the key is there matters (has())
-_MISSING = object()
-_NOT_A_MAP = object()
-# A selection stops before a method or macro call: in `state.objects.size()` the map
-# `objects` is needed whole, not its (absent) field `size`.
-_STATE_SELECT = re.compile(r"(?<![\w.])state((?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*(?![\w(]|\s+\())*)")
-_HAS_OPEN = re.compile(r"(?<!\w)has\s*\(\s*$")  # has(e.f) needs a selection, not a value
-_STATE_BOUND = re.compile(r"(?<![\w.])state\s*,")  # `state` as a macro's variable (or any argument)
-_LITERAL_PREFIX = re.compile(r"(?<![\w])[rRbB]{1,2}$")
-# Selecting a field of these fails in CEL, as selecting a missing key does.
-_SCALARS = frozenset({list, str, int, float, bool, type(None), bytes})
-_SELF_IMAGED = frozenset({str, bool, type(None)})  # values that are their own memo-key image
-_MEMO_LIMIT = 1 << 16
-_PROGRAM_LIMIT = 1 << 10  # leaf programs, one per set of predicates that missed
 
 
 def resolve_callable(reference: str) -> Callable[..., Any]:
@@ -66,303 +62,6 @@ def resolve_callable(reference: str) -> Callable[..., Any]:
     if not callable(target):
         raise ValueError(f"{reference!r} is not callable")
     return target
-
-
-# -- reading expressions ----------------------------------------------------------
-
-def _mask(expression: str) -> str:
-    """The expression with string and bytes literals emptied and comments blanked.
-
-    Same length, so positions carry over. Handles CEL's quotes (``'``, ``"``, triple
-    quotes), raw strings (no escapes: ``r"\\"`` is one backslash) and ``//`` comments.
-    """
-    out = list(expression)
-    i, n = 0, len(expression)
-    while i < n:
-        c = expression[i]
-        if c == "/" and expression.startswith("//", i):
-            stop = expression.find("\n", i)
-            stop = n if stop < 0 else stop
-            out[i:stop] = " " * (stop - i)
-            i = stop
-        elif c == '"' or c == "'":
-            prefix = _LITERAL_PREFIX.search(expression, 0, i)
-            raw = prefix is not None and "r" in prefix.group().lower()
-            quote = c * 3 if expression.startswith(c * 3, i) else c
-            j = i + len(quote)
-            while j < n and not expression.startswith(quote, j):
-                j += 2 if expression[j] == "\\" and not raw else 1
-            stop = min(n, j)
-            out[i + len(quote):stop] = " " * (stop - i - len(quote))
-            i = stop + len(quote)
-        else:
-            i += 1
-    return "".join(out)
-
-
-def _selections(masked: str) -> list[tuple[re.Match[str], tuple[str, ...]]]:
-    return [(m, tuple(part.strip() for part in m.group(1).split(".") if part.strip()))
-            for m in _STATE_SELECT.finditer(masked)]
-
-
-def _selected_paths(expression: str) -> list[tuple[str, ...]]:
-    """Field paths under ``state`` that an expression selects (over-approximated)."""
-    return [path for _, path in _selections(_mask(expression))]
-
-
-def _plan_leaves(expressions: list[str]) -> tuple[list[str], dict[tuple[str, ...], str],
-                                                   list[tuple[str, ...]], list[tuple[str, ...]]]:
-    """Rewrite each ``state.a.b`` selection into a variable bound to the value of ``a.b``.
-
-    Returns the rewritten expressions, the variable of each path, and the paths still
-    read on ``state`` whole (``kept``) or for presence only (``presence``). Kept as they
-    are: the argument of ``has()`` (it needs a selection), bare ``state``, and every
-    selection of an expression that uses ``state`` as an argument or macro variable
-    (``.exists(state, …)`` would shadow it). A selection whose field is missing leaves
-    its variable unbound: CEL then fails where the selection would have failed, and
-    ``||``, ``&&``, ``?:`` and the macros absorb both errors alike.
-    """
-    prefix = "_fw"
-    while any(prefix in expression for expression in expressions):
-        prefix += "_"
-    variables: dict[tuple[str, ...], str] = {}
-    kept: list[tuple[str, ...]] = []
-    presence: list[tuple[str, ...]] = []
-    rewritten = []
-    for expression in expressions:
-        masked = _mask(expression)
-        shadowed = _STATE_BOUND.search(masked) is not None
-        pieces, last = [], 0
-        for match, path in _selections(masked):
-            before = masked[:match.start()]
-            if before.rstrip().endswith("."):  # `x. state.a`: a field named state
-                continue
-            if shadowed or not path:
-                kept.append(path)
-            elif _HAS_OPEN.search(before):
-                presence.append(path)
-            else:
-                name = variables.setdefault(path, f"{prefix}{len(variables)}")
-                pieces += [expression[last:match.start()], name]
-                last = match.end()
-        rewritten.append("".join(pieces) + expression[last:])
-    return rewritten, variables, kept, presence
-
-
-def _list_program(expressions: list[str]) -> Any:
-    # the newline ends a trailing // comment before the closing parenthesis
-    return cel.compile("[" + ", ".join(f"({expression}\n)" for expression in expressions) + "]")
-
-
-# -- tries, keys, projections -------------------------------------------------------
-
-def _build_trie(paths: list[tuple[str, ...]],
-                presence: list[tuple[str, ...]] | None = None) -> dict[str, Any] | None:
-    """Merge paths into a trie; ``None`` (``_FULL``) marks a subtree needed whole.
-
-    ``presence`` paths end in ``_PRESENCE`` unless another path needs more of that key.
-    """
-    if any(len(p) == 0 for p in paths):
-        return _FULL
-    trie: dict[str, Any] = {}
-    for path in paths:
-        node = trie
-        for i, key in enumerate(path):
-            last = i == len(path) - 1
-            if last:
-                node[key] = _FULL
-            else:
-                child = node.get(key, {})
-                if child is _FULL:
-                    break
-                node[key] = child
-                node = child
-    for path in presence or ():
-        node = trie
-        for key in path[:-1]:
-            child = node.get(key, _PRESENCE)
-            if child is _FULL:
-                break
-            if child is _PRESENCE:
-                child = node[key] = {}
-            node = child
-        else:
-            node.setdefault(path[-1], _PRESENCE)
-    return trie
-
-
-def _freeze(value: Any) -> Any:
-    """A hashable, type-tagged image of a JSON value (True, 1 and 1.0 stay distinct).
-
-    A string, a bool or None is its own image: none of them equals another type's image.
-    """
-    cls = value.__class__
-    if cls in _SELF_IMAGED:
-        return value
-    if cls is dict:
-        return (dict, tuple((k if k.__class__ is str else _freeze(k), _freeze(v)) for k, v in value.items()))
-    if cls is list or cls is tuple:
-        if _SELF_IMAGED.issuperset(map(type, value)):  # the common list of strings, without a call each
-            return (list, tuple(value))
-        return (list, tuple(map(_freeze, value)))
-    if cls is float and value == 0.0:  # 0.0 == -0.0, but CEL tells them apart (1.0 / x, string(x))
-        return (cls, value, str(value))
-    return (cls, value)
-
-
-def _key(node: Any, trie: dict[str, Any] | None, out: list[Any]) -> None:
-    if trie is _FULL:
-        out.append(_freeze(node))
-        return
-    if node.__class__ is not dict:
-        # not a map where fields are selected (CEL fails on it): tag it with its trie node,
-        # or {"m": 5} and {"m": {"k": 5}} would share a key and the memo would answer for both
-        out.append((_NOT_A_MAP, id(trie), _freeze(node)))
-        return
-    for key, sub in trie.items():
-        child = node.get(key, _MISSING)
-        if child is _MISSING:
-            out.append(_MISSING)
-        else:
-            _key(child, sub, out)
-
-
-def _project(node: Any, trie: dict[str, Any] | None) -> Any:
-    if trie is _FULL or node.__class__ is not dict:
-        return node
-    out = {}
-    for key, sub in trie.items():
-        if key in node:
-            out[key] = None if sub is _PRESENCE else _project(node[key], sub)
-    return out
-
-
-def _compile_function(lines: list[str], name: str, scope: dict[str, Any]) -> Any:
-    """Define a generated function (None when it cannot be, e.g. nested too deeply)."""
-    try:
-        exec(compile("\n".join(lines), f"<forewarn {name}>", "exec"), scope)
-    except (SyntaxError, RecursionError, MemoryError):
-        return None
-    return scope[name]
-
-
-def _compile_key(trie: dict[str, Any] | None) -> Callable[[Any], tuple[Any, ...] | None] | None:
-    """The memo key of a state as straight-line code: what ``_key`` gives, or None.
-
-    None when a selected field is missing or a map on the way is not a dict; the
-    caller then walks the trie with ``_key`` (same leaf order, so the same keys).
-    """
-    if trie is _FULL or not trie:
-        return None
-    lines = ["def key(s):", "    if s.__class__ is not _dict:", "        return None", "    try:"]
-    leaves: list[str] = []
-
-    def emit(parent: str, node: dict[str, Any], indent: str) -> None:
-        for field, sub in node.items():
-            name = f"n{len(lines)}"
-            lines.append(f"{indent}{name} = {parent}[{field!r}]")
-            if sub is _FULL:
-                leaves.append(name)
-            else:
-                lines.append(f"{indent}if {name}.__class__ is not _dict:")
-                lines.append(f"{indent}    return None")
-                emit(name, sub, indent)
-
-    emit("s", trie, "        ")
-    lines += ["    except KeyError:", "        return None"]
-    images = ", ".join(f"{v} if {v}.__class__ in _self else _freeze({v})" for v in leaves)
-    lines.append(f"    return ({images},)")
-    return _compile_function(lines, "key", {"_dict": dict, "_self": _SELF_IMAGED, "_freeze": _freeze})
-
-
-def _compile_binder(variables: dict[tuple[str, ...], str]) -> Callable[[Any], dict[str, Any] | None] | None:
-    """The leaf variables of a state, as straight-line code.
-
-    A missing field leaves its variable (and those below it) unbound; so does a scalar
-    or list on the way, which CEL cannot select from either. Anything else on the way
-    (a Mapping that is not a dict, an object) returns None: the caller evaluates the
-    original expressions instead.
-    """
-    root: dict[str, Any] = {}  # field -> [variable or None, children]
-    for path, variable in variables.items():
-        node = root
-        for field in path[:-1]:
-            node = node.setdefault(field, [None, {}])[1]
-        node.setdefault(path[-1], [None, {}])[0] = variable
-    lines = ["def bind(s):", "    if s.__class__ is not _dict:", "        return None", "    c = {}"]
-
-    def emit(parent: str, node: dict[str, Any], indent: str) -> None:
-        for field, (variable, children) in node.items():
-            name = f"n{len(lines)}"
-            lines.append(f"{indent}{name} = {parent}.get({field!r}, _missing)")
-            lines.append(f"{indent}if {name} is not _missing:")
-            if variable is not None:
-                lines.append(f"{indent}    c[{variable!r}] = {name}")
-            if children:
-                lines.append(f"{indent}    if {name}.__class__ is _dict:")
-                emit(name, children, indent + "        ")
-                lines.append(f"{indent}    elif {name}.__class__ not in _scalars:")
-                lines.append(f"{indent}        return None")
-
-    emit("s", root, "    ")
-    lines.append("    return c")
-    return _compile_function(lines, "bind", {"_dict": dict, "_missing": _MISSING, "_scalars": _SCALARS})
-
-
-class _Leaves(NamedTuple):
-    """Some CEL predicates as one list program on leaf variables."""
-
-    program: Any
-    bind: Callable[[Any], dict[str, Any] | None]
-    reads_state: bool  # whether the program still reads `state` (projected by state_trie)
-    state_trie: dict[str, Any] | None
-
-
-def _compile_leaves(expressions: list[str], variables: set[str]) -> _Leaves | None:
-    """The expressions rewritten onto leaf variables, or None when that is not safe."""
-    rewritten, leaves, kept, presence = _plan_leaves(expressions)
-    try:
-        program = _list_program(rewritten)
-    except ValueError:  # cannot happen for expressions that parse; then stay with the original
-        return None
-    reads_state = bool(kept or presence)
-    # a check that the rewriting left no reference behind: only the variables it bound are new
-    allowed = (variables - {"state"}) | set(leaves.values()) | ({"state"} if reads_state else set())
-    binder = _compile_binder(leaves)
-    if binder is None or not set(program.variables()) <= allowed:
-        return None
-    return _Leaves(program, binder, reads_state, _build_trie(kept, presence))
-
-
-def _sub_key_getters(trie: dict[str, Any], paths: list[list[tuple[str, ...]]]) -> list[Callable[[Any], Any]]:
-    """Per predicate, a function of the fast key giving the images of the fields it reads."""
-    leaves: list[tuple[str, ...]] = []  # the fast key's order
-
-    def walk(node: dict[str, Any], prefix: tuple[str, ...]) -> None:
-        for field, sub in node.items():
-            if sub is _FULL:
-                leaves.append(prefix + (field,))
-            else:
-                walk(sub, prefix + (field,))
-
-    walk(trie, ())
-    position = {leaf: i for i, leaf in enumerate(leaves)}
-    getters: list[Callable[[Any], Any]] = []
-    for item_paths in paths:
-        read = set()
-        for path in item_paths:
-            node: Any = trie
-            for depth, field in enumerate(path):
-                node = node[field]
-                if node is _FULL:  # the path or a prefix of it is a key leaf
-                    read.add(position[path[:depth + 1]])
-                    break
-        getters.append(itemgetter(*sorted(read)) if read else _no_fields)
-    return getters
-
-
-def _no_fields(key: Any) -> tuple[()]:
-    return ()
 
 
 class PredicateSet:
@@ -399,18 +98,18 @@ class PredicateSet:
                                      "predicates", name) from exc
                 cel_items.append((index, name, definition.cel))
         self._cel_items = cel_items
-        self._program = _list_program([expr for _, _, expr in cel_items]) if cel_items else None
-        paths = [_selected_paths(expr) for _, _, expr in cel_items]
-        self._trie = _build_trie([p for item_paths in paths for p in item_paths])
-        self._fast_key = _compile_key(self._trie)
+        self._program = list_program([expr for _, _, expr in cel_items]) if cel_items else None
+        paths = [selected_paths(expr) for _, _, expr in cel_items]
+        self._trie = build_trie([p for item_paths in paths for p in item_paths])
+        self._fast_key = compile_key(self._trie)
         self._memo: dict[tuple[Any, ...], int] = {}
         # Second level, for a new combination of known values: per predicate, its result
         # keyed by the images of the fields it reads (taken from the fast key).
-        self._sub_keys = _sub_key_getters(self._trie, paths) \
+        self._sub_keys = sub_key_getters(self._trie, paths) \
             if self._fast_key is not None and self._trie is not None else None
         self._item_memos: list[dict[Any, bool]] = [{} for _ in cel_items]
         self._item_variables = item_variables
-        self._leaf_programs: dict[int, _Leaves | None] = {}  # by set of CEL items (a bit mask)
+        self._leaf_programs: dict[int, Leaves | None] = {}  # by set of CEL items (a bit mask)
         self._all_items = (1 << len(cel_items)) - 1
         self._unsafe_program = self._compile_unsafe(spec)
         self._unsafe_memo: dict[int, bool] = {}
@@ -444,7 +143,7 @@ class PredicateSet:
             fast = key is not None
             if key is None:
                 key_parts: list[Any] = []
-                _key(state, self._trie, key_parts)
+                walk_key(state, self._trie, key_parts)
                 key = tuple(key_parts)
             try:
                 cached = self._memo.get(key)
@@ -454,7 +153,7 @@ class PredicateSet:
                 cached = self._evaluate_missed(state, key) if fast and key is not None \
                     else self._evaluate_cel(state)
                 if key is not None:
-                    if len(self._memo) >= _MEMO_LIMIT:
+                    if len(self._memo) >= MEMO_LIMIT:
                         self._memo.clear()
                     self._memo[key] = cached
             bits = cached
@@ -490,7 +189,7 @@ class PredicateSet:
                 return self._evaluate_original(state)
             for c, value in zip((c for c in range(len(subs)) if missed >> c & 1), values):
                 memo = self._item_memos[c]
-                if len(memo) >= _MEMO_LIMIT:
+                if len(memo) >= MEMO_LIMIT:
                     memo.clear()
                 memo[subs[c]] = value
                 if value:
@@ -517,10 +216,10 @@ class PredicateSet:
         try:
             leaves = self._leaf_programs[items]
         except KeyError:
-            if len(self._leaf_programs) >= _PROGRAM_LIMIT:
+            if len(self._leaf_programs) >= PROGRAM_LIMIT:
                 self._leaf_programs.clear()
             chosen = [c for c in range(len(self._cel_items)) if items >> c & 1]
-            leaves = self._leaf_programs[items] = _compile_leaves(
+            leaves = self._leaf_programs[items] = compile_leaves(
                 [self._cel_items[c][2] for c in chosen], set().union(*(self._item_variables[c] for c in chosen)))
         if leaves is None:
             return None
@@ -528,7 +227,7 @@ class PredicateSet:
         if context is None:
             return None
         if leaves.reads_state:
-            context["state"] = _project(state, leaves.state_trie)
+            context["state"] = project(state, leaves.state_trie)
         try:
             values: list[bool] = leaves.program.execute(context)
         except Exception:  # report it as the original expressions would
@@ -540,7 +239,7 @@ class PredicateSet:
 
     def _evaluate_original(self, state: Mapping[str, Any]) -> int:
         assert self._program is not None
-        projected = _project(state, self._trie)
+        projected = project(state, self._trie)
         try:
             values = self._program.execute({"state": projected})
         except Exception:  # find which predicate failed, and why, one at a time

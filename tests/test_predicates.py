@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from _support import TOY_SPEC, toy_state
 from guard.errors import PredicateError, SpecError
-from guard.predicates import PredicateSet, _freeze, _key, _mask, _plan_leaves, _selected_paths
+from guard._cel_fields import _freeze, _mask, _plan_leaves, selected_paths, walk_key
+from guard.predicates import PredicateSet
 from guard.spec import Spec, parse_spec
 
 # Predicates that read the state in every way projection must get right: nested fields,
@@ -124,9 +125,9 @@ def test_maps_behind_method_calls_agree_with_the_full_state(state: dict[str, Any
 def test_method_calls_need_the_whole_map() -> None:
     # `objects.size()` must see every key of objects, not a projection onto a field "size"
     predicates = PredicateSet(parse_spec(RICH_SPEC))
-    assert _selected_paths('state.objects.size() > 1') == [("objects",)]
-    assert _selected_paths('state.objects .exists(k, k == "x")') == [("objects",)]
-    assert _selected_paths('state.b.c == 1 && "state.q" == ""') == [("b", "c")]
+    assert selected_paths('state.objects.size() > 1') == [("objects",)]
+    assert selected_paths('state.objects .exists(k, k == "x")') == [("objects",)]
+    assert selected_paths('state.b.c == 1 && "state.q" == ""') == [("b", "c")]
     bits = predicates.evaluate({"objects": {"xa": 1, "b": 2}})
     named = predicates.as_context(bits)
     assert named["many_objects"] and named["some_x"]
@@ -411,8 +412,8 @@ def test_literals_and_comments_are_masked() -> None:
     assert _mask('"""x"y""" + state.x') == '"""   """ + state.x'
     assert _mask("'''it's''' + state.x") == "'''    ''' + state.x"
     assert _mask("state.x // it's") == "state.x        "
-    assert _selected_paths("state.x // state.y") == [("x",)]
-    assert _selected_paths('b"state.z" == state.b') == [("b",)]
+    assert selected_paths("state.x // state.y") == [("x",)]
+    assert selected_paths('b"state.z" == state.b') == [("b",)]
 
 
 def test_key_images_keep_types_apart() -> None:
@@ -428,7 +429,7 @@ def test_the_generated_key_matches_the_trie_walk() -> None:
     for state in ({"a": True, "b": {"c": 1}, "objects": {"x": 1}, "x": [1], "c": 2},
                   {"a": [1.0, "x"], "b": {"c": -0.0, "d": 5}, "objects": [], "x": [], "c": None}):
         parts: list[Any] = []
-        _key(state, predicates._trie, parts)
+        walk_key(state, predicates._trie, parts)
         assert predicates._fast_key is not None and predicates._fast_key(state) == tuple(parts)
     assert predicates._fast_key({"a": True}) is None  # missing fields: the caller walks the trie
 
