@@ -1,6 +1,7 @@
 """learn → check → cache: the whole offline pipeline behind ``forewarn learn``."""
 from __future__ import annotations
 
+import hashlib
 import platform
 import re
 import time
@@ -18,7 +19,7 @@ from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
 from guard.spec import Spec
 from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of, storm_version, validate_formula
-from guard.traces import Run, file_digest, read_runs, resample
+from guard.traces import Run, read_runs, resample
 
 __all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs"]
 
@@ -59,10 +60,14 @@ def transition_rule(spec: Spec, predicates: PredicateSet,
     return spec_transition_rule(vt.max_changed_predicates, irreversible, domain_rule, predicates.width)
 
 
-def read_trace_files(traces: Sequence[str | Path], *, period: float | None = None) -> Iterable[Run]:
-    """Runs from JSONL files, streamed, resampled to a fixed period (seconds) if given."""
-    for path in traces:
-        for run in read_runs(path):
+def read_trace_files(traces: Sequence[str | Path], *, period: float | None = None,
+                     digests: Sequence[Any] | None = None) -> Iterable[Run]:
+    """Runs from JSONL files, streamed, resampled to a fixed period (seconds) if given.
+
+    ``digests`` (one ``hashlib`` object per file) are fed the bytes as they are read.
+    """
+    for index, path in enumerate(traces):
+        for run in read_runs(path, digest=None if digests is None else digests[index]):
             yield run if period is None else resample(run, period)
 
 
@@ -74,11 +79,12 @@ def learn_model(traces: Sequence[str | Path], spec: Spec, *, period: float | Non
         period: resample every run to this many seconds per step first (needs ``t``).
     """
     paths = [Path(p) for p in traces]
-
-    def runs() -> Iterable[Run]:
-        return read_trace_files(paths, period=period)
-
-    model = learn_model_from_runs(runs(), spec, inputs=[_provenance(p) for p in paths], **options)
+    inputs = [_provenance(p) for p in paths]
+    digests = [hashlib.sha256() for _ in paths]  # fed while learning reads: one pass over the data
+    model = learn_model_from_runs(read_trace_files(paths, period=period, digests=digests), spec, inputs=inputs,
+                                  **options)
+    for entry, digest in zip(inputs, digests):
+        entry["sha256"] = digest.hexdigest()
     if period is not None:
         model.provenance["period_seconds"] = period
     return model
@@ -86,7 +92,7 @@ def learn_model(traces: Sequence[str | Path], spec: Spec, *, period: float | Non
 
 def _provenance(path: Path) -> dict[str, Any]:
     try:
-        return {"path": str(path), "sha256": file_digest(path), "bytes": path.stat().st_size}
+        return {"path": str(path), "sha256": None, "bytes": path.stat().st_size}
     except OSError as exc:  # a user error (wrong path), not a crash
         raise TraceError(f"cannot read traces: {exc.strerror}", source=str(path)) from exc
 

@@ -38,8 +38,11 @@ class Run:
         return [step.get("t") for step in self.steps]
 
 
-def read_runs(path: str | Path) -> Iterator[Run]:
+def read_runs(path: str | Path, *, digest: Any = None) -> Iterator[Run]:
     """Yield the runs of a JSONL trace file one at a time (the file may exceed memory).
+
+    Args:
+        digest: a ``hashlib`` object fed every byte read, so provenance needs no second pass.
 
     Raises:
         TraceError: for a line that is not a valid run.
@@ -51,6 +54,8 @@ def read_runs(path: str | Path) -> Iterator[Run]:
         raise TraceError(f"cannot read traces: {exc.strerror}", source=source) from exc
     with handle:
         for number, raw in enumerate(handle, start=1):
+            if digest is not None:
+                digest.update(raw)
             if not raw.isspace():  # as raw.strip(), without copying a long line
                 yield parse_run(raw, source=source, line=number)
 

@@ -368,3 +368,12 @@ def test_exact_row_of_a_hand_built_chain_with_other_count_sparsity() -> None:
                        initial={0: 1}, counts=counts, matrix=matrix, alpha=0.5)
     assert dtmc.exact_row(0) == [(0, Fraction(7, 8)), (1, Fraction(1, 8))]
     assert dtmc.exact_row(1) == [(1, Fraction(1))]
+
+
+def test_provenance_hashes_each_input_while_learning_reads_it(toy_spec, toy_traces) -> None:
+    from guard.pipeline import learn_model
+    from guard.traces import file_digest
+
+    model = learn_model([toy_traces], toy_spec)
+    (entry,) = model.provenance["inputs"]
+    assert entry["sha256"] == file_digest(toy_traces) and entry["bytes"] == toy_traces.stat().st_size
