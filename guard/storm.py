@@ -133,7 +133,11 @@ def _environment(method: Method, precision: float) -> Any:
     else:
         env = _env.Environment()
         env.solver().set_linear_equation_solver_type(_env.EquationSolverType.TOPOLOGICAL)
-    env.solver().native().precision = stormpy.Rational(repr(precision))
+    native = env.solver().native()
+    native.precision = stormpy.Rational(repr(precision))
+    # Probabilities live in [0, 1] and the guard compares them with absolute thresholds:
+    # an absolute criterion is what a decision needs, and converges faster than a relative one.
+    native.relative_termination_criterion = False
     return env
 
 
