@@ -101,7 +101,7 @@ class Turn:
         text = explain.stopped_before(self.guard, decision, call["name"], call["args"]) + note
         replies: list[BaseMessage] = []
         for j, other in enumerate(calls):
-            body = (f"Not executed: Forewarn stopped the run before this call (see its last message)." if j == index
+            body = ("Not executed: Forewarn stopped the run before this call (see its last message)." if j == index
                     else f"Not executed: Forewarn stopped the run before `{call['name']}`, a call of the same turn.")
             replies.append(not_run(other, body, {"action": "stop"}))
         final = mark(AIMessage(content=text, name="forewarn"),

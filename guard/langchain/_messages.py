@@ -23,6 +23,7 @@ __all__ = ["SOURCE", "TranscriptCache", "message_text", "mark", "forewarn_data",
 SOURCE = "forewarn"
 _HITL_SOURCE = "hitl_interrupt_decision"
 M = TypeVar("M", bound=BaseMessage)
+_NONE: frozenset[str] = frozenset()
 
 
 def message_text(content: Any) -> str:
@@ -103,7 +104,7 @@ class _Scan:
         self.settled_steps = 0   # ...and this many steps
 
 
-def _scan(messages: Sequence[BaseMessage], approved: set[str]) -> _Scan:
+def _scan(messages: Sequence[BaseMessage], approved: set[str] | frozenset[str]) -> _Scan:
     results: dict[str, ToolMessage] = {}
     for message in messages:
         if isinstance(message, ToolMessage):
@@ -155,10 +156,13 @@ class TranscriptCache:
 
     def transcript(self, messages: Sequence[BaseMessage], approved: Iterable[str] = ()) -> Transcript:
         count = self._count
-        if not (count and len(messages) >= count and messages[0].id == self._first
-                and messages[count - 1].id == self._last):
+        if count and len(messages) >= count and messages[count - 1].id == self._last \
+                and messages[0].id == self._first:
+            if len(messages) == count:  # nothing new since the settled prefix
+                return Transcript(self._users, self._steps, messages)
+        else:
             count, self._users, self._steps = 0, (), ()
-        scan = _scan(messages[count:], set(approved))
+        scan = _scan(messages[count:], set(approved) if approved else _NONE)
         users, steps = self._users + tuple(scan.users), self._steps + tuple(scan.steps)
         end = count + scan.settled
         if scan.settled and messages[0].id is not None and messages[end - 1].id is not None:

@@ -45,7 +45,7 @@ from domains.tools.transcript import CallStatus, ToolStep, Transcript
 from guard.errors import ForewarnError
 from guard.langchain import _explain as explain
 from guard.langchain._messages import forewarn_data, mark, message_text
-from guard.langchain._lookahead import Turn, not_run, reflections, same_state
+from guard.langchain._lookahead import Turn, not_run, same_state
 from guard.langchain.review import REVIEW_TYPES, Review, ReviewType, parse_review, review_payload
 from guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
 from guard.policy import Policy
@@ -295,6 +295,11 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             transcript = run._transcripts.transcript(request.state["messages"]).then(step)
             before = run.session.history[-1] if run.session.history else None
             decision = self._decide(run.session, transcript, step, commit=True)
+        news = decision.action is not Action.ALLOW and not (
+            not self.judge_unchanged and decision.action is not Action.STOP and before is not None
+            and before.action is not None and same_state(before.decision, decision))
+        if not news and not approved:  # the common case: nothing to add to the result
+            return result
         marks: dict[str, Any] = {"phase": "observed"}
         notes: list[str] = []
         if approved:
@@ -303,9 +308,6 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             marks["executed_call"] = {"name": call["name"], "args": call["args"]}
             notes.append(f"Note: a human reviewer replaced your call before it ran; it ran as "
                          f"{explain.describe_call(call['name'], call['args'])}. Do not re-issue your original call.")
-        news = decision.action is not Action.ALLOW and not (
-            not self.judge_unchanged and decision.action is not Action.STOP and before is not None
-            and before.action is not None and same_state(before.decision, decision))
         if news:  # a risky state the look-ahead could not see (or did, and a human let it through)
             words = explain.after_call(self.guard, decision)
             marks.update(action=decision.action.value, explanation=words, decision=decision.to_dict())

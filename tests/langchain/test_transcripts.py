@@ -45,3 +45,16 @@ def test_the_cache_gives_what_a_full_read_gives_at_every_step() -> None:
     rewritten = [HumanMessage("summary", id="s"), call("c10"), result("c10")]
     assert cache.transcript(rewritten) == transcript_from_messages(rewritten)
     assert cache.transcript(sequence) == transcript_from_messages(sequence)
+
+
+def test_the_cache_reads_the_same_messages_again_alike() -> None:
+    messages = [HumanMessage("go", id="h"), call("c1"), result("c1"), call("c2"), result("c2", status="error")]
+    cache = TranscriptCache()
+    first = cache.transcript(messages)
+    again = cache.transcript(list(messages))  # nothing new since the settled prefix
+    assert again == first == transcript_from_messages(messages)
+    assert again.messages == messages
+    # approvals still apply to calls read afresh
+    longer = [*messages, call("c3"), result("c3")]
+    assert cache.transcript(longer, approved=["c3"]) == transcript_from_messages(longer, approved=["c3"])
+    assert cache.transcript(longer, approved=iter(["c3"])).steps[-1].approved
