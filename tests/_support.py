@@ -6,9 +6,12 @@ both hold; so the abstract states are NONE=0, A=1, B=2 and AB=3 (unsafe).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 NONE, A, B, AB = 0, 1, 2, 3
 
@@ -134,3 +137,19 @@ def expected_steps(rows: Mapping[int, Row], absorbing: set[int]) -> dict[int, Fr
                 matrix[position[s]][position[j]] -= p
     solution = solve_fractions(matrix, [Fraction(1)] * len(transient))
     return dict(zip(transient, solution))
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a ``forewarn`` command did: its arguments, exit code and output."""
+
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> object:
+        return orjson.loads(self.stdout)
+
+
+CLI = Callable[..., Result]

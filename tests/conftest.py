@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -7,11 +8,12 @@ from typing import Any
 import orjson
 import pytest
 
-from _support import TOY_SPEC, WriteRuns, toy_run
+from _support import CLI, TOY_SPEC, Result, WriteRuns, toy_run
 from guard.model import GuardModel
 from guard.pipeline import learn_model
 from guard.predicates import PredicateSet
 from guard.spec import Spec, load_spec
+
 
 @pytest.fixture
 def write_runs(tmp_path: Path) -> WriteRuns:
@@ -63,3 +65,21 @@ def toy_model(toy_traces: Path, toy_spec: Spec) -> GuardModel:
 @pytest.fixture
 def toy_model_path(toy_model: GuardModel, tmp_path: Path) -> Path:
     return toy_model.save(tmp_path / "model.json")
+
+
+@pytest.fixture
+def forewarn_here(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> CLI:
+    """Run the CLI's ``main()`` in this process (same code path, without the import cost)."""
+    from guard.cli import main
+
+    def run(*args: str | Path) -> Result:
+        monkeypatch.setattr(sys, "argv", ["forewarn", *map(str, args)])
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        out, err = capsys.readouterr()
+        return Result(tuple(map(str, args)), code, out, err)
+
+    return run

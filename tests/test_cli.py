@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -17,9 +16,8 @@ import orjson
 import pytest
 import stormpy
 
-from _support import TOY_SPEC, bounded_reach, toy_run
+from _support import CLI, TOY_SPEC, Result, bounded_reach, toy_run
 from guard import Guard
-from guard.cli import main
 from guard.model import GuardModel
 from guard.replay import replay
 from guard.storm import prism_text
@@ -29,15 +27,6 @@ REPLAY_KEYS = {"theta", "n_unsafe", "n_safe", "detection_rate", "false_alarm_rat
                "mean_advance_seconds", "brier"}
 
 
-@dataclass(frozen=True)
-class Result:
-    args: tuple[str, ...]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> object:
-        return orjson.loads(self.stdout)
 
 
 def forewarn_many(*commands: list[str | Path], cwd: Path) -> list[Result]:
@@ -57,24 +46,7 @@ def forewarn(*args: str | Path, cwd: Path) -> Result:
     return forewarn_many(list(args), cwd=cwd)[0]
 
 
-InProcess = Callable[..., Result]
-
-
-@pytest.fixture
-def forewarn_here(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> InProcess:
-    """Run the CLI's ``main()`` in this process (same code path, without the import cost)."""
-
-    def run(*args: str | Path) -> Result:
-        monkeypatch.setattr(sys, "argv", ["forewarn", *map(str, args)])
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return Result(tuple(map(str, args)), code, out, err)
-
-    return run
+InProcess = CLI
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,11 @@
 """Support for the evaluation tests: the toy domain with risks set by hand, CLI results."""
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-import orjson
 
-from _support import A, AB, B, NONE
+from _support import A, AB, B, NONE, Result
 from guard.learning import END
 from guard.model import GuardModel
 from guard.storm import CheckOutcome, Method
@@ -22,20 +19,6 @@ def with_risk(model: GuardModel, risk: dict[int, Fraction], formula: str | None 
     values = np.array([float(risk[bits]) for bits in model.dtmc.states])
     outcome = CheckOutcome(formula or model.outcome.formula, values, None, None, Method.TOPOLOGICAL, 1e-6, 0.0)
     return GuardModel(model.spec, model.dtmc, outcome, model.pac, model.provenance)
-
-
-@dataclass(frozen=True)
-class Result:
-    args: tuple[str, ...]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> object:
-        return orjson.loads(self.stdout)
-
-
-CLI = Callable[..., Result]
 
 
 def assert_user_error(result: Result, *fragments: str) -> None:

@@ -1,13 +1,11 @@
 """Fixtures for the evaluation tests: a guard with risks set by hand, and the CLI in-process."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-from _eval_support import CLI, RISK, Result, with_risk
-from guard.cli import main
+from _eval_support import RISK, with_risk
+from _support import CLI
 from guard.model import GuardModel
 from guard.runtime import Guard
 
@@ -18,17 +16,6 @@ def hand_guard(toy_model: GuardModel) -> Guard:
 
 
 @pytest.fixture
-def forewarn_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> CLI:
-    """Run the CLI's ``main()`` in this process."""
-
-    def run(*args: str | Path) -> Result:
-        monkeypatch.setattr(sys, "argv", ["forewarn", *map(str, args)])
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return Result(tuple(map(str, args)), code, out, err)
-
-    return run
+def forewarn_cli(forewarn_here: CLI) -> CLI:
+    """The CLI in this process (the shared ``forewarn_here``)."""
+    return forewarn_here

@@ -7,7 +7,8 @@ from typing import Any
 import orjson
 import pytest
 
-from _eval_support import CLI, assert_user_error
+from _eval_support import assert_user_error
+from _support import CLI
 from guard.model import GuardModel
 from guard.replay import replay
 from guard.runtime import Guard
