@@ -37,6 +37,16 @@ class MismatchOption(str, Enum):
     simulator = "simulator"
 
 
+
+# Options that replay and evaluate share.
+ThetaOption = Annotated[str, typer.Option(help="Comma-separated thresholds on p_safe.")]
+FormatOption = Annotated[Format, typer.Option("--format")]
+ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write a self-contained HTML report.")]
+PlotsOption = Annotated[Optional[Path], typer.Option("--plots", help="Write the report's figures as PNG here.")]
+RunOption = Annotated[Optional[str], typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
+InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="Format of the trace files.")]
+
+
 def parse_thetas(text: str) -> list[float]:
     """``"0.1,0.5"`` → ``[0.1, 0.5]``; every threshold must lie in [0, 1]."""
     try:
@@ -124,18 +134,15 @@ def _in_sample(traces: Sequence[Path], provenance: dict[str, Any]) -> list[str]:
 def replay(
     traces: Annotated[list[Path], typer.Argument(help="Trace files to replay (JSONL, columnar or action logs).")],
     model: Annotated[Path, typer.Option("--model", "-m", help="Model file.")],
-    theta: Annotated[str, typer.Option(help="Comma-separated thresholds on p_safe.")] = "0.1,0.3,0.5,0.7,0.9",
+    theta: ThetaOption = "0.1,0.3,0.5,0.7,0.9",
     period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step "
                                                          "(default: the period the model was learned with).")]
     = None,
-    format: Annotated[Format, typer.Option("--format")] = Format.table,
-    report: Annotated[Optional[Path], typer.Option("--report", help="Write a self-contained HTML report.")] = None,
-    plots: Annotated[Optional[Path], typer.Option("--plots", help="Write the report's figures as PNG here.")]
-    = None,
-    run: Annotated[Optional[str], typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
-    = None,
-    input_format: Annotated[InputFormat, typer.Option("--input-format", help="Format of the trace files.")]
-    = InputFormat.auto,
+    format: FormatOption = Format.table,
+    report: ReportOption = None,
+    plots: PlotsOption = None,
+    run: RunOption = None,
+    input_format: InputFormatOption = InputFormat.auto,
     baseline_traces: Annotated[Optional[list[Path]], typer.Option(
         "--baseline-traces", help="Runs to fit the empirical-frequency baseline on (default: the replayed runs, "
                                   "each left out of its own scoring).")] = None,
@@ -240,19 +247,16 @@ def evaluate(
     group_by: Annotated[Optional[str], typer.Option(
         "--group-by", help="Dotted path whose runs stay together, e.g. meta.task (default: each run alone).")]
     = None,
-    theta: Annotated[str, typer.Option(help="Comma-separated thresholds on p_safe.")] = "0.1,0.3,0.5,0.7,0.9",
+    theta: ThetaOption = "0.1,0.3,0.5,0.7,0.9",
     seed: Annotated[int, typer.Option(help="Seed for assigning equal-sized groups to folds.")] = 0,
     period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
     alpha: Annotated[Optional[float], typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
     method: Annotated[Method, typer.Option(help="Storm method for each fold's model.")] = Method.SOUND,
-    format: Annotated[Format, typer.Option("--format")] = Format.table,
-    report: Annotated[Optional[Path], typer.Option("--report", help="Write a self-contained HTML report.")] = None,
-    plots: Annotated[Optional[Path], typer.Option("--plots", help="Write the report's figures as PNG here.")]
-    = None,
-    run: Annotated[Optional[str], typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
-    = None,
-    input_format: Annotated[InputFormat, typer.Option("--input-format", help="Format of the trace files.")]
-    = InputFormat.auto,
+    format: FormatOption = Format.table,
+    report: ReportOption = None,
+    plots: PlotsOption = None,
+    run: RunOption = None,
+    input_format: InputFormatOption = InputFormat.auto,
 ) -> None:
     """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
     from guard.evaluation.evaluate import evaluate as run_evaluate

@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 from domains.tools.transcript import CallStatus, ToolStep, Transcript
 
-__all__ = ["SOURCE", "TranscriptCache", "message_text", "mark", "forewarn_data", "transcript_from_messages",
+__all__ = ["SOURCE", "TranscriptCache", "message_text", "value_text", "mark", "forewarn_data", "transcript_from_messages",
            "user_texts"]
 
 SOURCE = "forewarn"
@@ -39,6 +39,16 @@ def message_text(content: Any) -> str:
                 parts.append(block["text"])
         return "\n".join(parts)
     return "" if content is None else str(content)
+
+
+def value_text(value: Any) -> str:
+    """The text of a tool's or runnable's output: a string, a message, or anything else via str."""
+    if isinstance(value, str):
+        return value
+    content = getattr(value, "content", None)
+    if content is not None:
+        return message_text(content)
+    return "" if value is None else str(value)
 
 
 def mark(message: M, data: dict[str, Any]) -> M:

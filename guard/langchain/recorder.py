@@ -25,13 +25,13 @@ from typing import Any
 
 import orjson
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage, get_notification_metadata
+from langchain_core.messages import HumanMessage, ToolMessage, get_notification_metadata
 
 from domains.tools.errors import ExtractionError
 from domains.tools.extractor import ToolStateExtractor
 from domains.tools.transcript import CallStatus, ToolStep, Transcript
 from guard.errors import ForewarnError
-from guard.langchain._messages import message_text
+from guard.langchain._messages import message_text, value_text
 
 __all__ = ["TraceRecorder"]
 
@@ -157,7 +157,7 @@ class TraceRecorder(BaseCallbackHandler):
             if call is None:
                 return
             error = isinstance(output, ToolMessage) and output.status == "error"
-            text = message_text(output.content) if isinstance(output, BaseMessage) else _text(output)
+            text = value_text(output)
             self._add(call, CallStatus.ERROR if error else CallStatus.SUCCESS, text)
             if call.root == str(run_id):
                 self._finish(call.root)
@@ -222,14 +222,6 @@ class TraceRecorder(BaseCallbackHandler):
 def _is_resume(inputs: Any) -> bool:
     return type(inputs).__name__ == "Command" and getattr(inputs, "resume", None) is not None
 
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    content = getattr(value, "content", None)
-    if content is not None:
-        return message_text(content)
-    return "" if value is None else str(value)
 
 
 def _user_inputs(inputs: Any) -> list[str]:

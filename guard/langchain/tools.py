@@ -27,7 +27,7 @@ from domains.tools.extractor import ToolStateExtractor
 from domains.tools.transcript import CallStatus, ToolStep, Transcript
 from guard.errors import ForewarnError
 from guard.langchain import _explain as explain
-from guard.langchain._messages import message_text
+from guard.langchain._messages import value_text
 from guard.langchain.errors import ApprovalRequired, RunStopped
 from guard.policy import Policy
 from guard.runtime import Decision, Guard, Session
@@ -80,7 +80,7 @@ class ToolGuard:
     def record(self, name: str, args: Any, result: Any, *, error: bool = False, approved: bool = False) -> Decision:
         """Commit a call that ran, with its result; returns the decision on the new state."""
         status = CallStatus.ERROR if error else CallStatus.SUCCESS
-        step = ToolStep(name, args, status, _text(result), approved=approved)
+        step = ToolStep(name, args, status, value_text(result), approved=approved)
         with self._lock:
             self.transcript = self.transcript.then(step)
             return self.session.observe(self._state(self.transcript, step), action={"tool": name, "args": args})
@@ -188,11 +188,3 @@ def _child(config: RunnableConfig, run_manager: CallbackManagerForToolRun | Asyn
         return config
     return {**config, "callbacks": run_manager.get_child()}
 
-
-def _text(result: Any) -> str:
-    if isinstance(result, str):
-        return result
-    content = getattr(result, "content", None)
-    if content is not None:
-        return message_text(content)
-    return "" if result is None else str(result)
