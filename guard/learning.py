@@ -71,19 +71,24 @@ class TransitionCounts:
 
 
 def count_transitions(runs: Iterable[Run], predicates: PredicateSet,
-                      counts: TransitionCounts | None = None) -> TransitionCounts:
+                      counts: TransitionCounts | None = None,
+                      paths: Counter[tuple[int, ...]] | None = None) -> TransitionCounts:
     """Stream runs into transition counts (memory grows with abstract states, not runs).
 
     The cyclic garbage collector is paused meanwhile (and restored after, also on
     error): parsed JSON holds no cycles, and its passes over the freshly parsed states
-    cost more than the parsing itself. The pause is process-wide.
+    cost more than the parsing itself. The pause is process-wide. ``paths``, when given,
+    collects each distinct abstract run with its multiplicity (for cross-validation).
     """
     counts = counts or TransitionCounts()
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         for run in runs:
-            counts.add(abstract_run(run, predicates), predicates)
+            abstract = abstract_run(run, predicates)
+            counts.add(abstract, predicates)
+            if paths is not None:
+                paths[tuple(abstract)] += 1
     finally:
         if was_enabled:
             gc.enable()
@@ -196,7 +201,7 @@ class LearnedDTMC:
 
 
 def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: float,
-               rule: ValidTransitionRule | None = None) -> LearnedDTMC:
+               rule: ValidTransitionRule | None = None, structure: str = "valid") -> LearnedDTMC:
     """Smooth counts into a DTMC (eq. 1 of the paper).
 
     Args:
@@ -206,7 +211,11 @@ def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: flo
         rule: which transitions are valid; ``None`` makes every observed state and
             ``end`` a valid successor of every non-absorbing state. Observed
             transitions are always kept, even where the rule calls them invalid.
+        structure: ``"valid"`` (every successor the rule allows gets α) or
+            ``"observed"`` (only successors observed from the state do; the rule is not read).
     """
+    if structure not in ("valid", "observed"):
+        raise ValueError(f"structure must be 'valid' or 'observed', got {structure!r}")
     if alpha < 0:
         raise ValueError(f"alpha must be >= 0, got {alpha}")
     # Everything below works on whole arrays: entry (i, j) of the chain is the code i·n + j.
@@ -223,7 +232,9 @@ def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: flo
     absorbing = np.append(np.flatnonzero(unsafe[:end]), end)
 
     locate = _locator(bits, predicates.width)
-    if rule is None:
+    if structure == "observed":
+        valid = _observed_pairs(counts, locate, unsafe, n_states)
+    elif rule is None:
         if (n_states - 1) * n_states > DENSE_LIMIT:
             raise ValueError(
                 f"{n_states - 1} abstract states with every transition valid would need "
@@ -273,6 +284,17 @@ def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: flo
     initial = dict(zip(initial_index, counts.initial.values()))
     return LearnedDTMC(predicates=list(predicates.names), states=states, unsafe=unsafe, initial=initial,
                        counts=count_matrix, matrix=matrix, alpha=alpha, invalid_observed=invalid_observed)
+
+
+def _observed_pairs(counts: TransitionCounts, locate: Callable[[np.ndarray], np.ndarray], unsafe: np.ndarray,
+                    n_states: int) -> np.ndarray:
+    """Entry codes ``i·n + j`` of the transitions observed out of non-absorbing states, sorted."""
+    src_bits, dst_bits, _ = _bit_arrays(counts)
+    end = n_states - 1
+    src = locate(src_bits)
+    dst = np.where(dst_bits == END, end, locate(dst_bits))
+    keep = ~unsafe[src]
+    return _sorted_unique(src[keep] * n_states + dst[keep])
 
 
 def _bit_arrays(counts: TransitionCounts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -5,6 +5,7 @@ import hashlib
 import platform
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,8 +16,10 @@ from guard.errors import CheckError
 from guard.errors import TraceError
 from guard.learning import ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
 from guard.model import CheckedProperty, GuardModel
+from guard.crossval import ALPHA_GRID, choose_alpha
 from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
+from guard.shrinkage import shrink_properties
 from guard.spec import Spec
 from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of, storm_version, validate_formula
 from guard.traces import Run, read_runs, resample
@@ -132,13 +135,20 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
             if on_run is not None:
                 on_run(n)
 
-    counts = count_transitions(counted(runs), predicates)
+    settings = spec.learning
+    alpha = settings.alpha if alpha is None else alpha
+    paths: Counter[tuple[int, ...]] | None = Counter() if alpha == "auto" or settings.shrink != "off" else None
+    counts = count_transitions(counted(runs), predicates, paths=paths)
     if counts.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
     learn_seconds = time.perf_counter() - started
-    alpha = spec.learning.alpha if alpha is None else alpha
-    chain = learn_dtmc(counts, predicates, alpha=alpha,
-                       rule=transition_rule(spec, predicates, valid_transition))
+    rule = transition_rule(spec, predicates, valid_transition)
+    levers: dict[str, Any] = {}
+    if alpha == "auto":
+        assert paths is not None
+        alpha, scores = choose_alpha(counts, paths, predicates, rule=rule, structure=settings.structure)
+        levers["alpha"] = {"chosen": alpha, "grid": list(ALPHA_GRID), "heldout_loglik_per_step": scores}
+    chain = learn_dtmc(counts, predicates, alpha=float(alpha), rule=rule, structure=settings.structure)
     product_started = time.perf_counter()
     dtmc = build_product(chain, monitors)
     product_seconds = time.perf_counter() - product_started
@@ -148,6 +158,9 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     storm_model = build_sparse_dtmc(dtmc.matrix, labels, exact_rows=exact_rows)
     properties = [CheckedProperty(d, check_sparse_model(storm_model, d.query, method=method, precision=precision))
                   for d in definitions]
+    if paths is not None and settings.shrink != "off":
+        properties, levers["shrink"] = shrink_properties(properties, paths, dtmc, predicates, monitors, labels,
+                                                         settings.shrink)
     pac = pac_report(chain, epsilon=spec.learning.epsilon if epsilon is None else epsilon,
                      delta=spec.learning.delta if delta is None else delta)
     width = predicates.width
@@ -167,4 +180,6 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         "product_seconds": round(product_seconds, 6),
         "check_seconds": round(sum(p.outcome.seconds for p in properties), 6),
     }
+    if levers:
+        provenance["levers"] = levers
     return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations)

@@ -225,9 +225,22 @@ class MonitorDef(_Strict):
 
 
 class LearningSettings(_Strict):
-    alpha: float = Field(default=0.1, ge=0.0)
+    """How counts become a chain and a chain's values become the stored risk (docs/method.md, "Levers")."""
+
+    alpha: float | Literal["auto"] = 0.1  # a number >= 0, or chosen by cross-validation
     epsilon: float = Field(default=0.05, gt=0.0, lt=1.0)
     delta: float = Field(default=0.05, gt=0.0, lt=1.0)
+    # which successors a state may have: every state the rules allow, or only those observed from it
+    structure: Literal["valid", "observed"] = "valid"
+    # blend towards the observed outcome frequency with strength κ: a number >= 0, auto (CV) or off
+    shrink: float | Literal["auto", "off"] = "auto"
+
+    @field_validator("alpha", "shrink")
+    @classmethod
+    def _non_negative(cls, value: Any) -> Any:
+        if isinstance(value, float) and not value >= 0.0:
+            raise ValueError(f"must be a number >= 0 or one of the words shown, got {value}")
+        return value
 
 
 class Spec(_Strict):
