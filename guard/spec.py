@@ -26,6 +26,7 @@ __all__ = [
     "MonitorDef",
     "PropertyDef",
     "LearningSettings",
+    "MemorySettings",
     "Spec",
     "load_spec",
     "parse_spec",
@@ -224,6 +225,38 @@ class MonitorDef(_Strict):
         return self
 
 
+def _number_or_word(value: Any, words: tuple[str, ...], *, strict: bool = False) -> float | str:
+    """A learning setting that is a number (>= 0, or > 0 when ``strict``) or one of ``words``."""
+    bound = "> 0" if strict else ">= 0"
+    expected = f"expected a number {bound} or " + " or ".join(repr(w) for w in words)
+    if isinstance(value, str) and value in words:
+        return value
+    if value is False and "off" in words:  # YAML reads a bare `off` as false
+        return "off"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{expected}, got {value!r}")
+    if not (value > 0 if strict else value >= 0):  # also rejects NaN
+        raise ValueError(f"{expected}, got {value!r}")
+    return float(value)
+
+
+class MemorySettings(_Strict):
+    """A little history in the learned state (docs/method.md, "Memory")."""
+
+    dwell: int | None = Field(default=None, ge=2, le=4095)  # steps the abstract state has held, log-bucketed up to this
+    previous: bool = False  # the last different abstract state
+    backoff: float | Literal["auto"] = "auto"  # prior strength towards the memoryless chain's row
+
+    @field_validator("backoff", mode="before")
+    @classmethod
+    def _positive(cls, value: Any) -> Any:
+        return _number_or_word(value, ("auto",), strict=True)
+
+    @property
+    def enabled(self) -> bool:
+        return self.dwell is not None or self.previous
+
+
 class LearningSettings(_Strict):
     """How counts become a chain and a chain's values become the stored risk (docs/method.md, "Levers")."""
 
@@ -234,13 +267,17 @@ class LearningSettings(_Strict):
     structure: Literal["valid", "observed"] = "valid"
     # blend towards the observed outcome frequency with strength κ: a number >= 0, auto (CV) or off
     shrink: float | Literal["auto", "off"] = "auto"
+    memory: MemorySettings = MemorySettings()
 
-    @field_validator("alpha", "shrink")
+    @field_validator("alpha", mode="before")
     @classmethod
-    def _non_negative(cls, value: Any) -> Any:
-        if isinstance(value, float) and not value >= 0.0:
-            raise ValueError(f"must be a number >= 0 or one of the words shown, got {value}")
-        return value
+    def _alpha(cls, value: Any) -> Any:
+        return _number_or_word(value, ("auto",))
+
+    @field_validator("shrink", mode="before")
+    @classmethod
+    def _shrink(cls, value: Any) -> Any:
+        return _number_or_word(value, ("auto", "off"))
 
 
 class Spec(_Strict):
