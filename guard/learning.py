@@ -72,13 +72,15 @@ class TransitionCounts:
 
 def count_transitions(runs: Iterable[Run], predicates: PredicateSet,
                       counts: TransitionCounts | None = None,
-                      paths: Counter[tuple[int, ...]] | None = None) -> TransitionCounts:
+                      paths: Counter[tuple[int, ...]] | None = None,
+                      encode: Callable[[list[int]], list[int]] | None = None) -> TransitionCounts:
     """Stream runs into transition counts (memory grows with abstract states, not runs).
 
     The cyclic garbage collector is paused meanwhile (and restored after, also on
     error): parsed JSON holds no cycles, and its passes over the freshly parsed states
     cost more than the parsing itself. The pause is process-wide. ``paths``, when given,
-    collects each distinct abstract run with its multiplicity (for cross-validation).
+    collects each distinct abstract run with its multiplicity (for cross-validation);
+    ``encode`` maps each abstract run to chain states first (a memory, guard/memory.py).
     """
     counts = counts or TransitionCounts()
     was_enabled = gc.isenabled()
@@ -86,6 +88,8 @@ def count_transitions(runs: Iterable[Run], predicates: PredicateSet,
     try:
         for run in runs:
             abstract = abstract_run(run, predicates)
+            if encode is not None:
+                abstract = encode(abstract)
             counts.add(abstract, predicates)
             if paths is not None:
                 paths[tuple(abstract)] += 1
@@ -137,6 +141,9 @@ class LearnedDTMC:
     # each monitor's state (row of ``end`` is all zeros: monitors stop there).
     monitors: list[str] = field(default_factory=list)
     monitor_states: np.ndarray | None = None
+    # Chains smoothed towards a prior row (guard/backoff.py): the prior's pseudo-counts, with
+    # the sparsity of ``counts``; a row is then (counts + pseudo) / its sum, not eq. 1.
+    pseudo: sp.csr_matrix | None = None
 
     @property
     def size(self) -> int:
@@ -190,6 +197,11 @@ class LearnedDTMC:
             dense = counts[i].toarray().ravel()
             total = int(dense.sum())
             observed = [int(dense[j]) for j in cols]
+        if self.pseudo is not None:  # a back-off row: the float pseudo-counts are exact rationals too
+            prior = [Fraction(float(x)) for x in self.pseudo.data[begin:end].tolist()]
+            weights = [n + x for n, x in zip(observed, prior)]
+            whole = sum(weights)
+            return [(int(j), w / whole) for j, w in zip(cols.tolist(), weights)]
         k = len(cols)
         if total == 0:
             return [(int(j), Fraction(1, k)) for j in cols]

@@ -16,7 +16,9 @@ from guard.errors import CheckError
 from guard.errors import TraceError
 from guard.learning import ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
 from guard.model import CheckedProperty, GuardModel
+from guard.backoff import learn_memory_dtmc, strip_memory
 from guard.crossval import ALPHA_GRID, choose_alpha
+from guard.memory import build_memory
 from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
 from guard.shrinkage import shrink_properties
@@ -137,8 +139,12 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
 
     settings = spec.learning
     alpha = settings.alpha if alpha is None else alpha
-    paths: Counter[tuple[int, ...]] | None = Counter() if alpha == "auto" or settings.shrink != "off" else None
-    counts = count_transitions(counted(runs), predicates, paths=paths)
+    memory = build_memory(settings.memory, predicates.width)
+    wants_paths = alpha == "auto" or settings.shrink != "off" or (memory is not None
+                                                                  and settings.memory.backoff == "auto")
+    paths: Counter[tuple[int, ...]] | None = Counter() if wants_paths else None
+    counts = count_transitions(counted(runs), predicates, paths=paths,
+                               encode=None if memory is None else memory.encode_run)
     if counts.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
     learn_seconds = time.perf_counter() - started
@@ -146,9 +152,20 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     levers: dict[str, Any] = {}
     if alpha == "auto":
         assert paths is not None
-        alpha, scores = choose_alpha(counts, paths, predicates, rule=rule, structure=settings.structure)
+        plain_counts, plain_paths = counts, paths
+        if memory is not None:  # α smooths the memoryless chain
+            mask = (1 << predicates.width) - 1
+            plain_counts, plain_paths = strip_memory(counts, predicates.width), Counter()
+            for path, n in paths.items():
+                plain_paths[tuple(b & mask for b in path)] += n
+        alpha, scores = choose_alpha(plain_counts, plain_paths, predicates, rule=rule, structure=settings.structure)
         levers["alpha"] = {"chosen": alpha, "grid": list(ALPHA_GRID), "heldout_loglik_per_step": scores}
-    chain = learn_dtmc(counts, predicates, alpha=float(alpha), rule=rule, structure=settings.structure)
+    if memory is None:
+        chain = learn_dtmc(counts, predicates, alpha=float(alpha), rule=rule, structure=settings.structure)
+    else:
+        chain, levers["backoff"] = learn_memory_dtmc(counts, paths, predicates, memory, alpha=float(alpha),
+                                                     beta=settings.memory.backoff, rule=rule,
+                                                     structure=settings.structure)
     product_started = time.perf_counter()
     dtmc = build_product(chain, monitors)
     product_seconds = time.perf_counter() - product_started

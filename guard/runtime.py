@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guard.memory import build_memory
 from guard.model import GuardModel
 from guard.policy import Policy
 from guard.predicates import PredicateSet, PythonPredicate
@@ -91,8 +92,11 @@ class Guard:
         self.policy = policy or Policy.from_settings(model.spec.guard)
         self.predicates = PredicateSet(model.spec, python_predicates)
         self.monitors = build_monitors(model.spec)
+        # learning.memory (guard/memory.py) rides along as one more automaton state after the monitors'
+        self.memory = build_memory(model.spec.learning.memory, self.predicates.width)
         self.property = model.outcome.formula
         self._index = model.dtmc.product_index()
+        self._fallback = _history_fallback(model, self._index) if self.memory is not None else {}
         self._columns = [(p.definition, p.outcome.formula, p.outcome.values.tolist(),
                           None if p.outcome.lower is None else p.outcome.lower.tolist(),
                           None if p.outcome.upper is None else p.outcome.upper.tolist())
@@ -121,10 +125,13 @@ class Guard:
     # -- monitors -------------------------------------------------------------------
 
     def first_monitor_states(self, bits: int) -> MonitorStates:
-        return tuple(m.step(m.initial, bits) for m in self.monitors)
+        """Each monitor's state after a run's first abstract state (then the memory's, with learning.memory)."""
+        q = tuple(m.step(m.initial, bits) for m in self.monitors)
+        return q if self.memory is None else q + (self.memory.step(self.memory.initial, bits),)
 
     def next_monitor_states(self, q: MonitorStates, bits: int) -> MonitorStates:
-        return tuple(m.step(qk, bits) for m, qk in zip(self.monitors, q))
+        nxt = tuple(m.step(qk, bits) for m, qk in zip(self.monitors, q))
+        return nxt if self.memory is None else nxt + (self.memory.step(q[-1], bits),)
 
     # -- decisions ------------------------------------------------------------------
 
@@ -151,7 +158,13 @@ class Guard:
         monitor_words = {m.name: m.describe(qk) for m, qk in zip(self.monitors, q)}
         violated = [m.name for m, qk in zip(self.monitors, q) if qk == -1]
         unsafe_now = predicates.is_unsafe(bits) or bool(violated)
-        index = self._index.get((bits, q))
+        if self.memory is None:
+            index = self._index.get((bits, q))
+        else:  # the chain state carries the memory's label; an unseen history borrows its abstract state's
+            n = len(self.monitors)
+            index = self._index.get((self.memory.encode(bits, q[n]), q[:n]))
+            if index is None:
+                index = self._fallback.get((bits, q[:n]))
         if index is None and not unsafe_now:
             action = self.policy.unseen_state
             message = (f"The current state ({self._describe(bits, monitor_words)}) never occurred in the runs this "
@@ -208,6 +221,20 @@ class Guard:
         if others:
             text += " Also at risk: " + ", ".join(f"'{v.name}' ({v.p_unsafe:.1%})" for v in others) + "."
         return text + f" Revise the plan so that {target} never comes about."
+
+
+def _history_fallback(model: GuardModel, index: dict[tuple[int, MonitorStates], int]) -> dict[
+        tuple[int, MonitorStates], int]:
+    """Per (predicate bits, monitor states): the product state of its most visited history."""
+    mask = (1 << len(model.dtmc.predicates)) - 1
+    visits = model.dtmc.counts.sum(axis=1).A1
+    best: dict[tuple[int, MonitorStates], int] = {}
+    for (bits, q), i in index.items():
+        key = (bits & mask, q)
+        j = best.get(key)
+        if j is None or (visits[i], -i) > (visits[j], -j):
+            best[key] = i
+    return best
 
 
 @dataclass(frozen=True, slots=True)
