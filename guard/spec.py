@@ -269,6 +269,13 @@ class LearningSettings(_Strict):
     shrink: float | Literal["auto", "off"] = "auto"
     memory: MemorySettings = MemorySettings()
 
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory_off(cls, value: Any) -> Any:
+        if value is False or value == "off":  # `memory: off` (YAML reads a bare off as false)
+            return {"dwell": None, "previous": False}
+        return value
+
     @field_validator("alpha", mode="before")
     @classmethod
     def _alpha(cls, value: Any) -> Any:
