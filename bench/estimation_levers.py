@@ -57,9 +57,6 @@ LEVERS: dict[str, dict[str, Any]] = {
     "memory: previous": {"memory": {"previous": True}},
     "memory: dwell 64 + previous": {"memory": {"dwell": 64, "previous": True}},
     "shrink: auto": {"shrink": "auto"},
-    "dwell 64 + previous + shrink": {"memory": {"dwell": 64, "previous": True}, "shrink": "auto"},
-    "dwell 64 + shrink": {"memory": {"dwell": 64}, "shrink": "auto"},
-    "previous + shrink": {"memory": {"previous": True}, "shrink": "auto"},
 }
 
 

@@ -14,14 +14,14 @@ from typing import Any
 from guard._version import __version__
 from guard.errors import CheckError
 from guard.errors import TraceError
-from guard.learning import ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
+from guard.learning import TransitionCounts, ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
 from guard.model import CheckedProperty, GuardModel
 from guard.backoff import learn_memory_dtmc, strip_memory
 from guard.crossval import ALPHA_GRID, choose_alpha
 from guard.memory import build_memory
 from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
-from guard.shrinkage import shrink_properties
+from guard.shrinkage import Fit, shrink_properties
 from guard.spec import Spec
 from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of, storm_version, validate_formula
 from guard.traces import Run, read_runs, resample
@@ -176,8 +176,27 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     properties = [CheckedProperty(d, check_sparse_model(storm_model, d.query, method=method, precision=precision))
                   for d in definitions]
     if paths is not None and settings.shrink != "off":
-        properties, levers["shrink"] = shrink_properties(properties, paths, dtmc, predicates, monitors, labels,
-                                                         settings.shrink)
+        beta = levers.get("backoff", {}).get("chosen")
+
+        def fit(subset: Mapping[tuple[int, ...], int]) -> Fit:
+            """The same learning from some runs, α and β as chosen (for choosing κ)."""
+            part = TransitionCounts()
+            for path, n in subset.items():
+                for _ in range(n):
+                    part.add(list(path), predicates)
+            if memory is None:
+                sub = learn_dtmc(part, predicates, alpha=float(alpha), rule=rule, structure=settings.structure)
+            else:
+                sub, _ = learn_memory_dtmc(part, None, predicates, memory, alpha=float(alpha), beta=beta,
+                                           rule=rule, structure=settings.structure)
+            product = build_product(sub, monitors)
+            model = build_sparse_dtmc(product.matrix, labels_of(product))
+            cv_method = Method.SOUND if method is Method.EXACT else method
+            return Fit(product, [check_sparse_model(model, d.query, method=cv_method, precision=precision).values
+                                 for d in definitions])
+
+        properties, levers["shrink"] = shrink_properties(properties, paths, dtmc, predicates, monitors,
+                                                         settings.shrink, fit=fit)
     pac = pac_report(chain, epsilon=spec.learning.epsilon if epsilon is None else epsilon,
                      delta=spec.learning.delta if delta is None else delta)
     width = predicates.width

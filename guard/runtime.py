@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from guard.memory import build_memory
 from guard.model import GuardModel
 from guard.policy import Policy
@@ -96,12 +98,35 @@ class Guard:
         self.memory = build_memory(model.spec.learning.memory, self.predicates.width)
         self.property = model.outcome.formula
         self._index = model.dtmc.product_index()
-        self._fallback = _history_fallback(model, self._index) if self.memory is not None else {}
+        self._fallback: dict[tuple[int, MonitorStates], int] = {}
         self._columns = [(p.definition, p.outcome.formula, p.outcome.values.tolist(),
                           None if p.outcome.lower is None else p.outcome.lower.tolist(),
                           None if p.outcome.upper is None else p.outcome.upper.tolist())
                          for p in model.properties]
         self._decisions: dict[tuple[int, MonitorStates], Decision] = {}
+        if self.memory is not None:
+            self._add_history_fallback()
+
+    def _add_history_fallback(self) -> None:
+        """Values for a history the training runs never showed: the visit-weighted mean over the
+        histories of the same (predicate bits, monitor states) that they did show.
+
+        They are appended to the value columns, so such a state has an index past the model's.
+        """
+        model = self.model
+        mask = (1 << len(model.dtmc.predicates)) - 1
+        visits = np.asarray(model.dtmc.counts.sum(axis=1)).ravel()
+        groups: dict[tuple[int, MonitorStates], list[int]] = {}
+        for (bits, q), i in self._index.items():
+            groups.setdefault((bits & mask, q), []).append(i)
+        for key, members in groups.items():
+            weight = visits[members] if visits[members].sum() > 0 else np.ones(len(members))
+            weight = weight / weight.sum()
+            self._fallback[key] = len(self._columns[0][2]) if self._columns else 0
+            for _, _, column, lower, upper in self._columns:
+                for col in (column, lower, upper):
+                    if col is not None:
+                        col.append(float(np.dot(weight, [col[i] for i in members])))
 
     @classmethod
     def load(cls, path: str | Path, **options: Any) -> Guard:
@@ -221,20 +246,6 @@ class Guard:
         if others:
             text += " Also at risk: " + ", ".join(f"'{v.name}' ({v.p_unsafe:.1%})" for v in others) + "."
         return text + f" Revise the plan so that {target} never comes about."
-
-
-def _history_fallback(model: GuardModel, index: dict[tuple[int, MonitorStates], int]) -> dict[
-        tuple[int, MonitorStates], int]:
-    """Per (predicate bits, monitor states): the product state of its most visited history."""
-    mask = (1 << len(model.dtmc.predicates)) - 1
-    visits = model.dtmc.counts.sum(axis=1).A1
-    best: dict[tuple[int, MonitorStates], int] = {}
-    for (bits, q), i in index.items():
-        key = (bits & mask, q)
-        j = best.get(key)
-        if j is None or (visits[i], -i) > (visits[j], -j):
-            best[key] = i
-    return best
 
 
 @dataclass(frozen=True, slots=True)

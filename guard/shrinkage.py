@@ -9,11 +9,11 @@ mean of a Beta prior centred on the chain with strength ``κ``::
 
 so a rarely visited state keeps the chain's value (which generalises over the whole
 chain) and a much visited one moves to its own frequency (which needs no Markov
-assumption). ``κ`` is chosen per property by leave-one-run-out cross-validation of the
-per-step Brier score (the figure ``forewarn evaluate`` reports): each run's visits are
-predicted from the other runs' counts. The chain's ``p_s`` in that criterion is the one
-learned from all runs (refitting it per run would need a Storm check per run), which
-favours the chain a little; docs/method.md says so.
+assumption). ``κ`` is chosen per property by 5-fold cross-validation over the distinct
+training runs of the per-step Brier score (the figure ``forewarn evaluate`` reports):
+for each fold the chain is learned and checked again without it, and the fold's visits
+are predicted from the other folds' chain and counts. Refitting matters: a chain that
+saw the run it predicts looks better than it is, and picks too large a κ.
 
 Only properties of the form ``F "label"`` and ``F<=h "label"`` have an outcome that a
 finite run decides at every step; other formulas keep the chain's values.
@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -34,11 +34,24 @@ from guard.model import CheckedProperty
 from guard.predicates import PredicateSet
 from monitors.base import VIOL, Monitor
 
-__all__ = ["KAPPA_GRID", "OutcomeCounts", "outcome_counts", "choose_kappa", "shrink", "reach_label", "shrink_properties"]
+__all__ = ["KAPPA_GRID", "FOLDS", "Fit", "OutcomeCounts", "walk", "outcome_counts", "choose_kappa", "shrink",
+           "reach_label", "shrink_properties"]
 
-# Candidate strengths for ``shrink: auto`` (∞: the chain alone).
+# Candidate strengths for ``shrink: auto`` (∞: the chain alone), ascending.
 KAPPA_GRID = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, math.inf)
+FOLDS = 5
 _REACH = re.compile(r'^P=\?\s*\[\s*F\s*(?:<=\s*(\d+)\s*)?"([^"]+)"\s*\]$')
+
+Paths = Mapping[tuple[int, ...], int]
+Walked = list[tuple[list[int], list[tuple[int, tuple[int, ...]]], int]]  # (state indices, (bits, q) per step, weight)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A chain learned and checked from some runs: its product, and each property's values."""
+
+    dtmc: LearnedDTMC
+    values: list[np.ndarray]
 
 
 def reach_label(query: str) -> tuple[str, int | None] | None:
@@ -49,11 +62,27 @@ def reach_label(query: str) -> tuple[str, int | None] | None:
     return match.group(2), None if match.group(1) is None else int(match.group(1))
 
 
+def label_test(label: str, predicates: PredicateSet, monitors: Sequence[Monitor]) -> Callable[
+        [int, tuple[int, ...]], bool] | None:
+    """Whether a label holds in a product state (bits, monitor states), as guard/storm.py labels it."""
+    names = [m.name for m in monitors]
+    if label == "unsafe":
+        return lambda bits, q: predicates.is_unsafe(bits) or VIOL in q
+    if label in predicates.names:
+        bit = predicates.names.index(label)
+        return lambda bits, q: bool(bits >> bit & 1)
+    if label.startswith("viol_") and label[5:] in names:
+        k = names.index(label[5:])
+        return lambda bits, q: q[k] == VIOL
+    return None  # end, init: nothing a visit can be followed by
+
+
 class OutcomeCounts:
     """Per (distinct run, product state): visits and visits followed by the outcome.
 
-    ``pairs_*`` are parallel arrays over (run, state) pairs; ``weight`` is how many
-    training runs had that abstract path (identical runs are counted once, weighted).
+    ``run``, ``state``, ``visits``, ``hits`` and ``weight`` are parallel arrays over
+    (run, state) pairs; ``weight`` is how many training runs had that abstract path
+    (identical runs are counted once, weighted). ``n`` and ``k`` total them per state.
     """
 
     def __init__(self, run: np.ndarray, state: np.ndarray, visits: np.ndarray, hits: np.ndarray,
@@ -63,46 +92,47 @@ class OutcomeCounts:
         self.k = np.bincount(state, weights=hits * weight, minlength=size)
 
 
-def product_paths(paths: Mapping[tuple[int, ...], int], dtmc: LearnedDTMC, predicates: PredicateSet,
-                  monitors: Sequence[Monitor]) -> list[tuple[list[int], int]]:
-    """Each distinct abstract path as product state indices, up to and including its first unsafe state."""
+def walk(paths: Paths, dtmc: LearnedDTMC, predicates: PredicateSet, monitors: Sequence[Monitor]) -> Walked:
+    """Each distinct abstract path as product states (-1 where ``dtmc`` lacks one), up to its first violation."""
     index = dtmc.product_index()
     out = []
     for path, weight in paths.items():
         q: tuple[int, ...] | None = None
-        states = []
+        states, steps = [], []
         for bits in path:
             q = tuple(m.step(m.initial if q is None else q[k], bits) for k, m in enumerate(monitors))
-            states.append(index[(bits, q)])
+            states.append(index.get((bits, q), -1))
+            steps.append((bits, q))
             if predicates.is_unsafe(bits) or VIOL in q:
                 break
-        out.append((states, weight))
+        out.append((states, steps, weight))
     return out
 
 
-def outcome_counts(paths: list[tuple[list[int], int]], dtmc: LearnedDTMC, labelled: np.ndarray,
-                   horizon: int | None) -> OutcomeCounts:
-    """Visits to non-absorbing states, and those followed by a ``labelled`` state (within ``horizon`` steps)."""
-    absorbing = dtmc.absorbing
+def outcome_counts(walked: Walked, holds: Callable[[int, tuple[int, ...]], bool], horizon: int | None,
+                   predicates: PredicateSet, size: int) -> OutcomeCounts:
+    """Visits before a run's violation, and those followed by a state where the label ``holds``
+    (within ``horizon`` steps); visits to states the chain lacks (-1) are left out."""
     runs, states, visits, hits, weights = [], [], [], [], []
-    for r, (path, weight) in enumerate(paths):
+    for r, (path, steps, weight) in enumerate(walked):
         seen: Counter[int] = Counter()
         hit: Counter[int] = Counter()
         next_hit = math.inf
-        for i in range(len(path) - 1, -1, -1):
-            s = path[i]
-            if labelled[s]:
+        last = len(path) - 1
+        violates = predicates.is_unsafe(steps[last][0]) or VIOL in steps[last][1]
+        for i in range(last, -1, -1):
+            if holds(*steps[i]):
                 next_hit = i
-            if absorbing[s]:
+            if (i == last and violates) or path[i] < 0:
                 continue
-            seen[s] += 1
+            seen[path[i]] += 1
             if next_hit < math.inf and (horizon is None or next_hit - i <= horizon):
-                hit[s] += 1
+                hit[path[i]] += 1
         for s, n in seen.items():
             runs.append(r), states.append(s), visits.append(n), hits.append(hit[s]), weights.append(weight)
     return OutcomeCounts(np.asarray(runs, dtype=np.int64), np.asarray(states, dtype=np.int64),
                          np.asarray(visits, dtype=float), np.asarray(hits, dtype=float),
-                         np.asarray(weights, dtype=float), dtmc.size)
+                         np.asarray(weights, dtype=float), size)
 
 
 def _blend(k: np.ndarray, n: np.ndarray, p: np.ndarray, kappa: float) -> np.ndarray:
@@ -113,21 +143,41 @@ def _blend(k: np.ndarray, n: np.ndarray, p: np.ndarray, kappa: float) -> np.ndar
     return np.where(n > 0, out, p)
 
 
-def choose_kappa(counts: OutcomeCounts, p: np.ndarray, grid: Sequence[float] = KAPPA_GRID) -> tuple[float, list[float]]:
-    """The strength with the lowest leave-one-run-out Brier score (ties: the larger κ), and every score.
+def choose_kappa(paths: Paths, fit: Callable[[Paths], Fit], targets: Mapping[int, tuple[Callable[..., bool],
+                 int | None]], predicates: PredicateSet, monitors: Sequence[Monitor],
+                 grid: Sequence[float] = KAPPA_GRID) -> dict[int, tuple[float, list[float]]]:
+    """Per property index in ``targets``: the κ with the lowest cross-validated Brier score, and every score.
 
-    Leaving out one copy of a run removes its visits and hits from its states' counts;
-    its ``v`` visits with ``h`` hits then score ``v·pred² − 2·pred·h + h``.
+    Folds: the distinct paths in sorted order, dealt round-robin (deterministic). A fold's
+    ``v`` visits with ``h`` hits to state ``s`` score ``v·pred² − 2·pred·h + h`` with
+    ``pred`` the blend of the other folds' chain value and counts. Ties go to the larger κ.
     """
-    s, v, h, w = counts.state, counts.visits, counts.hits, counts.weight
-    n_out, k_out, prior = counts.n[s] - v, counts.k[s] - h, p[s]
-    total = float((v * w).sum()) or 1.0
-    scores = []
-    for kappa in grid:
-        pred = _blend(k_out, n_out, prior, kappa)
-        scores.append(float((w * (v * pred * pred - 2 * pred * h + h)).sum()) / total)
-    best = min(range(len(grid)), key=lambda i: (round(scores[i], 12), -grid[i]))
-    return float(grid[best]), scores
+    items = sorted(paths.items())
+    sums = {i: np.zeros(len(grid)) for i in targets}
+    scored = 0.0
+    for fold in range(FOLDS):
+        train = {p: w for n, (p, w) in enumerate(items) if n % FOLDS != fold}
+        test = {p: w for n, (p, w) in enumerate(items) if n % FOLDS == fold}
+        if not train or not test:
+            continue
+        fitted = fit(train)
+        size = fitted.dtmc.size
+        seen_train, seen_test = (walk(x, fitted.dtmc, predicates, monitors) for x in (train, test))
+        for i, (holds, horizon) in targets.items():
+            known = outcome_counts(seen_train, holds, horizon, predicates, size)
+            held = outcome_counts(seen_test, holds, horizon, predicates, size)
+            s, v, h, w = held.state, held.visits, held.hits, held.weight
+            for g, kappa in enumerate(grid):
+                pred = _blend(known.k[s], known.n[s], fitted.values[i][s], kappa)
+                sums[i][g] += float((w * (v * pred * pred - 2 * pred * h + h)).sum())
+            if i == min(targets):
+                scored += float((w * v).sum())
+    out = {}
+    for i, total in sums.items():
+        scores = (total / max(scored, 1.0)).tolist()
+        best = min(range(len(grid)), key=lambda g: (round(scores[g], 12), -grid[g]))
+        out[i] = (float(grid[best]), scores)
+    return out
 
 
 def shrink(values: np.ndarray, counts: OutcomeCounts, kappa: float) -> np.ndarray:
@@ -139,29 +189,42 @@ def shrink(values: np.ndarray, counts: OutcomeCounts, kappa: float) -> np.ndarra
     return _blend(counts.k, counts.n, np.asarray(values, dtype=float), kappa)
 
 
-def shrink_properties(properties: list[CheckedProperty], paths: Mapping[tuple[int, ...], int], dtmc: LearnedDTMC,
-                      predicates: PredicateSet, monitors: Sequence[Monitor], labels: Mapping[str, Sequence[int]],
-                      setting: float | str) -> tuple[list[CheckedProperty], dict[str, Any]]:
-    """Each reach property's values (and Storm's bounds) blended; what was chosen, per property."""
-    walked = product_paths(paths, dtmc, predicates, monitors)
-    out: list[CheckedProperty] = []
+def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: LearnedDTMC,
+                      predicates: PredicateSet, monitors: Sequence[Monitor], setting: float | str,
+                      fit: Callable[[Paths], Fit] | None = None) -> tuple[list[CheckedProperty], dict[str, Any]]:
+    """Each reach property's values (and Storm's bounds) blended; what was chosen, per property.
+
+    Args:
+        setting: κ, or ``"auto"`` (then ``fit`` learns and checks a chain from some runs).
+    """
+    walked = walk(paths, dtmc, predicates, monitors)
+    targets: dict[int, tuple[Callable[..., bool], int | None]] = {}
     report: dict[str, Any] = {}
-    for prop in properties:
+    for i, prop in enumerate(properties):
         target = reach_label(prop.outcome.formula)
-        if target is None or target[0] not in labels:
-            out.append(prop)
+        holds = None if target is None else label_test(target[0], predicates, monitors)
+        if target is None or holds is None:
             report[prop.name] = {"kappa": None, "reason": "not a reach property (F or F<=h of a label)"}
+        else:
+            targets[i] = (holds, target[1])
+    chosen: dict[int, tuple[float, list[float]]] = {}
+    if setting == "auto" and targets:
+        if fit is None:
+            raise ValueError("shrink 'auto' needs a fit function")
+        chosen = choose_kappa(paths, fit, targets, predicates, monitors)
+    out: list[CheckedProperty] = []
+    for i, prop in enumerate(properties):
+        if i not in targets:
+            out.append(prop)
             continue
-        labelled = np.zeros(dtmc.size, dtype=bool)
-        labelled[list(labels[target[0]])] = True
-        counts = outcome_counts(walked, dtmc, labelled, target[1])
-        o = prop.outcome
         if setting == "auto":
-            kappa, scores = choose_kappa(counts, o.values)
-            report[prop.name] = {"kappa": kappa, "grid": list(KAPPA_GRID), "loo_brier": scores}
+            kappa, scores = chosen[i]
+            report[prop.name] = {"kappa": kappa, "grid": list(KAPPA_GRID), "cv_brier": scores, "folds": FOLDS}
         else:
             kappa = float(setting)
             report[prop.name] = {"kappa": kappa}
+        counts = outcome_counts(walked, targets[i][0], targets[i][1], predicates, dtmc.size)
+        o = prop.outcome
         outcome = replace(o, values=shrink(o.values, counts, kappa),
                           lower=None if o.lower is None else shrink(o.lower, counts, kappa),
                           upper=None if o.upper is None else shrink(o.upper, counts, kappa))

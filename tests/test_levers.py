@@ -110,14 +110,48 @@ def test_shrink_blends_the_chain_with_each_states_frequency(write_runs: WriteRun
     assert model.provenance["levers"]["shrink"]["unsafe"] == {"kappa": 2.0}
 
 
-def test_shrink_auto_picks_from_its_grid_by_leave_one_run_out_brier(toy_traces: Path) -> None:
-    model = learn_model([toy_traces], toy_with("  alpha: 0.1\n  shrink: auto\n"))
+SHRINK_RUNS = [[NONE, A, AB], [NONE, A, NONE], [NONE, NONE, A, AB], [NONE, B, B], [NONE, B, A, AB], [A, NONE],
+               [NONE, A, B], [B, A, AB], [NONE, B], [A, A, AB], [NONE, A, AB], [B, NONE, A]]
+
+
+def test_shrink_auto_scores_are_the_kfold_brier_of_refitted_models(write_runs: WriteRuns) -> None:
+    spec = toy_with("  alpha: 0.1\n  shrink: auto\n")
+    model = learn_model([write_runs([toy_run(f"r{i}", b) for i, b in enumerate(SHRINK_RUNS)])], spec)
     entry = model.provenance["levers"]["shrink"]["unsafe"]
-    scores = entry["loo_brier"]
+    items = sorted(Counter(tuple(b) for b in SHRINK_RUNS).items())
+    off = toy_with("  alpha: 0.1\n  shrink: off\n")
+    squared = np.zeros(len(KAPPA_GRID))
+    visits = 0
+    for fold in range(5):  # the distinct runs in sorted order, dealt round-robin
+        train = [list(p) for n, (p, w) in enumerate(items) if n % 5 != fold for _ in range(w)]
+        test = [list(p) for n, (p, w) in enumerate(items) if n % 5 == fold for _ in range(w)]
+        sub = learn_model([write_runs([toy_run(f"t{i}", b) for i, b in enumerate(train)], name=f"f{fold}.jsonl")],
+                          off)
+        index = sub.dtmc.index()
+        n: Counter[int] = Counter()
+        k: Counter[int] = Counter()
+        for bits in train:  # visits before the violation; hits: the run violates
+            cut = next((i for i, b in enumerate(bits) if b == AB), len(bits))
+            for b in bits[:cut]:
+                n[b] += 1
+                k[b] += cut < len(bits)
+        for bits in test:
+            cut = next((i for i, b in enumerate(bits) if b == AB), len(bits))
+            for b in bits[:cut]:
+                if b not in index:
+                    continue
+                p = sub.outcome.values[index[b]]
+                visits += 1
+                for g, kappa in enumerate(KAPPA_GRID):
+                    pred = p if math.isinf(kappa) or n[b] == 0 else (k[b] + kappa * p) / (n[b] + kappa)
+                    squared[g] += (pred - (cut < len(bits))) ** 2
+    assert np.allclose(entry["cv_brier"], squared / visits, rtol=1e-9)
+    scores = entry["cv_brier"]
     best = min(range(len(KAPPA_GRID)), key=lambda i: (round(scores[i], 12), -KAPPA_GRID[i]))
     assert entry["kappa"] == ("inf" if math.isinf(KAPPA_GRID[best]) else KAPPA_GRID[best])
-    again = learn_model([toy_traces], toy_with("  alpha: 0.1\n  shrink: auto\n"))
-    assert again.provenance["levers"] == model.provenance["levers"]
+    again = learn_model([write_runs([toy_run(f"r{i}", b) for i, b in enumerate(SHRINK_RUNS)], name="again.jsonl")],
+                        spec)
+    assert again.provenance["levers"]["shrink"] == model.provenance["levers"]["shrink"]
     assert np.array_equal(again.outcome.values, model.outcome.values)
 
 
@@ -190,13 +224,20 @@ def test_sessions_advance_the_memory_as_learning_encodes_it(write_runs: WriteRun
         assert [r.decision for r in resumed.history] == [r.decision for r in session.history]
 
 
-def test_a_history_never_seen_borrows_the_most_visited_history_of_its_state(write_runs: WriteRuns) -> None:
-    path = write_runs([toy_run("r0", [NONE, A, NONE]), toy_run("r1", [NONE, NONE, A])])
-    model = learn_model([path], toy_with("  alpha: 0.1\n  memory: {dwell: 4}\n"))
+def test_a_history_never_seen_gets_the_visit_weighted_mean_of_its_states_histories(write_runs: WriteRuns) -> None:
+    path = write_runs([toy_run("r0", [NONE, A, A, AB]), toy_run("r1", [NONE, NONE, A]),
+                       toy_run("r2", [A, NONE])])
+    model = learn_model([path], toy_with("  alpha: 0.1\n  shrink: off\n  memory: {dwell: 4}\n"))
+    dtmc, values = model.dtmc, model.outcome.values
+    visits = np.asarray(dtmc.counts.sum(axis=1)).ravel()
+    histories = [i for i, s in enumerate(dtmc.states[:-1]) if s & 3 == A]  # A fresh, A held 2-3 steps
+    assert len(histories) == 2
+    mean = float(np.dot(visits[histories], values[histories]) / visits[histories].sum())
     session = Guard(model).session()
     decisions = [session.observe(toy_state(A)) for _ in range(6)]  # A held 4+ steps: never seen
-    assert all(d.known and d.p_unsafe is not None for d in decisions)
-    assert decisions[-1].p_unsafe == decisions[0].p_unsafe  # the fresh A: the only history of A seen
+    assert decisions[0].p_unsafe == values[dtmc.states.index(A)]
+    assert decisions[2].p_unsafe == values[dtmc.states.index(A | 1 << 2)]
+    assert all(d.known for d in decisions) and decisions[-1].p_unsafe == pytest.approx(mean, rel=1e-12)
 
 
 def test_a_model_with_memory_round_trips_through_its_file(write_runs: WriteRuns, tmp_path: Path) -> None:
