@@ -40,6 +40,7 @@ __all__ = ["KAPPA_GRID", "FOLDS", "Fit", "OutcomeCounts", "walk", "outcome_count
 # Candidate strengths for ``shrink: auto`` (∞: the chain alone), ascending.
 KAPPA_GRID = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, math.inf)
 FOLDS = 5
+CV_PATHS = 1000  # at most this many distinct runs (every m-th in sorted order) take part in choosing κ
 _REACH = re.compile(r'^P=\?\s*\[\s*F\s*(?:<=\s*(\d+)\s*)?"([^"]+)"\s*\]$')
 
 Paths = Mapping[tuple[int, ...], int]
@@ -148,11 +149,14 @@ def choose_kappa(paths: Paths, fit: Callable[[Paths], Fit], targets: Mapping[int
                  grid: Sequence[float] = KAPPA_GRID) -> dict[int, tuple[float, list[float]]]:
     """Per property index in ``targets``: the κ with the lowest cross-validated Brier score, and every score.
 
-    Folds: the distinct paths in sorted order, dealt round-robin (deterministic). A fold's
+    Folds: the distinct paths in sorted order (every m-th of them beyond :data:`CV_PATHS`),
+    dealt round-robin (deterministic). A fold's
     ``v`` visits with ``h`` hits to state ``s`` score ``v·pred² − 2·pred·h + h`` with
     ``pred`` the blend of the other folds' chain value and counts. Ties go to the larger κ.
     """
     items = sorted(paths.items())
+    if len(items) > CV_PATHS:  # κ needs no more: bound the refits' cost on large inputs
+        items = items[::math.ceil(len(items) / CV_PATHS)]
     sums = {i: np.zeros(len(grid)) for i in targets}
     scored = 0.0
     for fold in range(FOLDS):
