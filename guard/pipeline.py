@@ -10,18 +10,29 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from guard._version import __version__
-from guard.errors import CheckError
-from guard.errors import TraceError
-from guard.learning import ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
+from guard.errors import CheckError, ForewarnError, TraceError
+from guard.intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
+from guard.learning import LearnedDTMC, ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
 from guard.model import CheckedProperty, GuardModel
 from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
 from guard.spec import Spec
-from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of, storm_version, validate_formula
+from guard.storm import (
+    Method,
+    build_interval_dtmc,
+    build_sparse_dtmc,
+    check_sparse_model,
+    interval_bounds,
+    labels_of,
+    storm_version,
+    validate_formula,
+)
 from guard.traces import Run, read_runs, resample
 
-__all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs"]
+__all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "with_intervals"]
 
 
 def default_formula(spec: Spec) -> str:
@@ -122,6 +133,11 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         except CheckError as exc:
             loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
             raise spec.error(str(exc), *loc) from exc
+    epsilon = spec.learning.epsilon if epsilon is None else epsilon
+    delta = spec.learning.delta if delta is None else delta
+    for name, value in (("epsilon", epsilon), ("delta", delta)):
+        if not 0.0 < value < 1.0:  # the spec's are checked on parse; these came from a caller or the CLI
+            raise ForewarnError(f"learning {name} must lie strictly between 0 and 1, got {value}")
     predicates = PredicateSet(spec, python_predicates)
     monitors = build_monitors(spec)
     started = time.perf_counter()
@@ -148,8 +164,9 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     storm_model = build_sparse_dtmc(dtmc.matrix, labels, exact_rows=exact_rows)
     properties = [CheckedProperty(d, check_sparse_model(storm_model, d.query, method=method, precision=precision))
                   for d in definitions]
-    pac = pac_report(chain, epsilon=spec.learning.epsilon if epsilon is None else epsilon,
-                     delta=spec.learning.delta if delta is None else delta)
+    properties, report = with_intervals(chain, dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
+                                        delta=delta, precision=precision)
+    pac = pac_report(chain, epsilon=epsilon, delta=delta)
     width = predicates.width
     valuations = [[bool(bits >> b & 1) for b in range(width)] for bits in chain.states[:-1]] + [[False] * width]
     provenance = {
@@ -167,4 +184,36 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         "product_seconds": round(product_seconds, 6),
         "check_seconds": round(sum(p.outcome.seconds for p in properties), 6),
     }
-    return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations)
+    return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
+
+
+def with_intervals(chain: LearnedDTMC, dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]],
+                   properties: list[CheckedProperty], *, method: IntervalMethod, delta: float,
+                   precision: float = 1e-6) -> tuple[list[CheckedProperty], IntervalReport | None]:
+    """Each property's confidence interval per state, from the interval chain around ``dtmc``.
+
+    ``chain`` is the learned chain (the union bound runs over its entries), ``dtmc`` what
+    was checked (the chain or its product with monitors, whose transitions inherit their
+    chain transition's interval). Each interval is widened to contain the point value and
+    Storm's numerical bounds: the point chain lies inside the intervals, so only solver
+    precision could put it outside.
+    """
+    if method is IntervalMethod.NONE:
+        return properties, None
+    started = time.perf_counter()
+    intervals = transition_intervals(dtmc, delta=delta, method=method, entries=estimated_entries(chain))
+    model = build_interval_dtmc(dtmc.matrix, intervals.lower, intervals.upper, labels)
+    out = []
+    for prop in properties:
+        bounds = interval_bounds(model, prop.outcome.formula, precision=precision)
+        if bounds is None:  # a formula Storm cannot check on interval models (LTL): no interval
+            out.append(prop)
+            continue
+        low, high, _ = bounds
+        o = prop.outcome
+        low = np.minimum(low, o.values if o.lower is None else np.minimum(o.lower, o.values))
+        high = np.maximum(high, o.values if o.upper is None else np.maximum(o.upper, o.values))
+        out.append(CheckedProperty(prop.definition, o, np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)))
+    report = IntervalReport(method, float(delta), intervals.delta_per_entry, intervals.entries,
+                            round(time.perf_counter() - started, 6))
+    return out, report
