@@ -164,8 +164,8 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     storm_model = build_sparse_dtmc(dtmc.matrix, labels, exact_rows=exact_rows)
     properties = [CheckedProperty(d, check_sparse_model(storm_model, d.query, method=method, precision=precision))
                   for d in definitions]
-    properties, report = with_intervals(chain, dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
-                                        delta=delta, precision=precision)
+    properties, report = with_intervals(dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
+                                        delta=delta, entries=estimated_entries(chain), precision=precision)
     pac = pac_report(chain, epsilon=epsilon, delta=delta)
     width = predicates.width
     valuations = [[bool(bits >> b & 1) for b in range(width)] for bits in chain.states[:-1]] + [[False] * width]
@@ -187,21 +187,21 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
 
 
-def with_intervals(chain: LearnedDTMC, dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]],
-                   properties: list[CheckedProperty], *, method: IntervalMethod, delta: float,
+def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], properties: list[CheckedProperty], *,
+                   method: IntervalMethod, delta: float, entries: int | None = None,
                    precision: float = 1e-6) -> tuple[list[CheckedProperty], IntervalReport | None]:
     """Each property's confidence interval per state, from the interval chain around ``dtmc``.
 
-    ``chain`` is the learned chain (the union bound runs over its entries), ``dtmc`` what
-    was checked (the chain or its product with monitors, whose transitions inherit their
-    chain transition's interval). Each interval is widened to contain the point value and
+    ``dtmc`` is what was checked: the learned chain or its product with monitors, whose
+    transitions inherit their chain transition's interval; ``entries`` is the union
+    bound's size, the learned chain's estimated entries (default: ``dtmc``'s own). Each interval is widened to contain the point value and
     Storm's numerical bounds: the point chain lies inside the intervals, so only solver
     precision could put it outside.
     """
     if method is IntervalMethod.NONE:
         return properties, None
     started = time.perf_counter()
-    intervals = transition_intervals(dtmc, delta=delta, method=method, entries=estimated_entries(chain))
+    intervals = transition_intervals(dtmc, delta=delta, method=method, entries=entries)
     model = build_interval_dtmc(dtmc.matrix, intervals.lower, intervals.upper, labels)
     out = []
     for prop in properties:

@@ -65,7 +65,8 @@ class LoadedModel:
             "unsafe": spec.unsafe,
             "property": self.guard.property,
             "states": model.dtmc.size,
-            "policy": {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value},
+            "policy": {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
+                       "act_on": policy.act_on, "min_visits": policy.min_visits},
             "provenance": _jsonable(model.provenance),
             "pac": {
                 "epsilon": pac.epsilon,
