@@ -81,7 +81,8 @@ def learn(
     if interval is not None:
         out.print(f"Risk at the start: {summary['initial_risk']:.1%}, {interval['confidence']:.0%} interval "
                   f"[{interval['ci_low']:.1%}, {interval['ci_high']:.1%}] ({interval['method']}, from "
-                  f"{interval['visits']} visits of the initial state{'s' if interval['states'] > 1 else ''}).")
+                  f"{interval['visits']} visits of the initial state{'s' if interval['states'] > 1 else ''}).",
+                  soft_wrap=True)
     worst = summary["pac_worst"]
     if worst:
         out.print(f"PAC (ε={model.pac.epsilon}, δ={model.pac.delta}): "
@@ -236,7 +237,8 @@ def check(
     table = Table(title="  ".join(f"{name}: {o.formula}" for name, o in outcomes) + f"  ({first.method.value})")
     columns = ["#", "state"] + (["monitors"] if monitor_rows is not None else []) + ["unsafe"] \
         + [name for name, _ in outcomes] + (["lower", "upper"] if len(outcomes) == 1 else []) \
-        + (["ci_low", "ci_high"] if ci_low is not None else []) + ["visits", "EF unsafe", "AG !unsafe"]
+        + ([f"{1 - loaded.intervals.delta:.0%} interval"] if ci_low is not None and loaded.intervals else []) \
+        + ["visits", "EF unsafe", "AG !unsafe"]
     for column in columns:
         table.add_column(column, justify="left" if column in {"state", "monitors", "unsafe"} else "right")
     for i, row in enumerate(rows):
@@ -247,8 +249,8 @@ def check(
         cells += [_fmt(float(o.values[i]), 6) for _, o in outcomes]
         if len(outcomes) == 1:
             cells += [_fmt(row["lower"], 6), _fmt(row["upper"], 6)]
-        if ci_low is not None:
-            cells += [_fmt(row["ci_low"]), _fmt(row["ci_high"])]
+        if ci_low is not None and loaded.intervals:
+            cells.append(f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
         cells.append(str(row["visits"]) if row["kind"] == "state" and not row["unsafe"] else "–")
         cells += ["yes" if row["ctl"]["EF unsafe"] else "no", "yes" if row["ctl"]["AG !unsafe"] else "no"]
         table.add_row(*cells)
