@@ -142,7 +142,12 @@ def transition_intervals(dtmc: LearnedDTMC, *, delta: float,
     estimated = (~dtmc.absorbing[rows]) & (lengths[rows] >= 2) & (n > 0)
     bound = clopper_pearson if method is IntervalMethod.CLOPPER_PEARSON else hoeffding
     if estimated.any():
-        lower[estimated], upper[estimated] = bound(x[estimated], n[estimated], per_entry)
+        # Beta quantiles are costly and (count, visits) pairs repeat a lot: solve each pair once
+        xe, ne = np.rint(x[estimated]).astype(np.int64), n[estimated]
+        codes, inverse = np.unique(xe * (int(ne.max()) + 1) + ne, return_inverse=True)
+        low, high = bound(codes // (int(ne.max()) + 1), codes % (int(ne.max()) + 1), per_entry)
+        inverse = inverse.reshape(-1)
+        lower[estimated], upper[estimated] = low[inverse], high[inverse]
     fixed = (dtmc.absorbing[rows]) | (lengths[rows] == 1)  # probability exactly 1
     lower[fixed] = upper[fixed] = 1.0
     # contain the smoothed estimate (see the module's docstring: still valid)

@@ -144,9 +144,18 @@ def build_interval_dtmc(matrix: Any, lower: np.ndarray, upper: np.ndarray,
     interval = stormpy.Interval
     # Storm checks interval models only when every entry's lower end is positive ("graph
     # preservation"); a zero lower end becomes GRAPH_FLOOR (docs/method.md: why that is harmless)
-    lower = np.maximum(lower, GRAPH_FLOOR)
-    builder.add_next_values(coo_rows.tolist(), matrix.indices.tolist(),
-                            [interval(lo, hi) for lo, hi in zip(lower.tolist(), upper.tolist())])
+    # one Interval object per distinct (lower, upper): making them is most of the build's cost
+    lower = np.maximum(np.asarray(lower, dtype=float), GRAPH_FLOOR)
+    upper = np.asarray(upper, dtype=float)
+    order = np.lexsort((upper, lower))
+    lo, hi = lower[order], upper[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
+    distinct = np.empty(int(first.sum()), dtype=object)
+    distinct[:] = [interval(a, b) for a, b in zip(lo[first].tolist(), hi[first].tolist())]
+    values = np.empty(len(order), dtype=object)
+    values[order] = distinct[np.cumsum(first) - 1]
+    builder.add_next_values(coo_rows.tolist(), matrix.indices.tolist(), values.tolist())
     components = _models.SparseModelComponents[stormpy.Interval](transition_matrix=builder.build(),
                                                                  state_labeling=_labeling(n, labels))
     return _models.SparseDtmc[stormpy.Interval](components)
