@@ -5,9 +5,12 @@ PRISM text is only an export format and an input for people with existing models
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
@@ -190,7 +193,8 @@ def interval_bounds(model: Any, formula: str, *, precision: float = 1e-6
     vectors = []
     for mode in (modes.MINIMIZE, modes.MAXIMIZE):
         try:
-            result = stormpy.model_checking(model, prop, uncertainty_resolution_mode=mode, environment=env)
+            with _storm_log_quiet():  # Storm logs "not yet implemented" (on stdout!) before raising it
+                result = stormpy.model_checking(model, prop, uncertainty_resolution_mode=mode, environment=env)
         except RuntimeError as exc:
             if "not yet implemented" in str(exc).lower():
                 return None
@@ -347,6 +351,33 @@ def check_prism_file(path: str | Path, formula: str, *, constants: str | None = 
     init = int(next(iter(model.initial_states)))
     return PrismCheck(formula=formula, initial=float(values[init]), values=values,
                       states=model.nr_states, transitions=model.nr_transitions)
+
+
+@contextlib.contextmanager
+def _storm_log_quiet() -> Iterator[None]:
+    """Send file descriptors 1 and 2 to /dev/null for one Storm call.
+
+    Storm's C++ logger writes its notices to stdout, where they would corrupt the CLI's
+    JSON. Used only around interval checks, which run offline (learn, check): the notices
+    there say what Storm cannot do on interval models, which becomes a ``None`` result.
+    """
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = [os.dup(1), os.dup(2)]
+    except (OSError, ValueError):  # no real file descriptors (embedded interpreters): nothing to quiet
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
 
 
 def _first_line(exc: BaseException) -> str:

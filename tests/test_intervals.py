@@ -469,3 +469,21 @@ def test_cli_refuses_a_bad_delta_in_one_line(tmp_path: Path, forewarn_here) -> N
                    encoding="utf-8")
     result = forewarn_here("learn", traces, "--spec", bad, "-o", tmp_path / "m.json")
     assert result.returncode == 2 and "bad.yaml:15: guard.min_visits" in result.stderr
+
+
+def test_an_ltl_property_storm_cannot_bound_has_no_interval(tmp_path: Path, forewarn_here) -> None:
+    """Storm checks LTL on point chains but not on interval chains: that property gets no interval,
+    the others do, and Storm's notice stays out of the CLI's JSON."""
+    spec = tmp_path / "ltl.yaml"
+    spec.write_text(TOY_SPEC.replace("guard:\n", "guard:\n  properties:\n"
+                                     "    - {name: unsafe, formula: 'F \"unsafe\"'}\n"
+                                     "    - {name: a_then_leave, formula: '(F \"a\") & (X !\"a\")'}\n"), encoding="utf-8")
+    traces = tmp_path / "t.jsonl"
+    traces.write_bytes(b"\n".join(orjson.dumps(r) for r in RUNS) + b"\n")
+    result = forewarn_here("learn", traces, "--spec", spec, "-o", tmp_path / "m.json", "--format", "json")
+    assert result.returncode == 0 and result.stderr == ""
+    assert orjson.loads(result.stdout)["initial_interval"] is not None  # valid JSON, nothing else on stdout
+    model = GuardModel.load(tmp_path / "m.json")
+    assert model.properties[0].ci_low is not None and model.properties[1].ci_low is None
+    decision = Guard(model).decide(toy_state(A))
+    assert {p.name: p.ci_low is None for p in decision.properties} == {"unsafe": False, "a_then_leave": True}
