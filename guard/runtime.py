@@ -197,14 +197,14 @@ class Guard:
             values.append(PropertyValue(definition.name, formula, p_unsafe, 1.0 - p_unsafe, lower, upper,
                                         action, theta, ci_low, ci_high))
         worst = max(values, key=lambda v: (v.action.severity, v.p_unsafe))
-        action, message = worst.action, ""
+        action, message, threshold = worst.action, "", worst.threshold
         if not unsafe_now and visits is not None and visits < policy.min_visits:
-            action = policy.unseen_state  # too little evidence: as if never seen
+            action, threshold = policy.unseen_state, None  # too little evidence: as if never seen
             message = self._evidence_message(bits, monitor_words, worst, visits)
         elif action is not Action.ALLOW:
             message = self._risk_message(bits, monitor_words, worst, values, unsafe_now, violated, visits)
         return Decision(action, worst.p_unsafe, worst.p_safe, worst.formula, abstract, message,
-                        lower=worst.lower, upper=worst.upper, threshold=worst.threshold, known=index is not None,
+                        lower=worst.lower, upper=worst.upper, threshold=threshold, known=index is not None,
                         unsafe_now=unsafe_now, properties=tuple(values), monitors=monitor_words,
                         ci_low=worst.ci_low, ci_high=worst.ci_high, visits=visits)
 

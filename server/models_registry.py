@@ -67,6 +67,7 @@ class LoadedModel:
             "states": model.dtmc.size,
             "policy": {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
                        "act_on": policy.act_on, "min_visits": policy.min_visits},
+            "intervals": None if model.intervals is None else model.intervals.to_document(),
             "provenance": _jsonable(model.provenance),
             "pac": {
                 "epsilon": pac.epsilon,

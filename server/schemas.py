@@ -236,6 +236,8 @@ class ModelOut(_Out):
     property: str
     states: int
     policy: dict[str, Any]
+    intervals: dict[str, Any] | None = Field(default=None, description="How the model's confidence intervals were "
+                                             "made (method, delta, ...); null for a model without them.")
     provenance: dict[str, Any]
     pac: PACOut
 

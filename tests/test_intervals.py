@@ -381,6 +381,20 @@ def test_products_with_monitors_inherit_their_chain_intervals(tmp_path: Path) ->
         if not product.unsafe[i]:
             assert model.visits[i] == chain_model.visits[chain_index[bits]]
     assert model.intervals.entries == chain_model.intervals.entries
+    # every product transition has exactly its chain transition's interval
+    ours = transition_intervals(product, delta=0.05, entries=model.intervals.entries)
+    theirs = transition_intervals(chain_model.dtmc, delta=0.05)
+    chain_of = [chain_index.get(bits, chain_model.dtmc.end_index) for bits in product.states]
+    chain_of[-1] = chain_model.dtmc.end_index
+    m, c = product.matrix, chain_model.dtmc.matrix
+    for i in range(product.size - 1):
+        if product.absorbing[i]:
+            continue
+        for k in range(m.indptr[i], m.indptr[i + 1]):
+            src, dst = chain_of[i], chain_of[m.indices[k]]
+            row = range(c.indptr[src], c.indptr[src + 1])
+            (e,) = [e for e in row if c.indices[e] == dst]
+            assert (ours.lower[k], ours.upper[k]) == (theirs.lower[e], theirs.upper[e])
     values = model.properties[0].outcome.values
     assert np.all(model.properties[0].ci_low <= values) and np.all(values <= model.properties[0].ci_high)
 
