@@ -449,6 +449,7 @@ def test_cli_check_and_learn_show_the_intervals(tmp_path: Path, forewarn_here, m
     assert summary["confidence"] == 0.95 and summary["visits"] == 28
     table = forewarn_here("learn", traces, "--spec", spec, "-o", model)
     assert "95% interval [" in table.stdout and "from 28 visits" in table.stdout
+    assert "The interval is wide" in table.stdout  # [2.5 %, 95.0 %] from 20 runs
     checked = forewarn_here("check", model, "--format", "json")
     assert checked.returncode == 0 and checked.stderr == ""  # Storm's notices stay off both streams
     document = orjson.loads(checked.stdout)
