@@ -13,6 +13,7 @@ from rich.table import Table
 
 from guard._cli import Format, err, out, print_json
 from guard.errors import ForewarnError
+from guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
 from guard.model import GuardModel
 from guard.storm import (
     Method,
@@ -52,21 +53,41 @@ def learn(
     period: Annotated[Optional[float], typer.Option(help="Resample runs to one step every PERIOD seconds "
                                                          "(zero-order hold; needs 't' on every step).")] = None,
     format: Annotated[Format, typer.Option("--format", help="Summary format.")] = Format.table,
+    group_by: Annotated[Optional[str], typer.Option(
+        "--group-by", help="Write a bundle: one model per value of this metadata key (e.g. meta.task) "
+                           "with enough runs, plus a pooled model of all runs.")] = None,
+    min_group_runs: Annotated[int, typer.Option(
+        "--min-group-runs", help="Runs a group needs for a model of its own (with --group-by).")]
+    = DEFAULT_MIN_GROUP_RUNS,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
-    from guard.pipeline import learn_model
     from guard.spec import load_spec
 
+    if group_by is not None:
+        group_path(group_by)  # a bad path fails before any run is read
     parsed = load_spec(spec)
+    options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period)
     with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
                   console=err, transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("learn", total=None)
-        model = learn_model(traces, parsed, alpha=alpha, method=method, precision=precision, epsilon=epsilon,
-                            delta=delta, period=period, on_run=lambda n: progress.update(task, completed=n))
+        on_run = lambda n: progress.update(task, completed=n)  # noqa: E731
+        if group_by is not None:
+            from guard.bundle import learn_bundle
+
+            learned: GuardModel | GuardBundle = learn_bundle(traces, parsed, group_by=group_by,
+                                                             min_group_runs=min_group_runs, on_run=on_run, **options)
+        else:
+            from guard.pipeline import learn_model
+
+            learned = learn_model(traces, parsed, on_run=on_run, **options)
     try:
-        model.save(output)
+        learned.save(output)
     except OSError as exc:  # e.g. -o names a folder, or a path under a file
         raise ForewarnError(f"{output}: cannot write the model file: {exc.strerror}") from exc
+    if isinstance(learned, GuardBundle):
+        _print_bundle_summary(learned, output, format)
+        return
+    model = learned
     summary = _summary(model, output)
     if format is Format.json:
         print_json(summary)
@@ -82,6 +103,37 @@ def learn(
                   f"{model.pac.satisfied_count}/{len(model.pac.states)} states have enough visits; worst "
                   f"state {worst['state']} ({worst['predicates']}) has {worst['visits']} of "
                   f"{worst['required']} required.")
+
+
+def _print_bundle_summary(bundle: GuardBundle, output: Path, format: Format) -> None:
+    small = sorted(g for g in bundle.group_runs if g not in bundle.members)
+    members = [{"group": g, **{k: v for k, v in _summary(m, output).items() if k in _MEMBER_KEYS}}
+               for g, m in sorted(bundle.members.items())]
+    summary = {"bundle": str(output), "group_by": bundle.group_by, "min_group_runs": bundle.min_group_runs,
+               "groups": len(bundle.group_runs), "members": len(bundle.members), "small_groups": len(small),
+               "runs_without_group": bundle.runs_without_group,
+               "pooled": {k: v for k, v in _summary(bundle.pooled, output).items() if k != "pac_worst"},
+               "group_models": members, "groups_without_model": {g: bundle.group_runs[g] for g in small}}
+    if format is Format.json:
+        print_json(summary)
+        return
+    table = Table(title=f"forewarn learn --group-by {bundle.group_by} → {output}")
+    for column in ("model", "runs", "unsafe runs", "states", "initial risk", "PAC"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    pooled = summary["pooled"]
+    table.add_row("pooled", str(pooled["runs"]), str(pooled["unsafe_runs"]), str(pooled["states"]),
+                  _fmt(pooled["initial_risk"]), "yes" if pooled["pac_satisfied"] else "no")
+    for m in members:
+        table.add_row(f"{bundle.group_by} = {m['group']}", str(m["runs"]), str(m["unsafe_runs"]), str(m["states"]),
+                      _fmt(m["initial_risk"]), "yes" if m["pac_satisfied"] else "no")
+    out.print(table)
+    out.print(f"{len(bundle.members)} of {len(bundle.group_runs)} groups have a model of their own "
+              f"(≥ {bundle.min_group_runs} runs); {len(small)} with fewer runs and "
+              f"{bundle.runs_without_group} runs without {bundle.group_by} are decided by the pooled model.",
+              soft_wrap=True)
+
+
+_MEMBER_KEYS = ("runs", "steps", "unsafe_runs", "states", "product_states", "initial_risk", "pac_satisfied")
 
 
 def _summary(model: GuardModel, output: Path) -> dict[str, Any]:

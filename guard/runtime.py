@@ -85,15 +85,18 @@ class Guard:
         policy: overrides the spec's thresholds and unseen-state action (for every
             property that has no thresholds of its own).
         python_predicates: predicates defined in code, by name.
+        predicates: compiled predicates of the same spec to share (the members of a bundle
+            share one set, and so its memo).
     """
 
     def __init__(self, model: GuardModel, *, policy: Policy | None = None,
-                 python_predicates: Mapping[str, PythonPredicate] | None = None) -> None:
+                 python_predicates: Mapping[str, PythonPredicate] | None = None,
+                 predicates: PredicateSet | None = None) -> None:
         from monitors import build_monitors  # monitors build on guard's spec
 
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
-        self.predicates = PredicateSet(model.spec, python_predicates)
+        self.predicates = predicates if predicates is not None else PredicateSet(model.spec, python_predicates)
         self.monitors = build_monitors(model.spec)
         self.property = model.outcome.formula
         self._index = model.dtmc.product_index()

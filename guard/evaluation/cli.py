@@ -149,11 +149,11 @@ def replay(
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
     from guard.evaluation.baselines import score_baselines, trace_run
+    from guard.bundle_guard import load_guard
     from guard.replay import replay as run_replay
-    from guard.runtime import Guard
 
     thetas = parse_thetas(theta)
-    guard = Guard.load(model)
+    guard = load_guard(model)  # a model or a bundle: each run is replayed on its group's member
     if period is None:
         period = guard.model.provenance.get("period_seconds")
     with _progress("replaying") as update:
