@@ -191,8 +191,11 @@ def check(
     method: Annotated[Method, typer.Option(help="Storm method.")] = Method.SOUND,
     precision: Annotated[float, typer.Option(help="Solver precision.")] = 1e-6,
     format: Annotated[Format, typer.Option("--format")] = Format.table,
+    group: Annotated[Optional[str], typer.Option(
+        "--group", help="For a bundle: only this member (a group's value, or 'pooled'); default: every member.")]
+    = None,
 ) -> None:
-    """Show the cached per-state values of a model, or check another property with Storm."""
+    """Show the cached per-state values of a model (of each member of a bundle), or check another property."""
     if model.suffix in {".pm", ".prism"}:
         if property is None:
             raise ForewarnError("checking a PRISM file needs --property, e.g. --property 'P=? [F \"goal\"]'")
@@ -206,11 +209,27 @@ def check(
         return
     if const is not None:
         raise ForewarnError("--const applies to PRISM files only")
-    loaded = GuardModel.load(model)
+    from guard.bundle import load_model_or_bundle
+
+    members = _members(load_model_or_bundle(model), group)
+    checked = {name: _check_rows(m, property, method, precision) for name, m in members.items()}
+    if format is Format.json:
+        documents = {name: {"property": outcomes[0][1].formula, "method": outcomes[0][1].method.value,
+                            "properties": [{"name": n, "formula": o.formula} for n, o in outcomes], "states": rows}
+                     for name, (outcomes, rows) in checked.items()}
+        print_json(documents[None] if None in documents else {"bundle": str(model), "members": documents})
+        return
+    for name, (outcomes, rows) in checked.items():
+        _print_check(members[name], outcomes, rows, name)
+
+
+def _check_rows(loaded: GuardModel, property: str | None, method: Method, precision: float
+                ) -> tuple[list[tuple[str, Any]], list[dict[str, Any]]]:
+    """The checked properties of one model, and its states as ``check --format json`` lists them."""
     dtmc = loaded.dtmc
     if property is not None:
         # check_dtmc builds a rational model for --method exact (a float model is not exact)
-        outcomes = [("query", check_dtmc(dtmc, property, method=method, precision=precision))]
+        outcomes: list[tuple[str, Any]] = [("query", check_dtmc(dtmc, property, method=method, precision=precision))]
     else:
         outcomes = [(p.name, p.outcome) for p in loaded.properties]
     verdicts = ctl_verdicts(build_sparse_dtmc(dtmc.matrix, labels_of(dtmc)))
@@ -240,20 +259,23 @@ def check(
                                         "upper": None if o.upper is None else float(o.upper[i])}
                                  for name, o in outcomes}
         rows.append(row)
-    if format is Format.json:
-        print_json({"property": first.formula, "method": first.method.value,
-                     "properties": [{"name": name, "formula": o.formula} for name, o in outcomes],
-                     "states": rows})
-        return
-    table = Table(title="  ".join(f"{name}: {o.formula}" for name, o in outcomes) + f"  ({first.method.value})")
-    columns = ["#", "state"] + (["monitors"] if monitor_rows is not None else []) + ["unsafe"] \
+    return outcomes, rows
+
+
+def _print_check(loaded: GuardModel, outcomes: list[tuple[str, Any]], rows: list[dict[str, Any]],
+                 member: str | None) -> None:
+    first = outcomes[0][1]
+    with_monitors = loaded.dtmc.monitor_states is not None
+    title = "  ".join(f"{name}: {o.formula}" for name, o in outcomes) + f"  ({first.method.value})"
+    table = Table(title=title if member is None else f"{member}: {title}")
+    columns = ["#", "state"] + (["monitors"] if with_monitors else []) + ["unsafe"] \
         + [name for name, _ in outcomes] + (["lower", "upper"] if len(outcomes) == 1 else []) \
         + ["EF unsafe", "AG !unsafe"]
     for column in columns:
         table.add_column(column, justify="left" if column in {"state", "monitors", "unsafe"} else "right")
     for i, row in enumerate(rows):
         cells = [str(i), "end" if row["kind"] == "end" else _state_words(loaded, i)]
-        if monitor_rows is not None:
+        if with_monitors:
             cells.append(", ".join(f"{k} {v}" for k, v in row["monitors"].items()))
         cells.append("yes" if row["unsafe"] else "")
         cells += [_fmt(float(o.values[i]), 6) for _, o in outcomes]
@@ -262,6 +284,95 @@ def check(
         cells += ["yes" if row["ctl"]["EF unsafe"] else "no", "yes" if row["ctl"]["AG !unsafe"] else "no"]
         table.add_row(*cells)
     out.print(table)
+
+
+class StatesFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+@app.command()
+def states(
+    model: Annotated[Path, typer.Argument(help="A Forewarn model file or bundle.")],
+    group: Annotated[Optional[str], typer.Option(
+        "--group", help="For a bundle: only this member (a group's value, or 'pooled'); default: every member.")]
+    = None,
+    format: Annotated[StatesFormat, typer.Option("--format", help="table, json or csv.")] = StatesFormat.table,
+) -> None:
+    """List the model's abstract states: visits, risk, the action each triggers, the most likely path to unsafe."""
+    from guard.bundle import load_model_or_bundle
+    from guard.states import state_rows
+
+    members = _members(load_model_or_bundle(model), group)
+    tables = {name: (m, state_rows(m)) for name, m in members.items()}
+    bundle = not (len(members) == 1 and None in members)
+    if format is StatesFormat.json:
+        def one(m: GuardModel, rows: list[Any]) -> dict[str, Any]:
+            return {"property": m.outcome.formula, "spec": m.spec.name,
+                    "thresholds": m.spec.guard.thresholds.model_dump(),
+                    "unseen_state": m.spec.guard.unseen_state.value, "states": [r.to_dict() for r in rows]}
+        if not bundle:
+            print_json(one(*tables[None]))
+        else:
+            print_json({"bundle": str(model), "members": {name: one(*t) for name, t in tables.items()}})
+        return
+    if format is StatesFormat.csv:
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow((["member"] if bundle else []) + ["index", "state", "monitors", "unsafe", "visits",
+                        "runs_started", "p_unsafe", "lower", "upper", "ci_low", "ci_high", "action", "threshold",
+                        "path", "path_probability"])
+        for name, (m, rows) in tables.items():
+            for r in rows:
+                writer.writerow(([name] if bundle else []) + [
+                    r.index, _state_words(m, r.index), "; ".join(f"{k} {v}" for k, v in r.monitors.items()),
+                    str(r.unsafe).lower(), r.visits, r.runs_started, r.p_unsafe, _blank(r.lower), _blank(r.upper),
+                    _blank(r.ci_low), _blank(r.ci_high), r.action, _blank(r.threshold),
+                    "" if r.path is None else " ".join(map(str, r.path)), _blank(r.path_probability)])
+        return
+    for name, (m, rows) in tables.items():
+        monitors = bool(m.dtmc.monitors)
+        title = (f"{'' if name is None else f'{name}: '}{m.outcome.formula}; act when p_safe < θ: "
+                 + ", ".join(f"{a.value} {t}" for a, t in m.spec.guard.thresholds.items()))
+        table = Table(title=title)
+        columns = ["#", "state"] + (["monitors"] if monitors else []) + ["visits", "p_unsafe", "bounds", "interval",
+                                                                          "action", "most likely path to unsafe"]
+        for column in columns:
+            table.add_column(column, justify="right" if column in {"#", "visits", "p_unsafe"} else "left")
+        for r in rows:
+            cells = [str(r.index), _state_words(m, r.index) + (" (unsafe)" if r.unsafe else "")]
+            if monitors:
+                cells.append(", ".join(f"{k} {v}" for k, v in r.monitors.items()))
+            path = "unreachable" if r.path is None else (
+                "here" if len(r.path) == 1 else " → ".join(f"#{i}" for i in r.path) + f"  ({r.path_probability:.3g})")
+            cells += [str(r.visits), _fmt(r.p_unsafe), _interval(r.lower, r.upper), _interval(r.ci_low, r.ci_high),
+                      r.action, path]
+            table.add_row(*cells)
+        out.print(table)
+    out.print("visits: departures observed from the state; bounds: Storm's numerical bounds; interval: the "
+              "statistical interval where the model has one; path: the single most probable sequence of "
+              "transitions into an unsafe state (its probability, a lower bound of p_unsafe).", soft_wrap=True)
+
+
+def _members(loaded: GuardModel | GuardBundle, group: str | None) -> dict[str | None, GuardModel]:
+    """The models to show: a single model (under None), a bundle's members, or the one ``--group`` names."""
+    if isinstance(loaded, GuardModel):
+        if group is not None:
+            raise ForewarnError("--group applies to bundles only (this is a single model)")
+        return {None: loaded}
+    if group is not None:
+        return {group: loaded.member(group)}
+    return {name: loaded.member(name) for name in loaded.names()}
+
+
+def _blank(value: float | None) -> str | float:
+    return "" if value is None else value
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "–" if low is None or high is None else f"[{low:.4f}, {high:.4f}]"
 
 
 @app.command()
