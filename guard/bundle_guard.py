@@ -3,7 +3,7 @@
 A session's metadata picks its member once, when it opens: the model of its group, or
 the pooled model when the metadata lacks the grouping key or the group has no model of
 its own (too few runs, or never seen). Every decision names the member that took it
-(``Decision.model``, ``.group``) and whether it was the fallback (``.fallback``, and a
+(``Decision.member``, ``.group``) and whether it was the fallback (``.fallback``, and a
 sentence at the end of an alert's message). The hot path is the member's own: the
 members share one compiled predicate set (and its memo); picking one is a dictionary
 look-up per session, never per step.
@@ -87,8 +87,8 @@ class BundleGuard:
             return f"(The run's metadata has no {key}: the pooled model decided.)"
         runs = self.bundle.group_runs.get(group)
         if runs:
-            return (f"({key} = {group!r} had {runs} runs in learning, fewer than {self.bundle.min_group_runs}: "
-                    "the pooled model decided.)")
+            return (f"({key} = {group!r} had {runs} run{'' if runs == 1 else 's'} in learning, fewer than "
+                    f"{self.bundle.min_group_runs}: the pooled model decided.)")
         return f"({key} = {group!r} was never seen in learning: the pooled model decided.)"
 
     def for_metadata(self, metadata: Mapping[str, Any] | None) -> Guard:

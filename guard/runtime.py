@@ -62,7 +62,7 @@ class Decision:
     unsafe_now: bool = False
     properties: tuple[PropertyValue, ...] = ()
     monitors: dict[str, str] = field(default_factory=dict)
-    model: str | None = None  # in a bundle: the member that decided ("pooled" or a group's value)
+    member: str | None = None  # in a bundle: the member that decided ("pooled" or a group's value)
     group: str | None = None  # in a bundle: the session's group (None: its metadata has no grouping key)
     fallback: bool = False  # in a bundle: no model for the session's group, the pooled one decided
 
@@ -73,7 +73,7 @@ class Decision:
             "abstract_state": dict(self.abstract_state), "message": self.message,
             "threshold": self.threshold, "known": self.known, "unsafe_now": self.unsafe_now,
             "properties": [p.to_dict() for p in self.properties], "monitors": dict(self.monitors),
-            "model": self.model, "group": self.group, "fallback": self.fallback,
+            "member": self.member, "group": self.group, "fallback": self.fallback,
         }
 
 
@@ -133,10 +133,10 @@ class Guard:
         clone._decisions = {}
         return clone
 
-    def with_origin(self, model: str | None, group: str | None, fallback: bool, note: str = "") -> Guard:
+    def with_origin(self, member: str | None, group: str | None, fallback: bool, note: str = "") -> Guard:
         """The same guard whose decisions name the bundle member that took them (``note`` ends their message)."""
         clone = self.with_policy(self.policy)
-        clone._origin = (model, group, fallback, note)
+        clone._origin = (member, group, fallback, note)
         return clone
 
     # -- monitors -------------------------------------------------------------------
@@ -164,9 +164,9 @@ class Guard:
         decision = self._decisions.get(key)
         if decision is None:
             decision = self._make_decision(bits, q)
-            model, group, fallback, note = self._origin
-            if model is not None:
-                decision = replace(decision, model=model, group=group, fallback=fallback,
+            member, group, fallback, note = self._origin
+            if member is not None:
+                decision = replace(decision, member=member, group=group, fallback=fallback,
                                    message=f"{decision.message} {note}" if decision.message and note
                                    else decision.message)
             self._decisions[key] = decision
