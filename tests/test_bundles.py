@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from _support import CLI, TOY_SPEC, WriteRuns, toy_run
-from guard.bundle import POOLED, GuardBundle, group_value, learn_bundle
+from guard.bundle import POOLED, GuardBundle, group_value, learn_bundle, learn_bundle_from_runs
 from guard.bundle_guard import BundleGuard, load_guard
 from guard.errors import ForewarnError, ModelFileError
 from guard.pipeline import learn_model_from_runs
@@ -233,3 +233,26 @@ def test_truncated_bundle_and_unknown_member(bundle: GuardBundle, tmp_path: Path
         from guard.cli import _members
 
         _members(bundle.pooled, "t1")
+
+
+def test_evaluate_learns_a_bundle_per_fold(grouped: tuple[Path, Path], forewarn_here: CLI) -> None:
+    from guard.evaluation.evaluate import evaluate
+
+    runs = [parse_run(orjson.dumps(r)) for r in lines()]
+    report = evaluate(runs, parse_spec(TOY_SPEC), [0.5], folds=3, bundle_by="meta.task", min_group_runs=3)
+    assert report.bundle_by == "meta.task" and report.pooled.runs == 27
+    by_id = {r.id: r for r in runs}
+    for fold in report.folds:  # each held-out run replayed on its group's member of the fold's own bundle
+        held_out = set(fold.test_groups)
+        train = [r for r in runs if r.id not in held_out]
+        guard = BundleGuard(learn_bundle_from_runs(train, parse_spec(TOY_SPEC), group_by="meta.task",
+                                                   min_group_runs=3))
+        for replayed in fold.report.replays:
+            assert replayed.p_unsafe == replay_run(guard, by_id[replayed.id]).p_unsafe
+    traces, spec = grouped
+    result = forewarn_here("evaluate", traces, "--spec", spec, "--folds", "3", "--bundle-by", "meta.task",
+                           "--min-group-runs", "3", "--theta", "0.5", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert result.json()["bundle_by"] == "meta.task"  # type: ignore[index]
+    bad = forewarn_here("evaluate", traces, "--spec", spec, "--bundle-by", "task")
+    assert bad.returncode == 2 and "must start with 'meta.'" in bad.stderr
