@@ -381,9 +381,17 @@ def export(
     format: Annotated[ExportFormat, typer.Option("--format", help="prism or drn.")] = ExportFormat.prism,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write (default: stdout).")]
     = None,
+    group: Annotated[Optional[str], typer.Option(
+        "--group", help="For a bundle: the member to export (a group's value, or 'pooled').")] = None,
 ) -> None:
     """Export the learned chain with its labels (unsafe, end, predicates) as PRISM or DRN."""
-    loaded = GuardModel.load(model)
+    from guard.bundle import load_model_or_bundle
+
+    found = load_model_or_bundle(model)
+    if isinstance(found, GuardBundle) and group is None:
+        raise ForewarnError(f"{model} is a bundle: choose the member to export with --group "
+                            f"({', '.join(found.names()[:6])}{', …' if len(found.names()) > 6 else ''})")
+    loaded = next(iter(_members(found, group).values()))
     if output is not None:
         try:  # like `learn -o`: create the folder; a path that cannot be written is a user error
             output.parent.mkdir(parents=True, exist_ok=True)

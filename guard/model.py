@@ -231,6 +231,9 @@ class GuardModel:
     @classmethod
     def from_document(cls, document: Any, *, source: str = "<model>", spec: Spec | None = None) -> GuardModel:
         """A model from its parsed JSON (``spec``: an already parsed spec to reuse when its text is the same)."""
+        if isinstance(document, dict) and document.get("format") == "forewarn-bundle":
+            raise ModelFileError(f"{source}: a model bundle, not a single model: load it with "
+                                 "guard.load_guard (or BundleGuard.load)")
         if not isinstance(document, dict) or document.get("format") != "forewarn-model":
             raise ModelFileError(f"{source}: not a Forewarn model file (no \"format\": \"forewarn-model\")")
         version = document.get("schema_version")

@@ -256,3 +256,15 @@ def test_evaluate_learns_a_bundle_per_fold(grouped: tuple[Path, Path], forewarn_
     assert result.json()["bundle_by"] == "meta.task"  # type: ignore[index]
     bad = forewarn_here("evaluate", traces, "--spec", spec, "--bundle-by", "task")
     assert bad.returncode == 2 and "must start with 'meta.'" in bad.stderr
+
+
+def test_export_and_guard_load_say_what_to_do_with_a_bundle(bundle: GuardBundle, tmp_path: Path,
+                                                            forewarn_here: CLI) -> None:
+    path = bundle.save(tmp_path / "bundle.json")
+    with pytest.raises(ModelFileError, match="a model bundle, not a single model: load it with guard.load_guard"):
+        Guard.load(path)
+    result = forewarn_here("export", path)
+    assert result.returncode == 2 and "is a bundle: choose the member to export with --group (pooled, t1, t2)" \
+        in result.stderr
+    exported = forewarn_here("export", path, "--group", "t1")
+    assert exported.returncode == 0 and "module chain" in exported.stdout
