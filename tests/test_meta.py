@@ -4,7 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import cel
 import pytest
+from hypothesis import given, settings
 
 from _support import CLI, WriteRuns
 from guard.errors import PredicateError, TraceError
@@ -14,6 +16,7 @@ from guard.replay import replay_run
 from guard.runtime import Guard
 from guard.spec import Action, parse_spec
 from guard.traces import Run
+from test_predicates import RICH_PREDICATES, STATES, spec_text
 
 # A multi-task agent: the same concrete step is dangerous in one task and harmless in another.
 META_SPEC = """\
@@ -148,3 +151,44 @@ def test_trace_error_for_meta_names_meta_not_a_step(kitchen: tuple[Path, Path]) 
     run = Run("r", [{"state": {"burner": {"on": False}, "left": False}}], meta={}, source="f.jsonl", line=7)
     with pytest.raises(TraceError, match=r"^f\.jsonl:7: meta \(run 'r'\): predicate 'stove_task'"):
         abstract_run(run, predicates)
+
+
+# -- the fast path stays exact with meta: property-based, against plain CEL on the whole context
+
+MIXED_PREDICATES = {
+    **{f"m_{name}": expr.replace("state", "meta") for name, expr in RICH_PREDICATES.items()},
+    "same_a": 'has(meta.a) && has(state.a) && meta.a == state.a',
+    "c_either": '(has(meta.b) && type(meta.b) == map && has(meta.b.c)) || (has(state.b) && type(state.b) == map)',
+    "state_flag": 'has(state.a) && type(state.a) == bool && state.a',
+}
+_MIXED = PredicateSet(parse_spec(spec_text(MIXED_PREDICATES, "state_flag")))
+_MIXED_PROGRAMS = [cel.compile(expr) for expr in MIXED_PREDICATES.values()]
+
+
+def reference(state: dict[str, Any], meta: dict[str, Any]) -> int | None:
+    bits = 0
+    for index, program in enumerate(_MIXED_PROGRAMS):
+        try:
+            value = program.execute({"state": state, "meta": meta})
+        except Exception:
+            return None
+        if value.__class__ is not bool:
+            return None
+        bits |= int(value) << index
+    return bits
+
+
+@settings(max_examples=150, deadline=None)
+@given(STATES, STATES)
+def test_projection_and_memo_with_meta_agree_with_plain_cel(state: dict[str, Any], meta: dict[str, Any]) -> None:
+    expected = reference(state, meta)
+    for _ in range(2):  # the second call is answered from the memo, shared across examples
+        if expected is None:
+            with pytest.raises(PredicateError):
+                _MIXED.evaluate(state, meta)
+        else:
+            assert _MIXED.evaluate(state, meta) == expected
+    # the same state under another metadata is not answered for the first one
+    swapped = reference(meta, state)
+    if swapped is not None:
+        assert _MIXED.evaluate(meta, state) == swapped
