@@ -70,7 +70,10 @@ def learn(
     with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
                   console=err, transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("learn", total=None)
-        on_run = lambda n: progress.update(task, completed=n)  # noqa: E731
+
+        def on_run(n: int) -> None:
+            progress.update(task, completed=n)
+
         if group_by is not None:
             from guard.bundle import learn_bundle
 
