@@ -89,6 +89,7 @@ def test_a_bundle_through_the_sidecar(sidecar: ServerThread, models: dict[str, P
         assert listed["tasks"]["bundle"]["members"] == ["t1", "t2"] and listed["kitchen"]["bundle"] is None
         cases = (({"task": "t1"}, "t1", False), ({"task": "t2"}, "t2", False), ({"task": "t3"}, "pooled", True),
                  ({}, "pooled", True), (None, "pooled", True))
+        sessions = []
         for metadata, member, fallback in cases:
             session = agent.session(model="tasks", metadata=metadata)
             decision = session.observe(a)
@@ -97,3 +98,7 @@ def test_a_bundle_through_the_sidecar(sidecar: ServerThread, models: dict[str, P
             assert decision.group == expected.group
             assert decision.p_unsafe == expected.p_unsafe and decision.action is expected.action
             assert decision.message == expected.message
+            sessions.append((session, member))
+        # each was evicted by the next (a cache of one): resumed, it is on the same member
+        for session, member in sessions:
+            assert session.observe({"a": False, "b": 0}).member == member
