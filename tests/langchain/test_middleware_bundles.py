@@ -68,3 +68,14 @@ def test_metadata_given_to_the_middleware(tool_bundle: BundleGuard, log: ToolLog
     run_agent(mapped, log, {"metadata": {"squad": "ops"}})
     assert mapped.last_run is not None and mapped.last_run.session.history[-1].decision.member == "ops"
     assert mapped.last_run.session.metadata == {"team": "ops"}
+
+
+def test_tool_guard_takes_the_runs_metadata(tool_bundle: BundleGuard) -> None:
+    from guard.langchain import ToolGuard
+
+    ops = ToolGuard(tool_bundle, user_messages=["Read README.md."], metadata={"team": "ops"})
+    assert ops.check("read_file", {"path": "README.md"}).member == "ops"
+    assert ops.session.metadata == {"team": "ops"}
+    unknown = ToolGuard(tool_bundle, user_messages=["Read README.md."])
+    decision = unknown.check("read_file", {"path": "README.md"})
+    assert (decision.member, decision.fallback) == ("pooled", True)
