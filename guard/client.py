@@ -71,7 +71,8 @@ class RemoteDecision(Decision):
                    upper=data.get("upper"), threshold=data.get("threshold"), known=data.get("known", True),
                    unsafe_now=data.get("unsafe_now", False), properties=properties,
                    monitors=dict(data.get("monitors") or {}), ci_low=data.get("ci_low"),
-                   ci_high=data.get("ci_high"), visits=data.get("visits"), session_id=data.get("session_id", ""),
+                   ci_high=data.get("ci_high"), visits=data.get("visits"), member=data.get("member"),
+                   group=data.get("group"), fallback=data.get("fallback", False), session_id=data.get("session_id", ""),
                    step=data.get("step"), approval_id=data.get("approval_id"),
                    committed=data.get("committed", False), model=dict(data.get("model") or {}), at=data.get("at"))
 

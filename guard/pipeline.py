@@ -15,7 +15,14 @@ import numpy as np
 from guard._version import __version__
 from guard.errors import CheckError, ForewarnError, TraceError
 from guard.intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
-from guard.learning import LearnedDTMC, ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
+from guard.learning import (
+    LearnedDTMC,
+    TransitionCounts,
+    ValidTransitionRule,
+    count_transitions,
+    learn_dtmc,
+    spec_transition_rule,
+)
 from guard.model import CheckedProperty, GuardModel
 from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
@@ -32,7 +39,8 @@ from guard.storm import (
 )
 from guard.traces import Run, read_runs, resample
 
-__all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "with_intervals"]
+__all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "model_from_counts",
+           "prepare", "with_intervals"]
 
 
 def default_formula(spec: Spec) -> str:
@@ -124,22 +132,8 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         valid_transition: a domain rule over (src, dst) valuations, in code.
         on_run: called with the number of runs read so far (progress bars).
     """
-    from monitors import build_monitors, build_product  # monitors build on guard's spec and chain
-
-    definitions = spec.guard.effective_properties()
-    for index, definition in enumerate(definitions):
-        try:
-            validate_formula(definition.query)
-        except CheckError as exc:
-            loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
-            raise spec.error(str(exc), *loc) from exc
-    epsilon = spec.learning.epsilon if epsilon is None else epsilon
-    delta = spec.learning.delta if delta is None else delta
-    for name, value in (("epsilon", epsilon), ("delta", delta)):
-        if not 0.0 < value < 1.0:  # the spec's are checked on parse; these came from a caller or the CLI
-            raise ForewarnError(f"learning {name} must lie strictly between 0 and 1, got {value}")
-    predicates = PredicateSet(spec, python_predicates)
-    monitors = build_monitors(spec)
+    learning_bounds(spec, epsilon, delta)  # refuse a bad ε or δ before reading any data
+    predicates, monitors = prepare(spec, python_predicates)
     started = time.perf_counter()
 
     def counted(source: Iterable[Run]) -> Iterable[Run]:
@@ -151,7 +145,46 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     counts = count_transitions(counted(runs), predicates)
     if counts.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
-    learn_seconds = time.perf_counter() - started
+    return model_from_counts(counts, spec, predicates, monitors, alpha=alpha, method=method, precision=precision,
+                             epsilon=epsilon, delta=delta, valid_transition=valid_transition, inputs=inputs,
+                             learn_seconds=time.perf_counter() - started)
+
+
+def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None
+            ) -> tuple[PredicateSet, list[Any]]:
+    """The spec's compiled predicates and monitors, once its properties are known to parse."""
+    from monitors import build_monitors  # monitors build on guard's spec and chain
+
+    definitions = spec.guard.effective_properties()
+    for index, definition in enumerate(definitions):
+        try:
+            validate_formula(definition.query)
+        except CheckError as exc:
+            loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
+            raise spec.error(str(exc), *loc) from exc
+    return PredicateSet(spec, python_predicates), build_monitors(spec)
+
+
+def learning_bounds(spec: Spec, epsilon: float | None, delta: float | None) -> tuple[float, float]:
+    """ε and δ: the caller's, else the spec's; each strictly between 0 and 1 (else a one-line error)."""
+    epsilon = spec.learning.epsilon if epsilon is None else epsilon
+    delta = spec.learning.delta if delta is None else delta
+    for name, value in (("epsilon", epsilon), ("delta", delta)):
+        if not 0.0 < value < 1.0:  # the spec's are checked on parse; these came from a caller or the CLI
+            raise ForewarnError(f"learning {name} must lie strictly between 0 and 1, got {value}")
+    return epsilon, delta
+
+
+def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: PredicateSet, monitors: Sequence[Any], *,
+                      alpha: float | None = None, method: Method = Method.SOUND, precision: float = 1e-6,
+                      epsilon: float | None = None, delta: float | None = None,
+                      valid_transition: ValidTransitionRule | None = None,
+                      inputs: list[dict[str, Any]] | None = None, learn_seconds: float = 0.0) -> GuardModel:
+    """Smooth counted runs, take the product with the monitors, check it with Storm and package a model."""
+    from monitors import build_product
+
+    definitions = spec.guard.effective_properties()
+    epsilon, delta = learning_bounds(spec, epsilon, delta)
     alpha = spec.learning.alpha if alpha is None else alpha
     chain = learn_dtmc(counts, predicates, alpha=alpha,
                        rule=transition_rule(spec, predicates, valid_transition))
@@ -194,9 +227,9 @@ def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], prope
 
     ``dtmc`` is what was checked: the learned chain or its product with monitors, whose
     transitions inherit their chain transition's interval; ``entries`` is the union
-    bound's size, the learned chain's estimated entries (default: ``dtmc``'s own). Each interval is widened to contain the point value and
-    Storm's numerical bounds: the point chain lies inside the intervals, so only solver
-    precision could put it outside.
+    bound's size, the learned chain's estimated entries (default: ``dtmc``'s own). Each
+    interval is widened to contain the point value and Storm's numerical bounds: the point
+    chain lies inside the intervals, so only solver precision could put it outside.
     """
     if method is IntervalMethod.NONE:
         return properties, None
