@@ -461,6 +461,12 @@ def test_cli_check_and_learn_show_the_intervals(tmp_path: Path, forewarn_here, m
     query = orjson.loads(forewarn_here("check", model, "-p", 'P=? [F<=2 "unsafe"]', "--format", "json").stdout)
     for row in query["states"]:  # a new property gets its interval from the same interval chain
         assert row["ci_low"] <= row["value"] <= row["ci_high"]
+    listed = orjson.loads(forewarn_here("states", model, "--format", "json").stdout)["states"]
+    guard = Guard(loaded)
+    for row in listed:  # `forewarn states` reads them from the decisions
+        decision = guard.decide_bits(loaded.dtmc.states[row["index"]])
+        assert (row["ci_low"], row["ci_high"]) == (decision.ci_low, decision.ci_high)
+        assert row["ci_low"] is not None and row["visits"] == loaded.visits[row["index"]]
     from guard._cli import out
 
     monkeypatch.setattr(out, "width", 200)
