@@ -80,8 +80,8 @@ def visits(dtmc: LearnedDTMC) -> np.ndarray:
     product row carries its chain row's counts.
     """
     counts = dtmc.counts
-    out = np.add.reduceat(counts.data, counts.indptr[:-1]) if counts.nnz else np.zeros(dtmc.size)
-    out = np.where(np.diff(counts.indptr) > 0, out, 0.0)  # reduceat repeats a value for empty rows
+    rows = np.repeat(np.arange(dtmc.size), np.diff(counts.indptr))
+    out = np.bincount(rows, weights=counts.data, minlength=dtmc.size)
     out[dtmc.absorbing] = 0
     return np.rint(out).astype(np.int64)
 
