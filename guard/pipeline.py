@@ -11,22 +11,41 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from guard._version import __version__
-from guard.errors import CheckError
-from guard.errors import TraceError
-from guard.learning import TransitionCounts, ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
-from guard.model import CheckedProperty, GuardModel
+from guard.errors import CheckError, ForewarnError, TraceError
+from guard.intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
+from guard.learning import (
+    LearnedDTMC,
+    TransitionCounts,
+    ValidTransitionRule,
+    count_transitions,
+    learn_dtmc,
+    spec_transition_rule,
+)
 from guard.backoff import learn_memory_dtmc, strip_memory
 from guard.crossval import ALPHA_GRID, choose_alpha
-from guard.memory import build_memory
+from guard.memory import Memory, build_memory
+from guard.model import CheckedProperty, GuardModel
 from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
-from guard.shrinkage import Fit, shrink_properties
+from guard.shrinkage import Fit, Paths, shrink_properties
 from guard.spec import Spec
-from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of, storm_version, validate_formula
+from guard.storm import (
+    Method,
+    build_interval_dtmc,
+    build_sparse_dtmc,
+    check_sparse_model,
+    interval_bounds,
+    labels_of,
+    storm_version,
+    validate_formula,
+)
 from guard.traces import Run, read_runs, resample
 
-__all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs"]
+__all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "model_from_counts",
+           "prepare", "with_intervals", "counting_plan"]
 
 
 def default_formula(spec: Spec) -> str:
@@ -118,17 +137,8 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         valid_transition: a domain rule over (src, dst) valuations, in code.
         on_run: called with the number of runs read so far (progress bars).
     """
-    from monitors import build_monitors, build_product  # monitors build on guard's spec and chain
-
-    definitions = spec.guard.effective_properties()
-    for index, definition in enumerate(definitions):
-        try:
-            validate_formula(definition.query)
-        except CheckError as exc:
-            loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
-            raise spec.error(str(exc), *loc) from exc
-    predicates = PredicateSet(spec, python_predicates)
-    monitors = build_monitors(spec)
+    learning_bounds(spec, epsilon, delta)  # refuse a bad ε or δ before reading any data
+    predicates, monitors = prepare(spec, python_predicates)
     started = time.perf_counter()
 
     def counted(source: Iterable[Run]) -> Iterable[Run]:
@@ -137,21 +147,77 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
             if on_run is not None:
                 on_run(n)
 
-    settings = spec.learning
-    alpha = settings.alpha if alpha is None else alpha
-    memory = build_memory(settings.memory, predicates.width)
-    wants_paths = alpha == "auto" or settings.shrink != "off" or (memory is not None
-                                                                  and settings.memory.backoff == "auto")
-    paths: Counter[tuple[int, ...]] | None = Counter() if wants_paths else None
+    memory, paths = counting_plan(spec, predicates, alpha)
     counts = count_transitions(counted(runs), predicates, paths=paths,
                                encode=None if memory is None else memory.encode_run)
     if counts.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
-    learn_seconds = time.perf_counter() - started
+    return model_from_counts(counts, spec, predicates, monitors, alpha=alpha, method=method, precision=precision,
+                             epsilon=epsilon, delta=delta, valid_transition=valid_transition, inputs=inputs,
+                             learn_seconds=time.perf_counter() - started, paths=paths)
+
+
+def counting_plan(spec: Spec, predicates: PredicateSet, alpha: float | str | None = None
+                  ) -> tuple[Memory | None, Counter[tuple[int, ...]] | None]:
+    """How runs are counted for this spec: the memory that encodes them (or None), and a
+    collector of the distinct runs when a lever cross-validates or shrinks (or None)."""
+    settings = spec.learning
+    alpha = settings.alpha if alpha is None else alpha
+    memory = build_memory(settings.memory, predicates.width)
+    wanted = alpha == "auto" or settings.shrink != "off" or (memory is not None and settings.memory.backoff == "auto")
+    return memory, (Counter() if wanted else None)
+
+
+def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None
+            ) -> tuple[PredicateSet, list[Any]]:
+    """The spec's compiled predicates and monitors, once its properties are known to parse."""
+    from monitors import build_monitors  # monitors build on guard's spec and chain
+
+    definitions = spec.guard.effective_properties()
+    for index, definition in enumerate(definitions):
+        try:
+            validate_formula(definition.query)
+        except CheckError as exc:
+            loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
+            raise spec.error(str(exc), *loc) from exc
+    return PredicateSet(spec, python_predicates), build_monitors(spec)
+
+
+def learning_bounds(spec: Spec, epsilon: float | None, delta: float | None) -> tuple[float, float]:
+    """ε and δ: the caller's, else the spec's; each strictly between 0 and 1 (else a one-line error)."""
+    epsilon = spec.learning.epsilon if epsilon is None else epsilon
+    delta = spec.learning.delta if delta is None else delta
+    for name, value in (("epsilon", epsilon), ("delta", delta)):
+        if not 0.0 < value < 1.0:  # the spec's are checked on parse; these came from a caller or the CLI
+            raise ForewarnError(f"learning {name} must lie strictly between 0 and 1, got {value}")
+    return epsilon, delta
+
+
+def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: PredicateSet, monitors: Sequence[Any], *,
+                      alpha: float | None = None, method: Method = Method.SOUND, precision: float = 1e-6,
+                      epsilon: float | None = None, delta: float | None = None,
+                      valid_transition: ValidTransitionRule | None = None,
+                      inputs: list[dict[str, Any]] | None = None, learn_seconds: float = 0.0,
+                      paths: Paths | None = None) -> GuardModel:
+    """Smooth counted runs, take the product with the monitors, check it with Storm and package a model.
+
+    With ``learning.memory`` the counts are over chain states (:func:`counting_plan`'s memory
+    encodes runs); ``paths`` are the distinct counted runs, needed by ``alpha: auto``,
+    ``backoff: auto`` and ``shrink`` (without them those levers are skipped, and the
+    model's ``provenance.levers`` says so).
+    """
+    from monitors import build_product
+
+    definitions = spec.guard.effective_properties()
+    epsilon, delta = learning_bounds(spec, epsilon, delta)
+    settings = spec.learning
+    alpha = settings.alpha if alpha is None else alpha
+    memory = build_memory(settings.memory, predicates.width)
     rule = transition_rule(spec, predicates, valid_transition)
     levers: dict[str, Any] = {}
     if alpha == "auto":
-        assert paths is not None
+        if paths is None:
+            raise ForewarnError("alpha: auto needs the runs themselves, not only their counts")
         plain_counts, plain_paths = counts, paths
         if memory is not None:  # α smooths the memoryless chain
             mask = (1 << predicates.width) - 1
@@ -160,12 +226,15 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
                 plain_paths[tuple(b & mask for b in path)] += n
         alpha, scores = choose_alpha(plain_counts, plain_paths, predicates, rule=rule, structure=settings.structure)
         levers["alpha"] = {"chosen": alpha, "grid": list(ALPHA_GRID), "heldout_loglik_per_step": scores}
+    backoff = settings.memory.backoff
+    if memory is not None and backoff == "auto" and paths is None:
+        backoff = 10.0
+        levers["backoff_note"] = "no runs to cross-validate on: backoff 10"
     if memory is None:
         chain = learn_dtmc(counts, predicates, alpha=float(alpha), rule=rule, structure=settings.structure)
     else:
         chain, levers["backoff"] = learn_memory_dtmc(counts, paths, predicates, memory, alpha=float(alpha),
-                                                     beta=settings.memory.backoff, rule=rule,
-                                                     structure=settings.structure)
+                                                     beta=backoff, rule=rule, structure=settings.structure)
     product_started = time.perf_counter()
     dtmc = build_product(chain, monitors)
     product_seconds = time.perf_counter() - product_started
@@ -175,30 +244,17 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     storm_model = build_sparse_dtmc(dtmc.matrix, labels, exact_rows=exact_rows)
     properties = [CheckedProperty(d, check_sparse_model(storm_model, d.query, method=method, precision=precision))
                   for d in definitions]
-    if paths is not None and settings.shrink != "off":
-        beta = levers.get("backoff", {}).get("chosen")
-
-        def fit(subset: Mapping[tuple[int, ...], int]) -> Fit:
-            """The same learning from some runs, α and β as chosen (for choosing κ)."""
-            part = TransitionCounts()
-            for path, n in subset.items():
-                for _ in range(n):
-                    part.add(list(path), predicates)
-            if memory is None:
-                sub = learn_dtmc(part, predicates, alpha=float(alpha), rule=rule, structure=settings.structure)
-            else:
-                sub, _ = learn_memory_dtmc(part, None, predicates, memory, alpha=float(alpha), beta=beta,
-                                           rule=rule, structure=settings.structure)
-            product = build_product(sub, monitors)
-            model = build_sparse_dtmc(product.matrix, labels_of(product))
-            cv_method = Method.SOUND if method is Method.EXACT else method
-            return Fit(product, [check_sparse_model(model, d.query, method=cv_method, precision=precision).values
-                                 for d in definitions])
-
-        properties, levers["shrink"] = shrink_properties(properties, paths, dtmc, predicates, monitors,
-                                                         settings.shrink, fit=fit)
-    pac = pac_report(chain, epsilon=spec.learning.epsilon if epsilon is None else epsilon,
-                     delta=spec.learning.delta if delta is None else delta)
+    if settings.shrink != "off":
+        if paths is None:
+            levers["shrink"] = "skipped: no runs to count outcomes on"
+        else:  # before the intervals: the blended value is the point estimate they must contain
+            properties, levers["shrink"] = shrink_properties(
+                properties, paths, dtmc, predicates, monitors, settings.shrink,
+                fit=_refit(predicates, monitors, definitions, memory, float(alpha),
+                           levers.get("backoff", {}).get("chosen"), rule, settings.structure, method, precision))
+    properties, report = with_intervals(dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
+                                        delta=delta, entries=estimated_entries(chain), precision=precision)
+    pac = pac_report(chain, epsilon=epsilon, delta=delta)
     width = predicates.width
     valuations = [[bool(bits >> b & 1) for b in range(width)] for bits in chain.states[:-1]] + [[False] * width]
     provenance = {
@@ -218,4 +274,61 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     }
     if levers:
         provenance["levers"] = levers
-    return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations)
+    return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
+
+
+def _refit(predicates: PredicateSet, monitors: Sequence[Any], definitions: Sequence[Any], memory: Memory | None,
+           alpha: float, beta: float | None, rule: ValidTransitionRule | None, structure: str, method: Method,
+           precision: float) -> Callable[[Paths], Fit]:
+    """The same learning and checking from some of the runs, α and β as chosen (for choosing κ)."""
+    from monitors import build_product
+
+    def fit(subset: Paths) -> Fit:
+        part = TransitionCounts()
+        for path, n in subset.items():
+            for _ in range(n):
+                part.add(list(path), predicates)
+        if memory is None:
+            sub = learn_dtmc(part, predicates, alpha=alpha, rule=rule, structure=structure)
+        else:
+            sub, _ = learn_memory_dtmc(part, None, predicates, memory, alpha=alpha, beta=10.0 if beta is None else beta,
+                                       rule=rule, structure=structure)
+        product = build_product(sub, monitors)
+        model = build_sparse_dtmc(product.matrix, labels_of(product))
+        cv_method = Method.SOUND if method is Method.EXACT else method
+        return Fit(product, [check_sparse_model(model, d.query, method=cv_method, precision=precision).values
+                             for d in definitions])
+
+    return fit
+
+
+def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], properties: list[CheckedProperty], *,
+                   method: IntervalMethod, delta: float, entries: int | None = None,
+                   precision: float = 1e-6) -> tuple[list[CheckedProperty], IntervalReport | None]:
+    """Each property's confidence interval per state, from the interval chain around ``dtmc``.
+
+    ``dtmc`` is what was checked: the learned chain or its product with monitors, whose
+    transitions inherit their chain transition's interval; ``entries`` is the union
+    bound's size, the learned chain's estimated entries (default: ``dtmc``'s own). Each
+    interval is widened to contain the point value and Storm's numerical bounds: the point
+    chain lies inside the intervals, so only solver precision could put it outside.
+    """
+    if method is IntervalMethod.NONE:
+        return properties, None
+    started = time.perf_counter()
+    intervals = transition_intervals(dtmc, delta=delta, method=method, entries=entries)
+    model = build_interval_dtmc(dtmc.matrix, intervals.lower, intervals.upper, labels)
+    out = []
+    for prop in properties:
+        bounds = interval_bounds(model, prop.outcome.formula, precision=precision)
+        if bounds is None:  # a formula Storm cannot check on interval models (LTL): no interval
+            out.append(prop)
+            continue
+        low, high, _ = bounds
+        o = prop.outcome
+        low = np.minimum(low, o.values if o.lower is None else np.minimum(o.lower, o.values))
+        high = np.maximum(high, o.values if o.upper is None else np.maximum(o.upper, o.values))
+        out.append(CheckedProperty(prop.definition, o, np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)))
+    report = IntervalReport(method, float(delta), intervals.delta_per_entry, intervals.entries,
+                            round(time.perf_counter() - started, 6))
+    return out, report
