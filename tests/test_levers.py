@@ -267,3 +267,22 @@ def test_bad_learning_keys_are_one_line_exit_2(learning: str, fragment: str, tmp
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0] and "bad.yaml:9" in lines[0], lines
     assert not (tmp_path / "m.json").exists()
+
+
+def test_bundles_learn_every_member_with_memory_and_shrinking(write_runs: WriteRuns, tmp_path: Path) -> None:
+    from guard.bundle import GuardBundle, learn_bundle
+
+    runs = []
+    for i, bits in enumerate(SHRINK_RUNS * 2):
+        run = toy_run(f"r{i}", bits)
+        run["meta"] = {"task": "t1" if i % 2 else "t2"}
+        runs.append(run)
+    spec = toy_with("  alpha: 0.1\n  memory: {dwell: 4}\n")
+    bundle = learn_bundle([write_runs(runs)], spec, group_by="meta.task", min_group_runs=5)
+    loaded = GuardBundle.load(bundle.save(tmp_path / "bundle.json"))
+    for model in (loaded.pooled, *loaded.members.values()):
+        assert any(s >> 2 for s in model.dtmc.states[:-1])  # chain states carry memory labels
+        assert "kappa" in model.provenance["levers"]["shrink"]["unsafe"]
+    t1 = [bits for i, bits in enumerate(SHRINK_RUNS * 2) if i % 2]
+    alone = learn_model([write_runs([toy_run(f"s{i}", b) for i, b in enumerate(t1)], name="t1.jsonl")], spec)
+    assert np.array_equal(loaded.members["t1"].outcome.values, alone.outcome.values)
