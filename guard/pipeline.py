@@ -25,7 +25,7 @@ from guard.learning import (
     spec_transition_rule,
 )
 from guard.backoff import learn_memory_dtmc, strip_memory
-from guard.crossval import ALPHA_GRID, choose_alpha
+from guard.crossval import ALPHA_GRID, choose_alpha, path_transitions
 from guard.memory import Memory, build_memory
 from guard.model import CheckedProperty, GuardModel
 from guard.pac import pac_report
@@ -250,7 +250,7 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
         else:  # before the intervals: the blended value is the point estimate they must contain
             properties, levers["shrink"] = shrink_properties(
                 properties, paths, dtmc, predicates, monitors, settings.shrink,
-                fit=_refit(predicates, monitors, definitions, memory, float(alpha),
+                fit=_refit(counts, predicates, monitors, definitions, memory, float(alpha),
                            levers.get("backoff", {}).get("chosen"), rule, settings.structure, method, precision))
     properties, report = with_intervals(dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
                                         delta=delta, entries=estimated_entries(chain), precision=precision)
@@ -277,17 +277,21 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
 
 
-def _refit(predicates: PredicateSet, monitors: Sequence[Any], definitions: Sequence[Any], memory: Memory | None,
-           alpha: float, beta: float | None, rule: ValidTransitionRule | None, structure: str, method: Method,
-           precision: float) -> Callable[[Paths], Fit]:
-    """The same learning and checking from some of the runs, α and β as chosen (for choosing κ)."""
+def _refit(counts: TransitionCounts, predicates: PredicateSet, monitors: Sequence[Any], definitions: Sequence[Any],
+           memory: Memory | None, alpha: float, beta: float | None, rule: ValidTransitionRule | None, structure: str,
+           method: Method, precision: float) -> Callable[[Paths], Fit]:
+    """The same learning and checking from every run but some, α and β as chosen (for choosing κ)."""
     from monitors import build_product
 
-    def fit(subset: Paths) -> Fit:
-        part = TransitionCounts()
-        for path, n in subset.items():
-            for _ in range(n):
-                part.add(list(path), predicates)
+    def fit(left_out: Paths) -> Fit:
+        # the counts less the left-out runs': as learning them without those runs would count
+        removed: Counter[tuple[int, int]] = Counter()
+        starts: Counter[int] = Counter()
+        for path, n in left_out.items():
+            for pair, c in path_transitions(path, predicates).items():
+                removed[pair] += c * n
+            starts[path[0]] += n
+        part = TransitionCounts(counts=counts.counts - removed, initial=counts.initial - starts)
         if memory is None:
             sub = learn_dtmc(part, predicates, alpha=alpha, rule=rule, structure=structure)
         else:

@@ -34,8 +34,8 @@ from guard.model import CheckedProperty
 from guard.predicates import PredicateSet
 from monitors.base import VIOL, Monitor
 
-__all__ = ["KAPPA_GRID", "FOLDS", "Fit", "OutcomeCounts", "walk", "outcome_counts", "choose_kappa", "shrink",
-           "reach_label", "shrink_properties"]
+__all__ = ["KAPPA_GRID", "FOLDS", "CV_PATHS", "Fit", "PathVisits", "summarize_paths", "choose_kappa",
+           "reach_label", "label_test", "shrink_properties"]
 
 # Candidate strengths for ``shrink: auto`` (∞: the chain alone), ascending.
 KAPPA_GRID = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, math.inf)
@@ -44,7 +44,6 @@ CV_PATHS = 1000  # at most this many distinct runs (every m-th in sorted order) 
 _REACH = re.compile(r'^P=\?\s*\[\s*F\s*(?:<=\s*(\d+)\s*)?"([^"]+)"\s*\]$')
 
 Paths = Mapping[tuple[int, ...], int]
-Walked = list[tuple[list[int], list[tuple[int, tuple[int, ...]]], int]]  # (state indices, (bits, q) per step, weight)
 
 
 @dataclass(frozen=True)
@@ -78,62 +77,59 @@ def label_test(label: str, predicates: PredicateSet, monitors: Sequence[Monitor]
     return None  # end, init: nothing a visit can be followed by
 
 
-class OutcomeCounts:
-    """Per (distinct run, product state): visits and visits followed by the outcome.
-
-    ``run``, ``state``, ``visits``, ``hits`` and ``weight`` are parallel arrays over
-    (run, state) pairs; ``weight`` is how many training runs had that abstract path
-    (identical runs are counted once, weighted). ``n`` and ``k`` total them per state.
-    """
-
-    def __init__(self, run: np.ndarray, state: np.ndarray, visits: np.ndarray, hits: np.ndarray,
-                 weight: np.ndarray, size: int) -> None:
-        self.run, self.state, self.visits, self.hits, self.weight = run, state, visits, hits, weight
-        self.n = np.bincount(state, weights=visits * weight, minlength=size)
-        self.k = np.bincount(state, weights=hits * weight, minlength=size)
+Key = tuple[int, tuple[int, ...]]  # a product state by its content: (chain state bits, monitor states)
 
 
-def walk(paths: Paths, dtmc: LearnedDTMC, predicates: PredicateSet, monitors: Sequence[Monitor]) -> Walked:
-    """Each distinct abstract path as product states (-1 where ``dtmc`` lacks one), up to its first violation."""
-    index = dtmc.product_index()
-    out = []
+@dataclass(frozen=True)
+class PathVisits:
+    """One distinct run: how often each product state was visited before its violation, and how
+    many of those visits each target label followed (within its horizon); ``weight`` copies."""
+
+    weight: int
+    visits: dict[Key, int]
+    hits: list[dict[Key, int]]  # per target
+
+
+def summarize_paths(paths: Paths, predicates: PredicateSet, monitors: Sequence[Monitor],
+                    targets: Sequence[tuple[Callable[[int, tuple[int, ...]], bool], int | None]]) -> dict[
+                        tuple[int, ...], PathVisits]:
+    """Per distinct path, its visits and hits by product state: one pass over the steps."""
+    out = {}
     for path, weight in paths.items():
         q: tuple[int, ...] | None = None
-        states, steps = [], []
+        keys: list[Key] = []
         for bits in path:
             q = tuple(m.step(m.initial if q is None else q[k], bits) for k, m in enumerate(monitors))
-            states.append(index.get((bits, q), -1))
-            steps.append((bits, q))
+            keys.append((bits, q))
             if predicates.is_unsafe(bits) or VIOL in q:
                 break
-        out.append((states, steps, weight))
+        last = len(keys) - 1
+        scored = last if predicates.is_unsafe(keys[last][0]) or VIOL in keys[last][1] else last + 1
+        visits: Counter[Key] = Counter(keys[:scored])
+        hits = []
+        for holds, horizon in targets:
+            hit: Counter[Key] = Counter()
+            next_hit = math.inf
+            for i in range(last, -1, -1):
+                if holds(*keys[i]):
+                    next_hit = i
+                if i < scored and next_hit < math.inf and (horizon is None or next_hit - i <= horizon):
+                    hit[keys[i]] += 1
+            hits.append(dict(hit))
+        out[path] = PathVisits(weight, dict(visits), hits)
     return out
 
 
-def outcome_counts(walked: Walked, holds: Callable[[int, tuple[int, ...]], bool], horizon: int | None,
-                   predicates: PredicateSet, size: int) -> OutcomeCounts:
-    """Visits before a run's violation, and those followed by a state where the label ``holds``
-    (within ``horizon`` steps); visits to states the chain lacks (-1) are left out."""
-    runs, states, visits, hits, weights = [], [], [], [], []
-    for r, (path, steps, weight) in enumerate(walked):
-        seen: Counter[int] = Counter()
-        hit: Counter[int] = Counter()
-        next_hit = math.inf
-        last = len(path) - 1
-        violates = predicates.is_unsafe(steps[last][0]) or VIOL in steps[last][1]
-        for i in range(last, -1, -1):
-            if holds(*steps[i]):
-                next_hit = i
-            if (i == last and violates) or path[i] < 0:
-                continue
-            seen[path[i]] += 1
-            if next_hit < math.inf and (horizon is None or next_hit - i <= horizon):
-                hit[path[i]] += 1
-        for s, n in seen.items():
-            runs.append(r), states.append(s), visits.append(n), hits.append(hit[s]), weights.append(weight)
-    return OutcomeCounts(np.asarray(runs, dtype=np.int64), np.asarray(states, dtype=np.int64),
-                         np.asarray(visits, dtype=float), np.asarray(hits, dtype=float),
-                         np.asarray(weights, dtype=float), size)
+def _totals(summaries: Sequence[PathVisits], targets: int) -> tuple[Counter[Key], list[Counter[Key]]]:
+    n: Counter[Key] = Counter()
+    k: list[Counter[Key]] = [Counter() for _ in range(targets)]
+    for pv in summaries:
+        for key, v in pv.visits.items():
+            n[key] += v * pv.weight
+        for t, hit in enumerate(pv.hits):
+            for key, h in hit.items():
+                k[t][key] += h * pv.weight
+    return n, k
 
 
 def _blend(k: np.ndarray, n: np.ndarray, p: np.ndarray, kappa: float) -> np.ndarray:
@@ -144,53 +140,54 @@ def _blend(k: np.ndarray, n: np.ndarray, p: np.ndarray, kappa: float) -> np.ndar
     return np.where(n > 0, out, p)
 
 
-def choose_kappa(paths: Paths, fit: Callable[[Paths], Fit], targets: Mapping[int, tuple[Callable[..., bool],
-                 int | None]], predicates: PredicateSet, monitors: Sequence[Monitor],
-                 grid: Sequence[float] = KAPPA_GRID) -> dict[int, tuple[float, list[float]]]:
-    """Per property index in ``targets``: the κ with the lowest cross-validated Brier score, and every score.
+def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[[Paths], Fit],
+                 properties: Sequence[int], grid: Sequence[float] = KAPPA_GRID) -> list[tuple[float, list[float]]]:
+    """Per target (property index ``properties[t]`` of a fit): the κ with the lowest cross-validated
+    Brier score, and every score.
 
     Folds: the distinct paths in sorted order (every m-th of them beyond :data:`CV_PATHS`),
-    dealt round-robin (deterministic). A fold's
-    ``v`` visits with ``h`` hits to state ``s`` score ``v·pred² − 2·pred·h + h`` with
-    ``pred`` the blend of the other folds' chain value and counts. Ties go to the larger κ.
+    dealt round-robin (deterministic). For each fold, ``fit`` learns and checks the chain
+    from every other run, whose counts also give the frequencies; the fold's ``v`` visits
+    with ``h`` hits to a state score ``v·pred² − 2·pred·h + h``. Ties go to the larger κ.
     """
-    items = sorted(paths.items())
-    if len(items) > CV_PATHS:  # κ needs no more: bound the refits' cost on large inputs
+    items = sorted(summaries)
+    if len(items) > CV_PATHS:  # κ needs no more held-out runs: bound the refits' cost on large inputs
         items = items[::math.ceil(len(items) / CV_PATHS)]
-    sums = {i: np.zeros(len(grid)) for i in targets}
+    targets = len(properties)
+    n_all, k_all = _totals(list(summaries.values()), targets)
+    sums = [np.zeros(len(grid)) for _ in range(targets)]
     scored = 0.0
     for fold in range(FOLDS):
-        train = {p: w for n, (p, w) in enumerate(items) if n % FOLDS != fold}
-        test = {p: w for n, (p, w) in enumerate(items) if n % FOLDS == fold}
-        if not train or not test:
+        test = [p for i, p in enumerate(items) if i % FOLDS == fold]
+        if not test or len(test) == len(summaries):
             continue
-        fitted = fit(train)
-        size = fitted.dtmc.size
-        seen_train, seen_test = (walk(x, fitted.dtmc, predicates, monitors) for x in (train, test))
-        for i, (holds, horizon) in targets.items():
-            known = outcome_counts(seen_train, holds, horizon, predicates, size)
-            held = outcome_counts(seen_test, holds, horizon, predicates, size)
-            s, v, h, w = held.state, held.visits, held.hits, held.weight
+        fitted = fit({p: summaries[p].weight for p in test})  # learned without the fold
+        index = fitted.dtmc.product_index()
+        n_test, k_test = _totals([summaries[p] for p in test], targets)
+        for t in range(targets):
+            rows = []  # (state index, training visits, training hits, v, h, weight)
+            for p in test:
+                pv = summaries[p]
+                for key, v in pv.visits.items():
+                    s = index.get(key)
+                    if s is not None:
+                        rows.append((s, n_all[key] - n_test[key], k_all[t][key] - k_test[t][key], v,
+                                     pv.hits[t].get(key, 0), pv.weight))
+            if not rows:
+                continue
+            s_, n_, k_, v, h, w = (np.asarray(c, dtype=float) for c in zip(*rows))
+            p_ = fitted.values[properties[t]][s_.astype(np.int64)]
             for g, kappa in enumerate(grid):
-                pred = _blend(known.k[s], known.n[s], fitted.values[i][s], kappa)
-                sums[i][g] += float((w * (v * pred * pred - 2 * pred * h + h)).sum())
-            if i == min(targets):
+                pred = _blend(k_, n_, p_, kappa)
+                sums[t][g] += float((w * (v * pred * pred - 2 * pred * h + h)).sum())
+            if t == 0:
                 scored += float((w * v).sum())
-    out = {}
-    for i, total in sums.items():
+    out = []
+    for total in sums:
         scores = (total / max(scored, 1.0)).tolist()
         best = min(range(len(grid)), key=lambda g: (round(scores[g], 12), -grid[g]))
-        out[i] = (float(grid[best]), scores)
+        out.append((float(grid[best]), scores))
     return out
-
-
-def shrink(values: np.ndarray, counts: OutcomeCounts, kappa: float) -> np.ndarray:
-    """The blended values ``(k + κ·p)/(n + κ)`` where a state was visited, ``p`` elsewhere.
-
-    Being affine in ``p`` with a non-negative slope, the same map carries Storm's
-    numerical bounds on ``p`` to bounds on the blended value.
-    """
-    return _blend(counts.k, counts.n, np.asarray(values, dtype=float), kappa)
 
 
 def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: LearnedDTMC,
@@ -199,40 +196,48 @@ def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: Lea
     """Each reach property's values (and Storm's bounds) blended; what was chosen, per property.
 
     Args:
-        setting: κ, or ``"auto"`` (then ``fit`` learns and checks a chain from some runs).
+        setting: κ, or ``"auto"`` (then ``fit`` learns and checks a chain from every run but
+            the given ones).
     """
-    walked = walk(paths, dtmc, predicates, monitors)
-    targets: dict[int, tuple[Callable[..., bool], int | None]] = {}
     report: dict[str, Any] = {}
+    chosen: list[int] = []
+    targets = []
     for i, prop in enumerate(properties):
         target = reach_label(prop.outcome.formula)
         holds = None if target is None else label_test(target[0], predicates, monitors)
         if target is None or holds is None:
             report[prop.name] = {"kappa": None, "reason": "not a reach property (F or F<=h of a label)"}
         else:
-            targets[i] = (holds, target[1])
-    chosen: dict[int, tuple[float, list[float]]] = {}
-    if setting == "auto" and targets:
+            chosen.append(i)
+            targets.append((holds, target[1]))
+    if not chosen:
+        return properties, report
+    summaries = summarize_paths(paths, predicates, monitors, targets)
+    if setting == "auto":
         if fit is None:
             raise ValueError("shrink 'auto' needs a fit function")
-        chosen = choose_kappa(paths, fit, targets, predicates, monitors)
-    out: list[CheckedProperty] = []
-    for i, prop in enumerate(properties):
-        if i not in targets:
-            out.append(prop)
-            continue
-        if setting == "auto":
-            kappa, scores = chosen[i]
-            report[prop.name] = {"kappa": kappa, "grid": list(KAPPA_GRID), "cv_brier": scores, "folds": FOLDS}
-        else:
-            kappa = float(setting)
-            report[prop.name] = {"kappa": kappa}
-        counts = outcome_counts(walked, targets[i][0], targets[i][1], predicates, dtmc.size)
+        kappas = choose_kappa(summaries, fit, chosen)
+    else:
+        kappas = [(float(setting), [])] * len(chosen)
+    n_all, k_all = _totals(list(summaries.values()), len(chosen))
+    index = dtmc.product_index()
+    n = np.zeros(dtmc.size)
+    for key, v in n_all.items():
+        n[index[key]] = v
+    out = list(properties)
+    for t, i in enumerate(chosen):
+        k = np.zeros(dtmc.size)
+        for key, h in k_all[t].items():
+            k[index[key]] = h
+        kappa, scores = kappas[t]
+        prop = properties[i]
+        report[prop.name] = {"kappa": kappa} if setting != "auto" else {
+            "kappa": kappa, "grid": list(KAPPA_GRID), "cv_brier": scores, "folds": FOLDS}
         o = prop.outcome
-        outcome = replace(o, values=shrink(o.values, counts, kappa),
-                          lower=None if o.lower is None else shrink(o.lower, counts, kappa),
-                          upper=None if o.upper is None else shrink(o.upper, counts, kappa))
-        out.append(CheckedProperty(prop.definition, outcome))
+        outcome = replace(o, values=_blend(k, n, o.values, kappa),
+                          lower=None if o.lower is None else _blend(k, n, o.lower, kappa),
+                          upper=None if o.upper is None else _blend(k, n, o.upper, kappa))
+        out[i] = CheckedProperty(prop.definition, outcome)
     for entry in report.values():  # JSON has no infinity: ∞ means "the chain alone"
         if entry["kappa"] is not None and math.isinf(entry["kappa"]):
             entry["kappa"] = "inf"
