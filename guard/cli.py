@@ -25,13 +25,28 @@ from guard.storm import (
     prism_text,
 )
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Forewarn: a proactive runtime guard for LLM agents.")
+
+
 class ExportFormat(str, Enum):
     prism = "prism"
     drn = "drn"
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from guard._version import __version__
+
+        sys.stdout.write(f"forewarn {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", help="Print the version and exit.", is_eager=True,
+                                                callback=_print_version)] = False) -> None:
+    """Forewarn: a proactive runtime guard for LLM agents."""
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -278,10 +293,46 @@ def _register_plugins() -> None:
 _register_plugins()
 
 
+def _metavar(param: Any) -> str:
+    descriptor = getattr(param, "type_descriptor", None)
+    choices = getattr(descriptor, "choices", None) if getattr(descriptor, "is_choice", False) else None
+    if choices:
+        return "|".join(str(getattr(c, "value", c)) for c in choices)
+    try:
+        name = param.bare_type()
+    except Exception:  # another typer version: fall back to a plain word
+        name = "text"
+    name = name.removeprefix("list[").removesuffix("]").lower()
+    return {"float": "FLOAT", "int": "INTEGER", "path": "PATH"}.get(name, "TEXT")
+
+
+def _tidy_help(command: Any) -> None:
+    """Plain metavars (TRACES..., FLOAT, sound|exact) instead of typer's ``{traces}`` and ``<list[Path]>``."""
+    for param in getattr(command, "params", []):  # typer vendors click: duck typing, not isinstance
+        if param.metavar is not None:
+            continue
+        if param.param_type_name == "argument":
+            shown = param.name.upper() + ("..." if param.nargs != 1 else "")
+            param.metavar = shown
+            usage = shown if param.required else f"[{shown}]"
+            # typer's own usage line says {traces} and its help column <list[Path]>
+            param._usage_display_name = lambda usage=usage: usage
+            param.display_type_rich = lambda ctx=None: None
+        elif param.param_type_name == "option" and not getattr(param, "is_flag", False):
+            param.metavar = _metavar(param)
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)
+
+
 def main() -> None:
     """Entry point: user errors print one clear line and exit 2, never a traceback."""
+    from guard._cli import stdout_for_python_only
+
+    command = typer.main.get_command(app)
+    _tidy_help(command)
     try:
-        app(standalone_mode=False)
+        with stdout_for_python_only():
+            command(standalone_mode=False, prog_name="forewarn")
     except ForewarnError as exc:
         # escape: messages quote user text (CEL such as `x in [a, b]`) that rich would read as markup;
         # soft_wrap: one line however long, so scripts can grep it

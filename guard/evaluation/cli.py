@@ -303,29 +303,46 @@ def evaluate(
                        render=lambda images, chosen: evaluation_html(result, images, chosen, context=context))
 
 
+class OnErrorOption(str, Enum):
+    stop = "stop"
+    skip = "skip"
+
+
 def ingest(
-    inputs: Annotated[list[Path], typer.Argument(help="Log files to convert.")],
+    inputs: Annotated[list[Path], typer.Argument(help="Log files to convert.", metavar="LOGS...")],
     output: Annotated[Path, typer.Option("--output", "-o", help="JSONL trace file to write.")],
-    input_format: Annotated[InputFormat, typer.Option("--input-format", help="Format of the input files.")]
+    input_format: Annotated[InputFormat, typer.Option(
+        "--input-format", help="Format of the input files; auto says which formats it tried when none fits.")]
     = InputFormat.auto,
+    on_error: Annotated[OnErrorOption, typer.Option(
+        "--on-error", help="A malformed record stops the ingest, or is skipped and counted in the summary.")]
+    = OnErrorOption.stop,
+    extractor: Annotated[Optional[str], typer.Option(
+        "--extractor", help="Agent logs (langchain, otel, langgraph): the state extractor the guard uses, "
+                            "'tools' (default) or MODULE:NAME.")] = None,
     period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
     time_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's seconds.")] = "t",
     action_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's action.")]
     = "action",
     on_mismatch: Annotated[MismatchOption, typer.Option(
-        help="Action logs: a logged success the symbolic household forbids is an error, or the simulator wins.")]
+        help="Action logs: a logged success the symbolic household forbids is an error, or the simulator wins "
+             "(each rewrite is counted in the summary).")]
     = MismatchOption.error,
 ) -> None:
-    """Convert columnar or action-only logs into the contract's JSONL (for `forewarn learn`)."""
-    written = 0
+    """Convert agent logs (LangChain, OpenTelemetry, LangGraph), columnar or action-only logs into the
+    contract's JSONL (for `forewarn learn`), with a summary of what was read, skipped and rewritten."""
+    from guard.ingest import IngestSummary
+
+    check_period(period)
+    summary = IngestSummary()
     temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         with open(temporary, "wb") as stream:
             for r in read_input(inputs, input_format, period=period, time_column=time_column,
-                                action_column=action_column, on_mismatch=on_mismatch.value):
-                stream.write(orjson.dumps({"id": r.id, "steps": r.steps, "meta": r.meta}) + b"\n")
-                written += 1
+                                action_column=action_column, on_mismatch=on_mismatch.value, on_error=on_error.value,
+                                summary=summary, extractor=extractor):
+                stream.write(orjson.dumps({"id": r.id, "steps": r.steps, "meta": r.meta}, default=str) + b"\n")
         os.replace(temporary, output)  # nothing is half-written: a bad record leaves no output
     except OSError as exc:
         temporary.unlink(missing_ok=True)
@@ -333,7 +350,15 @@ def ingest(
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    err.print(f"wrote {written} runs to {output}", highlight=False)
+    print_summary(summary, "read")
+    err.print(f"wrote {summary.runs} runs to {output}", highlight=False)
+
+
+def print_summary(summary: Any, verb: str) -> None:
+    """An ingest summary on stderr (stdout stays for tables and JSON)."""
+    for i, line in enumerate(summary.lines(verb)):
+        style = "yellow" if line.lstrip().startswith(("skipped", "rewritten", "warning")) and i else None
+        err.print(line, style=style, highlight=False, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

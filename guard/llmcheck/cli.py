@@ -86,7 +86,8 @@ def llmcheck(
     list_quantifications: Annotated[bool, typer.Option("--list-quantifications", help="List quantifications.")]
     = False,
     format: Annotated[Format, typer.Option("--format")] = Format.table,
-    more_sweep: Annotated[Optional[list[str]], typer.Argument(help="More sweep axes (k=3,5,15).", hidden=True)]
+    more_sweep: Annotated[Optional[list[str]], typer.Argument(
+        help="More sweep axes after --sweep, e.g. --sweep alpha=0.5,0.8 k=3,5,15.", metavar="[AXES]...")]
     = None,
 ) -> None:
     """Check what an LLM is likely to write: the α-k-bounded DTMC of its generation, verified by Storm."""
