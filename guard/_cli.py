@@ -17,7 +17,7 @@ from rich.console import Console
 from guard.errors import ForewarnError
 
 __all__ = ["Format", "out", "err", "print_json", "warn", "check_alpha", "check_period", "check_precision",
-           "check_probability", "check_positive_int", "stdout_for_python_only"]
+           "check_probability", "check_positive_int", "print_summary", "stdout_for_python_only"]
 
 out = Console()
 err = Console(stderr=True)
@@ -85,6 +85,14 @@ def check_probability(value: float | None, option: str) -> None:
 def check_positive_int(value: int | None, option: str) -> None:
     if value is not None and value < 1:
         raise ForewarnError(f"{option}: expected a positive whole number, got {value}")
+
+
+def print_summary(summary: Any, verb: str) -> None:
+    """An ingest summary (:class:`guard.ingest.summary.IngestSummary`) on stderr: stdout stays for
+    tables and JSON."""
+    for i, line in enumerate(summary.lines(verb)):
+        style = "yellow" if i and line.lstrip().startswith(("skipped", "rewritten", "warning")) else None
+        err.print(line, style=style, highlight=False, markup=False, soft_wrap=True)
 
 
 @contextmanager

@@ -11,8 +11,20 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from guard._cli import Format, err, out, print_json
+from guard._cli import (
+    Format,
+    check_alpha,
+    check_period,
+    check_precision,
+    check_probability,
+    err,
+    out,
+    print_json,
+    print_summary,
+    warn,
+)
 from guard.errors import ForewarnError
+from guard.ingest.summary import IngestSummary
 from guard.model import GuardModel
 from guard.storm import (
     Method,
@@ -33,6 +45,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 class ExportFormat(str, Enum):
     prism = "prism"
     drn = "drn"
+
+
+class OnError(str, Enum):
+    stop = "stop"
+    skip = "skip"
 
 
 def _print_version(value: bool) -> None:
@@ -67,28 +84,42 @@ def learn(
     period: Annotated[Optional[float], typer.Option(help="Resample runs to one step every PERIOD seconds "
                                                          "(zero-order hold; needs 't' on every step).")] = None,
     format: Annotated[Format, typer.Option("--format", help="Summary format.")] = Format.table,
+    on_error: Annotated[OnError, typer.Option(
+        "--on-error", help="A malformed run stops learning, or is skipped and counted in the summary.")]
+    = OnError.stop,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
     from guard.pipeline import learn_model
     from guard.spec import load_spec
 
+    check_alpha(alpha)
+    check_precision(precision)
+    check_probability(epsilon, "--epsilon")
+    check_probability(delta, "--delta")
+    check_period(period)
     parsed = load_spec(spec)
+    read = IngestSummary()
     with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
                   console=err, transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("learn", total=None)
         model = learn_model(traces, parsed, alpha=alpha, method=method, precision=precision, epsilon=epsilon,
-                            delta=delta, period=period, on_run=lambda n: progress.update(task, completed=n))
+                            delta=delta, period=period, on_run=lambda n: progress.update(task, completed=n),
+                            on_error=on_error.value, summary=read)
     try:
         model.save(output)
     except OSError as exc:  # e.g. -o names a folder, or a path under a file
         raise ForewarnError(f"{output}: cannot write the model file: {exc.strerror}") from exc
     summary = _summary(model, output)
+    summary["read"] = read.to_dict()
+    print_summary(read, "learned from")
+    for message in _degenerate(model):
+        warn(message)
     if format is Format.json:
         print_json(summary)
         return
     table = Table(title=f"forewarn learn → {output}", show_header=False)
     for key, value in summary.items():
-        if key != "pac_worst":
+        if key not in ("pac_worst", "read"):
             table.add_row(key, str(value))
     out.print(table)
     worst = summary["pac_worst"]
@@ -97,6 +128,25 @@ def learn(
                   f"{model.pac.satisfied_count}/{len(model.pac.states)} states have enough visits; worst "
                   f"state {worst['state']} ({worst['predicates']}) has {worst['visits']} of "
                   f"{worst['required']} required.")
+
+
+def _degenerate(model: GuardModel) -> list[str]:
+    """Warnings for a spec or data that make the model say nothing useful."""
+    from guard.predicates import PredicateSet
+
+    found = []
+    try:
+        predicates = PredicateSet(model.spec)
+    except ForewarnError:
+        return found
+    if predicates.width <= 16 and all(predicates.is_unsafe(bits) for bits in range(1 << predicates.width)):
+        found.append(f"'unsafe' ({model.spec.unsafe}) holds whatever the predicates are: every state is unsafe, "
+                     "every risk is 1 and every decision the same")
+    elif model.provenance.get("unsafe_runs") == 0:
+        found.append("no run reached an unsafe state: every risk in this model comes from smoothing alone")
+    elif model.provenance.get("unsafe_runs") == model.provenance.get("runs"):
+        found.append("every run reached an unsafe state: the model cannot tell a risky start from a safe one")
+    return found
 
 
 def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
@@ -156,6 +206,7 @@ def check(
     format: Annotated[Format, typer.Option("--format")] = Format.table,
 ) -> None:
     """Show the cached per-state values of a model, or check another property with Storm."""
+    check_precision(precision)
     if model.suffix in {".pm", ".prism"}:
         if property is None:
             raise ForewarnError("checking a PRISM file needs --property, e.g. --property 'P=? [F \"goal\"]'")
@@ -309,16 +360,14 @@ def _metavar(param: Any) -> str:
 def _tidy_help(command: Any) -> None:
     """Plain metavars (TRACES..., FLOAT, sound|exact) instead of typer's ``{traces}`` and ``<list[Path]>``."""
     for param in getattr(command, "params", []):  # typer vendors click: duck typing, not isinstance
-        if param.metavar is not None:
-            continue
         if param.param_type_name == "argument":
-            shown = param.name.upper() + ("..." if param.nargs != 1 else "")
+            shown = (param.metavar or param.name).upper().strip("[].") + ("..." if param.nargs != 1 else "")
             param.metavar = shown
             usage = shown if param.required else f"[{shown}]"
             # typer's own usage line says {traces} and its help column <list[Path]>
             param._usage_display_name = lambda usage=usage: usage
             param.display_type_rich = lambda ctx=None: None
-        elif param.param_type_name == "option" and not getattr(param, "is_flag", False):
+        elif param.param_type_name == "option" and param.metavar is None and not getattr(param, "is_flag", False):
             param.metavar = _metavar(param)
     for sub in getattr(command, "commands", {}).values():
         _tidy_help(sub)

@@ -135,8 +135,16 @@ class PredicateSet:
         """The abstract state of ``state``: bit ``i`` is set when predicate ``i`` holds.
 
         Raises:
-            PredicateError: naming the predicate and the field it could not read.
+            PredicateError: naming the predicate and the field it could not read, or a
+                state nested too deeply to read.
         """
+        try:
+            return self._evaluate(state)
+        except RecursionError:
+            raise PredicateError("the state is nested too deeply to evaluate the predicates on (Python's "
+                                 "recursion limit); flatten the fields the predicates read") from None
+
+    def _evaluate(self, state: Mapping[str, Any]) -> int:
         bits = 0
         if self._program is not None:
             key = self._fast_key(state) if self._fast_key is not None else None

@@ -18,7 +18,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from guard._cli import Format, err, out, print_json
+from guard._cli import Format, check_alpha, check_period, err, out, print_json, print_summary, warn
 from guard.errors import ForewarnError
 from guard.storm import Method
 from guard.ingest import InputFormat, read_input
@@ -48,12 +48,16 @@ InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="
 
 
 def parse_thetas(text: str) -> list[float]:
-    """``"0.1,0.5"`` → ``[0.1, 0.5]``; every threshold must lie in [0, 1]."""
+    """``"0.1,0.5"`` → ``[0.1, 0.5]``; every threshold must lie in [0, 1], and none be empty."""
+    items = text.split(",")
+    if any(not x.strip() for x in items):
+        raise ForewarnError(f"--theta: an empty threshold in {text!r}; expected comma-separated numbers "
+                            "such as 0.1,0.5")
     try:
-        thetas = [float(x) for x in text.split(",") if x.strip()]
+        thetas = [float(x) for x in items]
     except ValueError as exc:
         raise ForewarnError(f"--theta: expected comma-separated numbers, got {text!r}") from exc
-    if not thetas or any(not 0.0 <= t <= 1.0 for t in thetas):
+    if any(not 0.0 <= t <= 1.0 for t in thetas):  # NaN fails this too
         raise ForewarnError(f"--theta: thresholds must lie in [0, 1], got {text!r}")
     return thetas
 
@@ -153,12 +157,23 @@ def replay(
     from guard.runtime import Guard
 
     thetas = parse_thetas(theta)
+    check_period(period)
     guard = Guard.load(model)
     if period is None:
         period = guard.model.provenance.get("period_seconds")
+    from guard.ingest import IngestSummary
+
+    summary = IngestSummary()
     with _progress("replaying") as update:
-        result = run_replay(guard, read_input(traces, input_format, period=period), thetas,
+        result = run_replay(guard, read_input(traces, input_format, period=period, summary=summary), thetas,
                             on_run=lambda n: update(completed=n))
+    for path in summary.empty:
+        warn(f"{path} holds no runs")
+    if result.runs == 0:
+        warn("no runs to replay: every figure below is empty")
+    if run is not None and not any(r.id == run for r in result.replays):
+        raise ForewarnError(f"--run: no replayed run has the id {run!r}")
+    with _progress("baselines") as update:
         train = None
         if baseline_traces:
             update(description="baseline runs", completed=0)
@@ -263,14 +278,25 @@ def evaluate(
     from guard.spec import load_spec
 
     thetas = parse_thetas(theta)
+    check_period(period)
+    check_alpha(alpha)
+    if folds < 2:
+        raise ForewarnError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
     parsed = load_spec(spec)
+    from guard.ingest import IngestSummary
+
+    summary = IngestSummary()
     with _progress("reading runs") as update:
         runs = []
-        for n, r in enumerate(read_input(traces, input_format, period=period), start=1):
+        for n, r in enumerate(read_input(traces, input_format, period=period, summary=summary), start=1):
             runs.append(r)
             update(completed=n)
     if not runs:
         raise ForewarnError("no runs to evaluate: the trace input is empty")
+    for path in summary.empty:
+        warn(f"{path} holds no runs")
+    if run is not None and not any(r.id == run for r in runs):
+        raise ForewarnError(f"--run: no run has the id {run!r}")
     with _progress("cross-validation", total=2 * folds) as update:
         steps = {"learn": 0, "replay": 1}
 
@@ -306,6 +332,7 @@ def evaluate(
 class OnErrorOption(str, Enum):
     stop = "stop"
     skip = "skip"
+
 
 
 def ingest(
@@ -352,13 +379,6 @@ def ingest(
         raise
     print_summary(summary, "read")
     err.print(f"wrote {summary.runs} runs to {output}", highlight=False)
-
-
-def print_summary(summary: Any, verb: str) -> None:
-    """An ingest summary on stderr (stdout stays for tables and JSON)."""
-    for i, line in enumerate(summary.lines(verb)):
-        style = "yellow" if line.lstrip().startswith(("skipped", "rewritten", "warning")) and i else None
-        err.print(line, style=style, highlight=False, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -87,7 +87,7 @@ def llmcheck(
     = False,
     format: Annotated[Format, typer.Option("--format")] = Format.table,
     more_sweep: Annotated[Optional[list[str]], typer.Argument(
-        help="More sweep axes after --sweep, e.g. --sweep alpha=0.5,0.8 k=3,5,15.", metavar="[AXES]...")]
+        help="More sweep axes after --sweep, e.g. --sweep alpha=0.5,0.8 k=3,5,15.", metavar="AXES")]
     = None,
 ) -> None:
     """Check what an LLM is likely to write: the α-k-bounded DTMC of its generation, verified by Storm."""
