@@ -6,6 +6,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
+import numpy as np
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -211,12 +212,7 @@ def check(
         if property is None:
             raise ForewarnError("checking a PRISM file needs --property, e.g. --property 'P=? [F \"goal\"]'")
         result = check_prism_file(model, property, constants=const, method=method, precision=precision)
-        if format is Format.json:
-            print_json({"property": result.formula, "initial": result.initial,
-                         "states": [{"index": i, "value": float(v)} for i, v in enumerate(result.values)]})
-        else:
-            out.print(f"{result.formula} = {result.initial:.6g} in the initial state "
-                      f"({result.states} states, {result.transitions} transitions)")
+        _print_prism(result, format)
         return
     if const is not None:
         raise ForewarnError("--const applies to PRISM files only")
@@ -276,6 +272,49 @@ def check(
         cells += ["yes" if row["ctl"]["EF unsafe"] else "no", "yes" if row["ctl"]["AG !unsafe"] else "no"]
         table.add_row(*cells)
     out.print(table)
+
+
+_SHOWN_INITIAL = 20
+
+
+def _json_number(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None  # JSON has no infinity: null, with "infinite"
+
+
+def _print_prism(result: Any, format: Format) -> None:
+    """Every initial state's value (a PRISM model may have several), states in the model's own order."""
+    initial = set(result.initial_states)
+    several = len(result.initial_states) > 1
+    if format is Format.json:
+        print_json({
+            "property": result.formula,
+            "initial": _json_number(result.initial),
+            "initial_aggregate": f"max over {len(initial)} initial states" if several else "the initial state",
+            "initial_states": [{"index": i, "variables": result.variables[i], "value": _json_number(result.values[i])}
+                               for i in result.initial_states],
+            "states": [{"index": i, "variables": result.variables[i], "value": _json_number(v),
+                        "infinite": bool(np.isinf(v)), "initial": i in initial}
+                       for i, v in enumerate(result.values)]})
+        return
+    size = f"{result.states} states, {result.transitions} transitions"
+    if not several:
+        (only,) = result.initial_states
+        out.print(f"{result.formula} = {result.initial:.6g} in the initial state ({size}; the initial state is "
+                  f"{_words(result.variables[only])})", highlight=False, markup=False)
+        return
+    values = result.initial_values
+    out.print(f"{result.formula}: the model has {len(values)} initial states, each with its own value: "
+              f"min {min(values):.6g}, max {max(values):.6g} (QComp reports the max) ({size})",
+              highlight=False, markup=False)
+    for i in result.initial_states[:_SHOWN_INITIAL]:
+        out.print(f"  {_words(result.variables[i])}  {result.values[i]:.6g}", highlight=False, markup=False)
+    if len(values) > _SHOWN_INITIAL:
+        out.print(f"  … and {len(values) - _SHOWN_INITIAL} more (--format json lists them all)",
+                  highlight=False, markup=False)
+
+
+def _words(variables: dict[str, Any]) -> str:
+    return "[" + ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in variables.items()) + "]"
 
 
 @app.command()

@@ -229,11 +229,28 @@ def prism_text(dtmc: LearnedDTMC, *, name: str = "forewarn") -> str:
 
 @dataclass(frozen=True)
 class PrismCheck:
+    """A PRISM file's property checked on every state.
+
+    ``values`` and ``variables`` follow the model's own state variables: states are
+    ordered by their valuation (variables in declaration order), not by Storm's
+    exploration order. ``initial_states`` are positions in that order; ``initial`` is
+    the value of the only initial state, or the maximum over several (QComp's reference
+    values for such models are that maximum; every initial value is in
+    ``initial_states``).
+    """
+
     formula: str
     initial: float
     values: np.ndarray
     states: int
     transitions: int
+    initial_states: tuple[int, ...] = ()
+    variables: tuple[dict[str, Any], ...] = ()
+    reward: bool = False
+
+    @property
+    def initial_values(self) -> list[float]:
+        return [float(self.values[i]) for i in self.initial_states]
 
 
 def check_prism_file(path: str | Path, formula: str, *, constants: str | None = None,
@@ -259,16 +276,48 @@ def check_prism_file(path: str | Path, formula: str, *, constants: str | None = 
     if program.has_undefined_constants:
         missing = ", ".join(str(c.name) for c in program.constants if not c.defined)
         raise CheckError(f"{path}: undefined constants {missing}; give them with --const NAME=VALUE,...")
+    raw = properties[0].get_raw_formula()
+    reward = raw.is_reward_operator_formula
+    if reward and method is Method.SOUND:
+        # Storm's sound value iteration certifies reachability probabilities; for expected
+        # rewards it would need upper bounds on them that the PRISM file does not give.
+        method = Method.TOPOLOGICAL
     try:
         value_type = stormpy.Rational if method is Method.EXACT else float
-        model = stormpy.build_model[value_type](program, properties)
+        options = stormpy.BuilderOptions([raw])
+        options.set_build_state_valuations()
+        model = stormpy.build_model[value_type](program, options=options)
         result = stormpy.model_checking(model, properties[0], environment=_environment(method, precision))
     except Exception as exc:
         raise CheckError(f"{path}: Storm could not check {formula!r}: {_first_line(exc)}") from exc
-    values = np.array([float(Fraction(str(v))) for v in result.get_value_vector()])
-    init = int(next(iter(model.initial_states)))
-    return PrismCheck(formula=formula, initial=float(values[init]), values=values,
-                      states=model.nr_states, transitions=model.nr_transitions)
+    raw_values = np.array([_number(v) for v in result.get_value_vector()])
+    valuations = [_valuation(model.state_valuations, s) for s in range(model.nr_states)]
+    order = sorted(range(model.nr_states), key=lambda s: tuple(_sortable(v) for v in valuations[s].values()))
+    position = {storm: rank for rank, storm in enumerate(order)}
+    values = raw_values[order]
+    initial_states = tuple(sorted(position[int(s)] for s in model.initial_states))
+    initial = max(float(values[i]) for i in initial_states)
+    return PrismCheck(formula=formula, initial=initial, values=values, states=model.nr_states,
+                      transitions=model.nr_transitions, initial_states=initial_states,
+                      variables=tuple(valuations[s] for s in order), reward=bool(reward))
+
+
+def _valuation(valuations: Any, state: int) -> dict[str, Any]:
+    """A state's variables, in declaration order (Storm's JSON of the valuation)."""
+    import orjson
+
+    return dict(orjson.loads(str(valuations.to_json(state))))
+
+
+def _number(value: Any) -> float:
+    """A Storm value as a float: exact rationals through Fraction, ``inf`` (an expected reward
+    of a state that may never reach the target) as it is."""
+    text = str(value)
+    return float(text) if text in ("inf", "-inf", "nan") else float(Fraction(text))
+
+
+def _sortable(value: Any) -> tuple[int, Any]:
+    return (0, value) if isinstance(value, (bool, int, float)) else (1, str(value))
 
 
 def _first_line(exc: BaseException) -> str:
