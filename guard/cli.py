@@ -300,17 +300,17 @@ def _print_prism(result: Any, format: Format) -> None:
     if not several:
         (only,) = result.initial_states
         out.print(f"{result.formula} = {result.initial:.6g} in the initial state ({size}; the initial state is "
-                  f"{_words(result.variables[only])})", highlight=False, markup=False)
+                  f"{_words(result.variables[only])})", highlight=False, markup=False, soft_wrap=True)
         return
     values = result.initial_values
     out.print(f"{result.formula}: the model has {len(values)} initial states, each with its own value: "
               f"min {min(values):.6g}, max {max(values):.6g} (QComp reports the max) ({size})",
-              highlight=False, markup=False)
+              highlight=False, markup=False, soft_wrap=True)
     for i in result.initial_states[:_SHOWN_INITIAL]:
-        out.print(f"  {_words(result.variables[i])}  {result.values[i]:.6g}", highlight=False, markup=False)
+        out.print(f"  {_words(result.variables[i])}  {result.values[i]:.6g}", highlight=False, markup=False, soft_wrap=True)
     if len(values) > _SHOWN_INITIAL:
         out.print(f"  … and {len(values) - _SHOWN_INITIAL} more (--format json lists them all)",
-                  highlight=False, markup=False)
+                  highlight=False, markup=False, soft_wrap=True)
 
 
 def _words(variables: dict[str, Any]) -> str:

@@ -378,7 +378,7 @@ def ingest(
         temporary.unlink(missing_ok=True)
         raise
     print_summary(summary, "read")
-    err.print(f"wrote {summary.runs} runs to {output}", highlight=False)
+    err.print(f"wrote {summary.runs} runs to {output}", highlight=False, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
