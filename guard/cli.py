@@ -432,9 +432,14 @@ def main() -> None:
     except typer.Abort:
         sys.exit(130)
     except Exception as exc:  # click's usage errors; typer >= 0.2x vendors click, so no `import click`
-        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
-        if callable(show) and isinstance(code, int):
-            show()
+        message, code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
+        if callable(message) and isinstance(code, int):
+            # one line, like every other user error (click would print usage, a hint and the error)
+            context = getattr(exc, "ctx", None)
+            where = getattr(context, "command_path", None) or "forewarn"
+            text = str(message()).replace("Value error, ", "")
+            err.print(f"[bold red]error:[/] {escape(text)} (see '{escape(where)} --help')",
+                      highlight=False, markup=True, soft_wrap=True)
             sys.exit(code)
         raise
 
