@@ -412,6 +412,11 @@ def _tidy_help(command: Any) -> None:
         _tidy_help(sub)
 
 
+def _one_line(text: str) -> str:
+    """Messages quoting a parser's multi-line report (YAML, Storm) still make one line."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
 def main() -> None:
     """Entry point: user errors print one clear line and exit 2, never a traceback."""
     from guard._cli import stdout_for_python_only
@@ -424,7 +429,7 @@ def main() -> None:
     except ForewarnError as exc:
         # escape: messages quote user text (CEL such as `x in [a, b]`) that rich would read as markup;
         # soft_wrap: one line however long, so scripts can grep it
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(_one_line(str(exc)))}", highlight=False, markup=True, soft_wrap=True)
         sys.exit(2)
     except (typer.Exit, SystemExit) as exc:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
@@ -437,7 +442,7 @@ def main() -> None:
             # one line, like every other user error (click would print usage, a hint and the error)
             context = getattr(exc, "ctx", None)
             where = getattr(context, "command_path", None) or "forewarn"
-            text = str(message()).replace("Value error, ", "")
+            text = _one_line(str(message()).replace("Value error, ", ""))
             err.print(f"[bold red]error:[/] {escape(text)} (see '{escape(where)} --help')",
                       highlight=False, markup=True, soft_wrap=True)
             sys.exit(code)

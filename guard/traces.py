@@ -155,7 +155,7 @@ def resample(run: Run, period: float) -> Run:
     count = math.ceil((times[-1] - start) / period - 1e-9) + 1
     if count > MAX_RESAMPLED_STEPS:  # a tiny period would fill memory, not sharpen the model
         raise TraceError(f"resampling every {period:g} s makes {count:.3g} steps of this run (at most "
-                         f"{MAX_RESAMPLED_STEPS:,}); choose a longer period", source=run.source, line=run.line)
+                         f"{MAX_RESAMPLED_STEPS:,}); choose a longer period (--period)", source=run.source, line=run.line)
     out: list[dict[str, Any]] = []
     held = 0
     for k in range(count):
