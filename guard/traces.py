@@ -152,10 +152,11 @@ def resample(run: Run, period: float) -> Run:
     start = times[0]
     # the grid reaches the last logged time: a final state between grid points is held
     # at the next grid point rather than lost (it may be the violation)
-    count = math.ceil((times[-1] - start) / period - 1e-9) + 1
-    if count > MAX_RESAMPLED_STEPS:  # a tiny period would fill memory, not sharpen the model
-        raise TraceError(f"resampling every {period:g} s makes {count:.3g} steps of this run (at most "
+    span = (times[-1] - start) / period
+    if not span < MAX_RESAMPLED_STEPS:  # a tiny period would fill memory, not sharpen the model (inf too)
+        raise TraceError(f"resampling every {period:g} s makes {span + 1:.3g} steps of this run (at most "
                          f"{MAX_RESAMPLED_STEPS:,}); choose a longer period (--period)", source=run.source, line=run.line)
+    count = math.ceil(span - 1e-9) + 1
     out: list[dict[str, Any]] = []
     held = 0
     for k in range(count):

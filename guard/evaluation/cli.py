@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from guard._cli import Format, check_alpha, check_period, err, out, print_json, print_summary, warn
-from guard.errors import ForewarnError
+from guard.errors import ForewarnError, TraceError
 from guard.storm import Method
 from guard.ingest import InputFormat, read_input
 from guard.replay import ReplayReport
@@ -369,7 +369,16 @@ def ingest(
             for r in read_input(inputs, input_format, period=period, time_column=time_column,
                                 action_column=action_column, on_mismatch=on_mismatch.value, on_error=on_error.value,
                                 summary=summary, extractor=extractor):
-                stream.write(orjson.dumps({"id": r.id, "steps": r.steps, "meta": r.meta}, default=str) + b"\n")
+                try:
+                    line = orjson.dumps({"id": r.id, "steps": r.steps, "meta": r.meta}, default=str)
+                except orjson.JSONEncodeError as exc:  # e.g. a state nested deeper than JSON writers go
+                    error = TraceError(f"cannot write this run as JSON ({exc})", source=r.source, line=r.line)
+                    if on_error is OnErrorOption.stop:
+                        raise error from exc
+                    summary.runs -= 1
+                    summary.skip(error)
+                    continue
+                stream.write(line + b"\n")
         os.replace(temporary, output)  # nothing is half-written: a bad record leaves no output
     except OSError as exc:
         temporary.unlink(missing_ok=True)
