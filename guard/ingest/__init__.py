@@ -145,11 +145,13 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat = InputFor
                 tally.formats[str(path)] = "empty"
                 continue
         tally.formats[str(path)] = kind.value
-        if kind in (InputFormat.langchain, InputFormat.otel, InputFormat.langgraph) and resolved is None:
+        household = extractor == "household"
+        if kind in (InputFormat.langchain, InputFormat.otel, InputFormat.langgraph) and resolved is None \
+                and not household:
             resolved = resolve_extractor(extractor if isinstance(extractor, str) else None)
         count, skipped = tally.runs, tally.skipped_count
         for run in _runs(path, kind, handle, tally, time_column=time_column, action_column=action_column,
-                         on_mismatch=on_mismatch, extractor=resolved):
+                         on_mismatch=on_mismatch, extractor=resolved, household=household):
             if period is not None:
                 try:
                     run = resample(run, period)
@@ -163,13 +165,20 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat = InputFor
 
 
 def _runs(path: str | Path, kind: InputFormat, handle: Callable[[ForewarnError], None], tally: IngestSummary, *,
-          time_column: str, action_column: str, on_mismatch: OnMismatch, extractor: Extractor | None) -> Iterator[Run]:
+          time_column: str, action_column: str, on_mismatch: OnMismatch, extractor: Extractor | None,
+          household: bool = False) -> Iterator[Run]:
     """The runs of one file in one format; bad records go to ``handle``."""
     def bad(exc: TraceError) -> None:
         handle(exc)
 
     if kind is InputFormat.jsonl:
         yield from _jsonl(path, handle)
+        return
+    if household:
+        if kind is not InputFormat.langchain:
+            raise ForewarnError(f"--extractor household reads LangChain AgentExecutor logs of an embodied agent; "
+                                f"{path} is {kind.value}")
+        yield from _household(path, bad, tally, on_mismatch)
         return
     if kind in (InputFormat.langchain, InputFormat.otel, InputFormat.langgraph):
         assert extractor is not None
@@ -197,6 +206,24 @@ def _runs(path: str | Path, kind: InputFormat, handle: Callable[[ForewarnError],
             yield parse(record)
         except TraceError as exc:
             handle(exc)
+
+
+def _household(path: str | Path, bad: Callable[[TraceError], None], tally: IngestSummary,
+               on_mismatch: OnMismatch) -> Iterator[Run]:
+    """AgentExecutor logs of an embodied agent, replayed on the symbolic household."""
+    from guard.ingest.actions import _packaged_tasks
+    from guard.ingest.langchain_log import as_action_log
+
+    tasks = _packaged_tasks()
+    for log in _agent_logs(path, InputFormat.langchain, bad):
+        record = Record(as_action_log(log), log.source, line=log.line)
+        try:
+            run = parse_actions(record, tasks, on_mismatch=on_mismatch, on_rewrite=tally.mismatch)
+        except TraceError as exc:
+            bad(exc)
+            continue
+        run.meta["ingested_from"] = "langchain"
+        yield run
 
 
 def _agent_logs(path: str | Path, kind: InputFormat, bad: Callable[[TraceError], None]) -> Iterator[AgentLog]:

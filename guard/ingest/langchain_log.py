@@ -26,7 +26,7 @@ import orjson
 from guard.ingest._documents import Record, kind_of
 from guard.ingest.agents import AgentLog, Call
 
-__all__ = ["parse_intermediate_steps", "is_langchain_log"]
+__all__ = ["parse_intermediate_steps", "is_langchain_log", "as_action_log"]
 
 _RESULT_KEYS = ("message", "output", "result", "observation", "content", "error")
 
@@ -129,3 +129,28 @@ def _text(content: Any) -> str:
         return "\n".join(b["text"] if isinstance(b, dict) and isinstance(b.get("text"), str) else str(b)
                          for b in content if isinstance(b, (str, dict)))
     return "" if content is None else str(content)
+
+
+def as_action_log(log: AgentLog) -> dict[str, Any]:
+    """An embodied agent's AgentExecutor run as an action log (``--extractor household``).
+
+    ``find`` with input ``mug`` becomes the action ``find mug``, with the observation's
+    success flag; the task comes from ``task`` / ``meta.task``, else the user's input is
+    taken as the task's instruction. The household then replays the actions
+    (:mod:`guard.ingest.actions`), so the states are the embodied domain's.
+    """
+    actions = []
+    for call in log.calls:
+        if isinstance(call.args, dict):
+            words = " ".join(str(v) for v in call.args.values() if v is not None and v != "")
+        else:
+            words = "" if call.args is None else str(call.args)
+        actions.append({"action": f"{call.name} {words}".strip(), "success": not call.error})
+    doc: dict[str, Any] = {"id": log.id, "actions": actions, "meta": dict(log.meta)}
+    if "task" in log.meta:
+        doc["task"] = log.meta["task"]
+    elif log.user:
+        doc["instruction"] = log.user[0]
+    if isinstance(log.meta.get("success"), bool):
+        doc["task_success"] = log.meta["success"]
+    return doc

@@ -274,3 +274,34 @@ def test_learn_prints_what_it_read_and_skips_on_request(forewarn_here: CLI, toy_
     assert document["runs"] == 3 and document["read"]["skipped"] == 2
     assert {entry["first"][0] for entry in document["read"]["skipped_by_reason"]} == {f"{path}:2", f"{path}:4"}
     assert "learned from 3 of 5 runs; skipped 2" in result.stderr
+
+
+def test_an_embodied_agents_executor_log_replays_on_the_household(forewarn_here: CLI, tmp_path: Path) -> None:
+    """The issue's case: an embodied LangChain agent's intermediate_steps with success flags."""
+    plan = [("find", "Egg", True), ("pick", "Egg", True), ("find", "Microwave", True), ("open", "Microwave", True),
+            ("put", "Microwave", False), ("put", "Microwave", True), ("close", "Microwave", True),
+            ("turn_on", "Microwave", True)]
+    steps = [[{"tool": tool, "tool_input": arg, "log": f"Action: {tool}"}, {"success": ok, "message": ""}]
+             for tool, arg, ok in plan]
+    executor = {"id": "ep-1", "input": "Place an Egg inside the Microwave, close the Microwave door, and start "
+                "the microwave.", "intermediate_steps": steps, "meta": {"success": True}}
+    broken = {"id": "ep-2", "task": "unsafe-0002",
+              "intermediate_steps": [[{"tool": "fillLiquid", "tool_input": "", "log": ""}, {"success": False}]]}
+    path = tmp_path / "embodied.jsonl"
+    path.write_bytes(orjson.dumps(executor) + b"\n" + orjson.dumps(broken) + b"\n")
+    actions = tmp_path / "actions.jsonl"
+    actions.write_bytes(orjson.dumps({"id": "ep-1", "task": "unsafe-0002", "task_success": True, "actions": [
+        {"action": f"{tool} {arg}", "success": ok} for tool, arg, ok in plan]}) + b"\n")
+    (expected,) = read_input([actions])
+    summary = IngestSummary()
+    (run,) = read_input([path], extractor="household", on_error="skip", summary=summary)
+    assert run.steps == expected.steps and run.meta["task"] == "unsafe-0002" and run.meta["success"] is True
+    assert run.meta["ingested_from"] == "langchain"
+    assert summary.skipped_count == 1 and f"{path}:2" in next(iter(summary.skipped.values())).places
+    out = tmp_path / "traces.jsonl"
+    result = forewarn_here("ingest", path, "--extractor", "household", "-o", out)
+    assert_user_error(result, "embodied.jsonl:2: actions[0].action")
+    wrong = forewarn_here("ingest", actions, "--extractor", "household", "-o", out, "--input-format", "actions")
+    assert_user_error(wrong, "--extractor household reads LangChain AgentExecutor logs")
+    unknown = forewarn_here("ingest", path, "--extractor", "nosuch.module:extract", "-o", out)
+    assert_user_error(unknown, "--extractor nosuch.module:extract: cannot import 'nosuch.module'")
