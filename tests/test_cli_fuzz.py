@@ -67,7 +67,9 @@ def assert_clean(result: Result) -> None:
 
 @pytest.fixture
 def toy_files(tmp_path: Path, toy_traces: Path, toy_spec_path: Path, toy_model_path: Path) -> dict[str, Path]:
-    return {"traces": toy_traces, "spec": toy_spec_path, "model": toy_model_path, "dir": tmp_path}
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the player moves the ball to the goal and the player wins the game\n", encoding="utf-8")
+    return {"traces": toy_traces, "spec": toy_spec_path, "model": toy_model_path, "dir": tmp_path, "corpus": corpus}
 
 
 def fresh(directory: Path, suffix: str) -> Path:
@@ -88,6 +90,7 @@ OPTIONS = {
     "replay": ["--theta", "--period"],
     "evaluate": ["--folds", "--theta", "--alpha", "--period"],
     "ingest": ["--period"],
+    "llmcheck": ["--precision", "--alpha", "--k", "--depth", "--max-states", "--max-seconds", "--top"],
 }
 
 
@@ -103,6 +106,8 @@ def test_option_values(forewarn_here: CLI, toy_files: dict[str, Path], command: 
         "replay": ["replay", d["traces"], "-m", d["model"]],
         "evaluate": ["evaluate", d["traces"], "-s", d["spec"], "--folds", "2"],
         "ingest": ["ingest", d["traces"], "-o", fresh(d["dir"], ".jsonl")],
+        "llmcheck": ["llmcheck", "--model", f"ngram:{d['corpus']}", "--prompt", "the", "--property",
+                     'P=? [F "gender_bias>0"]', "--depth", "3"],
     }
     run_case(forewarn_here, *base[command], option, value)
 
@@ -194,10 +199,13 @@ def test_yaml_boolean_words_are_predicate_names(forewarn_here: CLI, toy_files: d
     spec.write_text(TOY_SPEC.replace("  a: 'state.a'", "  on: 'state.a'").replace("unsafe: 'a && b'",
                                                                                  "unsafe: 'on && b'"),
                     encoding="utf-8")
-    result = run_case(forewarn_here, "learn", d["traces"], "-s", spec, "-o", d["dir"] / "words.json",
-                      "--format", "json")
+    result = run_case(forewarn_here, "learn", d["traces"], "-s", spec, "-o", d["dir"] / "words.json")
     assert result.returncode == 0, result.stderr
-    assert "on" in (result.json() or {}).get("properties", "") or "on" in result.stdout
+    from guard.model import GuardModel
+
+    model = GuardModel.load(d["dir"] / "words.json")
+    assert list(model.spec.predicates) == ["on", "b"] and model.dtmc.predicates == ["on", "b"]
+    assert model.spec.unsafe == "on && b"
 
 
 # -- real processes: the cases that used to hang, and Storm's own output ----------------------
