@@ -236,11 +236,13 @@ def _user_texts(attrs: dict[str, Any], events: Any) -> list[str]:
         index += 1
     if isinstance(events, list):
         for event in events:
-            if isinstance(event, dict) and event.get("name") == "gen_ai.user.message":
-                content = {a.get("key"): a.get("value", {}) for a in event.get("attributes") or []
-                           if isinstance(a, dict)}.get("content")
-                if isinstance(content, dict) and isinstance(content.get("stringValue"), str):
-                    texts.append(content["stringValue"])
+            if not isinstance(event, dict) or event.get("name") != "gen_ai.user.message":
+                continue
+            attributes = event.get("attributes")
+            for item in attributes if isinstance(attributes, list) else []:
+                if isinstance(item, dict) and item.get("key") == "content" and isinstance(item.get("value"), dict) \
+                        and isinstance(item["value"].get("stringValue"), str):
+                    texts.append(item["value"]["stringValue"])
     return texts
 
 

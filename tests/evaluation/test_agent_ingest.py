@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from _eval_support import assert_user_error
 from _support import CLI
@@ -305,3 +307,58 @@ def test_an_embodied_agents_executor_log_replays_on_the_household(forewarn_here:
     assert_user_error(wrong, "--extractor household reads LangChain AgentExecutor logs")
     unknown = forewarn_here("ingest", path, "--extractor", "nosuch.module:extract", "-o", out)
     assert_user_error(unknown, "--extractor nosuch.module:extract: cannot import 'nosuch.module'")
+
+
+# -- mutation fuzz: realistic samples with one part replaced ------------------------------------
+
+def _places(value: Any, out: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.append((value, key))
+            _places(item, out)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            out.append((value, index))
+            _places(item, out)
+    return out
+
+
+JUNK = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.floats() | st.text(max_size=6),
+                    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=4), inner, max_size=2),
+                    max_leaves=5)
+
+
+def _samples() -> list[tuple[InputFormat, Any]]:
+    from_langgraph = {"input": TASK, "chunks": [
+        {"model": {"messages": [{"type": "ai", "content": "", "id": "m1", "tool_calls": [
+            {"name": "read_file", "args": {"path": ".env"}, "id": "c1", "type": "tool_call"}]}]}},
+        {"tools": {"messages": [{"type": "tool", "content": SECRET, "tool_call_id": "c1", "name": "read_file",
+                                 "status": "success", "id": "m2"}]}}]}
+    return [(InputFormat.langchain, executor_log()), (InputFormat.otel, otlp_export()[0]),
+            (InputFormat.langgraph, from_langgraph)]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(sample=st.integers(0, 2), where=st.integers(0, 10_000), junk=JUNK, delete=st.booleans())
+def test_mutated_agent_logs_read_or_fail_with_a_trace_error(tmp_path_factory: pytest.TempPathFactory, sample: int,
+                                                            where: int, junk: Any, delete: bool) -> None:
+    fmt, document = _samples()[sample]
+    document = orjson.loads(orjson.dumps(document))
+    places = _places(document, [])
+    container, key = places[where % len(places)]
+    if delete and isinstance(container, dict):
+        del container[key]
+    else:
+        container[key] = junk
+    path = tmp_path_factory.mktemp("mutated") / "log.jsonl"
+    path.write_bytes(orjson.dumps(document) + b"\n")
+    for chosen in (fmt, InputFormat.auto):
+        try:
+            runs = list(read_input([path], chosen))
+        except TraceError as exc:
+            assert str(exc).startswith(str(path)), str(exc)
+            continue
+        for run in runs:
+            orjson.dumps({"id": run.id, "steps": run.steps, "meta": run.meta}, default=str)
+    summary = IngestSummary()
+    list(read_input([path], fmt, on_error="skip", summary=summary))  # never raises a TraceError when skipping
