@@ -363,6 +363,8 @@ def ingest(
         help="Action logs: a logged success the symbolic household forbids is an error, or the simulator wins "
              "(each rewrite is counted in the summary).")]
     = MismatchOption.error,
+    format: Annotated[Format, typer.Option("--format", help="The summary on stderr (table) or as JSON on stdout.")]
+    = Format.table,
 ) -> None:
     """Convert agent logs (LangChain, OpenTelemetry, LangGraph), columnar or action-only logs into the
     contract's JSONL (for `forewarn learn`), with a summary of what was read, skipped and rewritten."""
@@ -394,6 +396,9 @@ def ingest(
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+    if format is Format.json:
+        print_json({"output": str(output), "written": summary.runs, **summary.to_dict()})
+        return
     print_summary(summary, "read")
     err.print(f"wrote {summary.runs} runs to {output}", highlight=False, markup=False, soft_wrap=True)
 

@@ -362,3 +362,16 @@ def test_mutated_agent_logs_read_or_fail_with_a_trace_error(tmp_path_factory: py
             orjson.dumps({"id": run.id, "steps": run.steps, "meta": run.meta}, default=str)
     summary = IngestSummary()
     list(read_input([path], fmt, on_error="skip", summary=summary))  # never raises a TraceError when skipping
+
+
+def test_ingest_summary_as_json(forewarn_here: CLI, tmp_path: Path) -> None:
+    path = tmp_path / "spans.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(e) for e in otlp_export()) + b"\n" + b"{oops\n")
+    out = tmp_path / "traces.jsonl"
+    result = forewarn_here("ingest", path, "-o", out, "--on-error", "skip", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    document = result.json()
+    assert isinstance(document, dict)
+    assert (document["written"], document["runs"], document["skipped"]) == (2, 2, 1)
+    assert document["formats"] == {str(path): "otel"} and document["output"] == str(out)
+    assert document["skipped_by_reason"][0]["first"] == [f"{path}:3"]
