@@ -155,7 +155,8 @@ def resample(run: Run, period: float) -> Run:
     span = (times[-1] - start) / period
     if not span < MAX_RESAMPLED_STEPS:  # a tiny period would fill memory, not sharpen the model (inf too)
         raise TraceError(f"resampling every {period:g} s makes {span + 1:.3g} steps of this run (at most "
-                         f"{MAX_RESAMPLED_STEPS:,}); choose a longer period (--period)", source=run.source, line=run.line)
+                         f"{MAX_RESAMPLED_STEPS:,}); choose a longer period (--period)",
+                         source=run.source, line=run.line)
     count = math.ceil(span - 1e-9) + 1
     out: list[dict[str, Any]] = []
     held = 0

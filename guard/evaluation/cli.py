@@ -46,6 +46,9 @@ ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write a 
 PlotsOption = Annotated[Optional[Path], typer.Option("--plots", help="Write the report's figures as PNG here.")]
 RunOption = Annotated[Optional[str], typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
 InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="Format of the trace files.")]
+ExtractorOption = Annotated[Optional[str], typer.Option(
+    "--extractor", help="Agent logs (langchain, otel, langgraph): the state extractor the guard uses, "
+                        "'tools' (default), 'household' or MODULE:NAME.")]
 
 
 def parse_thetas(text: str) -> list[float]:
@@ -148,6 +151,7 @@ def replay(
     plots: PlotsOption = None,
     run: RunOption = None,
     input_format: InputFormatOption = InputFormat.auto,
+    extractor: ExtractorOption = None,
     baseline_traces: Annotated[Optional[list[Path]], typer.Option(
         "--baseline-traces", help="Runs to fit the empirical-frequency baseline on (default: the replayed runs, "
                                   "each left out of its own scoring).")] = None,
@@ -166,8 +170,8 @@ def replay(
 
     summary = IngestSummary()
     with _progress("replaying") as update:
-        result = run_replay(guard, read_input(traces, input_format, period=period, summary=summary), thetas,
-                            on_run=lambda n: update(completed=n))
+        runs = read_input(traces, input_format, period=period, summary=summary, extractor=extractor)
+        result = run_replay(guard, runs, thetas, on_run=lambda n: update(completed=n))
     for path in summary.empty:
         warn(f"{path} holds no runs")
     if result.runs == 0:
@@ -179,7 +183,7 @@ def replay(
         if baseline_traces:
             update(description="baseline runs", completed=0)
             train = [trace_run(r, guard.predicates, guard.monitors)
-                     for r in read_input(baseline_traces, input_format, period=period)]
+                     for r in read_input(baseline_traces, input_format, period=period, extractor=extractor)]
         baselines = score_baselines(result.replays, thetas, predicates=guard.predicates, monitors=guard.monitors,
                                     train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon)
     notes = list(result.notes)
@@ -273,6 +277,7 @@ def evaluate(
     plots: PlotsOption = None,
     run: RunOption = None,
     input_format: InputFormatOption = InputFormat.auto,
+    extractor: ExtractorOption = None,
     bundle_by: Annotated[Optional[str], typer.Option(
         "--bundle-by", help="Learn each fold's model as a bundle grouped by this metadata key (e.g. meta.task), "
                             "as `learn --group-by` does.")] = None,
@@ -295,7 +300,8 @@ def evaluate(
     summary = IngestSummary()
     with _progress("reading runs") as update:
         runs = []
-        for n, r in enumerate(read_input(traces, input_format, period=period, summary=summary), start=1):
+        read = read_input(traces, input_format, period=period, summary=summary, extractor=extractor)
+        for n, r in enumerate(read, start=1):
             runs.append(r)
             update(completed=n)
     if not runs:
@@ -352,9 +358,7 @@ def ingest(
     on_error: Annotated[OnErrorOption, typer.Option(
         "--on-error", help="A malformed record stops the ingest, or is skipped and counted in the summary.")]
     = OnErrorOption.stop,
-    extractor: Annotated[Optional[str], typer.Option(
-        "--extractor", help="Agent logs (langchain, otel, langgraph): the state extractor the guard uses, "
-                            "'tools' (default) or MODULE:NAME.")] = None,
+    extractor: ExtractorOption = None,
     period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
     time_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's seconds.")] = "t",
     action_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's action.")]

@@ -261,8 +261,8 @@ def _messages_user(messages: Any) -> list[str]:
             out.append(message["content"])
         parts = message.get("parts")
         if isinstance(parts, list):
-            text = "\n".join(p["content"] for p in parts
-                             if isinstance(p, dict) and p.get("type", "text") == "text" and isinstance(p.get("content"), str))
+            text = "\n".join(p["content"] for p in parts if isinstance(p, dict)
+                             and p.get("type", "text") == "text" and isinstance(p.get("content"), str))
             if text:
                 out.append(text)
     return out

@@ -84,7 +84,8 @@ def test_agent_executor_logs_become_the_guards_states(tmp_path: Path) -> None:
 
 
 EXECUTOR_ERRORS = [
-    ({"intermediate_steps": {"a": 1}}, ":1: intermediate_steps: expected a list of [action, observation], got an object"),
+    ({"intermediate_steps": {"a": 1}},
+     ":1: intermediate_steps: expected a list of [action, observation], got an object"),
     ({"intermediate_steps": [["x"]]}, "intermediate_steps[0]: expected [action, observation], got a list of 1 items"),
     ({"intermediate_steps": [["read_file", "ok"]]}, "intermediate_steps[0][0]: expected an AgentAction object"),
     ({"intermediate_steps": [[{"tool_input": {}}, "ok"]]}, "intermediate_steps[0][0].tool: missing: the tool's name"),
@@ -130,7 +131,8 @@ def otlp_export() -> list[dict[str, Any]]:
     """Two exports (as the file exporter writes them, one a line): two traces, spans interleaved."""
     leak, reader = "4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"
     agent = [attr("gen_ai.operation.name", "invoke_agent"), attr("gen_ai.agent.name", "mail-assistant"),
-             attr("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [{"type": "text", "content": TASK}]}]))]
+             attr("gen_ai.input.messages",
+                  json.dumps([{"role": "user", "parts": [{"type": "text", "content": TASK}]}]))]
     first = {"resourceSpans": [{
         "resource": {"attributes": [attr("service.name", "mail-agent")]},
         "scopeSpans": [{"scope": {"name": "opentelemetry.instrumentation.langchain"}, "spans": [
