@@ -96,7 +96,7 @@ def print_summary(summary: Any, verb: str) -> None:
 
 
 @contextmanager
-def stdout_for_python_only() -> Iterator[None]:
+def stdout_for_python_only(active: bool = True) -> Iterator[None]:
     """Send what native code (Storm) prints on file descriptor 1 to stderr, while Python's
     own ``sys.stdout`` keeps writing to the real standard output.
 
@@ -106,7 +106,7 @@ def stdout_for_python_only() -> Iterator[None]:
     """
     try:
         sys.stdout.flush()
-        if sys.stdout.fileno() != 1:
+        if not active or sys.stdout.fileno() != 1:
             raise OSError
         saved = os.dup(1)
     except (AttributeError, OSError, ValueError):

@@ -598,8 +598,11 @@ def main() -> None:
 
     command = typer.main.get_command(app)
     _tidy_help(command)
+    # Storm prints its warnings on descriptor 1: keep them off stdout (JSON stays clean). Not
+    # for `serve`, whose worker processes inherit the descriptors and log as they please.
+    native_to_stderr = not (len(sys.argv) > 1 and sys.argv[1] == "serve")
     try:
-        with stdout_for_python_only():
+        with stdout_for_python_only(native_to_stderr):
             command(standalone_mode=False, prog_name="forewarn")
     except ForewarnError as exc:
         # escape: messages quote user text (CEL such as `x in [a, b]`) that rich would read as markup;
