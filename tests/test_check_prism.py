@@ -109,3 +109,65 @@ def test_an_unknown_reward_model_is_one_line_and_storm_stays_off_stdout(forewarn
     assert result.returncode == 2
     assert result.stdout == ""
     assert "Cannot build unknown reward model 'energy'" in result.stderr and "Traceback" not in result.stderr
+
+
+HERMAN5 = """\
+// Herman's self-stabilising ring of 5 processes, as in the PRISM and QComp benchmark sets
+dtmc
+const double p = 0.5;
+module process1
+  x1 : [0..1];
+  [step] (x1=x5) -> p : (x1'=0) + 1-p : (x1'=1);
+  [step] !(x1=x5) -> (x1'=x5);
+endmodule
+module process2 = process1 [ x1=x2, x5=x1 ] endmodule
+module process3 = process1 [ x1=x3, x5=x2 ] endmodule
+module process4 = process1 [ x1=x4, x5=x3 ] endmodule
+module process5 = process1 [ x1=x5, x5=x4 ] endmodule
+formula num_tokens = (x1=x5?1:0)+(x2=x1?1:0)+(x3=x2?1:0)+(x4=x3?1:0)+(x5=x4?1:0);
+label "stable" = num_tokens=1;
+rewards "steps"
+  true : 1;
+endrewards
+init true endinit
+"""
+
+
+def herman_rows(n: int = 5) -> tuple[dict[int, dict[int, Fraction]], set[int]]:
+    """The ring by hand: a process whose bit equals its left neighbour's holds a token and
+    flips a fair coin; the others copy their left neighbour. State = bits x1..xn, x1 first."""
+    rows: dict[int, dict[int, Fraction]] = {}
+    stable = set()
+    for state in range(2 ** n):
+        bits = [(state >> (n - 1 - i)) & 1 for i in range(n)]
+        tokens = [bits[i] == bits[i - 1] for i in range(n)]
+        if sum(tokens) == 1:
+            stable.add(state)
+        outcomes: dict[int, Fraction] = {0: Fraction(1)}
+        for i in range(n):
+            choices = [(0, Fraction(1, 2)), (1, Fraction(1, 2))] if tokens[i] else [(bits[i - 1], Fraction(1))]
+            outcomes = {(prefix << 1) | b: p * q for prefix, p in outcomes.items() for b, q in choices}
+        rows[state] = outcomes
+    return rows, stable
+
+
+def test_herman5_expected_steps_match_qcomps_reference(forewarn_here: CLI, tmp_path: Path) -> None:
+    """Issue 14: one arbitrary initial state's value (2.933) was reported where QComp's
+    reference for herman.5 is 3.2, the maximum over its 32 initial states."""
+    path = tmp_path / "herman5.pm"
+    path.write_text(HERMAN5, encoding="utf-8")
+    rows, stable = herman_rows()
+    oracle = expected_steps(rows, stable)
+    values = {s: oracle.get(s, Fraction(0)) for s in rows}
+    assert max(values.values()) == Fraction(16, 5) and values[0] == Fraction(44, 15)
+    result = forewarn_here("check", path, "--property", 'R{"steps"}=? [F "stable"]', "--method", "exact",
+                           "--format", "json")
+    assert result.returncode == 0, result.stderr
+    document = result.json()
+    assert isinstance(document, dict)
+    assert document["initial"] == float(Fraction(16, 5))
+    assert len(document["initial_states"]) == 32
+    for state in document["states"]:  # index = the bits x1..x5 read as a number: the model's own order
+        bits = int("".join(str(state["variables"][f"x{i}"]) for i in range(1, 6)), 2)
+        assert state["index"] == bits
+        assert Fraction(state["value"]).limit_denominator(1000) == values[bits]
