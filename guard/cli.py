@@ -106,6 +106,7 @@ def learn(
     check_period(period)
     if group_by is not None:
         group_path(group_by)  # a bad path fails before any run is read
+    _contract_only(traces)
     parsed = load_spec(spec)
     read = IngestSummary()
     options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period,
@@ -153,6 +154,20 @@ def learn(
                   f"{model.pac.satisfied_count}/{len(model.pac.states)} states have enough visits; worst "
                   f"state {worst['state']} ({worst['predicates']}) has {worst['visits']} of "
                   f"{worst['required']} required.")
+
+
+def _contract_only(traces: list[Path]) -> None:
+    """``learn`` reads the contract's JSONL: other logs get a pointer to ``forewarn ingest``."""
+    from guard.ingest import InputFormat, detect_format
+
+    for path in traces:
+        try:
+            kind = detect_format(path)
+        except ForewarnError:
+            continue  # learning will name the line at fault
+        if kind is not InputFormat.jsonl:
+            raise ForewarnError(f"{path}: these are {kind.value} logs, not the contract's JSONL; convert them first: "
+                                f"forewarn ingest {path} -o traces.jsonl")
 
 
 def _degenerate(model: GuardModel) -> list[str]:

@@ -377,3 +377,11 @@ def test_ingest_summary_as_json(forewarn_here: CLI, tmp_path: Path) -> None:
     assert (document["written"], document["runs"], document["skipped"]) == (2, 2, 1)
     assert document["formats"] == {str(path): "otel"} and document["output"] == str(out)
     assert document["skipped_by_reason"][0]["first"] == [f"{path}:3"]
+
+
+def test_learn_points_agent_logs_to_ingest(forewarn_here: CLI, toy_spec_path: Path, tmp_path: Path) -> None:
+    path = tmp_path / "executor.jsonl"
+    path.write_bytes(orjson.dumps(executor_log()) + b"\n")
+    result = forewarn_here("learn", path, "-s", toy_spec_path, "-o", tmp_path / "m.json")
+    assert_user_error(result, "these are langchain logs, not the contract's JSONL; convert them first: "
+                              f"forewarn ingest {path} -o traces.jsonl")
