@@ -116,8 +116,8 @@ class IngestSummary:
         """The summary in words, one line per fact (for stderr)."""
         total = self.runs + self.skipped_count
         head = f"{verb} {self.runs} of {total} runs" if self.skipped else f"{verb} {self.runs} runs"
-        if self.formats:
-            kinds = sorted(set(self.formats.values()))
+        kinds = sorted(set(self.formats.values()) - {"empty"})
+        if kinds:
             head += f" ({', '.join(kinds)})"
         out = [head + (f"; skipped {self.skipped_count}" if self.skipped else "; skipped none")
                + (f"; {self.mismatch_count} logged facts rewritten" if self.mismatches else "")]
