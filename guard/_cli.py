@@ -78,8 +78,11 @@ def check_probability(value: float | None, option: str) -> None:
     if value is None:
         return
     _finite(option, value)
-    if not MIN_PAC <= value < 1.0:
-        raise ForewarnError(f"{option}: expected a value in [{MIN_PAC:g}, 1) (exclusive of 1), got {value:g}")
+    name = option.lstrip("-")
+    if not 0.0 < value < 1.0:
+        raise ForewarnError(f"{option}: {name} must lie strictly between 0 and 1, got {value:g}")
+    if value < MIN_PAC:  # the PAC sample size would not fit a count
+        raise ForewarnError(f"{option}: {name} must be at least {MIN_PAC:g}, got {value:g}")
 
 
 def check_positive_int(value: int | None, option: str) -> None:

@@ -132,7 +132,8 @@ def learn(
         learned.save(output)
     except OSError as exc:  # e.g. -o names a folder, or a path under a file
         raise ForewarnError(f"{output}: cannot write the model file: {exc.strerror}") from exc
-    print_summary(read, "learned from")
+    if format is Format.table or read.skipped or read.mismatches or read.empty:  # JSON carries it under "read"
+        print_summary(read, "learned from")
     for message in _degenerate(learned.pooled if isinstance(learned, GuardBundle) else learned):
         warn(message)
     if isinstance(learned, GuardBundle):

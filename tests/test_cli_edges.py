@@ -29,9 +29,9 @@ def user_error(result: Result, *fragments: str) -> None:
     ("--period", "1e-12", "resampling every 1e-12 s makes 3e+12 steps of this run (at most 1,000,000)"),
     ("--precision", "inf", "--precision: expected a finite number, got inf"),
     ("--precision", "-1", "--precision: expected a precision in [1e-15, 1), got -1"),
-    ("--epsilon", "1e-320", "--epsilon: expected a value in [1e-09, 1)"),
-    ("--epsilon", "2", "--epsilon: expected a value in [1e-09, 1) (exclusive of 1), got 2"),
-    ("--delta", "0", "--delta: expected a value in [1e-09, 1)"),
+    ("--epsilon", "1e-320", "--epsilon: epsilon must be at least 1e-09, got 9.99989e-321"),
+    ("--epsilon", "2", "--epsilon: epsilon must lie strictly between 0 and 1, got 2"),
+    ("--delta", "0", "--delta: delta must lie strictly between 0 and 1, got 0"),
 ])
 def test_learn_option_values_are_checked_first(forewarn_here: CLI, toy_traces: Path, toy_spec_path: Path,
                                                tmp_path: Path, option: str, value: str, message: str) -> None:
