@@ -1,38 +1,66 @@
 """Policy: from a safety probability to an action, and the words that explain it."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from guard.spec import Action, GuardSettings, Thresholds
+from guard.errors import ForewarnError
+from guard.spec import Action, GuardSettings, Thresholds, Trigger
 
 __all__ = ["Policy"]
+
+_SETTINGS = ("thresholds", "unseen_state", "trigger", "min_increase")
 
 
 @dataclass(frozen=True)
 class Policy:
-    """Thresholds on p_safe (act when p_safe < θ) and the action for unseen states."""
+    """Thresholds on p_safe (act when p_safe < θ), the action for unseen states, and the trigger.
+
+    With ``trigger`` ``increase`` a step is acted on only when its p_unsafe exceeds the
+    run's current risk by more than ``min_increase`` (see :mod:`guard.thresholds`).
+    """
 
     thresholds: Thresholds
     unseen_state: Action = Action.ASK_HUMAN
+    trigger: Trigger | None = None  # None: not set; a Guard applies level, the LangChain middleware increase
+    min_increase: float = 0.0
 
     @classmethod
     def from_settings(cls, settings: GuardSettings) -> Policy:
-        return cls(thresholds=settings.thresholds, unseen_state=settings.unseen_state)
+        return cls(thresholds=settings.thresholds, unseen_state=settings.unseen_state, trigger=settings.trigger,
+                   min_increase=settings.min_increase)
+
+    @property
+    def increase(self) -> float | None:
+        """``min_increase`` under the increase trigger, else None (the level trigger)."""
+        return self.min_increase if self.trigger is Trigger.INCREASE else None
 
     def with_overrides(self, overrides: dict[str, Any] | None) -> Policy:
-        """A copy with some settings changed, e.g. ``{"thresholds": {"stop": 0.3}}``."""
+        """A copy with some settings changed, e.g. ``{"thresholds": {"stop": 0.3}, "trigger": "increase"}``."""
         if not overrides:
             return self
-        unknown = set(overrides) - {"thresholds", "unseen_state"}
+        unknown = set(overrides) - set(_SETTINGS)
         if unknown:
-            raise ValueError(f"unknown policy setting(s) {sorted(unknown)}; known: thresholds, unseen_state")
+            raise ForewarnError(f"unknown policy setting(s) {sorted(unknown)}; known: {', '.join(_SETTINGS)}")
         thresholds = self.thresholds
         if "thresholds" in overrides:
             merged = thresholds.model_dump() | dict(overrides["thresholds"])
             thresholds = Thresholds.model_validate(merged)
         unseen = Action(overrides["unseen_state"]) if "unseen_state" in overrides else self.unseen_state
-        return replace(self, thresholds=thresholds, unseen_state=unseen)
+        trigger = self.trigger
+        if "trigger" in overrides:
+            try:
+                trigger = Trigger(overrides["trigger"])
+            except ValueError:
+                raise ForewarnError(f"policy trigger {overrides['trigger']!r}: expected 'level' or 'increase'") \
+                    from None
+        min_increase = overrides.get("min_increase", self.min_increase)
+        if isinstance(min_increase, bool) or not isinstance(min_increase, (int, float)) \
+                or not math.isfinite(min_increase) or not 0.0 <= min_increase <= 1.0:
+            raise ForewarnError(f"policy min_increase {min_increase!r}: expected a number in [0, 1]")
+        return replace(self, thresholds=thresholds, unseen_state=unseen, trigger=trigger,
+                       min_increase=float(min_increase))
 
     def act(self, p_safe: float) -> tuple[Action, float | None]:
         """The most severe action whose threshold p_safe falls below, and that threshold."""

@@ -1,9 +1,13 @@
 """Offline replay: how early, how reliably and how well calibrated a model would have warned.
 
 An alarm at threshold θ is a step whose p_safe is below θ (or an unseen abstract state,
-when the policy acts on those). A violating run counts as detected only when an alarm
-came strictly before its first violation; a run that never violates and raised any
-alarm is a false alarm. A run's first violation is the first step whose decision has
+when the policy acts on those). When a violating run counts as detected depends on the
+enforcement (:class:`Enforcement`): with ``lookahead`` — the LangChain middleware, the
+sidecar's ``preview`` — the decision on a step is taken before the step runs, so an
+alarm on the violating step itself prevents it (advance 0 steps); with ``observe`` — a
+guard told of each step after it happened — only an alarm strictly before the violation
+counts. Either way a violation at a run's first step cannot be prevented, and a run
+that never violates and raised any alarm is a false alarm. A run's first violation is the first step whose decision has
 ``unsafe_now`` (the spec's unsafe condition holds or a monitor is in ``viol``); nothing
 after it is replayed.
 
@@ -20,6 +24,7 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -30,10 +35,17 @@ from guard.runtime import Guard
 from guard.spec import Action
 from guard.traces import Run, abstract_run
 
-__all__ = ["RunReplay", "Spread", "StopOutcome", "ThetaReport", "ReplayReport", "replay_run", "replay",
+__all__ = ["Enforcement", "RunReplay", "Spread", "StopOutcome", "ThetaReport", "ReplayReport", "replay_run", "replay",
            "summarize", "rate_curve", "horizon_of"]
 
 MonitorStates = tuple[int, ...]
+
+
+class Enforcement(str, Enum):
+    """When a guard's decision on a step is taken: before the step runs, or after."""
+
+    LOOKAHEAD = "lookahead"  # the middleware, the sidecar's preview: the violating step can be prevented
+    OBSERVE = "observe"  # observe only: an alarm must come strictly before the violation
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,13 @@ class RunReplay:
     def _alarms(self, p: float | None, theta: float, unseen_alarms: bool) -> bool:
         return (p is None and unseen_alarms) or (p is not None and 1.0 - p < theta)
 
+    def acting_end(self, lookahead: bool = True) -> int:
+        """One past the last step whose alarm can still act: the violation itself under look-ahead
+        (unless it is the first step, which no decision precedes), strictly before it otherwise."""
+        if self.violation is None:
+            return len(self.p_unsafe)
+        return self.violation + 1 if lookahead and self.violation > 0 else self.violation
+
     def first_alarm(self, theta: float, unseen_alarms: bool) -> int | None:
         last = self.violation if self.violation is not None else len(self.p_unsafe) - 1
         for i in range(last + 1):
@@ -78,18 +97,18 @@ class RunReplay:
                 return i
         return None
 
-    def alarm_steps(self, theta: float, unseen_alarms: bool) -> int:
-        """Steps before the violation (or up to the end) that raise an alarm: the prompts
+    def alarm_steps(self, theta: float, unseen_alarms: bool, lookahead: bool = True) -> int:
+        """Steps that raise an alarm while it can still act (see :meth:`acting_end`): the prompts
         ``reflect`` would send, or the approvals ``ask_human`` would request, were every one ignored."""
-        end = self.violation if self.violation is not None else len(self.p_unsafe)
+        end = self.acting_end(lookahead)
         return sum(self._alarms(p, theta, unseen_alarms) for p in self.p_unsafe[:end])
 
-    def min_p_safe(self, unseen_alarms: bool) -> float:
-        """The lowest p_safe an alarm could fire on: before the violation, or over the whole safe run.
+    def min_p_safe(self, unseen_alarms: bool, lookahead: bool = True) -> float:
+        """The lowest p_safe an alarm that can still act could fire on (over the whole of a safe run).
 
         ``-inf`` when an unseen state alarms there; ``inf`` when no step is scored.
         """
-        end = self.violation if self.violation is not None else len(self.p_unsafe)
+        end = self.acting_end(lookahead)
         low = float("inf")
         for p in self.p_unsafe[:end]:
             if p is None:
@@ -133,7 +152,7 @@ class StopOutcome:
     runs, and over the runs whose ``meta.success`` is a boolean).
     """
 
-    prevented: int  # violations with an alarm strictly before them
+    prevented: int  # violations with an alarm in time (on the violating step itself under look-ahead)
     still_unsafe: int
     cut_short: int  # safe runs stopped: they would have finished without a violation
     completions_lost: int  # runs that completed their task and would have been stopped
@@ -178,6 +197,7 @@ class ReplayReport:
     completion_rate: float | None = None  # runs that complete their task, unguarded
     horizon: int | None = None  # outcomes are "violation within h steps" for F<=h properties
     unseen_alarms: bool = True
+    enforcement: Enforcement = Enforcement.LOOKAHEAD
     baselines: dict[str, ReplayReport] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     replays: list[RunReplay] = field(default_factory=list, repr=False, compare=False)
@@ -189,7 +209,8 @@ class ReplayReport:
             "calibration": {"step": None if self.calibration_step is None else self.calibration_step.to_dict(),
                             "run": None if self.calibration_run is None else self.calibration_run.to_dict()},
             "unsafe_rate": self.unsafe_rate, "runs_with_success": self.runs_with_success,
-            "completion_rate": self.completion_rate, "horizon": self.horizon, "notes": list(self.notes)}
+            "completion_rate": self.completion_rate, "horizon": self.horizon,
+            "enforcement": self.enforcement.value, "notes": list(self.notes)}
         if self.baselines:
             out["baselines"] = {name: b.to_dict() for name, b in self.baselines.items()}
         return out
@@ -199,7 +220,7 @@ class ReplayReport:
         step, run = self.calibration_step, self.calibration_run
         entries = []
         for t in self.thetas:
-            entry: dict[str, object] = {**asdict(t), "brier": self.brier,
+            entry: dict[str, object] = {**asdict(t), "enforcement": self.enforcement.value, "brier": self.brier,
                                         "ece": None if step is None else step.ece,
                                         "brier_run": None if run is None else run.brier,
                                         "ece_run": None if run is None else run.ece}
@@ -246,6 +267,7 @@ def replay_run(guard: Guard, run: Run) -> RunReplay:
 
 
 def replay(guard: Guard, runs: Iterable[Run], thetas: Sequence[float], *,
+           enforcement: Enforcement | str = Enforcement.LOOKAHEAD,
            on_run: Callable[[int], None] | None = None) -> ReplayReport:
     """Replay runs through a guard and summarise per threshold.
 
@@ -254,6 +276,7 @@ def replay(guard: Guard, runs: Iterable[Run], thetas: Sequence[float], *,
             a state the model never saw raises an alarm).
         runs: runs in the contract's format (consumed once).
         thetas: thresholds on p_safe.
+        enforcement: ``lookahead`` (the middleware's) or ``observe``; see the module's doc.
         on_run: called with the number of runs replayed so far (progress bars).
     """
     replays = []
@@ -262,7 +285,7 @@ def replay(guard: Guard, runs: Iterable[Run], thetas: Sequence[float], *,
         if on_run is not None:
             on_run(n)
     return summarize(replays, thetas, unseen_alarms=guard.policy.unseen_state is not Action.ALLOW,
-                     horizon=horizon_of(guard.property))
+                     horizon=horizon_of(guard.property), enforcement=enforcement)
 
 
 def _rate(count: int, total: int) -> float | None:
@@ -274,7 +297,7 @@ def _outcome(r: RunReplay, i: int, horizon: int | None) -> bool:
 
 
 def summarize(replays: Sequence[RunReplay], thetas: Sequence[float], *, unseen_alarms: bool,
-              horizon: int | None = None) -> ReplayReport:
+              horizon: int | None = None, enforcement: Enforcement | str = Enforcement.LOOKAHEAD) -> ReplayReport:
     """The per-θ figures and the calibration of replayed runs (any risk source).
 
     Calibration scores every step strictly before a run's first violation (the
@@ -300,30 +323,33 @@ def summarize(replays: Sequence[RunReplay], thetas: Sequence[float], *, unseen_a
     n_safe = len(replays) - n_unsafe
     with_success = [r for r in replays if r.success is not None]
     completed = sum(bool(r.success) for r in with_success)
-    reports = [_theta_report(replays, theta, unseen_alarms, n_unsafe, n_safe, with_success) for theta in thetas]
+    mode = Enforcement(enforcement)
+    lookahead = mode is Enforcement.LOOKAHEAD
+    reports = [_theta_report(replays, theta, unseen_alarms, n_unsafe, n_safe, with_success, lookahead)
+               for theta in thetas]
     return ReplayReport(runs=len(replays), steps=steps, unseen_steps=unseen, brier=by_step.brier, thetas=reports,
                         calibration_step=by_step, calibration_run=by_run,
                         unsafe_rate=_rate(n_unsafe, len(replays)), runs_with_success=len(with_success),
                         completion_rate=_rate(completed, len(with_success)), horizon=horizon,
-                        unseen_alarms=unseen_alarms, replays=list(replays))
+                        unseen_alarms=unseen_alarms, enforcement=mode, replays=list(replays))
 
 
 def _theta_report(replays: Sequence[RunReplay], theta: float, unseen_alarms: bool, n_unsafe: int, n_safe: int,
-                  with_success: Sequence[RunReplay]) -> ThetaReport:
+                  with_success: Sequence[RunReplay], lookahead: bool) -> ThetaReport:
     advance_steps: list[float] = []
     advance_seconds: list[float] = []
     false_alarms = at_start = 0
     prompts = safe_prompts = 0
     for r in replays:
         alarm = r.first_alarm(theta, unseen_alarms)
-        count = r.alarm_steps(theta, unseen_alarms)
+        count = r.alarm_steps(theta, unseen_alarms, lookahead)
         prompts += count
         if r.violation is None:
             false_alarms += alarm is not None
             safe_prompts += count
         else:
             at_start += r.violation == 0
-            if alarm is not None and alarm < r.violation:
+            if alarm is not None and alarm < r.acting_end(lookahead):
                 advance_steps.append(r.violation - alarm)
                 t_alarm, t_violation = r.times[alarm], r.times[r.violation]
                 if t_alarm is not None and t_violation is not None:
@@ -348,14 +374,14 @@ def _theta_report(replays: Sequence[RunReplay], theta: float, unseen_alarms: boo
 
 
 def rate_curve(replays: Sequence[RunReplay], thetas: Sequence[float] | NDArray[np.float64], *,
-               unseen_alarms: bool) -> tuple[list[float | None], list[float | None]]:
+               unseen_alarms: bool, lookahead: bool = True) -> tuple[list[float | None], list[float | None]]:
     """Detection and false-alarm rates at many thresholds at once (for curves).
 
     A run is flagged at θ exactly when its lowest p_safe before the violation (over the
     whole run when it is safe) is below θ, so one sort per kind of run gives every θ.
     """
-    unsafe = np.sort([r.min_p_safe(unseen_alarms) for r in replays if r.unsafe])
-    safe = np.sort([r.min_p_safe(unseen_alarms) for r in replays if not r.unsafe])
+    unsafe = np.sort([r.min_p_safe(unseen_alarms, lookahead) for r in replays if r.unsafe])
+    safe = np.sort([r.min_p_safe(unseen_alarms, lookahead) for r in replays if not r.unsafe])
     grid = np.asarray(thetas, dtype=float)
     detection = np.searchsorted(unsafe, grid, side="left") / len(unsafe) if len(unsafe) else None
     false_alarm = np.searchsorted(safe, grid, side="left") / len(safe) if len(safe) else None

@@ -15,6 +15,7 @@ from guard.model import GuardModel
 from guard.policy import Policy
 from guard.predicates import PredicateSet, PythonPredicate
 from guard.spec import Action, Meaning
+from guard.thresholds import start_risk, warn_initial_crossings
 
 __all__ = ["Decision", "PropertyValue", "Guard", "Session", "StepRecord"]
 
@@ -33,10 +34,13 @@ class PropertyValue:
     upper: float | None
     action: Action
     threshold: float | None
+    baseline_p_unsafe: float | None = None  # trigger increase: the run's risk p_unsafe was compared with
+    increase: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "formula": self.formula, "p_unsafe": self.p_unsafe, "p_safe": self.p_safe,
-                "lower": self.lower, "upper": self.upper, "action": self.action.value, "threshold": self.threshold}
+                "lower": self.lower, "upper": self.upper, "action": self.action.value, "threshold": self.threshold,
+                "baseline_p_unsafe": self.baseline_p_unsafe, "increase": self.increase}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +50,9 @@ class Decision:
     The top-level figures are those of the property that calls for the most severe
     action (the lowest p_safe among equals); ``properties`` has every property.
     ``p_unsafe`` is ``None`` when the model never saw the state; ``lower``/``upper``
-    are Storm's certified bounds on it when the model was checked soundly.
+    are Storm's certified bounds on it when the model was checked soundly. Under the
+    increase trigger ``baseline_p_unsafe`` is the run's risk the step was compared with
+    and ``increase`` = ``p_unsafe`` − it; under the level trigger both are None.
     """
 
     action: Action
@@ -62,6 +68,8 @@ class Decision:
     unsafe_now: bool = False
     properties: tuple[PropertyValue, ...] = ()
     monitors: dict[str, str] = field(default_factory=dict)
+    baseline_p_unsafe: float | None = None
+    increase: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +77,7 @@ class Decision:
             "lower": self.lower, "upper": self.upper, "property": self.property,
             "abstract_state": dict(self.abstract_state), "message": self.message,
             "threshold": self.threshold, "known": self.known, "unsafe_now": self.unsafe_now,
+            "baseline_p_unsafe": self.baseline_p_unsafe, "increase": self.increase,
             "properties": [p.to_dict() for p in self.properties], "monitors": dict(self.monitors),
         }
 
@@ -97,12 +106,19 @@ class Guard:
                           None if p.outcome.lower is None else p.outcome.lower.tolist(),
                           None if p.outcome.upper is None else p.outcome.upper.tolist())
                          for p in model.properties]
-        self._decisions: dict[tuple[int, MonitorStates], Decision] = {}
+        self.start_risk = start_risk(model)  # per property: what a session's first step is compared with
+        self._decisions: dict[tuple[Any, ...], Decision] = {}
 
     @classmethod
     def load(cls, path: str | Path, **options: Any) -> Guard:
-        """Load a model file written by ``forewarn learn`` (validated; see :class:`GuardModel`)."""
-        return cls(GuardModel.load(path), **options)
+        """Load a model file written by ``forewarn learn`` (validated; see :class:`GuardModel`).
+
+        Warns (:class:`~guard.errors.ThresholdWarning`) when a threshold is already crossed
+        in an initial state under the level trigger (see :mod:`guard.thresholds`).
+        """
+        guard = cls(GuardModel.load(path), **options)
+        warn_initial_crossings(guard.model, guard.policy, stacklevel=2)
+        return guard
 
     def session(self, policy: Policy | None = None) -> Session:
         """A new session for one agent run; ``policy`` overrides the guard's for it alone."""
@@ -137,15 +153,16 @@ class Guard:
         """The decision for an abstract state (with the monitors' first-step states by default)."""
         return self.decide_product(bits, self.first_monitor_states(bits) if q is None else q)
 
-    def decide_product(self, bits: int, q: MonitorStates) -> Decision:
-        """The decision for a product state (cached)."""
-        key = (bits, q)
+    def decide_product(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None) -> Decision:
+        """The decision for a product state (cached); ``baseline``: the run's risk per property,
+        under the increase trigger."""
+        key = (bits, q) if baseline is None else (bits, q, baseline)
         decision = self._decisions.get(key)
         if decision is None:
-            decision = self._decisions[key] = self._make_decision(bits, q)
+            decision = self._decisions[key] = self._make_decision(bits, q, baseline)
         return decision
 
-    def _make_decision(self, bits: int, q: MonitorStates) -> Decision:
+    def _make_decision(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None) -> Decision:
         predicates = self.predicates
         abstract = predicates.as_context(bits)
         monitor_words = {m.name: m.describe(qk) for m, qk in zip(self.monitors, q)}
@@ -160,7 +177,7 @@ class Guard:
             return Decision(action, None, None, self.property, abstract, message, known=False,
                             monitors=monitor_words)
         values = []
-        for definition, formula, column, lower_col, upper_col in self._columns:
+        for k, (definition, formula, column, lower_col, upper_col) in enumerate(self._columns):
             if index is None:  # unsafe but never observed: a violation has happened
                 p_unsafe, lower, upper = 1.0, 1.0, 1.0
             else:
@@ -174,14 +191,20 @@ class Guard:
             policy = self.policy if definition.thresholds is None else Policy(definition.thresholds,
                                                                               self.policy.unseen_state)
             action, theta = policy.act(1.0 - p_unsafe)
+            base = rise = None
+            if baseline is not None:  # increase trigger: a step that does not raise the risk passes
+                base, rise = baseline[k], p_unsafe - baseline[k]
+                if not unsafe_now and rise <= self.policy.min_increase:
+                    action, theta = Action.ALLOW, None
             values.append(PropertyValue(definition.name, formula, p_unsafe, 1.0 - p_unsafe, lower, upper,
-                                        action, theta))
+                                        action, theta, base, rise))
         worst = max(values, key=lambda v: (v.action.severity, v.p_unsafe))
         message = "" if worst.action is Action.ALLOW else self._risk_message(bits, monitor_words, worst, values,
                                                                              unsafe_now, violated)
         return Decision(worst.action, worst.p_unsafe, worst.p_safe, worst.formula, abstract, message,
                         lower=worst.lower, upper=worst.upper, threshold=worst.threshold, known=index is not None,
-                        unsafe_now=unsafe_now, properties=tuple(values), monitors=monitor_words)
+                        unsafe_now=unsafe_now, properties=tuple(values), monitors=monitor_words,
+                        baseline_p_unsafe=worst.baseline_p_unsafe, increase=worst.increase)
 
     def _describe(self, bits: int, monitor_words: dict[str, str]) -> str:
         words = self.predicates.describe(bits)
@@ -204,6 +227,9 @@ class Guard:
         text = (f"Risk alert ({spec.name}): in the current state ({state}) the probability that property "
                 f"'{worst.name}' ({worst.formula}) fails is {worst.p_unsafe:.1%}. The probability of staying safe, "
                 f"{worst.p_safe:.1%}, is below the '{worst.action.value}' threshold {worst.threshold}.")
+        if worst.increase is not None:
+            text += (f" This step raises it by {worst.increase:.1%} over the run's current risk "
+                     f"({worst.baseline_p_unsafe:.1%}).")
         others = [v for v in values if v is not worst and v.action is not Action.ALLOW]
         if others:
             text += " Also at risk: " + ", ".join(f"'{v.name}' ({v.p_unsafe:.1%})" for v in others) + "."
@@ -222,11 +248,20 @@ class StepRecord:
 
 @dataclass
 class Session:
-    """One agent run under a guard. ``observe`` commits a step; ``preview`` does not."""
+    """One agent run under a guard. ``observe`` commits a step; ``preview`` does not.
+
+    ``baseline`` (increase trigger only, else None): the run's current risk per property —
+    the guard's starting risk, then that of the last committed step whose risk is known.
+    """
 
     guard: Guard
     history: list[StepRecord] = field(default_factory=list)
     monitor_states: MonitorStates | None = None  # None before the first step
+    baseline: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.baseline is None and self.guard.policy.increase is not None:
+            self.baseline = self.guard.start_risk
 
     def _next(self, state: Mapping[str, Any]) -> tuple[int, MonitorStates]:
         guard = self.guard
@@ -238,21 +273,27 @@ class Session:
     def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
         """Commit the agent's new state and decide on it."""
         bits, q = self._next(state)
-        decision = self.guard.decide_product(bits, q)
+        return self._commit(bits, q, action, t)
+
+    def _commit(self, bits: int, q: MonitorStates, action: Any = None, t: float | None = None) -> Decision:
+        decision = self.guard.decide_product(bits, q, self.baseline)
         self.monitor_states = q
         self.history.append(StepRecord(len(self.history), bits, q, decision, action, t))
+        if self.baseline is not None and decision.p_unsafe is not None:
+            self.baseline = tuple(p.p_unsafe for p in decision.properties)  # type: ignore[misc]
         return decision
 
     def preview(self, state: Mapping[str, Any]) -> Decision:
         """Decide on a state the agent might move to, committing nothing (look-ahead)."""
         bits, q = self._next(state)
-        return self.guard.decide_product(bits, q)
+        return self.guard.decide_product(bits, q, self.baseline)
 
     def restore(self, abstract_history: list[tuple[int, MonitorStates]]) -> None:
         """Resume a session from its committed (abstract state, monitor states) history."""
-        self.history = [StepRecord(i, bits, q, self.guard.decide_product(bits, q))
-                        for i, (bits, q) in enumerate(abstract_history)]
-        self.monitor_states = abstract_history[-1][1] if abstract_history else None
+        self.history, self.monitor_states, self.baseline = [], None, None
+        self.__post_init__()
+        for bits, q in abstract_history:
+            self._commit(bits, q)
 
     @property
     def last(self) -> Decision | None:

@@ -12,7 +12,7 @@ from guard import Guard, Policy
 from guard.learning import END
 from guard.model import GuardModel
 from guard.pipeline import learn_model
-from guard.replay import replay, replay_run
+from guard.replay import Enforcement, replay, replay_run
 from guard.spec import Action, Spec
 from guard.storm import CheckOutcome, Method
 from guard.traces import read_runs
@@ -56,7 +56,7 @@ def test_replay_run_stops_at_the_first_violation(guard: Guard, replay_traces: Pa
 
 
 def test_metrics_by_hand(guard: Guard, replay_traces: Path) -> None:
-    report = replay(guard, read_runs(replay_traces), [0.3, 0.5, 0.8, 0.95])
+    report = replay(guard, read_runs(replay_traces), [0.3, 0.5, 0.8, 0.95], enforcement="observe")
     assert (report.runs, report.steps, report.unseen_steps) == (6, 3 + 4 + 1 + 3 + 2 + 2, 0)
     by_theta = {t.theta: t for t in report.thetas}
     assert all((t.n_unsafe, t.n_safe) == (3, 3) for t in report.thetas)
@@ -97,6 +97,30 @@ def test_metrics_by_hand(guard: Guard, replay_traces: Path) -> None:
     assert report.to_dict()["brier"] == report.brier
 
 
+def test_lookahead_counts_an_alarm_on_the_violating_step_as_a_prevention(guard: Guard, replay_traces: Path) -> None:
+    report = replay(guard, read_runs(replay_traces), [0.3, 0.5, 0.8, 0.95])  # lookahead: the default
+    assert report.enforcement is Enforcement.LOOKAHEAD
+    by_theta = {t.theta: t for t in report.thetas}
+    # θ = 0.3: AB alarms on u1's and u2's violating steps, which the preview prevents (0 steps ahead);
+    # u3 starts unsafe: no decision comes before a run's first step
+    t = by_theta[0.3]
+    assert (t.detected, t.false_alarms, t.unsafe_at_start) == (2, 0, 1)
+    assert (t.mean_advance_steps, t.mean_advance_seconds) == (0.0, 0.0)
+    assert (t.stop.prevented, t.stop.still_unsafe) == (2, 1)
+    assert t.prompts_per_run == 2 / 6  # one alarm step each on u1 and u2, counted at the violation
+    # θ = 0.5: u1 at A (1 step, 2 s ahead), u2 at its violating step (0, 0 s); s3 a false alarm
+    t = by_theta[0.5]
+    assert (t.detected, t.false_alarms) == (2, 1)
+    assert (t.mean_advance_steps, t.mean_advance_seconds) == (0.5, 1.0)
+    # θ = 0.8 and 0.95: every violation was already warned of before it, as under observe
+    assert (by_theta[0.8].detected, by_theta[0.8].false_alarms, by_theta[0.8].mean_advance_steps) == (2, 2, 1.5)
+    assert (by_theta[0.95].detected, by_theta[0.95].false_alarms, by_theta[0.95].mean_advance_steps) == (2, 3, 2.5)
+    # the mode changes when an alarm counts, never the calibration
+    observed = replay(guard, read_runs(replay_traces), [0.3], enforcement="observe")
+    assert observed.brier == report.brier and observed.thetas[0].detected == 0
+    assert report.theta_entries()[0]["enforcement"] == "lookahead" and report.to_dict()["enforcement"] == "lookahead"
+
+
 def test_unseen_states_alarm_unless_the_policy_allows_them(write_runs: WriteRuns, toy_spec: Spec) -> None:
     partial = learn_model([write_runs([toy_run("q", [NONE, A, NONE])], "train.jsonl")], toy_spec)
     assert B not in partial.dtmc.states and AB not in partial.dtmc.states
@@ -104,7 +128,7 @@ def test_unseen_states_alarm_unless_the_policy_allows_them(write_runs: WriteRuns
     runs = write_runs([toy_run("v1", [NONE, B, AB], times=[0.0, 1.0, 2.0]), toy_run("v2", [NONE, B])],
                       "replay.jsonl")
 
-    alarming = replay(Guard(model), read_runs(runs), [0.1])
+    alarming = replay(Guard(model), read_runs(runs), [0.1], enforcement="observe")
     [t] = alarming.thetas
     assert (t.detected, t.false_alarms, t.mean_advance_steps, t.mean_advance_seconds) == (1, 1, 1.0, 1.0)
     assert alarming.unseen_steps == 2
@@ -113,7 +137,7 @@ def test_unseen_states_alarm_unless_the_policy_allows_them(write_runs: WriteRuns
 
     quiet = Guard(model, policy=Policy.from_settings(model.spec.guard).with_overrides({"unseen_state": "allow"}))
     assert quiet.policy.unseen_state is Action.ALLOW
-    [t] = replay(quiet, read_runs(runs), [0.1]).thetas
+    [t] = replay(quiet, read_runs(runs), [0.1], enforcement="observe").thetas
     assert (t.detected, t.false_alarms) == (0, 0)
 
 

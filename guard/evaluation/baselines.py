@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from guard.predicates import PredicateSet
-from guard.replay import ReplayReport, RunReplay, summarize
+from guard.replay import Enforcement, ReplayReport, RunReplay, summarize
 from guard.traces import Run, abstract_run
 from monitors.base import VIOL, Monitor
 
@@ -114,7 +114,8 @@ class OneChangeRule:
 
 def score_baselines(replays: Sequence[RunReplay], thetas: Sequence[float], *, predicates: PredicateSet,
                     monitors: Sequence[Monitor], train: Sequence[RunReplay] | None = None,
-                    unseen_alarms: bool = True, horizon: int | None = None) -> dict[str, ReplayReport]:
+                    unseen_alarms: bool = True, horizon: int | None = None,
+                    enforcement: Enforcement | str = Enforcement.LOOKAHEAD) -> dict[str, ReplayReport]:
     """Both baselines on the replayed runs, summarised like the model.
 
     Args:
@@ -128,6 +129,8 @@ def score_baselines(replays: Sequence[RunReplay], thetas: Sequence[float], *, pr
     scored_empirical = [empirical.score(r, leave_out=train is None) for r in replays]
     scored_rule = [rule.score(r) for r in replays]
     return {
-        EMPIRICAL: summarize(scored_empirical, thetas, unseen_alarms=unseen_alarms, horizon=horizon),
-        ONE_CHANGE: summarize(scored_rule, thetas, unseen_alarms=unseen_alarms, horizon=horizon),
+        EMPIRICAL: summarize(scored_empirical, thetas, unseen_alarms=unseen_alarms, horizon=horizon,
+                             enforcement=enforcement),
+        ONE_CHANGE: summarize(scored_rule, thetas, unseen_alarms=unseen_alarms, horizon=horizon,
+                              enforcement=enforcement),
     }

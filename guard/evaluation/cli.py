@@ -18,13 +18,13 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from guard._cli import Format, err, out, print_json
+from guard._cli import Format, caught_warnings, err, out, print_json, print_warnings
 from guard.errors import ForewarnError
 from guard.storm import Method
 from guard.ingest import InputFormat, read_input
-from guard.replay import ReplayReport
+from guard.replay import Enforcement, ReplayReport
 
-__all__ = ["register", "replay", "evaluate", "ingest", "parse_thetas"]
+__all__ = ["register", "replay", "evaluate", "ingest", "parse_thetas", "parse_enforcement"]
 
 
 
@@ -45,6 +45,18 @@ ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write a 
 PlotsOption = Annotated[Optional[Path], typer.Option("--plots", help="Write the report's figures as PNG here.")]
 RunOption = Annotated[Optional[str], typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
 InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="Format of the trace files.")]
+EnforcementOption = Annotated[str, typer.Option(
+    "--enforcement", help="lookahead: a decision is taken before a step runs, so an alarm on the violating step "
+                          "prevents it (the middleware, the sidecar's preview); observe: after (an alarm must "
+                          "come strictly before).")]
+
+
+def parse_enforcement(text: str) -> Enforcement:
+    """``lookahead`` or ``observe``; anything else is a one-line error."""
+    try:
+        return Enforcement(text.strip().lower())
+    except ValueError:
+        raise ForewarnError(f"--enforcement: expected 'lookahead' or 'observe', got {text!r}") from None
 
 
 def parse_thetas(text: str) -> list[float]:
@@ -146,6 +158,7 @@ def replay(
     baseline_traces: Annotated[Optional[list[Path]], typer.Option(
         "--baseline-traces", help="Runs to fit the empirical-frequency baseline on (default: the replayed runs, "
                                   "each left out of its own scoring).")] = None,
+    enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
     from guard.evaluation.baselines import score_baselines, trace_run
@@ -153,11 +166,13 @@ def replay(
     from guard.runtime import Guard
 
     thetas = parse_thetas(theta)
-    guard = Guard.load(model)
+    mode = parse_enforcement(enforcement)
+    with caught_warnings() as warned:
+        guard = Guard.load(model)
     if period is None:
         period = guard.model.provenance.get("period_seconds")
     with _progress("replaying") as update:
-        result = run_replay(guard, read_input(traces, input_format, period=period), thetas,
+        result = run_replay(guard, read_input(traces, input_format, period=period), thetas, enforcement=mode,
                             on_run=lambda n: update(completed=n))
         train = None
         if baseline_traces:
@@ -165,7 +180,8 @@ def replay(
             train = [trace_run(r, guard.predicates, guard.monitors)
                      for r in read_input(baseline_traces, input_format, period=period)]
         baselines = score_baselines(result.replays, thetas, predicates=guard.predicates, monitors=guard.monitors,
-                                    train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon)
+                                    train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon,
+                                    enforcement=mode)
     notes = list(result.notes)
     same = _in_sample(traces, guard.model.provenance)
     if same:
@@ -177,8 +193,11 @@ def replay(
     result = replace(result, baselines=baselines, notes=notes)
     if format is Format.json:
         print_json(result.theta_entries())
+        print_warnings(warned)
     else:
-        _print_replay(result, f"replay of {result.runs} runs ({result.steps} steps) against {model}")
+        result = replace(result, notes=[*notes, *warned])
+        _print_replay(result, f"replay of {result.runs} runs ({result.steps} steps) against {model}, "
+                              f"{mode.value} enforcement")
     if report is not None or plots is not None:
         from guard.evaluation.report import replay_html
 
@@ -206,7 +225,7 @@ def _print_replay(report: ReplayReport, title: str, evaluation: Any = None) -> N
                     _over(evaluation.over_folds(t.theta, "false_alarm_rate"))]
         table.add_row(*row)
     out.print(table)
-    stop = Table(title="stop at the first alarm (Table 3 of the paper)")
+    stop = Table(title=f"stop at the first alarm (Table 3 of the paper; {report.enforcement.value})")
     for column in ("enforcement", "θ", "unsafe %", "completion %", "prevented", "cut short"):
         stop.add_column(column, justify="left" if column == "enforcement" else "right")
     stop.add_row("none", "–", _pct(report.unsafe_rate), _pct(report.completion_rate), "–", "–")
@@ -257,12 +276,14 @@ def evaluate(
     plots: PlotsOption = None,
     run: RunOption = None,
     input_format: InputFormatOption = InputFormat.auto,
+    enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
 ) -> None:
     """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
     from guard.evaluation.evaluate import evaluate as run_evaluate
     from guard.spec import load_spec
 
     thetas = parse_thetas(theta)
+    mode = parse_enforcement(enforcement)
     parsed = load_spec(spec)
     with _progress("reading runs") as update:
         runs = []
@@ -278,12 +299,12 @@ def evaluate(
             update(completed=2 * (fold - 1) + steps[phase], description=f"fold {fold}/{folds}: {phase}")
 
         result = run_evaluate(runs, parsed, thetas, folds=folds, group_by=group_by, seed=seed,
-                              method=method, alpha=alpha, on_progress=on_progress)
+                              method=method, alpha=alpha, enforcement=mode, on_progress=on_progress)
     if format is Format.json:
         print_json(result.to_dict())
     else:
         title = (f"{folds}-fold cross-validation of {parsed.name} over {result.pooled.runs} runs"
-                 + (f" in {result.groups} groups by {group_by}" if group_by else ""))
+                 + (f" in {result.groups} groups by {group_by}" if group_by else "") + f", {mode.value} enforcement")
         _print_replay(replace(result.pooled, notes=result.notes), title, result)
         pac = Table(title="folds")
         for column in ("fold", "train", "test", "states", "PAC", "states with enough visits", "Brier"):

@@ -15,7 +15,7 @@ from guard.evaluation.baselines import score_baselines, trace_run
 from guard.evaluation.folds import group_of, split_folds
 from guard.pipeline import learn_model_from_runs
 from guard.predicates import PredicateSet, PythonPredicate
-from guard.replay import ReplayReport, RunReplay, Spread, horizon_of, replay_run, summarize
+from guard.replay import Enforcement, ReplayReport, RunReplay, Spread, horizon_of, replay_run, summarize
 from guard.runtime import Guard
 from guard.spec import Action, Spec
 from guard.storm import Method
@@ -86,7 +86,8 @@ class EvaluationReport:
             entry["over_folds"] = {name: _spread_dict(self.over_folds(theta, name)) for name, _ in FOLD_METRICS}
         return {
             "spec": self.spec, "folds": len(self.folds), "group_by": self.group_by, "groups": self.groups,
-            "seed": self.seed, "runs": self.pooled.runs, "thetas": entries,
+            "seed": self.seed, "runs": self.pooled.runs, "enforcement": self.pooled.enforcement.value,
+            "thetas": entries,
             "calibration": {**self.pooled.to_dict()["calibration"],  # type: ignore[dict-item]
                             "over_folds": {k: _spread_dict(v) for k, v in self.calibration_over_folds().items()}},
             "pooled": self.pooled.to_dict(),
@@ -104,6 +105,7 @@ def _spread_dict(spread: Spread | None) -> dict[str, Any] | None:
 def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds: int = 5,
              group_by: str | None = None, seed: int = 0, method: Method = Method.SOUND,
              alpha: float | None = None, python_predicates: Mapping[str, PythonPredicate] | None = None,
+             enforcement: Enforcement | str = Enforcement.LOOKAHEAD,
              on_progress: Callable[[str, int], None] | None = None) -> EvaluationReport:
     """K-fold cross-validation of learning a guard from ``spec`` on ``runs``.
 
@@ -116,6 +118,7 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
             fold. ``None``: every run is its own group.
         seed: for the assignment of equal-sized groups to folds.
         method: Storm's method for each fold's model.
+        enforcement: ``lookahead`` or ``observe`` (see :mod:`guard.replay`), as ``forewarn replay``.
         on_progress: called with a phase ("learn", "replay") and the fold number.
 
     Raises:
@@ -145,9 +148,10 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
         if on_progress is not None:
             on_progress("replay", index)
         replays = [replay_run(guard, runs[i]) for i in test]
-        report = summarize(replays, thetas, unseen_alarms=unseen_alarms, horizon=horizon)
+        report = summarize(replays, thetas, unseen_alarms=unseen_alarms, horizon=horizon, enforcement=enforcement)
         baselines = score_baselines(replays, thetas, predicates=predicates, monitors=monitors,
-                                    train=[traced[i] for i in train], unseen_alarms=unseen_alarms, horizon=horizon)
+                                    train=[traced[i] for i in train], unseen_alarms=unseen_alarms, horizon=horizon,
+                                    enforcement=enforcement)
         report = replace(report, baselines=baselines)
         pooled_model += replays
         for name, b in baselines.items():
@@ -162,8 +166,9 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
                  "worst": None if worst is None else {"state": worst.state, "visits": worst.visits,
                                                       "required": worst.required}},
             report=report))
-    pooled = summarize(pooled_model, thetas, unseen_alarms=unseen_alarms, horizon=horizon)
-    pooled = replace(pooled, baselines={name: summarize(rs, thetas, unseen_alarms=unseen_alarms, horizon=horizon)
+    pooled = summarize(pooled_model, thetas, unseen_alarms=unseen_alarms, horizon=horizon, enforcement=enforcement)
+    pooled = replace(pooled, baselines={name: summarize(rs, thetas, unseen_alarms=unseen_alarms, horizon=horizon,
+                                                        enforcement=enforcement)
                                         for name, rs in pooled_baselines.items()})
     notes = []
     if not any(f.pac["satisfied"] for f in results):

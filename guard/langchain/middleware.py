@@ -50,7 +50,8 @@ from guard.langchain.review import REVIEW_TYPES, Review, ReviewType, parse_revie
 from guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
 from guard.policy import Policy
 from guard.runtime import Decision, Guard, Session
-from guard.spec import Action
+from guard.spec import Action, Trigger
+from guard.thresholds import warn_initial_crossings
 
 __all__ = ["Extractor", "ForewarnMiddleware", "GuardedRun", "Intervention", "Outcome"]
 
@@ -81,6 +82,13 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             would hold back every harmless step taken in a risky state.
         max_runs: how many runs' sessions are kept for :meth:`get_run` (oldest dropped).
         name: the middleware's name (to use two of them in one agent).
+        trigger: ``level`` or ``increase``; by default the policy's (the spec's
+            ``guard.trigger``), and ``increase`` when neither sets one: a call that does not
+            raise the run's risk by more than ``min_increase`` is never held back, so a run
+            that starts risky is not reflected on every harmless call.
+
+    Warns (:class:`~guard.errors.ThresholdWarning`) when, under the level trigger, a
+    threshold is already crossed in an initial state.
 
     Raises:
         ValueError: for a setting out of range, or an extractor whose initial state the
@@ -91,13 +99,17 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                  max_reflections: int = 2, on_reflection_limit: Action | str = Action.STOP,
                  on_extraction_error: Action | Literal["raise"] | str = "raise",
                  allowed_decisions: Sequence[ReviewType] = REVIEW_TYPES, judge_unchanged: bool = False,
-                 max_runs: int = 1024, name: str | None = None) -> None:
+                 max_runs: int = 1024, name: str | None = None, trigger: Trigger | str | None = None) -> None:
         super().__init__()
         self.guard = guard
         self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
         self.policy = policy
+        effective = policy or guard.policy
+        if trigger is not None or effective.trigger is None:  # unset in spec and policy: increase
+            effective = replace(effective, trigger=Trigger(trigger or Trigger.INCREASE))
         # One guard for all sessions, so its per-abstract-state decision cache is shared.
-        self._session_guard = guard if policy is None else guard.session(policy).guard
+        self._session_guard = guard if effective == guard.policy else guard.with_policy(effective)
+        warn_initial_crossings(guard.model, effective, stacklevel=2)
         if max_reflections < 0:
             raise ValueError(f"max_reflections={max_reflections!r} must be 0 or more")
         self.max_reflections = max_reflections
