@@ -63,13 +63,15 @@ class RemoteDecision(Decision):
     def from_json(cls, data: Mapping[str, Any]) -> RemoteDecision:
         properties = tuple(
             PropertyValue(p["name"], p["formula"], p.get("p_unsafe"), p.get("p_safe"), p.get("lower"), p.get("upper"),
-                          Action(p.get("action", data["action"])), p.get("threshold"))
+                          Action(p.get("action", data["action"])), p.get("threshold"), p.get("baseline_p_unsafe"),
+                          p.get("increase"))
             for p in data.get("properties") or ())
         return cls(Action(data["action"]), data.get("p_unsafe"), data.get("p_safe"), data["property"],
                    dict(data["abstract_state"]), data.get("message", ""), lower=data.get("lower"),
                    upper=data.get("upper"), threshold=data.get("threshold"), known=data.get("known", True),
                    unsafe_now=data.get("unsafe_now", False), properties=properties,
-                   monitors=dict(data.get("monitors") or {}), session_id=data.get("session_id", ""),
+                   monitors=dict(data.get("monitors") or {}), baseline_p_unsafe=data.get("baseline_p_unsafe"),
+                   increase=data.get("increase"), session_id=data.get("session_id", ""),
                    step=data.get("step"), approval_id=data.get("approval_id"),
                    committed=data.get("committed", False), model=dict(data.get("model") or {}), at=data.get("at"))
 
@@ -78,7 +80,10 @@ def _policy_json(policy: Policy | Mapping[str, Any] | None) -> dict[str, Any] | 
     if policy is None:
         return None
     if isinstance(policy, Policy):
-        return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value}
+        out = {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value}
+        if policy.trigger is not None:
+            out |= {"trigger": policy.trigger.value, "min_increase": policy.min_increase}
+        return out
     return dict(policy)
 
 

@@ -20,6 +20,10 @@ def policy_overrides(policy: S.PolicyOverrides | None) -> dict[str, Any] | None:
         overrides["thresholds"] = policy.thresholds.model_dump(mode="json", exclude_unset=True)
     if policy.unseen_state is not None:
         overrides["unseen_state"] = policy.unseen_state
+    if policy.trigger is not None:
+        overrides["trigger"] = policy.trigger
+    if policy.min_increase is not None:
+        overrides["min_increase"] = policy.min_increase
     return overrides or None
 
 

@@ -50,6 +50,10 @@ class PolicyOverrides(_In):
     thresholds: ThresholdsIn | None = None
     unseen_state: Literal["allow", "reflect", "ask_human", "stop"] | None = Field(
         default=None, description="The action in a state the model never saw.")
+    trigger: Literal["level", "increase"] | None = Field(
+        default=None, description="increase: act only on a step that raises the session's risk by more than "
+                                  "min_increase (docs/spec.md).")
+    min_increase: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class SessionCreate(_In):
@@ -97,6 +101,8 @@ class PropertyValue(_Out):
     lower: float | None = None
     upper: float | None = None
     threshold: float | None = None
+    baseline_p_unsafe: float | None = None
+    increase: float | None = None
 
 
 class ModelRef(_Out):
@@ -112,6 +118,8 @@ class DecisionOut(_Out):
     upper: float | None = None
     property: str
     threshold: float | None = None
+    baseline_p_unsafe: float | None = None  # trigger increase: the session's risk this step was compared with
+    increase: float | None = None
     known: bool
     unsafe_now: bool
     abstract_state: dict[str, bool]

@@ -39,7 +39,9 @@ class LiveSession:
 
 
 def effective_policy(policy: Policy) -> dict[str, Any]:
-    return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value}
+    return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
+            "trigger": "level" if policy.trigger is None else policy.trigger.value,
+            "min_increase": policy.min_increase}
 
 
 def make_session(loaded: LoadedModel, overrides: dict[str, Any] | None) -> Session:
