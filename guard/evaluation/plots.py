@@ -101,7 +101,7 @@ def curve_figure(report: ReplayReport, *, folds: Sequence[ReplayReport] = ()) ->
             trade.plot(r.false_alarm_rate, r.detection_rate, "s", color=RULE_COLOR, ms=8, label=LABELS[ONE_CHANGE])
     trade.plot([0, 1], [0, 1], color="#dddddd", lw=1, zorder=0)
     trade.set(xlim=(-0.02, 1.02), ylim=(-0.02, 1.02), xlabel="false-alarm rate (safe runs flagged)",
-              ylabel="detection rate (warned before the violation)", title="Detection against false alarms")
+              ylabel="detection rate (warned in time)", title="Detection against false alarms")
     _legend(trade, fontsize=7.5, loc="lower right")
     trade.grid(alpha=0.3)
     figure.tight_layout()
