@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from guard.model import GuardModel
     from guard.policy import Policy
 
-__all__ = ["start_risk", "initial_crossings", "warn_initial_crossings"]
+__all__ = ["start_risk", "initial_crossings", "warn_initial_crossings", "with_default_trigger"]
 
 _CONSEQUENCE = {Action.REFLECT: "reflected", Action.ASK_HUMAN: "sent to a human for approval",
                 Action.STOP: "stopped"}
@@ -84,6 +84,17 @@ def initial_crossings(model: GuardModel, policy: Policy) -> list[str]:
                                 "or lower the threshold)")
             break
     return lines
+
+
+def with_default_trigger(policy: Policy, trigger: Trigger | str | None,
+                         default: Trigger = Trigger.INCREASE) -> Policy:
+    """``policy`` with ``trigger`` if given, else with ``default`` where neither spec nor policy set one
+    (the LangChain integrations default to increase)."""
+    from dataclasses import replace
+
+    if trigger is not None:
+        return replace(policy, trigger=Trigger(trigger))
+    return policy if policy.trigger is not None else replace(policy, trigger=default)
 
 
 def warn_initial_crossings(model: GuardModel, policy: Policy, *, stacklevel: int = 2) -> list[str]:

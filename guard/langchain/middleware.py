@@ -51,7 +51,7 @@ from guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
 from guard.policy import Policy
 from guard.runtime import Decision, Guard, Session
 from guard.spec import Action, Trigger
-from guard.thresholds import warn_initial_crossings
+from guard.thresholds import warn_initial_crossings, with_default_trigger
 
 __all__ = ["Extractor", "ForewarnMiddleware", "GuardedRun", "Intervention", "Outcome"]
 
@@ -104,9 +104,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         self.guard = guard
         self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
         self.policy = policy
-        effective = policy or guard.policy
-        if trigger is not None or effective.trigger is None:  # unset in spec and policy: increase
-            effective = replace(effective, trigger=Trigger(trigger or Trigger.INCREASE))
+        effective = with_default_trigger(policy or guard.policy, trigger)  # unset in spec and policy: increase
         # One guard for all sessions, so its per-abstract-state decision cache is shared.
         self._session_guard = guard if effective == guard.policy else guard.with_policy(effective)
         warn_initial_crossings(guard.model, effective, stacklevel=2)

@@ -31,7 +31,8 @@ from guard.langchain._messages import value_text
 from guard.langchain.errors import ApprovalRequired, RunStopped
 from guard.policy import Policy
 from guard.runtime import Decision, Guard, Session
-from guard.spec import Action
+from guard.spec import Action, Trigger
+from guard.thresholds import with_default_trigger
 
 __all__ = ["Approver", "ToolGuard", "GuardedTool", "guard_tool"]
 
@@ -48,6 +49,8 @@ class ToolGuard:
         guard: the guard.
         extractor: the state extractor (``ToolStateExtractor()`` when None).
         policy: overrides the guard's policy for this run.
+        trigger: ``level`` or ``increase``; by default the policy's, else ``increase``, as for
+            :class:`~guard.langchain.ForewarnMiddleware`.
         user_messages: what the user asked (consent to recipients and amounts).
         approver: decides ``ask_human`` calls; see :data:`Approver`.
 
@@ -57,10 +60,12 @@ class ToolGuard:
     """
 
     def __init__(self, guard: Guard, *, extractor: Extractor | None = None, policy: Policy | None = None,
-                 user_messages: Iterable[str] = (), approver: Approver | None = None) -> None:
+                 user_messages: Iterable[str] = (), approver: Approver | None = None,
+                 trigger: Trigger | str | None = None) -> None:
         self.guard = guard
         self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
-        self.session: Session = guard.session(policy)
+        effective = with_default_trigger(policy or guard.policy, trigger)
+        self.session: Session = guard.session(None if effective == guard.policy else effective)
         self.transcript = Transcript(user_messages=tuple(user_messages))
         self.approver = approver
         self._lock = threading.Lock()

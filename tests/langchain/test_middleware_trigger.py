@@ -9,7 +9,7 @@ from langchain.agents import create_agent
 from _lc_support import ToolLog, p_safe, thresholds
 from guard import Guard
 from guard.errors import ThresholdWarning
-from guard.langchain import ForewarnMiddleware
+from guard.langchain import ForewarnMiddleware, ToolGuard
 from guard.langchain.testing import ScriptedChatModel, tool_calls
 from guard.spec import Action, Trigger
 
@@ -59,3 +59,13 @@ def test_the_level_trigger_warns_and_holds_back_the_first_call(tool_guard: Guard
     run(mw, log, tool_calls(README), tool_calls(README), tool_calls(README), "Gave up.")
     assert log.ran == []  # held back twice, then the reflection limit stops the run
     assert [i.outcome for i in mw.last_run.interventions] == ["held back", "held back", "stopped"]
+
+
+def test_tool_guard_defaults_to_increase_too(tool_guard: Guard) -> None:
+    start = p_safe(tool_guard, USER, [])
+    policy = thresholds(reflect=min(start + 0.05, 1.0))
+    monitor = ToolGuard(tool_guard, policy=policy, user_messages=[USER])
+    assert monitor.session.guard.policy.trigger is Trigger.INCREASE
+    assert monitor.check(*README).action is Action.ALLOW
+    level = ToolGuard(tool_guard, policy=policy, user_messages=[USER], trigger="level")
+    assert level.check(*README).action is Action.REFLECT
