@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 
 from guard.evaluation.calibration import Calibration, calibrate
 from guard.runtime import Guard
-from guard.spec import Action
+from guard.spec import Action, Trigger
 from guard.traces import Run, abstract_run
 
 __all__ = ["Enforcement", "RunReplay", "Spread", "StopOutcome", "ThetaReport", "ReplayReport", "replay_run", "replay",
@@ -59,6 +59,11 @@ class RunReplay:
         meta: the run's ``meta`` (``success`` there marks task success).
         length: the number of steps of the logged run (replay stops at the violation).
         abstract, monitor_states: the product state of every replayed step.
+        start_risk: the risk a run has before its first step (the source's starting risk),
+            what the increase trigger compares the first step with.
+        quiet: steps the increase trigger lets pass — they do not raise the risk over the
+            last known step's (the start's, for the first) by more than ``min_increase`` —
+            and that therefore raise no alarm at any θ (set by :meth:`under_trigger`).
     """
 
     id: str
@@ -69,6 +74,8 @@ class RunReplay:
     length: int | None = None
     abstract: tuple[int, ...] = ()
     monitor_states: tuple[MonitorStates, ...] = ()
+    start_risk: float | None = None
+    quiet: frozenset[int] = frozenset()
 
     @property
     def unsafe(self) -> bool:
@@ -80,8 +87,23 @@ class RunReplay:
         value = self.meta.get("success")
         return value if isinstance(value, bool) else None
 
-    def _alarms(self, p: float | None, theta: float, unseen_alarms: bool) -> bool:
-        return (p is None and unseen_alarms) or (p is not None and 1.0 - p < theta)
+    def _alarms(self, i: int, theta: float, unseen_alarms: bool) -> bool:
+        p = self.p_unsafe[i]
+        return i not in self.quiet and ((p is None and unseen_alarms) or (p is not None and 1.0 - p < theta))
+
+    def under_trigger(self, min_increase: float | None) -> RunReplay:
+        """The run as a trigger sees it: ``None`` the level trigger (every step may alarm), else
+        the increase trigger with that ``min_increase``. The violation and unseen steps always may."""
+        quiet: set[int] = set()
+        if min_increase is not None:
+            base = self.start_risk
+            for i, p in enumerate(self.p_unsafe):
+                if p is None:
+                    continue
+                if i != self.violation and base is not None and p - base <= min_increase:
+                    quiet.add(i)
+                base = p
+        return self if frozenset(quiet) == self.quiet else replace(self, quiet=frozenset(quiet))
 
     def acting_end(self, lookahead: bool = True) -> int:
         """One past the last step whose alarm can still act: the violation itself under look-ahead
@@ -93,7 +115,7 @@ class RunReplay:
     def first_alarm(self, theta: float, unseen_alarms: bool) -> int | None:
         last = self.violation if self.violation is not None else len(self.p_unsafe) - 1
         for i in range(last + 1):
-            if self._alarms(self.p_unsafe[i], theta, unseen_alarms):
+            if self._alarms(i, theta, unseen_alarms):
                 return i
         return None
 
@@ -101,7 +123,7 @@ class RunReplay:
         """Steps that raise an alarm while it can still act (see :meth:`acting_end`): the prompts
         ``reflect`` would send, or the approvals ``ask_human`` would request, were every one ignored."""
         end = self.acting_end(lookahead)
-        return sum(self._alarms(p, theta, unseen_alarms) for p in self.p_unsafe[:end])
+        return sum(self._alarms(i, theta, unseen_alarms) for i in range(end))
 
     def min_p_safe(self, unseen_alarms: bool, lookahead: bool = True) -> float:
         """The lowest p_safe an alarm that can still act could fire on (over the whole of a safe run).
@@ -110,7 +132,9 @@ class RunReplay:
         """
         end = self.acting_end(lookahead)
         low = float("inf")
-        for p in self.p_unsafe[:end]:
+        for i, p in enumerate(self.p_unsafe[:end]):
+            if i in self.quiet:
+                continue
             if p is None:
                 if unseen_alarms:
                     return float("-inf")
@@ -198,6 +222,7 @@ class ReplayReport:
     horizon: int | None = None  # outcomes are "violation within h steps" for F<=h properties
     unseen_alarms: bool = True
     enforcement: Enforcement = Enforcement.LOOKAHEAD
+    min_increase: float | None = None  # None: the level trigger; else the increase trigger's min_increase
     baselines: dict[str, ReplayReport] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     replays: list[RunReplay] = field(default_factory=list, repr=False, compare=False)
@@ -210,17 +235,23 @@ class ReplayReport:
                             "run": None if self.calibration_run is None else self.calibration_run.to_dict()},
             "unsafe_rate": self.unsafe_rate, "runs_with_success": self.runs_with_success,
             "completion_rate": self.completion_rate, "horizon": self.horizon,
-            "enforcement": self.enforcement.value, "notes": list(self.notes)}
+            "enforcement": self.enforcement.value, "trigger": self.trigger, "min_increase": self.min_increase,
+            "notes": list(self.notes)}
         if self.baselines:
             out["baselines"] = {name: b.to_dict() for name, b in self.baselines.items()}
         return out
+
+    @property
+    def trigger(self) -> str:
+        return Trigger.LEVEL.value if self.min_increase is None else Trigger.INCREASE.value
 
     def theta_entries(self) -> list[dict[str, object]]:
         """``replay --format json``: one object per θ with the contract's keys, and more."""
         step, run = self.calibration_step, self.calibration_run
         entries = []
         for t in self.thetas:
-            entry: dict[str, object] = {**asdict(t), "enforcement": self.enforcement.value, "brier": self.brier,
+            entry: dict[str, object] = {**asdict(t), "enforcement": self.enforcement.value, "trigger": self.trigger,
+                                        "brier": self.brier,
                                         "ece": None if step is None else step.ece,
                                         "brier_run": None if run is None else run.brier,
                                         "ece_run": None if run is None else run.ece}
@@ -263,11 +294,12 @@ def replay_run(guard: Guard, run: Run) -> RunReplay:
             violation = i
             break
     return RunReplay(run.id, risks, violation, run.times()[:len(risks)], meta=run.meta, length=len(run.steps),
-                     abstract=tuple(abstract), monitor_states=tuple(monitor_states))
+                     abstract=tuple(abstract), monitor_states=tuple(monitor_states),
+                     start_risk=max(guard.start_risk))  # decisions report the property most at risk
 
 
 def replay(guard: Guard, runs: Iterable[Run], thetas: Sequence[float], *,
-           enforcement: Enforcement | str = Enforcement.LOOKAHEAD,
+           enforcement: Enforcement | str = Enforcement.LOOKAHEAD, trigger: Trigger | str | None = None,
            on_run: Callable[[int], None] | None = None) -> ReplayReport:
     """Replay runs through a guard and summarise per threshold.
 
@@ -277,6 +309,8 @@ def replay(guard: Guard, runs: Iterable[Run], thetas: Sequence[float], *,
         runs: runs in the contract's format (consumed once).
         thetas: thresholds on p_safe.
         enforcement: ``lookahead`` (the middleware's) or ``observe``; see the module's doc.
+        trigger: ``level`` or ``increase`` (with the policy's ``min_increase``); by default the
+            policy's trigger, else ``level``.
         on_run: called with the number of runs replayed so far (progress bars).
     """
     replays = []
@@ -285,7 +319,13 @@ def replay(guard: Guard, runs: Iterable[Run], thetas: Sequence[float], *,
         if on_run is not None:
             on_run(n)
     return summarize(replays, thetas, unseen_alarms=guard.policy.unseen_state is not Action.ALLOW,
-                     horizon=horizon_of(guard.property), enforcement=enforcement)
+                     horizon=horizon_of(guard.property), enforcement=enforcement,
+                     min_increase=min_increase_of(trigger or guard.policy.trigger, guard.policy.min_increase))
+
+
+def min_increase_of(trigger: Trigger | str | None, min_increase: float) -> float | None:
+    """``summarize``'s ``min_increase`` for a trigger: None for level (and unset), the value for increase."""
+    return min_increase if trigger is not None and Trigger(trigger) is Trigger.INCREASE else None
 
 
 def _rate(count: int, total: int) -> float | None:
@@ -297,14 +337,17 @@ def _outcome(r: RunReplay, i: int, horizon: int | None) -> bool:
 
 
 def summarize(replays: Sequence[RunReplay], thetas: Sequence[float], *, unseen_alarms: bool,
-              horizon: int | None = None, enforcement: Enforcement | str = Enforcement.LOOKAHEAD) -> ReplayReport:
+              horizon: int | None = None, enforcement: Enforcement | str = Enforcement.LOOKAHEAD,
+              min_increase: float | None = None) -> ReplayReport:
     """The per-θ figures and the calibration of replayed runs (any risk source).
 
     Calibration scores every step strictly before a run's first violation (the
     violating step predicts nothing) whose risk is known, against whether the run goes
     on to violate (within ``horizon`` steps when the property is ``F<=horizon``); per
-    run, the first step's risk against the run's outcome.
+    run, the first step's risk against the run's outcome. ``min_increase``: None scores the
+    level trigger, a number the increase trigger (see :meth:`RunReplay.under_trigger`).
     """
+    replays = [r.under_trigger(min_increase) for r in replays]
     steps = sum(len(r.p_unsafe) for r in replays)
     unseen = 0
     step_pairs: list[tuple[float, bool]] = []
@@ -331,7 +374,8 @@ def summarize(replays: Sequence[RunReplay], thetas: Sequence[float], *, unseen_a
                         calibration_step=by_step, calibration_run=by_run,
                         unsafe_rate=_rate(n_unsafe, len(replays)), runs_with_success=len(with_success),
                         completion_rate=_rate(completed, len(with_success)), horizon=horizon,
-                        unseen_alarms=unseen_alarms, enforcement=mode, replays=list(replays))
+                        unseen_alarms=unseen_alarms, enforcement=mode, min_increase=min_increase,
+                        replays=replays)
 
 
 def _theta_report(replays: Sequence[RunReplay], theta: float, unseen_alarms: bool, n_unsafe: int, n_safe: int,

@@ -23,6 +23,7 @@ from guard.errors import ForewarnError
 from guard.storm import Method
 from guard.ingest import InputFormat, read_input
 from guard.replay import Enforcement, ReplayReport
+from guard.spec import Trigger
 
 __all__ = ["register", "replay", "evaluate", "tune", "ingest", "parse_thetas", "parse_enforcement"]
 
@@ -49,6 +50,22 @@ EnforcementOption = Annotated[str, typer.Option(
     "--enforcement", help="lookahead: a decision is taken before a step runs, so an alarm on the violating step "
                           "prevents it (the middleware, the sidecar's preview); observe: after (an alarm must "
                           "come strictly before).")]
+
+
+TriggerOption = Annotated[Optional[str], typer.Option(
+    "--trigger", help="Score alarms as this trigger acts: level (p_safe < θ) or increase (and the step raises the "
+                      "run's risk by more than the spec's min_increase). Default: the spec's guard.trigger, else "
+                      "level; the LangChain middleware uses increase when the spec sets none.")]
+
+
+def parse_trigger(text: str | None) -> Trigger | None:
+    """``level`` or ``increase`` (None: as the spec says); anything else is a one-line error."""
+    if text is None:
+        return None
+    try:
+        return Trigger(text.strip().lower())
+    except ValueError:
+        raise ForewarnError(f"--trigger: expected 'level' or 'increase', got {text!r}") from None
 
 
 def parse_enforcement(text: str) -> Enforcement:
@@ -159,6 +176,7 @@ def replay(
         "--baseline-traces", help="Runs to fit the empirical-frequency baseline on (default: the replayed runs, "
                                   "each left out of its own scoring).")] = None,
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
+    trigger: TriggerOption = None,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
     from guard.evaluation.baselines import score_baselines, trace_run
@@ -167,13 +185,14 @@ def replay(
 
     thetas = parse_thetas(theta)
     mode = parse_enforcement(enforcement)
+    trigger_mode = parse_trigger(trigger)
     with caught_warnings() as warned:
         guard = Guard.load(model)
     if period is None:
         period = guard.model.provenance.get("period_seconds")
     with _progress("replaying") as update:
         result = run_replay(guard, read_input(traces, input_format, period=period), thetas, enforcement=mode,
-                            on_run=lambda n: update(completed=n))
+                            trigger=trigger_mode, on_run=lambda n: update(completed=n))
         train = None
         if baseline_traces:
             update(description="baseline runs", completed=0)
@@ -181,7 +200,7 @@ def replay(
                      for r in read_input(baseline_traces, input_format, period=period)]
         baselines = score_baselines(result.replays, thetas, predicates=guard.predicates, monitors=guard.monitors,
                                     train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon,
-                                    enforcement=mode)
+                                    enforcement=mode, min_increase=result.min_increase)
     notes = list(result.notes)
     same = _in_sample(traces, guard.model.provenance)
     if same:
@@ -197,7 +216,7 @@ def replay(
     else:
         result = replace(result, notes=[*notes, *warned])
         _print_replay(result, f"replay of {result.runs} runs ({result.steps} steps) against {model}, "
-                              f"{mode.value} enforcement")
+                              f"{mode.value} enforcement, {result.trigger} trigger")
     if report is not None or plots is not None:
         from guard.evaluation.report import replay_html
 
@@ -277,6 +296,7 @@ def evaluate(
     run: RunOption = None,
     input_format: InputFormatOption = InputFormat.auto,
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
+    trigger: TriggerOption = None,
 ) -> None:
     """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
     from guard.evaluation.evaluate import evaluate as run_evaluate
@@ -284,6 +304,7 @@ def evaluate(
 
     thetas = parse_thetas(theta)
     mode = parse_enforcement(enforcement)
+    trigger_mode = parse_trigger(trigger)
     parsed = load_spec(spec)
     with _progress("reading runs") as update:
         runs = []
@@ -299,12 +320,14 @@ def evaluate(
             update(completed=2 * (fold - 1) + steps[phase], description=f"fold {fold}/{folds}: {phase}")
 
         result = run_evaluate(runs, parsed, thetas, folds=folds, group_by=group_by, seed=seed,
-                              method=method, alpha=alpha, enforcement=mode, on_progress=on_progress)
+                              method=method, alpha=alpha, enforcement=mode, trigger=trigger_mode,
+                              on_progress=on_progress)
     if format is Format.json:
         print_json(result.to_dict())
     else:
         title = (f"{folds}-fold cross-validation of {parsed.name} over {result.pooled.runs} runs"
-                 + (f" in {result.groups} groups by {group_by}" if group_by else "") + f", {mode.value} enforcement")
+                 + (f" in {result.groups} groups by {group_by}" if group_by else "")
+                 + f", {mode.value} enforcement, {result.pooled.trigger} trigger")
         _print_replay(replace(result.pooled, notes=result.notes), title, result)
         pac = Table(title="folds")
         for column in ("fold", "train", "test", "states", "PAC", "states with enough visits", "Brier"):
@@ -343,6 +366,7 @@ def tune(
     format: FormatOption = Format.table,
     input_format: InputFormatOption = InputFormat.auto,
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
+    trigger: TriggerOption = None,
 ) -> None:
     """Choose a threshold per action from cross-validation so that targets on detection or false alarms hold."""
     from guard.evaluation.evaluate import evaluate as run_evaluate
@@ -351,13 +375,14 @@ def tune(
 
     targets = [parse_target(t) for t in target]
     mode = parse_enforcement(enforcement)
+    trigger_mode = parse_trigger(trigger)
     parsed = load_spec(spec)
     runs = list(read_input(traces, input_format, period=period))
     if not runs:
         raise ForewarnError("no runs to tune on: the trace input is empty")
     with _progress("cross-validation", total=2 * folds) as update:
         result = run_evaluate(runs, parsed, [], folds=folds, group_by=group_by, seed=seed, method=method,
-                              alpha=alpha, enforcement=mode,
+                              alpha=alpha, enforcement=mode, trigger=trigger_mode,
                               on_progress=lambda phase, fold: update(completed=2 * fold - (phase == "learn")))
     choices = run_tune(result, parsed, targets)
     chosen = Thresholds(**{c.action.value: c.theta for c in choices})
@@ -371,7 +396,7 @@ def tune(
         parse_spec(text, source=str(output))  # what is written loads
         _atomic_write(output, text)
     if format is Format.json:
-        print_json({"enforcement": mode.value, "folds": folds, "group_by": group_by, "runs": len(runs),
+        print_json({"enforcement": mode.value, "trigger": result.pooled.trigger, "folds": folds, "group_by": group_by, "runs": len(runs),
                     "thresholds": chosen.model_dump(), "output": None if output is None else str(output),
                     "notes": notes, "actions": [
                         {"action": c.action.value, "theta": c.theta, "previous": c.previous,
@@ -381,7 +406,7 @@ def tune(
                         for c in choices]})
         return
     table = Table(title=f"thresholds for {parsed.name}: {folds}-fold cross-validation over {len(runs)} runs, "
-                        f"{mode.value} enforcement")
+                        f"{mode.value} enforcement, {result.pooled.trigger} trigger")
     for column in ("action", "target", "θ", "detection", "false alarms", "advance steps", "advance s",
                    "detection over folds", "false alarms over folds"):
         table.add_column(column, justify="left" if column in ("action", "target") else "right")

@@ -15,9 +15,10 @@ from guard.evaluation.baselines import score_baselines, trace_run
 from guard.evaluation.folds import group_of, split_folds
 from guard.pipeline import learn_model_from_runs
 from guard.predicates import PredicateSet, PythonPredicate
-from guard.replay import Enforcement, ReplayReport, RunReplay, Spread, horizon_of, replay_run, summarize
+from guard.replay import (Enforcement, ReplayReport, RunReplay, Spread, horizon_of, min_increase_of, replay_run,
+                          summarize)
 from guard.runtime import Guard
-from guard.spec import Action, Spec
+from guard.spec import Action, Spec, Trigger
 from guard.storm import Method
 from guard.traces import Run
 
@@ -87,6 +88,7 @@ class EvaluationReport:
         return {
             "spec": self.spec, "folds": len(self.folds), "group_by": self.group_by, "groups": self.groups,
             "seed": self.seed, "runs": self.pooled.runs, "enforcement": self.pooled.enforcement.value,
+            "trigger": self.pooled.trigger, "min_increase": self.pooled.min_increase,
             "thetas": entries,
             "calibration": {**self.pooled.to_dict()["calibration"],  # type: ignore[dict-item]
                             "over_folds": {k: _spread_dict(v) for k, v in self.calibration_over_folds().items()}},
@@ -105,7 +107,7 @@ def _spread_dict(spread: Spread | None) -> dict[str, Any] | None:
 def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds: int = 5,
              group_by: str | None = None, seed: int = 0, method: Method = Method.SOUND,
              alpha: float | None = None, python_predicates: Mapping[str, PythonPredicate] | None = None,
-             enforcement: Enforcement | str = Enforcement.LOOKAHEAD,
+             enforcement: Enforcement | str = Enforcement.LOOKAHEAD, trigger: Trigger | str | None = None,
              on_progress: Callable[[str, int], None] | None = None) -> EvaluationReport:
     """K-fold cross-validation of learning a guard from ``spec`` on ``runs``.
 
@@ -119,6 +121,8 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
         seed: for the assignment of equal-sized groups to folds.
         method: Storm's method for each fold's model.
         enforcement: ``lookahead`` or ``observe`` (see :mod:`guard.replay`), as ``forewarn replay``.
+        trigger: ``level`` or ``increase`` (with the spec's ``min_increase``); by default the
+            spec's ``guard.trigger``, else ``level``.
         on_progress: called with a phase ("learn", "replay") and the fold number.
 
     Raises:
@@ -134,6 +138,8 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
     assignment = split_folds(groups, [t.unsafe for t in traced], folds, seed=seed, key=group_by)
     unseen_alarms = spec.guard.unseen_state is not Action.ALLOW
     horizon = horizon_of(spec.guard.effective_properties()[0].query)
+    scoring = {"unseen_alarms": unseen_alarms, "horizon": horizon, "enforcement": enforcement,
+               "min_increase": min_increase_of(trigger or spec.guard.trigger, spec.guard.min_increase)}
     results: list[FoldResult] = []
     pooled_model: list[RunReplay] = []
     pooled_baselines: dict[str, list[RunReplay]] = {}
@@ -148,10 +154,9 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
         if on_progress is not None:
             on_progress("replay", index)
         replays = [replay_run(guard, runs[i]) for i in test]
-        report = summarize(replays, thetas, unseen_alarms=unseen_alarms, horizon=horizon, enforcement=enforcement)
+        report = summarize(replays, thetas, **scoring)
         baselines = score_baselines(replays, thetas, predicates=predicates, monitors=monitors,
-                                    train=[traced[i] for i in train], unseen_alarms=unseen_alarms, horizon=horizon,
-                                    enforcement=enforcement)
+                                    train=[traced[i] for i in train], **scoring)
         report = replace(report, baselines=baselines)
         pooled_model += replays
         for name, b in baselines.items():
@@ -166,10 +171,8 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
                  "worst": None if worst is None else {"state": worst.state, "visits": worst.visits,
                                                       "required": worst.required}},
             report=report))
-    pooled = summarize(pooled_model, thetas, unseen_alarms=unseen_alarms, horizon=horizon, enforcement=enforcement)
-    pooled = replace(pooled, baselines={name: summarize(rs, thetas, unseen_alarms=unseen_alarms, horizon=horizon,
-                                                        enforcement=enforcement)
-                                        for name, rs in pooled_baselines.items()})
+    pooled = summarize(pooled_model, thetas, **scoring)
+    pooled = replace(pooled, baselines={name: summarize(rs, thetas, **scoring) for name, rs in pooled_baselines.items()})
     notes = []
     if not any(f.pac["satisfied"] for f in results):
         notes.append("No fold's model reached the PAC guarantee: its risks rest on states visited fewer times "

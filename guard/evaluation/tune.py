@@ -143,7 +143,8 @@ def choose_theta(replays: Sequence[RunReplay], target: Target, *, unseen_alarms:
 def _fold_spreads(evaluation: EvaluationReport, thetas: list[float]) -> list[dict[str, Spread | None]]:
     pooled = evaluation.pooled
     per_fold = [summarize(f.report.replays, thetas, unseen_alarms=pooled.unseen_alarms, horizon=pooled.horizon,
-                          enforcement=pooled.enforcement).thetas for f in evaluation.folds]
+                          enforcement=pooled.enforcement, min_increase=pooled.min_increase).thetas
+                for f in evaluation.folds]
     out = []
     for k in range(len(thetas)):
         spreads: dict[str, Spread | None] = {}
@@ -197,7 +198,8 @@ def tune(evaluation: EvaluationReport, spec: Spec, targets: Sequence[Target]) ->
         thetas[action] = kept
     active = sorted({t for t in thetas.values() if t is not None})
     reports = dict(zip(active, summarize(pooled.replays, active, unseen_alarms=pooled.unseen_alarms,
-                                         horizon=pooled.horizon, enforcement=pooled.enforcement).thetas))
+                                         horizon=pooled.horizon, enforcement=pooled.enforcement,
+                                         min_increase=pooled.min_increase).thetas))
     spreads = dict(zip(active, _fold_spreads(evaluation, active)))
     choices = []
     for a in _ORDER:

@@ -146,6 +146,7 @@ def test_tune_table_and_unreachable_target(generated: tuple[Path, Path], forewar
     (["--target", "detection=0.5", "--enforcement", "sometimes"],
      ["--enforcement: expected 'lookahead' or 'observe', got 'sometimes'"]),
     (["--target", "false-alarms=0.1", "--target", "reflect:detection=0.5"], ["two targets for reflect"]),
+    (["--target", "false-alarms=0.1", "--trigger", "rising"], ["--trigger: expected 'level' or 'increase', got 'rising'"]),
 ])
 def test_tune_bad_input(generated: tuple[Path, Path], forewarn_here, args: list[str],
                         fragments: list[str]) -> None:
@@ -196,3 +197,16 @@ def test_write_thresholds_keeps_the_rest(text: str, expected: str) -> None:
     written = write_thresholds(text, Thresholds(reflect=0.7, stop=0.1))
     assert written == expected
     assert parse_spec(written).guard.thresholds == Thresholds(reflect=0.7, stop=0.1)
+
+
+def test_tune_under_the_increase_trigger(generated: tuple[Path, Path], forewarn_here) -> None:
+    traces, spec_path = generated
+    result = forewarn_here("tune", traces, "--spec", spec_path, "--target", "false-alarms=0.1", "--folds", "3",
+                           "--trigger", "increase", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    summary = result.json()
+    assert isinstance(summary, dict) and summary["trigger"] == "increase"
+    theta = summary["thresholds"]["reflect"]
+    cv = evaluate(list(read_runs(traces)), load_spec(spec_path), [theta], folds=3, trigger="increase")
+    assert cv.pooled.trigger == "increase" and cv.pooled.thetas[0].false_alarm_rate <= 0.1
+    assert summary["actions"][0]["figures"]["detection_rate"] == cv.pooled.thetas[0].detection_rate
