@@ -15,6 +15,7 @@ with :class:`~guard.errors.ThresholdWarning`.
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from guard.errors import ThresholdWarning
@@ -39,9 +40,9 @@ def start_risk(model: GuardModel) -> tuple[float, ...]:
     initial = model.dtmc.initial
     total = sum(initial.values()) or 1
     risks = []
-    for prop in model.properties:
-        values = _p_unsafe(prop.outcome.values.tolist(), prop.definition.meaning)
-        risks.append(sum(values[i] * n for i, n in initial.items()) / total)
+    for prop in model.properties:  # only the initial states' values: a model may have 10⁵ states
+        values = _p_unsafe([float(prop.outcome.values[i]) for i in initial], prop.definition.meaning)
+        risks.append(sum(v * n for v, n in zip(values, initial.values())) / total)
     return tuple(risks)
 
 
@@ -55,21 +56,21 @@ def initial_crossings(model: GuardModel, policy: Policy) -> list[str]:
     if policy.trigger is Trigger.INCREASE:
         return []
     dtmc = model.dtmc
-    violated = dtmc.violations.any(axis=1) if dtmc.monitor_states is not None else None
-    starts = [(i, n) for i, n in dtmc.initial.items()
-              if not dtmc.unsafe[i] and (violated is None or not violated[i])]
+    violated = dtmc.violations.any(axis=1)
+    starts = [(i, n) for i, n in dtmc.initial.items() if not dtmc.unsafe[i] and not violated[i]]
     runs = sum(n for _, n in starts)
     lines = []
     for prop in model.properties:
-        p_unsafe = _p_unsafe(prop.outcome.values.tolist(), prop.definition.meaning)
+        values = _p_unsafe([float(prop.outcome.values[i]) for i, _ in starts], prop.definition.meaning)
+        p_unsafe = dict(zip((i for i, _ in starts), values))
         thresholds = prop.definition.thresholds or policy.thresholds
         for action, theta in thresholds.items():  # most severe first: the one that will act
             crossed = [(i, n) for i, n in starts if 1.0 - p_unsafe[i] < theta]
             if not crossed:
                 continue
-            safe = sorted(1.0 - p_unsafe[i] for i, _ in crossed)
-            shown = f"{safe[0]:.2f}" if safe[0] == safe[-1] or f"{safe[0]:.2f}" == f"{safe[-1]:.2f}" \
-                else f"{safe[0]:.2f}–{safe[-1]:.2f}"
+            safe = [1.0 - p_unsafe[i] for i, _ in crossed]
+            low, high = f"{min(safe):.2f}", f"{max(safe):.2f}"
+            shown = low if low == high else f"{low}–{high}"
             head = f"{action.value} θ {theta:g} > p_safe {shown}"
             if len(crossed) == len(starts):
                 where = " at the start" if len(starts) == 1 else " in every initial state"
@@ -90,8 +91,6 @@ def with_default_trigger(policy: Policy, trigger: Trigger | str | None,
                          default: Trigger = Trigger.INCREASE) -> Policy:
     """``policy`` with ``trigger`` if given, else with ``default`` where neither spec nor policy set one
     (the LangChain integrations default to increase)."""
-    from dataclasses import replace
-
     if trigger is not None:
         return replace(policy, trigger=Trigger(trigger))
     return policy if policy.trigger is not None else replace(policy, trigger=default)
