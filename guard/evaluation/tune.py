@@ -229,7 +229,11 @@ def write_thresholds(text: str, thresholds: Thresholds, *, source: str = "<spec>
         document["thresholds"] = {k: v for k, v in values.items() if v is not None}
         dumped = yaml.safe_dump(document, default_flow_style=True, width=10**6, sort_keys=False).strip()
         return text[:guard.start_mark.index] + dumped + text[guard.end_mark.index:]
+    key = next((k for k, _ in guard.value if isinstance(k, yaml.ScalarNode) and k.value == "thresholds"), None)
     node = _value(guard, "thresholds")
+    if key is not None and node is not None and node.start_mark.index == node.end_mark.index:
+        at = text.index(":", key.end_mark.index) + 1  # `thresholds:` with nothing after it
+        return text[:at] + " " + flow + text[at:]
     if node is None:  # a new entry right under `guard:`, indented as its other keys
         first = guard.value[0][0].start_mark
         start = text.rfind("\n", 0, first.index) + 1

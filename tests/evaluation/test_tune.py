@@ -190,6 +190,10 @@ def test_evaluate_and_replay_agree_for_the_same_mode(generated: tuple[Path, Path
      "predicates: {a: state.a}\nunsafe: a\nguard:\n  thresholds: {reflect: 0.7, stop: 0.1}\n  unseen_state: stop\n"),
     ("predicates: {a: state.a}\nunsafe: a  # no guard\n",
      "predicates: {a: state.a}\nunsafe: a  # no guard\nguard:\n  thresholds: {reflect: 0.7, stop: 0.1}\n"),
+    ("predicates: {a: state.a}\nunsafe: a\nguard:\n  thresholds:\n  unseen_state: stop\n",
+     "predicates: {a: state.a}\nunsafe: a\nguard:\n  thresholds: {reflect: 0.7, stop: 0.1}\n  unseen_state: stop\n"),
+    ("predicates: {a: state.a}\nguard:\nunsafe: a\n",
+     "predicates: {a: state.a}\nguard:\n  thresholds: {reflect: 0.7, stop: 0.1}\nunsafe: a\n"),
     ("predicates: {a: state.a}\nunsafe: a\nguard: {unseen_state: stop}\n",
      "predicates: {a: state.a}\nunsafe: a\nguard: {unseen_state: stop, thresholds: {reflect: 0.7, stop: 0.1}}\n"),
 ])
