@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -34,6 +34,9 @@ from guard.evaluation.calibration import Calibration, calibrate
 from guard.runtime import Guard
 from guard.spec import Action, Trigger
 from guard.traces import Run, abstract_run
+
+if TYPE_CHECKING:
+    from guard.bundle_guard import BundleGuard
 
 __all__ = ["Enforcement", "RunReplay", "Spread", "StopOutcome", "ThetaReport", "ReplayReport", "replay_run", "replay",
            "summarize", "rate_curve", "horizon_of"]
@@ -277,8 +280,12 @@ def horizon_of(formula: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def replay_run(guard: Guard, run: Run) -> RunReplay:
-    """Risk at every step of a run, up to and including its first violation."""
+def replay_run(guard: Guard | BundleGuard, run: Run) -> RunReplay:
+    """Risk at every step of a run, up to and including its first violation.
+
+    A bundle replays the run on the member its ``meta`` picks, as a session would.
+    """
+    guard = guard.for_metadata(run.meta)
     risks: list[float | None] = []
     abstract: list[int] = []
     monitor_states: list[MonitorStates] = []
@@ -298,7 +305,7 @@ def replay_run(guard: Guard, run: Run) -> RunReplay:
                      start_risk=max(guard.start_risk))  # decisions report the property most at risk
 
 
-def replay(guard: Guard, runs: Iterable[Run], thetas: Sequence[float], *,
+def replay(guard: Guard | BundleGuard, runs: Iterable[Run], thetas: Sequence[float], *,
            enforcement: Enforcement | str = Enforcement.LOOKAHEAD, trigger: Trigger | str | None = None,
            on_run: Callable[[int], None] | None = None) -> ReplayReport:
     """Replay runs through a guard and summarise per threshold.

@@ -42,7 +42,8 @@ from langgraph.types import Command, interrupt
 from domains.tools.errors import ExtractionError
 from domains.tools.extractor import ToolStateExtractor
 from domains.tools.transcript import CallStatus, ToolStep, Transcript
-from guard.errors import ForewarnError
+from guard.bundle_guard import BundleGuard
+from guard.errors import ForewarnError, PredicateError
 from guard.langchain import _explain as explain
 from guard.langchain._messages import forewarn_data, mark, message_text
 from guard.langchain._lookahead import Turn, not_run, same_state
@@ -82,24 +83,31 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             would hold back every harmless step taken in a risky state.
         max_runs: how many runs' sessions are kept for :meth:`get_run` (oldest dropped).
         name: the middleware's name (to use two of them in one agent).
+        metadata: the run's context, which predicates read as ``meta`` and by which a
+            bundle (:class:`~guard.bundle_guard.BundleGuard`) picks its member: a mapping
+            for every run, or a function of the run's LangGraph config ``metadata``
+            (default: that ``metadata`` itself, as passed in ``invoke(..., config=...)``).
         trigger: ``level`` or ``increase``; by default the policy's (the spec's
             ``guard.trigger``), and ``increase`` when neither sets one: a call that does not
             raise the run's risk by more than ``min_increase`` is never held back, so a run
             that starts risky is not reflected on every harmless call.
 
     Warns (:class:`~guard.errors.ThresholdWarning`) when, under the level trigger, a
-    threshold is already crossed in an initial state.
+    threshold is already crossed in an initial state (of the pooled model, for a bundle).
 
     Raises:
         ValueError: for a setting out of range, or an extractor whose initial state the
             guard's predicates cannot read (``PredicateError``).
     """
 
-    def __init__(self, guard: Guard, *, extractor: Extractor | None = None, policy: Policy | None = None,
+    def __init__(self, guard: Guard | BundleGuard, *, extractor: Extractor | None = None,
+                 policy: Policy | None = None,
                  max_reflections: int = 2, on_reflection_limit: Action | str = Action.STOP,
                  on_extraction_error: Action | Literal["raise"] | str = "raise",
                  allowed_decisions: Sequence[ReviewType] = REVIEW_TYPES, judge_unchanged: bool = False,
-                 max_runs: int = 1024, name: str | None = None, trigger: Trigger | str | None = None) -> None:
+                 max_runs: int = 1024, name: str | None = None,
+                 metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
+                 trigger: Trigger | str | None = None) -> None:
         super().__init__()
         self.guard = guard
         self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
@@ -108,6 +116,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         # One guard for all sessions, so its per-abstract-state decision cache is shared.
         self._session_guard = guard if effective == guard.policy else guard.with_policy(effective)
         warn_initial_crossings(guard.model, effective, stacklevel=2)
+        self.metadata = metadata
         if max_reflections < 0:
             raise ValueError(f"max_reflections={max_reflections!r} must be 0 or more")
         self.max_reflections = max_reflections
@@ -132,8 +141,14 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         self._runs: OrderedDict[str, GuardedRun] = OrderedDict()
         self._lock = threading.RLock()
         self._last: str | None = None
-        # Fail now, not mid-run, if the extractor and the spec do not fit together.
-        guard.predicates.evaluate(self.extractor(Transcript()))
+        # Fail now, not mid-run, if the extractor and the spec do not fit together (the run's metadata
+        # is known only when a run starts: a field missing there is checked then).
+        try:
+            given = metadata if isinstance(metadata, Mapping) else None
+            guard.predicates.evaluate(self.extractor(Transcript()), given)
+        except PredicateError as exc:
+            if exc.where != "meta" or isinstance(metadata, Mapping):
+                raise
 
     @property
     def name(self) -> str:
@@ -157,7 +172,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         with self._lock:
             run = self._runs.get(run_id)
             if run is None:
-                run = self._runs[run_id] = GuardedRun(run_id, Session(self._session_guard))
+                run = self._runs[run_id] = GuardedRun(run_id, self._session_guard.session(metadata=self._metadata()))
                 while len(self._runs) > self.max_runs:
                     self._runs.popitem(last=False)
                 self._replay(run, messages)
@@ -165,6 +180,16 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                 self._runs.move_to_end(run_id)
             self._last = run_id
             return run
+
+    def _metadata(self) -> Mapping[str, Any] | None:
+        """The metadata of a run that starts now."""
+        if isinstance(self.metadata, Mapping):
+            return self.metadata
+        try:
+            given = get_config().get("metadata") or {}
+        except RuntimeError:  # outside a runnable context
+            given = {}
+        return self.metadata(given) if self.metadata is not None else dict(given)
 
     def _replay(self, run: GuardedRun, messages: Sequence[BaseMessage]) -> None:
         """Commit what a run did so far to its fresh session: the initial state, then each
