@@ -191,7 +191,8 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
                                                       "required": worst.required}},
             report=report))
     pooled = summarize(pooled_model, thetas, **scoring)
-    pooled = replace(pooled, baselines={name: summarize(rs, thetas, **scoring) for name, rs in pooled_baselines.items()})
+    pooled = replace(pooled, baselines={name: summarize(rs, thetas, **scoring)
+                                        for name, rs in pooled_baselines.items()})
     notes = []
     if not any(f.pac["satisfied"] for f in results):
         notes.append("No fold's model reached the PAC guarantee: its risks rest on states visited fewer times "

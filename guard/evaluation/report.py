@@ -228,8 +228,8 @@ never in time.</dd>
 <dt>Stop at θ</dt><dd>Every run ends at its first alarm: a violation is prevented when the alarm came in time; a
 safe run is cut short; a run whose meta.success is true completes only when it raised no alarm (the paper's
 Table 3: unsafe % over all runs, completion % over runs with meta.success).</dd>
-<dt>Alarm steps / run</dt><dd>Steps that raise an alarm while it can act (see the enforcement): the prompts reflect would
-send, or the approvals ask_human would request, had every one been ignored. Offline replay cannot know how an
+<dt>Alarm steps / run</dt><dd>Steps that raise an alarm while it can act (see the enforcement): the prompts reflect
+would send, or the approvals ask_human would request, had every one been ignored. Offline replay cannot know how an
 agent would have reacted to a prompt, so it does not guess outcomes for reflect or ask_human.</dd>
 <dt>Brier score, ECE</dt><dd>Per step: each step before the violation with a known risk, its p_unsafe against whether
 the run went on to violate (within h steps for a property F&lt;=h). Per run: the first step's p_unsafe against the

@@ -146,7 +146,8 @@ def test_tune_table_and_unreachable_target(generated: tuple[Path, Path], forewar
     (["--target", "detection=0.5", "--enforcement", "sometimes"],
      ["--enforcement: expected 'lookahead' or 'observe', got 'sometimes'"]),
     (["--target", "false-alarms=0.1", "--target", "reflect:detection=0.5"], ["two targets for reflect"]),
-    (["--target", "false-alarms=0.1", "--trigger", "rising"], ["--trigger: expected 'level' or 'increase', got 'rising'"]),
+    (["--target", "false-alarms=0.1", "--trigger", "rising"],
+     ["--trigger: expected 'level' or 'increase', got 'rising'"]),
 ])
 def test_tune_bad_input(generated: tuple[Path, Path], forewarn_here, args: list[str],
                         fragments: list[str]) -> None:
