@@ -177,3 +177,19 @@ def test_learn_prints_the_warning(forewarn_here, toy_spec_path: Path, write_runs
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("warning: reflect θ 0.9 > p_safe ") and "every first call will be reflected" in line
     assert result.json()["threshold_warnings"] == [line.removeprefix("warning: ")]
+
+
+def test_replay_shows_the_warning_once_it_succeeded(forewarn_here, risky: GuardModel, write_runs: WriteRuns,
+                                                    tmp_path: Path) -> None:
+    model = risky.save(tmp_path / "risky.json")
+    runs = write_runs([toy_run("u", [NONE, A, AB]), toy_run("s", [NONE, B])], "replay.jsonl")
+    as_json = forewarn_here("replay", runs, "--model", model, "--theta", "0.5", "--format", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert isinstance(as_json.json(), list)
+    assert as_json.stderr.startswith("warning: reflect θ 0.9 > p_safe 0.70 at the start")
+    table = forewarn_here("replay", runs, "--model", model, "--theta", "0.5")
+    assert "note: reflect θ 0.9 > p_safe 0.70 at the start" in " ".join(table.stdout.split())
+    broken = write_runs(['{"id": "b", "steps": [{"state": {"a": true}}]}'], "broken.jsonl")  # no field b
+    failing = forewarn_here("replay", broken, "--model", model, "--theta", "0.5")
+    [line] = failing.stderr.strip().splitlines()  # the error alone: the warning waits for a success
+    assert failing.returncode == 2 and line.startswith("error: ") and "'b'" in line
