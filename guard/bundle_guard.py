@@ -19,6 +19,7 @@ from guard.model import GuardModel
 from guard.policy import Policy
 from guard.predicates import PredicateSet, PythonPredicate
 from guard.runtime import Decision, Guard, Session
+from guard.thresholds import warn_initial_crossings
 
 __all__ = ["BundleGuard", "load_guard"]
 
@@ -109,8 +110,13 @@ class BundleGuard:
 
 
 def load_guard(path: str | Path, **options: Any) -> Guard | BundleGuard:
-    """A guard for a model file, or a bundle guard for a bundle file (options as for :class:`Guard`)."""
+    """A guard for a model file, or a bundle guard for a bundle file (options as for :class:`Guard`).
+
+    A model warns as :meth:`Guard.load` does when a threshold is crossed where runs start.
+    """
     loaded = load_model_or_bundle(path)
     if isinstance(loaded, GuardBundle):
         return BundleGuard(loaded, **options)
-    return Guard(loaded, **options)
+    guard = Guard(loaded, **options)
+    warn_initial_crossings(guard.model, guard.policy, stacklevel=2)
+    return guard

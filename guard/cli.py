@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from guard._cli import Format, err, out, print_json
+from guard._cli import Format, err, out, print_json, print_warnings
 from guard.errors import ForewarnError
 from guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
 from guard.model import CheckedProperty, GuardModel
@@ -93,12 +93,18 @@ def learn(
         return
     model = learned
     summary = _summary(model, output)
+    from guard.policy import Policy
+    from guard.thresholds import initial_crossings
+
+    crossings = initial_crossings(model, Policy.from_settings(model.spec.guard))
+    summary["threshold_warnings"] = crossings
+    print_warnings(crossings)
     if format is Format.json:
         print_json(summary)
         return
     table = Table(title=f"forewarn learn → {output}", show_header=False)
     for key, value in summary.items():
-        if key not in ("pac_worst", "initial_interval"):
+        if key not in ("pac_worst", "initial_interval", "threshold_warnings"):
             table.add_row(key, str(value))
     out.print(table)
     interval = summary["initial_interval"]

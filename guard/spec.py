@@ -21,6 +21,7 @@ __all__ = [
     "PredicateDef",
     "ValidTransitions",
     "Thresholds",
+    "Trigger",
     "GuardSettings",
     "Meaning",
     "MonitorDef",
@@ -108,6 +109,13 @@ class Thresholds(_Strict):
         return [(action, theta) for action, theta in pairs if theta is not None]
 
 
+class Trigger(str, Enum):
+    """What a threshold is applied to (docs/spec.md, "Triggers")."""
+
+    LEVEL = "level"  # the risk of the state a step leads to
+    INCREASE = "increase"  # the same, but only when the step raises the run's current risk
+
+
 class Meaning(str, Enum):
     """Whether a property's probability is that of the bad thing or of the good thing."""
 
@@ -156,6 +164,9 @@ class GuardSettings(_Strict):
     unseen_state: Action = Action.ASK_HUMAN
     act_on: Literal["point", "upper"] = "point"  # the risk acted on: p_unsafe, or its interval's ci_high
     min_visits: int = Field(default=0, ge=0)  # a state seen fewer times is treated as unseen
+    # None: not set — a Guard uses level, the LangChain middleware increase (docs/langchain.md)
+    trigger: Trigger | None = None
+    min_increase: float = Field(default=0.0, ge=0.0, le=1.0)
 
     @field_validator("property")
     @classmethod
@@ -168,6 +179,8 @@ class GuardSettings(_Strict):
             raise ValueError("give either 'properties' or 'property'/'horizon', not both")
         if self.property is not None and self.horizon is not None:
             raise ValueError("'horizon' applies to the default property; write the bound into 'property'")
+        if self.trigger is Trigger.LEVEL and self.min_increase:
+            raise _Located("'min_increase' applies to 'trigger: increase', not 'level'", "guard", "min_increase")
         names = [p.name for p in self.properties]
         if len(set(names)) != len(names):
             raise ValueError(f"property names must be unique, got {names}")

@@ -54,6 +54,10 @@ class PolicyOverrides(_In):
         default=None, description="Act on p_unsafe ('point') or on its confidence interval's upper end ('upper').")
     min_visits: int | None = Field(default=None, ge=0, description="A state left fewer times in the training "
                                                                      "runs is treated as unseen.")
+    trigger: Literal["level", "increase"] | None = Field(
+        default=None, description="increase: act only on a step that raises the session's risk by more than "
+                                  "min_increase (docs/spec.md).")
+    min_increase: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class SessionCreate(_In):
@@ -103,6 +107,8 @@ class PropertyValue(_Out):
     ci_low: float | None = None
     ci_high: float | None = None
     threshold: float | None = None
+    baseline_p_unsafe: float | None = None
+    increase: float | None = None
 
 
 class ModelRef(_Out):
@@ -122,6 +128,8 @@ class DecisionOut(_Out):
     visits: int | None = Field(default=None, description="Departures observed from this state in the training runs.")
     property: str
     threshold: float | None = None
+    baseline_p_unsafe: float | None = None  # trigger increase: the session's risk this step was compared with
+    increase: float | None = None
     known: bool
     unsafe_now: bool
     abstract_state: dict[str, bool]

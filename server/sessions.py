@@ -40,7 +40,9 @@ class LiveSession:
 
 def effective_policy(policy: Policy) -> dict[str, Any]:
     return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
-            "act_on": policy.act_on, "min_visits": policy.min_visits}
+            "act_on": policy.act_on, "min_visits": policy.min_visits,
+            "trigger": "level" if policy.trigger is None else policy.trigger.value,
+            "min_increase": policy.min_increase}
 
 
 def make_session(loaded: LoadedModel, overrides: dict[str, Any] | None,

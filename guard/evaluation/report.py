@@ -77,7 +77,8 @@ def _summary(report: ReplayReport, subject: str) -> str:
     t = _middle(report)
     if t is None:
         return ""
-    parts = [f"{subject} {report.runs} runs ({t.n_unsafe} violating, {t.n_safe} safe). At θ = {t.theta:g}"]
+    parts = [f"{subject} {report.runs} runs ({t.n_unsafe} violating, {t.n_safe} safe), with "
+             f"{report.enforcement.value} enforcement. At θ = {t.theta:g}"]
     if t.n_unsafe:
         ahead = ""
         if t.advance_steps is not None:
@@ -200,7 +201,7 @@ def _figure(png: bytes, caption: str) -> str:
 
 
 _CAPTIONS = {
-    "curve": "Left: the share of violating runs warned of strictly before the violation (blue) and of safe runs "
+    "curve": "Left: the share of violating runs warned of in time (blue; see the enforcement) and of safe runs "
              "flagged at all (red), over θ; dashed: the empirical-frequency baseline; dotted: the reactive rule, "
              "which does not depend on θ. Right: the same as a trade-off, one point per chosen θ.",
     "reliability": "Steps (left) and runs (right, the first step's prediction) grouped by predicted p_unsafe in "
@@ -217,15 +218,18 @@ _DEFINITIONS = """<dl>
 after it is replayed.</dd>
 <dt>Alarm at θ</dt><dd>A step whose p_safe = 1 − p_unsafe is below θ, or whose abstract state the model never saw
 (when the policy acts on unseen states).</dd>
-<dt>Detection rate</dt><dd>Violating runs with an alarm strictly before the violation, over all violating runs. An
-alarm at the violating step itself is too late and does not count.</dd>
+<dt>Enforcement</dt><dd>lookahead (the LangChain middleware, the sidecar's preview): the decision on a step is taken
+before it runs, so an alarm on the violating step itself prevents it (advance 0). observe (a guard told of each step
+after it happened): only an alarm strictly before the violation is in time. A violation at a run's first step is
+never in time.</dd>
+<dt>Detection rate</dt><dd>Violating runs with an alarm in time, over all violating runs.</dd>
 <dt>False-alarm rate</dt><dd>Runs that never violate but raised an alarm at any step, over all such runs.</dd>
 <dt>Advance warning</dt><dd>Steps (and seconds, when steps carry t) from the first alarm to the violation.</dd>
-<dt>Stop at θ</dt><dd>Every run ends at its first alarm: a violation is prevented when the alarm came before it; a
+<dt>Stop at θ</dt><dd>Every run ends at its first alarm: a violation is prevented when the alarm came in time; a
 safe run is cut short; a run whose meta.success is true completes only when it raised no alarm (the paper's
 Table 3: unsafe % over all runs, completion % over runs with meta.success).</dd>
-<dt>Alarm steps / run</dt><dd>Steps before the violation (or the end) that raise an alarm: the prompts reflect would
-send, or the approvals ask_human would request, had every one been ignored. Offline replay cannot know how an
+<dt>Alarm steps / run</dt><dd>Steps that raise an alarm while it can act (see the enforcement): the prompts reflect
+would send, or the approvals ask_human would request, had every one been ignored. Offline replay cannot know how an
 agent would have reacted to a prompt, so it does not guess outcomes for reflect or ask_human.</dd>
 <dt>Brier score, ECE</dt><dd>Per step: each step before the violation with a known risk, its p_unsafe against whether
 the run went on to violate (within h steps for a property F&lt;=h). Per run: the first step's p_unsafe against the
