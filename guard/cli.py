@@ -145,12 +145,7 @@ def check(
         if property is None:
             raise ForewarnError("checking a PRISM file needs --property, e.g. --property 'P=? [F \"goal\"]'")
         result = check_prism_file(model, property, constants=const, method=method, precision=precision)
-        if format is Format.json:
-            print_json({"property": result.formula, "initial": result.initial,
-                         "states": [{"index": i, "value": float(v)} for i, v in enumerate(result.values)]})
-        else:
-            out.print(f"{result.formula} = {result.initial:.6g} in the initial state "
-                      f"({result.states} states, {result.transitions} transitions)")
+        _print_prism_check(result, format)
         return
     if const is not None:
         raise ForewarnError("--const applies to PRISM files only")
@@ -177,13 +172,15 @@ def check(
                 name: monitors[name].describe(q) for name, q in zip(dtmc.monitors, monitor_rows[i])},
             "kind": "end" if bits < 0 else "state",
             "unsafe": bool(dtmc.unsafe[i]),
-            "value": float(first.values[i]),
+            "value": _number(first.values[i]),
             "lower": None if first.lower is None else float(first.lower[i]),
             "upper": None if first.upper is None else float(first.upper[i]),
             "ctl": {name: bool(v[i]) for name, v in verdicts.items()},
         }
+        if first.verdicts is not None:  # a state formula with a bound: Storm's verdict in this state
+            row["verdict"] = bool(first.verdicts[i])
         if len(outcomes) > 1:
-            row["properties"] = {name: {"value": float(o.values[i]),
+            row["properties"] = {name: {"value": _number(o.values[i]),
                                         "lower": None if o.lower is None else float(o.lower[i]),
                                         "upper": None if o.upper is None else float(o.upper[i])}
                                  for name, o in outcomes}
@@ -196,7 +193,7 @@ def check(
     table = Table(title="  ".join(f"{name}: {o.formula}" for name, o in outcomes) + f"  ({first.method.value})")
     columns = ["#", "state"] + (["monitors"] if monitor_rows is not None else []) + ["unsafe"] \
         + [name for name, _ in outcomes] + (["lower", "upper"] if len(outcomes) == 1 else []) \
-        + ["EF unsafe", "AG !unsafe"]
+        + (["holds"] if first.verdicts is not None else []) + ["EF unsafe", "AG !unsafe"]
     for column in columns:
         table.add_column(column, justify="left" if column in {"state", "monitors", "unsafe"} else "right")
     for i, row in enumerate(rows):
@@ -204,12 +201,46 @@ def check(
         if monitor_rows is not None:
             cells.append(", ".join(f"{k} {v}" for k, v in row["monitors"].items()))
         cells.append("yes" if row["unsafe"] else "")
-        cells += [_fmt(float(o.values[i]), 6) for _, o in outcomes]
+        cells += [_fmt(_number(o.values[i]), 6) for _, o in outcomes]
         if len(outcomes) == 1:
             cells += [_fmt(row["lower"], 6), _fmt(row["upper"], 6)]
+        if "verdict" in row:
+            cells.append("true" if row["verdict"] else "false")
         cells += ["yes" if row["ctl"]["EF unsafe"] else "no", "yes" if row["ctl"]["AG !unsafe"] else "no"]
         table.add_row(*cells)
     out.print(table)
+
+
+def _number(value: float) -> float | None:
+    """A per-state value for output; NaN (no probability: a Boolean state formula) is ``None``."""
+    return None if value != value else float(value)
+
+
+def _print_prism_check(result: Any, format: Format) -> None:
+    states = []
+    for i, v in enumerate(result.values):
+        entry: dict[str, Any] = {"index": i, "value": _number(v)}
+        if result.verdicts is not None:
+            entry["verdict"] = bool(result.verdicts[i])
+        states.append(entry)
+    if format is Format.json:
+        document: dict[str, Any] = {"property": result.formula, "initial": _number(result.initial)}
+        if result.verdicts is not None:
+            document["verdict"] = result.verdict
+            document["initial_states"] = [{"index": i, "verdict": bool(result.verdicts[i])}
+                                          for i in result.initial_states]
+        document["states"] = states
+        print_json(document)
+        return
+    size = f"({result.states} states, {result.transitions} transitions)"
+    if result.verdicts is None:
+        out.print(f"{result.formula} = {result.initial:.6g} in the initial state {size}")
+        return
+    held = [i for i in result.initial_states if result.verdicts[i]]
+    value = "" if _number(result.initial) is None else f" (probability {result.initial:.6g})"
+    where = "the initial state" if len(result.initial_states) == 1 else \
+        f"{len(held)} of {len(result.initial_states)} initial states"
+    out.print(f"{result.formula} is {'true' if result.verdict else 'false'}{value} in {where} {size}")
 
 
 @app.command()
