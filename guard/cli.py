@@ -1,6 +1,7 @@
 """The ``forewarn`` command line (typer). Thin: parsing, printing, exit codes."""
 from __future__ import annotations
 
+import math
 import sys
 from enum import Enum
 from pathlib import Path
@@ -76,12 +77,65 @@ def learn(
         if key != "pac_worst":
             table.add_row(key, str(value))
     out.print(table)
-    worst = summary["pac_worst"]
-    if worst:
-        out.print(f"PAC (ε={model.pac.epsilon}, δ={model.pac.delta}): "
-                  f"{model.pac.satisfied_count}/{len(model.pac.states)} states have enough visits; worst "
-                  f"state {worst['state']} ({worst['predicates']}) has {worst['visits']} of "
-                  f"{worst['required']} required.")
+    for line in _pac_lines(model):
+        out.print(line, highlight=False)
+
+
+def _pac_lines(model: GuardModel) -> list[str]:
+    """The PAC report in words: the paper's bound, then the tighter one (guard/pac.py)."""
+    pac, runs = model.pac, model.provenance.get("runs")
+    worst = pac.worst
+    if worst is None:
+        return []
+    lines = [f"PAC (ε={pac.epsilon}, δ={pac.delta}), the paper's bound: {pac.satisfied_count}/{len(pac.states)} "
+             f"states have enough visits; worst state {worst.state} ({_pac_words(model, worst.state)}) has "
+             f"{worst.visits} of {worst.required if worst.required is not None else '∞'} required"
+             + ("" if pac.runs_factor is None or pac.satisfied else f" ({_more_runs(pac.runs_factor, runs)})") + "."]
+    tight = pac.tight
+    if tight is None:
+        return lines + ["PAC, tighter bound: not in this model file (written by an older Forewarn); re-learn."]
+    head = f"PAC, tighter per-state bound: every state's risk is within {tight.worst_bound:.3g} of the true chain's"
+    if tight.satisfied:
+        return lines + [head + f" (≤ ε = {pac.epsilon}): met."]
+    if tight.runs_factor is None:
+        return lines + [head + "; more runs cannot meet ε (a state is never left, or some never absorb)."]
+    states = ", ".join(f"{i} ({_pac_words(model, i)}, {_visits(model, i)} → "
+                       f"{next(s.required for s in tight.states if s.state == i)} visits)" for i in tight.limiting[:3])
+    return lines + [head + f"; ε = {pac.epsilon} needs {_more_runs(tight.runs_factor, runs)}, most of all "
+                    f"through state {states}."]
+
+
+def _more_runs(factor: float, runs: Any) -> str:
+    if isinstance(runs, int) and runs > 0:
+        return f"about {factor:.3g}× the runs, {math.ceil(factor * runs):,} instead of {runs:,}"
+    return f"about {factor:.3g}× the runs"
+
+
+def _visits(model: GuardModel, state: int) -> int:
+    return next((s.visits for s in model.pac.states if s.state == state), 0)
+
+
+def _pac_document(model: GuardModel) -> dict[str, Any]:
+    """The PAC report for JSON output (``check``): both bounds, the paper's labelled as such."""
+    pac, runs = model.pac, model.provenance.get("runs")
+    tight = pac.tight
+
+    def needed(factor: float | None) -> int | None:
+        return math.ceil(factor * runs) if factor is not None and isinstance(runs, int) else None
+
+    return {
+        "epsilon": pac.epsilon, "delta": pac.delta, "runs": runs,
+        "paper": {"satisfied": pac.satisfied, "states_satisfied": pac.satisfied_count, "states": len(pac.states),
+                  "amplification": pac.amplification if math.isfinite(pac.amplification) else None,
+                  "runs_factor": pac.runs_factor, "runs_needed": needed(pac.runs_factor)},
+        "tight": None if tight is None else {
+            "satisfied": tight.satisfied,
+            "worst_bound": tight.worst_bound if math.isfinite(tight.worst_bound) else None,
+            "runs_factor": tight.runs_factor, "runs_needed": needed(tight.runs_factor),
+            "limiting": [{"state": i, "predicates": _pac_words(model, i), "visits": _visits(model, i),
+                          "required": next(s.required for s in tight.states if s.state == i)}
+                         for i in tight.limiting]},
+    }
 
 
 def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
@@ -108,6 +162,11 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         "check_seconds": model.provenance.get("check_seconds", round(o.seconds, 6)),
         "pac_satisfied": pac.satisfied,
         "pac_amplification": pac.amplification,
+        "pac_runs_factor": pac.runs_factor,
+        "pac_tight_satisfied": None if pac.tight is None else pac.tight.satisfied,
+        "pac_tight_worst_bound": None if pac.tight is None or not math.isfinite(pac.tight.worst_bound)
+        else round(pac.tight.worst_bound, 6),
+        "pac_tight_runs_factor": None if pac.tight is None else pac.tight.runs_factor,
         "pac_worst": None if worst is None else {
             "state": worst.state, "visits": worst.visits, "required": worst.required,
             "predicates": _pac_words(model, worst.state)},
@@ -188,7 +247,7 @@ def check(
     if format is Format.json:
         print_json({"property": first.formula, "method": first.method.value,
                      "properties": [{"name": name, "formula": o.formula} for name, o in outcomes],
-                     "states": rows})
+                     "pac": _pac_document(loaded), "states": rows})
         return
     table = Table(title="  ".join(f"{name}: {o.formula}" for name, o in outcomes) + f"  ({first.method.value})")
     columns = ["#", "state"] + (["monitors"] if monitor_rows is not None else []) + ["unsafe"] \
@@ -209,6 +268,8 @@ def check(
         cells += ["yes" if row["ctl"]["EF unsafe"] else "no", "yes" if row["ctl"]["AG !unsafe"] else "no"]
         table.add_row(*cells)
     out.print(table)
+    for line in _pac_lines(loaded):
+        out.print(line, highlight=False)
 
 
 def _number(value: float) -> float | None:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from guard.errors import ForewarnError, ModelFileError
 from guard.learning import END, LearnedDTMC
-from guard.pac import PACReport, StatePAC
+from guard.pac import PACReport, StatePAC, TightPAC, TightStatePAC
 from guard.spec import Meaning, PropertyDef, Spec, parse_spec
 from guard.storm import CheckOutcome, Method
 
@@ -76,7 +76,27 @@ class PACStateEntry(_Doc):
     satisfied: bool
 
 
+class TightStateEntry(_Doc):
+    state: int
+    bound: float | None  # None: infinite
+    required: int | None
+    satisfied: bool
+
+
+class TightPACEntry(_Doc):
+    """The tighter per-state bound (guard/pac.py); absent from files written before it."""
+
+    method: str = "hoeffding-bernstein"
+    satisfied: bool
+    worst_bound: float | None  # None: infinite
+    runs_factor: float | None  # None: more runs cannot meet it
+    limiting: list[int] = []
+    states: list[TightStateEntry]
+
+
 class PACEntry(_Doc):
+    """The top-level fields are the paper's bound (Pro2Guard Algorithm 1, line 11)."""
+
     epsilon: float
     delta: float
     delta_per_state: float
@@ -84,6 +104,7 @@ class PACEntry(_Doc):
     satisfied: bool
     chain_states: int | None = None
     states: list[PACStateEntry]
+    tight: TightPACEntry | None = None
 
 
 class ModelDocument(_Doc):
@@ -196,6 +217,7 @@ class GuardModel:
                             "valuation": None if self.pac_valuations is None else self.pac_valuations[s.state],
                             "visits": s.visits, "required": s.required,
                             "satisfied": s.satisfied} for s in pac.states],
+                **({} if pac.tight is None else {"tight": _tight_document(pac.tight)}),
             },
             "provenance": self.provenance,
         }
@@ -265,6 +287,16 @@ class GuardModel:
             raise ModelFileError(f"{source}: embedded spec is invalid: {exc}") from exc
         dtmc, properties, pac, provenance, valuations = _restore(doc, spec, source)
         return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations)
+
+
+def _tight_document(tight: TightPAC) -> dict[str, Any]:
+    def finite(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    return {"method": "hoeffding-bernstein", "satisfied": tight.satisfied, "worst_bound": finite(tight.worst_bound),
+            "runs_factor": tight.runs_factor, "limiting": tight.limiting,
+            "states": [{"state": s.state, "bound": finite(s.bound), "required": s.required, "satisfied": s.satisfied}
+                       for s in tight.states]}
 
 
 def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
@@ -366,9 +398,15 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
                                doc.check.seconds / max(1, len(doc.properties)))
         properties.append(CheckedProperty(definition, outcome))
     p = doc.pac
+    tight = None
+    if p.tight is not None:
+        t = p.tight
+        tight = TightPAC(t.satisfied, math.inf if t.worst_bound is None else t.worst_bound, t.runs_factor,
+                         list(t.limiting), [TightStatePAC(e.state, math.inf if e.bound is None else e.bound,
+                                                          e.required, e.satisfied) for e in t.states])
     pac = PACReport(epsilon=p.epsilon, delta=p.delta, delta_per_state=p.delta_per_state,
                     amplification=math.inf if p.amplification is None else p.amplification,
-                    states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states])
+                    states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states], tight=tight)
     valuations = None
     if p.chain_states is not None:
         valuations = [[False] * width for _ in range(p.chain_states)]
