@@ -92,6 +92,10 @@ class TightPACEntry(_Doc):
     runs_factor: float | None  # None: more runs cannot meet it
     limiting: list[int] = []
     states: list[TightStateEntry]
+    initial_bound: float | None = None  # the risk from a run's first state (None: infinite)
+    initial_satisfied: bool = False
+    initial_runs_factor: float | None = None
+    initial_limiting: list[int] = []
 
 
 class PACEntry(_Doc):
@@ -296,7 +300,9 @@ def _tight_document(tight: TightPAC) -> dict[str, Any]:
     return {"method": "hoeffding-bernstein", "satisfied": tight.satisfied, "worst_bound": finite(tight.worst_bound),
             "runs_factor": tight.runs_factor, "limiting": tight.limiting,
             "states": [{"state": s.state, "bound": finite(s.bound), "required": s.required, "satisfied": s.satisfied}
-                       for s in tight.states]}
+                       for s in tight.states],
+            "initial_bound": finite(tight.initial_bound), "initial_satisfied": tight.initial_satisfied,
+            "initial_runs_factor": tight.initial_runs_factor, "initial_limiting": tight.initial_limiting}
 
 
 def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
@@ -403,7 +409,9 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
         t = p.tight
         tight = TightPAC(t.satisfied, math.inf if t.worst_bound is None else t.worst_bound, t.runs_factor,
                          list(t.limiting), [TightStatePAC(e.state, math.inf if e.bound is None else e.bound,
-                                                          e.required, e.satisfied) for e in t.states])
+                                                          e.required, e.satisfied) for e in t.states],
+                         math.inf if t.initial_bound is None else t.initial_bound, t.initial_satisfied,
+                         t.initial_runs_factor, list(t.initial_limiting))
     pac = PACReport(epsilon=p.epsilon, delta=p.delta, delta_per_state=p.delta_per_state,
                     amplification=math.inf if p.amplification is None else p.amplification,
                     states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states], tight=tight)

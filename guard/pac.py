@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -76,13 +76,18 @@ class TightStatePAC:
 
 @dataclass(frozen=True)
 class TightPAC:
-    """The tighter per-state bound (see the module docstring)."""
+    """The tighter bound (see the module docstring), for every state and from the start."""
 
     satisfied: bool  # every state's bound ≤ ε
     worst_bound: float  # max_i ε̂_i (∞ if some state never absorbs)
     runs_factor: float | None  # runs needed / runs learned from (1 when met; None: more runs cannot help)
     limiting: list[int]  # states carrying most of the worst state's bound, largest share first
     states: list[TightStatePAC]
+    # the risk of a run from its first state (Definition 4 of the paper: P(φ) of the chain)
+    initial_bound: float = math.inf
+    initial_satisfied: bool = False
+    initial_runs_factor: float | None = None
+    initial_limiting: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -216,14 +221,15 @@ def pac_report(dtmc: LearnedDTMC, *, epsilon: float, delta: float) -> PACReport:
 
 def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, limiting: int = 5,
                 rounds: int = 8) -> TightPAC:
-    """The per-state bound ε̂ = (I − Q̂)⁻¹ r on |learned − true| P(F unsafe) (module docstring).
+    """The per-state bound ε̂ = (I − Q̂)⁻¹ r on |learned − true| P(F unsafe), and the bound on
+    the risk of a run from its first state (module docstring).
 
     ``rounds`` caps the Bernstein refinement: each round is one sparse solve, and every
     round's bound is valid on its own (the intervals only shrink).
     """
     transient = np.flatnonzero(~dtmc.absorbing)
     if transient.size == 0:
-        return TightPAC(True, 0.0, 1.0, [], [])
+        return TightPAC(True, 0.0, 1.0, [], [], 0.0, True, 1.0, [])
     matrix = dtmc.matrix
     n = np.asarray(dtmc.counts.sum(axis=1)).ravel()[transient]
     seen = n > 0
@@ -237,14 +243,11 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
         states = [TightStatePAC(int(i), math.inf, None, False) for i in transient.tolist()]
         return TightPAC(False, math.inf, None, [], states)
 
-    def bernstein(variance: np.ndarray) -> np.ndarray:
-        return np.where(seen, (log_term / 3 + np.sqrt(log_term**2 / 9 + 2 * n1 * log_term * variance)) / n1, np.inf)
-
     bound = np.ones(transient.size)
     for _ in range(rounds):
-        lo, hi = np.clip(learned - bound, 0.0, 1.0), np.clip(learned + bound, 0.0, 1.0)
-        variance = np.where((lo <= 0.5) & (hi >= 0.5), 0.25, np.maximum(lo * (1 - lo), hi * (1 - hi)))
-        radius = np.minimum(1.0, np.minimum(hoeffding, bernstein(variance)) + shift)
+        variance = _variance_bound(learned - bound, learned + bound)
+        radius = np.minimum(1.0, np.minimum(hoeffding, _bernstein(n1, log_term, variance)) + shift)
+        radius[~seen] = 1.0
         step = _solve(system, radius)
         if step is None:
             break
@@ -254,39 +257,89 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
         if done:
             break
     worst = float(bound.max(initial=0.0))
-    satisfied = worst <= epsilon
-    factor = 1.0 if satisfied else _runs_factor(system, epsilon, seen, n1, hoeffding, variance, shift,
-                                                 np.diff(matrix.indptr)[transient] * dtmc.alpha, log_term)
+    projection = _projection(system, seen, n1, hoeffding, variance, shift,
+                             np.diff(matrix.indptr)[transient] * dtmc.alpha, log_term)
+    factor = 1.0 if worst <= epsilon else None if projection is None else \
+        float(max(1.0, np.max(_growth(projection[0], projection[1], epsilon))))
     states = [TightStatePAC(int(i), float(bound[k]),
                             None if factor is None else int(math.ceil(factor * n[k] - 1e-9)),
                             bool(bound[k] <= epsilon)) for k, i in enumerate(transient.tolist())]
-    order: list[int] = []
-    if worst > 0:
-        # the worst state's row of (I − Q̂)⁻¹ (one transposed solve) times each state's radius
-        pick = np.zeros(transient.size)
-        pick[int(np.argmax(bound))] = 1.0
-        row = _solve(system.T.tocsr(), pick)
-        if row is not None:
-            share = row * radius
-            order = [int(transient[k]) for k in np.argsort(-share, kind="stable")[:limiting] if share[k] > 0]
-    return TightPAC(satisfied, worst, factor, order, states)
+    pick = np.zeros(transient.size)
+    pick[int(np.argmax(bound))] = 1.0
+
+    # the risk of a run from its first state (the paper's Definition 4): the learned initial
+    # distribution μ̂ weighs the states' bounds, and its own sampling error over the runs is
+    # one more Hoeffding/Bernstein radius (a spare δ': `end` is in |S| but has no estimated row)
+    position = {int(i): k for k, i in enumerate(transient.tolist())}
+    runs = sum(dtmc.initial.values())
+    mu = np.zeros(transient.size)
+    risk = 0.0
+    for i, count in dtmc.initial.items():
+        if int(i) in position:
+            mu[position[int(i)]] += count / runs
+            risk += count / runs * learned[position[int(i)]]
+        elif dtmc.unsafe[int(i)]:
+            risk += count / runs
+    carried = float(mu @ bound)
+    start_hoeffding = math.sqrt(log_term / (2.0 * runs)) if runs else math.inf
+    start_radius, start_variance = start_hoeffding, 0.25
+    for _ in range(rounds):
+        start_radius = min(start_hoeffding, float(_bernstein(np.array([max(runs, 1)]), log_term,
+                                                             np.array([start_variance]))[0]))
+        start_variance = float(_variance_bound(np.array([risk - carried - start_radius]),
+                                               np.array([risk + carried + start_radius]))[0])
+    initial = min(1.0, carried + start_radius)
+    initial_factor: float | None = 1.0
+    if initial > epsilon:
+        initial_factor = None if projection is None or not runs else float(max(1.0, _growth(
+            np.array([mu @ projection[0] + start_hoeffding]), np.array([mu @ projection[1]]), epsilon)[0]))
+    return TightPAC(worst <= epsilon, worst, factor, _limiting(system, pick, radius, transient, limiting), states,
+                    initial, initial <= epsilon, initial_factor, _limiting(system, mu, radius, transient, limiting))
 
 
-def _runs_factor(system: sp.csr_matrix, epsilon: float, seen: np.ndarray, n: np.ndarray, hoeffding: np.ndarray,
-                 variance: np.ndarray, shift: np.ndarray, k_alpha: np.ndarray, log_term: float) -> float | None:
-    """How many times the runs would meet ε if every state's visits grew m-fold (chain and
+def _bernstein(n: np.ndarray, log_term: float, variance: np.ndarray) -> np.ndarray:
+    """Bernstein's radius for a mean of n terms in [0, 1] of variance at most ``variance``, at δ'."""
+    return (log_term / 3 + np.sqrt(log_term**2 / 9 + 2 * n * log_term * variance)) / n
+
+
+def _variance_bound(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """max v(1 − v) over v in [lo, hi] ∩ [0, 1]: a bound on the variance of terms in [0, 1] of mean v."""
+    lo, hi = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
+    return np.where((lo <= 0.5) & (hi >= 0.5), 0.25, np.maximum(lo * (1 - lo), hi * (1 - hi)))
+
+
+def _limiting(system: sp.csr_matrix, weights: np.ndarray, radius: np.ndarray, transient: np.ndarray,
+              count: int) -> list[int]:
+    """The states carrying most of weights·(I − Q̂)⁻¹·r (one transposed solve), largest first."""
+    if not weights.any():
+        return []
+    row = _solve(system.T.tocsr(), weights)
+    if row is None:
+        return []
+    share = row * radius
+    return [int(transient[k]) for k in np.argsort(-share, kind="stable")[:count] if share[k] > 0]
+
+
+def _growth(big_a: np.ndarray, big_c: np.ndarray, epsilon: float) -> np.ndarray:
+    """The m with A/√m + C/m = ε, per entry: C·u² + A·u = ε for u = 1/√m."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = np.where(big_c > 0, (-big_a + np.sqrt(big_a**2 + 4 * big_c * epsilon)) / (2 * np.where(big_c > 0, big_c, 1)),
+                     epsilon / big_a)
+        return 1.0 / u**2
+
+
+def _projection(system: sp.csr_matrix, seen: np.ndarray, n: np.ndarray, hoeffding: np.ndarray,
+                variance: np.ndarray, shift: np.ndarray, k_alpha: np.ndarray, log_term: float
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(A, C) with ε̂(m) ≤ A/√m + C/m per state, if every state's visits grew m-fold (chain and
     variances as now): each radius is at most a/√m + c/m (Hoeffding: a = h, c = 0; Bernstein:
-    a = √(2Lσ²/n), c = 2L/(3n); the smoothing shift b(m) ≤ b·(n + kα)/(n·m)), so per state
-    ε̂(m) ≤ A/√m + C/m with A = (I − Q̂)⁻¹a, C = (I − Q̂)⁻¹c; solve C·u² + A·u = ε for u = 1/√m."""
+    a = √(2Lσ²/n), c = 2L/(3n); the smoothing shift b(m) ≤ b·(n + kα)/(n·m)), and
+    A = (I − Q̂)⁻¹a, C = (I − Q̂)⁻¹c. ``None``: a state never left (more runs elsewhere cannot help)."""
     if not np.all(seen):
-        return None  # a state never left: more runs through the others cannot bound it
+        return None
     a_b, c_b = np.sqrt(2 * log_term * variance / n), 2 * log_term / (3 * n)
     use_b = a_b + c_b < hoeffding  # either form bounds the radius; take the one smaller now
     a = np.where(use_b, a_b, hoeffding)
     c = np.where(use_b, c_b, 0.0) + shift * (n + k_alpha) / n
     big_a, big_c = _solve(system, a), _solve(system, c)
-    if big_a is None or big_c is None:
-        return None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        u = np.where(big_c > 0, (-big_a + np.sqrt(big_a**2 + 4 * big_c * epsilon)) / (2 * big_c), epsilon / big_a)
-    return float(max(1.0, np.max(1.0 / u**2)))
+    return None if big_a is None or big_c is None else (big_a, big_c)
