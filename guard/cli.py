@@ -94,21 +94,29 @@ def _pac_lines(model: GuardModel) -> list[str]:
     tight = pac.tight
     if tight is None:
         return lines + ["PAC, tighter bound: not in this model file (written by an older Forewarn); re-learn."]
-    head = f"PAC, tighter per-state bound: every state's risk is within {tight.worst_bound:.3g} of the true chain's"
-    if tight.satisfied:
-        return lines + [head + f" (≤ ε = {pac.epsilon}): met."]
-    if tight.runs_factor is None:
-        return lines + [head + "; more runs cannot meet ε (a state is never left, or some never absorb)."]
-    states = ", ".join(f"{i} ({_pac_words(model, i)}, {_visits(model, i)} → "
-                       f"{next(s.required for s in tight.states if s.state == i)} visits)" for i in tight.limiting[:3])
-    return lines + [head + f"; ε = {pac.epsilon} needs {_more_runs(tight.runs_factor, runs)}, most of all "
-                    f"through state {states}."]
+    confidence = f"{1 - pac.delta:.0%}"
+
+    def verdict(bound: float, factor: float | None, limiting: list[int]) -> str:
+        if bound <= pac.epsilon:
+            return f"±{bound:.3g}: met (ε = {pac.epsilon})"
+        if factor is None:
+            return f"±{bound:.3g}; more runs cannot meet ε = {pac.epsilon} (a state is never left)"
+        through = ", ".join(f"{i} ({_pac_words(model, i)}, {_visits(model, i)} visits)" for i in limiting[:3])
+        return f"±{bound:.3g}; ε = {pac.epsilon} needs {_more_runs(factor, runs)}" + \
+            (f", most of all through state {through}" if through else "")
+
+    return lines + [
+        f"PAC, tighter bound ({confidence} confidence): a run's risk from its first state (the paper's "
+        f"Definition 4) {verdict(tight.initial_bound, tight.initial_runs_factor, tight.initial_limiting)}.",
+        f"PAC, tighter bound ({confidence} confidence): every state's risk "
+        f"{verdict(tight.worst_bound, tight.runs_factor, tight.limiting)}."]
 
 
 def _more_runs(factor: float, runs: Any) -> str:
+    times = f"{factor:,.0f}" if factor >= 100 else f"{factor:.3g}"
     if isinstance(runs, int) and runs > 0:
-        return f"about {factor:.3g}× the runs, {math.ceil(factor * runs):,} instead of {runs:,}"
-    return f"about {factor:.3g}× the runs"
+        return f"about {times}× the runs, {math.ceil(factor * runs):,} instead of {runs:,}"
+    return f"about {times}× the runs"
 
 
 def _visits(model: GuardModel, state: int) -> int:
@@ -134,7 +142,12 @@ def _pac_document(model: GuardModel) -> dict[str, Any]:
             "runs_factor": tight.runs_factor, "runs_needed": needed(tight.runs_factor),
             "limiting": [{"state": i, "predicates": _pac_words(model, i), "visits": _visits(model, i),
                           "required": next(s.required for s in tight.states if s.state == i)}
-                         for i in tight.limiting]},
+                         for i in tight.limiting],
+            "initial": {"satisfied": tight.initial_satisfied,
+                        "bound": tight.initial_bound if math.isfinite(tight.initial_bound) else None,
+                        "runs_factor": tight.initial_runs_factor, "runs_needed": needed(tight.initial_runs_factor),
+                        "limiting": [{"state": i, "predicates": _pac_words(model, i), "visits": _visits(model, i)}
+                                     for i in tight.initial_limiting]}},
     }
 
 
@@ -167,6 +180,9 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         "pac_tight_worst_bound": None if pac.tight is None or not math.isfinite(pac.tight.worst_bound)
         else round(pac.tight.worst_bound, 6),
         "pac_tight_runs_factor": None if pac.tight is None else pac.tight.runs_factor,
+        "pac_tight_initial_bound": None if pac.tight is None or not math.isfinite(pac.tight.initial_bound)
+        else round(pac.tight.initial_bound, 6),
+        "pac_tight_initial_runs_factor": None if pac.tight is None else pac.tight.initial_runs_factor,
         "pac_worst": None if worst is None else {
             "state": worst.state, "visits": worst.visits, "required": worst.required,
             "predicates": _pac_words(model, worst.state)},

@@ -13,40 +13,46 @@ in the paper's appendix (H* = max_t H), which is the sound reading of line 11.
 
 **The tighter bound** (:func:`tight_bound`), with the same meaning: with probability at
 least 1 − δ, every state's learned probability of reaching ``unsafe`` is within ε of
-the true chain's. Let x be the true reach probabilities and x̂ the learned ones; both
-are 1 on unsafe and 0 on ``end`` (absorbing in both chains), and on the transient
-states T, exactly,
+the true chain's. It works on the *jump chain* (transient self-loops removed, rows
+rescaled: reach probabilities are unchanged, and a state's departures to other states
+are i.i.d. draws from its rescaled row). Let x be the true reach probabilities and x̂
+the learned ones; both are 1 on unsafe and 0 on ``end``, and on the transient states,
+exactly,
 
     x̂ − x = (I − Q̂)⁻¹ · e,   e_i = Σ_j (P̂_ij − P_ij) · x_j
 
-(subtract x = P·x from x̂ = P̂·x̂ and collect x̂ − x on the left; Q̂ is the learned
-chain on T, so (I − Q̂)⁻¹ ≥ 0 is known). Split e_i at the empirical row p̃_i = n_ij/n_i:
+(subtract x = P·x from x̂ = P̂·x̂; Q̂ is the learned jump chain on the transient states,
+so (I − Q̂)⁻¹ ≥ 0 is known). Split e_i at the empirical row p̃_ij = n_ij/n_i:
 
 * Σ_j (p̃_ij − P_ij) x_j is the mean of x over the n_i observed successors of i minus
-  its expectation: x is fixed (the true chain's), each term lies in [0, 1], and the
-  successors of successive visits are independent draws from P_i (Markov property), so
-  by Hoeffding it exceeds h_i = √(log(2/δ')/(2·n_i)) with probability at most δ';
+  its expectation x_i: x is fixed (the true chain's) and each term lies in [0, 1], so
+  Hoeffding bounds it by h_i = √(log(2/δ')/(2·n_i)), and Bernstein (variance at most
+  x_i(1 − x_i)) by (L/3 + √(L²/9 + 2·n_i·L·σ²))/n_i, L = log(2/δ'); the smaller is used;
 * Σ_j (P̂_ij − p̃_ij) x_j, the smoothing's shift, is at most b_i = ½‖P̂_i − p̃_i‖₁
   (both rows sum to 1 and x ∈ [0, 1]); it is known exactly.
 
 With a union bound over the states (δ' = δ/|S|, as the paper), with probability ≥ 1 − δ
-every |e_i| ≤ r_i = min(1, h_i + b_i), hence, per state,
+every |e_i| ≤ r_i = min(1, sampling + b_i), hence, per state,
 
-    |x̂_i − x_i| ≤ ε̂_i = min(1, ((I − Q̂)⁻¹ r)_i) ≤ B̂ · max_j r_j.
+    |x̂_i − x_i| ≤ ε̂_i = min(1, ((I − Q̂)⁻¹ r)_i).
 
-Unlike the paper's B·max form, ε̂ weighs each state's estimation error by how often it
-is visited on the way from i, and Hoeffding on the one vector x replaces a bound on
-every transition probability. Like the paper, the departure counts are taken as given.
-The bound is met when max_i ε̂_i ≤ ε. Otherwise :attr:`TightPAC.runs_factor` says how
+σ² is unknown, but on the same event x ∈ x̂ ± ε̂: starting from σ² ≤ 1/4, each round
+uses the largest x(1 − x) the previous bound allows (every round's bound is valid).
+
+The risk of a run from its first state — the paper's Definition 4, P(φ) of the chain —
+is bounded by Σ_i μ̂_i ε̂_i plus the sampling error of the learned initial distribution μ̂
+over the runs (one more Hoeffding/Bernstein radius: ``end`` counts in |S| but has no
+estimated row, so δ' covers it). Like the paper, the departure counts are taken as
+given. A bound is met when it is ≤ ε. Otherwise :attr:`TightPAC.runs_factor` says how
 many times the runs learned from would meet it if every state's visits grew in
-proportion (h falls as 1/√m, b as 1/m), and ``limiting`` names the states that carry
-most of the worst state's bound: more runs through them is what helps.
+proportion (sampling radii fall as 1/√m or 1/m, the shift as 1/m), and ``limiting``
+names the states that carry most of the bound: more runs through them is what helps.
 """
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -230,8 +236,10 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
     transient = np.flatnonzero(~dtmc.absorbing)
     if transient.size == 0:
         return TightPAC(True, 0.0, 1.0, [], [], 0.0, True, 1.0, [])
+    departures = np.asarray(dtmc.counts.sum(axis=1)).ravel()[transient]  # visits, for the report
+    dtmc = _jump_chain(dtmc)
     matrix = dtmc.matrix
-    n = np.asarray(dtmc.counts.sum(axis=1)).ravel()[transient]
+    n = np.asarray(dtmc.counts.sum(axis=1)).ravel()[transient]  # departures to another state
     seen = n > 0
     n1 = np.maximum(n, 1)
     log_term = math.log(2.0 / delta_per_state)
@@ -262,7 +270,7 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
     factor = 1.0 if worst <= epsilon else None if projection is None else \
         float(max(1.0, np.max(_growth(projection[0], projection[1], epsilon))))
     states = [TightStatePAC(int(i), float(bound[k]),
-                            None if factor is None else int(math.ceil(factor * n[k] - 1e-9)),
+                            None if factor is None else int(math.ceil(factor * departures[k] - 1e-9)),
                             bool(bound[k] <= epsilon)) for k, i in enumerate(transient.tolist())]
     pick = np.zeros(transient.size)
     pick[int(np.argmax(bound))] = 1.0
@@ -295,6 +303,30 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
             np.array([mu @ projection[0] + start_hoeffding]), np.array([mu @ projection[1]]), epsilon)[0]))
     return TightPAC(worst <= epsilon, worst, factor, _limiting(system, pick, radius, transient, limiting), states,
                     initial, initial <= epsilon, initial_factor, _limiting(system, mu, radius, transient, limiting))
+
+
+def _jump_chain(dtmc: LearnedDTMC) -> LearnedDTMC:
+    """The chain seen only when it changes state: transient self-loops removed, rows rescaled
+    (P'_ij = P_ij / (1 − P_ii)), self-loop counts dropped. Reach probabilities are the same,
+    and a state's departures to *other* states are i.i.d. draws from P'_i, so its sampling
+    error is bounded from those alone, and (I − Q̂')⁻¹ counts changes of state, not steps."""
+    matrix, counts = dtmc.matrix.tocsr(), dtmc.counts.tocsr()
+    transient = ~dtmc.absorbing
+
+    def drop_loops(m: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
+        rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
+        loop = (rows == m.indices) & transient[rows]
+        loops = np.bincount(rows[loop], weights=m.data[loop], minlength=m.shape[0])
+        keep = ~loop
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows[keep], minlength=m.shape[0]))])
+        return sp.csr_matrix((m.data[keep], m.indices[keep], indptr), shape=m.shape), loops
+
+    jumps, stay = drop_loops(matrix)
+    jump_counts, _ = drop_loops(counts)
+    scale = np.where(stay < 1.0, 1.0 / np.maximum(1.0 - stay, 1e-300), 1.0)
+    jumps = sp.csr_matrix((jumps.data * np.repeat(scale, np.diff(jumps.indptr)), jumps.indices, jumps.indptr),
+                          shape=jumps.shape)
+    return replace(dtmc, matrix=jumps, counts=jump_counts)
 
 
 def _bernstein(n: np.ndarray, log_term: float, variance: np.ndarray) -> np.ndarray:

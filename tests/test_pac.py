@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from _support import A, NONE, WriteRuns, expected_steps, toy_run
+from _support import A, CLI, NONE, WriteRuns, expected_steps, toy_run
 from guard.learning import END, LearnedDTMC, TransitionCounts, learn_dtmc
 from guard.model import GuardModel
 from guard.pac import amplification_factor, pac_report, tight_bound
@@ -91,9 +91,14 @@ def test_model_file_keeps_the_report(toy_model: GuardModel, tmp_path: Path) -> N
 # -- the tighter per-state bound ------------------------------------------------------
 
 def hand_first_round(dtmc: LearnedDTMC, delta_per_state: float) -> np.ndarray:
-    """min(1, (I − Q̂)⁻¹ r) with r = min(1, min(Hoeffding, Bernstein at σ² = 1/4) + ½‖P̂ − p̃‖₁), densely."""
+    """min(1, (I − Q̂')⁻¹ r) with r = min(1, min(Hoeffding, Bernstein at σ² = 1/4) + ½‖P̂' − p̃'‖₁), densely,
+    on the jump chain: transient self-loops dropped, rows rescaled, self-loop counts dropped."""
     transient = np.flatnonzero(~dtmc.absorbing)
     dense, counts = dtmc.matrix.toarray(), dtmc.counts.toarray()
+    for i in transient:
+        stay = dense[i, i]
+        dense[i, i] = counts[i, i] = 0.0
+        dense[i] /= 1 - stay
     log_term = math.log(2 / delta_per_state)
     radius = []
     for i in transient:
@@ -164,3 +169,20 @@ def test_an_older_model_file_without_the_tight_bound_still_loads(toy_model: Guar
     loaded = GuardModel.load(path)
     assert loaded.pac.tight is None and loaded.pac.states == toy_model.pac.states
     assert GuardModel.load(toy_model.save(tmp_path / "new.json")).pac.tight == toy_model.pac.tight
+
+
+def test_learn_and_check_report_both_bounds(toy_model_path: Path, forewarn_here: CLI) -> None:
+    model = GuardModel.load(toy_model_path)
+    tight = model.pac.tight
+    assert tight is not None
+    document = forewarn_here("check", toy_model_path, "--format", "json").json()
+    assert isinstance(document, dict)
+    pac = document["pac"]
+    assert pac["paper"]["runs_factor"] == model.pac.runs_factor and not pac["paper"]["satisfied"]
+    assert pac["tight"]["worst_bound"] == tight.worst_bound and pac["tight"]["runs_factor"] == tight.runs_factor
+    assert pac["tight"]["runs_needed"] == math.ceil(tight.runs_factor * model.provenance["runs"])
+    assert [entry["state"] for entry in pac["tight"]["limiting"]] == tight.limiting
+    assert pac["tight"]["initial"]["bound"] == tight.initial_bound
+    table = forewarn_here("check", toy_model_path).stdout
+    assert "the paper's bound" in table and "tighter bound" in table and "Definition 4" in table
+    assert f"{math.ceil(tight.runs_factor * model.provenance['runs']):,} instead of" in " ".join(table.split())

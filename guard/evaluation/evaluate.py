@@ -167,7 +167,10 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
                  "tight": None if pac.tight is None else {  # the tighter per-state bound (guard/pac.py)
                      "satisfied": pac.tight.satisfied,
                      "worst_bound": pac.tight.worst_bound if math.isfinite(pac.tight.worst_bound) else None,
-                     "runs_factor": pac.tight.runs_factor, "limiting": pac.tight.limiting}},
+                     "runs_factor": pac.tight.runs_factor, "limiting": pac.tight.limiting,
+                     "initial_satisfied": pac.tight.initial_satisfied,
+                     "initial_bound": pac.tight.initial_bound if math.isfinite(pac.tight.initial_bound) else None,
+                     "initial_runs_factor": pac.tight.initial_runs_factor}},
             report=report))
     pooled = summarize(pooled_model, thetas, unseen_alarms=unseen_alarms, horizon=horizon)
     pooled = replace(pooled, baselines={name: summarize(rs, thetas, unseen_alarms=unseen_alarms, horizon=horizon)
