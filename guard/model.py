@@ -28,7 +28,7 @@ from guard.pac import PACReport, StatePAC, TightPAC, TightStatePAC
 from guard.spec import Meaning, PropertyDef, Spec, parse_spec
 from guard.storm import CheckOutcome, Method
 
-__all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument"]
+__all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument", "write_document"]
 
 SCHEMA_VERSION = 1
 _TOLERANCE = 1e-9
@@ -230,20 +230,7 @@ class GuardModel:
 
     def save(self, path: str | Path) -> Path:
         """Write the model atomically (a crash leaves the old file, never half a new one)."""
-        path = Path(path)
-        data = orjson.dumps(self.to_document(), option=orjson.OPT_INDENT_2)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return write_document(path, self.to_document())
 
     # -- reading --------------------------------------------------------------------
 
@@ -268,7 +255,11 @@ class GuardModel:
         return cls.from_document(document, source=str(path))
 
     @classmethod
-    def from_document(cls, document: Any, *, source: str = "<model>") -> GuardModel:
+    def from_document(cls, document: Any, *, source: str = "<model>", spec: Spec | None = None) -> GuardModel:
+        """A model from its parsed JSON (``spec``: an already parsed spec to reuse when its text is the same)."""
+        if isinstance(document, dict) and document.get("format") == "forewarn-bundle":
+            raise ModelFileError(f"{source}: a model bundle, not a single model: load it with "
+                                 "guard.load_guard (or BundleGuard.load)")
         if not isinstance(document, dict) or document.get("format") != "forewarn-model":
             raise ModelFileError(f"{source}: not a Forewarn model file (no \"format\": \"forewarn-model\")")
         version = document.get("schema_version")
@@ -285,10 +276,11 @@ class GuardModel:
         if doc.checksum != expected:
             raise ModelFileError(f"{source}: checksum mismatch: the file was modified after Forewarn wrote it "
                                  "(hand edits are not accepted; re-run 'forewarn learn')")
-        try:
-            spec = parse_spec(doc.spec, source=f"{source} (embedded spec)")
-        except ForewarnError as exc:
-            raise ModelFileError(f"{source}: embedded spec is invalid: {exc}") from exc
+        if spec is None or spec.text != doc.spec:
+            try:
+                spec = parse_spec(doc.spec, source=f"{source} (embedded spec)")
+            except ForewarnError as exc:
+                raise ModelFileError(f"{source}: embedded spec is invalid: {exc}") from exc
         dtmc, properties, pac, provenance, valuations = _restore(doc, spec, source)
         return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations)
 
@@ -303,6 +295,24 @@ def _tight_document(tight: TightPAC) -> dict[str, Any]:
                        for s in tight.states],
             "initial_bound": finite(tight.initial_bound), "initial_satisfied": tight.initial_satisfied,
             "initial_runs_factor": tight.initial_runs_factor, "initial_limiting": tight.initial_limiting}
+
+
+def write_document(path: str | Path, document: dict[str, Any]) -> Path:
+    """Write a JSON document atomically (a crash leaves the old file, never half a new one)."""
+    path = Path(path)
+    data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
