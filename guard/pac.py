@@ -268,7 +268,7 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
     projection = _projection(system, seen, n1, hoeffding, variance, shift,
                              np.diff(matrix.indptr)[transient] * dtmc.alpha, log_term)
     factor = 1.0 if worst <= epsilon else None if projection is None else \
-        float(max(1.0, np.max(_growth(projection[0], projection[1], epsilon))))
+        _finite(max(1.0, float(np.max(_growth(projection[0], projection[1], epsilon)))))
     states = [TightStatePAC(int(i), float(bound[k]),
                             None if factor is None else int(math.ceil(factor * departures[k] - 1e-9)),
                             bool(bound[k] <= epsilon)) for k, i in enumerate(transient.tolist())]
@@ -299,8 +299,8 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
     initial = min(1.0, carried + start_radius)
     initial_factor: float | None = 1.0
     if initial > epsilon:
-        initial_factor = None if projection is None or not runs else float(max(1.0, _growth(
-            np.array([mu @ projection[0] + start_hoeffding]), np.array([mu @ projection[1]]), epsilon)[0]))
+        initial_factor = None if projection is None or not runs else _finite(max(1.0, float(_growth(
+            np.array([mu @ projection[0] + start_hoeffding]), np.array([mu @ projection[1]]), epsilon)[0])))
     return TightPAC(worst <= epsilon, worst, factor, _limiting(system, pick, radius, transient, limiting), states,
                     initial, initial <= epsilon, initial_factor, _limiting(system, mu, radius, transient, limiting))
 
@@ -352,11 +352,15 @@ def _limiting(system: sp.csr_matrix, weights: np.ndarray, radius: np.ndarray, tr
     return [int(transient[k]) for k in np.argsort(-share, kind="stable")[:count] if share[k] > 0]
 
 
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
 def _growth(big_a: np.ndarray, big_c: np.ndarray, epsilon: float) -> np.ndarray:
-    """The m with A/√m + C/m = ε, per entry: C·u² + A·u = ε for u = 1/√m."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        u = np.where(big_c > 0, (-big_a + np.sqrt(big_a**2 + 4 * big_c * epsilon)) / (2 * np.where(big_c > 0, big_c, 1)),
-                     epsilon / big_a)
+    """The m with A/√m + C/m = ε, per entry: C·u² + A·u = ε for u = 1/√m, in the form free of
+    cancellation, u = 2ε / (A + √(A² + 4Cε)) (C = 0 included)."""
+    with np.errstate(divide="ignore"):
+        u = 2 * epsilon / (big_a + np.sqrt(big_a**2 + 4 * big_c * epsilon))
         return 1.0 / u**2
 
 

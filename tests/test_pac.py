@@ -91,8 +91,8 @@ def test_model_file_keeps_the_report(toy_model: GuardModel, tmp_path: Path) -> N
 # -- the tighter per-state bound ------------------------------------------------------
 
 def hand_first_round(dtmc: LearnedDTMC, delta_per_state: float) -> np.ndarray:
-    """min(1, (I − Q̂')⁻¹ r) with r = min(1, min(Hoeffding, Bernstein at σ² = 1/4) + ½‖P̂' − p̃'‖₁), densely,
-    on the jump chain: transient self-loops dropped, rows rescaled, self-loop counts dropped."""
+    """min(1, (I − Q̂')⁻¹ r), r = min(1, min(Hoeffding, Bernstein at σ² = 1/4) + ½‖P̂' − p̃'‖₁), densely, on
+    the jump chain: transient self-loops dropped, rows rescaled, self-loop counts dropped."""
     transient = np.flatnonzero(~dtmc.absorbing)
     dense, counts = dtmc.matrix.toarray(), dtmc.counts.toarray()
     for i in transient:
