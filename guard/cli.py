@@ -124,7 +124,7 @@ def _pac_lines(model: GuardModel) -> list[str]:
         if bound <= pac.epsilon:
             return f"±{bound:.3g}: met (ε = {pac.epsilon})"
         if factor is None:
-            return f"±{bound:.3g}; more runs cannot meet ε = {pac.epsilon} (a state is never left)"
+            return f"±{bound:.3g}; no forecast of the runs that would meet ε = {pac.epsilon}"
         through = ", ".join(f"{i} ({_pac_words(model, i)}, {_visits(model, i)} visits)" for i in limiting[:3])
         return f"±{bound:.3g}; ε = {pac.epsilon} needs {_more_runs(factor, runs)}" + \
             (f", most of all through state {through}" if through else "")

@@ -89,7 +89,7 @@ class TightPACEntry(_Doc):
     method: str = "hoeffding-bernstein"
     satisfied: bool
     worst_bound: float | None  # None: infinite
-    runs_factor: float | None  # None: more runs cannot meet it
+    runs_factor: float | None  # None: no forecast (some state never absorbs)
     limiting: list[int] = []
     states: list[TightStateEntry]
     initial_bound: float | None = None  # the risk from a run's first state (None: infinite)

@@ -86,7 +86,7 @@ class TightPAC:
 
     satisfied: bool  # every state's bound ≤ ε
     worst_bound: float  # max_i ε̂_i (∞ if some state never absorbs)
-    runs_factor: float | None  # runs needed / runs learned from (1 when met; None: more runs cannot help)
+    runs_factor: float | None  # runs needed / runs learned from (1 when met; None: no forecast)
     limiting: list[int]  # states carrying most of the worst state's bound, largest share first
     states: list[TightStatePAC]
     # the risk of a run from its first state (Definition 4 of the paper: P(φ) of the chain)
@@ -370,9 +370,9 @@ def _projection(system: sp.csr_matrix, seen: np.ndarray, n: np.ndarray, hoeffdin
     """(A, C) with ε̂(m) ≤ A/√m + C/m per state, if every state's visits grew m-fold (chain and
     variances as now): each radius is at most a/√m + c/m (Hoeffding: a = h, c = 0; Bernstein:
     a = √(2Lσ²/n), c = 2L/(3n); the smoothing shift b(m) ≤ b·(n + kα)/(n·m)), and
-    A = (I − Q̂)⁻¹a, C = (I − Q̂)⁻¹c. ``None``: a state never left (more runs elsewhere cannot help)."""
-    if not np.all(seen):
-        return None
+    A = (I − Q̂)⁻¹a, C = (I − Q̂)⁻¹c. A state not yet seen leaving counts as one departure here (a
+    forecast: more runs will show it leave); ``None`` only if a solve fails."""
+    hoeffding = np.where(seen, hoeffding, np.sqrt(log_term / 2.0))  # n = 1 where unseen (n is already ≥ 1)
     a_b, c_b = np.sqrt(2 * log_term * variance / n), 2 * log_term / (3 * n)
     use_b = a_b + c_b < hoeffding  # either form bounds the radius; take the one smaller now
     a = np.where(use_b, a_b, hoeffding)
