@@ -32,8 +32,9 @@ def test_a_bounded_query_on_a_learned_model_gives_a_verdict_per_state(toy_model_
         assert isinstance(document, dict) and document["property"] == query
         states = document["states"]
         assert [s["verdict"] for s in states] == [holds(exact[i]) for i in range(len(states))], query
-        # beside the verdict, the probability the bound is compared with
+        # beside the verdict, the probability the bound is compared with, and that probability's interval
         assert [s["value"] for s in states] == [float(exact[i]) for i in range(len(states))]
+        assert all(s["ci_low"] <= s["value"] <= s["ci_high"] for s in states)
 
     table = forewarn_here("check", toy_model_path, "--property", 'P>0.45 [F "unsafe"]')
     assert table.returncode == 0, table.stderr
