@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from guard.errors import ForewarnError, ModelFileError
 from guard.intervals import IntervalMethod, IntervalReport, visits
 from guard.learning import END, LearnedDTMC
-from guard.pac import PACReport, StatePAC
+from guard.pac import PACReport, StatePAC, TightPAC, TightStatePAC
 from guard.spec import Meaning, PropertyDef, Spec, parse_spec
 from guard.storm import CheckOutcome, Method
 
@@ -87,7 +87,31 @@ class PACStateEntry(_Doc):
     satisfied: bool
 
 
+class TightStateEntry(_Doc):
+    state: int
+    bound: float | None  # None: infinite
+    required: int | None
+    satisfied: bool
+
+
+class TightPACEntry(_Doc):
+    """The tighter per-state bound (guard/pac.py); absent from files written before it."""
+
+    method: str = "hoeffding-bernstein"
+    satisfied: bool
+    worst_bound: float | None  # None: infinite
+    runs_factor: float | None  # None: no forecast (some state never absorbs)
+    limiting: list[int] = []
+    states: list[TightStateEntry]
+    initial_bound: float | None = None  # the risk from a run's first state (None: infinite)
+    initial_satisfied: bool = False
+    initial_runs_factor: float | None = None
+    initial_limiting: list[int] = []
+
+
 class PACEntry(_Doc):
+    """The top-level fields are the paper's bound (Pro2Guard Algorithm 1, line 11)."""
+
     epsilon: float
     delta: float
     delta_per_state: float
@@ -95,6 +119,7 @@ class PACEntry(_Doc):
     satisfied: bool
     chain_states: int | None = None
     states: list[PACStateEntry]
+    tight: TightPACEntry | None = None
 
 
 class ModelDocument(_Doc):
@@ -220,6 +245,7 @@ class GuardModel:
                             "valuation": None if self.pac_valuations is None else self.pac_valuations[s.state],
                             "visits": s.visits, "required": s.required,
                             "satisfied": s.satisfied} for s in pac.states],
+                **({} if pac.tight is None else {"tight": _tight_document(pac.tight)}),
             },
             "intervals": None if self.intervals is None else self.intervals.to_document(),
             "visits": self.visits.tolist(),
@@ -286,6 +312,17 @@ class GuardModel:
         report = None if i is None else IntervalReport(i.method, i.delta, i.delta_per_entry, i.entries, i.seconds)
         return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
 
+
+def _tight_document(tight: TightPAC) -> dict[str, Any]:
+    def finite(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    return {"method": "hoeffding-bernstein", "satisfied": tight.satisfied, "worst_bound": finite(tight.worst_bound),
+            "runs_factor": tight.runs_factor, "limiting": tight.limiting,
+            "states": [{"state": s.state, "bound": finite(s.bound), "required": s.required, "satisfied": s.satisfied}
+                       for s in tight.states],
+            "initial_bound": finite(tight.initial_bound), "initial_satisfied": tight.initial_satisfied,
+            "initial_runs_factor": tight.initial_runs_factor, "initial_limiting": tight.initial_limiting}
 
 
 def write_document(path: str | Path, document: dict[str, Any]) -> Path:
@@ -410,9 +447,17 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
         if stored.shape != (n,) or not np.array_equal(stored, visits(dtmc)):
             raise bad("visits must give, per state, the observed departures its transition counts add up to")
     p = doc.pac
+    tight = None
+    if p.tight is not None:
+        t = p.tight
+        tight = TightPAC(t.satisfied, math.inf if t.worst_bound is None else t.worst_bound, t.runs_factor,
+                         list(t.limiting), [TightStatePAC(e.state, math.inf if e.bound is None else e.bound,
+                                                          e.required, e.satisfied) for e in t.states],
+                         math.inf if t.initial_bound is None else t.initial_bound, t.initial_satisfied,
+                         t.initial_runs_factor, list(t.initial_limiting))
     pac = PACReport(epsilon=p.epsilon, delta=p.delta, delta_per_state=p.delta_per_state,
                     amplification=math.inf if p.amplification is None else p.amplification,
-                    states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states])
+                    states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states], tight=tight)
     valuations = None
     if p.chain_states is not None:
         valuations = [[False] * width for _ in range(p.chain_states)]

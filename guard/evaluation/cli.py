@@ -337,11 +337,13 @@ def evaluate(
                  + f", {mode.value} enforcement, {result.pooled.trigger} trigger")
         _print_replay(replace(result.pooled, notes=result.notes), title, result)
         pac = Table(title="folds")
-        for column in ("fold", "train", "test", "states", "PAC", "states with enough visits", "Brier"):
+        for column in ("fold", "train", "test", "states", "PAC (paper)", "states with enough visits",
+                       "PAC (tight)", "Brier"):
             pac.add_column(column, justify="right")
         for f in result.folds:
             pac.add_row(str(f.index), str(f.train_runs), str(f.test_runs), str(f.states),
-                        "yes" if f.pac["satisfied"] else "no", f"{f.pac['states_satisfied']}/{f.pac['states']}",
+                        _pac_cell(f.pac["satisfied"], f.pac.get("runs_factor")),
+                        f"{f.pac['states_satisfied']}/{f.pac['states']}", _tight_cell(f.pac.get("tight")),
                         _fmt(f.report.brier, 4))
         out.print(pac)
     if report is not None or plots is not None:
@@ -395,3 +397,18 @@ def register(app: typer.Typer) -> None:
     from guard.evaluation.tune_cli import tune
 
     app.command("tune")(tune)
+
+
+def _pac_cell(satisfied: bool, runs_factor: float | None) -> str:
+    """A PAC verdict, or how many times the training runs it would need."""
+    if satisfied:
+        return "yes"
+    return "no (never)" if runs_factor is None else f"no (×{runs_factor:.3g} runs)"
+
+
+def _tight_cell(tight: dict[str, Any] | None) -> str:
+    if tight is None:
+        return "–"
+    bound = tight["worst_bound"]
+    verdict = _pac_cell(tight["satisfied"], tight["runs_factor"])
+    return verdict if bound is None else f"{verdict}, ±{bound:.3g}"

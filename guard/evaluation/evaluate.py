@@ -7,6 +7,8 @@ spread over folds shows how much they depend on which runs a model happened to s
 """
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -188,14 +190,23 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
             pac={"satisfied": pac.satisfied, "states_satisfied": pac.satisfied_count, "states": len(pac.states),
                  "epsilon": pac.epsilon, "delta": pac.delta, "amplification": pac.amplification,
                  "worst": None if worst is None else {"state": worst.state, "visits": worst.visits,
-                                                      "required": worst.required}},
+                                                      "required": worst.required},
+                 "runs_factor": pac.runs_factor,  # the paper's bound as a multiple of the training runs
+                 "tight": None if pac.tight is None else {  # the tighter per-state bound (guard/pac.py)
+                     "satisfied": pac.tight.satisfied,
+                     "worst_bound": pac.tight.worst_bound if math.isfinite(pac.tight.worst_bound) else None,
+                     "runs_factor": pac.tight.runs_factor, "limiting": pac.tight.limiting,
+                     "initial_satisfied": pac.tight.initial_satisfied,
+                     "initial_bound": pac.tight.initial_bound if math.isfinite(pac.tight.initial_bound) else None,
+                     "initial_runs_factor": pac.tight.initial_runs_factor}},
             report=report))
     pooled = summarize(pooled_model, thetas, **scoring)
     pooled = replace(pooled, baselines={name: summarize(rs, thetas, **scoring)
                                         for name, rs in pooled_baselines.items()})
     notes = []
-    if not any(f.pac["satisfied"] for f in results):
-        notes.append("No fold's model reached the PAC guarantee: its risks rest on states visited fewer times "
-                     "than (ε, δ) requires; treat the figures as estimates from little data.")
+    if not any(f.pac["satisfied"] or (f.pac["tight"] or {}).get("satisfied") for f in results):
+        notes.append("No fold's model reached the PAC guarantee (neither the paper's bound nor the tighter one): "
+                     "its risks rest on states visited fewer times than (ε, δ) requires; treat the figures as "
+                     "estimates from little data.")
     return EvaluationReport(folds=results, pooled=pooled, thetas=list(thetas), group_by=group_by,
                             groups=len(set(groups)), seed=seed, spec=spec.name, notes=notes, bundle_by=bundle_by)
