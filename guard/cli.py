@@ -52,19 +52,28 @@ def learn(
     period: Annotated[Optional[float], typer.Option(help="Resample runs to one step every PERIOD seconds "
                                                          "(zero-order hold; needs 't' on every step).")] = None,
     format: Annotated[Format, typer.Option("--format", help="Summary format.")] = Format.table,
+    sign: Annotated[Optional[Path], typer.Option(
+        "--sign", envvar="FOREWARN_SIGNING_KEY",
+        help="Sign the model with this Ed25519 private key (PEM; FOREWARN_SIGNING_KEY).")] = None,
+    allow_python: Annotated[Optional[list[str]], typer.Option(
+        "--allow-python", help="A module whose functions the spec may name (python predicates, transition "
+                               "rule); repeatable. Default: FOREWARN_PYTHON_PREDICATES.")] = None,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
     from guard.pipeline import learn_model
+    from guard.signing import load_private_key
     from guard.spec import load_spec
 
+    signing_key = load_private_key(sign) if sign is not None else None  # a bad key fails before learning
     parsed = load_spec(spec)
     with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
                   console=err, transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("learn", total=None)
         model = learn_model(traces, parsed, alpha=alpha, method=method, precision=precision, epsilon=epsilon,
-                            delta=delta, period=period, on_run=lambda n: progress.update(task, completed=n))
+                            delta=delta, period=period, allow_python=allow_python,
+                            on_run=lambda n: progress.update(task, completed=n))
     try:
-        model.save(output)
+        model.save(output, sign_with=signing_key)
     except OSError as exc:  # e.g. -o names a folder, or a path under a file
         raise ForewarnError(f"{output}: cannot write the model file: {exc.strerror}") from exc
     summary = _summary(model, output)
@@ -139,6 +148,9 @@ def check(
     method: Annotated[Method, typer.Option(help="Storm method.")] = Method.SOUND,
     precision: Annotated[float, typer.Option(help="Solver precision.")] = 1e-6,
     format: Annotated[Format, typer.Option("--format")] = Format.table,
+    trusted_key: Annotated[Optional[list[Path]], typer.Option(
+        "--trusted-key", help="Require the model to be signed by this Ed25519 public key (PEM); repeatable. "
+                              "Default: FOREWARN_TRUSTED_KEYS.")] = None,
 ) -> None:
     """Show the cached per-state values of a model, or check another property with Storm."""
     if model.suffix in {".pm", ".prism"}:
@@ -154,7 +166,9 @@ def check(
         return
     if const is not None:
         raise ForewarnError("--const applies to PRISM files only")
-    loaded = GuardModel.load(model)
+    from guard.signing import load_trusted_keys
+
+    loaded = GuardModel.load(model, trusted_keys=load_trusted_keys(trusted_key) if trusted_key else None)
     dtmc = loaded.dtmc
     if property is not None:
         # check_dtmc builds a rational model for --method exact (a float model is not exact)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from dataclasses import dataclass
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -104,6 +105,7 @@ class ModelDocument(_Doc):
     pac: PACEntry
     provenance: dict[str, Any]
     checksum: str = ""
+    signature: dict[str, Any] | None = None  # Ed25519 over the canonical body (guard.signing)
 
 
 @dataclass(frozen=True)
@@ -202,10 +204,19 @@ class GuardModel:
         body["checksum"] = _checksum(body)
         return body
 
-    def save(self, path: str | Path) -> Path:
-        """Write the model atomically (a crash leaves the old file, never half a new one)."""
+    def save(self, path: str | Path, *, sign_with: Any = None) -> Path:
+        """Write the model atomically (a crash leaves the old file, never half a new one).
+
+        Args:
+            sign_with: an Ed25519 private key (:func:`guard.signing.load_private_key`) to sign it with.
+        """
         path = Path(path)
-        data = orjson.dumps(self.to_document(), option=orjson.OPT_INDENT_2)
+        document = self.to_document()
+        if sign_with is not None:
+            from guard.signing import sign_document
+
+            document = sign_document(document, sign_with)
+        data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         try:
@@ -222,12 +233,17 @@ class GuardModel:
     # -- reading --------------------------------------------------------------------
 
     @classmethod
-    def load(cls, path: str | Path) -> GuardModel:
+    def load(cls, path: str | Path, *, trusted_keys: Sequence[Any] | None = None) -> GuardModel:
         """Read and validate a model file.
+
+        Args:
+            trusted_keys: public keys (:func:`guard.signing.load_trusted_keys`) one of which must
+                have signed the file; None reads ``$FOREWARN_TRUSTED_KEYS`` (unset: no signature needed).
 
         Raises:
             ModelFileError: the file is missing, not JSON, of another schema, edited by
-                hand (checksum), or internally inconsistent; the message says which.
+                hand (checksum), unsigned or badly signed when keys are given, or internally
+                inconsistent; the message says which.
         """
         path = Path(path)
         try:
@@ -239,12 +255,19 @@ class GuardModel:
         except orjson.JSONDecodeError as exc:
             raise ModelFileError(f"{path}: not a Forewarn model file (invalid JSON: {exc}); "
                                  "the file may be truncated or corrupt") from exc
-        return cls.from_document(document, source=str(path))
+        return cls.from_document(document, source=str(path), trusted_keys=trusted_keys)
 
     @classmethod
-    def from_document(cls, document: Any, *, source: str = "<model>") -> GuardModel:
+    def from_document(cls, document: Any, *, source: str = "<model>",
+                      trusted_keys: Sequence[Any] | None = None) -> GuardModel:
+        """A model from a parsed model file (see :meth:`load` for ``trusted_keys``)."""
         if not isinstance(document, dict) or document.get("format") != "forewarn-model":
             raise ModelFileError(f"{source}: not a Forewarn model file (no \"format\": \"forewarn-model\")")
+        from guard.signing import trusted_keys_from_env, verify_document
+
+        keys = trusted_keys_from_env() if trusted_keys is None else trusted_keys
+        if keys:  # before anything else reads the file: an unsigned one is not parsed further
+            verify_document(document, keys, source=source)
         version = document.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ModelFileError(f"{source}: model schema version {version!r} is not supported "
@@ -255,7 +278,7 @@ class GuardModel:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"])
             raise ModelFileError(f"{source}: field {field}: {first['msg']}") from exc
-        expected = _checksum({k: v for k, v in document.items() if k != "checksum"})
+        expected = _checksum(document)
         if doc.checksum != expected:
             raise ModelFileError(f"{source}: checksum mismatch: the file was modified after Forewarn wrote it "
                                  "(hand edits are not accepted; re-run 'forewarn learn')")
@@ -389,7 +412,9 @@ def _vector(values: list[float], n: int, name: str, bad: Any) -> np.ndarray:
 
 
 def _checksum(body: dict[str, Any]) -> str:
-    canonical = orjson.dumps({k: v for k, v in body.items() if k != "checksum"}, option=orjson.OPT_SORT_KEYS)
+    # the signature is outside what it covers, as is the checksum itself
+    canonical = orjson.dumps({k: v for k, v in body.items() if k not in ("checksum", "signature")},
+                             option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()
 
 

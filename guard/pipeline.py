@@ -44,14 +44,14 @@ def check_property_labels(spec: Spec, labels: Iterable[str]) -> None:
                              f"the model has {sorted(known)}", *loc)
 
 
-def transition_rule(spec: Spec, predicates: PredicateSet,
-                    extra: ValidTransitionRule | None = None) -> ValidTransitionRule | None:
+def transition_rule(spec: Spec, predicates: PredicateSet, extra: ValidTransitionRule | None = None, *,
+                    allow_python: Iterable[str] | None = None) -> ValidTransitionRule | None:
     """The spec's valid-transition constraints, plus a domain's rule given in code."""
     vt = spec.valid_transitions
     domain_rule = extra
     if vt.function is not None:
         try:
-            domain_rule = resolve_callable(vt.function)
+            domain_rule = resolve_callable(vt.function, allow_python, what="transition rule")
         except ValueError as exc:
             raise spec.error(f"valid_transitions.function: {exc}", "valid_transitions", "function") from exc
     irreversible = 0
@@ -102,6 +102,7 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
                           epsilon: float | None = None, delta: float | None = None,
                           valid_transition: ValidTransitionRule | None = None,
                           python_predicates: Mapping[str, PythonPredicate] | None = None,
+                          allow_python: Iterable[str] | None = None,
                           inputs: list[dict[str, Any]] | None = None,
                           on_run: Callable[[int], None] | None = None) -> GuardModel:
     """Count, smooth, check with Storm and package a model.
@@ -122,7 +123,7 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         except CheckError as exc:
             loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
             raise spec.error(str(exc), *loc) from exc
-    predicates = PredicateSet(spec, python_predicates)
+    predicates = PredicateSet(spec, python_predicates, allow_python=allow_python)
     monitors = build_monitors(spec)
     started = time.perf_counter()
 
@@ -138,7 +139,7 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     learn_seconds = time.perf_counter() - started
     alpha = spec.learning.alpha if alpha is None else alpha
     chain = learn_dtmc(counts, predicates, alpha=alpha,
-                       rule=transition_rule(spec, predicates, valid_transition))
+                       rule=transition_rule(spec, predicates, valid_transition, allow_python=allow_python))
     product_started = time.perf_counter()
     dtmc = build_product(chain, monitors)
     product_seconds = time.perf_counter() - product_started

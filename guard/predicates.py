@@ -22,8 +22,7 @@ give the same result or the same error.
 """
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import cel
@@ -43,25 +42,12 @@ from guard._cel_fields import (
 )
 from guard.errors import PredicateError
 from guard.spec import Spec
+from guard.trust import CodeNotAllowed, resolve_callable
 
-__all__ = ["PredicateSet", "resolve_callable"]
+__all__ = ["CodeNotAllowed", "PredicateSet", "resolve_callable"]
 
 PythonPredicate = Callable[[Mapping[str, Any]], bool]
 
-
-
-def resolve_callable(reference: str) -> Callable[..., Any]:
-    """Import ``'package.module:function'`` and return the function."""
-    module_name, _, attribute = reference.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot import {reference!r}: {exc}") from exc
-    if not callable(target):
-        raise ValueError(f"{reference!r} is not callable")
-    return target
 
 
 class PredicateSet:
@@ -71,9 +57,12 @@ class PredicateSet:
         spec: the validated spec; predicate order is the bit order.
         python_predicates: extra predicates defined in code, by name; they override
             spec entries of the form ``{python: 'module:function'}`` with the same name.
+        allow_python: modules whose functions the spec may name (see :mod:`guard.trust`);
+            None reads ``$FOREWARN_PYTHON_PREDICATES``. Anything else is refused, unimported.
     """
 
-    def __init__(self, spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None) -> None:
+    def __init__(self, spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None, *,
+                 allow_python: Iterable[str] | None = None) -> None:
         self.spec = spec
         self.names: list[str] = spec.predicate_names
         self.width = len(self.names)
@@ -86,7 +75,8 @@ class PredicateSet:
                 self._python.append((index, name, python_predicates[name]))
             elif definition.python is not None:
                 try:
-                    self._python.append((index, name, resolve_callable(definition.python)))
+                    self._python.append((index, name, resolve_callable(definition.python, allow_python,
+                                                                           what="python predicate")))
                 except ValueError as exc:
                     raise spec.error(f"predicate {name!r}: {exc}", "predicates", name) from exc
             else:

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from server.settings import ApiKey, ConfigError, Role, ServerSettings, load_settings
 
-__all__ = ["register", "serve", "run_server", "serve_app", "parse_model_options"]
+__all__ = ["register", "serve", "run_server", "serve_app", "parse_model_options", "uvicorn_config"]
 
 
 def parse_model_options(values: list[str]) -> dict[str, Path]:
@@ -53,10 +53,24 @@ def serve_app(app: Any, settings: ServerSettings) -> None:
     # instead of stalling every request in flight for a hundred milliseconds or more.
     gc.collect()
     gc.freeze()
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                            access_log=settings.access_log, lifespan="on", server_header=False,
-                            timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run()
+    uvicorn.Server(uvicorn_config(app, settings)).run()
+
+
+def uvicorn_config(app: Any, settings: ServerSettings, **overrides: Any) -> Any:
+    """uvicorn's configuration for ``app``: the address, logging, and the connection limits
+    (header deadline, connection cap, keep-alive) of ``settings.limits``."""
+    import uvicorn
+
+    from server.connections import guarded_protocol
+
+    limits = settings.limits
+    values: dict[str, Any] = dict(
+        host=settings.host, port=settings.port, log_level=settings.log_level, access_log=settings.access_log,
+        lifespan="on", server_header=False, timeout_graceful_shutdown=5,
+        http=guarded_protocol(header_timeout=limits.header_timeout, max_connections=limits.max_connections),
+        timeout_keep_alive=limits.keep_alive_seconds, h11_max_incomplete_event_size=64 * 1024)
+    values.update(overrides)
+    return uvicorn.Config(app, **values)
 
 
 def serve(
