@@ -278,7 +278,10 @@ class GuardModel:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"])
             raise ModelFileError(f"{source}: field {field}: {first['msg']}") from exc
-        expected = _checksum(document)
+        try:
+            expected = _checksum(document)
+        except (TypeError, orjson.JSONEncodeError) as exc:  # a document built in code, not read from JSON
+            raise ModelFileError(f"{source}: not serialisable as a model file: {exc}") from exc
         if doc.checksum != expected:
             raise ModelFileError(f"{source}: checksum mismatch: the file was modified after Forewarn wrote it "
                                  "(hand edits are not accepted; re-run 'forewarn learn')")
@@ -394,6 +397,9 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
                     states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states])
     valuations = None
     if p.chain_states is not None:
+        # the learned chain has no more states than its product with the monitors: a bound before allocating
+        if not 0 <= p.chain_states <= n:
+            raise bad(f"pac.chain_states: {p.chain_states} is not between 0 and the model's {n} states")
         valuations = [[False] * width for _ in range(p.chain_states)]
         for entry in p.states:
             if not 0 <= entry.state < p.chain_states or entry.valuation is None:
