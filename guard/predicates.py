@@ -22,6 +22,7 @@ give the same result or the same error.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -47,6 +48,7 @@ from guard.trust import CodeNotAllowed, resolve_callable
 __all__ = ["CodeNotAllowed", "PredicateSet", "resolve_callable"]
 
 PythonPredicate = Callable[[Mapping[str, Any]], bool]
+MEMO_BYTES = 64 << 20  # default budget of a predicate set's memo tables (``memo_limit`` changes it)
 
 
 
@@ -93,6 +95,8 @@ class PredicateSet:
         self._trie = build_trie([p for item_paths in paths for p in item_paths])
         self._fast_key = compile_key(self._trie)
         self._memo: dict[tuple[Any, ...], int] = {}
+        self._memo_bytes = 0
+        self.memo_limit = MEMO_BYTES
         # Second level, for a new combination of known values: per predicate, its result
         # keyed by the images of the fields it reads (taken from the fast key).
         self._sub_keys = sub_key_getters(self._trie, paths) \
@@ -145,7 +149,8 @@ class PredicateSet:
                 if key is not None:
                     if len(self._memo) >= MEMO_LIMIT:
                         self._memo.clear()
-                    self._memo[key] = cached
+                    if self._account(key):
+                        self._memo[key] = cached
             bits = cached
         for index, name, function in self._python:
             try:
@@ -181,10 +186,34 @@ class PredicateSet:
                 memo = self._item_memos[c]
                 if len(memo) >= MEMO_LIMIT:
                     memo.clear()
-                memo[subs[c]] = value
+                if self._account(subs[c]):
+                    memo[subs[c]] = value
                 if value:
                     bits |= 1 << self._cel_items[c][0]
         return bits
+
+    def _account(self, key: Any) -> bool:
+        """Count a new memo key's bytes; False for a key too large to be worth keeping. Past the
+        budget every memo is emptied: the memos hold what the states' leaves hold, and a caller who
+        sends large unique states must not make them grow without bound."""
+        size = _key_bytes(key)
+        if size > self.memo_limit >> 4:
+            return False
+        if self._memo_bytes + size > self.memo_limit:
+            self.clear_memos()
+        self._memo_bytes += size
+        return True
+
+    def clear_memos(self) -> None:
+        self._memo.clear()
+        for memo in self._item_memos:
+            memo.clear()
+        self._memo_bytes = 0
+
+    @property
+    def memo_bytes(self) -> int:
+        """About how many bytes the memo tables hold (their keys and entries)."""
+        return self._memo_bytes
 
     def _evaluate_cel(self, state: Mapping[str, Any]) -> int:
         """The CEL predicates' bits, without the memos: leaf variables, else the original program."""
@@ -296,6 +325,23 @@ class PredicateSet:
         if absent:
             parts.append("does not hold: " + ", ".join(absent))
         return "; ".join(parts)
+
+
+def _key_bytes(key: Any) -> int:
+    """About what a memo key keeps alive: its tuples and strings (a JSON scalar is small), plus the entry."""
+    total = 100
+    stack = [key]
+    while stack:
+        node = stack.pop()
+        cls = node.__class__
+        if cls is tuple:
+            total += 56 + 8 * len(node)
+            stack.extend(node)
+        elif cls is str or cls is bytes:
+            total += sys.getsizeof(node)
+        else:
+            total += 32
+    return total
 
 
 def _first_line(exc: BaseException) -> str:

@@ -99,13 +99,14 @@ class LoadRules:
     allow_python: tuple[str, ...] = ()
     trusted_keys: tuple[Any, ...] = ()
     model_dirs: tuple[Path, ...] = ()
+    memo_bytes: int | None = None  # the predicates' memo budget per model version
 
     @classmethod
     def from_settings(cls, settings: Any) -> LoadRules:
         from guard.signing import load_trusted_keys
 
         return cls(tuple(settings.python_predicates), load_trusted_keys(settings.trusted_keys),
-                   tuple(Path(d) for d in settings.model_dirs))
+                   tuple(Path(d) for d in settings.model_dirs), settings.limits.memo_bytes)
 
     def confine(self, path: str) -> Path:
         """``path`` resolved (symlinks followed), if it lies inside a configured model folder."""
@@ -170,7 +171,10 @@ def _parse(raw: bytes, source: str, rules: LoadRules) -> tuple[GuardModel, Guard
         raise ModelFileError(f"{source}: not a Forewarn model file (invalid JSON: {exc}); "
                              "the file may be truncated or corrupt") from exc
     model = GuardModel.from_document(document, source=source, trusted_keys=rules.trusted_keys)
-    return model, Guard(model, allow_python=rules.allow_python)
+    guard = Guard(model, allow_python=rules.allow_python)
+    if rules.memo_bytes is not None:
+        guard.predicates.memo_limit = rules.memo_bytes
+    return model, guard
 
 
 class ModelRegistry:
@@ -181,6 +185,10 @@ class ModelRegistry:
         self.rules = rules or LoadRules()
         self._versions: dict[str, LoadedModel] = {}
         self._current: dict[str, str] = {}
+
+    def cache_bytes(self) -> float:
+        """Bytes the predicates' memo tables of every loaded version hold (each bounded in bytes)."""
+        return float(sum(v.guard.predicates.memo_bytes for v in self._versions.values()))
 
     def names(self) -> list[str]:
         return sorted(self._current)

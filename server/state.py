@@ -35,7 +35,8 @@ class ServerState:
         self.metrics = Metrics(sessions_open=lambda: self.sessions.open_count,
                                sessions_cached=lambda: len(self.sessions),
                                approvals_pending=lambda: self.hub.pending,
-                               models_loaded=lambda: len(self.registry.names()))
+                               models_loaded=lambda: len(self.registry.names()),
+                               cache_bytes=self.registry.cache_bytes)
 
     def close(self) -> None:
         self.stopping = True
