@@ -95,10 +95,10 @@ def _forkserver() -> Any:
 class ServerProcess:
     """A server in a process of its own (``server.cli.run_server``), on a fresh port."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, port: int | None = None) -> None:
         from server.cli import run_server
 
-        self.port = free_port()
+        self.port = port or free_port()
         self.settings = settings.model_copy(update={"port": self.port})
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = _forkserver().Process(target=run_server, args=(self.settings,), daemon=True)
