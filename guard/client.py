@@ -128,6 +128,16 @@ def _raise_for(response: httpx.Response) -> dict[str, Any]:
                       code=error.get("code"), field=error.get("field"))
 
 
+def _model_body(name: str, path: str | None, document: Mapping[str, Any] | None,
+                migrate_sessions: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": name, "migrate_sessions": migrate_sessions}
+    if path is not None:
+        body["path"] = str(path)
+    if document is not None:
+        body["document"] = dict(document)
+    return body
+
+
 def _headers(api_key: str | None) -> dict[str, str]:
     key = api_key if api_key is not None else os.environ.get("FOREWARN_API_KEY")
     return {"Authorization": f"Bearer {key}"} if key else {}
@@ -232,9 +242,10 @@ class Client:
     def models(self) -> list[dict[str, Any]]:
         return cast(list[dict[str, Any]], self._call("GET", "/v1/models")["models"])
 
-    def load_model(self, name: str, path: str, *, migrate_sessions: bool = False) -> dict[str, Any]:
-        return self._call("POST", "/v1/models", json={"name": name, "path": path,
-                                                      "migrate_sessions": migrate_sessions})
+    def load_model(self, name: str, path: str | None = None, *, document: Mapping[str, Any] | None = None,
+                   migrate_sessions: bool = False) -> dict[str, Any]:
+        """Load a model by ``path`` (inside the server's ``model_dirs``) or upload its ``document``."""
+        return self._call("POST", "/v1/models", json=_model_body(name, path, document, migrate_sessions))
 
     def ready(self) -> bool:
         try:
@@ -357,9 +368,9 @@ class AsyncClient:
     async def models(self) -> list[dict[str, Any]]:
         return cast(list[dict[str, Any]], (await self._call("GET", "/v1/models"))["models"])
 
-    async def load_model(self, name: str, path: str, *, migrate_sessions: bool = False) -> dict[str, Any]:
-        return await self._call("POST", "/v1/models", json={"name": name, "path": path,
-                                                            "migrate_sessions": migrate_sessions})
+    async def load_model(self, name: str, path: str | None = None, *, document: Mapping[str, Any] | None = None,
+                         migrate_sessions: bool = False) -> dict[str, Any]:
+        return await self._call("POST", "/v1/models", json=_model_body(name, path, document, migrate_sessions))
 
     async def ready(self) -> bool:
         try:
