@@ -90,7 +90,8 @@ class RemoteDecision(Decision):
                    dict(data["abstract_state"]), data.get("message", ""), lower=data.get("lower"),
                    upper=data.get("upper"), threshold=data.get("threshold"), known=data.get("known", True),
                    unsafe_now=data.get("unsafe_now", False), properties=properties,
-                   monitors=dict(data.get("monitors") or {}), session_id=data.get("session_id", ""),
+                   monitors=dict(data.get("monitors") or {}), member=data.get("member"), group=data.get("group"),
+                   fallback=data.get("fallback", False), session_id=data.get("session_id", ""),
                    step=data.get("step"), approval_id=data.get("approval_id"),
                    committed=data.get("committed", False), model=dict(data.get("model") or {}), at=data.get("at"))
 

@@ -29,7 +29,7 @@ from guard.pac import PACReport, StatePAC
 from guard.spec import Meaning, PropertyDef, Spec, parse_spec
 from guard.storm import CheckOutcome, Method
 
-__all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument"]
+__all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument", "write_document"]
 
 SCHEMA_VERSION = 1
 _TOLERANCE = 1e-9
@@ -210,25 +210,12 @@ class GuardModel:
         Args:
             sign_with: an Ed25519 private key (:func:`guard.signing.load_private_key`) to sign it with.
         """
-        path = Path(path)
         document = self.to_document()
         if sign_with is not None:
             from guard.signing import sign_document
 
             document = sign_document(document, sign_with)
-        data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return write_document(path, document)
 
     # -- reading --------------------------------------------------------------------
 
@@ -258,9 +245,13 @@ class GuardModel:
         return cls.from_document(document, source=str(path), trusted_keys=trusted_keys)
 
     @classmethod
-    def from_document(cls, document: Any, *, source: str = "<model>",
+    def from_document(cls, document: Any, *, source: str = "<model>", spec: Spec | None = None,
                       trusted_keys: Sequence[Any] | None = None) -> GuardModel:
-        """A model from a parsed model file (see :meth:`load` for ``trusted_keys``)."""
+        """A model from its parsed JSON (``spec``: an already parsed spec to reuse when its text is the same;
+        ``trusted_keys``: see :meth:`load`)."""
+        if isinstance(document, dict) and document.get("format") == "forewarn-bundle":
+            raise ModelFileError(f"{source}: a model bundle, not a single model: load it with "
+                                 "guard.load_guard (or BundleGuard.load)")
         if not isinstance(document, dict) or document.get("format") != "forewarn-model":
             raise ModelFileError(f"{source}: not a Forewarn model file (no \"format\": \"forewarn-model\")")
         from guard.signing import trusted_keys_from_env, verify_document
@@ -285,12 +276,32 @@ class GuardModel:
         if doc.checksum != expected:
             raise ModelFileError(f"{source}: checksum mismatch: the file was modified after Forewarn wrote it "
                                  "(hand edits are not accepted; re-run 'forewarn learn')")
-        try:
-            spec = parse_spec(doc.spec, source=f"{source} (embedded spec)")
-        except ForewarnError as exc:
-            raise ModelFileError(f"{source}: embedded spec is invalid: {exc}") from exc
+        if spec is None or spec.text != doc.spec:
+            try:
+                spec = parse_spec(doc.spec, source=f"{source} (embedded spec)")
+            except ForewarnError as exc:
+                raise ModelFileError(f"{source}: embedded spec is invalid: {exc}") from exc
         dtmc, properties, pac, provenance, valuations = _restore(doc, spec, source)
         return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations)
+
+
+
+def write_document(path: str | Path, document: dict[str, Any]) -> Path:
+    """Write a JSON document atomically (a crash leaves the old file, never half a new one)."""
+    path = Path(path)
+    data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[

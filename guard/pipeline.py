@@ -13,7 +13,13 @@ from typing import Any
 from guard._version import __version__
 from guard.errors import CheckError
 from guard.errors import TraceError
-from guard.learning import ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
+from guard.learning import (
+    TransitionCounts,
+    ValidTransitionRule,
+    count_transitions,
+    learn_dtmc,
+    spec_transition_rule,
+)
 from guard.model import CheckedProperty, GuardModel
 from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
@@ -21,7 +27,8 @@ from guard.spec import Spec
 from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of, storm_version, validate_formula
 from guard.traces import Run, read_runs, resample
 
-__all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs"]
+__all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "model_from_counts",
+           "prepare"]
 
 
 def default_formula(spec: Spec) -> str:
@@ -44,14 +51,15 @@ def check_property_labels(spec: Spec, labels: Iterable[str]) -> None:
                              f"the model has {sorted(known)}", *loc)
 
 
-def transition_rule(spec: Spec, predicates: PredicateSet, extra: ValidTransitionRule | None = None, *,
-                    allow_python: Iterable[str] | None = None) -> ValidTransitionRule | None:
+def transition_rule(spec: Spec, predicates: PredicateSet,
+                    extra: ValidTransitionRule | None = None) -> ValidTransitionRule | None:
     """The spec's valid-transition constraints, plus a domain's rule given in code."""
     vt = spec.valid_transitions
     domain_rule = extra
     if vt.function is not None:
         try:
-            domain_rule = resolve_callable(vt.function, allow_python, what="transition rule")
+            # the same allow-list as the spec's Python predicates (guard.trust)
+            domain_rule = resolve_callable(vt.function, predicates.allow_python, what="transition rule")
         except ValueError as exc:
             raise spec.error(f"valid_transitions.function: {exc}", "valid_transitions", "function") from exc
     irreversible = 0
@@ -112,19 +120,10 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         spec: the spec; its ``learning`` block gives α, ε and δ unless overridden here.
         method: Storm's solving method; ``sound`` keeps certified bounds.
         valid_transition: a domain rule over (src, dst) valuations, in code.
+        allow_python: modules the spec may name Python functions from (:mod:`guard.trust`).
         on_run: called with the number of runs read so far (progress bars).
     """
-    from monitors import build_monitors, build_product  # monitors build on guard's spec and chain
-
-    definitions = spec.guard.effective_properties()
-    for index, definition in enumerate(definitions):
-        try:
-            validate_formula(definition.query)
-        except CheckError as exc:
-            loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
-            raise spec.error(str(exc), *loc) from exc
-    predicates = PredicateSet(spec, python_predicates, allow_python=allow_python)
-    monitors = build_monitors(spec)
+    predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
     started = time.perf_counter()
 
     def counted(source: Iterable[Run]) -> Iterable[Run]:
@@ -136,10 +135,38 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     counts = count_transitions(counted(runs), predicates)
     if counts.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
-    learn_seconds = time.perf_counter() - started
+    return model_from_counts(counts, spec, predicates, monitors, alpha=alpha, method=method, precision=precision,
+                             epsilon=epsilon, delta=delta, valid_transition=valid_transition, inputs=inputs,
+                             learn_seconds=time.perf_counter() - started)
+
+
+def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None, *,
+            allow_python: Iterable[str] | None = None) -> tuple[PredicateSet, list[Any]]:
+    """The spec's compiled predicates and monitors, once its properties are known to parse."""
+    from monitors import build_monitors  # monitors build on guard's spec and chain
+
+    definitions = spec.guard.effective_properties()
+    for index, definition in enumerate(definitions):
+        try:
+            validate_formula(definition.query)
+        except CheckError as exc:
+            loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
+            raise spec.error(str(exc), *loc) from exc
+    return PredicateSet(spec, python_predicates, allow_python=allow_python), build_monitors(spec)
+
+
+def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: PredicateSet, monitors: Sequence[Any], *,
+                      alpha: float | None = None, method: Method = Method.SOUND, precision: float = 1e-6,
+                      epsilon: float | None = None, delta: float | None = None,
+                      valid_transition: ValidTransitionRule | None = None,
+                      inputs: list[dict[str, Any]] | None = None, learn_seconds: float = 0.0) -> GuardModel:
+    """Smooth counted runs, take the product with the monitors, check it with Storm and package a model."""
+    from monitors import build_product
+
+    definitions = spec.guard.effective_properties()
     alpha = spec.learning.alpha if alpha is None else alpha
     chain = learn_dtmc(counts, predicates, alpha=alpha,
-                       rule=transition_rule(spec, predicates, valid_transition, allow_python=allow_python))
+                       rule=transition_rule(spec, predicates, valid_transition))
     product_started = time.perf_counter()
     dtmc = build_product(chain, monitors)
     product_seconds = time.perf_counter() - product_started

@@ -7,7 +7,7 @@ cached per product state because the model, and so the answer, is fixed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,9 @@ class Decision:
     unsafe_now: bool = False
     properties: tuple[PropertyValue, ...] = ()
     monitors: dict[str, str] = field(default_factory=dict)
+    member: str | None = None  # in a bundle: the member that decided ("pooled" or a group's value)
+    group: str | None = None  # in a bundle: the session's group (None: its metadata has no grouping key)
+    fallback: bool = False  # in a bundle: no model for the session's group, the pooled one decided
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +73,7 @@ class Decision:
             "abstract_state": dict(self.abstract_state), "message": self.message,
             "threshold": self.threshold, "known": self.known, "unsafe_now": self.unsafe_now,
             "properties": [p.to_dict() for p in self.properties], "monitors": dict(self.monitors),
+            "member": self.member, "group": self.group, "fallback": self.fallback,
         }
 
 
@@ -83,16 +87,20 @@ class Guard:
         python_predicates: predicates defined in code, by name.
         allow_python: modules whose functions the model's spec may name (:mod:`guard.trust`);
             None reads ``$FOREWARN_PYTHON_PREDICATES``; anything else is refused.
+        predicates: compiled predicates of the same spec to share (the members of a bundle
+            share one set, and so its memo).
     """
 
     def __init__(self, model: GuardModel, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
-                 allow_python: Iterable[str] | None = None) -> None:
+                 allow_python: Iterable[str] | None = None,
+                 predicates: PredicateSet | None = None) -> None:
         from monitors import build_monitors  # monitors build on guard's spec
 
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
-        self.predicates = PredicateSet(model.spec, python_predicates, allow_python=allow_python)
+        self.predicates = predicates if predicates is not None else PredicateSet(
+            model.spec, python_predicates, allow_python=allow_python)
         self.monitors = build_monitors(model.spec)
         self.property = model.outcome.formula
         self._index = model.dtmc.product_index()
@@ -101,6 +109,7 @@ class Guard:
                           None if p.outcome.upper is None else p.outcome.upper.tolist())
                          for p in model.properties]
         self._decisions: dict[tuple[int, MonitorStates], Decision] = {}
+        self._origin: tuple[str | None, str | None, bool, str] = (None, None, False, "")  # see with_origin
 
     @classmethod
     def load(cls, path: str | Path, *, trusted_keys: Any = None, **options: Any) -> Guard:
@@ -108,11 +117,18 @@ class Guard:
         ``trusted_keys`` when given or set in the environment; see :meth:`GuardModel.load`)."""
         return cls(GuardModel.load(path, trusted_keys=trusted_keys), **options)
 
-    def session(self, policy: Policy | None = None) -> Session:
-        """A new session for one agent run; ``policy`` overrides the guard's for it alone."""
-        if policy is None:
-            return Session(self)
-        return Session(self.with_policy(policy))
+    def session(self, policy: Policy | None = None, *, metadata: Mapping[str, Any] | None = None) -> Session:
+        """A new session for one agent run.
+
+        Args:
+            policy: overrides the guard's for this session alone.
+            metadata: the run's context, which predicates read as ``meta``.
+        """
+        return Session(self if policy is None else self.with_policy(policy), metadata=metadata)
+
+    def for_metadata(self, metadata: Mapping[str, Any] | None) -> Guard:
+        """The guard that decides for a run with this metadata: this one (a bundle picks a member)."""
+        return self
 
     def with_policy(self, policy: Policy) -> Guard:
         """The same model under another policy (shares predicates, monitors and values)."""
@@ -120,6 +136,12 @@ class Guard:
         clone.__dict__.update(self.__dict__)
         clone.policy = policy
         clone._decisions = {}
+        return clone
+
+    def with_origin(self, member: str | None, group: str | None, fallback: bool, note: str = "") -> Guard:
+        """The same guard whose decisions name the bundle member that took them (``note`` ends their message)."""
+        clone = self.with_policy(self.policy)
+        clone._origin = (member, group, fallback, note)
         return clone
 
     # -- monitors -------------------------------------------------------------------
@@ -132,9 +154,9 @@ class Guard:
 
     # -- decisions ------------------------------------------------------------------
 
-    def decide(self, state: Mapping[str, Any]) -> Decision:
+    def decide(self, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> Decision:
         """The decision for a concrete state taken as the first step of a run."""
-        bits = self.predicates.evaluate(state)
+        bits = self.predicates.evaluate(state, metadata)
         return self.decide_product(bits, self.first_monitor_states(bits))
 
     def decide_bits(self, bits: int, q: MonitorStates | None = None) -> Decision:
@@ -146,7 +168,13 @@ class Guard:
         key = (bits, q)
         decision = self._decisions.get(key)
         if decision is None:
-            decision = self._decisions[key] = self._make_decision(bits, q)
+            decision = self._make_decision(bits, q)
+            member, group, fallback, note = self._origin
+            if member is not None:
+                decision = replace(decision, member=member, group=group, fallback=fallback,
+                                   message=f"{decision.message} {note}" if decision.message and note
+                                   else decision.message)
+            self._decisions[key] = decision
         return decision
 
     def _make_decision(self, bits: int, q: MonitorStates) -> Decision:
@@ -231,10 +259,11 @@ class Session:
     guard: Guard
     history: list[StepRecord] = field(default_factory=list)
     monitor_states: MonitorStates | None = None  # None before the first step
+    metadata: Mapping[str, Any] | None = None  # the run's context: predicates read it as `meta`
 
     def _next(self, state: Mapping[str, Any]) -> tuple[int, MonitorStates]:
         guard = self.guard
-        bits = guard.predicates.evaluate(state)
+        bits = guard.predicates.evaluate(state, self.metadata)
         if self.monitor_states is None:
             return bits, guard.first_monitor_states(bits)
         return bits, guard.next_monitor_states(self.monitor_states, bits)

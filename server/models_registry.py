@@ -25,6 +25,8 @@ from typing import Any
 import orjson
 
 from guard.errors import ForewarnError, ModelFileError
+from guard.bundle import GuardBundle, parse_model_or_bundle
+from guard.bundle_guard import BundleGuard
 from guard.model import GuardModel
 from guard.runtime import Guard
 from server.storage import Storage
@@ -48,8 +50,8 @@ class LoadedModel:
     source: str
     loaded_at: float
     loaded_by: str
-    model: GuardModel
-    guard: Guard  # the model with its spec's policy; sessions with overrides clone it
+    model: GuardModel  # for a bundle: its pooled model
+    guard: Guard | BundleGuard  # the model with its spec's policy; sessions with overrides clone it
 
     def describe(self, name: str, *, default: bool, full_pac: bool = False) -> dict[str, Any]:
         """The model as ``GET /v1/models`` shows it, under ``name`` (one file may serve two names)."""
@@ -71,6 +73,7 @@ class LoadedModel:
             "states": model.dtmc.size,
             "policy": {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value},
             "provenance": _jsonable(model.provenance),
+            "bundle": _bundle_summary(self.guard),
             "pac": {
                 "epsilon": pac.epsilon,
                 "delta": pac.delta,
@@ -85,6 +88,15 @@ class LoadedModel:
                            for s in pac.states] if full_pac else None,
             },
         }
+
+
+def _bundle_summary(guard: Guard | BundleGuard) -> dict[str, Any] | None:
+    """For a bundle: how sessions pick their member (``model``, ``states``, ``pac`` describe the pooled one)."""
+    if not isinstance(guard, BundleGuard):
+        return None
+    bundle = guard.bundle
+    return {"group_by": bundle.group_by, "min_group_runs": bundle.min_group_runs, "members": sorted(bundle.members),
+            "groups_without_model": len(bundle.group_runs) - len(bundle.members)}
 
 
 def _jsonable(value: Any) -> Any:
@@ -124,7 +136,8 @@ class LoadRules:
         return real
 
 
-def read_model(path: str | Path, rules: LoadRules | None = None) -> tuple[bytes, str, GuardModel, Guard]:
+def read_model(path: str | Path, rules: LoadRules | None = None
+               ) -> tuple[bytes, str, GuardModel, Guard | BundleGuard]:
     """Read, validate and compile a model file (blocking: call it off the event loop).
 
     Raises:
@@ -156,7 +169,8 @@ def read_model(path: str | Path, rules: LoadRules | None = None) -> tuple[bytes,
     return parse_model(raw, str(path), rules)
 
 
-def parse_model(raw: bytes, source: str, rules: LoadRules | None = None) -> tuple[bytes, str, GuardModel, Guard]:
+def parse_model(raw: bytes, source: str, rules: LoadRules | None = None
+                ) -> tuple[bytes, str, GuardModel, Guard | BundleGuard]:
     """A model from its bytes (a file, an upload, a database row): (raw, version, model, guard)."""
     if len(raw) > MAX_MODEL_BYTES:
         raise ModelFileError(f"{source}: larger than a model file may be ({MAX_MODEL_BYTES} bytes)")
@@ -164,14 +178,13 @@ def parse_model(raw: bytes, source: str, rules: LoadRules | None = None) -> tupl
     return raw, hashlib.sha256(raw).hexdigest()[:16], model, guard
 
 
-def _parse(raw: bytes, source: str, rules: LoadRules) -> tuple[GuardModel, Guard]:
-    try:
-        document = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ModelFileError(f"{source}: not a Forewarn model file (invalid JSON: {exc}); "
-                             "the file may be truncated or corrupt") from exc
-    model = GuardModel.from_document(document, source=source, trusted_keys=rules.trusted_keys)
-    guard = Guard(model, allow_python=rules.allow_python)
+def _parse(raw: bytes, source: str, rules: LoadRules) -> tuple[GuardModel, Guard | BundleGuard]:
+    loaded = parse_model_or_bundle(raw, source, trusted_keys=rules.trusted_keys)  # a model file or a bundle
+    guard: Guard | BundleGuard
+    if isinstance(loaded, GuardBundle):
+        model, guard = loaded.pooled, BundleGuard(loaded, allow_python=rules.allow_python)
+    else:
+        model, guard = loaded, Guard(loaded, allow_python=rules.allow_python)
     if rules.memo_bytes is not None:
         guard.predicates.memo_limit = rules.memo_bytes
     return model, guard
@@ -213,7 +226,8 @@ class ModelRegistry:
         self._versions[version] = loaded
         return loaded
 
-    def install(self, name: str, version: str, source: str, model: GuardModel, guard: Guard, by: str) -> LoadedModel:
+    def install(self, name: str, version: str, source: str, model: GuardModel, guard: Guard | BundleGuard,
+                by: str) -> LoadedModel:
         """Make ``version`` the current one of ``name`` (after it is committed). One assignment: atomic."""
         loaded = self._versions.get(version)
         if loaded is None:

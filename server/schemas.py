@@ -132,6 +132,10 @@ class DecisionOut(_Out):
     committed: bool
     model: ModelRef
     at: float = Field(description="Unix time of the decision, in seconds.")
+    member: str | None = Field(default=None, description="A bundle's member that decided: 'pooled' or a group.")
+    group: str | None = Field(default=None, description="A bundle's group of the session (from its metadata).")
+    fallback: bool = Field(default=False, description="True when the session's group has no model of its own "
+                                                      "and the pooled model decided.")
 
 
 class SessionCreated(_Out):
@@ -236,6 +240,8 @@ class ModelOut(_Out):
     policy: dict[str, Any]
     provenance: dict[str, Any]
     pac: PACOut
+    bundle: dict[str, Any] | None = Field(default=None, description="For a bundle: its grouping key and members; "
+                                          "states, property and pac are the pooled model's.")
 
 
 class ModelList(_Out):

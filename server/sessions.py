@@ -44,12 +44,16 @@ def effective_policy(policy: Policy) -> dict[str, Any]:
     return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value}
 
 
-def make_session(loaded: LoadedModel, overrides: dict[str, Any] | None) -> Session:
-    """A core session on ``loaded`` with the policy overrides (raises ValueError if they are invalid)."""
+def make_session(loaded: LoadedModel, overrides: dict[str, Any] | None,
+                 metadata: dict[str, Any] | None = None) -> Session:
+    """A core session on ``loaded`` with the policy overrides (raises ValueError if they are invalid).
+
+    ``metadata`` is the run's context: predicates read it as ``meta``, and a bundle picks its member by it.
+    """
     guard = loaded.guard
     if not overrides:
-        return guard.session()
-    return guard.session(guard.policy.with_overrides(overrides))
+        return guard.session(metadata=metadata)
+    return guard.session(guard.policy.with_overrides(overrides), metadata=metadata)
 
 
 class SessionManager:
@@ -101,7 +105,7 @@ class SessionManager:
     def switch_model(self, live: LiveSession, loaded: LoadedModel) -> None:
         """Move a live session to another version of its model (same predicates), keeping its history.
         The monitor states are recomputed from the abstract states: the new version's monitors rule."""
-        session = make_session(loaded, live.overrides)
+        session = make_session(loaded, live.overrides, _metadata(live.session.metadata))
         # the whole history, from the database (a rare admin action): monitors may differ between versions
         rows = self._storage.history(live.id)
         session.restore(_replay(session, [(abstract, None) for _step, abstract, _m, _a, _t in rows])[-1:])
@@ -124,7 +128,7 @@ class SessionManager:
             raise SessionNotFound(session_id)
         loaded = self._registry.version(row["model_version"])
         overrides = orjson.loads(row["policy"]) if row["policy"] else None
-        session = make_session(loaded, overrides)
+        session = make_session(loaded, overrides, orjson.loads(row["metadata"]) if row["metadata"] else None)
         last = self._storage.last_step(session_id)
         next_step = 0
         if last is not None:
@@ -140,6 +144,10 @@ class SessionManager:
         return LiveSession(session_id, row["model_name"], loaded, overrides, session,
                            closed=row["closed_at"] is not None, next_step=next_step,
                            tenant=row["tenant"] or row["created_by"])
+
+
+def _metadata(metadata: Any) -> dict[str, Any] | None:
+    return None if metadata is None else dict(metadata)
 
 
 def _replay(session: Session, steps: list[tuple[int, MonitorStates | None]]) -> list[tuple[int, MonitorStates]]:

@@ -75,7 +75,7 @@ class Turn:
         return verdicts, []
 
     def _advance(self, session: Session, accepted: list[ToolStep], step: ToolStep) -> Session:
-        scratch = Session(session.guard, [], session.monitor_states)
+        scratch = Session(session.guard, [], session.monitor_states, session.metadata)
         concrete = self.mw._try_extract(self.base.then(*accepted), step)
         if concrete is not None:
             scratch.observe(concrete, action={"tool": step.name, "args": step.args})
