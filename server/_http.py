@@ -127,9 +127,10 @@ class BodyLimit:
 
         async def limited_receive() -> Message:
             nonlocal received
-            try:
-                message = await asyncio.wait_for(receive(), self.timeout)
-            except asyncio.TimeoutError:
+            try:  # asyncio.timeout, not wait_for: no task per read, only a timer handle
+                async with asyncio.timeout(self.timeout):
+                    message = await receive()
+            except TimeoutError:
                 raise _TooSlow(self.timeout) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
