@@ -39,7 +39,7 @@ __all__ = ["AsyncClient", "AsyncRemoteSession", "Client", "RemoteDecision", "Rem
            "DEFAULT_URL"]
 
 DEFAULT_URL = "http://127.0.0.1:8321"
-_BACKOFF = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+_BACKOFF = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)  # with 8 retries, about 10 s: long enough for a server restart
 
 
 def _attempt_plan(method: str, idempotent: bool) -> tuple[bool, dict[str, str]]:
@@ -156,7 +156,7 @@ class Client:
     """
 
     def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float = 30.0,
-                 transport: httpx.BaseTransport | None = None, retries: int = 5) -> None:
+                 transport: httpx.BaseTransport | None = None, retries: int = 8) -> None:
         self.url = (url or os.environ.get("FOREWARN_URL") or DEFAULT_URL).rstrip("/")
         self.retries = retries
         self._http = httpx.Client(base_url=self.url, headers=_headers(api_key), timeout=timeout,
@@ -292,7 +292,7 @@ class AsyncClient:
     """The asyncio twin of :class:`Client` (same arguments)."""
 
     def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float = 30.0,
-                 transport: httpx.AsyncBaseTransport | None = None, retries: int = 5) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None, retries: int = 8) -> None:
         self.url = (url or os.environ.get("FOREWARN_URL") or DEFAULT_URL).rstrip("/")
         self.retries = retries
         self._http = httpx.AsyncClient(base_url=self.url, headers=_headers(api_key), timeout=timeout,

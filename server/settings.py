@@ -140,6 +140,7 @@ class ServerSettings(BaseSettings):
     python_predicates: Annotated[tuple[str, ...], NoDecode] = ()  # modules spec-named functions may come from
     trusted_keys: Annotated[tuple[Path, ...], NoDecode] = ()  # Ed25519 public keys; set: models must be signed
     model_dirs: Annotated[tuple[Path, ...], NoDecode] = ()  # POST /v1/models paths must lie inside one
+    idempotency_hours: float = Field(default=24.0, gt=0)  # how long answers to Idempotency-Key writes are kept
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,

@@ -1,6 +1,7 @@
 """What a running server holds, and how it starts: the database, the models, the live sessions."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,6 +65,7 @@ def start(settings: ServerSettings) -> ServerState:
     loaded_files = {name: read_model(path, rules) for name, path in sources.items()}
     storage = Storage.open(settings.db, synchronous=settings.synchronous)
     try:
+        storage.write_sync(Storage.forget_idempotency(time.time() - settings.idempotency_hours * 3600))
         registry = ModelRegistry(storage, rules)
         in_db = storage.current_models()
         for name, (raw, version, model, guard) in loaded_files.items():

@@ -511,6 +511,13 @@ class Storage:
         return job
 
     @staticmethod
+    def forget_idempotency(before: float) -> Job:
+        """Drop the answers to idempotent writes older than ``before`` (a retry comes within seconds)."""
+        def job(conn: sqlite3.Connection) -> int:
+            return int(conn.execute("DELETE FROM idempotency WHERE at < ?", (before,)).rowcount)
+        return job
+
+    @staticmethod
     def migrate_sessions(name: str, version: str, ids: Iterable[str]) -> Job:
         ids = list(ids)
 

@@ -119,3 +119,21 @@ def test_kill_9_mid_request_then_retry(tmp_path: Path, builtin_path: Path) -> No
         assert decision.step == 1 and len(_steps(db, sid)) == 2
     finally:
         server.stop()
+
+
+def test_old_answers_are_forgotten_at_start(tmp_path: Path, builtin_path: Path) -> None:
+    from server.state import start
+
+    db = tmp_path / "forewarn.db"
+    state = start(settings(db, {"builtin": builtin_path}))
+    now = time.time()
+    for key, at in (("old", now - 2 * 3600), ("new", now)):
+        state.storage.write_sync(lambda conn, key=key, at=at: conn.execute(
+            "INSERT INTO idempotency VALUES ('agent-bob', ?, 'h', 200, x'7b7d', ?)", (key, at)))
+    state.close()
+    state = start(settings(db, {"builtin": builtin_path}, idempotency_hours=1.0))
+    try:
+        assert state.storage.idempotent("agent-bob", "old") is None
+        assert state.storage.idempotent("agent-bob", "new") is not None
+    finally:
+        state.close()
