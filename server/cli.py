@@ -88,6 +88,15 @@ def serve(
         "--insecure-no-auth", help="Serve without API keys (loopback addresses only).")] = False,
     log_level: Annotated[Optional[str], typer.Option(help="critical, error, warning, info, debug.")] = None,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request.")] = False,
+    allow_python: Annotated[Optional[list[str]], typer.Option(
+        "--allow-python", help="A module models' specs may name Python functions from; repeatable "
+                               "(FOREWARN_PYTHON_PREDICATES). Default: none.")] = None,
+    trusted_key: Annotated[Optional[list[Path]], typer.Option(
+        "--trusted-key", help="Serve only models signed by this Ed25519 public key (PEM); repeatable "
+                              "(FOREWARN_TRUSTED_KEYS).")] = None,
+    model_dir: Annotated[Optional[list[Path]], typer.Option(
+        "--model-dir", help="A folder POST /v1/models may load model files from; repeatable "
+                            "(FOREWARN_MODEL_DIRS). Default: none (upload models as documents).")] = None,
 ) -> None:
     """Serve the guard over HTTP (sessions, steps, approvals, models, metrics)."""
     overrides = {
@@ -96,6 +105,9 @@ def serve(
         "models": parse_model_options(model) if model else None,
         "insecure_no_auth": True if insecure_no_auth else None,
         "access_log": True if access_log else None,
+        "python_predicates": tuple(allow_python) if allow_python else None,
+        "trusted_keys": tuple(trusted_key) if trusted_key else None,
+        "model_dirs": tuple(model_dir) if model_dir else None,
     }
     settings = load_settings(config, **overrides)
     if not settings.api_keys and not settings.insecure_no_auth:

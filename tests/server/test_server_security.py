@@ -216,3 +216,16 @@ def test_401_comes_before_any_body_validation(http: httpx.Client) -> None:
             assert response.status_code == 401, (method, path, response.status_code, response.text)
     assert http.post("/v1/sessions", content=b"{not json", headers={**auth("agent"), "Content-Type":
                                                                       "application/json"}).status_code == 422
+
+
+def test_serve_refuses_such_models_before_binding(forewarn_here: CLI, rce_path: Path, toy_path: Path, tmp_path: Path,
+                                                  keys: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from _sidecar import API_KEYS, free_port
+
+    monkeypatch.setenv("FOREWARN_API_KEYS", API_KEYS)
+    common = ["--db", tmp_path / "x.db", "--port", str(free_port())]
+    result = forewarn_here("serve", "--model", rce_path, *common)
+    assert result.returncode == 2 and "'subprocess:check_output' is not allowed" in result.stderr
+    result = forewarn_here("serve", "--model", toy_path, "--trusted-key", keys[1], *common)
+    assert result.returncode == 2 and "the model is not signed" in result.stderr
+    assert not (tmp_path / "x.db").exists()
