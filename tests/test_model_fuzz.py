@@ -1,4 +1,4 @@
-"""Crafted model files: mutations of a real one, loaded by the CLI and by ``Guard``.
+"""Crafted model files (mutations of a real one, loaded by the CLI and by ``Guard``) and crafted specs.
 
 Every case must end in a clean load or one ``ForewarnError`` line (exit 2): never a traceback,
 never a hang (hypothesis' deadline is the per-case limit), never another exit code.
@@ -104,3 +104,32 @@ def test_crafted_model_files_fail_cleanly(real_model: dict[str, Any], forewarn_h
             pass
         grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
         assert grown_mb < 200, f"loading one crafted file raised the peak memory by {grown_mb:.0f} MB"
+
+
+_CEL = st.one_of(st.sampled_from(["state.a", "state.b > 2", "!state.a", "state.x.y.z == 'q'", "size(state.l) > 1",
+                                  "meta.task == 't'", "1 / 0 == 1", "state.a &&", "((", "state.a ? 1 : 2"]),
+                 st.text(max_size=30))
+_SPEC = st.fixed_dictionaries(
+    {"predicates": st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,6}", fullmatch=True),
+                                   st.one_of(_CEL, st.fixed_dictionaries({"cel": _CEL}),
+                                             st.fixed_dictionaries({"python": st.sampled_from(
+                                                 ["os:system", "subprocess:run", "builtins:eval", "x:y", ":", "a.b"])})),
+                                   min_size=1, max_size=4)},
+    optional={"unsafe": _CEL, "name": st.text(max_size=10), "guard": _VALUE, "learning": _VALUE,
+              "monitors": _VALUE, "valid_transitions": _VALUE, "extra": _VALUE})
+
+
+@settings(max_examples=200, deadline=5_000)
+@given(document=_SPEC, raw=st.booleans(), noise=st.text(max_size=40))
+def test_crafted_specs_fail_cleanly(document: dict[str, Any], raw: bool, noise: str) -> None:
+    import yaml
+
+    from guard.errors import ForewarnError
+    from guard.predicates import PredicateSet
+    from guard.spec import parse_spec
+
+    text = yaml.safe_dump(document) + (noise if raw else "")
+    try:
+        PredicateSet(parse_spec(text), allow_python=())  # nothing named in the spec may be imported
+    except ForewarnError:
+        pass
