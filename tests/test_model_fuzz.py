@@ -133,3 +133,21 @@ def test_crafted_specs_fail_cleanly(document: dict[str, Any], raw: bool, noise: 
         PredicateSet(parse_spec(text), allow_python=())  # nothing named in the spec may be imported
     except ForewarnError:
         pass
+
+
+def test_field_names_in_cel_never_become_code(tmp_path: Path) -> None:
+    """The memo key and leaf binder are generated Python; a field name is only ever a quoted literal in it."""
+    import yaml
+
+    from guard.predicates import PredicateSet
+    from guard.spec import parse_spec
+
+    marker = tmp_path / "pwned"
+    field = f"a'] + __import__('os').system('touch {marker}') + ['"
+    nested = f"x\"]\n__import__('os').system('touch {marker}')#"
+    expression = 'state["' + field.replace('"', '\\"') + '"] == 1 && state.b["' + nested.replace('"', '\\"')\
+        .replace("\n", "\\n") + '"] == 2'
+    predicates = PredicateSet(parse_spec(yaml.safe_dump({"predicates": {"p": expression}, "unsafe": "p"})))
+    assert predicates.evaluate({field: 1, "b": {nested: 2}}) == 1
+    assert predicates.evaluate({field: 1, "b": {nested: 3}}) == 0
+    assert not marker.exists()
