@@ -14,7 +14,8 @@ from rich.table import Table
 from guard._cli import Format, err, out, print_json
 from guard.errors import ForewarnError
 from guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
-from guard.model import GuardModel
+from guard.model import CheckedProperty, GuardModel
+from guard.spec import PropertyDef
 from guard.storm import (
     Method,
     build_sparse_dtmc,
@@ -106,9 +107,18 @@ def learn(
         return
     table = Table(title=f"forewarn learn → {output}", show_header=False)
     for key, value in summary.items():
-        if key != "pac_worst":
+        if key not in ("pac_worst", "initial_interval"):
             table.add_row(key, str(value))
     out.print(table)
+    interval = summary["initial_interval"]
+    if interval is not None:
+        out.print(f"Risk at the start: {summary['initial_risk']:.1%}, {interval['confidence']:.0%} interval "
+                  f"[{interval['ci_low']:.1%}, {interval['ci_high']:.1%}] ({interval['method']}, from "
+                  f"{interval['visits']} visits of the initial state{'s' if interval['states'] > 1 else ''})."
+                  + (" The interval is wide: the runs leave the risk largely open (few visits here or in the "
+                     "states runs go on to); more runs narrow it, and guard.act_on: upper or guard.min_visits "
+                     "act on it (docs/method.md)." if interval["ci_high"] - interval["ci_low"] > 0.5 else ""),
+                  soft_wrap=True)
     worst = summary["pac_worst"]
     if worst:
         out.print(f"PAC (ε={model.pac.epsilon}, δ={model.pac.delta}): "
@@ -168,6 +178,7 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         "properties": "; ".join(f"{p.name}: {p.outcome.formula}" for p in model.properties),
         "method": o.method.value,
         "initial_risk": round(float(initial_risk), 6),
+        "initial_interval": _initial_interval(model),
         "learn_seconds": model.provenance["learn_seconds"],
         "check_seconds": model.provenance.get("check_seconds", round(o.seconds, 6)),
         "pac_satisfied": pac.satisfied,
@@ -176,6 +187,23 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
             "state": worst.state, "visits": worst.visits, "required": worst.required,
             "predicates": _pac_words(model, worst.state)},
     }
+
+
+def _initial_interval(model: GuardModel) -> dict[str, Any] | None:
+    """The first property's confidence interval at the initial states (in the terms of ``initial_risk``).
+
+    With several initial states, the run-weighted mean of their lower and upper ends:
+    the range a run's starting risk lies in (each end a mixture of valid ends).
+    """
+    first, d = model.properties[0], model.dtmc
+    if first.ci_low is None or first.ci_high is None or model.intervals is None:
+        return None
+    runs = sum(d.initial.values()) or 1
+    low = sum(first.ci_low[i] * n for i, n in d.initial.items()) / runs
+    high = sum(first.ci_high[i] * n for i, n in d.initial.items()) / runs
+    return {"ci_low": round(float(low), 6), "ci_high": round(float(high), 6),
+            "confidence": 1.0 - model.intervals.delta, "method": model.intervals.method.value,
+            "visits": int(sum(model.visits[i] for i in d.initial)), "states": len(d.initial)}
 
 
 def _pac_words(model: GuardModel, index: int) -> str:
@@ -232,7 +260,9 @@ def check(
     checked = {name: _check_rows(m, property, method, precision) for name, m in members.items()}
     if format is Format.json:
         documents = {name: {"property": outcomes[0][1].formula, "method": outcomes[0][1].method.value,
-                            "properties": [{"name": n, "formula": o.formula} for n, o in outcomes], "states": rows}
+                            "properties": [{"name": n, "formula": o.formula} for n, o in outcomes],
+                            "intervals": None if members[name].intervals is None
+                            else members[name].intervals.to_document(), "states": rows}
                      for name, (outcomes, rows) in checked.items()}
         print_json(documents[None] if None in documents else {"bundle": str(model), "members": documents})
         return
@@ -246,9 +276,19 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
     dtmc = loaded.dtmc
     if property is not None:
         # check_dtmc builds a rational model for --method exact (a float model is not exact)
-        outcomes: list[tuple[str, Any]] = [("query", check_dtmc(dtmc, property, method=method, precision=precision))]
+        query = check_dtmc(dtmc, property, method=method, precision=precision)
+        checked = [CheckedProperty(PropertyDef(name="query", formula="true"), query)]
+        if loaded.intervals is not None:  # the same interval chain, asked the new question
+            from guard.pipeline import with_intervals
+
+            checked, _ = with_intervals(dtmc, labels_of(dtmc), checked, method=loaded.intervals.method,
+                                        delta=loaded.intervals.delta, entries=loaded.intervals.entries,
+                                        precision=precision)
     else:
-        outcomes = [(p.name, p.outcome) for p in loaded.properties]
+        checked = loaded.properties
+    outcomes = [(p.name, p.outcome) for p in checked]
+    ci_low, ci_high = checked[0].ci_low, checked[0].ci_high
+    visits = loaded.visits
     verdicts = ctl_verdicts(build_sparse_dtmc(dtmc.matrix, labels_of(dtmc)))
     monitor_rows = dtmc.monitor_states.tolist() if dtmc.monitor_states is not None else None
     monitors: dict[str, Any] = {}
@@ -268,13 +308,18 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
             "value": float(first.values[i]),
             "lower": None if first.lower is None else float(first.lower[i]),
             "upper": None if first.upper is None else float(first.upper[i]),
+            "ci_low": None if ci_low is None else float(ci_low[i]),
+            "ci_high": None if ci_high is None else float(ci_high[i]),
+            "visits": int(visits[i]),
             "ctl": {name: bool(v[i]) for name, v in verdicts.items()},
         }
         if len(outcomes) > 1:
-            row["properties"] = {name: {"value": float(o.values[i]),
-                                        "lower": None if o.lower is None else float(o.lower[i]),
-                                        "upper": None if o.upper is None else float(o.upper[i])}
-                                 for name, o in outcomes}
+            row["properties"] = {p.name: {"value": float(p.outcome.values[i]),
+                                          "lower": None if p.outcome.lower is None else float(p.outcome.lower[i]),
+                                          "upper": None if p.outcome.upper is None else float(p.outcome.upper[i]),
+                                          "ci_low": None if p.ci_low is None else float(p.ci_low[i]),
+                                          "ci_high": None if p.ci_high is None else float(p.ci_high[i])}
+                                 for p in checked}
         rows.append(row)
     return outcomes, rows
 
@@ -283,11 +328,13 @@ def _print_check(loaded: GuardModel, outcomes: list[tuple[str, Any]], rows: list
                  member: str | None) -> None:
     first = outcomes[0][1]
     with_monitors = loaded.dtmc.monitor_states is not None
+    with_intervals = loaded.intervals is not None and rows[0]["ci_low"] is not None
     title = "  ".join(f"{name}: {o.formula}" for name, o in outcomes) + f"  ({first.method.value})"
     table = Table(title=title if member is None else f"{member}: {title}")
     columns = ["#", "state"] + (["monitors"] if with_monitors else []) + ["unsafe"] \
         + [name for name, _ in outcomes] + (["lower", "upper"] if len(outcomes) == 1 else []) \
-        + ["EF unsafe", "AG !unsafe"]
+        + ([f"{1 - loaded.intervals.delta:.0%} interval"] if with_intervals and loaded.intervals else []) \
+        + ["visits", "EF unsafe", "AG !unsafe"]
     for column in columns:
         table.add_column(column, justify="left" if column in {"state", "monitors", "unsafe"} else "right")
     for i, row in enumerate(rows):
@@ -298,6 +345,9 @@ def _print_check(loaded: GuardModel, outcomes: list[tuple[str, Any]], rows: list
         cells += [_fmt(float(o.values[i]), 6) for _, o in outcomes]
         if len(outcomes) == 1:
             cells += [_fmt(row["lower"], 6), _fmt(row["upper"], 6)]
+        if with_intervals:
+            cells.append(f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
+        cells.append(str(row["visits"]) if row["kind"] == "state" and not row["unsafe"] else "–")
         cells += ["yes" if row["ctl"]["EF unsafe"] else "no", "yes" if row["ctl"]["AG !unsafe"] else "no"]
         table.add_row(*cells)
     out.print(table)

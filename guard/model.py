@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from guard.errors import ForewarnError, ModelFileError
+from guard.intervals import IntervalMethod, IntervalReport, visits
 from guard.learning import END, LearnedDTMC
 from guard.pac import PACReport, StatePAC
 from guard.spec import Meaning, PropertyDef, Spec, parse_spec
@@ -60,6 +61,16 @@ class PropertyEntry(_Doc):
     values: list[float]
     lower: list[float] | None = None
     upper: list[float] | None = None
+    ci_low: list[float] | None = None  # statistical confidence interval of `values` (intervals.py)
+    ci_high: list[float] | None = None
+
+
+class IntervalsEntry(_Doc):
+    method: IntervalMethod
+    delta: float = Field(gt=0.0, lt=1.0)
+    delta_per_entry: float = Field(gt=0.0, lt=1.0)
+    entries: int = Field(ge=0)
+    seconds: float = 0.0
 
 
 class CheckEntry(_Doc):
@@ -103,6 +114,8 @@ class ModelDocument(_Doc):
     properties: list[PropertyEntry]
     check: CheckEntry
     pac: PACEntry
+    intervals: IntervalsEntry | None = None  # None: a model without confidence intervals
+    visits: list[int] | None = None  # observed departures per state (written since intervals)
     provenance: dict[str, Any]
     checksum: str = ""
     signature: dict[str, Any] | None = None  # Ed25519 over the canonical body (guard.signing)
@@ -110,10 +123,17 @@ class ModelDocument(_Doc):
 
 @dataclass(frozen=True)
 class CheckedProperty:
-    """A guarded property and Storm's values for it in every state of the model."""
+    """A guarded property and Storm's values for it in every state of the model.
+
+    ``ci_low``/``ci_high``: per state, the property's lowest and highest value over every
+    chain inside the transition intervals (its confidence interval); ``None`` without
+    intervals, or for a formula Storm cannot check on an interval model.
+    """
 
     definition: PropertyDef
     outcome: CheckOutcome
+    ci_low: np.ndarray | None = None
+    ci_high: np.ndarray | None = None
 
     @property
     def name(self) -> str:
@@ -128,8 +148,8 @@ class GuardModel:
     """
 
     def __init__(self, spec: Spec, dtmc: LearnedDTMC, properties: list[CheckedProperty] | CheckOutcome,
-                 pac: PACReport, provenance: dict[str, Any], *, pac_valuations: list[list[bool]] | None = None
-                 ) -> None:
+                 pac: PACReport, provenance: dict[str, Any], *, pac_valuations: list[list[bool]] | None = None,
+                 intervals: IntervalReport | None = None) -> None:
         if isinstance(properties, CheckOutcome):  # one default property
             properties = [CheckedProperty(spec.guard.effective_properties()[0], properties)]
         if not properties:
@@ -140,6 +160,8 @@ class GuardModel:
         self.pac = pac
         self.provenance = provenance
         self.pac_valuations = pac_valuations
+        self.intervals = intervals
+        self.visits = visits(dtmc)  # observed departures per state (the product's: its chain state's)
 
     @property
     def outcome(self) -> CheckOutcome:
@@ -185,6 +207,8 @@ class GuardModel:
                 "values": p.outcome.values.tolist(),
                 "lower": None if p.outcome.lower is None else p.outcome.lower.tolist(),
                 "upper": None if p.outcome.upper is None else p.outcome.upper.tolist(),
+                "ci_low": None if p.ci_low is None else p.ci_low.tolist(),
+                "ci_high": None if p.ci_high is None else p.ci_high.tolist(),
             } for p in self.properties],
             "check": {"method": self.outcome.method.value, "precision": self.outcome.precision,
                       "seconds": sum(p.outcome.seconds for p in self.properties),
@@ -199,6 +223,8 @@ class GuardModel:
                             "visits": s.visits, "required": s.required,
                             "satisfied": s.satisfied} for s in pac.states],
             },
+            "intervals": None if self.intervals is None else self.intervals.to_document(),
+            "visits": self.visits.tolist(),
             "provenance": self.provenance,
         }
         body["checksum"] = _checksum(body)
@@ -282,7 +308,9 @@ class GuardModel:
             except ForewarnError as exc:
                 raise ModelFileError(f"{source}: embedded spec is invalid: {exc}") from exc
         dtmc, properties, pac, provenance, valuations = _restore(doc, spec, source)
-        return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations)
+        i = doc.intervals
+        report = None if i is None else IntervalReport(i.method, i.delta, i.delta_per_entry, i.entries, i.seconds)
+        return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
 
 
 
@@ -401,7 +429,12 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
             raise bad(f"properties[{index}]: cached values must satisfy lower <= value <= upper")
         outcome = CheckOutcome(prop.formula, values, lower, upper, doc.check.method, doc.check.precision,
                                doc.check.seconds / max(1, len(doc.properties)))
-        properties.append(CheckedProperty(definition, outcome))
+        ci_low, ci_high = _confidence(prop, index, values, n, bad)
+        properties.append(CheckedProperty(definition, outcome, ci_low, ci_high))
+    if doc.visits is not None:
+        stored = np.array(doc.visits, dtype=np.int64)
+        if stored.shape != (n,) or not np.array_equal(stored, visits(dtmc)):
+            raise bad("visits must give, per state, the observed departures its transition counts add up to")
     p = doc.pac
     pac = PACReport(epsilon=p.epsilon, delta=p.delta, delta_per_state=p.delta_per_state,
                     amplification=math.inf if p.amplification is None else p.amplification,
@@ -419,12 +452,31 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
     return dtmc, properties, pac, dict(doc.provenance), valuations
 
 
+def _confidence(prop: PropertyEntry, index: int, values: np.ndarray, n: int, bad: Any
+                ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """A property's confidence interval per state, checked: in [0, 1], around the point value."""
+    if (prop.ci_low is None) != (prop.ci_high is None):
+        raise bad(f"properties[{index}] ({prop.name}): give both ci_low and ci_high, or neither")
+    if prop.ci_low is None or prop.ci_high is None:
+        return None, None
+    where = f"properties[{index}] ({prop.name})"
+    low = _vector(prop.ci_low, n, f"{where}.ci_low", bad)
+    high = _vector(prop.ci_high, n, f"{where}.ci_high", bad)
+    outside = np.flatnonzero((low > values + _TOLERANCE) | (values > high + _TOLERANCE))
+    if outside.size:
+        i = int(outside[0])
+        raise bad(f"{where}: state {i}'s confidence interval [{low[i]!r}, {high[i]!r}] does not contain its "
+                  f"value {values[i]!r}")
+    return low, high
+
+
 def _vector(values: list[float], n: int, name: str, bad: Any) -> np.ndarray:
     array = np.array(values, dtype=float)
     if array.shape != (n,):
         raise bad(f"{name} must have one value per state ({n}), has {array.size}")
-    if np.any(~np.isfinite(array)) or np.any(array < -_TOLERANCE) or np.any(array > 1 + _TOLERANCE):
-        raise bad(f"{name}: probabilities must lie in [0, 1]")
+    outside = np.flatnonzero(~np.isfinite(array) | (array < -_TOLERANCE) | (array > 1 + _TOLERANCE))
+    if outside.size:
+        raise bad(f"{name}: probabilities must lie in [0, 1] (state {int(outside[0])} has {array[outside[0]]!r})")
     return array
 
 

@@ -10,10 +10,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from guard._version import __version__
-from guard.errors import CheckError
-from guard.errors import TraceError
+from guard.errors import CheckError, ForewarnError, TraceError
+from guard.intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
 from guard.learning import (
+    LearnedDTMC,
     TransitionCounts,
     ValidTransitionRule,
     count_transitions,
@@ -24,11 +27,20 @@ from guard.model import CheckedProperty, GuardModel
 from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
 from guard.spec import Spec
-from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of, storm_version, validate_formula
+from guard.storm import (
+    Method,
+    build_interval_dtmc,
+    build_sparse_dtmc,
+    check_sparse_model,
+    interval_bounds,
+    labels_of,
+    storm_version,
+    validate_formula,
+)
 from guard.traces import Run, read_runs, resample
 
 __all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "model_from_counts",
-           "prepare"]
+           "prepare", "with_intervals"]
 
 
 def default_formula(spec: Spec) -> str:
@@ -123,6 +135,7 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         allow_python: modules the spec may name Python functions from (:mod:`guard.trust`).
         on_run: called with the number of runs read so far (progress bars).
     """
+    learning_bounds(spec, epsilon, delta)  # refuse a bad ε or δ before reading any data
     predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
     started = time.perf_counter()
 
@@ -155,6 +168,16 @@ def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None 
     return PredicateSet(spec, python_predicates, allow_python=allow_python), build_monitors(spec)
 
 
+def learning_bounds(spec: Spec, epsilon: float | None, delta: float | None) -> tuple[float, float]:
+    """ε and δ: the caller's, else the spec's; each strictly between 0 and 1 (else a one-line error)."""
+    epsilon = spec.learning.epsilon if epsilon is None else epsilon
+    delta = spec.learning.delta if delta is None else delta
+    for name, value in (("epsilon", epsilon), ("delta", delta)):
+        if not 0.0 < value < 1.0:  # the spec's are checked on parse; these came from a caller or the CLI
+            raise ForewarnError(f"learning {name} must lie strictly between 0 and 1, got {value}")
+    return epsilon, delta
+
+
 def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: PredicateSet, monitors: Sequence[Any], *,
                       alpha: float | None = None, method: Method = Method.SOUND, precision: float = 1e-6,
                       epsilon: float | None = None, delta: float | None = None,
@@ -164,6 +187,7 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     from monitors import build_product
 
     definitions = spec.guard.effective_properties()
+    epsilon, delta = learning_bounds(spec, epsilon, delta)
     alpha = spec.learning.alpha if alpha is None else alpha
     chain = learn_dtmc(counts, predicates, alpha=alpha,
                        rule=transition_rule(spec, predicates, valid_transition))
@@ -176,8 +200,9 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     storm_model = build_sparse_dtmc(dtmc.matrix, labels, exact_rows=exact_rows)
     properties = [CheckedProperty(d, check_sparse_model(storm_model, d.query, method=method, precision=precision))
                   for d in definitions]
-    pac = pac_report(chain, epsilon=spec.learning.epsilon if epsilon is None else epsilon,
-                     delta=spec.learning.delta if delta is None else delta)
+    properties, report = with_intervals(dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
+                                        delta=delta, entries=estimated_entries(chain), precision=precision)
+    pac = pac_report(chain, epsilon=epsilon, delta=delta)
     width = predicates.width
     valuations = [[bool(bits >> b & 1) for b in range(width)] for bits in chain.states[:-1]] + [[False] * width]
     provenance = {
@@ -195,4 +220,36 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
         "product_seconds": round(product_seconds, 6),
         "check_seconds": round(sum(p.outcome.seconds for p in properties), 6),
     }
-    return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations)
+    return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
+
+
+def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], properties: list[CheckedProperty], *,
+                   method: IntervalMethod, delta: float, entries: int | None = None,
+                   precision: float = 1e-6) -> tuple[list[CheckedProperty], IntervalReport | None]:
+    """Each property's confidence interval per state, from the interval chain around ``dtmc``.
+
+    ``dtmc`` is what was checked: the learned chain or its product with monitors, whose
+    transitions inherit their chain transition's interval; ``entries`` is the union
+    bound's size, the learned chain's estimated entries (default: ``dtmc``'s own). Each
+    interval is widened to contain the point value and Storm's numerical bounds: the point
+    chain lies inside the intervals, so only solver precision could put it outside.
+    """
+    if method is IntervalMethod.NONE:
+        return properties, None
+    started = time.perf_counter()
+    intervals = transition_intervals(dtmc, delta=delta, method=method, entries=entries)
+    model = build_interval_dtmc(dtmc.matrix, intervals.lower, intervals.upper, labels)
+    out = []
+    for prop in properties:
+        bounds = interval_bounds(model, prop.outcome.formula, precision=precision)
+        if bounds is None:  # a formula Storm cannot check on interval models (LTL): no interval
+            out.append(prop)
+            continue
+        low, high, _ = bounds
+        o = prop.outcome
+        low = np.minimum(low, o.values if o.lower is None else np.minimum(o.lower, o.values))
+        high = np.maximum(high, o.values if o.upper is None else np.maximum(o.upper, o.values))
+        out.append(CheckedProperty(prop.definition, o, np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)))
+    report = IntervalReport(method, float(delta), intervals.delta_per_entry, intervals.entries,
+                            round(time.perf_counter() - started, 6))
+    return out, report

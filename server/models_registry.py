@@ -71,7 +71,9 @@ class LoadedModel:
             "unsafe": spec.unsafe,
             "property": self.guard.property,
             "states": model.dtmc.size,
-            "policy": {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value},
+            "policy": {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
+                       "act_on": policy.act_on, "min_visits": policy.min_visits},
+            "intervals": None if model.intervals is None else model.intervals.to_document(),
             "provenance": _jsonable(model.provenance),
             "bundle": _bundle_summary(self.guard),
             "pac": {

@@ -41,7 +41,8 @@ class LiveSession:
 
 
 def effective_policy(policy: Policy) -> dict[str, Any]:
-    return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value}
+    return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
+            "act_on": policy.act_on, "min_visits": policy.min_visits}
 
 
 def make_session(loaded: LoadedModel, overrides: dict[str, Any] | None,

@@ -32,7 +32,7 @@ class Turn:
     def __init__(self, middleware: ForewarnMiddleware, run: GuardedRun, base: Transcript,
                  messages: Sequence[BaseMessage], *, record: bool = True) -> None:
         self.mw = middleware
-        self.guard = middleware.guard
+        self.guard = middleware._session_guard  # the guard under the effective policy
         self.run = run
         self.base = base
         self.messages = messages

@@ -334,7 +334,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             notes.append(f"Note: a human reviewer replaced your call before it ran; it ran as "
                          f"{explain.describe_call(call['name'], call['args'])}. Do not re-issue your original call.")
         if news:  # a risky state the look-ahead could not see (or did, and a human let it through)
-            words = explain.after_call(self.guard, decision)
+            words = explain.after_call(self._session_guard, decision)
             marks.update(action=decision.action.value, explanation=words, decision=decision.to_dict())
             notes.append(words)
             with self._lock:
