@@ -116,7 +116,8 @@ def test_signed_round_trip_and_tampering(tmp_path: Path, toy_path: Path, keys: t
     # every risk set to 0 and the checksum recomputed: the checksum passes, the signature does not
     document = orjson.loads(signed.read_bytes())
     document["properties"][0]["values"] = [0.0] * len(document["properties"][0]["values"])
-    document["properties"][0]["lower"] = document["properties"][0]["upper"] = None
+    for key in ("lower", "upper", "ci_low", "ci_high"):  # whatever would betray the edit goes too
+        document["properties"][0][key] = None
     document["checksum"] = _checksum(document)
     tampered = tmp_path / "tampered.json"
     tampered.write_bytes(orjson.dumps(document))
