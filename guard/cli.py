@@ -62,14 +62,23 @@ def learn(
     min_group_runs: Annotated[int, typer.Option(
         "--min-group-runs", help="Runs a group needs for a model of its own (with --group-by).")]
     = DEFAULT_MIN_GROUP_RUNS,
+    sign: Annotated[Optional[Path], typer.Option(
+        "--sign", envvar="FOREWARN_SIGNING_KEY",
+        help="Sign the model with this Ed25519 private key (PEM; FOREWARN_SIGNING_KEY).")] = None,
+    allow_python: Annotated[Optional[list[str]], typer.Option(
+        "--allow-python", help="A module whose functions the spec may name (python predicates, transition "
+                               "rule); repeatable. Default: FOREWARN_PYTHON_PREDICATES.")] = None,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
+    from guard.signing import load_private_key
     from guard.spec import load_spec
 
+    signing_key = load_private_key(sign) if sign is not None else None  # a bad key fails before learning
     if group_by is not None:
         group_path(group_by)  # a bad path fails before any run is read
     parsed = load_spec(spec)
-    options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period)
+    options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period,
+                   allow_python=allow_python)
     with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
                   console=err, transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("learn", total=None)
@@ -87,7 +96,7 @@ def learn(
 
             learned = learn_model(traces, parsed, on_run=on_run, **options)
     try:
-        learned.save(output)
+        learned.save(output, sign_with=signing_key)
     except OSError as exc:  # e.g. -o names a folder, or a path under a file
         raise ForewarnError(f"{output}: cannot write the model file: {exc.strerror}") from exc
     if isinstance(learned, GuardBundle):
@@ -316,6 +325,9 @@ def check(
     group: Annotated[Optional[str], typer.Option(
         "--group", help="For a bundle: only this member (a group's value, or 'pooled'); default: every member.")]
     = None,
+    trusted_key: Annotated[Optional[list[Path]], typer.Option(
+        "--trusted-key", help="Require the model to be signed by this Ed25519 public key (PEM); repeatable. "
+                              "Default: FOREWARN_TRUSTED_KEYS.")] = None,
 ) -> None:
     """Show the cached per-state values of a model (of each member of a bundle), or check another property."""
     if model.suffix in {".pm", ".prism"}:
@@ -327,8 +339,10 @@ def check(
     if const is not None:
         raise ForewarnError("--const applies to PRISM files only")
     from guard.bundle import load_model_or_bundle
+    from guard.signing import load_trusted_keys
 
-    members = _members(load_model_or_bundle(model), group)
+    keys = load_trusted_keys(trusted_key) if trusted_key else None
+    members = _members(load_model_or_bundle(model, trusted_keys=keys), group)
     checked = {name: _check_rows(m, property, method, precision) for name, m in members.items()}
     if format is Format.json:
         documents = {name: {"property": outcomes[0][1].formula, "method": outcomes[0][1].method.value,

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from dataclasses import dataclass
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -142,6 +143,7 @@ class ModelDocument(_Doc):
     visits: list[int] | None = None  # observed departures per state (written since intervals)
     provenance: dict[str, Any]
     checksum: str = ""
+    signature: dict[str, Any] | None = None  # Ed25519 over the canonical body (guard.signing)
 
 
 @dataclass(frozen=True)
@@ -254,19 +256,33 @@ class GuardModel:
         body["checksum"] = _checksum(body)
         return body
 
-    def save(self, path: str | Path) -> Path:
-        """Write the model atomically (a crash leaves the old file, never half a new one)."""
-        return write_document(path, self.to_document())
+    def save(self, path: str | Path, *, sign_with: Any = None) -> Path:
+        """Write the model atomically (a crash leaves the old file, never half a new one).
+
+        Args:
+            sign_with: an Ed25519 private key (:func:`guard.signing.load_private_key`) to sign it with.
+        """
+        document = self.to_document()
+        if sign_with is not None:
+            from guard.signing import sign_document
+
+            document = sign_document(document, sign_with)
+        return write_document(path, document)
 
     # -- reading --------------------------------------------------------------------
 
     @classmethod
-    def load(cls, path: str | Path) -> GuardModel:
+    def load(cls, path: str | Path, *, trusted_keys: Sequence[Any] | None = None) -> GuardModel:
         """Read and validate a model file.
+
+        Args:
+            trusted_keys: public keys (:func:`guard.signing.load_trusted_keys`) one of which must
+                have signed the file; None reads ``$FOREWARN_TRUSTED_KEYS`` (unset: no signature needed).
 
         Raises:
             ModelFileError: the file is missing, not JSON, of another schema, edited by
-                hand (checksum), or internally inconsistent; the message says which.
+                hand (checksum), unsigned or badly signed when keys are given, or internally
+                inconsistent; the message says which.
         """
         path = Path(path)
         try:
@@ -278,16 +294,23 @@ class GuardModel:
         except orjson.JSONDecodeError as exc:
             raise ModelFileError(f"{path}: not a Forewarn model file (invalid JSON: {exc}); "
                                  "the file may be truncated or corrupt") from exc
-        return cls.from_document(document, source=str(path))
+        return cls.from_document(document, source=str(path), trusted_keys=trusted_keys)
 
     @classmethod
-    def from_document(cls, document: Any, *, source: str = "<model>", spec: Spec | None = None) -> GuardModel:
-        """A model from its parsed JSON (``spec``: an already parsed spec to reuse when its text is the same)."""
+    def from_document(cls, document: Any, *, source: str = "<model>", spec: Spec | None = None,
+                      trusted_keys: Sequence[Any] | None = None) -> GuardModel:
+        """A model from its parsed JSON (``spec``: an already parsed spec to reuse when its text is the same;
+        ``trusted_keys``: see :meth:`load`)."""
         if isinstance(document, dict) and document.get("format") == "forewarn-bundle":
             raise ModelFileError(f"{source}: a model bundle, not a single model: load it with "
                                  "guard.load_guard (or BundleGuard.load)")
         if not isinstance(document, dict) or document.get("format") != "forewarn-model":
             raise ModelFileError(f"{source}: not a Forewarn model file (no \"format\": \"forewarn-model\")")
+        from guard.signing import trusted_keys_from_env, verify_document
+
+        keys = trusted_keys_from_env() if trusted_keys is None else trusted_keys
+        if keys:  # before anything else reads the file: an unsigned one is not parsed further
+            verify_document(document, keys, source=source)
         version = document.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ModelFileError(f"{source}: model schema version {version!r} is not supported "
@@ -298,7 +321,10 @@ class GuardModel:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"])
             raise ModelFileError(f"{source}: field {field}: {first['msg']}") from exc
-        expected = _checksum({k: v for k, v in document.items() if k != "checksum"})
+        try:
+            expected = _checksum(document)
+        except (TypeError, orjson.JSONEncodeError) as exc:  # a document built in code, not read from JSON
+            raise ModelFileError(f"{source}: not serialisable as a model file: {exc}") from exc
         if doc.checksum != expected:
             raise ModelFileError(f"{source}: checksum mismatch: the file was modified after Forewarn wrote it "
                                  "(hand edits are not accepted; re-run 'forewarn learn')")
@@ -460,6 +486,9 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
                     states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states], tight=tight)
     valuations = None
     if p.chain_states is not None:
+        # the learned chain has no more states than its product with the monitors: a bound before allocating
+        if not 0 <= p.chain_states <= n:
+            raise bad(f"pac.chain_states: {p.chain_states} is not between 0 and the model's {n} states")
         valuations = [[False] * width for _ in range(p.chain_states)]
         for entry in p.states:
             if not 0 <= entry.state < p.chain_states or entry.valuation is None:
@@ -497,7 +526,9 @@ def _vector(values: list[float], n: int, name: str, bad: Any) -> np.ndarray:
 
 
 def _checksum(body: dict[str, Any]) -> str:
-    canonical = orjson.dumps({k: v for k, v in body.items() if k != "checksum"}, option=orjson.OPT_SORT_KEYS)
+    # the signature is outside what it covers, as is the checksum itself
+    canonical = orjson.dumps({k: v for k, v in body.items() if k not in ("checksum", "signature")},
+                             option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()
 
 

@@ -6,7 +6,7 @@ cached per product state because the model, and so the answer, is fixed.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -104,18 +104,22 @@ class Guard:
         policy: overrides the spec's thresholds and unseen-state action (for every
             property that has no thresholds of its own).
         python_predicates: predicates defined in code, by name.
+        allow_python: modules whose functions the model's spec may name (:mod:`guard.trust`);
+            None reads ``$FOREWARN_PYTHON_PREDICATES``; anything else is refused.
         predicates: compiled predicates of the same spec to share (the members of a bundle
             share one set, and so its memo).
     """
 
     def __init__(self, model: GuardModel, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
+                 allow_python: Iterable[str] | None = None,
                  predicates: PredicateSet | None = None) -> None:
         from monitors import build_monitors  # monitors build on guard's spec
 
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
-        self.predicates = predicates if predicates is not None else PredicateSet(model.spec, python_predicates)
+        self.predicates = predicates if predicates is not None else PredicateSet(
+            model.spec, python_predicates, allow_python=allow_python)
         self.monitors = build_monitors(model.spec)
         self.property = model.outcome.formula
         self._index = model.dtmc.product_index()
@@ -132,13 +136,14 @@ class Guard:
         self._origin: tuple[str | None, str | None, bool, str] = (None, None, False, "")  # see with_origin
 
     @classmethod
-    def load(cls, path: str | Path, **options: Any) -> Guard:
-        """Load a model file written by ``forewarn learn`` (validated; see :class:`GuardModel`).
+    def load(cls, path: str | Path, *, trusted_keys: Any = None, **options: Any) -> Guard:
+        """Load a model file written by ``forewarn learn`` (validated, and its signature checked against
+        ``trusted_keys`` when given or set in the environment; see :meth:`GuardModel.load`).
 
         Warns (:class:`~guard.errors.ThresholdWarning`) when a threshold is already crossed
         in an initial state under the level trigger (see :mod:`guard.thresholds`).
         """
-        guard = cls(GuardModel.load(path), **options)
+        guard = cls(GuardModel.load(path, trusted_keys=trusted_keys), **options)
         warn_initial_crossings(guard.model, guard.policy, stacklevel=2)
         return guard
 

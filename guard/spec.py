@@ -341,6 +341,7 @@ def load_spec(path: str | Path) -> Spec:
 def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
     """Parse YAML text into a validated :class:`Spec` (CEL is compiled later, in predicates)."""
     try:
+        _check_yaml_shape(text, source)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -348,6 +349,8 @@ def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError(f"YAML does not parse: {problem}", source=source, line=line) from exc
+    except RecursionError as exc:
+        raise SpecError("YAML is nested too deeply to be a spec", source=source) from exc
     if not isinstance(document, dict):
         raise SpecError("a spec must be a YAML mapping with at least 'predicates' and 'unsafe'",
                         source=source, line=1)
@@ -363,6 +366,27 @@ def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
     spec._source = source
     spec._text = text
     return spec
+
+
+_MAX_YAML_DEPTH = 64
+
+
+def _check_yaml_shape(text: str, source: str) -> None:
+    """Refuse, from the event stream (no recursion, no tree built), YAML that would take the loader
+    unbounded time or memory: aliases (a few lines can expand into billions of nodes) and deep
+    nesting. A spec also arrives inside model files, written by whoever wrote the file."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise SpecError("YAML aliases (*name) are not allowed in a spec; write the value out",
+                            source=source, line=event.start_mark.line + 1)
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > _MAX_YAML_DEPTH:
+                raise SpecError(f"YAML is nested deeper than {_MAX_YAML_DEPTH} levels", source=source,
+                                line=event.start_mark.line + 1)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
 
 
 def line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from guard.spec import Action
 from server.settings import MODEL_NAME_PATTERN
@@ -89,9 +89,17 @@ class ApprovalResolve(_In):
 
 class ModelLoad(_In):
     name: str = Field(pattern=MODEL_NAME_PATTERN)
-    path: str = Field(min_length=1, max_length=4096, description="A model file on the server's file system.")
+    path: str | None = Field(default=None, min_length=1, max_length=4096,
+                             description="A model file inside one of the server's model_dirs.")
+    document: dict[str, Any] | None = Field(default=None, description="The model file's JSON itself (an upload).")
     migrate_sessions: bool = Field(default=False, description="Move the open sessions of this name to the new "
                                                               "version too (their predicates must be the same).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelLoad:
+        if (self.path is None) == (self.document is None):
+            raise ValueError("give exactly one of 'path' (a file in model_dirs) or 'document' (the model itself)")
+        return self
 
 
 # -- responses --------------------------------------------------------------------------
