@@ -98,6 +98,7 @@ def _origin(spec: importlib.machinery.ModuleSpec | None) -> str | None:
 
 def _installed_spec(top: str) -> importlib.machinery.ModuleSpec | None:
     """Where the import system would find ``top`` if the working directory were not on the path."""
+    namespace = None
     for finder in sys.meta_path:
         try:
             if finder is importlib.machinery.PathFinder:
@@ -107,9 +108,14 @@ def _installed_spec(top: str) -> importlib.machinery.ModuleSpec | None:
                 found = find(top, None) if find is not None else None
         except (ImportError, ValueError):
             found = None
+        if found is not None and found.origin in (None, "namespace") and found.submodule_search_locations:
+            # a bare folder of that name (a namespace portion, e.g. tests/domains) is no installed
+            # package: an editable install's finder, later in meta_path, knows the real one
+            namespace = namespace or found
+            continue
         if found is not None:
             return found
-    return None
+    return namespace
 
 
 def _check_location(module: str, reference: str) -> None:
