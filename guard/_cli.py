@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -13,11 +14,13 @@ from typing import Any, TextIO
 
 import orjson
 from rich.console import Console
+from rich.markup import escape
 
-from guard.errors import ForewarnError
+from guard.errors import ForewarnError, ForewarnWarning
 
-__all__ = ["Format", "out", "err", "print_json", "warn", "check_alpha", "check_period", "check_precision",
-           "check_probability", "check_positive_int", "print_summary", "stdout_for_python_only"]
+__all__ = ["Format", "out", "err", "print_json", "caught_warnings", "print_warnings", "warn", "check_alpha",
+           "check_period", "check_precision", "check_probability", "check_positive_int", "print_summary",
+           "stdout_for_python_only"]
 
 out = Console()
 err = Console(stderr=True)
@@ -38,9 +41,30 @@ def print_json(value: Any) -> None:
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
 
 
+@contextmanager
+def caught_warnings() -> Iterator[list[str]]:
+    """Collect Forewarn's warnings raised inside into the yielded list, for a command to show once it
+    succeeded (a failing command prints its one error line only); other warnings pass through."""
+    lines: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ForewarnWarning)
+        yield lines
+    for w in caught:
+        if issubclass(w.category, ForewarnWarning):
+            lines.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def print_warnings(lines: list[str]) -> None:
+    """One ``warning: ...`` line each on stderr."""
+    for line in lines:
+        err.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+
+
 def warn(message: str) -> None:
     """One warning line on stderr (never on stdout: tables and JSON stay clean)."""
-    err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True, markup=True)
+    err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True, markup=True)
 
 
 def _finite(option: str, value: float) -> None:

@@ -82,9 +82,10 @@ def test_a_transition_rule_that_raises_is_a_user_error(forewarn_here: CLI, toy_t
     module = tmp_path / "fuzzrules.py"
     module.write_text("def rule(src, dst):\n    raise KeyError('boom')\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fuzzrules", raising=False)
     spec = tmp_path / "rule.yaml"
     spec.write_text(TOY_SPEC + "valid_transitions:\n  function: 'fuzzrules:rule'\n", encoding="utf-8")
-    user_error(forewarn_here("learn", toy_traces, "-s", spec, "-o", tmp_path / "m.json"),
+    user_error(forewarn_here("learn", toy_traces, "-s", spec, "-o", tmp_path / "m.json", "--allow-python", "fuzzrules"),
                "valid_transitions.function fuzzrules:rule raised KeyError: 'boom' (on [False, False] -> ")
     sys.modules.pop("fuzzrules", None)
 
