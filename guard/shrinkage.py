@@ -38,7 +38,7 @@ __all__ = ["KAPPA_GRID", "FOLDS", "CV_PATHS", "Fit", "PathVisits", "summarize_pa
            "reach_label", "label_test", "shrink_properties"]
 
 # Candidate strengths for ``shrink: auto`` (∞: the chain alone), ascending.
-KAPPA_GRID = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, math.inf)
+KAPPA_GRID = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, math.inf)
 FOLDS = 5
 CV_PATHS = 1000  # at most this many distinct runs (every m-th in sorted order) take part in choosing κ
 _REACH = re.compile(r'^P=\?\s*\[\s*F\s*(?:<=\s*(\d+)\s*)?"([^"]+)"\s*\]$')

@@ -21,6 +21,7 @@ __all__ = [
     "PredicateDef",
     "ValidTransitions",
     "Thresholds",
+    "Trigger",
     "GuardSettings",
     "Meaning",
     "MonitorDef",
@@ -109,6 +110,13 @@ class Thresholds(_Strict):
         return [(action, theta) for action, theta in pairs if theta is not None]
 
 
+class Trigger(str, Enum):
+    """What a threshold is applied to (docs/spec.md, "Triggers")."""
+
+    LEVEL = "level"  # the risk of the state a step leads to
+    INCREASE = "increase"  # the same, but only when the step raises the run's current risk
+
+
 class Meaning(str, Enum):
     """Whether a property's probability is that of the bad thing or of the good thing."""
 
@@ -157,6 +165,9 @@ class GuardSettings(_Strict):
     unseen_state: Action = Action.ASK_HUMAN
     act_on: Literal["point", "upper"] = "point"  # the risk acted on: p_unsafe, or its interval's ci_high
     min_visits: int = Field(default=0, ge=0)  # a state seen fewer times is treated as unseen
+    # None: not set — a Guard uses level, the LangChain middleware increase (docs/langchain.md)
+    trigger: Trigger | None = None
+    min_increase: float = Field(default=0.0, ge=0.0, le=1.0)
 
     @field_validator("property")
     @classmethod
@@ -169,6 +180,8 @@ class GuardSettings(_Strict):
             raise ValueError("give either 'properties' or 'property'/'horizon', not both")
         if self.property is not None and self.horizon is not None:
             raise ValueError("'horizon' applies to the default property; write the bound into 'property'")
+        if self.trigger is Trigger.LEVEL and self.min_increase:
+            raise _Located("'min_increase' applies to 'trigger: increase', not 'level'", "guard", "min_increase")
         names = [p.name for p in self.properties]
         if len(set(names)) != len(names):
             raise ValueError(f"property names must be unique, got {names}")
@@ -228,16 +241,21 @@ class MonitorDef(_Strict):
 
 
 def _number_or_word(value: Any, words: tuple[str, ...], *, strict: bool = False) -> float | str:
-    """A learning setting that is a number (>= 0, or > 0 when ``strict``) or one of ``words``."""
-    bound = "> 0" if strict else ">= 0"
-    expected = f"expected a number {bound} or " + " or ".join(repr(w) for w in words)
+    """A learning setting that is a number in [0, 1e6] (> 0 when ``strict``) or one of ``words``."""
+    bound = "(0, 1e6]" if strict else "[0, 1e6]"
+    expected = f"expected a number in {bound} or " + " or ".join(repr(w) for w in words)
     if isinstance(value, str) and value in words:
         return value
     if value is False and "off" in words:  # YAML reads a bare `off` as false
         return "off"
+    if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as text
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{expected}, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{expected}, got {value!r}")
-    if not (value > 0 if strict else value >= 0):  # also rejects NaN
+    if not (value > 0 if strict else value >= 0) or not value <= 1e6:  # also rejects NaN and infinity
         raise ValueError(f"{expected}, got {value!r}")
     return float(value)
 
@@ -262,9 +280,9 @@ class MemorySettings(_Strict):
 class LearningSettings(_Strict):
     """How counts become a chain and a chain's values become the stored risk (docs/method.md, "Levers")."""
 
-    alpha: float | Literal["auto"] = 0.1  # a number >= 0, or chosen by cross-validation
-    epsilon: float = Field(default=0.05, gt=0.0, lt=1.0)
-    delta: float = Field(default=0.05, gt=0.0, lt=1.0)
+    alpha: float | Literal["auto"] = 0.1  # a number in [0, 1e6], or chosen by cross-validation
+    epsilon: float = Field(default=0.05, ge=1e-9, lt=1.0, allow_inf_nan=False)
+    delta: float = Field(default=0.05, ge=1e-9, lt=1.0, allow_inf_nan=False)
     intervals: Literal["clopper_pearson", "hoeffding", "none"] = "clopper_pearson"
     # which successors a state may have: every state the rules allow, or only those observed from it
     structure: Literal["valid", "observed"] = "valid"
@@ -382,16 +400,33 @@ def load_spec(path: str | Path) -> Spec:
     return parse_spec(text, source=str(path))
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """YAML 1.1 reads a key such as ``on``, ``off``, ``yes`` or ``no`` as a boolean; in a
+    spec every key is a name, so a key keeps the text it was written as."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag == "tag:yaml.org,2002:bool":
+                key_node.tag = "tag:yaml.org,2002:str"
+        return super().construct_mapping(node, deep=deep)
+
+
+_SpecLoader.add_constructor("tag:yaml.org,2002:map", _SpecLoader.construct_yaml_map)
+
+
 def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
     """Parse YAML text into a validated :class:`Spec` (CEL is compiled later, in predicates)."""
     try:
+        _check_yaml_shape(text, source)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError(f"YAML does not parse: {problem}", source=source, line=line) from exc
+    except RecursionError as exc:
+        raise SpecError("YAML is nested too deeply to be a spec", source=source) from exc
     if not isinstance(document, dict):
         raise SpecError("a spec must be a YAML mapping with at least 'predicates' and 'unsafe'",
                         source=source, line=1)
@@ -407,6 +442,27 @@ def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
     spec._source = source
     spec._text = text
     return spec
+
+
+_MAX_YAML_DEPTH = 64
+
+
+def _check_yaml_shape(text: str, source: str) -> None:
+    """Refuse, from the event stream (no recursion, no tree built), YAML that would take the loader
+    unbounded time or memory: aliases (a few lines can expand into billions of nodes) and deep
+    nesting. A spec also arrives inside model files, written by whoever wrote the file."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise SpecError("YAML aliases (*name) are not allowed in a spec; write the value out",
+                            source=source, line=event.start_mark.line + 1)
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > _MAX_YAML_DEPTH:
+                raise SpecError(f"YAML is nested deeper than {_MAX_YAML_DEPTH} levels", source=source,
+                                line=event.start_mark.line + 1)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
 
 
 def line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:

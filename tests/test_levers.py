@@ -251,12 +251,14 @@ def test_a_model_with_memory_round_trips_through_its_file(write_runs: WriteRuns,
 # -- bad input ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("learning", "fragment"), [
-    ("  alpha: fast\n", "learning.alpha: expected a number >= 0 or 'auto', got 'fast'"),
-    ("  shrink: -1\n", "learning.shrink: expected a number >= 0 or 'auto' or 'off', got -1"),
+    ("  alpha: fast\n", "learning.alpha: expected a number in [0, 1e6] or 'auto', got 'fast'"),
+    ("  shrink: -1\n", "learning.shrink: expected a number in [0, 1e6] or 'auto' or 'off', got -1"),
     ("  structure: dense\n", "learning.structure"),
     ("  memory: {dwell: 1}\n", "learning.memory.dwell"),
-    ("  memory: {backoff: 0}\n", "learning.memory.backoff: expected a number > 0 or 'auto', got 0"),
+    ("  memory: {backoff: 0}\n", "learning.memory.backoff: expected a number in (0, 1e6] or 'auto', got 0"),
     ("  memory: {lag: 2}\n", "learning.memory.lag"),
+    ("  alpha: .inf\n", "learning.alpha: expected a number in [0, 1e6] or 'auto', got inf"),
+    ("  shrink: 1e2x\n", "learning.shrink: expected a number in [0, 1e6] or 'auto' or 'off', got '1e2x'"),
 ])
 def test_bad_learning_keys_are_one_line_exit_2(learning: str, fragment: str, tmp_path: Path, toy_traces: Path,
                                                forewarn_here: CLI) -> None:

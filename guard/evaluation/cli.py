@@ -1,4 +1,4 @@
-"""``forewarn replay``, ``forewarn evaluate`` and ``forewarn ingest``.
+"""``forewarn replay``, ``forewarn evaluate`` and ``forewarn ingest`` (``forewarn tune``: :mod:`.tune_cli`).
 
 The lead wires them in ``guard/cli.py`` with ``register(app)``. matplotlib is imported
 only when a report or plots are asked for, so the commands stay quick without them.
@@ -18,14 +18,16 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from guard._cli import Format, err, out, print_json
+from guard._cli import (Format, caught_warnings, check_alpha, check_period, err, out, print_json, print_summary,
+                        print_warnings, warn)
 from guard.bundle import DEFAULT_MIN_GROUP_RUNS
-from guard.errors import ForewarnError
+from guard.errors import ForewarnError, TraceError
 from guard.storm import Method
 from guard.ingest import InputFormat, read_input
-from guard.replay import ReplayReport
+from guard.replay import Enforcement, ReplayReport
+from guard.spec import Trigger
 
-__all__ = ["register", "replay", "evaluate", "ingest", "parse_thetas"]
+__all__ = ["register", "replay", "evaluate", "ingest", "parse_thetas", "parse_enforcement"]
 
 
 
@@ -46,15 +48,52 @@ ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write a 
 PlotsOption = Annotated[Optional[Path], typer.Option("--plots", help="Write the report's figures as PNG here.")]
 RunOption = Annotated[Optional[str], typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
 InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="Format of the trace files.")]
+ExtractorOption = Annotated[Optional[str], typer.Option(
+    "--extractor", help="Agent logs (langchain, otel, langgraph): the state extractor the guard uses, "
+                        "'tools' (default), 'household' or MODULE:NAME.")]
+
+
+EnforcementOption = Annotated[str, typer.Option(
+    "--enforcement", help="lookahead: a decision is taken before a step runs, so an alarm on the violating step "
+                          "prevents it (the middleware, the sidecar's preview); observe: after (an alarm must "
+                          "come strictly before).")]
+
+
+TriggerOption = Annotated[Optional[str], typer.Option(
+    "--trigger", help="Score alarms as this trigger acts: level (p_safe < θ) or increase (and the step raises the "
+                      "run's risk by more than the spec's min_increase). Default: the spec's guard.trigger, else "
+                      "level; the LangChain middleware uses increase when the spec sets none.")]
+
+
+def parse_trigger(text: str | None) -> Trigger | None:
+    """``level`` or ``increase`` (None: as the spec says); anything else is a one-line error."""
+    if text is None:
+        return None
+    try:
+        return Trigger(text.strip().lower())
+    except ValueError:
+        raise ForewarnError(f"--trigger: expected 'level' or 'increase', got {text!r}") from None
+
+
+def parse_enforcement(text: str) -> Enforcement:
+    """``lookahead`` or ``observe``; anything else is a one-line error."""
+    try:
+        return Enforcement(text.strip().lower())
+    except ValueError:
+        raise ForewarnError(f"--enforcement: expected 'lookahead' or 'observe', got {text!r}") from None
 
 
 def parse_thetas(text: str) -> list[float]:
-    """``"0.1,0.5"`` → ``[0.1, 0.5]``; every threshold must lie in [0, 1]."""
+    """``"0.1,0.5"`` → ``[0.1, 0.5]``; every threshold must lie in [0, 1], and none be empty."""
+    items = text.split(",")
+    if any(not x.strip() for x in items):
+        raise ForewarnError(f"--theta: an empty threshold in {text!r}; expected comma-separated numbers "
+                            "such as 0.1,0.5")
     try:
-        thetas = [float(x) for x in text.split(",") if x.strip()]
+        thetas = [float(x) for x in items]
     except ValueError as exc:
         raise ForewarnError(f"--theta: expected comma-separated numbers, got {text!r}") from exc
-    if not thetas or any(not 0.0 <= t <= 1.0 for t in thetas):
+    if any(not 0.0 <= t <= 1.0 for t in thetas):  # NaN fails this too
         raise ForewarnError(f"--theta: thresholds must lie in [0, 1], got {text!r}")
     return thetas
 
@@ -144,9 +183,12 @@ def replay(
     plots: PlotsOption = None,
     run: RunOption = None,
     input_format: InputFormatOption = InputFormat.auto,
+    extractor: ExtractorOption = None,
     baseline_traces: Annotated[Optional[list[Path]], typer.Option(
         "--baseline-traces", help="Runs to fit the empirical-frequency baseline on (default: the replayed runs, "
                                   "each left out of its own scoring).")] = None,
+    enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
+    trigger: TriggerOption = None,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
     from guard.evaluation.baselines import score_baselines, trace_run
@@ -154,19 +196,35 @@ def replay(
     from guard.replay import replay as run_replay
 
     thetas = parse_thetas(theta)
-    guard = load_guard(model)  # a model or a bundle: each run is replayed on its group's member
+    check_period(period)
+    mode = parse_enforcement(enforcement)
+    trigger_mode = parse_trigger(trigger)
+    with caught_warnings() as warned:
+        guard = load_guard(model)  # a model or a bundle: each run is replayed on its group's member
     if period is None:
         period = guard.model.provenance.get("period_seconds")
+    from guard.ingest import IngestSummary
+
+    summary = IngestSummary()
     with _progress("replaying") as update:
-        result = run_replay(guard, read_input(traces, input_format, period=period), thetas,
+        runs = read_input(traces, input_format, period=period, summary=summary, extractor=extractor)
+        result = run_replay(guard, runs, thetas, enforcement=mode, trigger=trigger_mode,
                             on_run=lambda n: update(completed=n))
+    for path in summary.empty:
+        warn(f"{path} holds no runs")
+    if result.runs == 0:
+        warn("no runs to replay: every figure below is empty")
+    if run is not None and not any(r.id == run for r in result.replays):
+        raise ForewarnError(f"--run: no replayed run has the id {run!r}")
+    with _progress("baselines") as update:
         train = None
         if baseline_traces:
             update(description="baseline runs", completed=0)
             train = [trace_run(r, guard.predicates, guard.monitors)
-                     for r in read_input(baseline_traces, input_format, period=period)]
+                     for r in read_input(baseline_traces, input_format, period=period, extractor=extractor)]
         baselines = score_baselines(result.replays, thetas, predicates=guard.predicates, monitors=guard.monitors,
-                                    train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon)
+                                    train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon,
+                                    enforcement=mode, min_increase=result.min_increase)
     notes = list(result.notes)
     same = _in_sample(traces, guard.model.provenance)
     if same:
@@ -178,8 +236,11 @@ def replay(
     result = replace(result, baselines=baselines, notes=notes)
     if format is Format.json:
         print_json(result.theta_entries())
+        print_warnings(warned)
     else:
-        _print_replay(result, f"replay of {result.runs} runs ({result.steps} steps) against {model}")
+        result = replace(result, notes=[*notes, *warned])
+        _print_replay(result, f"replay of {result.runs} runs ({result.steps} steps) against {model}, "
+                              f"{mode.value} enforcement, {result.trigger} trigger")
     if report is not None or plots is not None:
         from guard.evaluation.report import replay_html
 
@@ -207,7 +268,7 @@ def _print_replay(report: ReplayReport, title: str, evaluation: Any = None) -> N
                     _over(evaluation.over_folds(t.theta, "false_alarm_rate"))]
         table.add_row(*row)
     out.print(table)
-    stop = Table(title="stop at the first alarm (Table 3 of the paper)")
+    stop = Table(title=f"stop at the first alarm (Table 3 of the paper; {report.enforcement.value})")
     for column in ("enforcement", "θ", "unsafe %", "completion %", "prevented", "cut short"):
         stop.add_column(column, justify="left" if column == "enforcement" else "right")
     stop.add_row("none", "–", _pct(report.unsafe_rate), _pct(report.completion_rate), "–", "–")
@@ -258,6 +319,9 @@ def evaluate(
     plots: PlotsOption = None,
     run: RunOption = None,
     input_format: InputFormatOption = InputFormat.auto,
+    extractor: ExtractorOption = None,
+    enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
+    trigger: TriggerOption = None,
     bundle_by: Annotated[Optional[str], typer.Option(
         "--bundle-by", help="Learn each fold's model as a bundle grouped by this metadata key (e.g. meta.task), "
                             "as `learn --group-by` does.")] = None,
@@ -270,14 +334,28 @@ def evaluate(
     from guard.spec import load_spec
 
     thetas = parse_thetas(theta)
+    check_period(period)
+    check_alpha(alpha)
+    if folds < 2:
+        raise ForewarnError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
+    mode = parse_enforcement(enforcement)
+    trigger_mode = parse_trigger(trigger)
     parsed = load_spec(spec)
+    from guard.ingest import IngestSummary
+
+    summary = IngestSummary()
     with _progress("reading runs") as update:
         runs = []
-        for n, r in enumerate(read_input(traces, input_format, period=period), start=1):
+        read = read_input(traces, input_format, period=period, summary=summary, extractor=extractor)
+        for n, r in enumerate(read, start=1):
             runs.append(r)
             update(completed=n)
     if not runs:
         raise ForewarnError("no runs to evaluate: the trace input is empty")
+    for path in summary.empty:
+        warn(f"{path} holds no runs")
+    if run is not None and not any(r.id == run for r in runs):
+        raise ForewarnError(f"--run: no run has the id {run!r}")
     with _progress("cross-validation", total=2 * folds) as update:
         steps = {"learn": 0, "replay": 1}
 
@@ -285,20 +363,23 @@ def evaluate(
             update(completed=2 * (fold - 1) + steps[phase], description=f"fold {fold}/{folds}: {phase}")
 
         result = run_evaluate(runs, parsed, thetas, folds=folds, group_by=group_by, seed=seed,
-                              method=method, alpha=alpha, on_progress=on_progress, bundle_by=bundle_by,
-                              min_group_runs=min_group_runs)
+                              method=method, alpha=alpha, enforcement=mode, trigger=trigger_mode,
+                              on_progress=on_progress, bundle_by=bundle_by, min_group_runs=min_group_runs)
     if format is Format.json:
         print_json(result.to_dict())
     else:
         title = (f"{folds}-fold cross-validation of {parsed.name} over {result.pooled.runs} runs"
-                 + (f" in {result.groups} groups by {group_by}" if group_by else ""))
+                 + (f" in {result.groups} groups by {group_by}" if group_by else "")
+                 + f", {mode.value} enforcement, {result.pooled.trigger} trigger")
         _print_replay(replace(result.pooled, notes=result.notes), title, result)
         pac = Table(title="folds")
-        for column in ("fold", "train", "test", "states", "PAC", "states with enough visits", "Brier"):
+        for column in ("fold", "train", "test", "states", "PAC (paper)", "states with enough visits",
+                       "PAC (tight)", "Brier"):
             pac.add_column(column, justify="right")
         for f in result.folds:
             pac.add_row(str(f.index), str(f.train_runs), str(f.test_runs), str(f.states),
-                        "yes" if f.pac["satisfied"] else "no", f"{f.pac['states_satisfied']}/{f.pac['states']}",
+                        _pac_cell(f.pac["satisfied"], f.pac.get("runs_factor")),
+                        f"{f.pac['states_satisfied']}/{f.pac['states']}", _tight_cell(f.pac.get("tight")),
                         _fmt(f.report.brier, 4))
         out.print(pac)
     if report is not None or plots is not None:
@@ -311,29 +392,56 @@ def evaluate(
                        render=lambda images, chosen: evaluation_html(result, images, chosen, context=context))
 
 
+class OnErrorOption(str, Enum):
+    stop = "stop"
+    skip = "skip"
+
+
+
 def ingest(
-    inputs: Annotated[list[Path], typer.Argument(help="Log files to convert.")],
+    inputs: Annotated[list[Path], typer.Argument(help="Log files to convert.", metavar="LOGS...")],
     output: Annotated[Path, typer.Option("--output", "-o", help="JSONL trace file to write.")],
-    input_format: Annotated[InputFormat, typer.Option("--input-format", help="Format of the input files.")]
+    input_format: Annotated[InputFormat, typer.Option(
+        "--input-format", help="Format of the input files; auto says which formats it tried when none fits.")]
     = InputFormat.auto,
+    on_error: Annotated[OnErrorOption, typer.Option(
+        "--on-error", help="A malformed record stops the ingest, or is skipped and counted in the summary.")]
+    = OnErrorOption.stop,
+    extractor: ExtractorOption = None,
     period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
     time_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's seconds.")] = "t",
     action_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's action.")]
     = "action",
     on_mismatch: Annotated[MismatchOption, typer.Option(
-        help="Action logs: a logged success the symbolic household forbids is an error, or the simulator wins.")]
+        help="Action logs: a logged success the symbolic household forbids is an error, or the simulator wins "
+             "(each rewrite is counted in the summary).")]
     = MismatchOption.error,
+    format: Annotated[Format, typer.Option("--format", help="The summary on stderr (table) or as JSON on stdout.")]
+    = Format.table,
 ) -> None:
-    """Convert columnar or action-only logs into the contract's JSONL (for `forewarn learn`)."""
-    written = 0
+    """Convert agent logs (LangChain, OpenTelemetry, LangGraph), columnar or action-only logs into the
+    contract's JSONL (for `forewarn learn`), with a summary of what was read, skipped and rewritten."""
+    from guard.ingest import IngestSummary
+
+    check_period(period)
+    summary = IngestSummary()
     temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         with open(temporary, "wb") as stream:
             for r in read_input(inputs, input_format, period=period, time_column=time_column,
-                                action_column=action_column, on_mismatch=on_mismatch.value):
-                stream.write(orjson.dumps({"id": r.id, "steps": r.steps, "meta": r.meta}) + b"\n")
-                written += 1
+                                action_column=action_column, on_mismatch=on_mismatch.value, on_error=on_error.value,
+                                summary=summary, extractor=extractor):
+                try:
+                    line = orjson.dumps({"id": r.id, "steps": r.steps, "meta": r.meta}, default=str)
+                except orjson.JSONEncodeError as exc:  # e.g. a state nested deeper than JSON writers go
+                    error = TraceError(f"cannot write this run as JSON ({exc})", source=r.source, line=r.line)
+                    if on_error is OnErrorOption.stop:
+                        raise error from exc
+                    summary.runs -= 1
+                    summary.skip(error)
+                    continue
+                stream.write(line + b"\n")
         os.replace(temporary, output)  # nothing is half-written: a bad record leaves no output
     except OSError as exc:
         temporary.unlink(missing_ok=True)
@@ -341,7 +449,11 @@ def ingest(
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    err.print(f"wrote {written} runs to {output}", highlight=False)
+    if format is Format.json:
+        print_json({"output": str(output), "written": summary.runs, **summary.to_dict()})
+        return
+    print_summary(summary, "read")
+    err.print(f"wrote {summary.runs} runs to {output}", highlight=False, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -349,3 +461,21 @@ def register(app: typer.Typer) -> None:
     app.command("replay")(replay)
     app.command("evaluate")(evaluate)
     app.command("ingest")(ingest)
+    from guard.evaluation.tune_cli import tune
+
+    app.command("tune")(tune)
+
+
+def _pac_cell(satisfied: bool, runs_factor: float | None) -> str:
+    """A PAC verdict, or how many times the training runs it would need."""
+    if satisfied:
+        return "yes"
+    return "no (never)" if runs_factor is None else f"no (×{runs_factor:.3g} runs)"
+
+
+def _tight_cell(tight: dict[str, Any] | None) -> str:
+    if tight is None:
+        return "–"
+    bound = tight["worst_bound"]
+    verdict = _pac_cell(tight["satisfied"], tight["runs_factor"])
+    return verdict if bound is None else f"{verdict}, ±{bound:.3g}"
