@@ -16,7 +16,8 @@ Figures, pooled over every held-out run of every fold (and, for embodied, every 
 * **det@5%**, **det@20%**: detection at a matched false-alarm rate. θ is picked per
   target (no interpolation): the largest θ whose false-alarm rate on the held-out safe
   runs is at most the target; the rate reached is shown beside it. A run is flagged
-  when p_safe < θ at some step before its violation. A state without an estimate
+  when p_safe < θ at some step strictly before its violation (``--enforcement observe``;
+  with look-ahead every method would flag the violating step itself). A state without an estimate
   raises no alarm here, whatever the spec's ``unseen_state`` says: the table compares
   estimates, not the policy for states without data (which would flag a run the same
   way whichever estimate is used).
@@ -81,8 +82,10 @@ def variant(spec: Spec, lever: dict[str, Any] | None) -> Spec:
 
 def detection_at(replays: Sequence[RunReplay], target: float, unseen_alarms: bool) -> tuple[float, float]:
     """(detection, false-alarm rate) at the largest θ whose false-alarm rate is at most ``target``."""
-    safe = np.sort([r.min_p_safe(unseen_alarms) for r in replays if not r.unsafe])
-    unsafe = np.array([r.min_p_safe(unseen_alarms) for r in replays if r.unsafe])
+    # strictly before the violation (``observe`` enforcement): looking ahead, every method
+    # would flag the violating step itself, whose risk is 1 whatever estimated it
+    safe = np.sort([r.min_p_safe(unseen_alarms, lookahead=False) for r in replays if not r.unsafe])
+    unsafe = np.array([r.min_p_safe(unseen_alarms, lookahead=False) for r in replays if r.unsafe])
     k = int(math.floor(target * len(safe) + 1e-9))
     theta = safe[k] if k < len(safe) else math.inf  # alarms where p_safe < θ: at most k safe runs
     return float((unsafe < theta).mean()), float((safe < theta).mean())
