@@ -27,6 +27,11 @@ from guard.storm import (
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Forewarn: a proactive runtime guard for LLM agents.")
+class Engine(str, Enum):
+    local = "local"
+    spark = "spark"
+
+
 class ExportFormat(str, Enum):
     prism = "prism"
     drn = "drn"
@@ -40,7 +45,9 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 
 @app.command()
 def learn(
-    traces: Annotated[list[Path], typer.Argument(help="JSONL trace files (one run a line).")],
+    traces: Annotated[list[str], typer.Argument(
+        help="JSONL trace files (one run a line); with --engine spark also directories, Parquet and any "
+             "Hadoop URI (s3a://, hdfs://).")],
     spec: Annotated[Path, typer.Option("--spec", "-s", help="YAML spec.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Model file to write.")],
     alpha: Annotated[Optional[float], typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
@@ -52,17 +59,36 @@ def learn(
     period: Annotated[Optional[float], typer.Option(help="Resample runs to one step every PERIOD seconds "
                                                          "(zero-order hold; needs 't' on every step).")] = None,
     format: Annotated[Format, typer.Option("--format", help="Summary format.")] = Format.table,
+    engine: Annotated[Engine, typer.Option(help="Count in this process, or on Apache Spark (needs the "
+                                                "'spark' extra and Java).")] = Engine.local,
+    master: Annotated[Optional[str], typer.Option(help="Spark master for --engine spark: local[*], "
+                                                       "spark://HOST:PORT, yarn (default: the running "
+                                                       "session's, else local[*]).")] = None,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
     from guard.pipeline import learn_model
     from guard.spec import load_spec
 
+    if master is not None and engine is not Engine.spark:
+        raise ForewarnError("--master applies to --engine spark only")
     parsed = load_spec(spec)
+    if engine is Engine.spark:
+        from guard.spark import learn_model_spark, spark_session
+
+        model = learn_model_spark(traces, parsed, spark=spark_session(master), alpha=alpha,
+                                  method=method, precision=precision, epsilon=epsilon, delta=delta, period=period)
+        _write_learned(model, output, format)
+        return
     with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
                   console=err, transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("learn", total=None)
-        model = learn_model(traces, parsed, alpha=alpha, method=method, precision=precision, epsilon=epsilon,
-                            delta=delta, period=period, on_run=lambda n: progress.update(task, completed=n))
+        model = learn_model([Path(t) for t in traces], parsed, alpha=alpha, method=method, precision=precision,
+                            epsilon=epsilon, delta=delta, period=period,
+                            on_run=lambda n: progress.update(task, completed=n))
+    _write_learned(model, output, format)
+
+
+def _write_learned(model: GuardModel, output: Path, format: Format) -> None:
     try:
         model.save(output)
     except OSError as exc:  # e.g. -o names a folder, or a path under a file

@@ -13,7 +13,7 @@ from typing import Any
 from guard._version import __version__
 from guard.errors import CheckError
 from guard.errors import TraceError
-from guard.learning import ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
+from guard.learning import TransitionCounts, ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
 from guard.model import CheckedProperty, GuardModel
 from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
@@ -21,7 +21,8 @@ from guard.spec import Spec
 from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of, storm_version, validate_formula
 from guard.traces import Run, read_runs, resample
 
-__all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs"]
+__all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "prepare_learning",
+           "model_from_counts"]
 
 
 def default_formula(spec: Spec) -> str:
@@ -113,17 +114,7 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         valid_transition: a domain rule over (src, dst) valuations, in code.
         on_run: called with the number of runs read so far (progress bars).
     """
-    from monitors import build_monitors, build_product  # monitors build on guard's spec and chain
-
-    definitions = spec.guard.effective_properties()
-    for index, definition in enumerate(definitions):
-        try:
-            validate_formula(definition.query)
-        except CheckError as exc:
-            loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
-            raise spec.error(str(exc), *loc) from exc
-    predicates = PredicateSet(spec, python_predicates)
-    monitors = build_monitors(spec)
+    predicates = prepare_learning(spec, python_predicates)
     started = time.perf_counter()
 
     def counted(source: Iterable[Run]) -> Iterable[Run]:
@@ -133,9 +124,42 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
                 on_run(n)
 
     counts = count_transitions(counted(runs), predicates)
+    return model_from_counts(counts, spec, predicates, learn_seconds=time.perf_counter() - started, alpha=alpha,
+                             method=method, precision=precision, epsilon=epsilon, delta=delta,
+                             valid_transition=valid_transition, inputs=inputs)
+
+
+def prepare_learning(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None) -> PredicateSet:
+    """Check the spec's property formulas and compile its predicates (before reading any trace)."""
+    from monitors import build_monitors  # monitors build on guard's spec and chain
+
+    definitions = spec.guard.effective_properties()
+    for index, definition in enumerate(definitions):
+        try:
+            validate_formula(definition.query)
+        except CheckError as exc:
+            loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
+            raise spec.error(str(exc), *loc) from exc
+    build_monitors(spec)  # a bad monitor is a spec error before any trace is read
+    return PredicateSet(spec, python_predicates)
+
+
+def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: PredicateSet, *, learn_seconds: float,
+                      alpha: float | None = None, method: Method = Method.SOUND, precision: float = 1e-6,
+                      epsilon: float | None = None, delta: float | None = None,
+                      valid_transition: ValidTransitionRule | None = None,
+                      inputs: list[dict[str, Any]] | None = None) -> GuardModel:
+    """Smooth, build the monitor product, check with Storm and package a model, from counts.
+
+    Every engine that counts (this process, Spark) ends here, so the model depends on
+    the counts alone.
+    """
+    from monitors import build_monitors, build_product  # monitors build on guard's spec and chain
+
+    definitions = spec.guard.effective_properties()
+    monitors = build_monitors(spec)
     if counts.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
-    learn_seconds = time.perf_counter() - started
     alpha = spec.learning.alpha if alpha is None else alpha
     chain = learn_dtmc(counts, predicates, alpha=alpha,
                        rule=transition_rule(spec, predicates, valid_transition))

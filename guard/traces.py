@@ -17,7 +17,7 @@ import orjson
 from guard.errors import PredicateError, TraceError
 from guard.predicates import PredicateSet
 
-__all__ = ["Run", "read_runs", "parse_run", "abstract_run", "resample", "file_digest"]
+__all__ = ["Run", "read_runs", "parse_run", "parse_document", "abstract_run", "resample", "file_digest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +66,11 @@ def parse_run(raw: bytes | str, *, source: str = "<traces>", line: int = 0) -> R
         document = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise TraceError(f"not valid JSON ({exc})", source=source, line=line) from exc
+    return parse_document(document, source=source, line=line)
+
+
+def parse_document(document: Any, *, source: str = "<traces>", line: int = 0) -> Run:
+    """Validate one decoded JSON value (a line of JSONL, a row of a table) as a run."""
     if not isinstance(document, dict):
         raise TraceError(f"a run must be a JSON object, got {_kind(document)}", source=source, line=line)
     steps = document.get("steps")
