@@ -49,7 +49,8 @@ def assert_same_model(spark: Any, paths: list[Path], spec: Spec, tmp_path: Path,
     from guard.spark import learn_model_spark
 
     local = learn_model(paths, spec, **options)
-    distributed = learn_model_spark([str(p) for p in paths], spec, spark=spark, split_bytes=4096, **options)
+    blocks = sum(p.stat().st_size for p in paths) // 5 + 1  # several partitions per file, of uneven size
+    distributed = learn_model_spark([str(p) for p in paths], spec, spark=spark, split_bytes=blocks, **options)
     assert document(distributed, tmp_path, "spark.json") == document(local, tmp_path, "local.json")
     assert distributed.provenance["engine"]["name"] == "spark"
     assert (distributed.provenance["runs"], distributed.provenance["steps"]) == \
@@ -63,9 +64,9 @@ def test_tools_domain(spark: Any, tmp_path: Path) -> None:
 
     paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
     generate_traces(120, 1, paths[0])
-    generate_traces(40, 2, paths[1])  # uneven files: 4 KiB blocks give several partitions each
+    generate_traces(40, 2, paths[1])  # uneven files, split into blocks of uneven size below
     spec = load_tool_spec()
-    same_counts(spark_counts(spark, [str(p) for p in paths], spec, split_bytes=4096), local_counts(paths, spec))
+    same_counts(spark_counts(spark, [str(p) for p in paths], spec, split_bytes=30_000), local_counts(paths, spec))
     model = assert_same_model(spark, paths, spec, tmp_path)
     assert model.provenance["inputs"] == [{"path": str(p), "sha256": None, "bytes": p.stat().st_size}
                                           for p in paths]
@@ -136,18 +137,18 @@ def local_errors(path: Path, spec: Spec) -> tuple[TransitionCounts, list[str]]:
 
 def test_malformed_lines_stop_at_the_first_and_skip_with_the_local_messages(
         spark: Any, tmp_path: Path, toy_spec: Spec, write_runs: Callable[..., Path]) -> None:
-    path = write_runs(mixed_lines(300), "mixed.jsonl")
+    path = write_runs(mixed_lines(150), "mixed.jsonl")
     expected_counts, expected_errors = local_errors(path, toy_spec)
-    assert len(expected_errors) > 30
+    assert len(expected_errors) > 15
     with pytest.raises(TraceError) as stopped:
         learn_model([path], toy_spec)
     assert str(stopped.value) == expected_errors[0]
     with pytest.raises(TraceError) as distributed:
-        spark_counts(spark, [str(path)], toy_spec, split_bytes=512)
+        spark_counts(spark, [str(path)], toy_spec, split_bytes=2500)
     assert str(distributed.value) == expected_errors[0]
 
     skipped: list[TraceError] = []
-    counts = spark_counts(spark, [str(path)], toy_spec, split_bytes=512, on_error="skip", on_bad=skipped.append)
+    counts = spark_counts(spark, [str(path)], toy_spec, split_bytes=2500, on_error="skip", on_bad=skipped.append)
     assert [str(e) for e in skipped] == expected_errors  # every bad line, in file order, as the local reader
     assert [e.line for e in skipped] == [int(m.split(":")[1]) for m in expected_errors]
     same_counts(counts, expected_counts)
