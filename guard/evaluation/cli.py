@@ -131,8 +131,15 @@ def _in_sample(traces: Sequence[Path], provenance: dict[str, Any]) -> list[str]:
     return same
 
 
+class EngineOption(str, Enum):
+    local = "local"
+    spark = "spark"
+
+
 def replay(
-    traces: Annotated[list[Path], typer.Argument(help="Trace files to replay (JSONL, columnar or action logs).")],
+    traces: Annotated[list[str], typer.Argument(
+        help="Trace files to replay (JSONL, columnar or action logs); with --engine spark JSONL or Parquet "
+             "files, directories or Hadoop URIs (s3a://, hdfs://).")],
     model: Annotated[Path, typer.Option("--model", "-m", help="Model file.")],
     theta: ThetaOption = "0.1,0.3,0.5,0.7,0.9",
     period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step "
@@ -146,6 +153,10 @@ def replay(
     baseline_traces: Annotated[Optional[list[Path]], typer.Option(
         "--baseline-traces", help="Runs to fit the empirical-frequency baseline on (default: the replayed runs, "
                                   "each left out of its own scoring).")] = None,
+    engine: Annotated[EngineOption, typer.Option(help="Replay in this process, or on Apache Spark (the model "
+                                                      "is broadcast to the executors).")] = EngineOption.local,
+    master: Annotated[Optional[str], typer.Option(help="Spark master for --engine spark (default: the running "
+                                                       "session's, else local[*]).")] = None,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
     from guard.evaluation.baselines import score_baselines, trace_run
@@ -156,9 +167,18 @@ def replay(
     guard = Guard.load(model)
     if period is None:
         period = guard.model.provenance.get("period_seconds")
+    if master is not None and engine is not EngineOption.spark:
+        raise ForewarnError("--master applies to --engine spark only")
+    if engine is EngineOption.spark and input_format not in (InputFormat.auto, InputFormat.jsonl):
+        raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format.value}")
     with _progress("replaying") as update:
-        result = run_replay(guard, read_input(traces, input_format, period=period), thetas,
-                            on_run=lambda n: update(completed=n))
+        if engine is EngineOption.spark:
+            from guard.spark import replay_spark, spark_session
+
+            result = replay_spark(traces, guard, thetas, spark=spark_session(master), period=period)
+        else:
+            result = run_replay(guard, read_input([Path(t) for t in traces], input_format, period=period), thetas,
+                                on_run=lambda n: update(completed=n))
         train = None
         if baseline_traces:
             update(description="baseline runs", completed=0)
@@ -167,7 +187,7 @@ def replay(
         baselines = score_baselines(result.replays, thetas, predicates=guard.predicates, monitors=guard.monitors,
                                     train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon)
     notes = list(result.notes)
-    same = _in_sample(traces, guard.model.provenance)
+    same = _in_sample([Path(t) for t in traces], guard.model.provenance)
     if same:
         notes.append(f"The model was learned from {', '.join(same)}: these figures are in-sample and flatter it. "
                      "Replay runs it never saw, or use `forewarn evaluate` for cross-validated figures.")
