@@ -135,7 +135,11 @@ def time_storm_baseline(guard: Guard, runs: list[list[dict[str, Any]]], warmup: 
     prop = stormpy.parse_properties(model.outcome.formula)[0]
     env = sound_environment(model.outcome.precision or 1e-6)
     predicates = guard.predicates
-    evaluate = predicates._evaluate_cel  # the predicates without the memo
+    cel_only = predicates._evaluate_cel  # the predicates without the memo (on the {state, meta} root)
+
+    def evaluate(state: dict[str, Any]) -> int:
+        return cel_only({"state": state, "meta": {}})
+
     index = dtmc.index()
     policy = guard.policy
     values = model.outcome.values.tolist()  # what Forewarn cached, to cross-check the baseline
@@ -168,7 +172,11 @@ def time_check_sparse_model(guard: Guard, runs: list[list[dict[str, Any]]], samp
     dtmc = guard.model.dtmc
     sparse = build_sparse_dtmc(dtmc.matrix, labels_of(dtmc))
     formula = guard.model.outcome.formula
-    evaluate = guard.predicates._evaluate_cel
+    cel_only = guard.predicates._evaluate_cel
+
+    def evaluate(state: dict[str, Any]) -> int:
+        return cel_only({"state": state, "meta": {}})
+
     index = dtmc.index()
     clock = time.perf_counter_ns
     states = [s for run in runs for s in run][: samples + 5]

@@ -3,6 +3,8 @@
 Learn a DTMC from logged runs, check it with Storm, and act before the violation.
 """
 from guard._version import __version__
+from guard.bundle import GuardBundle, learn_bundle
+from guard.bundle_guard import BundleGuard, load_guard
 from guard.errors import CheckError, ForewarnError, ModelFileError, PredicateError, SpecError, TraceError
 from guard.model import GuardModel
 from guard.pipeline import learn_model, learn_model_from_runs
@@ -14,10 +16,12 @@ from guard.storm import Method
 __all__ = [
     "__version__",
     "Action",
+    "BundleGuard",
     "CheckError",
     "Decision",
     "ForewarnError",
     "Guard",
+    "GuardBundle",
     "GuardModel",
     "Method",
     "ModelFileError",
@@ -27,8 +31,10 @@ __all__ = [
     "Spec",
     "SpecError",
     "TraceError",
+    "learn_bundle",
     "learn_model",
     "learn_model_from_runs",
+    "load_guard",
     "load_spec",
     "parse_spec",
 ]

@@ -1,10 +1,14 @@
 """Reading CEL predicates for speed: which fields they select, memo keys, leaf variables.
 
 The machinery behind :class:`guard.predicates.PredicateSet`'s fast path (see its module
-docstring for why each part is exact): a reader that finds the ``state.a.b`` selections
-of an expression (skipping string literals and comments), tries of selected paths,
-generated key functions for the memo, projections, and the rewriting of selections into
-top-level leaf variables.
+docstring for why each part is exact): a reader that finds the ``state.a.b`` and
+``meta.a.b`` selections of an expression (skipping string literals and comments), tries of
+selected paths, generated key functions for the memo, projections, and the rewriting of
+selections into top-level leaf variables.
+
+Paths start at a *root*: the CEL context ``{"state": ..., "meta": ...}``, so a path is
+``("state", "objects", "Fork")`` or ``("meta", "task")`` and one trie, one key and one
+projection cover both variables.
 """
 from __future__ import annotations
 
@@ -21,9 +25,10 @@ _MISSING = object()
 _NOT_A_MAP = object()
 # A selection stops before a method or macro call: in `state.objects.size()` the map
 # `objects` is needed whole, not its (absent) field `size`.
-_STATE_SELECT = re.compile(r"(?<![\w.])state((?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*(?![\w(]|\s+\())*)")
+ROOTS = ("state", "meta")  # the variables a predicate may read
+_STATE_SELECT = re.compile(r"(?<![\w.])(state|meta)((?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*(?![\w(]|\s+\())*)")
 _HAS_OPEN = re.compile(r"(?<!\w)has\s*\(\s*$")  # has(e.f) needs a selection, not a value
-_STATE_BOUND = re.compile(r"(?<![\w.])state\s*,")  # `state` as a macro's variable (or any argument)
+_STATE_BOUND = re.compile(r"(?<![\w.])(?:state|meta)\s*,")  # a root as a macro's variable (or any argument)
 _LITERAL_PREFIX = re.compile(r"(?<![\w])[rRbB]{1,2}$")
 # Selecting a field of these fails in CEL, as selecting a missing key does.
 _SCALARS = frozenset({list, str, int, float, bool, type(None), bytes})
@@ -65,23 +70,23 @@ def _mask(expression: str) -> str:
 
 
 def _selections(masked: str) -> list[tuple[re.Match[str], tuple[str, ...]]]:
-    return [(m, tuple(part.strip() for part in m.group(1).split(".") if part.strip()))
+    return [(m, (m.group(1),) + tuple(part.strip() for part in m.group(2).split(".") if part.strip()))
             for m in _STATE_SELECT.finditer(masked)]
 
 
 def selected_paths(expression: str) -> list[tuple[str, ...]]:
-    """Field paths under ``state`` that an expression selects (over-approximated)."""
+    """Field paths from the root (``state`` or ``meta`` first) that an expression selects (over-approximated)."""
     return [path for _, path in _selections(_mask(expression))]
 
 
 def _plan_leaves(expressions: list[str]) -> tuple[list[str], dict[tuple[str, ...], str],
                                                    list[tuple[str, ...]], list[tuple[str, ...]]]:
-    """Rewrite each ``state.a.b`` selection into a variable bound to the value of ``a.b``.
+    """Rewrite each ``state.a.b`` (or ``meta.a.b``) selection into a variable bound to its value.
 
     Returns the rewritten expressions, the variable of each path, and the paths still
-    read on ``state`` whole (``kept``) or for presence only (``presence``). Kept as they
-    are: the argument of ``has()`` (it needs a selection), bare ``state``, and every
-    selection of an expression that uses ``state`` as an argument or macro variable
+    read on their root whole (``kept``) or for presence only (``presence``). Kept as they
+    are: the argument of ``has()`` (it needs a selection), a bare root, and every
+    selection of an expression that uses a root as an argument or macro variable
     (``.exists(state, …)`` would shadow it). A selection whose field is missing leaves
     its variable unbound: CEL then fails where the selection would have failed, and
     ``||``, ``&&``, ``?:`` and the macros absorb both errors alike.
@@ -101,7 +106,7 @@ def _plan_leaves(expressions: list[str]) -> tuple[list[str], dict[tuple[str, ...
             before = masked[:match.start()]
             if before.rstrip().endswith("."):  # `x. state.a`: a field named state
                 continue
-            if shadowed or not path:
+            if shadowed or len(path) == 1:
                 kept.append(path)
             elif _HAS_OPEN.search(before):
                 presence.append(path)
@@ -278,7 +283,7 @@ class Leaves(NamedTuple):
 
     program: Any
     bind: Callable[[Any], dict[str, Any] | None]
-    reads_state: bool  # whether the program still reads `state` (projected by state_trie)
+    reads_state: bool  # whether the program still reads a root (projected by state_trie, from the root)
     state_trie: dict[str, Any] | None
 
 
@@ -291,7 +296,7 @@ def compile_leaves(expressions: list[str], variables: set[str]) -> Leaves | None
         return None
     reads_state = bool(kept or presence)
     # a check that the rewriting left no reference behind: only the variables it bound are new
-    allowed = (variables - {"state"}) | set(leaves.values()) | ({"state"} if reads_state else set())
+    allowed = (variables - set(ROOTS)) | set(leaves.values()) | {path[0] for path in kept + presence}
     binder = _compile_binder(leaves)
     if binder is None or not set(program.variables()) <= allowed:
         return None

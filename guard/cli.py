@@ -13,7 +13,9 @@ from rich.table import Table
 
 from guard._cli import Format, err, out, print_json
 from guard.errors import ForewarnError
-from guard.model import GuardModel
+from guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
+from guard.model import CheckedProperty, GuardModel
+from guard.spec import PropertyDef
 from guard.storm import (
     Method,
     build_sparse_dtmc,
@@ -59,55 +61,130 @@ def learn(
     period: Annotated[Optional[float], typer.Option(help="Resample runs to one step every PERIOD seconds "
                                                          "(zero-order hold; needs 't' on every step).")] = None,
     format: Annotated[Format, typer.Option("--format", help="Summary format.")] = Format.table,
+    group_by: Annotated[Optional[str], typer.Option(
+        "--group-by", help="Write a bundle: one model per value of this metadata key (e.g. meta.task) "
+                           "with enough runs, plus a pooled model of all runs.")] = None,
+    min_group_runs: Annotated[int, typer.Option(
+        "--min-group-runs", help="Runs a group needs for a model of its own (with --group-by).")]
+    = DEFAULT_MIN_GROUP_RUNS,
     engine: Annotated[Engine, typer.Option(help="Count in this process, or on Apache Spark (needs the "
-                                                "'spark' extra and Java).")] = Engine.local,
+                                                "'spark' extra and Java; docs/scale.md).")] = Engine.local,
     master: Annotated[Optional[str], typer.Option(help="Spark master for --engine spark: local[*], "
                                                        "spark://HOST:PORT, yarn (default: the running "
                                                        "session's, else local[*]).")] = None,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
-    from guard.pipeline import learn_model
     from guard.spec import load_spec
 
     if master is not None and engine is not Engine.spark:
         raise ForewarnError("--master applies to --engine spark only")
+    if group_by is not None:
+        group_path(group_by)  # a bad path fails before any run is read
     parsed = load_spec(spec)
+    options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period)
     if engine is Engine.spark:
-        from guard.spark import learn_model_spark, spark_session
+        learned = _learn_on_spark(traces, parsed, master, group_by, min_group_runs, options)
+    else:
+        learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs, options)
+    _write_learned(learned, output, format)
 
-        model = learn_model_spark(traces, parsed, spark=spark_session(master), alpha=alpha,
-                                  method=method, precision=precision, epsilon=epsilon, delta=delta, period=period)
-        _write_learned(model, output, format)
-        return
+
+def _learn_on_spark(traces: list[str], spec: Any, master: str | None, group_by: str | None, min_group_runs: int,
+                    options: dict[str, Any]) -> GuardModel | GuardBundle:
+    from guard.spark import learn_bundle_spark, learn_model_spark, spark_session
+
+    session = spark_session(master)
+    if group_by is not None:
+        return learn_bundle_spark(traces, spec, group_by=group_by, min_group_runs=min_group_runs, spark=session,
+                                  **options)
+    return learn_model_spark(traces, spec, spark=session, **options)
+
+
+def _learn_here(traces: list[Path], parsed: Any, group_by: str | None, min_group_runs: int,
+                options: dict[str, Any]) -> GuardModel | GuardBundle:
     with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
                   console=err, transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("learn", total=None)
-        model = learn_model([Path(t) for t in traces], parsed, alpha=alpha, method=method, precision=precision,
-                            epsilon=epsilon, delta=delta, period=period,
-                            on_run=lambda n: progress.update(task, completed=n))
-    _write_learned(model, output, format)
+
+        def on_run(n: int) -> None:
+            progress.update(task, completed=n)
+
+        if group_by is not None:
+            from guard.bundle import learn_bundle
+
+            learned: GuardModel | GuardBundle = learn_bundle(traces, parsed, group_by=group_by,
+                                                             min_group_runs=min_group_runs, on_run=on_run, **options)
+        else:
+            from guard.pipeline import learn_model
+
+            learned = learn_model(traces, parsed, on_run=on_run, **options)
+    return learned
 
 
-def _write_learned(model: GuardModel, output: Path, format: Format) -> None:
+def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Format) -> None:
     try:
-        model.save(output)
+        learned.save(output)
     except OSError as exc:  # e.g. -o names a folder, or a path under a file
         raise ForewarnError(f"{output}: cannot write the model file: {exc.strerror}") from exc
+    if isinstance(learned, GuardBundle):
+        _print_bundle_summary(learned, output, format)
+        return
+    model = learned
     summary = _summary(model, output)
     if format is Format.json:
         print_json(summary)
         return
     table = Table(title=f"forewarn learn → {output}", show_header=False)
     for key, value in summary.items():
-        if key != "pac_worst":
+        if key not in ("pac_worst", "initial_interval"):
             table.add_row(key, str(value))
     out.print(table)
+    interval = summary["initial_interval"]
+    if interval is not None:
+        out.print(f"Risk at the start: {summary['initial_risk']:.1%}, {interval['confidence']:.0%} interval "
+                  f"[{interval['ci_low']:.1%}, {interval['ci_high']:.1%}] ({interval['method']}, from "
+                  f"{interval['visits']} visits of the initial state{'s' if interval['states'] > 1 else ''})."
+                  + (" The interval is wide: the runs leave the risk largely open (few visits here or in the "
+                     "states runs go on to); more runs narrow it, and guard.act_on: upper or guard.min_visits "
+                     "act on it (docs/method.md)." if interval["ci_high"] - interval["ci_low"] > 0.5 else ""),
+                  soft_wrap=True)
     worst = summary["pac_worst"]
     if worst:
         out.print(f"PAC (ε={model.pac.epsilon}, δ={model.pac.delta}): "
                   f"{model.pac.satisfied_count}/{len(model.pac.states)} states have enough visits; worst "
                   f"state {worst['state']} ({worst['predicates']}) has {worst['visits']} of "
                   f"{worst['required']} required.")
+
+
+def _print_bundle_summary(bundle: GuardBundle, output: Path, format: Format) -> None:
+    small = sorted(g for g in bundle.group_runs if g not in bundle.members)
+    members = [{"group": g, **{k: v for k, v in _summary(m, output).items() if k in _MEMBER_KEYS}}
+               for g, m in sorted(bundle.members.items())]
+    summary = {"bundle": str(output), "group_by": bundle.group_by, "min_group_runs": bundle.min_group_runs,
+               "groups": len(bundle.group_runs), "members": len(bundle.members), "small_groups": len(small),
+               "runs_without_group": bundle.runs_without_group,
+               "pooled": {k: v for k, v in _summary(bundle.pooled, output).items() if k != "pac_worst"},
+               "group_models": members, "groups_without_model": {g: bundle.group_runs[g] for g in small}}
+    if format is Format.json:
+        print_json(summary)
+        return
+    table = Table(title=f"forewarn learn --group-by {bundle.group_by} → {output}")
+    for column in ("model", "runs", "unsafe runs", "states", "initial risk", "PAC"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    pooled = summary["pooled"]
+    table.add_row("pooled", str(pooled["runs"]), str(pooled["unsafe_runs"]), str(pooled["states"]),
+                  _fmt(pooled["initial_risk"]), "yes" if pooled["pac_satisfied"] else "no")
+    for m in members:
+        table.add_row(f"{bundle.group_by} = {m['group']}", str(m["runs"]), str(m["unsafe_runs"]), str(m["states"]),
+                      _fmt(m["initial_risk"]), "yes" if m["pac_satisfied"] else "no")
+    out.print(table)
+    out.print(f"{len(bundle.members)} of {len(bundle.group_runs)} groups have a model of their own "
+              f"(≥ {bundle.min_group_runs} runs); {len(small)} with fewer runs and "
+              f"{bundle.runs_without_group} runs without {bundle.group_by} are decided by the pooled model.",
+              soft_wrap=True)
+
+
+_MEMBER_KEYS = ("runs", "steps", "unsafe_runs", "states", "product_states", "initial_risk", "pac_satisfied")
 
 
 def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
@@ -130,6 +207,7 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         "properties": "; ".join(f"{p.name}: {p.outcome.formula}" for p in model.properties),
         "method": o.method.value,
         "initial_risk": round(float(initial_risk), 6),
+        "initial_interval": _initial_interval(model),
         "learn_seconds": model.provenance["learn_seconds"],
         "check_seconds": model.provenance.get("check_seconds", round(o.seconds, 6)),
         "pac_satisfied": pac.satisfied,
@@ -138,6 +216,23 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
             "state": worst.state, "visits": worst.visits, "required": worst.required,
             "predicates": _pac_words(model, worst.state)},
     }
+
+
+def _initial_interval(model: GuardModel) -> dict[str, Any] | None:
+    """The first property's confidence interval at the initial states (in the terms of ``initial_risk``).
+
+    With several initial states, the run-weighted mean of their lower and upper ends:
+    the range a run's starting risk lies in (each end a mixture of valid ends).
+    """
+    first, d = model.properties[0], model.dtmc
+    if first.ci_low is None or first.ci_high is None or model.intervals is None:
+        return None
+    runs = sum(d.initial.values()) or 1
+    low = sum(first.ci_low[i] * n for i, n in d.initial.items()) / runs
+    high = sum(first.ci_high[i] * n for i, n in d.initial.items()) / runs
+    return {"ci_low": round(float(low), 6), "ci_high": round(float(high), 6),
+            "confidence": 1.0 - model.intervals.delta, "method": model.intervals.method.value,
+            "visits": int(sum(model.visits[i] for i in d.initial)), "states": len(d.initial)}
 
 
 def _pac_words(model: GuardModel, index: int) -> str:
@@ -165,8 +260,11 @@ def check(
     method: Annotated[Method, typer.Option(help="Storm method.")] = Method.SOUND,
     precision: Annotated[float, typer.Option(help="Solver precision.")] = 1e-6,
     format: Annotated[Format, typer.Option("--format")] = Format.table,
+    group: Annotated[Optional[str], typer.Option(
+        "--group", help="For a bundle: only this member (a group's value, or 'pooled'); default: every member.")]
+    = None,
 ) -> None:
-    """Show the cached per-state values of a model, or check another property with Storm."""
+    """Show the cached per-state values of a model (of each member of a bundle), or check another property."""
     if model.suffix in {".pm", ".prism"}:
         if property is None:
             raise ForewarnError("checking a PRISM file needs --property, e.g. --property 'P=? [F \"goal\"]'")
@@ -180,13 +278,41 @@ def check(
         return
     if const is not None:
         raise ForewarnError("--const applies to PRISM files only")
-    loaded = GuardModel.load(model)
+    from guard.bundle import load_model_or_bundle
+
+    members = _members(load_model_or_bundle(model), group)
+    checked = {name: _check_rows(m, property, method, precision) for name, m in members.items()}
+    if format is Format.json:
+        documents = {name: {"property": outcomes[0][1].formula, "method": outcomes[0][1].method.value,
+                            "properties": [{"name": n, "formula": o.formula} for n, o in outcomes],
+                            "intervals": None if members[name].intervals is None
+                            else members[name].intervals.to_document(), "states": rows}
+                     for name, (outcomes, rows) in checked.items()}
+        print_json(documents[None] if None in documents else {"bundle": str(model), "members": documents})
+        return
+    for name, (outcomes, rows) in checked.items():
+        _print_check(members[name], outcomes, rows, name)
+
+
+def _check_rows(loaded: GuardModel, property: str | None, method: Method, precision: float
+                ) -> tuple[list[tuple[str, Any]], list[dict[str, Any]]]:
+    """The checked properties of one model, and its states as ``check --format json`` lists them."""
     dtmc = loaded.dtmc
     if property is not None:
         # check_dtmc builds a rational model for --method exact (a float model is not exact)
-        outcomes = [("query", check_dtmc(dtmc, property, method=method, precision=precision))]
+        query = check_dtmc(dtmc, property, method=method, precision=precision)
+        checked = [CheckedProperty(PropertyDef(name="query", formula="true"), query)]
+        if loaded.intervals is not None:  # the same interval chain, asked the new question
+            from guard.pipeline import with_intervals
+
+            checked, _ = with_intervals(dtmc, labels_of(dtmc), checked, method=loaded.intervals.method,
+                                        delta=loaded.intervals.delta, entries=loaded.intervals.entries,
+                                        precision=precision)
     else:
-        outcomes = [(p.name, p.outcome) for p in loaded.properties]
+        checked = loaded.properties
+    outcomes = [(p.name, p.outcome) for p in checked]
+    ci_low, ci_high = checked[0].ci_low, checked[0].ci_high
+    visits = loaded.visits
     verdicts = ctl_verdicts(build_sparse_dtmc(dtmc.matrix, labels_of(dtmc)))
     monitor_rows = dtmc.monitor_states.tolist() if dtmc.monitor_states is not None else None
     monitors: dict[str, Any] = {}
@@ -206,36 +332,138 @@ def check(
             "value": float(first.values[i]),
             "lower": None if first.lower is None else float(first.lower[i]),
             "upper": None if first.upper is None else float(first.upper[i]),
+            "ci_low": None if ci_low is None else float(ci_low[i]),
+            "ci_high": None if ci_high is None else float(ci_high[i]),
+            "visits": int(visits[i]),
             "ctl": {name: bool(v[i]) for name, v in verdicts.items()},
         }
         if len(outcomes) > 1:
-            row["properties"] = {name: {"value": float(o.values[i]),
-                                        "lower": None if o.lower is None else float(o.lower[i]),
-                                        "upper": None if o.upper is None else float(o.upper[i])}
-                                 for name, o in outcomes}
+            row["properties"] = {p.name: {"value": float(p.outcome.values[i]),
+                                          "lower": None if p.outcome.lower is None else float(p.outcome.lower[i]),
+                                          "upper": None if p.outcome.upper is None else float(p.outcome.upper[i]),
+                                          "ci_low": None if p.ci_low is None else float(p.ci_low[i]),
+                                          "ci_high": None if p.ci_high is None else float(p.ci_high[i])}
+                                 for p in checked}
         rows.append(row)
-    if format is Format.json:
-        print_json({"property": first.formula, "method": first.method.value,
-                     "properties": [{"name": name, "formula": o.formula} for name, o in outcomes],
-                     "states": rows})
-        return
-    table = Table(title="  ".join(f"{name}: {o.formula}" for name, o in outcomes) + f"  ({first.method.value})")
-    columns = ["#", "state"] + (["monitors"] if monitor_rows is not None else []) + ["unsafe"] \
+    return outcomes, rows
+
+
+def _print_check(loaded: GuardModel, outcomes: list[tuple[str, Any]], rows: list[dict[str, Any]],
+                 member: str | None) -> None:
+    first = outcomes[0][1]
+    with_monitors = loaded.dtmc.monitor_states is not None
+    with_intervals = loaded.intervals is not None and rows[0]["ci_low"] is not None
+    title = "  ".join(f"{name}: {o.formula}" for name, o in outcomes) + f"  ({first.method.value})"
+    table = Table(title=title if member is None else f"{member}: {title}")
+    columns = ["#", "state"] + (["monitors"] if with_monitors else []) + ["unsafe"] \
         + [name for name, _ in outcomes] + (["lower", "upper"] if len(outcomes) == 1 else []) \
-        + ["EF unsafe", "AG !unsafe"]
+        + ([f"{1 - loaded.intervals.delta:.0%} interval"] if with_intervals and loaded.intervals else []) \
+        + ["visits", "EF unsafe", "AG !unsafe"]
     for column in columns:
         table.add_column(column, justify="left" if column in {"state", "monitors", "unsafe"} else "right")
     for i, row in enumerate(rows):
         cells = [str(i), "end" if row["kind"] == "end" else _state_words(loaded, i)]
-        if monitor_rows is not None:
+        if with_monitors:
             cells.append(", ".join(f"{k} {v}" for k, v in row["monitors"].items()))
         cells.append("yes" if row["unsafe"] else "")
         cells += [_fmt(float(o.values[i]), 6) for _, o in outcomes]
         if len(outcomes) == 1:
             cells += [_fmt(row["lower"], 6), _fmt(row["upper"], 6)]
+        if with_intervals:
+            cells.append(f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
+        cells.append(str(row["visits"]) if row["kind"] == "state" and not row["unsafe"] else "–")
         cells += ["yes" if row["ctl"]["EF unsafe"] else "no", "yes" if row["ctl"]["AG !unsafe"] else "no"]
         table.add_row(*cells)
     out.print(table)
+
+
+class StatesFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+@app.command()
+def states(
+    model: Annotated[Path, typer.Argument(help="A Forewarn model file or bundle.")],
+    group: Annotated[Optional[str], typer.Option(
+        "--group", help="For a bundle: only this member (a group's value, or 'pooled'); default: every member.")]
+    = None,
+    format: Annotated[StatesFormat, typer.Option("--format", help="table, json or csv.")] = StatesFormat.table,
+) -> None:
+    """List the model's abstract states: visits, risk, the action each triggers, the most likely path to unsafe."""
+    from guard.bundle import load_model_or_bundle
+    from guard.states import state_rows
+
+    members = _members(load_model_or_bundle(model), group)
+    tables = {name: (m, state_rows(m)) for name, m in members.items()}
+    bundle = not (len(members) == 1 and None in members)
+    if format is StatesFormat.json:
+        def one(m: GuardModel, rows: list[Any]) -> dict[str, Any]:
+            return {"property": m.outcome.formula, "spec": m.spec.name,
+                    "thresholds": m.spec.guard.thresholds.model_dump(),
+                    "unseen_state": m.spec.guard.unseen_state.value, "states": [r.to_dict() for r in rows]}
+        if not bundle:
+            print_json(one(*tables[None]))
+        else:
+            print_json({"bundle": str(model), "members": {name: one(*t) for name, t in tables.items()}})
+        return
+    if format is StatesFormat.csv:
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow((["member"] if bundle else []) + ["index", "state", "monitors", "unsafe", "visits",
+                        "runs_started", "p_unsafe", "lower", "upper", "ci_low", "ci_high", "action", "threshold",
+                        "path", "path_probability"])
+        for name, (m, rows) in tables.items():
+            for r in rows:
+                writer.writerow(([name] if bundle else []) + [
+                    r.index, _state_words(m, r.index), "; ".join(f"{k} {v}" for k, v in r.monitors.items()),
+                    str(r.unsafe).lower(), r.visits, r.runs_started, r.p_unsafe, _blank(r.lower), _blank(r.upper),
+                    _blank(r.ci_low), _blank(r.ci_high), r.action, _blank(r.threshold),
+                    "" if r.path is None else " ".join(map(str, r.path)), _blank(r.path_probability)])
+        return
+    for name, (m, rows) in tables.items():
+        monitors = bool(m.dtmc.monitors)
+        title = (f"{'' if name is None else f'{name}: '}{m.outcome.formula}; act when p_safe < θ: "
+                 + ", ".join(f"{a.value} {t}" for a, t in m.spec.guard.thresholds.items()))
+        table = Table(title=title)
+        columns = ["#", "state"] + (["monitors"] if monitors else []) + ["visits", "p_unsafe", "bounds", "interval",
+                                                                          "action", "most likely path to unsafe"]
+        for column in columns:
+            table.add_column(column, justify="right" if column in {"#", "visits", "p_unsafe"} else "left")
+        for r in rows:
+            cells = [str(r.index), _state_words(m, r.index) + (" (unsafe)" if r.unsafe else "")]
+            if monitors:
+                cells.append(", ".join(f"{k} {v}" for k, v in r.monitors.items()))
+            path = "unreachable" if r.path is None else (
+                "here" if len(r.path) == 1 else " → ".join(f"#{i}" for i in r.path) + f"  ({r.path_probability:.3g})")
+            cells += [str(r.visits), _fmt(r.p_unsafe), _interval(r.lower, r.upper), _interval(r.ci_low, r.ci_high),
+                      r.action, path]
+            table.add_row(*cells)
+        out.print(table)
+    out.print("visits: departures observed from the state; bounds: Storm's numerical bounds; interval: the "
+              "statistical interval where the model has one; path: the single most probable sequence of "
+              "transitions into an unsafe state (its probability, a lower bound of p_unsafe).", soft_wrap=True)
+
+
+def _members(loaded: GuardModel | GuardBundle, group: str | None) -> dict[str | None, GuardModel]:
+    """The models to show: a single model (under None), a bundle's members, or the one ``--group`` names."""
+    if isinstance(loaded, GuardModel):
+        if group is not None:
+            raise ForewarnError("--group applies to bundles only (this is a single model)")
+        return {None: loaded}
+    if group is not None:
+        return {group: loaded.member(group)}
+    return {name: loaded.member(name) for name in loaded.names()}
+
+
+def _blank(value: float | None) -> str | float:
+    return "" if value is None else value
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "–" if low is None or high is None else f"[{low:.4f}, {high:.4f}]"
 
 
 @app.command()
@@ -244,9 +472,17 @@ def export(
     format: Annotated[ExportFormat, typer.Option("--format", help="prism or drn.")] = ExportFormat.prism,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write (default: stdout).")]
     = None,
+    group: Annotated[Optional[str], typer.Option(
+        "--group", help="For a bundle: the member to export (a group's value, or 'pooled').")] = None,
 ) -> None:
     """Export the learned chain with its labels (unsafe, end, predicates) as PRISM or DRN."""
-    loaded = GuardModel.load(model)
+    from guard.bundle import load_model_or_bundle
+
+    found = load_model_or_bundle(model)
+    if isinstance(found, GuardBundle) and group is None:
+        raise ForewarnError(f"{model} is a bundle: choose the member to export with --group "
+                            f"({', '.join(found.names()[:6])}{', …' if len(found.names()) > 6 else ''})")
+    loaded = next(iter(_members(found, group).values()))
     if output is not None:
         try:  # like `learn -o`: create the folder; a path that cannot be written is a user error
             output.parent.mkdir(parents=True, exist_ok=True)

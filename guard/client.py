@@ -63,13 +63,16 @@ class RemoteDecision(Decision):
     def from_json(cls, data: Mapping[str, Any]) -> RemoteDecision:
         properties = tuple(
             PropertyValue(p["name"], p["formula"], p.get("p_unsafe"), p.get("p_safe"), p.get("lower"), p.get("upper"),
-                          Action(p.get("action", data["action"])), p.get("threshold"))
+                          Action(p.get("action", data["action"])), p.get("threshold"), p.get("ci_low"),
+                          p.get("ci_high"))
             for p in data.get("properties") or ())
         return cls(Action(data["action"]), data.get("p_unsafe"), data.get("p_safe"), data["property"],
                    dict(data["abstract_state"]), data.get("message", ""), lower=data.get("lower"),
                    upper=data.get("upper"), threshold=data.get("threshold"), known=data.get("known", True),
                    unsafe_now=data.get("unsafe_now", False), properties=properties,
-                   monitors=dict(data.get("monitors") or {}), session_id=data.get("session_id", ""),
+                   monitors=dict(data.get("monitors") or {}), ci_low=data.get("ci_low"),
+                   ci_high=data.get("ci_high"), visits=data.get("visits"), member=data.get("member"),
+                   group=data.get("group"), fallback=data.get("fallback", False), session_id=data.get("session_id", ""),
                    step=data.get("step"), approval_id=data.get("approval_id"),
                    committed=data.get("committed", False), model=dict(data.get("model") or {}), at=data.get("at"))
 
@@ -78,7 +81,8 @@ def _policy_json(policy: Policy | Mapping[str, Any] | None) -> dict[str, Any] | 
     if policy is None:
         return None
     if isinstance(policy, Policy):
-        return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value}
+        return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
+                "act_on": policy.act_on, "min_visits": policy.min_visits}
     return dict(policy)
 
 

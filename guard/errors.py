@@ -58,9 +58,10 @@ class TraceError(ForewarnError):
 class PredicateError(ForewarnError):
     """A predicate that cannot be evaluated on a given state (missing field, wrong type)."""
 
-    def __init__(self, message: str, *, predicate: str | None = None) -> None:
+    def __init__(self, message: str, *, predicate: str | None = None, where: str = "state") -> None:
         super().__init__(message)
         self.predicate = predicate
+        self.where = where  # "state" or "meta": which one lacks what the predicate reads
 
 
 class ModelFileError(ForewarnError):

@@ -23,12 +23,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from guard.errors import ForewarnError, ModelFileError
+from guard.intervals import IntervalMethod, IntervalReport, visits
 from guard.learning import END, LearnedDTMC
 from guard.pac import PACReport, StatePAC
 from guard.spec import Meaning, PropertyDef, Spec, parse_spec
 from guard.storm import CheckOutcome, Method
 
-__all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument"]
+__all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument", "write_document"]
 
 SCHEMA_VERSION = 1
 _TOLERANCE = 1e-9
@@ -59,6 +60,16 @@ class PropertyEntry(_Doc):
     values: list[float]
     lower: list[float] | None = None
     upper: list[float] | None = None
+    ci_low: list[float] | None = None  # statistical confidence interval of `values` (intervals.py)
+    ci_high: list[float] | None = None
+
+
+class IntervalsEntry(_Doc):
+    method: IntervalMethod
+    delta: float = Field(gt=0.0, lt=1.0)
+    delta_per_entry: float = Field(gt=0.0, lt=1.0)
+    entries: int = Field(ge=0)
+    seconds: float = 0.0
 
 
 class CheckEntry(_Doc):
@@ -102,16 +113,25 @@ class ModelDocument(_Doc):
     properties: list[PropertyEntry]
     check: CheckEntry
     pac: PACEntry
+    intervals: IntervalsEntry | None = None  # None: a model without confidence intervals
+    visits: list[int] | None = None  # observed departures per state (written since intervals)
     provenance: dict[str, Any]
     checksum: str = ""
 
 
 @dataclass(frozen=True)
 class CheckedProperty:
-    """A guarded property and Storm's values for it in every state of the model."""
+    """A guarded property and Storm's values for it in every state of the model.
+
+    ``ci_low``/``ci_high``: per state, the property's lowest and highest value over every
+    chain inside the transition intervals (its confidence interval); ``None`` without
+    intervals, or for a formula Storm cannot check on an interval model.
+    """
 
     definition: PropertyDef
     outcome: CheckOutcome
+    ci_low: np.ndarray | None = None
+    ci_high: np.ndarray | None = None
 
     @property
     def name(self) -> str:
@@ -126,8 +146,8 @@ class GuardModel:
     """
 
     def __init__(self, spec: Spec, dtmc: LearnedDTMC, properties: list[CheckedProperty] | CheckOutcome,
-                 pac: PACReport, provenance: dict[str, Any], *, pac_valuations: list[list[bool]] | None = None
-                 ) -> None:
+                 pac: PACReport, provenance: dict[str, Any], *, pac_valuations: list[list[bool]] | None = None,
+                 intervals: IntervalReport | None = None) -> None:
         if isinstance(properties, CheckOutcome):  # one default property
             properties = [CheckedProperty(spec.guard.effective_properties()[0], properties)]
         if not properties:
@@ -138,6 +158,8 @@ class GuardModel:
         self.pac = pac
         self.provenance = provenance
         self.pac_valuations = pac_valuations
+        self.intervals = intervals
+        self.visits = visits(dtmc)  # observed departures per state (the product's: its chain state's)
 
     @property
     def outcome(self) -> CheckOutcome:
@@ -183,6 +205,8 @@ class GuardModel:
                 "values": p.outcome.values.tolist(),
                 "lower": None if p.outcome.lower is None else p.outcome.lower.tolist(),
                 "upper": None if p.outcome.upper is None else p.outcome.upper.tolist(),
+                "ci_low": None if p.ci_low is None else p.ci_low.tolist(),
+                "ci_high": None if p.ci_high is None else p.ci_high.tolist(),
             } for p in self.properties],
             "check": {"method": self.outcome.method.value, "precision": self.outcome.precision,
                       "seconds": sum(p.outcome.seconds for p in self.properties),
@@ -197,6 +221,8 @@ class GuardModel:
                             "visits": s.visits, "required": s.required,
                             "satisfied": s.satisfied} for s in pac.states],
             },
+            "intervals": None if self.intervals is None else self.intervals.to_document(),
+            "visits": self.visits.tolist(),
             "provenance": self.provenance,
         }
         body["checksum"] = _checksum(body)
@@ -204,20 +230,7 @@ class GuardModel:
 
     def save(self, path: str | Path) -> Path:
         """Write the model atomically (a crash leaves the old file, never half a new one)."""
-        path = Path(path)
-        data = orjson.dumps(self.to_document(), option=orjson.OPT_INDENT_2)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return write_document(path, self.to_document())
 
     # -- reading --------------------------------------------------------------------
 
@@ -242,7 +255,11 @@ class GuardModel:
         return cls.from_document(document, source=str(path))
 
     @classmethod
-    def from_document(cls, document: Any, *, source: str = "<model>") -> GuardModel:
+    def from_document(cls, document: Any, *, source: str = "<model>", spec: Spec | None = None) -> GuardModel:
+        """A model from its parsed JSON (``spec``: an already parsed spec to reuse when its text is the same)."""
+        if isinstance(document, dict) and document.get("format") == "forewarn-bundle":
+            raise ModelFileError(f"{source}: a model bundle, not a single model: load it with "
+                                 "guard.load_guard (or BundleGuard.load)")
         if not isinstance(document, dict) or document.get("format") != "forewarn-model":
             raise ModelFileError(f"{source}: not a Forewarn model file (no \"format\": \"forewarn-model\")")
         version = document.get("schema_version")
@@ -259,12 +276,34 @@ class GuardModel:
         if doc.checksum != expected:
             raise ModelFileError(f"{source}: checksum mismatch: the file was modified after Forewarn wrote it "
                                  "(hand edits are not accepted; re-run 'forewarn learn')")
-        try:
-            spec = parse_spec(doc.spec, source=f"{source} (embedded spec)")
-        except ForewarnError as exc:
-            raise ModelFileError(f"{source}: embedded spec is invalid: {exc}") from exc
+        if spec is None or spec.text != doc.spec:
+            try:
+                spec = parse_spec(doc.spec, source=f"{source} (embedded spec)")
+            except ForewarnError as exc:
+                raise ModelFileError(f"{source}: embedded spec is invalid: {exc}") from exc
         dtmc, properties, pac, provenance, valuations = _restore(doc, spec, source)
-        return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations)
+        i = doc.intervals
+        report = None if i is None else IntervalReport(i.method, i.delta, i.delta_per_entry, i.entries, i.seconds)
+        return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
+
+
+
+def write_document(path: str | Path, document: dict[str, Any]) -> Path:
+    """Write a JSON document atomically (a crash leaves the old file, never half a new one)."""
+    path = Path(path)
+    data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
@@ -364,7 +403,12 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
             raise bad(f"properties[{index}]: cached values must satisfy lower <= value <= upper")
         outcome = CheckOutcome(prop.formula, values, lower, upper, doc.check.method, doc.check.precision,
                                doc.check.seconds / max(1, len(doc.properties)))
-        properties.append(CheckedProperty(definition, outcome))
+        ci_low, ci_high = _confidence(prop, index, values, n, bad)
+        properties.append(CheckedProperty(definition, outcome, ci_low, ci_high))
+    if doc.visits is not None:
+        stored = np.array(doc.visits, dtype=np.int64)
+        if stored.shape != (n,) or not np.array_equal(stored, visits(dtmc)):
+            raise bad("visits must give, per state, the observed departures its transition counts add up to")
     p = doc.pac
     pac = PACReport(epsilon=p.epsilon, delta=p.delta, delta_per_state=p.delta_per_state,
                     amplification=math.inf if p.amplification is None else p.amplification,
@@ -379,12 +423,31 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
     return dtmc, properties, pac, dict(doc.provenance), valuations
 
 
+def _confidence(prop: PropertyEntry, index: int, values: np.ndarray, n: int, bad: Any
+                ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """A property's confidence interval per state, checked: in [0, 1], around the point value."""
+    if (prop.ci_low is None) != (prop.ci_high is None):
+        raise bad(f"properties[{index}] ({prop.name}): give both ci_low and ci_high, or neither")
+    if prop.ci_low is None or prop.ci_high is None:
+        return None, None
+    where = f"properties[{index}] ({prop.name})"
+    low = _vector(prop.ci_low, n, f"{where}.ci_low", bad)
+    high = _vector(prop.ci_high, n, f"{where}.ci_high", bad)
+    outside = np.flatnonzero((low > values + _TOLERANCE) | (values > high + _TOLERANCE))
+    if outside.size:
+        i = int(outside[0])
+        raise bad(f"{where}: state {i}'s confidence interval [{low[i]!r}, {high[i]!r}] does not contain its "
+                  f"value {values[i]!r}")
+    return low, high
+
+
 def _vector(values: list[float], n: int, name: str, bad: Any) -> np.ndarray:
     array = np.array(values, dtype=float)
     if array.shape != (n,):
         raise bad(f"{name} must have one value per state ({n}), has {array.size}")
-    if np.any(~np.isfinite(array)) or np.any(array < -_TOLERANCE) or np.any(array > 1 + _TOLERANCE):
-        raise bad(f"{name}: probabilities must lie in [0, 1]")
+    outside = np.flatnonzero(~np.isfinite(array) | (array < -_TOLERANCE) | (array > 1 + _TOLERANCE))
+    if outside.size:
+        raise bad(f"{name}: probabilities must lie in [0, 1] (state {int(outside[0])} has {array[outside[0]]!r})")
     return array
 
 

@@ -10,19 +10,37 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from guard._version import __version__
-from guard.errors import CheckError
-from guard.errors import TraceError
-from guard.learning import TransitionCounts, ValidTransitionRule, count_transitions, learn_dtmc, spec_transition_rule
+from guard.errors import CheckError, ForewarnError, TraceError
+from guard.intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
+from guard.learning import (
+    LearnedDTMC,
+    TransitionCounts,
+    ValidTransitionRule,
+    count_transitions,
+    learn_dtmc,
+    spec_transition_rule,
+)
 from guard.model import CheckedProperty, GuardModel
 from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
 from guard.spec import Spec
-from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of, storm_version, validate_formula
+from guard.storm import (
+    Method,
+    build_interval_dtmc,
+    build_sparse_dtmc,
+    check_sparse_model,
+    interval_bounds,
+    labels_of,
+    storm_version,
+    validate_formula,
+)
 from guard.traces import Run, read_runs, resample
 
-__all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "prepare_learning",
-           "model_from_counts"]
+__all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "model_from_counts",
+           "prepare", "with_intervals"]
 
 
 def default_formula(spec: Spec) -> str:
@@ -114,7 +132,8 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         valid_transition: a domain rule over (src, dst) valuations, in code.
         on_run: called with the number of runs read so far (progress bars).
     """
-    predicates = prepare_learning(spec, python_predicates)
+    learning_bounds(spec, epsilon, delta)  # refuse a bad ε or δ before reading any data
+    predicates, monitors = prepare(spec, python_predicates)
     started = time.perf_counter()
 
     def counted(source: Iterable[Run]) -> Iterable[Run]:
@@ -124,13 +143,16 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
                 on_run(n)
 
     counts = count_transitions(counted(runs), predicates)
-    return model_from_counts(counts, spec, predicates, learn_seconds=time.perf_counter() - started, alpha=alpha,
-                             method=method, precision=precision, epsilon=epsilon, delta=delta,
-                             valid_transition=valid_transition, inputs=inputs)
+    if counts.runs == 0:
+        raise TraceError("no runs to learn from: the trace input is empty")
+    return model_from_counts(counts, spec, predicates, monitors, alpha=alpha, method=method, precision=precision,
+                             epsilon=epsilon, delta=delta, valid_transition=valid_transition, inputs=inputs,
+                             learn_seconds=time.perf_counter() - started)
 
 
-def prepare_learning(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None) -> PredicateSet:
-    """Check the spec's property formulas and compile its predicates (before reading any trace)."""
+def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None
+            ) -> tuple[PredicateSet, list[Any]]:
+    """The spec's compiled predicates and monitors, once its properties are known to parse."""
     from monitors import build_monitors  # monitors build on guard's spec and chain
 
     definitions = spec.guard.effective_properties()
@@ -140,26 +162,29 @@ def prepare_learning(spec: Spec, python_predicates: Mapping[str, PythonPredicate
         except CheckError as exc:
             loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
             raise spec.error(str(exc), *loc) from exc
-    build_monitors(spec)  # a bad monitor is a spec error before any trace is read
-    return PredicateSet(spec, python_predicates)
+    return PredicateSet(spec, python_predicates), build_monitors(spec)
 
 
-def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: PredicateSet, *, learn_seconds: float,
+def learning_bounds(spec: Spec, epsilon: float | None, delta: float | None) -> tuple[float, float]:
+    """ε and δ: the caller's, else the spec's; each strictly between 0 and 1 (else a one-line error)."""
+    epsilon = spec.learning.epsilon if epsilon is None else epsilon
+    delta = spec.learning.delta if delta is None else delta
+    for name, value in (("epsilon", epsilon), ("delta", delta)):
+        if not 0.0 < value < 1.0:  # the spec's are checked on parse; these came from a caller or the CLI
+            raise ForewarnError(f"learning {name} must lie strictly between 0 and 1, got {value}")
+    return epsilon, delta
+
+
+def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: PredicateSet, monitors: Sequence[Any], *,
                       alpha: float | None = None, method: Method = Method.SOUND, precision: float = 1e-6,
                       epsilon: float | None = None, delta: float | None = None,
                       valid_transition: ValidTransitionRule | None = None,
-                      inputs: list[dict[str, Any]] | None = None) -> GuardModel:
-    """Smooth, build the monitor product, check with Storm and package a model, from counts.
-
-    Every engine that counts (this process, Spark) ends here, so the model depends on
-    the counts alone.
-    """
-    from monitors import build_monitors, build_product  # monitors build on guard's spec and chain
+                      inputs: list[dict[str, Any]] | None = None, learn_seconds: float = 0.0) -> GuardModel:
+    """Smooth counted runs, take the product with the monitors, check it with Storm and package a model."""
+    from monitors import build_product
 
     definitions = spec.guard.effective_properties()
-    monitors = build_monitors(spec)
-    if counts.runs == 0:
-        raise TraceError("no runs to learn from: the trace input is empty")
+    epsilon, delta = learning_bounds(spec, epsilon, delta)
     alpha = spec.learning.alpha if alpha is None else alpha
     chain = learn_dtmc(counts, predicates, alpha=alpha,
                        rule=transition_rule(spec, predicates, valid_transition))
@@ -172,8 +197,9 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     storm_model = build_sparse_dtmc(dtmc.matrix, labels, exact_rows=exact_rows)
     properties = [CheckedProperty(d, check_sparse_model(storm_model, d.query, method=method, precision=precision))
                   for d in definitions]
-    pac = pac_report(chain, epsilon=spec.learning.epsilon if epsilon is None else epsilon,
-                     delta=spec.learning.delta if delta is None else delta)
+    properties, report = with_intervals(dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
+                                        delta=delta, entries=estimated_entries(chain), precision=precision)
+    pac = pac_report(chain, epsilon=epsilon, delta=delta)
     width = predicates.width
     valuations = [[bool(bits >> b & 1) for b in range(width)] for bits in chain.states[:-1]] + [[False] * width]
     provenance = {
@@ -191,4 +217,36 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
         "product_seconds": round(product_seconds, 6),
         "check_seconds": round(sum(p.outcome.seconds for p in properties), 6),
     }
-    return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations)
+    return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
+
+
+def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], properties: list[CheckedProperty], *,
+                   method: IntervalMethod, delta: float, entries: int | None = None,
+                   precision: float = 1e-6) -> tuple[list[CheckedProperty], IntervalReport | None]:
+    """Each property's confidence interval per state, from the interval chain around ``dtmc``.
+
+    ``dtmc`` is what was checked: the learned chain or its product with monitors, whose
+    transitions inherit their chain transition's interval; ``entries`` is the union
+    bound's size, the learned chain's estimated entries (default: ``dtmc``'s own). Each
+    interval is widened to contain the point value and Storm's numerical bounds: the point
+    chain lies inside the intervals, so only solver precision could put it outside.
+    """
+    if method is IntervalMethod.NONE:
+        return properties, None
+    started = time.perf_counter()
+    intervals = transition_intervals(dtmc, delta=delta, method=method, entries=entries)
+    model = build_interval_dtmc(dtmc.matrix, intervals.lower, intervals.upper, labels)
+    out = []
+    for prop in properties:
+        bounds = interval_bounds(model, prop.outcome.formula, precision=precision)
+        if bounds is None:  # a formula Storm cannot check on interval models (LTL): no interval
+            out.append(prop)
+            continue
+        low, high, _ = bounds
+        o = prop.outcome
+        low = np.minimum(low, o.values if o.lower is None else np.minimum(o.lower, o.values))
+        high = np.maximum(high, o.values if o.upper is None else np.maximum(o.upper, o.values))
+        out.append(CheckedProperty(prop.definition, o, np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)))
+    report = IntervalReport(method, float(delta), intervals.delta_per_entry, intervals.entries,
+                            round(time.perf_counter() - started, 6))
+    return out, report

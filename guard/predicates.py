@@ -1,5 +1,10 @@
 """Predicates: a concrete state (any JSON object) → an abstract state (a bit mask).
 
+A CEL predicate reads ``state`` (the step's state) and may read ``meta`` (the run's
+metadata: the trace line's ``meta``, or what a session was opened with), so
+``meta.task_hazard == "stove" && state.stove_on`` depends on the task. Both are fields
+of one root, ``{"state": ..., "meta": ...}``, for everything below.
+
 All CEL predicates of a spec are compiled into one list program, evaluated in one call.
 What keeps that call rare and cheap (converting Python values into CEL values costs far
 more than evaluating ten comparisons):
@@ -13,7 +18,7 @@ more than evaluating ten comparisons):
   variable bound to that field's value: CEL converts the leaves the expressions read,
   not the maps above them (:func:`_plan_leaves` says what stays on ``state``, and why
   the result is the same);
-* projection — what still reads ``state`` sees only the fields it selects.
+* projection — what still reads ``state`` or ``meta`` sees only the fields it selects.
 
 All are exact: a predicate is a pure function of the fields it selects. Whenever the
 fast path cannot answer (a missing field, a value CEL rejects, a map that is not a
@@ -47,6 +52,7 @@ from guard.spec import Spec
 __all__ = ["PredicateSet", "resolve_callable"]
 
 PythonPredicate = Callable[[Mapping[str, Any]], bool]
+_NO_META: dict[str, Any] = {}  # a run without metadata (never mutated: CEL only reads it)
 
 
 
@@ -131,27 +137,32 @@ class PredicateSet:
 
     # -- evaluation ---------------------------------------------------------------
 
-    def evaluate(self, state: Mapping[str, Any]) -> int:
+    def evaluate(self, state: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> int:
         """The abstract state of ``state``: bit ``i`` is set when predicate ``i`` holds.
+
+        Args:
+            state: the step's concrete state.
+            meta: the run's metadata (``None``: none, read as ``{}``).
 
         Raises:
             PredicateError: naming the predicate and the field it could not read.
         """
         bits = 0
         if self._program is not None:
-            key = self._fast_key(state) if self._fast_key is not None else None
+            root = {"state": state, "meta": _NO_META if meta is None else meta}
+            key = self._fast_key(root) if self._fast_key is not None else None
             fast = key is not None
             if key is None:
                 key_parts: list[Any] = []
-                walk_key(state, self._trie, key_parts)
+                walk_key(root, self._trie, key_parts)
                 key = tuple(key_parts)
             try:
                 cached = self._memo.get(key)
             except TypeError:  # an unhashable leaf (e.g. a set from Python code): no memo
                 cached, key, fast = None, None, False
             if cached is None:
-                cached = self._evaluate_missed(state, key) if fast and key is not None \
-                    else self._evaluate_cel(state)
+                cached = self._evaluate_missed(root, key) if fast and key is not None \
+                    else self._evaluate_cel(root)
                 if key is not None:
                     if len(self._memo) >= MEMO_LIMIT:
                         self._memo.clear()
@@ -170,7 +181,7 @@ class PredicateSet:
                 bits |= 1 << index
         return bits
 
-    def _evaluate_missed(self, state: Mapping[str, Any], key: tuple[Any, ...]) -> int:
+    def _evaluate_missed(self, root: dict[str, Any], key: tuple[Any, ...]) -> int:
         """Bits for a new fast key: per-predicate memo, then one program for the predicates it lacks."""
         assert self._sub_keys is not None
         bits = missed = 0
@@ -184,9 +195,9 @@ class PredicateSet:
             elif value:
                 bits |= 1 << self._cel_items[c][0]
         if missed:
-            values = self._run_leaves(missed, state)
+            values = self._run_leaves(missed, root)
             if values is None:
-                return self._evaluate_original(state)
+                return self._evaluate_original(root)
             for c, value in zip((c for c in range(len(subs)) if missed >> c & 1), values):
                 memo = self._item_memos[c]
                 if len(memo) >= MEMO_LIMIT:
@@ -196,18 +207,18 @@ class PredicateSet:
                     bits |= 1 << self._cel_items[c][0]
         return bits
 
-    def _evaluate_cel(self, state: Mapping[str, Any]) -> int:
+    def _evaluate_cel(self, root: dict[str, Any]) -> int:
         """The CEL predicates' bits, without the memos: leaf variables, else the original program."""
-        values = self._run_leaves(self._all_items, state)
+        values = self._run_leaves(self._all_items, root)
         if values is None:
-            return self._evaluate_original(state)
+            return self._evaluate_original(root)
         bits = 0
         for (index, _, _), value in zip(self._cel_items, values):
             if value:
                 bits |= 1 << index
         return bits
 
-    def _run_leaves(self, items: int, state: Mapping[str, Any]) -> list[bool] | None:
+    def _run_leaves(self, items: int, root: dict[str, Any]) -> list[bool] | None:
         """The values of some CEL predicates (a bit mask over them) in one call on leaf variables.
 
         None when that cannot be done exactly or fails in any way: the caller then runs the
@@ -223,11 +234,11 @@ class PredicateSet:
                 [self._cel_items[c][2] for c in chosen], set().union(*(self._item_variables[c] for c in chosen)))
         if leaves is None:
             return None
-        context = leaves.bind(state)
+        context = leaves.bind(root)
         if context is None:
             return None
         if leaves.reads_state:
-            context["state"] = project(state, leaves.state_trie)
+            context.update(project(root, leaves.state_trie))
         try:
             values: list[bool] = leaves.program.execute(context)
         except Exception:  # report it as the original expressions would
@@ -237,11 +248,11 @@ class PredicateSet:
                 return None
         return values
 
-    def _evaluate_original(self, state: Mapping[str, Any]) -> int:
+    def _evaluate_original(self, root: dict[str, Any]) -> int:
         assert self._program is not None
-        projected = project(state, self._trie)
+        projected = project(root, self._trie)
         try:
-            values = self._program.execute({"state": projected})
+            values = self._program.execute(projected)
         except Exception:  # find which predicate failed, and why, one at a time
             self._raise_for_culprit(projected)
             raise
@@ -257,11 +268,13 @@ class PredicateSet:
     def _raise_for_culprit(self, projected: Any) -> None:
         for _, name, expression in self._cel_items:
             try:
-                cel.compile(expression).execute({"state": projected})
+                cel.compile(expression).execute(projected)
             except KeyError as exc:
                 field = exc.args[0] if exc.args else "?"
+                where = "meta" if _missing_in_meta(expression, projected, field) else "state"
+                owner = "the run's meta" if where == "meta" else "the state"
                 raise PredicateError(f"predicate {name!r} ({expression}) reads field {field!r}, "
-                                     "which the state lacks", predicate=name) from exc
+                                     f"which {owner} lacks", predicate=name, where=where) from exc
             except Exception as exc:
                 raise PredicateError(f"predicate {name!r} ({expression}) cannot be evaluated: "
                                      f"{_first_line(exc)}", predicate=name) from exc
@@ -306,6 +319,23 @@ class PredicateSet:
         if absent:
             parts.append("does not hold: " + ", ".join(absent))
         return "; ".join(parts)
+
+
+def _missing_in_meta(expression: str, projected: Any, field: Any) -> bool:
+    """Whether ``field`` is missing on one of the ``meta`` paths the expression selects."""
+    for path in selected_paths(expression):
+        if path[0] != "meta":
+            continue
+        node = projected.get("meta")
+        for key in path[1:]:
+            if node.__class__ is not dict:
+                break
+            if key not in node:
+                if key == field:
+                    return True
+                break
+            node = node[key]
+    return False
 
 
 def _first_line(exc: BaseException) -> str:

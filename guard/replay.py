@@ -20,13 +20,16 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from guard.evaluation.calibration import Calibration, calibrate
 from guard.runtime import Guard
+
+if TYPE_CHECKING:
+    from guard.bundle_guard import BundleGuard
 from guard.spec import Action
 from guard.traces import Run, abstract_run
 
@@ -225,8 +228,12 @@ def horizon_of(formula: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def replay_run(guard: Guard, run: Run) -> RunReplay:
-    """Risk at every step of a run, up to and including its first violation."""
+def replay_run(guard: Guard | BundleGuard, run: Run) -> RunReplay:
+    """Risk at every step of a run, up to and including its first violation.
+
+    A bundle replays the run on the member its ``meta`` picks, as a session would.
+    """
+    guard = guard.for_metadata(run.meta)
     risks: list[float | None] = []
     abstract: list[int] = []
     monitor_states: list[MonitorStates] = []
@@ -245,7 +252,7 @@ def replay_run(guard: Guard, run: Run) -> RunReplay:
                      abstract=tuple(abstract), monitor_states=tuple(monitor_states))
 
 
-def replay(guard: Guard, runs: Iterable[Run], thetas: Sequence[float], *,
+def replay(guard: Guard | BundleGuard, runs: Iterable[Run], thetas: Sequence[float], *,
            on_run: Callable[[int], None] | None = None) -> ReplayReport:
     """Replay runs through a guard and summarise per threshold.
 

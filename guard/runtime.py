@@ -7,7 +7,7 @@ cached per product state because the model, and so the answer, is fixed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +33,13 @@ class PropertyValue:
     upper: float | None
     action: Action
     threshold: float | None
+    ci_low: float | None = None  # statistical confidence interval of p_unsafe (1 − learning.delta)
+    ci_high: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "formula": self.formula, "p_unsafe": self.p_unsafe, "p_safe": self.p_safe,
-                "lower": self.lower, "upper": self.upper, "action": self.action.value, "threshold": self.threshold}
+                "lower": self.lower, "upper": self.upper, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "action": self.action.value, "threshold": self.threshold}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,10 @@ class Decision:
     The top-level figures are those of the property that calls for the most severe
     action (the lowest p_safe among equals); ``properties`` has every property.
     ``p_unsafe`` is ``None`` when the model never saw the state; ``lower``/``upper``
-    are Storm's certified bounds on it when the model was checked soundly.
+    are Storm's certified bounds on it when the model was checked soundly (numerical,
+    not statistical); ``ci_low``/``ci_high`` its statistical confidence interval at
+    confidence 1 − ``learning.delta``, and ``visits`` the departures observed from the
+    state in the runs the model was learned from.
     """
 
     action: Action
@@ -62,14 +68,22 @@ class Decision:
     unsafe_now: bool = False
     properties: tuple[PropertyValue, ...] = ()
     monitors: dict[str, str] = field(default_factory=dict)
+    ci_low: float | None = None
+    ci_high: float | None = None
+    visits: int | None = None
+    member: str | None = None  # in a bundle: the member that decided ("pooled" or a group's value)
+    group: str | None = None  # in a bundle: the session's group (None: its metadata has no grouping key)
+    fallback: bool = False  # in a bundle: no model for the session's group, the pooled one decided
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "action": self.action.value, "p_unsafe": self.p_unsafe, "p_safe": self.p_safe,
-            "lower": self.lower, "upper": self.upper, "property": self.property,
+            "lower": self.lower, "upper": self.upper, "ci_low": self.ci_low, "ci_high": self.ci_high,
+            "visits": self.visits, "property": self.property,
             "abstract_state": dict(self.abstract_state), "message": self.message,
             "threshold": self.threshold, "known": self.known, "unsafe_now": self.unsafe_now,
             "properties": [p.to_dict() for p in self.properties], "monitors": dict(self.monitors),
+            "member": self.member, "group": self.group, "fallback": self.fallback,
         }
 
 
@@ -81,34 +95,49 @@ class Guard:
         policy: overrides the spec's thresholds and unseen-state action (for every
             property that has no thresholds of its own).
         python_predicates: predicates defined in code, by name.
+        predicates: compiled predicates of the same spec to share (the members of a bundle
+            share one set, and so its memo).
     """
 
     def __init__(self, model: GuardModel, *, policy: Policy | None = None,
-                 python_predicates: Mapping[str, PythonPredicate] | None = None) -> None:
+                 python_predicates: Mapping[str, PythonPredicate] | None = None,
+                 predicates: PredicateSet | None = None) -> None:
         from monitors import build_monitors  # monitors build on guard's spec
 
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
-        self.predicates = PredicateSet(model.spec, python_predicates)
+        self.predicates = predicates if predicates is not None else PredicateSet(model.spec, python_predicates)
         self.monitors = build_monitors(model.spec)
         self.property = model.outcome.formula
         self._index = model.dtmc.product_index()
         self._columns = [(p.definition, p.outcome.formula, p.outcome.values.tolist(),
                           None if p.outcome.lower is None else p.outcome.lower.tolist(),
-                          None if p.outcome.upper is None else p.outcome.upper.tolist())
+                          None if p.outcome.upper is None else p.outcome.upper.tolist(),
+                          None if p.ci_low is None else p.ci_low.tolist(),
+                          None if p.ci_high is None else p.ci_high.tolist())
                          for p in model.properties]
+        self._visits = model.visits.tolist()
+        self._confidence = 1.0 - model.intervals.delta if model.intervals is not None else None
         self._decisions: dict[tuple[int, MonitorStates], Decision] = {}
+        self._origin: tuple[str | None, str | None, bool, str] = (None, None, False, "")  # see with_origin
 
     @classmethod
     def load(cls, path: str | Path, **options: Any) -> Guard:
         """Load a model file written by ``forewarn learn`` (validated; see :class:`GuardModel`)."""
         return cls(GuardModel.load(path), **options)
 
-    def session(self, policy: Policy | None = None) -> Session:
-        """A new session for one agent run; ``policy`` overrides the guard's for it alone."""
-        if policy is None:
-            return Session(self)
-        return Session(self.with_policy(policy))
+    def session(self, policy: Policy | None = None, *, metadata: Mapping[str, Any] | None = None) -> Session:
+        """A new session for one agent run.
+
+        Args:
+            policy: overrides the guard's for this session alone.
+            metadata: the run's context, which predicates read as ``meta``.
+        """
+        return Session(self if policy is None else self.with_policy(policy), metadata=metadata)
+
+    def for_metadata(self, metadata: Mapping[str, Any] | None) -> Guard:
+        """The guard that decides for a run with this metadata: this one (a bundle picks a member)."""
+        return self
 
     def with_policy(self, policy: Policy) -> Guard:
         """The same model under another policy (shares predicates, monitors and values)."""
@@ -116,6 +145,12 @@ class Guard:
         clone.__dict__.update(self.__dict__)
         clone.policy = policy
         clone._decisions = {}
+        return clone
+
+    def with_origin(self, member: str | None, group: str | None, fallback: bool, note: str = "") -> Guard:
+        """The same guard whose decisions name the bundle member that took them (``note`` ends their message)."""
+        clone = self.with_policy(self.policy)
+        clone._origin = (member, group, fallback, note)
         return clone
 
     # -- monitors -------------------------------------------------------------------
@@ -128,9 +163,9 @@ class Guard:
 
     # -- decisions ------------------------------------------------------------------
 
-    def decide(self, state: Mapping[str, Any]) -> Decision:
+    def decide(self, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> Decision:
         """The decision for a concrete state taken as the first step of a run."""
-        bits = self.predicates.evaluate(state)
+        bits = self.predicates.evaluate(state, metadata)
         return self.decide_product(bits, self.first_monitor_states(bits))
 
     def decide_bits(self, bits: int, q: MonitorStates | None = None) -> Decision:
@@ -142,7 +177,13 @@ class Guard:
         key = (bits, q)
         decision = self._decisions.get(key)
         if decision is None:
-            decision = self._decisions[key] = self._make_decision(bits, q)
+            decision = self._make_decision(bits, q)
+            member, group, fallback, note = self._origin
+            if member is not None:
+                decision = replace(decision, member=member, group=group, fallback=fallback,
+                                   message=f"{decision.message} {note}" if decision.message and note
+                                   else decision.message)
+            self._decisions[key] = decision
         return decision
 
     def _make_decision(self, bits: int, q: MonitorStates) -> Decision:
@@ -158,30 +199,41 @@ class Guard:
                        f"model was learned from, so its risk is unknown; the policy for unseen states is "
                        f"'{action.value}'.")
             return Decision(action, None, None, self.property, abstract, message, known=False,
-                            monitors=monitor_words)
+                            monitors=monitor_words, visits=0)
+        visits = None if index is None else self._visits[index]
+        policy = self.policy
+        upper_end = policy.act_on == "upper"
         values = []
-        for definition, formula, column, lower_col, upper_col in self._columns:
+        for definition, formula, column, lower_col, upper_col, low_col, high_col in self._columns:
             if index is None:  # unsafe but never observed: a violation has happened
-                p_unsafe, lower, upper = 1.0, 1.0, 1.0
+                p_unsafe, lower, upper, ci_low, ci_high = 1.0, 1.0, 1.0, 1.0, 1.0
             else:
-                value = column[index]
+                p_unsafe = column[index]
                 lower = lower_col[index] if lower_col is not None else None
                 upper = upper_col[index] if upper_col is not None else None
+                ci_low = low_col[index] if low_col is not None else None
+                ci_high = high_col[index] if high_col is not None else None
                 if definition.meaning is Meaning.SATISFACTION:
-                    value = 1.0 - value
+                    p_unsafe = 1.0 - p_unsafe
                     lower, upper = (None if upper is None else 1.0 - upper), (None if lower is None else 1.0 - lower)
-                p_unsafe = value
-            policy = self.policy if definition.thresholds is None else Policy(definition.thresholds,
-                                                                              self.policy.unseen_state)
-            action, theta = policy.act(1.0 - p_unsafe)
+                    ci_low, ci_high = (None if ci_high is None else 1.0 - ci_high), \
+                        (None if ci_low is None else 1.0 - ci_low)
+            own = policy if definition.thresholds is None else Policy(definition.thresholds, policy.unseen_state)
+            acted = ci_high if upper_end and ci_high is not None else p_unsafe
+            action, theta = own.act(1.0 - acted)
             values.append(PropertyValue(definition.name, formula, p_unsafe, 1.0 - p_unsafe, lower, upper,
-                                        action, theta))
+                                        action, theta, ci_low, ci_high))
         worst = max(values, key=lambda v: (v.action.severity, v.p_unsafe))
-        message = "" if worst.action is Action.ALLOW else self._risk_message(bits, monitor_words, worst, values,
-                                                                             unsafe_now, violated)
-        return Decision(worst.action, worst.p_unsafe, worst.p_safe, worst.formula, abstract, message,
-                        lower=worst.lower, upper=worst.upper, threshold=worst.threshold, known=index is not None,
-                        unsafe_now=unsafe_now, properties=tuple(values), monitors=monitor_words)
+        action, message, threshold = worst.action, "", worst.threshold
+        if not unsafe_now and visits is not None and visits < policy.min_visits:
+            action, threshold = policy.unseen_state, None  # too little evidence: as if never seen
+            message = self._evidence_message(bits, monitor_words, worst, visits)
+        elif action is not Action.ALLOW:
+            message = self._risk_message(bits, monitor_words, worst, values, unsafe_now, violated, visits)
+        return Decision(action, worst.p_unsafe, worst.p_safe, worst.formula, abstract, message,
+                        lower=worst.lower, upper=worst.upper, threshold=threshold, known=index is not None,
+                        unsafe_now=unsafe_now, properties=tuple(values), monitors=monitor_words,
+                        ci_low=worst.ci_low, ci_high=worst.ci_high, visits=visits)
 
     def _describe(self, bits: int, monitor_words: dict[str, str]) -> str:
         words = self.predicates.describe(bits)
@@ -189,8 +241,26 @@ class Guard:
             words += "; monitors: " + ", ".join(f"{name} {state}" for name, state in monitor_words.items())
         return words
 
+    def _evidence(self, value: PropertyValue, visits: int | None) -> str:
+        """"p_unsafe 31.0 %, 95 % interval [12.0 %, 58.0 %], from 14 visits" (what is known of it)."""
+        text = f"{value.p_unsafe:.1%}"
+        if value.ci_low is not None and value.ci_high is not None and self._confidence is not None:
+            text += f" ({self._confidence:.0%} interval [{value.ci_low:.1%}, {value.ci_high:.1%}]"
+            text += ")" if visits is None else f", from {visits} visits)"
+        elif visits is not None:
+            text += f" (from {visits} visits)"
+        return text
+
+    def _evidence_message(self, bits: int, monitor_words: dict[str, str], worst: PropertyValue, visits: int) -> str:
+        policy = self.policy
+        return (f"The current state ({self._describe(bits, monitor_words)}) was left only {visits} times in the runs "
+                f"this model was learned from, fewer than min_visits {policy.min_visits}, so it is treated as "
+                f"unseen: its estimated risk {self._evidence(worst, visits)} is not trusted, and the policy for "
+                f"unseen states is '{policy.unseen_state.value}'.")
+
     def _risk_message(self, bits: int, monitor_words: dict[str, str], worst: PropertyValue,
-                      values: list[PropertyValue], unsafe_now: bool, violated: list[str]) -> str:
+                      values: list[PropertyValue], unsafe_now: bool, violated: list[str],
+                      visits: int | None = None) -> str:
         spec = self.model.spec
         state = self._describe(bits, monitor_words)
         if unsafe_now:
@@ -202,8 +272,13 @@ class Guard:
                     + f". Action: {worst.action.value}.")
         target = f"'{spec.unsafe}'" if spec.unsafe else "a monitor violation"
         text = (f"Risk alert ({spec.name}): in the current state ({state}) the probability that property "
-                f"'{worst.name}' ({worst.formula}) fails is {worst.p_unsafe:.1%}. The probability of staying safe, "
-                f"{worst.p_safe:.1%}, is below the '{worst.action.value}' threshold {worst.threshold}.")
+                f"'{worst.name}' ({worst.formula}) fails is {self._evidence(worst, visits)}. ")
+        if self.policy.act_on == "upper" and worst.ci_high is not None:
+            text += (f"The pessimistic probability of staying safe, {1.0 - worst.ci_high:.1%} (from the interval's "
+                     f"upper end), is below the '{worst.action.value}' threshold {worst.threshold}.")
+        else:
+            text += (f"The probability of staying safe, {worst.p_safe:.1%}, is below the '{worst.action.value}' "
+                     f"threshold {worst.threshold}.")
         others = [v for v in values if v is not worst and v.action is not Action.ALLOW]
         if others:
             text += " Also at risk: " + ", ".join(f"'{v.name}' ({v.p_unsafe:.1%})" for v in others) + "."
@@ -227,10 +302,11 @@ class Session:
     guard: Guard
     history: list[StepRecord] = field(default_factory=list)
     monitor_states: MonitorStates | None = None  # None before the first step
+    metadata: Mapping[str, Any] | None = None  # the run's context: predicates read it as `meta`
 
     def _next(self, state: Mapping[str, Any]) -> tuple[int, MonitorStates]:
         guard = self.guard
-        bits = guard.predicates.evaluate(state)
+        bits = guard.predicates.evaluate(state, self.metadata)
         if self.monitor_states is None:
             return bits, guard.first_monitor_states(bits)
         return bits, guard.next_monitor_states(self.monitor_states, bits)

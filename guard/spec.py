@@ -154,6 +154,8 @@ class GuardSettings(_Strict):
     properties: tuple[PropertyDef, ...] = ()
     thresholds: Thresholds = Thresholds(reflect=0.9, ask_human=0.5, stop=0.2)
     unseen_state: Action = Action.ASK_HUMAN
+    act_on: Literal["point", "upper"] = "point"  # the risk acted on: p_unsafe, or its interval's ci_high
+    min_visits: int = Field(default=0, ge=0)  # a state seen fewer times is treated as unseen
 
     @field_validator("property")
     @classmethod
@@ -228,6 +230,7 @@ class LearningSettings(_Strict):
     alpha: float = Field(default=0.1, ge=0.0)
     epsilon: float = Field(default=0.05, gt=0.0, lt=1.0)
     delta: float = Field(default=0.05, gt=0.0, lt=1.0)
+    intervals: Literal["clopper_pearson", "hoeffding", "none"] = "clopper_pearson"
 
 
 class Spec(_Strict):

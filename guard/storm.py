@@ -5,8 +5,12 @@ PRISM text is only an export format and an input for people with existing models
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
@@ -29,7 +33,9 @@ __all__ = [
     "storm_version",
     "labels_of",
     "build_sparse_dtmc",
+    "build_interval_dtmc",
     "check_sparse_model",
+    "interval_bounds",
     "check_dtmc",
     "check_qualitative",
     "ctl_verdicts",
@@ -114,15 +120,91 @@ def build_sparse_dtmc(matrix: Any, labels: Mapping[str, Sequence[int]], *,
             for j, p in row:
                 builder.add_next_value(i, j, stormpy.Rational(f"{p.numerator}/{p.denominator}"))
         value_type = stormpy.Rational
-    transitions = builder.build()
+    components = _models.SparseModelComponents[value_type](transition_matrix=builder.build(),
+                                                           state_labeling=_labeling(n, labels))
+    return _models.SparseDtmc[value_type](components)
+
+
+def _labeling(n: int, labels: Mapping[str, Sequence[int]]) -> Any:
     labeling = _models.StateLabeling(n)
     for name, states in labels.items():
         labeling.add_label(name)
         mask = np.zeros(n, dtype=bool)
         mask[np.asarray(states, dtype=np.int64)] = True
         labeling.set_states(name, _ds.BitVector(n, np.flatnonzero(mask).tolist()))
-    components = _models.SparseModelComponents[value_type](transition_matrix=transitions, state_labeling=labeling)
-    return _models.SparseDtmc[value_type](components)
+    return labeling
+
+
+def build_interval_dtmc(matrix: Any, lower: np.ndarray, upper: np.ndarray,
+                        labels: Mapping[str, Sequence[int]]) -> Any:
+    """A Storm interval DTMC (IDTMC): entry k of the CSR ``matrix`` becomes ``[lower[k], upper[k]]``.
+
+    The sparsity is the matrix's: entries outside it are exact zeros.
+    """
+    n = matrix.shape[0]
+    builder = _ds.SparseMatrixBuilder[stormpy.Interval](n, n, matrix.nnz, force_dimensions=True)
+    coo_rows = np.repeat(np.arange(n), np.diff(matrix.indptr))
+    interval = stormpy.Interval
+    # Storm checks interval models only when every entry's lower end is positive ("graph
+    # preservation"); a zero lower end becomes GRAPH_FLOOR (docs/method.md: why that is harmless)
+    # one Interval object per distinct (lower, upper): making them is most of the build's cost
+    lower = np.maximum(np.asarray(lower, dtype=float), GRAPH_FLOOR)
+    upper = np.asarray(upper, dtype=float)
+    order = np.lexsort((upper, lower))
+    lo, hi = lower[order], upper[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
+    distinct = np.empty(int(first.sum()), dtype=object)
+    distinct[:] = [interval(a, b) for a, b in zip(lo[first].tolist(), hi[first].tolist())]
+    values = np.empty(len(order), dtype=object)
+    values[order] = distinct[np.cumsum(first) - 1]
+    builder.add_next_values(coo_rows.tolist(), matrix.indices.tolist(), values.tolist())
+    components = _models.SparseModelComponents[stormpy.Interval](transition_matrix=builder.build(),
+                                                                 state_labeling=_labeling(n, labels))
+    return _models.SparseDtmc[stormpy.Interval](components)
+
+
+GRAPH_FLOOR = 1e-9
+_GLOBALLY = re.compile(r"^\s*P\s*=\?\s*\[\s*G\s*(?P<body>.+?)\s*\]\s*$", re.S)
+
+
+def interval_bounds(model: Any, formula: str, *, precision: float = 1e-6
+                    ) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """Per state, the lowest and highest value of ``formula`` over every chain inside an IDTMC's intervals.
+
+    Storm resolves the uncertainty adversarially (robust value iteration, ``MINIMIZE`` and
+    ``MAXIMIZE``). It checks reachability, until and their bounded forms on interval models;
+    ``G φ`` is read as ``1 − F ¬φ``. For a formula it cannot check there (LTL beyond
+    those), the answer is ``None``. Returns (lowest, highest, seconds).
+    """
+    validate_formula(formula)
+    complement = _GLOBALLY.match(formula)
+    query = f"P=? [F !({complement['body']})]" if complement else formula
+    env = _env.Environment()
+    minmax = env.solver().min_max()
+    # robust value iteration is what Storm does for interval models; choosing it keeps the
+    # "switching to robust value iteration" notice off stderr
+    minmax.method = _env.MinMaxMethod.VALUE_ITERATION
+    minmax.precision = stormpy.Rational(repr(precision))
+    minmax.relative_termination_criterion = False
+    prop = stormpy.parse_properties(query)[0]
+    modes = stormpy.UncertaintyResolutionMode
+    started = time.perf_counter()
+    vectors = []
+    for mode in (modes.MINIMIZE, modes.MAXIMIZE):
+        try:
+            with _storm_log_quiet():  # Storm logs "not yet implemented" (on stdout!) before raising it
+                result = stormpy.model_checking(model, prop, uncertainty_resolution_mode=mode, environment=env)
+        except RuntimeError as exc:
+            if "not yet implemented" in str(exc).lower():
+                return None
+            raise CheckError(f"Storm could not check {formula!r} on the interval model: {_first_line(exc)}") from exc
+        vectors.append(np.clip(np.asarray(result.get_value_vector(), dtype=float), 0.0, 1.0))
+    seconds = time.perf_counter() - started
+    low, high = vectors
+    if complement:
+        low, high = 1.0 - high, 1.0 - low
+    return low, high, seconds
 
 
 def _environment(method: Method, precision: float) -> Any:
@@ -269,6 +351,33 @@ def check_prism_file(path: str | Path, formula: str, *, constants: str | None = 
     init = int(next(iter(model.initial_states)))
     return PrismCheck(formula=formula, initial=float(values[init]), values=values,
                       states=model.nr_states, transitions=model.nr_transitions)
+
+
+@contextlib.contextmanager
+def _storm_log_quiet() -> Iterator[None]:
+    """Send file descriptors 1 and 2 to /dev/null for one Storm call.
+
+    Storm's C++ logger writes its notices to stdout, where they would corrupt the CLI's
+    JSON. Used only around interval checks, which run offline (learn, check): the notices
+    there say what Storm cannot do on interval models, which becomes a ``None`` result.
+    """
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = [os.dup(1), os.dup(2)]
+    except (OSError, ValueError):  # no real file descriptors (embedded interpreters): nothing to quiet
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
 
 
 def _first_line(exc: BaseException) -> str:

@@ -161,16 +161,17 @@ def resample(run: Run, period: float) -> Run:
 
 
 def abstract_run(run: Run, predicates: PredicateSet) -> list[int]:
-    """The run's abstract states, one bit mask per step."""
+    """The run's abstract states, one bit mask per step (predicates may read the run's ``meta``)."""
     evaluate = predicates.evaluate
+    meta = run.meta
     out: list[int] = []
     append = out.append
     try:
         for step in run.steps:
-            append(evaluate(step["state"]))
+            append(evaluate(step["state"], meta))
     except PredicateError as exc:
-        raise TraceError(str(exc), source=run.source, line=run.line,
-                         field=f"steps[{len(out)}].state (run {run.id!r})") from exc
+        field = f"meta (run {run.id!r})" if exc.where == "meta" else f"steps[{len(out)}].state (run {run.id!r})"
+        raise TraceError(str(exc), source=run.source, line=run.line, field=field) from exc
     return out
 
 

@@ -88,6 +88,7 @@ def decision_json(decision: Decision, live: LiveSession, *, step: int | None, ap
         if "properties" not in out:  # a core without per-property values
             out["properties"] = [{"name": "unsafe", "formula": decision.property, "p_unsafe": decision.p_unsafe,
                                   "p_safe": decision.p_safe, "lower": decision.lower, "upper": decision.upper,
+                                  "ci_low": decision.ci_low, "ci_high": decision.ci_high,
                                   "threshold": decision.threshold}]
         out.setdefault("monitors", {})
         if len(_DECISION_PREFIX) > 100_000:

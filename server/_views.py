@@ -20,6 +20,10 @@ def policy_overrides(policy: S.PolicyOverrides | None) -> dict[str, Any] | None:
         overrides["thresholds"] = policy.thresholds.model_dump(mode="json", exclude_unset=True)
     if policy.unseen_state is not None:
         overrides["unseen_state"] = policy.unseen_state
+    if policy.act_on is not None:
+        overrides["act_on"] = policy.act_on
+    if policy.min_visits is not None:
+        overrides["min_visits"] = policy.min_visits
     return overrides or None
 
 

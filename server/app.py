@@ -198,10 +198,10 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
     def evaluate(live: LiveSession, body: S.StepIn, prefix: str) -> int:
         """The abstract state of the body's state, or a 422 naming the predicate that failed."""
         try:
-            return live.session.guard.predicates.evaluate(body.state)
+            return live.session.guard.predicates.evaluate(body.state, live.session.metadata)
         except PredicateError as exc:
-            raise ApiError(422, "predicate_error", str(exc), field=f"{prefix}.state",
-                           predicate=exc.predicate) from exc
+            field = "session.metadata" if exc.where == "meta" else f"{prefix}.state"
+            raise ApiError(422, "predicate_error", str(exc), field=field, predicate=exc.predicate) from exc
         except Exception as exc:  # a state the predicates cannot digest is the request's fault, not a 500
             raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {exc}",
                            field=f"{prefix}.state") from exc
@@ -279,7 +279,7 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
             raise bad_request(f"metadata is nested deeper than {state.settings.limits.max_state_depth} levels",
                                f"body.metadata{where}")
         try:
-            session = make_session(loaded, overrides)
+            session = make_session(loaded, overrides, body.metadata)
         except (ValueError, TypeError) as exc:
             raise bad_request(f"policy: {exc}", "body.policy") from exc
         session_id = "s_" + secrets.token_urlsafe(15)

@@ -23,6 +23,8 @@ from typing import Any
 import orjson
 
 from guard.errors import ForewarnError, ModelFileError
+from guard.bundle import GuardBundle, parse_model_or_bundle
+from guard.bundle_guard import BundleGuard
 from guard.model import GuardModel
 from guard.runtime import Guard
 from server.storage import Storage
@@ -44,8 +46,8 @@ class LoadedModel:
     source: str
     loaded_at: float
     loaded_by: str
-    model: GuardModel
-    guard: Guard  # the model with its spec's policy; sessions with overrides clone it
+    model: GuardModel  # for a bundle: its pooled model
+    guard: Guard | BundleGuard  # the model with its spec's policy; sessions with overrides clone it
 
     def describe(self, name: str, *, default: bool, full_pac: bool = False) -> dict[str, Any]:
         """The model as ``GET /v1/models`` shows it, under ``name`` (one file may serve two names)."""
@@ -65,8 +67,11 @@ class LoadedModel:
             "unsafe": spec.unsafe,
             "property": self.guard.property,
             "states": model.dtmc.size,
-            "policy": {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value},
+            "policy": {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
+                       "act_on": policy.act_on, "min_visits": policy.min_visits},
+            "intervals": None if model.intervals is None else model.intervals.to_document(),
             "provenance": _jsonable(model.provenance),
+            "bundle": _bundle_summary(self.guard),
             "pac": {
                 "epsilon": pac.epsilon,
                 "delta": pac.delta,
@@ -83,11 +88,20 @@ class LoadedModel:
         }
 
 
+def _bundle_summary(guard: Guard | BundleGuard) -> dict[str, Any] | None:
+    """For a bundle: how sessions pick their member (``model``, ``states``, ``pac`` describe the pooled one)."""
+    if not isinstance(guard, BundleGuard):
+        return None
+    bundle = guard.bundle
+    return {"group_by": bundle.group_by, "min_group_runs": bundle.min_group_runs, "members": sorted(bundle.members),
+            "groups_without_model": len(bundle.group_runs) - len(bundle.members)}
+
+
 def _jsonable(value: Any) -> Any:
     return orjson.loads(orjson.dumps(value, default=str))
 
 
-def read_model(path: str | Path) -> tuple[bytes, str, GuardModel, Guard]:
+def read_model(path: str | Path) -> tuple[bytes, str, GuardModel, Guard | BundleGuard]:
     """Read, validate and compile a model file (blocking: call it off the event loop).
 
     Raises:
@@ -114,14 +128,11 @@ def read_model(path: str | Path) -> tuple[bytes, str, GuardModel, Guard]:
     return raw, hashlib.sha256(raw).hexdigest()[:16], model, guard
 
 
-def _parse(raw: bytes, source: str) -> tuple[GuardModel, Guard]:
-    try:
-        document = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ModelFileError(f"{source}: not a Forewarn model file (invalid JSON: {exc}); "
-                             "the file may be truncated or corrupt") from exc
-    model = GuardModel.from_document(document, source=source)
-    return model, Guard(model)
+def _parse(raw: bytes, source: str) -> tuple[GuardModel, Guard | BundleGuard]:
+    loaded = parse_model_or_bundle(raw, source)  # a model file or a bundle
+    if isinstance(loaded, GuardBundle):
+        return loaded.pooled, BundleGuard(loaded)
+    return loaded, Guard(loaded)
 
 
 class ModelRegistry:
@@ -154,7 +165,8 @@ class ModelRegistry:
         self._versions[version] = loaded
         return loaded
 
-    def install(self, name: str, version: str, source: str, model: GuardModel, guard: Guard, by: str) -> LoadedModel:
+    def install(self, name: str, version: str, source: str, model: GuardModel, guard: Guard | BundleGuard,
+                by: str) -> LoadedModel:
         """Make ``version`` the current one of ``name`` (after it is committed). One assignment: atomic."""
         loaded = self._versions.get(version)
         if loaded is None:

@@ -50,6 +50,10 @@ class PolicyOverrides(_In):
     thresholds: ThresholdsIn | None = None
     unseen_state: Literal["allow", "reflect", "ask_human", "stop"] | None = Field(
         default=None, description="The action in a state the model never saw.")
+    act_on: Literal["point", "upper"] | None = Field(
+        default=None, description="Act on p_unsafe ('point') or on its confidence interval's upper end ('upper').")
+    min_visits: int | None = Field(default=None, ge=0, description="A state left fewer times in the training "
+                                                                     "runs is treated as unseen.")
 
 
 class SessionCreate(_In):
@@ -96,6 +100,8 @@ class PropertyValue(_Out):
     p_safe: float | None
     lower: float | None = None
     upper: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
     threshold: float | None = None
 
 
@@ -108,8 +114,12 @@ class DecisionOut(_Out):
     action: Action
     p_unsafe: float | None
     p_safe: float | None
-    lower: float | None = None
-    upper: float | None = None
+    lower: float | None = Field(default=None, description="Storm's numerical lower bound on p_unsafe.")
+    upper: float | None = Field(default=None, description="Storm's numerical upper bound on p_unsafe.")
+    ci_low: float | None = Field(default=None, description="Confidence interval of p_unsafe (1 - learning.delta): "
+                                                           "lower end; null for a model without intervals.")
+    ci_high: float | None = Field(default=None, description="Confidence interval of p_unsafe: upper end.")
+    visits: int | None = Field(default=None, description="Departures observed from this state in the training runs.")
     property: str
     threshold: float | None = None
     known: bool
@@ -124,6 +134,10 @@ class DecisionOut(_Out):
     committed: bool
     model: ModelRef
     at: float = Field(description="Unix time of the decision, in seconds.")
+    member: str | None = Field(default=None, description="A bundle's member that decided: 'pooled' or a group.")
+    group: str | None = Field(default=None, description="A bundle's group of the session (from its metadata).")
+    fallback: bool = Field(default=False, description="True when the session's group has no model of its own "
+                                                      "and the pooled model decided.")
 
 
 class SessionCreated(_Out):
@@ -226,8 +240,12 @@ class ModelOut(_Out):
     property: str
     states: int
     policy: dict[str, Any]
+    intervals: dict[str, Any] | None = Field(default=None, description="How the model's confidence intervals were "
+                                             "made (method, delta, ...); null for a model without them.")
     provenance: dict[str, Any]
     pac: PACOut
+    bundle: dict[str, Any] | None = Field(default=None, description="For a bundle: its grouping key and members; "
+                                          "states, property and pac are the pooled model's.")
 
 
 class ModelList(_Out):

@@ -39,15 +39,20 @@ class LiveSession:
 
 
 def effective_policy(policy: Policy) -> dict[str, Any]:
-    return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value}
+    return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
+            "act_on": policy.act_on, "min_visits": policy.min_visits}
 
 
-def make_session(loaded: LoadedModel, overrides: dict[str, Any] | None) -> Session:
-    """A core session on ``loaded`` with the policy overrides (raises ValueError if they are invalid)."""
+def make_session(loaded: LoadedModel, overrides: dict[str, Any] | None,
+                 metadata: dict[str, Any] | None = None) -> Session:
+    """A core session on ``loaded`` with the policy overrides (raises ValueError if they are invalid).
+
+    ``metadata`` is the run's context: predicates read it as ``meta``, and a bundle picks its member by it.
+    """
     guard = loaded.guard
     if not overrides:
-        return guard.session()
-    return guard.session(guard.policy.with_overrides(overrides))
+        return guard.session(metadata=metadata)
+    return guard.session(guard.policy.with_overrides(overrides), metadata=metadata)
 
 
 class SessionManager:
@@ -99,7 +104,7 @@ class SessionManager:
     def switch_model(self, live: LiveSession, loaded: LoadedModel) -> None:
         """Move a live session to another version of its model (same predicates), keeping its history.
         The monitor states are recomputed from the abstract states: the new version's monitors rule."""
-        session = make_session(loaded, live.overrides)
+        session = make_session(loaded, live.overrides, _metadata(live.session.metadata))
         session.restore(_replay(session, [(r.abstract, None) for r in live.session.history]))
         live.session = session
         live.loaded = loaded
@@ -120,13 +125,17 @@ class SessionManager:
             raise SessionNotFound(session_id)
         loaded = self._registry.version(row["model_version"])
         overrides = orjson.loads(row["policy"]) if row["policy"] else None
-        session = make_session(loaded, overrides)
+        session = make_session(loaded, overrides, orjson.loads(row["metadata"]) if row["metadata"] else None)
         rows = self._storage.history(session_id)
         session.restore(_replay(session, [(abstract, None if monitors is None else tuple(orjson.loads(monitors)))
                                           for _step, abstract, monitors, _action, _t in rows]))
         next_step = rows[-1][0] + 1 if rows else 0
         return LiveSession(session_id, row["model_name"], loaded, overrides, session,
                            closed=row["closed_at"] is not None, next_step=next_step)
+
+
+def _metadata(metadata: Any) -> dict[str, Any] | None:
+    return None if metadata is None else dict(metadata)
 
 
 def _replay(session: Session, steps: list[tuple[int, MonitorStates | None]]) -> list[tuple[int, MonitorStates]]:

@@ -125,9 +125,10 @@ def test_maps_behind_method_calls_agree_with_the_full_state(state: dict[str, Any
 def test_method_calls_need_the_whole_map() -> None:
     # `objects.size()` must see every key of objects, not a projection onto a field "size"
     predicates = PredicateSet(parse_spec(RICH_SPEC))
-    assert selected_paths('state.objects.size() > 1') == [("objects",)]
-    assert selected_paths('state.objects .exists(k, k == "x")') == [("objects",)]
-    assert selected_paths('state.b.c == 1 && "state.q" == ""') == [("b", "c")]
+    assert selected_paths('state.objects.size() > 1') == [("state", "objects")]
+    assert selected_paths('state.objects .exists(k, k == "x")') == [("state", "objects")]
+    assert selected_paths('state.b.c == 1 && "state.q" == ""') == [("state", "b", "c")]
+    assert selected_paths('meta.task == "t1" && state.b') == [("meta", "task"), ("state", "b")]
     bits = predicates.evaluate({"objects": {"xa": 1, "b": 2}})
     named = predicates.as_context(bits)
     assert named["many_objects"] and named["some_x"]
@@ -401,9 +402,10 @@ def test_what_the_rewriting_keeps_on_state() -> None:
     assert rewritten[0] == 'has(state.b.c) && _fw0 == 1 && "state.q" == _fw1'
     assert rewritten[1] == '[1].exists(state, state == 1) && state.a'  # shadowed: left alone
     assert rewritten[2] == 'size(state) > 0 && x. state.y'
-    assert leaves == {("b", "c"): "_fw0", ("q",): "_fw1"}
-    assert presence == [("b", "c")]
-    assert kept == [(), (), ("a",), ()]  # the macro variable and its use, then state.a, size(state)
+    assert leaves == {("state", "b", "c"): "_fw0", ("state", "q"): "_fw1"}
+    assert presence == [("state", "b", "c")]
+    # the macro variable and its use, then state.a, size(state)
+    assert kept == [("state",), ("state",), ("state", "a"), ("state",)]
 
 
 def test_literals_and_comments_are_masked() -> None:
@@ -412,8 +414,8 @@ def test_literals_and_comments_are_masked() -> None:
     assert _mask('"""x"y""" + state.x') == '"""   """ + state.x'
     assert _mask("'''it's''' + state.x") == "'''    ''' + state.x"
     assert _mask("state.x // it's") == "state.x        "
-    assert selected_paths("state.x // state.y") == [("x",)]
-    assert selected_paths('b"state.z" == state.b') == [("b",)]
+    assert selected_paths("state.x // state.y") == [("state", "x")]
+    assert selected_paths('b"state.z" == state.b') == [("state", "b")]
 
 
 def test_key_images_keep_types_apart() -> None:
@@ -429,9 +431,11 @@ def test_the_generated_key_matches_the_trie_walk() -> None:
     for state in ({"a": True, "b": {"c": 1}, "objects": {"x": 1}, "x": [1], "c": 2},
                   {"a": [1.0, "x"], "b": {"c": -0.0, "d": 5}, "objects": [], "x": [], "c": None}):
         parts: list[Any] = []
-        walk_key(state, predicates._trie, parts)
-        assert predicates._fast_key is not None and predicates._fast_key(state) == tuple(parts)
-    assert predicates._fast_key({"a": True}) is None  # missing fields: the caller walks the trie
+        root = {"state": state, "meta": {}}
+        walk_key(root, predicates._trie, parts)
+        assert predicates._fast_key is not None and predicates._fast_key(root) == tuple(parts)
+    # missing fields: the caller walks the trie
+    assert predicates._fast_key({"state": {"a": True}, "meta": {}}) is None
 
 
 def test_unsafe_is_evaluated_per_valuation_of_the_bits_it_reads() -> None:

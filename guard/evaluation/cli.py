@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from guard._cli import Format, err, out, print_json
+from guard.bundle import DEFAULT_MIN_GROUP_RUNS
 from guard.errors import ForewarnError
 from guard.storm import Method
 from guard.ingest import InputFormat, read_input
@@ -160,11 +161,11 @@ def replay(
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
     from guard.evaluation.baselines import score_baselines, trace_run
+    from guard.bundle_guard import load_guard
     from guard.replay import replay as run_replay
-    from guard.runtime import Guard
 
     thetas = parse_thetas(theta)
-    guard = Guard.load(model)
+    guard = load_guard(model)  # a model or a bundle: each run is replayed on its group's member
     if period is None:
         period = guard.model.provenance.get("period_seconds")
     if master is not None and engine is not EngineOption.spark:
@@ -277,6 +278,12 @@ def evaluate(
     plots: PlotsOption = None,
     run: RunOption = None,
     input_format: InputFormatOption = InputFormat.auto,
+    bundle_by: Annotated[Optional[str], typer.Option(
+        "--bundle-by", help="Learn each fold's model as a bundle grouped by this metadata key (e.g. meta.task), "
+                            "as `learn --group-by` does.")] = None,
+    min_group_runs: Annotated[int, typer.Option(
+        "--min-group-runs", help="With --bundle-by: runs a group needs in a fold for a model of its own.")]
+    = DEFAULT_MIN_GROUP_RUNS,
 ) -> None:
     """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
     from guard.evaluation.evaluate import evaluate as run_evaluate
@@ -298,7 +305,8 @@ def evaluate(
             update(completed=2 * (fold - 1) + steps[phase], description=f"fold {fold}/{folds}: {phase}")
 
         result = run_evaluate(runs, parsed, thetas, folds=folds, group_by=group_by, seed=seed,
-                              method=method, alpha=alpha, on_progress=on_progress)
+                              method=method, alpha=alpha, on_progress=on_progress, bundle_by=bundle_by,
+                              min_group_runs=min_group_runs)
     if format is Format.json:
         print_json(result.to_dict())
     else:

@@ -13,6 +13,8 @@ from typing import Any
 
 from guard.evaluation.baselines import score_baselines, trace_run
 from guard.evaluation.folds import group_of, split_folds
+from guard.bundle import DEFAULT_MIN_GROUP_RUNS, group_path, learn_bundle_from_runs
+from guard.bundle_guard import BundleGuard
 from guard.pipeline import learn_model_from_runs
 from guard.predicates import PredicateSet, PythonPredicate
 from guard.replay import ReplayReport, RunReplay, Spread, horizon_of, replay_run, summarize
@@ -57,6 +59,7 @@ class EvaluationReport:
     seed: int
     spec: str
     notes: list[str] = field(default_factory=list)
+    bundle_by: str | None = None  # each fold's model was a bundle grouped by this key
 
     def over_folds(self, theta: float, metric: str) -> Spread | None:
         """The spread over folds of one per-θ figure (folds where it is undefined are left out)."""
@@ -86,6 +89,7 @@ class EvaluationReport:
             entry["over_folds"] = {name: _spread_dict(self.over_folds(theta, name)) for name, _ in FOLD_METRICS}
         return {
             "spec": self.spec, "folds": len(self.folds), "group_by": self.group_by, "groups": self.groups,
+            "bundle_by": self.bundle_by,
             "seed": self.seed, "runs": self.pooled.runs, "thetas": entries,
             "calibration": {**self.pooled.to_dict()["calibration"],  # type: ignore[dict-item]
                             "over_folds": {k: _spread_dict(v) for k, v in self.calibration_over_folds().items()}},
@@ -104,7 +108,8 @@ def _spread_dict(spread: Spread | None) -> dict[str, Any] | None:
 def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds: int = 5,
              group_by: str | None = None, seed: int = 0, method: Method = Method.SOUND,
              alpha: float | None = None, python_predicates: Mapping[str, PythonPredicate] | None = None,
-             on_progress: Callable[[str, int], None] | None = None) -> EvaluationReport:
+             on_progress: Callable[[str, int], None] | None = None, bundle_by: str | None = None,
+             min_group_runs: int = DEFAULT_MIN_GROUP_RUNS) -> EvaluationReport:
     """K-fold cross-validation of learning a guard from ``spec`` on ``runs``.
 
     Args:
@@ -117,6 +122,10 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
         seed: for the assignment of equal-sized groups to folds.
         method: Storm's method for each fold's model.
         on_progress: called with a phase ("learn", "replay") and the fold number.
+        bundle_by: ``meta.KEY``: learn each fold's model as a bundle grouped by this key
+            (as ``forewarn learn --group-by``); held-out runs are replayed on their group's
+            member, or on the pooled model when their group has none in that fold.
+        min_group_runs: runs a group needs, within a fold's training runs, for a member.
 
     Raises:
         ForewarnError: too few groups for the folds, a run without the grouping key, a
@@ -124,6 +133,8 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
     """
     from monitors import build_monitors
 
+    if bundle_by is not None:
+        group_path(bundle_by)  # a bad key fails before any fold is learned
     predicates = PredicateSet(spec, python_predicates)
     monitors = build_monitors(spec)
     traced = [trace_run(run, predicates, monitors) for run in runs]
@@ -139,9 +150,17 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
         train = [i for i in range(len(runs)) if i not in held_out]
         if on_progress is not None:
             on_progress("learn", index)
-        model = learn_model_from_runs((runs[i] for i in train), spec, alpha=alpha, method=method,
-                                      python_predicates=python_predicates)
-        guard = Guard(model, python_predicates=python_predicates)
+        guard: Guard | BundleGuard
+        if bundle_by is None:
+            model = learn_model_from_runs((runs[i] for i in train), spec, alpha=alpha, method=method,
+                                          python_predicates=python_predicates)
+            guard = Guard(model, python_predicates=python_predicates)
+        else:
+            bundle = learn_bundle_from_runs((runs[i] for i in train), spec, group_by=bundle_by,
+                                            min_group_runs=min_group_runs, python_predicates=python_predicates,
+                                            alpha=alpha, method=method)
+            guard = BundleGuard(bundle, predicates=predicates)
+            model = bundle.pooled  # the fold's PAC figures below are the pooled model's
         if on_progress is not None:
             on_progress("replay", index)
         replays = [replay_run(guard, runs[i]) for i in test]
@@ -170,4 +189,4 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
         notes.append("No fold's model reached the PAC guarantee: its risks rest on states visited fewer times "
                      "than (ε, δ) requires; treat the figures as estimates from little data.")
     return EvaluationReport(folds=results, pooled=pooled, thetas=list(thetas), group_by=group_by,
-                            groups=len(set(groups)), seed=seed, spec=spec.name, notes=notes)
+                            groups=len(set(groups)), seed=seed, spec=spec.name, notes=notes, bundle_by=bundle_by)

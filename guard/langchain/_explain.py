@@ -54,11 +54,27 @@ def consequence(guard: Guard, decision: Decision, *, subject: str = "Running it"
     if decision.p_unsafe is None:
         return (f"{subject} {verb} to a state the guard's model never saw (where {state}), so its risk is "
                 f"unknown; the policy for unseen states is '{decision.action.value}'.")
-    threshold = "" if decision.threshold is None else (
-        f"; the probability of staying safe, {decision.p_safe:.1%}, is below the "
-        f"'{decision.action.value}' threshold {decision.threshold:g}")
+    policy = guard.policy
+    evidence = ""
+    if decision.ci_low is not None and decision.ci_high is not None and guard.model.intervals is not None:
+        evidence = (f" ({1 - guard.model.intervals.delta:.0%} interval [{decision.ci_low:.1%}, "
+                    f"{decision.ci_high:.1%}]" + ("" if decision.visits is None else f", from {decision.visits} visits")
+                    + ")")
+    if decision.visits is not None and decision.visits < policy.min_visits:
+        threshold = (f"; that state was seen only {decision.visits} times in the runs the model was learned from "
+                     f"(fewer than min_visits {policy.min_visits}), so it is treated as unseen: "
+                     f"'{decision.action.value}'")
+    elif decision.threshold is None:
+        threshold = ""
+    elif policy.act_on == "upper" and decision.ci_high is not None:
+        threshold = (f"; the pessimistic probability of staying safe, {1 - decision.ci_high:.1%}, is below the "
+                     f"'{decision.action.value}' threshold {decision.threshold:g}")
+    else:
+        threshold = (f"; the probability of staying safe, {decision.p_safe:.1%}, is below the "
+                     f"'{decision.action.value}' threshold {decision.threshold:g}")
     return (f"{subject} {verb} to a state where {state}. From there, the probability of eventually reaching "
-            f"an unsafe state ({unsafe}; property {decision.property}) is {decision.p_unsafe:.1%}{threshold}.")
+            f"an unsafe state ({unsafe}; property {decision.property}) is {decision.p_unsafe:.1%}{evidence}"
+            f"{threshold}.")
 
 
 def held_back(guard: Guard, decision: Decision, name: str, args: Any) -> str:

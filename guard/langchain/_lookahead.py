@@ -32,7 +32,7 @@ class Turn:
     def __init__(self, middleware: ForewarnMiddleware, run: GuardedRun, base: Transcript,
                  messages: Sequence[BaseMessage], *, record: bool = True) -> None:
         self.mw = middleware
-        self.guard = middleware.guard
+        self.guard = middleware._session_guard  # the guard under the effective policy
         self.run = run
         self.base = base
         self.messages = messages
@@ -75,7 +75,7 @@ class Turn:
         return verdicts, []
 
     def _advance(self, session: Session, accepted: list[ToolStep], step: ToolStep) -> Session:
-        scratch = Session(session.guard, [], session.monitor_states)
+        scratch = Session(session.guard, [], session.monitor_states, session.metadata)
         concrete = self.mw._try_extract(self.base.then(*accepted), step)
         if concrete is not None:
             scratch.observe(concrete, action={"tool": step.name, "args": step.args})

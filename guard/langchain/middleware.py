@@ -42,7 +42,8 @@ from langgraph.types import Command, interrupt
 from domains.tools.errors import ExtractionError
 from domains.tools.extractor import ToolStateExtractor
 from domains.tools.transcript import CallStatus, ToolStep, Transcript
-from guard.errors import ForewarnError
+from guard.bundle_guard import BundleGuard
+from guard.errors import ForewarnError, PredicateError
 from guard.langchain import _explain as explain
 from guard.langchain._messages import forewarn_data, mark, message_text
 from guard.langchain._lookahead import Turn, not_run, same_state
@@ -81,23 +82,31 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             would hold back every harmless step taken in a risky state.
         max_runs: how many runs' sessions are kept for :meth:`get_run` (oldest dropped).
         name: the middleware's name (to use two of them in one agent).
+        metadata: the run's context, which predicates read as ``meta`` and by which a
+            bundle (:class:`~guard.bundle_guard.BundleGuard`) picks its member: a mapping
+            for every run, or a function of the run's LangGraph config ``metadata``
+            (default: that ``metadata`` itself, as passed in ``invoke(..., config=...)``).
 
     Raises:
         ValueError: for a setting out of range, or an extractor whose initial state the
             guard's predicates cannot read (``PredicateError``).
     """
 
-    def __init__(self, guard: Guard, *, extractor: Extractor | None = None, policy: Policy | None = None,
+    def __init__(self, guard: Guard | BundleGuard, *, extractor: Extractor | None = None,
+                 policy: Policy | None = None,
                  max_reflections: int = 2, on_reflection_limit: Action | str = Action.STOP,
                  on_extraction_error: Action | Literal["raise"] | str = "raise",
                  allowed_decisions: Sequence[ReviewType] = REVIEW_TYPES, judge_unchanged: bool = False,
-                 max_runs: int = 1024, name: str | None = None) -> None:
+                 max_runs: int = 1024, name: str | None = None,
+                 metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None
+                 ) -> None:
         super().__init__()
         self.guard = guard
         self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
         self.policy = policy
         # One guard for all sessions, so its per-abstract-state decision cache is shared.
-        self._session_guard = guard if policy is None else guard.session(policy).guard
+        self._session_guard = guard if policy is None else guard.with_policy(policy)
+        self.metadata = metadata
         if max_reflections < 0:
             raise ValueError(f"max_reflections={max_reflections!r} must be 0 or more")
         self.max_reflections = max_reflections
@@ -122,8 +131,14 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         self._runs: OrderedDict[str, GuardedRun] = OrderedDict()
         self._lock = threading.RLock()
         self._last: str | None = None
-        # Fail now, not mid-run, if the extractor and the spec do not fit together.
-        guard.predicates.evaluate(self.extractor(Transcript()))
+        # Fail now, not mid-run, if the extractor and the spec do not fit together (the run's metadata
+        # is known only when a run starts: a field missing there is checked then).
+        try:
+            given = metadata if isinstance(metadata, Mapping) else None
+            guard.predicates.evaluate(self.extractor(Transcript()), given)
+        except PredicateError as exc:
+            if exc.where != "meta" or isinstance(metadata, Mapping):
+                raise
 
     @property
     def name(self) -> str:
@@ -147,7 +162,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         with self._lock:
             run = self._runs.get(run_id)
             if run is None:
-                run = self._runs[run_id] = GuardedRun(run_id, Session(self._session_guard))
+                run = self._runs[run_id] = GuardedRun(run_id, self._session_guard.session(metadata=self._metadata()))
                 while len(self._runs) > self.max_runs:
                     self._runs.popitem(last=False)
                 self._replay(run, messages)
@@ -155,6 +170,16 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                 self._runs.move_to_end(run_id)
             self._last = run_id
             return run
+
+    def _metadata(self) -> Mapping[str, Any] | None:
+        """The metadata of a run that starts now."""
+        if isinstance(self.metadata, Mapping):
+            return self.metadata
+        try:
+            given = get_config().get("metadata") or {}
+        except RuntimeError:  # outside a runnable context
+            given = {}
+        return self.metadata(given) if self.metadata is not None else dict(given)
 
     def _replay(self, run: GuardedRun, messages: Sequence[BaseMessage]) -> None:
         """Commit what a run did so far to its fresh session: the initial state, then each
@@ -309,7 +334,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             notes.append(f"Note: a human reviewer replaced your call before it ran; it ran as "
                          f"{explain.describe_call(call['name'], call['args'])}. Do not re-issue your original call.")
         if news:  # a risky state the look-ahead could not see (or did, and a human let it through)
-            words = explain.after_call(self.guard, decision)
+            words = explain.after_call(self._session_guard, decision)
             marks.update(action=decision.action.value, explanation=words, decision=decision.to_dict())
             notes.append(words)
             with self._lock:

@@ -29,6 +29,7 @@ from guard.errors import ForewarnError
 from guard.langchain import _explain as explain
 from guard.langchain._messages import value_text
 from guard.langchain.errors import ApprovalRequired, RunStopped
+from guard.bundle_guard import BundleGuard
 from guard.policy import Policy
 from guard.runtime import Decision, Guard, Session
 from guard.spec import Action
@@ -50,17 +51,19 @@ class ToolGuard:
         policy: overrides the guard's policy for this run.
         user_messages: what the user asked (consent to recipients and amounts).
         approver: decides ``ask_human`` calls; see :data:`Approver`.
+        metadata: the run's context (predicates read it as ``meta``; a bundle picks its member by it).
 
     Attributes:
         session: the guard session of the run (its committed steps).
         transcript: what the tools did so far.
     """
 
-    def __init__(self, guard: Guard, *, extractor: Extractor | None = None, policy: Policy | None = None,
-                 user_messages: Iterable[str] = (), approver: Approver | None = None) -> None:
+    def __init__(self, guard: Guard | BundleGuard, *, extractor: Extractor | None = None,
+                 policy: Policy | None = None, user_messages: Iterable[str] = (), approver: Approver | None = None,
+                 metadata: Mapping[str, Any] | None = None) -> None:
         self.guard = guard
         self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
-        self.session: Session = guard.session(policy)
+        self.session: Session = guard.session(policy, metadata=metadata)
         self.transcript = Transcript(user_messages=tuple(user_messages))
         self.approver = approver
         self._lock = threading.Lock()

@@ -11,6 +11,10 @@ operations; only the provenance differs.
 Malformed runs follow the single-process rules: ``stop`` raises the first bad run in
 reading order (files in the order given, lines in file order); ``skip`` leaves bad runs
 out of the counts and reports each, in that order, to ``on_bad``.
+
+With ``--group-by meta.KEY`` every run is counted twice, into the pooled counts and its
+group's (records tagged with the group), and :func:`guard.bundle.bundle_from_counts`
+learns the bundle as the single-process path does.
 """
 from __future__ import annotations
 
@@ -29,10 +33,13 @@ from guard.spec import Spec
 from guard.traces import Run, abstract_run
 
 if TYPE_CHECKING:
+    from guard.bundle import GuardBundle
     from guard.model import GuardModel
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["learn_model_spark", "count_transitions_spark"]
+__all__ = ["learn_model_spark", "learn_bundle_spark", "count_transitions_spark"]
+
+_WITHOUT, _KEY_SEEN = -2, -3  # record tags: runs without the --group-by key, and the meta keys they had
 
 
 def count_transitions_spark(source: DataFrame | Sequence[str], spec: Spec, *, spark: SparkSession | None = None,
@@ -48,21 +55,40 @@ def count_transitions_spark(source: DataFrame | Sequence[str], spec: Spec, *, sp
             out and passes each error to ``on_bad``, in reading order.
         split_bytes: the largest block a task reads (``spark.sql.files.maxPartitionBytes``).
     """
+    grouped, inputs = _count_groups(source, spec, None, spark=spark, period=period, on_error=on_error,
+                                    on_bad=on_bad, python_predicates=python_predicates, split_bytes=split_bytes)
+    return grouped.pooled, inputs
+
+
+@dataclass
+class _Grouped:
+    """The driver's sums: the pooled counts, each group's, and what ``--group-by`` reports."""
+
+    pooled: TransitionCounts
+    groups: dict[str, TransitionCounts]
+    without: int
+    keys_seen: set[str]
+
+
+def _count_groups(source: DataFrame | Sequence[str], spec: Spec, group: tuple[str, ...] | None, *,
+                  spark: SparkSession | None, period: float | None, on_error: str,
+                  on_bad: Callable[[TraceError], None] | None,
+                  python_predicates: Mapping[str, PythonPredicate] | None,
+                  split_bytes: int | None) -> tuple[_Grouped, list[dict[str, Any]]]:
     if on_error not in ("stop", "skip"):
         raise ForewarnError(f"on_error: expected 'skip' or 'stop', got {on_error!r}")
     from guard.spark.session import spark_session
 
     session = spark or spark_session()
-    counter = _Counter(spec, python_predicates, stop=on_error == "stop")
+    counter = _Counter(spec, python_predicates, stop=on_error == "stop", group=group)
     records, inputs = map_runs(session, source, counter, period=period, split_bytes=split_bytes)
-    counts = _merge(records)
     errors = errors_in_order(records)
     if errors and on_error == "stop":
         raise errors[0]
     for error in errors:
         if on_bad is not None:
             on_bad(error)
-    return counts, inputs
+    return _merge(records), inputs
 
 
 def learn_model_spark(source: DataFrame | Sequence[str], spec: Spec, *, spark: SparkSession | None = None,
@@ -75,22 +101,61 @@ def learn_model_spark(source: DataFrame | Sequence[str], spec: Spec, *, spark: S
     ``options`` are those of :func:`guard.pipeline.model_from_counts` (``alpha``,
     ``method``, ``precision``, ``epsilon``, ``delta``, ``valid_transition``).
     """
-    from guard.pipeline import model_from_counts, prepare_learning
+    from guard.pipeline import learning_bounds, model_from_counts, prepare
     from guard.spark.session import spark_session
 
-    predicates = prepare_learning(spec, python_predicates)  # spec errors before Spark starts
+    learning_bounds(spec, options.get("epsilon"), options.get("delta"))  # bad input before Spark starts
+    predicates, monitors = prepare(spec, python_predicates)
     session = spark or spark_session()
     started = time.perf_counter()
     counts, inputs = count_transitions_spark(source, spec, spark=session, period=period, on_error=on_error,
                                              on_bad=on_bad, python_predicates=python_predicates,
                                              split_bytes=split_bytes)
-    model = model_from_counts(counts, spec, predicates, learn_seconds=time.perf_counter() - started,
+    if counts.runs == 0:
+        raise TraceError("no runs to learn from: the trace input is empty")
+    model = model_from_counts(counts, spec, predicates, monitors, learn_seconds=time.perf_counter() - started,
                               inputs=inputs, **options)
+    _stamp(model, session, period)
+    return model
+
+
+def learn_bundle_spark(source: DataFrame | Sequence[str], spec: Spec, *, group_by: str,
+                       min_group_runs: int | None = None, spark: SparkSession | None = None,
+                       period: float | None = None, on_error: str = "stop",
+                       on_bad: Callable[[TraceError], None] | None = None, split_bytes: int | None = None,
+                       python_predicates: Mapping[str, PythonPredicate] | None = None,
+                       **options: Any) -> GuardBundle:
+    """:func:`guard.bundle.learn_bundle` on Spark: runs counted into the pooled counts and their group's."""
+    from guard.bundle import DEFAULT_MIN_GROUP_RUNS, bundle_from_counts, group_path
+    from guard.pipeline import learning_bounds, prepare
+    from guard.spark.session import spark_session
+
+    path = group_path(group_by)
+    min_group_runs = DEFAULT_MIN_GROUP_RUNS if min_group_runs is None else min_group_runs
+    if isinstance(min_group_runs, bool) or not isinstance(min_group_runs, int) or min_group_runs < 1:
+        raise ForewarnError(f"--min-group-runs {min_group_runs!r}: expected a whole number of runs, at least 1")
+    learning_bounds(spec, options.get("epsilon"), options.get("delta"))
+    predicates, monitors = prepare(spec, python_predicates)
+    session = spark or spark_session()
+    started = time.perf_counter()
+    grouped, inputs = _count_groups(source, spec, path, spark=session, period=period, on_error=on_error,
+                                    on_bad=on_bad, python_predicates=python_predicates, split_bytes=split_bytes)
+    bundle = bundle_from_counts(grouped.pooled, grouped.groups, grouped.without, grouped.keys_seen, spec,
+                                predicates, monitors, group_by=group_by, min_group_runs=min_group_runs,
+                                inputs=inputs, learn_seconds=time.perf_counter() - started, **options)
+    for model in [bundle.pooled, *bundle.members.values()]:
+        _stamp(model, session, period)
+    bundle.provenance["engine"] = bundle.pooled.provenance["engine"]
+    if period is not None:
+        bundle.provenance["period_seconds"] = period
+    return bundle
+
+
+def _stamp(model: GuardModel, session: SparkSession, period: float | None) -> None:
     model.provenance["engine"] = {"name": "spark", "master": session.sparkContext.master,
                                   "spark_version": session.version}
     if period is not None:
         model.provenance["period_seconds"] = period
-    return model
 
 
 @dataclass(frozen=True)
@@ -100,10 +165,16 @@ class _Counter:
     spec: Spec
     python_predicates: Mapping[str, PythonPredicate] | None
     stop: bool
+    group: tuple[str, ...] | None = None  # the meta path of --group-by
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
+        from guard.bundle import group_value
+
         predicates = PredicateSet(self.spec, self.python_predicates)  # CEL compiled once per partition
         counts = TransitionCounts()
+        groups: dict[str, TransitionCounts] = {}
+        keys_seen: set[str] = set()
+        without = 0
         errors = []
         was_enabled = gc.isenabled()
         gc.disable()  # as count_transitions: parsed JSON holds no cycles
@@ -119,15 +190,29 @@ class _Counter:
                         break
                     continue
                 counts.add(abstract, predicates)
+                if self.group is not None:
+                    group = group_value(run.meta, self.group)
+                    if group is None:
+                        without += 1
+                        if len(keys_seen) < 50:  # as learn_bundle_from_runs: a few, for the message
+                            keys_seen.update(run.meta)
+                    else:
+                        groups.setdefault(group, TransitionCounts()).add(abstract, predicates)
         finally:
             if was_enabled:
                 gc.enable()
-        yield from _records(counts)
+        yield from _records(counts, None)
+        for name, group_counts in groups.items():
+            yield from _records(group_counts, name)
+        if without:
+            yield (_WITHOUT, None, None), without
+        for key in keys_seen:
+            yield (_KEY_SEEN, key, None), 1
         yield from errors
 
 
-def _records(counts: TransitionCounts) -> Iterator[tuple[Any, Any]]:
-    """A ``TransitionCounts`` as (field index, key) → number records, summable by key.
+def _records(counts: TransitionCounts, group: str | None) -> Iterator[tuple[Any, Any]]:
+    """A ``TransitionCounts`` as (field index, key, group) → number records, summable by key.
 
     Every field is a Counter (summed per key), a set (kept as present) or an int (summed),
     so a field added to ``TransitionCounts`` travels without a change here.
@@ -136,29 +221,37 @@ def _records(counts: TransitionCounts) -> Iterator[tuple[Any, Any]]:
         value = getattr(counts, spec.name)
         if isinstance(value, Counter):
             for key, n in value.items():
-                yield (index, key), n
+                yield (index, key, group), n
         elif isinstance(value, (set, frozenset)):
             for key in value:
-                yield (index, key), 1
+                yield (index, key, group), 1
         elif isinstance(value, int):
             if value:
-                yield (index, None), value
+                yield (index, None, group), value
         else:
             raise TypeError(f"TransitionCounts.{spec.name}: cannot sum a {type(value).__name__} across partitions")
 
 
-def _merge(records: Iterable[tuple[Any, Any]]) -> TransitionCounts:
-    """The driver's side of :func:`_records`: one ``TransitionCounts`` (error records are left out)."""
-    counts = TransitionCounts()
-    specs = fields(counts)
-    for (index, key), value in records:
-        if index == ERROR:
+def _merge(records: Iterable[tuple[Any, Any]]) -> _Grouped:
+    """The driver's side of :func:`_records`: the pooled and group counts (error records are left out)."""
+    out = _Grouped(TransitionCounts(), {}, 0, set())
+    specs = fields(out.pooled)
+    for key, value in records:
+        if key[0] == ERROR:
             continue
+        index, item, group = key
+        if index == _WITHOUT:
+            out.without = value
+            continue
+        if index == _KEY_SEEN:
+            out.keys_seen.add(item)
+            continue
+        counts = out.pooled if group is None else out.groups.setdefault(group, TransitionCounts())
         target = getattr(counts, specs[index].name)
         if isinstance(target, Counter):
-            target[key] = value
+            target[item] = value
         elif isinstance(target, set):
-            target.add(key)
+            target.add(item)
         else:
             setattr(counts, specs[index].name, value)
-    return counts
+    return out

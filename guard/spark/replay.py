@@ -27,27 +27,34 @@ from guard.spec import Action
 from guard.traces import Run
 
 if TYPE_CHECKING:
+    from guard.bundle_guard import BundleGuard
     from guard.runtime import Guard
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["replay_spark"]
 
 
-def replay_spark(source: DataFrame | Sequence[str], guard: Guard, thetas: Sequence[float], *,
+def replay_spark(source: DataFrame | Sequence[str], guard: Guard | BundleGuard, thetas: Sequence[float], *,
                  spark: SparkSession | None = None, period: float | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
                  split_bytes: int | None = None) -> ReplayReport:
     """:func:`guard.replay.replay` on runs read by Spark (files, directories or a DataFrame).
+
+    A bundle guard replays each run on the member its ``meta`` picks, as the local replay.
 
     Raises:
         TraceError: the first malformed run in reading order (as the local replay).
     """
     from guard.spark.session import spark_session
 
+    from guard.bundle_guard import BundleGuard
+
     session = spark or spark_session()
-    model = session.sparkContext.broadcast(orjson.dumps(guard.model.to_document()))
-    try:
-        replayer = _Replayer(model, guard.policy, python_predicates)
+    bundle = isinstance(guard, BundleGuard)
+    document = guard.bundle.to_document() if bundle else guard.model.to_document()
+    model = session.sparkContext.broadcast(orjson.dumps(document))
+    try:  # a bundle's own policy override (None: each member's spec), as its members use it
+        replayer = _Replayer(model, guard._policy if bundle else guard.policy, python_predicates)
         records, _ = map_runs(session, source, replayer, period=period, split_bytes=split_bytes, sum_by_key=False)
     finally:
         model.destroy()
@@ -68,11 +75,13 @@ class _Replayer:
     python_predicates: Mapping[str, PythonPredicate] | None
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
-        from guard.model import GuardModel
+        from guard.bundle import GuardBundle, parse_model_or_bundle
+        from guard.bundle_guard import BundleGuard
         from guard.runtime import Guard
 
-        guard = Guard(GuardModel.from_document(orjson.loads(self.model.value)), policy=self.policy,
-                      python_predicates=self.python_predicates)
+        loaded = parse_model_or_bundle(self.model.value, "<broadcast model>")
+        kind = BundleGuard if isinstance(loaded, GuardBundle) else Guard
+        guard = kind(loaded, policy=self.policy, python_predicates=self.python_predicates)  # type: ignore[arg-type]
         for place, run in runs:
             try:
                 if isinstance(run, TraceError):

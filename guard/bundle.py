@@ -1,0 +1,324 @@
+"""Model bundles: one model per group of runs (``meta.KEY``) and a pooled model for the rest.
+
+``forewarn learn --group-by meta.task`` reads every run once and counts it twice: into
+the pooled counts and into its group's. A group with at least ``min_group_runs`` runs
+gets a model of its own, learned and checked exactly as a single model is
+(:func:`guard.pipeline.model_from_counts`); the pooled model is learned from all runs.
+At run time (:mod:`guard.bundle_guard`) a session takes its group's model, or the
+pooled one when its metadata has no such key or its group has no model.
+
+The file is one JSON document (docs/model-file.md): the spec once, the pooled model
+and every member as model documents without their spec (each keeps its own checksum,
+computed with the spec), and a checksum over the whole.
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from guard._version import __version__
+from guard.errors import ForewarnError, ModelFileError, TraceError
+from guard.learning import TransitionCounts
+from guard.model import GuardModel, write_document
+from guard.pipeline import model_from_counts, prepare, read_trace_files
+from guard.predicates import PythonPredicate
+from guard.spec import Spec, parse_spec
+from guard.traces import Run, abstract_run
+
+__all__ = ["BUNDLE_SCHEMA_VERSION", "DEFAULT_MIN_GROUP_RUNS", "POOLED", "GuardBundle", "group_path",
+           "group_value", "learn_bundle", "learn_bundle_from_runs", "bundle_from_counts", "load_model_or_bundle"]
+
+BUNDLE_SCHEMA_VERSION = 1
+DEFAULT_MIN_GROUP_RUNS = 10
+POOLED = "pooled"  # the pooled member's name in decisions and on the command line
+
+
+def group_path(group_by: str) -> tuple[str, ...]:
+    """``meta.task`` → ``("task",)``; the key may be nested (``meta.task.kind``).
+
+    Raises:
+        ForewarnError: the path does not start with ``meta.`` or has an empty part.
+    """
+    parts = group_by.split(".")
+    if len(parts) < 2 or parts[0] != "meta" or not all(p.strip() for p in parts[1:]):
+        raise ForewarnError(f"--group-by {group_by!r}: expected a path into the runs' metadata such as "
+                            "'meta.task' (it must start with 'meta.')")
+    return tuple(parts[1:])
+
+
+def group_value(meta: Mapping[str, Any] | None, path: Sequence[str]) -> str | None:
+    """The group of a run with this metadata: the value at ``path`` as text, ``None`` when absent.
+
+    A string is its own text; any other JSON value its canonical JSON (``3``, ``true``).
+    """
+    node: Any = meta
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    if node is None:
+        return None
+    return node if isinstance(node, str) else orjson.dumps(node, option=orjson.OPT_SORT_KEYS).decode()
+
+
+@dataclass
+class GuardBundle:
+    """A pooled model and one model per group with enough runs, all of one spec."""
+
+    spec: Spec
+    group_by: str
+    min_group_runs: int
+    pooled: GuardModel
+    members: dict[str, GuardModel]
+    group_runs: dict[str, int]  # runs per group seen in learning, with or without a model
+    runs_without_group: int = 0
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def member(self, name: str) -> GuardModel:
+        """A member by name: a group's value, or ``pooled``.
+
+        Raises:
+            ForewarnError: no such member (the message lists a few that exist).
+        """
+        if name == POOLED:
+            return self.pooled
+        model = self.members.get(name)
+        if model is None:
+            runs = self.group_runs.get(name)
+            why = (f"group {name!r} had {runs} runs, fewer than {self.min_group_runs}" if runs
+                   else f"no group {name!r} in this bundle")
+            shown = ", ".join(repr(g) for g in sorted(self.members)[:10]) or "none"
+            raise ForewarnError(f"{why}; members: {POOLED!r} and groups {shown}"
+                                + (" …" if len(self.members) > 10 else ""))
+        return model
+
+    def names(self) -> list[str]:
+        """Member names, pooled first."""
+        return [POOLED, *sorted(self.members)]
+
+    # -- the file -------------------------------------------------------------------
+
+    def to_document(self) -> dict[str, Any]:
+        spec_text = self.pooled.to_document()["spec"]
+
+        def member(model: GuardModel) -> dict[str, Any]:
+            document = model.to_document()
+            del document["spec"]  # shared: stored once, put back (and checked) on load
+            return document
+
+        body: dict[str, Any] = {
+            "format": "forewarn-bundle",
+            "schema_version": BUNDLE_SCHEMA_VERSION,
+            "group_by": self.group_by,
+            "min_group_runs": self.min_group_runs,
+            "spec": spec_text,
+            "groups": [{"group": g, "runs": n, "model": g in self.members} for g, n in sorted(self.group_runs.items())],
+            "runs_without_group": self.runs_without_group,
+            "provenance": self.provenance,
+            "pooled": member(self.pooled),
+            "members": {g: member(m) for g, m in sorted(self.members.items())},
+        }
+        body["checksum"] = _checksum(body)
+        return body
+
+    def save(self, path: str | Path) -> Path:
+        """Write the bundle atomically, as one file."""
+        return write_document(path, self.to_document())
+
+    @classmethod
+    def from_document(cls, document: Any, *, source: str = "<bundle>") -> GuardBundle:
+        """Validate a parsed bundle file; every member is validated as a model file is.
+
+        Raises:
+            ModelFileError: naming the bundle, and the member when one is at fault.
+        """
+        if not isinstance(document, dict) or document.get("format") != "forewarn-bundle":
+            raise ModelFileError(f"{source}: not a Forewarn model bundle (no \"format\": \"forewarn-bundle\")")
+        if document.get("schema_version") != BUNDLE_SCHEMA_VERSION:
+            raise ModelFileError(f"{source}: bundle schema version {document.get('schema_version')!r} is not "
+                                 f"supported (this Forewarn reads version {BUNDLE_SCHEMA_VERSION}); "
+                                 "re-run 'forewarn learn --group-by ...'")
+        try:
+            doc = _BundleDocument.model_validate(document)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ModelFileError(f"{source}: field {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from exc
+        if doc.checksum != _checksum({k: v for k, v in document.items() if k != "checksum"}):
+            raise ModelFileError(f"{source}: checksum mismatch: the bundle was modified after Forewarn wrote it "
+                                 "(hand edits are not accepted; re-run 'forewarn learn --group-by ...')")
+        try:
+            group_path(doc.group_by)
+            spec = parse_spec(doc.spec, source=f"{source} (embedded spec)")
+        except ForewarnError as exc:
+            raise ModelFileError(f"{source}: {exc}") from exc
+        with_model = {g.group for g in doc.groups if g.model}
+        if with_model != set(doc.members):
+            raise ModelFileError(f"{source}: 'groups' and 'members' disagree on which groups have a model")
+
+        def member(name: str, body: dict[str, Any]) -> GuardModel:
+            if "spec" in body:
+                raise ModelFileError(f"{source}: member {name!r}: a member carries no spec of its own")
+            return GuardModel.from_document({**body, "spec": doc.spec}, source=f"{source} member {name!r}",
+                                            spec=spec)
+
+        pooled = member(POOLED, doc.pooled)
+        members = {name: member(name, body) for name, body in doc.members.items()}
+        return cls(spec, doc.group_by, doc.min_group_runs, pooled, members,
+                   {g.group: g.runs for g in doc.groups}, doc.runs_without_group, dict(doc.provenance))
+
+    @classmethod
+    def load(cls, path: str | Path) -> GuardBundle:
+        loaded = load_model_or_bundle(path)
+        if not isinstance(loaded, GuardBundle):
+            raise ModelFileError(f"{path}: a single model, not a bundle (learn one with --group-by meta.KEY)")
+        return loaded
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    group: str
+    runs: int = Field(ge=0)
+    model: bool
+
+
+class _BundleDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["forewarn-bundle"]
+    schema_version: int
+    group_by: str
+    min_group_runs: int = Field(ge=1)
+    spec: str
+    groups: list[_Group]
+    runs_without_group: int = Field(ge=0)
+    provenance: dict[str, Any]
+    pooled: dict[str, Any]
+    members: dict[str, dict[str, Any]]
+    checksum: str
+
+
+def _checksum(body: dict[str, Any]) -> str:
+    canonical = orjson.dumps({k: v for k, v in body.items() if k != "checksum"}, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def load_model_or_bundle(path: str | Path) -> GuardModel | GuardBundle:
+    """Read a model file or a bundle file, whichever it is (by its ``format``)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ModelFileError(f"{path}: cannot read model file: {exc.strerror}") from exc
+    return parse_model_or_bundle(raw, str(path))
+
+
+def parse_model_or_bundle(raw: bytes, source: str) -> GuardModel | GuardBundle:
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ModelFileError(f"{source}: not a Forewarn model file (invalid JSON: {exc}); "
+                             "the file may be truncated or corrupt") from exc
+    if isinstance(document, dict) and document.get("format") == "forewarn-bundle":
+        return GuardBundle.from_document(document, source=source)
+    return GuardModel.from_document(document, source=source)
+
+
+# -- learning -------------------------------------------------------------------------
+
+def learn_bundle(traces: Sequence[str | Path], spec: Spec, *, group_by: str,
+                 min_group_runs: int = DEFAULT_MIN_GROUP_RUNS, period: float | None = None,
+                 **options: Any) -> GuardBundle:
+    """Learn a bundle from JSONL trace files (streamed once; see :func:`learn_bundle_from_runs`)."""
+    from guard.pipeline import _provenance
+
+    paths = [Path(p) for p in traces]
+    inputs = [_provenance(p) for p in paths]
+    digests = [hashlib.sha256() for _ in paths]
+    bundle = learn_bundle_from_runs(read_trace_files(paths, period=period, digests=digests), spec,
+                                    group_by=group_by, min_group_runs=min_group_runs, inputs=inputs, **options)
+    for entry, digest in zip(inputs, digests):  # every member's provenance holds these same entries
+        entry["sha256"] = digest.hexdigest()
+    if period is not None:
+        for model in [bundle.pooled, *bundle.members.values()]:
+            model.provenance["period_seconds"] = period
+        bundle.provenance["period_seconds"] = period
+    return bundle
+
+
+def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
+                           min_group_runs: int = DEFAULT_MIN_GROUP_RUNS,
+                           python_predicates: Mapping[str, PythonPredicate] | None = None,
+                           inputs: list[dict[str, Any]] | None = None,
+                           on_run: Callable[[int], None] | None = None, **options: Any) -> GuardBundle:
+    """Count every run into the pooled counts and its group's, then learn and check each model.
+
+    Args:
+        group_by: ``meta.KEY``: the runs' metadata key whose value names their group.
+        min_group_runs: a group needs this many runs for a model of its own.
+        options: for :func:`guard.pipeline.model_from_counts` (alpha, method, precision, ε, δ, …).
+
+    Raises:
+        ForewarnError: a bad ``group_by`` or ``min_group_runs``, or no run with that key.
+        TraceError: no runs, or a run the predicates cannot read.
+    """
+    path = group_path(group_by)
+    if isinstance(min_group_runs, bool) or not isinstance(min_group_runs, int) or min_group_runs < 1:
+        raise ForewarnError(f"--min-group-runs {min_group_runs!r}: expected a whole number of runs, at least 1")
+    predicates, monitors = prepare(spec, python_predicates)
+    started = time.perf_counter()
+    pooled = TransitionCounts()
+    groups: dict[str, TransitionCounts] = {}
+    keys_seen: set[str] = set()
+    without = 0
+    was_enabled = gc.isenabled()
+    gc.disable()  # as count_transitions does: parsed JSON holds no cycles
+    try:
+        for n, run in enumerate(runs, start=1):
+            abstract = abstract_run(run, predicates)
+            pooled.add(abstract, predicates)
+            group = group_value(run.meta, path)
+            if group is None:
+                without += 1
+                if len(keys_seen) < 50:
+                    keys_seen.update(run.meta)
+            else:
+                groups.setdefault(group, TransitionCounts()).add(abstract, predicates)
+            if on_run is not None:
+                on_run(n)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return bundle_from_counts(pooled, groups, without, keys_seen, spec, predicates, monitors, group_by=group_by,
+                              min_group_runs=min_group_runs, inputs=inputs,
+                              learn_seconds=time.perf_counter() - started, **options)
+
+
+def bundle_from_counts(pooled: TransitionCounts, groups: Mapping[str, TransitionCounts], without: int,
+                       keys_seen: set[str], spec: Spec, predicates: Any, monitors: Any, *, group_by: str,
+                       min_group_runs: int, inputs: list[dict[str, Any]] | None, learn_seconds: float,
+                       **options: Any) -> GuardBundle:
+    """Learn and check the pooled model and each large enough group's, from counts (any engine counts)."""
+    if pooled.runs == 0:
+        raise TraceError("no runs to learn from: the trace input is empty")
+    if not groups:
+        seen = ", ".join(f"meta.{k}" for k in sorted(keys_seen)[:8]) or "none"
+        raise ForewarnError(f"--group-by {group_by}: none of the {pooled.runs} runs has it in its metadata "
+                            f"(keys the runs have: {seen})")
+
+    def model(counts: TransitionCounts) -> GuardModel:
+        return model_from_counts(counts, spec, predicates, monitors, inputs=inputs, learn_seconds=learn_seconds,
+                                 **options)
+
+    members = {g: model(c) for g, c in sorted(groups.items()) if c.runs >= min_group_runs}
+    provenance = {"inputs": inputs or [], "runs": pooled.runs, "created":
+                  datetime.now(timezone.utc).isoformat(timespec="seconds"), "forewarn_version": __version__}
+    return GuardBundle(spec, group_by, min_group_runs, model(pooled), members,
+                       {g: c.runs for g, c in groups.items()}, without, provenance)

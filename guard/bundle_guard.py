@@ -1,0 +1,116 @@
+"""A bundle at run time: the :class:`~guard.runtime.Guard` interface, one member per session.
+
+A session's metadata picks its member once, when it opens: the model of its group, or
+the pooled model when the metadata lacks the grouping key or the group has no model of
+its own (too few runs, or never seen). Every decision names the member that took it
+(``Decision.member``, ``.group``) and whether it was the fallback (``.fallback``, and a
+sentence at the end of an alert's message). The hot path is the member's own: the
+members share one compiled predicate set (and its memo); picking one is a dictionary
+look-up per session, never per step.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from guard.bundle import POOLED, GuardBundle, group_path, group_value, load_model_or_bundle
+from guard.model import GuardModel
+from guard.policy import Policy
+from guard.predicates import PredicateSet, PythonPredicate
+from guard.runtime import Decision, Guard, Session
+
+__all__ = ["BundleGuard", "load_guard"]
+
+_FALLBACK_LIMIT = 4096  # fallback guards remembered per unknown group value (each keeps its decisions)
+
+
+class BundleGuard:
+    """Guard-like: ``session(metadata=...)``, ``decide``, ``predicates``, ``policy``, ``model`` (the pooled one).
+
+    Args:
+        bundle: a learned bundle.
+        policy: overrides the spec's thresholds and unseen-state action for every member.
+        python_predicates: predicates defined in code, by name.
+    """
+
+    def __init__(self, bundle: GuardBundle, *, policy: Policy | None = None,
+                 python_predicates: Mapping[str, PythonPredicate] | None = None,
+                 predicates: PredicateSet | None = None) -> None:
+        self.bundle = bundle
+        self.predicates = predicates if predicates is not None else PredicateSet(bundle.spec, python_predicates)
+        self._policy = policy
+        self._path = group_path(bundle.group_by)
+        self.pooled = Guard(bundle.pooled, policy=policy, predicates=self.predicates)
+        self._members: dict[str, Guard] = {}
+        self._fallbacks: dict[str | None, Guard] = {}
+
+    @classmethod
+    def load(cls, path: str | Path, **options: Any) -> BundleGuard:
+        return cls(GuardBundle.load(path), **options)
+
+    # Guard's attributes, from the pooled model (all members share spec, predicates and monitors)
+    @property
+    def model(self) -> GuardModel:
+        return self.bundle.pooled
+
+    @property
+    def policy(self) -> Policy:
+        return self.pooled.policy
+
+    @property
+    def monitors(self) -> list[Any]:
+        return self.pooled.monitors
+
+    @property
+    def property(self) -> str:
+        return self.pooled.property
+
+    def member(self, group: str | None) -> Guard:
+        """The guard deciding for runs of ``group`` (``None``: runs without the grouping key)."""
+        if group is not None and group in self.bundle.members:
+            guard = self._members.get(group)
+            if guard is None:
+                guard = self._members[group] = Guard(self.bundle.members[group], policy=self._policy,
+                                                     predicates=self.predicates).with_origin(group, group, False)
+            return guard
+        guard = self._fallbacks.get(group)
+        if guard is None:
+            if len(self._fallbacks) >= _FALLBACK_LIMIT:
+                self._fallbacks.clear()
+            guard = self._fallbacks[group] = self.pooled.with_origin(POOLED, group, True, self._why_pooled(group))
+        return guard
+
+    def _why_pooled(self, group: str | None) -> str:
+        key = self.bundle.group_by
+        if group is None:
+            return f"(The run's metadata has no {key}: the pooled model decided.)"
+        runs = self.bundle.group_runs.get(group)
+        if runs:
+            return (f"({key} = {group!r} had {runs} run{'' if runs == 1 else 's'} in learning, fewer than "
+                    f"{self.bundle.min_group_runs}: the pooled model decided.)")
+        return f"({key} = {group!r} was never seen in learning: the pooled model decided.)"
+
+    def for_metadata(self, metadata: Mapping[str, Any] | None) -> Guard:
+        """The member guard for a run with this metadata."""
+        return self.member(group_value(metadata, self._path))
+
+    def session(self, policy: Policy | None = None, *, metadata: Mapping[str, Any] | None = None) -> Session:
+        """A session on the member its metadata picks (``policy`` overrides the bundle's for it alone)."""
+        return self.for_metadata(metadata).session(policy, metadata=metadata)
+
+    def with_policy(self, policy: Policy) -> BundleGuard:
+        """The same bundle under another policy (shares the models and the predicates)."""
+        return BundleGuard(self.bundle, policy=policy, predicates=self.predicates)
+
+    def decide(self, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> Decision:
+        """The decision for a concrete state taken as the first step of a run with this metadata."""
+        return self.for_metadata(metadata).decide(state, metadata)
+
+
+def load_guard(path: str | Path, **options: Any) -> Guard | BundleGuard:
+    """A guard for a model file, or a bundle guard for a bundle file (options as for :class:`Guard`)."""
+    loaded = load_model_or_bundle(path)
+    if isinstance(loaded, GuardBundle):
+        return BundleGuard(loaded, **options)
+    return Guard(loaded, **options)

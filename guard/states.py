@@ -1,0 +1,127 @@
+"""Looking inside a model: its abstract states, how much data each rests on, what each triggers.
+
+``forewarn states MODEL`` lists, per state of the checked model (the learned chain, or
+its product with the monitors): the visits the risk was estimated from, the risk with
+Storm's bounds and, where the model has one, its statistical interval, the action the
+policy takes there, and the most likely path to an unsafe state.
+
+The most likely path is the single most probable sequence of transitions of the
+learned chain from the state into an unsafe state (a monitor violation counts): a
+shortest path with weights −log p, found by one Dijkstra search backwards from all
+unsafe states at once. Its probability is a lower bound of the risk (the risk sums
+over all paths); it says *how* the state is most likely to go wrong.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from guard.model import GuardModel
+from guard.runtime import Guard
+
+__all__ = ["StateRow", "most_likely_paths", "state_rows"]
+
+
+@dataclass(frozen=True)
+class StateRow:
+    """One state of a model as ``forewarn states`` shows it."""
+
+    index: int
+    predicates: dict[str, bool]
+    monitors: dict[str, str]
+    unsafe: bool
+    visits: int  # departures observed from the state (in a product: its abstract state's)
+    runs_started: int
+    p_unsafe: float
+    lower: float | None  # Storm's certified bounds on p_unsafe
+    upper: float | None
+    ci_low: float | None  # the statistical interval, when the model has one
+    ci_high: float | None
+    action: str
+    threshold: float | None
+    path: list[int] | None  # most likely path to unsafe (state indices, this state first); None: unreachable
+    path_probability: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "predicates": self.predicates, "monitors": self.monitors,
+                "unsafe": self.unsafe, "visits": self.visits, "runs_started": self.runs_started,
+                "p_unsafe": self.p_unsafe, "lower": self.lower, "upper": self.upper,
+                "ci_low": self.ci_low, "ci_high": self.ci_high, "action": self.action,
+                "threshold": self.threshold, "path": self.path, "path_probability": self.path_probability}
+
+
+def most_likely_paths(matrix: sp.csr_matrix, targets: np.ndarray, absorbing: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """The most probable path from every state into ``targets``.
+
+    Args:
+        matrix: row-stochastic transition matrix (CSR).
+        targets: bool per state: where paths end.
+        absorbing: bool per state: states no path leaves (targets included).
+
+    Returns:
+        ``(probability, successor)``: per state, the probability of its most likely path
+        (0 where no target is reachable, 1 for a target) and the next state on it (−1 at
+        a target or where there is none). Ties go to the lower state index.
+    """
+    n = matrix.shape[0]
+    reverse = matrix.transpose().tocsr()  # row j: the predecessors i of j, with P(i, j)
+    cost = np.full(n, math.inf)
+    successor = np.full(n, -1, dtype=np.int64)
+    heap = [(0.0, int(j)) for j in np.flatnonzero(targets)]
+    for _, j in heap:
+        cost[j] = 0.0
+    heapq.heapify(heap)
+    done = np.zeros(n, dtype=bool)
+    while heap:
+        c, j = heapq.heappop(heap)
+        if done[j]:
+            continue
+        done[j] = True
+        start, stop = reverse.indptr[j], reverse.indptr[j + 1]
+        for i, p in zip(reverse.indices[start:stop].tolist(), reverse.data[start:stop].tolist()):
+            if absorbing[i] or done[i] or p <= 0.0:
+                continue
+            candidate = c - math.log(p)
+            if candidate < cost[i] or (candidate == cost[i] and j < successor[i]):
+                cost[i], successor[i] = candidate, j
+                heapq.heappush(heap, (candidate, i))
+    return np.exp(-cost), successor
+
+
+def state_rows(model: GuardModel, guard: Guard | None = None) -> list[StateRow]:
+    """Every state of the model except ``end``, in the model's order.
+
+    Args:
+        guard: the guard whose policy decides the action (default: the spec's policy).
+    """
+    guard = guard if guard is not None else Guard(model)
+    dtmc = model.dtmc
+    visits = np.asarray(dtmc.counts.sum(axis=1)).ravel()
+    probability, successor = most_likely_paths(dtmc.matrix, dtmc.unsafe, dtmc.absorbing)
+    rows_q = dtmc.monitor_states.tolist() if dtmc.monitor_states is not None else None
+    rows: list[StateRow] = []
+    for i, bits in enumerate(dtmc.states[:-1]):
+        q = tuple(rows_q[i]) if rows_q is not None else ()
+        decision = guard.decide_product(bits, q)
+        path: list[int] | None = None
+        if probability[i] > 0.0:
+            path = [i]
+            while successor[path[-1]] >= 0:
+                path.append(int(successor[path[-1]]))
+        rows.append(StateRow(
+            index=i, predicates={n: bool(bits >> b & 1) for b, n in enumerate(dtmc.predicates)},
+            monitors=dict(decision.monitors), unsafe=bool(dtmc.unsafe[i]), visits=int(visits[i]),
+            runs_started=int(dtmc.initial.get(i, 0)),
+            p_unsafe=float(decision.p_unsafe if decision.p_unsafe is not None else math.nan),
+            lower=decision.lower, upper=decision.upper,
+            # the statistical interval, for models and decisions that carry one
+            ci_low=getattr(decision, "ci_low", None), ci_high=getattr(decision, "ci_high", None),
+            action=decision.action.value, threshold=decision.threshold,
+            path=path, path_probability=None if path is None else float(probability[i])))
+    return rows

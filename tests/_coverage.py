@@ -1,0 +1,129 @@
+"""Coverage of confidence intervals by simulation: known chains, many simulated learnings.
+
+A *known* chain over the toy domain's abstract states (tests/_support.py: NONE, A, B and
+the unsafe AB; ``END`` ends a run) generates runs; Forewarn learns a model from them, with
+intervals, exactly as ``forewarn learn`` does; the exact reach probability of ``unsafe`` in
+the known chain (Fractions) is then looked up in every learned state's interval. Used by
+tests/test_intervals.py (a few hundred learnings) and bench/interval_check.py (more).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from _support import AB, NONE, TOY_SPEC, A, B, reach_probabilities
+from guard.intervals import IntervalMethod
+from guard.learning import END, TransitionCounts, learn_dtmc
+from guard.model import CheckedProperty
+from guard.pipeline import with_intervals
+from guard.predicates import PredicateSet
+from guard.spec import PropertyDef, parse_spec
+from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of
+
+F = Fraction
+Chain = dict[int, dict[int, Fraction]]
+
+KNOWN_CHAINS: dict[str, Chain] = {
+    # every transition frequent
+    "balanced": {NONE: {NONE: F(3, 10), A: F(3, 10), B: F(3, 10), END: F(1, 10)},
+                 A: {NONE: F(2, 10), A: F(2, 10), AB: F(3, 10), END: F(3, 10)},
+                 B: {NONE: F(3, 10), B: F(3, 10), AB: F(1, 10), END: F(3, 10)}},
+    # the risk comes through rare transitions (2 % and 3 %)
+    "rare": {NONE: {NONE: F(1, 2), A: F(1, 5), B: F(1, 4), END: F(1, 20)},
+             A: {NONE: F(2, 5), A: F(1, 2), AB: F(1, 50), END: F(2, 25)},
+             B: {B: F(3, 5), AB: F(3, 100), NONE: F(17, 100), END: F(1, 5)}},
+    # sticky states: long runs, slow absorption
+    "sticky": {NONE: {NONE: F(8, 10), A: F(1, 10), B: F(1, 20), END: F(1, 20)},
+               A: {A: F(9, 10), AB: F(1, 20), END: F(1, 20)},
+               B: {B: F(17, 20), NONE: F(1, 10), AB: F(1, 40), END: F(1, 40)}},
+}
+
+
+def true_risk(chain: Chain) -> dict[int, Fraction]:
+    """Exact P(F unsafe) per abstract state of a known chain."""
+    rows: dict[int, dict[int, Fraction]] = {s: dict(row) for s, row in chain.items()}
+    rows[AB] = {AB: F(1)}
+    rows[END] = {END: F(1)}
+    return reach_probabilities(rows, {AB})
+
+
+def simulate(chain: Chain, runs: int, rng: np.random.Generator, predicates: PredicateSet,
+             *, max_steps: int = 10_000) -> TransitionCounts:
+    """Counts of ``runs`` runs of the known chain, each starting in NONE."""
+    tables = {s: (list(row), np.cumsum([float(p) for p in row.values()])) for s, row in chain.items()}
+    counts = TransitionCounts()
+    for _ in range(runs):
+        state, path = NONE, [NONE]
+        while len(path) < max_steps:
+            targets, cumulative = tables[state]
+            state = targets[min(int(np.searchsorted(cumulative, rng.random(), side="right")), len(targets) - 1)]
+            if state == END:
+                break
+            path.append(state)
+            if state == AB:
+                break
+        counts.add(path, predicates)
+    return counts
+
+
+@dataclass
+class Coverage:
+    chain: str
+    method: str
+    delta: float
+    learnings: int = 0
+    covered: int = 0  # learnings in which every state's true risk is inside its interval
+    state_checks: int = 0
+    state_misses: int = 0
+    point_errors: list[float] = field(default_factory=list)  # |p_unsafe − true| per learned state
+    widths: list[float] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.covered / self.learnings if self.learnings else float("nan")
+
+    def line(self) -> str:
+        errors = np.array(self.point_errors)
+        return (f"{self.chain:9s} {self.method:16s} δ={self.delta}: all states covered in {self.covered}/"
+                f"{self.learnings} learnings ({self.rate:.3f}, needed ≥ {1 - self.delta:.3f}); "
+                f"state misses {self.state_misses}/{self.state_checks}; point error mean {errors.mean():.4f}, "
+                f"max {errors.max():.4f}; mean interval width {np.mean(self.widths):.3f}")
+
+
+def coverage(name: str, *, learnings: int, runs: int, delta: float = 0.05,
+             method: IntervalMethod = IntervalMethod.CLOPPER_PEARSON, alpha: float = 0.1,
+             seed: int = 0) -> Coverage:
+    """Learn ``learnings`` models from ``runs`` simulated runs each and count covered learnings."""
+    chain = KNOWN_CHAINS[name]
+    truth = true_risk(chain)
+    predicates = PredicateSet(parse_spec(TOY_SPEC))
+    definition = PropertyDef(name="unsafe", formula='F "unsafe"')
+    rng = np.random.default_rng(seed)
+    out = Coverage(name, method.value, delta)
+    for _ in range(learnings):
+        dtmc = learn_dtmc(simulate(chain, runs, rng, predicates), predicates, alpha=alpha)
+        labels = labels_of(dtmc)
+        outcome = check_sparse_model(build_sparse_dtmc(dtmc.matrix, labels), definition.query,
+                                     method=Method.TOPOLOGICAL)
+        (prop,), _ = with_intervals(dtmc, labels, [CheckedProperty(definition, outcome)], method=method,
+                                    delta=delta)
+        assert prop.ci_low is not None and prop.ci_high is not None
+        missed = 0
+        for i, bits in enumerate(dtmc.states[:-1]):
+            if dtmc.unsafe[i]:
+                continue
+            exact = float(truth[bits])
+            out.state_checks += 1
+            out.point_errors.append(abs(float(outcome.values[i]) - exact))
+            out.widths.append(float(prop.ci_high[i] - prop.ci_low[i]))
+            if not prop.ci_low[i] - 1e-9 <= exact <= prop.ci_high[i] + 1e-9:
+                missed += 1
+        out.state_misses += missed
+        out.learnings += 1
+        out.covered += missed == 0
+    return out
+
+
+__all__ = ["KNOWN_CHAINS", "Coverage", "coverage", "simulate", "true_risk", "A", "B"]

@@ -1,0 +1,81 @@
+"""ForewarnMiddleware on a model bundle: each run's metadata picks its member."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from langchain.agents import create_agent
+
+from _lc_support import ToolLog
+from domains.tools import generate_traces, load_tool_spec
+from guard.bundle import learn_bundle
+from guard.bundle_guard import BundleGuard
+from guard.langchain import ForewarnMiddleware
+from guard.langchain.testing import ScriptedChatModel, tool_calls
+from guard.runtime import Guard
+from guard.spec import Action
+
+
+@pytest.fixture(scope="module")
+def tool_bundle(tmp_path_factory: pytest.TempPathFactory) -> BundleGuard:
+    folder = tmp_path_factory.mktemp("tool-bundle")
+    raw = folder / "raw.jsonl"
+    generate_traces(300, seed=5, path=raw)
+    runs = [orjson.loads(line) for line in raw.read_bytes().splitlines()]
+    for i, run in enumerate(runs):  # two teams with many runs, one with too few
+        run["meta"] = {**run.get("meta", {}), "team": "rare" if i < 3 else ("ops" if i % 2 else "dev")}
+    traces = folder / "runs.jsonl"
+    traces.write_bytes(b"\n".join(orjson.dumps(r) for r in runs) + b"\n")
+    bundle = learn_bundle([traces], load_tool_spec(), group_by="meta.team", min_group_runs=20)
+    assert sorted(bundle.members) == ["dev", "ops"]
+    return BundleGuard.load(bundle.save(folder / "bundle.json"))
+
+
+def run_agent(middleware: ForewarnMiddleware, log: ToolLog, config: dict[str, Any] | None = None) -> None:
+    model = ScriptedChatModel(script=[tool_calls(("read_file", {"path": "README.md"})), "Read it."])
+    create_agent(model, log.tools(), middleware=[middleware]).invoke(
+        {"messages": [("user", "Read README.md.")]}, config=config)
+
+
+def test_each_run_gets_its_groups_member_from_the_invoke_metadata(tool_bundle: BundleGuard, log: ToolLog) -> None:
+    mw = ForewarnMiddleware(tool_bundle)
+    run_agent(mw, log, {"configurable": {"thread_id": "a"}, "metadata": {"team": "ops"}})
+    run_agent(mw, log, {"configurable": {"thread_id": "b"}, "metadata": {"team": "rare"}})
+    run_agent(mw, log, {"configurable": {"thread_id": "c"}})
+    assert log.names() == ["read_file"] * 3
+    ops, rare, bare = (mw.get_run(t) for t in "abc")
+    assert ops is not None and rare is not None and bare is not None
+    ops_decisions = [h.decision for h in ops.session.history]
+    assert len(ops_decisions) == 2 and {(d.member, d.fallback) for d in ops_decisions} == {("ops", False)}
+    # the member's own values: the same as a plain guard on that member's model
+    member = Guard(tool_bundle.bundle.members["ops"])
+    assert [d.p_unsafe for d in ops_decisions] == [member.decide_bits(h.abstract, h.monitors).p_unsafe
+                                                   for h in ops.session.history]
+    assert {(h.decision.member, h.decision.group, h.decision.fallback) for h in rare.session.history} == \
+        {("pooled", "rare", True)}
+    assert {(h.decision.member, h.decision.group, h.decision.fallback) for h in bare.session.history} == \
+        {("pooled", None, True)}
+    assert all(h.decision.action is Action.ALLOW for h in ops.session.history)
+
+
+def test_metadata_given_to_the_middleware(tool_bundle: BundleGuard, log: ToolLog) -> None:
+    fixed = ForewarnMiddleware(tool_bundle, metadata={"team": "dev"})
+    run_agent(fixed, log, {"metadata": {"team": "ops"}})  # the middleware's own metadata wins
+    assert fixed.last_run is not None and fixed.last_run.session.history[-1].decision.member == "dev"
+    mapped = ForewarnMiddleware(tool_bundle, metadata=lambda given: {"team": given.get("squad")})
+    run_agent(mapped, log, {"metadata": {"squad": "ops"}})
+    assert mapped.last_run is not None and mapped.last_run.session.history[-1].decision.member == "ops"
+    assert mapped.last_run.session.metadata == {"team": "ops"}
+
+
+def test_tool_guard_takes_the_runs_metadata(tool_bundle: BundleGuard) -> None:
+    from guard.langchain import ToolGuard
+
+    ops = ToolGuard(tool_bundle, user_messages=["Read README.md."], metadata={"team": "ops"})
+    assert ops.check("read_file", {"path": "README.md"}).member == "ops"
+    assert ops.session.metadata == {"team": "ops"}
+    unknown = ToolGuard(tool_bundle, user_messages=["Read README.md."])
+    decision = unknown.check("read_file", {"path": "README.md"})
+    assert (decision.member, decision.fallback) == ("pooled", True)
