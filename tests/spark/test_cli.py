@@ -27,6 +27,8 @@ def without_provenance(path: Path) -> dict[str, Any]:
     for key in ("provenance", "checksum"):
         doc.pop(key)
     doc["check"].pop("seconds")
+    if doc.get("intervals"):
+        doc["intervals"].pop("seconds")
     return doc
 
 
