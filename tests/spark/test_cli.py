@@ -72,3 +72,22 @@ def test_master_without_the_spark_engine_is_a_user_error(tmp_path: Path, toy_spe
                            "--master", "local[2]")
     assert result.returncode == 2
     assert "--master applies to --engine spark only" in result.stderr
+
+
+def test_group_by_on_spark_writes_the_local_bundle(spark: Any, tmp_path: Path, toy_spec_path: Path,
+                                                   forewarn_here: CLI) -> None:
+    from guard.bundle import GuardBundle
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(b"".join(orjson.dumps({**toy_run(f"r{i}", [i % 3, (i * 5) % 4]),
+                                            "meta": {"task": "ab"[i % 2]}}) + b"\n" for i in range(30)))
+    for engine in ("local", "spark"):
+        done = forewarn_here("learn", path, "--spec", toy_spec_path, "-o", tmp_path / f"{engine}.json",
+                             "--group-by", "meta.task", "--min-group-runs", "5", "--engine", engine)
+        assert done.returncode == 0, done.stderr
+    local, distributed = (GuardBundle.load(tmp_path / f"{e}.json") for e in ("local", "spark"))
+    assert sorted(distributed.members) == sorted(local.members) == ["a", "b"]
+    for name in ("a", "b"):
+        assert (distributed.members[name].dtmc.counts != local.members[name].dtmc.counts).nnz == 0
+        assert distributed.members[name].outcome.values.tolist() == local.members[name].outcome.values.tolist()
+    assert distributed.pooled.provenance["engine"]["name"] == "spark"
