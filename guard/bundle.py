@@ -130,12 +130,18 @@ class GuardBundle:
         body["checksum"] = _checksum(body)
         return body
 
-    def save(self, path: str | Path) -> Path:
-        """Write the bundle atomically, as one file."""
-        return write_document(path, self.to_document())
+    def save(self, path: str | Path, *, sign_with: Any = None) -> Path:
+        """Write the bundle atomically, as one file (signed with ``sign_with``, an Ed25519 private key)."""
+        document = self.to_document()
+        if sign_with is not None:
+            from guard.signing import sign_document
+
+            document = sign_document(document, sign_with)
+        return write_document(path, document)
 
     @classmethod
-    def from_document(cls, document: Any, *, source: str = "<bundle>") -> GuardBundle:
+    def from_document(cls, document: Any, *, source: str = "<bundle>",
+                      trusted_keys: Sequence[Any] | None = None) -> GuardBundle:
         """Validate a parsed bundle file; every member is validated as a model file is.
 
         Raises:
@@ -143,6 +149,11 @@ class GuardBundle:
         """
         if not isinstance(document, dict) or document.get("format") != "forewarn-bundle":
             raise ModelFileError(f"{source}: not a Forewarn model bundle (no \"format\": \"forewarn-bundle\")")
+        from guard.signing import trusted_keys_from_env, verify_document
+
+        keys = trusted_keys_from_env() if trusted_keys is None else trusted_keys
+        if keys:  # one signature covers the bundle and every member in it
+            verify_document(document, keys, source=source)
         if document.get("schema_version") != BUNDLE_SCHEMA_VERSION:
             raise ModelFileError(f"{source}: bundle schema version {document.get('schema_version')!r} is not "
                                  f"supported (this Forewarn reads version {BUNDLE_SCHEMA_VERSION}); "
@@ -152,7 +163,7 @@ class GuardBundle:
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ModelFileError(f"{source}: field {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from exc
-        if doc.checksum != _checksum({k: v for k, v in document.items() if k != "checksum"}):
+        if doc.checksum != _checksum(document):
             raise ModelFileError(f"{source}: checksum mismatch: the bundle was modified after Forewarn wrote it "
                                  "(hand edits are not accepted; re-run 'forewarn learn --group-by ...')")
         try:
@@ -168,7 +179,7 @@ class GuardBundle:
             if "spec" in body:
                 raise ModelFileError(f"{source}: member {name!r}: a member carries no spec of its own")
             return GuardModel.from_document({**body, "spec": doc.spec}, source=f"{source} member {name!r}",
-                                            spec=spec)
+                                            spec=spec, trusted_keys=())  # the bundle's signature covers it
 
         pooled = member(POOLED, doc.pooled)
         members = {name: member(name, body) for name, body in doc.members.items()}
@@ -203,32 +214,36 @@ class _BundleDocument(BaseModel):
     pooled: dict[str, Any]
     members: dict[str, dict[str, Any]]
     checksum: str
+    signature: dict[str, Any] | None = None  # Ed25519 over the whole bundle (guard.signing)
 
 
 def _checksum(body: dict[str, Any]) -> str:
-    canonical = orjson.dumps({k: v for k, v in body.items() if k != "checksum"}, option=orjson.OPT_SORT_KEYS)
+    canonical = orjson.dumps({k: v for k, v in body.items() if k not in ("checksum", "signature")},
+                             option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()
 
 
-def load_model_or_bundle(path: str | Path) -> GuardModel | GuardBundle:
-    """Read a model file or a bundle file, whichever it is (by its ``format``)."""
+def load_model_or_bundle(path: str | Path, *, trusted_keys: Sequence[Any] | None = None) -> GuardModel | GuardBundle:
+    """Read a model file or a bundle file, whichever it is (by its ``format``); ``trusted_keys`` as for
+    :meth:`GuardModel.load`."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise ModelFileError(f"{path}: cannot read model file: {exc.strerror}") from exc
-    return parse_model_or_bundle(raw, str(path))
+    return parse_model_or_bundle(raw, str(path), trusted_keys=trusted_keys)
 
 
-def parse_model_or_bundle(raw: bytes, source: str) -> GuardModel | GuardBundle:
+def parse_model_or_bundle(raw: bytes, source: str, *,
+                          trusted_keys: Sequence[Any] | None = None) -> GuardModel | GuardBundle:
     try:
         document = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ModelFileError(f"{source}: not a Forewarn model file (invalid JSON: {exc}); "
                              "the file may be truncated or corrupt") from exc
     if isinstance(document, dict) and document.get("format") == "forewarn-bundle":
-        return GuardBundle.from_document(document, source=source)
-    return GuardModel.from_document(document, source=source)
+        return GuardBundle.from_document(document, source=source, trusted_keys=trusted_keys)
+    return GuardModel.from_document(document, source=source, trusted_keys=trusted_keys)
 
 
 # -- learning -------------------------------------------------------------------------
@@ -256,6 +271,7 @@ def learn_bundle(traces: Sequence[str | Path], spec: Spec, *, group_by: str,
 def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
                            min_group_runs: int = DEFAULT_MIN_GROUP_RUNS,
                            python_predicates: Mapping[str, PythonPredicate] | None = None,
+                           allow_python: Iterable[str] | None = None,
                            inputs: list[dict[str, Any]] | None = None,
                            on_run: Callable[[int], None] | None = None, **options: Any) -> GuardBundle:
     """Count every run into the pooled counts and its group's, then learn and check each model.
@@ -272,7 +288,7 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
     path = group_path(group_by)
     if isinstance(min_group_runs, bool) or not isinstance(min_group_runs, int) or min_group_runs < 1:
         raise ForewarnError(f"--min-group-runs {min_group_runs!r}: expected a whole number of runs, at least 1")
-    predicates, monitors = prepare(spec, python_predicates)
+    predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
     started = time.perf_counter()
     pooled = TransitionCounts()
     groups: dict[str, TransitionCounts] = {}

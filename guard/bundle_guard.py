@@ -10,7 +10,7 @@ look-up per session, never per step.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from guard.model import GuardModel
 from guard.policy import Policy
 from guard.predicates import PredicateSet, PythonPredicate
 from guard.runtime import Decision, Guard, Session
+from guard.thresholds import warn_initial_crossings
 
 __all__ = ["BundleGuard", "load_guard"]
 
@@ -32,13 +33,15 @@ class BundleGuard:
         bundle: a learned bundle.
         policy: overrides the spec's thresholds and unseen-state action for every member.
         python_predicates: predicates defined in code, by name.
+        allow_python: modules the spec may name Python functions from (:mod:`guard.trust`).
     """
 
     def __init__(self, bundle: GuardBundle, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
-                 predicates: PredicateSet | None = None) -> None:
+                 predicates: PredicateSet | None = None, allow_python: Iterable[str] | None = None) -> None:
         self.bundle = bundle
-        self.predicates = predicates if predicates is not None else PredicateSet(bundle.spec, python_predicates)
+        self.predicates = predicates if predicates is not None else PredicateSet(
+            bundle.spec, python_predicates, allow_python=allow_python)
         self._policy = policy
         self._path = group_path(bundle.group_by)
         self.pooled = Guard(bundle.pooled, policy=policy, predicates=self.predicates)
@@ -109,8 +112,13 @@ class BundleGuard:
 
 
 def load_guard(path: str | Path, **options: Any) -> Guard | BundleGuard:
-    """A guard for a model file, or a bundle guard for a bundle file (options as for :class:`Guard`)."""
+    """A guard for a model file, or a bundle guard for a bundle file (options as for :class:`Guard`).
+
+    A model warns as :meth:`Guard.load` does when a threshold is crossed where runs start.
+    """
     loaded = load_model_or_bundle(path)
     if isinstance(loaded, GuardBundle):
         return BundleGuard(loaded, **options)
-    return Guard(loaded, **options)
+    guard = Guard(loaded, **options)
+    warn_initial_crossings(guard.model, guard.policy, stacklevel=2)
+    return guard

@@ -1,6 +1,7 @@
 """The ``forewarn`` command line (typer). Thin: parsing, printing, exit codes."""
 from __future__ import annotations
 
+import math
 import sys
 from enum import Enum
 from pathlib import Path
@@ -11,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from guard._cli import Format, err, out, print_json
+from guard._cli import Format, err, out, print_json, print_warnings
 from guard.errors import ForewarnError
 from guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
 from guard.model import CheckedProperty, GuardModel
@@ -25,6 +26,7 @@ from guard.storm import (
     export_drn,
     labels_of,
     prism_text,
+    quantitative_form,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -67,6 +69,12 @@ def learn(
     min_group_runs: Annotated[int, typer.Option(
         "--min-group-runs", help="Runs a group needs for a model of its own (with --group-by).")]
     = DEFAULT_MIN_GROUP_RUNS,
+    sign: Annotated[Optional[Path], typer.Option(
+        "--sign", envvar="FOREWARN_SIGNING_KEY",
+        help="Sign the model with this Ed25519 private key (PEM; FOREWARN_SIGNING_KEY).")] = None,
+    allow_python: Annotated[Optional[list[str]], typer.Option(
+        "--allow-python", help="A module whose functions the spec may name (python predicates, transition "
+                               "rule); repeatable. Default: FOREWARN_PYTHON_PREDICATES.")] = None,
     engine: Annotated[Engine, typer.Option(help="Count in this process, or on Apache Spark (needs the "
                                                 "'spark' extra and Java; docs/scale.md).")] = Engine.local,
     master: Annotated[Optional[str], typer.Option(help="Spark master for --engine spark: local[*], "
@@ -74,19 +82,22 @@ def learn(
                                                        "session's, else local[*]).")] = None,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
+    from guard.signing import load_private_key
     from guard.spec import load_spec
 
     if master is not None and engine is not Engine.spark:
         raise ForewarnError("--master applies to --engine spark only")
+    signing_key = load_private_key(sign) if sign is not None else None  # a bad key fails before learning
     if group_by is not None:
         group_path(group_by)  # a bad path fails before any run is read
     parsed = load_spec(spec)
-    options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period)
+    options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period,
+                   allow_python=allow_python)
     if engine is Engine.spark:
         learned = _learn_on_spark(traces, parsed, master, group_by, min_group_runs, options)
     else:
         learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs, options)
-    _write_learned(learned, output, format)
+    _write_learned(learned, output, format, signing_key)
 
 
 def _learn_on_spark(traces: list[str], spec: Any, master: str | None, group_by: str | None, min_group_runs: int,
@@ -121,9 +132,9 @@ def _learn_here(traces: list[Path], parsed: Any, group_by: str | None, min_group
     return learned
 
 
-def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Format) -> None:
+def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Format, signing_key: Any) -> None:
     try:
-        learned.save(output)
+        learned.save(output, sign_with=signing_key)
     except OSError as exc:  # e.g. -o names a folder, or a path under a file
         raise ForewarnError(f"{output}: cannot write the model file: {exc.strerror}") from exc
     if isinstance(learned, GuardBundle):
@@ -131,12 +142,18 @@ def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Form
         return
     model = learned
     summary = _summary(model, output)
+    from guard.policy import Policy
+    from guard.thresholds import initial_crossings
+
+    crossings = initial_crossings(model, Policy.from_settings(model.spec.guard))
+    summary["threshold_warnings"] = crossings
+    print_warnings(crossings)
     if format is Format.json:
         print_json(summary)
         return
     table = Table(title=f"forewarn learn → {output}", show_header=False)
     for key, value in summary.items():
-        if key not in ("pac_worst", "initial_interval"):
+        if key not in ("pac_worst", "initial_interval", "threshold_warnings"):
             table.add_row(key, str(value))
     out.print(table)
     interval = summary["initial_interval"]
@@ -148,12 +165,78 @@ def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Form
                      "states runs go on to); more runs narrow it, and guard.act_on: upper or guard.min_visits "
                      "act on it (docs/method.md)." if interval["ci_high"] - interval["ci_low"] > 0.5 else ""),
                   soft_wrap=True)
-    worst = summary["pac_worst"]
-    if worst:
-        out.print(f"PAC (ε={model.pac.epsilon}, δ={model.pac.delta}): "
-                  f"{model.pac.satisfied_count}/{len(model.pac.states)} states have enough visits; worst "
-                  f"state {worst['state']} ({worst['predicates']}) has {worst['visits']} of "
-                  f"{worst['required']} required.")
+    for line in _pac_lines(model):
+        out.print(line, highlight=False)
+
+
+def _pac_lines(model: GuardModel) -> list[str]:
+    """The PAC report in words: the paper's bound, then the tighter one (guard/pac.py)."""
+    pac, runs = model.pac, model.provenance.get("runs")
+    worst = pac.worst
+    if worst is None:
+        return []
+    lines = [f"PAC (ε={pac.epsilon}, δ={pac.delta}), the paper's bound: {pac.satisfied_count}/{len(pac.states)} "
+             f"states have enough visits; worst state {worst.state} ({_pac_words(model, worst.state)}) has "
+             f"{worst.visits} of {worst.required if worst.required is not None else '∞'} required"
+             + ("" if pac.runs_factor is None or pac.satisfied else f" ({_more_runs(pac.runs_factor, runs)})") + "."]
+    tight = pac.tight
+    if tight is None:
+        return lines + ["PAC, tighter bound: not in this model file (written by an older Forewarn); re-learn."]
+    confidence = f"{1 - pac.delta:.0%}"
+
+    def verdict(bound: float, factor: float | None, limiting: list[int]) -> str:
+        if bound <= pac.epsilon:
+            return f"±{bound:.3g}: met (ε = {pac.epsilon})"
+        if factor is None:
+            return f"±{bound:.3g}; no forecast of the runs that would meet ε = {pac.epsilon}"
+        through = ", ".join(f"{i} ({_pac_words(model, i)}, {_visits(model, i)} visits)" for i in limiting[:3])
+        return f"±{bound:.3g}; ε = {pac.epsilon} needs {_more_runs(factor, runs)}" + \
+            (f", most of all through state {through}" if through else "")
+
+    return lines + [
+        f"PAC, tighter bound ({confidence} confidence): a run's risk from its first state (the paper's "
+        f"Definition 4) {verdict(tight.initial_bound, tight.initial_runs_factor, tight.initial_limiting)}.",
+        f"PAC, tighter bound ({confidence} confidence): every state's risk "
+        f"{verdict(tight.worst_bound, tight.runs_factor, tight.limiting)}."]
+
+
+def _more_runs(factor: float, runs: Any) -> str:
+    times = f"{factor:,.0f}" if factor >= 100 else f"{factor:.3g}"
+    if isinstance(runs, int) and runs > 0:
+        return f"about {times}× the runs, {math.ceil(factor * runs):,} instead of {runs:,}"
+    return f"about {times}× the runs"
+
+
+def _visits(model: GuardModel, state: int) -> int:
+    return next((s.visits for s in model.pac.states if s.state == state), 0)
+
+
+def _pac_document(model: GuardModel) -> dict[str, Any]:
+    """The PAC report for JSON output (``check``): both bounds, the paper's labelled as such."""
+    pac, runs = model.pac, model.provenance.get("runs")
+    tight = pac.tight
+
+    def needed(factor: float | None) -> int | None:
+        return math.ceil(factor * runs) if factor is not None and isinstance(runs, int) else None
+
+    return {
+        "epsilon": pac.epsilon, "delta": pac.delta, "runs": runs,
+        "paper": {"satisfied": pac.satisfied, "states_satisfied": pac.satisfied_count, "states": len(pac.states),
+                  "amplification": pac.amplification if math.isfinite(pac.amplification) else None,
+                  "runs_factor": pac.runs_factor, "runs_needed": needed(pac.runs_factor)},
+        "tight": None if tight is None else {
+            "satisfied": tight.satisfied,
+            "worst_bound": tight.worst_bound if math.isfinite(tight.worst_bound) else None,
+            "runs_factor": tight.runs_factor, "runs_needed": needed(tight.runs_factor),
+            "limiting": [{"state": i, "predicates": _pac_words(model, i), "visits": _visits(model, i),
+                          "required": next(s.required for s in tight.states if s.state == i)}
+                         for i in tight.limiting],
+            "initial": {"satisfied": tight.initial_satisfied,
+                        "bound": tight.initial_bound if math.isfinite(tight.initial_bound) else None,
+                        "runs_factor": tight.initial_runs_factor, "runs_needed": needed(tight.initial_runs_factor),
+                        "limiting": [{"state": i, "predicates": _pac_words(model, i), "visits": _visits(model, i)}
+                                     for i in tight.initial_limiting]}},
+    }
 
 
 def _print_bundle_summary(bundle: GuardBundle, output: Path, format: Format) -> None:
@@ -169,14 +252,14 @@ def _print_bundle_summary(bundle: GuardBundle, output: Path, format: Format) -> 
         print_json(summary)
         return
     table = Table(title=f"forewarn learn --group-by {bundle.group_by} → {output}")
-    for column in ("model", "runs", "unsafe runs", "states", "initial risk", "PAC"):
+    for column in ("model", "runs", "unsafe runs", "states", "initial risk", "PAC (paper; tight)"):
         table.add_column(column, justify="left" if column == "model" else "right")
     pooled = summary["pooled"]
     table.add_row("pooled", str(pooled["runs"]), str(pooled["unsafe_runs"]), str(pooled["states"]),
-                  _fmt(pooled["initial_risk"]), "yes" if pooled["pac_satisfied"] else "no")
+                  _fmt(pooled["initial_risk"]), _pac_cell(pooled))
     for m in members:
         table.add_row(f"{bundle.group_by} = {m['group']}", str(m["runs"]), str(m["unsafe_runs"]), str(m["states"]),
-                      _fmt(m["initial_risk"]), "yes" if m["pac_satisfied"] else "no")
+                      _fmt(m["initial_risk"]), _pac_cell(m))
     out.print(table)
     out.print(f"{len(bundle.members)} of {len(bundle.group_runs)} groups have a model of their own "
               f"(≥ {bundle.min_group_runs} runs); {len(small)} with fewer runs and "
@@ -184,7 +267,16 @@ def _print_bundle_summary(bundle: GuardBundle, output: Path, format: Format) -> 
               soft_wrap=True)
 
 
-_MEMBER_KEYS = ("runs", "steps", "unsafe_runs", "states", "product_states", "initial_risk", "pac_satisfied")
+_MEMBER_KEYS = ("runs", "steps", "unsafe_runs", "states", "product_states", "initial_risk", "pac_satisfied",
+                "pac_runs_factor", "pac_tight_satisfied", "pac_tight_worst_bound", "pac_tight_runs_factor",
+                "pac_tight_initial_bound", "pac_tight_initial_runs_factor")
+
+
+def _pac_cell(summary: dict[str, Any]) -> str:
+    """A bundle member's PAC in a table cell: the paper's verdict, and the tighter bound from the start."""
+    paper = "yes" if summary["pac_satisfied"] else "no"
+    bound = summary.get("pac_tight_initial_bound")
+    return paper if bound is None else f"{paper}; ±{bound:.3g} from the start"
 
 
 def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
@@ -212,6 +304,14 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         "check_seconds": model.provenance.get("check_seconds", round(o.seconds, 6)),
         "pac_satisfied": pac.satisfied,
         "pac_amplification": pac.amplification,
+        "pac_runs_factor": pac.runs_factor,
+        "pac_tight_satisfied": None if pac.tight is None else pac.tight.satisfied,
+        "pac_tight_worst_bound": None if pac.tight is None or not math.isfinite(pac.tight.worst_bound)
+        else round(pac.tight.worst_bound, 6),
+        "pac_tight_runs_factor": None if pac.tight is None else pac.tight.runs_factor,
+        "pac_tight_initial_bound": None if pac.tight is None or not math.isfinite(pac.tight.initial_bound)
+        else round(pac.tight.initial_bound, 6),
+        "pac_tight_initial_runs_factor": None if pac.tight is None else pac.tight.initial_runs_factor,
         "pac_worst": None if worst is None else {
             "state": worst.state, "visits": worst.visits, "required": worst.required,
             "predicates": _pac_words(model, worst.state)},
@@ -263,30 +363,31 @@ def check(
     group: Annotated[Optional[str], typer.Option(
         "--group", help="For a bundle: only this member (a group's value, or 'pooled'); default: every member.")]
     = None,
+    trusted_key: Annotated[Optional[list[Path]], typer.Option(
+        "--trusted-key", help="Require the model to be signed by this Ed25519 public key (PEM); repeatable. "
+                              "Default: FOREWARN_TRUSTED_KEYS.")] = None,
 ) -> None:
     """Show the cached per-state values of a model (of each member of a bundle), or check another property."""
     if model.suffix in {".pm", ".prism"}:
         if property is None:
             raise ForewarnError("checking a PRISM file needs --property, e.g. --property 'P=? [F \"goal\"]'")
         result = check_prism_file(model, property, constants=const, method=method, precision=precision)
-        if format is Format.json:
-            print_json({"property": result.formula, "initial": result.initial,
-                         "states": [{"index": i, "value": float(v)} for i, v in enumerate(result.values)]})
-        else:
-            out.print(f"{result.formula} = {result.initial:.6g} in the initial state "
-                      f"({result.states} states, {result.transitions} transitions)")
+        _print_prism_check(result, format)
         return
     if const is not None:
         raise ForewarnError("--const applies to PRISM files only")
     from guard.bundle import load_model_or_bundle
+    from guard.signing import load_trusted_keys
 
-    members = _members(load_model_or_bundle(model), group)
+    keys = load_trusted_keys(trusted_key) if trusted_key else None
+    members = _members(load_model_or_bundle(model, trusted_keys=keys), group)
     checked = {name: _check_rows(m, property, method, precision) for name, m in members.items()}
     if format is Format.json:
         documents = {name: {"property": outcomes[0][1].formula, "method": outcomes[0][1].method.value,
                             "properties": [{"name": n, "formula": o.formula} for n, o in outcomes],
                             "intervals": None if members[name].intervals is None
-                            else members[name].intervals.to_document(), "states": rows}
+                            else members[name].intervals.to_document(),
+                            "pac": _pac_document(members[name]), "states": rows}
                      for name, (outcomes, rows) in checked.items()}
         print_json(documents[None] if None in documents else {"bundle": str(model), "members": documents})
         return
@@ -302,12 +403,17 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
         # check_dtmc builds a rational model for --method exact (a float model is not exact)
         query = check_dtmc(dtmc, property, method=method, precision=precision)
         checked = [CheckedProperty(PropertyDef(name="query", formula="true"), query)]
-        if loaded.intervals is not None:  # the same interval chain, asked the new question
+        # a bound (P>0.4 [...]): the interval is that of the probability it compares
+        numbers = property if query.verdicts is None else quantitative_form(property)
+        if loaded.intervals is not None and numbers is not None:  # the same interval chain, the new question
+            from dataclasses import replace
+
             from guard.pipeline import with_intervals
 
-            checked, _ = with_intervals(dtmc, labels_of(dtmc), checked, method=loaded.intervals.method,
-                                        delta=loaded.intervals.delta, entries=loaded.intervals.entries,
-                                        precision=precision)
+            asked, _ = with_intervals(dtmc, labels_of(dtmc), [replace(checked[0], outcome=replace(
+                query, formula=numbers))], method=loaded.intervals.method, delta=loaded.intervals.delta,
+                entries=loaded.intervals.entries, precision=precision)
+            checked = [replace(asked[0], outcome=query)]
     else:
         checked = loaded.properties
     outcomes = [(p.name, p.outcome) for p in checked]
@@ -329,7 +435,7 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
                 name: monitors[name].describe(q) for name, q in zip(dtmc.monitors, monitor_rows[i])},
             "kind": "end" if bits < 0 else "state",
             "unsafe": bool(dtmc.unsafe[i]),
-            "value": float(first.values[i]),
+            "value": _number(first.values[i]),
             "lower": None if first.lower is None else float(first.lower[i]),
             "upper": None if first.upper is None else float(first.upper[i]),
             "ci_low": None if ci_low is None else float(ci_low[i]),
@@ -337,8 +443,10 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
             "visits": int(visits[i]),
             "ctl": {name: bool(v[i]) for name, v in verdicts.items()},
         }
+        if first.verdicts is not None:  # a state formula with a bound: Storm's verdict in this state
+            row["verdict"] = bool(first.verdicts[i])
         if len(outcomes) > 1:
-            row["properties"] = {p.name: {"value": float(p.outcome.values[i]),
+            row["properties"] = {p.name: {"value": _number(p.outcome.values[i]),
                                           "lower": None if p.outcome.lower is None else float(p.outcome.lower[i]),
                                           "upper": None if p.outcome.upper is None else float(p.outcome.upper[i]),
                                           "ci_low": None if p.ci_low is None else float(p.ci_low[i]),
@@ -357,24 +465,62 @@ def _print_check(loaded: GuardModel, outcomes: list[tuple[str, Any]], rows: list
     table = Table(title=title if member is None else f"{member}: {title}")
     columns = ["#", "state"] + (["monitors"] if with_monitors else []) + ["unsafe"] \
         + [name for name, _ in outcomes] + (["lower", "upper"] if len(outcomes) == 1 else []) \
+        + (["holds"] if first.verdicts is not None else []) \
         + ([f"{1 - loaded.intervals.delta:.0%} interval"] if with_intervals and loaded.intervals else []) \
         + ["visits", "EF unsafe", "AG !unsafe"]
     for column in columns:
-        table.add_column(column, justify="left" if column in {"state", "monitors", "unsafe"} else "right")
+        table.add_column(column, justify="left" if column in {"state", "monitors", "unsafe"} else "right",
+                         min_width=5 if column == "holds" else None)  # "false" whole, however narrow
     for i, row in enumerate(rows):
         cells = [str(i), "end" if row["kind"] == "end" else _state_words(loaded, i)]
         if with_monitors:
             cells.append(", ".join(f"{k} {v}" for k, v in row["monitors"].items()))
         cells.append("yes" if row["unsafe"] else "")
-        cells += [_fmt(float(o.values[i]), 6) for _, o in outcomes]
+        cells += [_fmt(_number(o.values[i]), 6) for _, o in outcomes]
         if len(outcomes) == 1:
             cells += [_fmt(row["lower"], 6), _fmt(row["upper"], 6)]
+        if "verdict" in row:
+            cells.append("true" if row["verdict"] else "false")
         if with_intervals:
             cells.append(f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
         cells.append(str(row["visits"]) if row["kind"] == "state" and not row["unsafe"] else "–")
         cells += ["yes" if row["ctl"]["EF unsafe"] else "no", "yes" if row["ctl"]["AG !unsafe"] else "no"]
         table.add_row(*cells)
     out.print(table)
+    for line in _pac_lines(loaded):
+        out.print(line, highlight=False)
+
+
+def _number(value: float) -> float | None:
+    """A per-state value for output; NaN (no probability: a Boolean state formula) is ``None``."""
+    return None if value != value else float(value)
+
+
+def _print_prism_check(result: Any, format: Format) -> None:
+    states = []
+    for i, v in enumerate(result.values):
+        entry: dict[str, Any] = {"index": i, "value": _number(v)}
+        if result.verdicts is not None:
+            entry["verdict"] = bool(result.verdicts[i])
+        states.append(entry)
+    if format is Format.json:
+        document: dict[str, Any] = {"property": result.formula, "initial": _number(result.initial)}
+        if result.verdicts is not None:
+            document["verdict"] = result.verdict
+            document["initial_states"] = [{"index": i, "verdict": bool(result.verdicts[i])}
+                                          for i in result.initial_states]
+        document["states"] = states
+        print_json(document)
+        return
+    size = f"({result.states} states, {result.transitions} transitions)"
+    if result.verdicts is None:
+        out.print(f"{result.formula} = {result.initial:.6g} in the initial state {size}")
+        return
+    held = [i for i in result.initial_states if result.verdicts[i]]
+    value = "" if _number(result.initial) is None else f" (probability {result.initial:.6g})"
+    where = "the initial state" if len(result.initial_states) == 1 else \
+        f"{len(held)} of {len(result.initial_states)} initial states"
+    out.print(f"{result.formula} is {'true' if result.verdict else 'false'}{value} in {where} {size}")
 
 
 class StatesFormat(str, Enum):

@@ -8,14 +8,22 @@ Switching an agent from the library to the sidecar is one line::
     decision = session.observe(state)                      # the same Decision
 
 ``Client`` is synchronous and ``AsyncClient`` its asyncio twin; both use httpx. The URL and
-key default to ``FOREWARN_URL`` and ``FOREWARN_API_KEY``. Decisions are
+key default to ``FOREWARN_URL`` and ``FOREWARN_API_KEY``.
+
+Retries: every write that changes state (observe, batch, approve/reject) carries an
+``Idempotency-Key`` (a fresh UUID per call, the same on each of its attempts), so when the
+connection fails the client retries by itself (``retries`` times, backing off) and the server
+answers a retry of a committed write with the stored answer instead of committing it twice.
+Reads are retried too; other writes only when the connection could not even be opened. Decisions are
 :class:`RemoteDecision`, a :class:`guard.runtime.Decision` that also carries the step
 number and, when the action is ``ask_human``, the approval to wait on.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -31,6 +39,19 @@ __all__ = ["AsyncClient", "AsyncRemoteSession", "Client", "RemoteDecision", "Rem
            "DEFAULT_URL"]
 
 DEFAULT_URL = "http://127.0.0.1:8321"
+_BACKOFF = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)  # with 8 retries, about 10 s: long enough for a server restart
+
+
+def _attempt_plan(method: str, idempotent: bool) -> tuple[bool, dict[str, str]]:
+    """Whether any transport error may be retried, and the headers every attempt sends."""
+    if idempotent:
+        return True, {"Idempotency-Key": uuid.uuid4().hex}
+    return method == "GET", {}
+
+
+def _may_retry(exc: httpx.TransportError, any_error: bool) -> bool:
+    # a connection that never opened carried nothing: safe to retry whatever the request
+    return any_error or isinstance(exc, httpx.ConnectError)
 
 
 class ServerError(ForewarnError):
@@ -64,7 +85,7 @@ class RemoteDecision(Decision):
         properties = tuple(
             PropertyValue(p["name"], p["formula"], p.get("p_unsafe"), p.get("p_safe"), p.get("lower"), p.get("upper"),
                           Action(p.get("action", data["action"])), p.get("threshold"), p.get("ci_low"),
-                          p.get("ci_high"))
+                          p.get("ci_high"), p.get("baseline_p_unsafe"), p.get("increase"))
             for p in data.get("properties") or ())
         return cls(Action(data["action"]), data.get("p_unsafe"), data.get("p_safe"), data["property"],
                    dict(data["abstract_state"]), data.get("message", ""), lower=data.get("lower"),
@@ -72,7 +93,9 @@ class RemoteDecision(Decision):
                    unsafe_now=data.get("unsafe_now", False), properties=properties,
                    monitors=dict(data.get("monitors") or {}), ci_low=data.get("ci_low"),
                    ci_high=data.get("ci_high"), visits=data.get("visits"), member=data.get("member"),
-                   group=data.get("group"), fallback=data.get("fallback", False), session_id=data.get("session_id", ""),
+                   group=data.get("group"), fallback=data.get("fallback", False),
+                   baseline_p_unsafe=data.get("baseline_p_unsafe"), increase=data.get("increase"),
+                   session_id=data.get("session_id", ""),
                    step=data.get("step"), approval_id=data.get("approval_id"),
                    committed=data.get("committed", False), model=dict(data.get("model") or {}), at=data.get("at"))
 
@@ -81,8 +104,11 @@ def _policy_json(policy: Policy | Mapping[str, Any] | None) -> dict[str, Any] | 
     if policy is None:
         return None
     if isinstance(policy, Policy):
-        return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
-                "act_on": policy.act_on, "min_visits": policy.min_visits}
+        out = {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
+               "act_on": policy.act_on, "min_visits": policy.min_visits}
+        if policy.trigger is not None:
+            out |= {"trigger": policy.trigger.value, "min_increase": policy.min_increase}
+        return out
     return dict(policy)
 
 
@@ -111,6 +137,16 @@ def _raise_for(response: httpx.Response) -> dict[str, Any]:
                       code=error.get("code"), field=error.get("field"))
 
 
+def _model_body(name: str, path: str | None, document: Mapping[str, Any] | None,
+                migrate_sessions: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": name, "migrate_sessions": migrate_sessions}
+    if path is not None:
+        body["path"] = str(path)
+    if document is not None:
+        body["document"] = dict(document)
+    return body
+
+
 def _headers(api_key: str | None) -> dict[str, str]:
     key = api_key if api_key is not None else os.environ.get("FOREWARN_API_KEY")
     return {"Authorization": f"Bearer {key}"} if key else {}
@@ -124,11 +160,13 @@ class Client:
         api_key: the bearer key (default ``FOREWARN_API_KEY``).
         timeout: seconds per request (long polls add their wait to it).
         transport: an httpx transport, e.g. for tests.
+        retries: attempts after a transport error (see the module docstring for which requests).
     """
 
     def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float = 30.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, retries: int = 8) -> None:
         self.url = (url or os.environ.get("FOREWARN_URL") or DEFAULT_URL).rstrip("/")
+        self.retries = retries
         self._http = httpx.Client(base_url=self.url, headers=_headers(api_key), timeout=timeout,
                                   transport=transport)
 
@@ -141,11 +179,16 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise ServerError(f"cannot reach the Forewarn server at {self.url}: {exc}") from exc
+    def _call(self, method: str, path: str, *, idempotent: bool = False, **kwargs: Any) -> dict[str, Any]:
+        any_error, headers = _attempt_plan(method, idempotent)
+        for attempt in range(self.retries + 1):
+            try:
+                response = self._http.request(method, path, headers=headers, **kwargs)
+                break
+            except httpx.TransportError as exc:
+                if attempt == self.retries or not _may_retry(exc, any_error):
+                    raise ServerError(f"cannot reach the Forewarn server at {self.url}: {exc}") from exc
+                time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
         return _raise_for(response)
 
     # -- sessions, as Guard has them --------------------------------------------------
@@ -172,7 +215,7 @@ class Client:
 
     def batch(self, steps: list[Mapping[str, Any]]) -> list[RemoteDecision]:
         """Many steps in one request: each ``{"session", "state", "op"?, "action"?, "t"?}``; all or nothing."""
-        out = self._call("POST", "/v1/batch", json={"steps": list(steps)})
+        out = self._call("POST", "/v1/batch", json={"steps": list(steps)}, idempotent=True)
         return [RemoteDecision.from_json(d) for d in out["results"]]
 
     # -- approvals ---------------------------------------------------------------------
@@ -196,19 +239,22 @@ class Client:
                 return result
 
     def approve(self, approval_id: str, reason: str | None = None) -> dict[str, Any]:
-        return self._call("POST", f"/v1/approvals/{approval_id}", json={"decision": "approve", "reason": reason})
+        return self._call("POST", f"/v1/approvals/{approval_id}", json={"decision": "approve", "reason": reason},
+                          idempotent=True)
 
     def reject(self, approval_id: str, reason: str | None = None) -> dict[str, Any]:
-        return self._call("POST", f"/v1/approvals/{approval_id}", json={"decision": "reject", "reason": reason})
+        return self._call("POST", f"/v1/approvals/{approval_id}", json={"decision": "reject", "reason": reason},
+                          idempotent=True)
 
     # -- models and health ---------------------------------------------------------------
 
     def models(self) -> list[dict[str, Any]]:
         return cast(list[dict[str, Any]], self._call("GET", "/v1/models")["models"])
 
-    def load_model(self, name: str, path: str, *, migrate_sessions: bool = False) -> dict[str, Any]:
-        return self._call("POST", "/v1/models", json={"name": name, "path": path,
-                                                      "migrate_sessions": migrate_sessions})
+    def load_model(self, name: str, path: str | None = None, *, document: Mapping[str, Any] | None = None,
+                   migrate_sessions: bool = False) -> dict[str, Any]:
+        """Load a model by ``path`` (inside the server's ``model_dirs``) or upload its ``document``."""
+        return self._call("POST", "/v1/models", json=_model_body(name, path, document, migrate_sessions))
 
     def ready(self) -> bool:
         try:
@@ -228,7 +274,8 @@ class RemoteSession:
 
     def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> RemoteDecision:
         """Commit the agent's new state and decide on it (answered once the server has stored it)."""
-        data = self.client._call("POST", f"/v1/sessions/{self.id}/observe", json=_step_body(state, action, t))
+        data = self.client._call("POST", f"/v1/sessions/{self.id}/observe", json=_step_body(state, action, t),
+                                idempotent=True)
         self.last = RemoteDecision.from_json(data)
         return self.last
 
@@ -253,8 +300,9 @@ class AsyncClient:
     """The asyncio twin of :class:`Client` (same arguments)."""
 
     def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float = 30.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None, retries: int = 8) -> None:
         self.url = (url or os.environ.get("FOREWARN_URL") or DEFAULT_URL).rstrip("/")
+        self.retries = retries
         self._http = httpx.AsyncClient(base_url=self.url, headers=_headers(api_key), timeout=timeout,
                                        transport=transport)
 
@@ -267,11 +315,16 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        try:
-            response = await self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise ServerError(f"cannot reach the Forewarn server at {self.url}: {exc}") from exc
+    async def _call(self, method: str, path: str, *, idempotent: bool = False, **kwargs: Any) -> dict[str, Any]:
+        any_error, headers = _attempt_plan(method, idempotent)
+        for attempt in range(self.retries + 1):
+            try:
+                response = await self._http.request(method, path, headers=headers, **kwargs)
+                break
+            except httpx.TransportError as exc:
+                if attempt == self.retries or not _may_retry(exc, any_error):
+                    raise ServerError(f"cannot reach the Forewarn server at {self.url}: {exc}") from exc
+                await asyncio.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
         return _raise_for(response)
 
     async def session(self, policy: Policy | Mapping[str, Any] | None = None, *, model: str | None = None,
@@ -293,7 +346,7 @@ class AsyncClient:
         return await self._call("GET", f"/v1/sessions/{session_id}", params={"offset": offset, "limit": limit})
 
     async def batch(self, steps: list[Mapping[str, Any]]) -> list[RemoteDecision]:
-        out = await self._call("POST", "/v1/batch", json={"steps": list(steps)})
+        out = await self._call("POST", "/v1/batch", json={"steps": list(steps)}, idempotent=True)
         return [RemoteDecision.from_json(d) for d in out["results"]]
 
     async def approvals(self, status: str = "pending", *, session_id: str | None = None) -> list[dict[str, Any]]:
@@ -314,17 +367,19 @@ class AsyncClient:
                 return result
 
     async def approve(self, approval_id: str, reason: str | None = None) -> dict[str, Any]:
-        return await self._call("POST", f"/v1/approvals/{approval_id}", json={"decision": "approve", "reason": reason})
+        return await self._call("POST", f"/v1/approvals/{approval_id}",
+                                json={"decision": "approve", "reason": reason}, idempotent=True)
 
     async def reject(self, approval_id: str, reason: str | None = None) -> dict[str, Any]:
-        return await self._call("POST", f"/v1/approvals/{approval_id}", json={"decision": "reject", "reason": reason})
+        return await self._call("POST", f"/v1/approvals/{approval_id}",
+                                json={"decision": "reject", "reason": reason}, idempotent=True)
 
     async def models(self) -> list[dict[str, Any]]:
         return cast(list[dict[str, Any]], (await self._call("GET", "/v1/models"))["models"])
 
-    async def load_model(self, name: str, path: str, *, migrate_sessions: bool = False) -> dict[str, Any]:
-        return await self._call("POST", "/v1/models", json={"name": name, "path": path,
-                                                            "migrate_sessions": migrate_sessions})
+    async def load_model(self, name: str, path: str | None = None, *, document: Mapping[str, Any] | None = None,
+                         migrate_sessions: bool = False) -> dict[str, Any]:
+        return await self._call("POST", "/v1/models", json=_model_body(name, path, document, migrate_sessions))
 
     async def ready(self) -> bool:
         try:
@@ -344,7 +399,8 @@ class AsyncRemoteSession:
 
     async def observe(self, state: Mapping[str, Any], *, action: Any = None,
                       t: float | None = None) -> RemoteDecision:
-        data = await self.client._call("POST", f"/v1/sessions/{self.id}/observe", json=_step_body(state, action, t))
+        data = await self.client._call("POST", f"/v1/sessions/{self.id}/observe",
+                                       json=_step_body(state, action, t), idempotent=True)
         self.last = RemoteDecision.from_json(data)
         return self.last
 

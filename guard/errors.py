@@ -8,6 +8,8 @@ __all__ = [
     "PredicateError",
     "ModelFileError",
     "CheckError",
+    "ForewarnWarning",
+    "ThresholdWarning",
 ]
 
 
@@ -70,3 +72,11 @@ class ModelFileError(ForewarnError):
 
 class CheckError(ForewarnError):
     """A property Storm cannot parse or check on the given model."""
+
+
+class ForewarnWarning(UserWarning):
+    """Base of the warnings Forewarn emits about a setting that works but likely surprises."""
+
+
+class ThresholdWarning(ForewarnWarning):
+    """A configured threshold already crossed where runs start: their first steps will all be acted on."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from dataclasses import dataclass
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from guard.errors import ForewarnError, ModelFileError
 from guard.intervals import IntervalMethod, IntervalReport, visits
 from guard.learning import END, LearnedDTMC
-from guard.pac import PACReport, StatePAC
+from guard.pac import PACReport, StatePAC, TightPAC, TightStatePAC
 from guard.spec import Meaning, PropertyDef, Spec, parse_spec
 from guard.storm import CheckOutcome, Method
 
@@ -87,7 +88,31 @@ class PACStateEntry(_Doc):
     satisfied: bool
 
 
+class TightStateEntry(_Doc):
+    state: int
+    bound: float | None  # None: infinite
+    required: int | None
+    satisfied: bool
+
+
+class TightPACEntry(_Doc):
+    """The tighter per-state bound (guard/pac.py); absent from files written before it."""
+
+    method: str = "hoeffding-bernstein"
+    satisfied: bool
+    worst_bound: float | None  # None: infinite
+    runs_factor: float | None  # None: no forecast (some state never absorbs)
+    limiting: list[int] = []
+    states: list[TightStateEntry]
+    initial_bound: float | None = None  # the risk from a run's first state (None: infinite)
+    initial_satisfied: bool = False
+    initial_runs_factor: float | None = None
+    initial_limiting: list[int] = []
+
+
 class PACEntry(_Doc):
+    """The top-level fields are the paper's bound (Pro2Guard Algorithm 1, line 11)."""
+
     epsilon: float
     delta: float
     delta_per_state: float
@@ -95,6 +120,7 @@ class PACEntry(_Doc):
     satisfied: bool
     chain_states: int | None = None
     states: list[PACStateEntry]
+    tight: TightPACEntry | None = None
 
 
 class ModelDocument(_Doc):
@@ -117,6 +143,7 @@ class ModelDocument(_Doc):
     visits: list[int] | None = None  # observed departures per state (written since intervals)
     provenance: dict[str, Any]
     checksum: str = ""
+    signature: dict[str, Any] | None = None  # Ed25519 over the canonical body (guard.signing)
 
 
 @dataclass(frozen=True)
@@ -220,6 +247,7 @@ class GuardModel:
                             "valuation": None if self.pac_valuations is None else self.pac_valuations[s.state],
                             "visits": s.visits, "required": s.required,
                             "satisfied": s.satisfied} for s in pac.states],
+                **({} if pac.tight is None else {"tight": _tight_document(pac.tight)}),
             },
             "intervals": None if self.intervals is None else self.intervals.to_document(),
             "visits": self.visits.tolist(),
@@ -228,19 +256,33 @@ class GuardModel:
         body["checksum"] = _checksum(body)
         return body
 
-    def save(self, path: str | Path) -> Path:
-        """Write the model atomically (a crash leaves the old file, never half a new one)."""
-        return write_document(path, self.to_document())
+    def save(self, path: str | Path, *, sign_with: Any = None) -> Path:
+        """Write the model atomically (a crash leaves the old file, never half a new one).
+
+        Args:
+            sign_with: an Ed25519 private key (:func:`guard.signing.load_private_key`) to sign it with.
+        """
+        document = self.to_document()
+        if sign_with is not None:
+            from guard.signing import sign_document
+
+            document = sign_document(document, sign_with)
+        return write_document(path, document)
 
     # -- reading --------------------------------------------------------------------
 
     @classmethod
-    def load(cls, path: str | Path) -> GuardModel:
+    def load(cls, path: str | Path, *, trusted_keys: Sequence[Any] | None = None) -> GuardModel:
         """Read and validate a model file.
+
+        Args:
+            trusted_keys: public keys (:func:`guard.signing.load_trusted_keys`) one of which must
+                have signed the file; None reads ``$FOREWARN_TRUSTED_KEYS`` (unset: no signature needed).
 
         Raises:
             ModelFileError: the file is missing, not JSON, of another schema, edited by
-                hand (checksum), or internally inconsistent; the message says which.
+                hand (checksum), unsigned or badly signed when keys are given, or internally
+                inconsistent; the message says which.
         """
         path = Path(path)
         try:
@@ -252,16 +294,23 @@ class GuardModel:
         except orjson.JSONDecodeError as exc:
             raise ModelFileError(f"{path}: not a Forewarn model file (invalid JSON: {exc}); "
                                  "the file may be truncated or corrupt") from exc
-        return cls.from_document(document, source=str(path))
+        return cls.from_document(document, source=str(path), trusted_keys=trusted_keys)
 
     @classmethod
-    def from_document(cls, document: Any, *, source: str = "<model>", spec: Spec | None = None) -> GuardModel:
-        """A model from its parsed JSON (``spec``: an already parsed spec to reuse when its text is the same)."""
+    def from_document(cls, document: Any, *, source: str = "<model>", spec: Spec | None = None,
+                      trusted_keys: Sequence[Any] | None = None) -> GuardModel:
+        """A model from its parsed JSON (``spec``: an already parsed spec to reuse when its text is the same;
+        ``trusted_keys``: see :meth:`load`)."""
         if isinstance(document, dict) and document.get("format") == "forewarn-bundle":
             raise ModelFileError(f"{source}: a model bundle, not a single model: load it with "
                                  "guard.load_guard (or BundleGuard.load)")
         if not isinstance(document, dict) or document.get("format") != "forewarn-model":
             raise ModelFileError(f"{source}: not a Forewarn model file (no \"format\": \"forewarn-model\")")
+        from guard.signing import trusted_keys_from_env, verify_document
+
+        keys = trusted_keys_from_env() if trusted_keys is None else trusted_keys
+        if keys:  # before anything else reads the file: an unsigned one is not parsed further
+            verify_document(document, keys, source=source)
         version = document.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ModelFileError(f"{source}: model schema version {version!r} is not supported "
@@ -272,7 +321,10 @@ class GuardModel:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"])
             raise ModelFileError(f"{source}: field {field}: {first['msg']}") from exc
-        expected = _checksum({k: v for k, v in document.items() if k != "checksum"})
+        try:
+            expected = _checksum(document)
+        except (TypeError, orjson.JSONEncodeError) as exc:  # a document built in code, not read from JSON
+            raise ModelFileError(f"{source}: not serialisable as a model file: {exc}") from exc
         if doc.checksum != expected:
             raise ModelFileError(f"{source}: checksum mismatch: the file was modified after Forewarn wrote it "
                                  "(hand edits are not accepted; re-run 'forewarn learn')")
@@ -286,6 +338,17 @@ class GuardModel:
         report = None if i is None else IntervalReport(i.method, i.delta, i.delta_per_entry, i.entries, i.seconds)
         return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
 
+
+def _tight_document(tight: TightPAC) -> dict[str, Any]:
+    def finite(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    return {"method": "hoeffding-bernstein", "satisfied": tight.satisfied, "worst_bound": finite(tight.worst_bound),
+            "runs_factor": tight.runs_factor, "limiting": tight.limiting,
+            "states": [{"state": s.state, "bound": finite(s.bound), "required": s.required, "satisfied": s.satisfied}
+                       for s in tight.states],
+            "initial_bound": finite(tight.initial_bound), "initial_satisfied": tight.initial_satisfied,
+            "initial_runs_factor": tight.initial_runs_factor, "initial_limiting": tight.initial_limiting}
 
 
 def write_document(path: str | Path, document: dict[str, Any]) -> Path:
@@ -410,11 +473,22 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
         if stored.shape != (n,) or not np.array_equal(stored, visits(dtmc)):
             raise bad("visits must give, per state, the observed departures its transition counts add up to")
     p = doc.pac
+    tight = None
+    if p.tight is not None:
+        t = p.tight
+        tight = TightPAC(t.satisfied, math.inf if t.worst_bound is None else t.worst_bound, t.runs_factor,
+                         list(t.limiting), [TightStatePAC(e.state, math.inf if e.bound is None else e.bound,
+                                                          e.required, e.satisfied) for e in t.states],
+                         math.inf if t.initial_bound is None else t.initial_bound, t.initial_satisfied,
+                         t.initial_runs_factor, list(t.initial_limiting))
     pac = PACReport(epsilon=p.epsilon, delta=p.delta, delta_per_state=p.delta_per_state,
                     amplification=math.inf if p.amplification is None else p.amplification,
-                    states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states])
+                    states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states], tight=tight)
     valuations = None
     if p.chain_states is not None:
+        # the learned chain has no more states than its product with the monitors: a bound before allocating
+        if not 0 <= p.chain_states <= n:
+            raise bad(f"pac.chain_states: {p.chain_states} is not between 0 and the model's {n} states")
         valuations = [[False] * width for _ in range(p.chain_states)]
         for entry in p.states:
             if not 0 <= entry.state < p.chain_states or entry.valuation is None:
@@ -452,7 +526,9 @@ def _vector(values: list[float], n: int, name: str, bad: Any) -> np.ndarray:
 
 
 def _checksum(body: dict[str, Any]) -> str:
-    canonical = orjson.dumps({k: v for k, v in body.items() if k != "checksum"}, option=orjson.OPT_SORT_KEYS)
+    # the signature is outside what it covers, as is the checksum itself
+    canonical = orjson.dumps({k: v for k, v in body.items() if k not in ("checksum", "signature")},
+                             option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()
 
 

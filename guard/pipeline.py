@@ -70,7 +70,8 @@ def transition_rule(spec: Spec, predicates: PredicateSet,
     domain_rule = extra
     if vt.function is not None:
         try:
-            domain_rule = resolve_callable(vt.function)
+            # the same allow-list as the spec's Python predicates (guard.trust)
+            domain_rule = resolve_callable(vt.function, predicates.allow_python, what="transition rule")
         except ValueError as exc:
             raise spec.error(f"valid_transitions.function: {exc}", "valid_transitions", "function") from exc
     irreversible = 0
@@ -121,6 +122,7 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
                           epsilon: float | None = None, delta: float | None = None,
                           valid_transition: ValidTransitionRule | None = None,
                           python_predicates: Mapping[str, PythonPredicate] | None = None,
+                          allow_python: Iterable[str] | None = None,
                           inputs: list[dict[str, Any]] | None = None,
                           on_run: Callable[[int], None] | None = None) -> GuardModel:
     """Count, smooth, check with Storm and package a model.
@@ -130,10 +132,11 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         spec: the spec; its ``learning`` block gives α, ε and δ unless overridden here.
         method: Storm's solving method; ``sound`` keeps certified bounds.
         valid_transition: a domain rule over (src, dst) valuations, in code.
+        allow_python: modules the spec may name Python functions from (:mod:`guard.trust`).
         on_run: called with the number of runs read so far (progress bars).
     """
     learning_bounds(spec, epsilon, delta)  # refuse a bad ε or δ before reading any data
-    predicates, monitors = prepare(spec, python_predicates)
+    predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
     started = time.perf_counter()
 
     def counted(source: Iterable[Run]) -> Iterable[Run]:
@@ -150,8 +153,8 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
                              learn_seconds=time.perf_counter() - started)
 
 
-def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None
-            ) -> tuple[PredicateSet, list[Any]]:
+def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None, *,
+            allow_python: Iterable[str] | None = None) -> tuple[PredicateSet, list[Any]]:
     """The spec's compiled predicates and monitors, once its properties are known to parse."""
     from monitors import build_monitors  # monitors build on guard's spec and chain
 
@@ -162,7 +165,7 @@ def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None 
         except CheckError as exc:
             loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
             raise spec.error(str(exc), *loc) from exc
-    return PredicateSet(spec, python_predicates), build_monitors(spec)
+    return PredicateSet(spec, python_predicates, allow_python=allow_python), build_monitors(spec)
 
 
 def learning_bounds(spec: Spec, epsilon: float | None, delta: float | None) -> tuple[float, float]:

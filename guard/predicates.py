@@ -27,8 +27,8 @@ give the same result or the same error.
 """
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import cel
@@ -48,26 +48,14 @@ from guard._cel_fields import (
 )
 from guard.errors import PredicateError
 from guard.spec import Spec
+from guard.trust import CodeNotAllowed, resolve_callable
 
-__all__ = ["PredicateSet", "resolve_callable"]
+__all__ = ["CodeNotAllowed", "PredicateSet", "resolve_callable"]
 
 PythonPredicate = Callable[[Mapping[str, Any]], bool]
+MEMO_BYTES = 64 << 20  # default budget of a predicate set's memo tables (``memo_limit`` changes it)
 _NO_META: dict[str, Any] = {}  # a run without metadata (never mutated: CEL only reads it)
 
-
-
-def resolve_callable(reference: str) -> Callable[..., Any]:
-    """Import ``'package.module:function'`` and return the function."""
-    module_name, _, attribute = reference.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot import {reference!r}: {exc}") from exc
-    if not callable(target):
-        raise ValueError(f"{reference!r} is not callable")
-    return target
 
 
 class PredicateSet:
@@ -77,10 +65,14 @@ class PredicateSet:
         spec: the validated spec; predicate order is the bit order.
         python_predicates: extra predicates defined in code, by name; they override
             spec entries of the form ``{python: 'module:function'}`` with the same name.
+        allow_python: modules whose functions the spec may name (see :mod:`guard.trust`);
+            None reads ``$FOREWARN_PYTHON_PREDICATES``. Anything else is refused, unimported.
     """
 
-    def __init__(self, spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None) -> None:
+    def __init__(self, spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None, *,
+                 allow_python: Iterable[str] | None = None) -> None:
         self.spec = spec
+        self.allow_python = None if allow_python is None else tuple(allow_python)  # the transition rule's too
         self.names: list[str] = spec.predicate_names
         self.width = len(self.names)
         python_predicates = dict(python_predicates or {})
@@ -92,7 +84,8 @@ class PredicateSet:
                 self._python.append((index, name, python_predicates[name]))
             elif definition.python is not None:
                 try:
-                    self._python.append((index, name, resolve_callable(definition.python)))
+                    self._python.append((index, name, resolve_callable(definition.python, allow_python,
+                                                                           what="python predicate")))
                 except ValueError as exc:
                     raise spec.error(f"predicate {name!r}: {exc}", "predicates", name) from exc
             else:
@@ -109,6 +102,8 @@ class PredicateSet:
         self._trie = build_trie([p for item_paths in paths for p in item_paths])
         self._fast_key = compile_key(self._trie)
         self._memo: dict[tuple[Any, ...], int] = {}
+        self._memo_bytes = 0
+        self.memo_limit = MEMO_BYTES
         # Second level, for a new combination of known values: per predicate, its result
         # keyed by the images of the fields it reads (taken from the fast key).
         self._sub_keys = sub_key_getters(self._trie, paths) \
@@ -166,7 +161,8 @@ class PredicateSet:
                 if key is not None:
                     if len(self._memo) >= MEMO_LIMIT:
                         self._memo.clear()
-                    self._memo[key] = cached
+                    if self._account(key):
+                        self._memo[key] = cached
             bits = cached
         for index, name, function in self._python:
             try:
@@ -202,10 +198,34 @@ class PredicateSet:
                 memo = self._item_memos[c]
                 if len(memo) >= MEMO_LIMIT:
                     memo.clear()
-                memo[subs[c]] = value
+                if self._account(subs[c]):
+                    memo[subs[c]] = value
                 if value:
                     bits |= 1 << self._cel_items[c][0]
         return bits
+
+    def _account(self, key: Any) -> bool:
+        """Count a new memo key's bytes; False for a key too large to be worth keeping. Past the
+        budget every memo is emptied: the memos hold what the states' leaves hold, and a caller who
+        sends large unique states must not make them grow without bound."""
+        size = _key_bytes(key)
+        if size > self.memo_limit >> 4:
+            return False
+        if self._memo_bytes + size > self.memo_limit:
+            self.clear_memos()
+        self._memo_bytes += size
+        return True
+
+    def clear_memos(self) -> None:
+        self._memo.clear()
+        for memo in self._item_memos:
+            memo.clear()
+        self._memo_bytes = 0
+
+    @property
+    def memo_bytes(self) -> int:
+        """About how many bytes the memo tables hold (their keys and entries)."""
+        return self._memo_bytes
 
     def _evaluate_cel(self, root: dict[str, Any]) -> int:
         """The CEL predicates' bits, without the memos: leaf variables, else the original program."""
@@ -321,6 +341,21 @@ class PredicateSet:
         return "; ".join(parts)
 
 
+def _key_bytes(key: Any) -> int:
+    """About what a memo key keeps alive: its tuples and strings (a JSON scalar is small), plus the entry."""
+    total = 100
+    stack = [key]
+    while stack:
+        node = stack.pop()
+        cls = node.__class__
+        if cls is tuple:
+            total += 56 + 8 * len(node)
+            stack.extend(node)
+        elif cls is str or cls is bytes:
+            total += sys.getsizeof(node)
+        else:
+            total += 32
+    return total
 def _missing_in_meta(expression: str, projected: Any, field: Any) -> bool:
     """Whether ``field`` is missing on one of the ``meta`` paths the expression selects."""
     for path in selected_paths(expression):

@@ -1,9 +1,13 @@
 """Offline replay: how early, how reliably and how well calibrated a model would have warned.
 
 An alarm at threshold θ is a step whose p_safe is below θ (or an unseen abstract state,
-when the policy acts on those). A violating run counts as detected only when an alarm
-came strictly before its first violation; a run that never violates and raised any
-alarm is a false alarm. A run's first violation is the first step whose decision has
+when the policy acts on those). When a violating run counts as detected depends on the
+enforcement (:class:`Enforcement`): with ``lookahead`` — the LangChain middleware, the
+sidecar's ``preview`` — the decision on a step is taken before the step runs, so an
+alarm on the violating step itself prevents it (advance 0 steps); with ``observe`` — a
+guard told of each step after it happened — only an alarm strictly before the violation
+counts. Either way a violation at a run's first step cannot be prevented, and a run
+that never violates and raised any alarm is a false alarm. A run's first violation is the first step whose decision has
 ``unsafe_now`` (the spec's unsafe condition holds or a monitor is in ``viol``); nothing
 after it is replayed.
 
@@ -19,7 +23,8 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,16 +32,23 @@ from numpy.typing import NDArray
 
 from guard.evaluation.calibration import Calibration, calibrate
 from guard.runtime import Guard
+from guard.spec import Action, Trigger
+from guard.traces import Run, abstract_run
 
 if TYPE_CHECKING:
     from guard.bundle_guard import BundleGuard
-from guard.spec import Action
-from guard.traces import Run, abstract_run
 
-__all__ = ["RunReplay", "Spread", "StopOutcome", "ThetaReport", "ReplayReport", "replay_run", "replay",
+__all__ = ["Enforcement", "RunReplay", "Spread", "StopOutcome", "ThetaReport", "ReplayReport", "replay_run", "replay",
            "summarize", "rate_curve", "horizon_of"]
 
 MonitorStates = tuple[int, ...]
+
+
+class Enforcement(str, Enum):
+    """When a guard's decision on a step is taken: before the step runs, or after."""
+
+    LOOKAHEAD = "lookahead"  # the middleware, the sidecar's preview: the violating step can be prevented
+    OBSERVE = "observe"  # observe only: an alarm must come strictly before the violation
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,11 @@ class RunReplay:
         meta: the run's ``meta`` (``success`` there marks task success).
         length: the number of steps of the logged run (replay stops at the violation).
         abstract, monitor_states: the product state of every replayed step.
+        start_risk: the risk a run has before its first step (the source's starting risk),
+            what the increase trigger compares the first step with.
+        quiet: steps the increase trigger lets pass — they do not raise the risk over the
+            last known step's (the start's, for the first) by more than ``min_increase`` —
+            and that therefore raise no alarm at any θ (set by :meth:`under_trigger`).
     """
 
     id: str
@@ -60,6 +77,8 @@ class RunReplay:
     length: int | None = None
     abstract: tuple[int, ...] = ()
     monitor_states: tuple[MonitorStates, ...] = ()
+    start_risk: float | None = None
+    quiet: frozenset[int] = frozenset()
 
     @property
     def unsafe(self) -> bool:
@@ -71,30 +90,54 @@ class RunReplay:
         value = self.meta.get("success")
         return value if isinstance(value, bool) else None
 
-    def _alarms(self, p: float | None, theta: float, unseen_alarms: bool) -> bool:
-        return (p is None and unseen_alarms) or (p is not None and 1.0 - p < theta)
+    def _alarms(self, i: int, theta: float, unseen_alarms: bool) -> bool:
+        p = self.p_unsafe[i]
+        return i not in self.quiet and ((p is None and unseen_alarms) or (p is not None and 1.0 - p < theta))
+
+    def under_trigger(self, min_increase: float | None) -> RunReplay:
+        """The run as a trigger sees it: ``None`` the level trigger (every step may alarm), else
+        the increase trigger with that ``min_increase``. The violation and unseen steps always may."""
+        quiet: set[int] = set()
+        if min_increase is not None:
+            base = self.start_risk
+            for i, p in enumerate(self.p_unsafe):
+                if p is None:
+                    continue
+                if i != self.violation and base is not None and p - base <= min_increase:
+                    quiet.add(i)
+                base = p
+        return self if frozenset(quiet) == self.quiet else replace(self, quiet=frozenset(quiet))
+
+    def acting_end(self, lookahead: bool = True) -> int:
+        """One past the last step whose alarm can still act: the violation itself under look-ahead
+        (unless it is the first step, which no decision precedes), strictly before it otherwise."""
+        if self.violation is None:
+            return len(self.p_unsafe)
+        return self.violation + 1 if lookahead and self.violation > 0 else self.violation
 
     def first_alarm(self, theta: float, unseen_alarms: bool) -> int | None:
         last = self.violation if self.violation is not None else len(self.p_unsafe) - 1
         for i in range(last + 1):
-            if self._alarms(self.p_unsafe[i], theta, unseen_alarms):
+            if self._alarms(i, theta, unseen_alarms):
                 return i
         return None
 
-    def alarm_steps(self, theta: float, unseen_alarms: bool) -> int:
-        """Steps before the violation (or up to the end) that raise an alarm: the prompts
+    def alarm_steps(self, theta: float, unseen_alarms: bool, lookahead: bool = True) -> int:
+        """Steps that raise an alarm while it can still act (see :meth:`acting_end`): the prompts
         ``reflect`` would send, or the approvals ``ask_human`` would request, were every one ignored."""
-        end = self.violation if self.violation is not None else len(self.p_unsafe)
-        return sum(self._alarms(p, theta, unseen_alarms) for p in self.p_unsafe[:end])
+        end = self.acting_end(lookahead)
+        return sum(self._alarms(i, theta, unseen_alarms) for i in range(end))
 
-    def min_p_safe(self, unseen_alarms: bool) -> float:
-        """The lowest p_safe an alarm could fire on: before the violation, or over the whole safe run.
+    def min_p_safe(self, unseen_alarms: bool, lookahead: bool = True) -> float:
+        """The lowest p_safe an alarm that can still act could fire on (over the whole of a safe run).
 
         ``-inf`` when an unseen state alarms there; ``inf`` when no step is scored.
         """
-        end = self.violation if self.violation is not None else len(self.p_unsafe)
+        end = self.acting_end(lookahead)
         low = float("inf")
-        for p in self.p_unsafe[:end]:
+        for i, p in enumerate(self.p_unsafe[:end]):
+            if i in self.quiet:
+                continue
             if p is None:
                 if unseen_alarms:
                     return float("-inf")
@@ -136,7 +179,7 @@ class StopOutcome:
     runs, and over the runs whose ``meta.success`` is a boolean).
     """
 
-    prevented: int  # violations with an alarm strictly before them
+    prevented: int  # violations with an alarm in time (on the violating step itself under look-ahead)
     still_unsafe: int
     cut_short: int  # safe runs stopped: they would have finished without a violation
     completions_lost: int  # runs that completed their task and would have been stopped
@@ -181,6 +224,8 @@ class ReplayReport:
     completion_rate: float | None = None  # runs that complete their task, unguarded
     horizon: int | None = None  # outcomes are "violation within h steps" for F<=h properties
     unseen_alarms: bool = True
+    enforcement: Enforcement = Enforcement.LOOKAHEAD
+    min_increase: float | None = None  # None: the level trigger; else the increase trigger's min_increase
     baselines: dict[str, ReplayReport] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     replays: list[RunReplay] = field(default_factory=list, repr=False, compare=False)
@@ -192,17 +237,24 @@ class ReplayReport:
             "calibration": {"step": None if self.calibration_step is None else self.calibration_step.to_dict(),
                             "run": None if self.calibration_run is None else self.calibration_run.to_dict()},
             "unsafe_rate": self.unsafe_rate, "runs_with_success": self.runs_with_success,
-            "completion_rate": self.completion_rate, "horizon": self.horizon, "notes": list(self.notes)}
+            "completion_rate": self.completion_rate, "horizon": self.horizon,
+            "enforcement": self.enforcement.value, "trigger": self.trigger, "min_increase": self.min_increase,
+            "notes": list(self.notes)}
         if self.baselines:
             out["baselines"] = {name: b.to_dict() for name, b in self.baselines.items()}
         return out
+
+    @property
+    def trigger(self) -> str:
+        return Trigger.LEVEL.value if self.min_increase is None else Trigger.INCREASE.value
 
     def theta_entries(self) -> list[dict[str, object]]:
         """``replay --format json``: one object per θ with the contract's keys, and more."""
         step, run = self.calibration_step, self.calibration_run
         entries = []
         for t in self.thetas:
-            entry: dict[str, object] = {**asdict(t), "brier": self.brier,
+            entry: dict[str, object] = {**asdict(t), "enforcement": self.enforcement.value, "trigger": self.trigger,
+                                        "brier": self.brier,
                                         "ece": None if step is None else step.ece,
                                         "brier_run": None if run is None else run.brier,
                                         "ece_run": None if run is None else run.ece}
@@ -249,10 +301,12 @@ def replay_run(guard: Guard | BundleGuard, run: Run) -> RunReplay:
             violation = i
             break
     return RunReplay(run.id, risks, violation, run.times()[:len(risks)], meta=run.meta, length=len(run.steps),
-                     abstract=tuple(abstract), monitor_states=tuple(monitor_states))
+                     abstract=tuple(abstract), monitor_states=tuple(monitor_states),
+                     start_risk=max(guard.start_risk))  # decisions report the property most at risk
 
 
 def replay(guard: Guard | BundleGuard, runs: Iterable[Run], thetas: Sequence[float], *,
+           enforcement: Enforcement | str = Enforcement.LOOKAHEAD, trigger: Trigger | str | None = None,
            on_run: Callable[[int], None] | None = None) -> ReplayReport:
     """Replay runs through a guard and summarise per threshold.
 
@@ -261,6 +315,9 @@ def replay(guard: Guard | BundleGuard, runs: Iterable[Run], thetas: Sequence[flo
             a state the model never saw raises an alarm).
         runs: runs in the contract's format (consumed once).
         thetas: thresholds on p_safe.
+        enforcement: ``lookahead`` (the middleware's) or ``observe``; see the module's doc.
+        trigger: ``level`` or ``increase`` (with the policy's ``min_increase``); by default the
+            policy's trigger, else ``level``.
         on_run: called with the number of runs replayed so far (progress bars).
     """
     replays = []
@@ -269,7 +326,13 @@ def replay(guard: Guard | BundleGuard, runs: Iterable[Run], thetas: Sequence[flo
         if on_run is not None:
             on_run(n)
     return summarize(replays, thetas, unseen_alarms=guard.policy.unseen_state is not Action.ALLOW,
-                     horizon=horizon_of(guard.property))
+                     horizon=horizon_of(guard.property), enforcement=enforcement,
+                     min_increase=min_increase_of(trigger or guard.policy.trigger, guard.policy.min_increase))
+
+
+def min_increase_of(trigger: Trigger | str | None, min_increase: float) -> float | None:
+    """``summarize``'s ``min_increase`` for a trigger: None for level (and unset), the value for increase."""
+    return min_increase if trigger is not None and Trigger(trigger) is Trigger.INCREASE else None
 
 
 def _rate(count: int, total: int) -> float | None:
@@ -281,14 +344,17 @@ def _outcome(r: RunReplay, i: int, horizon: int | None) -> bool:
 
 
 def summarize(replays: Sequence[RunReplay], thetas: Sequence[float], *, unseen_alarms: bool,
-              horizon: int | None = None) -> ReplayReport:
+              horizon: int | None = None, enforcement: Enforcement | str = Enforcement.LOOKAHEAD,
+              min_increase: float | None = None) -> ReplayReport:
     """The per-θ figures and the calibration of replayed runs (any risk source).
 
     Calibration scores every step strictly before a run's first violation (the
     violating step predicts nothing) whose risk is known, against whether the run goes
     on to violate (within ``horizon`` steps when the property is ``F<=horizon``); per
-    run, the first step's risk against the run's outcome.
+    run, the first step's risk against the run's outcome. ``min_increase``: None scores the
+    level trigger, a number the increase trigger (see :meth:`RunReplay.under_trigger`).
     """
+    replays = [r.under_trigger(min_increase) for r in replays]
     steps = sum(len(r.p_unsafe) for r in replays)
     unseen = 0
     step_pairs: list[tuple[float, bool]] = []
@@ -307,30 +373,34 @@ def summarize(replays: Sequence[RunReplay], thetas: Sequence[float], *, unseen_a
     n_safe = len(replays) - n_unsafe
     with_success = [r for r in replays if r.success is not None]
     completed = sum(bool(r.success) for r in with_success)
-    reports = [_theta_report(replays, theta, unseen_alarms, n_unsafe, n_safe, with_success) for theta in thetas]
+    mode = Enforcement(enforcement)
+    lookahead = mode is Enforcement.LOOKAHEAD
+    reports = [_theta_report(replays, theta, unseen_alarms, n_unsafe, n_safe, with_success, lookahead)
+               for theta in thetas]
     return ReplayReport(runs=len(replays), steps=steps, unseen_steps=unseen, brier=by_step.brier, thetas=reports,
                         calibration_step=by_step, calibration_run=by_run,
                         unsafe_rate=_rate(n_unsafe, len(replays)), runs_with_success=len(with_success),
                         completion_rate=_rate(completed, len(with_success)), horizon=horizon,
-                        unseen_alarms=unseen_alarms, replays=list(replays))
+                        unseen_alarms=unseen_alarms, enforcement=mode, min_increase=min_increase,
+                        replays=replays)
 
 
 def _theta_report(replays: Sequence[RunReplay], theta: float, unseen_alarms: bool, n_unsafe: int, n_safe: int,
-                  with_success: Sequence[RunReplay]) -> ThetaReport:
+                  with_success: Sequence[RunReplay], lookahead: bool) -> ThetaReport:
     advance_steps: list[float] = []
     advance_seconds: list[float] = []
     false_alarms = at_start = 0
     prompts = safe_prompts = 0
     for r in replays:
         alarm = r.first_alarm(theta, unseen_alarms)
-        count = r.alarm_steps(theta, unseen_alarms)
+        count = r.alarm_steps(theta, unseen_alarms, lookahead)
         prompts += count
         if r.violation is None:
             false_alarms += alarm is not None
             safe_prompts += count
         else:
             at_start += r.violation == 0
-            if alarm is not None and alarm < r.violation:
+            if alarm is not None and alarm < r.acting_end(lookahead):
                 advance_steps.append(r.violation - alarm)
                 t_alarm, t_violation = r.times[alarm], r.times[r.violation]
                 if t_alarm is not None and t_violation is not None:
@@ -355,14 +425,14 @@ def _theta_report(replays: Sequence[RunReplay], theta: float, unseen_alarms: boo
 
 
 def rate_curve(replays: Sequence[RunReplay], thetas: Sequence[float] | NDArray[np.float64], *,
-               unseen_alarms: bool) -> tuple[list[float | None], list[float | None]]:
+               unseen_alarms: bool, lookahead: bool = True) -> tuple[list[float | None], list[float | None]]:
     """Detection and false-alarm rates at many thresholds at once (for curves).
 
     A run is flagged at θ exactly when its lowest p_safe before the violation (over the
     whole run when it is safe) is below θ, so one sort per kind of run gives every θ.
     """
-    unsafe = np.sort([r.min_p_safe(unseen_alarms) for r in replays if r.unsafe])
-    safe = np.sort([r.min_p_safe(unseen_alarms) for r in replays if not r.unsafe])
+    unsafe = np.sort([r.min_p_safe(unseen_alarms, lookahead) for r in replays if r.unsafe])
+    safe = np.sort([r.min_p_safe(unseen_alarms, lookahead) for r in replays if not r.unsafe])
     grid = np.asarray(thetas, dtype=float)
     detection = np.searchsorted(unsafe, grid, side="left") / len(unsafe) if len(unsafe) else None
     false_alarm = np.searchsorted(safe, grid, side="left") / len(safe) if len(safe) else None

@@ -6,7 +6,7 @@ cached per product state because the model, and so the answer, is fixed.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from guard.model import GuardModel
 from guard.policy import Policy
 from guard.predicates import PredicateSet, PythonPredicate
 from guard.spec import Action, Meaning
+from guard.thresholds import start_risk, warn_initial_crossings
 
 __all__ = ["Decision", "PropertyValue", "Guard", "Session", "StepRecord"]
 
@@ -35,11 +36,14 @@ class PropertyValue:
     threshold: float | None
     ci_low: float | None = None  # statistical confidence interval of p_unsafe (1 − learning.delta)
     ci_high: float | None = None
+    baseline_p_unsafe: float | None = None  # trigger increase: the run's risk p_unsafe was compared with
+    increase: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "formula": self.formula, "p_unsafe": self.p_unsafe, "p_safe": self.p_safe,
                 "lower": self.lower, "upper": self.upper, "ci_low": self.ci_low, "ci_high": self.ci_high,
-                "action": self.action.value, "threshold": self.threshold}
+                "action": self.action.value, "threshold": self.threshold,
+                "baseline_p_unsafe": self.baseline_p_unsafe, "increase": self.increase}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +56,9 @@ class Decision:
     are Storm's certified bounds on it when the model was checked soundly (numerical,
     not statistical); ``ci_low``/``ci_high`` its statistical confidence interval at
     confidence 1 − ``learning.delta``, and ``visits`` the departures observed from the
-    state in the runs the model was learned from.
+    state in the runs the model was learned from. Under the increase trigger
+    ``baseline_p_unsafe`` is the run's risk the step was compared with and ``increase`` =
+    ``p_unsafe`` − it; under the level trigger both are None.
     """
 
     action: Action
@@ -74,6 +80,8 @@ class Decision:
     member: str | None = None  # in a bundle: the member that decided ("pooled" or a group's value)
     group: str | None = None  # in a bundle: the session's group (None: its metadata has no grouping key)
     fallback: bool = False  # in a bundle: no model for the session's group, the pooled one decided
+    baseline_p_unsafe: float | None = None
+    increase: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +90,7 @@ class Decision:
             "visits": self.visits, "property": self.property,
             "abstract_state": dict(self.abstract_state), "message": self.message,
             "threshold": self.threshold, "known": self.known, "unsafe_now": self.unsafe_now,
+            "baseline_p_unsafe": self.baseline_p_unsafe, "increase": self.increase,
             "properties": [p.to_dict() for p in self.properties], "monitors": dict(self.monitors),
             "member": self.member, "group": self.group, "fallback": self.fallback,
         }
@@ -95,18 +104,22 @@ class Guard:
         policy: overrides the spec's thresholds and unseen-state action (for every
             property that has no thresholds of its own).
         python_predicates: predicates defined in code, by name.
+        allow_python: modules whose functions the model's spec may name (:mod:`guard.trust`);
+            None reads ``$FOREWARN_PYTHON_PREDICATES``; anything else is refused.
         predicates: compiled predicates of the same spec to share (the members of a bundle
             share one set, and so its memo).
     """
 
     def __init__(self, model: GuardModel, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
+                 allow_python: Iterable[str] | None = None,
                  predicates: PredicateSet | None = None) -> None:
         from monitors import build_monitors  # monitors build on guard's spec
 
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
-        self.predicates = predicates if predicates is not None else PredicateSet(model.spec, python_predicates)
+        self.predicates = predicates if predicates is not None else PredicateSet(
+            model.spec, python_predicates, allow_python=allow_python)
         self.monitors = build_monitors(model.spec)
         self.property = model.outcome.formula
         self._index = model.dtmc.product_index()
@@ -118,13 +131,21 @@ class Guard:
                          for p in model.properties]
         self._visits = model.visits.tolist()
         self._confidence = 1.0 - model.intervals.delta if model.intervals is not None else None
-        self._decisions: dict[tuple[int, MonitorStates], Decision] = {}
+        self.start_risk = start_risk(model)  # per property: what a session's first step is compared with
+        self._decisions: dict[tuple[Any, ...], Decision] = {}
         self._origin: tuple[str | None, str | None, bool, str] = (None, None, False, "")  # see with_origin
 
     @classmethod
-    def load(cls, path: str | Path, **options: Any) -> Guard:
-        """Load a model file written by ``forewarn learn`` (validated; see :class:`GuardModel`)."""
-        return cls(GuardModel.load(path), **options)
+    def load(cls, path: str | Path, *, trusted_keys: Any = None, **options: Any) -> Guard:
+        """Load a model file written by ``forewarn learn`` (validated, and its signature checked against
+        ``trusted_keys`` when given or set in the environment; see :meth:`GuardModel.load`).
+
+        Warns (:class:`~guard.errors.ThresholdWarning`) when a threshold is already crossed
+        in an initial state under the level trigger (see :mod:`guard.thresholds`).
+        """
+        guard = cls(GuardModel.load(path, trusted_keys=trusted_keys), **options)
+        warn_initial_crossings(guard.model, guard.policy, stacklevel=2)
+        return guard
 
     def session(self, policy: Policy | None = None, *, metadata: Mapping[str, Any] | None = None) -> Session:
         """A new session for one agent run.
@@ -172,12 +193,13 @@ class Guard:
         """The decision for an abstract state (with the monitors' first-step states by default)."""
         return self.decide_product(bits, self.first_monitor_states(bits) if q is None else q)
 
-    def decide_product(self, bits: int, q: MonitorStates) -> Decision:
-        """The decision for a product state (cached)."""
-        key = (bits, q)
+    def decide_product(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None) -> Decision:
+        """The decision for a product state (cached); ``baseline``: the run's risk per property,
+        under the increase trigger."""
+        key = (bits, q) if baseline is None else (bits, q, baseline)
         decision = self._decisions.get(key)
         if decision is None:
-            decision = self._make_decision(bits, q)
+            decision = self._make_decision(bits, q, baseline)
             member, group, fallback, note = self._origin
             if member is not None:
                 decision = replace(decision, member=member, group=group, fallback=fallback,
@@ -186,7 +208,7 @@ class Guard:
             self._decisions[key] = decision
         return decision
 
-    def _make_decision(self, bits: int, q: MonitorStates) -> Decision:
+    def _make_decision(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None) -> Decision:
         predicates = self.predicates
         abstract = predicates.as_context(bits)
         monitor_words = {m.name: m.describe(qk) for m, qk in zip(self.monitors, q)}
@@ -204,7 +226,7 @@ class Guard:
         policy = self.policy
         upper_end = policy.act_on == "upper"
         values = []
-        for definition, formula, column, lower_col, upper_col, low_col, high_col in self._columns:
+        for k, (definition, formula, column, lower_col, upper_col, low_col, high_col) in enumerate(self._columns):
             if index is None:  # unsafe but never observed: a violation has happened
                 p_unsafe, lower, upper, ci_low, ci_high = 1.0, 1.0, 1.0, 1.0, 1.0
             else:
@@ -218,11 +240,16 @@ class Guard:
                     lower, upper = (None if upper is None else 1.0 - upper), (None if lower is None else 1.0 - lower)
                     ci_low, ci_high = (None if ci_high is None else 1.0 - ci_high), \
                         (None if ci_low is None else 1.0 - ci_low)
-            own = policy if definition.thresholds is None else Policy(definition.thresholds, policy.unseen_state)
+            own = policy if definition.thresholds is None else replace(policy, thresholds=definition.thresholds)
             acted = ci_high if upper_end and ci_high is not None else p_unsafe
             action, theta = own.act(1.0 - acted)
+            base = rise = None
+            if baseline is not None:  # increase trigger: a step that does not raise the risk passes
+                base, rise = baseline[k], p_unsafe - baseline[k]
+                if not unsafe_now and rise <= policy.min_increase:
+                    action, theta = Action.ALLOW, None
             values.append(PropertyValue(definition.name, formula, p_unsafe, 1.0 - p_unsafe, lower, upper,
-                                        action, theta, ci_low, ci_high))
+                                        action, theta, ci_low, ci_high, base, rise))
         worst = max(values, key=lambda v: (v.action.severity, v.p_unsafe))
         action, message, threshold = worst.action, "", worst.threshold
         if not unsafe_now and visits is not None and visits < policy.min_visits:
@@ -233,7 +260,8 @@ class Guard:
         return Decision(action, worst.p_unsafe, worst.p_safe, worst.formula, abstract, message,
                         lower=worst.lower, upper=worst.upper, threshold=threshold, known=index is not None,
                         unsafe_now=unsafe_now, properties=tuple(values), monitors=monitor_words,
-                        ci_low=worst.ci_low, ci_high=worst.ci_high, visits=visits)
+                        ci_low=worst.ci_low, ci_high=worst.ci_high, visits=visits,
+                        baseline_p_unsafe=worst.baseline_p_unsafe, increase=worst.increase)
 
     def _describe(self, bits: int, monitor_words: dict[str, str]) -> str:
         words = self.predicates.describe(bits)
@@ -279,6 +307,9 @@ class Guard:
         else:
             text += (f"The probability of staying safe, {worst.p_safe:.1%}, is below the '{worst.action.value}' "
                      f"threshold {worst.threshold}.")
+        if worst.increase is not None:
+            text += (f" This step raises it by {worst.increase:.1%} over the run's current risk "
+                     f"({worst.baseline_p_unsafe:.1%}).")
         others = [v for v in values if v is not worst and v.action is not Action.ALLOW]
         if others:
             text += " Also at risk: " + ", ".join(f"'{v.name}' ({v.p_unsafe:.1%})" for v in others) + "."
@@ -297,12 +328,21 @@ class StepRecord:
 
 @dataclass
 class Session:
-    """One agent run under a guard. ``observe`` commits a step; ``preview`` does not."""
+    """One agent run under a guard. ``observe`` commits a step; ``preview`` does not.
+
+    ``baseline`` (increase trigger only, else None): the run's current risk per property —
+    the guard's starting risk, then that of the last committed step whose risk is known.
+    """
 
     guard: Guard
     history: list[StepRecord] = field(default_factory=list)
     monitor_states: MonitorStates | None = None  # None before the first step
     metadata: Mapping[str, Any] | None = None  # the run's context: predicates read it as `meta`
+    baseline: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.baseline is None and self.guard.policy.increase is not None:
+            self.baseline = self.guard.start_risk
 
     def _next(self, state: Mapping[str, Any]) -> tuple[int, MonitorStates]:
         guard = self.guard
@@ -314,21 +354,27 @@ class Session:
     def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
         """Commit the agent's new state and decide on it."""
         bits, q = self._next(state)
-        decision = self.guard.decide_product(bits, q)
+        return self._commit(bits, q, action, t)
+
+    def _commit(self, bits: int, q: MonitorStates, action: Any = None, t: float | None = None) -> Decision:
+        decision = self.guard.decide_product(bits, q, self.baseline)
         self.monitor_states = q
         self.history.append(StepRecord(len(self.history), bits, q, decision, action, t))
+        if self.baseline is not None and decision.p_unsafe is not None:
+            self.baseline = tuple(p.p_unsafe for p in decision.properties)  # type: ignore[misc]
         return decision
 
     def preview(self, state: Mapping[str, Any]) -> Decision:
         """Decide on a state the agent might move to, committing nothing (look-ahead)."""
         bits, q = self._next(state)
-        return self.guard.decide_product(bits, q)
+        return self.guard.decide_product(bits, q, self.baseline)
 
     def restore(self, abstract_history: list[tuple[int, MonitorStates]]) -> None:
         """Resume a session from its committed (abstract state, monitor states) history."""
-        self.history = [StepRecord(i, bits, q, self.guard.decide_product(bits, q))
-                        for i, (bits, q) in enumerate(abstract_history)]
-        self.monitor_states = abstract_history[-1][1] if abstract_history else None
+        self.history, self.monitor_states, self.baseline = [], None, None
+        self.__post_init__()
+        for bits, q in abstract_history:
+            self._commit(bits, q)
 
     @property
     def last(self) -> Decision | None:

@@ -21,6 +21,7 @@ __all__ = [
     "PredicateDef",
     "ValidTransitions",
     "Thresholds",
+    "Trigger",
     "GuardSettings",
     "Meaning",
     "MonitorDef",
@@ -108,6 +109,13 @@ class Thresholds(_Strict):
         return [(action, theta) for action, theta in pairs if theta is not None]
 
 
+class Trigger(str, Enum):
+    """What a threshold is applied to (docs/spec.md, "Triggers")."""
+
+    LEVEL = "level"  # the risk of the state a step leads to
+    INCREASE = "increase"  # the same, but only when the step raises the run's current risk
+
+
 class Meaning(str, Enum):
     """Whether a property's probability is that of the bad thing or of the good thing."""
 
@@ -156,6 +164,9 @@ class GuardSettings(_Strict):
     unseen_state: Action = Action.ASK_HUMAN
     act_on: Literal["point", "upper"] = "point"  # the risk acted on: p_unsafe, or its interval's ci_high
     min_visits: int = Field(default=0, ge=0)  # a state seen fewer times is treated as unseen
+    # None: not set — a Guard uses level, the LangChain middleware increase (docs/langchain.md)
+    trigger: Trigger | None = None
+    min_increase: float = Field(default=0.0, ge=0.0, le=1.0)
 
     @field_validator("property")
     @classmethod
@@ -168,6 +179,8 @@ class GuardSettings(_Strict):
             raise ValueError("give either 'properties' or 'property'/'horizon', not both")
         if self.property is not None and self.horizon is not None:
             raise ValueError("'horizon' applies to the default property; write the bound into 'property'")
+        if self.trigger is Trigger.LEVEL and self.min_increase:
+            raise _Located("'min_increase' applies to 'trigger: increase', not 'level'", "guard", "min_increase")
         names = [p.name for p in self.properties]
         if len(set(names)) != len(names):
             raise ValueError(f"property names must be unique, got {names}")
@@ -328,6 +341,7 @@ def load_spec(path: str | Path) -> Spec:
 def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
     """Parse YAML text into a validated :class:`Spec` (CEL is compiled later, in predicates)."""
     try:
+        _check_yaml_shape(text, source)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -335,6 +349,8 @@ def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError(f"YAML does not parse: {problem}", source=source, line=line) from exc
+    except RecursionError as exc:
+        raise SpecError("YAML is nested too deeply to be a spec", source=source) from exc
     if not isinstance(document, dict):
         raise SpecError("a spec must be a YAML mapping with at least 'predicates' and 'unsafe'",
                         source=source, line=1)
@@ -350,6 +366,27 @@ def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
     spec._source = source
     spec._text = text
     return spec
+
+
+_MAX_YAML_DEPTH = 64
+
+
+def _check_yaml_shape(text: str, source: str) -> None:
+    """Refuse, from the event stream (no recursion, no tree built), YAML that would take the loader
+    unbounded time or memory: aliases (a few lines can expand into billions of nodes) and deep
+    nesting. A spec also arrives inside model files, written by whoever wrote the file."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise SpecError("YAML aliases (*name) are not allowed in a spec; write the value out",
+                            source=source, line=event.start_mark.line + 1)
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > _MAX_YAML_DEPTH:
+                raise SpecError(f"YAML is nested deeper than {_MAX_YAML_DEPTH} levels", source=source,
+                                line=event.start_mark.line + 1)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
 
 
 def line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:

@@ -38,6 +38,7 @@ __all__ = [
     "interval_bounds",
     "check_dtmc",
     "check_qualitative",
+    "quantitative_form",
     "ctl_verdicts",
     "validate_formula",
     "export_drn",
@@ -61,6 +62,14 @@ class Method(str, Enum):
 
 @dataclass(frozen=True)
 class CheckOutcome:
+    """Per-state results of one property.
+
+    For a state formula with a bound (``P>0.4 [F "unsafe"]``, ``P>=1 [...]``) Storm's
+    per-state truth value is in ``verdicts``, and ``values`` (with ``lower``/``upper``)
+    holds the probability the bound is compared with; for a Boolean combination of such
+    formulas there is no single probability, and ``values`` is NaN.
+    """
+
     formula: str
     values: np.ndarray
     lower: np.ndarray | None
@@ -68,6 +77,7 @@ class CheckOutcome:
     method: Method
     precision: float
     seconds: float
+    verdicts: np.ndarray | None = None
 
 
 def storm_version() -> str:
@@ -234,6 +244,8 @@ def check_sparse_model(model: Any, formula: str, *, method: Method = Method.SOUN
         result = stormpy.model_checking(model, prop, environment=env)
     except Exception as exc:
         raise CheckError(f"Storm could not check {formula!r}: {_first_line(exc)}") from exc
+    if result.is_qualitative():
+        return _verdict_outcome(model, prop, result, formula, method, precision, env, started)
     seconds = time.perf_counter() - started
     if method is Method.EXACT:
         values = np.array([float(Fraction(str(v))) for v in result.get_value_vector()])
@@ -246,6 +258,57 @@ def check_sparse_model(model: Any, formula: str, *, method: Method = Method.SOUN
     return CheckOutcome(formula, values, lower, upper, method, precision, seconds)
 
 
+def _truth(result: Any, n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=bool)
+    out[list(result.get_truth_values_vector())] = True  # the indices of the states where it holds
+    return out
+
+
+def _without_bound(prop: Any) -> Any | None:
+    """``P>0.4 [φ]`` → ``P=? [φ]`` (any operator with a bound); ``None`` for other state formulas."""
+    formula = prop.get_raw_formula()
+    if not (formula.is_probability_operator_formula or formula.is_reward_operator_formula) \
+            or not formula.has_bound:
+        return None
+    quantitative = formula.clone()
+    quantitative.remove_bound()
+    return quantitative
+
+
+def quantitative_form(formula: str) -> str | None:
+    """``P>0.4 [φ]`` → ``P=? [φ]`` (the probability a bound compares); ``None`` for other formulas."""
+    validate_formula(formula)
+    quantitative = _without_bound(stormpy.parse_properties(formula)[0])
+    return None if quantitative is None else str(quantitative)
+
+
+def _verdict_outcome(model: Any, prop: Any, result: Any, formula: str, method: Method, precision: float,
+                     env: Any, started: float) -> CheckOutcome:
+    """A qualitative result: Storm's verdict per state, beside the probability it compares."""
+    verdicts = _truth(result, model.nr_states)
+    quantitative = _without_bound(prop)
+    values, lower, upper = np.full(model.nr_states, np.nan), None, None
+    if quantitative is not None:
+        try:
+            numbers = stormpy.model_checking(model, quantitative, environment=env)
+        except Exception as exc:
+            raise CheckError(f"Storm could not check {formula!r}: {_first_line(exc)}") from exc
+        values, lower, upper = _value_vectors(numbers, method)
+    return CheckOutcome(formula, values, lower, upper, method, 0.0 if method is Method.EXACT else precision,
+                        time.perf_counter() - started, verdicts)
+
+
+def _value_vectors(result: Any, method: Method) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    if method is Method.EXACT:
+        values = np.array([float(Fraction(str(v))) for v in result.get_value_vector()])
+        return values, values.copy(), values.copy()
+    values = np.asarray(result.get_value_vector(), dtype=float)
+    if method is Method.SOUND and result.has_lower_bounds() and result.has_upper_bounds():
+        return (values, np.asarray(result.get_lower_bound_vector(), dtype=float),
+                np.asarray(result.get_upper_bound_vector(), dtype=float))
+    return values, None, None
+
+
 def check_qualitative(model: Any, formula: str) -> np.ndarray:
     """A qualitative property (e.g. ``P>0 [F "unsafe"]``) for every state, as booleans."""
     validate_formula(formula)
@@ -253,9 +316,7 @@ def check_qualitative(model: Any, formula: str) -> np.ndarray:
         result = stormpy.model_checking(model, stormpy.parse_properties(formula)[0])
     except Exception as exc:
         raise CheckError(f"Storm could not check {formula!r}: {_first_line(exc)}") from exc
-    out = np.zeros(model.nr_states, dtype=bool)
-    out[list(result.get_truth_values_vector())] = True
-    return out
+    return _truth(result, model.nr_states)
 
 
 def ctl_verdicts(model: Any) -> dict[str, np.ndarray]:
@@ -311,11 +372,23 @@ def prism_text(dtmc: LearnedDTMC, *, name: str = "forewarn") -> str:
 
 @dataclass(frozen=True)
 class PrismCheck:
+    """``initial``: the value in the (first) initial state; for a formula with a bound,
+    ``verdicts`` per state and ``initial_states`` (the property holds for the model when it
+    holds in all of them, Storm's reading)."""
+
     formula: str
     initial: float
     values: np.ndarray
     states: int
     transitions: int
+    verdicts: np.ndarray | None = None
+    initial_states: tuple[int, ...] = ()
+
+    @property
+    def verdict(self) -> bool | None:
+        if self.verdicts is None:
+            return None
+        return bool(all(self.verdicts[i] for i in self.initial_states))
 
 
 def check_prism_file(path: str | Path, formula: str, *, constants: str | None = None,
@@ -344,13 +417,21 @@ def check_prism_file(path: str | Path, formula: str, *, constants: str | None = 
     try:
         value_type = stormpy.Rational if method is Method.EXACT else float
         model = stormpy.build_model[value_type](program, properties)
-        result = stormpy.model_checking(model, properties[0], environment=_environment(method, precision))
+        env = _environment(method, precision)
+        result = stormpy.model_checking(model, properties[0], environment=env)
+        verdicts = None
+        if result.is_qualitative():
+            verdicts = _truth(result, model.nr_states)
+            quantitative = _without_bound(properties[0])
+            result = None if quantitative is None else stormpy.model_checking(model, quantitative, environment=env)
     except Exception as exc:
         raise CheckError(f"{path}: Storm could not check {formula!r}: {_first_line(exc)}") from exc
-    values = np.array([float(Fraction(str(v))) for v in result.get_value_vector()])
-    init = int(next(iter(model.initial_states)))
-    return PrismCheck(formula=formula, initial=float(values[init]), values=values,
-                      states=model.nr_states, transitions=model.nr_transitions)
+    values = np.full(model.nr_states, np.nan) if result is None else \
+        np.array([float(Fraction(str(v))) for v in result.get_value_vector()])
+    initial_states = tuple(sorted(int(i) for i in model.initial_states))
+    return PrismCheck(formula=formula, initial=float(values[initial_states[0]]), values=values,
+                      states=model.nr_states, transitions=model.nr_transitions, verdicts=verdicts,
+                      initial_states=initial_states)
 
 
 @contextlib.contextmanager

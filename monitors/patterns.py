@@ -15,7 +15,10 @@ Scopes (Q opens, R closes):
 * ``before R``      — the steps before the first R (the whole run if R never holds);
 * ``after Q``       — from the first Q (included) to the end of the run;
 * ``between Q and R`` — from each Q (a step with Q and not R) up to the next R
-  (excluded), or to the end of the run if R does not come.
+  (excluded), or to the end of the run if R does not come. As in Dwyer's LTL mappings,
+  *every* Q ∧ ¬R step opens its own obligation, also inside an open scope: existence
+  needs a P after the latest opener that is not yet met (within K steps of it, with a
+  bound), precedence needs an S again after each opener before a P.
 
 ``before`` and ``between`` are the variants a guard can act on: a P inside the scope is
 a violation at once, whether or not R comes later (Dwyer's "after Q until R"). An
@@ -23,6 +26,13 @@ existence or response obligation still open when R closes the scope is a violati
 the R step; one still open when the run ends is not (weak finite-run semantics). So
 ``existence`` and ``response`` without a bound need a closing scope (``before`` or
 ``between``): on their own, no finite prefix of a run violates them.
+
+The state space stays that of one scope: a new opener inside an open scope only needs
+to know whether the open obligation is met. A pending existence obligation has the
+earliest deadline and any P meeting it meets every later opener's too, so the monitor
+restarts only from ``met``; a precedence obligation is met by the same S as every
+earlier one, so it restarts to "not yet enabled". Absence, universality and response
+read each step of the union of the open scopes, which a new opener does not change.
 """
 from __future__ import annotations
 
@@ -124,6 +134,27 @@ class _Inner:
             return 1 if self.within is None else max(self.within, 1)
         return 1
 
+    def reopen(self, x: int, bits: int) -> int:
+        """Read a step that opens a new ``between`` obligation while the scope is already open.
+
+        Dwyer: every Q ∧ ¬R step opens its own obligation. Existence restarts only when the
+        open one is met (a pending one has the earliest deadline, and any P that meets it
+        meets the new one too); precedence always restarts (the new obligation needs its
+        own S). Absence, universality and response constrain each step of the union of the
+        open scopes, so a new opener changes nothing for them.
+        """
+        if self.pattern is Pattern.PRECEDENCE or (self.pattern is Pattern.EXISTENCE and x == 0):
+            return self.step(self.start(), bits)
+        return self.step(x, bits)
+
+    def reopen_array(self, x: np.ndarray, p: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """:meth:`reopen` on arrays."""
+        if self.pattern is Pattern.PRECEDENCE:
+            return self.step_array(np.full_like(x, self.start()), p, s)
+        if self.pattern is Pattern.EXISTENCE:
+            return self.step_array(np.where(x == 0, self.start(), x), p, s)
+        return self.step_array(x, p, s)
+
     def close(self, x: int) -> int:
         """The scope closes (R): an open existence or response obligation is violated."""
         if self.pattern is Pattern.EXISTENCE and x != 0:
@@ -197,7 +228,10 @@ class PatternMonitor(Monitor):
             if x == VIOL:
                 return VIOL
             return _FINISHED if scope is Scope.BEFORE else _WAITING
-        x = inner.step(x, bits)
+        if scope is Scope.BETWEEN and self.q(bits):  # type: ignore[misc]
+            x = inner.reopen(x, bits)  # a new obligation (R does not hold here: handled above)
+        else:
+            x = inner.step(x, bits)
         return VIOL if x == VIOL else x * 4 + _ACTIVE
 
     @property
@@ -224,7 +258,10 @@ class PatternMonitor(Monitor):
         opens = opener & (~closer if scope is not Scope.AFTER else True)
         from_waiting = np.where(opens, active(inner.step_array(np.full_like(x, inner.start()), p, s)), q)
         # active: the scope may close on this step (R), else the step is read in scope
-        stepped = active(inner.step_array(x, p, s))
+        if scope is Scope.BETWEEN:
+            stepped = active(np.where(opener, inner.reopen_array(x, p, s), inner.step_array(x, p, s)))
+        else:
+            stepped = active(inner.step_array(x, p, s))
         if scope in (Scope.BEFORE, Scope.BETWEEN):
             pending = (x != 0) if inner.pattern in (Pattern.EXISTENCE, Pattern.RESPONSE) else np.zeros_like(closer)
             after_close = np.where(pending, VIOL, _FINISHED if scope is Scope.BEFORE else _WAITING)

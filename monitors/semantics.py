@@ -37,7 +37,10 @@ def bounded_response_violation(trigger: Signal, response: Signal, within: int, *
 
 
 def segments(n: int, scope: str, q: Signal | None, r: Signal | None) -> list[tuple[int, int, bool]]:
-    """The scope's segments ``(start, end, closed)``: steps start..end-1, closed by R at end."""
+    """The scope's segments ``(start, end, closed)``: steps start..end-1, closed by R at end.
+
+    ``between`` segments overlap: one per Q ∧ ¬R step, each up to the next R.
+    """
     if scope == "globally":
         return [(0, n, False)]
     if scope == "before":
@@ -49,18 +52,12 @@ def segments(n: int, scope: str, q: Signal | None, r: Signal | None) -> list[tup
         first = next((t for t in range(n) if q[t]), None)
         return [] if first is None else [(first, n, False)]
     assert q is not None and r is not None
+    # Dwyer: every Q ∧ ¬R step opens its own segment, also inside an open one
     out = []
-    t = 0
-    while t < n:
+    for t in range(n):
         if q[t] and not r[t]:
             end = next((u for u in range(t + 1, n) if r[u]), None)
-            if end is None:
-                out.append((t, n, False))
-                break
-            out.append((t, end, True))
-            t = end + 1  # the closing step cannot open (it has R)
-        else:
-            t += 1
+            out.append((t, n, False) if end is None else (t, end, True))
     return out
 
 

@@ -34,14 +34,14 @@ async def write(state: ServerState, job: Callable[..., Any]) -> Any:
 
 
 async def write_steps(state: ServerState, lives: list[LiveSession], rows: list[tuple[Any, ...]],
-                      approvals: list[tuple[Any, ...]]) -> None:
+                      approvals: list[tuple[Any, ...]], remember: tuple[Any, ...] | None = None) -> None:
     """Commit step rows; the answer waits for this. On failure the sessions are dropped from memory
     (they resume from what the database holds) and the client gets a 503, never a decision."""
     for live in lives:
         live.inflight += 1
     waited = time.perf_counter()
     try:
-        await write(state, Storage.insert_steps(rows, approvals))
+        await write(state, Storage.remember(remember, Storage.insert_steps(rows, approvals)))
     except ApiError:
         for live in lives:
             state.sessions.forget(live)
@@ -56,7 +56,14 @@ def commit_step(state: ServerState, live: LiveSession, body: S.StepIn,
                 principal: Principal) -> tuple[bytes, tuple[Any, ...], tuple[Any, ...] | None]:
     """Apply an (already evaluable) step to the live session; the response bytes and the rows to write.
     No await in here: the step number and the history move together."""
+    if live.next_step >= state.settings.limits.max_session_steps:
+        raise ApiError(409, "session_step_limit", f"session {live.id!r} has reached the limit of "
+                       f"{state.settings.limits.max_session_steps} steps (limits.max_session_steps); "
+                       "start a new session", field="path.session_id")
     decision = live.session.observe(body.state, action=body.action, t=body.t)
+    history = live.session.history
+    if len(history) > 1:  # a live session keeps its last step only: memory does not grow with its length
+        del history[0]
     step = live.next_step
     live.next_step += 1
     now = time.time()

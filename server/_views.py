@@ -24,6 +24,10 @@ def policy_overrides(policy: S.PolicyOverrides | None) -> dict[str, Any] | None:
         overrides["act_on"] = policy.act_on
     if policy.min_visits is not None:
         overrides["min_visits"] = policy.min_visits
+    if policy.trigger is not None:
+        overrides["trigger"] = policy.trigger
+    if policy.min_increase is not None:
+        overrides["min_increase"] = policy.min_increase
     return overrides or None
 
 

@@ -32,14 +32,15 @@ from guard._version import __version__
 from guard.errors import ForewarnError, PredicateError
 from server import schemas as S
 from server._http import (
-    ERRORS, JSON, ApiError, BodyLimit, FastSteps, Route, authorize, bad_request, check_id, error_response, errors_for,
+    ERRORS, JSON, ApiError, AuthFirst, BodyLimit, FastSteps, Route, authorize, bad_request, check_id, error_response, errors_for,
     field_of, log, parse_json, step_openapi, too_deep, validation_detail,
 )
 from server._steps import commit_step, decision_json, write, write_steps
 from server._views import approval_out, policy_overrides, session_summary, step_out
 from server.auth import ADMIN, AGENT, ANY, APPROVER, Principal
 from server.metrics import CONTENT_TYPE_LATEST
-from server.models_registry import UnknownModel, read_model
+from server.idempotency import Entry, request_hash
+from server.models_registry import UnknownModel, parse_model, read_model
 from server.sessions import LiveSession, SessionNotFound, effective_policy, make_session
 from server.settings import MODEL_NAME_PATTERN, ServerSettings
 from server.state import ServerState, start
@@ -173,16 +174,21 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
     router = app.router
     router.responses = dict(ERRORS)
 
-    def live_session(state: ServerState, session_id: str, field: str = "path.session_id") -> LiveSession:
+    def live_session(state: ServerState, session_id: str, principal: Principal,
+                     field: str = "path.session_id") -> LiveSession:
         try:
-            return state.sessions.get(session_id)
+            live = state.sessions.get(session_id)
         except SessionNotFound:
             raise ApiError(404, "not_found", f"no session {session_id!r}", field=field) from None
         except (UnknownModel, ForewarnError) as exc:  # its model version is gone from the database
             raise ApiError(503, "session_unavailable", f"session {session_id!r} cannot be resumed: {exc}") from exc
+        if not principal.sees(live.tenant):  # another tenant's session: as if it did not exist
+            raise ApiError(404, "not_found", f"no session {session_id!r}", field=field)
+        return live
 
-    def step_context(state: ServerState, session_id: str, field: str = "path.session_id") -> LiveSession:
-        live = live_session(state, session_id, field)
+    def step_context(state: ServerState, session_id: str, principal: Principal,
+                     field: str = "path.session_id") -> LiveSession:
+        live = live_session(state, session_id, principal, field)
         if live.closed:
             raise ApiError(409, "session_closed", f"session {session_id!r} is closed", field=field)
         return live
@@ -208,29 +214,41 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
 
     step_errors = errors_for((404, "Unknown session"), (409, "The session is closed"))
 
-    async def observe_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes) -> bytes:
+    async def observe_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes,
+                           idempotency_key: str | None = None) -> bytes:
         """The observe step, from raw parts to the answer's bytes (shared by the route and the fast path)."""
         started = time.perf_counter()
         principal = authorize(state.auth, authorization, AGENT)
-        live = step_context(state, check_id(session_id, "session_id"))
+        step_context(state, check_id(session_id, "session_id"), principal)
         body = parse_json(raw, S.StepIn)
         check_state(state, body, "body")
-        try:  # observe evaluates the predicates itself; evaluate() only to report a failure well
-            payload, row, approval = commit_step(state, live, body, principal)
-        except Exception:
-            evaluate(live, body, "body")
-            raise
-        await write_steps(state, [live], [row], [approval] if approval else [])
-        if approval:
-            state.hub.created()
-        state.metrics.decision(row[11], "observe")
+
+        async def work(entry: Entry | None) -> tuple[int, bytes]:
+            live = step_context(state, session_id, principal)  # again: a retry may have waited
+            try:  # observe evaluates the predicates itself; evaluate() only to report a failure well
+                payload, row, approval = commit_step(state, live, body, principal)
+            except ApiError:
+                raise
+            except Exception:
+                evaluate(live, body, "body")
+                raise
+            await write_steps(state, [live], [row], [approval] if approval else [],
+                              None if entry is None else entry(200, payload))
+            if approval:
+                state.hub.created()
+            state.metrics.decision(row[11], "observe")
+            return 200, payload
+
+        _, payload = await state.idempotency.run(principal.name, idempotency_key, request_hash(
+            "POST", f"/v1/sessions/{session_id}/observe", raw), work)
         state.metrics.observe_seconds.observe(time.perf_counter() - started)
         return payload
 
-    async def preview_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes) -> bytes:
+    async def preview_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes,
+                           idempotency_key: str | None = None) -> bytes:
         started = time.perf_counter()
-        authorize(state.auth, authorization, AGENT)
-        live = step_context(state, check_id(session_id, "session_id"))
+        principal = authorize(state.auth, authorization, AGENT)
+        live = step_context(state, check_id(session_id, "session_id"), principal)
         body = parse_json(raw, S.StepIn)
         check_state(state, body, "body")
         try:
@@ -253,7 +271,7 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
         """Commit the agent's new state and answer the guard's decision. The answer is sent only after
         the step is committed to the database."""
         payload = await observe_core(st(), request.path_params["session_id"], request.headers.get("authorization"),
-                                     await request.body())
+                                     await request.body(), request.headers.get("idempotency-key"))
         return Response(payload, media_type=JSON)
 
     @router.post("/v1/sessions/{session_id}/preview", response_model=S.DecisionOut, tags=["steps"],
@@ -285,9 +303,11 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
         session_id = "s_" + secrets.token_urlsafe(15)
         now = time.time()
         row = (session_id, name, loaded.version, orjson.dumps(overrides).decode() if overrides else None,
-               orjson.dumps(body.metadata).decode() if body.metadata is not None else None, now, principal.name)
+               orjson.dumps(body.metadata).decode() if body.metadata is not None else None, now, principal.name,
+               principal.tenant)
         await write(state, Storage.insert_session(row))
-        state.sessions.add(LiveSession(session_id, name, loaded, overrides, session, closed=False, next_step=0))
+        state.sessions.add(LiveSession(session_id, name, loaded, overrides, session, closed=False, next_step=0,
+                                       tenant=principal.tenant))
         out = {"id": session_id, "model": {"name": name, "version": loaded.version},
                "policy": effective_policy(session.guard.policy), "created_at": now}
         return Response(orjson.dumps(out), status_code=201, media_type=JSON)
@@ -296,11 +316,11 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
     async def list_sessions(status: Annotated[str | None, Query(pattern="^(open|closed)$")] = None,
                             offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
                             limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                            _: Principal = as_anyone) -> Response:
-        """Sessions, newest first."""
+                            principal: Principal = as_anyone) -> Response:
+        """Sessions the caller may see (its tenant's, an approver's tenants', all for admin), newest first."""
         state = st()
         rows = state.storage.list_sessions(status=status, limit=min(limit, state.settings.limits.max_page),
-                                           offset=offset)
+                                           offset=offset, tenants=principal.tenants)
         out = {"sessions": [session_summary(r) for r in rows], "offset": offset, "limit": limit}
         return Response(orjson.dumps(out), media_type=JSON)
 
@@ -308,11 +328,11 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
                 responses=errors_for((404, "Unknown session")))
     async def get_session(session_id: SessionId, offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
                           limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                          _: Principal = as_anyone) -> Response:
+                          principal: Principal = as_anyone) -> Response:
         """A session with its committed steps and their decisions (paged: ``offset``, ``limit``)."""
         state = st()
         row = state.storage.session_row(session_id)
-        if row is None:
+        if row is None or not principal.sees(row["tenant"] or row["created_by"]):
             raise ApiError(404, "not_found", f"no session {session_id!r}", field="path.session_id")
         limit = min(limit, state.settings.limits.max_page)
         steps = state.storage.steps(session_id, limit=limit, offset=offset)
@@ -339,7 +359,7 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
     async def close_session(session_id: SessionId, principal: Principal = as_agent) -> Response:
         """Close a session: no more steps; its pending approvals are cancelled. Closing twice is harmless."""
         state = st()
-        live = live_session(state, session_id)
+        live = live_session(state, session_id, principal)
         if not live.closed:
             state.sessions.closed(live)  # before the write: no step may slip in while it commits
             try:
@@ -354,7 +374,7 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
         return Response(orjson.dumps(session_summary(row, steps_total=live.next_step)), media_type=JSON)
 
     @router.post("/v1/batch", response_model=S.BatchOut, tags=["steps"], responses=step_errors)
-    async def batch(body: S.BatchIn, principal: Principal = as_agent) -> Response:
+    async def batch(body: S.BatchIn, request: Request, principal: Principal = as_agent) -> Response:
         """Many steps, of one or several sessions, in order. All are checked before any is committed:
         on an error nothing is, and the error names the step (``body.steps[i]``)."""
         started = time.perf_counter()
@@ -362,9 +382,18 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
         limit = state.settings.limits.max_batch
         if len(body.steps) > limit:
             raise bad_request(f"at most {limit} steps per batch, got {len(body.steps)}", "body.steps")
+        _, payload = await state.idempotency.run(
+            principal.name, request.headers.get("idempotency-key"),
+            request_hash("POST", "/v1/batch", await request.body()),
+            lambda entry: batch_work(state, body, principal, entry))
+        state.metrics.batch_seconds.observe(time.perf_counter() - started)
+        return Response(payload, media_type=JSON)
+
+    async def batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
+                         entry: Entry | None) -> tuple[int, bytes]:
         lives: list[LiveSession] = []
         for i, item in enumerate(body.steps):  # check everything first: all or nothing
-            live = step_context(state, item.session, f"body.steps[{i}].session")
+            live = step_context(state, item.session, principal, f"body.steps[{i}].session")
             check_state(state, item, f"body.steps[{i}]")
             evaluate(live, item, f"body.steps[{i}]")
             lives.append(live)
@@ -385,13 +414,13 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
             committed.append(live)
             if approval:
                 approvals.append(approval)
+        answer = b'{"results":[' + b",".join(payloads) + b"]}"
         if rows:
-            await write_steps(state, committed, rows, approvals)
+            await write_steps(state, committed, rows, approvals, None if entry is None else entry(200, answer))
             state.hub.created(len(approvals))
             for row in rows:
                 state.metrics.decision(row[11], "observe")
-        state.metrics.batch_seconds.observe(time.perf_counter() - started)
-        return Response(b'{"results":[' + b",".join(payloads) + b"]}", media_type=JSON)
+        return 200, answer
 
     # -- approvals ---------------------------------------------------------------------
 
@@ -401,11 +430,12 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
                              session_id: Annotated[str | None, Query(pattern=S.ID_PATTERN)] = None,
                              offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
                              limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                             _: Principal = as_approver) -> Response:
-        """Approvals, oldest first; by default the pending ones."""
+                             principal: Principal = as_approver) -> Response:
+        """Approvals of the tenants the caller may see, oldest first; by default the pending ones."""
         state = st()
         rows = state.storage.approvals(status=None if status == "all" else status, session_id=session_id,
-                                       limit=min(limit, state.settings.limits.max_page), offset=offset)
+                                       limit=min(limit, state.settings.limits.max_page), offset=offset,
+                                       tenants=principal.tenants)
         out = {"approvals": [approval_out(r) for r in rows], "offset": offset, "limit": limit}
         return Response(orjson.dumps(out), media_type=JSON)
 
@@ -415,11 +445,11 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
                            wait: Annotated[float, Query(ge=0, le=3600, description=(
                                "Seconds to wait for a pending approval to be resolved (long poll); "
                                "capped by the server's limits.max_wait_seconds."))] = 0,
-                           _: Principal = as_anyone) -> Response:
+                           principal: Principal = as_anyone) -> Response:
         """One approval. With ``wait``, answers as soon as it is resolved, or when the wait is over."""
         state = st()
         row = state.storage.approval(approval_id)
-        if row is None:
+        if row is None or not principal.sees(row["tenant"]):
             raise ApiError(404, "not_found", f"no approval {approval_id!r}", field="path.approval_id")
         if row["status"] == "pending" and wait > 0:
             # no await between the read above and registering the wait: a resolution cannot slip between
@@ -430,22 +460,37 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
 
     @router.post("/v1/approvals/{approval_id}", response_model=S.ApprovalOut, tags=["approvals"],
                  responses=errors_for((404, "Unknown approval"), (409, "Already resolved")))
-    async def resolve_approval(approval_id: ApprovalId, body: S.ApprovalResolve,
+    async def resolve_approval(approval_id: ApprovalId, body: S.ApprovalResolve, request: Request,
                                principal: Principal = as_approver) -> Response:
-        """Approve or reject a pending approval, with an optional reason."""
+        """Approve or reject a pending approval, with an optional reason (``Idempotency-Key`` honoured)."""
         state = st()
         status = "approved" if body.decision == "approve" else "rejected"
-        changed = await write(state, Storage.resolve_approval(approval_id, status, time.time(), principal.name,
-                                                               body.reason))
-        row = state.storage.approval(approval_id)
-        if row is None:
-            raise ApiError(404, "not_found", f"no approval {approval_id!r}", field="path.approval_id")
-        if not changed:
-            raise ApiError(409, "already_resolved", f"approval {approval_id!r} is already {row['status']}",
-                           field="path.approval_id")
-        state.hub.resolved([approval_id])
-        state.metrics.approvals_resolved.labels(status).inc()
-        return Response(orjson.dumps(approval_out(row)), media_type=JSON)
+
+        async def work(entry: Entry | None) -> tuple[int, bytes]:
+            row = state.storage.approval(approval_id)
+            if row is None or not principal.sees(row["tenant"]):
+                raise ApiError(404, "not_found", f"no approval {approval_id!r}", field="path.approval_id")
+            if row["status"] != "pending":
+                raise ApiError(409, "already_resolved", f"approval {approval_id!r} is already {row['status']}",
+                               field="path.approval_id")
+            at = time.time()
+            # the answer is known before the write, so it commits with it (a retry gets these very bytes)
+            answer = orjson.dumps(approval_out({**dict(row), "status": status, "resolved_at": at,
+                                                "resolved_by": principal.name, "reason": body.reason}))
+            job = Storage.resolve_approval(approval_id, status, at, principal.name, body.reason,
+                                           remember=None if entry is None else entry(200, answer))
+            if not await write(state, job):
+                current = state.storage.approval(approval_id)
+                raise ApiError(409, "already_resolved", f"approval {approval_id!r} is already "
+                               f"{current['status'] if current else 'gone'}", field="path.approval_id")
+            state.hub.resolved([approval_id])
+            state.metrics.approvals_resolved.labels(status).inc()
+            return 200, answer
+
+        _, payload = await state.idempotency.run(principal.name, request.headers.get("idempotency-key"),
+                                                 request_hash("POST", f"/v1/approvals/{approval_id}",
+                                                              await request.body()), work)
+        return Response(payload, media_type=JSON)
 
     # -- models ------------------------------------------------------------------------
 
@@ -476,10 +521,18 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
         """Load a model file under a name, or atomically replace the model of that name. New sessions
         get it; open sessions keep theirs unless ``migrate_sessions`` is set."""
         state = st()
+        rules = state.registry.rules
+        source = body.path if body.path is not None else f"upload by {principal.name}"
+        field_name = "body.path" if body.path is not None else "body.document"
         try:
-            raw, version, model, guard = await anyio.to_thread.run_sync(read_model, body.path)
+            if body.path is not None:
+                real = rules.confine(body.path)
+                raw, version, model, guard = await anyio.to_thread.run_sync(read_model, real, rules)
+            else:
+                raw = orjson.dumps(body.document)
+                raw, version, model, guard = await anyio.to_thread.run_sync(parse_model, raw, source, rules)
         except ForewarnError as exc:
-            raise ApiError(422, "invalid_model", str(exc), field="body.path") from exc
+            raise ApiError(422, "invalid_model", str(exc), field=field_name) from exc
         names = state.registry.names()
         previous = state.registry.current(body.name).version if body.name in names else None
         to_move: list[str] = []
@@ -491,8 +544,8 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
                     raise ApiError(409, "incompatible_model",
                                    f"session {live.id!r} uses predicates {live.loaded.model.spec.predicate_names}, "
                                    f"the new model {wanted}: it cannot be migrated", field="body.migrate_sessions")
-        await write(state, Storage.put_model(body.name, version, body.path, raw, principal.name, current=True))
-        loaded = state.registry.install(body.name, version, body.path, model, guard, principal.name)
+        await write(state, Storage.put_model(body.name, version, source, raw, principal.name, current=True))
+        loaded = state.registry.install(body.name, version, source, model, guard, principal.name)
         if to_move:
             await write(state, Storage.migrate_sessions(body.name, version, to_move))
             for live in (state.sessions.get(i) for i in to_move):
@@ -512,5 +565,7 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
 
     fast = {"observe": observe_core, "preview": preview_core, "state": st, "api_error": api_error_response}
     app.add_middleware(FastSteps, handlers=lambda: fast)
-    app.add_middleware(BodyLimit, limit=settings.limits.max_body_bytes)  # added last: runs first
+    app.add_middleware(BodyLimit, limit=settings.limits.max_body_bytes, timeout=settings.limits.body_timeout)
+    app.add_middleware(AuthFirst, handlers=lambda: fast, rate=settings.limits.rate_per_key,  # added last: runs first
+                       burst=settings.limits.rate_burst, protect_metrics=not settings.metrics_public)
     return app

@@ -7,6 +7,11 @@ key, or how much of one, matched.
 
 Roles: ``agent`` (sessions and steps, and waiting on its approvals), ``approver``
 (approvals, and reading sessions for context), ``admin`` (models, and everything else).
+
+Tenants: every session belongs to the tenant of the agent key that opened it (by default
+each agent key is a tenant of its own). An agent key sees and acts on its tenant's sessions
+only; an approver key on the tenants it is configured for (default: all); admin on all.
+Sessions another key may not see answer 404, as if they did not exist.
 """
 from __future__ import annotations
 
@@ -28,13 +33,30 @@ READERS = frozenset(Role)  # reading a session or an approval: the agent that ma
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: the audit log's ``principal`` and the role that decides what they may do."""
+    """Who is calling: the audit log's ``principal``, the role that decides what they may do, and
+    the tenants whose sessions they may see (``None``: all of them)."""
 
     name: str
     role: Role
+    tenant: str = ""  # the tenant new sessions of this key belong to
+    tenants: frozenset[str] | None = None
+
+    def sees(self, tenant: str | None) -> bool:
+        """Whether a session (or its approvals) of ``tenant`` is visible to this caller."""
+        return self.tenants is None or tenant in self.tenants
 
 
-_ANONYMOUS_ADMIN = Principal("anonymous", Role.ADMIN)
+_ANONYMOUS_ADMIN = Principal("anonymous", Role.ADMIN, "anonymous")
+
+
+def _principal(key: ApiKey) -> Principal:
+    if key.role is Role.ADMIN:
+        scope = None
+    elif key.role is Role.APPROVER:
+        scope = None if key.tenants is None else frozenset(key.tenants)
+    else:
+        scope = frozenset({key.own_tenant})
+    return Principal(key.principal, key.role, key.own_tenant, scope)
 
 
 class Authenticator:
@@ -42,8 +64,7 @@ class Authenticator:
 
     def __init__(self, keys: Iterable[ApiKey], *, insecure: bool = False) -> None:
         self.insecure = insecure
-        self._entries = [(hashlib.sha256(k.key.get_secret_value().encode()).digest(), Principal(k.principal, k.role))
-                         for k in keys]
+        self._entries = [(hashlib.sha256(k.key.get_secret_value().encode()).digest(), _principal(k)) for k in keys]
 
     def principal(self, authorization: str | None) -> Principal | None:
         """The principal for an ``Authorization`` header value, or None if it names no key."""

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from server.settings import ApiKey, ConfigError, Role, ServerSettings, load_settings
 
-__all__ = ["register", "serve", "run_server", "serve_app", "parse_model_options"]
+__all__ = ["register", "serve", "run_server", "serve_app", "parse_model_options", "uvicorn_config"]
 
 
 def parse_model_options(values: list[str]) -> dict[str, Path]:
@@ -53,10 +53,24 @@ def serve_app(app: Any, settings: ServerSettings) -> None:
     # instead of stalling every request in flight for a hundred milliseconds or more.
     gc.collect()
     gc.freeze()
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                            access_log=settings.access_log, lifespan="on", server_header=False,
-                            timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run()
+    uvicorn.Server(uvicorn_config(app, settings)).run()
+
+
+def uvicorn_config(app: Any, settings: ServerSettings, **overrides: Any) -> Any:
+    """uvicorn's configuration for ``app``: the address, logging, and the connection limits
+    (header deadline, connection cap, keep-alive) of ``settings.limits``."""
+    import uvicorn
+
+    from server.connections import guarded_protocol
+
+    limits = settings.limits
+    values: dict[str, Any] = dict(
+        host=settings.host, port=settings.port, log_level=settings.log_level, access_log=settings.access_log,
+        lifespan="on", server_header=False, timeout_graceful_shutdown=5,
+        http=guarded_protocol(header_timeout=limits.header_timeout, max_connections=limits.max_connections),
+        timeout_keep_alive=limits.keep_alive_seconds, h11_max_incomplete_event_size=64 * 1024)
+    values.update(overrides)
+    return uvicorn.Config(app, **values)
 
 
 def serve(
@@ -74,6 +88,15 @@ def serve(
         "--insecure-no-auth", help="Serve without API keys (loopback addresses only).")] = False,
     log_level: Annotated[Optional[str], typer.Option(help="critical, error, warning, info, debug.")] = None,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request.")] = False,
+    allow_python: Annotated[Optional[list[str]], typer.Option(
+        "--allow-python", help="A module models' specs may name Python functions from; repeatable "
+                               "(FOREWARN_PYTHON_PREDICATES). Default: none.")] = None,
+    trusted_key: Annotated[Optional[list[Path]], typer.Option(
+        "--trusted-key", help="Serve only models signed by this Ed25519 public key (PEM); repeatable "
+                              "(FOREWARN_TRUSTED_KEYS).")] = None,
+    model_dir: Annotated[Optional[list[Path]], typer.Option(
+        "--model-dir", help="A folder POST /v1/models may load model files from; repeatable "
+                            "(FOREWARN_MODEL_DIRS). Default: none (upload models as documents).")] = None,
 ) -> None:
     """Serve the guard over HTTP (sessions, steps, approvals, models, metrics)."""
     overrides = {
@@ -82,6 +105,9 @@ def serve(
         "models": parse_model_options(model) if model else None,
         "insecure_no_auth": True if insecure_no_auth else None,
         "access_log": True if access_log else None,
+        "python_predicates": tuple(allow_python) if allow_python else None,
+        "trusted_keys": tuple(trusted_key) if trusted_key else None,
+        "model_dirs": tuple(model_dir) if model_dir else None,
     }
     settings = load_settings(config, **overrides)
     if not settings.api_keys and not settings.insecure_no_auth:

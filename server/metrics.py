@@ -16,7 +16,8 @@ class Metrics:
     """The server's metrics. Gauges read live counters at scrape time, so they are never stale."""
 
     def __init__(self, *, sessions_open: Callable[[], float], sessions_cached: Callable[[], float],
-                 approvals_pending: Callable[[], float], models_loaded: Callable[[], float]) -> None:
+                 approvals_pending: Callable[[], float], models_loaded: Callable[[], float],
+                 cache_bytes: Callable[[], float] = lambda: 0.0) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.decisions = Counter("forewarn_decisions_total", "Decisions answered, by action and operation",
                                  ["action", "op"], registry=self.registry)
@@ -40,6 +41,8 @@ class Metrics:
         Gauge("forewarn_approvals_pending", "Approvals waiting for a human",
               registry=self.registry).set_function(approvals_pending)
         Gauge("forewarn_models_loaded", "Model names served", registry=self.registry).set_function(models_loaded)
+        Gauge("forewarn_cache_bytes", "Bytes held by the predicates' memo tables of every model version loaded "
+              "(bounded by limits.memo_bytes each)", registry=self.registry).set_function(cache_bytes)
         # Bound children: .labels() looks up a dict each call; the step path should not.
         self._decision_children: dict[tuple[str, str], Counter] = {}
         self.observe_seconds = self.step_seconds.labels("observe")

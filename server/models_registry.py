@@ -13,7 +13,9 @@ they are migrated; new sessions get the new one.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
+import os
 import stat
 import time
 from dataclasses import dataclass
@@ -29,7 +31,9 @@ from guard.model import GuardModel
 from guard.runtime import Guard
 from server.storage import Storage
 
-__all__ = ["LoadedModel", "ModelRegistry", "UnknownModel", "read_model"]
+__all__ = ["LoadRules", "LoadedModel", "ModelRegistry", "UnknownModel", "parse_model", "read_model"]
+
+log = logging.getLogger("forewarn.server")
 
 
 MAX_MODEL_BYTES = 1 << 30
@@ -101,47 +105,105 @@ def _jsonable(value: Any) -> Any:
     return orjson.loads(orjson.dumps(value, default=str))
 
 
-def read_model(path: str | Path) -> tuple[bytes, str, GuardModel, Guard | BundleGuard]:
+@dataclass(frozen=True)
+class LoadRules:
+    """What a model must satisfy to be served: the code it may name, the keys that must have
+    signed it (none: unsigned models are accepted), the folders ``POST /v1/models`` may read."""
+
+    allow_python: tuple[str, ...] = ()
+    trusted_keys: tuple[Any, ...] = ()
+    model_dirs: tuple[Path, ...] = ()
+    memo_bytes: int | None = None  # the predicates' memo budget per model version
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> LoadRules:
+        from guard.signing import load_trusted_keys
+
+        return cls(tuple(settings.python_predicates), load_trusted_keys(settings.trusted_keys),
+                   tuple(Path(d) for d in settings.model_dirs), settings.limits.memo_bytes)
+
+    def confine(self, path: str) -> Path:
+        """``path`` resolved (symlinks followed), if it lies inside a configured model folder."""
+        if not self.model_dirs:
+            raise ModelFileError("loading a model by path is disabled: no model_dirs are configured "
+                                 "(set model_dirs, or upload the model file as 'document')")
+        try:
+            real = Path(os.path.realpath(path))
+            roots = [Path(os.path.realpath(d)) for d in self.model_dirs]
+        except (OSError, ValueError) as exc:
+            raise ModelFileError(f"{path!r}: not a usable path: {exc}") from exc
+        if not any(real == root or root in real.parents for root in roots):
+            raise ModelFileError(f"{path}: outside the configured model folders ({', '.join(map(str, roots))}); "
+                                 "symbolic links are followed before this check")
+        return real
+
+
+def read_model(path: str | Path, rules: LoadRules | None = None
+               ) -> tuple[bytes, str, GuardModel, Guard | BundleGuard]:
     """Read, validate and compile a model file (blocking: call it off the event loop).
 
     Raises:
-        ModelFileError: the file is missing, corrupt or invalid; the message says which.
-        ForewarnError: the embedded spec does not compile.
+        ModelFileError: the file is missing, corrupt, invalid or not signed as ``rules`` require.
+        ForewarnError: the embedded spec does not compile, or names code ``rules`` do not allow.
     """
     path = Path(path)
     try:
-        info = path.stat()
-        # only regular files of sane size: an admin's typo must not make the server read /dev/zero
-        if not stat.S_ISREG(info.st_mode):
-            raise ModelFileError(f"{path}: not a regular file")
-        if info.st_size > MAX_MODEL_BYTES:
-            raise ModelFileError(f"{path}: {info.st_size} bytes is larger than a model file may be "
-                                 f"({MAX_MODEL_BYTES} bytes)")
-        raw = path.read_bytes()
+        # O_NOFOLLOW: the path was resolved already, a symlink swapped in since is not followed
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        try:
+            info = os.fstat(fd)
+            # only regular files of sane size: an admin's typo must not make the server read /dev/zero
+            if not stat.S_ISREG(info.st_mode):
+                raise ModelFileError(f"{path}: not a regular file")
+            if info.st_size > MAX_MODEL_BYTES:
+                raise ModelFileError(f"{path}: {info.st_size} bytes is larger than a model file may be "
+                                     f"({MAX_MODEL_BYTES} bytes)")
+            with os.fdopen(fd, "rb", closefd=False) as handle:
+                raw = handle.read(MAX_MODEL_BYTES + 1)
+        finally:
+            os.close(fd)
     except ModelFileError:
         raise
     except OSError as exc:
         raise ModelFileError(f"{path}: cannot read model file: {exc.strerror}") from exc
     except ValueError as exc:  # e.g. a NUL byte in the path
         raise ModelFileError(f"{str(path)!r}: not a usable path: {exc}") from exc
-    model, guard = _parse(raw, str(path))
+    return parse_model(raw, str(path), rules)
+
+
+def parse_model(raw: bytes, source: str, rules: LoadRules | None = None
+                ) -> tuple[bytes, str, GuardModel, Guard | BundleGuard]:
+    """A model from its bytes (a file, an upload, a database row): (raw, version, model, guard)."""
+    if len(raw) > MAX_MODEL_BYTES:
+        raise ModelFileError(f"{source}: larger than a model file may be ({MAX_MODEL_BYTES} bytes)")
+    model, guard = _parse(raw, source, rules or LoadRules())
     return raw, hashlib.sha256(raw).hexdigest()[:16], model, guard
 
 
-def _parse(raw: bytes, source: str) -> tuple[GuardModel, Guard | BundleGuard]:
-    loaded = parse_model_or_bundle(raw, source)  # a model file or a bundle
+def _parse(raw: bytes, source: str, rules: LoadRules) -> tuple[GuardModel, Guard | BundleGuard]:
+    loaded = parse_model_or_bundle(raw, source, trusted_keys=rules.trusted_keys)  # a model file or a bundle
+    guard: Guard | BundleGuard
     if isinstance(loaded, GuardBundle):
-        return loaded.pooled, BundleGuard(loaded)
-    return loaded, Guard(loaded)
+        model, guard = loaded.pooled, BundleGuard(loaded, allow_python=rules.allow_python)
+    else:
+        model, guard = loaded, Guard(loaded, allow_python=rules.allow_python)
+    if rules.memo_bytes is not None:
+        guard.predicates.memo_limit = rules.memo_bytes
+    return model, guard
 
 
 class ModelRegistry:
     """Name → current version, and every version loaded so far. Used on the event loop thread."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, rules: LoadRules | None = None) -> None:
         self._storage = storage
+        self.rules = rules or LoadRules()
         self._versions: dict[str, LoadedModel] = {}
         self._current: dict[str, str] = {}
+
+    def cache_bytes(self) -> float:
+        """Bytes the predicates' memo tables of every loaded version hold (each bounded in bytes)."""
+        return float(sum(v.guard.predicates.memo_bytes for v in self._versions.values()))
 
     def names(self) -> list[str]:
         return sorted(self._current)
@@ -160,7 +222,8 @@ class ModelRegistry:
         row = self._storage.model_version(version)
         if row is None:
             raise UnknownModel(f"model version {version!r} is not in the database")
-        model, guard = _parse(bytes(row["document"]), f"database model {row['name']}@{version}")
+        # the same checks as a file: code allow-list and signatures hold for what the database returns
+        model, guard = _parse(bytes(row["document"]), f"database model {row['name']}@{version}", self.rules)
         loaded = LoadedModel(row["name"], version, row["source"], row["loaded_at"], row["loaded_by"], model, guard)
         self._versions[version] = loaded
         return loaded
@@ -179,5 +242,9 @@ class ModelRegistry:
         """Load, from the database, the current version of every name not loaded yet."""
         for name, version in self._storage.current_models().items():
             if name not in self._current:
-                self.version(version)
+                try:
+                    self.version(version)
+                except ForewarnError as exc:  # e.g. it names code no longer allowed: not served
+                    log.error("model %s@%s is not restored: %s", name, version, exc)
+                    continue
                 self._current[name] = version

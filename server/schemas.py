@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from guard.spec import Action
 from server.settings import MODEL_NAME_PATTERN
@@ -54,6 +54,10 @@ class PolicyOverrides(_In):
         default=None, description="Act on p_unsafe ('point') or on its confidence interval's upper end ('upper').")
     min_visits: int | None = Field(default=None, ge=0, description="A state left fewer times in the training "
                                                                      "runs is treated as unseen.")
+    trigger: Literal["level", "increase"] | None = Field(
+        default=None, description="increase: act only on a step that raises the session's risk by more than "
+                                  "min_increase (docs/spec.md).")
+    min_increase: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class SessionCreate(_In):
@@ -85,9 +89,17 @@ class ApprovalResolve(_In):
 
 class ModelLoad(_In):
     name: str = Field(pattern=MODEL_NAME_PATTERN)
-    path: str = Field(min_length=1, max_length=4096, description="A model file on the server's file system.")
+    path: str | None = Field(default=None, min_length=1, max_length=4096,
+                             description="A model file inside one of the server's model_dirs.")
+    document: dict[str, Any] | None = Field(default=None, description="The model file's JSON itself (an upload).")
     migrate_sessions: bool = Field(default=False, description="Move the open sessions of this name to the new "
                                                               "version too (their predicates must be the same).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelLoad:
+        if (self.path is None) == (self.document is None):
+            raise ValueError("give exactly one of 'path' (a file in model_dirs) or 'document' (the model itself)")
+        return self
 
 
 # -- responses --------------------------------------------------------------------------
@@ -103,6 +115,8 @@ class PropertyValue(_Out):
     ci_low: float | None = None
     ci_high: float | None = None
     threshold: float | None = None
+    baseline_p_unsafe: float | None = None
+    increase: float | None = None
 
 
 class ModelRef(_Out):
@@ -122,6 +136,8 @@ class DecisionOut(_Out):
     visits: int | None = Field(default=None, description="Departures observed from this state in the training runs.")
     property: str
     threshold: float | None = None
+    baseline_p_unsafe: float | None = None  # trigger increase: the session's risk this step was compared with
+    increase: float | None = None
     known: bool
     unsafe_now: bool
     abstract_state: dict[str, bool]

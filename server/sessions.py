@@ -1,8 +1,9 @@
 """Live sessions: the in-memory ``guard.runtime.Session`` of each run, and its resumption.
 
-A session's state is its abstract-state history (and, once models have monitors,
-their states): the database holds it step by step, so a session that is not in
-memory, after a restart or an eviction, is rebuilt from its rows on first use.
+What a session needs to go on is its current abstract state and its monitors' states:
+the database holds them with every step, so a session that is not in memory, after a
+restart or an eviction, resumes from its *last* row alone (an index look-up, whatever
+the session's length), and a live one keeps only its last step in memory.
 Everything here runs on the event loop thread, without awaiting, so two requests
 never see a session half-updated.
 """
@@ -35,12 +36,15 @@ class LiveSession:
     session: Session
     closed: bool
     next_step: int
+    tenant: str = ""
     inflight: int = 0  # committed-but-not-yet-acknowledged steps: never evict while > 0
 
 
 def effective_policy(policy: Policy) -> dict[str, Any]:
     return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
-            "act_on": policy.act_on, "min_visits": policy.min_visits}
+            "act_on": policy.act_on, "min_visits": policy.min_visits,
+            "trigger": "level" if policy.trigger is None else policy.trigger.value,
+            "min_increase": policy.min_increase}
 
 
 def make_session(loaded: LoadedModel, overrides: dict[str, Any] | None,
@@ -105,7 +109,9 @@ class SessionManager:
         """Move a live session to another version of its model (same predicates), keeping its history.
         The monitor states are recomputed from the abstract states: the new version's monitors rule."""
         session = make_session(loaded, live.overrides, _metadata(live.session.metadata))
-        session.restore(_replay(session, [(r.abstract, None) for r in live.session.history]))
+        # the whole history, from the database (a rare admin action): monitors may differ between versions
+        rows = self._storage.history(live.id)
+        session.restore(_replay(session, [(abstract, None) for _step, abstract, _m, _a, _t in rows])[-1:])
         live.session = session
         live.loaded = loaded
 
@@ -126,12 +132,21 @@ class SessionManager:
         loaded = self._registry.version(row["model_version"])
         overrides = orjson.loads(row["policy"]) if row["policy"] else None
         session = make_session(loaded, overrides, orjson.loads(row["metadata"]) if row["metadata"] else None)
-        rows = self._storage.history(session_id)
-        session.restore(_replay(session, [(abstract, None if monitors is None else tuple(orjson.loads(monitors)))
-                                          for _step, abstract, monitors, _action, _t in rows]))
-        next_step = rows[-1][0] + 1 if rows else 0
+        last = self._storage.last_step(session_id)
+        next_step = 0
+        if last is not None:
+            step, abstract, monitors = last
+            next_step = step + 1
+            if monitors is not None:
+                session.restore([(abstract, tuple(orjson.loads(monitors)))])
+            elif not session.guard.monitors:
+                session.restore([(abstract, ())])
+            else:  # rows written before monitor states were stored: replay them once
+                rows = self._storage.history(session_id)
+                session.restore(_replay(session, [(a, None) for _s, a, _m, _x, _t in rows])[-1:])
         return LiveSession(session_id, row["model_name"], loaded, overrides, session,
-                           closed=row["closed_at"] is not None, next_step=next_step)
+                           closed=row["closed_at"] is not None, next_step=next_step,
+                           tenant=row["tenant"] or row["created_by"])
 
 
 def _metadata(metadata: Any) -> dict[str, Any] | None:

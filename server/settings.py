@@ -46,11 +46,19 @@ class ApiKey(BaseModel):
     key: SecretStr = Field(min_length=1)
     role: Role
     name: str | None = None
+    # an agent key's sessions belong to its tenant (default: the key's own name, so two agent keys
+    # never see each other's sessions); an approver key sees the tenants listed (default: all)
+    tenant: str | None = Field(default=None, min_length=1, max_length=128)
+    tenants: tuple[str, ...] | None = None
 
     @property
     def principal(self) -> str:
         # never the key itself: the audit log may be read by people who must not act as the key
         return self.name or "key-" + hashlib.sha256(self.key.get_secret_value().encode()).hexdigest()[:10]
+
+    @property
+    def own_tenant(self) -> str:
+        return self.tenant or self.principal
 
 
 class Limits(BaseModel):
@@ -63,6 +71,14 @@ class Limits(BaseModel):
     max_batch: int = Field(default=1000, ge=1)
     max_wait_seconds: float = Field(default=60.0, gt=0)
     max_page: int = Field(default=1000, ge=1)
+    max_session_steps: int = Field(default=1_000_000, ge=1)
+    memo_bytes: int = Field(default=64 << 20, ge=1 << 16)  # per model: the predicates' memo tables
+    header_timeout: float = Field(default=10.0, gt=0)  # seconds to send a request's headers
+    body_timeout: float = Field(default=30.0, gt=0)  # seconds between two chunks of a body
+    max_connections: int = Field(default=1000, ge=1)
+    keep_alive_seconds: float = Field(default=5.0, gt=0)
+    rate_per_key: float | None = Field(default=None, gt=0)  # requests per second per key (a token bucket)
+    rate_burst: int = Field(default=100, ge=1)
 
 
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("forewarn_server_config", default=None)
@@ -120,6 +136,11 @@ class ServerSettings(BaseSettings):
     access_log: bool = False
     opentelemetry: bool = False  # FastAPI's native OpenTelemetry hooks (costly per request; off by default)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    # what a model may name and where it may come from (docs/security.md)
+    python_predicates: Annotated[tuple[str, ...], NoDecode] = ()  # modules spec-named functions may come from
+    trusted_keys: Annotated[tuple[Path, ...], NoDecode] = ()  # Ed25519 public keys; set: models must be signed
+    model_dirs: Annotated[tuple[Path, ...], NoDecode] = ()  # POST /v1/models paths must lie inside one
+    idempotency_hours: float = Field(default=24.0, gt=0)  # how long answers to Idempotency-Key writes are kept
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
@@ -139,12 +160,34 @@ class ServerSettings(BaseSettings):
             if not item:
                 continue
             key, _, rest = item.partition(":")
-            role, _, name = rest.partition(":")
+            role, _, rest = rest.partition(":")
+            name, _, tenant = rest.partition(":")
             if not key or not role:
-                raise ValueError(f"entry {position + 1} must be written 'key:role' or 'key:role:name' "
-                                 f"(role one of agent, approver, admin)")
-            keys.append({"key": key, "role": role, "name": name or None})
+                raise ValueError(f"entry {position + 1} must be written 'key:role', 'key:role:name' or "
+                                 f"'key:role:name:tenant' (role one of agent, approver, admin; an approver's "
+                                 f"tenants separated by '|')")
+            entry: dict[str, Any] = {"key": key, "role": role, "name": name or None}
+            if tenant:
+                if role == Role.APPROVER.value:
+                    entry["tenants"] = tuple(t for t in tenant.split("|") if t)
+                else:
+                    entry["tenant"] = tenant
+            keys.append(entry)
         return keys
+
+    @field_validator("python_predicates", "trusted_keys", "model_dirs", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("python_predicates")
+    @classmethod
+    def _modules(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from guard.trust import parse_allow_list
+
+        return parse_allow_list(value)
 
     @field_validator("models")
     @classmethod

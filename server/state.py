@@ -1,13 +1,15 @@
 """What a running server holds, and how it starts: the database, the models, the live sessions."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from server.approvals import ApprovalHub
 from server.auth import Authenticator
+from server.idempotency import IdempotencyKeys
 from server.metrics import Metrics
-from server.models_registry import ModelRegistry, read_model
+from server.models_registry import LoadRules, ModelRegistry, read_model
 from server.sessions import SessionManager
 from server.settings import BUILTIN_MODEL, ConfigError, ServerSettings
 from server.storage import Storage
@@ -26,13 +28,16 @@ class ServerState:
     hub: ApprovalHub
     auth: Authenticator
     metrics: Metrics = field(init=False)
+    idempotency: IdempotencyKeys = field(init=False)
     stopping: bool = False
 
     def __post_init__(self) -> None:
+        self.idempotency = IdempotencyKeys(self.storage)
         self.metrics = Metrics(sessions_open=lambda: self.sessions.open_count,
                                sessions_cached=lambda: len(self.sessions),
                                approvals_pending=lambda: self.hub.pending,
-                               models_loaded=lambda: len(self.registry.names()))
+                               models_loaded=lambda: len(self.registry.names()),
+                               cache_bytes=self.registry.cache_bytes)
 
     def close(self) -> None:
         self.stopping = True
@@ -55,10 +60,13 @@ def start(settings: ServerSettings) -> ServerState:
         from guard.builtin import builtin_model_path
 
         sources = {BUILTIN_MODEL: builtin_model_path()}
-    loaded_files = {name: read_model(path) for name, path in sources.items()}  # fail before touching the DB
+    rules = LoadRules.from_settings(settings)
+    # fail before touching the DB; the operator's own files, but the code and signature rules hold for them too
+    loaded_files = {name: read_model(path, rules) for name, path in sources.items()}
     storage = Storage.open(settings.db, synchronous=settings.synchronous)
     try:
-        registry = ModelRegistry(storage)
+        storage.write_sync(Storage.forget_idempotency(time.time() - settings.idempotency_hours * 3600))
+        registry = ModelRegistry(storage, rules)
         in_db = storage.current_models()
         for name, (raw, version, model, guard) in loaded_files.items():
             # The configured file is what the operator asked for at this start, so it becomes current.

@@ -108,7 +108,21 @@ CREATE TABLE IF NOT EXISTS approvals (
 );
 CREATE INDEX IF NOT EXISTS approvals_status ON approvals (status, created_at);
 CREATE INDEX IF NOT EXISTS approvals_session ON approvals (session_id);
+-- Answers to writes sent with an Idempotency-Key, committed with the write itself: a retry gets
+-- the stored answer and commits nothing new.
+CREATE TABLE IF NOT EXISTS idempotency (
+    principal    TEXT NOT NULL,
+    key          TEXT NOT NULL,
+    request_hash TEXT NOT NULL,        -- sha256 of method, path and body: a key reused for another request is refused
+    status       INTEGER NOT NULL,
+    response     BLOB NOT NULL,
+    at           REAL NOT NULL,
+    PRIMARY KEY (principal, key)
+);
 """
+
+# Columns added after schema version 1 shipped: added in place to older databases.
+_ADDED_COLUMNS = [("sessions", "tenant", "TEXT")]
 
 
 class StorageError(ForewarnError):
@@ -160,6 +174,9 @@ def _open_writer(path: Path, synchronous: str) -> sqlite3.Connection:
     conn.execute(f"PRAGMA journal_size_limit={64 << 20}")  # after a checkpoint, the WAL file shrinks back
     conn.executescript(_SCHEMA)
     _check_schema(conn, path)
+    for table, column, kind in _ADDED_COLUMNS:
+        if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
     return conn
 
 
@@ -423,6 +440,19 @@ class Storage:
     # -- write jobs (run in the writer thread) -------------------------------------------
 
     @staticmethod
+    def remember(entry: tuple[Any, ...] | None, job: Job) -> Job:
+        """``job``, and in the same transaction the answer of an idempotent request
+        ``(principal, key, request_hash, status, response, at)``; with ``entry`` None, just ``job``."""
+        if entry is None:
+            return job
+
+        def both(conn: sqlite3.Connection) -> Any:
+            result = job(conn)
+            conn.execute("INSERT INTO idempotency VALUES (?,?,?,?,?,?)", entry)
+            return result
+        return both
+
+    @staticmethod
     def insert_steps(rows: Sequence[tuple[Any, ...]], approvals: Sequence[tuple[Any, ...]]) -> Job:
         def job(conn: sqlite3.Connection) -> None:
             conn.executemany(
@@ -438,7 +468,7 @@ class Storage:
     def insert_session(row: tuple[Any, ...]) -> Job:
         def job(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO sessions (id, model_name, model_version, policy, metadata, created_at,"
-                         " created_by) VALUES (?,?,?,?,?,?,?)", row)
+                         " created_by, tenant) VALUES (?,?,?,?,?,?,?,?)", row)
         return job
 
     @staticmethod
@@ -456,12 +486,17 @@ class Storage:
         return job
 
     @staticmethod
-    def resolve_approval(approval_id: str, status: str, at: float, by: str, reason: str | None) -> Job:
-        """Resolve a pending approval; returns False when it was not pending (or does not exist)."""
+    def resolve_approval(approval_id: str, status: str, at: float, by: str, reason: str | None,
+                         remember: tuple[Any, ...] | None = None) -> Job:
+        """Resolve a pending approval; returns False when it was not pending (or does not exist).
+        ``remember``: an idempotency row, committed only if this call resolved it."""
         def job(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute("UPDATE approvals SET status=?, resolved_at=?, resolved_by=?, reason=?"
                                   " WHERE id=? AND status='pending'", (status, at, by, reason, approval_id))
-            return cursor.rowcount == 1
+            changed = cursor.rowcount == 1
+            if changed and remember is not None:
+                conn.execute("INSERT INTO idempotency VALUES (?,?,?,?,?,?)", remember)
+            return changed
         return job
 
     @staticmethod
@@ -473,6 +508,13 @@ class Storage:
             if current:
                 conn.execute("INSERT INTO models VALUES (?,?,?) ON CONFLICT(name) DO UPDATE SET"
                              " version=excluded.version, updated_at=excluded.updated_at", (name, version, now))
+        return job
+
+    @staticmethod
+    def forget_idempotency(before: float) -> Job:
+        """Drop the answers to idempotent writes older than ``before`` (a retry comes within seconds)."""
+        def job(conn: sqlite3.Connection) -> int:
+            return int(conn.execute("DELETE FROM idempotency WHERE at < ?", (before,)).rowcount)
         return job
 
     @staticmethod
@@ -497,11 +539,26 @@ class Storage:
                                        (model_name,))
         return [r[0] for r in rows]
 
-    def list_sessions(self, *, status: str | None, limit: int, offset: int) -> list[sqlite3.Row]:
-        where = {"open": "WHERE closed_at IS NULL", "closed": "WHERE closed_at IS NOT NULL"}.get(status or "", "")
+    def list_sessions(self, *, status: str | None, limit: int, offset: int,
+                      tenants: Iterable[str] | None = None) -> list[sqlite3.Row]:
+        clauses = [{"open": "closed_at IS NULL", "closed": "closed_at IS NOT NULL"}.get(status or "", "1")]
+        params: list[Any] = []
+        if tenants is not None:
+            scope = sorted(tenants)
+            clauses.append(f"{_TENANT} IN ({','.join('?' * len(scope))})")
+            params += scope
         return _all(self.reader, f"SELECT s.*, (SELECT count(*) FROM decisions d WHERE d.session_id=s.id) AS steps"
-                                 f" FROM sessions s {where} ORDER BY created_at DESC LIMIT ? OFFSET ?",
-                    (limit, offset))
+                                 f" FROM sessions s WHERE {' AND '.join(clauses)} ORDER BY created_at DESC"
+                                 f" LIMIT ? OFFSET ?", (*params, limit, offset))
+
+    def last_step(self, session_id: str) -> tuple[int, int, str | None] | None:
+        """(step, abstract, monitors) of the last committed step: all a resume needs (an index look-up)."""
+        row = self.reader.execute("SELECT step, abstract, monitors FROM decisions WHERE session_id=?"
+                                  " ORDER BY step DESC LIMIT 1", (session_id,)).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]), row[2])
+
+    def idempotent(self, principal: str, key: str) -> sqlite3.Row | None:
+        return _one(self.reader, "SELECT * FROM idempotency WHERE principal=? AND key=?", (principal, key))
 
     def history(self, session_id: str) -> list[tuple[int, int, str | None, str | None, float | None]]:
         """(step, abstract, monitors, action_in, t) of every committed step, in order."""
@@ -520,8 +577,15 @@ class Storage:
     def approval(self, approval_id: str) -> sqlite3.Row | None:
         return _one(self.reader, _APPROVAL_SELECT + " WHERE a.id=?", (approval_id,))
 
-    def approvals(self, *, status: str | None, session_id: str | None, limit: int, offset: int) -> list[sqlite3.Row]:
-        clauses, params = [], []
+    def approvals(self, *, status: str | None, session_id: str | None, limit: int, offset: int,
+                  tenants: Iterable[str] | None = None) -> list[sqlite3.Row]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if tenants is not None:
+            scope = sorted(tenants)
+            clauses.append(f"a.session_id IN (SELECT s.id FROM sessions s WHERE {_TENANT} IN "
+                           f"({','.join('?' * len(scope))}))")
+            params += scope
         if status is not None:
             clauses.append("a.status=?")
             params.append(status)
@@ -545,8 +609,10 @@ class Storage:
         return _one(self.reader, "SELECT * FROM model_versions WHERE version=?", (version,))
 
 
-_APPROVAL_SELECT = ("SELECT a.*, d.decision AS decision, d.principal AS requested_by FROM approvals a"
-                    " LEFT JOIN decisions d ON d.session_id=a.session_id AND d.step=a.step")
+_APPROVAL_SELECT = ("SELECT a.*, d.decision AS decision, d.principal AS requested_by,"
+                    " (SELECT coalesce(s.tenant, s.created_by) FROM sessions s WHERE s.id=a.session_id) AS tenant"
+                    " FROM approvals a LEFT JOIN decisions d ON d.session_id=a.session_id AND d.step=a.step")
+_TENANT = "coalesce(s.tenant, s.created_by)"  # sessions from before tenants belong to the key that opened them
 
 
 def _one(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> sqlite3.Row | None:

@@ -11,7 +11,7 @@ import pytest
 from _support import CLI, TOY_SPEC, WriteRuns, toy_run
 from guard.bundle import POOLED, GuardBundle, group_value, learn_bundle, learn_bundle_from_runs
 from guard.bundle_guard import BundleGuard, load_guard
-from guard.errors import ForewarnError, ModelFileError
+from guard.errors import ForewarnError, ModelFileError, ThresholdWarning
 from guard.pipeline import learn_model_from_runs
 from guard.replay import replay, replay_run
 from guard.runtime import Guard
@@ -120,7 +120,8 @@ def test_the_bundle_file_round_trips_as_one_file(bundle: GuardBundle, tmp_path: 
     assert guard.member("t1").predicates is guard.member("t2").predicates is guard.pooled.predicates
     a = {"a": True, "b": 0}
     assert guard.decide(a, {"task": "t1"}).p_unsafe == BundleGuard(bundle).decide(a, {"task": "t1"}).p_unsafe
-    assert isinstance(load_guard(bundle.pooled.save(tmp_path / "single.json")), Guard)
+    with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.63 at the start"):  # as Guard.load
+        assert isinstance(load_guard(bundle.pooled.save(tmp_path / "single.json")), Guard)
     with pytest.raises(ModelFileError, match="a single model, not a bundle"):
         GuardBundle.load(tmp_path / "single.json")
 
@@ -268,3 +269,30 @@ def test_export_and_guard_load_say_what_to_do_with_a_bundle(bundle: GuardBundle,
         in result.stderr
     exported = forewarn_here("export", path, "--group", "t1")
     assert exported.returncode == 0 and "module chain" in exported.stdout
+
+
+def test_a_signed_bundle_round_trips_and_a_resealed_one_is_refused(bundle: GuardBundle, tmp_path: Path) -> None:
+    from guard.bundle import load_model_or_bundle
+    from guard.signing import SignatureError, generate_keypair, load_private_key, load_trusted_keys
+
+    generate_keypair(tmp_path / "k.pem", tmp_path / "k.pub")
+    trusted = load_trusted_keys([tmp_path / "k.pub"])
+    path = bundle.save(tmp_path / "signed.json", sign_with=load_private_key(tmp_path / "k.pem"))
+    loaded = load_model_or_bundle(path, trusted_keys=trusted)
+    assert isinstance(loaded, GuardBundle) and sorted(loaded.members) == sorted(bundle.members)
+    document = orjson.loads(path.read_bytes())
+    from guard.bundle import _checksum
+    from guard.model import _checksum as model_checksum
+
+    member = document["members"]["t1"]
+    member["properties"][0]["values"] = [0.0] * len(member["properties"][0]["values"])  # every risk 0
+    for key in ("lower", "upper", "ci_low", "ci_high"):  # whatever would betray the edit goes too
+        member["properties"][0][key] = None
+    member["checksum"] = model_checksum({**member, "spec": document["spec"]})  # every seal redone
+    document["checksum"] = _checksum(document)
+    path.write_bytes(orjson.dumps(document))
+    load_model_or_bundle(path, trusted_keys=())  # the checksums alone accept it
+    with pytest.raises(SignatureError, match="modified after it was signed"):
+        load_model_or_bundle(path, trusted_keys=trusted)
+    with pytest.raises(SignatureError, match="not signed"):
+        load_model_or_bundle(bundle.save(tmp_path / "unsigned.json"), trusted_keys=trusted)

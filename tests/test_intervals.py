@@ -502,7 +502,8 @@ def test_an_ltl_property_storm_cannot_bound_has_no_interval(tmp_path: Path, fore
     traces = tmp_path / "t.jsonl"
     traces.write_bytes(b"\n".join(orjson.dumps(r) for r in RUNS) + b"\n")
     result = forewarn_here("learn", traces, "--spec", spec, "-o", tmp_path / "m.json", "--format", "json")
-    assert result.returncode == 0 and result.stderr == ""
+    # stderr holds only the start-risk warnings (the toy thresholds are crossed at the start)
+    assert result.returncode == 0 and all(line.startswith("warning: ") for line in result.stderr.splitlines())
     assert orjson.loads(result.stdout)["initial_interval"] is not None  # valid JSON, nothing else on stdout
     model = GuardModel.load(tmp_path / "m.json")
     assert model.properties[0].ci_low is not None and model.properties[1].ci_low is None

@@ -170,6 +170,7 @@ def test_three_predicates_with_a_domain_rule_and_a_hamming_bound(write_runs: Wri
         "def no_c_without_a(src, dst):\n"
         "    return not (dst[2] and not dst[0])\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FOREWARN_PYTHON_PREDICATES", "toy_rules")  # the operator allows the rule's module
     spec = (
         "predicates:\n  a: state.a\n  b: state.b\n  c: state.c\n"
         "unsafe: a && b && c\n"

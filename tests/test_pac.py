@@ -5,11 +5,12 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import orjson
 
-from _support import A, NONE, WriteRuns, expected_steps, toy_run
+from _support import A, CLI, NONE, WriteRuns, expected_steps, toy_run
 from guard.learning import END, LearnedDTMC, TransitionCounts, learn_dtmc
 from guard.model import GuardModel
-from guard.pac import amplification_factor, pac_report
+from guard.pac import amplification_factor, pac_report, tight_bound
 from guard.pipeline import learn_model
 from guard.predicates import PredicateSet
 from guard.spec import Spec
@@ -85,3 +86,103 @@ def test_states_that_never_absorb_make_b_infinite(toy_predicates: PredicateSet) 
 def test_model_file_keeps_the_report(toy_model: GuardModel, tmp_path: Path) -> None:
     loaded = GuardModel.load(toy_model.save(tmp_path / "m.json"))
     assert loaded.pac == toy_model.pac
+
+
+# -- the tighter per-state bound ------------------------------------------------------
+
+def hand_first_round(dtmc: LearnedDTMC, delta_per_state: float) -> np.ndarray:
+    """min(1, (I − Q̂')⁻¹ r), r = min(1, min(Hoeffding, Bernstein at σ² = 1/4) + ½‖P̂' − p̃'‖₁), densely, on
+    the jump chain: transient self-loops dropped, rows rescaled, self-loop counts dropped."""
+    transient = np.flatnonzero(~dtmc.absorbing)
+    dense, counts = dtmc.matrix.toarray(), dtmc.counts.toarray()
+    for i in transient:
+        stay = dense[i, i]
+        dense[i, i] = counts[i, i] = 0.0
+        dense[i] /= 1 - stay
+    log_term = math.log(2 / delta_per_state)
+    radius = []
+    for i in transient:
+        n = counts[i].sum()
+        shift = 0.5 * np.abs(dense[i] - counts[i] / n).sum()
+        hoeffding = math.sqrt(log_term / (2 * n))
+        bernstein = (log_term / 3 + math.sqrt(log_term**2 / 9 + 2 * n * log_term / 4)) / n
+        radius.append(min(1.0, min(hoeffding, bernstein) + shift))
+    q = dense[np.ix_(transient, transient)]
+    return np.minimum(1.0, np.linalg.solve(np.eye(len(transient)) - q, radius))
+
+
+def test_the_tight_bound_is_the_fundamental_matrix_times_each_states_radius(toy_model: GuardModel) -> None:
+    dtmc, pac = toy_model.dtmc, toy_model.pac
+    first = tight_bound(dtmc, epsilon=0.1, delta_per_state=pac.delta_per_state, rounds=1)
+    expected = hand_first_round(dtmc, pac.delta_per_state)
+    assert np.allclose([s.bound for s in first.states], expected, rtol=1e-9, atol=0)
+    # the Bernstein rounds only narrow it; the report keeps every round's result
+    assert pac.tight is not None
+    assert all(a.bound <= b.bound + 1e-12 for a, b in zip(pac.tight.states, first.states))
+    assert [s.state for s in pac.tight.states] == [s.state for s in pac.states]
+    assert pac.tight.worst_bound == max(s.bound for s in pac.tight.states)
+
+
+def test_smoothing_moves_the_bound_by_exactly_its_shift(write_runs: WriteRuns, toy_spec: Spec) -> None:
+    runs = write_runs([toy_run(f"r{i}", [NONE, A] if i % 3 else [NONE]) for i in range(30)])
+    plain = learn_model([runs], toy_spec, alpha=0.0)
+    smoothed = learn_model([runs], toy_spec, alpha=0.5)
+    for model in (plain, smoothed):
+        expected = hand_first_round(model.dtmc, model.pac.delta_per_state)
+        got = tight_bound(model.dtmc, epsilon=0.1, delta_per_state=model.pac.delta_per_state, rounds=1)
+        assert np.allclose([s.bound for s in got.states], expected, rtol=1e-9, atol=0)
+    assert plain.pac.tight is not None and smoothed.pac.tight is not None
+    assert plain.pac.tight.worst_bound < smoothed.pac.tight.worst_bound  # α adds its shift to every radius
+
+
+def test_the_report_says_how_many_runs_and_which_states(toy_model: GuardModel) -> None:
+    tight = toy_model.pac.tight
+    assert tight is not None and not tight.satisfied and tight.runs_factor is not None
+    assert tight.runs_factor < toy_model.pac.runs_factor  # below the paper's, on this chain too
+    visits = {s.state: s.visits for s in toy_model.pac.states}
+    for entry in tight.states:
+        assert entry.required == math.ceil(tight.runs_factor * visits[entry.state] - 1e-9)
+    assert set(tight.limiting) <= set(visits) and tight.limiting
+    # with every count times the factor (and eq. 1 smoothing them again), the bound meets ε
+    dtmc = toy_model.dtmc
+    counts = dtmc.counts * tight.runs_factor
+    matrix = dtmc.matrix.copy()
+    for i in np.flatnonzero(~dtmc.absorbing):
+        start, stop = matrix.indptr[i], matrix.indptr[i + 1]
+        row = counts.data[start:stop]
+        matrix.data[start:stop] = (row + dtmc.alpha) / (row.sum() + (stop - start) * dtmc.alpha)
+    scaled = LearnedDTMC(predicates=dtmc.predicates, states=dtmc.states, unsafe=dtmc.unsafe, initial=dtmc.initial,
+                         counts=counts, matrix=matrix, alpha=dtmc.alpha)
+    again = tight_bound(scaled, epsilon=0.1, delta_per_state=toy_model.pac.delta_per_state)
+    assert again.satisfied and again.worst_bound <= 0.1
+
+
+def test_an_older_model_file_without_the_tight_bound_still_loads(toy_model: GuardModel, tmp_path: Path) -> None:
+    from guard.model import _checksum
+
+    document = toy_model.to_document()
+    del document["pac"]["tight"]
+    del document["checksum"]
+    document["checksum"] = _checksum(document)
+    path = tmp_path / "old.json"
+    path.write_bytes(orjson.dumps(document))
+    loaded = GuardModel.load(path)
+    assert loaded.pac.tight is None and loaded.pac.states == toy_model.pac.states
+    assert GuardModel.load(toy_model.save(tmp_path / "new.json")).pac.tight == toy_model.pac.tight
+
+
+def test_learn_and_check_report_both_bounds(toy_model_path: Path, forewarn_here: CLI) -> None:
+    model = GuardModel.load(toy_model_path)
+    tight = model.pac.tight
+    assert tight is not None
+    document = forewarn_here("check", toy_model_path, "--format", "json").json()
+    assert isinstance(document, dict)
+    pac = document["pac"]
+    assert pac["paper"]["runs_factor"] == model.pac.runs_factor and not pac["paper"]["satisfied"]
+    assert pac["tight"]["worst_bound"] == tight.worst_bound and pac["tight"]["runs_factor"] == tight.runs_factor
+    assert pac["tight"]["runs_needed"] == math.ceil(tight.runs_factor * model.provenance["runs"])
+    assert [entry["state"] for entry in pac["tight"]["limiting"]] == tight.limiting
+    assert pac["tight"]["initial"]["bound"] == tight.initial_bound
+    table = forewarn_here("check", toy_model_path).stdout
+    assert "the paper's bound" in table and "tighter bound" in table and "Definition 4" in table
+    assert f"{math.ceil(tight.runs_factor * model.provenance['runs']):,} instead of" in " ".join(table.split())

@@ -9,6 +9,7 @@ import pytest
 
 from _support import A, AB, B, NONE, TOY_SPEC, WriteRuns, reach_probabilities, toy_run, toy_state
 from guard import Guard, Policy
+from guard.errors import ThresholdWarning
 from guard.model import GuardModel
 from guard.pipeline import learn_model
 from guard.spec import Action, Spec, Thresholds, parse_spec
@@ -28,7 +29,9 @@ def policy(reflect: float | None = None, ask_human: float | None = None, stop: f
 
 
 def test_observe_looks_up_the_cached_value(toy_model_path: Path) -> None:
-    guard = Guard.load(toy_model_path)
+    with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.51 at the start: every first call will be "
+                                              r"reflected"):
+        guard = Guard.load(toy_model_path)
     risk = exact_risk(guard.model)
     session = guard.session()
     for step, bits in enumerate([NONE, A, B]):
@@ -48,7 +51,7 @@ def test_observe_looks_up_the_cached_value(toy_model_path: Path) -> None:
 
 
 def test_preview_commits_nothing(toy_model_path: Path) -> None:
-    session = Guard.load(toy_model_path).session()
+    session = Guard(GuardModel.load(toy_model_path)).session()  # the constructor does not warn; load does
     assert session.last is None
     first = session.observe(toy_state(NONE))
     what_if = session.preview(toy_state(A))
@@ -178,7 +181,9 @@ def test_python_predicates_at_run_time(tmp_path: Path, write_runs: WriteRuns) ->
     path = write_runs(['{"id": "1", "steps": [{"state": {"t": 10, "d": 5}}, {"state": {"t": 60, "d": 0}}]}'])
     model = learn_model([path], spec, python_predicates=near)
     saved = model.save(tmp_path / "m.json")
-    guard = Guard.load(saved, python_predicates=near)
+    with pytest.warns(ThresholdWarning, match=r"^stop θ 0.2 > p_safe 0.08 at the start: every first call will be "
+                                              r"stopped"):
+        guard = Guard.load(saved, python_predicates=near)
     assert guard.decide({"t": 60, "d": 0}).unsafe_now
     assert guard.decide({"t": 10, "d": 5}).known
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from guard.predicates import PredicateSet
-from guard.replay import ReplayReport, RunReplay, summarize
+from guard.replay import Enforcement, ReplayReport, RunReplay, summarize
 from guard.traces import Run, abstract_run
 from monitors.base import VIOL, Monitor
 
@@ -66,12 +66,15 @@ class EmpiricalFrequency:
     def __init__(self) -> None:
         self.visits: Counter[Key] = Counter()
         self.unsafe_visits: Counter[Key] = Counter()
+        self.runs = self.unsafe_runs = 0  # a run's risk before its first step: the share that violate
 
     def fit(self, runs: Iterable[RunReplay]) -> EmpiricalFrequency:
         for r in runs:
             seen, followed = _visits(r)
             self.visits.update(seen)
             self.unsafe_visits.update(followed)
+            self.runs += 1
+            self.unsafe_runs += r.unsafe
         return self
 
     def score(self, r: RunReplay, *, leave_out: bool = False) -> RunReplay:
@@ -85,7 +88,9 @@ class EmpiricalFrequency:
                 continue
             n = self.visits[key] - own[key]
             risks.append((self.unsafe_visits[key] - own_unsafe[key]) / n if n > 0 else None)
-        return replace(r, p_unsafe=risks)
+        runs = self.runs - leave_out
+        start = (self.unsafe_runs - (leave_out and r.unsafe)) / runs if runs > 0 else None
+        return replace(r, p_unsafe=risks, start_risk=start, quiet=frozenset())
 
 
 class OneChangeRule:
@@ -109,12 +114,14 @@ class OneChangeRule:
         risks: list[float | None] = [
             1.0 if i == r.violation or self.fires(bits, q) else 0.0
             for i, (bits, q) in enumerate(zip(r.abstract, r.monitor_states))]
-        return replace(r, p_unsafe=risks)
+        return replace(r, p_unsafe=risks, start_risk=0.0, quiet=frozenset())
 
 
 def score_baselines(replays: Sequence[RunReplay], thetas: Sequence[float], *, predicates: PredicateSet,
                     monitors: Sequence[Monitor], train: Sequence[RunReplay] | None = None,
-                    unseen_alarms: bool = True, horizon: int | None = None) -> dict[str, ReplayReport]:
+                    unseen_alarms: bool = True, horizon: int | None = None,
+                    enforcement: Enforcement | str = Enforcement.LOOKAHEAD,
+                    min_increase: float | None = None) -> dict[str, ReplayReport]:
     """Both baselines on the replayed runs, summarised like the model.
 
     Args:
@@ -122,12 +129,16 @@ def score_baselines(replays: Sequence[RunReplay], thetas: Sequence[float], *, pr
         train: runs to fit the empirical frequencies on; when None they are fitted on
             ``replays`` themselves, leaving each run out of its own scoring.
         unseen_alarms: whether a state without data raises an alarm (as the model's policy).
+        min_increase: None for the level trigger, else the increase trigger's (each baseline is
+            compared with its own starting risk: the share of violating runs, or 0 for the rule).
     """
     empirical = EmpiricalFrequency().fit(replays if train is None else train)
     rule = OneChangeRule(predicates, monitors)
     scored_empirical = [empirical.score(r, leave_out=train is None) for r in replays]
     scored_rule = [rule.score(r) for r in replays]
     return {
-        EMPIRICAL: summarize(scored_empirical, thetas, unseen_alarms=unseen_alarms, horizon=horizon),
-        ONE_CHANGE: summarize(scored_rule, thetas, unseen_alarms=unseen_alarms, horizon=horizon),
+        EMPIRICAL: summarize(scored_empirical, thetas, unseen_alarms=unseen_alarms, horizon=horizon,
+                             enforcement=enforcement, min_increase=min_increase),
+        ONE_CHANGE: summarize(scored_rule, thetas, unseen_alarms=unseen_alarms, horizon=horizon,
+                              enforcement=enforcement, min_increase=min_increase),
     }

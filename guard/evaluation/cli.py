@@ -1,4 +1,4 @@
-"""``forewarn replay``, ``forewarn evaluate`` and ``forewarn ingest``.
+"""``forewarn replay``, ``forewarn evaluate`` and ``forewarn ingest`` (``forewarn tune``: :mod:`.tune_cli`).
 
 The lead wires them in ``guard/cli.py`` with ``register(app)``. matplotlib is imported
 only when a report or plots are asked for, so the commands stay quick without them.
@@ -18,14 +18,15 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from guard._cli import Format, err, out, print_json
+from guard._cli import Format, caught_warnings, err, out, print_json, print_warnings
 from guard.bundle import DEFAULT_MIN_GROUP_RUNS
 from guard.errors import ForewarnError
 from guard.storm import Method
 from guard.ingest import InputFormat, read_input
-from guard.replay import ReplayReport
+from guard.replay import Enforcement, ReplayReport
+from guard.spec import Trigger
 
-__all__ = ["register", "replay", "evaluate", "ingest", "parse_thetas"]
+__all__ = ["register", "replay", "evaluate", "ingest", "parse_thetas", "parse_enforcement"]
 
 
 
@@ -46,6 +47,34 @@ ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write a 
 PlotsOption = Annotated[Optional[Path], typer.Option("--plots", help="Write the report's figures as PNG here.")]
 RunOption = Annotated[Optional[str], typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
 InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="Format of the trace files.")]
+EnforcementOption = Annotated[str, typer.Option(
+    "--enforcement", help="lookahead: a decision is taken before a step runs, so an alarm on the violating step "
+                          "prevents it (the middleware, the sidecar's preview); observe: after (an alarm must "
+                          "come strictly before).")]
+
+
+TriggerOption = Annotated[Optional[str], typer.Option(
+    "--trigger", help="Score alarms as this trigger acts: level (p_safe < θ) or increase (and the step raises the "
+                      "run's risk by more than the spec's min_increase). Default: the spec's guard.trigger, else "
+                      "level; the LangChain middleware uses increase when the spec sets none.")]
+
+
+def parse_trigger(text: str | None) -> Trigger | None:
+    """``level`` or ``increase`` (None: as the spec says); anything else is a one-line error."""
+    if text is None:
+        return None
+    try:
+        return Trigger(text.strip().lower())
+    except ValueError:
+        raise ForewarnError(f"--trigger: expected 'level' or 'increase', got {text!r}") from None
+
+
+def parse_enforcement(text: str) -> Enforcement:
+    """``lookahead`` or ``observe``; anything else is a one-line error."""
+    try:
+        return Enforcement(text.strip().lower())
+    except ValueError:
+        raise ForewarnError(f"--enforcement: expected 'lookahead' or 'observe', got {text!r}") from None
 
 
 def parse_thetas(text: str) -> list[float]:
@@ -154,6 +183,8 @@ def replay(
     baseline_traces: Annotated[Optional[list[Path]], typer.Option(
         "--baseline-traces", help="Runs to fit the empirical-frequency baseline on (default: the replayed runs, "
                                   "each left out of its own scoring).")] = None,
+    enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
+    trigger: TriggerOption = None,
     engine: Annotated[EngineOption, typer.Option(help="Replay in this process, or on Apache Spark (the model "
                                                       "is broadcast to the executors).")] = EngineOption.local,
     master: Annotated[Optional[str], typer.Option(help="Spark master for --engine spark (default: the running "
@@ -165,7 +196,10 @@ def replay(
     from guard.replay import replay as run_replay
 
     thetas = parse_thetas(theta)
-    guard = load_guard(model)  # a model or a bundle: each run is replayed on its group's member
+    mode = parse_enforcement(enforcement)
+    trigger_mode = parse_trigger(trigger)
+    with caught_warnings() as warned:
+        guard = load_guard(model)  # a model or a bundle: each run is replayed on its group's member
     if period is None:
         period = guard.model.provenance.get("period_seconds")
     if master is not None and engine is not EngineOption.spark:
@@ -176,17 +210,19 @@ def replay(
         if engine is EngineOption.spark:
             from guard.spark import replay_spark, spark_session
 
-            result = replay_spark(traces, guard, thetas, spark=spark_session(master), period=period)
+            result = replay_spark(traces, guard, thetas, spark=spark_session(master), period=period,
+                                  enforcement=mode, trigger=trigger_mode)
         else:
             result = run_replay(guard, read_input([Path(t) for t in traces], input_format, period=period), thetas,
-                                on_run=lambda n: update(completed=n))
+                                enforcement=mode, trigger=trigger_mode, on_run=lambda n: update(completed=n))
         train = None
         if baseline_traces:
             update(description="baseline runs", completed=0)
             train = [trace_run(r, guard.predicates, guard.monitors)
                      for r in read_input(baseline_traces, input_format, period=period)]
         baselines = score_baselines(result.replays, thetas, predicates=guard.predicates, monitors=guard.monitors,
-                                    train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon)
+                                    train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon,
+                                    enforcement=mode, min_increase=result.min_increase)
     notes = list(result.notes)
     same = _in_sample([Path(t) for t in traces], guard.model.provenance)
     if same:
@@ -198,8 +234,11 @@ def replay(
     result = replace(result, baselines=baselines, notes=notes)
     if format is Format.json:
         print_json(result.theta_entries())
+        print_warnings(warned)
     else:
-        _print_replay(result, f"replay of {result.runs} runs ({result.steps} steps) against {model}")
+        result = replace(result, notes=[*notes, *warned])
+        _print_replay(result, f"replay of {result.runs} runs ({result.steps} steps) against {model}, "
+                              f"{mode.value} enforcement, {result.trigger} trigger")
     if report is not None or plots is not None:
         from guard.evaluation.report import replay_html
 
@@ -227,7 +266,7 @@ def _print_replay(report: ReplayReport, title: str, evaluation: Any = None) -> N
                     _over(evaluation.over_folds(t.theta, "false_alarm_rate"))]
         table.add_row(*row)
     out.print(table)
-    stop = Table(title="stop at the first alarm (Table 3 of the paper)")
+    stop = Table(title=f"stop at the first alarm (Table 3 of the paper; {report.enforcement.value})")
     for column in ("enforcement", "θ", "unsafe %", "completion %", "prevented", "cut short"):
         stop.add_column(column, justify="left" if column == "enforcement" else "right")
     stop.add_row("none", "–", _pct(report.unsafe_rate), _pct(report.completion_rate), "–", "–")
@@ -278,6 +317,8 @@ def evaluate(
     plots: PlotsOption = None,
     run: RunOption = None,
     input_format: InputFormatOption = InputFormat.auto,
+    enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
+    trigger: TriggerOption = None,
     bundle_by: Annotated[Optional[str], typer.Option(
         "--bundle-by", help="Learn each fold's model as a bundle grouped by this metadata key (e.g. meta.task), "
                             "as `learn --group-by` does.")] = None,
@@ -290,6 +331,8 @@ def evaluate(
     from guard.spec import load_spec
 
     thetas = parse_thetas(theta)
+    mode = parse_enforcement(enforcement)
+    trigger_mode = parse_trigger(trigger)
     parsed = load_spec(spec)
     with _progress("reading runs") as update:
         runs = []
@@ -305,20 +348,23 @@ def evaluate(
             update(completed=2 * (fold - 1) + steps[phase], description=f"fold {fold}/{folds}: {phase}")
 
         result = run_evaluate(runs, parsed, thetas, folds=folds, group_by=group_by, seed=seed,
-                              method=method, alpha=alpha, on_progress=on_progress, bundle_by=bundle_by,
-                              min_group_runs=min_group_runs)
+                              method=method, alpha=alpha, enforcement=mode, trigger=trigger_mode,
+                              on_progress=on_progress, bundle_by=bundle_by, min_group_runs=min_group_runs)
     if format is Format.json:
         print_json(result.to_dict())
     else:
         title = (f"{folds}-fold cross-validation of {parsed.name} over {result.pooled.runs} runs"
-                 + (f" in {result.groups} groups by {group_by}" if group_by else ""))
+                 + (f" in {result.groups} groups by {group_by}" if group_by else "")
+                 + f", {mode.value} enforcement, {result.pooled.trigger} trigger")
         _print_replay(replace(result.pooled, notes=result.notes), title, result)
         pac = Table(title="folds")
-        for column in ("fold", "train", "test", "states", "PAC", "states with enough visits", "Brier"):
+        for column in ("fold", "train", "test", "states", "PAC (paper)", "states with enough visits",
+                       "PAC (tight)", "Brier"):
             pac.add_column(column, justify="right")
         for f in result.folds:
             pac.add_row(str(f.index), str(f.train_runs), str(f.test_runs), str(f.states),
-                        "yes" if f.pac["satisfied"] else "no", f"{f.pac['states_satisfied']}/{f.pac['states']}",
+                        _pac_cell(f.pac["satisfied"], f.pac.get("runs_factor")),
+                        f"{f.pac['states_satisfied']}/{f.pac['states']}", _tight_cell(f.pac.get("tight")),
                         _fmt(f.report.brier, 4))
         out.print(pac)
     if report is not None or plots is not None:
@@ -369,3 +415,21 @@ def register(app: typer.Typer) -> None:
     app.command("replay")(replay)
     app.command("evaluate")(evaluate)
     app.command("ingest")(ingest)
+    from guard.evaluation.tune_cli import tune
+
+    app.command("tune")(tune)
+
+
+def _pac_cell(satisfied: bool, runs_factor: float | None) -> str:
+    """A PAC verdict, or how many times the training runs it would need."""
+    if satisfied:
+        return "yes"
+    return "no (never)" if runs_factor is None else f"no (×{runs_factor:.3g} runs)"
+
+
+def _tight_cell(tight: dict[str, Any] | None) -> str:
+    if tight is None:
+        return "–"
+    bound = tight["worst_bound"]
+    verdict = _pac_cell(tight["satisfied"], tight["runs_factor"])
+    return verdict if bound is None else f"{verdict}, ±{bound:.3g}"

@@ -7,6 +7,8 @@ spread over folds shows how much they depend on which runs a model happened to s
 """
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -17,9 +19,10 @@ from guard.bundle import DEFAULT_MIN_GROUP_RUNS, group_path, learn_bundle_from_r
 from guard.bundle_guard import BundleGuard
 from guard.pipeline import learn_model_from_runs
 from guard.predicates import PredicateSet, PythonPredicate
-from guard.replay import ReplayReport, RunReplay, Spread, horizon_of, replay_run, summarize
+from guard.replay import (Enforcement, ReplayReport, RunReplay, Spread, horizon_of, min_increase_of, replay_run,
+                          summarize)
 from guard.runtime import Guard
-from guard.spec import Action, Spec
+from guard.spec import Action, Spec, Trigger
 from guard.storm import Method
 from guard.traces import Run
 
@@ -90,7 +93,9 @@ class EvaluationReport:
         return {
             "spec": self.spec, "folds": len(self.folds), "group_by": self.group_by, "groups": self.groups,
             "bundle_by": self.bundle_by,
-            "seed": self.seed, "runs": self.pooled.runs, "thetas": entries,
+            "seed": self.seed, "runs": self.pooled.runs, "enforcement": self.pooled.enforcement.value,
+            "trigger": self.pooled.trigger, "min_increase": self.pooled.min_increase,
+            "thetas": entries,
             "calibration": {**self.pooled.to_dict()["calibration"],  # type: ignore[dict-item]
                             "over_folds": {k: _spread_dict(v) for k, v in self.calibration_over_folds().items()}},
             "pooled": self.pooled.to_dict(),
@@ -108,6 +113,7 @@ def _spread_dict(spread: Spread | None) -> dict[str, Any] | None:
 def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds: int = 5,
              group_by: str | None = None, seed: int = 0, method: Method = Method.SOUND,
              alpha: float | None = None, python_predicates: Mapping[str, PythonPredicate] | None = None,
+             enforcement: Enforcement | str = Enforcement.LOOKAHEAD, trigger: Trigger | str | None = None,
              on_progress: Callable[[str, int], None] | None = None, bundle_by: str | None = None,
              min_group_runs: int = DEFAULT_MIN_GROUP_RUNS) -> EvaluationReport:
     """K-fold cross-validation of learning a guard from ``spec`` on ``runs``.
@@ -121,6 +127,9 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
             fold. ``None``: every run is its own group.
         seed: for the assignment of equal-sized groups to folds.
         method: Storm's method for each fold's model.
+        enforcement: ``lookahead`` or ``observe`` (see :mod:`guard.replay`), as ``forewarn replay``.
+        trigger: ``level`` or ``increase`` (with the spec's ``min_increase``); by default the
+            spec's ``guard.trigger``, else ``level``.
         on_progress: called with a phase ("learn", "replay") and the fold number.
         bundle_by: ``meta.KEY``: learn each fold's model as a bundle grouped by this key
             (as ``forewarn learn --group-by``); held-out runs are replayed on their group's
@@ -142,6 +151,8 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
     assignment = split_folds(groups, [t.unsafe for t in traced], folds, seed=seed, key=group_by)
     unseen_alarms = spec.guard.unseen_state is not Action.ALLOW
     horizon = horizon_of(spec.guard.effective_properties()[0].query)
+    scoring = {"unseen_alarms": unseen_alarms, "horizon": horizon, "enforcement": enforcement,
+               "min_increase": min_increase_of(trigger or spec.guard.trigger, spec.guard.min_increase)}
     results: list[FoldResult] = []
     pooled_model: list[RunReplay] = []
     pooled_baselines: dict[str, list[RunReplay]] = {}
@@ -164,9 +175,9 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
         if on_progress is not None:
             on_progress("replay", index)
         replays = [replay_run(guard, runs[i]) for i in test]
-        report = summarize(replays, thetas, unseen_alarms=unseen_alarms, horizon=horizon)
+        report = summarize(replays, thetas, **scoring)
         baselines = score_baselines(replays, thetas, predicates=predicates, monitors=monitors,
-                                    train=[traced[i] for i in train], unseen_alarms=unseen_alarms, horizon=horizon)
+                                    train=[traced[i] for i in train], **scoring)
         report = replace(report, baselines=baselines)
         pooled_model += replays
         for name, b in baselines.items():
@@ -179,14 +190,23 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
             pac={"satisfied": pac.satisfied, "states_satisfied": pac.satisfied_count, "states": len(pac.states),
                  "epsilon": pac.epsilon, "delta": pac.delta, "amplification": pac.amplification,
                  "worst": None if worst is None else {"state": worst.state, "visits": worst.visits,
-                                                      "required": worst.required}},
+                                                      "required": worst.required},
+                 "runs_factor": pac.runs_factor,  # the paper's bound as a multiple of the training runs
+                 "tight": None if pac.tight is None else {  # the tighter per-state bound (guard/pac.py)
+                     "satisfied": pac.tight.satisfied,
+                     "worst_bound": pac.tight.worst_bound if math.isfinite(pac.tight.worst_bound) else None,
+                     "runs_factor": pac.tight.runs_factor, "limiting": pac.tight.limiting,
+                     "initial_satisfied": pac.tight.initial_satisfied,
+                     "initial_bound": pac.tight.initial_bound if math.isfinite(pac.tight.initial_bound) else None,
+                     "initial_runs_factor": pac.tight.initial_runs_factor}},
             report=report))
-    pooled = summarize(pooled_model, thetas, unseen_alarms=unseen_alarms, horizon=horizon)
-    pooled = replace(pooled, baselines={name: summarize(rs, thetas, unseen_alarms=unseen_alarms, horizon=horizon)
+    pooled = summarize(pooled_model, thetas, **scoring)
+    pooled = replace(pooled, baselines={name: summarize(rs, thetas, **scoring)
                                         for name, rs in pooled_baselines.items()})
     notes = []
-    if not any(f.pac["satisfied"] for f in results):
-        notes.append("No fold's model reached the PAC guarantee: its risks rest on states visited fewer times "
-                     "than (ε, δ) requires; treat the figures as estimates from little data.")
+    if not any(f.pac["satisfied"] or (f.pac["tight"] or {}).get("satisfied") for f in results):
+        notes.append("No fold's model reached the PAC guarantee (neither the paper's bound nor the tighter one): "
+                     "its risks rest on states visited fewer times than (ε, δ) requires; treat the figures as "
+                     "estimates from little data.")
     return EvaluationReport(folds=results, pooled=pooled, thetas=list(thetas), group_by=group_by,
                             groups=len(set(groups)), seed=seed, spec=spec.name, notes=notes, bundle_by=bundle_by)

@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from guard.evaluation.baselines import EMPIRICAL, LABELS, ONE_CHANGE
-from guard.replay import ReplayReport, RunReplay, rate_curve
+from guard.replay import Enforcement, ReplayReport, RunReplay, rate_curve
 
 __all__ = ["curve_figure", "reliability_figure", "advance_figure", "risk_figure", "choose_run", "png_bytes",
            "save_images", "report_images", "FigureSet"]
@@ -50,16 +50,19 @@ def curve_figure(report: ReplayReport, *, folds: Sequence[ReplayReport] = ()) ->
     """Detection and false-alarm rates over θ, and the trade-off between them."""
     figure = Figure(figsize=(11, 4.2))
     over, trade = figure.subplots(1, 2)
-    detection, false_alarm = rate_curve(report.replays, _GRID, unseen_alarms=report.unseen_alarms)
+    detection, false_alarm = rate_curve(report.replays, _GRID, unseen_alarms=report.unseen_alarms,
+                                        lookahead=report.enforcement is Enforcement.LOOKAHEAD)
     for fold in folds:
-        d, f = rate_curve(fold.replays, _GRID, unseen_alarms=fold.unseen_alarms)
+        d, f = rate_curve(fold.replays, _GRID, unseen_alarms=fold.unseen_alarms,
+                          lookahead=fold.enforcement is Enforcement.LOOKAHEAD)
         over.plot(_GRID, _nan(d), color=DETECT_COLOR, alpha=0.18, lw=1)
         over.plot(_GRID, _nan(f), color=FALSE_COLOR, alpha=0.18, lw=1)
     over.plot(_GRID, _nan(detection), color=DETECT_COLOR, lw=2.2, label="detection (model)")
     over.plot(_GRID, _nan(false_alarm), color=FALSE_COLOR, lw=2.2, label="false alarms (model)")
     empirical = report.baselines.get(EMPIRICAL)
     if empirical is not None:
-        d, f = rate_curve(empirical.replays, _GRID, unseen_alarms=empirical.unseen_alarms)
+        d, f = rate_curve(empirical.replays, _GRID, unseen_alarms=empirical.unseen_alarms,
+                          lookahead=empirical.enforcement is Enforcement.LOOKAHEAD)
         over.plot(_GRID, _nan(d), color=DETECT_COLOR, lw=1.4, ls="--", label="detection (empirical frequency)")
         over.plot(_GRID, _nan(f), color=FALSE_COLOR, lw=1.4, ls="--", label="false alarms (empirical frequency)")
     rule = report.baselines.get(ONE_CHANGE)
@@ -78,7 +81,8 @@ def curve_figure(report: ReplayReport, *, folds: Sequence[ReplayReport] = ()) ->
 
     _trade_line(trade, false_alarm, detection, MODEL_COLOR, "model", lw=2.2)
     if empirical is not None:
-        d, f = rate_curve(empirical.replays, _GRID, unseen_alarms=empirical.unseen_alarms)
+        d, f = rate_curve(empirical.replays, _GRID, unseen_alarms=empirical.unseen_alarms,
+                          lookahead=empirical.enforcement is Enforcement.LOOKAHEAD)
         _trade_line(trade, f, d, EMPIRICAL_COLOR, LABELS[EMPIRICAL], lw=1.4, ls="--")
     points: dict[tuple[float, float], list[float]] = {}
     for t in report.thetas:
@@ -97,7 +101,7 @@ def curve_figure(report: ReplayReport, *, folds: Sequence[ReplayReport] = ()) ->
             trade.plot(r.false_alarm_rate, r.detection_rate, "s", color=RULE_COLOR, ms=8, label=LABELS[ONE_CHANGE])
     trade.plot([0, 1], [0, 1], color="#dddddd", lw=1, zorder=0)
     trade.set(xlim=(-0.02, 1.02), ylim=(-0.02, 1.02), xlabel="false-alarm rate (safe runs flagged)",
-              ylabel="detection rate (warned before the violation)", title="Detection against false alarms")
+              ylabel="detection rate (warned in time)", title="Detection against false alarms")
     _legend(trade, fontsize=7.5, loc="lower right")
     trade.grid(alpha=0.3)
     figure.tight_layout()
@@ -162,13 +166,14 @@ def advance_figure(report: ReplayReport) -> Figure:
     figure = Figure(figsize=(11 if with_seconds else 6, 4))
     panels = figure.subplots(1, 2 if with_seconds else 1, squeeze=False)[0]
     unseen = report.unseen_alarms
+    lookahead = report.enforcement is Enforcement.LOOKAHEAD
     for axes, unit in zip(panels, ("steps", "seconds")):
         data, labels = [], []
         for t in report.thetas:
             values: list[float] = []
             for r in report.replays:
                 alarm = r.first_alarm(t.theta, unseen)
-                if r.violation is not None and alarm is not None and alarm < r.violation:
+                if r.violation is not None and alarm is not None and alarm < r.acting_end(lookahead):
                     t_alarm, t_violation = r.times[alarm], r.times[r.violation]
                     if unit == "steps":
                         values.append(r.violation - alarm)
@@ -210,7 +215,8 @@ def choose_run(report: ReplayReport, run_id: str | None = None) -> RunReplay | N
         warned = []
         for r in replays:
             alarm = r.first_alarm(theta, report.unseen_alarms)
-            if r.violation is not None and alarm is not None and alarm < r.violation:
+            if r.violation is not None and alarm is not None \
+                    and alarm < r.acting_end(report.enforcement is Enforcement.LOOKAHEAD):
                 warned.append((r.violation - alarm, r.id, r))
         if warned:
             warned.sort(key=lambda x: (x[0], x[1]))

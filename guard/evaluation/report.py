@@ -77,7 +77,8 @@ def _summary(report: ReplayReport, subject: str) -> str:
     t = _middle(report)
     if t is None:
         return ""
-    parts = [f"{subject} {report.runs} runs ({t.n_unsafe} violating, {t.n_safe} safe). At θ = {t.theta:g}"]
+    parts = [f"{subject} {report.runs} runs ({t.n_unsafe} violating, {t.n_safe} safe), with "
+             f"{report.enforcement.value} enforcement. At θ = {t.theta:g}"]
     if t.n_unsafe:
         ahead = ""
         if t.advance_steps is not None:
@@ -182,15 +183,23 @@ def _folds_table(evaluation: EvaluationReport) -> str:
         pac = f.pac
         worst = pac["worst"]
         worst_text = "–" if worst is None else f"{worst['visits']} of {worst['required'] or '∞'} visits"
+        tight = pac.get("tight")
+        tight_text = "–" if tight is None else (
+            ("yes" if tight["satisfied"] else "no" if tight["runs_factor"] is None
+             else f"no (×{tight['runs_factor']:.3g} runs)")
+            + ("" if tight["worst_bound"] is None else f", ±{tight['worst_bound']:.3g}"))
+        paper_text = "yes" if pac["satisfied"] else "no" if pac.get("runs_factor") is None \
+            else f"no (×{pac['runs_factor']:.3g} runs)"
         groups = ", ".join(f.test_groups[:4]) + (f" … (+{len(f.test_groups) - 4})" if len(f.test_groups) > 4 else "")
         rows.append([str(f.index), str(f.train_runs), str(f.test_runs), _e(groups), str(f.states),
-                     "yes" if pac["satisfied"] else "no", f"{pac['states_satisfied']}/{pac['states']}", worst_text,
+                     paper_text, f"{pac['states_satisfied']}/{pac['states']}", worst_text, tight_text,
                      _pct(t.detection_rate if t else None), _pct(t.false_alarm_rate if t else None),
                      _num(f.report.brier, 4)])
     theta = _middle(evaluation.pooled)
     at = f" (θ={theta.theta:g})" if theta else ""
-    return _table(["fold", "train runs", "test runs", "test groups", "states", "PAC", "states with enough visits",
-                   "worst state", "detection" + at, "false alarms" + at, "Brier"], rows, left=1)
+    return _table(["fold", "train runs", "test runs", "test groups", "states", "PAC (paper)",
+                   "states with enough visits", "worst state", "PAC (tight)", "detection" + at, "false alarms" + at,
+                   "Brier"], rows, left=1)
 
 
 def _figure(png: bytes, caption: str) -> str:
@@ -200,7 +209,7 @@ def _figure(png: bytes, caption: str) -> str:
 
 
 _CAPTIONS = {
-    "curve": "Left: the share of violating runs warned of strictly before the violation (blue) and of safe runs "
+    "curve": "Left: the share of violating runs warned of in time (blue; see the enforcement) and of safe runs "
              "flagged at all (red), over θ; dashed: the empirical-frequency baseline; dotted: the reactive rule, "
              "which does not depend on θ. Right: the same as a trade-off, one point per chosen θ.",
     "reliability": "Steps (left) and runs (right, the first step's prediction) grouped by predicted p_unsafe in "
@@ -217,15 +226,18 @@ _DEFINITIONS = """<dl>
 after it is replayed.</dd>
 <dt>Alarm at θ</dt><dd>A step whose p_safe = 1 − p_unsafe is below θ, or whose abstract state the model never saw
 (when the policy acts on unseen states).</dd>
-<dt>Detection rate</dt><dd>Violating runs with an alarm strictly before the violation, over all violating runs. An
-alarm at the violating step itself is too late and does not count.</dd>
+<dt>Enforcement</dt><dd>lookahead (the LangChain middleware, the sidecar's preview): the decision on a step is taken
+before it runs, so an alarm on the violating step itself prevents it (advance 0). observe (a guard told of each step
+after it happened): only an alarm strictly before the violation is in time. A violation at a run's first step is
+never in time.</dd>
+<dt>Detection rate</dt><dd>Violating runs with an alarm in time, over all violating runs.</dd>
 <dt>False-alarm rate</dt><dd>Runs that never violate but raised an alarm at any step, over all such runs.</dd>
 <dt>Advance warning</dt><dd>Steps (and seconds, when steps carry t) from the first alarm to the violation.</dd>
-<dt>Stop at θ</dt><dd>Every run ends at its first alarm: a violation is prevented when the alarm came before it; a
+<dt>Stop at θ</dt><dd>Every run ends at its first alarm: a violation is prevented when the alarm came in time; a
 safe run is cut short; a run whose meta.success is true completes only when it raised no alarm (the paper's
 Table 3: unsafe % over all runs, completion % over runs with meta.success).</dd>
-<dt>Alarm steps / run</dt><dd>Steps before the violation (or the end) that raise an alarm: the prompts reflect would
-send, or the approvals ask_human would request, had every one been ignored. Offline replay cannot know how an
+<dt>Alarm steps / run</dt><dd>Steps that raise an alarm while it can act (see the enforcement): the prompts reflect
+would send, or the approvals ask_human would request, had every one been ignored. Offline replay cannot know how an
 agent would have reacted to a prompt, so it does not guess outcomes for reflect or ask_human.</dd>
 <dt>Brier score, ECE</dt><dd>Per step: each step before the violation with a known risk, its p_unsafe against whether
 the run went on to violate (within h steps for a property F&lt;=h). Per run: the first step's p_unsafe against the
@@ -255,8 +267,10 @@ def _sections(report: ReplayReport, images: Mapping[str, bytes], chosen: RunRepl
         parts.append('<p class="caption">Pooled over folds: every run is replayed once, by the model learned '
                      'without it. "Over folds": mean ± standard deviation (range) of the per-fold rates.</p>')
         parts.append("<h2>Folds</h2>" + _folds_table(evaluation))
-        parts.append('<p class="caption">PAC: whether every state of the fold\'s model was visited often enough '
-                     'for an (ε, δ) guarantee on its transition probabilities (paper, Algorithm 1).</p>')
+        parts.append('<p class="caption">PAC (paper): whether every state of the fold\'s model was visited often '
+                     'enough for the paper\'s (ε, δ) guarantee (Algorithm 1, line 11), else how many times the '
+                     'training runs it needs. PAC (tight): the same guarantee from the tighter per-state bound '
+                     '(docs/method.md), with the largest error bound ± on any state\'s risk.</p>')
     parts.append("<h2>What stop would have done</h2>" + _stop_table(report))
     parts.append("<h2>Calibration of p_unsafe</h2>" + _calibration_table(report))
     if report.baselines:

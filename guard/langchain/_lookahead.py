@@ -75,7 +75,8 @@ class Turn:
         return verdicts, []
 
     def _advance(self, session: Session, accepted: list[ToolStep], step: ToolStep) -> Session:
-        scratch = Session(session.guard, [], session.monitor_states, session.metadata)
+        scratch = Session(session.guard, [], session.monitor_states, metadata=session.metadata,
+                          baseline=session.baseline)
         concrete = self.mw._try_extract(self.base.then(*accepted), step)
         if concrete is not None:
             scratch.observe(concrete, action={"tool": step.name, "args": step.args})

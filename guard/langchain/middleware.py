@@ -51,7 +51,8 @@ from guard.langchain.review import REVIEW_TYPES, Review, ReviewType, parse_revie
 from guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
 from guard.policy import Policy
 from guard.runtime import Decision, Guard, Session
-from guard.spec import Action
+from guard.spec import Action, Trigger
+from guard.thresholds import warn_initial_crossings, with_default_trigger
 
 __all__ = ["Extractor", "ForewarnMiddleware", "GuardedRun", "Intervention", "Outcome"]
 
@@ -86,6 +87,13 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             bundle (:class:`~guard.bundle_guard.BundleGuard`) picks its member: a mapping
             for every run, or a function of the run's LangGraph config ``metadata``
             (default: that ``metadata`` itself, as passed in ``invoke(..., config=...)``).
+        trigger: ``level`` or ``increase``; by default the policy's (the spec's
+            ``guard.trigger``), and ``increase`` when neither sets one: a call that does not
+            raise the run's risk by more than ``min_increase`` is never held back, so a run
+            that starts risky is not reflected on every harmless call.
+
+    Warns (:class:`~guard.errors.ThresholdWarning`) when, under the level trigger, a
+    threshold is already crossed in an initial state (of the pooled model, for a bundle).
 
     Raises:
         ValueError: for a setting out of range, or an extractor whose initial state the
@@ -98,14 +106,16 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                  on_extraction_error: Action | Literal["raise"] | str = "raise",
                  allowed_decisions: Sequence[ReviewType] = REVIEW_TYPES, judge_unchanged: bool = False,
                  max_runs: int = 1024, name: str | None = None,
-                 metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None
-                 ) -> None:
+                 metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
+                 trigger: Trigger | str | None = None) -> None:
         super().__init__()
         self.guard = guard
         self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
         self.policy = policy
+        effective = with_default_trigger(policy or guard.policy, trigger)  # unset in spec and policy: increase
         # One guard for all sessions, so its per-abstract-state decision cache is shared.
-        self._session_guard = guard if policy is None else guard.with_policy(policy)
+        self._session_guard = guard if effective == guard.policy else guard.with_policy(effective)
+        warn_initial_crossings(guard.model, effective, stacklevel=2)
         self.metadata = metadata
         if max_reflections < 0:
             raise ValueError(f"max_reflections={max_reflections!r} must be 0 or more")

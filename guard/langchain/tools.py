@@ -32,7 +32,8 @@ from guard.langchain.errors import ApprovalRequired, RunStopped
 from guard.bundle_guard import BundleGuard
 from guard.policy import Policy
 from guard.runtime import Decision, Guard, Session
-from guard.spec import Action
+from guard.spec import Action, Trigger
+from guard.thresholds import with_default_trigger
 
 __all__ = ["Approver", "ToolGuard", "GuardedTool", "guard_tool"]
 
@@ -49,6 +50,8 @@ class ToolGuard:
         guard: the guard.
         extractor: the state extractor (``ToolStateExtractor()`` when None).
         policy: overrides the guard's policy for this run.
+        trigger: ``level`` or ``increase``; by default the policy's, else ``increase``, as for
+            :class:`~guard.langchain.ForewarnMiddleware`.
         user_messages: what the user asked (consent to recipients and amounts).
         approver: decides ``ask_human`` calls; see :data:`Approver`.
         metadata: the run's context (predicates read it as ``meta``; a bundle picks its member by it).
@@ -60,10 +63,11 @@ class ToolGuard:
 
     def __init__(self, guard: Guard | BundleGuard, *, extractor: Extractor | None = None,
                  policy: Policy | None = None, user_messages: Iterable[str] = (), approver: Approver | None = None,
-                 metadata: Mapping[str, Any] | None = None) -> None:
+                 metadata: Mapping[str, Any] | None = None, trigger: Trigger | str | None = None) -> None:
         self.guard = guard
         self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
-        self.session: Session = guard.session(policy, metadata=metadata)
+        effective = with_default_trigger(policy or guard.policy, trigger)
+        self.session: Session = guard.session(None if effective == guard.policy else effective, metadata=metadata)
         self.transcript = Transcript(user_messages=tuple(user_messages))
         self.approver = approver
         self._lock = threading.Lock()

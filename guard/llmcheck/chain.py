@@ -31,7 +31,7 @@ class ExploreSettings:
 
     Attributes:
         alpha: cumulative probability at which a state stops adding children, in (0, 1].
-        k: most children per state, at least 1.
+        k: most children per state, at least 1 (tokens tied in probability with the last one kept are kept too).
         depth: L, the most tokens generated after the start text, at least 0.
     """
 

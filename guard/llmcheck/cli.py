@@ -61,7 +61,8 @@ def llmcheck(
     quantify: Annotated[Optional[list[str]], typer.Option("--quantify", "-q", help="Quantification "
                         "[ALIAS=]KIND[:ARG], repeatable (built-ins named in the property are added).")] = None,
     alpha: Annotated[float, typer.Option(help="Cumulative probability at which a state stops adding tokens.")] = 0.8,
-    k: Annotated[int, typer.Option("--k", help="Most next tokens per state.")] = 5,
+    k: Annotated[int, typer.Option(
+        "--k", help="Most next tokens per state (tokens tied with the k-th are kept too).")] = 5,
     depth: Annotated[int, typer.Option(help="L: most tokens generated.")] = 5,
     scope: Annotated[ScopeOption, typer.Option(help="Quantify the generated text only, or the full text.")]
     = ScopeOption.generated,

@@ -30,24 +30,53 @@ from guard.llmcheck.chain import Budget, ExploredModel, ExploreSettings, Explore
 from guard.llmcheck.errors import LLMCheckError
 from guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource
 
-__all__ = ["top_alpha_k", "DistributionCache", "explore"]
+__all__ = ["top_alpha_k", "token_key", "rank_key", "may_hide_ties", "DistributionCache", "explore"]
 
 REPLACEMENT = "\ufffd"  # what decoding makes of an incomplete multi-byte character
 
 
+def token_key(token: Token) -> tuple[int, int | str]:
+    """A total order on tokens: ids by number, pieces by text (the end token ``None`` last)."""
+    if isinstance(token, bool) or token is None:
+        return (2, repr(token))
+    if isinstance(token, int):
+        return (0, token)
+    return (1, str(token))
+
+
+def rank_key(candidate: Candidate) -> tuple[float, tuple[int, int | str]]:
+    """Most probable first; equal probabilities by :func:`token_key`, never by the source's order."""
+    return (-candidate.prob, token_key(candidate.token))
+
+
 def top_alpha_k(candidates: Sequence[Candidate], alpha: float, k: int) -> list[Candidate]:
-    """TOP_α^k: the most probable candidates, best first, until their mass reaches α or k are kept."""
-    ranked = sorted(candidates, key=lambda c: -c.prob)  # stable: ties keep the source's order
+    """TOP_α^k: the most probable candidates, best first, until their mass reaches α or k are kept;
+    a candidate *tied* with the last one kept (the same float probability) is kept too.
+
+    So the kept set never depends on how a source orders equal tokens: it is a union of
+    whole probability levels, and may hold more than k tokens or overshoot α by a tie.
+    The mass is summed exactly (the floats as rationals) and compared with α exactly.
+    """
+    ranked = sorted((c for c in candidates if c.prob > 0.0), key=rank_key)
     chosen: list[Candidate] = []
-    mass = 0.0
-    for candidate in ranked[:k]:
-        if candidate.prob <= 0.0:
+    mass, target = Fraction(0), Fraction(alpha)
+    for candidate in ranked:
+        if (len(chosen) >= k or mass >= target) and candidate.prob != chosen[-1].prob:
             break
         chosen.append(candidate)
-        mass += candidate.prob
-        if mass >= alpha:
-            break
+        mass += Fraction(candidate.prob)
     return chosen
+
+
+def may_hide_ties(dist: TokenDistribution, chosen: Sequence[Candidate], asked: int) -> bool:
+    """Whether tokens tied with the last kept one may lie beyond what the source returned:
+    it returned all it was asked for, the distribution is not known complete, all of it was
+    kept, and the mass left (1 − what was returned, with 1e-6 for the source's rounding)
+    could still hold one more token of that probability."""
+    positive = [c.prob for c in dist.candidates if c.prob > 0.0]
+    if dist.complete or len(dist.candidates) < asked or not 0 < len(chosen) == len(positive):
+        return False
+    return sum(positive) + positive[-1] <= 1.0 + 1e-6
 
 
 class DistributionCache:
@@ -94,7 +123,9 @@ def explore(source: TokenSource, prompt: str, settings: ExploreSettings | None =
     prompt_text = source.decode(prompt_tokens)
     states: list[State] = [State(0, prompt_text, "", (), 0, StateKind.EXPANDED)]
     by_key: dict[Hashable, int] = {("text", prompt_text, 0): 0}
-    reach = [1.0]
+    # exact (rational) reach probabilities: the frontier order must not hang on float rounding
+    reach = [Fraction(1)]
+    asked = settings.k + 1  # one more than k: a tie at the k-th token shows in the answer
     frontier = [0] if settings.depth > 0 else []
     if settings.depth == 0:
         states[0].kind = StateKind.LEAF
@@ -108,14 +139,15 @@ def explore(source: TokenSource, prompt: str, settings: ExploreSettings | None =
         index = len(states)
         states.append(State(index, text, continuation_of(text, tokens), tokens, depth, kind))
         by_key[key] = index
-        reach.append(0.0)
+        reach.append(Fraction(0))
         return index
 
     stop: str | None = None
     for depth in range(settings.depth):
         if not frontier:
             break
-        frontier.sort(key=lambda i: -reach[i])  # if the budget cuts this level, keep the likeliest
+        # if the budget cuts this level, keep the likeliest; equal ones by their token path
+        frontier.sort(key=lambda i: (-reach[i], tuple(map(token_key, states[i].tokens))))
         next_frontier: list[int] = []
         position = 0
         while position < len(frontier):
@@ -125,7 +157,10 @@ def explore(source: TokenSource, prompt: str, settings: ExploreSettings | None =
             # fill one model call with prefixes the cache does not know
             while position < len(frontier) and len(batch) < source.max_batch:
                 i = frontier[position]
-                cached = cache.get(prompt_tokens + states[i].tokens, settings.k) if cache is not None else None
+                cached = cache.get(prompt_tokens + states[i].tokens, asked) if cache is not None else None
+                if cached is not None and may_hide_ties(
+                        cached, top_alpha_k(cached.candidates, settings.alpha, settings.k), len(cached.candidates)):
+                    cached = None  # a cached answer too short to settle a tie: ask again
                 if cached is not None:
                     dists[i] = cached
                     stats.cache_hits += 1
@@ -136,18 +171,23 @@ def explore(source: TokenSource, prompt: str, settings: ExploreSettings | None =
                     break
                 position += 1
             if batch:
-                t0 = time.perf_counter()
-                answers = source.next_tokens([prompt_tokens + states[i].tokens for i in batch], settings.k)
-                stats.model_seconds += time.perf_counter() - t0
-                if len(answers) != len(batch):
-                    raise LLMCheckError(f"source {source.name!r} answered {len(answers)} distributions "
-                                        f"for {len(batch)} prefixes")
-                stats.batches += 1
-                stats.model_calls += len(batch)
-                for i, dist in zip(batch, answers):
-                    dists[i] = dist
-                    if cache is not None:
-                        cache.put(prompt_tokens + states[i].tokens, settings.k, dist)
+                wider, asking = asked, batch
+                while asking:  # rarely more than once: only while a tie runs past the answer's end
+                    t0 = time.perf_counter()
+                    answers = source.next_tokens([prompt_tokens + states[i].tokens for i in asking], wider)
+                    stats.model_seconds += time.perf_counter() - t0
+                    if len(answers) != len(asking):
+                        raise LLMCheckError(f"source {source.name!r} answered {len(answers)} distributions "
+                                            f"for {len(asking)} prefixes")
+                    stats.batches += 1
+                    stats.model_calls += len(asking)
+                    for i, dist in zip(asking, answers):
+                        dists[i] = dist
+                        if cache is not None:
+                            cache.put(prompt_tokens + states[i].tokens, wider, dist)
+                    asking = [i for i in asking if may_hide_ties(
+                        dists[i], top_alpha_k(dists[i].candidates, settings.alpha, settings.k), wider)]
+                    wider *= 2
             for i in frontier[chunk_start:position]:
                 _expand(states[i], dists[i], settings, source, prompt_tokens, states, by_key, reach,
                         add_state, next_frontier, stats)
@@ -184,7 +224,7 @@ def _cut(state: State) -> None:
 
 def _expand(state: State, dist: TokenDistribution, settings: ExploreSettings, source: TokenSource,
             prompt_tokens: tuple[Token, ...], states: list[State], by_key: dict[Hashable, int],
-            reach: list[float], add_state: Callable[..., int], next_frontier: list[int],
+            reach: list[Fraction], add_state: Callable[..., int], next_frontier: list[int],
             stats: ExploreStats) -> None:
     chosen = top_alpha_k(dist.candidates, settings.alpha, settings.k)
     children: dict[int, Fraction] = {}
@@ -211,7 +251,6 @@ def _expand(state: State, dist: TokenDistribution, settings: ExploreSettings, so
             else:
                 stats.merged += 1
         children[index] = children.get(index, Fraction(0)) + Fraction(candidate.prob)
-        reach[index] += reach[state.index] * candidate.prob
     kept = sum(children.values(), Fraction(0))
     support = sum(1 for c in dist.candidates if c.prob > 0.0)
     if kept > 1 or (kept > 0 and dist.complete and len(chosen) == support):
@@ -219,6 +258,8 @@ def _expand(state: State, dist: TokenDistribution, settings: ExploreSettings, so
         # sum to 1 only up to rounding, and nothing is unexplored, so scale them to 1
         children = {j: p / kept for j, p in children.items()}
         kept = Fraction(1)
+    for j, p in children.items():
+        reach[j] += reach[state.index] * p
     state.exact_children = sorted(children.items())
     state.children = [(j, float(p)) for j, p in state.exact_children]
     state.unexplored = float(1 - kept)

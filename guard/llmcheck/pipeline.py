@@ -113,7 +113,7 @@ def outcomes_of(model: ExploredModel, result: CheckResult) -> list[Outcome]:
             satisfies = bool(result.values[s.index] >= 0.5)  # 0 or 1: the state is absorbing
         values = {name: v for name, column in result.labeling.values.items() if (v := column[s.index]) is not None}
         out.append(Outcome(s.text, s.continuation, visit[s.index], s.kind, satisfies, values))
-    out.sort(key=lambda o: -o.probability)
+    out.sort(key=lambda o: (-o.probability, o.text))  # equal ones by text: a stated order
     return out
 
 

@@ -46,7 +46,8 @@ def count_transitions_spark(source: DataFrame | Sequence[str], spec: Spec, *, sp
                             period: float | None = None, on_error: str = "stop",
                             on_bad: Callable[[TraceError], None] | None = None,
                             python_predicates: Mapping[str, PythonPredicate] | None = None,
-                            split_bytes: int | None = None) -> tuple[TransitionCounts, list[dict[str, Any]]]:
+                            split_bytes: int | None = None,
+                            allow_python: Iterable[str] | None = None) -> tuple[TransitionCounts, list[dict[str, Any]]]:
     """Transition counts of runs read by Spark, and the inputs' provenance entries.
 
     Args:
@@ -56,7 +57,8 @@ def count_transitions_spark(source: DataFrame | Sequence[str], spec: Spec, *, sp
         split_bytes: the largest block a task reads (``spark.sql.files.maxPartitionBytes``).
     """
     grouped, inputs = _count_groups(source, spec, None, spark=spark, period=period, on_error=on_error,
-                                    on_bad=on_bad, python_predicates=python_predicates, split_bytes=split_bytes)
+                                    on_bad=on_bad, python_predicates=python_predicates, split_bytes=split_bytes,
+                                    allow_python=allow_python)
     return grouped.pooled, inputs
 
 
@@ -74,13 +76,15 @@ def _count_groups(source: DataFrame | Sequence[str], spec: Spec, group: tuple[st
                   spark: SparkSession | None, period: float | None, on_error: str,
                   on_bad: Callable[[TraceError], None] | None,
                   python_predicates: Mapping[str, PythonPredicate] | None,
-                  split_bytes: int | None) -> tuple[_Grouped, list[dict[str, Any]]]:
+                  split_bytes: int | None,
+                  allow_python: Iterable[str] | None = None) -> tuple[_Grouped, list[dict[str, Any]]]:
     if on_error not in ("stop", "skip"):
         raise ForewarnError(f"on_error: expected 'skip' or 'stop', got {on_error!r}")
     from guard.spark.session import spark_session
 
     session = spark or spark_session()
-    counter = _Counter(spec, python_predicates, stop=on_error == "stop", group=group)
+    counter = _Counter(spec, python_predicates, stop=on_error == "stop", group=group,
+                       allow_python=None if allow_python is None else tuple(allow_python))
     records, inputs = map_runs(session, source, counter, period=period, split_bytes=split_bytes)
     errors = errors_in_order(records)
     if errors and on_error == "stop":
@@ -104,13 +108,15 @@ def learn_model_spark(source: DataFrame | Sequence[str], spec: Spec, *, spark: S
     from guard.pipeline import learning_bounds, model_from_counts, prepare
     from guard.spark.session import spark_session
 
+    allow_python = options.pop("allow_python", None)
     learning_bounds(spec, options.get("epsilon"), options.get("delta"))  # bad input before Spark starts
-    predicates, monitors = prepare(spec, python_predicates)
+    predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
     session = spark or spark_session()
     started = time.perf_counter()
-    counts, inputs = count_transitions_spark(source, spec, spark=session, period=period, on_error=on_error,
-                                             on_bad=on_bad, python_predicates=python_predicates,
-                                             split_bytes=split_bytes)
+    grouped, inputs = _count_groups(source, spec, None, spark=session, period=period, on_error=on_error,
+                                    on_bad=on_bad, python_predicates=python_predicates, split_bytes=split_bytes,
+                                    allow_python=predicates.allow_python)
+    counts = grouped.pooled
     if counts.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
     model = model_from_counts(counts, spec, predicates, monitors, learn_seconds=time.perf_counter() - started,
@@ -134,12 +140,14 @@ def learn_bundle_spark(source: DataFrame | Sequence[str], spec: Spec, *, group_b
     min_group_runs = DEFAULT_MIN_GROUP_RUNS if min_group_runs is None else min_group_runs
     if isinstance(min_group_runs, bool) or not isinstance(min_group_runs, int) or min_group_runs < 1:
         raise ForewarnError(f"--min-group-runs {min_group_runs!r}: expected a whole number of runs, at least 1")
+    allow_python = options.pop("allow_python", None)
     learning_bounds(spec, options.get("epsilon"), options.get("delta"))
-    predicates, monitors = prepare(spec, python_predicates)
+    predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
     session = spark or spark_session()
     started = time.perf_counter()
     grouped, inputs = _count_groups(source, spec, path, spark=session, period=period, on_error=on_error,
-                                    on_bad=on_bad, python_predicates=python_predicates, split_bytes=split_bytes)
+                                    on_bad=on_bad, python_predicates=python_predicates, split_bytes=split_bytes,
+                                    allow_python=predicates.allow_python)
     bundle = bundle_from_counts(grouped.pooled, grouped.groups, grouped.without, grouped.keys_seen, spec,
                                 predicates, monitors, group_by=group_by, min_group_runs=min_group_runs,
                                 inputs=inputs, learn_seconds=time.perf_counter() - started, **options)
@@ -166,11 +174,13 @@ class _Counter:
     python_predicates: Mapping[str, PythonPredicate] | None
     stop: bool
     group: tuple[str, ...] | None = None  # the meta path of --group-by
+    allow_python: tuple[str, ...] | None = None  # modules the spec may name functions from (guard.trust)
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
         from guard.bundle import group_value
 
-        predicates = PredicateSet(self.spec, self.python_predicates)  # CEL compiled once per partition
+        # CEL compiled once per partition
+        predicates = PredicateSet(self.spec, self.python_predicates, allow_python=self.allow_python)
         counts = TransitionCounts()
         groups: dict[str, TransitionCounts] = {}
         keys_seen: set[str] = set()

@@ -21,9 +21,9 @@ import orjson
 
 from guard.errors import TraceError
 from guard.predicates import PythonPredicate
-from guard.replay import ReplayReport, horizon_of, replay_run, summarize
+from guard.replay import Enforcement, ReplayReport, horizon_of, min_increase_of, replay_run, summarize
 from guard.spark.read import Place, errors_in_order, map_runs, place_error
-from guard.spec import Action
+from guard.spec import Action, Trigger
 from guard.traces import Run
 
 if TYPE_CHECKING:
@@ -37,7 +37,8 @@ __all__ = ["replay_spark"]
 def replay_spark(source: DataFrame | Sequence[str], guard: Guard | BundleGuard, thetas: Sequence[float], *,
                  spark: SparkSession | None = None, period: float | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
-                 split_bytes: int | None = None) -> ReplayReport:
+                 split_bytes: int | None = None, enforcement: Enforcement | str = Enforcement.LOOKAHEAD,
+                 trigger: Trigger | str | None = None) -> ReplayReport:
     """:func:`guard.replay.replay` on runs read by Spark (files, directories or a DataFrame).
 
     A bundle guard replays each run on the member its ``meta`` picks, as the local replay.
@@ -54,7 +55,8 @@ def replay_spark(source: DataFrame | Sequence[str], guard: Guard | BundleGuard, 
     document = guard.bundle.to_document() if bundle else guard.model.to_document()
     model = session.sparkContext.broadcast(orjson.dumps(document))
     try:  # a bundle's own policy override (None: each member's spec), as its members use it
-        replayer = _Replayer(model, guard._policy if bundle else guard.policy, python_predicates)
+        replayer = _Replayer(model, guard._policy if bundle else guard.policy, python_predicates,
+                             guard.predicates.allow_python)
         records, _ = map_runs(session, source, replayer, period=period, split_bytes=split_bytes, sum_by_key=False)
     finally:
         model.destroy()
@@ -63,7 +65,8 @@ def replay_spark(source: DataFrame | Sequence[str], guard: Guard | BundleGuard, 
         raise errors[0]
     replays = [r for _, r in sorted(records, key=lambda record: record[0])]
     return summarize(replays, thetas, unseen_alarms=guard.policy.unseen_state is not Action.ALLOW,
-                     horizon=horizon_of(guard.property))
+                     horizon=horizon_of(guard.property), enforcement=enforcement,
+                     min_increase=min_increase_of(trigger or guard.policy.trigger, guard.policy.min_increase))
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class _Replayer:
     model: Any  # a Broadcast of the model file's bytes
     policy: Any
     python_predicates: Mapping[str, PythonPredicate] | None
+    allow_python: tuple[str, ...] | None
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
         from guard.bundle import GuardBundle, parse_model_or_bundle
@@ -81,7 +85,8 @@ class _Replayer:
 
         loaded = parse_model_or_bundle(self.model.value, "<broadcast model>")
         kind = BundleGuard if isinstance(loaded, GuardBundle) else Guard
-        guard = kind(loaded, policy=self.policy, python_predicates=self.python_predicates)  # type: ignore[arg-type]
+        guard = kind(loaded, policy=self.policy, python_predicates=self.python_predicates,  # type: ignore[arg-type]
+                     allow_python=self.allow_python)
         for place, run in runs:
             try:
                 if isinstance(run, TraceError):

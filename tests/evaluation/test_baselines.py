@@ -95,9 +95,9 @@ def test_one_change_rule_with_a_monitor(write_runs: WriteRuns, tmp_path: Path) -
 def test_score_baselines_summarises_like_the_model(hand_guard: Guard, write_runs: WriteRuns,
                                                    training: list[RunReplay]) -> None:
     runs = write_runs([toy_run("u", [NONE, B, A, AB]), toy_run("s", [NONE, NONE])], name="eval.jsonl")
-    report = replay(hand_guard, read_runs(runs), [0.3, 0.9])
+    report = replay(hand_guard, read_runs(runs), [0.3, 0.9], enforcement="observe")
     baselines = score_baselines(report.replays, [0.3, 0.9], predicates=hand_guard.predicates,
-                                monitors=hand_guard.monitors, train=training)
+                                monitors=hand_guard.monitors, train=training, enforcement="observe")
     empirical, rule = baselines[EMPIRICAL], baselines[ONE_CHANGE]
     # empirical risks on u: 0.25, 0, 0.5, 1 → θ=0.3 alarms at none before AB; θ=0.9 at NONE (p_safe 0.75)
     e03, e09 = empirical.thetas

@@ -37,7 +37,7 @@ def six_runs(write_runs: WriteRuns) -> Path:
 
 
 def test_detection_counts_only_alarms_strictly_before_the_violation(hand_guard: Guard, six_runs: Path) -> None:
-    report = replay(hand_guard, read_runs(six_runs), [0.5])
+    report = replay(hand_guard, read_runs(six_runs), [0.5], enforcement="observe")
     [t] = report.thetas
     # θ = 0.5 alarms on A (p_safe 0.4) and AB (0): u1 is warned at step 1; u2's only alarm is its
     # violation itself (step 3), which is too late; u3 violates at once
@@ -52,7 +52,7 @@ def test_detection_counts_only_alarms_strictly_before_the_violation(hand_guard: 
 
 
 def test_advance_spread_and_stop_outcomes_by_hand(hand_guard: Guard, six_runs: Path) -> None:
-    report = replay(hand_guard, read_runs(six_runs), [0.5, 0.8, 0.95])
+    report = replay(hand_guard, read_runs(six_runs), [0.5, 0.8, 0.95], enforcement="observe")
     by = {t.theta: t for t in report.thetas}
     assert report.unsafe_rate == 3 / 6
     # meta.success is a boolean on u1, s1, s2, s3: two of those four completed

@@ -58,7 +58,7 @@ def toy_report(tmp_path_factory: pytest.TempPathFactory) -> ReplayReport:
         toy_run("s1", [NONE, B, NONE], [0.0, 1.0, 2.0]), toy_run("s2", [NONE, NONE], [0.0, 1.0]),
         toy_run("s3", [NONE, A, NONE], [0.0, 1.0, 2.0])]))
     thetas = [0.3, 0.5, 0.8]
-    report = replay(guard, read_runs(runs), thetas)
+    report = replay(guard, read_runs(runs), thetas, enforcement="observe")
     return replace(report, baselines=score_baselines(report.replays, thetas, predicates=guard.predicates,
                                                      monitors=guard.monitors))
 

@@ -340,7 +340,8 @@ def test_calls_that_leave_a_risky_state_unchanged_pass(tool_guard: Guard, log: T
     mw = ForewarnMiddleware(tool_guard, policy=policy)
     agent_for(ScriptedChatModel(script=list(script)), log, mw).invoke(ask(user))
     assert log.names() == ["read_inbox", "write_file"]
-    strict = ForewarnMiddleware(tool_guard, policy=policy, judge_unchanged=True)
+    # judging unchanged calls matters under the level trigger; under increase they never raise the risk
+    strict = ForewarnMiddleware(tool_guard, policy=policy, judge_unchanged=True, trigger="level")
     strict_log = ToolLog()
     agent_for(ScriptedChatModel(script=list(script) + ["Noted."]), strict_log, strict).invoke(ask(user))
     assert strict_log.names() == ["read_inbox"]

@@ -2,14 +2,16 @@
 the decision data it attaches, and it honours act_on and min_visits."""
 from __future__ import annotations
 
+import pytest
 from langchain_core.messages import ToolMessage
 
 from _lc_support import ToolLog, well_formed
 from domains.tools import ToolStateExtractor, Transcript
 from guard import Guard, Policy
+from guard.errors import ThresholdWarning
 from guard.langchain import ForewarnMiddleware
 from guard.langchain.testing import ScriptedChatModel, tool_calls
-from guard.spec import Action, Thresholds
+from guard.spec import Action, Thresholds, Trigger
 from test_middleware import CLEANUP, DF, RM_BUILD, agent_for, ask
 
 
@@ -22,8 +24,11 @@ def test_a_held_back_call_carries_the_interval(tool_guard: Guard, log: ToolLog) 
     expected = _decision_after(tool_guard, [proposed])
     assert expected.p_unsafe is not None and expected.ci_high is not None and expected.visits
     model = ScriptedChatModel(script=[tool_calls(DF), tool_calls(RM_BUILD), "done"])
-    # reflect on anything with a risk at all, acting on the interval's upper end
-    mw = ForewarnMiddleware(tool_guard, policy=Policy(Thresholds(reflect=1.0), act_on="upper"), max_reflections=5)
+    # reflect on anything with a risk at all, acting on the interval's upper end (level trigger:
+    # the middleware's default, increase, would let a call through that does not raise the risk)
+    with pytest.warns(ThresholdWarning, match="every first call will be reflected"):
+        mw = ForewarnMiddleware(tool_guard, policy=Policy(Thresholds(reflect=1.0), act_on="upper",
+                                                          trigger=Trigger.LEVEL), max_reflections=5)
     result = agent_for(model, log, mw).invoke(ask(CLEANUP))
     alert = model.seen[1][-1]
     assert isinstance(alert, ToolMessage) and "held back" in alert.content

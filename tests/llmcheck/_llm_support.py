@@ -96,13 +96,14 @@ def brute_force(source: TokenSource, prompt: str, alpha: float, k: int, depth: i
             value += mass if seen else 0
             upper += mass if seen else 0
             continue
-        dist = source.next_tokens([prompt_tokens + tokens], k)[0]
-        kept, total = [], 0.0
-        for c in sorted(dist.candidates, key=lambda c: -c.prob)[:k]:  # TOP_alpha^k, written again
-            kept.append(c)
-            total += c.prob
-            if total >= alpha:
+        dist = source.next_tokens([prompt_tokens + tokens], 10**6)[0]  # the whole distribution
+        # TOP_alpha^k, written again: best first, until alpha (exactly) or k, ties with the last kept kept too
+        kept, total = [], Fraction(0)
+        for c in sorted((c for c in dist.candidates if c.prob > 0), key=lambda c: -c.prob):
+            if kept and (len(kept) >= k or total >= Fraction(alpha)) and c.prob < kept[-1].prob:
                 break
+            kept.append(c)
+            total += Fraction(c.prob)
         kept_mass = sum((Fraction(c.prob) for c in kept), Fraction(0))
         scale = kept_mass if (kept and dist.complete and len(kept) == len(dist.candidates)) else Fraction(1)
         for c in kept:

@@ -39,8 +39,8 @@ def test_policy_thresholds_and_conservative_mode(agent_model: NgramSource) -> No
     strict = Policy(Thresholds(reflect=0.95, ask_human=0.7, stop=0.5))
     guard = LLMCheckGuard(agent_model, PROPERTY, policy=strict, settings=ExploreSettings(alpha=0.5, k=1, depth=4),
                           conservative=True)
-    decision = guard.check_prompt("the agent will")
-    # alpha 0.5, k 1: only the likeliest path is explored; the rest counts as unsafe
+    decision = guard.check_prompt("the")
+    # alpha 0.5, k 1: only the likeliest word (" player", 4/9) is explored; the rest counts as unsafe
     assert decision.p_unsafe == pytest.approx(decision.upper) and decision.p_unsafe > 0.5
     assert decision.action is Action.STOP
     assert decision.to_dict()["action"] == "stop"

@@ -28,7 +28,10 @@ def test_distributions_sum_to_one_and_are_sorted(corpus_path: Path) -> None:
         assert [c.prob for c in full] == sorted((c.prob for c in full), reverse=True)
         assert len(full) == len(source.vocabulary)  # smoothing: the whole vocabulary
     top = source.next_tokens([source.encode("the player")], 3)[0]
-    assert len(top.candidates) == 3 and not top.complete
+    probs = [c.prob for c in top.candidates]
+    # the 3rd token is tied with the 4th and 5th: the answer runs to the end of the tie, plus one lower
+    assert len(probs) == 6 and probs[2] == probs[3] == probs[4] > probs[5] and not top.complete
+    assert len(source.next_tokens([source.encode("the player")], 2)[0].candidates) == 2  # no tie at the 2nd
 
 
 def test_decode_joins_words_and_punctuation() -> None:

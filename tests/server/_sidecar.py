@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import socket
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import uvicorn
 
 from server.app import create_app
+from server.cli import uvicorn_config
 from server.settings import ServerSettings
 
 KEYS = {"agent": "test-agent-key-0123456789", "approver": "test-approver-key-0123456789",
@@ -32,7 +34,9 @@ def egg_state(in_microwave: bool = False, toggled: bool = False, closed: bool = 
 
 
 def settings(db: Path, models: dict[str, Path], **extra: Any) -> ServerSettings:
-    values: dict[str, Any] = {"db": db, "models": models, "api_keys": API_KEYS, "log_level": "warning"}
+    # the tests' model files live under the temporary folder: the one folder path loads may read
+    values: dict[str, Any] = {"db": db, "models": models, "api_keys": API_KEYS, "log_level": "warning",
+                              "model_dirs": (Path(tempfile.gettempdir()),)}
     values.update(extra)
     return ServerSettings(**values)
 
@@ -54,7 +58,7 @@ class ServerThread:
         self.port = int(self.sock.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
         self.app = create_app(settings)
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        config = uvicorn_config(self.app, settings, log_level="warning", timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
@@ -91,10 +95,10 @@ def _forkserver() -> Any:
 class ServerProcess:
     """A server in a process of its own (``server.cli.run_server``), on a fresh port."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, port: int | None = None) -> None:
         from server.cli import run_server
 
-        self.port = free_port()
+        self.port = port or free_port()
         self.settings = settings.model_copy(update={"port": self.port})
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = _forkserver().Process(target=run_server, args=(self.settings,), daemon=True)

@@ -12,7 +12,7 @@ from _support import TOY_SPEC, toy_run
 from guard.bundle import learn_bundle
 from guard.bundle_guard import BundleGuard
 from guard.client import Client
-from guard.errors import PredicateError
+from guard.errors import PredicateError, ThresholdWarning
 from guard.pipeline import learn_model
 from guard.runtime import Guard
 from guard.spec import parse_spec
@@ -61,7 +61,8 @@ def sidecar(tmp_path: Path, models: dict[str, Path]) -> Any:
 
 
 def test_sessions_carry_their_metadata_to_the_predicates(sidecar: ServerThread, models: dict[str, Path]) -> None:
-    local = Guard.load(models["kitchen"])
+    with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.54 in 1 of 2 initial states"):
+        local = Guard.load(models["kitchen"])
     on = {"on": True, "left": False}
     with Client(sidecar.url, api_key=KEYS["agent"]) as agent:
         stove = agent.session(metadata={"task_hazard": "stove"})

@@ -332,3 +332,23 @@ def test_evicted_sessions_resume_from_the_database(tmp_path, builtin_path) -> No
         assert history["steps"][1]["state"] == egg_state(in_microwave=True, closed=True, toggled=True)
         text = httpx.get(f"{running.url}/metrics", headers=auth("agent")).text
         assert "forewarn_sessions_in_memory 2.0" in text and "forewarn_sessions_open 4.0" in text
+
+
+def test_a_session_can_act_on_the_increase_only(agent: Client, builtin_path) -> None:
+    overrides = {"trigger": "increase", "min_increase": 0.01, "thresholds": {"reflect": 0.999}}
+    guard = Guard.load(builtin_path)
+    local = guard.session(guard.policy.with_overrides(overrides))
+    remote = agent.session(overrides)
+    states = [egg_state(), egg_state(holding=True), egg_state(), egg_state(in_microwave=True, closed=True)]
+    actions = []
+    for state in states:
+        expected, got = local.observe(state), remote.observe(state)
+        assert got.action is expected.action and got.message == expected.message
+        assert got.baseline_p_unsafe == pytest.approx(expected.baseline_p_unsafe)
+        assert got.increase == pytest.approx(expected.increase)
+        actions.append(got.action)
+    assert actions[0] is Action.ALLOW and actions[-1] is not Action.ALLOW and local.baseline is not None
+    level = agent.session({"thresholds": {"reflect": 0.999}}).observe(egg_state())
+    assert level.action is Action.REFLECT and level.baseline_p_unsafe is None
+    with pytest.raises(ServerError):
+        agent.session({"trigger": "rising"})

@@ -124,5 +124,12 @@ class NgramSource(TokenSource):
         out = []
         for sequence in sequences:
             full = self.distribution([str(t) for t in sequence])
-            out.append(TokenDistribution(full[:top_k], complete=len(full) <= top_k))
+            # a tie at the top_k-th token runs to its end, plus the next lower token: the
+            # explorer then sees where the tie ends without asking again
+            m = min(top_k, len(full))
+            if 0 < m < len(full) and full[m].prob == full[m - 1].prob:
+                while m < len(full) and full[m].prob == full[m - 1].prob:
+                    m += 1
+                m = min(m + 1, len(full))
+            out.append(TokenDistribution(full[:m], complete=len(full) <= m))
         return out

@@ -1,0 +1,295 @@
+"""Soak test of the sidecar: kill -9 cycles under load, slow clients, unique-state floods.
+
+What it does
+------------
+1. **kill -9 cycles.** Starts the sidecar in a child process (this script with ``_serve``:
+   ``server.app`` on uvicorn as ``forewarn serve`` runs it, SQLite WAL, the built-in model)
+   and runs ``--workers`` threads, each an agent with its own session using
+   ``guard.client.Client`` (which sends an ``Idempotency-Key`` with every observe and retries
+   transport errors itself). Every step's state carries a unique counter, so each logical
+   step has its own input hash. Every ``--interval`` seconds the server is killed with
+   SIGKILL and restarted on the same port and database, ``--cycles`` times. Then it counts,
+   from the database: *answered* decisions (observe calls that returned), *lost* (answered
+   but not in the database, or stored with other bytes than were answered) and *duplicated*
+   (a logical step committed more than once).
+2. **slow clients.** Against a server with ``header_timeout`` and ``body_timeout`` of 2 s, opens
+   ``--slow`` connections that send half a request line and ``--slow`` that send headers and
+   half a body, then counts how many the server closed, and how long it took.
+3. **unique-state flood.** ``--flood`` previews with large unique receptacle lists (about
+   ``--flood-kb`` KB each), and the server's RSS before, right after and after 2 s idle, with
+   ``forewarn_cache_bytes``; the same flood against a server whose memo budget is unbounded
+   (``limits.memo_bytes`` 1 TiB: what the memo held before it was counted in bytes) is the
+   baseline beside it.
+
+Only 127.0.0.1 is contacted; servers are stopped at the end; nothing is asserted.
+
+Run: ``python bench/soak.py [--cycles 20] [--workers 4] [--interval 1.0] [--slow 300] [--flood 300] [--json FILE]``
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import _common as C
+
+KEY = "soak-agent-key-0123456789abcdef"
+ADMIN = "soak-admin-key-0123456789abcdef"
+
+
+def serve(port: int, db: Path, memo_bytes: int) -> None:
+    from guard.builtin import builtin_model_path
+    from server.app import create_app, start
+    from server.cli import serve_app
+    from server.settings import Limits, ServerSettings
+
+    settings = ServerSettings(host="127.0.0.1", port=port, db=db, models={"builtin": builtin_model_path()},
+                              api_keys=f"{KEY}:agent,{ADMIN}:admin", log_level="error",
+                              limits=Limits(header_timeout=2.0, body_timeout=2.0, memo_bytes=memo_bytes,
+                                            max_body_bytes=4 << 20))
+    serve_app(create_app(settings, state=start(settings)), settings)
+
+
+class Server:
+    def __init__(self, port: int, db: Path, memo_bytes: int = 64 << 20) -> None:
+        self.port, self.db, self.memo_bytes = port, db, memo_bytes
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen([sys.executable, __file__, "_serve", str(self.port), str(self.db),
+                                         str(self.memo_bytes)], env={**os.environ, "PYTHONPATH": str(C.ROOT)})
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"the server exited with code {self.process.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                    sock.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    if sock.recv(32).startswith(b"HTTP/1.1 200"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise SystemExit("the server was not ready in time")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(30)
+
+    def rss_mib(self) -> float:
+        assert self.process is not None
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def kitchen(i: int, worker: int) -> dict[str, Any]:
+    egg = ("Fridge", "Fridge", "Microwave", "CounterTop")[i % 4]
+    return {"objects": {"Egg": {"parentReceptacles": [egg], "isPickedUp": i % 3 == 0},
+                        "Microwave": {"isOpen": i % 5 != 0, "isToggled": False}},
+            "agent": {"worker": worker, "step": i}}  # unique per logical step: its own input hash
+
+
+def kill_cycles(tmp: Path, cycles: int, workers: int, interval: float) -> dict[str, Any]:
+    from guard.client import Client, ServerError
+
+    port, db = free_port(), tmp / "soak.db"
+    server = Server(port, db)
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    answered: list[tuple[str, int | None, float | None, str]] = []
+    failed = [0]
+    errors: set[str] = set()
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def agent(worker: int) -> None:
+        with Client(url, api_key=KEY, retries=10, timeout=10) as client:
+            session = client.session()
+            i = 0
+            while not stop.is_set():
+                try:  # the library sends an Idempotency-Key and retries across the kill by itself
+                    decision = session.observe(kitchen(i, worker))
+                except ServerError as exc:
+                    with lock:
+                        failed[0] += 1
+                        errors.add(str(exc)[:160])
+                else:
+                    with lock:
+                        answered.append((session.id, decision.step, decision.at, decision.action.value))
+                i += 1
+
+    threads = [threading.Thread(target=agent, args=(w,), daemon=True) for w in range(workers)]
+    for thread in threads:
+        thread.start()
+    started = time.monotonic()
+    restart_seconds = []
+    for _ in range(cycles):
+        time.sleep(interval)
+        server.kill()
+        began = time.monotonic()
+        server.start()
+        restart_seconds.append(time.monotonic() - began)
+    time.sleep(interval)
+    stop.set()
+    for thread in threads:
+        thread.join(60)
+    elapsed = time.monotonic() - started
+    server.stop()
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        stored = {(s, n): d for s, n, d in conn.execute("SELECT session_id, step, decision FROM decisions")}
+        duplicated = conn.execute("SELECT coalesce(sum(c - 1), 0) FROM (SELECT count(*) AS c FROM decisions"
+                                  " GROUP BY session_id, input_hash HAVING c > 1)").fetchone()[0]
+    def same(stored_json: str | None, at: float | None, action: str) -> bool:
+        if stored_json is None:
+            return False
+        row = orjson.loads(stored_json)
+        return bool(row["at"] == at and row["action"] == action)  # `at` is the commit's own time stamp
+
+    lost = sum(1 for s, n, at, action in answered if not same(stored.get((s, n)), at, action))
+    return {"cycles": cycles, "workers": workers, "seconds": elapsed, "answered": len(answered), "lost": lost,
+            "duplicated": int(duplicated), "stored": len(stored), "client_errors": failed[0],
+            "restart_s_mean": sum(restart_seconds) / max(1, len(restart_seconds)), "errors": sorted(errors)}
+
+
+def slow_clients(tmp: Path, count: int) -> dict[str, Any]:
+    port = free_port()
+    server = Server(port, tmp / "slow.db")
+    server.start()
+    try:
+        sockets = []
+        for n in range(2 * count):
+            sock = socket.create_connection(("127.0.0.1", port))
+            if n < count:
+                sock.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\n")
+            else:
+                sock.sendall(f"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                             "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{".encode())
+            sock.settimeout(0.0)
+            sockets.append(sock)
+        opened = time.monotonic()
+        closed_at: dict[int, float] = {}
+        deadline = opened + 30
+        while len(closed_at) < len(sockets) and time.monotonic() < deadline:
+            for n, sock in enumerate(sockets):
+                if n in closed_at:
+                    continue
+                try:
+                    data = sock.recv(4096)
+                    if not data or b" 408 " in data[:20]:
+                        closed_at[n] = time.monotonic() - opened
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    closed_at[n] = time.monotonic() - opened
+            time.sleep(0.05)
+        for sock in sockets:
+            sock.close()
+        half_headers = [closed_at[n] for n in range(count) if n in closed_at]
+        half_bodies = [closed_at[n] for n in range(count, 2 * count) if n in closed_at]
+        return {"held": 2 * count, "closed_headers": len(half_headers), "closed_bodies": len(half_bodies),
+                "max_s_headers": max(half_headers, default=float("nan")),
+                "max_s_bodies": max(half_bodies, default=float("nan"))}
+    finally:
+        server.stop()
+
+
+def flood(tmp: Path, count: int, kb: int, memo_bytes: int) -> dict[str, Any]:
+    import httpx
+
+    port = free_port()
+    server = Server(port, tmp / f"flood-{memo_bytes}.db", memo_bytes)
+    server.start()
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
+                          headers={"Authorization": f"Bearer {KEY}"}) as http:
+            sid = http.post("/v1/sessions", json={}).json()["id"]
+            before = server.rss_mib()
+            per_item = 60
+            for i in range(count):
+                receptacles = [f"Shelf-{i}-{j}-" + "x" * 40 for j in range(kb * 1024 // per_item)]
+                state = {"objects": {"Egg": {"parentReceptacles": receptacles, "isPickedUp": False},
+                                     "Microwave": {"isOpen": True, "isToggled": False}}}
+                http.post(f"/v1/sessions/{sid}/preview", json={"state": state}).raise_for_status()
+            after = server.rss_mib()
+            time.sleep(2.0)
+            idle = server.rss_mib()
+            text = http.get("/metrics", headers={"Authorization": f"Bearer {ADMIN}"}).text
+            cache = next(float(line.split()[1]) for line in text.splitlines()
+                         if line.startswith("forewarn_cache_bytes "))
+        return {"memo_budget_mib": memo_bytes / 2**20, "requests": count, "kb_each": kb, "rss_before_mib": before,
+                "rss_after_mib": after, "rss_idle_mib": idle, "cache_mib": cache / 2**20}
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds of load between two kills")
+    parser.add_argument("--slow", type=int, default=300, help="slow connections of each kind")
+    parser.add_argument("--flood", type=int, default=300, help="unique-state previews")
+    parser.add_argument("--flood-kb", type=int, default=200, help="size of each flooding state")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        kills = kill_cycles(tmp, args.cycles, args.workers, args.interval)
+        slow = slow_clients(tmp, args.slow)
+        bounded = flood(tmp, args.flood, args.flood_kb, 64 << 20)
+        unbounded = flood(tmp, args.flood, args.flood_kb, 1 << 40)
+    machine = C.machine()
+    print(f"forewarn sidecar soak; machine: {machine['cpus']} cpus, load average {machine['loadavg']}\n")
+    print(C.table(["kill -9 cycles", "workers", "seconds", "answered", "lost", "duplicated", "client errors",
+                   "restart s"],
+                  [[kills["cycles"], kills["workers"], kills["seconds"], kills["answered"], kills["lost"],
+                    kills["duplicated"], kills["client_errors"], kills["restart_s_mean"]]],
+                  title="durability under kill -9 (each answer checked against the database: step, commit time, action)"))
+    for message in kills["errors"]:
+        print(f"  client error: {message}")
+    print()
+    print(C.table(["connections held", "half headers closed", "within s", "half bodies closed", "within s"],
+                  [[slow["held"], slow["closed_headers"], slow["max_s_headers"], slow["closed_bodies"],
+                    slow["max_s_bodies"]]], title="slow clients (header and body timeouts 2 s)"))
+    print()
+    print(C.table(["memo budget MiB", "requests", "KB each", "RSS before", "RSS after", "RSS idle", "memo MiB"],
+                  [[r["memo_budget_mib"], r["requests"], r["kb_each"], r["rss_before_mib"], r["rss_after_mib"],
+                    r["rss_idle_mib"], r["cache_mib"]] for r in (bounded, unbounded)],
+                  title="unique-state flood (previews); second row: unbounded memo, the baseline"))
+    ok = kills["lost"] == 0 and kills["duplicated"] == 0
+    print(f"\ntarget 0 lost and 0 duplicated across {kills['cycles']} kill -9 cycles -> {C.verdict(ok)}")
+    held_ok = slow["closed_headers"] + slow["closed_bodies"] == slow["held"]
+    print(f"target every slow connection closed -> {C.verdict(held_ok)}")
+    C.write_json(args.json, {"kill_cycles": kills, "slow_clients": slow, "flood": [bounded, unbounded]})
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "_serve":
+        serve(int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))
+    else:
+        main()

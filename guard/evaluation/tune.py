@@ -1,0 +1,270 @@
+"""``forewarn tune``: thresholds per action chosen from cross-validated replays.
+
+A target is ``[ACTION:]false-alarms=X`` or ``[ACTION:]detection=Y``. Every run is
+replayed once by a fold's model that never saw it (:func:`guard.evaluation.evaluate.evaluate`);
+a run is flagged at θ exactly when the lowest p_safe on which an alarm can still act
+(:meth:`~guard.replay.RunReplay.min_p_safe`) is below θ, so the rates are step functions
+of θ and the best θ is read off the sorted minima, exactly:
+
+* ``false-alarms=X`` — the largest θ whose false-alarm rate is at most X (the most
+  detection it allows);
+* ``detection=Y`` — the smallest θ whose detection is at least Y (the fewest false alarms).
+
+θ is rounded to six decimals in the direction that keeps the target met. A target
+without an action applies to the least severe action the spec configures (reflect,
+usually): its θ decides when a run sees any intervention at all. Actions without a
+target keep the spec's θ, moved only as far as needed to keep reflect ≥ ask_human ≥ stop.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import yaml
+
+from guard.errors import ForewarnError
+from guard.evaluation.evaluate import EvaluationReport
+from guard.replay import Enforcement, RunReplay, Spread, ThetaReport, summarize
+from guard.spec import Action, Spec, Thresholds
+
+__all__ = ["Target", "Choice", "TargetUnreachable", "parse_target", "choose_theta", "tune", "write_thresholds"]
+
+Metric = Literal["false-alarms", "detection"]
+_ORDER = (Action.REFLECT, Action.ASK_HUMAN, Action.STOP)  # least severe first: θ decreases along it
+_TARGET = re.compile(r"^\s*(?:(?P<action>[a-z_]+)\s*:\s*)?(?P<metric>[a-z-]+)\s*=\s*(?P<value>\S+)\s*$")
+
+
+class TargetUnreachable(ForewarnError):
+    """No θ in [0, 1] meets a target on the held-out runs; the message gives the closest."""
+
+
+@dataclass(frozen=True)
+class Target:
+    metric: Metric
+    value: float
+    action: Action | None = None  # None: the least severe configured action
+
+    def __str__(self) -> str:
+        return f"{self.action.value + ':' if self.action else ''}{self.metric}={self.value:g}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One action's threshold: from a target, or kept from the spec (``moved`` when the order forced it)."""
+
+    action: Action
+    theta: float | None
+    target: Target | None
+    report: ThetaReport | None  # pooled over the held-out runs
+    over_folds: dict[str, Spread | None]
+    previous: float | None
+    moved: bool = False
+
+
+def parse_target(text: str) -> Target:
+    """``false-alarms=0.05``, ``detection=0.95``, ``stop:false-alarms=0.01`` → a :class:`Target`."""
+    usage = "expected [ACTION:]false-alarms=X or [ACTION:]detection=Y with X, Y in (0, 1)"
+    match = _TARGET.match(text)
+    if match is None or match["metric"] not in ("false-alarms", "detection"):
+        raise ForewarnError(f"--target {text!r}: {usage}")
+    try:
+        value = float(match["value"])
+    except ValueError:
+        raise ForewarnError(f"--target {text!r}: {match['value']!r} is not a number; {usage}") from None
+    if not 0.0 < value < 1.0:  # also rejects nan
+        raise ForewarnError(f"--target {text!r}: {value:g} is not in (0, 1); {usage}")
+    action = None
+    if match["action"] is not None:
+        if match["action"] not in {a.value for a in _ORDER}:
+            raise ForewarnError(f"--target {text!r}: unknown action {match['action']!r}; "
+                                f"choose reflect, ask_human or stop")
+        action = Action(match["action"])
+    return Target(match["metric"], value, action)  # type: ignore[arg-type]
+
+
+def _minima(replays: Sequence[RunReplay], unsafe: bool, unseen_alarms: bool, lookahead: bool) -> list[float]:
+    return sorted(r.min_p_safe(unseen_alarms, lookahead) for r in replays if r.unsafe is unsafe)
+
+
+def _flagged(minima: list[float], theta: float) -> int:
+    return bisect.bisect_left(minima, theta)  # runs whose lowest p_safe is below θ
+
+
+def _down(theta: float) -> float:
+    return math.floor(theta * 1e6) / 1e6
+
+
+def choose_theta(replays: Sequence[RunReplay], target: Target, *, unseen_alarms: bool,
+                 lookahead: bool) -> float:
+    """The θ that meets ``target`` on ``replays`` best (see the module's doc).
+
+    Raises:
+        TargetUnreachable: naming the closest rate any θ in [0, 1] achieves.
+    """
+    safe = _minima(replays, False, unseen_alarms, lookahead)
+    unsafe = _minima(replays, True, unseen_alarms, lookahead)
+    if target.metric == "false-alarms":
+        if not safe:
+            raise TargetUnreachable(f"target {target}: no held-out run stays safe, so false alarms cannot be "
+                                    f"measured; give a detection target")
+        allowed = math.floor(target.value * len(safe) + 1e-9)
+        at_zero = _flagged(safe, 0.0)  # unseen states alarm whatever θ is
+        if at_zero > allowed:
+            raise TargetUnreachable(
+                f"target {target}: no θ reaches it; the fewest false alarms are {at_zero / len(safe):.1%} "
+                f"({at_zero} of {len(safe)} safe runs) at θ = 0, from states the models never saw "
+                f"(set guard.unseen_state: allow, or learn from more runs)")
+        theta = 1.0 if allowed >= len(safe) else min(safe[allowed], 1.0)
+        return max(_down(theta), 0.0)
+    if not unsafe:
+        raise TargetUnreachable(f"target {target}: no held-out run violates, so detection cannot be measured; "
+                                f"give a false-alarms target")
+    needed = math.ceil(target.value * len(unsafe) - 1e-9)
+    best = _flagged(unsafe, 1.0)
+    if best < needed:
+        false_alarms = _flagged(safe, 1.0) / len(safe) if safe else None
+        fa = "" if false_alarms is None else f", with {false_alarms:.1%} false alarms"
+        raise TargetUnreachable(
+            f"target {target}: no θ reaches it; the most is detection {best / len(unsafe):.1%} ({best} of "
+            f"{len(unsafe)} violating runs) at θ = 1{fa}")
+    if needed == 0 or unsafe[needed - 1] == float("-inf"):
+        return 0.0
+    low = unsafe[needed - 1]  # θ must exceed it
+    theta = (math.floor(low * 1e6) + 1) / 1e6
+    while theta <= low:  # float rounding of low·1e6
+        theta += 1e-6
+    return min(theta, 1.0)
+
+
+def _fold_spreads(evaluation: EvaluationReport, thetas: list[float]) -> list[dict[str, Spread | None]]:
+    pooled = evaluation.pooled
+    per_fold = [summarize(f.report.replays, thetas, unseen_alarms=pooled.unseen_alarms, horizon=pooled.horizon,
+                          enforcement=pooled.enforcement, min_increase=pooled.min_increase).thetas
+                for f in evaluation.folds]
+    out = []
+    for k in range(len(thetas)):
+        spreads: dict[str, Spread | None] = {}
+        for name in ("detection_rate", "false_alarm_rate"):
+            values = [getattr(fold[k], name) for fold in per_fold]
+            spreads[name] = Spread.of([v for v in values if v is not None])
+        out.append(spreads)
+    return out
+
+
+def tune(evaluation: EvaluationReport, spec: Spec, targets: Sequence[Target]) -> list[Choice]:
+    """Thresholds for reflect, ask_human and stop meeting ``targets`` on a cross-validation's held-out runs.
+
+    Raises:
+        TargetUnreachable: a target no θ meets.
+        ForewarnError: two targets for one action, or targets whose θs break reflect ≥ ask_human ≥ stop.
+    """
+    current = spec.guard.thresholds
+    configured = [a for a in _ORDER if getattr(current, a.value) is not None]
+    default_action = configured[0] if configured else Action.REFLECT
+    by_action: dict[Action, Target] = {}
+    for target in targets:
+        action = target.action or default_action
+        if action in by_action:
+            raise ForewarnError(f"--target: two targets for {action.value} ({by_action[action]} and {target})")
+        by_action[action] = target
+    pooled = evaluation.pooled
+    lookahead = pooled.enforcement is Enforcement.LOOKAHEAD
+    chosen = {a: choose_theta(pooled.replays, t, unseen_alarms=pooled.unseen_alarms, lookahead=lookahead)
+              for a, t in by_action.items()}
+    targeted = [a for a in _ORDER if a in chosen]
+    for less, more in zip(targeted, targeted[1:]):
+        if chosen[less] < chosen[more]:
+            raise ForewarnError(
+                f"--target: {by_action[more]} needs {more.value} θ {chosen[more]:g}, above {less.value} θ "
+                f"{chosen[less]:g} from {by_action[less]}; thresholds must keep reflect ≥ ask_human ≥ stop")
+    thetas: dict[Action, float | None] = {}
+    moved: set[Action] = set()
+    for i, action in enumerate(_ORDER):
+        if action in chosen:
+            thetas[action] = chosen[action]
+            continue
+        theta = getattr(current, action.value)
+        if theta is None:
+            thetas[action] = None
+            continue
+        ceiling = min((chosen[a] for a in _ORDER[:i] if a in chosen), default=1.0)
+        floor = max((chosen[a] for a in _ORDER[i + 1:] if a in chosen), default=0.0)
+        kept = min(max(theta, floor), ceiling)
+        moved.update([action] if kept != theta else [])
+        thetas[action] = kept
+    active = sorted({t for t in thetas.values() if t is not None})
+    reports = dict(zip(active, summarize(pooled.replays, active, unseen_alarms=pooled.unseen_alarms,
+                                         horizon=pooled.horizon, enforcement=pooled.enforcement,
+                                         min_increase=pooled.min_increase).thetas))
+    spreads = dict(zip(active, _fold_spreads(evaluation, active)))
+    choices = []
+    for a in _ORDER:
+        theta = thetas[a]
+        choices.append(Choice(a, theta, by_action.get(a), None if theta is None else reports[theta],
+                              {} if theta is None else spreads[theta], getattr(current, a.value), a in moved))
+    return choices
+
+
+def write_thresholds(text: str, thresholds: Thresholds, *, source: str = "<spec>") -> str:
+    """``text`` (a spec's YAML) with ``guard.thresholds`` set to ``thresholds``; the rest, comments
+    included, is kept as written."""
+    values = {a.value: getattr(thresholds, a.value) for a in _ORDER}
+    flow = "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in values.items() if v is not None) + "}"
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if not isinstance(root, yaml.MappingNode):
+        raise ForewarnError(f"{source}: a spec must be a YAML mapping")
+    guard = _value(root, "guard")
+    if guard is None or not isinstance(guard, yaml.MappingNode):
+        if guard is not None and not (isinstance(guard, yaml.ScalarNode) and guard.tag.endswith(":null")):
+            raise ForewarnError(f"{source}:{guard.start_mark.line + 1}: guard: expected a mapping")
+        body = text.rstrip("\n") + "\n" if guard is None else text[:guard.start_mark.index].rstrip(" ") + "\n"
+        tail = "" if guard is None else text[guard.end_mark.index:]
+        return body + ("guard:\n" if guard is None else "") + f"  thresholds: {flow}\n" + tail.lstrip("\n")
+    if guard.flow_style:
+        document = yaml.safe_load(text[guard.start_mark.index:guard.end_mark.index]) or {}
+        document["thresholds"] = {k: v for k, v in values.items() if v is not None}
+        dumped = yaml.safe_dump(document, default_flow_style=True, width=10**6, sort_keys=False).strip()
+        return text[:guard.start_mark.index] + dumped + text[guard.end_mark.index:]
+    key = next((k for k, _ in guard.value if isinstance(k, yaml.ScalarNode) and k.value == "thresholds"), None)
+    node = _value(guard, "thresholds")
+    if key is not None and node is not None and node.start_mark.index == node.end_mark.index:
+        at = text.index(":", key.end_mark.index) + 1  # `thresholds:` with nothing after it
+        return text[:at] + " " + flow + text[at:]
+    if node is None:  # a new entry right under `guard:`, indented as its other keys
+        first = guard.value[0][0].start_mark
+        start = text.rfind("\n", 0, first.index) + 1
+        indent = first.column
+        return text[:start] + " " * indent + f"thresholds: {flow}\n" + text[start:]
+    if not isinstance(node, yaml.MappingNode) or node.flow_style or not node.value:
+        return text[:node.start_mark.index] + flow + text[node.end_mark.index:]
+    edits: list[tuple[int, int, int, str]] = []  # (start, order at the same start, end, new text)
+    for key, value in node.value:
+        if key.value in values:
+            new = _scalar(values.pop(key.value))
+            if value.start_mark.index == value.end_mark.index:  # `stop:` with nothing after it
+                at = text.index(":", key.end_mark.index) + 1
+                edits.append((at, 0, at, " " + new))
+            else:
+                edits.append((value.start_mark.index, 0, value.end_mark.index, new))
+    missing = [f"{k}: {_scalar(v)}" for k, v in values.items() if v is not None]
+    if missing:
+        last = node.value[-1][1]
+        at = text.find("\n", last.end_mark.index)
+        at = len(text) if at < 0 else at
+        indent = " " * node.value[0][0].start_mark.column
+        edits.append((at, 1, at, "".join(f"\n{indent}{line}" for line in missing)))  # before an edit at `at`
+    for start, _, end, new in sorted(edits, reverse=True):
+        text = text[:start] + new + text[end:]
+    return text
+
+
+def _value(mapping: yaml.MappingNode, key: str) -> yaml.Node | None:
+    return next((v for k, v in mapping.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+
+
+def _scalar(value: float | None) -> str:
+    return "null" if value is None else repr(float(value))

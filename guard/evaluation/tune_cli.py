@@ -1,0 +1,102 @@
+"""``forewarn tune``: thresholds per action from cross-validation (the logic is in :mod:`.tune`)."""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from guard._cli import Format, err, out, print_json
+from guard.errors import ForewarnError
+from guard.evaluation.cli import (EnforcementOption, FormatOption, InputFormatOption, TriggerOption, _atomic_write,
+                                  _fmt, _over, _pct, _progress, parse_enforcement, parse_trigger)
+from guard.ingest import InputFormat, read_input
+from guard.replay import Enforcement
+from guard.storm import Method
+
+__all__ = ["tune"]
+
+
+def tune(
+    traces: Annotated[list[Path], typer.Argument(help="Trace files (JSONL, columnar or action logs).")],
+    spec: Annotated[Path, typer.Option("--spec", "-s", help="YAML spec to learn with and to tune.")],
+    target: Annotated[list[str], typer.Option(
+        "--target", help="[ACTION:]false-alarms=X or [ACTION:]detection=Y, X and Y in (0, 1); repeatable. "
+                         "Without ACTION: the least severe configured action (reflect).")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write a copy of the spec with the "
+                                                                           "chosen thresholds here.")] = None,
+    folds: Annotated[int, typer.Option(help="Number of folds.")] = 5,
+    group_by: Annotated[Optional[str], typer.Option(
+        "--group-by", help="Dotted path whose runs stay together, e.g. meta.task (default: each run alone).")]
+    = None,
+    seed: Annotated[int, typer.Option(help="Seed for assigning equal-sized groups to folds.")] = 0,
+    period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
+    alpha: Annotated[Optional[float], typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
+    method: Annotated[Method, typer.Option(help="Storm method for each fold's model.")] = Method.SOUND,
+    format: FormatOption = Format.table,
+    input_format: InputFormatOption = InputFormat.auto,
+    enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
+    trigger: TriggerOption = None,
+) -> None:
+    """Choose a threshold per action from cross-validation so that targets on detection or false alarms hold."""
+    from guard.evaluation.evaluate import evaluate as run_evaluate
+    from guard.evaluation.tune import parse_target, tune as run_tune, write_thresholds
+    from guard.spec import Thresholds, load_spec, parse_spec
+
+    targets = [parse_target(t) for t in target]
+    mode = parse_enforcement(enforcement)
+    trigger_mode = parse_trigger(trigger)
+    parsed = load_spec(spec)
+    runs = list(read_input(traces, input_format, period=period))
+    if not runs:
+        raise ForewarnError("no runs to tune on: the trace input is empty")
+    with _progress("cross-validation", total=2 * folds) as update:
+        result = run_evaluate(runs, parsed, [], folds=folds, group_by=group_by, seed=seed, method=method,
+                              alpha=alpha, enforcement=mode, trigger=trigger_mode,
+                              on_progress=lambda phase, fold: update(completed=2 * fold - (phase == "learn")))
+    choices = run_tune(result, parsed, targets)
+    chosen = Thresholds(**{c.action.value: c.theta for c in choices})
+    notes = [f"{c.action.value} θ moved from {c.previous:g} to {c.theta:g} to keep reflect ≥ ask_human ≥ stop"
+             for c in choices if c.moved]
+    if any(p.thresholds is not None for p in parsed.guard.properties):
+        notes.append("properties with thresholds of their own keep them; tune sets guard.thresholds")
+    if output is not None:
+        assert parsed.text is not None
+        text = write_thresholds(parsed.text, chosen, source=str(spec))
+        parse_spec(text, source=str(output))  # what is written loads
+        _atomic_write(output, text)
+    if format is Format.json:
+        print_json({"enforcement": mode.value, "trigger": result.pooled.trigger, "folds": folds,
+                    "group_by": group_by, "runs": len(runs),
+                    "thresholds": chosen.model_dump(), "output": None if output is None else str(output),
+                    "notes": notes, "actions": [
+                        {"action": c.action.value, "theta": c.theta, "previous": c.previous,
+                         "target": None if c.target is None else str(c.target), "moved": c.moved,
+                         "figures": None if c.report is None else asdict(c.report),
+                         "over_folds": {k: None if v is None else asdict(v) for k, v in c.over_folds.items()}}
+                        for c in choices]})
+        return
+    table = Table(title=f"thresholds for {parsed.name}: {folds}-fold cross-validation over {len(runs)} runs, "
+                        f"{mode.value} enforcement, {result.pooled.trigger} trigger")
+    for column in ("action", "target", "θ", "detection", "false alarms", "advance steps", "advance s",
+                   "detection over folds", "false alarms over folds"):
+        table.add_column(column, justify="left" if column in ("action", "target") else "right")
+    for c in choices:
+        t = c.report
+        if t is None:
+            table.add_row(c.action.value, "–", "off", *["–"] * 6)
+            continue
+        table.add_row(c.action.value, str(c.target) if c.target else "kept", f"{c.theta:g}",
+                      f"{t.detected}/{t.n_unsafe} {_pct(t.detection_rate)}",
+                      f"{t.false_alarms}/{t.n_safe} {_pct(t.false_alarm_rate)}", _fmt(t.mean_advance_steps),
+                      _fmt(t.mean_advance_seconds), _over(c.over_folds.get("detection_rate")),
+                      _over(c.over_folds.get("false_alarm_rate")))
+    out.print(table)
+    for note in notes:
+        out.print(f"[yellow]note:[/] {note}", highlight=False)
+    if output is not None:
+        err.print(f"wrote {output}", highlight=False)
+    else:
+        err.print("pass -o SPEC_OUT to write a copy of the spec with these thresholds", highlight=False)

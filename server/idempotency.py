@@ -1,0 +1,64 @@
+"""``Idempotency-Key``: a write retried with the same key is answered once and committed once.
+
+A client that lost the connection cannot tell whether its write was committed. With a key
+(any string of 1 to 200 visible characters, unique per write, e.g. a UUID), the answer is
+committed *in the same transaction* as the write, under (caller, key), and a retry gets
+that very answer back, byte for byte, without committing anything. A retry that arrives
+while the first attempt is still in flight waits for it. The same key with another request
+(method, path or body) is refused with 422: it is a client bug, not a retry.
+
+Only successful writes are remembered; an error commits nothing, so a retry redoes the work.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from server._http import ApiError
+
+__all__ = ["Entry", "IdempotencyKeys", "request_hash"]
+
+Entry = Callable[[int, bytes], tuple[Any, ...]]  # (status, response) → the row to commit with the write
+_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+
+
+def request_hash(method: str, path: str, body: bytes) -> str:
+    return hashlib.sha256(method.encode() + b" " + path.encode() + b"\n" + body).hexdigest()
+
+
+class IdempotencyKeys:
+    """The in-flight keys of one server (the committed ones are in the database)."""
+
+    def __init__(self, storage: Any) -> None:
+        self._storage = storage
+        self._inflight: dict[tuple[str, str], asyncio.Future[None]] = {}
+
+    async def run(self, principal: str, key: str | None, fingerprint: str,
+                  work: Callable[[Entry | None], Awaitable[tuple[int, bytes]]]) -> tuple[int, bytes]:
+        """``work(entry)`` once per (principal, key); ``work`` must commit ``entry(status, body)``
+        with its write (``Storage.remember``). Without a key, just ``work(None)``."""
+        if key is None:
+            return await work(None)
+        if not _KEY.match(key):
+            raise ApiError(422, "invalid_request", "header.idempotency-key: 1 to 200 visible ASCII characters",
+                           field="header.idempotency-key")
+        slot = (principal, key)
+        while (pending := self._inflight.get(slot)) is not None:
+            await asyncio.shield(pending)
+        row = self._storage.idempotent(principal, key)
+        if row is not None:
+            if row["request_hash"] != fingerprint:
+                raise ApiError(422, "idempotency_key_reused", f"Idempotency-Key {key!r} was used for another "
+                               "request; use a new key for every write", field="header.idempotency-key")
+            return int(row["status"]), bytes(row["response"])
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._inflight[slot] = done
+        try:
+            return await work(lambda status, body: (principal, key, fingerprint, status, body, time.time()))
+        finally:
+            del self._inflight[slot]
+            done.set_result(None)

@@ -1,0 +1,217 @@
+"""``forewarn tune``: exact threshold choices, targets met on the held-out runs, the spec written back."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from _eval_support import assert_user_error
+from _support import A, AB, B, NONE, TOY_SPEC, toy_run
+from guard.errors import ForewarnError
+from guard.evaluation.evaluate import evaluate
+from guard.evaluation.tune import Target, TargetUnreachable, choose_theta, parse_target, write_thresholds
+from guard.pipeline import learn_model
+from guard.replay import RunReplay, replay, summarize
+from guard.runtime import Guard
+from guard.spec import Action, Thresholds, load_spec, parse_spec
+from guard.traces import read_runs
+
+# A toy chain: from NONE a run drifts to A (risky) or B (mostly harmless); from A it often violates.
+MOVES = {NONE: [(NONE, 0.6), (A, 0.1), (B, 0.3)], A: [(AB, 0.6), (NONE, 0.2), (A, 0.2)],
+         B: [(B, 0.5), (NONE, 0.45), (AB, 0.05)]}
+
+
+def generated_runs(n: int, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    runs = []
+    for k in range(n):
+        bits = [AB if k % 25 == 0 else NONE]  # a few violate at once: no θ can warn of those
+        while len(bits) < 8 and bits[-1] != AB:
+            targets, weights = zip(*MOVES[bits[-1]])
+            bits.append(rng.choices(targets, weights)[0])
+        line = toy_run(f"g{k}", bits, times=[float(i) for i in range(len(bits))])
+        line["meta"] = {"task": f"t{k % 12}"}
+        runs.append(line)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("tune")
+    traces = root / "runs.jsonl"
+    traces.write_bytes(b"\n".join(orjson.dumps(r) for r in generated_runs(150, seed=5)) + b"\n")
+    spec = root / "toy.yaml"
+    spec.write_text("# the toy spec, tuned\n" + TOY_SPEC.replace("  unseen_state: ask_human\n",
+                                                                 "  unseen_state: ask_human  # keep\n"))
+    return traces, spec
+
+
+def replays(*runs: tuple[list[float | None], int | None]) -> list[RunReplay]:
+    return [RunReplay(f"r{i}", p, v, [None] * len(p)) for i, (p, v) in enumerate(runs)]
+
+
+def test_parse_target() -> None:
+    assert parse_target("false-alarms=0.05") == Target("false-alarms", 0.05)
+    assert parse_target(" stop:detection = 0.9 ") == Target("detection", 0.9, Action.STOP)
+    for bad, message in [("false-alarms", "expected [ACTION:]false-alarms=X"),
+                         ("recall=0.9", "expected [ACTION:]false-alarms=X"),
+                         ("detection=high", "'high' is not a number"),
+                         ("detection=1", "1 is not in (0, 1)"), ("false-alarms=0", "0 is not in (0, 1)"),
+                         ("detection=nan", "nan is not in (0, 1)"), ("detection=-0.5", "-0.5 is not in (0, 1)"),
+                         ("panic:detection=0.5", "unknown action 'panic'")]:
+        with pytest.raises(ForewarnError) as error:
+            parse_target(bad)
+        assert str(error.value).startswith(f"--target {bad!r}: ") and message in str(error.value)
+
+
+def test_theta_is_read_off_the_runs_exactly() -> None:
+    # safe runs' lowest p_safe: 0.9, 0.8, 0.6, 0.3; violating runs' (before the violation): 0.7, 0.5, 0.2
+    runs = replays(([0.1], None), ([0.2], None), ([0.1, 0.4], None), ([0.7], None),
+                   ([0.3, 1.0], 1), ([0.5, 1.0], 1), ([0.8, 1.0], 1))
+    theta = lambda target: choose_theta(runs, parse_target(target), unseen_alarms=True, lookahead=False)  # noqa: E731
+    assert theta("false-alarms=0.25") == 0.6  # flags 0.3 only: 1 of 4
+    assert theta("false-alarms=0.1") == 0.3  # flags none
+    assert theta("false-alarms=0.99") == 0.9  # 3 of 4: anything up to the highest minimum
+    assert theta("detection=0.6") == 0.500001  # 2 of 3 need θ above 0.5
+    assert theta("detection=0.3") == 0.2  # above 1 − 0.8 = 0.19999999999999996, as replay computes it
+    report = summarize(runs, [0.6, 0.500001], unseen_alarms=True, enforcement="observe")
+    assert [(t.false_alarm_rate, t.detection_rate) for t in report.thetas] == [(0.25, 2 / 3), (0.25, 2 / 3)]
+    # under look-ahead the violating step (p_safe 0) acts too: every violation is caught at any θ > 0
+    assert choose_theta(runs, parse_target("detection=0.99"), unseen_alarms=True, lookahead=True) == 0.000001
+
+
+def test_unreachable_targets_name_the_closest() -> None:
+    never = replays(([0.0, 0.0], 1), ([0.3, 1.0], 1), ([0.0], None), ([None], None))
+    with pytest.raises(TargetUnreachable, match=r"target detection=0.9: no θ reaches it; the most is detection "
+                                                r"50.0% \(1 of 2 violating runs\) at θ = 1, with 50.0% false alarms"):
+        choose_theta(never, parse_target("detection=0.9"), unseen_alarms=True, lookahead=False)
+    with pytest.raises(TargetUnreachable, match=r"target false-alarms=0.4: no θ reaches it; the fewest false "
+                                                r"alarms are 50.0% \(1 of 2 safe runs\) at θ = 0"):
+        choose_theta(never, parse_target("false-alarms=0.4"), unseen_alarms=True, lookahead=False)
+
+
+def test_tune_meets_the_target_on_the_held_out_runs(generated: tuple[Path, Path], forewarn_here,
+                                                    tmp_path: Path) -> None:
+    traces, spec_path = generated
+    out = tmp_path / "tuned.yaml"
+    result = forewarn_here("tune", traces, "--spec", spec_path, "--target", "false-alarms=0.1",
+                           "--target", "stop:false-alarms=0.02", "--folds", "3", "--group-by", "meta.task",
+                           "--enforcement", "observe", "-o", out, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    summary = result.json()
+    assert isinstance(summary, dict)
+    chosen = summary["thresholds"]
+    assert chosen["reflect"] >= chosen["ask_human"] >= chosen["stop"]
+    assert [a["target"] for a in summary["actions"]] == ["false-alarms=0.1", None, "stop:false-alarms=0.02"]
+    # the same cross-validation, scored at the chosen θs, meets the targets and gives the printed figures
+    spec = load_spec(spec_path)
+    runs = list(read_runs(traces))
+    cv = evaluate(runs, spec, [chosen["reflect"], chosen["stop"]], folds=3, group_by="meta.task",
+                  enforcement="observe")
+    reflect, stop = cv.pooled.thetas
+    assert reflect.false_alarm_rate <= 0.1 and stop.false_alarm_rate <= 0.02
+    assert summary["actions"][0]["figures"]["false_alarm_rate"] == reflect.false_alarm_rate
+    assert summary["actions"][0]["figures"]["detection_rate"] == reflect.detection_rate > 0
+    # the largest such θ: a little more flags another safe run
+    more = evaluate(runs, spec, [chosen["reflect"] + 0.02], folds=3, group_by="meta.task", enforcement="observe")
+    assert more.pooled.thetas[0].false_alarms > reflect.false_alarms
+    # the copy keeps the rest of the YAML, comments included, loads and learns
+    written = out.read_text()
+    assert written.startswith("# the toy spec, tuned\n") and "  unseen_state: ask_human  # keep\n" in written
+    assert written.replace(f"{{reflect: {chosen['reflect']!r}, ask_human: {chosen['ask_human']!r}, "
+                           f"stop: {chosen['stop']!r}}}", "{reflect: 0.9, ask_human: 0.5, stop: 0.2}") \
+        == spec_path.read_text()
+    tuned = load_spec(out)
+    assert tuned.guard.thresholds == Thresholds(**chosen)
+    assert learn_model([traces], tuned).spec.guard.thresholds.reflect == chosen["reflect"]
+
+
+def test_tune_table_and_unreachable_target(generated: tuple[Path, Path], forewarn_here) -> None:
+    traces, spec_path = generated
+    table = forewarn_here("tune", traces, "--spec", spec_path, "--target", "detection=0.8", "--folds", "3")
+    assert table.returncode == 0, table.stderr
+    assert "lookahead enforcement" in " ".join(table.stdout.split()) and "kept" in table.stdout
+    assert "pass -o SPEC_OUT" in table.stderr
+    unreachable = forewarn_here("tune", traces, "--spec", spec_path, "--target", "detection=0.99", "--folds", "3",
+                                "--enforcement", "observe")
+    assert_user_error(unreachable, "target detection=0.99: no θ reaches it; the most is detection")
+
+
+@pytest.mark.parametrize(("args", "fragments"), [
+    (["--target", "false-alarms=1.5"], ["--target 'false-alarms=1.5': 1.5 is not in (0, 1)"]),
+    (["--target", "fa=0.1"], ["--target 'fa=0.1': expected [ACTION:]false-alarms=X"]),
+    (["--target", "detection=0.5", "--enforcement", "sometimes"],
+     ["--enforcement: expected 'lookahead' or 'observe', got 'sometimes'"]),
+    (["--target", "false-alarms=0.1", "--target", "reflect:detection=0.5"], ["two targets for reflect"]),
+    (["--target", "false-alarms=0.1", "--trigger", "rising"],
+     ["--trigger: expected 'level' or 'increase', got 'rising'"]),
+])
+def test_tune_bad_input(generated: tuple[Path, Path], forewarn_here, args: list[str],
+                        fragments: list[str]) -> None:
+    traces, spec_path = generated
+    assert_user_error(forewarn_here("tune", traces, "--spec", spec_path, *args), *fragments)
+
+
+@pytest.mark.parametrize("command", ["replay", "evaluate"])
+def test_unknown_enforcement_is_one_line(generated: tuple[Path, Path], forewarn_here, tmp_path: Path,
+                                         command: str) -> None:
+    traces, spec_path = generated
+    source = ["--model", learn_model([traces], load_spec(spec_path)).save(tmp_path / "m.json")] \
+        if command == "replay" else ["--spec", spec_path]
+    assert_user_error(forewarn_here(command, traces, *source, "--enforcement", "preview"),
+                      "--enforcement: expected 'lookahead' or 'observe', got 'preview'")
+
+
+@pytest.mark.parametrize("mode", ["lookahead", "observe"])
+def test_evaluate_and_replay_agree_for_the_same_mode(generated: tuple[Path, Path], mode: str) -> None:
+    traces, spec_path = generated
+    spec, runs = load_spec(spec_path), list(read_runs(traces))
+    cv = evaluate(runs, spec, [0.5, 0.8], folds=3, group_by="meta.task", enforcement=mode)
+    for fold in cv.folds:
+        test_ids = {r.id for r in fold.report.replays}
+        train = [r for r in runs if r.id not in test_ids]
+        from guard.pipeline import learn_model_from_runs
+
+        guard = Guard(learn_model_from_runs(train, spec))
+        again = replay(guard, [r for r in runs if r.id in test_ids], [0.5, 0.8], enforcement=mode)
+        assert again.thetas == fold.report.thetas
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("predicates: {a: state.a}\nunsafe: a\nguard:\n  thresholds: {reflect: 0.9}  # old\n",
+     "predicates: {a: state.a}\nunsafe: a\nguard:\n  thresholds: {reflect: 0.7, stop: 0.1}  # old\n"),
+    ("predicates: {a: state.a}\nunsafe: a\nguard:\n  # the policy\n  thresholds:\n    reflect: 0.9  # r\n"
+     "    ask_human:\n  unseen_state: stop\n",
+     "predicates: {a: state.a}\nunsafe: a\nguard:\n  # the policy\n  thresholds:\n    reflect: 0.7  # r\n"
+     "    ask_human: null\n    stop: 0.1\n  unseen_state: stop\n"),
+    ("predicates: {a: state.a}\nunsafe: a\nguard:\n  unseen_state: stop\n",
+     "predicates: {a: state.a}\nunsafe: a\nguard:\n  thresholds: {reflect: 0.7, stop: 0.1}\n  unseen_state: stop\n"),
+    ("predicates: {a: state.a}\nunsafe: a  # no guard\n",
+     "predicates: {a: state.a}\nunsafe: a  # no guard\nguard:\n  thresholds: {reflect: 0.7, stop: 0.1}\n"),
+    ("predicates: {a: state.a}\nunsafe: a\nguard:\n  thresholds:\n  unseen_state: stop\n",
+     "predicates: {a: state.a}\nunsafe: a\nguard:\n  thresholds: {reflect: 0.7, stop: 0.1}\n  unseen_state: stop\n"),
+    ("predicates: {a: state.a}\nguard:\nunsafe: a\n",
+     "predicates: {a: state.a}\nguard:\n  thresholds: {reflect: 0.7, stop: 0.1}\nunsafe: a\n"),
+    ("predicates: {a: state.a}\nunsafe: a\nguard: {unseen_state: stop}\n",
+     "predicates: {a: state.a}\nunsafe: a\nguard: {unseen_state: stop, thresholds: {reflect: 0.7, stop: 0.1}}\n"),
+])
+def test_write_thresholds_keeps_the_rest(text: str, expected: str) -> None:
+    written = write_thresholds(text, Thresholds(reflect=0.7, stop=0.1))
+    assert written == expected
+    assert parse_spec(written).guard.thresholds == Thresholds(reflect=0.7, stop=0.1)
+
+
+def test_tune_under_the_increase_trigger(generated: tuple[Path, Path], forewarn_here) -> None:
+    traces, spec_path = generated
+    result = forewarn_here("tune", traces, "--spec", spec_path, "--target", "false-alarms=0.1", "--folds", "3",
+                           "--trigger", "increase", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    summary = result.json()
+    assert isinstance(summary, dict) and summary["trigger"] == "increase"
+    theta = summary["thresholds"]["reflect"]
+    cv = evaluate(list(read_runs(traces)), load_spec(spec_path), [theta], folds=3, trigger="increase")
+    assert cv.pooled.trigger == "increase" and cv.pooled.thetas[0].false_alarm_rate <= 0.1
+    assert summary["actions"][0]["figures"]["detection_rate"] == cv.pooled.thetas[0].detection_rate

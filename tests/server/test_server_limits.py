@@ -1,0 +1,185 @@
+"""Bounded resources: memo bytes, session steps, O(1) resume, slow clients, connections, rates."""
+from __future__ import annotations
+
+import gc
+import socket
+import time
+import tracemalloc
+from pathlib import Path
+
+import httpx
+import pytest
+
+from _sidecar import ServerThread, auth, egg_state, settings
+from guard.model import GuardModel
+from guard.predicates import PredicateSet
+from server.models_registry import LoadRules, ModelRegistry
+from server.sessions import SessionManager
+from server.settings import Limits
+from server.storage import Storage
+
+
+def _big_unique_state(i: int, size: int) -> dict[str, object]:
+    # a large, never-repeated leaf: the predicate reads the receptacle list, so it keys the memo
+    receptacles = [f"Shelf-{i}-{j}-{'x' * 40}" for j in range(size)]
+    return {"objects": {
+        "Egg": {"parentReceptacles": receptacles + (["Microwave"] if i % 2 == 0 else []), "isPickedUp": False},
+        "Microwave": {"isToggled": False, "isOpen": True}}}
+
+
+def test_memo_is_bounded_in_bytes_in_process(builtin_path: Path) -> None:
+    predicates = PredicateSet(GuardModel.load(builtin_path).spec)
+    predicates.memo_limit = 1 << 20
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(300):  # ~7 MB of unique leaves in all (13 MB of memo keys), each state dropped after use
+            assert predicates.evaluate(_big_unique_state(i, 200)) == (0b1 if i % 2 == 0 else 0)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 0 < predicates.memo_bytes <= predicates.memo_limit  # the memo still works, within its budget
+    # what the memos keep alive stays under the budget (unbounded, this run holds 6.7 MB)
+    assert held < predicates.memo_limit + (256 << 10), f"{held / 1e6:.1f} MB held"
+
+
+def test_memo_under_a_flood_of_unique_states_over_http(tmp_path: Path, builtin_path: Path) -> None:
+    limits = Limits(memo_bytes=1 << 20)
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, limits=limits)) as server, \
+            httpx.Client(base_url=server.url, timeout=30) as http:
+        sid = http.post("/v1/sessions", json={}, headers=auth("agent")).json()["id"]
+        for i in range(3):  # warm up: FastAPI, the first decisions
+            http.post(f"/v1/sessions/{sid}/preview", json={"state": _big_unique_state(i, 50)}, headers=auth("agent"))
+        gc.collect()
+        tracemalloc.start()  # the server runs in this process: its allocations are measured here
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for i in range(3, 203):
+                response = http.post(f"/v1/sessions/{sid}/preview", json={"state": _big_unique_state(i, 200)},
+                                     headers=auth("agent"))
+                assert response.status_code == 200
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        metrics = http.get("/metrics", headers=auth("admin")).text
+        cache = float(next(line.split()[1] for line in metrics.splitlines()
+                           if line.startswith("forewarn_cache_bytes ")))
+        assert 0 < cache <= 1 << 20
+        # unbounded, the memos would keep ~9 MB of these states alive
+        assert held < 3 << 20, f"{held / 1e6:.1f} MB held after 200 unique 11 KB states"
+
+
+def test_a_session_has_a_step_cap(tmp_path: Path, builtin_path: Path) -> None:
+    limits = Limits(max_session_steps=3)
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, limits=limits)) as server, \
+            httpx.Client(base_url=server.url) as http:
+        sid = http.post("/v1/sessions", json={}, headers=auth("agent")).json()["id"]
+        for _ in range(3):
+            assert http.post(f"/v1/sessions/{sid}/observe", json={"state": egg_state()},
+                             headers=auth("agent")).status_code == 200
+        over = http.post(f"/v1/sessions/{sid}/observe", json={"state": egg_state()}, headers=auth("agent"))
+        assert over.status_code == 409 and over.json()["error"]["code"] == "session_step_limit"
+        batch = http.post("/v1/batch", json={"steps": [{"session": sid, "state": egg_state()}]}, headers=auth("agent"))
+        assert batch.status_code == 409
+        assert len(http.get(f"/v1/sessions/{sid}", headers=auth("agent")).json()["steps"]) == 3
+
+
+def test_resuming_a_session_costs_the_same_whatever_its_length(tmp_path: Path, builtin_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "forewarn.db"
+    with ServerThread(settings(db, {"builtin": builtin_path}, session_cache=1)) as server, \
+            httpx.Client(base_url=server.url, timeout=60) as http:
+        short = http.post("/v1/sessions", json={}, headers=auth("agent")).json()["id"]
+        long = http.post("/v1/sessions", json={}, headers=auth("agent")).json()["id"]
+        http.post(f"/v1/sessions/{short}/observe", json={"state": egg_state()}, headers=auth("agent"))
+        states = [egg_state(in_microwave=j % 3 == 0, holding=j % 2 == 0) for j in range(1000)]
+        for _ in range(20):  # 20,000 steps
+            assert http.post("/v1/batch", json={"steps": [{"session": long, "state": s} for s in states]},
+                             headers=auth("agent")).status_code == 200
+        last = http.post(f"/v1/sessions/{long}/preview", json={"state": egg_state()}, headers=auth("agent")).json()
+    storage = Storage.open(db)
+    try:
+        registry = ModelRegistry(storage, LoadRules())
+        registry.restore_current()
+        monkeypatch.setattr(Storage, "history", lambda *_: pytest.fail("a resume read the whole history"))
+        statements: list[str] = []
+        storage.reader.set_trace_callback(statements.append)
+        work = {}
+        for sid in (short, long):
+            statements.clear()
+            manager = SessionManager(storage, registry, capacity=10)
+            live = manager.get(sid)
+            work[sid] = list(statements)
+        assert live.next_step == 20_000
+        assert len(work[short]) == len(work[long])  # the same queries, each an index look-up
+        resumed = live.session.preview(egg_state())  # the monitors' states came back with it
+        assert (resumed.action.value, resumed.p_unsafe, resumed.monitors) == (last["action"], last["p_unsafe"],
+                                                                              last["monitors"])
+        assert len(live.session.history) == 1  # a resumed session holds its last step only
+    finally:
+        storage.close()
+
+
+def _connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.settimeout(10)
+    return sock
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    try:
+        data = sock.recv(4096)
+        while data:
+            if b"408" in data.split(b"\r\n", 1)[0]:
+                return True
+            data = sock.recv(4096)
+        return True  # EOF: the server closed it
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_slow_clients_are_cut_off_and_connections_capped(tmp_path: Path, builtin_path: Path) -> None:
+    limits = Limits(header_timeout=0.5, body_timeout=0.5, max_connections=60)
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, limits=limits)) as server, \
+            httpx.Client(base_url=server.url) as http:
+        sid = http.post("/v1/sessions", json={}, headers=auth("agent")).json()["id"]
+        port = server.port
+        partial_headers = [_connect(port) for _ in range(20)]
+        for sock in partial_headers:
+            sock.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\n")
+        partial_bodies = [_connect(port) for _ in range(20)]
+        for sock in partial_bodies:
+            sock.sendall(f"POST /v1/sessions/{sid}/observe HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                         f"{auth('agent')['Authorization'][7:]}\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 1000\r\n\r\n{\"state\":".encode())
+        started = time.monotonic()
+        assert all(_closed_by_server(s) for s in partial_headers + partial_bodies)
+        assert time.monotonic() - started < 5
+        for sock in partial_headers + partial_bodies:
+            sock.close()
+        # beyond max_connections, new connections are closed at once; those served keep working
+        held = [_connect(port) for _ in range(60)]
+        time.sleep(0.2)
+        extra = _connect(port)
+        assert _closed_by_server(extra)
+        extra.close()
+        for sock in held:
+            sock.close()
+        time.sleep(0.2)
+        assert http.get("/healthz").status_code == 200
+
+
+def test_per_key_rate_limit(tmp_path: Path, builtin_path: Path) -> None:
+    limits = Limits(rate_per_key=2.0, rate_burst=5)
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, limits=limits)) as server, \
+            httpx.Client(base_url=server.url) as http:
+        codes = [http.get("/v1/models", headers=auth("agent")).status_code for _ in range(10)]
+        assert codes[:5] == [200] * 5 and 429 in codes[5:]
+        assert http.get("/v1/models", headers=auth("admin")).status_code == 200  # another key, its own bucket
+        time.sleep(1.0)
+        assert http.get("/v1/models", headers=auth("agent")).status_code == 200

@@ -1,0 +1,90 @@
+"""Tenants: every session belongs to the tenant of the key that opened it; role × endpoint × tenant."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from _sidecar import ServerThread, egg_state, settings
+
+KEYS = {
+    "agent_acme": "k-agent-acme-0123456789", "agent_acme2": "k-agent-acme2-0123456789",
+    "agent_globex": "k-agent-globex-0123456789", "approver_acme": "k-approver-acme-0123456789",
+    "approver_globex": "k-approver-globex-0123456789", "approver_all": "k-approver-all-0123456789",
+    "admin": "k-admin-0123456789",
+}
+API_KEYS = ",".join([
+    f"{KEYS['agent_acme']}:agent:alice:acme", f"{KEYS['agent_acme2']}:agent:amos:acme",
+    f"{KEYS['agent_globex']}:agent:gus:globex", f"{KEYS['approver_acme']}:approver:ann:acme",
+    f"{KEYS['approver_globex']}:approver:gil:globex|initech", f"{KEYS['approver_all']}:approver:root-approver",
+    f"{KEYS['admin']}:admin:root",
+])
+# who may see (and act on, as their role allows) a session of tenant acme
+SEES_ACME = {"agent_acme", "agent_acme2", "approver_acme", "approver_all", "admin"}
+
+
+def h(who: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[who]}"}
+
+
+@pytest.fixture
+def http(tmp_path: Path, builtin_path: Path) -> Iterator[httpx.Client]:
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, api_keys=API_KEYS)) as server, \
+            httpx.Client(base_url=server.url, timeout=30) as client:
+        yield client
+
+
+def _acme_session(http: httpx.Client) -> tuple[str, str]:
+    sid = http.post("/v1/sessions", json={"policy": {"thresholds": {"ask_human": 0.9}}}, headers=h("agent_acme")).json()["id"]
+    decision = http.post(f"/v1/sessions/{sid}/observe", json={"state": egg_state(in_microwave=True, closed=True)},
+                         headers=h("agent_acme")).json()
+    assert decision["approval_id"], decision
+    return sid, decision["approval_id"]
+
+
+@pytest.mark.parametrize("who", sorted(KEYS))
+def test_role_endpoint_tenant_matrix(http: httpx.Client, who: str) -> None:
+    sid, aid = _acme_session(http)
+    role = who.split("_")[0]
+    sees = who in SEES_ACME
+    cells = [
+        ("GET", f"/v1/sessions/{sid}", None, {"agent", "approver", "admin"}),
+        ("POST", f"/v1/sessions/{sid}/preview", {"state": egg_state()}, {"agent", "admin"}),
+        ("POST", f"/v1/sessions/{sid}/observe", {"state": egg_state()}, {"agent", "admin"}),
+        ("POST", "/v1/batch", {"steps": [{"session": sid, "state": egg_state()}]}, {"agent", "admin"}),
+        ("GET", f"/v1/approvals/{aid}", None, {"agent", "approver", "admin"}),
+        ("POST", f"/v1/approvals/{aid}", {"decision": "reject"}, {"approver", "admin"}),
+        ("POST", f"/v1/sessions/{sid}/close", None, {"agent", "admin"}),
+    ]
+    for method, path, body, roles in cells:
+        response = http.request(method, path, json=body, headers=h(who))
+        where = f"{method} {path} as {who}"
+        if role not in roles:
+            assert response.status_code == 403, (where, response.text)
+        elif sees:
+            assert response.status_code == 200, (where, response.text)
+        else:  # another tenant's session: as if it did not exist, and nothing changed
+            assert response.status_code == 404, (where, response.text)
+            assert response.json()["error"]["code"] == "not_found", where
+    # the lists show the caller's tenants only
+    listed = http.get("/v1/sessions", headers=h(who)).json()["sessions"]
+    assert (sid in [s["id"] for s in listed]) == sees, who
+    if role in ("approver", "admin"):
+        approvals = http.get("/v1/approvals", params={"status": "all"}, headers=h(who)).json()["approvals"]
+        assert (aid in [a["id"] for a in approvals]) == sees, who
+    # whatever another tenant tried, the session's history is its own
+    steps = http.get(f"/v1/sessions/{sid}", headers=h("admin")).json()["steps"]
+    assert len(steps) == (3 if who in {"agent_acme", "agent_acme2", "admin"} else 1), who
+
+
+def test_an_agent_of_another_tenant_cannot_cancel_approvals(http: httpx.Client) -> None:
+    sid, aid = _acme_session(http)
+    assert http.post(f"/v1/sessions/{sid}/close", headers=h("agent_globex")).status_code == 404
+    assert http.get(f"/v1/approvals/{aid}", headers=h("admin")).json()["status"] == "pending"
+    assert http.get(f"/v1/approvals/{aid}", params={"wait": 0.1}, headers=h("agent_globex")).status_code == 404
+    globex = http.post("/v1/sessions", json={}, headers=h("agent_globex")).json()["id"]
+    assert [s["id"] for s in http.get("/v1/sessions", headers=h("agent_globex")).json()["sessions"]] == [globex]
+    assert http.get(f"/v1/sessions/{globex}", headers=h("approver_globex")).status_code == 200
+    assert http.get(f"/v1/sessions/{globex}", headers=h("approver_acme")).status_code == 404

@@ -1,0 +1,153 @@
+"""Crafted model files (mutations of a real one, loaded by the CLI and by ``Guard``) and crafted specs.
+
+Every case must end in a clean load or one ``ForewarnError`` line (exit 2): never a traceback,
+never a hang (hypothesis' deadline is the per-case limit), never another exit code.
+"""
+from __future__ import annotations
+
+import copy
+import resource
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from _support import CLI
+from guard.errors import ForewarnError
+from guard.model import GuardModel, _checksum
+from guard.runtime import Guard
+
+_INT = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+_SCALAR = st.one_of(st.none(), st.booleans(), _INT, st.floats(allow_nan=False), st.text(max_size=20),
+                    st.sampled_from([0, 1, -1, 2**62, 1e308, -1e308, 5e-324, "end", "state", "P=? [F \"unsafe\"]"]))
+_VALUE = st.recursive(_SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                         st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+                      max_leaves=8)
+_SPEC_EDITS = st.sampled_from([
+    "predicates: {a: {python: 'os:system'}}\nunsafe: a\n", "[" * 200 + "]" * 200, "a: &x [1]\nb: *x\n",
+    "predicates:\n  a: '" + "(" * 3000 + "state.a" + ")" * 3000 + "'\nunsafe: a\n", "", "- 1\n", "{",
+])
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out += _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node[:3]):
+            out += _paths(value, (*prefix, index))
+    return out
+
+
+@st.composite
+def mutated(draw: st.DrawFn, document: dict[str, Any]) -> dict[str, Any]:
+    doc = copy.deepcopy(document)
+    paths = [p for p in _paths(doc) if p]
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(paths))
+        parent: Any = doc
+        try:
+            for key in path[:-1]:
+                parent = parent[key]
+            action = draw(st.sampled_from(["set", "set", "delete", "grow", "spec"]))
+            if action == "set":
+                parent[path[-1]] = draw(_VALUE)
+            elif action == "delete":
+                del parent[path[-1]]
+            elif action == "grow" and isinstance(parent, list):
+                parent.extend([copy.deepcopy(parent[path[-1]])] * draw(st.integers(1, 3)))
+            elif action == "spec":
+                doc["spec"] = draw(_SPEC_EDITS)
+        except (KeyError, IndexError, TypeError):
+            pass
+    if draw(st.booleans()):  # the checksum an attacker recomputes, or the one left stale
+        try:
+            doc["checksum"] = _checksum(doc)
+        except (TypeError, orjson.JSONEncodeError):
+            pass
+    return doc
+
+
+@pytest.fixture(scope="module")
+def real_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from guard.builtin import builtin_model_path
+
+    # the built-in model: monitors, several properties' worth of arrays, a PAC report with chain states
+    return dict(orjson.loads(builtin_model_path(tmp_path_factory.mktemp("fuzz-cache")).read_bytes()))
+
+
+@settings(max_examples=150, deadline=10_000, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                     HealthCheck.too_slow])
+@given(data=st.data())
+def test_crafted_model_files_fail_cleanly(real_model: dict[str, Any], forewarn_here: CLI, data: st.DataObject) -> None:
+    document = data.draw(mutated(real_model))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.json"
+        try:
+            path.write_bytes(orjson.dumps(document))
+        except (TypeError, orjson.JSONEncodeError):
+            return  # not writable as JSON: not a file anyone can hand over
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        result = forewarn_here("check", path, "--format", "json")
+        assert result.returncode in (0, 2), result.stderr
+        assert "Traceback" not in result.stderr
+        if result.returncode == 2:
+            assert result.stderr.strip().startswith("error:") and result.stderr.count("\n") == 1, result.stderr
+        try:
+            Guard(GuardModel.load(path), allow_python=())
+        except ForewarnError:
+            pass
+        grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+        assert grown_mb < 200, f"loading one crafted file raised the peak memory by {grown_mb:.0f} MB"
+
+
+_CEL = st.one_of(st.sampled_from(["state.a", "state.b > 2", "!state.a", "state.x.y.z == 'q'", "size(state.l) > 1",
+                                  "meta.task == 't'", "1 / 0 == 1", "state.a &&", "((", "state.a ? 1 : 2"]),
+                 st.text(max_size=30))
+_SPEC = st.fixed_dictionaries(
+    {"predicates": st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,6}", fullmatch=True),
+                                   st.one_of(_CEL, st.fixed_dictionaries({"cel": _CEL}),
+                                             st.fixed_dictionaries({"python": st.sampled_from(
+                                                 ["os:system", "subprocess:run", "builtins:eval", "x:y", ":", "a.b"])})),
+                                   min_size=1, max_size=4)},
+    optional={"unsafe": _CEL, "name": st.text(max_size=10), "guard": _VALUE, "learning": _VALUE,
+              "monitors": _VALUE, "valid_transitions": _VALUE, "extra": _VALUE})
+
+
+@settings(max_examples=200, deadline=5_000)
+@given(document=_SPEC, raw=st.booleans(), noise=st.text(max_size=40))
+def test_crafted_specs_fail_cleanly(document: dict[str, Any], raw: bool, noise: str) -> None:
+    import yaml
+
+    from guard.errors import ForewarnError
+    from guard.predicates import PredicateSet
+    from guard.spec import parse_spec
+
+    text = yaml.safe_dump(document) + (noise if raw else "")
+    try:
+        PredicateSet(parse_spec(text), allow_python=())  # nothing named in the spec may be imported
+    except ForewarnError:
+        pass
+
+
+def test_field_names_in_cel_never_become_code(tmp_path: Path) -> None:
+    """The memo key and leaf binder are generated Python; a field name is only ever a quoted literal in it."""
+    import yaml
+
+    from guard.predicates import PredicateSet
+    from guard.spec import parse_spec
+
+    marker = tmp_path / "pwned"
+    field = f"a'] + __import__('os').system('touch {marker}') + ['"
+    nested = f"x\"]\n__import__('os').system('touch {marker}')#"
+    expression = 'state["' + field.replace('"', '\\"') + '"] == 1 && state.b["' + nested.replace('"', '\\"')\
+        .replace("\n", "\\n") + '"] == 2'
+    predicates = PredicateSet(parse_spec(yaml.safe_dump({"predicates": {"p": expression}, "unsafe": "p"})))
+    assert predicates.evaluate({field: 1, "b": {nested: 2}}) == 1
+    assert predicates.evaluate({field: 1, "b": {nested: 3}}) == 0
+    assert not marker.exists()

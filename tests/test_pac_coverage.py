@@ -1,0 +1,49 @@
+"""The tighter PAC bound against the truth: simulated learnings from three known chains.
+
+Like the paper's validation: learn many times from runs of a known chain and count how
+often the guarantee holds. Two claims, each at confidence 1 − δ = 95 %:
+
+* every state's learned risk is within its reported bound ε̂ of the true risk, and the
+  risk from a run's first state (the paper's Definition 4) within its bound;
+* with the runs the tighter report asks for, every state's risk is within ε.
+
+Here at the runs the report asks for; bench/pac_coverage.py runs the same at several
+numbers of runs, with more learnings, and prints error quantiles beside the paper's bound.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _pac_sim import CHAINS, learned_reach, simulate, true_reach
+from guard.pac import pac_report
+from guard.predicates import PredicateSet
+
+EPSILON, DELTA, LEARNINGS, ALPHA = 0.1, 0.05, 200, 0.1
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_coverage_of_the_tight_bound_on_simulated_learnings(name: str, toy_predicates: PredicateSet) -> None:
+    initial, chain = CHAINS[name]
+    truth = true_reach(chain)
+    rng = np.random.default_rng(2026)
+    pilot = pac_report(simulate(chain, initial, 200, rng, toy_predicates, ALPHA), epsilon=EPSILON, delta=DELTA)
+    assert pilot.tight is not None and pilot.tight.runs_factor is not None and pilot.runs_factor is not None
+    assert pilot.tight.runs_factor < pilot.runs_factor  # asks for fewer runs than the paper's bound
+    runs = int(np.ceil(200 * pilot.tight.runs_factor))
+    start_truth = sum(p * truth[s] for s, p in initial.items())
+    covered = within = start_covered = 0
+    for _ in range(LEARNINGS):
+        dtmc = simulate(chain, initial, runs, rng, toy_predicates, ALPHA)
+        report = pac_report(dtmc, epsilon=EPSILON, delta=DELTA)
+        assert report.tight is not None
+        learned = learned_reach(dtmc)
+        errors = {s.state: abs(learned[dtmc.states[s.state]] - truth[dtmc.states[s.state]])
+                  for s in report.tight.states}
+        covered += all(errors[s.state] <= s.bound for s in report.tight.states)
+        within += max(errors.values()) <= EPSILON
+        start = sum(n * learned[dtmc.states[i]] for i, n in dtmc.initial.items()) / runs
+        start_covered += abs(start - start_truth) <= report.tight.initial_bound
+    assert covered >= (1 - DELTA) * LEARNINGS, (name, runs, covered)
+    assert within >= (1 - DELTA) * LEARNINGS, (name, runs, within)
+    assert start_covered >= (1 - DELTA) * LEARNINGS, (name, runs, start_covered)
