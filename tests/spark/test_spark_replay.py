@@ -53,6 +53,10 @@ def test_replay_command_on_spark(spark: Any, tools: tuple[Path, Path, Path], for
                              "--engine", "spark")
     assert on_spark.returncode == 0, on_spark.stderr
     assert on_spark.json() == local.json()
+    observed = [forewarn_here("replay", heldout, "--model", model, "--theta", "0.2,0.6", "--format", "json",
+                              "--enforcement", "observe", "--engine", engine) for engine in ("local", "spark")]
+    assert observed[0].returncode == observed[1].returncode == 0
+    assert observed[1].json() == observed[0].json() != local.json()
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(heldout.read_bytes().splitlines(keepends=True)[0] + b'{"steps": [{"state": []}]}\n')
     failed = forewarn_here("replay", bad, "--model", model, "--engine", "spark")
