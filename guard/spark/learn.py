@@ -34,6 +34,7 @@ from guard.traces import Run, abstract_run
 
 if TYPE_CHECKING:
     from guard.bundle import GuardBundle
+    from guard.ingest.summary import IngestSummary
     from guard.model import GuardModel
     from pyspark.sql import DataFrame, SparkSession
 
@@ -99,11 +100,13 @@ def learn_model_spark(source: DataFrame | Sequence[str], spec: Spec, *, spark: S
                       period: float | None = None, on_error: str = "stop",
                       on_bad: Callable[[TraceError], None] | None = None, split_bytes: int | None = None,
                       python_predicates: Mapping[str, PythonPredicate] | None = None,
-                      **options: Any) -> GuardModel:
+                      summary: IngestSummary | None = None, **options: Any) -> GuardModel:
     """Learn and check a model from runs read by Spark (see :func:`count_transitions_spark`).
 
     ``options`` are those of :func:`guard.pipeline.model_from_counts` (``alpha``,
-    ``method``, ``precision``, ``epsilon``, ``delta``, ``valid_transition``).
+    ``method``, ``precision``, ``epsilon``, ``delta``, ``valid_transition``) and
+    ``allow_python``. ``summary`` is filled as :func:`guard.pipeline.learn_model` fills it:
+    runs kept, and (``on_error="skip"``) the skipped runs by reason.
     """
     from guard.pipeline import learning_bounds, model_from_counts, prepare
     from guard.spark.session import spark_session
@@ -114,9 +117,11 @@ def learn_model_spark(source: DataFrame | Sequence[str], spec: Spec, *, spark: S
     session = spark or spark_session()
     started = time.perf_counter()
     grouped, inputs = _count_groups(source, spec, None, spark=session, period=period, on_error=on_error,
-                                    on_bad=on_bad, python_predicates=python_predicates, split_bytes=split_bytes,
-                                    allow_python=predicates.allow_python)
+                                    on_bad=_reporter(on_bad, summary), python_predicates=python_predicates,
+                                    split_bytes=split_bytes, allow_python=predicates.allow_python)
     counts = grouped.pooled
+    if summary is not None:
+        summary.runs += counts.runs
     if counts.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
     model = model_from_counts(counts, spec, predicates, monitors, learn_seconds=time.perf_counter() - started,
@@ -130,7 +135,7 @@ def learn_bundle_spark(source: DataFrame | Sequence[str], spec: Spec, *, group_b
                        period: float | None = None, on_error: str = "stop",
                        on_bad: Callable[[TraceError], None] | None = None, split_bytes: int | None = None,
                        python_predicates: Mapping[str, PythonPredicate] | None = None,
-                       **options: Any) -> GuardBundle:
+                       summary: IngestSummary | None = None, **options: Any) -> GuardBundle:
     """:func:`guard.bundle.learn_bundle` on Spark: runs counted into the pooled counts and their group's."""
     from guard.bundle import DEFAULT_MIN_GROUP_RUNS, bundle_from_counts, group_path
     from guard.pipeline import learning_bounds, prepare
@@ -146,8 +151,10 @@ def learn_bundle_spark(source: DataFrame | Sequence[str], spec: Spec, *, group_b
     session = spark or spark_session()
     started = time.perf_counter()
     grouped, inputs = _count_groups(source, spec, path, spark=session, period=period, on_error=on_error,
-                                    on_bad=on_bad, python_predicates=python_predicates, split_bytes=split_bytes,
-                                    allow_python=predicates.allow_python)
+                                    on_bad=_reporter(on_bad, summary), python_predicates=python_predicates,
+                                    split_bytes=split_bytes, allow_python=predicates.allow_python)
+    if summary is not None:
+        summary.runs += grouped.pooled.runs
     bundle = bundle_from_counts(grouped.pooled, grouped.groups, grouped.without, grouped.keys_seen, spec,
                                 predicates, monitors, group_by=group_by, min_group_runs=min_group_runs,
                                 inputs=inputs, learn_seconds=time.perf_counter() - started, **options)
@@ -157,6 +164,19 @@ def learn_bundle_spark(source: DataFrame | Sequence[str], spec: Spec, *, group_b
     if period is not None:
         bundle.provenance["period_seconds"] = period
     return bundle
+
+
+def _reporter(on_bad: Callable[[TraceError], None] | None,
+              summary: IngestSummary | None) -> Callable[[TraceError], None] | None:
+    """Where a skipped run goes: the caller's function, and the summary's tally by reason."""
+    if summary is None or on_bad is None:
+        return on_bad if summary is None else summary.skip
+
+    def both(error: TraceError) -> None:
+        on_bad(error)
+        summary.skip(error)
+
+    return both
 
 
 def _stamp(model: GuardModel, session: SparkSession, period: float | None) -> None:

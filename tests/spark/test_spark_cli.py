@@ -91,3 +91,21 @@ def test_group_by_on_spark_writes_the_local_bundle(spark: Any, tmp_path: Path, t
         assert (distributed.members[name].dtmc.counts != local.members[name].dtmc.counts).nnz == 0
         assert distributed.members[name].outcome.values.tolist() == local.members[name].outcome.values.tolist()
     assert distributed.pooled.provenance["engine"]["name"] == "spark"
+
+
+def test_on_error_skip_on_spark_reads_as_the_local_learner(spark: Any, tmp_path: Path, toy_spec_path: Path,
+                                                           forewarn_here: CLI) -> None:
+    lines = [orjson.dumps(toy_run(f"r{i}", [i % 3, (i * 5) % 4, i % 2])) for i in range(40)]
+    for at, bad in ((3, b"not json"), (17, b'{"steps": [{"state": 7}]}'), (30, b'{"steps": [{"state": {"a": 1}}]}')):
+        lines[at] = bad
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    done = {engine: forewarn_here("learn", path, "--spec", toy_spec_path, "-o", tmp_path / f"{engine}.json",
+                                  "--on-error", "skip", "--format", "json", "--engine", engine)
+            for engine in ("local", "spark")}
+    assert done["local"].returncode == done["spark"].returncode == 0, done["spark"].stderr
+    local, distributed = done["local"].json()["read"], done["spark"].json()["read"]
+    assert (local["runs"], local["skipped"]) == (37, 3)
+    assert {k: distributed[k] for k in ("runs", "skipped", "skipped_by_reason")} == \
+        {k: local[k] for k in ("runs", "skipped", "skipped_by_reason")}
+    assert without_provenance(tmp_path / "spark.json") == without_provenance(tmp_path / "local.json")
