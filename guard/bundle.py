@@ -328,14 +328,21 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
             gc.enable()
     return bundle_from_counts(pooled, groups, without, keys_seen, spec, predicates, monitors, group_by=group_by,
                               min_group_runs=min_group_runs, inputs=inputs,
-                              learn_seconds=time.perf_counter() - started, **options)
+                              learn_seconds=time.perf_counter() - started, pooled_paths=pooled_paths,
+                              group_paths=group_paths, **options)
 
 
 def bundle_from_counts(pooled: TransitionCounts, groups: Mapping[str, TransitionCounts], without: int,
                        keys_seen: set[str], spec: Spec, predicates: Any, monitors: Any, *, group_by: str,
                        min_group_runs: int, inputs: list[dict[str, Any]] | None, learn_seconds: float,
+                       pooled_paths: Counter[tuple[int, ...]] | None = None,
+                       group_paths: Mapping[str, Counter[tuple[int, ...]]] | None = None,
                        **options: Any) -> GuardBundle:
-    """Learn and check the pooled model and each large enough group's, from counts (any engine counts)."""
+    """Learn and check the pooled model and each large enough group's, from counts (any engine counts).
+
+    ``pooled_paths`` and ``group_paths`` are the distinct counted runs, for the learning
+    levers that need them (guard/pipeline.py, :func:`model_from_counts`).
+    """
     if pooled.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
     if not groups:
@@ -347,7 +354,7 @@ def bundle_from_counts(pooled: TransitionCounts, groups: Mapping[str, Transition
         return model_from_counts(counts, spec, predicates, monitors, inputs=inputs, learn_seconds=learn_seconds,
                                  paths=paths, **options)
 
-    members = {g: model(c, None if pooled_paths is None else group_paths[g])
+    members = {g: model(c, None if pooled_paths is None or group_paths is None else group_paths[g])
                for g, c in sorted(groups.items()) if c.runs >= min_group_runs}
     provenance = {"inputs": inputs or [], "runs": pooled.runs, "created":
                   datetime.now(timezone.utc).isoformat(timespec="seconds"), "forewarn_version": __version__}
