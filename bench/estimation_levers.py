@@ -67,6 +67,8 @@ class Row:
     brier: float
     covered: float
     detection: list[tuple[float, float]]  # per target: (detection, false-alarm rate reached)
+    per_model: list[float]  # detection with each model (one per task) at its own θ, ROC-interpolated
+    start_error: float  # mean over models of |mean start risk − the model's held-out violation rate|
     seconds: float
     reference_brier: float | None  # the empirical frequency's Brier on the same steps
 
@@ -89,6 +91,37 @@ def detection_at(replays: Sequence[RunReplay], target: float, unseen_alarms: boo
     k = int(math.floor(target * len(safe) + 1e-9))
     theta = safe[k] if k < len(safe) else math.inf  # alarms where p_safe < θ: at most k safe runs
     return float((unsafe < theta).mean()), float((safe < theta).mean())
+
+
+def detection_interpolated(replays: Sequence[RunReplay], target: float, unseen_alarms: bool) -> float:
+    """Detection at false-alarm rate exactly ``target`` on the ROC curve, linear between the
+    points thresholds reach: a θ drawn at random between two neighbouring ones (ties in the
+    risk make the rates jump, so a fixed θ reaches few rates on a hundred runs)."""
+    safe = np.array([r.min_p_safe(unseen_alarms, lookahead=False) for r in replays if not r.unsafe])
+    unsafe = np.array([r.min_p_safe(unseen_alarms, lookahead=False) for r in replays if r.unsafe])
+    if not len(safe) or not len(unsafe):
+        return math.nan
+    values = np.unique(np.concatenate([safe, unsafe]))
+    values = values[np.isfinite(values)]
+    fa = np.concatenate([[0.0], [(safe <= v).mean() for v in values], [1.0]])
+    det = np.concatenate([[0.0], [(unsafe <= v).mean() for v in values], [1.0]])
+    xs = np.unique(fa)
+    return float(np.interp(target, xs, [det[fa == x].max() for x in xs]))
+
+
+def detection_per_model(parts: Sequence[Sequence[RunReplay]], target: float, unseen_alarms: bool) -> float:
+    """Detection pooled over models (weighted by violating runs), each model on its own ROC curve."""
+    weights = [sum(r.unsafe for r in replays) for replays in parts]
+    values = [detection_interpolated(replays, target, unseen_alarms) for replays in parts]
+    pairs = [(w, v) for w, v in zip(weights, values) if not math.isnan(v)]
+    return sum(w * v for w, v in pairs) / max(sum(w for w, _ in pairs), 1)
+
+
+def start_error(parts: Sequence[Sequence[RunReplay]]) -> float:
+    """Mean over models of |mean risk at the first step − share of held-out runs that violate|."""
+    errors = [abs(float(np.mean([r.p_unsafe[0] for r in replays])) - float(np.mean([r.unsafe for r in replays])))
+              for replays in parts if replays and all(r.p_unsafe and r.p_unsafe[0] is not None for r in replays)]
+    return float(np.mean(errors)) if errors else math.nan
 
 
 def paired_brier(model: Sequence[RunReplay], other: Sequence[RunReplay]) -> tuple[float, float, float]:
@@ -154,31 +187,42 @@ def run_domain(parts: list[tuple[Spec, list[Run], str | None]], folds: int) -> t
         started = time.perf_counter()
         model: list[RunReplay] = []
         empirical: list[RunReplay] = []
+        model_parts: list[list[RunReplay]] = []
+        empirical_parts: list[list[RunReplay]] = []
         for spec, part, group_by in parts:
             report = evaluate(part, variant(spec, lever), [0.5], folds=folds, group_by=group_by,
                               method=Method.TOPOLOGICAL)
-            model += report.pooled.replays
-            empirical += report.pooled.baselines[EMPIRICAL].replays
+            model_parts.append(list(report.pooled.replays))
+            empirical_parts.append(list(report.pooled.baselines[EMPIRICAL].replays))
+            model += model_parts[-1]
+            empirical += empirical_parts[-1]
         seconds = time.perf_counter() - started
         brier, brier_empirical, covered, covered_empirical = paired_brier(model, empirical)
-        rows.append(Row(name, brier, covered, [detection_at(model, t, unseen_alarms) for t in TARGETS], seconds,
-                        brier_empirical))
+        rows.append(Row(name, brier, covered, [detection_at(model, t, unseen_alarms) for t in TARGETS],
+                        [detection_per_model(model_parts, t, unseen_alarms) for t in TARGETS],
+                        start_error(model_parts), seconds, brier_empirical))
         if reference is None:  # the frequency is fitted on the same folds whatever the lever
             runs, unsafe = len(model), sum(r.unsafe for r in model)
             reference = Row("empirical frequency", brier_empirical, covered_empirical,
-                            [detection_at(empirical, t, unseen_alarms) for t in TARGETS], 0.0, None)
+                            [detection_at(empirical, t, unseen_alarms) for t in TARGETS],
+                            [detection_per_model(empirical_parts, t, unseen_alarms) for t in TARGETS],
+                            start_error(empirical_parts), 0.0, None)
         print(f"  {name:<28} {seconds:6.1f} s", file=sys.stderr, flush=True)
     assert reference is not None
     return rows + [reference], runs, unsafe
 
 
-def print_table(domain: str, rows: list[Row], runs: int, unsafe: int) -> None:
-    print(f"\n{domain}: {runs} runs ({unsafe} violate), grouped {FOLDS}-fold")
-    print("| lever | Brier | frequency's Brier, same steps | steps scored | det@5% (FA) | det@20% (FA) |")
-    print("| --- | --- | --- | --- | --- | --- |")
+def print_table(domain: str, rows: list[Row], runs: int, unsafe: int, models: int) -> None:
+    print(f"\n{domain}: {runs} runs ({unsafe} violate), {models} model(s), grouped {FOLDS}-fold")
+    per_model = models > 1  # one model per task: also each model at its own θ
+    extra = " det@5%, θ per task | det@20%, θ per task | start-risk error |" if per_model else ""
+    print("| lever | Brier | frequency's Brier, same steps | steps scored | det@5% (FA) | det@20% (FA) |" + extra)
+    print("| --- | --- | --- | --- | --- | --- |" + " --- | --- | --- |" * bool(per_model))
     for r in rows:
         ref = "" if r.reference_brier is None else f"{r.reference_brier:.4f}"
         dets = " | ".join(f"{d:.3f} ({fa:.3f})" for d, fa in r.detection)
+        if per_model:
+            dets += " | " + " | ".join(f"{d:.3f}" for d in r.per_model) + f" | {r.start_error:.4f}"
         print(f"| {r.name} | {r.brier:.4f} | {ref} | {r.covered:.3f} | {dets} |")
 
 
@@ -198,7 +242,7 @@ def main() -> None:
             parts = DOMAINS[domain](args.quick, Path(tmp))
             print(f"{domain}: runs generated in {time.perf_counter() - started:.1f} s", file=sys.stderr)
             rows, runs, unsafe = run_domain(parts, FOLDS)
-            print_table(domain, rows, runs, unsafe)
+            print_table(domain, rows, runs, unsafe, len(parts))
             results[domain] = {"runs": runs, "rows": [r.__dict__ for r in rows]}
     if args.json:
         write_json(args.json, {"folds": FOLDS, "targets": TARGETS, "results": results})
