@@ -21,6 +21,12 @@ Figures, pooled over every held-out run of every fold (and, for embodied, every 
   raises no alarm here, whatever the spec's ``unseen_state`` says: the table compares
   estimates, not the policy for states without data (which would flag a run the same
   way whichever estimate is used).
+* With one model per task (embodied), also **det@5%/det@20%, θ per task**: each model
+  read at its own θ (as ``forewarn tune`` picks per model), off its ROC curve at exactly
+  the target rate (linear between the points thresholds reach), pooled weighted by
+  violating runs; and the **start-risk error**, the mean over models of |mean risk at
+  the first step − the model's held-out violation rate|. One θ shared by many models
+  flags whole tasks by their start risk (bench/README.md, "estimation_levers.py").
 
 Folds: driving and embodied group by run (every run is its own seeded simulation);
 tools group by ``meta.task``, so a task's runs are never on both sides.
