@@ -79,7 +79,8 @@ def serve(
     host: Annotated[Optional[str], typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
     port: Annotated[Optional[int], typer.Option(help="Port (default 8321).")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Server config file (YAML).")] = None,
-    db: Annotated[Optional[Path], typer.Option(help="SQLite database (default ./forewarn.db; FOREWARN_DB).")]
+    db: Annotated[Optional[str], typer.Option(
+        help="SQLite database file (default ./forewarn.db), or a postgresql:// URL that replicas share (FOREWARN_DB).")]
     = None,
     default_model: Annotated[Optional[str], typer.Option(help="Model for sessions that name none.")] = None,
     synchronous: Annotated[Optional[str], typer.Option(
