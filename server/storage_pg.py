@@ -205,7 +205,7 @@ class PgStorage(StorageBase):
         except StorageError:
             raise
         except Exception as exc:
-            raise StorageError(f"{where}: cannot open the database: {exc}") from exc
+            raise StorageError(f"{where}: cannot open the database: {' '.join(str(exc).split())}") from exc
         writer.name, writer.begin = "forewarn-pg-writer", "BEGIN"
         writer.start()
         listener = _Listener(url)

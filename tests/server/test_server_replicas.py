@@ -239,3 +239,87 @@ def test_kill_9_of_replicas_loses_no_answered_decision(replicas: list[ServerProc
         committed = sorted(step for s, step in stored if s == sid)
         assert committed == list(range(len(committed))) and len(committed) in (len(answers), len(answers) + 1)
         _check_against_guard(guard, states, [orjson.loads(a) for a in answers])
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_forewarn_serve_workers_share_the_database(postgres_db: str, builtin_path: Path) -> None:
+    """``forewarn serve --workers 2``: two processes on one port; one killed with SIGKILL is replaced,
+    and its sessions go on in the other."""
+    import signal
+    import subprocess
+    import sys
+
+    from _sidecar import API_KEYS, free_port, wait_ready
+
+    port = free_port()
+    env = {**os.environ, "FOREWARN_DB": postgres_db, "FOREWARN_API_KEYS": API_KEYS, "FOREWARN_LOG_LEVEL": "warning"}
+    process = subprocess.Popen([sys.executable, "-m", "guard.cli", "serve", "--port", str(port), "--workers", "2",
+                                "--model", f"builtin={builtin_path}"], env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, 60)
+        deadline = time.monotonic() + 30
+        while len(_children(process.pid)) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        workers = _children(process.pid)
+        states: list[dict[str, object]] = []
+        answers: list[dict[str, object]] = []
+        with httpx.Client(base_url=url, headers=auth("agent"), timeout=10) as http:
+            sid = http.post("/v1/sessions", json={}).json()["id"]
+            for i in range(30):
+                if i == 10:
+                    os.kill(workers[0], signal.SIGKILL)
+                state = STATES[i % len(STATES)]
+                key = {"Idempotency-Key": f"w-{i}"}
+                while True:
+                    try:  # a new connection each time: the kernel spreads them over the workers
+                        response = httpx.post(f"{url}/v1/sessions/{sid}/observe", json={"state": state},
+                                              headers={**auth("agent"), **key}, timeout=10)
+                    except httpx.HTTPError:
+                        time.sleep(0.05)
+                        continue
+                    if response.status_code == 200:
+                        break
+                    assert response.status_code == 503, response.text
+                    time.sleep(0.05)
+                states.append(state)
+                answers.append(response.json())
+        _check_against_guard(Guard.load(builtin_path), states, answers)
+        deadline = time.monotonic() + 30
+        while len(_children(process.pid)) < 2:  # the killed worker was replaced
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert workers[0] not in _children(process.pid)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    assert process.returncode == 0
+
+
+def test_workers_need_a_shared_database(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FOREWARN_API_KEYS": "test-agent-key-0123456789:agent"}
+    result = subprocess.run([sys.executable, "-m", "guard.cli", "serve", "--workers", "2", "--db",
+                             str(tmp_path / "x.db")], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == ["error: --workers: more than one process needs a shared database "
+                                                  "(FOREWARN_DB=postgresql://...); SQLite is owned by one process"]
+    result = subprocess.run([sys.executable, "-m", "guard.cli", "serve", "--db", "postgresql://nobody:secret@127.0.0.1:1/x"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "cannot open the database" in result.stderr and "secret" not in result.stderr
