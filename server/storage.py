@@ -675,22 +675,24 @@ class Storage(StorageBase):
 def _check_chain(conn: Any, versions: dict[str, str], prev: Sequence[tuple[str, int, int, str | None]]) -> None:
     """Raise :class:`Conflict` unless every session is open and each step extends the row its replica
     saw last. ``FOR SHARE`` waits for a close in flight (and makes a close wait for this step)."""
-    sessions = set(versions)
+    sessions = sorted(versions)
     marks = ",".join("?" * len(sessions))
-    rows = conn.execute(f"SELECT id, closed_at, model_version FROM sessions WHERE id IN ({marks}) FOR SHARE",
-                        tuple(sessions)).fetchall()
-    if len(rows) != len(sessions) or any(row[0] not in versions or row[1] is not None
-                                         or row[2] != versions[row[0]] for row in rows):
-        raise Conflict("a session was closed or migrated by another replica")
+    # one round trip: lock the sessions' rows and count the rows the steps extend
+    chain = "0"
+    params: list[Any] = list(sessions)
     if prev:
         # typed, so that PostgreSQL need not guess the types of a VALUES list
         values = ",".join("(CAST(? AS TEXT),CAST(? AS BIGINT),CAST(? AS BIGINT),CAST(? AS TEXT))" for _ in prev)
-        found = conn.execute(
-            f"WITH p(s, n, a, m) AS (VALUES {values}) SELECT count(*) FROM decisions d JOIN p"
-            " ON d.session_id = p.s AND d.step = p.n AND d.abstract = p.a"
-            " AND d.monitors IS NOT DISTINCT FROM p.m", tuple(x for item in prev for x in item)).fetchone()[0]
-        if int(found) != len(prev):
-            raise Conflict("a session was advanced by another replica")
+        chain = (f"(WITH p(s, n, a, m) AS (VALUES {values}) SELECT count(*) FROM decisions d JOIN p"
+                 " ON d.session_id = p.s AND d.step = p.n AND d.abstract = p.a"
+                 " AND d.monitors IS NOT DISTINCT FROM p.m)")
+        params = [x for item in prev for x in item] + params
+    rows = conn.execute(f"SELECT id, closed_at, model_version, {chain} FROM sessions WHERE id IN ({marks})"
+                        " FOR SHARE", tuple(params)).fetchall()
+    if len(rows) != len(sessions) or any(row[1] is not None or row[2] != versions[row[0]] for row in rows):
+        raise Conflict("a session was closed or migrated by another replica")
+    if int(rows[0][3]) != len(prev):
+        raise Conflict("a session was advanced by another replica")
 
 
 _APPROVAL_SELECT = ("SELECT a.*, d.decision AS decision, d.principal AS requested_by,"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -61,6 +62,7 @@ CREATE TABLE IF NOT EXISTS idempotency (
     principal TEXT NOT NULL, key TEXT NOT NULL, request_hash TEXT NOT NULL, status INTEGER NOT NULL,
     response BYTEA NOT NULL, at DOUBLE PRECISION NOT NULL, PRIMARY KEY (principal, key));
 """
+_SWITCH_INTERVAL = 0.0005
 _CHANNELS = (CHANNEL_APPROVALS, CHANNEL_MODELS, CHANNEL_SESSIONS)
 _MARK = re.compile(r"\?")
 _SQL: dict[str, str] = {}
@@ -207,6 +209,10 @@ class PgStorage(StorageBase):
         except Exception as exc:
             raise StorageError(f"{where}: cannot open the database: {' '.join(str(exc).split())}") from exc
         writer.name, writer.begin = "forewarn-pg-writer", "BEGIN"
+        # Each round trip of the writer thread ends with winning the GIL back from the busy event loop,
+        # which Python hands over every switch interval (5 ms): a commit of a few round trips would
+        # wait that long several times. 0.5 ms bounds it; the loop thread loses little by it.
+        sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL))
         writer.start()
         listener = _Listener(url)
         listener.start()
