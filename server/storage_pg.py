@@ -12,8 +12,8 @@ sharing needs:
   approvals resolved, current models changed, sessions closed or migrated. A listener
   thread per replica hands them to the event loop (:mod:`server.replicas`).
 * Commits are durable (``synchronous_commit`` as the server has it, ``on`` by default):
-  group commit in a writer thread, as SQLite's ``synchronous=full``; a killed replica
-  loses nothing it answered.
+  group commit in writer threads (two, sharing one queue), as SQLite's ``synchronous=full``;
+  a killed replica loses nothing it answered.
 
 Reads are short indexed queries on a pooled connection, from the event loop thread.
 psycopg is the ``postgres`` extra and is imported only here.
@@ -29,7 +29,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from server.storage import (
-    CHANNEL_APPROVALS, CHANNEL_MODELS, CHANNEL_SESSIONS, SCHEMA_VERSION, StorageBase, StorageError, _ThreadWriter,
+    _STOP, CHANNEL_APPROVALS, CHANNEL_MODELS, CHANNEL_SESSIONS, SCHEMA_VERSION, StorageBase, StorageError,
+    _ThreadWriter,
 )
 
 __all__ = ["PgStorage"]
@@ -63,6 +64,11 @@ CREATE TABLE IF NOT EXISTS idempotency (
     response BYTEA NOT NULL, at DOUBLE PRECISION NOT NULL, PRIMARY KEY (principal, key));
 """
 _SWITCH_INTERVAL = 0.0005
+# Writer connections per replica, taking groups from one queue: a step that arrives while a group
+# commits starts its own transaction at once instead of waiting a whole fsync for its turn
+# (PostgreSQL flushes concurrent commits together). Steps of one session that land in two groups
+# committing out of order are caught by the chain check and computed again.
+_WRITERS = 2
 _CHANNELS = (CHANNEL_APPROVALS, CHANNEL_MODELS, CHANNEL_SESSIONS)
 _MARK = re.compile(r"\?")
 _SQL: dict[str, str] = {}
@@ -163,10 +169,11 @@ class PgStorage(StorageBase):
 
     shared = True
 
-    def __init__(self, url: str, pool: Any, writer: _ThreadWriter, listener: _Listener) -> None:
+    def __init__(self, url: str, pool: Any, writers: list[_ThreadWriter], listener: _Listener) -> None:
         self.path = url
         self._pool = pool
-        self._writer = writer
+        self._writers = writers
+        self._writer = writers[0]
         self.listener = listener
         self.closed = False
 
@@ -203,37 +210,42 @@ class PgStorage(StorageBase):
             pool = ConnectionPool(url, min_size=2, max_size=4, open=True, timeout=30,
                                   kwargs={"autocommit": True, "row_factory": _row_factory})
             pool.wait(timeout=30)
-            writer = _ThreadWriter(_Conn(pool.getconn()))
+            writers = [_ThreadWriter(_Conn(pool.getconn())) for _ in range(_WRITERS)]
         except StorageError:
             raise
         except Exception as exc:
             raise StorageError(f"{where}: cannot open the database: {' '.join(str(exc).split())}") from exc
-        writer.name, writer.begin = "forewarn-pg-writer", "BEGIN"
+        for i, writer in enumerate(writers):
+            writer.name, writer.begin = f"forewarn-pg-writer-{i}", "BEGIN"
+            writer.jobs = writers[0].jobs  # one queue: a writer takes the next group while another commits
+            writer.start()
         # Each round trip of the writer thread ends with winning the GIL back from the busy event loop,
         # which Python hands over every switch interval (5 ms): a commit of a few round trips would
         # wait that long several times. 0.5 ms bounds it; the loop thread loses little by it.
         sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL))
-        writer.start()
         listener = _Listener(url)
         listener.start()
         listener.ready.wait(10)
-        return cls(url, pool, writer, listener)
+        return cls(url, pool, writers, listener)
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
-        self._writer.close()  # commits what is queued, then closes its connection
+        for _ in self._writers:  # one stop each, after everything queued; each writer takes one
+            self._writer.jobs.put(_STOP)
+        for writer in self._writers:
+            writer.join(timeout=30)  # it committed what it took, then closed its connection
         self.listener.close()
         self._pool.close()
 
     @property
     def writer_alive(self) -> bool:
-        return self._writer.alive and not self.closed
+        return all(writer.alive for writer in self._writers) and not self.closed
 
     @property
     def commits(self) -> int:
-        return self._writer.commits
+        return sum(writer.commits for writer in self._writers)
 
     def write(self, fn: Callable[[Any], T]) -> asyncio.Future[T]:
         if self.closed:
