@@ -18,6 +18,7 @@ another replica) is computed again from what the database holds, a few times at 
 from __future__ import annotations
 
 import asyncio
+import random
 import hashlib
 import re
 import time
@@ -31,7 +32,7 @@ __all__ = ["Entry", "IdempotencyKeys", "request_hash"]
 
 Entry = Callable[[int, bytes], tuple[Any, ...]]  # (status, response) → the row to commit with the write
 _KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
-_ATTEMPTS = 8  # a write that loses this many races in a row answers 503
+_ATTEMPTS = 16  # a write that loses this many races in a row answers 503
 
 
 def request_hash(method: str, path: str, body: bytes) -> str:
@@ -64,7 +65,7 @@ class IdempotencyKeys:
         self._inflight[slot] = done
         try:
             entry: Entry = lambda status, body: (principal, key, fingerprint, status, body, time.time())  # noqa: E731
-            for _ in range(_ATTEMPTS):
+            for attempt in range(_ATTEMPTS):
                 try:
                     return await work(entry)
                 except (Conflict, ApiError) as exc:
@@ -74,6 +75,7 @@ class IdempotencyKeys:
                         return stored
                     if not isinstance(exc, Conflict):
                         raise
+                    await _back_off(attempt)
             raise _lost()
         finally:
             del self._inflight[slot]
@@ -93,12 +95,18 @@ class IdempotencyKeys:
 async def _retried(work: Callable[[Entry | None], Awaitable[tuple[int, bytes]]],
                    entry: Entry | None) -> tuple[int, bytes]:
     """``work(entry)``, again while it loses races to other replicas (it recomputes from the database)."""
-    for _ in range(_ATTEMPTS):
+    for attempt in range(_ATTEMPTS):
         try:
             return await work(entry)
         except Conflict:
-            continue
+            await _back_off(attempt)
     raise _lost()
+
+
+async def _back_off(attempt: int) -> None:
+    """A short random pause before recomputing: writers racing for one session's next step would
+    otherwise collide again in lock step (several in-flight steps on one session, or replicas)."""
+    await asyncio.sleep(random.uniform(0.0, 0.001 * (1 << min(attempt, 6))))
 
 
 def _lost() -> ApiError:
