@@ -415,7 +415,7 @@ def _initial_interval(model: GuardModel) -> dict[str, Any] | None:
     low = sum(first.ci_low[i] * n for i, n in d.initial.items()) / runs
     high = sum(first.ci_high[i] * n for i, n in d.initial.items()) / runs
     return {"ci_low": round(float(low), 6), "ci_high": round(float(high), 6),
-            "confidence": 1.0 - model.intervals.delta, "method": model.intervals.method.value,
+            "confidence": 1.0 - model.intervals.delta, "method": model.intervals.construction,
             "visits": int(sum(model.visits[i] for i in d.initial)), "states": len(d.initial)}
 
 
