@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from guard.intervals import IntervalMethod, clopper_pearson, hoeffding
+from guard.shrinkage import PathVisits
 
 __all__ = ["OutcomeCounts", "first_visit_counts", "direct_intervals", "intersect"]
 
@@ -41,7 +42,7 @@ class OutcomeCounts:
     reached: np.ndarray  # k_x ≤ n_x
 
 
-def first_visit_counts(summaries: Iterable[object], targets: int, index: Mapping[Key, int], size: int
+def first_visit_counts(summaries: Iterable[PathVisits], targets: int, index: Mapping[Key, int], size: int
                        ) -> list[OutcomeCounts]:
     """``(n_x, k_x)`` per target from :class:`guard.shrinkage.PathVisits` summaries (``weight`` copies each).
 
@@ -51,12 +52,12 @@ def first_visit_counts(summaries: Iterable[object], targets: int, index: Mapping
     n = np.zeros(size, dtype=np.int64)
     k = [np.zeros(size, dtype=np.int64) for _ in range(targets)]
     for pv in summaries:
-        weight = pv.weight  # type: ignore[attr-defined]
-        for key in pv.visits:  # type: ignore[attr-defined]
+        weight = pv.weight
+        for key in pv.visits:
             s = index.get(key)
             if s is not None:
                 n[s] += weight
-        for t, first in enumerate(pv.first):  # type: ignore[attr-defined]
+        for t, first in enumerate(pv.first):
             for key in first:
                 s = index.get(key)
                 if s is not None:

@@ -93,7 +93,7 @@ class PathVisits:
     weight: int
     visits: dict[Key, int]
     hits: list[dict[Key, int]]  # per target
-    first: list[frozenset[Key]] = ()  # type: ignore[assignment]  # per target
+    first: list[frozenset[Key]]  # per target
 
 
 def summarize_paths(paths: Paths, predicates: PredicateSet, monitors: Sequence[Monitor],
@@ -225,6 +225,8 @@ def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: Lea
     Args:
         setting: κ, or ``"auto"`` (then ``fit`` learns and checks a chain from every run but
             the given ones).
+        summaries: :func:`summarize_paths` of ``paths`` over :func:`reach_targets`, when the
+            caller made them already (the pipeline shares them with the outcome intervals).
     """
     report: dict[str, Any] = {}
     chosen, targets = reach_targets(properties, predicates, monitors)
