@@ -21,7 +21,9 @@ What it does
 3. *Coverage*: ``tests/_coverage.py``'s three known chains (balanced, rare transitions,
    sticky), many simulated learnings each: how often every learned state's exact risk lies
    inside its interval (needed: ≥ 1 − δ), with the point estimate's error and the mean
-   interval width beside it.
+   interval width beside it — for the interval chain alone (``clopper_pearson``, the
+   construction before outcome intervals) and for its intersection with the runs' direct
+   first-visit interval (``+outcomes``, what ``forewarn learn`` writes).
 
 Run: ``python bench/interval_check.py [--quick] [--sizes 1000,10000] [--json FILE]``
 """
@@ -152,11 +154,13 @@ def coverage_sweep(quick: bool) -> list[dict[str, Any]]:
     rows = []
     for runs in ((100,) if quick else (50, 200, 1000)):
         for name in ("balanced", "rare", "sticky"):
-            for method in (IntervalMethod.CLOPPER_PEARSON, IntervalMethod.HOEFFDING):
+            for method, outcomes in ((IntervalMethod.CLOPPER_PEARSON, False), (IntervalMethod.CLOPPER_PEARSON, True),
+                                     (IntervalMethod.HOEFFDING, True)):
                 started = time.perf_counter()
-                result = coverage(name, learnings=learnings, runs=runs, delta=0.05, method=method, seed=runs)
+                result = coverage(name, learnings=learnings, runs=runs, delta=0.05, method=method, seed=runs,
+                                  outcomes=outcomes)
                 errors = np.array(result.point_errors)
-                rows.append({"chain": name, "runs": runs, "method": method.value, "learnings": result.learnings,
+                rows.append({"chain": name, "runs": runs, "method": result.method, "learnings": result.learnings,
                              "coverage": result.rate, "state_misses": result.state_misses,
                              "state_checks": result.state_checks, "point_error_mean": float(errors.mean()),
                              "point_error_p95": float(np.percentile(errors, 95)),

@@ -212,8 +212,8 @@ def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Form
         out.print(f"Risk at the start: {summary['initial_risk']:.1%}, {interval['confidence']:.0%} interval "
                   f"[{interval['ci_low']:.1%}, {interval['ci_high']:.1%}] ({interval['method']}, from "
                   f"{interval['visits']} visits of the initial state{'s' if interval['states'] > 1 else ''})."
-                  + (" The interval is wide: the runs leave the risk largely open (few visits here or in the "
-                     "states runs go on to); more runs narrow it, and guard.act_on: upper or guard.min_visits "
+                  + (" The interval is wide: the runs leave the risk largely open (few runs start here, or "
+                     "few visit the states they go on to); more runs narrow it, and guard.act_on: upper or guard.min_visits "
                      "act on it (docs/method.md)." if interval["ci_high"] - interval["ci_low"] > 0.5 else ""),
                   soft_wrap=True)
     for line in _pac_lines(model):
@@ -415,7 +415,7 @@ def _initial_interval(model: GuardModel) -> dict[str, Any] | None:
     low = sum(first.ci_low[i] * n for i, n in d.initial.items()) / runs
     high = sum(first.ci_high[i] * n for i, n in d.initial.items()) / runs
     return {"ci_low": round(float(low), 6), "ci_high": round(float(high), 6),
-            "confidence": 1.0 - model.intervals.delta, "method": model.intervals.method.value,
+            "confidence": 1.0 - model.intervals.delta, "method": model.intervals.construction,
             "visits": int(sum(model.visits[i] for i in d.initial)), "states": len(d.initial)}
 
 

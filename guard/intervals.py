@@ -67,10 +67,24 @@ class IntervalReport:
     delta_per_entry: float
     entries: int
     seconds: float = 0.0  # building and checking the interval model
+    # direct outcome intervals intersected in (guard/outcomes.py): their count D and δ each;
+    # ``delta`` stays the model-wide total, split δ/2 chain, δ/2 outcomes
+    outcomes: int | None = None
+    delta_per_outcome: float | None = None
+
+    @property
+    def construction(self) -> str:
+        """What the file's ``intervals.method`` says: ``clopper_pearson`` or ``clopper_pearson+outcomes``."""
+        return self.method.value + ("+outcomes" if self.outcomes is not None else "")
 
     def to_document(self) -> dict[str, object]:
-        return {"method": self.method.value, "delta": self.delta, "delta_per_entry": self.delta_per_entry,
-                "entries": self.entries, "seconds": self.seconds}
+        doc: dict[str, object] = {"method": self.construction, "delta": self.delta,
+                                  "delta_per_entry": self.delta_per_entry, "entries": self.entries,
+                                  "seconds": self.seconds}
+        if self.outcomes is not None:
+            doc["outcomes"] = self.outcomes
+            doc["delta_per_outcome"] = self.delta_per_outcome
+        return doc
 
 
 def visits(dtmc: LearnedDTMC) -> np.ndarray:

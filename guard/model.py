@@ -67,11 +67,14 @@ class PropertyEntry(_Doc):
 
 
 class IntervalsEntry(_Doc):
-    method: IntervalMethod
+    # the chain's method, with "+outcomes" when direct outcome intervals were intersected in
+    method: Literal["clopper_pearson", "hoeffding", "clopper_pearson+outcomes", "hoeffding+outcomes"]
     delta: float = Field(gt=0.0, lt=1.0)
     delta_per_entry: float = Field(gt=0.0, lt=1.0)
     entries: int = Field(ge=0)
     seconds: float = 0.0
+    outcomes: int | None = Field(default=None, ge=0)  # files before outcome intervals have neither
+    delta_per_outcome: float | None = Field(default=None, gt=0.0, lt=1.0)
 
 
 class CheckEntry(_Doc):
@@ -338,7 +341,10 @@ class GuardModel:
                 raise ModelFileError(f"{source}: embedded spec is invalid: {exc}") from exc
         dtmc, properties, pac, provenance, valuations = _restore(doc, spec, source)
         i = doc.intervals
-        report = None if i is None else IntervalReport(i.method, i.delta, i.delta_per_entry, i.entries, i.seconds)
+        report = None if i is None else IntervalReport(
+            IntervalMethod(i.method.split("+")[0]), i.delta, i.delta_per_entry, i.entries, i.seconds,
+            i.outcomes if i.method.endswith("+outcomes") else None,
+            i.delta_per_outcome if i.method.endswith("+outcomes") else None)
         return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
 
 

@@ -30,7 +30,8 @@ from guard.memory import Memory, build_memory
 from guard.model import CheckedProperty, GuardModel
 from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
-from guard.shrinkage import Fit, Paths, shrink_properties
+from guard.outcomes import OutcomeCounts, direct_intervals, first_visit_counts, intersect
+from guard.shrinkage import Fit, Paths, reach_targets, shrink_properties, summarize_paths
 from guard.spec import Spec
 from guard.storm import (
     Method,
@@ -229,7 +230,9 @@ def counting_plan(spec: Spec, predicates: PredicateSet, alpha: float | str | Non
     settings = spec.learning
     alpha = settings.alpha if alpha is None else alpha
     memory = build_memory(settings.memory, predicates.width)
-    wanted = alpha == "auto" or settings.shrink != "off" or (memory is not None and settings.memory.backoff == "auto")
+    # intervals need the runs too: their outcomes give each reach property a direct interval
+    wanted = (alpha == "auto" or settings.shrink != "off" or settings.intervals != "none"
+              or (memory is not None and settings.memory.backoff == "auto"))
     return memory, (Counter() if wanted else None)
 
 
@@ -309,6 +312,9 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     storm_model = build_sparse_dtmc(dtmc.matrix, labels, exact_rows=exact_rows)
     properties = [CheckedProperty(d, check_sparse_model(storm_model, d.query, method=method, precision=precision))
                   for d in definitions]
+    # one pass over the distinct runs gives shrinkage its visits and the intervals their first-visit outcomes
+    reach, targets = reach_targets(properties, predicates, monitors)
+    summaries = None if paths is None or not reach else summarize_paths(paths, predicates, monitors, targets)
     if settings.shrink != "off":
         if paths is None:
             levers["shrink"] = "skipped: no runs to count outcomes on"
@@ -316,9 +322,15 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
             properties, levers["shrink"] = shrink_properties(
                 properties, paths, dtmc, predicates, monitors, settings.shrink,
                 fit=_refit(counts, predicates, monitors, definitions, memory, float(alpha),
-                           levers.get("backoff", {}).get("chosen"), rule, settings.structure, method, precision))
+                           levers.get("backoff", {}).get("chosen"), rule, settings.structure, method, precision),
+                summaries=summaries)
+    outcomes = None
+    if summaries is not None:
+        firsts = first_visit_counts(summaries.values(), len(reach), dtmc.product_index(), dtmc.size)
+        outcomes = dict(zip(reach, firsts))
     properties, report = with_intervals(dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
-                                        delta=delta, entries=estimated_entries(chain), precision=precision)
+                                        delta=delta, entries=estimated_entries(chain), precision=precision,
+                                        outcomes=outcomes)
     pac = pac_report(chain, epsilon=epsilon, delta=delta)
     width = predicates.width
     valuations = [[bool(bits >> b & 1) for b in range(width)] for bits in chain.states[:-1]] + [[False] * width]
@@ -373,7 +385,8 @@ def _refit(counts: TransitionCounts, predicates: PredicateSet, monitors: Sequenc
 
 def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], properties: list[CheckedProperty], *,
                    method: IntervalMethod, delta: float, entries: int | None = None,
-                   precision: float = 1e-6) -> tuple[list[CheckedProperty], IntervalReport | None]:
+                   precision: float = 1e-6, outcomes: Mapping[int, OutcomeCounts] | None = None
+                   ) -> tuple[list[CheckedProperty], IntervalReport | None]:
     """Each property's confidence interval per state, from the interval chain around ``dtmc``.
 
     ``dtmc`` is what was checked: the learned chain or its product with monitors, whose
@@ -381,23 +394,36 @@ def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], prope
     bound's size, the learned chain's estimated entries (default: ``dtmc``'s own). Each
     interval is widened to contain the point value and Storm's numerical bounds: the point
     chain lies inside the intervals, so only solver precision could put it outside.
+
+    ``outcomes``: per property index (reach properties), the runs' first-visit outcomes;
+    then δ is split in halves, the chain's and a union bound over the direct intervals,
+    and each property's interval is the intersection (guard/outcomes.py).
     """
     if method is IntervalMethod.NONE:
         return properties, None
     started = time.perf_counter()
-    intervals = transition_intervals(dtmc, delta=delta, method=method, entries=entries)
+    outcomes = {i: c for i, c in (outcomes or {}).items() if i < len(properties)}
+    direct = sum(int((c.runs > 0).sum()) for c in outcomes.values())
+    if direct == 0:  # no state any run visited: no direct interval, the chain keeps all of δ
+        outcomes = {}
+    chain_delta = delta / 2 if outcomes else delta
+    per_outcome = delta / 2 / max(direct, 1)
+    intervals = transition_intervals(dtmc, delta=chain_delta, method=method, entries=entries)
     model = build_interval_dtmc(dtmc.matrix, intervals.lower, intervals.upper, labels)
     out = []
-    for prop in properties:
+    for i, prop in enumerate(properties):
         bounds = interval_bounds(model, prop.outcome.formula, precision=precision)
-        if bounds is None:  # a formula Storm cannot check on interval models (LTL): no interval
+        o = prop.outcome
+        chain = (np.zeros(len(o.values)), np.ones(len(o.values))) if bounds is None else bounds[:2]
+        if bounds is None and i not in outcomes:  # a formula Storm cannot check on interval models (LTL)
             out.append(prop)
             continue
-        low, high, _ = bounds
-        o = prop.outcome
-        low = np.minimum(low, o.values if o.lower is None else np.minimum(o.lower, o.values))
-        high = np.maximum(high, o.values if o.upper is None else np.maximum(o.upper, o.values))
-        out.append(CheckedProperty(prop.definition, o, np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)))
+        direct_ci = ((np.zeros(len(o.values)), np.ones(len(o.values))) if i not in outcomes
+                     else direct_intervals(outcomes[i], per_outcome, method))
+        contain = [o.values] + [b for b in (o.lower, o.upper) if b is not None]
+        low, high = intersect(chain, direct_ci, contain)
+        out.append(CheckedProperty(prop.definition, o, low, high))
     report = IntervalReport(method, float(delta), intervals.delta_per_entry, intervals.entries,
-                            round(time.perf_counter() - started, 6))
+                            round(time.perf_counter() - started, 6),
+                            direct if outcomes else None, per_outcome if outcomes else None)
     return out, report

@@ -35,7 +35,7 @@ from guard.predicates import PredicateSet
 from monitors.base import VIOL, Monitor
 
 __all__ = ["KAPPA_GRID", "FOLDS", "CV_PATHS", "Fit", "PathVisits", "summarize_paths", "choose_kappa",
-           "reach_label", "label_test", "shrink_properties"]
+           "reach_label", "label_test", "reach_targets", "shrink_properties"]
 
 # Candidate strengths for ``shrink: auto`` (∞: the chain alone), ascending.
 KAPPA_GRID = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, math.inf)
@@ -83,11 +83,17 @@ Key = tuple[int, tuple[int, ...]]  # a product state by its content: (chain stat
 @dataclass(frozen=True)
 class PathVisits:
     """One distinct run: how often each product state was visited before its violation, and how
-    many of those visits each target label followed (within its horizon); ``weight`` copies."""
+    many of those visits each target label followed (within its horizon); ``weight`` copies.
+
+    ``first``: per target, the states whose *first* visit in the run the target followed
+    (within its horizon). Every-visit counts of one run depend on each other; first visits
+    give one independent outcome per run and state (guard/outcomes.py).
+    """
 
     weight: int
     visits: dict[Key, int]
     hits: list[dict[Key, int]]  # per target
+    first: list[frozenset[Key]]  # per target
 
 
 def summarize_paths(paths: Paths, predicates: PredicateSet, monitors: Sequence[Monitor],
@@ -106,17 +112,22 @@ def summarize_paths(paths: Paths, predicates: PredicateSet, monitors: Sequence[M
         last = len(keys) - 1
         scored = last if predicates.is_unsafe(keys[last][0]) or VIOL in keys[last][1] else last + 1
         visits: Counter[Key] = Counter(keys[:scored])
-        hits = []
+        hits, first = [], []
         for holds, horizon in targets:
             hit: Counter[Key] = Counter()
+            outcome: dict[Key, bool] = {}  # walking backwards, the last write is the first visit's
             next_hit = math.inf
             for i in range(last, -1, -1):
                 if holds(*keys[i]):
                     next_hit = i
-                if i < scored and next_hit < math.inf and (horizon is None or next_hit - i <= horizon):
-                    hit[keys[i]] += 1
+                if i < scored:
+                    followed = next_hit < math.inf and (horizon is None or next_hit - i <= horizon)
+                    outcome[keys[i]] = followed
+                    if followed:
+                        hit[keys[i]] += 1
             hits.append(dict(hit))
-        out[path] = PathVisits(weight, dict(visits), hits)
+            first.append(frozenset(key for key, followed in outcome.items() if followed))
+        out[path] = PathVisits(weight, dict(visits), hits, first)
     return out
 
 
@@ -190,29 +201,42 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
     return out
 
 
-def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: LearnedDTMC,
-                      predicates: PredicateSet, monitors: Sequence[Monitor], setting: float | str,
-                      fit: Callable[[Paths], Fit] | None = None) -> tuple[list[CheckedProperty], dict[str, Any]]:
-    """Each reach property's values (and Storm's bounds) blended; what was chosen, per property.
-
-    Args:
-        setting: κ, or ``"auto"`` (then ``fit`` learns and checks a chain from every run but
-            the given ones).
-    """
-    report: dict[str, Any] = {}
+def reach_targets(properties: Sequence[CheckedProperty], predicates: PredicateSet, monitors: Sequence[Monitor]
+                  ) -> tuple[list[int], list[tuple[Callable[[int, tuple[int, ...]], bool], int | None]]]:
+    """The reach properties' indices, and for each its label test and horizon (for :func:`summarize_paths`)."""
     chosen: list[int] = []
     targets = []
     for i, prop in enumerate(properties):
         target = reach_label(prop.outcome.formula)
         holds = None if target is None else label_test(target[0], predicates, monitors)
-        if target is None or holds is None:
-            report[prop.name] = {"kappa": None, "reason": "not a reach property (F or F<=h of a label)"}
-        else:
+        if target is not None and holds is not None:
             chosen.append(i)
             targets.append((holds, target[1]))
+    return chosen, targets
+
+
+def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: LearnedDTMC,
+                      predicates: PredicateSet, monitors: Sequence[Monitor], setting: float | str,
+                      fit: Callable[[Paths], Fit] | None = None,
+                      summaries: Mapping[tuple[int, ...], PathVisits] | None = None
+                      ) -> tuple[list[CheckedProperty], dict[str, Any]]:
+    """Each reach property's values (and Storm's bounds) blended; what was chosen, per property.
+
+    Args:
+        setting: κ, or ``"auto"`` (then ``fit`` learns and checks a chain from every run but
+            the given ones).
+        summaries: :func:`summarize_paths` of ``paths`` over :func:`reach_targets`, when the
+            caller made them already (the pipeline shares them with the outcome intervals).
+    """
+    report: dict[str, Any] = {}
+    chosen, targets = reach_targets(properties, predicates, monitors)
+    for i, prop in enumerate(properties):
+        if i not in chosen:
+            report[prop.name] = {"kappa": None, "reason": "not a reach property (F or F<=h of a label)"}
     if not chosen:
         return properties, report
-    summaries = summarize_paths(paths, predicates, monitors, targets)
+    if summaries is None:  # else the caller's, made over the same reach properties in order
+        summaries = summarize_paths(paths, predicates, monitors, targets)
     if setting == "auto":
         if fit is None:
             raise ValueError("shrink 'auto' needs a fit function")

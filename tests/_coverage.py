@@ -8,6 +8,7 @@ tests/test_intervals.py (a few hundred learnings) and bench/interval_check.py (m
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -17,8 +18,10 @@ from _support import AB, NONE, TOY_SPEC, A, B, reach_probabilities
 from guard.intervals import IntervalMethod
 from guard.learning import END, TransitionCounts, learn_dtmc
 from guard.model import CheckedProperty
+from guard.outcomes import first_visit_counts
 from guard.pipeline import with_intervals
 from guard.predicates import PredicateSet
+from guard.shrinkage import label_test, summarize_paths
 from guard.spec import PropertyDef, parse_spec
 from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of
 
@@ -50,8 +53,8 @@ def true_risk(chain: Chain) -> dict[int, Fraction]:
 
 
 def simulate(chain: Chain, runs: int, rng: np.random.Generator, predicates: PredicateSet,
-             *, max_steps: int = 10_000) -> TransitionCounts:
-    """Counts of ``runs`` runs of the known chain, each starting in NONE."""
+             *, max_steps: int = 10_000, paths: Counter[tuple[int, ...]] | None = None) -> TransitionCounts:
+    """Counts of ``runs`` runs of the known chain, each starting in NONE (each run also into ``paths``)."""
     tables = {s: (list(row), np.cumsum([float(p) for p in row.values()])) for s, row in chain.items()}
     counts = TransitionCounts()
     for _ in range(runs):
@@ -65,6 +68,8 @@ def simulate(chain: Chain, runs: int, rng: np.random.Generator, predicates: Pred
             if state == AB:
                 break
         counts.add(path, predicates)
+        if paths is not None:
+            paths[tuple(path)] += 1
     return counts
 
 
@@ -94,21 +99,32 @@ class Coverage:
 
 def coverage(name: str, *, learnings: int, runs: int, delta: float = 0.05,
              method: IntervalMethod = IntervalMethod.CLOPPER_PEARSON, alpha: float = 0.1,
-             seed: int = 0) -> Coverage:
-    """Learn ``learnings`` models from ``runs`` simulated runs each and count covered learnings."""
+             seed: int = 0, outcomes: bool = True) -> Coverage:
+    """Learn ``learnings`` models from ``runs`` simulated runs each and count covered learnings.
+
+    ``outcomes``: intersect the chain's interval with the runs' direct first-visit interval
+    (as ``forewarn learn`` does, guard/outcomes.py); else the interval chain's alone.
+    """
     chain = KNOWN_CHAINS[name]
     truth = true_risk(chain)
     predicates = PredicateSet(parse_spec(TOY_SPEC))
     definition = PropertyDef(name="unsafe", formula='F "unsafe"')
     rng = np.random.default_rng(seed)
-    out = Coverage(name, method.value, delta)
+    out = Coverage(name, method.value + ("+outcomes" if outcomes else ""), delta)
+    unsafe = label_test("unsafe", predicates, [])
+    assert unsafe is not None
     for _ in range(learnings):
-        dtmc = learn_dtmc(simulate(chain, runs, rng, predicates), predicates, alpha=alpha)
+        paths: Counter[tuple[int, ...]] = Counter()
+        dtmc = learn_dtmc(simulate(chain, runs, rng, predicates, paths=paths), predicates, alpha=alpha)
         labels = labels_of(dtmc)
         outcome = check_sparse_model(build_sparse_dtmc(dtmc.matrix, labels), definition.query,
                                      method=Method.TOPOLOGICAL)
+        direct = None
+        if outcomes:
+            summaries = summarize_paths(paths, predicates, [], [(unsafe, None)])
+            direct = {0: first_visit_counts(summaries.values(), 1, dtmc.product_index(), dtmc.size)[0]}
         (prop,), _ = with_intervals(dtmc, labels, [CheckedProperty(definition, outcome)], method=method,
-                                    delta=delta)
+                                    delta=delta, outcomes=direct)
         assert prop.ci_low is not None and prop.ci_high is not None
         missed = 0
         for i, bits in enumerate(dtmc.states[:-1]):

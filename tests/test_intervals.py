@@ -457,7 +457,7 @@ def test_cli_check_and_learn_show_the_intervals(tmp_path: Path, forewarn_here, m
     for i, row in enumerate(document["states"]):
         assert row["ci_low"] == loaded.properties[0].ci_low[i] and row["ci_high"] == loaded.properties[0].ci_high[i]
         assert row["visits"] == loaded.visits[i]
-    assert document["intervals"]["method"] == "clopper_pearson"
+    assert document["intervals"]["method"] == "clopper_pearson+outcomes"
     query = orjson.loads(forewarn_here("check", model, "-p", 'P=? [F<=2 "unsafe"]', "--format", "json").stdout)
     for row in query["states"]:  # a new property gets its interval from the same interval chain
         assert row["ci_low"] <= row["value"] <= row["ci_high"]

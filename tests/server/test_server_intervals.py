@@ -42,6 +42,6 @@ def test_act_on_and_min_visits_are_session_overrides(agent: Client, http: httpx.
     got = thin.observe(state)
     assert got.action is Action.REFLECT and "min_visits" in got.message
     (builtin,) = [m for m in agent.models() if m["name"] == "builtin"]
-    assert builtin["intervals"]["method"] == "clopper_pearson" and builtin["policy"]["min_visits"] == 0
+    assert builtin["intervals"]["method"] == "clopper_pearson+outcomes" and builtin["policy"]["min_visits"] == 0
     response = http.post("/v1/sessions", json={"policy": {"min_visits": -1}}, headers=auth("agent"))
     assert response.status_code in (400, 422) and "min_visits" in response.text

@@ -1,0 +1,88 @@
+"""A direct confidence interval for a reach probability from the runs' outcomes, intersected with the chain's.
+
+The interval chain (guard/intervals.py) compounds every transition's uncertainty along
+every path, so a start state left a thousand times can still read [0, 1] when the
+states after it were seen rarely. The runs also answer the question directly. Under the
+same Markov assumption over the learned (product) state space, by the strong Markov
+property the suffix of a run after its *first* visit to state ``x`` is a fresh run of
+the chain from ``x``: whether it reaches the target (within ``h`` steps for ``F<=h``) is
+Bernoulli(``p_x``), and independent across runs. So with ``n_x`` runs that visit ``x``
+and ``k_x`` of them whose suffix reaches the target, the Clopper–Pearson interval on
+``(k_x, n_x)`` holds ``p_x`` with probability ≥ 1 − δ'. (Every-visit counts, which
+shrinkage uses, are not independent within a run: a run that revisits ``x`` counts once.)
+
+δ is split: δ/2 for the interval chain, δ/2 by a union bound over the ``D`` direct
+intervals of the model (every state with ``n_x ≥ 1`` of every reach property), each at
+δ/(2D). Both sets hold at once with probability ≥ 1 − δ, and then so does their
+intersection, for every state and property simultaneously. The result is widened to
+contain the stored point value (and Storm's bounds): a set that contains the truth still
+does after it grows. An empty intersection (an event of probability ≤ δ) thus becomes the
+point value, or the span between it and the nearer end.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from guard.intervals import IntervalMethod, clopper_pearson, hoeffding
+from guard.shrinkage import PathVisits
+
+__all__ = ["OutcomeCounts", "first_visit_counts", "direct_intervals", "intersect"]
+
+Key = tuple[int, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class OutcomeCounts:
+    """Per product state of one reach property: runs that visited it, and those whose suffix reached the target."""
+
+    runs: np.ndarray  # n_x
+    reached: np.ndarray  # k_x ≤ n_x
+
+
+def first_visit_counts(summaries: Iterable[PathVisits], targets: int, index: Mapping[Key, int], size: int
+                       ) -> list[OutcomeCounts]:
+    """``(n_x, k_x)`` per target from :class:`guard.shrinkage.PathVisits` summaries (``weight`` copies each).
+
+    A state a run visits several times counts once, with the outcome after its first visit.
+    States of the summaries outside ``index`` (none, for the product the runs were counted into) are skipped.
+    """
+    n = np.zeros(size, dtype=np.int64)
+    k = [np.zeros(size, dtype=np.int64) for _ in range(targets)]
+    for pv in summaries:
+        weight = pv.weight
+        for key in pv.visits:
+            s = index.get(key)
+            if s is not None:
+                n[s] += weight
+        for t, first in enumerate(pv.first):
+            for key in first:
+                s = index.get(key)
+                if s is not None:
+                    k[t][s] += weight
+    return [OutcomeCounts(n, kt) for kt in k]
+
+
+def direct_intervals(counts: OutcomeCounts, delta_each: float, method: IntervalMethod = IntervalMethod.CLOPPER_PEARSON
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Per state, the interval for ``p_x`` at confidence 1 − ``delta_each``; [0, 1] where no run visited."""
+    n, k = counts.runs, counts.reached
+    low, high = np.zeros(len(n)), np.ones(len(n))
+    seen = n > 0
+    if seen.any():
+        bound = hoeffding if method is IntervalMethod.HOEFFDING else clopper_pearson
+        low[seen], high[seen] = bound(k[seen], n[seen], delta_each)
+    return low, high
+
+
+def intersect(chain: tuple[np.ndarray, np.ndarray], direct: tuple[np.ndarray, np.ndarray],
+              contain: Iterable[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The intersection of two intervals per state, widened to contain every array in ``contain``."""
+    low = np.maximum(chain[0], direct[0])
+    high = np.minimum(chain[1], direct[1])
+    for values in contain:
+        low = np.minimum(low, values)
+        high = np.maximum(high, values)
+    return np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)
