@@ -112,8 +112,10 @@ def _policy_json(policy: Policy | Mapping[str, Any] | None) -> dict[str, Any] | 
     return dict(policy)
 
 
-def _step_body(state: Mapping[str, Any], action: Any, t: float | None) -> dict[str, Any]:
+def _step_body(state: Mapping[str, Any], action: Any, t: float | None, ask: bool = True) -> dict[str, Any]:
     body: dict[str, Any] = {"state": state}
+    if not ask:
+        body["ask"] = False
     if action is not None:
         body["action"] = action
     if t is not None:
@@ -256,6 +258,36 @@ class Client:
         """Load a model by ``path`` (inside the server's ``model_dirs``) or upload its ``document``."""
         return self._call("POST", "/v1/models", json=_model_body(name, path, document, migrate_sessions))
 
+    def model_document(self, name: str | None = None) -> bytes:
+        """The served model file (of ``name``, default the server's default model), as stored."""
+        if name is None:
+            name = cast(str, self._call("GET", "/v1/models")["default"])
+        for attempt in range(self.retries + 1):
+            try:
+                response = self._http.get(f"/v1/models/{name}/document")
+                break
+            except httpx.TransportError as exc:
+                if attempt == self.retries:
+                    raise ServerError(f"cannot reach the Forewarn server at {self.url}: {exc}") from exc
+                time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+        if not response.is_success:
+            _raise_for(response)
+        return response.content
+
+    def guard(self, name: str | None = None, *, allow_python: Any = None,
+              trusted_keys: Any = None) -> Any:
+        """A local :class:`~guard.runtime.Guard` (or bundle guard) on the model the server serves as
+        ``name``: the same decisions, computed in process (what the middleware previews with)."""
+        from guard.bundle import GuardBundle, parse_model_or_bundle
+        from guard.bundle_guard import BundleGuard
+        from guard.runtime import Guard
+
+        loaded = parse_model_or_bundle(self.model_document(name), f"{self.url} model {name or '(default)'}",
+                                       trusted_keys=trusted_keys)
+        if isinstance(loaded, GuardBundle):
+            return BundleGuard(loaded, allow_python=allow_python)
+        return Guard(loaded, allow_python=allow_python)
+
     def ready(self) -> bool:
         try:
             return self._http.get("/readyz").status_code == 200
@@ -272,9 +304,11 @@ class RemoteSession:
         self.info = dict(info)
         self.last: RemoteDecision | None = None
 
-    def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> RemoteDecision:
-        """Commit the agent's new state and decide on it (answered once the server has stored it)."""
-        data = self.client._call("POST", f"/v1/sessions/{self.id}/observe", json=_step_body(state, action, t),
+    def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None,
+                ask: bool = True) -> RemoteDecision:
+        """Commit the agent's new state and decide on it (answered once the server has stored it).
+        ``ask=False``: the caller asks its own human, so an ``ask_human`` decision queues no approval."""
+        data = self.client._call("POST", f"/v1/sessions/{self.id}/observe", json=_step_body(state, action, t, ask),
                                 idempotent=True)
         self.last = RemoteDecision.from_json(data)
         return self.last
@@ -398,9 +432,9 @@ class AsyncRemoteSession:
         self.last: RemoteDecision | None = None
 
     async def observe(self, state: Mapping[str, Any], *, action: Any = None,
-                      t: float | None = None) -> RemoteDecision:
+                      t: float | None = None, ask: bool = True) -> RemoteDecision:
         data = await self.client._call("POST", f"/v1/sessions/{self.id}/observe",
-                                       json=_step_body(state, action, t), idempotent=True)
+                                       json=_step_body(state, action, t, ask), idempotent=True)
         self.last = RemoteDecision.from_json(data)
         return self.last
 

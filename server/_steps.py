@@ -67,7 +67,8 @@ def commit_step(state: ServerState, live: LiveSession, body: S.StepIn,
     step = live.next_step
     live.next_step += 1
     now = time.time()
-    approval_id = "a_" + secrets.token_urlsafe(15) if decision.action is Action.ASK_HUMAN else None
+    queue = decision.action is Action.ASK_HUMAN and body.ask
+    approval_id = "a_" + secrets.token_urlsafe(15) if queue else None
     payload = decision_json(decision, live, step=step, approval_id=approval_id, at=now, committed=True)
     action_in = None if body.action is None else orjson.dumps(body.action).decode()
     canonical = orjson.dumps({"state": body.state, "action": body.action, "t": body.t}, option=orjson.OPT_SORT_KEYS)

@@ -515,6 +515,22 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
         out = loaded.describe(name, default=name == state.settings.default, full_pac=True)
         return Response(orjson.dumps(out), media_type=JSON)
 
+    @router.get("/v1/models/{name}/document", tags=["models"], responses=errors_for((404, "Unknown model")))
+    async def get_model_document(name: ModelName, _: Principal = as_anyone) -> Response:
+        """The current version's model file, exactly as stored: what a remote middleware previews
+        states with (``Client.guard()``), so its look-ahead decides as this server does."""
+        state = st()
+        try:
+            loaded = state.registry.current(name)
+        except UnknownModel as exc:
+            raise ApiError(404, "unknown_model", str(exc), field="path.name") from None
+        row = state.storage.model_version(loaded.version)
+        if row is None:
+            raise ApiError(404, "unknown_model", f"model version {loaded.version!r} is not in the database",
+                           field="path.name")
+        return Response(bytes(row["document"]), media_type=JSON,
+                        headers={"X-Forewarn-Model-Version": loaded.version})
+
     @router.post("/v1/models", response_model=S.ModelLoaded, tags=["models"],
                  responses=errors_for((409, "The open sessions cannot move to this model")))
     async def load_model(body: S.ModelLoad, principal: Principal = as_admin) -> Response:

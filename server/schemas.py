@@ -71,6 +71,10 @@ class StepIn(_In):
     state: dict[str, Any] = Field(description="The agent's concrete state: any JSON object.")
     action: str | dict[str, Any] | None = Field(default=None, description="What the agent did (string or object).")
     t: float | None = Field(default=None, allow_inf_nan=False, description="Time of the step, in seconds.")
+    ask: bool = Field(default=True, description=(
+        "Queue an approval when the decision is ask_human (the default). False when the caller asks its "
+        "own human before the step runs (the LangChain middleware's interrupt): the step is recorded, "
+        "no approval is queued."))
 
 
 class BatchItem(StepIn):

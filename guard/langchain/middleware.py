@@ -43,10 +43,12 @@ from domains.tools.errors import ExtractionError
 from domains.tools.extractor import ToolStateExtractor
 from domains.tools.transcript import CallStatus, ToolStep, Transcript
 from guard.bundle_guard import BundleGuard
+from guard.client import AsyncClient, Client
 from guard.errors import ForewarnError, PredicateError
 from guard.langchain import _explain as explain
 from guard.langchain._messages import forewarn_data, mark, message_text
 from guard.langchain._lookahead import Turn, not_run, same_state
+from guard.langchain._remote import RemoteGuard, remote_guard
 from guard.langchain.review import REVIEW_TYPES, Review, ReviewType, parse_review, review_payload
 from guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
 from guard.policy import Policy
@@ -66,7 +68,10 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
     """Guard every step of a ``create_agent`` agent with a Forewarn model.
 
     Args:
-        guard: the guard (a learned, checked model and its policy).
+        guard: the guard (a learned, checked model and its policy), or a
+            :class:`~guard.client.Client` / :class:`~guard.client.AsyncClient` of a sidecar
+            (``forewarn serve``): the same decisions, interrupts and messages, with every step
+            committed to the sidecar's audit log (see :mod:`guard.langchain._remote`).
         extractor: what the agent did (a :class:`~domains.tools.Transcript`) → the
             concrete state the guard's spec reads; ``ToolStateExtractor()`` when None.
         policy: overrides the guard's thresholds and unseen-state action.
@@ -91,6 +96,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             ``guard.trigger``), and ``increase`` when neither sets one: a call that does not
             raise the run's risk by more than ``min_increase`` is never held back, so a run
             that starts risky is not reflected on every harmless call.
+        model: with a client, the sidecar's model to use (default: the server's default).
 
     Warns (:class:`~guard.errors.ThresholdWarning`) when, under the level trigger, a
     threshold is already crossed in an initial state (of the pooled model, for a bundle).
@@ -100,15 +106,17 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             guard's predicates cannot read (``PredicateError``).
     """
 
-    def __init__(self, guard: Guard | BundleGuard, *, extractor: Extractor | None = None,
+    def __init__(self, guard: Guard | BundleGuard | Client | AsyncClient | RemoteGuard, *, extractor: Extractor | None = None,
                  policy: Policy | None = None,
                  max_reflections: int = 2, on_reflection_limit: Action | str = Action.STOP,
                  on_extraction_error: Action | Literal["raise"] | str = "raise",
                  allowed_decisions: Sequence[ReviewType] = REVIEW_TYPES, judge_unchanged: bool = False,
                  max_runs: int = 1024, name: str | None = None,
                  metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
-                 trigger: Trigger | str | None = None) -> None:
+                 trigger: Trigger | str | None = None, model: str | None = None) -> None:
         super().__init__()
+        if isinstance(guard, (Client, AsyncClient)):  # on a sidecar: previews local, commits remote (_remote)
+            guard = remote_guard(guard, model)
         self.guard = guard
         self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
         self.policy = policy

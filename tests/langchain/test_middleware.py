@@ -37,6 +37,12 @@ def thread(name: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": name}}
 
 
+@pytest.fixture
+def tool_guard(guard_or_client: Any) -> Any:
+    """Every scenario of this file runs in process and against a real sidecar (see conftest)."""
+    return guard_or_client
+
+
 def forewarn_messages(messages: list[BaseMessage]) -> list[BaseMessage]:
     return [m for m in messages if m.additional_kwargs.get("lc_source") == "forewarn"]
 
