@@ -14,6 +14,7 @@ decided on in the agent (the action recorded says how it was reviewed).
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -81,8 +82,16 @@ def remote_guard(client: Client | AsyncClient, model: str | None = None, *,
     """A :class:`RemoteGuard` on ``client``'s sidecar. An :class:`AsyncClient` is used through a
     synchronous twin on the same URL and key: the middleware commits a step inside its hooks
     (one short loopback request)."""
+    twin = None
     if isinstance(client, AsyncClient):
-        sync = Client(client.url, timeout=client._http.timeout.read or 30.0, retries=client.retries)
-        sync._http.headers.update({k: v for k, v in client._http.headers.items() if k.lower() == "authorization"})
-        client = sync
-    return RemoteGuard(client, client.guard(model, allow_python=allow_python, trusted_keys=trusted_keys), model)
+        twin = client = _sync_twin(client)
+    guard = RemoteGuard(client, client.guard(model, allow_python=allow_python, trusted_keys=trusted_keys), model)
+    if twin is not None:  # ours to close: when the guard goes, its connections go with it
+        weakref.finalize(guard, twin.close)
+    return guard
+
+
+def _sync_twin(client: AsyncClient) -> Client:
+    twin = Client(client.url, timeout=client._http.timeout.read or 30.0, retries=client.retries)
+    twin._http.headers.update({k: v for k, v in client._http.headers.items() if k.lower() == "authorization"})
+    return twin
