@@ -34,14 +34,18 @@ async def write(state: ServerState, job: Callable[..., Any]) -> Any:
 
 
 async def write_steps(state: ServerState, lives: list[LiveSession], rows: list[tuple[Any, ...]],
-                      approvals: list[tuple[Any, ...]], remember: tuple[Any, ...] | None = None) -> None:
+                      approvals: list[tuple[Any, ...]], remember: tuple[Any, ...] | None = None,
+                      extra: Callable[..., Any] | None = None) -> None:
     """Commit step rows; the answer waits for this. On failure the sessions are dropped from memory
     (they resume from what the database holds) and the client gets a 503, never a decision."""
     for live in lives:
         live.inflight += 1
     waited = time.perf_counter()
     try:
-        await write(state, Storage.remember(remember, Storage.insert_steps(rows, approvals)))
+        job = Storage.insert_steps(rows, approvals)
+        if extra is not None:  # e.g. the proposal the step ran, in the same transaction
+            job = _then(job, extra)
+        await write(state, Storage.remember(remember, job))
     except ApiError:
         for live in lives:
             state.sessions.forget(live)
@@ -50,6 +54,13 @@ async def write_steps(state: ServerState, lives: list[LiveSession], rows: list[t
         for live in lives:
             live.inflight -= 1
     state.metrics.commit_seconds.observe(time.perf_counter() - waited)
+
+
+def _then(first: Callable[..., Any], second: Callable[..., Any]) -> Callable[..., Any]:
+    def both(conn: Any) -> Any:
+        first(conn)
+        return second(conn)
+    return both
 
 
 def commit_step(state: ServerState, live: LiveSession, body: S.StepIn,
