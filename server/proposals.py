@@ -25,7 +25,7 @@ from starlette.responses import Response
 
 from guard.spec import Action
 from server import schemas as S
-from server._http import JSON, ApiError
+from server._http import JSON, ApiError, errors_for
 from server._steps import write
 from server.idempotency import Entry, request_hash
 from server.storage import Storage
@@ -72,7 +72,8 @@ def install(router: Any, st: Callable[[], Any], step_context: Callable[..., Any]
             raise ApiError(404, "not_found", f"no proposal {proposal_id!r}", field="path.proposal_id")
         return row
 
-    @router.post("/v1/sessions/{session_id}/proposals", status_code=201, tags=["proposals"])
+    @router.post("/v1/sessions/{session_id}/proposals", status_code=201, tags=["proposals"],
+                 responses=errors_for((404, "Unknown session"), (409, "The session is closed")))
     async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], body: S.ProposalIn,
                       request: Request, principal: Any = as_agent) -> Response:
         """Judge a tool call before it runs (nothing is committed); ``ask_human`` opens one pending approval."""
@@ -115,14 +116,14 @@ def install(router: Any, st: Callable[[], Any], step_context: Callable[..., Any]
                              session_id: Annotated[str | None, Query(pattern=S.ID_PATTERN)] = None,
                              offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
                              limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                             principal: Any = as_anyone) -> Response:
-        """Proposals (pending ones by default) of the tenants the caller sees, oldest first."""
+                             principal: Any = as_approver) -> Response:
+        """Proposals (pending ones by default) of the tenants the approver sees, oldest first."""
         state = st()
         rows = state.storage.proposals(status=None if status == "all" else status, session_id=session_id,
                                        limit=limit, offset=offset, tenants=principal.tenants)
         return Response(orjson.dumps({"proposals": [proposal_out(r) for r in rows]}), media_type=JSON)
 
-    @router.get("/v1/proposals/{proposal_id}", tags=["proposals"])
+    @router.get("/v1/proposals/{proposal_id}", tags=["proposals"], responses=errors_for((404, "Unknown proposal")))
     async def get_proposal(proposal_id: ProposalId,
                            wait: Annotated[float, Query(ge=0, le=3600)] = 0.0,
                            principal: Any = as_anyone) -> Response:
@@ -135,7 +136,8 @@ def install(router: Any, st: Callable[[], Any], step_context: Callable[..., Any]
         return Response(orjson.dumps(proposal_out(row, state.storage.session_risk(row["session_id"]))),
                         media_type=JSON)
 
-    @router.post("/v1/proposals/{proposal_id}", tags=["proposals"])
+    @router.post("/v1/proposals/{proposal_id}", tags=["proposals"],
+                 responses=errors_for((404, "Unknown proposal"), (409, "Not pending, or its session is closed")))
     async def resolve_proposal(proposal_id: ProposalId, body: S.ProposalResolve, request: Request,
                                principal: Any = as_approver) -> Response:
         """Approve, reject or edit a pending proposal, with a reason (``Idempotency-Key`` honoured)."""
