@@ -290,9 +290,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                 verdict: Verdict) -> tuple[ToolCallRequest, Review] | ToolMessage:
         call = request.tool_call
         decision = verdict.decision
-        review = parse_review(interrupt(review_payload(call["name"], call["args"], call.get("id"),
-                                                       verdict.description, decision, self.allowed_decisions)),
-                              self.allowed_decisions)
+        review = self._ask(request, review_payload(call["name"], call["args"], call.get("id"), verdict.description,
+                                                   decision, self.allowed_decisions))
         if review.type == "reject":
             with self._lock:
                 run._verdicts.pop(call.get("id") or "", None)
@@ -309,18 +308,31 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             return request, review
         name = review.name or call["name"]
         edited = {**call, "name": name, "args": review.args or {}}
-        tool = request.tool
-        if name != call["name"]:
-            tool = next((t for t in request.runtime.tools if t.name == name), None)
-            if tool is None:
-                names = ", ".join(sorted(t.name for t in request.runtime.tools))
-                raise ValueError(f"the reviewer edited call {call.get('id')!r} to tool {name!r}, which the agent "
-                                 f"does not have; its tools: {names}")
+        tool = request.tool if name == call["name"] else next(t for t in request.runtime.tools if t.name == name)
         step = ToolStep(name, edited["args"], CallStatus.PROPOSED, id=call.get("id"), approved=True)
         with self._lock:
             self._extract(run._transcripts.transcript(request.state["messages"]).then(step), step)  # readable?
             run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN, "edited"))
         return request.override(tool_call=edited, tool=tool), review
+
+    def _ask(self, request: ToolCallRequest, payload: dict[str, Any]) -> Review:
+        """Interrupt until the answer is one Forewarn can act on: a mistyped answer (``{"type":
+        "approved"}``) or an edit to a tool the agent lacks re-asks with the error in the payload
+        (``forewarn_error``), instead of failing the thread on every later resume."""
+        call = request.tool_call
+        while True:
+            answer = interrupt(payload)
+            try:
+                review = parse_review(answer, self.allowed_decisions)
+                name = review.name or call["name"]
+                if review.type == "edit" and name != call["name"] and not any(
+                        t.name == name for t in request.runtime.tools):
+                    names = ", ".join(sorted(t.name for t in request.runtime.tools))
+                    raise ValueError(f"the reviewer edited call {call.get('id')!r} to tool {name!r}, which the "
+                                     f"agent does not have; its tools: {names}")
+                return review
+            except ValueError as exc:
+                payload = {**payload, "forewarn_error": f"{exc}. Nothing ran; answer again."}
 
     # -- after a tool ran -------------------------------------------------------------
 
