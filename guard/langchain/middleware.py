@@ -28,6 +28,7 @@ goes on (another process resumed it) is rebuilt from the messages.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -49,6 +50,7 @@ from guard.langchain import _explain as explain
 from guard.langchain._messages import forewarn_data, mark, message_text
 from guard.langchain._lookahead import Turn, not_run, same_state
 from guard.langchain._remote import RemoteGuard, remote_guard
+from guard.langchain.errors import UnknownToolWarning
 from guard.langchain.review import REVIEW_TYPES, Review, ReviewType, parse_review, review_payload
 from guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
 from guard.policy import Policy
@@ -97,6 +99,11 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             raise the run's risk by more than ``min_increase`` is never held back, so a run
             that starts risky is not reflected on every harmless call.
         model: with a client, the sidecar's model to use (default: the server's default).
+        tools: the agent's tools (or their names), to warn now about those the extractor does not
+            know; without it, the warning comes on the agent's first model call.
+        unknown_tools: what a call to a tool the extractor does not know gets when the guard
+            would otherwise allow it: ``ask_human`` (the default), ``reflect`` or ``stop`` — or
+            ``allow``, if you say so. (An extractor without a ``knows(name)`` method knows every tool.)
 
     Warns (:class:`~guard.errors.ThresholdWarning`) when, under the level trigger, a
     threshold is already crossed in an initial state (of the pooled model, for a bundle).
@@ -113,7 +120,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                  allowed_decisions: Sequence[ReviewType] = REVIEW_TYPES, judge_unchanged: bool = False,
                  max_runs: int = 1024, name: str | None = None,
                  metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
-                 trigger: Trigger | str | None = None, model: str | None = None) -> None:
+                 trigger: Trigger | str | None = None, model: str | None = None,
+                 tools: Sequence[Any] | None = None, unknown_tools: Action | str = Action.ASK_HUMAN) -> None:
         super().__init__()
         if isinstance(guard, (Client, AsyncClient)):  # on a sidecar: previews local, commits remote (_remote)
             guard = remote_guard(guard, model)
@@ -144,6 +152,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             raise ValueError(f"allowed_decisions={list(allowed_decisions)!r}: choose from {list(REVIEW_TYPES)}")
         self.allowed_decisions: tuple[ReviewType, ...] = tuple(allowed_decisions)
         self.judge_unchanged = judge_unchanged
+        self.unknown_tools = Action(unknown_tools)
+        self._warned: set[str] = set()
         self.max_runs = max_runs
         self._name = name
         self._runs: OrderedDict[str, GuardedRun] = OrderedDict()
@@ -157,6 +167,28 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         except PredicateError as exc:
             if exc.where != "meta" or isinstance(metadata, Mapping):
                 raise
+        if tools is not None:
+            self.warn_unknown([t if isinstance(t, str) else t.name for t in tools], stacklevel=3)
+
+    def knows(self, tool: str) -> bool:
+        knows = getattr(self.extractor, "knows", None)
+        return knows is None or bool(knows(tool))
+
+    def warn_unknown(self, tools: Sequence[str], *, stacklevel: int = 2) -> list[str]:
+        """Warn (once per name) about tools the extractor does not know; returns them."""
+        with self._lock:
+            unknown = sorted({t for t in tools if not self.knows(t)} - self._warned)
+            self._warned.update(unknown)
+        if unknown:
+            warnings.warn(f"Forewarn's extractor does not know the tools {unknown}, so it cannot see their effects; "
+                          f"their calls get unknown_tools={self.unknown_tools.value!r}. Give them a kind "
+                          f"(ToolStateExtractor(tool_kinds={{...}})) to judge them.", UnknownToolWarning,
+                          stacklevel=stacklevel + 1)
+        return unknown
+
+    def unknown_note(self, tool: str) -> str:
+        return (f" Forewarn's extractor does not know the tool `{tool}`, so it cannot judge what the call does; "
+                f"calls to unknown tools get '{self.unknown_tools.value}'.")
 
     @property
     def name(self) -> str:
@@ -217,6 +249,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         stopped = _stopped_after_tool(messages)
         if stopped is not None:
             return stopped
+        self._check_tools(request)
         return self._look_ahead(messages, handler(request))
 
     async def awrap_model_call(self, request: ModelRequest[Any],
@@ -226,7 +259,13 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         stopped = _stopped_after_tool(messages)
         if stopped is not None:
             return stopped
+        self._check_tools(request)
         return self._look_ahead(messages, await handler(request))
+
+    def _check_tools(self, request: ModelRequest[Any]) -> None:
+        names = [t if isinstance(t, str) else getattr(t, "name", None) for t in request.tools or ()]
+        if any(n is not None and n not in self._warned and not self.knows(n) for n in names):
+            self.warn_unknown([n for n in names if n is not None], stacklevel=4)
 
     def wrap_tool_call(self, request: ToolCallRequest,
                        handler: Callable[[ToolCallRequest], ToolResult]) -> ToolResult:

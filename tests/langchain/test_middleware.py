@@ -255,8 +255,9 @@ def test_allowed_decisions_are_enforced(tool_guard: Guard, log: ToolLog) -> None
     agent = agent_for(model, log, mw, checkpointer=True)
     paused = agent.invoke(ask(SHARE), thread("allowed"))
     assert paused["__interrupt__"][0].value["review_configs"][0]["allowed_decisions"] == ["approve", "reject"]
-    with pytest.raises(ValueError, match="not allowed"):
-        agent.invoke(Command(resume={"type": "edit", "edited_action": {"args": {}}}), thread("allowed"))
+    again = agent.invoke(Command(resume={"type": "edit", "edited_action": {"args": {}}}), thread("allowed"))
+    assert "not allowed" in again["__interrupt__"][0].value["forewarn_error"]  # asked again
+    assert log.names() == []
 
 
 # ------------------------------------------------------------------ stop
