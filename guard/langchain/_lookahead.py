@@ -61,7 +61,8 @@ class Turn:
                         f"user's last message, its limit.")
             if action is Action.REFLECT:
                 self._record(call, decision, action, "held back")
-                text = explain.held_back(self.guard, decision, call["name"], call["args"]) + note
+                text = explain.held_back(self.guard, decision, call["name"], call["args"],
+                                         self.mw.reflection_template) + note
                 return verdicts, self._hold_back(calls[i:], text, "reflect", decision)
             if action is Action.STOP:
                 self._record(call, decision, action, "stopped")

@@ -104,6 +104,10 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         unknown_tools: what a call to a tool the extractor does not know gets when the guard
             would otherwise allow it: ``ask_human`` (the default), ``reflect`` or ``stop`` — or
             ``allow``, if you say so. (An extractor without a ``knows(name)`` method knows every tool.)
+        reflection_template: the text the model gets in place of a held-back call
+            (``str.format`` fields in :data:`guard.langchain._explain.DEFAULT_REFLECTION`'s doc):
+            by default plain words — the probability and what to avoid; the raw CEL condition
+            and PCTL property only where a template asks for ``{unsafe}`` or ``{formula}``.
 
     Warns (:class:`~guard.errors.ThresholdWarning`) when, under the level trigger, a
     threshold is already crossed in an initial state (of the pooled model, for a bundle).
@@ -121,7 +125,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                  max_runs: int = 1024, name: str | None = None,
                  metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
                  trigger: Trigger | str | None = None, model: str | None = None,
-                 tools: Sequence[Any] | None = None, unknown_tools: Action | str = Action.ASK_HUMAN) -> None:
+                 tools: Sequence[Any] | None = None, unknown_tools: Action | str = Action.ASK_HUMAN,
+                 reflection_template: str | None = None) -> None:
         super().__init__()
         if isinstance(guard, (Client, AsyncClient)):  # on a sidecar: previews local, commits remote (_remote)
             guard = remote_guard(guard, model)
@@ -153,6 +158,9 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         self.allowed_decisions: tuple[ReviewType, ...] = tuple(allowed_decisions)
         self.judge_unchanged = judge_unchanged
         self.unknown_tools = Action(unknown_tools)
+        if reflection_template is not None:
+            explain.check_template(reflection_template)
+        self.reflection_template = reflection_template
         self._warned: set[str] = set()
         self.max_runs = max_runs
         self._name = name

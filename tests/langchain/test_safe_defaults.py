@@ -80,3 +80,31 @@ def test_argument_aliases() -> None:
     assert state["shell"] == {"commands": 1, "destructive": True}
     with pytest.raises(ValueError, match=r"argument_aliases\['run_sql'\]: \['sql'\]"):
         ToolStateExtractor(tool_kinds={"run_sql": "shell"}, argument_aliases={"run_sql": {"query": "sql"}})
+
+
+# ------------------------------------------------------------------ the reflection text
+
+
+def _reflected(tool_guard: Guard, **options: Any) -> str:
+    from _lc_support import VIOLATIONS_ONLY, thresholds, tool_messages
+
+    log = ToolLog()
+    model = ScriptedChatModel(script=[tool_calls(("shell", {"command": "rm -rf ~/*"})), "Stopped."])
+    mw = ForewarnMiddleware(tool_guard, policy=thresholds(reflect=VIOLATIONS_ONLY), **options)
+    result = create_agent(model, log.tools(), middleware=[mw]).invoke({"messages": [("user", "free space")]})
+    assert log.ran == []
+    return str(tool_messages(result["messages"])[0].content)
+
+
+def test_the_default_reflection_is_plain_words(tool_guard: Guard) -> None:
+    text = _reflected(tool_guard)
+    assert "||" not in text and "P=?" not in text and "property" not in text  # no CEL, no PCTL
+    assert "a destructive shell command was run" in text  # what to avoid, in the spec's words
+    assert "Revise your plan" in text
+
+
+def test_a_reflection_template(tool_guard: Guard) -> None:
+    text = _reflected(tool_guard, reflection_template="Blocked {tool}: {probability} risk of: {avoid}. [{formula}]")
+    assert text.startswith("Blocked shell: 100.0% risk of: ") and "P=? [F" in text
+    with pytest.raises(ValueError, match=r"unknown field \{risk\}"):
+        ForewarnMiddleware(tool_guard, reflection_template="{risk}")
