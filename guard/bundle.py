@@ -29,7 +29,7 @@ from guard._version import __version__
 from guard.errors import ForewarnError, ModelFileError, TraceError
 from guard.learning import TransitionCounts
 from guard.model import GuardModel, write_document
-from guard.pipeline import model_from_counts, prepare, read_trace_files
+from guard.pipeline import model_from_counts, prepare
 from guard.predicates import PythonPredicate
 from guard.spec import Spec, parse_spec
 from guard.traces import Run, abstract_run
@@ -250,15 +250,20 @@ def parse_model_or_bundle(raw: bytes, source: str, *,
 
 def learn_bundle(traces: Sequence[str | Path], spec: Spec, *, group_by: str,
                  min_group_runs: int = DEFAULT_MIN_GROUP_RUNS, period: float | None = None,
-                 **options: Any) -> GuardBundle:
-    """Learn a bundle from JSONL trace files (streamed once; see :func:`learn_bundle_from_runs`)."""
-    from guard.pipeline import _provenance
+                 on_error: str = "stop", summary: Any = None, **options: Any) -> GuardBundle:
+    """Learn a bundle from JSONL trace files (streamed once; see :func:`learn_bundle_from_runs`).
+
+    ``on_error`` and ``summary`` as for :func:`guard.pipeline.learn_model`.
+    """
+    from guard.pipeline import _provenance, runs_to_learn
 
     paths = [Path(p) for p in traces]
     inputs = [_provenance(p) for p in paths]
     digests = [hashlib.sha256() for _ in paths]
-    bundle = learn_bundle_from_runs(read_trace_files(paths, period=period, digests=digests), spec,
-                                    group_by=group_by, min_group_runs=min_group_runs, inputs=inputs, **options)
+    runs = runs_to_learn(paths, spec, period=period, digests=digests, on_error=on_error, summary=summary,
+                         python_predicates=options.get("python_predicates"), allow_python=options.get("allow_python"))
+    bundle = learn_bundle_from_runs(runs, spec, group_by=group_by, min_group_runs=min_group_runs, inputs=inputs,
+                                    **options)
     for entry, digest in zip(inputs, digests):  # every member's provenance holds these same entries
         entry["sha256"] = digest.hexdigest()
     if period is not None:

@@ -7,14 +7,28 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
+import numpy as np
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from guard._cli import Format, err, out, print_json, print_warnings
+from guard._cli import (
+    Format,
+    check_alpha,
+    check_period,
+    check_precision,
+    check_probability,
+    err,
+    out,
+    print_json,
+    print_summary,
+    print_warnings,
+    warn,
+)
 from guard.errors import ForewarnError
 from guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
+from guard.ingest.summary import IngestSummary
 from guard.model import CheckedProperty, GuardModel
 from guard.spec import PropertyDef
 from guard.storm import (
@@ -29,13 +43,33 @@ from guard.storm import (
     quantitative_form,
 )
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Forewarn: a proactive runtime guard for LLM agents.")
+
+
 class ExportFormat(str, Enum):
     prism = "prism"
     drn = "drn"
 
 
+class OnError(str, Enum):
+    stop = "stop"
+    skip = "skip"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from guard._version import __version__
+
+        sys.stdout.write(f"forewarn {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", help="Print the version and exit.", is_eager=True,
+                                                callback=_print_version)] = False) -> None:
+    """Forewarn: a proactive runtime guard for LLM agents."""
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -56,6 +90,9 @@ def learn(
     period: Annotated[Optional[float], typer.Option(help="Resample runs to one step every PERIOD seconds "
                                                          "(zero-order hold; needs 't' on every step).")] = None,
     format: Annotated[Format, typer.Option("--format", help="Summary format.")] = Format.table,
+    on_error: Annotated[OnError, typer.Option(
+        "--on-error", help="A malformed run stops learning, or is skipped and counted in the summary.")]
+    = OnError.stop,
     group_by: Annotated[Optional[str], typer.Option(
         "--group-by", help="Write a bundle: one model per value of this metadata key (e.g. meta.task) "
                            "with enough runs, plus a pooled model of all runs.")] = None,
@@ -73,12 +110,19 @@ def learn(
     from guard.signing import load_private_key
     from guard.spec import load_spec
 
+    check_alpha(alpha)
+    check_precision(precision)
+    check_probability(epsilon, "--epsilon")
+    check_probability(delta, "--delta")
+    check_period(period)
     signing_key = load_private_key(sign) if sign is not None else None  # a bad key fails before learning
     if group_by is not None:
         group_path(group_by)  # a bad path fails before any run is read
+    _contract_only(traces)
     parsed = load_spec(spec)
+    read = IngestSummary()
     options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period,
-                   allow_python=allow_python)
+                   allow_python=allow_python, on_error=on_error.value, summary=read)
     with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
                   console=err, transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("learn", total=None)
@@ -99,11 +143,16 @@ def learn(
         learned.save(output, sign_with=signing_key)
     except OSError as exc:  # e.g. -o names a folder, or a path under a file
         raise ForewarnError(f"{output}: cannot write the model file: {exc.strerror}") from exc
+    if format is Format.table or read.skipped or read.mismatches or read.empty:  # JSON carries it under "read"
+        print_summary(read, "learned from")
+    for message in _degenerate(learned.pooled if isinstance(learned, GuardBundle) else learned):
+        warn(message)
     if isinstance(learned, GuardBundle):
         _print_bundle_summary(learned, output, format)
         return
     model = learned
     summary = _summary(model, output)
+    summary["read"] = read.to_dict()
     from guard.policy import Policy
     from guard.thresholds import initial_crossings
 
@@ -115,7 +164,7 @@ def learn(
         return
     table = Table(title=f"forewarn learn → {output}", show_header=False)
     for key, value in summary.items():
-        if key not in ("pac_worst", "initial_interval", "threshold_warnings"):
+        if key not in ("pac_worst", "initial_interval", "threshold_warnings", "read"):
             table.add_row(key, str(value))
     out.print(table)
     interval = summary["initial_interval"]
@@ -199,6 +248,39 @@ def _pac_document(model: GuardModel) -> dict[str, Any]:
                         "limiting": [{"state": i, "predicates": _pac_words(model, i), "visits": _visits(model, i)}
                                      for i in tight.initial_limiting]}},
     }
+
+
+def _contract_only(traces: list[Path]) -> None:
+    """``learn`` reads the contract's JSONL: other logs get a pointer to ``forewarn ingest``."""
+    from guard.ingest import InputFormat, detect_format
+
+    for path in traces:
+        try:
+            kind = detect_format(path)
+        except ForewarnError:
+            continue  # learning will name the line at fault
+        if kind is not InputFormat.jsonl:
+            raise ForewarnError(f"{path}: these are {kind.value} logs, not the contract's JSONL; convert them first: "
+                                f"forewarn ingest {path} -o traces.jsonl")
+
+
+def _degenerate(model: GuardModel) -> list[str]:
+    """Warnings for a spec or data that make the model say nothing useful."""
+    from guard.predicates import PredicateSet
+
+    found = []
+    try:
+        predicates = PredicateSet(model.spec)
+    except ForewarnError:
+        return found
+    if predicates.width <= 16 and all(predicates.is_unsafe(bits) for bits in range(1 << predicates.width)):
+        found.append(f"'unsafe' ({model.spec.unsafe}) holds whatever the predicates are: every state is unsafe, "
+                     "every risk is 1 and every decision the same")
+    elif model.provenance.get("unsafe_runs") == 0:
+        found.append("no run reached an unsafe state: every risk in this model comes from smoothing alone")
+    elif model.provenance.get("unsafe_runs") == model.provenance.get("runs"):
+        found.append("every run reached an unsafe state: the model cannot tell a risky start from a safe one")
+    return found
 
 
 def _print_bundle_summary(bundle: GuardBundle, output: Path, format: Format) -> None:
@@ -330,11 +412,12 @@ def check(
                               "Default: FOREWARN_TRUSTED_KEYS.")] = None,
 ) -> None:
     """Show the cached per-state values of a model (of each member of a bundle), or check another property."""
+    check_precision(precision)
     if model.suffix in {".pm", ".prism"}:
         if property is None:
             raise ForewarnError("checking a PRISM file needs --property, e.g. --property 'P=? [F \"goal\"]'")
         result = check_prism_file(model, property, constants=const, method=method, precision=precision)
-        _print_prism_check(result, format)
+        _print_prism(result, format)
         return
     if const is not None:
         raise ForewarnError("--const applies to PRISM files only")
@@ -458,31 +541,71 @@ def _number(value: float) -> float | None:
     return None if value != value else float(value)
 
 
-def _print_prism_check(result: Any, format: Format) -> None:
-    states = []
-    for i, v in enumerate(result.values):
-        entry: dict[str, Any] = {"index": i, "value": _number(v)}
-        if result.verdicts is not None:
-            entry["verdict"] = bool(result.verdicts[i])
-        states.append(entry)
+_SHOWN_INITIAL = 20
+
+
+def _json_number(value: float) -> float | None:
+    """JSON has no infinity or NaN: an infinite expected reward (``"infinite": true`` beside it) or
+    no probability at all (a Boolean state formula) is null."""
+    return float(value) if np.isfinite(value) else None
+
+
+def _print_prism(result: Any, format: Format) -> None:
+    """Every initial state's value (a PRISM model may have several) and, for a bounded formula,
+    every state's verdict; states in the model's own variable order."""
+    initial = set(result.initial_states)
+    several = len(result.initial_states) > 1
+    verdicts = result.verdicts
+
+    def state(i: int, value: float) -> dict[str, Any]:
+        entry: dict[str, Any] = {"index": i, "variables": result.variables[i], "value": _json_number(value)}
+        if verdicts is not None:
+            entry["verdict"] = bool(verdicts[i])
+        return entry
+
     if format is Format.json:
-        document: dict[str, Any] = {"property": result.formula, "initial": _number(result.initial)}
-        if result.verdicts is not None:
+        document: dict[str, Any] = {
+            "property": result.formula,
+            "initial": _json_number(result.initial),
+            "initial_aggregate": f"max over {len(initial)} initial states" if several else "the initial state"}
+        if verdicts is not None:
             document["verdict"] = result.verdict
-            document["initial_states"] = [{"index": i, "verdict": bool(result.verdicts[i])}
-                                          for i in result.initial_states]
-        document["states"] = states
+        document["initial_states"] = [state(i, result.values[i]) for i in result.initial_states]
+        document["states"] = [{**state(i, v), "infinite": bool(np.isinf(v)), "initial": i in initial}
+                              for i, v in enumerate(result.values)]
         print_json(document)
         return
-    size = f"({result.states} states, {result.transitions} transitions)"
-    if result.verdicts is None:
-        out.print(f"{result.formula} = {result.initial:.6g} in the initial state {size}")
+    size = f"{result.states} states, {result.transitions} transitions"
+
+    def show(text: str) -> None:
+        out.print(text, highlight=False, markup=False, soft_wrap=True)
+
+    if verdicts is not None:
+        held = [i for i in result.initial_states if verdicts[i]]
+        value = "" if _json_number(result.initial) is None else (
+            f" (probability {result.initial:.6g}" + (", the max" if several else "") + ")")
+        where = "the initial state" if not several else f"{len(held)} of {len(result.initial_states)} initial states"
+        show(f"{result.formula} is {'true' if result.verdict else 'false'}{value} in {where} ({size})")
+        if several:
+            for i in result.initial_states[:_SHOWN_INITIAL]:
+                show(f"  {_words(result.variables[i])}  {'true' if verdicts[i] else 'false'}  {result.values[i]:.6g}")
+    elif not several:
+        (only,) = result.initial_states
+        show(f"{result.formula} = {result.initial:.6g} in the initial state ({size}; the initial state is "
+             f"{_words(result.variables[only])})")
         return
-    held = [i for i in result.initial_states if result.verdicts[i]]
-    value = "" if _number(result.initial) is None else f" (probability {result.initial:.6g})"
-    where = "the initial state" if len(result.initial_states) == 1 else \
-        f"{len(held)} of {len(result.initial_states)} initial states"
-    out.print(f"{result.formula} is {'true' if result.verdict else 'false'}{value} in {where} {size}")
+    else:
+        values = result.initial_values
+        show(f"{result.formula}: the model has {len(values)} initial states, each with its own value: "
+             f"min {min(values):.6g}, max {max(values):.6g} (QComp reports the max) ({size})")
+        for i in result.initial_states[:_SHOWN_INITIAL]:
+            show(f"  {_words(result.variables[i])}  {result.values[i]:.6g}")
+    if several and len(result.initial_states) > _SHOWN_INITIAL:
+        show(f"  … and {len(result.initial_states) - _SHOWN_INITIAL} more (--format json lists them all)")
+
+
+def _words(variables: dict[str, Any]) -> str:
+    return "[" + ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in variables.items()) + "]"
 
 
 class StatesFormat(str, Enum):
@@ -648,14 +771,56 @@ def _register_plugins() -> None:
 _register_plugins()
 
 
+def _metavar(param: Any) -> str:
+    descriptor = getattr(param, "type_descriptor", None)
+    choices = getattr(descriptor, "choices", None) if getattr(descriptor, "is_choice", False) else None
+    if choices:
+        return "|".join(str(getattr(c, "value", c)) for c in choices)
+    try:
+        name = param.bare_type()
+    except Exception:  # another typer version: fall back to a plain word
+        name = "text"
+    name = name.removeprefix("list[").removesuffix("]").lower()
+    return {"float": "FLOAT", "int": "INTEGER", "path": "PATH"}.get(name, "TEXT")
+
+
+def _tidy_help(command: Any) -> None:
+    """Plain metavars (TRACES..., FLOAT, sound|exact) instead of typer's ``{traces}`` and ``<list[Path]>``."""
+    for param in getattr(command, "params", []):  # typer vendors click: duck typing, not isinstance
+        if param.param_type_name == "argument":
+            shown = (param.metavar or param.name).upper().strip("[].") + ("..." if param.nargs != 1 else "")
+            param.metavar = shown
+            usage = shown if param.required else f"[{shown}]"
+            # typer's own usage line says {traces} and its help column <list[Path]>
+            param._usage_display_name = lambda usage=usage: usage
+            param.display_type_rich = lambda ctx=None: None
+        elif param.param_type_name == "option" and param.metavar is None and not getattr(param, "is_flag", False):
+            param.metavar = _metavar(param)
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)
+
+
+def _one_line(text: str) -> str:
+    """Messages quoting a parser's multi-line report (YAML, Storm) still make one line."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
 def main() -> None:
     """Entry point: user errors print one clear line and exit 2, never a traceback."""
+    from guard._cli import stdout_for_python_only
+
+    command = typer.main.get_command(app)
+    _tidy_help(command)
+    # Storm prints its warnings on descriptor 1: keep them off stdout (JSON stays clean). Not
+    # for `serve`, whose worker processes inherit the descriptors and log as they please.
+    native_to_stderr = not (len(sys.argv) > 1 and sys.argv[1] == "serve")
     try:
-        app(standalone_mode=False)
+        with stdout_for_python_only(native_to_stderr):
+            command(standalone_mode=False, prog_name="forewarn")
     except ForewarnError as exc:
         # escape: messages quote user text (CEL such as `x in [a, b]`) that rich would read as markup;
         # soft_wrap: one line however long, so scripts can grep it
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(_one_line(str(exc)))}", highlight=False, markup=True, soft_wrap=True)
         sys.exit(2)
     except (typer.Exit, SystemExit) as exc:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
@@ -663,9 +828,14 @@ def main() -> None:
     except typer.Abort:
         sys.exit(130)
     except Exception as exc:  # click's usage errors; typer >= 0.2x vendors click, so no `import click`
-        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
-        if callable(show) and isinstance(code, int):
-            show()
+        message, code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
+        if callable(message) and isinstance(code, int):
+            # one line, like every other user error (click would print usage, a hint and the error)
+            context = getattr(exc, "ctx", None)
+            where = getattr(context, "command_path", None) or "forewarn"
+            text = _one_line(str(message()).replace("Value error, ", ""))
+            err.print(f"[bold red]error:[/] {escape(text)} (see '{escape(where)} --help')",
+                      highlight=False, markup=True, soft_wrap=True)
             sys.exit(code)
         raise
 

@@ -8,7 +8,10 @@ table like Table 3 of the Pro2Guard paper.
 """
 from __future__ import annotations
 
+import os
 import random
+import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,10 +136,24 @@ def run_demo(*, domain: str = "embodied", out_dir: Path = Path("forewarn-demo"),
         f"{finished - learned_at:.1f} s. PAC (ε=0.05, δ=0.05) reached by {pac_ok}/{len(guards)} models.")
     console.print(f"Traces:  {out_dir / 'traces'}\nSpecs:   {out_dir / 'specs'}\nModels:  {out_dir / 'models'}")
     example = next(iter(guards))
-    console.print(f"Try:     forewarn check {out_dir / 'models' / (example + '.json')}\n"
-                  f"         forewarn replay {out_dir / 'traces' / (example + '.jsonl')} "
-                  f"--model {out_dir / 'models' / (example + '.json')}")
+    command = _command()
+    console.print(f"Try:     {command} check {out_dir / 'models' / (example + '.json')}\n"
+                  f"         {command} replay {out_dir / 'traces' / (example + '.jsonl')} "
+                  f"--model {out_dir / 'models' / (example + '.json')}", highlight=False, markup=False)
     return rows
+
+
+def _command() -> str:
+    """How to call forewarn from this shell: ``forewarn`` when it is on PATH (an activated
+    environment), else the path this run was started with (``.venv/bin/forewarn`` after
+    ``make demo``), so the hints work as printed."""
+    started = sys.argv[0] if sys.argv and os.path.basename(sys.argv[0]) == "forewarn" else None
+    on_path = shutil.which("forewarn")
+    if started is None:
+        return "forewarn" if on_path else f"{sys.executable} -m guard.cli"
+    if on_path and os.path.realpath(on_path) == os.path.realpath(started):
+        return "forewarn"
+    return os.path.relpath(started) if not os.path.isabs(started) else started
 
 
 def _print_table(console: Console, rows: list[DemoRow], *, tasks: int, episodes: int, heed: float) -> None:

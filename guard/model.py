@@ -362,6 +362,7 @@ def write_document(path: str | Path, document: dict[str, Any]) -> Path:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _file_mode())  # mkstemp makes 0600; a model is written like any other output
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -534,3 +535,20 @@ def _checksum(body: dict[str, Any]) -> str:
 
 def _dump_yaml(document: dict[str, Any]) -> str:
     return yaml.safe_dump(document, sort_keys=False)
+
+
+def _file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0666 less the process's umask.
+
+    Read from /proc where it can be (setting the umask to read it is not thread-safe).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask

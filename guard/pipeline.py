@@ -74,40 +74,102 @@ def transition_rule(spec: Spec, predicates: PredicateSet,
             domain_rule = resolve_callable(vt.function, predicates.allow_python, what="transition rule")
         except ValueError as exc:
             raise spec.error(f"valid_transitions.function: {exc}", "valid_transitions", "function") from exc
+    if domain_rule is not None:
+        domain_rule = _reported(domain_rule, vt.function or getattr(domain_rule, "__name__", "the transition rule"))
     irreversible = 0
     for name in vt.irreversible:
         irreversible |= 1 << predicates.names.index(name)
     return spec_transition_rule(vt.max_changed_predicates, irreversible, domain_rule, predicates.width)
 
 
+def _reported(rule: ValidTransitionRule, name: str) -> ValidTransitionRule:
+    """A user's transition rule whose failure is a user error naming it, not a traceback."""
+    def checked(src: tuple[bool, ...], dst: tuple[bool, ...]) -> bool:
+        try:
+            verdict = rule(src, dst)
+        except Exception as exc:  # the user's code: report it as theirs
+            raise ForewarnError(f"valid_transitions.function {name} raised {type(exc).__name__}: {exc} "
+                                f"(on {list(src)} -> {list(dst)})") from exc
+        return bool(verdict)
+
+    return checked
+
+
 def read_trace_files(traces: Sequence[str | Path], *, period: float | None = None,
-                     digests: Sequence[Any] | None = None) -> Iterable[Run]:
+                     digests: Sequence[Any] | None = None,
+                     on_bad: Callable[[TraceError], None] | None = None) -> Iterable[Run]:
     """Runs from JSONL files, streamed, resampled to a fixed period (seconds) if given.
 
-    ``digests`` (one ``hashlib`` object per file) are fed the bytes as they are read.
+    ``digests`` (one ``hashlib`` object per file) are fed the bytes as they are read;
+    ``on_bad`` gets each malformed line's error and reading goes on (None: raise it).
     """
     for index, path in enumerate(traces):
-        for run in read_runs(path, digest=None if digests is None else digests[index]):
-            yield run if period is None else resample(run, period)
+        for run in read_runs(path, digest=None if digests is None else digests[index], on_bad=on_bad):
+            if period is None:
+                yield run
+                continue
+            try:
+                yield resample(run, period)
+            except TraceError as exc:
+                if on_bad is None:
+                    raise
+                on_bad(exc)
 
 
 def learn_model(traces: Sequence[str | Path], spec: Spec, *, period: float | None = None,
-                **options: Any) -> GuardModel:
+                on_error: str = "stop", summary: Any = None, **options: Any) -> GuardModel:
     """Learn and check a model from JSONL trace files (streamed; see :func:`learn_model_from_runs`).
 
     Args:
         period: resample every run to this many seconds per step first (needs ``t``).
+        on_error: ``stop`` at the first malformed run, or ``skip`` it and count it in ``summary``.
+        summary: an :class:`~guard.ingest.summary.IngestSummary` to fill (runs read, skipped by reason).
     """
     paths = [Path(p) for p in traces]
     inputs = [_provenance(p) for p in paths]
     digests = [hashlib.sha256() for _ in paths]  # fed while learning reads: one pass over the data
-    model = learn_model_from_runs(read_trace_files(paths, period=period, digests=digests), spec, inputs=inputs,
-                                  **options)
+    runs = runs_to_learn(paths, spec, period=period, digests=digests, on_error=on_error, summary=summary,
+                         python_predicates=options.get("python_predicates"), allow_python=options.get("allow_python"))
+    model = learn_model_from_runs(runs, spec, inputs=inputs, **options)
     for entry, digest in zip(inputs, digests):
         entry["sha256"] = digest.hexdigest()
     if period is not None:
         model.provenance["period_seconds"] = period
     return model
+
+
+def runs_to_learn(paths: Sequence[Path], spec: Spec, *, period: float | None, digests: Sequence[Any],
+                  on_error: str = "stop", summary: Any = None,
+                  python_predicates: Mapping[str, PythonPredicate] | None = None,
+                  allow_python: Iterable[str] | None = None) -> Iterable[Run]:
+    """The runs of JSONL files for learning, counted in ``summary``; with ``on_error="skip"``
+    malformed runs, and runs whose states the predicates cannot read, are skipped and counted."""
+    from guard.ingest.summary import IngestSummary
+
+    tally = summary if summary is not None else IngestSummary()
+    handle = tally.handler(on_error)  # type: ignore[arg-type]
+    runs = read_trace_files(paths, period=period, digests=digests, on_bad=handle if on_error == "skip" else None)
+    if on_error == "skip":
+        runs = _readable(runs, PredicateSet(spec, python_predicates, allow_python=allow_python), handle)
+    return _tallied(runs, tally)
+
+
+def _readable(runs: Iterable[Run], predicates: PredicateSet, handle: Callable[[ForewarnError], None]) -> Iterable[Run]:
+    from guard.traces import abstract_run
+
+    for run in runs:
+        try:
+            abstract_run(run, predicates)  # memoised: counting it again costs little
+        except TraceError as exc:
+            handle(exc)
+            continue
+        yield run
+
+
+def _tallied(runs: Iterable[Run], summary: Any) -> Iterable[Run]:
+    for run in runs:
+        summary.runs += 1
+        yield run
 
 
 def _provenance(path: Path) -> dict[str, Any]:

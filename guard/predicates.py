@@ -140,8 +140,16 @@ class PredicateSet:
             meta: the run's metadata (``None``: none, read as ``{}``).
 
         Raises:
-            PredicateError: naming the predicate and the field it could not read.
+            PredicateError: naming the predicate and the field it could not read, or a
+                state nested too deeply to read.
         """
+        try:
+            return self._evaluate(state, meta)
+        except RecursionError:
+            raise PredicateError("the state is nested too deeply to evaluate the predicates on (Python's "
+                                 "recursion limit); flatten the fields the predicates read") from None
+
+    def _evaluate(self, state: Mapping[str, Any], meta: Mapping[str, Any] | None) -> int:
         bits = 0
         if self._program is not None:
             root = {"state": state, "meta": _NO_META if meta is None else meta}

@@ -240,9 +240,9 @@ class MonitorDef(_Strict):
 
 
 class LearningSettings(_Strict):
-    alpha: float = Field(default=0.1, ge=0.0)
-    epsilon: float = Field(default=0.05, gt=0.0, lt=1.0)
-    delta: float = Field(default=0.05, gt=0.0, lt=1.0)
+    alpha: float = Field(default=0.1, ge=0.0, le=1e6, allow_inf_nan=False)
+    epsilon: float = Field(default=0.05, ge=1e-9, lt=1.0, allow_inf_nan=False)
+    delta: float = Field(default=0.05, ge=1e-9, lt=1.0, allow_inf_nan=False)
     intervals: Literal["clopper_pearson", "hoeffding", "none"] = "clopper_pearson"
 
 
@@ -338,12 +338,26 @@ def load_spec(path: str | Path) -> Spec:
     return parse_spec(text, source=str(path))
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """YAML 1.1 reads a key such as ``on``, ``off``, ``yes`` or ``no`` as a boolean; in a
+    spec every key is a name, so a key keeps the text it was written as."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag == "tag:yaml.org,2002:bool":
+                key_node.tag = "tag:yaml.org,2002:str"
+        return super().construct_mapping(node, deep=deep)
+
+
+_SpecLoader.add_constructor("tag:yaml.org,2002:map", _SpecLoader.construct_yaml_map)
+
+
 def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
     """Parse YAML text into a validated :class:`Spec` (CEL is compiled later, in predicates)."""
     try:
         _check_yaml_shape(text, source)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None

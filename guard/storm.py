@@ -372,9 +372,16 @@ def prism_text(dtmc: LearnedDTMC, *, name: str = "forewarn") -> str:
 
 @dataclass(frozen=True)
 class PrismCheck:
-    """``initial``: the value in the (first) initial state; for a formula with a bound,
-    ``verdicts`` per state and ``initial_states`` (the property holds for the model when it
-    holds in all of them, Storm's reading)."""
+    """A PRISM file's property checked on every state.
+
+    ``values`` (and ``verdicts``, for a formula with a bound) and ``variables`` follow the
+    model's own state variables: states are ordered by their valuation (variables in
+    declaration order), not by Storm's exploration order. ``initial_states`` are positions
+    in that order; ``initial`` is the value of the only initial state, or the maximum over
+    several (QComp's reference values for such models are that maximum; every initial
+    value is in ``initial_states``). A bounded formula holds for the model when it holds
+    in every initial state (Storm's reading): ``verdict``.
+    """
 
     formula: str
     initial: float
@@ -383,6 +390,12 @@ class PrismCheck:
     transitions: int
     verdicts: np.ndarray | None = None
     initial_states: tuple[int, ...] = ()
+    variables: tuple[dict[str, Any], ...] = ()
+    reward: bool = False
+
+    @property
+    def initial_values(self) -> list[float]:
+        return [float(self.values[i]) for i in self.initial_states]
 
     @property
     def verdict(self) -> bool | None:
@@ -414,9 +427,17 @@ def check_prism_file(path: str | Path, formula: str, *, constants: str | None = 
     if program.has_undefined_constants:
         missing = ", ".join(str(c.name) for c in program.constants if not c.defined)
         raise CheckError(f"{path}: undefined constants {missing}; give them with --const NAME=VALUE,...")
+    raw = properties[0].get_raw_formula()
+    reward = raw.is_reward_operator_formula
+    if reward and method is Method.SOUND:
+        # Storm's sound value iteration certifies reachability probabilities; for expected
+        # rewards it would need upper bounds on them that the PRISM file does not give.
+        method = Method.TOPOLOGICAL
     try:
         value_type = stormpy.Rational if method is Method.EXACT else float
-        model = stormpy.build_model[value_type](program, properties)
+        options = stormpy.BuilderOptions([raw])
+        options.set_build_state_valuations()
+        model = stormpy.build_model[value_type](program, options=options)
         env = _environment(method, precision)
         result = stormpy.model_checking(model, properties[0], environment=env)
         verdicts = None
@@ -426,12 +447,36 @@ def check_prism_file(path: str | Path, formula: str, *, constants: str | None = 
             result = None if quantitative is None else stormpy.model_checking(model, quantitative, environment=env)
     except Exception as exc:
         raise CheckError(f"{path}: Storm could not check {formula!r}: {_first_line(exc)}") from exc
-    values = np.full(model.nr_states, np.nan) if result is None else \
-        np.array([float(Fraction(str(v))) for v in result.get_value_vector()])
-    initial_states = tuple(sorted(int(i) for i in model.initial_states))
-    return PrismCheck(formula=formula, initial=float(values[initial_states[0]]), values=values,
-                      states=model.nr_states, transitions=model.nr_transitions, verdicts=verdicts,
-                      initial_states=initial_states)
+    raw_values = np.full(model.nr_states, np.nan) if result is None else \
+        np.array([_number(v) for v in result.get_value_vector()])
+    valuations = [_valuation(model.state_valuations, s) for s in range(model.nr_states)]
+    order = sorted(range(model.nr_states), key=lambda s: tuple(_sortable(v) for v in valuations[s].values()))
+    position = {storm: rank for rank, storm in enumerate(order)}
+    values = raw_values[order]
+    initial_states = tuple(sorted(position[int(s)] for s in model.initial_states))
+    initial = max(float(values[i]) for i in initial_states)  # nan stays nan (no quantitative form)
+    return PrismCheck(formula=formula, initial=initial, values=values, states=model.nr_states,
+                      transitions=model.nr_transitions, verdicts=None if verdicts is None else verdicts[order],
+                      initial_states=initial_states, variables=tuple(valuations[s] for s in order),
+                      reward=bool(reward))
+
+
+def _valuation(valuations: Any, state: int) -> dict[str, Any]:
+    """A state's variables, in declaration order (Storm's JSON of the valuation)."""
+    import orjson
+
+    return dict(orjson.loads(str(valuations.to_json(state))))
+
+
+def _number(value: Any) -> float:
+    """A Storm value as a float: exact rationals through Fraction, ``inf`` (an expected reward
+    of a state that may never reach the target) as it is."""
+    text = str(value)
+    return float(text) if text in ("inf", "-inf", "nan") else float(Fraction(text))
+
+
+def _sortable(value: Any) -> tuple[int, Any]:
+    return (0, value) if isinstance(value, (bool, int, float)) else (1, str(value))
 
 
 @contextlib.contextmanager

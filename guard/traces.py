@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from guard.errors import PredicateError, TraceError
+from guard.errors import ForewarnError, PredicateError, TraceError
 from guard.predicates import PredicateSet
 
-__all__ = ["Run", "read_runs", "parse_run", "abstract_run", "resample", "file_digest"]
+__all__ = ["Run", "read_runs", "parse_run", "abstract_run", "resample", "file_digest", "MAX_RESAMPLED_STEPS"]
+
+MAX_RESAMPLED_STEPS = 1_000_000  # steps one resampled run may have
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +40,13 @@ class Run:
         return [step.get("t") for step in self.steps]
 
 
-def read_runs(path: str | Path, *, digest: Any = None) -> Iterator[Run]:
+def read_runs(path: str | Path, *, digest: Any = None,
+              on_bad: Callable[[TraceError], None] | None = None) -> Iterator[Run]:
     """Yield the runs of a JSONL trace file one at a time (the file may exceed memory).
 
     Args:
         digest: a ``hashlib`` object fed every byte read, so provenance needs no second pass.
+        on_bad: called with a malformed line's error, and reading goes on; None raises it.
 
     Raises:
         TraceError: for a line that is not a valid run.
@@ -56,8 +60,17 @@ def read_runs(path: str | Path, *, digest: Any = None) -> Iterator[Run]:
         for number, raw in enumerate(handle, start=1):
             if digest is not None:
                 digest.update(raw)
-            if not raw.isspace():  # as raw.strip(), without copying a long line
+            if raw.isspace():  # as not raw.strip(), without copying a long line
+                continue
+            if on_bad is None:
                 yield parse_run(raw, source=source, line=number)
+                continue
+            try:
+                run = parse_run(raw, source=source, line=number)
+            except TraceError as exc:
+                on_bad(exc)
+                continue
+            yield run
 
 
 def parse_run(raw: bytes | str, *, source: str = "<traces>", line: int = 0) -> Run:
@@ -124,8 +137,8 @@ def resample(run: Run, period: float) -> Run:
     Raises:
         TraceError: a step without ``t``, or times that go backwards.
     """
-    if not period > 0:
-        raise ValueError(f"period must be > 0 seconds, got {period}")
+    if not (period > 0 and math.isfinite(period)):
+        raise ForewarnError(f"period must be a positive number of seconds, got {period}")
     times: list[float] = []
     for index, step in enumerate(run.steps):
         t = step.get("t")
@@ -139,7 +152,12 @@ def resample(run: Run, period: float) -> Run:
     start = times[0]
     # the grid reaches the last logged time: a final state between grid points is held
     # at the next grid point rather than lost (it may be the violation)
-    count = math.ceil((times[-1] - start) / period - 1e-9) + 1
+    span = (times[-1] - start) / period
+    if not span < MAX_RESAMPLED_STEPS:  # a tiny period would fill memory, not sharpen the model (inf too)
+        raise TraceError(f"resampling every {period:g} s makes {span + 1:.3g} steps of this run (at most "
+                         f"{MAX_RESAMPLED_STEPS:,}); choose a longer period (--period)",
+                         source=run.source, line=run.line)
+    count = math.ceil(span - 1e-9) + 1
     out: list[dict[str, Any]] = []
     held = 0
     for k in range(count):

@@ -18,9 +18,10 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from guard._cli import Format, caught_warnings, err, out, print_json, print_warnings
+from guard._cli import (Format, caught_warnings, check_alpha, check_period, err, out, print_json, print_summary,
+                        print_warnings, warn)
 from guard.bundle import DEFAULT_MIN_GROUP_RUNS
-from guard.errors import ForewarnError
+from guard.errors import ForewarnError, TraceError
 from guard.storm import Method
 from guard.ingest import InputFormat, read_input
 from guard.replay import Enforcement, ReplayReport
@@ -47,6 +48,11 @@ ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write a 
 PlotsOption = Annotated[Optional[Path], typer.Option("--plots", help="Write the report's figures as PNG here.")]
 RunOption = Annotated[Optional[str], typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
 InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="Format of the trace files.")]
+ExtractorOption = Annotated[Optional[str], typer.Option(
+    "--extractor", help="Agent logs (langchain, otel, langgraph): the state extractor the guard uses, "
+                        "'tools' (default), 'household' or MODULE:NAME.")]
+
+
 EnforcementOption = Annotated[str, typer.Option(
     "--enforcement", help="lookahead: a decision is taken before a step runs, so an alarm on the violating step "
                           "prevents it (the middleware, the sidecar's preview); observe: after (an alarm must "
@@ -78,12 +84,16 @@ def parse_enforcement(text: str) -> Enforcement:
 
 
 def parse_thetas(text: str) -> list[float]:
-    """``"0.1,0.5"`` → ``[0.1, 0.5]``; every threshold must lie in [0, 1]."""
+    """``"0.1,0.5"`` → ``[0.1, 0.5]``; every threshold must lie in [0, 1], and none be empty."""
+    items = text.split(",")
+    if any(not x.strip() for x in items):
+        raise ForewarnError(f"--theta: an empty threshold in {text!r}; expected comma-separated numbers "
+                            "such as 0.1,0.5")
     try:
-        thetas = [float(x) for x in text.split(",") if x.strip()]
+        thetas = [float(x) for x in items]
     except ValueError as exc:
         raise ForewarnError(f"--theta: expected comma-separated numbers, got {text!r}") from exc
-    if not thetas or any(not 0.0 <= t <= 1.0 for t in thetas):
+    if any(not 0.0 <= t <= 1.0 for t in thetas):  # NaN fails this too
         raise ForewarnError(f"--theta: thresholds must lie in [0, 1], got {text!r}")
     return thetas
 
@@ -173,6 +183,7 @@ def replay(
     plots: PlotsOption = None,
     run: RunOption = None,
     input_format: InputFormatOption = InputFormat.auto,
+    extractor: ExtractorOption = None,
     baseline_traces: Annotated[Optional[list[Path]], typer.Option(
         "--baseline-traces", help="Runs to fit the empirical-frequency baseline on (default: the replayed runs, "
                                   "each left out of its own scoring).")] = None,
@@ -185,20 +196,32 @@ def replay(
     from guard.replay import replay as run_replay
 
     thetas = parse_thetas(theta)
+    check_period(period)
     mode = parse_enforcement(enforcement)
     trigger_mode = parse_trigger(trigger)
     with caught_warnings() as warned:
         guard = load_guard(model)  # a model or a bundle: each run is replayed on its group's member
     if period is None:
         period = guard.model.provenance.get("period_seconds")
+    from guard.ingest import IngestSummary
+
+    summary = IngestSummary()
     with _progress("replaying") as update:
-        result = run_replay(guard, read_input(traces, input_format, period=period), thetas, enforcement=mode,
-                            trigger=trigger_mode, on_run=lambda n: update(completed=n))
+        runs = read_input(traces, input_format, period=period, summary=summary, extractor=extractor)
+        result = run_replay(guard, runs, thetas, enforcement=mode, trigger=trigger_mode,
+                            on_run=lambda n: update(completed=n))
+    for path in summary.empty:
+        warn(f"{path} holds no runs")
+    if result.runs == 0:
+        warn("no runs to replay: every figure below is empty")
+    if run is not None and not any(r.id == run for r in result.replays):
+        raise ForewarnError(f"--run: no replayed run has the id {run!r}")
+    with _progress("baselines") as update:
         train = None
         if baseline_traces:
             update(description="baseline runs", completed=0)
             train = [trace_run(r, guard.predicates, guard.monitors)
-                     for r in read_input(baseline_traces, input_format, period=period)]
+                     for r in read_input(baseline_traces, input_format, period=period, extractor=extractor)]
         baselines = score_baselines(result.replays, thetas, predicates=guard.predicates, monitors=guard.monitors,
                                     train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon,
                                     enforcement=mode, min_increase=result.min_increase)
@@ -296,6 +319,7 @@ def evaluate(
     plots: PlotsOption = None,
     run: RunOption = None,
     input_format: InputFormatOption = InputFormat.auto,
+    extractor: ExtractorOption = None,
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
     trigger: TriggerOption = None,
     bundle_by: Annotated[Optional[str], typer.Option(
@@ -310,16 +334,28 @@ def evaluate(
     from guard.spec import load_spec
 
     thetas = parse_thetas(theta)
+    check_period(period)
+    check_alpha(alpha)
+    if folds < 2:
+        raise ForewarnError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
     mode = parse_enforcement(enforcement)
     trigger_mode = parse_trigger(trigger)
     parsed = load_spec(spec)
+    from guard.ingest import IngestSummary
+
+    summary = IngestSummary()
     with _progress("reading runs") as update:
         runs = []
-        for n, r in enumerate(read_input(traces, input_format, period=period), start=1):
+        read = read_input(traces, input_format, period=period, summary=summary, extractor=extractor)
+        for n, r in enumerate(read, start=1):
             runs.append(r)
             update(completed=n)
     if not runs:
         raise ForewarnError("no runs to evaluate: the trace input is empty")
+    for path in summary.empty:
+        warn(f"{path} holds no runs")
+    if run is not None and not any(r.id == run for r in runs):
+        raise ForewarnError(f"--run: no run has the id {run!r}")
     with _progress("cross-validation", total=2 * folds) as update:
         steps = {"learn": 0, "replay": 1}
 
@@ -356,29 +392,56 @@ def evaluate(
                        render=lambda images, chosen: evaluation_html(result, images, chosen, context=context))
 
 
+class OnErrorOption(str, Enum):
+    stop = "stop"
+    skip = "skip"
+
+
+
 def ingest(
-    inputs: Annotated[list[Path], typer.Argument(help="Log files to convert.")],
+    inputs: Annotated[list[Path], typer.Argument(help="Log files to convert.", metavar="LOGS...")],
     output: Annotated[Path, typer.Option("--output", "-o", help="JSONL trace file to write.")],
-    input_format: Annotated[InputFormat, typer.Option("--input-format", help="Format of the input files.")]
+    input_format: Annotated[InputFormat, typer.Option(
+        "--input-format", help="Format of the input files; auto says which formats it tried when none fits.")]
     = InputFormat.auto,
+    on_error: Annotated[OnErrorOption, typer.Option(
+        "--on-error", help="A malformed record stops the ingest, or is skipped and counted in the summary.")]
+    = OnErrorOption.stop,
+    extractor: ExtractorOption = None,
     period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
     time_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's seconds.")] = "t",
     action_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's action.")]
     = "action",
     on_mismatch: Annotated[MismatchOption, typer.Option(
-        help="Action logs: a logged success the symbolic household forbids is an error, or the simulator wins.")]
+        help="Action logs: a logged success the symbolic household forbids is an error, or the simulator wins "
+             "(each rewrite is counted in the summary).")]
     = MismatchOption.error,
+    format: Annotated[Format, typer.Option("--format", help="The summary on stderr (table) or as JSON on stdout.")]
+    = Format.table,
 ) -> None:
-    """Convert columnar or action-only logs into the contract's JSONL (for `forewarn learn`)."""
-    written = 0
+    """Convert agent logs (LangChain, OpenTelemetry, LangGraph), columnar or action-only logs into the
+    contract's JSONL (for `forewarn learn`), with a summary of what was read, skipped and rewritten."""
+    from guard.ingest import IngestSummary
+
+    check_period(period)
+    summary = IngestSummary()
     temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         with open(temporary, "wb") as stream:
             for r in read_input(inputs, input_format, period=period, time_column=time_column,
-                                action_column=action_column, on_mismatch=on_mismatch.value):
-                stream.write(orjson.dumps({"id": r.id, "steps": r.steps, "meta": r.meta}) + b"\n")
-                written += 1
+                                action_column=action_column, on_mismatch=on_mismatch.value, on_error=on_error.value,
+                                summary=summary, extractor=extractor):
+                try:
+                    line = orjson.dumps({"id": r.id, "steps": r.steps, "meta": r.meta}, default=str)
+                except orjson.JSONEncodeError as exc:  # e.g. a state nested deeper than JSON writers go
+                    error = TraceError(f"cannot write this run as JSON ({exc})", source=r.source, line=r.line)
+                    if on_error is OnErrorOption.stop:
+                        raise error from exc
+                    summary.runs -= 1
+                    summary.skip(error)
+                    continue
+                stream.write(line + b"\n")
         os.replace(temporary, output)  # nothing is half-written: a bad record leaves no output
     except OSError as exc:
         temporary.unlink(missing_ok=True)
@@ -386,7 +449,11 @@ def ingest(
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    err.print(f"wrote {written} runs to {output}", highlight=False)
+    if format is Format.json:
+        print_json({"output": str(output), "written": summary.runs, **summary.to_dict()})
+        return
+    print_summary(summary, "read")
+    err.print(f"wrote {summary.runs} runs to {output}", highlight=False, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

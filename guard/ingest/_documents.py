@@ -1,7 +1,7 @@
 """Reading a file of JSON records: JSON Lines, or one JSON document (an object or a list)."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -39,9 +39,13 @@ def _open(path: str | Path) -> BinaryIO:
         raise TraceError(f"cannot read traces: {exc.strerror}", source=str(path)) from exc
 
 
-def records(path: str | Path) -> Iterator[Record]:
+def records(path: str | Path, on_bad: Callable[[TraceError], None] | None = None) -> Iterator[Record]:
     """The records of a file, streamed: JSON Lines when its first line is a JSON value,
     else one document (read whole). A list yields its items; an object yields itself.
+
+    Args:
+        on_bad: called with the error of a JSON Lines line that is not valid JSON, and
+            reading goes on; None raises it.
 
     Raises:
         TraceError: a line or document that is not valid JSON.
@@ -62,8 +66,12 @@ def records(path: str | Path) -> Iterator[Record]:
             try:
                 document = orjson.loads(rest)
             except orjson.JSONDecodeError as exc:
-                raise TraceError(f"neither JSON Lines nor one JSON document ({exc})", source=source,
-                                 line=number) from exc
+                error = TraceError(f"neither JSON Lines nor one JSON document ({exc})", source=source, line=number)
+                if on_bad is None:
+                    raise error from exc
+                # tolerant: read it as JSON Lines whose first line is bad
+                yield from _lines(rest.splitlines(keepends=True), source, number, on_bad)
+                return
             if isinstance(document, list):
                 for index, item in enumerate(document):
                     yield Record(item, source, index=index)
@@ -81,7 +89,27 @@ def records(path: str | Path) -> Iterator[Record]:
             try:
                 value = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
-                raise TraceError(f"not valid JSON ({exc})", source=source, line=number) from exc
+                error = TraceError(f"not valid JSON ({exc})", source=source, line=number)
+                if on_bad is None:
+                    raise error from exc
+                on_bad(error)
+                continue
+            yield Record(value, source, line=number)
+
+
+def _lines(lines: list[bytes], source: str, first: int, on_bad: Callable[[TraceError], None]) -> Iterator[Record]:
+    for number, raw in enumerate(lines, start=first):
+        if not raw.strip():
+            continue
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            on_bad(TraceError(f"not valid JSON ({exc})", source=source, line=number))
+            continue
+        if isinstance(value, list) and number == first:
+            for index, item in enumerate(value):
+                yield Record(item, source, index=index)
+        else:
             yield Record(value, source, line=number)
 
 

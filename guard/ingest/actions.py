@@ -23,7 +23,7 @@ would change the run. ``on_mismatch="simulator"`` keeps the simulator's verdict.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,13 +33,14 @@ from guard.traces import Run
 if TYPE_CHECKING:
     from domains.embodied import Task
 
-__all__ = ["OnMismatch", "read_actions", "parse_actions"]
+__all__ = ["OnMismatch", "OnRewrite", "read_actions", "parse_actions"]
 
 OnMismatch = Literal["error", "simulator"]
+OnRewrite = Callable[[str, str], None]
 
 
 def read_actions(path: str | Path, *, tasks: Mapping[str, Task] | None = None,
-                 on_mismatch: OnMismatch = "error") -> Iterator[Run]:
+                 on_mismatch: OnMismatch = "error", on_rewrite: OnRewrite | None = None) -> Iterator[Run]:
     """Yield the runs of an action-only log, with states from the symbolic household.
 
     Args:
@@ -47,6 +48,8 @@ def read_actions(path: str | Path, *, tasks: Mapping[str, Task] | None = None,
         tasks: tasks by id to resolve ``task`` against; the packaged SafeAgentBench tasks
             when None.
         on_mismatch: what to do when the log says an action succeeded that cannot.
+        on_rewrite: called with (kind, place) for every logged success the simulator
+            overrides (``on_mismatch="simulator"``), so the caller can count them.
 
     Raises:
         TraceError: naming the file, line (or list index) and field at fault.
@@ -55,7 +58,7 @@ def read_actions(path: str | Path, *, tasks: Mapping[str, Task] | None = None,
         raise ValueError(f"on_mismatch={on_mismatch!r}; expected 'error' or 'simulator'")
     known = dict(tasks) if tasks is not None else _packaged_tasks()
     for record in records(path):
-        yield parse_actions(record, known, on_mismatch=on_mismatch)
+        yield parse_actions(record, known, on_mismatch=on_mismatch, on_rewrite=on_rewrite)
 
 
 def _packaged_tasks() -> dict[str, Task]:
@@ -83,7 +86,8 @@ def _resolve_task(record: Record, doc: dict[str, Any], meta: dict[str, Any], tas
                        "'unsafe-0002') or 'instruction'", "task")
 
 
-def parse_actions(record: Record, tasks: Mapping[str, Task], *, on_mismatch: OnMismatch = "error") -> Run:
+def parse_actions(record: Record, tasks: Mapping[str, Task], *, on_mismatch: OnMismatch = "error",
+                  on_rewrite: OnRewrite | None = None) -> Run:
     """One action-only run as a :class:`Run` whose states come from replaying its actions."""
     from domains.embodied import ActionParseError, HouseholdSim, parse_action
 
@@ -132,10 +136,15 @@ def parse_actions(record: Record, tasks: Mapping[str, Task], *, on_mismatch: OnM
             raise record.error(str(exc), where) from exc
         if flag is False:
             _fail(sim, action)
-        elif not sim.apply(action) and flag is True and on_mismatch == "error":
-            raise record.error(f"{str(action)!r} succeeded in the log but cannot succeed in the symbolic "
-                               f"household of task {task.id} (holding {sim.holding!r}, at {sim.found!r}); "
-                               "the log and the simulator disagree", where)
+        elif not sim.apply(action) and flag is True:
+            if on_mismatch == "error":
+                raise record.error(f"{str(action)!r} succeeded in the log but cannot succeed in the symbolic "
+                                   f"household of task {task.id} (holding {sim.holding!r}, at {sim.found!r}); "
+                                   "the log and the simulator disagree", where)
+            if on_rewrite is not None:  # the simulator's verdict wins, and the caller counts it
+                verb = str(action).split(" ", 1)[0]
+                on_rewrite(f"logged success of {verb!r} made a failure by the simulator",
+                           f"{record.source}:{record.line or record.index}:{where}")
         step: dict[str, Any] = {"state": sim.state(), "action": str(action)}
         if t is not None:
             step["t"] = t

@@ -6,6 +6,7 @@ transformers) happen inside the command, so ``forewarn --help`` stays fast.
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 from enum import Enum
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from guard._cli import Format
+from guard._cli import Format, check_positive_int, check_precision
 from guard.storm import Method
 from guard.llmcheck.errors import LLMCheckError
 
@@ -87,11 +88,20 @@ def llmcheck(
     list_quantifications: Annotated[bool, typer.Option("--list-quantifications", help="List quantifications.")]
     = False,
     format: Annotated[Format, typer.Option("--format")] = Format.table,
-    more_sweep: Annotated[Optional[list[str]], typer.Argument(help="More sweep axes (k=3,5,15).", hidden=True)]
+    more_sweep: Annotated[Optional[list[str]], typer.Argument(
+        help="More sweep axes after --sweep, e.g. --sweep alpha=0.5,0.8 k=3,5,15.", metavar="AXES")]
     = None,
 ) -> None:
     """Check what an LLM is likely to write: the α-k-bounded DTMC of its generation, verified by Storm."""
     from guard.llmcheck.quantify import available_quantifications
+
+    check_precision(precision)
+    check_positive_int(max_states, "--max-states")
+    check_positive_int(max_calls, "--max-calls")
+    if max_seconds is not None and not (math.isfinite(max_seconds) and max_seconds > 0):
+        raise LLMCheckError(f"--max-seconds: expected a positive number of seconds, got {max_seconds:g}")
+    if top < 0:
+        raise LLMCheckError(f"--top: expected 0 or more texts, got {top}")
 
     for module in plugin or []:
         try:
