@@ -104,6 +104,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         unknown_tools: what a call to a tool the extractor does not know gets when the guard
             would otherwise allow it: ``ask_human`` (the default), ``reflect`` or ``stop`` — or
             ``allow``, if you say so. (An extractor without a ``knows(name)`` method knows every tool.)
+        human_in_the_loop: LangChain's ``HumanInTheLoopMiddleware`` used in the same agent: a call
+            both would interrupt is asked once, by Forewarn (see :meth:`cover`).
         reflection_template: the text the model gets in place of a held-back call
             (``str.format`` fields in :data:`guard.langchain._explain.DEFAULT_REFLECTION`'s doc):
             by default plain words — the probability and what to avoid; the raw CEL condition
@@ -126,7 +128,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                  metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
                  trigger: Trigger | str | None = None, model: str | None = None,
                  tools: Sequence[Any] | None = None, unknown_tools: Action | str = Action.ASK_HUMAN,
-                 reflection_template: str | None = None) -> None:
+                 reflection_template: str | None = None, human_in_the_loop: Any = None) -> None:
         super().__init__()
         if isinstance(guard, (Client, AsyncClient)):  # on a sidecar: previews local, commits remote (_remote)
             guard = remote_guard(guard, model)
@@ -177,6 +179,35 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                 raise
         if tools is not None:
             self.warn_unknown([t if isinstance(t, str) else t.name for t in tools], stacklevel=3)
+        if human_in_the_loop is not None:
+            self.cover(human_in_the_loop)
+
+    def cover(self, hitl: Any) -> None:
+        """Make LangChain's ``HumanInTheLoopMiddleware`` skip the calls Forewarn itself asks a human
+        about, so one decision covers a call both would interrupt (Forewarn's interrupt has the same
+        shape, plus the risk). Calls only ``hitl`` gates are still asked by it. Works in its batched
+        and per-call modes and either order in ``middleware=[...]``: ``when`` predicates are
+        wrapped, and Forewarn's look-ahead (inside the model call) has judged the call by then."""
+        for config in hitl.interrupt_on.values():
+            config["when"] = self._unless_forewarn_asks(config.get("when"))
+
+    def _unless_forewarn_asks(self, original: Callable[[ToolCallRequest], bool] | None
+                              ) -> Callable[[ToolCallRequest], bool]:
+        def when(request: ToolCallRequest) -> bool:
+            if self._will_ask(request):
+                return False
+            return True if original is None else bool(original(request))
+        return when
+
+    def _will_ask(self, request: ToolCallRequest) -> bool:
+        call_id = request.tool_call.get("id")
+        messages = (request.state or {}).get("messages")
+        if not call_id or not messages:
+            return False
+        run = self._run_of(messages)
+        with self._lock:
+            verdict = run._verdicts.get(call_id)
+        return verdict is not None and verdict.action is Action.ASK_HUMAN
 
     def knows(self, tool: str) -> bool:
         knows = getattr(self.extractor, "knows", None)
@@ -283,7 +314,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         resolved = self._review(run, request, verdict)
         if isinstance(resolved, ToolMessage):
             return resolved
-        return self._after_tool(run, resolved[0], handler(resolved[0]), resolved[1])
+        return self._after_tool(run, resolved[0], handler(resolved[0]), resolved[1], verdict.decision)
 
     async def awrap_tool_call(self, request: ToolCallRequest,
                               handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]) -> ToolResult:
@@ -293,7 +324,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         resolved = self._review(run, request, verdict)
         if isinstance(resolved, ToolMessage):
             return resolved
-        return self._after_tool(run, resolved[0], await handler(resolved[0]), resolved[1])
+        return self._after_tool(run, resolved[0], await handler(resolved[0]), resolved[1], verdict.decision)
 
     # -- the look-ahead ---------------------------------------------------------------
 
@@ -384,7 +415,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
     # -- after a tool ran -------------------------------------------------------------
 
     def _after_tool(self, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
-                    review: Review | None) -> ToolResult:
+                    review: Review | None, approved_decision: Decision | None = None) -> ToolResult:
         call = request.tool_call
         message = result if isinstance(result, ToolMessage) else _tool_message_in(result, call.get("id"))
         text = message_text(message.content) if message is not None else None
@@ -399,7 +430,10 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             decision = self._decide(run.session, transcript, step, commit=True)
         news = decision.action is not Action.ALLOW and not (
             not self.judge_unchanged and decision.action is not Action.STOP and before is not None
-            and before.action is not None and same_state(before.decision, decision))
+            and before.action is not None and same_state(before.decision, decision)) and not (
+            # a human approved exactly this: the result showed nothing the approval did not cover
+            review is not None and review.type == "approve" and approved_decision is not None
+            and decision.action is not Action.STOP and same_state(approved_decision, decision))
         if not news and not approved:  # the common case: nothing to add to the result
             return result
         marks: dict[str, Any] = {"phase": "observed"}
