@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from domains.tools.errors import ExtractionError
+from guard.langchain.transcript import ExtractionError
 from domains.tools.kinds import (
     ARGUMENT_NAMES,
     DEFAULT_INTERNAL_DOMAINS,
@@ -57,7 +57,7 @@ from domains.tools.kinds import (
     shell_upload_hosts,
     url_host,
 )
-from domains.tools.transcript import CallStatus, ToolStep, Transcript
+from guard.langchain.transcript import CallStatus, ToolStep, Transcript
 
 __all__ = ["ToolStateExtractor", "initial_state", "violations"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from domains.tools.transcript import CallStatus, ToolStep, Transcript
+from guard.langchain.transcript import CallStatus, ToolStep, Transcript
 from guard.langchain import _explain as explain
 from guard.langchain._messages import forewarn_data, mark
 from guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict

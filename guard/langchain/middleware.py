@@ -40,9 +40,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.types import Command, interrupt
 
-from domains.tools.errors import ExtractionError
-from domains.tools.extractor import ToolStateExtractor
-from domains.tools.transcript import CallStatus, ToolStep, Transcript
+from guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
 from guard.bundle_guard import BundleGuard
 from guard.client import AsyncClient, Client
 from guard.errors import ForewarnError, PredicateError
@@ -133,7 +131,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         if isinstance(guard, (Client, AsyncClient)):  # on a sidecar: previews local, commits remote (_remote)
             guard = remote_guard(guard, model)
         self.guard = guard
-        self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
+        self.extractor: Extractor = extractor if extractor is not None else default_extractor()
         self.policy = policy
         effective = with_default_trigger(policy or guard.policy, trigger)  # unset in spec and policy: increase
         # One guard for all sessions, so its per-abstract-state decision cache is shared.
