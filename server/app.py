@@ -44,6 +44,7 @@ from server.models_registry import UnknownModel, parse_model, read_model
 from server.sessions import LiveSession, SessionNotFound, effective_policy, make_session
 from server.settings import MODEL_NAME_PATTERN, ServerSettings
 from server.state import ServerState, start
+from server.console import install as install_console
 from server.proposals import RUNNABLE
 from server.proposals import install as install_proposals
 from server.storage import Storage
@@ -79,7 +80,7 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
     # has Prometheus metrics, so they stay off unless the settings ask for them.
     otel = settings.opentelemetry
     app = FastAPI(
-        title="Forewarn sidecar", version=__version__, lifespan=lifespan,
+        title="Forewarn sidecar", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
         telemetry={"tracing": otel, "metrics": otel, "logs": otel},
         description="The Forewarn runtime guard over HTTP. Every endpoint but /healthz, /readyz and the "
                     "documentation needs `Authorization: Bearer KEY`; see docs/server.md for roles.",
@@ -511,6 +512,7 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
         return Response(payload, media_type=JSON)
 
     install_proposals(router, st, step_context, live_session, as_agent, as_approver, as_anyone)
+    install_console(app, st, as_approver)  # /console, /v1/changes and an offline /docs
 
     # -- models ------------------------------------------------------------------------
 
