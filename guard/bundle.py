@@ -35,7 +35,7 @@ from guard.spec import Spec, parse_spec
 from guard.traces import Run, abstract_run
 
 __all__ = ["BUNDLE_SCHEMA_VERSION", "DEFAULT_MIN_GROUP_RUNS", "POOLED", "GuardBundle", "group_path",
-           "group_value", "learn_bundle", "learn_bundle_from_runs", "load_model_or_bundle"]
+           "group_value", "learn_bundle", "learn_bundle_from_runs", "bundle_from_counts", "load_model_or_bundle"]
 
 BUNDLE_SCHEMA_VERSION = 1
 DEFAULT_MIN_GROUP_RUNS = 10
@@ -317,13 +317,22 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
     finally:
         if was_enabled:
             gc.enable()
+    return bundle_from_counts(pooled, groups, without, keys_seen, spec, predicates, monitors, group_by=group_by,
+                              min_group_runs=min_group_runs, inputs=inputs,
+                              learn_seconds=time.perf_counter() - started, **options)
+
+
+def bundle_from_counts(pooled: TransitionCounts, groups: Mapping[str, TransitionCounts], without: int,
+                       keys_seen: set[str], spec: Spec, predicates: Any, monitors: Any, *, group_by: str,
+                       min_group_runs: int, inputs: list[dict[str, Any]] | None, learn_seconds: float,
+                       **options: Any) -> GuardBundle:
+    """Learn and check the pooled model and each large enough group's, from counts (any engine counts)."""
     if pooled.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
     if not groups:
         seen = ", ".join(f"meta.{k}" for k in sorted(keys_seen)[:8]) or "none"
         raise ForewarnError(f"--group-by {group_by}: none of the {pooled.runs} runs has it in its metadata "
                             f"(keys the runs have: {seen})")
-    learn_seconds = time.perf_counter() - started
 
     def model(counts: TransitionCounts) -> GuardModel:
         return model_from_counts(counts, spec, predicates, monitors, inputs=inputs, learn_seconds=learn_seconds,

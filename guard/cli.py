@@ -48,6 +48,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   help="Forewarn: a proactive runtime guard for LLM agents.")
 
 
+class Engine(str, Enum):
+    local = "local"
+    spark = "spark"
+
+
 class ExportFormat(str, Enum):
     prism = "prism"
     drn = "drn"
@@ -78,7 +83,9 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 
 @app.command()
 def learn(
-    traces: Annotated[list[Path], typer.Argument(help="JSONL trace files (one run a line).")],
+    traces: Annotated[list[str], typer.Argument(
+        help="JSONL trace files (one run a line); with --engine spark also directories, Parquet and any "
+             "Hadoop URI (s3a://, hdfs://).")],
     spec: Annotated[Path, typer.Option("--spec", "-s", help="YAML spec.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Model file to write.")],
     alpha: Annotated[Optional[float], typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
@@ -105,11 +112,18 @@ def learn(
     allow_python: Annotated[Optional[list[str]], typer.Option(
         "--allow-python", help="A module whose functions the spec may name (python predicates, transition "
                                "rule); repeatable. Default: FOREWARN_PYTHON_PREDICATES.")] = None,
+    engine: Annotated[Engine, typer.Option(help="Count in this process, or on Apache Spark (needs the "
+                                                "'spark' extra and Java; docs/scale.md).")] = Engine.local,
+    master: Annotated[Optional[str], typer.Option(help="Spark master for --engine spark: local[*], "
+                                                       "spark://HOST:PORT, yarn (default: the running "
+                                                       "session's, else local[*]).")] = None,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
     from guard.signing import load_private_key
     from guard.spec import load_spec
 
+    if master is not None and engine is not Engine.spark:
+        raise ForewarnError("--master applies to --engine spark only")
     check_alpha(alpha)
     check_precision(precision)
     check_probability(epsilon, "--epsilon")
@@ -118,11 +132,32 @@ def learn(
     signing_key = load_private_key(sign) if sign is not None else None  # a bad key fails before learning
     if group_by is not None:
         group_path(group_by)  # a bad path fails before any run is read
-    _contract_only(traces)
+    if engine is Engine.local:
+        _contract_only([Path(t) for t in traces])
     parsed = load_spec(spec)
     read = IngestSummary()
     options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period,
                    allow_python=allow_python, on_error=on_error.value, summary=read)
+    if engine is Engine.spark:
+        learned = _learn_on_spark(traces, parsed, master, group_by, min_group_runs, options)
+    else:
+        learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs, options)
+    _write_learned(learned, output, format, signing_key, read)
+
+
+def _learn_on_spark(traces: list[str], spec: Any, master: str | None, group_by: str | None, min_group_runs: int,
+                    options: dict[str, Any]) -> GuardModel | GuardBundle:
+    from guard.spark import learn_bundle_spark, learn_model_spark, spark_session
+
+    session = spark_session(master)
+    if group_by is not None:
+        return learn_bundle_spark(traces, spec, group_by=group_by, min_group_runs=min_group_runs, spark=session,
+                                  **options)
+    return learn_model_spark(traces, spec, spark=session, **options)
+
+
+def _learn_here(traces: list[Path], parsed: Any, group_by: str | None, min_group_runs: int,
+                options: dict[str, Any]) -> GuardModel | GuardBundle:
     with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
                   console=err, transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("learn", total=None)
@@ -139,6 +174,11 @@ def learn(
             from guard.pipeline import learn_model
 
             learned = learn_model(traces, parsed, on_run=on_run, **options)
+    return learned
+
+
+def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Format, signing_key: Any,
+                   read: IngestSummary) -> None:
     try:
         learned.save(output, sign_with=signing_key)
     except OSError as exc:  # e.g. -o names a folder, or a path under a file

@@ -17,7 +17,8 @@ import orjson
 from guard.errors import ForewarnError, PredicateError, TraceError
 from guard.predicates import PredicateSet
 
-__all__ = ["Run", "read_runs", "parse_run", "abstract_run", "resample", "file_digest", "MAX_RESAMPLED_STEPS"]
+__all__ = ["Run", "read_runs", "parse_run", "parse_document", "abstract_run", "resample", "file_digest",
+           "MAX_RESAMPLED_STEPS"]
 
 MAX_RESAMPLED_STEPS = 1_000_000  # steps one resampled run may have
 
@@ -79,6 +80,11 @@ def parse_run(raw: bytes | str, *, source: str = "<traces>", line: int = 0) -> R
         document = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise TraceError(f"not valid JSON ({exc})", source=source, line=line) from exc
+    return parse_document(document, source=source, line=line)
+
+
+def parse_document(document: Any, *, source: str = "<traces>", line: int = 0) -> Run:
+    """Validate one decoded JSON value (a line of JSONL, a row of a table) as a run."""
     if not isinstance(document, dict):
         raise TraceError(f"a run must be a JSON object, got {_kind(document)}", source=source, line=line)
     steps = document.get("steps")

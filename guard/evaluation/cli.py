@@ -171,8 +171,15 @@ def _in_sample(traces: Sequence[Path], provenance: dict[str, Any]) -> list[str]:
     return same
 
 
+class EngineOption(str, Enum):
+    local = "local"
+    spark = "spark"
+
+
 def replay(
-    traces: Annotated[list[Path], typer.Argument(help="Trace files to replay (JSONL, columnar or action logs).")],
+    traces: Annotated[list[str], typer.Argument(
+        help="Trace files to replay (JSONL, columnar or action logs); with --engine spark JSONL or Parquet "
+             "files, directories or Hadoop URIs (s3a://, hdfs://).")],
     model: Annotated[Path, typer.Option("--model", "-m", help="Model file.")],
     theta: ThetaOption = "0.1,0.3,0.5,0.7,0.9",
     period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step "
@@ -189,6 +196,10 @@ def replay(
                                   "each left out of its own scoring).")] = None,
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
     trigger: TriggerOption = None,
+    engine: Annotated[EngineOption, typer.Option(help="Replay in this process, or on Apache Spark (the model "
+                                                      "is broadcast to the executors).")] = EngineOption.local,
+    master: Annotated[Optional[str], typer.Option(help="Spark master for --engine spark (default: the running "
+                                                       "session's, else local[*]).")] = None,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
     from guard.evaluation.baselines import score_baselines, trace_run
@@ -203,13 +214,24 @@ def replay(
         guard = load_guard(model)  # a model or a bundle: each run is replayed on its group's member
     if period is None:
         period = guard.model.provenance.get("period_seconds")
+    if master is not None and engine is not EngineOption.spark:
+        raise ForewarnError("--master applies to --engine spark only")
+    if engine is EngineOption.spark and input_format not in (InputFormat.auto, InputFormat.jsonl):
+        raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format.value}")
     from guard.ingest import IngestSummary
 
     summary = IngestSummary()
     with _progress("replaying") as update:
-        runs = read_input(traces, input_format, period=period, summary=summary, extractor=extractor)
-        result = run_replay(guard, runs, thetas, enforcement=mode, trigger=trigger_mode,
-                            on_run=lambda n: update(completed=n))
+        if engine is EngineOption.spark:
+            from guard.spark import replay_spark, spark_session
+
+            result = replay_spark(traces, guard, thetas, spark=spark_session(master), period=period,
+                                  enforcement=mode, trigger=trigger_mode)
+        else:
+            runs = read_input([Path(t) for t in traces], input_format, period=period, summary=summary,
+                              extractor=extractor)
+            result = run_replay(guard, runs, thetas, enforcement=mode, trigger=trigger_mode,
+                                on_run=lambda n: update(completed=n))
     for path in summary.empty:
         warn(f"{path} holds no runs")
     if result.runs == 0:
@@ -226,7 +248,7 @@ def replay(
                                     train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon,
                                     enforcement=mode, min_increase=result.min_increase)
     notes = list(result.notes)
-    same = _in_sample(traces, guard.model.provenance)
+    same = _in_sample([Path(t) for t in traces], guard.model.provenance)
     if same:
         notes.append(f"The model was learned from {', '.join(same)}: these figures are in-sample and flatter it. "
                      "Replay runs it never saw, or use `forewarn evaluate` for cross-validated figures.")

@@ -1,0 +1,66 @@
+"""Replay on Spark gives the single-process figures, to the last digit."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _support import CLI
+from guard.errors import TraceError
+from guard.replay import replay
+from guard.runtime import Guard
+from guard.traces import read_runs
+
+pytestmark = pytest.mark.spark
+THETAS = [0.1, 0.5, 0.9]
+
+
+@pytest.fixture(scope="module")
+def tools(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    from domains.tools.generator import generate_traces
+    from domains.tools.spec import load_tool_spec
+    from guard.pipeline import learn_model
+
+    folder = tmp_path_factory.mktemp("tools")
+    train, heldout = folder / "train.jsonl", folder / "heldout.jsonl"
+    generate_traces(150, 1, train)
+    generate_traces(60, 2, heldout)
+    model = learn_model([train], load_tool_spec()).save(folder / "model.json")
+    return model, train, heldout
+
+
+def test_replay_figures_are_the_local_ones(spark: Any, tools: tuple[Path, Path, Path]) -> None:
+    from guard.spark import replay_spark
+
+    model, _, heldout = tools
+    guard = Guard.load(model)
+    local = replay(guard, read_runs(heldout), THETAS)
+    distributed = replay_spark([str(heldout)], guard, THETAS, spark=spark,
+                               split_bytes=heldout.stat().st_size // 5 + 1)
+    assert distributed.replays == local.replays  # every step's risk, in reading order
+    assert distributed.to_dict() == local.to_dict()
+    assert distributed.theta_entries() == local.theta_entries()
+    assert local.runs == 60 and any(t.detected for t in local.thetas)
+
+
+def test_replay_command_on_spark(spark: Any, tools: tuple[Path, Path, Path], forewarn_here: CLI,
+                                 tmp_path: Path) -> None:
+    model, train, heldout = tools
+    local = forewarn_here("replay", heldout, "--model", model, "--theta", "0.2,0.6", "--format", "json")
+    assert local.returncode == 0, local.stderr
+    on_spark = forewarn_here("replay", heldout, "--model", model, "--theta", "0.2,0.6", "--format", "json",
+                             "--engine", "spark")
+    assert on_spark.returncode == 0, on_spark.stderr
+    assert on_spark.json() == local.json()
+    observed = [forewarn_here("replay", heldout, "--model", model, "--theta", "0.2,0.6", "--format", "json",
+                              "--enforcement", "observe", "--engine", engine) for engine in ("local", "spark")]
+    assert observed[0].returncode == observed[1].returncode == 0
+    assert observed[1].json() == observed[0].json() != local.json()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(heldout.read_bytes().splitlines(keepends=True)[0] + b'{"steps": [{"state": []}]}\n')
+    failed = forewarn_here("replay", bad, "--model", model, "--engine", "spark")
+    assert failed.returncode == 2
+    assert failed.stderr.strip() == f"error: {bad}:2: steps[0].state: expected a JSON object, got a list"
+    with pytest.raises(TraceError, match="bad.jsonl:2: "):
+        replay(Guard.load(model), read_runs(bad), THETAS)
