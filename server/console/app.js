@@ -156,7 +156,12 @@ async function refresh() {
                  ...approvals.approvals.map((a) => ({ ...a, kind: "approval" }))];
   // keep the cards already shown (a reason being typed survives a live update); add the new ones
   const shown = new Map([...document.querySelectorAll(".card")].map((node) => [node.dataset.id, node]));
-  $("pending").replaceChildren(...items.map((item, index) => shown.get(item.id) || card(item)));
+  const same = items.length === shown.size && items.every((item, i) => $("pending").children[i].dataset.id === item.id);
+  if (!same) {  // (re-inserting a node drops its focus: put it back)
+    const focused = document.activeElement;
+    $("pending").replaceChildren(...items.map((item) => shown.get(item.id) || card(item)));
+    if (focused && focused !== document.body && document.contains(focused)) focused.focus();
+  }
   $("count").textContent = String(items.length);
   $("empty").hidden = items.length > 0;
   const resolved = [...allProposals.proposals.map((p) => ({ ...p, what: `call ${p.tool}` })),

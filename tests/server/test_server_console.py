@@ -84,11 +84,13 @@ def test_an_approver_approves_a_waiting_agent_in_the_console(server: ServerThrea
     assert '"object": "Microwave"' in text and "Risk " in text and "Leads to:" in text
     assert card.query_selector("svg.chart") is not None  # the session's risk over time
     page.screenshot(path=str(tmp_path / "console.png"), full_page=True)
-    card.query_selector("input[aria-label=Reason]").fill("door is shut, watched")
-    card.focus()
-    page.keyboard.press("a")  # approve, from the keyboard
-    agent.join(30)
-    assert not agent.is_alive()
+    pending = page.locator(".card", has_text="Proposed call: toggle")
+    pending.locator("input[aria-label=Reason]").fill("door is shut, watched")
+    pending.press("a")  # approve, from the keyboard (the card has the focus)
+    agent.join(45)
+    assert not agent.is_alive(), (page.text_content("#desk-error"), done.get("answer"), httpx.get(
+        f"{server.url}/v1/proposals/{done['proposed']['id']}", headers=auth("approver")).json()["status"],
+        page.evaluate("document.activeElement.outerHTML.slice(0, 120)"))
     assert done["answer"]["status"] == "approved" and done["answer"]["reason"] == "door is shut, watched"
     assert done["answer"]["resolved_by"] == "approver-bob"
     assert done["decision"].committed and done["decision"].approval_id is None  # the agent went on
