@@ -29,7 +29,14 @@ with a 10 s timeout), only 127.0.0.1 is contacted, and the server is stopped at 
 Nothing is asserted. The machine's load average is printed: on a shared 2-core machine
 other work shifts the numbers.
 
-Run: ``python bench/http_load.py [--seconds 5] [--quick] [--synchronous normal|full] [--json FILE]``
+With ``--db postgresql`` the same run then starts a throw-away PostgreSQL cluster (``initdb`` in
+a temporary folder, loopback port, durable commits: ``fsync`` and ``synchronous_commit`` on) and
+``--replicas`` (3) sidecar processes on it, spreads the ``observe`` load over them (each replica
+its own sessions, as a load balancer with session affinity would), and prints them beside the
+single SQLite process; target p99 <= 10 ms at 500 requests/s.
+
+Run: ``python bench/http_load.py [--seconds 5] [--quick] [--synchronous normal|full]
+[--db sqlite|postgresql] [--replicas 3] [--json FILE]``
 """
 from __future__ import annotations
 
@@ -53,6 +60,7 @@ CONNECTIONS = 16
 SESSIONS = 16
 KEY = "bench-agent-key-0123456789abcdef"
 TARGET_P99_MS = 5.0
+TARGET_PG_P99_MS = 10.0  # replicas on PostgreSQL, durable commits
 TARGET_RATIO = 0.60
 TIMEOUT = 10.0
 
@@ -60,7 +68,7 @@ TIMEOUT = 10.0
 # -- the server (child process) ---------------------------------------------------------------
 
 
-def serve(port: int, db: Path, synchronous: str) -> None:
+def serve(port: int, db: str, synchronous: str) -> None:
     from starlette.responses import Response
 
     from guard.builtin import builtin_model_path
@@ -134,6 +142,19 @@ class Steps:
         return self.requests[self.i % len(self.requests)]
 
 
+class Spread:
+    """Requests spread over replicas as a load balancer with session affinity would: each replica
+    gets the steps of its own sessions (any replica could serve any session; affinity saves reloads)."""
+
+    def __init__(self, ports: list[int], steps: list[Steps]) -> None:
+        self.ports, self.steps, self.i = ports, steps, 0
+
+    def next(self) -> tuple[int, bytes]:
+        self.i += 1
+        k = self.i % len(self.ports)
+        return k, self.steps[k].next()
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -141,28 +162,30 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def open_loop(port: int, make: Any, rate: int, seconds: float) -> dict[str, Any]:
+async def open_loop(ports: list[int], make: Any, rate: int, seconds: float) -> dict[str, Any]:
+    """``make()`` gives (replica index, request); each replica has its own keep-alive connections."""
     loop = asyncio.get_running_loop()
-    idle: asyncio.Queue[Connection] = asyncio.Queue()
-    for _ in range(CONNECTIONS):
-        idle.put_nowait(await Connection.open(port))
+    idle: list[asyncio.Queue[Connection]] = [asyncio.Queue() for _ in ports]
+    for k, port in enumerate(ports):
+        for _ in range(CONNECTIONS):
+            idle[k].put_nowait(await Connection.open(port))
     latency: list[float] = []
     scheduled: list[float] = []
     errors = 0
 
-    async def one(due: float, raw: bytes) -> None:
+    async def one(due: float, k: int, raw: bytes) -> None:
         nonlocal errors
-        conn = await idle.get()
+        conn = await idle[k].get()
         sent = time.perf_counter()
         try:
             status, _ = await asyncio.wait_for(conn.request(raw), TIMEOUT)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
             errors += 1
             conn.close()
-            idle.put_nowait(await Connection.open(port))
+            idle[k].put_nowait(await Connection.open(ports[k]))
             return
         done = time.perf_counter()
-        idle.put_nowait(conn)
+        idle[k].put_nowait(conn)
         if status != 200:
             errors += 1
         latency.append(done - sent)
@@ -177,59 +200,67 @@ async def open_loop(port: int, make: Any, rate: int, seconds: float) -> dict[str
         delay = start_loop + offset - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(start_clock + offset, make())))
+        tasks.append(asyncio.create_task(one(start_clock + offset, *make())))
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - start_clock
-    while not idle.empty():
-        idle.get_nowait().close()
+    for queue in idle:
+        while not queue.empty():
+            queue.get_nowait().close()
     return {"rate": rate, "requests": count, "achieved_rps": round(len(latency) / elapsed, 1), "errors": errors,
             "p50_ms": percentile(latency, 0.50) * 1e3, "p99_ms": percentile(latency, 0.99) * 1e3,
             "p99_sched_ms": percentile(scheduled, 0.99) * 1e3, "max_ms": max(latency, default=float("nan")) * 1e3}
 
 
-async def closed_loop(port: int, make: Any, seconds: float) -> dict[str, Any]:
-    conns = [await Connection.open(port) for _ in range(CONNECTIONS)]
+async def closed_loop(ports: list[int], make: Any, seconds: float) -> dict[str, Any]:
+    """``CONNECTIONS`` connections in all, spread over the replicas; each sends its next request when
+    the last is answered (``make(k)`` gives a request for replica ``k``)."""
+    conns = [(i % len(ports), await Connection.open(ports[i % len(ports)])) for i in range(CONNECTIONS)]
     latency: list[float] = []
     errors = 0
     stop = time.perf_counter() + seconds
 
-    async def run(conn: Connection) -> None:
+    async def run(k: int, conn: Connection) -> None:
         nonlocal errors
         while time.perf_counter() < stop:
             sent = time.perf_counter()
-            status, _ = await asyncio.wait_for(conn.request(make()), TIMEOUT)
+            status, _ = await asyncio.wait_for(conn.request(make(k)), TIMEOUT)
             latency.append(time.perf_counter() - sent)
             errors += status != 200
 
     started = time.perf_counter()
-    await asyncio.gather(*(run(c) for c in conns))
+    await asyncio.gather(*(run(k, c) for k, c in conns))
     elapsed = time.perf_counter() - started
-    for conn in conns:
+    for _, conn in conns:
         conn.close()
     return {"requests": len(latency), "rps": round(len(latency) / elapsed, 1), "errors": errors,
             "p50_ms": percentile(latency, 0.5) * 1e3, "p99_ms": percentile(latency, 0.99) * 1e3}
 
 
-async def measure(port: int, seconds: float) -> dict[str, Any]:
-    conn = await Connection.open(port)
-    sessions = []
-    for _ in range(SESSIONS):
-        status, body = await conn.request(post("/v1/sessions", b"{}"))
-        if status != 201:
-            raise SystemExit(f"cannot create a session: HTTP {status} {body[:200]!r}")
-        sessions.append(orjson.loads(body)["id"])
-    steps = Steps(sessions)
+async def measure(ports: list[int], seconds: float, *, noop_too: bool = True) -> dict[str, Any]:
+    steps: list[Steps] = []
     noop = post("/noop", orjson.dumps({"state": kitchen(0)}))
-    for _ in range(300):  # warm-up: memo, caches, connections
-        await conn.request(steps.next())
-        await conn.request(noop)
-    conn.close()
+    for port in ports:
+        conn = await Connection.open(port)
+        sessions = []
+        for _ in range(max(1, SESSIONS // len(ports))):
+            status, body = await conn.request(post("/v1/sessions", b"{}"))
+            if status != 201:
+                raise SystemExit(f"cannot create a session: HTTP {status} {body[:200]!r}")
+            sessions.append(orjson.loads(body)["id"])
+        steps.append(Steps(sessions))
+        for _ in range(300):  # warm-up: memo, caches, connections
+            await conn.request(steps[-1].next())
+            await conn.request(noop)
+        conn.close()
+    spread = Spread(ports, steps)
     results: dict[str, Any] = {"open_loop": [], "open_loop_noop": [], "peak": {}}
     for rate in RATES:  # the no-op at the same rate first: the floor this machine gives right now
-        results["open_loop_noop"].append(await open_loop(port, lambda: noop, rate, seconds))
-        results["open_loop"].append(await open_loop(port, steps.next, rate, seconds))
-    results["peak"]["noop"] = await closed_loop(port, lambda: noop, seconds)
-    results["peak"]["observe"] = await closed_loop(port, steps.next, seconds)
+        if noop_too:
+            results["open_loop_noop"].append(await open_loop(ports[:1], lambda: (0, noop), rate, seconds))
+        results["open_loop"].append(await open_loop(ports, spread.next, rate, seconds))
+    if noop_too:
+        results["peak"]["noop"] = await closed_loop(ports[:1], lambda k: noop, seconds)
+    results["peak"]["observe"] = await closed_loop(ports, lambda k: steps[k].next(), seconds)
     return results
 
 
@@ -262,31 +293,73 @@ def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 120
     raise SystemExit("the server was not ready in time")
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_servers(db: str, synchronous: str, count: int, seconds: float, noop_too: bool
+                ) -> tuple[dict[str, Any], dict[str, float]]:
+    """Start ``count`` servers on ``db``, measure, stop them; results and summed server metrics."""
+    ports = [free_port() for _ in range(count)]
+    processes = [subprocess.Popen([sys.executable, __file__, "_serve", str(port), db, synchronous],
+                                  env={**os.environ, "PYTHONPATH": str(C.ROOT)}) for port in ports]
+    try:
+        for port, process in zip(ports, processes):
+            wait_ready(port, process)
+        results = asyncio.run(measure(ports, seconds, noop_too=noop_too))
+        metrics: dict[str, float] = {}
+        for port in ports:
+            for name, value in server_metrics(port).items():
+                metrics[name] = metrics.get(name, 0.0) + value
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(30)
+    return results, metrics
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each phase")
     parser.add_argument("--quick", action="store_true", help="2-second phases")
     parser.add_argument("--synchronous", choices=["normal", "full"], default="normal")
+    parser.add_argument("--replicas", type=int, default=3, help="replicas sharing PostgreSQL (with --db postgresql)")
+    parser.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite",
+                        help="postgresql: also measure --replicas replicas on a throw-away local cluster, "
+                             "beside one SQLite process in the same run")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "bench.db"
-        process = subprocess.Popen([sys.executable, __file__, "_serve", str(port), str(db), args.synchronous],
-                                   env={**os.environ, "PYTHONPATH": str(C.ROOT)})
-        try:
-            wait_ready(port, process)
-            results = asyncio.run(measure(port, seconds))
-            metrics = server_metrics(port)
-        finally:
-            process.terminate()
-            process.wait(30)
-        db_note = f"SQLite WAL, synchronous={args.synchronous}"
+        results, metrics = run_servers(str(Path(tmp) / "bench.db"), args.synchronous, 1, seconds, True)
+    db_note = f"SQLite WAL, synchronous={args.synchronous}"
+    report(results, metrics, seconds, db_note)
+    figures: dict[str, Any] = {"seconds": seconds, "synchronous": args.synchronous, "results": results}
+    if args.db == "postgresql":
+        sys.path.insert(0, str(C.ROOT / "tests" / "server"))
+        from _postgres import cluster, fresh_database  # a throw-away cluster, as the tests start it
 
+        with cluster() as url:
+            pg_results, pg_metrics = run_servers(fresh_database(url, "bench"), args.synchronous, args.replicas,
+                                                 seconds, False)
+        compare(results, pg_results, pg_metrics, args.replicas, db_note)
+        figures["postgresql"] = {"replicas": args.replicas, "results": pg_results}
+    C.write_json(args.json, figures)
+
+
+def server_times(metrics: dict[str, float]) -> tuple[float, float]:
+    step = metrics.get('forewarn_step_seconds_sum{op="observe"}', 0) / max(
+        1.0, metrics.get('forewarn_step_seconds_count{op="observe"}', 1))
+    commit = metrics.get("forewarn_commit_wait_seconds_sum", 0) / max(
+        1.0, metrics.get("forewarn_commit_wait_seconds_count", 1))
+    return step, commit
+
+
+def report(results: dict[str, Any], metrics: dict[str, float], seconds: float, db_note: str) -> None:
     machine = C.machine()
     print(f"forewarn sidecar, HTTP load from a separate process on loopback ({db_note}); "
           f"{CONNECTIONS} connections, {SESSIONS} sessions, {seconds:g} s per phase")
@@ -302,22 +375,46 @@ def main() -> None:
     print(C.table(["endpoint", "req/s", "errors", "p50 ms", "p99 ms"],
                   [[name, p["rps"], p["errors"], p["p50_ms"], p["p99_ms"]] for name, p in peak.items()],
                   title=f"peak (closed loop, {CONNECTIONS} connections)"))
-    step = metrics.get('forewarn_step_seconds_sum{op="observe"}', 0) / max(
-        1.0, metrics.get('forewarn_step_seconds_count{op="observe"}', 1))
-    commit = metrics.get("forewarn_commit_wait_seconds_sum", 0) / max(
-        1.0, metrics.get("forewarn_commit_wait_seconds_count", 1))
+    step, commit = server_times(metrics)
     print(f"\nserver side, mean over all observes: step {step * 1e3:.3f} ms, of which waiting for the commit "
           f"{commit * 1e3:.3f} ms")
     at_500 = next(r for r in results["open_loop"] if r["rate"] == 500)
     print(f"\ntarget p99 <= {TARGET_P99_MS} ms at 500 req/s: p99 {at_500['p99_ms']:.2f} ms "
           f"(with scheduling {at_500['p99_sched_ms']:.2f} ms) -> {C.verdict(at_500['p99_ms'] <= TARGET_P99_MS)}")
     print(f"target peak observe >= {TARGET_RATIO:.0%} of no-op: {ratio:.0%} -> {C.verdict(ratio >= TARGET_RATIO)}")
-    C.write_json(args.json, {"seconds": seconds, "synchronous": args.synchronous, "results": results,
-                             "ratio": ratio, "server_step_ms": step * 1e3, "server_commit_wait_ms": commit * 1e3})
+
+
+def compare(sqlite: dict[str, Any], pg: dict[str, Any], metrics: dict[str, float], replicas: int,
+            db_note: str) -> None:
+    """The replicas on PostgreSQL beside the one SQLite process measured just before."""
+    print(f"\n{replicas} replicas sharing PostgreSQL (synchronous_commit=on, fsync on: durable commits), "
+          f"{CONNECTIONS} connections per replica, sessions bound to replicas as a load balancer with "
+          f"session affinity would; beside the single process ({db_note}) above\n")
+    rows = []
+    for one, many in zip(sqlite["open_loop"], pg["open_loop"]):
+        rows.append([f"{one['rate']} req/s", "1 x SQLite", one["achieved_rps"], one["errors"], one["p50_ms"],
+                     one["p99_ms"], one["p99_sched_ms"]])
+        rows.append(["", f"{replicas} x PostgreSQL", many["achieved_rps"], many["errors"], many["p50_ms"],
+                     many["p99_ms"], many["p99_sched_ms"]])
+    print(C.table(["load", "servers", "achieved", "errors", "p50 ms", "p99 ms", "p99 sched ms"], rows,
+                  title="open loop, observe"))
+    print()
+    print(C.table(["servers", "req/s", "errors", "p50 ms", "p99 ms"],
+                  [["1 x SQLite", sqlite["peak"]["observe"]["rps"], sqlite["peak"]["observe"]["errors"],
+                    sqlite["peak"]["observe"]["p50_ms"], sqlite["peak"]["observe"]["p99_ms"]],
+                   [f"{replicas} x PostgreSQL", pg["peak"]["observe"]["rps"], pg["peak"]["observe"]["errors"],
+                    pg["peak"]["observe"]["p50_ms"], pg["peak"]["observe"]["p99_ms"]]],
+                  title="peak observe (closed loop)"))
+    step, commit = server_times(metrics)
+    print(f"\nreplicas' side, mean over all observes: step {step * 1e3:.3f} ms, of which waiting for the commit "
+          f"{commit * 1e3:.3f} ms")
+    at_500 = next(r for r in pg["open_loop"] if r["rate"] == 500)
+    print(f"\ntarget p99 <= {TARGET_PG_P99_MS} ms at 500 req/s on {replicas} replicas with durable commits: "
+          f"p99 {at_500['p99_ms']:.2f} ms -> {C.verdict(at_500['p99_ms'] <= TARGET_PG_P99_MS)}")
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "_serve":
-        serve(int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])
+        serve(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     else:
         main()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -29,7 +30,7 @@ from guard._version import __version__
 from guard.errors import ForewarnError, ModelFileError, TraceError
 from guard.learning import TransitionCounts
 from guard.model import GuardModel, write_document
-from guard.pipeline import model_from_counts, prepare
+from guard.pipeline import counting_plan, model_from_counts, prepare
 from guard.predicates import PythonPredicate
 from guard.spec import Spec, parse_spec
 from guard.traces import Run, abstract_run
@@ -295,6 +296,8 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
         raise ForewarnError(f"--min-group-runs {min_group_runs!r}: expected a whole number of runs, at least 1")
     predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
     started = time.perf_counter()
+    memory, pooled_paths = counting_plan(spec, predicates, options.get("alpha"))
+    group_paths: dict[str, Counter[tuple[int, ...]]] = {}
     pooled = TransitionCounts()
     groups: dict[str, TransitionCounts] = {}
     keys_seen: set[str] = set()
@@ -304,7 +307,11 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
     try:
         for n, run in enumerate(runs, start=1):
             abstract = abstract_run(run, predicates)
+            if memory is not None:  # chain states: the abstract state with its memory label
+                abstract = memory.encode_run(abstract)
             pooled.add(abstract, predicates)
+            if pooled_paths is not None:
+                pooled_paths[tuple(abstract)] += 1
             group = group_value(run.meta, path)
             if group is None:
                 without += 1
@@ -312,6 +319,8 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
                     keys_seen.update(run.meta)
             else:
                 groups.setdefault(group, TransitionCounts()).add(abstract, predicates)
+                if pooled_paths is not None:
+                    group_paths.setdefault(group, Counter())[tuple(abstract)] += 1
             if on_run is not None:
                 on_run(n)
     finally:
@@ -319,14 +328,21 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
             gc.enable()
     return bundle_from_counts(pooled, groups, without, keys_seen, spec, predicates, monitors, group_by=group_by,
                               min_group_runs=min_group_runs, inputs=inputs,
-                              learn_seconds=time.perf_counter() - started, **options)
+                              learn_seconds=time.perf_counter() - started, pooled_paths=pooled_paths,
+                              group_paths=group_paths, **options)
 
 
 def bundle_from_counts(pooled: TransitionCounts, groups: Mapping[str, TransitionCounts], without: int,
                        keys_seen: set[str], spec: Spec, predicates: Any, monitors: Any, *, group_by: str,
                        min_group_runs: int, inputs: list[dict[str, Any]] | None, learn_seconds: float,
+                       pooled_paths: Counter[tuple[int, ...]] | None = None,
+                       group_paths: Mapping[str, Counter[tuple[int, ...]]] | None = None,
                        **options: Any) -> GuardBundle:
-    """Learn and check the pooled model and each large enough group's, from counts (any engine counts)."""
+    """Learn and check the pooled model and each large enough group's, from counts (any engine counts).
+
+    ``pooled_paths`` and ``group_paths`` are the distinct counted runs, for the learning
+    levers that need them (guard/pipeline.py, :func:`model_from_counts`).
+    """
     if pooled.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
     if not groups:
@@ -334,12 +350,13 @@ def bundle_from_counts(pooled: TransitionCounts, groups: Mapping[str, Transition
         raise ForewarnError(f"--group-by {group_by}: none of the {pooled.runs} runs has it in its metadata "
                             f"(keys the runs have: {seen})")
 
-    def model(counts: TransitionCounts) -> GuardModel:
+    def model(counts: TransitionCounts, paths: Counter[tuple[int, ...]] | None) -> GuardModel:
         return model_from_counts(counts, spec, predicates, monitors, inputs=inputs, learn_seconds=learn_seconds,
-                                 **options)
+                                 paths=paths, **options)
 
-    members = {g: model(c) for g, c in sorted(groups.items()) if c.runs >= min_group_runs}
+    members = {g: model(c, None if pooled_paths is None or group_paths is None else group_paths[g])
+               for g, c in sorted(groups.items()) if c.runs >= min_group_runs}
     provenance = {"inputs": inputs or [], "runs": pooled.runs, "created":
                   datetime.now(timezone.utc).isoformat(timespec="seconds"), "forewarn_version": __version__}
-    return GuardBundle(spec, group_by, min_group_runs, model(pooled), members,
+    return GuardBundle(spec, group_by, min_group_runs, model(pooled, pooled_paths), members,
                        {g: c.runs for g, c in groups.items()}, without, provenance)

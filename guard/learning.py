@@ -71,19 +71,28 @@ class TransitionCounts:
 
 
 def count_transitions(runs: Iterable[Run], predicates: PredicateSet,
-                      counts: TransitionCounts | None = None) -> TransitionCounts:
+                      counts: TransitionCounts | None = None,
+                      paths: Counter[tuple[int, ...]] | None = None,
+                      encode: Callable[[list[int]], list[int]] | None = None) -> TransitionCounts:
     """Stream runs into transition counts (memory grows with abstract states, not runs).
 
     The cyclic garbage collector is paused meanwhile (and restored after, also on
     error): parsed JSON holds no cycles, and its passes over the freshly parsed states
-    cost more than the parsing itself. The pause is process-wide.
+    cost more than the parsing itself. The pause is process-wide. ``paths``, when given,
+    collects each distinct abstract run with its multiplicity (for cross-validation);
+    ``encode`` maps each abstract run to chain states first (a memory, guard/memory.py).
     """
     counts = counts or TransitionCounts()
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         for run in runs:
-            counts.add(abstract_run(run, predicates), predicates)
+            abstract = abstract_run(run, predicates)
+            if encode is not None:
+                abstract = encode(abstract)
+            counts.add(abstract, predicates)
+            if paths is not None:
+                paths[tuple(abstract)] += 1
     finally:
         if was_enabled:
             gc.enable()
@@ -132,6 +141,9 @@ class LearnedDTMC:
     # each monitor's state (row of ``end`` is all zeros: monitors stop there).
     monitors: list[str] = field(default_factory=list)
     monitor_states: np.ndarray | None = None
+    # Chains smoothed towards a prior row (guard/backoff.py): the prior's pseudo-counts, with
+    # the sparsity of ``counts``; a row is then (counts + pseudo) / its sum, not eq. 1.
+    pseudo: sp.csr_matrix | None = None
 
     @property
     def size(self) -> int:
@@ -185,6 +197,11 @@ class LearnedDTMC:
             dense = counts[i].toarray().ravel()
             total = int(dense.sum())
             observed = [int(dense[j]) for j in cols]
+        if self.pseudo is not None:  # a back-off row: the float pseudo-counts are exact rationals too
+            prior = [Fraction(float(x)) for x in self.pseudo.data[begin:end].tolist()]
+            weights = [n + x for n, x in zip(observed, prior)]
+            whole = sum(weights)
+            return [(int(j), w / whole) for j, w in zip(cols.tolist(), weights)]
         k = len(cols)
         if total == 0:
             return [(int(j), Fraction(1, k)) for j in cols]
@@ -196,7 +213,7 @@ class LearnedDTMC:
 
 
 def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: float,
-               rule: ValidTransitionRule | None = None) -> LearnedDTMC:
+               rule: ValidTransitionRule | None = None, structure: str = "valid") -> LearnedDTMC:
     """Smooth counts into a DTMC (eq. 1 of the paper).
 
     Args:
@@ -206,7 +223,11 @@ def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: flo
         rule: which transitions are valid; ``None`` makes every observed state and
             ``end`` a valid successor of every non-absorbing state. Observed
             transitions are always kept, even where the rule calls them invalid.
+        structure: ``"valid"`` (every successor the rule allows gets α) or
+            ``"observed"`` (only successors observed from the state do; the rule is not read).
     """
+    if structure not in ("valid", "observed"):
+        raise ValueError(f"structure must be 'valid' or 'observed', got {structure!r}")
     if alpha < 0:
         raise ValueError(f"alpha must be >= 0, got {alpha}")
     # Everything below works on whole arrays: entry (i, j) of the chain is the code i·n + j.
@@ -223,7 +244,9 @@ def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: flo
     absorbing = np.append(np.flatnonzero(unsafe[:end]), end)
 
     locate = _locator(bits, predicates.width)
-    if rule is None:
+    if structure == "observed":
+        valid = _observed_pairs(counts, locate, unsafe, n_states)
+    elif rule is None:
         if (n_states - 1) * n_states > DENSE_LIMIT:
             raise ValueError(
                 f"{n_states - 1} abstract states with every transition valid would need "
@@ -273,6 +296,17 @@ def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: flo
     initial = dict(zip(initial_index, counts.initial.values()))
     return LearnedDTMC(predicates=list(predicates.names), states=states, unsafe=unsafe, initial=initial,
                        counts=count_matrix, matrix=matrix, alpha=alpha, invalid_observed=invalid_observed)
+
+
+def _observed_pairs(counts: TransitionCounts, locate: Callable[[np.ndarray], np.ndarray], unsafe: np.ndarray,
+                    n_states: int) -> np.ndarray:
+    """Entry codes ``i·n + j`` of the transitions observed out of non-absorbing states, sorted."""
+    src_bits, dst_bits, _ = _bit_arrays(counts)
+    end = n_states - 1
+    src = locate(src_bits)
+    dst = np.where(dst_bits == END, end, locate(dst_bits))
+    keep = ~unsafe[src]
+    return _sorted_unique(src[keep] * n_states + dst[keep])
 
 
 def _bit_arrays(counts: TransitionCounts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

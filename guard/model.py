@@ -45,6 +45,7 @@ class StateEntry(_Doc):
     valuation: list[bool] | None = None
     unsafe: bool = False
     monitors: dict[str, int] | None = None  # monitor states in a product with monitors
+    memory: int | None = Field(default=None, ge=0)  # the memory label (learning.memory), above the predicates
 
 
 class TransitionsEntry(_Doc):
@@ -208,6 +209,8 @@ class GuardModel:
                                      "unsafe": bool(d.unsafe[i])}
             if rows is not None:
                 entry["monitors"] = dict(zip(d.monitors, rows[i]))
+            if bits >> width:
+                entry["memory"] = bits >> width
             states.append(entry)
         body: dict[str, Any] = {
             "format": "forewarn-model",
@@ -385,8 +388,10 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
     for i, entry in enumerate(doc.states[:-1]):
         if entry.valuation is None or len(entry.valuation) != width:
             raise bad(f"states[{i}].valuation must list {width} booleans")
-        states.append(sum(1 << b for b, v in enumerate(entry.valuation) if v))
+        states.append(sum(1 << b for b, v in enumerate(entry.valuation) if v) | (entry.memory or 0) << width)
     states.append(END)
+    if any(entry.memory for entry in doc.states[:-1]) and not spec.learning.memory.enabled:
+        raise bad("states carry memory labels, but the embedded spec's learning.memory is off")
     monitor_names = [m.name for m in spec.monitors]
     if doc.monitors != monitor_names:
         raise bad(f"monitors {doc.monitors} differ from the embedded spec's {monitor_names}")

@@ -5,6 +5,7 @@ import hashlib
 import platform
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,9 +24,13 @@ from guard.learning import (
     learn_dtmc,
     spec_transition_rule,
 )
+from guard.backoff import learn_memory_dtmc, strip_memory
+from guard.crossval import ALPHA_GRID, choose_alpha, path_transitions
+from guard.memory import Memory, build_memory
 from guard.model import CheckedProperty, GuardModel
 from guard.pac import pac_report
 from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
+from guard.shrinkage import Fit, Paths, shrink_properties
 from guard.spec import Spec
 from guard.storm import (
     Method,
@@ -40,7 +45,7 @@ from guard.storm import (
 from guard.traces import Run, read_runs, resample
 
 __all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "model_from_counts",
-           "prepare", "with_intervals"]
+           "prepare", "with_intervals", "counting_plan"]
 
 
 def default_formula(spec: Spec) -> str:
@@ -207,12 +212,25 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
             if on_run is not None:
                 on_run(n)
 
-    counts = count_transitions(counted(runs), predicates)
+    memory, paths = counting_plan(spec, predicates, alpha)
+    counts = count_transitions(counted(runs), predicates, paths=paths,
+                               encode=None if memory is None else memory.encode_run)
     if counts.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
     return model_from_counts(counts, spec, predicates, monitors, alpha=alpha, method=method, precision=precision,
                              epsilon=epsilon, delta=delta, valid_transition=valid_transition, inputs=inputs,
-                             learn_seconds=time.perf_counter() - started)
+                             learn_seconds=time.perf_counter() - started, paths=paths)
+
+
+def counting_plan(spec: Spec, predicates: PredicateSet, alpha: float | str | None = None
+                  ) -> tuple[Memory | None, Counter[tuple[int, ...]] | None]:
+    """How runs are counted for this spec: the memory that encodes them (or None), and a
+    collector of the distinct runs when a lever cross-validates or shrinks (or None)."""
+    settings = spec.learning
+    alpha = settings.alpha if alpha is None else alpha
+    memory = build_memory(settings.memory, predicates.width)
+    wanted = alpha == "auto" or settings.shrink != "off" or (memory is not None and settings.memory.backoff == "auto")
+    return memory, (Counter() if wanted else None)
 
 
 def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None, *,
@@ -244,15 +262,44 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
                       alpha: float | None = None, method: Method = Method.SOUND, precision: float = 1e-6,
                       epsilon: float | None = None, delta: float | None = None,
                       valid_transition: ValidTransitionRule | None = None,
-                      inputs: list[dict[str, Any]] | None = None, learn_seconds: float = 0.0) -> GuardModel:
-    """Smooth counted runs, take the product with the monitors, check it with Storm and package a model."""
+                      inputs: list[dict[str, Any]] | None = None, learn_seconds: float = 0.0,
+                      paths: Paths | None = None) -> GuardModel:
+    """Smooth counted runs, take the product with the monitors, check it with Storm and package a model.
+
+    With ``learning.memory`` the counts are over chain states (:func:`counting_plan`'s memory
+    encodes runs); ``paths`` are the distinct counted runs, needed by ``alpha: auto``,
+    ``backoff: auto`` and ``shrink`` (without them those levers are skipped, and the
+    model's ``provenance.levers`` says so).
+    """
     from monitors import build_product
 
     definitions = spec.guard.effective_properties()
     epsilon, delta = learning_bounds(spec, epsilon, delta)
-    alpha = spec.learning.alpha if alpha is None else alpha
-    chain = learn_dtmc(counts, predicates, alpha=alpha,
-                       rule=transition_rule(spec, predicates, valid_transition))
+    settings = spec.learning
+    alpha = settings.alpha if alpha is None else alpha
+    memory = build_memory(settings.memory, predicates.width)
+    rule = transition_rule(spec, predicates, valid_transition)
+    levers: dict[str, Any] = {}
+    if alpha == "auto":
+        if paths is None:
+            raise ForewarnError("alpha: auto needs the runs themselves, not only their counts")
+        plain_counts, plain_paths = counts, paths
+        if memory is not None:  # α smooths the memoryless chain
+            mask = (1 << predicates.width) - 1
+            plain_counts, plain_paths = strip_memory(counts, predicates.width), Counter()
+            for path, n in paths.items():
+                plain_paths[tuple(b & mask for b in path)] += n
+        alpha, scores = choose_alpha(plain_counts, plain_paths, predicates, rule=rule, structure=settings.structure)
+        levers["alpha"] = {"chosen": alpha, "grid": list(ALPHA_GRID), "heldout_loglik_per_step": scores}
+    backoff = settings.memory.backoff
+    if memory is not None and backoff == "auto" and paths is None:
+        backoff = 10.0
+        levers["backoff_note"] = "no runs to cross-validate on: backoff 10"
+    if memory is None:
+        chain = learn_dtmc(counts, predicates, alpha=float(alpha), rule=rule, structure=settings.structure)
+    else:
+        chain, levers["backoff"] = learn_memory_dtmc(counts, paths, predicates, memory, alpha=float(alpha),
+                                                     beta=backoff, rule=rule, structure=settings.structure)
     product_started = time.perf_counter()
     dtmc = build_product(chain, monitors)
     product_seconds = time.perf_counter() - product_started
@@ -262,6 +309,14 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     storm_model = build_sparse_dtmc(dtmc.matrix, labels, exact_rows=exact_rows)
     properties = [CheckedProperty(d, check_sparse_model(storm_model, d.query, method=method, precision=precision))
                   for d in definitions]
+    if settings.shrink != "off":
+        if paths is None:
+            levers["shrink"] = "skipped: no runs to count outcomes on"
+        else:  # before the intervals: the blended value is the point estimate they must contain
+            properties, levers["shrink"] = shrink_properties(
+                properties, paths, dtmc, predicates, monitors, settings.shrink,
+                fit=_refit(counts, predicates, monitors, definitions, memory, float(alpha),
+                           levers.get("backoff", {}).get("chosen"), rule, settings.structure, method, precision))
     properties, report = with_intervals(dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
                                         delta=delta, entries=estimated_entries(chain), precision=precision)
     pac = pac_report(chain, epsilon=epsilon, delta=delta)
@@ -282,7 +337,38 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
         "product_seconds": round(product_seconds, 6),
         "check_seconds": round(sum(p.outcome.seconds for p in properties), 6),
     }
+    if levers:
+        provenance["levers"] = levers
     return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
+
+
+def _refit(counts: TransitionCounts, predicates: PredicateSet, monitors: Sequence[Any], definitions: Sequence[Any],
+           memory: Memory | None, alpha: float, beta: float | None, rule: ValidTransitionRule | None, structure: str,
+           method: Method, precision: float) -> Callable[[Paths], Fit]:
+    """The same learning and checking from every run but some, α and β as chosen (for choosing κ)."""
+    from monitors import build_product
+
+    def fit(left_out: Paths) -> Fit:
+        # the counts less the left-out runs': as learning them without those runs would count
+        removed: Counter[tuple[int, int]] = Counter()
+        starts: Counter[int] = Counter()
+        for path, n in left_out.items():
+            for pair, c in path_transitions(path, predicates).items():
+                removed[pair] += c * n
+            starts[path[0]] += n
+        part = TransitionCounts(counts=counts.counts - removed, initial=counts.initial - starts)
+        if memory is None:
+            sub = learn_dtmc(part, predicates, alpha=alpha, rule=rule, structure=structure)
+        else:
+            sub, _ = learn_memory_dtmc(part, None, predicates, memory, alpha=alpha, beta=10.0 if beta is None else beta,
+                                       rule=rule, structure=structure)
+        product = build_product(sub, monitors)
+        model = build_sparse_dtmc(product.matrix, labels_of(product))
+        cv_method = Method.SOUND if method is Method.EXACT else method
+        return Fit(product, [check_sparse_model(model, d.query, method=cv_method, precision=precision).values
+                             for d in definitions])
+
+    return fit
 
 
 def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], properties: list[CheckedProperty], *,

@@ -296,7 +296,7 @@ def replay_run(guard: Guard | BundleGuard, run: Run) -> RunReplay:
         decision = guard.decide_product(bits, q)
         risks.append(decision.p_unsafe)
         abstract.append(bits)
-        monitor_states.append(q)
+        monitor_states.append(q[:len(guard.monitors)])  # the monitors' alone (learning.memory rides after them)
         if decision.unsafe_now:
             violation = i
             break

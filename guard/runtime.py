@@ -11,6 +11,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from guard.memory import build_memory
 from guard.model import GuardModel
 from guard.policy import Policy
 from guard.predicates import PredicateSet, PythonPredicate
@@ -121,8 +124,11 @@ class Guard:
         self.predicates = predicates if predicates is not None else PredicateSet(
             model.spec, python_predicates, allow_python=allow_python)
         self.monitors = build_monitors(model.spec)
+        # learning.memory (guard/memory.py) rides along as one more automaton state after the monitors'
+        self.memory = build_memory(model.spec.learning.memory, self.predicates.width)
         self.property = model.outcome.formula
         self._index = model.dtmc.product_index()
+        self._fallback: dict[tuple[int, MonitorStates], int] = {}
         self._columns = [(p.definition, p.outcome.formula, p.outcome.values.tolist(),
                           None if p.outcome.lower is None else p.outcome.lower.tolist(),
                           None if p.outcome.upper is None else p.outcome.upper.tolist(),
@@ -134,6 +140,35 @@ class Guard:
         self.start_risk = start_risk(model)  # per property: what a session's first step is compared with
         self._decisions: dict[tuple[Any, ...], Decision] = {}
         self._origin: tuple[str | None, str | None, bool, str] = (None, None, False, "")  # see with_origin
+        if self.memory is not None:
+            self._add_history_fallback()
+
+    def _add_history_fallback(self) -> None:
+        """Entries for a history the training runs never showed, from the histories of the same
+        (predicate bits, monitor states) that they did show: the visit-weighted mean of their
+        values and of Storm's bounds (which bound that mean), the widest of their confidence
+        intervals (which contains it), and their visits summed.
+
+        They are appended to the columns, so such a state has an index past the model's.
+        """
+        mask = (1 << len(self.model.dtmc.predicates)) - 1
+        visits = np.asarray(self.model.dtmc.counts.sum(axis=1)).ravel()
+        groups: dict[tuple[int, MonitorStates], list[int]] = {}
+        for (bits, q), i in self._index.items():
+            groups.setdefault((bits & mask, q), []).append(i)
+        for key, members in groups.items():
+            weight = visits[members] if visits[members].sum() > 0 else np.ones(len(members))
+            weight = weight / weight.sum()
+            self._fallback[key] = len(self._visits)
+            self._visits.append(sum(self._visits[i] for i in members))
+            for _, _, column, lower, upper, low, high in self._columns:
+                for col in (column, lower, upper):
+                    if col is not None:
+                        col.append(float(np.dot(weight, [col[i] for i in members])))
+                if low is not None:
+                    low.append(min(low[i] for i in members))
+                if high is not None:
+                    high.append(max(high[i] for i in members))
 
     @classmethod
     def load(cls, path: str | Path, *, trusted_keys: Any = None, **options: Any) -> Guard:
@@ -177,10 +212,13 @@ class Guard:
     # -- monitors -------------------------------------------------------------------
 
     def first_monitor_states(self, bits: int) -> MonitorStates:
-        return tuple(m.step(m.initial, bits) for m in self.monitors)
+        """Each monitor's state after a run's first abstract state (then the memory's, with learning.memory)."""
+        q = tuple(m.step(m.initial, bits) for m in self.monitors)
+        return q if self.memory is None else q + (self.memory.step(self.memory.initial, bits),)
 
     def next_monitor_states(self, q: MonitorStates, bits: int) -> MonitorStates:
-        return tuple(m.step(qk, bits) for m, qk in zip(self.monitors, q))
+        nxt = tuple(m.step(qk, bits) for m, qk in zip(self.monitors, q))
+        return nxt if self.memory is None else nxt + (self.memory.step(q[-1], bits),)
 
     # -- decisions ------------------------------------------------------------------
 
@@ -214,7 +252,13 @@ class Guard:
         monitor_words = {m.name: m.describe(qk) for m, qk in zip(self.monitors, q)}
         violated = [m.name for m, qk in zip(self.monitors, q) if qk == -1]
         unsafe_now = predicates.is_unsafe(bits) or bool(violated)
-        index = self._index.get((bits, q))
+        if self.memory is None:
+            index = self._index.get((bits, q))
+        else:  # the chain state carries the memory's label; an unseen history borrows its abstract state's
+            n = len(self.monitors)
+            index = self._index.get((self.memory.encode(bits, q[n]), q[:n]))
+            if index is None:
+                index = self._fallback.get((bits, q[:n]))
         if index is None and not unsafe_now:
             action = self.policy.unseen_state
             message = (f"The current state ({self._describe(bits, monitor_words)}) never occurred in the runs this "

@@ -27,6 +27,7 @@ __all__ = [
     "MonitorDef",
     "PropertyDef",
     "LearningSettings",
+    "MemorySettings",
     "Spec",
     "load_spec",
     "parse_spec",
@@ -239,11 +240,72 @@ class MonitorDef(_Strict):
         return self
 
 
+def _number_or_word(value: Any, words: tuple[str, ...], *, strict: bool = False) -> float | str:
+    """A learning setting that is a number in [0, 1e6] (> 0 when ``strict``) or one of ``words``."""
+    bound = "(0, 1e6]" if strict else "[0, 1e6]"
+    expected = f"expected a number in {bound} or " + " or ".join(repr(w) for w in words)
+    if isinstance(value, str) and value in words:
+        return value
+    if value is False and "off" in words:  # YAML reads a bare `off` as false
+        return "off"
+    if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as text
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{expected}, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{expected}, got {value!r}")
+    if not (value > 0 if strict else value >= 0) or not value <= 1e6:  # also rejects NaN and infinity
+        raise ValueError(f"{expected}, got {value!r}")
+    return float(value)
+
+
+class MemorySettings(_Strict):
+    """A little history in the learned state (docs/method.md, "Memory")."""
+
+    dwell: int | None = Field(default=None, ge=2, le=4095)  # steps the abstract state has held, log-bucketed up to this
+    previous: bool = False  # the last different abstract state
+    backoff: float | Literal["auto"] = "auto"  # prior strength towards the memoryless chain's row
+
+    @field_validator("backoff", mode="before")
+    @classmethod
+    def _positive(cls, value: Any) -> Any:
+        return _number_or_word(value, ("auto",), strict=True)
+
+    @property
+    def enabled(self) -> bool:
+        return self.dwell is not None or self.previous
+
+
 class LearningSettings(_Strict):
-    alpha: float = Field(default=0.1, ge=0.0, le=1e6, allow_inf_nan=False)
+    """How counts become a chain and a chain's values become the stored risk (docs/method.md, "Levers")."""
+
+    alpha: float | Literal["auto"] = 0.1  # a number in [0, 1e6], or chosen by cross-validation
     epsilon: float = Field(default=0.05, ge=1e-9, lt=1.0, allow_inf_nan=False)
     delta: float = Field(default=0.05, ge=1e-9, lt=1.0, allow_inf_nan=False)
     intervals: Literal["clopper_pearson", "hoeffding", "none"] = "clopper_pearson"
+    # which successors a state may have: every state the rules allow, or only those observed from it
+    structure: Literal["valid", "observed"] = "valid"
+    # blend towards the observed outcome frequency with strength κ: a number >= 0, auto (CV) or off
+    shrink: float | Literal["auto", "off"] = "auto"
+    memory: MemorySettings = MemorySettings()
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory_off(cls, value: Any) -> Any:
+        if value is False or value == "off":  # `memory: off` (YAML reads a bare off as false)
+            return {"dwell": None, "previous": False}
+        return value
+
+    @field_validator("alpha", mode="before")
+    @classmethod
+    def _alpha(cls, value: Any) -> Any:
+        return _number_or_word(value, ("auto",))
+
+    @field_validator("shrink", mode="before")
+    @classmethod
+    def _shrink(cls, value: Any) -> Any:
+        return _number_or_word(value, ("auto", "off"))
 
 
 class Spec(_Strict):

@@ -88,6 +88,7 @@ def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor], *,
     edge_dst: list[np.ndarray] = []
     edge_p: list[np.ndarray] = []
     edge_n: list[np.ndarray] = []
+    edge_x: list[np.ndarray] = []  # back-off pseudo-counts, when the chain has them
     while frontier.size:
         c, q = packer.unpack(frontier_keys)
         live = ~absorbing_chain[c] & ~(q == VIOL).any(axis=1)
@@ -106,6 +107,8 @@ def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor], *,
         dst[inner] = add(packer.pack(targets[inner], next_q))
         edge_src.append(np.repeat(src, lengths)), edge_dst.append(dst)
         edge_p.append(matrix.data[positions]), edge_n.append(counts.data[positions])
+        if chain.pseudo is not None:
+            edge_x.append(chain.pseudo.data[positions])
         frontier = np.arange(before, len(keys), dtype=np.int64)
         frontier_keys = np.asarray(keys[before:], dtype=np.int64)
 
@@ -125,9 +128,13 @@ def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor], *,
     cnts = np.concatenate(edge_n + [np.zeros(len(loops))])
     order = np.lexsort((dst, src))
     src, dst, probs, cnts = src[order], dst[order], probs[order], cnts[order]
+    pseudo = None
+    if chain.pseudo is not None:
+        pseudo = np.concatenate(edge_x + [np.zeros(len(loops))])[order]
     row_ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))])
     product_matrix = sp.csr_matrix((probs, dst, row_ptr), shape=(n, n))
     product_counts = sp.csr_matrix((cnts, dst, row_ptr), shape=(n, n))
+    product_pseudo = None if pseudo is None else sp.csr_matrix((pseudo, dst, row_ptr.copy()), shape=(n, n))
     initial: dict[int, int] = {}
     for i, runs in chain.initial.items():
         k = int(first[i])
@@ -143,6 +150,7 @@ def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor], *,
         invalid_observed=chain.invalid_observed,
         monitors=[mon.name for mon in monitors],
         monitor_states=monitor_states,
+        pseudo=product_pseudo,
     )
 
 

@@ -18,14 +18,16 @@ from server._http import ApiError, log
 from server.auth import Principal
 from server.sessions import LiveSession
 from server.state import ServerState
-from server.storage import Storage
+from server.storage import Conflict, Storage
 
-__all__ = ["commit_step", "decision_json", "write", "write_steps"]
+__all__ = ["chain_step", "commit_step", "decision_json", "write", "write_steps"]
 
 
 async def write(state: ServerState, job: Callable[..., Any]) -> Any:
     try:
         return await state.storage.write(job)
+    except Conflict:
+        raise  # another replica got there first: the caller reloads and tries again
     except ForewarnError as exc:
         raise ApiError(503, "storage_unavailable", f"the database refused the write: {exc}") from exc
     except Exception as exc:
@@ -35,18 +37,20 @@ async def write(state: ServerState, job: Callable[..., Any]) -> Any:
 
 async def write_steps(state: ServerState, lives: list[LiveSession], rows: list[tuple[Any, ...]],
                       approvals: list[tuple[Any, ...]], remember: tuple[Any, ...] | None = None,
+                      prev: list[tuple[str, int, int, str | None]] | None = None,
                       extra: Callable[..., Any] | None = None) -> None:
     """Commit step rows; the answer waits for this. On failure the sessions are dropped from memory
-    (they resume from what the database holds) and the client gets a 503, never a decision."""
+    (they resume from what the database holds) and the client gets a 503, never a decision; on a
+    :class:`Conflict` (another replica advanced or closed a session) the caller computes them again."""
     for live in lives:
         live.inflight += 1
     waited = time.perf_counter()
     try:
-        job = Storage.insert_steps(rows, approvals)
+        job = Storage.insert_steps(rows, approvals, prev or ())
         if extra is not None:  # e.g. the proposal the step ran, in the same transaction
             job = _then(job, extra)
         await write(state, Storage.remember(remember, job))
-    except ApiError:
+    except (ApiError, Conflict):
         for live in lives:
             state.sessions.forget(live)
         raise
@@ -67,6 +71,17 @@ def commit_step(state: ServerState, live: LiveSession, body: S.StepIn,
                 principal: Principal) -> tuple[bytes, tuple[Any, ...], tuple[Any, ...] | None]:
     """Apply an (already evaluable) step to the live session; the response bytes and the rows to write.
     No await in here: the step number and the history move together."""
+    payload, row, approval, _ = chain_step(state, live, body, principal)
+    return payload, row, approval
+
+
+def chain_step(state: ServerState, live: LiveSession, body: S.StepIn, principal: Principal
+               ) -> tuple[bytes, tuple[Any, ...], tuple[Any, ...] | None, tuple[str, int, int, str | None] | None]:
+    """:func:`commit_step`, and what the step extends: (session, step, abstract, monitors) of the row
+    before it as this process saw it (None for a first step), checked on a shared database."""
+    before = live.session.history[-1] if live.session.history and live.next_step > 0 else None
+    prev = None if before is None else (live.id, live.next_step - 1, before.abstract,
+                                         orjson.dumps(list(before.monitors)).decode() if before.monitors else None)
     if live.next_step >= state.settings.limits.max_session_steps:
         raise ApiError(409, "session_step_limit", f"session {live.id!r} has reached the limit of "
                        f"{state.settings.limits.max_session_steps} steps (limits.max_session_steps); "
@@ -91,7 +106,7 @@ def commit_step(state: ServerState, live: LiveSession, body: S.StepIn,
            orjson.dumps(body.state).decode() if state.settings.store_states else None,
            decision.action.value, decision.p_unsafe, payload.decode(), approval_id)
     approval = (approval_id, live.id, step, now) if approval_id else None
-    return payload, row, approval
+    return payload, row, approval, prev
 
 
 _DECISION_PREFIX: dict[int, tuple[Decision, bytes]] = {}

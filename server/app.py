@@ -13,6 +13,7 @@ sent are the bytes stored.
 """
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -35,11 +36,12 @@ from server._http import (
     ERRORS, JSON, ApiError, AuthFirst, BodyLimit, FastSteps, Route, authorize, bad_request, check_id, error_response, errors_for,
     field_of, log, parse_json, step_openapi, too_deep, validation_detail,
 )
-from server._steps import commit_step, decision_json, write, write_steps
+from server._steps import chain_step, decision_json, write, write_steps
 from server._views import approval_out, policy_overrides, session_summary, step_out
 from server.auth import ADMIN, AGENT, ANY, APPROVER, Principal
 from server.metrics import CONTENT_TYPE_LATEST
 from server.idempotency import Entry, request_hash
+from server.replicas import Replication
 from server.models_registry import UnknownModel, parse_model, read_model
 from server.sessions import LiveSession, SessionNotFound, effective_policy, make_session
 from server.settings import MODEL_NAME_PATTERN, ServerSettings
@@ -47,7 +49,7 @@ from server.state import ServerState, start
 from server.console import install as install_console
 from server.proposals import RUNNABLE
 from server.proposals import install as install_proposals
-from server.storage import Storage
+from server.storage import Conflict, Storage
 
 __all__ = ["ApiError", "ServerState", "create_app", "start"]
 
@@ -69,6 +71,7 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if "state" not in holder:
             holder["state"] = await anyio.to_thread.run_sync(start, settings)
+        Replication(holder["state"]).attach(asyncio.get_running_loop())  # other replicas' commits
         try:
             yield
         finally:
@@ -115,6 +118,10 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
             holder["state"].metrics.errors.labels(str(exc.status)).inc()
         return error_response(exc.status, exc.code, exc.message, field=exc.field, predicate=exc.predicate,
                                headers=exc.headers, detail=exc.detail)
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_: Request, exc: Conflict) -> Response:  # a write raced another replica's and lost
+        return error_response(503, "storage_conflict", f"{exc}; retry", headers={"Retry-After": "1"})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> Response:
@@ -242,14 +249,14 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
             live = step_context(state, session_id, principal)  # again: a retry may have waited
             step_body = body if body.proposal is None else runnable_proposal(state, session_id, body)
             try:  # observe evaluates the predicates itself; evaluate() only to report a failure well
-                payload, row, approval = commit_step(state, live, step_body, principal)
+                payload, row, approval, prev = chain_step(state, live, step_body, principal)
             except ApiError:
                 raise
             except Exception:
                 evaluate(live, body, "body")
                 raise
             await write_steps(state, [live], [row], [approval] if approval else [],
-                              None if entry is None else entry(200, payload),
+                              None if entry is None else entry(200, payload), [prev] if prev else None,
                               None if body.proposal is None else Storage.execute_proposal(body.proposal, row[1]))
             if approval:
                 state.hub.created()
@@ -420,6 +427,8 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
         rows: list[tuple[Any, ...]] = []
         approvals: list[tuple[Any, ...]] = []
         committed: list[LiveSession] = []
+        chains: list[tuple[str, int, int, str | None]] = []
+        chained: set[str] = set()
         for live, item in zip(lives, body.steps):
             if item.op == "preview":
                 decision = live.session.preview(item.state)
@@ -427,7 +436,10 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
                                                committed=False))
                 state.metrics.decision(decision.action.value, "preview")
                 continue
-            payload, row, approval = commit_step(state, live, item, principal)
+            payload, row, approval, prev = chain_step(state, live, item, principal)
+            if prev is not None and prev[0] not in chained:  # within a batch, the previous row is in it
+                chains.append(prev)
+            chained.add(live.id)
             payloads.append(payload)
             rows.append(row)
             committed.append(live)
@@ -435,7 +447,8 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
                 approvals.append(approval)
         answer = b'{"results":[' + b",".join(payloads) + b"]}"
         if rows:
-            await write_steps(state, committed, rows, approvals, None if entry is None else entry(200, answer))
+            await write_steps(state, committed, rows, approvals, None if entry is None else entry(200, answer),
+                              chains)
             state.hub.created(len(approvals))
             for row in rows:
                 state.metrics.decision(row[11], "observe")

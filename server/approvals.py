@@ -1,8 +1,8 @@
 """Human approvals: who is waiting on which, and waking them when it is resolved.
 
 The database is the truth; this only holds the asyncio events of long-polling
-requests. One server process owns the database, so every resolution passes through
-here and no waiter can miss one.
+requests. A resolution on this server passes through :meth:`ApprovalHub.resolved`; one on
+another replica sharing the database arrives as a notification (:mod:`server.replicas`).
 """
 from __future__ import annotations
 
@@ -51,6 +51,13 @@ class ApprovalHub:
         self._bump()
         for approval_id in approval_ids:
             self.pending = max(0, self.pending - 1)
+            waiters = self._events.pop(approval_id, None)
+            if waiters is not None:
+                waiters.event.set()
+
+    def wake(self, approval_ids: Iterable[str]) -> None:
+        """Wake the waiters of approvals another replica resolved (the pending count is its business)."""
+        for approval_id in approval_ids:
             waiters = self._events.pop(approval_id, None)
             if waiters is not None:
                 waiters.event.set()

@@ -34,15 +34,78 @@ def _generated_keys() -> tuple[ApiKey, ...]:
                         name=f"generated-{role.value}") for role in Role)
 
 
-def run_server(settings: ServerSettings) -> None:
-    """Start (blocking) and serve until interrupted. Errors before binding raise ForewarnError."""
+def run_server(settings: ServerSettings, workers: int = 1) -> None:
+    """Start (blocking) and serve until interrupted. Errors before binding raise ForewarnError.
+
+    ``workers`` > 1: that many processes accept on one socket (a shared database only)."""
     from server.app import create_app, start
 
+    if workers > 1:
+        from server.storage import is_postgres
+
+        if not is_postgres(settings.db):
+            raise ConfigError("--workers: more than one process needs a shared database "
+                              "(FOREWARN_DB=postgresql://...); SQLite is owned by one process")
+        _run_workers(settings, workers)
+        return
     state = start(settings)  # a bad model or a locked database fails here, with its own message
     serve_app(create_app(settings, state=state), settings)
 
 
-def serve_app(app: Any, settings: ServerSettings) -> None:
+def _run_workers(settings: ServerSettings, workers: int) -> None:
+    """Fork ``workers`` replicas on one listening socket (the kernel spreads the connections); each
+    opens its own database connections after the fork. One that dies is started again."""
+    import os
+    import signal
+    import socket
+
+    from server.app import create_app, start
+
+    sock = socket.create_server((settings.host, settings.port), backlog=2048)
+    sock.set_inheritable(True)
+
+    def child() -> None:
+        try:
+            state = start(settings)
+            serve_app(create_app(settings, state=state), settings, sockets=[sock])
+        finally:
+            os._exit(0)
+
+    def spawn() -> int:
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            child()
+        return pid
+
+    stopping = False
+
+    def stop(signum: int, _: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in list(children):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    children = {spawn() for _ in range(workers)}
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        children.discard(pid)
+        if not stopping:
+            sys.stderr.write(f"forewarn serve: worker {pid} exited ({status}); starting another\n")
+            children.add(spawn())
+    sock.close()
+
+
+def serve_app(app: Any, settings: ServerSettings, sockets: list[Any] | None = None) -> None:
     """Run ``app`` on uvicorn as ``forewarn serve`` does."""
     import gc
 
@@ -53,7 +116,7 @@ def serve_app(app: Any, settings: ServerSettings) -> None:
     # instead of stalling every request in flight for a hundred milliseconds or more.
     gc.collect()
     gc.freeze()
-    uvicorn.Server(uvicorn_config(app, settings)).run()
+    uvicorn.Server(uvicorn_config(app, settings)).run(sockets=sockets)
 
 
 def uvicorn_config(app: Any, settings: ServerSettings, **overrides: Any) -> Any:
@@ -79,7 +142,8 @@ def serve(
     host: Annotated[Optional[str], typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
     port: Annotated[Optional[int], typer.Option(help="Port (default 8321).")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Server config file (YAML).")] = None,
-    db: Annotated[Optional[Path], typer.Option(help="SQLite database (default ./forewarn.db; FOREWARN_DB).")]
+    db: Annotated[Optional[str], typer.Option(
+        help="SQLite database file (default ./forewarn.db), or a postgresql:// URL that replicas share (FOREWARN_DB).")]
     = None,
     default_model: Annotated[Optional[str], typer.Option(help="Model for sessions that name none.")] = None,
     synchronous: Annotated[Optional[str], typer.Option(
@@ -97,6 +161,8 @@ def serve(
     model_dir: Annotated[Optional[list[Path]], typer.Option(
         "--model-dir", help="A folder POST /v1/models may load model files from; repeatable "
                             "(FOREWARN_MODEL_DIRS). Default: none (upload models as documents).")] = None,
+    workers: Annotated[int, typer.Option(
+        min=1, help="Processes serving the port, each a replica (needs FOREWARN_DB=postgresql://...).")] = 1,
 ) -> None:
     """Serve the guard over HTTP (sessions, steps, approvals, models, metrics)."""
     overrides = {
@@ -121,7 +187,7 @@ def serve(
     elif settings.insecure_no_auth:
         sys.stderr.write("forewarn serve: WARNING: --insecure-no-auth: anyone who can reach "
                          f"{settings.host}:{settings.port} acts as admin\n")
-    run_server(settings)
+    run_server(settings, workers)
 
 
 def register(app: typer.Typer) -> None:

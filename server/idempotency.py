@@ -8,6 +8,12 @@ while the first attempt is still in flight waits for it. The same key with anoth
 (method, path or body) is refused with 422: it is a client bug, not a retry.
 
 Only successful writes are remembered; an error commits nothing, so a retry redoes the work.
+
+Replicas sharing a database: a retry may reach another replica while the first attempt is
+still in flight there. Both then try to commit the key; the database's primary key lets one
+win, and the other, whose write is rolled back whole, answers what the winner stored. A write
+that loses any other race (:class:`~server.storage.Conflict`: a session advanced or closed by
+another replica) is computed again from what the database holds, a few times at most.
 """
 from __future__ import annotations
 
@@ -19,11 +25,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from server._http import ApiError
+from server.storage import Conflict
 
 __all__ = ["Entry", "IdempotencyKeys", "request_hash"]
 
 Entry = Callable[[int, bytes], tuple[Any, ...]]  # (status, response) → the row to commit with the write
 _KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+_ATTEMPTS = 8  # a write that loses this many races in a row answers 503
 
 
 def request_hash(method: str, path: str, body: bytes) -> str:
@@ -42,23 +50,57 @@ class IdempotencyKeys:
         """``work(entry)`` once per (principal, key); ``work`` must commit ``entry(status, body)``
         with its write (``Storage.remember``). Without a key, just ``work(None)``."""
         if key is None:
-            return await work(None)
+            return await _retried(work, None)
         if not _KEY.match(key):
             raise ApiError(422, "invalid_request", "header.idempotency-key: 1 to 200 visible ASCII characters",
                            field="header.idempotency-key")
         slot = (principal, key)
         while (pending := self._inflight.get(slot)) is not None:
             await asyncio.shield(pending)
-        row = self._storage.idempotent(principal, key)
-        if row is not None:
-            if row["request_hash"] != fingerprint:
-                raise ApiError(422, "idempotency_key_reused", f"Idempotency-Key {key!r} was used for another "
-                               "request; use a new key for every write", field="header.idempotency-key")
-            return int(row["status"]), bytes(row["response"])
+        stored = self._stored(principal, key, fingerprint)
+        if stored is not None:
+            return stored
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._inflight[slot] = done
         try:
-            return await work(lambda status, body: (principal, key, fingerprint, status, body, time.time()))
+            entry: Entry = lambda status, body: (principal, key, fingerprint, status, body, time.time())  # noqa: E731
+            for _ in range(_ATTEMPTS):
+                try:
+                    return await work(entry)
+                except (Conflict, ApiError) as exc:
+                    # another replica may have committed this very key meanwhile: then that is the answer
+                    stored = self._stored(principal, key, fingerprint)
+                    if stored is not None:
+                        return stored
+                    if not isinstance(exc, Conflict):
+                        raise
+            raise _lost()
         finally:
             del self._inflight[slot]
             done.set_result(None)
+
+
+    def _stored(self, principal: str, key: str, fingerprint: str) -> tuple[int, bytes] | None:
+        row = self._storage.idempotent(principal, key)
+        if row is None:
+            return None
+        if row["request_hash"] != fingerprint:
+            raise ApiError(422, "idempotency_key_reused", f"Idempotency-Key {key!r} was used for another "
+                           "request; use a new key for every write", field="header.idempotency-key")
+        return int(row["status"]), bytes(row["response"])
+
+
+async def _retried(work: Callable[[Entry | None], Awaitable[tuple[int, bytes]]],
+                   entry: Entry | None) -> tuple[int, bytes]:
+    """``work(entry)``, again while it loses races to other replicas (it recomputes from the database)."""
+    for _ in range(_ATTEMPTS):
+        try:
+            return await work(entry)
+        except Conflict:
+            continue
+    raise _lost()
+
+
+def _lost() -> ApiError:
+    return ApiError(503, "storage_conflict", f"the write lost {_ATTEMPTS} races in a row to other replicas; "
+                    "retry it", headers={"Retry-After": "1"})

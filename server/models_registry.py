@@ -238,6 +238,14 @@ class ModelRegistry:
         self._current[name] = version
         return loaded
 
+    def current_version(self, name: str) -> str | None:
+        return self._current.get(name)
+
+    def follow(self, name: str, version: str) -> None:
+        """Make an already loaded ``version`` current (another replica did): one assignment, atomic."""
+        self._versions[version]  # noqa: B018 -- loaded first, or this is a bug
+        self._current[name] = version
+
     def restore_current(self) -> None:
         """Load, from the database, the current version of every name not loaded yet."""
         for name, version in self._storage.current_models().items():

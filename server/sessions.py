@@ -102,6 +102,13 @@ class SessionManager:
         if self._live.get(live.id) is live:
             del self._live[live.id]
 
+    def drop(self, session_id: str) -> None:
+        """Forget a cached session another replica changed (closed, migrated); unless a step of it is in
+        flight here, whose commit will find out by itself."""
+        live = self._live.get(session_id)
+        if live is not None and live.inflight == 0:
+            del self._live[session_id]
+
     def cached(self, model_name: str) -> list[LiveSession]:
         return [s for s in self._live.values() if s.model_name == model_name and not s.closed]
 

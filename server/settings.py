@@ -123,7 +123,7 @@ class ServerSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8321, ge=0, le=65535)
-    db: Path = Path("forewarn.db")
+    db: Path | str = Path("forewarn.db")  # a SQLite file, or a postgresql:// URL shared by replicas
     models: dict[str, Path] = Field(default_factory=dict)
     default_model: str | None = None
     api_keys: Annotated[tuple[ApiKey, ...], NoDecode] = ()
@@ -174,6 +174,14 @@ class ServerSettings(BaseSettings):
                     entry["tenant"] = tenant
             keys.append(entry)
         return keys
+
+    @field_validator("db", mode="before")
+    @classmethod
+    def _db(cls, value: Any) -> Any:
+        # a URL stays a string (as a Path, its "//" would collapse); anything else is a file
+        if isinstance(value, str) and value.startswith(("postgresql://", "postgres://")):
+            return value
+        return Path(value) if isinstance(value, str) else value
 
     @field_validator("python_predicates", "trusted_keys", "model_dirs", mode="before")
     @classmethod

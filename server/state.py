@@ -12,7 +12,7 @@ from server.metrics import Metrics
 from server.models_registry import LoadRules, ModelRegistry, read_model
 from server.sessions import SessionManager
 from server.settings import BUILTIN_MODEL, ConfigError, ServerSettings
-from server.storage import Storage
+from server.storage import Storage, StorageBase, open_storage
 
 __all__ = ["ServerState", "start"]
 
@@ -22,7 +22,7 @@ class ServerState:
     """Everything a running server holds. Built by :func:`start`, closed by :meth:`close`."""
 
     settings: ServerSettings
-    storage: Storage
+    storage: StorageBase
     registry: ModelRegistry
     sessions: SessionManager
     hub: ApprovalHub
@@ -63,16 +63,22 @@ def start(settings: ServerSettings) -> ServerState:
     rules = LoadRules.from_settings(settings)
     # fail before touching the DB; the operator's own files, but the code and signature rules hold for them too
     loaded_files = {name: read_model(path, rules) for name, path in sources.items()}
-    storage = Storage.open(settings.db, synchronous=settings.synchronous)
+    storage = open_storage(settings.db, synchronous=settings.synchronous)
+    shared = getattr(storage, "shared", False)
     try:
         storage.write_sync(Storage.forget_idempotency(time.time() - settings.idempotency_hours * 3600))
         registry = ModelRegistry(storage, rules)
         in_db = storage.current_models()
         for name, (raw, version, model, guard) in loaded_files.items():
-            # The configured file is what the operator asked for at this start, so it becomes current.
-            if in_db.get(name) != version or storage.model_version(version) is None:
-                storage.write_sync(Storage.put_model(name, version, str(sources[name]), raw, "config", current=True))
-            registry.install(name, version, str(sources[name]), model, guard, "config")
+            # The configured file is what the operator asked for at this start, so it becomes current;
+            # on a shared database only if the name has none yet: a replica restarting must not undo
+            # a replacement the others serve.
+            current = not shared or name not in in_db
+            if (current and in_db.get(name) != version) or storage.model_version(version) is None:
+                storage.write_sync(Storage.put_model(name, version, str(sources[name]), raw, "config",
+                                                     current=current))
+            if current or in_db.get(name) == version:
+                registry.install(name, version, str(sources[name]), model, guard, "config")
         registry.restore_current()
         sessions = SessionManager(storage, registry, settings.session_cache)
         hub = ApprovalHub(storage.count_pending_approvals())

@@ -43,9 +43,14 @@ from typing import Any, TypeVar
 
 from guard.errors import ForewarnError
 
-__all__ = ["Storage", "StorageError", "DatabaseLocked", "SCHEMA_VERSION"]
+__all__ = ["Storage", "StorageBase", "StorageError", "DatabaseLocked", "Conflict", "SCHEMA_VERSION", "open_storage",
+           "is_postgres"]
 
 SCHEMA_VERSION = 1
+# LISTEN/NOTIFY channels of a shared (PostgreSQL) database: what other replicas must hear about
+CHANNEL_APPROVALS = "forewarn_approvals"  # payload: resolved approval ids, comma-separated
+CHANNEL_MODELS = "forewarn_models"        # payload: the model name whose current version changed
+CHANNEL_SESSIONS = "forewarn_sessions"    # payload: a session closed or migrated: drop it from caches
 T = TypeVar("T")
 Job = Callable[[sqlite3.Connection], Any]
 
@@ -154,6 +159,20 @@ class DatabaseLocked(StorageError):
     """Another server already uses this database."""
 
 
+class Conflict(StorageError):
+    """A write lost a race to another one (a step number or an idempotency key already taken, a session
+    closed meanwhile): nothing of it is committed; the caller reloads what it holds and tries again."""
+
+
+class _SqliteConn(sqlite3.Connection):
+    """The connection write jobs get (PostgreSQL's adapter offers the same two extras)."""
+
+    shared = False  # one server process owns the database: no other writer to check against
+
+    def notify(self, channel: str, payload: str) -> None:
+        """Tell the other replicas (none here)."""
+
+
 @dataclass(slots=True)
 class _Job:
     fn: Job
@@ -165,11 +184,12 @@ _MAX_GROUP = 512
 _CHECKPOINT_SECONDS = 0.5
 
 
-def _commit_group(conn: sqlite3.Connection, fns: Sequence[Job]) -> list[tuple[Any, BaseException | None]]:
+def _commit_group(conn: Any, fns: Sequence[Job], begin: str = "BEGIN IMMEDIATE"
+                  ) -> list[tuple[Any, BaseException | None]]:
     """Run ``fns`` in one transaction; if that fails, each in its own, so one bad job cannot sink
     the others that happened to share its transaction. One (result, error) per job."""
     try:
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(begin)
         results = [fn(conn) for fn in fns]
         conn.execute("COMMIT")
         return [(result, None) for result in results]
@@ -178,14 +198,22 @@ def _commit_group(conn: sqlite3.Connection, fns: Sequence[Job]) -> list[tuple[An
     outcomes: list[tuple[Any, BaseException | None]] = []
     for fn in fns:
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(begin)
             result = fn(conn)
             conn.execute("COMMIT")
             outcomes.append((result, None))
         except Exception as exc:
             _rollback(conn)
-            outcomes.append((None, exc))
+            outcomes.append((None, _conflict(exc)))
     return outcomes
+
+
+def _conflict(exc: Exception) -> Exception:
+    """A unique-key violation is a lost race (:class:`Conflict`); anything else stays what it is."""
+    if isinstance(exc, sqlite3.IntegrityError) or type(exc).__name__ in ("UniqueViolation", "SerializationFailure",
+                                                                    "DeadlockDetected"):
+        return Conflict(f"a concurrent write got there first: {exc}")
+    return exc
 
 
 def _open_writer(path: Path, synchronous: str) -> sqlite3.Connection:
@@ -246,9 +274,10 @@ class _LoopWriter:
 class _ThreadWriter(threading.Thread):
     """Group commit in a thread of its own (expensive commits: synchronous=FULL fsyncs each)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Any) -> None:
         super().__init__(name="forewarn-sqlite-writer", daemon=True)
         self.conn = conn
+        self.begin = "BEGIN IMMEDIATE"
         self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.commits = 0
 
@@ -273,7 +302,7 @@ class _ThreadWriter(threading.Thread):
                         stop = True
                         break
                     group.append(item)
-                outcomes = _commit_group(self.conn, [job.fn for job in group])
+                outcomes = _commit_group(self.conn, [job.fn for job in group], self.begin)
                 self.commits += 1
                 for job, (result, exc) in zip(group, outcomes):
                     job.deliver(result, exc)
@@ -334,11 +363,11 @@ class _Checkpointer(threading.Thread):
         self.join(timeout=30)
 
 
-def _rollback(conn: sqlite3.Connection) -> None:
+def _rollback(conn: Any) -> None:
     if conn.in_transaction:
         try:
             conn.execute("ROLLBACK")
-        except sqlite3.Error:
+        except Exception:
             pass
 
 
@@ -346,7 +375,7 @@ def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a transaction spans exactly the
     # jobs of one group; check_same_thread=False because the reader is made in one thread and
     # used in the event loop's.
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0, factory=_SqliteConn)
     conn.execute("PRAGMA busy_timeout=30000")
     if readonly:
         conn.execute("PRAGMA query_only=1")
@@ -366,7 +395,278 @@ def _check_schema(conn: sqlite3.Connection, path: Path) -> None:
                            f"(this server uses version {SCHEMA_VERSION})")
 
 
-class Storage:
+class StorageBase:
+    """What both backends share: the write jobs and the read queries, in SQL both speak
+    (``?`` placeholders; the PostgreSQL adapter rewrites them). A write job gets a connection
+    with ``execute``/``executemany``, ``shared`` (other replicas write too) and ``notify``."""
+
+    closed: bool
+
+    def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        raise NotImplementedError
+
+    def _one(self, sql: str, params: tuple[Any, ...]) -> Any:
+        rows = self._all(sql, params)
+        return rows[0] if rows else None
+
+    def _count(self, sql: str, params: tuple[Any, ...]) -> int:
+        return int(self._all(sql, params)[0][0])
+
+    # -- write jobs (run in the writer thread) -------------------------------------------
+
+    @staticmethod
+    def remember(entry: tuple[Any, ...] | None, job: Job) -> Job:
+        """``job``, and in the same transaction the answer of an idempotent request
+        ``(principal, key, request_hash, status, response, at)``; with ``entry`` None, just ``job``."""
+        if entry is None:
+            return job
+
+        def both(conn: sqlite3.Connection) -> Any:
+            result = job(conn)
+            conn.execute("INSERT INTO idempotency VALUES (?,?,?,?,?,?)", entry)
+            return result
+        return both
+
+    @staticmethod
+    def insert_steps(rows: Sequence[tuple[Any, ...]], approvals: Sequence[tuple[Any, ...]],
+                     prev: Sequence[tuple[str, int, int, str | None]] = ()) -> Job:
+        """Insert step rows (and their approvals). ``prev``: for each step after the first, (session,
+        step - 1, abstract, monitors) as the replica that computed it saw them. On a shared database
+        the step is committed only if that is still the session's last row and the session is open;
+        otherwise :class:`Conflict` (the unique (session, step) key catches two replicas at once)."""
+        def job(conn: Any) -> None:
+            if conn.shared:
+                _check_chain(conn, {row[0]: row[4] for row in rows}, prev)
+            conn.executemany(
+                "INSERT INTO decisions (session_id, step, at, principal, model_version, input_hash, abstract,"
+                " monitors, action_in, t, state, action, p_unsafe, decision, approval_id)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            if approvals:
+                conn.executemany("INSERT INTO approvals (id, session_id, step, created_at, status)"
+                                 " VALUES (?,?,?,?,'pending')", approvals)
+        return job
+
+    @staticmethod
+    def insert_session(row: tuple[Any, ...]) -> Job:
+        def job(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO sessions (id, model_name, model_version, policy, metadata, created_at,"
+                         " created_by, tenant) VALUES (?,?,?,?,?,?,?,?)", row)
+        return job
+
+    @staticmethod
+    def close_session(session_id: str, at: float, by: str) -> Job:
+        """Close an open session and cancel its pending approvals; returns their ids."""
+        def job(conn: sqlite3.Connection) -> list[str]:
+            conn.execute("UPDATE sessions SET closed_at=?, closed_by=? WHERE id=? AND closed_at IS NULL",
+                         (at, by, session_id))
+            ids = [r[0] for r in conn.execute(
+                "SELECT id FROM approvals WHERE session_id=? AND status='pending'", (session_id,))]
+            conn.execute("UPDATE approvals SET status='cancelled', resolved_at=?, resolved_by=?,"
+                         " reason='session closed' WHERE session_id=? AND status='pending'",
+                         (at, by, session_id))
+            conn.notify(CHANNEL_SESSIONS, session_id)
+            if ids:
+                conn.notify(CHANNEL_APPROVALS, ",".join(ids))
+            return ids
+        return job
+
+    @staticmethod
+    def resolve_approval(approval_id: str, status: str, at: float, by: str, reason: str | None,
+                         remember: tuple[Any, ...] | None = None) -> Job:
+        """Resolve a pending approval; returns False when it was not pending (or does not exist).
+        ``remember``: an idempotency row, committed only if this call resolved it."""
+        def job(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute("UPDATE approvals SET status=?, resolved_at=?, resolved_by=?, reason=?"
+                                  " WHERE id=? AND status='pending'", (status, at, by, reason, approval_id))
+            changed = cursor.rowcount == 1
+            if changed and remember is not None:
+                conn.execute("INSERT INTO idempotency VALUES (?,?,?,?,?,?)", remember)
+            if changed:
+                conn.notify(CHANNEL_APPROVALS, approval_id)
+            return changed
+        return job
+
+    @staticmethod
+    def put_model(name: str, version: str, source: str, document: bytes, by: str, *, current: bool) -> Job:
+        def job(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            conn.execute("INSERT INTO model_versions VALUES (?,?,?,?,?,?) ON CONFLICT (version) DO NOTHING",
+                         (version, name, source, document, now, by))
+            if current:
+                conn.execute("INSERT INTO models VALUES (?,?,?) ON CONFLICT(name) DO UPDATE SET"
+                             " version=excluded.version, updated_at=excluded.updated_at", (name, version, now))
+                conn.notify(CHANNEL_MODELS, name)
+        return job
+
+    @staticmethod
+    def forget_idempotency(before: float) -> Job:
+        """Drop the answers to idempotent writes older than ``before`` (a retry comes within seconds)."""
+        def job(conn: sqlite3.Connection) -> int:
+            return int(conn.execute("DELETE FROM idempotency WHERE at < ?", (before,)).rowcount)
+        return job
+
+    @staticmethod
+    def migrate_sessions(name: str, version: str, ids: Iterable[str]) -> Job:
+        ids = list(ids)
+
+        def job(conn: sqlite3.Connection) -> None:
+            conn.executemany("UPDATE sessions SET model_version=? WHERE id=? AND model_name=?",
+                             [(version, i, name) for i in ids])
+            for i in ids:  # replicas holding them reload them on their new version
+                conn.notify(CHANNEL_SESSIONS, i)
+        return job
+
+    # -- reading (event loop thread; SQL shared by both backends) -------------------------------------------------------
+
+    def session_row(self, session_id: str) -> sqlite3.Row | None:
+        return self._one("SELECT * FROM sessions WHERE id=?", (session_id,))
+
+    def open_sessions(self, model_name: str | None = None) -> list[str]:
+        if model_name is None:
+            rows = self._all("SELECT id FROM sessions WHERE closed_at IS NULL", ())
+        else:
+            rows = self._all("SELECT id FROM sessions WHERE closed_at IS NULL AND model_name=?", (model_name,))
+        return [r[0] for r in rows]
+
+    def list_sessions(self, *, status: str | None, limit: int, offset: int,
+                      tenants: Iterable[str] | None = None) -> list[sqlite3.Row]:
+        clauses = [{"open": "closed_at IS NULL", "closed": "closed_at IS NOT NULL"}.get(status or "", "TRUE")]
+        params: list[Any] = []
+        if tenants is not None:
+            scope = sorted(tenants)
+            clauses.append(f"{_TENANT} IN ({','.join('?' * len(scope))})")
+            params += scope
+        return self._all(f"SELECT s.*, (SELECT count(*) FROM decisions d WHERE d.session_id=s.id) AS steps"
+                                 f" FROM sessions s WHERE {' AND '.join(clauses)} ORDER BY created_at DESC"
+                                 f" LIMIT ? OFFSET ?", (*params, limit, offset))
+
+    def last_step(self, session_id: str) -> tuple[int, int, str | None] | None:
+        """(step, abstract, monitors) of the last committed step: all a resume needs (an index look-up)."""
+        row = self._one("SELECT step, abstract, monitors FROM decisions WHERE session_id=?"
+                        " ORDER BY step DESC LIMIT 1", (session_id,))
+        return None if row is None else (int(row[0]), int(row[1]), row[2])
+
+    def idempotent(self, principal: str, key: str) -> sqlite3.Row | None:
+        return self._one("SELECT * FROM idempotency WHERE principal=? AND key=?", (principal, key))
+
+    def history(self, session_id: str) -> list[tuple[int, int, str | None, str | None, float | None]]:
+        """(step, abstract, monitors, action_in, t) of every committed step, in order."""
+        return self._all(  # type: ignore[return-value]
+            "SELECT step, abstract, monitors, action_in, t FROM decisions WHERE session_id=? ORDER BY step",
+            (session_id,))
+
+    def steps(self, session_id: str, *, limit: int, offset: int) -> list[sqlite3.Row]:
+        return self._all("SELECT * FROM decisions WHERE session_id=? ORDER BY step LIMIT ? OFFSET ?",
+                    (session_id, limit, offset))
+
+    def step_count(self, session_id: str) -> int:
+        return self._count("SELECT count(*) FROM decisions WHERE session_id=?", (session_id,))
+
+    def approval(self, approval_id: str) -> sqlite3.Row | None:
+        return self._one(_APPROVAL_SELECT + " WHERE a.id=?", (approval_id,))
+
+    def approvals(self, *, status: str | None, session_id: str | None, limit: int, offset: int,
+                  tenants: Iterable[str] | None = None) -> list[sqlite3.Row]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if tenants is not None:
+            scope = sorted(tenants)
+            clauses.append(f"a.session_id IN (SELECT s.id FROM sessions s WHERE {_TENANT} IN "
+                           f"({','.join('?' * len(scope))}))")
+            params += scope
+        if status is not None:
+            clauses.append("a.status=?")
+            params.append(status)
+        if session_id is not None:
+            clauses.append("a.session_id=?")
+            params.append(session_id)
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        return self._all(_APPROVAL_SELECT + where + " ORDER BY a.created_at, a.id LIMIT ? OFFSET ?",
+                    (*params, limit, offset))
+
+    # -- proposals (issue 13): jobs and queries both backends share -----------------------
+
+    @staticmethod
+    def insert_proposal(row: tuple[Any, ...]) -> Job:
+        """``row``: (id, session_id, created_at, created_by, tool, arguments, tools, decision, status)."""
+        def job(conn: Any) -> None:
+            conn.execute("INSERT INTO proposals (id, session_id, created_at, created_by, tool, arguments, tools,"
+                         " decision, status) VALUES (?,?,?,?,?,?,?,?,?)", row)
+        return job
+
+    @staticmethod
+    def resolve_proposal(proposal_id: str, status: str, at: float, by: str, reason: str | None,
+                         edited: str | None) -> Job:
+        """Resolve a pending proposal; returns False when it was not pending."""
+        def job(conn: Any) -> bool:
+            cursor = conn.execute("UPDATE proposals SET status=?, resolved_at=?, resolved_by=?, reason=?, edited=?"
+                                  " WHERE id=? AND status='pending'", (status, at, by, reason, edited, proposal_id))
+            changed = cursor.rowcount == 1
+            if changed:
+                conn.notify(CHANNEL_APPROVALS, proposal_id)  # wakes its waiters on every replica
+            return changed
+        return job
+
+    @staticmethod
+    def execute_proposal(proposal_id: str, step: int) -> Job:
+        """Mark a proposal as run by committed ``step`` (in the step's own transaction)."""
+        def job(conn: Any) -> None:
+            conn.execute("UPDATE proposals SET status='executed', step=? WHERE id=?", (step, proposal_id))
+        return job
+
+    @staticmethod
+    def cancel_proposals(session_id: str, at: float, by: str) -> Job:
+        """Cancel a closing session's pending proposals; returns their ids."""
+        def job(conn: Any) -> list[str]:
+            ids = [r[0] for r in conn.execute(
+                "SELECT id FROM proposals WHERE session_id=? AND status='pending'", (session_id,))]
+            conn.execute("UPDATE proposals SET status='cancelled', resolved_at=?, resolved_by=?,"
+                         " reason='session closed' WHERE session_id=? AND status='pending'", (at, by, session_id))
+            if ids:
+                conn.notify(CHANNEL_APPROVALS, ",".join(ids))
+            return ids
+        return job
+
+    def proposal(self, proposal_id: str) -> Any:
+        return self._one(f"{_PROPOSAL_SELECT} WHERE p.id=?", (proposal_id,))
+
+    def proposals(self, *, status: str | None, session_id: str | None, limit: int, offset: int,
+                  tenants: Iterable[str] | None = None) -> list[Any]:
+        where: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            where.append("p.status=?")
+            params.append(status)
+        if session_id is not None:
+            where.append("p.session_id=?")
+            params.append(session_id)
+        if tenants is not None:
+            scope = sorted(tenants)
+            where.append(f"{_TENANT} IN ({','.join('?' * len(scope))})")
+            params.extend(scope)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        return self._all(f"{_PROPOSAL_SELECT}{clause} ORDER BY p.created_at, p.id LIMIT ? OFFSET ?",
+                         (*params, limit, offset))
+
+    def session_risk(self, session_id: str) -> list[tuple[int, float, float | None]]:
+        """(step, at, p_unsafe) of every committed step of a session: its risk over time."""
+        return [(int(r[0]), float(r[1]), r[2]) for r in self._all(
+            "SELECT step, at, p_unsafe FROM decisions WHERE session_id=? ORDER BY step", (session_id,))]
+
+    def count_open_sessions(self) -> int:
+        return self._count("SELECT count(*) FROM sessions WHERE closed_at IS NULL", ())
+
+    def count_pending_approvals(self) -> int:
+        return self._count("SELECT count(*) FROM approvals WHERE status='pending'", ())
+
+    def current_models(self) -> dict[str, str]:
+        return {row[0]: row[1] for row in self._all("SELECT name, version FROM models", ())}
+
+    def model_version(self, version: str) -> sqlite3.Row | None:
+        return self._one("SELECT * FROM model_versions WHERE version=?", (version,))
+
+
+class Storage(StorageBase):
     """The database of one server. Open with :meth:`open`, close with :meth:`close`.
 
     :meth:`write` must be awaited on the event loop that serves requests; :meth:`write_sync`
@@ -458,248 +758,52 @@ class Storage:
             raise StorageError("the database is closed")
         return self._writer.run_sync(fn)  # type: ignore[no-any-return]
 
-    # -- write jobs (run in the writer thread) -------------------------------------------
+    def _all(self, sql: str, params: tuple[Any, ...]) -> list[sqlite3.Row]:
+        return _all(self.reader, sql, params)
 
-    @staticmethod
-    def remember(entry: tuple[Any, ...] | None, job: Job) -> Job:
-        """``job``, and in the same transaction the answer of an idempotent request
-        ``(principal, key, request_hash, status, response, at)``; with ``entry`` None, just ``job``."""
-        if entry is None:
-            return job
 
-        def both(conn: sqlite3.Connection) -> Any:
-            result = job(conn)
-            conn.execute("INSERT INTO idempotency VALUES (?,?,?,?,?,?)", entry)
-            return result
-        return both
-
-    @staticmethod
-    def insert_steps(rows: Sequence[tuple[Any, ...]], approvals: Sequence[tuple[Any, ...]]) -> Job:
-        def job(conn: sqlite3.Connection) -> None:
-            conn.executemany(
-                "INSERT INTO decisions (session_id, step, at, principal, model_version, input_hash, abstract,"
-                " monitors, action_in, t, state, action, p_unsafe, decision, approval_id)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-            if approvals:
-                conn.executemany("INSERT INTO approvals (id, session_id, step, created_at, status)"
-                                 " VALUES (?,?,?,?,'pending')", approvals)
-        return job
-
-    @staticmethod
-    def insert_session(row: tuple[Any, ...]) -> Job:
-        def job(conn: sqlite3.Connection) -> None:
-            conn.execute("INSERT INTO sessions (id, model_name, model_version, policy, metadata, created_at,"
-                         " created_by, tenant) VALUES (?,?,?,?,?,?,?,?)", row)
-        return job
-
-    @staticmethod
-    def close_session(session_id: str, at: float, by: str) -> Job:
-        """Close an open session and cancel its pending approvals; returns their ids."""
-        def job(conn: sqlite3.Connection) -> list[str]:
-            conn.execute("UPDATE sessions SET closed_at=?, closed_by=? WHERE id=? AND closed_at IS NULL",
-                         (at, by, session_id))
-            ids = [r[0] for r in conn.execute(
-                "SELECT id FROM approvals WHERE session_id=? AND status='pending'", (session_id,))]
-            conn.execute("UPDATE approvals SET status='cancelled', resolved_at=?, resolved_by=?,"
-                         " reason='session closed' WHERE session_id=? AND status='pending'",
-                         (at, by, session_id))
-            return ids
-        return job
-
-    @staticmethod
-    def resolve_approval(approval_id: str, status: str, at: float, by: str, reason: str | None,
-                         remember: tuple[Any, ...] | None = None) -> Job:
-        """Resolve a pending approval; returns False when it was not pending (or does not exist).
-        ``remember``: an idempotency row, committed only if this call resolved it."""
-        def job(conn: sqlite3.Connection) -> bool:
-            cursor = conn.execute("UPDATE approvals SET status=?, resolved_at=?, resolved_by=?, reason=?"
-                                  " WHERE id=? AND status='pending'", (status, at, by, reason, approval_id))
-            changed = cursor.rowcount == 1
-            if changed and remember is not None:
-                conn.execute("INSERT INTO idempotency VALUES (?,?,?,?,?,?)", remember)
-            return changed
-        return job
-
-    # -- proposals (issue 13; a backend mirrors these five methods) ---------------------------
-
-    @staticmethod
-    def insert_proposal(row: tuple[Any, ...]) -> Job:
-        """``row``: (id, session_id, created_at, created_by, tool, arguments, tools, decision, status)."""
-        def job(conn: sqlite3.Connection) -> None:
-            conn.execute("INSERT INTO proposals (id, session_id, created_at, created_by, tool, arguments, tools,"
-                         " decision, status) VALUES (?,?,?,?,?,?,?,?,?)", row)
-        return job
-
-    @staticmethod
-    def resolve_proposal(proposal_id: str, status: str, at: float, by: str, reason: str | None,
-                         edited: str | None) -> Job:
-        """Resolve a pending proposal; returns False when it was not pending."""
-        def job(conn: sqlite3.Connection) -> bool:
-            cursor = conn.execute("UPDATE proposals SET status=?, resolved_at=?, resolved_by=?, reason=?, edited=?"
-                                  " WHERE id=? AND status='pending'", (status, at, by, reason, edited, proposal_id))
-            return cursor.rowcount == 1
-        return job
-
-    @staticmethod
-    def execute_proposal(proposal_id: str, step: int) -> Job:
-        """Mark a proposal as run by committed ``step`` (in the step's own transaction)."""
-        def job(conn: sqlite3.Connection) -> None:
-            conn.execute("UPDATE proposals SET status='executed', step=? WHERE id=?", (step, proposal_id))
-        return job
-
-    @staticmethod
-    def cancel_proposals(session_id: str, at: float, by: str) -> Job:
-        """Cancel a closing session's pending proposals; returns their ids."""
-        def job(conn: sqlite3.Connection) -> list[str]:
-            ids = [r[0] for r in conn.execute(
-                "SELECT id FROM proposals WHERE session_id=? AND status='pending'", (session_id,))]
-            conn.execute("UPDATE proposals SET status='cancelled', resolved_at=?, resolved_by=?,"
-                         " reason='session closed' WHERE session_id=? AND status='pending'", (at, by, session_id))
-            return ids
-        return job
-
-    def proposal(self, proposal_id: str) -> sqlite3.Row | None:
-        return _one(self.reader, f"{_PROPOSAL_SELECT} WHERE p.id=?", (proposal_id,))
-
-    def proposals(self, *, status: str | None, session_id: str | None, limit: int, offset: int,
-                  tenants: Iterable[str] | None = None) -> list[sqlite3.Row]:
-        where: list[str] = []
-        params: list[Any] = []
-        if status is not None:
-            where.append("p.status=?")
-            params.append(status)
-        if session_id is not None:
-            where.append("p.session_id=?")
-            params.append(session_id)
-        if tenants is not None:
-            scope = sorted(tenants)
-            where.append(f"{_TENANT} IN ({','.join('?' * len(scope))})")
-            params.extend(scope)
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
-        return _all(self.reader, f"{_PROPOSAL_SELECT}{clause} ORDER BY p.created_at LIMIT ? OFFSET ?",
-                    (*params, limit, offset))
-
-    def session_risk(self, session_id: str) -> list[tuple[int, float, float | None]]:
-        """(step, at, p_unsafe) of every committed step of a session: its risk over time."""
-        return [(r[0], r[1], r[2]) for r in self.reader.execute(
-            "SELECT step, at, p_unsafe FROM decisions WHERE session_id=? ORDER BY step", (session_id,))]
-
-    @staticmethod
-    def put_model(name: str, version: str, source: str, document: bytes, by: str, *, current: bool) -> Job:
-        def job(conn: sqlite3.Connection) -> None:
-            now = time.time()
-            conn.execute("INSERT OR IGNORE INTO model_versions VALUES (?,?,?,?,?,?)",
-                         (version, name, source, document, now, by))
-            if current:
-                conn.execute("INSERT INTO models VALUES (?,?,?) ON CONFLICT(name) DO UPDATE SET"
-                             " version=excluded.version, updated_at=excluded.updated_at", (name, version, now))
-        return job
-
-    @staticmethod
-    def forget_idempotency(before: float) -> Job:
-        """Drop the answers to idempotent writes older than ``before`` (a retry comes within seconds)."""
-        def job(conn: sqlite3.Connection) -> int:
-            return int(conn.execute("DELETE FROM idempotency WHERE at < ?", (before,)).rowcount)
-        return job
-
-    @staticmethod
-    def migrate_sessions(name: str, version: str, ids: Iterable[str]) -> Job:
-        ids = list(ids)
-
-        def job(conn: sqlite3.Connection) -> None:
-            conn.executemany("UPDATE sessions SET model_version=? WHERE id=? AND model_name=?",
-                             [(version, i, name) for i in ids])
-        return job
-
-    # -- reading (event loop thread) -------------------------------------------------------
-
-    def session_row(self, session_id: str) -> sqlite3.Row | None:
-        return _one(self.reader, "SELECT * FROM sessions WHERE id=?", (session_id,))
-
-    def open_sessions(self, model_name: str | None = None) -> list[str]:
-        if model_name is None:
-            rows = self.reader.execute("SELECT id FROM sessions WHERE closed_at IS NULL")
-        else:
-            rows = self.reader.execute("SELECT id FROM sessions WHERE closed_at IS NULL AND model_name=?",
-                                       (model_name,))
-        return [r[0] for r in rows]
-
-    def list_sessions(self, *, status: str | None, limit: int, offset: int,
-                      tenants: Iterable[str] | None = None) -> list[sqlite3.Row]:
-        clauses = [{"open": "closed_at IS NULL", "closed": "closed_at IS NOT NULL"}.get(status or "", "1")]
-        params: list[Any] = []
-        if tenants is not None:
-            scope = sorted(tenants)
-            clauses.append(f"{_TENANT} IN ({','.join('?' * len(scope))})")
-            params += scope
-        return _all(self.reader, f"SELECT s.*, (SELECT count(*) FROM decisions d WHERE d.session_id=s.id) AS steps"
-                                 f" FROM sessions s WHERE {' AND '.join(clauses)} ORDER BY created_at DESC"
-                                 f" LIMIT ? OFFSET ?", (*params, limit, offset))
-
-    def last_step(self, session_id: str) -> tuple[int, int, str | None] | None:
-        """(step, abstract, monitors) of the last committed step: all a resume needs (an index look-up)."""
-        row = self.reader.execute("SELECT step, abstract, monitors FROM decisions WHERE session_id=?"
-                                  " ORDER BY step DESC LIMIT 1", (session_id,)).fetchone()
-        return None if row is None else (int(row[0]), int(row[1]), row[2])
-
-    def idempotent(self, principal: str, key: str) -> sqlite3.Row | None:
-        return _one(self.reader, "SELECT * FROM idempotency WHERE principal=? AND key=?", (principal, key))
-
-    def history(self, session_id: str) -> list[tuple[int, int, str | None, str | None, float | None]]:
-        """(step, abstract, monitors, action_in, t) of every committed step, in order."""
-        return self.reader.execute(
-            "SELECT step, abstract, monitors, action_in, t FROM decisions WHERE session_id=? ORDER BY step",
-            (session_id,)).fetchall()
-
-    def steps(self, session_id: str, *, limit: int, offset: int) -> list[sqlite3.Row]:
-        return _all(self.reader, "SELECT * FROM decisions WHERE session_id=? ORDER BY step LIMIT ? OFFSET ?",
-                    (session_id, limit, offset))
-
-    def step_count(self, session_id: str) -> int:
-        row = self.reader.execute("SELECT count(*) FROM decisions WHERE session_id=?", (session_id,)).fetchone()
-        return int(row[0])
-
-    def approval(self, approval_id: str) -> sqlite3.Row | None:
-        return _one(self.reader, _APPROVAL_SELECT + " WHERE a.id=?", (approval_id,))
-
-    def approvals(self, *, status: str | None, session_id: str | None, limit: int, offset: int,
-                  tenants: Iterable[str] | None = None) -> list[sqlite3.Row]:
-        clauses: list[str] = []
-        params: list[Any] = []
-        if tenants is not None:
-            scope = sorted(tenants)
-            clauses.append(f"a.session_id IN (SELECT s.id FROM sessions s WHERE {_TENANT} IN "
-                           f"({','.join('?' * len(scope))}))")
-            params += scope
-        if status is not None:
-            clauses.append("a.status=?")
-            params.append(status)
-        if session_id is not None:
-            clauses.append("a.session_id=?")
-            params.append(session_id)
-        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-        return _all(self.reader, _APPROVAL_SELECT + where + " ORDER BY a.created_at, a.id LIMIT ? OFFSET ?",
-                    (*params, limit, offset))
-
-    def count_open_sessions(self) -> int:
-        return int(self.reader.execute("SELECT count(*) FROM sessions WHERE closed_at IS NULL").fetchone()[0])
-
-    def count_pending_approvals(self) -> int:
-        return int(self.reader.execute("SELECT count(*) FROM approvals WHERE status='pending'").fetchone()[0])
-
-    def current_models(self) -> dict[str, str]:
-        return dict(self.reader.execute("SELECT name, version FROM models").fetchall())
-
-    def model_version(self, version: str) -> sqlite3.Row | None:
-        return _one(self.reader, "SELECT * FROM model_versions WHERE version=?", (version,))
+def _check_chain(conn: Any, versions: dict[str, str], prev: Sequence[tuple[str, int, int, str | None]]) -> None:
+    """Raise :class:`Conflict` unless every session is open and each step extends the row its replica
+    saw last. ``FOR SHARE`` waits for a close in flight (and makes a close wait for this step)."""
+    sessions = sorted(versions)
+    marks = ",".join("?" * len(sessions))
+    # one round trip: lock the sessions' rows and count the rows the steps extend
+    chain = "0"
+    params: list[Any] = list(sessions)
+    if prev:
+        # typed, so that PostgreSQL need not guess the types of a VALUES list
+        values = ",".join("(CAST(? AS TEXT),CAST(? AS BIGINT),CAST(? AS BIGINT),CAST(? AS TEXT))" for _ in prev)
+        chain = (f"(WITH p(s, n, a, m) AS (VALUES {values}) SELECT count(*) FROM decisions d JOIN p"
+                 " ON d.session_id = p.s AND d.step = p.n AND d.abstract = p.a"
+                 " AND d.monitors IS NOT DISTINCT FROM p.m)")
+        params = [x for item in prev for x in item] + params
+    rows = conn.execute(f"SELECT id, closed_at, model_version, {chain} FROM sessions WHERE id IN ({marks})"
+                        " FOR SHARE", tuple(params)).fetchall()
+    if len(rows) != len(sessions) or any(row[1] is not None or row[2] != versions[row[0]] for row in rows):
+        raise Conflict("a session was closed or migrated by another replica")
+    if int(rows[0][3]) != len(prev):
+        raise Conflict("a session was advanced by another replica")
 
 
 _APPROVAL_SELECT = ("SELECT a.*, d.decision AS decision, d.principal AS requested_by,"
                     " (SELECT coalesce(s.tenant, s.created_by) FROM sessions s WHERE s.id=a.session_id) AS tenant"
                     " FROM approvals a LEFT JOIN decisions d ON d.session_id=a.session_id AND d.step=a.step")
-_TENANT = "coalesce(s.tenant, s.created_by)"
+_TENANT = "coalesce(s.tenant, s.created_by)"  # sessions from before tenants belong to the key that opened them
 _PROPOSAL_SELECT = ("SELECT p.*, coalesce(s.tenant, s.created_by) AS tenant, s.closed_at AS session_closed_at"
-                    " FROM proposals p JOIN sessions s ON s.id=p.session_id")  # sessions from before tenants belong to the key that opened them
+                    " FROM proposals p JOIN sessions s ON s.id=p.session_id")
+
+
+def is_postgres(db: str | Path) -> bool:
+    return isinstance(db, str) and db.startswith(("postgresql://", "postgres://"))
+
+
+def open_storage(db: str | Path, *, synchronous: str = "normal") -> StorageBase:
+    """The database ``db`` names: a ``postgresql://`` URL (shared by replicas) or a SQLite file."""
+    if is_postgres(db):
+        from server.storage_pg import PgStorage  # psycopg is an optional extra: imported only when used
+
+        return PgStorage.open(str(db))
+    return Storage.open(db, synchronous=synchronous)
 
 
 def _one(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> sqlite3.Row | None:

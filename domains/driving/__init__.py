@@ -1,8 +1,11 @@
 """The driving domain: a car with a stochastic driver approaching a signalled junction.
 
 The Pro2Guard paper's autonomous-vehicle setting (§4) on a small kinematic simulator:
-a light cycling green → yellow → red, pedestrians and priority vehicles crossing at
-random times, and drivers who react late, run lights, start late or ignore others.
+a light on a fixed-time plan (green 14 s, yellow 4 s, red 16 s), pedestrians and
+priority vehicles crossing at random times, and drivers who react late, run lights,
+start late or ignore others. Dwell times are not memoryless: a phase lasts its fixed
+time and a start-up delay is log-normal, so how long the abstract state has held says
+something about what comes next (the spec's ``learning.memory``).
 The spec's rules are traffic laws as monitors (start on green within 3 s; do not cross
 the stop line on red) and a collision as the unsafe condition.
 

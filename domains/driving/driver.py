@@ -23,6 +23,8 @@ MAX_DECEL = 8.0  # m/s², tyre limit: emergency braking
 HARD_DECEL = 6.0  # m/s², the most a driver brakes by choice for a light it had meant to pass
 STANDSTILL_GAP = 1.0  # m, IDM s0: the car stops this far before the point it stops at
 _FRESH_RED = 3.0  # s: a red younger than this tempts a red-light runner
+START_MEDIAN = 0.4  # s: median start-up delay of an attentive driver (log-normal)
+START_SIGMA = 0.5
 
 
 class Driver:
@@ -99,9 +101,14 @@ class Driver:
         if speed < 0.1 and a > 0.0:
             # moving off: a standing driver needs a moment, and sometimes a long one
             if self._ready_at is None:
-                delay = self.rng.uniform(0.0, 0.5)
+                # Start-up delays are right-skewed, not memoryless: log-normal, as measured at
+                # signalised junctions (median about 0.4 s after the perceived change here, the
+                # perception delay coming on top); a distracted start is log-normal about the
+                # geometric middle of the profile's late-start range.
+                delay = min(self.rng.lognormvariate(math.log(START_MEDIAN), START_SIGMA), 2.0)
                 if self.rng.random() < tr.p_late_start:
-                    delay = self.rng.uniform(*tr.late_start)
+                    low, high = tr.late_start
+                    delay = min(max(self.rng.lognormvariate(math.log(math.sqrt(low * high)), 0.3), low), high)
                 self._ready_at = t + delay
             if t < self._ready_at:
                 self.maneuver = "wait"

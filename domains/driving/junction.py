@@ -43,9 +43,13 @@ class LightCycle:
     ends: tuple[float, ...]
 
     @classmethod
-    def draw(cls, rng: random.Random, horizon: float, *, green: tuple[float, float] = (8.0, 20.0),
-             yellow: tuple[float, float] = (3.0, 4.5), red: tuple[float, float] = (10.0, 22.0)) -> LightCycle:
-        """A cycle with uniform phase durations, entered at a uniformly random moment."""
+    def draw(cls, rng: random.Random, horizon: float, *, green: tuple[float, float] = (14.0, 14.0),
+             yellow: tuple[float, float] = (4.0, 4.0), red: tuple[float, float] = (16.0, 16.0)) -> LightCycle:
+        """A cycle with phase durations uniform in the given ranges, entered at a uniformly random moment.
+
+        By default a fixed-time plan (green 14 s, yellow 4 s, red 16 s), as most signals
+        run: how long the light has shown a colour then says when it changes.
+        """
         ranges = {"green": green, "yellow": yellow, "red": red}
         means = {c: (lo + hi) / 2 for c, (lo, hi) in ranges.items()}
         u = rng.random() * sum(means.values())

@@ -78,7 +78,7 @@ def derive_spec(task: Task) -> dict[str, Any]:
             object it names then exists in every simulator state of the task).
 
     Returns:
-        ``{"name", "description", "predicates": {name: CEL}, "unsafe": CEL, "guard"}``.
+        ``{"name", "description", "predicates": {name: CEL}, "unsafe": CEL, "guard", "learning"}``.
 
     Raises:
         ValueError: when the task has no final-state condition (or one without properties).
@@ -110,6 +110,8 @@ def derive_spec(task: Task) -> dict[str, Any]:
         "predicates": predicates,
         "unsafe": " && ".join(condition_names),
         "guard": {"horizon": None, "thresholds": {"reflect": 0.5}, "unseen_state": "ask_human"},
+        # the levers that beat counting on these tasks (bench/estimation_levers.py)
+        "learning": {"memory": {"dwell": 64, "previous": True}, "shrink": "auto"},
     }
 
 

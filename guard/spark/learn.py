@@ -6,7 +6,11 @@ and fills a :class:`~guard.learning.TransitionCounts`. Its fields leave the part
 keyed records, summed by ``reduceByKey``; only the sums reach the driver, which rebuilds a
 ``TransitionCounts`` and hands it to :func:`guard.pipeline.model_from_counts`. So the model
 is the one the single-process learner writes: the same counts, the same floating-point
-operations; only the provenance differs.
+operations; only the provenance differs. With ``learning.memory`` the partitions count
+chain states (runs encoded by the memory automaton); when a learning lever needs the
+runs themselves (``shrink``, ``alpha: auto``, ``backoff: auto``), the distinct runs
+travel too, summed by ``reduceByKey`` like the counts: they grow with the number of
+distinct runs, not of steps.
 
 Malformed runs follow the single-process rules: ``stop`` raises the first bad run in
 reading order (files in the order given, lines in file order); ``skip`` leaves bad runs
@@ -22,7 +26,7 @@ import gc
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from guard.errors import ForewarnError, TraceError
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["learn_model_spark", "learn_bundle_spark", "count_transitions_spark"]
 
 _WITHOUT, _KEY_SEEN = -2, -3  # record tags: runs without the --group-by key, and the meta keys they had
+_PATH = -4  # record tag: a distinct counted run, for the learning levers that need the runs (guard/pipeline.py)
 
 
 def count_transitions_spark(source: DataFrame | Sequence[str], spec: Spec, *, spark: SparkSession | None = None,
@@ -71,6 +76,8 @@ class _Grouped:
     groups: dict[str, TransitionCounts]
     without: int
     keys_seen: set[str]
+    paths: Counter[tuple[int, ...]] = field(default_factory=Counter)  # distinct runs (when the spec's levers need them)
+    group_paths: dict[str, Counter[tuple[int, ...]]] = field(default_factory=dict)
 
 
 def _count_groups(source: DataFrame | Sequence[str], spec: Spec, group: tuple[str, ...] | None, *,
@@ -108,7 +115,7 @@ def learn_model_spark(source: DataFrame | Sequence[str], spec: Spec, *, spark: S
     ``allow_python``. ``summary`` is filled as :func:`guard.pipeline.learn_model` fills it:
     runs kept, and (``on_error="skip"``) the skipped runs by reason.
     """
-    from guard.pipeline import learning_bounds, model_from_counts, prepare
+    from guard.pipeline import counting_plan, learning_bounds, model_from_counts, prepare
     from guard.spark.session import spark_session
 
     allow_python = options.pop("allow_python", None)
@@ -124,8 +131,9 @@ def learn_model_spark(source: DataFrame | Sequence[str], spec: Spec, *, spark: S
         summary.runs += counts.runs
     if counts.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
+    wanted = counting_plan(spec, predicates, options.get("alpha"))[1] is not None
     model = model_from_counts(counts, spec, predicates, monitors, learn_seconds=time.perf_counter() - started,
-                              inputs=inputs, **options)
+                              inputs=inputs, paths=grouped.paths if wanted else None, **options)
     _stamp(model, session, period)
     return model
 
@@ -138,7 +146,7 @@ def learn_bundle_spark(source: DataFrame | Sequence[str], spec: Spec, *, group_b
                        summary: IngestSummary | None = None, **options: Any) -> GuardBundle:
     """:func:`guard.bundle.learn_bundle` on Spark: runs counted into the pooled counts and their group's."""
     from guard.bundle import DEFAULT_MIN_GROUP_RUNS, bundle_from_counts, group_path
-    from guard.pipeline import learning_bounds, prepare
+    from guard.pipeline import counting_plan, learning_bounds, prepare
     from guard.spark.session import spark_session
 
     path = group_path(group_by)
@@ -155,9 +163,12 @@ def learn_bundle_spark(source: DataFrame | Sequence[str], spec: Spec, *, group_b
                                     split_bytes=split_bytes, allow_python=predicates.allow_python)
     if summary is not None:
         summary.runs += grouped.pooled.runs
+    wanted = counting_plan(spec, predicates, options.get("alpha"))[1] is not None
     bundle = bundle_from_counts(grouped.pooled, grouped.groups, grouped.without, grouped.keys_seen, spec,
                                 predicates, monitors, group_by=group_by, min_group_runs=min_group_runs,
-                                inputs=inputs, learn_seconds=time.perf_counter() - started, **options)
+                                inputs=inputs, learn_seconds=time.perf_counter() - started,
+                                pooled_paths=grouped.paths if wanted else None,
+                                group_paths=grouped.group_paths if wanted else None, **options)
     for model in [bundle.pooled, *bundle.members.values()]:
         _stamp(model, session, period)
     bundle.provenance["engine"] = bundle.pooled.provenance["engine"]
@@ -201,6 +212,10 @@ class _Counter:
 
         # CEL compiled once per partition
         predicates = PredicateSet(self.spec, self.python_predicates, allow_python=self.allow_python)
+        from guard.pipeline import counting_plan
+
+        memory, paths = counting_plan(self.spec, predicates)  # as the single-process learner counts
+        group_paths: dict[str, Counter[tuple[int, ...]]] = {}
         counts = TransitionCounts()
         groups: dict[str, TransitionCounts] = {}
         keys_seen: set[str] = set()
@@ -219,7 +234,11 @@ class _Counter:
                     if self.stop:  # the driver raises the first error; nothing after it matters
                         break
                     continue
+                if memory is not None:
+                    abstract = memory.encode_run(abstract)
                 counts.add(abstract, predicates)
+                if paths is not None:
+                    paths[tuple(abstract)] += 1
                 if self.group is not None:
                     group = group_value(run.meta, self.group)
                     if group is None:
@@ -228,12 +247,19 @@ class _Counter:
                             keys_seen.update(run.meta)
                     else:
                         groups.setdefault(group, TransitionCounts()).add(abstract, predicates)
+                        if paths is not None:
+                            group_paths.setdefault(group, Counter())[tuple(abstract)] += 1
         finally:
             if was_enabled:
                 gc.enable()
         yield from _records(counts, None)
         for name, group_counts in groups.items():
             yield from _records(group_counts, name)
+        for path, n in (paths or {}).items():
+            yield (_PATH, path, None), n
+        for name, counted in group_paths.items():
+            for path, n in counted.items():
+                yield (_PATH, path, name), n
         if without:
             yield (_WITHOUT, None, None), without
         for key in keys_seen:
@@ -275,6 +301,9 @@ def _merge(records: Iterable[tuple[Any, Any]]) -> _Grouped:
             continue
         if index == _KEY_SEEN:
             out.keys_seen.add(item)
+            continue
+        if index == _PATH:
+            (out.paths if group is None else out.group_paths.setdefault(group, Counter()))[item] = value
             continue
         counts = out.pooled if group is None else out.groups.setdefault(group, TransitionCounts())
         target = getattr(counts, specs[index].name)

@@ -7,7 +7,7 @@ import pytest
 from langchain.agents import create_agent
 
 from _lc_support import ToolLog, p_safe, thresholds
-from guard import Guard
+from guard import Guard, GuardModel, learn_model
 from guard.errors import ThresholdWarning
 from guard.langchain import ForewarnMiddleware, ToolGuard
 from guard.langchain.testing import ScriptedChatModel, tool_calls
@@ -38,7 +38,21 @@ def test_a_harmless_first_call_of_a_risky_run_passes_by_default(tool_guard: Guar
     assert first.action is Action.ALLOW and first.baseline_p_unsafe == pytest.approx(1 - start)
 
 
-def test_a_call_that_raises_the_risk_is_held_back(tool_guard: Guard, log: ToolLog) -> None:
+@pytest.fixture
+def chain_guard(tool_model: GuardModel) -> Guard:
+    """The tool model's plain chain (no shrinking), in which reading .env raises the risk.
+
+    Shrunk towards the observed frequencies (the default) it does not: in the generated
+    runs a .env read early in a run is rarely followed by a violation.
+    """
+    spec = tool_model.spec
+    plain = spec.model_copy(update={"learning": spec.learning.model_copy(update={"shrink": "off"})})
+    runs = tool_model.provenance["inputs"][0]["path"]
+    return Guard(learn_model([runs], plain))
+
+
+def test_a_call_that_raises_the_risk_is_held_back(chain_guard: Guard, log: ToolLog) -> None:
+    tool_guard = chain_guard
     start = p_safe(tool_guard, USER, [])
     secret = p_safe(tool_guard, USER, [{"name": "read_file", "args": ENV[1], "result": "KEY=1"}])
     assert secret < start  # reading .env raises the risk

@@ -50,10 +50,49 @@ def toy_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return learn_model([traces], parse_spec(TOY_SPEC)).save(folder / "toy.json")
 
 
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[str]:
+    """One throw-away PostgreSQL cluster for the whole run (the URL of its maintenance database)."""
+    from _postgres import cluster, pg_bin
+
+    if pg_bin("initdb") is None or pg_bin("pg_ctl") is None:
+        pytest.skip("PostgreSQL is not installed (no initdb/pg_ctl; .ci/run installs Debian's postgresql)")
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
+    with cluster() as url:
+        yield url
+
+
 @pytest.fixture
-def server(tmp_path: Path, builtin_path: Path, toy_path: Path) -> Iterator[ServerThread]:
+def postgres_db(postgres_cluster: str, request: pytest.FixtureRequest) -> str:
+    """A fresh, empty database for one test: its postgresql:// URL."""
+    import re
+
+    from _postgres import fresh_database
+
+    return fresh_database(postgres_cluster, "t_" + re.sub(r"\W", "_", request.node.name)[-50:].lower())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "backends: run the test's `server` on SQLite and on PostgreSQL")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "server" in metafunc.fixturenames and metafunc.definition.get_closest_marker("backends"):
+        metafunc.parametrize("backend", ["sqlite", "postgresql"], indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """The database the `server` fixture uses: SQLite unless the test is marked ``backends``."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture
+def server(tmp_path: Path, builtin_path: Path, toy_path: Path, backend: str,
+           request: pytest.FixtureRequest) -> Iterator[ServerThread]:
     """A real uvicorn on loopback serving the built-in model (default) and the toy one."""
-    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path, "toy": toy_path})) as running:
+    db = tmp_path / "forewarn.db" if backend == "sqlite" else request.getfixturevalue("postgres_db")
+    with ServerThread(settings(db, {"builtin": builtin_path, "toy": toy_path})) as running:
         yield running
 
 

@@ -16,6 +16,9 @@ from guard.client import AsyncClient, Client, RemoteDecision, ServerError
 from guard.errors import PredicateError
 from guard.spec import Action, Thresholds
 
+# every flow here runs on SQLite and on PostgreSQL (a throw-away cluster; see conftest.py)
+pytestmark = pytest.mark.backends
+
 ASK_EVERYTHING_RISKY = {"thresholds": {"ask_human": 0.9}}
 
 

@@ -1,0 +1,208 @@
+"""Estimation levers against counting: Brier score and detection at matched false alarms, per domain.
+
+For each shipped domain (embodied household tasks, driving at a signalled junction, a
+tool-using agent) the script generates logged runs with the domain's simulator and runs
+grouped k-fold evaluation (guard/evaluation/evaluate.py) once per lever: a spec variant
+whose ``learning:`` block switches one lever on. Beside them it scores the per-state
+empirical frequency baseline that ``forewarn evaluate`` reports (fitted on the same
+training folds).
+
+Figures, pooled over every held-out run of every fold (and, for embodied, every task):
+
+* **Brier**: per-step Brier score of p_unsafe against "the run goes on to violate",
+  over the steps where *both* the lever and the empirical frequency give a risk (the
+  frequency has none for a state it never saw); ``covered`` is the share of steps the
+  row's method scores at all.
+* **det@5%**, **det@20%**: detection at a matched false-alarm rate. θ is picked per
+  target (no interpolation): the largest θ whose false-alarm rate on the held-out safe
+  runs is at most the target; the rate reached is shown beside it. A run is flagged
+  when p_safe < θ at some step strictly before its violation (``--enforcement observe``;
+  with look-ahead every method would flag the violating step itself). A state without an estimate
+  raises no alarm here, whatever the spec's ``unseen_state`` says: the table compares
+  estimates, not the policy for states without data (which would flag a run the same
+  way whichever estimate is used).
+
+Folds: driving and embodied group by run (every run is its own seeded simulation);
+tools group by ``meta.task``, so a task's runs are never on both sides.
+
+    python bench/estimation_levers.py [--quick] [--domains embodied,driving,tools] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from _common import ROOT, write_json
+from guard.evaluation.baselines import EMPIRICAL
+from guard.evaluation.evaluate import evaluate
+from guard.replay import RunReplay
+from guard.spec import MemorySettings, Spec, load_spec
+from guard.storm import Method
+from guard.traces import Run, read_runs
+
+TARGETS = (0.05, 0.20)
+LEVERS: dict[str, dict[str, Any]] = {
+    "chain (no lever)": {},
+    "alpha: auto": {"alpha": "auto"},
+    "structure: observed": {"structure": "observed"},
+    "memory: dwell 64": {"memory": {"dwell": 64}},
+    "memory: previous": {"memory": {"previous": True}},
+    "memory: dwell 64 + previous": {"memory": {"dwell": 64, "previous": True}},
+    "shrink: auto": {"shrink": "auto"},
+}
+
+
+@dataclass
+class Row:
+    name: str
+    brier: float
+    covered: float
+    detection: list[tuple[float, float]]  # per target: (detection, false-alarm rate reached)
+    seconds: float
+    reference_brier: float | None  # the empirical frequency's Brier on the same steps
+
+
+def variant(spec: Spec, lever: dict[str, Any] | None) -> Spec:
+    """The spec with no lever but the one given (its α kept); ``None``: the spec as the domain ships it."""
+    if lever is None:
+        return spec
+    update: dict[str, Any] = {"shrink": "off", "memory": {}, **lever}
+    update["memory"] = MemorySettings(**update["memory"])
+    return spec.model_copy(update={"learning": spec.learning.model_copy(update=update)})
+
+
+def detection_at(replays: Sequence[RunReplay], target: float, unseen_alarms: bool) -> tuple[float, float]:
+    """(detection, false-alarm rate) at the largest θ whose false-alarm rate is at most ``target``."""
+    # strictly before the violation (``observe`` enforcement): looking ahead, every method
+    # would flag the violating step itself, whose risk is 1 whatever estimated it
+    safe = np.sort([r.min_p_safe(unseen_alarms, lookahead=False) for r in replays if not r.unsafe])
+    unsafe = np.array([r.min_p_safe(unseen_alarms, lookahead=False) for r in replays if r.unsafe])
+    k = int(math.floor(target * len(safe) + 1e-9))
+    theta = safe[k] if k < len(safe) else math.inf  # alarms where p_safe < θ: at most k safe runs
+    return float((unsafe < theta).mean()), float((safe < theta).mean())
+
+
+def paired_brier(model: Sequence[RunReplay], other: Sequence[RunReplay]) -> tuple[float, float, float]:
+    """Brier of both over the steps both score; and each one's share of steps scored."""
+    a_sum = b_sum = 0.0
+    both = scored_a = scored_b = total = 0
+    for a, b in zip(model, other):
+        end = a.violation if a.violation is not None else len(a.p_unsafe)
+        y = float(a.violation is not None)
+        for pa, pb in zip(a.p_unsafe[:end], b.p_unsafe[:end]):
+            total += 1
+            scored_a += pa is not None
+            scored_b += pb is not None
+            if pa is not None and pb is not None:
+                both += 1
+                a_sum += (pa - y) ** 2
+                b_sum += (pb - y) ** 2
+    return a_sum / max(both, 1), b_sum / max(both, 1), scored_a / max(total, 1), scored_b / max(total, 1)
+
+
+# -- domains: lists of (spec, runs, group_by) evaluated separately and pooled ------------------
+
+def driving(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]]:
+    from domains.driving import spec_path
+    from domains.driving.episodes import generate_traces
+
+    path = work / "drives.jsonl"
+    generate_traces(300 if quick else 1000, 11, path)
+    return [(load_spec(spec_path()), list(read_runs(path)), None)]
+
+
+def tools(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]]:
+    from domains.tools.generator import generate_traces
+
+    path = work / "tools.jsonl"
+    generate_traces(300 if quick else 1200, 3, path)
+    return [(load_spec(ROOT / "domains" / "tools" / "spec.yaml"), list(read_runs(path)), "meta.task")]
+
+
+def embodied(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]]:
+    from domains.embodied import generate_traces, hazard_tasks, write_spec
+
+    out = []
+    for task in hazard_tasks()[:10 if quick else None]:
+        trace, spec = work / f"{task.id}.jsonl", work / f"{task.id}.yaml"
+        generate_traces([task], 100 if quick else 150, 7, trace)
+        write_spec(task, spec)
+        out.append((load_spec(spec), list(read_runs(trace)), None))
+    return out
+
+
+DOMAINS: dict[str, Callable[[bool, Path], list[tuple[Spec, list[Run], str | None]]]] = {
+    "embodied": embodied, "driving": driving, "tools": tools}
+
+
+def run_domain(parts: list[tuple[Spec, list[Run], str | None]], folds: int) -> tuple[list[Row], int, int]:
+    """One row per lever, then the default and the empirical frequency; and the runs and violating runs."""
+    rows = []
+    reference: Row | None = None
+    unseen_alarms = False  # estimates are compared, not the policy for states without data
+    runs = unsafe = 0
+    for name, lever in [*LEVERS.items(), ("default: the shipped spec", None)]:
+        started = time.perf_counter()
+        model: list[RunReplay] = []
+        empirical: list[RunReplay] = []
+        for spec, part, group_by in parts:
+            report = evaluate(part, variant(spec, lever), [0.5], folds=folds, group_by=group_by,
+                              method=Method.TOPOLOGICAL)
+            model += report.pooled.replays
+            empirical += report.pooled.baselines[EMPIRICAL].replays
+        seconds = time.perf_counter() - started
+        brier, brier_empirical, covered, covered_empirical = paired_brier(model, empirical)
+        rows.append(Row(name, brier, covered, [detection_at(model, t, unseen_alarms) for t in TARGETS], seconds,
+                        brier_empirical))
+        if reference is None:  # the frequency is fitted on the same folds whatever the lever
+            runs, unsafe = len(model), sum(r.unsafe for r in model)
+            reference = Row("empirical frequency", brier_empirical, covered_empirical,
+                            [detection_at(empirical, t, unseen_alarms) for t in TARGETS], 0.0, None)
+        print(f"  {name:<28} {seconds:6.1f} s", file=sys.stderr, flush=True)
+    assert reference is not None
+    return rows + [reference], runs, unsafe
+
+
+def print_table(domain: str, rows: list[Row], runs: int, unsafe: int) -> None:
+    print(f"\n{domain}: {runs} runs ({unsafe} violate), grouped {FOLDS}-fold")
+    print("| lever | Brier | frequency's Brier, same steps | steps scored | det@5% (FA) | det@20% (FA) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        ref = "" if r.reference_brier is None else f"{r.reference_brier:.4f}"
+        dets = " | ".join(f"{d:.3f} ({fa:.3f})" for d, fa in r.detection)
+        print(f"| {r.name} | {r.brier:.4f} | {ref} | {r.covered:.3f} | {dets} |")
+
+
+FOLDS = 5
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer runs and tasks")
+    parser.add_argument("--domains", default="embodied,driving,tools")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for domain in args.domains.split(","):
+            started = time.perf_counter()
+            parts = DOMAINS[domain](args.quick, Path(tmp))
+            print(f"{domain}: runs generated in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+            rows, runs, unsafe = run_domain(parts, FOLDS)
+            print_table(domain, rows, runs, unsafe)
+            results[domain] = {"runs": runs, "rows": [r.__dict__ for r in rows]}
+    if args.json:
+        write_json(args.json, {"folds": FOLDS, "targets": TARGETS, "results": results})
+
+
+if __name__ == "__main__":
+    main()

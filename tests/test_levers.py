@@ -1,0 +1,290 @@
+"""The estimation levers: memory, back-off smoothing, alpha: auto, shrinking towards the frequency.
+
+Exact oracles are written by hand on the toy domain (tests/_support.py: a = bit 0,
+b = bit 1, unsafe when both hold; NONE=0, A=1, AB=3).
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from guard import Guard
+from guard.crossval import ALPHA_GRID, choose_alpha, path_transitions
+from guard.learning import END, TransitionCounts, count_transitions, learn_dtmc
+from guard.memory import Memory
+from guard.pipeline import learn_model
+from guard.predicates import PredicateSet
+from guard.shrinkage import KAPPA_GRID, reach_label
+from guard.spec import Spec, parse_spec
+from guard.storm import Method
+from guard.traces import read_runs
+from _support import AB, CLI, NONE, B, TOY_SPEC, A, WriteRuns, reach_probabilities, toy_run, toy_state
+
+F = Fraction
+N4, A5 = NONE | 1 << 2, A | 1 << 2  # NONE and A having held for 2 steps or more (dwell 2: label 1)
+
+
+def toy_with(learning: str) -> Spec:
+    text = TOY_SPEC.replace("learning:\n  alpha: 0.1\n", "learning:\n" + learning)
+    return parse_spec(text)
+
+
+def rows_exact(dtmc) -> dict[int, dict[int, Fraction]]:  # type: ignore[no-untyped-def]
+    return {dtmc.states[i]: {dtmc.states[j]: p for j, p in dtmc.exact_row(i)} for i in range(dtmc.size)}
+
+
+# -- the memory automaton -----------------------------------------------------------------
+
+def test_dwell_buckets_are_log_spaced_and_capped() -> None:
+    memory = Memory(2, dwell=8)  # buckets: 1 | 2-3 | 4-7 | 8+
+    labels = [memory.label(s) for s in _states(memory, [1] * 12)]
+    assert labels == [0, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 3]
+    assert memory.encode_run([1, 1, 2, 2, 2, 2]) == [1, 1 | 1 << 2, 2, 2 | 1 << 2, 2 | 1 << 2, 2 | 2 << 2]
+
+
+def test_previous_remembers_the_last_different_state() -> None:
+    memory = Memory(2, previous=True)  # no dwell: one bucket
+    assert [memory.label(s) for s in _states(memory, [0, 0, 1, 1, 2, 0])] == [0, 0, 1, 1, 2, 3]
+    assert memory.successor_labels(1, 1, 1) == [1] and memory.successor_labels(1, 1, 2) == [2]
+
+
+def _states(memory: Memory, abstract: list[int]) -> list[int]:
+    out, state = [], memory.initial
+    for bits in abstract:
+        state = memory.step(state, bits)
+        out.append(state)
+    return out
+
+
+# -- back-off smoothing: exact rows by hand ----------------------------------------------------
+
+BACKOFF = "  alpha: 0.75\n  structure: observed\n  shrink: off\n  memory: {dwell: 2, backoff: 2}\n"
+BACKOFF_RUNS = [[NONE, NONE, NONE], [NONE, A, A], [NONE, AB]]
+# Memoryless chain (structure observed, α = 3/4):
+#   NONE: NONE 2, A 1, AB 1, end 1 → (n + 3/4)/8 = 11/32, 7/32, 7/32, 7/32
+#   A:    A 1, end 1               → 1/2, 1/2
+LOW = {NONE: {NONE: F(11, 32), A: F(7, 32), AB: F(7, 32), END: F(7, 32)}, A: {A: F(1, 2), END: F(1, 2)}}
+# Chain over (bits, dwell label), β = 2; a stay splits its prior mass over the labels that
+# exist (NONE fresh → NONE fresh or NONE held); rows are (n + β·π) / (N + β·Z):
+BACKOFF_ROWS = {
+    NONE: {NONE: F(11, 32) / 5, N4: (1 + F(11, 32)) / 5, A: (1 + F(7, 16)) / 5, AB: (1 + F(7, 16)) / 5,
+           END: F(7, 16) / 5},
+    N4: {N4: (1 + F(11, 16)) / 4, A: F(7, 16) / 4, AB: F(7, 16) / 4, END: (1 + F(7, 16)) / 4},
+    A: {A: F(1, 2) / 3, A5: (1 + F(1, 2)) / 3, END: F(1) / 3},
+    A5: {A5: F(1, 3), END: F(2, 3)},
+    AB: {AB: F(1)},
+    END: {END: F(1)},
+}
+
+
+def test_backoff_rows_match_the_hand_fractions(write_runs: WriteRuns) -> None:
+    for src, row in BACKOFF_ROWS.items():
+        assert sum(row.values()) == 1, src
+    path = write_runs([toy_run(f"r{i}", bits) for i, bits in enumerate(BACKOFF_RUNS)])
+    model = learn_model([path], toy_with(BACKOFF), method=Method.EXACT)
+    assert rows_exact(model.dtmc) == BACKOFF_ROWS
+    for i, src in enumerate(model.dtmc.states):  # the float matrix says the same
+        for j, p in model.dtmc.exact_row(i):
+            assert math.isclose(model.dtmc.matrix[i, j], p, rel_tol=1e-12), (src, j)
+    reach = reach_probabilities(BACKOFF_ROWS, {AB})
+    values = model.outcome.values
+    for i, src in enumerate(model.dtmc.states):
+        assert math.isclose(values[i], reach[src], rel_tol=1e-12, abs_tol=1e-15), src
+    assert model.provenance["levers"]["backoff"] == {"chosen": 2.0}
+
+
+def test_shrink_blends_the_chain_with_each_states_frequency(write_runs: WriteRuns) -> None:
+    path = write_runs([toy_run(f"r{i}", bits) for i, bits in enumerate(BACKOFF_RUNS)])
+    model = learn_model([path], toy_with(BACKOFF.replace("shrink: off", "shrink: 2")), method=Method.EXACT)
+    p = reach_probabilities(BACKOFF_ROWS, {AB})
+    # visits before a violation, and those followed by one: NONE 3 (1), N4 2 (0), A 1 (0), A5 1 (0)
+    expected = {NONE: (1 + 2 * p[NONE]) / 5, N4: 2 * p[N4] / 4, A: 2 * p[A] / 3, A5: 2 * p[A5] / 3,
+                AB: F(1), END: F(0)}
+    for i, src in enumerate(model.dtmc.states):
+        assert math.isclose(model.outcome.values[i], expected[src], rel_tol=1e-12, abs_tol=1e-15), src
+    assert model.provenance["levers"]["shrink"]["unsafe"] == {"kappa": 2.0}
+
+
+SHRINK_RUNS = [[NONE, A, AB], [NONE, A, NONE], [NONE, NONE, A, AB], [NONE, B, B], [NONE, B, A, AB], [A, NONE],
+               [NONE, A, B], [B, A, AB], [NONE, B], [A, A, AB], [NONE, A, AB], [B, NONE, A]]
+
+
+def test_shrink_auto_scores_are_the_kfold_brier_of_refitted_models(write_runs: WriteRuns) -> None:
+    spec = toy_with("  alpha: 0.1\n  shrink: auto\n")
+    model = learn_model([write_runs([toy_run(f"r{i}", b) for i, b in enumerate(SHRINK_RUNS)])], spec)
+    entry = model.provenance["levers"]["shrink"]["unsafe"]
+    items = sorted(Counter(tuple(b) for b in SHRINK_RUNS).items())
+    off = toy_with("  alpha: 0.1\n  shrink: off\n")
+    squared = np.zeros(len(KAPPA_GRID))
+    visits = 0
+    for fold in range(5):  # the distinct runs in sorted order, dealt round-robin
+        train = [list(p) for n, (p, w) in enumerate(items) if n % 5 != fold for _ in range(w)]
+        test = [list(p) for n, (p, w) in enumerate(items) if n % 5 == fold for _ in range(w)]
+        sub = learn_model([write_runs([toy_run(f"t{i}", b) for i, b in enumerate(train)], name=f"f{fold}.jsonl")],
+                          off)
+        index = sub.dtmc.index()
+        n: Counter[int] = Counter()
+        k: Counter[int] = Counter()
+        for bits in train:  # visits before the violation; hits: the run violates
+            cut = next((i for i, b in enumerate(bits) if b == AB), len(bits))
+            for b in bits[:cut]:
+                n[b] += 1
+                k[b] += cut < len(bits)
+        for bits in test:
+            cut = next((i for i, b in enumerate(bits) if b == AB), len(bits))
+            for b in bits[:cut]:
+                if b not in index:
+                    continue
+                p = sub.outcome.values[index[b]]
+                visits += 1
+                for g, kappa in enumerate(KAPPA_GRID):
+                    pred = p if math.isinf(kappa) or n[b] == 0 else (k[b] + kappa * p) / (n[b] + kappa)
+                    squared[g] += (pred - (cut < len(bits))) ** 2
+    assert np.allclose(entry["cv_brier"], squared / visits, rtol=1e-9)
+    scores = entry["cv_brier"]
+    best = min(range(len(KAPPA_GRID)), key=lambda i: (round(scores[i], 12), -KAPPA_GRID[i]))
+    assert entry["kappa"] == ("inf" if math.isinf(KAPPA_GRID[best]) else KAPPA_GRID[best])
+    again = learn_model([write_runs([toy_run(f"r{i}", b) for i, b in enumerate(SHRINK_RUNS)], name="again.jsonl")],
+                        spec)
+    assert again.provenance["levers"]["shrink"] == model.provenance["levers"]["shrink"]
+    assert np.array_equal(again.outcome.values, model.outcome.values)
+
+
+def test_reach_label_reads_reach_properties_only() -> None:
+    assert reach_label('P=? [F "unsafe"]') == ("unsafe", None)
+    assert reach_label('P=? [F<=12 "viol_x"]') == ("viol_x", 12)
+    assert reach_label('P=? [G !"unsafe"]') is None
+
+
+# -- alpha: auto against relearning without each run -------------------------------------------
+
+def test_alpha_auto_scores_equal_relearning_without_each_run(write_runs: WriteRuns, toy_spec: Spec) -> None:
+    runs = [[NONE, A, NONE], [NONE, B, B], [NONE, A, B], [NONE, B, A, AB], [NONE, A, AB]]
+    path = write_runs([toy_run(f"r{i}", bits) for i, bits in enumerate(runs)])
+    predicates = PredicateSet(toy_spec)
+    collected: Counter[tuple[int, ...]] = Counter()
+    counts = count_transitions(read_runs(path), predicates, paths=collected)
+    alpha, scores = choose_alpha(counts, collected, predicates)
+    for a, score in zip(ALPHA_GRID, scores):
+        total = steps = 0.0
+        for k, held_out in enumerate(runs):  # every state still occurs without any one run
+            rest = TransitionCounts()
+            for j, bits in enumerate(runs):
+                if j != k:
+                    rest.add(bits, predicates)
+            chain = learn_dtmc(rest, predicates, alpha=a)
+            index = chain.index()
+            for (s, t), c in path_transitions(tuple(held_out), predicates).items():
+                total += c * math.log(chain.matrix[index[s], chain.end_index if t == END else index[t]])
+                steps += c
+        assert math.isclose(score, total / steps, rel_tol=1e-9), a
+    assert alpha == ALPHA_GRID[int(np.argmax(np.round(scores, 12)))] or scores.count(max(scores)) > 1
+    model = learn_model([path], toy_with("  alpha: auto\n  shrink: off\n"))
+    assert model.dtmc.alpha == alpha and model.provenance["levers"]["alpha"]["chosen"] == alpha
+    assert learn_model([path], toy_with("  alpha: auto\n  shrink: off\n")).dtmc.alpha == alpha
+
+
+def test_structure_observed_smooths_over_observed_successors_only(write_runs: WriteRuns) -> None:
+    path = write_runs([toy_run(f"r{i}", bits) for i, bits in enumerate(BACKOFF_RUNS)])
+    model = learn_model([path], toy_with("  alpha: 0.75\n  structure: observed\n  shrink: off\n"),
+                        method=Method.EXACT)
+    assert rows_exact(model.dtmc) == {**LOW, AB: {AB: F(1)}, END: {END: F(1)}}
+
+
+# -- run time: a session reaches the chain state learning counted ------------------------------
+
+def test_sessions_advance_the_memory_as_learning_encodes_it(write_runs: WriteRuns) -> None:
+    runs = [[NONE, NONE, A, A, A, NONE, A, AB], [NONE, A, A, NONE, NONE, NONE], [A, A, NONE, AB]] * 2
+    path = write_runs([toy_run(f"r{i}", bits) for i, bits in enumerate(runs)])
+    spec = toy_with("  alpha: 0.1\n  memory: {dwell: 4, previous: true}\n")
+    model = learn_model([path], spec)
+    guard = Guard(model)
+    memory = guard.memory
+    assert memory is not None
+    index = model.dtmc.product_index()
+    for bits_run in runs:
+        session = guard.session()
+        for bits, chain_state in zip(bits_run, memory.encode_run(bits_run)):
+            state = toy_state(bits)
+            previewed = session.preview(state)
+            decision = session.observe(state)
+            assert previewed == decision
+            assert memory.encode(bits, session.monitor_states[-1]) == chain_state
+            assert decision.abstract_state == {"a": bool(bits & 1), "b": bool(bits & 2)}
+            i = index[(chain_state, ())]
+            assert decision.p_unsafe == model.outcome.values[i]
+        resumed = guard.session()
+        resumed.restore([(r.abstract, r.monitors) for r in session.history])
+        assert resumed.monitor_states == session.monitor_states
+        assert [r.decision for r in resumed.history] == [r.decision for r in session.history]
+
+
+def test_a_history_never_seen_gets_the_visit_weighted_mean_of_its_states_histories(write_runs: WriteRuns) -> None:
+    path = write_runs([toy_run("r0", [NONE, A, A, AB]), toy_run("r1", [NONE, NONE, A]),
+                       toy_run("r2", [A, NONE])])
+    model = learn_model([path], toy_with("  alpha: 0.1\n  shrink: off\n  memory: {dwell: 4}\n"))
+    dtmc, values = model.dtmc, model.outcome.values
+    visits = np.asarray(dtmc.counts.sum(axis=1)).ravel()
+    histories = [i for i, s in enumerate(dtmc.states[:-1]) if s & 3 == A]  # A fresh, A held 2-3 steps
+    assert len(histories) == 2
+    mean = float(np.dot(visits[histories], values[histories]) / visits[histories].sum())
+    session = Guard(model).session()
+    decisions = [session.observe(toy_state(A)) for _ in range(6)]  # A held 4+ steps: never seen
+    assert decisions[0].p_unsafe == values[dtmc.states.index(A)]
+    assert decisions[2].p_unsafe == values[dtmc.states.index(A | 1 << 2)]
+    assert all(d.known for d in decisions) and decisions[-1].p_unsafe == pytest.approx(mean, rel=1e-12)
+
+
+def test_a_model_with_memory_round_trips_through_its_file(write_runs: WriteRuns, tmp_path: Path) -> None:
+    path = write_runs([toy_run(f"r{i}", bits) for i, bits in enumerate(BACKOFF_RUNS)])
+    model = learn_model([path], toy_with(BACKOFF))
+    loaded = type(model).load(model.save(tmp_path / "m.json"))
+    assert loaded.dtmc.states == model.dtmc.states
+    assert np.array_equal(loaded.outcome.values, model.outcome.values)
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("learning", "fragment"), [
+    ("  alpha: fast\n", "learning.alpha: expected a number in [0, 1e6] or 'auto', got 'fast'"),
+    ("  shrink: -1\n", "learning.shrink: expected a number in [0, 1e6] or 'auto' or 'off', got -1"),
+    ("  structure: dense\n", "learning.structure"),
+    ("  memory: {dwell: 1}\n", "learning.memory.dwell"),
+    ("  memory: {backoff: 0}\n", "learning.memory.backoff: expected a number in (0, 1e6] or 'auto', got 0"),
+    ("  memory: {lag: 2}\n", "learning.memory.lag"),
+    ("  alpha: .inf\n", "learning.alpha: expected a number in [0, 1e6] or 'auto', got inf"),
+    ("  shrink: 1e2x\n", "learning.shrink: expected a number in [0, 1e6] or 'auto' or 'off', got '1e2x'"),
+])
+def test_bad_learning_keys_are_one_line_exit_2(learning: str, fragment: str, tmp_path: Path, toy_traces: Path,
+                                               forewarn_here: CLI) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(TOY_SPEC.replace("learning:\n  alpha: 0.1\n", "learning:\n" + learning), encoding="utf-8")
+    result = forewarn_here("learn", toy_traces, "--spec", spec, "-o", tmp_path / "m.json")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0] and "bad.yaml:9" in lines[0], lines
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_bundles_learn_every_member_with_memory_and_shrinking(write_runs: WriteRuns, tmp_path: Path) -> None:
+    from guard.bundle import GuardBundle, learn_bundle
+
+    runs = []
+    for i, bits in enumerate(SHRINK_RUNS * 2):
+        run = toy_run(f"r{i}", bits)
+        run["meta"] = {"task": "t1" if i % 2 else "t2"}
+        runs.append(run)
+    spec = toy_with("  alpha: 0.1\n  memory: {dwell: 4}\n")
+    bundle = learn_bundle([write_runs(runs)], spec, group_by="meta.task", min_group_runs=5)
+    loaded = GuardBundle.load(bundle.save(tmp_path / "bundle.json"))
+    for model in (loaded.pooled, *loaded.members.values()):
+        assert any(s >> 2 for s in model.dtmc.states[:-1])  # chain states carry memory labels
+        assert "kappa" in model.provenance["levers"]["shrink"]["unsafe"]
+    t1 = [bits for i, bits in enumerate(SHRINK_RUNS * 2) if i % 2]
+    alone = learn_model([write_runs([toy_run(f"s{i}", b) for i, b in enumerate(t1)], name="t1.jsonl")], spec)
+    assert np.array_equal(loaded.members["t1"].outcome.values, alone.outcome.values)
