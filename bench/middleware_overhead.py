@@ -26,7 +26,13 @@ What it does
    agent with a middleware whose two hooks do nothing, the part of it that is
    LangChain's (it wraps every ``wrap_*`` hook in a LangSmith ``traceable`` span).
 
-Target: under 0.5 ms per step (end to end, p50). Nothing is asserted.
+4. *remote* (issue 13): a fourth agent guarded by ``ForewarnMiddleware(Client(url))``
+   against a real ``forewarn serve`` started by the bench on 127.0.0.1 (its own process,
+   SQLite, synchronous=normal): previews are local (the served model), each step is one
+   committed ``observe`` over HTTP. Its overhead per step is reported beside the
+   in-process one, in the same run (``--no-remote`` to leave it out).
+
+Target: under 0.5 ms per step in process, ≤ 2 ms remote (end to end, p50). Nothing is asserted.
 
 Run: ``python bench/middleware_overhead.py [--rounds N] [--steps S] [--checkpointer] [--json FILE]``
 """
@@ -37,6 +43,8 @@ import gc
 import json
 import os
 import platform
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,12 +61,15 @@ from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
 from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
-from domains.tools import generate_traces, load_tool_spec  # noqa: E402
+from domains.tools import ToolStateExtractor, generate_traces, load_tool_spec  # noqa: E402
 from guard import Guard, learn_model  # noqa: E402
+from guard.client import Client  # noqa: E402
 from guard.langchain import ForewarnMiddleware  # noqa: E402
 from guard.langchain.testing import ScriptedChatModel, tool_calls  # noqa: E402
 
 TARGET_MS = 0.5
+REMOTE_TARGET_MS = 2.0
+AGENT_KEY = "bench-agent-key-0123456789"
 
 BENIGN = [
     ("read_file", {"path": "README.md"}),
@@ -67,7 +78,7 @@ BENIGN = [
     ("shell", {"command": "pytest -q"}),
     ("write_file", {"path": "notes/summary.md", "content": "All tests pass."}),
     ("http_get", {"url": "https://billing.corp.example/invoices?status=open"}),
-    ("list_files", {"path": "."}),
+    ("list_files", {"path": "."}),  # a tool given the kind 'other' (harmless) below
     ("send_email", {"to": "alice@corp.example", "subject": "Status", "body": "All green."}),
 ]
 
@@ -182,21 +193,58 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--checkpointer", action="store_true", help="give the agents an InMemorySaver")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
+    parser.add_argument("--no-remote", dest="remote", action="store_false", help="leave the sidecar agent out")
     options = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        traces = Path(tmp) / "runs.jsonl"
-        generate_traces(500, seed=0, path=traces)
-        guard = Guard(learn_model([traces], load_tool_spec()))
+    tmp = tempfile.TemporaryDirectory()
+    traces = Path(tmp.name) / "runs.jsonl"
+    generate_traces(500, seed=0, path=traces)
+    model = learn_model([traces], load_tool_spec())
+    guard = Guard(model)
 
     tools = make_tools()
+    extractor = ToolStateExtractor(tool_kinds={"list_files": "other"})
     saver = (lambda: InMemorySaver()) if options.checkpointer else (lambda: None)
-    middleware = TimedMiddleware(guard)
+    middleware = TimedMiddleware(guard, extractor=extractor)
     agents = {
         "plain": create_agent(make_model(options.steps), tools, checkpointer=saver()),
         "noop": create_agent(make_model(options.steps), tools, middleware=[NoopMiddleware()], checkpointer=saver()),
         "guarded": create_agent(make_model(options.steps), tools, middleware=[middleware], checkpointer=saver()),
     }
+    server = client = None
+    if options.remote:
+        server, client = start_sidecar(model.save(Path(tmp.name) / "tools.json"), Path(tmp.name))
+        agents["remote"] = create_agent(make_model(options.steps), tools, checkpointer=saver(),
+                                        middleware=[ForewarnMiddleware(client, extractor=extractor)])
+    try:
+        return measure(options, agents, middleware)
+    finally:
+        if client is not None:
+            client.close()
+        if server is not None:
+            server.terminate()
+            server.wait(15)
+        tmp.cleanup()
+
+
+def start_sidecar(model_path: Path, folder: Path) -> tuple[subprocess.Popen[bytes], Client]:
+    """``forewarn serve`` in a process of its own on a free loopback port, and a client of it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "FOREWARN_API_KEYS": f"{AGENT_KEY}:agent:bench", "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "server", "serve", "--model", f"tools={model_path}", "--port", str(port),
+                                "--db", str(folder / "bench.db"), "--log-level", "warning"], env=env, cwd=folder)
+    client = Client(f"http://127.0.0.1:{port}", api_key=AGENT_KEY)
+    deadline = time.monotonic() + 60
+    while not client.ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the sidecar did not start")
+        time.sleep(0.05)
+    return process, client
+
+
+def measure(options: Any, agents: dict[str, Any], middleware: TimedMiddleware) -> int:
     task = {"messages": [("user", "Check the project, write a status note and mail it to Alice.")]}
 
     def invoke(agent: Any, i: int) -> tuple[int, int]:
@@ -217,7 +265,7 @@ def main() -> int:
     per_step = options.steps * 1e6
     wall: dict[str, list[float]] = {name: [] for name in agents}
     cpu: dict[str, list[float]] = {name: [] for name in agents}
-    delta, delta_cpu, over_noop, hooks, hooks_cpu = [], [], [], [], []
+    delta, delta_cpu, over_noop, hooks, hooks_cpu, remote = [], [], [], [], [], []
     gc.collect()
     gc.disable()
     try:
@@ -232,6 +280,8 @@ def main() -> int:
             over_noop.append((timed["guarded"][1] - timed["noop"][1]) / per_step)
             hooks.append(TimedMiddleware.wall_ns / per_step)
             hooks_cpu.append(TimedMiddleware.cpu_ns / per_step)
+            if "remote" in timed:
+                remote.append((timed["remote"][0] - timed["plain"][0]) / per_step)
     finally:
         gc.enable()
 
@@ -242,12 +292,15 @@ def main() -> int:
         "plain_ms_per_step": row(wall["plain"]),
         "noop_middleware_ms_per_step": row(wall["noop"]),
         "guarded_ms_per_step": row(wall["guarded"]),
+        "remote_ms_per_step": row(wall["remote"]) if remote else None,
         "overhead_ms_per_step": row(delta),
         "overhead_cpu_ms_per_step": row(delta_cpu),
         "overhead_over_noop_cpu_ms_per_step": row(over_noop),
         "in_forewarn_ms_per_step": row(hooks),
         "in_forewarn_cpu_ms_per_step": row(hooks_cpu),
         "target_ms": TARGET_MS,
+        "remote_overhead_ms_per_step": row(remote) if remote else None,
+        "remote_target_ms": REMOTE_TARGET_MS,
         "python": platform.python_version(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
@@ -264,11 +317,17 @@ def main() -> int:
                        ("overhead, CPU time (paired)", "overhead_cpu_ms_per_step"),
                        ("  of which beyond a no-op middleware (CPU)", "overhead_over_noop_cpu_ms_per_step"),
                        ("in Forewarn's code, wall time", "in_forewarn_ms_per_step"),
-                       ("in Forewarn's code, CPU time", "in_forewarn_cpu_ms_per_step")):
+                       ("in Forewarn's code, CPU time", "in_forewarn_cpu_ms_per_step"),
+                       *((("remote: agent with Forewarn on a sidecar", "remote_ms_per_step"),
+                          ("remote overhead, wall time (paired)", "remote_overhead_ms_per_step")) if remote else ())):
         print(f"{label:44} {figures[key]['p50']:8.3f} {figures[key]['p99']:8.3f}")
     median = figures["overhead_ms_per_step"]["p50"]
     verdict = "meets" if median < TARGET_MS else "misses"
     print(f"target: < {TARGET_MS} ms per step (wall, p50): {verdict} it ({median:.3f} ms)")
+    if remote:
+        far = figures["remote_overhead_ms_per_step"]["p50"]
+        print(f"remote target: <= {REMOTE_TARGET_MS} ms per step (wall, p50): "
+              f"{'meets' if far <= REMOTE_TARGET_MS else 'misses'} it ({far:.3f} ms)")
     if options.json:
         options.json.write_text(json.dumps(figures, indent=2), encoding="utf-8")
     return 0

@@ -112,8 +112,13 @@ def _policy_json(policy: Policy | Mapping[str, Any] | None) -> dict[str, Any] | 
     return dict(policy)
 
 
-def _step_body(state: Mapping[str, Any], action: Any, t: float | None) -> dict[str, Any]:
+def _step_body(state: Mapping[str, Any], action: Any, t: float | None, ask: bool = True,
+               proposal: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"state": state}
+    if not ask:
+        body["ask"] = False
+    if proposal is not None:
+        body["proposal"] = proposal
     if action is not None:
         body["action"] = action
     if t is not None:
@@ -246,6 +251,36 @@ class Client:
         return self._call("POST", f"/v1/approvals/{approval_id}", json={"decision": "reject", "reason": reason},
                           idempotent=True)
 
+    # -- proposals (approval before a call runs) -----------------------------------------
+
+    def proposals(self, status: str = "pending", *, session_id: str | None = None) -> list[dict[str, Any]]:
+        params = {"status": status} | ({"session_id": session_id} if session_id else {})
+        return cast(list[dict[str, Any]], self._call("GET", "/v1/proposals", params=params)["proposals"])
+
+    def proposal(self, proposal_id: str, *, wait: float = 0.0) -> dict[str, Any]:
+        return self._call("GET", f"/v1/proposals/{proposal_id}", params={"wait": wait},
+                          timeout=self._http.timeout.read + wait if self._http.timeout.read else None)
+
+    def wait_for_proposal(self, proposal_id: str, timeout: float = 300.0, *, poll: float = 30.0) -> dict[str, Any]:
+        """Long-poll until a pending proposal is decided or ``timeout`` passes; returns it either way."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            result = self.proposal(proposal_id, wait=max(0.0, min(poll, remaining)))
+            if result["status"] != "pending" or remaining <= 0:
+                return result
+
+    def resolve_proposal(self, proposal_id: str, decision: str, reason: str | None = None, *,
+                         tool: str | None = None, arguments: Mapping[str, Any] | None = None,
+                         state: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``approve``, ``reject`` or ``edit`` (with ``arguments``, maybe ``tool`` and the edited call's
+        ``state``, which is re-checked) a pending proposal."""
+        body: dict[str, Any] = {"decision": decision, "reason": reason}
+        for key, value in (("tool", tool), ("arguments", arguments), ("state", state)):
+            if value is not None:
+                body[key] = value if isinstance(value, str) else dict(value)
+        return self._call("POST", f"/v1/proposals/{proposal_id}", json=body, idempotent=True)
+
     # -- models and health ---------------------------------------------------------------
 
     def models(self) -> list[dict[str, Any]]:
@@ -255,6 +290,36 @@ class Client:
                    migrate_sessions: bool = False) -> dict[str, Any]:
         """Load a model by ``path`` (inside the server's ``model_dirs``) or upload its ``document``."""
         return self._call("POST", "/v1/models", json=_model_body(name, path, document, migrate_sessions))
+
+    def model_document(self, name: str | None = None) -> bytes:
+        """The served model file (of ``name``, default the server's default model), as stored."""
+        if name is None:
+            name = cast(str, self._call("GET", "/v1/models")["default"])
+        for attempt in range(self.retries + 1):
+            try:
+                response = self._http.get(f"/v1/models/{name}/document")
+                break
+            except httpx.TransportError as exc:
+                if attempt == self.retries:
+                    raise ServerError(f"cannot reach the Forewarn server at {self.url}: {exc}") from exc
+                time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+        if not response.is_success:
+            _raise_for(response)
+        return response.content
+
+    def guard(self, name: str | None = None, *, allow_python: Any = None,
+              trusted_keys: Any = None) -> Any:
+        """A local :class:`~guard.runtime.Guard` (or bundle guard) on the model the server serves as
+        ``name``: the same decisions, computed in process (what the middleware previews with)."""
+        from guard.bundle import GuardBundle, parse_model_or_bundle
+        from guard.bundle_guard import BundleGuard
+        from guard.runtime import Guard
+
+        loaded = parse_model_or_bundle(self.model_document(name), f"{self.url} model {name or '(default)'}",
+                                       trusted_keys=trusted_keys)
+        if isinstance(loaded, GuardBundle):
+            return BundleGuard(loaded, allow_python=allow_python)
+        return Guard(loaded, allow_python=allow_python)
 
     def ready(self) -> bool:
         try:
@@ -272,12 +337,24 @@ class RemoteSession:
         self.info = dict(info)
         self.last: RemoteDecision | None = None
 
-    def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> RemoteDecision:
-        """Commit the agent's new state and decide on it (answered once the server has stored it)."""
-        data = self.client._call("POST", f"/v1/sessions/{self.id}/observe", json=_step_body(state, action, t),
-                                idempotent=True)
+    def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None,
+                ask: bool = True, proposal: str | None = None) -> RemoteDecision:
+        """Commit the agent's new state and decide on it (answered once the server has stored it).
+        ``ask=False``: the caller asks its own human, so an ``ask_human`` decision queues no approval;
+        ``proposal``: the proposal (allowed, approved or edited) whose call led here."""
+        data = self.client._call("POST", f"/v1/sessions/{self.id}/observe",
+                                json=_step_body(state, action, t, ask, proposal), idempotent=True)
         self.last = RemoteDecision.from_json(data)
         return self.last
+
+    def propose(self, tool: str, arguments: Mapping[str, Any], state: Mapping[str, Any], *,
+                tools: list[str] | None = None) -> dict[str, Any]:
+        """Ask before a call runs: the decision on the state it would lead to; ``status`` is allowed,
+        held, or pending (a human decides: :meth:`Client.wait_for_proposal`). Nothing is committed."""
+        body: dict[str, Any] = {"tool": tool, "arguments": dict(arguments), "state": dict(state)}
+        if tools is not None:
+            body["tools"] = list(tools)
+        return self.client._call("POST", f"/v1/sessions/{self.id}/proposals", json=body, idempotent=True)
 
     def preview(self, state: Mapping[str, Any]) -> RemoteDecision:
         """What the guard would decide in ``state``; nothing is committed."""
@@ -398,9 +475,9 @@ class AsyncRemoteSession:
         self.last: RemoteDecision | None = None
 
     async def observe(self, state: Mapping[str, Any], *, action: Any = None,
-                      t: float | None = None) -> RemoteDecision:
+                      t: float | None = None, ask: bool = True) -> RemoteDecision:
         data = await self.client._call("POST", f"/v1/sessions/{self.id}/observe",
-                                       json=_step_body(state, action, t), idempotent=True)
+                                       json=_step_body(state, action, t, ask), idempotent=True)
         self.last = RemoteDecision.from_json(data)
         return self.last
 

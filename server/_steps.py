@@ -37,7 +37,8 @@ async def write(state: ServerState, job: Callable[..., Any]) -> Any:
 
 async def write_steps(state: ServerState, lives: list[LiveSession], rows: list[tuple[Any, ...]],
                       approvals: list[tuple[Any, ...]], remember: tuple[Any, ...] | None = None,
-                      prev: list[tuple[str, int, int, str | None]] | None = None) -> None:
+                      prev: list[tuple[str, int, int, str | None]] | None = None,
+                      extra: Callable[..., Any] | None = None) -> None:
     """Commit step rows; the answer waits for this. On failure the sessions are dropped from memory
     (they resume from what the database holds) and the client gets a 503, never a decision; on a
     :class:`Conflict` (another replica advanced or closed a session) the caller computes them again."""
@@ -45,7 +46,10 @@ async def write_steps(state: ServerState, lives: list[LiveSession], rows: list[t
         live.inflight += 1
     waited = time.perf_counter()
     try:
-        await write(state, Storage.remember(remember, Storage.insert_steps(rows, approvals, prev or ())))
+        job = Storage.insert_steps(rows, approvals, prev or ())
+        if extra is not None:  # e.g. the proposal the step ran, in the same transaction
+            job = _then(job, extra)
+        await write(state, Storage.remember(remember, job))
     except (ApiError, Conflict):
         for live in lives:
             state.sessions.forget(live)
@@ -54,6 +58,13 @@ async def write_steps(state: ServerState, lives: list[LiveSession], rows: list[t
         for live in lives:
             live.inflight -= 1
     state.metrics.commit_seconds.observe(time.perf_counter() - waited)
+
+
+def _then(first: Callable[..., Any], second: Callable[..., Any]) -> Callable[..., Any]:
+    def both(conn: Any) -> Any:
+        first(conn)
+        return second(conn)
+    return both
 
 
 def commit_step(state: ServerState, live: LiveSession, body: S.StepIn,
@@ -82,7 +93,8 @@ def chain_step(state: ServerState, live: LiveSession, body: S.StepIn, principal:
     step = live.next_step
     live.next_step += 1
     now = time.time()
-    approval_id = "a_" + secrets.token_urlsafe(15) if decision.action is Action.ASK_HUMAN else None
+    queue = decision.action is Action.ASK_HUMAN and body.ask
+    approval_id = "a_" + secrets.token_urlsafe(15) if queue else None
     payload = decision_json(decision, live, step=step, approval_id=approval_id, at=now, committed=True)
     action_in = None if body.action is None else orjson.dumps(body.action).decode()
     canonical = orjson.dumps({"state": body.state, "action": body.action, "t": body.t}, option=orjson.OPT_SORT_KEYS)

@@ -46,6 +46,9 @@ from server.models_registry import UnknownModel, parse_model, read_model
 from server.sessions import LiveSession, SessionNotFound, effective_policy, make_session
 from server.settings import MODEL_NAME_PATTERN, ServerSettings
 from server.state import ServerState, start
+from server.console import install as install_console
+from server.proposals import RUNNABLE
+from server.proposals import install as install_proposals
 from server.storage import Conflict, Storage
 
 __all__ = ["ApiError", "ServerState", "create_app", "start"]
@@ -80,7 +83,7 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
     # has Prometheus metrics, so they stay off unless the settings ask for them.
     otel = settings.opentelemetry
     app = FastAPI(
-        title="Forewarn sidecar", version=__version__, lifespan=lifespan,
+        title="Forewarn sidecar", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
         telemetry={"tracing": otel, "metrics": otel, "logs": otel},
         description="The Forewarn runtime guard over HTTP. Every endpoint but /healthz, /readyz and the "
                     "documentation needs `Authorization: Bearer KEY`; see docs/server.md for roles.",
@@ -221,6 +224,18 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
 
     step_errors = errors_for((404, "Unknown session"), (409, "The session is closed"))
 
+    def runnable_proposal(state: ServerState, session_id: str, body: S.StepIn) -> S.StepIn:
+        """The step of a proposal that ran: it must be this session's, and allowed, approved or edited;
+        a human already decided on it, so it queues no approval."""
+        row = state.storage.proposal(body.proposal)
+        if row is None or row["session_id"] != session_id:
+            raise ApiError(404, "not_found", f"no proposal {body.proposal!r} in session {session_id!r}",
+                           field="body.proposal")
+        if row["status"] not in RUNNABLE:
+            raise ApiError(409, "proposal_not_runnable", f"proposal {body.proposal!r} is {row['status']}: "
+                           f"only an allowed, approved or edited proposal may run", field="body.proposal")
+        return body.model_copy(update={"ask": False})
+
     async def observe_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes,
                            idempotency_key: str | None = None) -> bytes:
         """The observe step, from raw parts to the answer's bytes (shared by the route and the fast path)."""
@@ -232,15 +247,17 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
 
         async def work(entry: Entry | None) -> tuple[int, bytes]:
             live = step_context(state, session_id, principal)  # again: a retry may have waited
+            step_body = body if body.proposal is None else runnable_proposal(state, session_id, body)
             try:  # observe evaluates the predicates itself; evaluate() only to report a failure well
-                payload, row, approval, prev = chain_step(state, live, body, principal)
+                payload, row, approval, prev = chain_step(state, live, step_body, principal)
             except ApiError:
                 raise
             except Exception:
                 evaluate(live, body, "body")
                 raise
             await write_steps(state, [live], [row], [approval] if approval else [],
-                              None if entry is None else entry(200, payload), [prev] if prev else None)
+                              None if entry is None else entry(200, payload), [prev] if prev else None,
+                              None if body.proposal is None else Storage.execute_proposal(body.proposal, row[1]))
             if approval:
                 state.hub.created()
             state.metrics.decision(row[11], "observe")
@@ -370,7 +387,9 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
         if not live.closed:
             state.sessions.closed(live)  # before the write: no step may slip in while it commits
             try:
-                cancelled = await write(state, Storage.close_session(session_id, time.time(), principal.name))
+                at = time.time()
+                cancelled = await write(state, Storage.close_session(session_id, at, principal.name))
+                cancelled += await write(state, Storage.cancel_proposals(session_id, at, principal.name))
             except ApiError:
                 state.sessions.reopened(live)  # the database says it is open: so it is
                 raise
@@ -505,6 +524,9 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
                                                               await request.body()), work)
         return Response(payload, media_type=JSON)
 
+    install_proposals(router, st, step_context, live_session, as_agent, as_approver, as_anyone)
+    install_console(app, st, as_approver)  # /console, /v1/changes and an offline /docs
+
     # -- models ------------------------------------------------------------------------
 
     @router.get("/v1/models", response_model=S.ModelList, tags=["models"])
@@ -527,6 +549,22 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
             raise ApiError(404, "unknown_model", str(exc), field="path.name") from None
         out = loaded.describe(name, default=name == state.settings.default, full_pac=True)
         return Response(orjson.dumps(out), media_type=JSON)
+
+    @router.get("/v1/models/{name}/document", tags=["models"], responses=errors_for((404, "Unknown model")))
+    async def get_model_document(name: ModelName, _: Principal = as_anyone) -> Response:
+        """The current version's model file, exactly as stored: what a remote middleware previews
+        states with (``Client.guard()``), so its look-ahead decides as this server does."""
+        state = st()
+        try:
+            loaded = state.registry.current(name)
+        except UnknownModel as exc:
+            raise ApiError(404, "unknown_model", str(exc), field="path.name") from None
+        row = state.storage.model_version(loaded.version)
+        if row is None:
+            raise ApiError(404, "unknown_model", f"model version {loaded.version!r} is not in the database",
+                           field="path.name")
+        return Response(bytes(row["document"]), media_type=JSON,
+                        headers={"X-Forewarn-Model-Version": loaded.version})
 
     @router.post("/v1/models", response_model=S.ModelLoaded, tags=["models"],
                  responses=errors_for((409, "The open sessions cannot move to this model")))

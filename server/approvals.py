@@ -21,12 +21,34 @@ class ApprovalHub:
     def __init__(self, pending: int = 0) -> None:
         self.pending = pending
         self._events: dict[str, _Waiters] = {}
+        self.generation = 0  # bumped on every creation or resolution: what the console long-polls on
+        self._changed: asyncio.Event | None = None
+
+    def _bump(self) -> None:
+        self.generation += 1
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def changes(self, since: int, timeout: float) -> int:
+        """Wait until the generation differs from ``since`` (or ``timeout`` passes); return it."""
+        if self.generation != since:
+            return self.generation
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            pass
+        return self.generation
 
     def created(self, count: int = 1) -> None:
         self.pending += count
+        self._bump()
 
     def resolved(self, approval_ids: Iterable[str]) -> None:
         """Wake everyone waiting on these approvals (call after the resolution is committed)."""
+        self._bump()
         for approval_id in approval_ids:
             self.pending = max(0, self.pending - 1)
             waiters = self._events.pop(approval_id, None)

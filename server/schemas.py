@@ -71,9 +71,34 @@ class StepIn(_In):
     state: dict[str, Any] = Field(description="The agent's concrete state: any JSON object.")
     action: str | dict[str, Any] | None = Field(default=None, description="What the agent did (string or object).")
     t: float | None = Field(default=None, allow_inf_nan=False, description="Time of the step, in seconds.")
+    ask: bool = Field(default=True, description=(
+        "Queue an approval when the decision is ask_human (the default). False when the caller asks its "
+        "own human before the step runs (the LangChain middleware's interrupt): the step is recorded, "
+        "no approval is queued."))
+    proposal: str | None = Field(default=None, pattern=ID_PATTERN, description=(
+        "The proposal this step ran (POST /v1/sessions/{id}/proposals): it must be allowed, approved or "
+        "edited; the step is linked to it and queues no second approval."))
+
+
+class ProposalIn(_In):
+    tool: str = Field(min_length=1, max_length=200, description="The tool the agent wants to call.")
+    arguments: dict[str, Any] = Field(default_factory=dict, description="Its arguments.")
+    state: dict[str, Any] = Field(description="The concrete state the call would lead to.")
+    tools: list[str] | None = Field(default=None, max_length=1000,
+                                    description="The agent's tools: what a reviewer may edit the call to.")
+
+
+class ProposalResolve(_In):
+    decision: Literal["approve", "reject", "edit"]
+    reason: str | None = Field(default=None, max_length=2000)
+    tool: str | None = Field(default=None, min_length=1, max_length=200, description="edit: the tool to call instead.")
+    arguments: dict[str, Any] | None = Field(default=None, description="edit: the arguments to call it with.")
+    state: dict[str, Any] | None = Field(default=None, description=(
+        "edit: the state the edited call would lead to, re-checked (its decision is recorded with the edit)."))
 
 
 class BatchItem(StepIn):
+    proposal: None = Field(default=None, description="Not in a batch: observe a proposal's step on its own.")
     session: str = Field(pattern=ID_PATTERN, description="The session the step belongs to.")
     op: Literal["observe", "preview"] = "observe"
 

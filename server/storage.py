@@ -124,6 +124,27 @@ CREATE TABLE IF NOT EXISTS idempotency (
     at           REAL NOT NULL,
     PRIMARY KEY (principal, key)
 );
+-- Proposals (issue 13): a tool call the agent wants to run, judged on the state it would lead to before
+-- it runs; one that needs approval waits here (status pending) for a human. Nothing is in `decisions`
+-- until the call ran and the agent observes it with the proposal's id (then `step` links the two).
+CREATE TABLE IF NOT EXISTS proposals (
+    id          TEXT PRIMARY KEY,
+    session_id  TEXT NOT NULL,
+    created_at  REAL NOT NULL,
+    created_by  TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    arguments   TEXT NOT NULL,         -- JSON, as proposed
+    tools       TEXT,                  -- JSON list of the agent's tools (what an edit may switch to)
+    decision    TEXT NOT NULL,         -- the guard's decision on the proposed state (JSON)
+    status      TEXT NOT NULL,         -- allowed, held, pending, approved, rejected, edited, cancelled, executed
+    resolved_at REAL,
+    resolved_by TEXT,
+    reason      TEXT,
+    edited      TEXT,                  -- JSON {tool, arguments, decision?} of an edit
+    step        INTEGER                -- the committed step that ran it
+);
+CREATE INDEX IF NOT EXISTS proposals_status ON proposals (status, created_at);
+CREATE INDEX IF NOT EXISTS proposals_session ON proposals (session_id);
 """
 
 # Columns added after schema version 1 shipped: added in place to older databases.
@@ -563,6 +584,75 @@ class StorageBase:
         return self._all(_APPROVAL_SELECT + where + " ORDER BY a.created_at, a.id LIMIT ? OFFSET ?",
                     (*params, limit, offset))
 
+    # -- proposals (issue 13): jobs and queries both backends share -----------------------
+
+    @staticmethod
+    def insert_proposal(row: tuple[Any, ...]) -> Job:
+        """``row``: (id, session_id, created_at, created_by, tool, arguments, tools, decision, status)."""
+        def job(conn: Any) -> None:
+            conn.execute("INSERT INTO proposals (id, session_id, created_at, created_by, tool, arguments, tools,"
+                         " decision, status) VALUES (?,?,?,?,?,?,?,?,?)", row)
+        return job
+
+    @staticmethod
+    def resolve_proposal(proposal_id: str, status: str, at: float, by: str, reason: str | None,
+                         edited: str | None) -> Job:
+        """Resolve a pending proposal; returns False when it was not pending."""
+        def job(conn: Any) -> bool:
+            cursor = conn.execute("UPDATE proposals SET status=?, resolved_at=?, resolved_by=?, reason=?, edited=?"
+                                  " WHERE id=? AND status='pending'", (status, at, by, reason, edited, proposal_id))
+            changed = cursor.rowcount == 1
+            if changed:
+                conn.notify(CHANNEL_APPROVALS, proposal_id)  # wakes its waiters on every replica
+            return changed
+        return job
+
+    @staticmethod
+    def execute_proposal(proposal_id: str, step: int) -> Job:
+        """Mark a proposal as run by committed ``step`` (in the step's own transaction)."""
+        def job(conn: Any) -> None:
+            conn.execute("UPDATE proposals SET status='executed', step=? WHERE id=?", (step, proposal_id))
+        return job
+
+    @staticmethod
+    def cancel_proposals(session_id: str, at: float, by: str) -> Job:
+        """Cancel a closing session's pending proposals; returns their ids."""
+        def job(conn: Any) -> list[str]:
+            ids = [r[0] for r in conn.execute(
+                "SELECT id FROM proposals WHERE session_id=? AND status='pending'", (session_id,))]
+            conn.execute("UPDATE proposals SET status='cancelled', resolved_at=?, resolved_by=?,"
+                         " reason='session closed' WHERE session_id=? AND status='pending'", (at, by, session_id))
+            if ids:
+                conn.notify(CHANNEL_APPROVALS, ",".join(ids))
+            return ids
+        return job
+
+    def proposal(self, proposal_id: str) -> Any:
+        return self._one(f"{_PROPOSAL_SELECT} WHERE p.id=?", (proposal_id,))
+
+    def proposals(self, *, status: str | None, session_id: str | None, limit: int, offset: int,
+                  tenants: Iterable[str] | None = None) -> list[Any]:
+        where: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            where.append("p.status=?")
+            params.append(status)
+        if session_id is not None:
+            where.append("p.session_id=?")
+            params.append(session_id)
+        if tenants is not None:
+            scope = sorted(tenants)
+            where.append(f"{_TENANT} IN ({','.join('?' * len(scope))})")
+            params.extend(scope)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        return self._all(f"{_PROPOSAL_SELECT}{clause} ORDER BY p.created_at, p.id LIMIT ? OFFSET ?",
+                         (*params, limit, offset))
+
+    def session_risk(self, session_id: str) -> list[tuple[int, float, float | None]]:
+        """(step, at, p_unsafe) of every committed step of a session: its risk over time."""
+        return [(int(r[0]), float(r[1]), r[2]) for r in self._all(
+            "SELECT step, at, p_unsafe FROM decisions WHERE session_id=? ORDER BY step", (session_id,))]
+
     def count_open_sessions(self) -> int:
         return self._count("SELECT count(*) FROM sessions WHERE closed_at IS NULL", ())
 
@@ -699,6 +789,8 @@ _APPROVAL_SELECT = ("SELECT a.*, d.decision AS decision, d.principal AS requeste
                     " (SELECT coalesce(s.tenant, s.created_by) FROM sessions s WHERE s.id=a.session_id) AS tenant"
                     " FROM approvals a LEFT JOIN decisions d ON d.session_id=a.session_id AND d.step=a.step")
 _TENANT = "coalesce(s.tenant, s.created_by)"  # sessions from before tenants belong to the key that opened them
+_PROPOSAL_SELECT = ("SELECT p.*, coalesce(s.tenant, s.created_by) AS tenant, s.closed_at AS session_closed_at"
+                    " FROM proposals p JOIN sessions s ON s.id=p.session_id")
 
 
 def is_postgres(db: str | Path) -> bool:

@@ -62,6 +62,12 @@ CREATE INDEX IF NOT EXISTS approvals_session ON approvals (session_id);
 CREATE TABLE IF NOT EXISTS idempotency (
     principal TEXT NOT NULL, key TEXT NOT NULL, request_hash TEXT NOT NULL, status INTEGER NOT NULL,
     response BYTEA NOT NULL, at DOUBLE PRECISION NOT NULL, PRIMARY KEY (principal, key));
+CREATE TABLE IF NOT EXISTS proposals (
+    id TEXT PRIMARY KEY, session_id TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, created_by TEXT NOT NULL,
+    tool TEXT NOT NULL, arguments TEXT NOT NULL, tools TEXT, decision TEXT NOT NULL, status TEXT NOT NULL,
+    resolved_at DOUBLE PRECISION, resolved_by TEXT, reason TEXT, edited TEXT, step BIGINT);
+CREATE INDEX IF NOT EXISTS proposals_status ON proposals (status, created_at);
+CREATE INDEX IF NOT EXISTS proposals_session ON proposals (session_id);
 """
 _SWITCH_INTERVAL = 0.0005
 # Writer connections per replica, taking groups from one queue: a step that arrives while a group

@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from domains.tools.errors import ExtractionError
+from guard.langchain.transcript import ExtractionError
 from domains.tools.kinds import (
     ARGUMENT_NAMES,
     DEFAULT_INTERNAL_DOMAINS,
@@ -57,7 +57,7 @@ from domains.tools.kinds import (
     shell_upload_hosts,
     url_host,
 )
-from domains.tools.transcript import CallStatus, ToolStep, Transcript
+from guard.langchain.transcript import CallStatus, ToolStep, Transcript
 
 __all__ = ["ToolStateExtractor", "initial_state", "violations"]
 
@@ -131,6 +131,8 @@ class ToolStateExtractor:
         internal_domains: e-mail domains and host suffixes inside the organisation;
             sending there is not an external send, and fetching from there is trusted.
         payment_limit: payments above this amount need the user's confirmation.
+        argument_aliases: per tool, its argument names → the canonical ones its kind reads,
+            e.g. ``{"run_sql": {"query": "command"}}`` with ``tool_kinds={"run_sql": "shell"}``.
 
     Calling the extractor on a :class:`Transcript` returns the state (a new dict).
 
@@ -141,7 +143,8 @@ class ToolStateExtractor:
     """
 
     def __init__(self, *, tool_kinds: Mapping[str, ToolKind | str] | None = None,
-                 internal_domains: Sequence[str] | None = None, payment_limit: float = 500.0) -> None:
+                 internal_domains: Sequence[str] | None = None, payment_limit: float = 500.0,
+                 argument_aliases: Mapping[str, Mapping[str, str]] | None = None) -> None:
         kinds = dict(DEFAULT_TOOL_KINDS)
         for name, kind in (tool_kinds or {}).items():
             try:
@@ -155,12 +158,23 @@ class ToolStateExtractor:
         if payment_limit < 0:
             raise ValueError(f"payment_limit={payment_limit!r} must not be negative")
         self.payment_limit = float(payment_limit)
+        self.argument_aliases = {tool: dict(names) for tool, names in (argument_aliases or {}).items()}
+        for tool, names in self.argument_aliases.items():
+            canonical = {n for _, accepted, _ in ARGUMENT_NAMES[self.kind_of(tool)] for n in accepted[:1]}
+            wrong = sorted(set(names.values()) - canonical)
+            if wrong:
+                raise ValueError(f"argument_aliases[{tool!r}]: {wrong} are not arguments a "
+                                 f"{self.kind_of(tool).value} tool reads; its arguments: {sorted(canonical)}")
         self._cache: dict[tuple[Any, ...], tuple[_Facts, dict[str, Any]]] = {}
         self._amounts: dict[str, set[float]] = {}
         self._memo: tuple[tuple[str, ...], tuple[ToolStep, ...], dict[str, Any]] | None = None
 
     def kind_of(self, name: str) -> ToolKind:
         return self.tool_kinds.get(name, ToolKind.OTHER)
+
+    def knows(self, name: str) -> bool:
+        """Whether a tool has a kind here (an unknown one is ``other``, of effects unknown to the guard)."""
+        return name in self.tool_kinds
 
     def __call__(self, transcript: Transcript) -> dict[str, Any]:
         steps = transcript.steps
@@ -263,6 +277,9 @@ class ToolStateExtractor:
         if not wanted:
             return {}
         args = step.args
+        aliases = self.argument_aliases.get(step.name)
+        if aliases and isinstance(args, Mapping):
+            args = {aliases.get(k, k): v for k, v in args.items()}
         if isinstance(args, str) and len(wanted) == 1:
             args = {wanted[0][1][0]: args}  # a single-input tool called with a bare string
         if not isinstance(args, Mapping):

@@ -23,7 +23,7 @@ from guard.errors import ForewarnError, TraceError
 from guard.traces import Run
 
 if TYPE_CHECKING:
-    from domains.tools.transcript import ToolStep, Transcript
+    from guard.langchain.transcript import ToolStep, Transcript
 
 __all__ = ["Call", "AgentLog", "Extractor", "resolve_extractor", "to_run"]
 
@@ -97,7 +97,7 @@ def to_run(log: AgentLog, extractor: Extractor, origin: str) -> Run:
     Raises:
         TraceError: the extractor cannot read a call (names the record and the call).
     """
-    from domains.tools.transcript import CallStatus, ToolStep, Transcript
+    from guard.langchain.transcript import CallStatus, ToolStep, Transcript
 
     if log.steps is not None:
         tool_steps = list(log.steps)

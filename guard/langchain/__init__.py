@@ -21,10 +21,16 @@ from guard.langchain.errors import ApprovalRequired, GuardIntervention, RunStopp
 from guard.langchain.recorder import TraceRecorder
 from guard.langchain.review import Review, parse_review
 from guard.langchain.tools import Approver, GuardedTool, ToolGuard, guard_tool
+from guard.langchain.transcript import CallStatus, ExtractionError, StateExtractor, ToolStep, Transcript
 
 __all__ = [
     "ApprovalRequired",
     "Approver",
+    "CallStatus",
+    "ExtractionError",
+    "StateExtractor",
+    "ToolStep",
+    "Transcript",
     "Extractor",
     "ForewarnMiddleware",
     "GuardIntervention",

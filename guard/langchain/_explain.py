@@ -7,6 +7,8 @@ the proposed call would lead to (a look-ahead), so the text says so.
 from __future__ import annotations
 
 import json
+import re
+import string
 from typing import Any
 
 from guard.runtime import Decision, Guard
@@ -35,13 +37,26 @@ def _state_words(guard: Guard, decision: Decision) -> str:
     return "; ".join(holding) if holding else "none of the watched conditions holds"
 
 
-def consequence(guard: Guard, decision: Decision, *, subject: str = "Running it", past: bool = False) -> str:
-    """What the guard predicts, in words: state, property, probability and threshold."""
+def avoid_words(guard: Guard) -> str:
+    """What the spec's unsafe condition means, in the predicates' own words (no CEL)."""
+    spec = guard.model.spec
+    unsafe = spec.unsafe or ""
+    named = [n for n in spec.predicates if re.search(rf"\b{re.escape(n)}\b", unsafe)]
+    words = [spec.predicates[n].description or n for n in named]
+    if not words:
+        return "a violation of its safety rules" if not unsafe else f"the unsafe condition of '{spec.name}'"
+    return "; or ".join(words)
+
+
+def consequence(guard: Guard, decision: Decision, *, subject: str = "Running it", past: bool = False,
+                formula: bool = False) -> str:
+    """What the guard predicts, in words: state, what to avoid, probability and threshold; the
+    raw CEL condition and PCTL property only with ``formula``."""
     spec = guard.model.spec
     if not decision.abstract_state:  # a fallback decision: the call could not be read
         return decision.message
     state = _state_words(guard, decision)
-    unsafe = spec.unsafe or "a monitor violation"
+    unsafe = (spec.unsafe or "a monitor violation") if formula else avoid_words(guard)
     if decision.monitors:
         state += "; monitors: " + ", ".join(f"{name} {words}" for name, words in decision.monitors.items())
     if decision.unsafe_now:
@@ -72,16 +87,38 @@ def consequence(guard: Guard, decision: Decision, *, subject: str = "Running it"
     else:
         threshold = (f"; the probability of staying safe, {decision.p_safe:.1%}, is below the "
                      f"'{decision.action.value}' threshold {decision.threshold:g}")
+    what = f"{unsafe}; property {decision.property}" if formula else unsafe
     return (f"{subject} {verb} to a state where {state}. From there, the probability of eventually reaching "
-            f"an unsafe state ({unsafe}; property {decision.property}) is {decision.p_unsafe:.1%}{evidence}"
-            f"{threshold}.")
+            f"an unsafe state ({what}) is {decision.p_unsafe:.1%}{evidence}{threshold}.")
 
 
-def held_back(guard: Guard, decision: Decision, name: str, args: Any) -> str:
-    """The risk alert the model gets in place of a call's result (reflect)."""
-    return (f"Forewarn held back your call to {describe_call(name, args)}; it was not executed. "
-            f"{consequence(guard, decision)} Revise your plan: choose a next step that keeps the run "
-            f"safe, or finish and tell the user what you did not do and why.")
+DEFAULT_REFLECTION = ("Forewarn held back your call to {call}; it was not executed. {consequence} Revise your "
+                      "plan: choose a next step that keeps the run safe, or finish and tell the user what you did "
+                      "not do and why.")
+"""The default reflection text. Fields a template may use: ``{call}`` (tool and arguments), ``{tool}``,
+``{consequence}`` (the prediction in plain words), ``{probability}`` (of reaching an unsafe state, e.g.
+``42.0%``), ``{avoid}`` (what the spec's unsafe condition means, in words), ``{state}`` (the conditions
+that would hold), ``{threshold}``, and only where a template asks for them ``{formula}`` (the PCTL
+property) and ``{unsafe}`` (the raw CEL condition)."""
+
+
+def held_back(guard: Guard, decision: Decision, name: str, args: Any, template: str | None = None) -> str:
+    """The risk alert the model gets in place of a call's result (reflect), from ``template``."""
+    spec = guard.model.spec
+    fields = {"call": describe_call(name, args), "tool": name, "consequence": consequence(guard, decision),
+              "probability": "unknown" if decision.p_unsafe is None else f"{decision.p_unsafe:.1%}",
+              "avoid": avoid_words(guard), "state": _state_words(guard, decision) if decision.abstract_state else "",
+              "threshold": "" if decision.threshold is None else f"{decision.threshold:g}",
+              "formula": decision.property, "unsafe": spec.unsafe or ""}
+    return (template or DEFAULT_REFLECTION).format(**fields)
+
+
+def check_template(template: str) -> None:
+    """Raise ValueError naming a field a reflection template uses that does not exist."""
+    known = {"call", "tool", "consequence", "probability", "avoid", "state", "threshold", "formula", "unsafe"}
+    for _, field, _, _ in string.Formatter().parse(template):
+        if field is not None and field not in known:
+            raise ValueError(f"reflection_template: unknown field {{{field}}}; known: {sorted(known)}")
 
 
 def stopped_before(guard: Guard, decision: Decision, name: str, args: Any) -> str:
@@ -92,7 +129,8 @@ def stopped_before(guard: Guard, decision: Decision, name: str, args: Any) -> st
 
 def approval_request(guard: Guard, decision: Decision, name: str, args: Any) -> str:
     """What a human reviewer reads before approving, editing or rejecting a call."""
-    return f"Forewarn asks for approval of {describe_call(name, args)}. {consequence(guard, decision)}"
+    return (f"Forewarn asks for approval of {describe_call(name, args)}. "
+            f"{consequence(guard, decision, formula=True)}")
 
 
 def after_call(guard: Guard, decision: Decision) -> str:

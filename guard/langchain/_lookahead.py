@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from domains.tools.transcript import CallStatus, ToolStep, Transcript
+from guard.langchain.transcript import CallStatus, ToolStep, Transcript
 from guard.langchain import _explain as explain
 from guard.langchain._messages import forewarn_data, mark
 from guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
@@ -53,13 +53,16 @@ class Turn:
             # (against the committed state: a call earlier in this turn has not been judged by its result yet)
             if action is not Action.ALLOW and not self.mw.judge_unchanged and unchanged(self.run.session, decision):
                 action = Action.ALLOW
+            if action is Action.ALLOW and not self.mw.knows(call["name"]):  # never silently allowed
+                action, note = self.mw.unknown_tools, self.mw.unknown_note(call["name"])
             if action is Action.REFLECT and (count := reflections(self.messages)) >= self.mw.max_reflections:
                 action = self.mw.on_reflection_limit
-                note = (f" Forewarn already asked the model to revise its plan {count} time(s) since the "
+                note += (f" Forewarn already asked the model to revise its plan {count} time(s) since the "
                         f"user's last message, its limit.")
             if action is Action.REFLECT:
                 self._record(call, decision, action, "held back")
-                text = explain.held_back(self.guard, decision, call["name"], call["args"])
+                text = explain.held_back(self.guard, decision, call["name"], call["args"],
+                                         self.mw.reflection_template) + note
                 return verdicts, self._hold_back(calls[i:], text, "reflect", decision)
             if action is Action.STOP:
                 self._record(call, decision, action, "stopped")

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from guard.errors import ForewarnWarning
 from guard.runtime import Decision
 
-__all__ = ["GuardIntervention", "RunStopped", "ApprovalRequired"]
+__all__ = ["GuardIntervention", "RunStopped", "ApprovalRequired", "UnknownToolWarning"]
 
 
 class GuardIntervention(RuntimeError):
@@ -41,3 +42,8 @@ class RunStopped(GuardIntervention):
 
 class ApprovalRequired(GuardIntervention):
     """The call needs a human's approval and no approver was configured."""
+
+
+class UnknownToolWarning(ForewarnWarning):
+    """The agent has tools the extractor knows nothing about: the guard cannot see their effects, so
+    their calls get the middleware's ``unknown_tools`` action (by default a human decides)."""

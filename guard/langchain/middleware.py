@@ -28,6 +28,7 @@ goes on (another process resumed it) is rebuilt from the messages.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -39,14 +40,15 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.types import Command, interrupt
 
-from domains.tools.errors import ExtractionError
-from domains.tools.extractor import ToolStateExtractor
-from domains.tools.transcript import CallStatus, ToolStep, Transcript
+from guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
 from guard.bundle_guard import BundleGuard
+from guard.client import AsyncClient, Client
 from guard.errors import ForewarnError, PredicateError
 from guard.langchain import _explain as explain
 from guard.langchain._messages import forewarn_data, mark, message_text
 from guard.langchain._lookahead import Turn, not_run, same_state
+from guard.langchain._remote import RemoteGuard, remote_guard
+from guard.langchain.errors import UnknownToolWarning
 from guard.langchain.review import REVIEW_TYPES, Review, ReviewType, parse_review, review_payload
 from guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
 from guard.policy import Policy
@@ -66,7 +68,10 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
     """Guard every step of a ``create_agent`` agent with a Forewarn model.
 
     Args:
-        guard: the guard (a learned, checked model and its policy).
+        guard: the guard (a learned, checked model and its policy), or a
+            :class:`~guard.client.Client` / :class:`~guard.client.AsyncClient` of a sidecar
+            (``forewarn serve``): the same decisions, interrupts and messages, with every step
+            committed to the sidecar's audit log (see :mod:`guard.langchain._remote`).
         extractor: what the agent did (a :class:`~domains.tools.Transcript`) → the
             concrete state the guard's spec reads; ``ToolStateExtractor()`` when None.
         policy: overrides the guard's thresholds and unseen-state action.
@@ -91,6 +96,18 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             ``guard.trigger``), and ``increase`` when neither sets one: a call that does not
             raise the run's risk by more than ``min_increase`` is never held back, so a run
             that starts risky is not reflected on every harmless call.
+        model: with a client, the sidecar's model to use (default: the server's default).
+        tools: the agent's tools (or their names), to warn now about those the extractor does not
+            know; without it, the warning comes on the agent's first model call.
+        unknown_tools: what a call to a tool the extractor does not know gets when the guard
+            would otherwise allow it: ``ask_human`` (the default), ``reflect`` or ``stop`` — or
+            ``allow``, if you say so. (An extractor without a ``knows(name)`` method knows every tool.)
+        human_in_the_loop: LangChain's ``HumanInTheLoopMiddleware`` used in the same agent: a call
+            both would interrupt is asked once, by Forewarn (see :meth:`cover`).
+        reflection_template: the text the model gets in place of a held-back call
+            (``str.format`` fields in :data:`guard.langchain._explain.DEFAULT_REFLECTION`'s doc):
+            by default plain words — the probability and what to avoid; the raw CEL condition
+            and PCTL property only where a template asks for ``{unsafe}`` or ``{formula}``.
 
     Warns (:class:`~guard.errors.ThresholdWarning`) when, under the level trigger, a
     threshold is already crossed in an initial state (of the pooled model, for a bundle).
@@ -100,17 +117,21 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             guard's predicates cannot read (``PredicateError``).
     """
 
-    def __init__(self, guard: Guard | BundleGuard, *, extractor: Extractor | None = None,
+    def __init__(self, guard: Guard | BundleGuard | Client | AsyncClient | RemoteGuard, *, extractor: Extractor | None = None,
                  policy: Policy | None = None,
                  max_reflections: int = 2, on_reflection_limit: Action | str = Action.STOP,
                  on_extraction_error: Action | Literal["raise"] | str = "raise",
                  allowed_decisions: Sequence[ReviewType] = REVIEW_TYPES, judge_unchanged: bool = False,
                  max_runs: int = 1024, name: str | None = None,
                  metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
-                 trigger: Trigger | str | None = None) -> None:
+                 trigger: Trigger | str | None = None, model: str | None = None,
+                 tools: Sequence[Any] | None = None, unknown_tools: Action | str = Action.ASK_HUMAN,
+                 reflection_template: str | None = None, human_in_the_loop: Any = None) -> None:
         super().__init__()
+        if isinstance(guard, (Client, AsyncClient)):  # on a sidecar: previews local, commits remote (_remote)
+            guard = remote_guard(guard, model)
         self.guard = guard
-        self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
+        self.extractor: Extractor = extractor if extractor is not None else default_extractor()
         self.policy = policy
         effective = with_default_trigger(policy or guard.policy, trigger)  # unset in spec and policy: increase
         # One guard for all sessions, so its per-abstract-state decision cache is shared.
@@ -136,6 +157,11 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             raise ValueError(f"allowed_decisions={list(allowed_decisions)!r}: choose from {list(REVIEW_TYPES)}")
         self.allowed_decisions: tuple[ReviewType, ...] = tuple(allowed_decisions)
         self.judge_unchanged = judge_unchanged
+        self.unknown_tools = Action(unknown_tools)
+        if reflection_template is not None:
+            explain.check_template(reflection_template)
+        self.reflection_template = reflection_template
+        self._warned: set[str] = set()
         self.max_runs = max_runs
         self._name = name
         self._runs: OrderedDict[str, GuardedRun] = OrderedDict()
@@ -149,6 +175,57 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         except PredicateError as exc:
             if exc.where != "meta" or isinstance(metadata, Mapping):
                 raise
+        if tools is not None:
+            self.warn_unknown([t if isinstance(t, str) else t.name for t in tools], stacklevel=3)
+        if human_in_the_loop is not None:
+            self.cover(human_in_the_loop)
+
+    def cover(self, hitl: Any) -> None:
+        """Make LangChain's ``HumanInTheLoopMiddleware`` skip the calls Forewarn itself asks a human
+        about, so one decision covers a call both would interrupt (Forewarn's interrupt has the same
+        shape, plus the risk). Calls only ``hitl`` gates are still asked by it. Works in its batched
+        and per-call modes and either order in ``middleware=[...]``: ``when`` predicates are
+        wrapped, and Forewarn's look-ahead (inside the model call) has judged the call by then."""
+        for config in hitl.interrupt_on.values():
+            config["when"] = self._unless_forewarn_asks(config.get("when"))
+
+    def _unless_forewarn_asks(self, original: Callable[[ToolCallRequest], bool] | None
+                              ) -> Callable[[ToolCallRequest], bool]:
+        def when(request: ToolCallRequest) -> bool:
+            if self._will_ask(request):
+                return False
+            return True if original is None else bool(original(request))
+        return when
+
+    def _will_ask(self, request: ToolCallRequest) -> bool:
+        call_id = request.tool_call.get("id")
+        messages = (request.state or {}).get("messages")
+        if not call_id or not messages:
+            return False
+        run = self._run_of(messages)
+        with self._lock:
+            verdict = run._verdicts.get(call_id)
+        return verdict is not None and verdict.action is Action.ASK_HUMAN
+
+    def knows(self, tool: str) -> bool:
+        knows = getattr(self.extractor, "knows", None)
+        return knows is None or bool(knows(tool))
+
+    def warn_unknown(self, tools: Sequence[str], *, stacklevel: int = 2) -> list[str]:
+        """Warn (once per name) about tools the extractor does not know; returns them."""
+        with self._lock:
+            unknown = sorted({t for t in tools if not self.knows(t)} - self._warned)
+            self._warned.update(unknown)
+        if unknown:
+            warnings.warn(f"Forewarn's extractor does not know the tools {unknown}, so it cannot see their effects; "
+                          f"their calls get unknown_tools={self.unknown_tools.value!r}. Give them a kind "
+                          f"(ToolStateExtractor(tool_kinds={{...}})) to judge them.", UnknownToolWarning,
+                          stacklevel=stacklevel + 1)
+        return unknown
+
+    def unknown_note(self, tool: str) -> str:
+        return (f" Forewarn's extractor does not know the tool `{tool}`, so it cannot judge what the call does; "
+                f"calls to unknown tools get '{self.unknown_tools.value}'.")
 
     @property
     def name(self) -> str:
@@ -209,6 +286,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         stopped = _stopped_after_tool(messages)
         if stopped is not None:
             return stopped
+        self._check_tools(request)
         return self._look_ahead(messages, handler(request))
 
     async def awrap_model_call(self, request: ModelRequest[Any],
@@ -218,7 +296,13 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         stopped = _stopped_after_tool(messages)
         if stopped is not None:
             return stopped
+        self._check_tools(request)
         return self._look_ahead(messages, await handler(request))
+
+    def _check_tools(self, request: ModelRequest[Any]) -> None:
+        names = [t if isinstance(t, str) else getattr(t, "name", None) for t in request.tools or ()]
+        if any(n is not None and n not in self._warned and not self.knows(n) for n in names):
+            self.warn_unknown([n for n in names if n is not None], stacklevel=4)
 
     def wrap_tool_call(self, request: ToolCallRequest,
                        handler: Callable[[ToolCallRequest], ToolResult]) -> ToolResult:
@@ -228,7 +312,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         resolved = self._review(run, request, verdict)
         if isinstance(resolved, ToolMessage):
             return resolved
-        return self._after_tool(run, resolved[0], handler(resolved[0]), resolved[1])
+        return self._after_tool(run, resolved[0], handler(resolved[0]), resolved[1], verdict.decision)
 
     async def awrap_tool_call(self, request: ToolCallRequest,
                               handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]) -> ToolResult:
@@ -238,7 +322,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         resolved = self._review(run, request, verdict)
         if isinstance(resolved, ToolMessage):
             return resolved
-        return self._after_tool(run, resolved[0], await handler(resolved[0]), resolved[1])
+        return self._after_tool(run, resolved[0], await handler(resolved[0]), resolved[1], verdict.decision)
 
     # -- the look-ahead ---------------------------------------------------------------
 
@@ -282,9 +366,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                 verdict: Verdict) -> tuple[ToolCallRequest, Review] | ToolMessage:
         call = request.tool_call
         decision = verdict.decision
-        review = parse_review(interrupt(review_payload(call["name"], call["args"], call.get("id"),
-                                                       verdict.description, decision, self.allowed_decisions)),
-                              self.allowed_decisions)
+        review = self._ask(request, review_payload(call["name"], call["args"], call.get("id"), verdict.description,
+                                                   decision, self.allowed_decisions))
         if review.type == "reject":
             with self._lock:
                 run._verdicts.pop(call.get("id") or "", None)
@@ -301,23 +384,36 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             return request, review
         name = review.name or call["name"]
         edited = {**call, "name": name, "args": review.args or {}}
-        tool = request.tool
-        if name != call["name"]:
-            tool = next((t for t in request.runtime.tools if t.name == name), None)
-            if tool is None:
-                names = ", ".join(sorted(t.name for t in request.runtime.tools))
-                raise ValueError(f"the reviewer edited call {call.get('id')!r} to tool {name!r}, which the agent "
-                                 f"does not have; its tools: {names}")
+        tool = request.tool if name == call["name"] else next(t for t in request.runtime.tools if t.name == name)
         step = ToolStep(name, edited["args"], CallStatus.PROPOSED, id=call.get("id"), approved=True)
         with self._lock:
             self._extract(run._transcripts.transcript(request.state["messages"]).then(step), step)  # readable?
             run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN, "edited"))
         return request.override(tool_call=edited, tool=tool), review
 
+    def _ask(self, request: ToolCallRequest, payload: dict[str, Any]) -> Review:
+        """Interrupt until the answer is one Forewarn can act on: a mistyped answer (``{"type":
+        "approved"}``) or an edit to a tool the agent lacks re-asks with the error in the payload
+        (``forewarn_error``), instead of failing the thread on every later resume."""
+        call = request.tool_call
+        while True:
+            answer = interrupt(payload)
+            try:
+                review = parse_review(answer, self.allowed_decisions)
+                name = review.name or call["name"]
+                if review.type == "edit" and name != call["name"] and not any(
+                        t.name == name for t in request.runtime.tools):
+                    names = ", ".join(sorted(t.name for t in request.runtime.tools))
+                    raise ValueError(f"the reviewer edited call {call.get('id')!r} to tool {name!r}, which the "
+                                     f"agent does not have; its tools: {names}")
+                return review
+            except ValueError as exc:
+                payload = {**payload, "forewarn_error": f"{exc}. Nothing ran; answer again."}
+
     # -- after a tool ran -------------------------------------------------------------
 
     def _after_tool(self, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
-                    review: Review | None) -> ToolResult:
+                    review: Review | None, approved_decision: Decision | None = None) -> ToolResult:
         call = request.tool_call
         message = result if isinstance(result, ToolMessage) else _tool_message_in(result, call.get("id"))
         text = message_text(message.content) if message is not None else None
@@ -332,7 +428,10 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             decision = self._decide(run.session, transcript, step, commit=True)
         news = decision.action is not Action.ALLOW and not (
             not self.judge_unchanged and decision.action is not Action.STOP and before is not None
-            and before.action is not None and same_state(before.decision, decision))
+            and before.action is not None and same_state(before.decision, decision)) and not (
+            # a human approved exactly this: the result showed nothing the approval did not cover
+            review is not None and review.type == "approve" and approved_decision is not None
+            and decision.action is not Action.STOP and same_state(approved_decision, decision))
         if not news and not approved:  # the common case: nothing to add to the result
             return result
         marks: dict[str, Any] = {"phase": "observed"}

@@ -27,9 +27,7 @@ import orjson
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import HumanMessage, ToolMessage, get_notification_metadata
 
-from domains.tools.errors import ExtractionError
-from domains.tools.extractor import ToolStateExtractor
-from domains.tools.transcript import CallStatus, ToolStep, Transcript
+from guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
 from guard.errors import ForewarnError
 from guard.langchain._messages import message_text, value_text
 
@@ -77,7 +75,7 @@ class TraceRecorder(BaseCallbackHandler):
     def __init__(self, path: str | Path | None = None, *, extractor: Extractor | None = None,
                  meta: Mapping[str, Any] | None = None) -> None:
         self.path = None if path is None else Path(path)
-        self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
+        self.extractor: Extractor = extractor if extractor is not None else default_extractor()
         self.meta = dict(meta or {})
         self.records: list[dict[str, Any]] = []
         self.errors: list[str] = []

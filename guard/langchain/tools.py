@@ -22,9 +22,7 @@ from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackMan
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
-from domains.tools.errors import ExtractionError
-from domains.tools.extractor import ToolStateExtractor
-from domains.tools.transcript import CallStatus, ToolStep, Transcript
+from guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
 from guard.errors import ForewarnError
 from guard.langchain import _explain as explain
 from guard.langchain._messages import value_text
@@ -65,7 +63,7 @@ class ToolGuard:
                  policy: Policy | None = None, user_messages: Iterable[str] = (), approver: Approver | None = None,
                  metadata: Mapping[str, Any] | None = None, trigger: Trigger | str | None = None) -> None:
         self.guard = guard
-        self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
+        self.extractor: Extractor = extractor if extractor is not None else default_extractor()
         effective = with_default_trigger(policy or guard.policy, trigger)
         self.session: Session = guard.session(None if effective == guard.policy else effective, metadata=metadata)
         self.transcript = Transcript(user_messages=tuple(user_messages))

@@ -89,7 +89,10 @@ VIOLATIONS_ONLY = 0.05
 
 
 def p_safe(guard: Guard, user: str, steps: Sequence[dict[str, Any]]) -> float:
-    """The guard's p_safe in the state a transcript leads to (the model must know it)."""
+    """The guard's p_safe in the state a transcript leads to (the model must know it); for a
+    sidecar's client, that of the model it serves."""
+    if not isinstance(guard, Guard):
+        guard = guard.guard()
     decision = guard.decide(ToolStateExtractor()(Transcript.of(user, steps)))
     assert decision.p_safe is not None, f"the test model never saw the state of {steps}"
     return decision.p_safe

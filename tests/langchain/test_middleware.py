@@ -37,6 +37,12 @@ def thread(name: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": name}}
 
 
+@pytest.fixture
+def tool_guard(guard_or_client: Any) -> Any:
+    """Every scenario of this file runs in process and against a real sidecar (see conftest)."""
+    return guard_or_client
+
+
 def forewarn_messages(messages: list[BaseMessage]) -> list[BaseMessage]:
     return [m for m in messages if m.additional_kwargs.get("lc_source") == "forewarn"]
 
@@ -225,13 +231,21 @@ def test_edit_runs_the_edited_call(tool_guard: Guard, log: ToolLog) -> None:
     ({"type": "edit", "edited_action": {"name": "send_email"}}, "needs 'edited_action' with 'args'"),
     ({"decisions": [{"type": "approve"}, {"type": "approve"}]}, "exactly one"),
     ("yes", "cannot read the review"),
+    ({"type": "approved"}, "unknown review type"),
+    ({"type": "edit", "edited_action": {"name": "kubectl", "args": {}}}, "which the agent does not have"),
 ])
-def test_a_bad_answer_is_a_clear_error(tool_guard: Guard, log: ToolLog, answer: Any, problem: str) -> None:
+def test_a_bad_answer_re_asks_with_the_error(tool_guard: Guard, log: ToolLog, answer: Any, problem: str) -> None:
     agent, _, _ = _approval_agent(tool_guard, log)
-    agent.invoke(ask(SHARE), thread("bad"))
-    with pytest.raises(ValueError, match=problem):
-        agent.invoke(Command(resume=answer), thread("bad"))
+    first = agent.invoke(ask(SHARE), thread("bad"))["__interrupt__"][0].value
+    again = agent.invoke(Command(resume=answer), thread("bad"))
+    (pending,) = again["__interrupt__"]  # asked again, the thread intact
+    assert problem in pending.value["forewarn_error"] and "answer again" in pending.value["forewarn_error"]
+    assert pending.value["action_requests"] == first["action_requests"]
     assert log.names() == ["read_file"]
+    # a second bad answer re-asks again; a good one then runs the call
+    assert "__interrupt__" in agent.invoke(Command(resume={"type": "approved"}), thread("bad"))
+    result = agent.invoke(Command(resume={"type": "approve"}), thread("bad"))
+    assert log.names() == ["read_file", "send_email"] and result["messages"][-1].content == "Shared."
 
 
 def test_allowed_decisions_are_enforced(tool_guard: Guard, log: ToolLog) -> None:
@@ -241,8 +255,9 @@ def test_allowed_decisions_are_enforced(tool_guard: Guard, log: ToolLog) -> None
     agent = agent_for(model, log, mw, checkpointer=True)
     paused = agent.invoke(ask(SHARE), thread("allowed"))
     assert paused["__interrupt__"][0].value["review_configs"][0]["allowed_decisions"] == ["approve", "reject"]
-    with pytest.raises(ValueError, match="not allowed"):
-        agent.invoke(Command(resume={"type": "edit", "edited_action": {"args": {}}}), thread("allowed"))
+    again = agent.invoke(Command(resume={"type": "edit", "edited_action": {"args": {}}}), thread("allowed"))
+    assert "not allowed" in again["__interrupt__"][0].value["forewarn_error"]  # asked again
+    assert log.names() == []
 
 
 # ------------------------------------------------------------------ stop

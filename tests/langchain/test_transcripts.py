@@ -58,3 +58,25 @@ def test_the_cache_reads_the_same_messages_again_alike() -> None:
     longer = [*messages, call("c3"), result("c3")]
     assert cache.transcript(longer, approved=["c3"]) == transcript_from_messages(longer, approved=["c3"])
     assert cache.transcript(longer, approved=iter(["c3"])).steps[-1].approved
+
+
+def test_the_integration_owns_its_input_types() -> None:
+    """guard.langchain no longer imports the demo domain for its types; old imports keep working."""
+    import ast
+    from pathlib import Path
+
+    import domains.tools as tools
+    import domains.tools.errors as old_errors
+    import domains.tools.transcript as old_transcript
+    import guard.langchain as integration
+    from guard.langchain import transcript as owned
+
+    assert tools.Transcript is old_transcript.Transcript is integration.Transcript is owned.Transcript
+    assert old_transcript.ToolStep is owned.ToolStep and old_transcript.CallStatus is owned.CallStatus
+    assert old_errors.ExtractionError is owned.ExtractionError is integration.ExtractionError
+    assert isinstance(tools.ToolStateExtractor(), owned.StateExtractor)
+    folder = Path(integration.__file__).parent
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.col_offset == 0 and (node.module or "").startswith("domains"):
+                raise AssertionError(f"{path.name} imports {node.module} at module level")

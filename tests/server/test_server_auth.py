@@ -22,23 +22,31 @@ MATRIX = [
     ("GET", "/v1/sessions/{sid}", None, EVERYONE),
     ("POST", "/v1/sessions/{sid}/observe", {"state": egg_state()}, {AGENT, ADMIN}),
     ("POST", "/v1/sessions/{sid}/preview", {"state": egg_state()}, {AGENT, ADMIN}),
+    ("POST", "/v1/sessions/{sid}/proposals", {"tool": "t", "state": egg_state()}, {AGENT, ADMIN}),
+    ("GET", "/v1/proposals", None, {APPROVER, ADMIN}),
+    ("GET", "/v1/proposals/{pid}", None, EVERYONE),
+    ("POST", "/v1/proposals/{pid}", {"decision": "approve"}, {APPROVER, ADMIN}),
     ("POST", "/v1/sessions/{sid}/close", None, {AGENT, ADMIN}),
     ("POST", "/v1/batch", {"steps": [{"session": "{sid}", "state": egg_state()}]}, {AGENT, ADMIN}),
     ("GET", "/v1/approvals", None, {APPROVER, ADMIN}),
+    ("GET", "/v1/changes", None, {APPROVER, ADMIN}),
     ("GET", "/v1/approvals/{aid}", None, EVERYONE),
     ("POST", "/v1/approvals/{aid}", {"decision": "approve"}, {APPROVER, ADMIN}),
     ("GET", "/v1/models", None, EVERYONE),
     ("GET", "/v1/models/{name}", None, EVERYONE),
+    ("GET", "/v1/models/{name}/document", None, EVERYONE),
     ("POST", "/v1/models", {"name": "builtin", "path": "{model}"}, {ADMIN}),
     ("GET", "/metrics", None, EVERYONE),
 ]
-PUBLIC = [("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/docs"), ("GET", "/openapi.json")]
+PUBLIC = [("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/console"),
+          ("GET", "/console/app.js"), ("GET", "/docs-assets/swagger-ui-bundle.js")]
 
 
 def test_matrix_covers_every_route(server: ServerThread) -> None:
     routes = {(method.upper(), path) for path, item in server.app.openapi()["paths"].items() for method in item}
-    listed = {(m, p.replace("{sid}", "{session_id}").replace("{aid}", "{approval_id}")) for m, p, _, _ in MATRIX}
-    listed |= {(m, p) for m, p in PUBLIC if p not in {"/docs", "/openapi.json"}}
+    listed = {(m, p.replace("{sid}", "{session_id}").replace("{aid}", "{approval_id}")
+               .replace("{pid}", "{proposal_id}")) for m, p, _, _ in MATRIX}
+    listed |= {(m, p) for m, p in PUBLIC if p in {"/healthz", "/readyz"}}
     assert routes == listed
 
 
@@ -60,7 +68,10 @@ def test_every_endpoint_and_role(server: ServerThread, http: httpx.Client, built
                     headers=auth(AGENT)).json()["id"]
     decision = http.post(f"/v1/sessions/{sid}/observe", json={"state": egg_state(in_microwave=True, closed=True)},
                          headers=auth(AGENT)).json()
-    names = {"sid": sid, "aid": decision["approval_id"], "name": "builtin", "model": str(builtin_path)}
+    proposal = http.post(f"/v1/sessions/{sid}/proposals", json={"tool": "t", "state": egg_state()},
+                         headers=auth(AGENT)).json()
+    names = {"sid": sid, "aid": decision["approval_id"], "pid": proposal["id"], "name": "builtin",
+             "model": str(builtin_path)}
     if role is None:
         headers: dict[str, str] = {}
     elif role == "wrong":

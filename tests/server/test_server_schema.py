@@ -42,7 +42,9 @@ EXAMPLES = int(os.environ.get("FOREWARN_SCHEMA_EXAMPLES", "25"))
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory, builtin_path: Path, toy_path: Path) -> Iterator[ServerThread]:
     db = tmp_path_factory.mktemp("schema") / "schema.db"
-    with ServerThread(server_settings(db, {"builtin": builtin_path, "toy": toy_path})) as running:
+    # long polls (/v1/changes, /v1/approvals/{id}) answer within half a second: the examples must not wait
+    limits = ServerSettings().limits.model_copy(update={"max_wait_seconds": 0.5})
+    with ServerThread(server_settings(db, {"builtin": builtin_path, "toy": toy_path}, limits=limits)) as running:
         yield running
 
 

@@ -1,0 +1,97 @@
+"""The middleware on a sidecar: ``ForewarnMiddleware(Client(url, api_key=...))``.
+
+Design (issue 13): the middleware previews every proposed call before it runs, often
+several per model turn, each after the calls before it. Asking the server for each would
+cost a round trip per preview and a server-side scratch session per turn. Instead the
+middleware fetches the model the sidecar serves (``GET /v1/models/{name}/document``) once,
+at construction, and previews with a local copy of it — the same file, the same policy,
+so the same decisions — while every step that runs is committed to the sidecar
+(``observe``), which keeps the audit log and answers the decision the middleware acts on.
+
+The human is asked through the graph's interrupt, as in process, so the sidecar's
+commits carry ``ask: false``: no second approval is queued for a step a person already
+decided on in the agent (the action recorded says how it was reviewed).
+"""
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from guard.bundle_guard import BundleGuard
+from guard.client import AsyncClient, Client, RemoteSession
+from guard.policy import Policy
+from guard.runtime import Decision, Guard, Session
+
+__all__ = ["RemoteGuard", "MirroredSession", "remote_guard"]
+
+
+@dataclass
+class MirroredSession(Session):
+    """A local session (previews, monitors, the look-ahead's scratch copies) whose every committed
+    step is first committed to a sidecar session; the sidecar's decision is the one returned."""
+
+    remote: RemoteSession | None = None
+
+    def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
+        assert self.remote is not None
+        # the sidecar first: when it cannot store the step, nothing is committed here either (fail closed)
+        decision = self.remote.observe(state, action=action, t=t, ask=False)
+        super().observe(state, action=action, t=t)
+        return decision
+
+
+class RemoteGuard:
+    """What the middleware needs of a guard, with the decisions kept by a sidecar."""
+
+    def __init__(self, client: Client, local: Guard | BundleGuard, model: str | None) -> None:
+        self.client = client
+        self.local = local
+        self.model_name = model
+
+    # the local model's face: spec, policy and predicates for the start warning, previews and words
+    @property
+    def policy(self) -> Policy:
+        return self.local.policy
+
+    @property
+    def model(self) -> Any:
+        return self.local.model
+
+    @property
+    def predicates(self) -> Any:
+        return self.local.predicates
+
+    @property
+    def property(self) -> str:
+        return self.local.property
+
+    def with_policy(self, policy: Policy) -> RemoteGuard:
+        return RemoteGuard(self.client, self.local.with_policy(policy), self.model_name)
+
+    def session(self, policy: Policy | None = None, *, metadata: Mapping[str, Any] | None = None) -> MirroredSession:
+        local = self.local if policy is None else self.local.with_policy(policy)
+        guard = local.for_metadata(metadata)
+        remote = self.client.session(local.policy, model=self.model_name, metadata=metadata)
+        return MirroredSession(guard, metadata=metadata, remote=remote)
+
+
+def remote_guard(client: Client | AsyncClient, model: str | None = None, *,
+                 allow_python: Any = None, trusted_keys: Any = None) -> RemoteGuard:
+    """A :class:`RemoteGuard` on ``client``'s sidecar. An :class:`AsyncClient` is used through a
+    synchronous twin on the same URL and key: the middleware commits a step inside its hooks
+    (one short loopback request)."""
+    twin = None
+    if isinstance(client, AsyncClient):
+        twin = client = _sync_twin(client)
+    guard = RemoteGuard(client, client.guard(model, allow_python=allow_python, trusted_keys=trusted_keys), model)
+    if twin is not None:  # ours to close: when the guard goes, its connections go with it
+        weakref.finalize(guard, twin.close)
+    return guard
+
+
+def _sync_twin(client: AsyncClient) -> Client:
+    twin = Client(client.url, timeout=client._http.timeout.read or 30.0, retries=client.retries)
+    twin._http.headers.update({k: v for k, v in client._http.headers.items() if k.lower() == "authorization"})
+    return twin

@@ -1,0 +1,229 @@
+// Forewarn approver console: plain DOM, no framework, no external asset. Every value that comes
+// from an agent (tool names, arguments, messages) is set as text, never as HTML.
+"use strict";
+
+const state = { key: sessionStorage.getItem("forewarn-key") || "", generation: -1, items: [], polling: false };
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (name === "text") node.textContent = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value);
+  }
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
+function newKey() {
+  return (crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`).replace(/[^A-Za-z0-9-]/g, "");
+}
+
+async function api(method, path, body) {
+  const headers = { Authorization: `Bearer ${state.key}` };
+  if (body !== undefined) { headers["Content-Type"] = "application/json"; headers["Idempotency-Key"] = newKey(); }
+  const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    const error = new Error((data.error && data.error.message) || `HTTP ${response.status}`);
+    error.status = response.status;
+    throw error;
+  }
+  return data;
+}
+
+const pct = (p) => (p === null || p === undefined ? "unknown" : `${(100 * p).toFixed(1)}%`);
+
+function riskChart(points, label) {
+  const ns = "http://www.w3.org/2000/svg";
+  const width = 260, height = 70, pad = 12;
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("class", "chart");
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", label);
+  const known = points.filter((p) => p.p_unsafe !== null && p.p_unsafe !== undefined);
+  const x = (i) => pad + (points.length > 1 ? (i * (width - 2 * pad)) / (points.length - 1) : (width - 2 * pad) / 2);
+  const y = (p) => height - pad - p * (height - 2 * pad);
+  for (const level of [0, 0.5, 1]) {
+    const line = document.createElementNS(ns, "line");
+    line.setAttribute("x1", pad); line.setAttribute("x2", width - pad);
+    line.setAttribute("y1", y(level)); line.setAttribute("y2", y(level));
+    svg.append(line);
+    const text = document.createElementNS(ns, "text");
+    text.setAttribute("x", 0); text.setAttribute("y", y(level) + 3);
+    text.textContent = `${level * 100}`;
+    svg.append(text);
+  }
+  const line = document.createElementNS(ns, "polyline");
+  line.setAttribute("points", points.map((p, i) => (p.p_unsafe == null ? null : `${x(i)},${y(p.p_unsafe)}`))
+    .filter(Boolean).join(" "));
+  svg.append(line);
+  points.forEach((p, i) => {
+    if (p.p_unsafe == null) return;
+    const dot = document.createElementNS(ns, "circle");
+    dot.setAttribute("cx", x(i)); dot.setAttribute("cy", y(p.p_unsafe)); dot.setAttribute("r", 2.5);
+    const title = document.createElementNS(ns, "title");
+    title.textContent = `step ${p.step}: ${pct(p.p_unsafe)}`;
+    dot.append(title);
+    svg.append(dot);
+  });
+  if (!known.length) {
+    const text = document.createElementNS(ns, "text");
+    text.setAttribute("x", pad); text.setAttribute("y", height / 2);
+    text.textContent = "no committed step with a known risk yet";
+    svg.append(text);
+  }
+  return svg;
+}
+
+function card(item) {
+  const d = item.decision || {};
+  const isProposal = item.kind === "proposal";
+  const call = isProposal ? `${item.tool}` : (d.abstract_state ? "a committed step" : "a step");
+  const reason = el("input", { type: "text", "aria-label": "Reason", placeholder: "Reason (sent with the decision)" });
+  const args = isProposal ? el("textarea", { "aria-label": "Edited arguments (JSON)" }) : null;
+  if (args) { args.value = JSON.stringify(item.arguments, null, 2); args.hidden = true; }
+  const decide = (decision) => () => submit(item, decision, reason, args);
+  const buttons = el("div", { class: "row" }, reason,
+    el("button", { type: "button", class: "approve", text: "Approve (a)", onclick: decide("approve") }),
+    el("button", { type: "button", class: "reject", text: "Reject (r)", onclick: decide("reject") }),
+    isProposal ? el("button", { type: "button", text: "Edit (e)", onclick: () => {
+      if (args.hidden) { args.hidden = false; args.focus(); } else decide("edit")();
+    } }) : null,
+    el("button", { type: "button", text: "Session trail (s)", onclick: () => showTrail(item.session_id) }));
+  const risk = item.risk || { p_unsafe: d.p_unsafe, ci_low: d.ci_low, ci_high: d.ci_high };
+  const interval = risk.ci_low != null && risk.ci_high != null ? ` (interval ${pct(risk.ci_low)}–${pct(risk.ci_high)})` : "";
+  const node = el("li", { class: "card", tabindex: "0", "data-id": item.id, "aria-label": `Pending ${call}` },
+    el("h3", { text: isProposal ? `Proposed call: ${item.tool}` : `Approval of step ${item.step}` }),
+    isProposal ? el("pre", { class: "args", text: JSON.stringify(item.arguments, null, 2) }) : null,
+    el("p", { class: "why" }, el("span", { class: "risk", text: `Risk ${pct(risk.p_unsafe)}${interval}` }),
+      document.createTextNode(` · action ${d.action || "?"} · session ${item.session_id}`)),
+    item.state_words ? el("p", { class: "why", text: `Leads to: ${item.state_words}` }) : null,
+    d.message ? el("p", { class: "why", text: d.message }) : null,
+    item.session_risk ? riskChart(item.session_risk, `the session's risk over ${item.session_risk.length} steps`) : null,
+    args, buttons);
+  node.addEventListener("keydown", (event) => {
+    if (event.target.tagName === "INPUT" || event.target.tagName === "TEXTAREA") return;
+    const go = { a: "approve", r: "reject" }[event.key];
+    if (go) { event.preventDefault(); decide(go)(); }
+    else if (event.key === "e" && args) { event.preventDefault(); args.hidden = false; args.focus(); }
+    else if (event.key === "s") { event.preventDefault(); showTrail(item.session_id); }
+    else if (event.key === "j" || event.key === "k") {
+      event.preventDefault();
+      const cards = [...document.querySelectorAll(".card")];
+      const next = cards[cards.indexOf(node) + (event.key === "j" ? 1 : -1)];
+      if (next) next.focus();
+    }
+  });
+  return node;
+}
+
+async function submit(item, decision, reason, args) {
+  $("desk-error").textContent = "";
+  const body = { decision, reason: reason.value || null };
+  try {
+    if (decision === "edit") body.arguments = JSON.parse(args.value);
+    const path = item.kind === "proposal" ? `/v1/proposals/${item.id}` : `/v1/approvals/${item.id}`;
+    await api("POST", path, body);
+    await refresh();
+  } catch (error) {
+    $("desk-error").textContent = `Could not ${decision}: ${error.message}`;
+  }
+}
+
+async function showTrail(sessionId) {
+  const data = await api("GET", `/v1/sessions/${sessionId}?limit=1000`);
+  const steps = data.steps || [];
+  $("trail").hidden = false;
+  $("trail-title").textContent = `Audit trail of session ${sessionId} (${data.status})`;
+  $("trail-chart").replaceChildren(riskChart(steps.map((s) => ({ step: s.step, p_unsafe: s.decision && s.decision.p_unsafe })),
+    `risk over ${steps.length} steps`));
+  $("trail-table").tBodies[0].replaceChildren(...steps.map((s) => el("tr", {},
+    el("td", { text: String(s.step) }), el("td", { text: new Date(s.at * 1000).toLocaleTimeString() }),
+    el("td", { text: s.action ? (s.action.tool || JSON.stringify(s.action)) : "(start)" }),
+    el("td", { text: s.decision ? s.decision.action : "" }), el("td", { text: pct(s.decision && s.decision.p_unsafe) }))));
+}
+
+async function refresh() {
+  const [proposals, approvals, allProposals, allApprovals] = await Promise.all([
+    api("GET", "/v1/proposals?status=pending"), api("GET", "/v1/approvals?status=pending"),
+    api("GET", "/v1/proposals?status=all&limit=1000"), api("GET", "/v1/approvals?status=all&limit=1000")]);
+  const detailed = await Promise.all(proposals.proposals.map((p) => api("GET", `/v1/proposals/${p.id}`)));
+  const items = [...detailed.map((p) => ({ ...p, kind: "proposal" })),
+                 ...approvals.approvals.map((a) => ({ ...a, kind: "approval" }))];
+  // keep the cards already shown (a reason being typed survives a live update); add the new ones
+  const shown = new Map([...document.querySelectorAll(".card")].map((node) => [node.dataset.id, node]));
+  const same = items.length === shown.size && items.every((item, i) => $("pending").children[i].dataset.id === item.id);
+  if (!same) {  // (re-inserting a node drops its focus: put it back)
+    const focused = document.activeElement;
+    $("pending").replaceChildren(...items.map((item) => shown.get(item.id) || card(item)));
+    if (focused && focused !== document.body && document.contains(focused)) focused.focus();
+  }
+  $("count").textContent = String(items.length);
+  $("empty").hidden = items.length > 0;
+  const resolved = [...allProposals.proposals.map((p) => ({ ...p, what: `call ${p.tool}` })),
+                    ...allApprovals.approvals.map((a) => ({ ...a, what: `step ${a.step}` }))]
+    .filter((r) => r.resolved_at).sort((x, y) => y.resolved_at - x.resolved_at).slice(0, 12);
+  const words = { executed: "approved (and ran)" };
+  $("recent").replaceChildren(...resolved.map((r) => el("li", {
+    text: `${new Date(r.resolved_at * 1000).toLocaleTimeString()} — ${words[r.status] || r.status} ${r.what} (session ${r.session_id}) by ${r.resolved_by}${r.reason ? `: ${r.reason}` : ""}` })));
+  const first = document.querySelector(".card");
+  if (first && !document.querySelector(".card:focus-within")) first.focus();
+}
+
+async function follow() {
+  if (state.polling) return;
+  state.polling = true;
+  while (state.key) {
+    try {
+      const { generation } = await api("GET", `/v1/changes?since=${state.generation}&wait=25`);
+      if (generation !== state.generation) { state.generation = generation; await refresh(); }
+      $("live").textContent = "live";
+    } catch (error) {
+      $("live").textContent = `reconnecting (${error.message})`;
+      if (error.status === 401 || error.status === 403) { signOut(error.message); break; }
+      await new Promise((done) => setTimeout(done, 2000));
+    }
+  }
+  state.polling = false;
+}
+
+async function signIn(key) {
+  state.key = key;
+  try {
+    await api("GET", "/v1/changes?since=-1");  // an approver's or admin's endpoint
+  } catch (error) {
+    state.key = "";
+    sessionStorage.removeItem("forewarn-key");
+    $("signin-error").textContent = error.status === 403
+      ? "This key cannot approve (it is not an approver or admin key)." : `Sign-in failed: ${error.message}`;
+    return;
+  }
+  sessionStorage.setItem("forewarn-key", key);
+  $("signin").hidden = true;
+  $("desk").hidden = false;
+  $("signout").hidden = false;
+  $("who").textContent = "Signed in as an approver";
+  state.generation = -1;
+  follow();
+}
+
+function signOut(message) {
+  state.key = "";
+  sessionStorage.removeItem("forewarn-key");
+  $("desk").hidden = true;
+  $("signin").hidden = false;
+  $("signout").hidden = true;
+  $("who").textContent = "";
+  $("signin-error").textContent = message || "";
+  $("key").focus();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("signin-form").addEventListener("submit", (event) => { event.preventDefault(); signIn($("key").value); });
+  $("signout").addEventListener("click", () => signOut());
+  if (state.key) signIn(state.key);
+});

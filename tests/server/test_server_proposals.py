@@ -1,0 +1,155 @@
+"""Proposals: approval before a call runs — one pending approval, approve / reject / edit over HTTP,
+nothing committed until the step runs, idempotent, tenant-scoped; and the bad inputs around them."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import httpx
+import pytest
+
+from _sidecar import ServerThread, auth, egg_state
+from guard.client import Client, ServerError
+
+ASK_ALL = {"thresholds": {"ask_human": 1.0, "reflect": None, "stop": None}}  # every risky state asks
+RISKY = egg_state(in_microwave=True, toggled=True, closed=True, holding=False)
+MOVE = {"tool": "toggle", "arguments": {"object": "Microwave"}, "state": RISKY, "tools": ["toggle", "open"]}
+
+
+def _session(http: httpx.Client) -> str:
+    response = http.post("/v1/sessions", json={"policy": ASK_ALL}, headers=auth("agent"))
+    assert response.status_code == 201, response.text
+    sid = str(response.json()["id"])
+    assert http.post(f"/v1/sessions/{sid}/observe", json={"state": egg_state(), "ask": False},
+                     headers=auth("agent")).is_success
+    return sid
+
+
+def _propose(http: httpx.Client, sid: str, **extra: Any) -> httpx.Response:
+    return http.post(f"/v1/sessions/{sid}/proposals", json={**MOVE, **extra}, headers=auth("agent"))
+
+
+def _steps(http: httpx.Client, sid: str) -> list[dict[str, Any]]:
+    return list(http.get(f"/v1/sessions/{sid}", headers=auth("agent")).json()["steps"])
+
+
+def test_a_risky_proposal_waits_for_one_approval_and_commits_nothing(http: httpx.Client) -> None:
+    sid = _session(http)
+    response = _propose(http, sid)
+    assert response.status_code == 201, response.text
+    proposal = response.json()
+    assert proposal["status"] == "pending" and proposal["tool"] == "toggle"
+    assert proposal["arguments"] == {"object": "Microwave"}
+    assert proposal["decision"]["action"] == "ask_human" and proposal["state_words"]
+    assert set(proposal["risk"]) == {"p_unsafe", "ci_low", "ci_high", "visits"}
+    assert proposal["risk"]["p_unsafe"] == proposal["decision"]["p_unsafe"]
+    assert [r["step"] for r in proposal["session_risk"]] == [0]  # the session's risk so far
+    assert len(_steps(http, sid)) == 1  # nothing committed
+    pending = http.get("/v1/proposals", headers=auth("approver")).json()["proposals"]
+    assert [p["id"] for p in pending] == [proposal["id"]]  # one pending approval
+    # the agent cannot run it yet
+    early = http.post(f"/v1/sessions/{sid}/observe", json={"state": RISKY, "proposal": proposal["id"]},
+                      headers=auth("agent"))
+    assert early.status_code == 409 and early.json()["error"]["field"] == "body.proposal"
+
+
+def test_approve_then_observe_commits_once_and_links(server: ServerThread, http: httpx.Client) -> None:
+    sid = _session(http)
+    pid = _propose(http, sid).json()["id"]
+    with Client(server.url, api_key="test-agent-key-0123456789") as agent, \
+            Client(server.url, api_key="test-approver-key-0123456789") as approver:
+        waited: dict[str, Any] = {}
+        waiter = threading.Thread(target=lambda: waited.update(agent.wait_for_proposal(pid, timeout=20)))
+        waiter.start()
+        approved = approver.resolve_proposal(pid, "approve", "checked the door is shut")
+        waiter.join(20)
+        assert approved["status"] == "approved" and waited["status"] == "approved"
+        assert waited["reason"] == "checked the door is shut" and waited["resolved_by"] == "approver-bob"
+        session = agent.attach(sid)
+        decision = session.observe(RISKY, action={"tool": "toggle"}, proposal=pid)
+    assert decision.action.value == "ask_human" and decision.approval_id is None  # no second approval
+    assert http.get(f"/v1/proposals/{pid}", headers=auth("agent")).json()["step"] == decision.step
+    assert http.get("/v1/approvals", headers=auth("approver")).json()["approvals"] == []
+    again = http.post(f"/v1/sessions/{sid}/observe", json={"state": RISKY, "proposal": pid}, headers=auth("agent"))
+    assert again.status_code == 409  # executed: a proposal runs once
+
+
+def test_reject_and_edit_over_http(http: httpx.Client) -> None:
+    sid = _session(http)
+    rejected = _propose(http, sid).json()["id"]
+    answer = http.post(f"/v1/proposals/{rejected}", json={"decision": "reject", "reason": "no"},
+                       headers=auth("approver"))
+    assert answer.status_code == 200 and answer.json()["status"] == "rejected"
+    run = http.post(f"/v1/sessions/{sid}/observe", json={"state": RISKY, "proposal": rejected}, headers=auth("agent"))
+    assert run.status_code == 409 and "rejected" in run.json()["error"]["message"]
+    edited = _propose(http, sid).json()["id"]
+    answer = http.post(f"/v1/proposals/{edited}", json={
+        "decision": "edit", "tool": "open", "arguments": {"object": "Microwave"}, "state": egg_state(),
+        "reason": "open it instead"}, headers=auth("approver"))
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["status"] == "edited" and body["edited"]["tool"] == "open"
+    assert body["edited"]["decision"]["action"] in ("allow", "ask_human")  # the edit was re-checked
+    ran = http.post(f"/v1/sessions/{sid}/observe", json={"state": egg_state(), "proposal": edited},
+                    headers=auth("agent"))
+    assert ran.status_code == 200 and ran.json()["approval_id"] is None
+
+
+def test_retried_requests_answer_the_same_and_commit_once(http: httpx.Client) -> None:
+    sid = _session(http)
+    key = {"Idempotency-Key": "proposal-retry-1", **auth("agent")}
+    first = http.post(f"/v1/sessions/{sid}/proposals", json=MOVE, headers=key)
+    second = http.post(f"/v1/sessions/{sid}/proposals", json=MOVE, headers=key)
+    assert first.status_code == second.status_code == 201 and first.content == second.content
+    assert len(http.get("/v1/proposals", headers=auth("approver")).json()["proposals"]) == 1
+    pid = first.json()["id"]
+    decide = {"Idempotency-Key": "decide-1", **auth("approver")}
+    a = http.post(f"/v1/proposals/{pid}", json={"decision": "approve"}, headers=decide)
+    b = http.post(f"/v1/proposals/{pid}", json={"decision": "approve"}, headers=decide)
+    assert a.status_code == b.status_code == 200 and a.content == b.content
+
+
+# ---------------------------------------------------------------------------------- bad input
+
+
+def test_approving_twice_or_after_the_session_closed(http: httpx.Client) -> None:
+    sid = _session(http)
+    pid = _propose(http, sid).json()["id"]
+    assert http.post(f"/v1/proposals/{pid}", json={"decision": "approve"}, headers=auth("approver")).status_code == 200
+    twice = http.post(f"/v1/proposals/{pid}", json={"decision": "reject"}, headers=auth("approver"))
+    assert twice.status_code == 409 and twice.json()["error"]["code"] == "already_resolved"
+    other = _propose(http, sid).json()["id"]
+    assert http.post(f"/v1/sessions/{sid}/close", headers=auth("agent")).is_success
+    assert http.get(f"/v1/proposals/{other}", headers=auth("approver")).json()["status"] == "cancelled"
+    late = http.post(f"/v1/proposals/{other}", json={"decision": "approve"}, headers=auth("approver"))
+    assert late.status_code == 409 and late.json()["error"]["code"] == "session_closed"
+    closed = _propose(http, sid)
+    assert closed.status_code == 409 and closed.json()["error"]["code"] == "session_closed"
+
+
+def test_editing_to_a_tool_the_agent_lacks(http: httpx.Client) -> None:
+    sid = _session(http)
+    pid = _propose(http, sid).json()["id"]
+    bad = http.post(f"/v1/proposals/{pid}", json={"decision": "edit", "tool": "rm_rf", "arguments": {}},
+                    headers=auth("approver"))
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "body.tool"
+    assert "rm_rf" in bad.json()["error"]["message"] and "toggle, open" in bad.json()["error"]["message"]
+    assert http.get(f"/v1/proposals/{pid}", headers=auth("approver")).json()["status"] == "pending"
+
+
+@pytest.mark.parametrize("who", ["agent", None])
+def test_only_an_approver_decides(http: httpx.Client, who: str | None) -> None:
+    sid = _session(http)
+    pid = _propose(http, sid).json()["id"]
+    response = http.post(f"/v1/proposals/{pid}", json={"decision": "approve"},
+                         headers=auth(who) if who else {})
+    assert response.status_code == (403 if who else 401)
+    assert http.get(f"/v1/proposals/{pid}", headers=auth("approver")).json()["status"] == "pending"
+
+
+def test_a_client_error_names_the_proposal(server: ServerThread, http: httpx.Client) -> None:
+    sid = _session(http)
+    with Client(server.url, api_key="test-agent-key-0123456789") as agent:
+        with pytest.raises(ServerError) as caught:
+            agent.attach(sid).observe(RISKY, proposal="p_nope")
+    assert caught.value.status == 404 and caught.value.field == "body.proposal"
