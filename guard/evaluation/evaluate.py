@@ -26,7 +26,7 @@ from guard.spec import Action, Spec, Trigger
 from guard.storm import Method
 from guard.traces import Run
 
-__all__ = ["FoldResult", "EvaluationReport", "evaluate", "FOLD_METRICS"]
+__all__ = ["FoldResult", "EvaluationReport", "evaluate", "FOLD_METRICS", "scoring_of", "fold_result", "finish"]
 
 # Per-θ figures whose spread over folds is reported: (name, getter).
 FOLD_METRICS: tuple[tuple[str, Callable[[Any], float | None]], ...] = (
@@ -149,13 +149,8 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
     traced = [trace_run(run, predicates, monitors) for run in runs]
     groups = [group_of(run, group_by) for run in runs]
     assignment = split_folds(groups, [t.unsafe for t in traced], folds, seed=seed, key=group_by)
-    unseen_alarms = spec.guard.unseen_state is not Action.ALLOW
-    horizon = horizon_of(spec.guard.effective_properties()[0].query)
-    scoring = {"unseen_alarms": unseen_alarms, "horizon": horizon, "enforcement": enforcement,
-               "min_increase": min_increase_of(trigger or spec.guard.trigger, spec.guard.min_increase)}
-    results: list[FoldResult] = []
-    pooled_model: list[RunReplay] = []
-    pooled_baselines: dict[str, list[RunReplay]] = {}
+    scoring = scoring_of(spec, enforcement, trigger)
+    results: list[tuple[FoldResult, list[RunReplay]]] = []
     for index, test in enumerate(assignment, start=1):
         held_out = set(test)
         train = [i for i in range(len(runs)) if i not in held_out]
@@ -175,31 +170,61 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
         if on_progress is not None:
             on_progress("replay", index)
         replays = [replay_run(guard, runs[i]) for i in test]
-        report = summarize(replays, thetas, **scoring)
-        baselines = score_baselines(replays, thetas, predicates=predicates, monitors=monitors,
-                                    train=[traced[i] for i in train], **scoring)
-        report = replace(report, baselines=baselines)
+        results.append((fold_result(index, model, replays, [traced[i] for i in train],
+                                    sorted({groups[i] for i in test}), thetas, predicates, monitors, scoring),
+                        replays))
+    return finish(results, thetas, scoring, group_by=group_by, groups=len(set(groups)), seed=seed,
+                  spec=spec.name, bundle_by=bundle_by)
+
+
+def scoring_of(spec: Spec, enforcement: Enforcement | str, trigger: Trigger | str | None) -> dict[str, Any]:
+    """How replays are scored (``summarize``'s options), as the spec and the options say."""
+    return {"unseen_alarms": spec.guard.unseen_state is not Action.ALLOW,
+            "horizon": horizon_of(spec.guard.effective_properties()[0].query), "enforcement": enforcement,
+            "min_increase": min_increase_of(trigger or spec.guard.trigger, spec.guard.min_increase)}
+
+
+def fold_result(index: int, model: Any, replays: list[RunReplay], train: list[RunReplay], test_groups: list[str],
+                thetas: Sequence[float], predicates: PredicateSet, monitors: Sequence[Any],
+                scoring: Mapping[str, Any]) -> FoldResult:
+    """One fold's figures from its model, its held-out replays and its traced training runs (baselines).
+
+    Shared by the single-process and the Spark evaluation, so their figures are the same.
+    """
+    report = summarize(replays, thetas, **scoring)
+    baselines = score_baselines(replays, thetas, predicates=predicates, monitors=monitors, train=train, **scoring)
+    report = replace(report, baselines=baselines)
+    pac = model.pac
+    worst = pac.worst
+    return FoldResult(
+        index=index, train_runs=len(train), test_runs=len(replays),
+        test_groups=test_groups, states=model.provenance["chain_states"],
+        pac={"satisfied": pac.satisfied, "states_satisfied": pac.satisfied_count, "states": len(pac.states),
+             "epsilon": pac.epsilon, "delta": pac.delta, "amplification": pac.amplification,
+             "worst": None if worst is None else {"state": worst.state, "visits": worst.visits,
+                                                  "required": worst.required},
+             "runs_factor": pac.runs_factor,  # the paper's bound as a multiple of the training runs
+             "tight": None if pac.tight is None else {  # the tighter per-state bound (guard/pac.py)
+                 "satisfied": pac.tight.satisfied,
+                 "worst_bound": pac.tight.worst_bound if math.isfinite(pac.tight.worst_bound) else None,
+                 "runs_factor": pac.tight.runs_factor, "limiting": pac.tight.limiting,
+                 "initial_satisfied": pac.tight.initial_satisfied,
+                 "initial_bound": pac.tight.initial_bound if math.isfinite(pac.tight.initial_bound) else None,
+                 "initial_runs_factor": pac.tight.initial_runs_factor}},
+        report=report)
+
+
+def finish(folds: list[tuple[FoldResult, list[RunReplay]]], thetas: Sequence[float], scoring: Mapping[str, Any], *,
+           group_by: str | None, groups: int, seed: int, spec: str,
+           bundle_by: str | None = None) -> EvaluationReport:
+    """The pooled figures (every run replayed once) and the notes, from each fold's result and raw replays."""
+    results = [fold for fold, _ in folds]
+    pooled_model: list[RunReplay] = []
+    pooled_baselines: dict[str, list[RunReplay]] = {}
+    for fold, replays in folds:
         pooled_model += replays
-        for name, b in baselines.items():
+        for name, b in (fold.report.baselines or {}).items():
             pooled_baselines.setdefault(name, []).extend(b.replays)
-        pac = model.pac
-        worst = pac.worst
-        results.append(FoldResult(
-            index=index, train_runs=len(train), test_runs=len(test),
-            test_groups=sorted({groups[i] for i in test}), states=model.provenance["chain_states"],
-            pac={"satisfied": pac.satisfied, "states_satisfied": pac.satisfied_count, "states": len(pac.states),
-                 "epsilon": pac.epsilon, "delta": pac.delta, "amplification": pac.amplification,
-                 "worst": None if worst is None else {"state": worst.state, "visits": worst.visits,
-                                                      "required": worst.required},
-                 "runs_factor": pac.runs_factor,  # the paper's bound as a multiple of the training runs
-                 "tight": None if pac.tight is None else {  # the tighter per-state bound (guard/pac.py)
-                     "satisfied": pac.tight.satisfied,
-                     "worst_bound": pac.tight.worst_bound if math.isfinite(pac.tight.worst_bound) else None,
-                     "runs_factor": pac.tight.runs_factor, "limiting": pac.tight.limiting,
-                     "initial_satisfied": pac.tight.initial_satisfied,
-                     "initial_bound": pac.tight.initial_bound if math.isfinite(pac.tight.initial_bound) else None,
-                     "initial_runs_factor": pac.tight.initial_runs_factor}},
-            report=report))
     pooled = summarize(pooled_model, thetas, **scoring)
     pooled = replace(pooled, baselines={name: summarize(rs, thetas, **scoring)
                                         for name, rs in pooled_baselines.items()})
@@ -209,4 +234,4 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
                      "its risks rest on states visited fewer times than (ε, δ) requires; treat the figures as "
                      "estimates from little data.")
     return EvaluationReport(folds=results, pooled=pooled, thetas=list(thetas), group_by=group_by,
-                            groups=len(set(groups)), seed=seed, spec=spec.name, notes=notes, bundle_by=bundle_by)
+                            groups=groups, seed=seed, spec=spec, notes=notes, bundle_by=bundle_by)
