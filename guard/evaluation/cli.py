@@ -325,7 +325,9 @@ def _over(spread: Any) -> str:
 
 
 def evaluate(
-    traces: Annotated[list[Path], typer.Argument(help="Trace files (JSONL, columnar or action logs).")],
+    traces: Annotated[list[str], typer.Argument(
+        help="Trace files (JSONL, columnar or action logs); with --engine spark JSONL or Parquet files, "
+             "directories or Hadoop URIs (s3a://, hdfs://).")],
     spec: Annotated[Path, typer.Option("--spec", "-s", help="YAML spec to learn with.")],
     folds: Annotated[int, typer.Option(help="Number of folds.")] = 5,
     group_by: Annotated[Optional[str], typer.Option(
@@ -350,6 +352,11 @@ def evaluate(
     min_group_runs: Annotated[int, typer.Option(
         "--min-group-runs", help="With --bundle-by: runs a group needs in a fold for a model of its own.")]
     = DEFAULT_MIN_GROUP_RUNS,
+    engine: Annotated[EngineOption, typer.Option(help="Evaluate in this process, or on Apache Spark (the "
+                                                      "executors trace, count and replay; the driver learns "
+                                                      "each fold's model).")] = EngineOption.local,
+    master: Annotated[Optional[str], typer.Option(help="Spark master for --engine spark (default: the running "
+                                                       "session's, else local[*]).")] = None,
 ) -> None:
     """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
     from guard.evaluation.evaluate import evaluate as run_evaluate
@@ -363,12 +370,37 @@ def evaluate(
     mode = parse_enforcement(enforcement)
     trigger_mode = parse_trigger(trigger)
     parsed = load_spec(spec)
+    if master is not None and engine is not EngineOption.spark:
+        raise ForewarnError("--master applies to --engine spark only")
+    if engine is EngineOption.spark:
+        if input_format not in (InputFormat.auto, InputFormat.jsonl):
+            raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format "
+                                f"{input_format.value}")
+        if bundle_by is not None:
+            raise ForewarnError("--bundle-by is not available with --engine spark yet; evaluate bundles locally")
+        if extractor is not None:
+            raise ForewarnError("--extractor applies to agent logs, which --engine spark does not read")
+        from guard.spark import spark_session
+        from guard.spark.evaluate import evaluate_spark
+
+        with _progress("cross-validation on Spark", total=folds + 1) as update:
+            def on_spark_progress(phase: str, fold: int) -> None:
+                update(completed=fold if phase == "replay" else fold - 1, description=f"{phase} (fold {fold})")
+
+            result = evaluate_spark(traces, parsed, thetas, folds=folds, group_by=group_by,
+                                    seed=seed, method=method, alpha=alpha, enforcement=mode, trigger=trigger_mode,
+                                    spark=spark_session(master), period=period, on_progress=on_spark_progress)
+        if run is not None and not any(r.id == run for r in result.pooled.replays):
+            raise ForewarnError(f"--run: no run has the id {run!r}")
+        _show_evaluation(result, parsed.name, folds, group_by, mode, format, report, plots, run, spec, traces, seed)
+        return
     from guard.ingest import IngestSummary
 
     summary = IngestSummary()
     with _progress("reading runs") as update:
         runs = []
-        read = read_input(traces, input_format, period=period, summary=summary, extractor=extractor)
+        read = read_input([Path(t) for t in traces], input_format, period=period, summary=summary,
+                          extractor=extractor)
         for n, r in enumerate(read, start=1):
             runs.append(r)
             update(completed=n)
@@ -387,10 +419,16 @@ def evaluate(
         result = run_evaluate(runs, parsed, thetas, folds=folds, group_by=group_by, seed=seed,
                               method=method, alpha=alpha, enforcement=mode, trigger=trigger_mode,
                               on_progress=on_progress, bundle_by=bundle_by, min_group_runs=min_group_runs)
+    _show_evaluation(result, parsed.name, folds, group_by, mode, format, report, plots, run, spec, traces, seed)
+
+
+def _show_evaluation(result: Any, name: str, folds: int, group_by: str | None, mode: Enforcement, format: Format,
+                     report: Path | None, plots: Path | None, run: str | None, spec: Path, traces: Sequence[str],
+                     seed: int) -> None:
     if format is Format.json:
         print_json(result.to_dict())
     else:
-        title = (f"{folds}-fold cross-validation of {parsed.name} over {result.pooled.runs} runs"
+        title = (f"{folds}-fold cross-validation of {name} over {result.pooled.runs} runs"
                  + (f" in {result.groups} groups by {group_by}" if group_by else "")
                  + f", {mode.value} enforcement, {result.pooled.trigger} trigger")
         _print_replay(replace(result.pooled, notes=result.notes), title, result)
