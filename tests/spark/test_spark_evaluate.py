@@ -74,3 +74,20 @@ def test_evaluate_command_on_spark(spark: Any, grouped: tuple[Path, Any], forewa
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --master applies to --engine spark only"
     bundled = forewarn_here("evaluate", *common, "--engine", "spark", "--bundle-by", "meta.task")
     assert bundled.returncode == 2 and "--bundle-by" in bundled.stderr
+
+
+def test_a_malformed_run_stops_both_engines_alike(spark: Any, grouped: tuple[Path, Any], forewarn_here: CLI,
+                                                 tmp_path: Path) -> None:
+    from domains.tools.spec import SPEC_PATH
+
+    traces, _ = grouped
+    bad = tmp_path / "bad.jsonl"
+    lines = traces.read_bytes().splitlines(keepends=True)
+    bad.write_bytes(b"".join(lines[:30]) + b'{"steps": [{"state": []}], "meta": {"task": "t0"}}\n'
+                    + b"".join(lines[30:]))
+    results = [forewarn_here("evaluate", bad, "--spec", SPEC_PATH, "--folds", "3", "--group-by", "meta.task",
+                             "--engine", engine) for engine in ("local", "spark")]
+    assert [r.returncode for r in results] == [2, 2]
+    assert results[1].stderr.strip() == results[0].stderr.strip() == (
+        f"error: {bad}:31: steps[0].state: expected a JSON object, got a list")
+    assert results[1].stdout == ""
