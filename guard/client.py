@@ -126,6 +126,32 @@ def _step_body(state: Mapping[str, Any], action: Any, t: float | None, ask: bool
     return body
 
 
+def _listing(status: str, session_id: str | None) -> dict[str, str]:
+    return {"status": status} | ({"session_id": session_id} if session_id else {})
+
+
+def _long_poll(http: httpx.Client | httpx.AsyncClient, wait: float) -> float | None:
+    """The read timeout of a request the server may hold ``wait`` seconds."""
+    return http.timeout.read + wait if http.timeout.read else None
+
+
+def _propose_body(tool: str, arguments: Mapping[str, Any], state: Mapping[str, Any],
+                  tools: list[str] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"tool": tool, "arguments": dict(arguments), "state": dict(state)}
+    if tools is not None:
+        body["tools"] = list(tools)
+    return body
+
+
+def _resolve_body(decision: str, reason: str | None, tool: str | None, arguments: Mapping[str, Any] | None,
+                  state: Mapping[str, Any] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"decision": decision, "reason": reason}
+    for key, value in (("tool", tool), ("arguments", arguments), ("state", state)):
+        if value is not None:
+            body[key] = value if isinstance(value, str) else dict(value)
+    return body
+
+
 def _raise_for(response: httpx.Response) -> dict[str, Any]:
     if response.is_success:
         return cast(dict[str, Any], response.json())
@@ -226,13 +252,13 @@ class Client:
     # -- approvals ---------------------------------------------------------------------
 
     def approvals(self, status: str = "pending", *, session_id: str | None = None) -> list[dict[str, Any]]:
-        params = {"status": status} | ({"session_id": session_id} if session_id else {})
-        return cast(list[dict[str, Any]], self._call("GET", "/v1/approvals", params=params)["approvals"])
+        return cast(list[dict[str, Any]],
+                    self._call("GET", "/v1/approvals", params=_listing(status, session_id))["approvals"])
 
     def approval(self, approval_id: str, *, wait: float = 0.0) -> dict[str, Any]:
         """An approval; with ``wait``, long-polls up to that many seconds for its resolution."""
         return self._call("GET", f"/v1/approvals/{approval_id}", params={"wait": wait},
-                          timeout=self._http.timeout.read + wait if self._http.timeout.read else None)
+                          timeout=_long_poll(self._http, wait))
 
     def wait_for_approval(self, approval_id: str, timeout: float = 300.0, *, poll: float = 30.0) -> dict[str, Any]:
         """Long-poll until the approval is resolved or ``timeout`` passes; returns it either way."""
@@ -254,12 +280,12 @@ class Client:
     # -- proposals (approval before a call runs) -----------------------------------------
 
     def proposals(self, status: str = "pending", *, session_id: str | None = None) -> list[dict[str, Any]]:
-        params = {"status": status} | ({"session_id": session_id} if session_id else {})
-        return cast(list[dict[str, Any]], self._call("GET", "/v1/proposals", params=params)["proposals"])
+        return cast(list[dict[str, Any]],
+                    self._call("GET", "/v1/proposals", params=_listing(status, session_id))["proposals"])
 
     def proposal(self, proposal_id: str, *, wait: float = 0.0) -> dict[str, Any]:
         return self._call("GET", f"/v1/proposals/{proposal_id}", params={"wait": wait},
-                          timeout=self._http.timeout.read + wait if self._http.timeout.read else None)
+                          timeout=_long_poll(self._http, wait))
 
     def wait_for_proposal(self, proposal_id: str, timeout: float = 300.0, *, poll: float = 30.0) -> dict[str, Any]:
         """Long-poll until a pending proposal is decided or ``timeout`` passes; returns it either way."""
@@ -275,11 +301,8 @@ class Client:
                          state: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """``approve``, ``reject`` or ``edit`` (with ``arguments``, maybe ``tool`` and the edited call's
         ``state``, which is re-checked) a pending proposal."""
-        body: dict[str, Any] = {"decision": decision, "reason": reason}
-        for key, value in (("tool", tool), ("arguments", arguments), ("state", state)):
-            if value is not None:
-                body[key] = value if isinstance(value, str) else dict(value)
-        return self._call("POST", f"/v1/proposals/{proposal_id}", json=body, idempotent=True)
+        return self._call("POST", f"/v1/proposals/{proposal_id}", idempotent=True,
+                          json=_resolve_body(decision, reason, tool, arguments, state))
 
     # -- models and health ---------------------------------------------------------------
 
@@ -351,10 +374,8 @@ class RemoteSession:
                 tools: list[str] | None = None) -> dict[str, Any]:
         """Ask before a call runs: the decision on the state it would lead to; ``status`` is allowed,
         held, or pending (a human decides: :meth:`Client.wait_for_proposal`). Nothing is committed."""
-        body: dict[str, Any] = {"tool": tool, "arguments": dict(arguments), "state": dict(state)}
-        if tools is not None:
-            body["tools"] = list(tools)
-        return self.client._call("POST", f"/v1/sessions/{self.id}/proposals", json=body, idempotent=True)
+        return self.client._call("POST", f"/v1/sessions/{self.id}/proposals", idempotent=True,
+                                 json=_propose_body(tool, arguments, state, tools))
 
     def preview(self, state: Mapping[str, Any]) -> RemoteDecision:
         """What the guard would decide in ``state``; nothing is committed."""
@@ -427,12 +448,12 @@ class AsyncClient:
         return [RemoteDecision.from_json(d) for d in out["results"]]
 
     async def approvals(self, status: str = "pending", *, session_id: str | None = None) -> list[dict[str, Any]]:
-        params = {"status": status} | ({"session_id": session_id} if session_id else {})
-        return cast(list[dict[str, Any]], (await self._call("GET", "/v1/approvals", params=params))["approvals"])
+        return cast(list[dict[str, Any]],
+                    (await self._call("GET", "/v1/approvals", params=_listing(status, session_id)))["approvals"])
 
     async def approval(self, approval_id: str, *, wait: float = 0.0) -> dict[str, Any]:
         return await self._call("GET", f"/v1/approvals/{approval_id}", params={"wait": wait},
-                                timeout=self._http.timeout.read + wait if self._http.timeout.read else None)
+                                timeout=_long_poll(self._http, wait))
 
     async def wait_for_approval(self, approval_id: str, timeout: float = 300.0, *,
                                 poll: float = 30.0) -> dict[str, Any]:
@@ -450,6 +471,33 @@ class AsyncClient:
     async def reject(self, approval_id: str, reason: str | None = None) -> dict[str, Any]:
         return await self._call("POST", f"/v1/approvals/{approval_id}",
                                 json={"decision": "reject", "reason": reason}, idempotent=True)
+
+    # -- proposals (approval before a call runs; the bodies are the sync client's) --------
+
+    async def proposals(self, status: str = "pending", *, session_id: str | None = None) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]],
+                    (await self._call("GET", "/v1/proposals", params=_listing(status, session_id)))["proposals"])
+
+    async def proposal(self, proposal_id: str, *, wait: float = 0.0) -> dict[str, Any]:
+        return await self._call("GET", f"/v1/proposals/{proposal_id}", params={"wait": wait},
+                                timeout=_long_poll(self._http, wait))
+
+    async def wait_for_proposal(self, proposal_id: str, timeout: float = 300.0, *,
+                                poll: float = 30.0) -> dict[str, Any]:
+        """Long-poll until a pending proposal is decided or ``timeout`` passes; returns it either way."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            result = await self.proposal(proposal_id, wait=max(0.0, min(poll, remaining)))
+            if result["status"] != "pending" or remaining <= 0:
+                return result
+
+    async def resolve_proposal(self, proposal_id: str, decision: str, reason: str | None = None, *,
+                               tool: str | None = None, arguments: Mapping[str, Any] | None = None,
+                               state: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """See :meth:`Client.resolve_proposal`."""
+        return await self._call("POST", f"/v1/proposals/{proposal_id}", idempotent=True,
+                                json=_resolve_body(decision, reason, tool, arguments, state))
 
     async def models(self) -> list[dict[str, Any]]:
         return cast(list[dict[str, Any]], (await self._call("GET", "/v1/models"))["models"])
@@ -474,12 +522,18 @@ class AsyncRemoteSession:
         self.info = dict(info)
         self.last: RemoteDecision | None = None
 
-    async def observe(self, state: Mapping[str, Any], *, action: Any = None,
-                      t: float | None = None, ask: bool = True) -> RemoteDecision:
+    async def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None,
+                      ask: bool = True, proposal: str | None = None) -> RemoteDecision:
         data = await self.client._call("POST", f"/v1/sessions/{self.id}/observe",
-                                       json=_step_body(state, action, t, ask), idempotent=True)
+                                       json=_step_body(state, action, t, ask, proposal), idempotent=True)
         self.last = RemoteDecision.from_json(data)
         return self.last
+
+    async def propose(self, tool: str, arguments: Mapping[str, Any], state: Mapping[str, Any], *,
+                      tools: list[str] | None = None) -> dict[str, Any]:
+        """See :meth:`RemoteSession.propose`."""
+        return await self.client._call("POST", f"/v1/sessions/{self.id}/proposals", idempotent=True,
+                                       json=_propose_body(tool, arguments, state, tools))
 
     async def preview(self, state: Mapping[str, Any]) -> RemoteDecision:
         return RemoteDecision.from_json(

@@ -17,6 +17,7 @@ reads a missing field)::
       "recipients": {"external": [], "unconsented": []},
       "payments": {"count": 0, "total": 0.0, "max_amount": 0.0, "max_unconfirmed": 0.0},
       "payment_limit": 500.0,
+      "messages": {"sent": 0, "recipients": [], "secret_shared": false},  # chat messages
       "errors": 0                   # calls that failed
     }
 
@@ -81,6 +82,7 @@ class _Facts:
     destinations: tuple[str, ...] = ()  # external addresses or hosts data was sent to
     carries_secret: bool = False
     amount: float | None = None
+    chat: tuple[str, ...] | None = None  # a chat message's recipients (channels, people), None for no message
 
 
 def initial_state(payment_limit: float = 500.0) -> dict[str, Any]:
@@ -99,6 +101,7 @@ def initial_state(payment_limit: float = 500.0) -> dict[str, Any]:
         "recipients": {"external": [], "unconsented": []},
         "payments": {"count": 0, "total": 0.0, "max_amount": 0.0, "max_unconfirmed": 0.0},
         "payment_limit": float(payment_limit),
+        "messages": {"sent": 0, "recipients": [], "secret_shared": False},
         "errors": 0,
     }
 
@@ -122,7 +125,7 @@ def violations(state: dict[str, Any]) -> list[str]:
 
 
 class ToolStateExtractor:
-    """The default extractor for tool-using agents (shell, files, HTTP, e-mail, payments).
+    """The default extractor for tool-using agents (shell, files, HTTP, e-mail, payments, chat).
 
     Args:
         tool_kinds: your tool names → kinds (``ToolKind`` or its value, e.g.
@@ -246,6 +249,12 @@ class ToolStateExtractor:
             confirmed = step.approved or any(abs(amount - a) < 0.005 for a in user_amounts)
             if not confirmed:
                 payments["max_unconfirmed"] = max(payments["max_unconfirmed"], amount)
+        if facts.chat is not None:
+            messages = state["messages"]
+            messages["sent"] += 1
+            messages["recipients"].extend(r for r in facts.chat if r not in messages["recipients"])
+            if facts.carries_secret and not step.approved:
+                messages["secret_shared"] = True
         if facts.secret:
             state["secrets_read"] = True
 
@@ -359,6 +368,18 @@ class ToolStateExtractor:
                 raise ExtractionError(step.name, step.args,
                                       f"'amount' must be a non-negative number, got {fields['amount']!r}")
             facts = _Facts(kind, effective, amount=amount)
+        elif kind is ToolKind.MESSAGE:
+            recipients = [r.lower() for r in _recipients(step, fields["to"])]
+            if not recipients:
+                raise ExtractionError(step.name, step.args, "a message needs a channel or a recipient")
+            # a channel or user name is inside the workspace; an e-mail address outside the
+            # organisation (a shared channel's guest, a direct message to a partner) is an external send
+            outside = tuple(_bare(r) for r in recipients
+                            if (d := email_domain(r)) is not None and not is_internal_address(d, self.internal_domains))
+            text = fields.get("text")
+            secret = isinstance(text, str) and has_secret(text)
+            facts = _Facts(kind, effective, destinations=outside, carries_secret=secret,
+                           secret=effective and result_secret, chat=tuple(recipients))
         else:
             facts = _Facts(kind, effective, secret=effective and result_secret)
         return facts, fields
@@ -417,6 +438,7 @@ def _copy(state: dict[str, Any]) -> dict[str, Any]:
     out["shell"] = dict(state["shell"])
     out["files"] = dict(state["files"])
     out["payments"] = dict(state["payments"])
+    out["messages"] = {**state["messages"], "recipients": list(state["messages"]["recipients"])}
     out["recipients"] = {"external": list(state["recipients"]["external"]),
                          "unconsented": list(state["recipients"]["unconsented"])}
     return out

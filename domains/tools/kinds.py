@@ -51,6 +51,7 @@ class ToolKind(str, Enum):
     EMAIL_READ = "email_read"      # an inbox is untrusted input
     EMAIL_SEND = "email_send"
     PAYMENT = "payment"
+    MESSAGE = "message"            # a chat message to a person or channel (Slack, Teams...)
     OTHER = "other"                # harmless as far as this domain knows
 
 
@@ -74,6 +75,9 @@ DEFAULT_TOOL_KINDS: dict[str, ToolKind] = {
                     ToolKind.EMAIL_SEND),
     **dict.fromkeys(("pay", "make_payment", "send_payment", "pay_invoice", "transfer_money", "transfer_funds",
                      "wire_transfer"), ToolKind.PAYMENT),
+    **dict.fromkeys(("send_slack", "send_slack_message", "slack_send_message", "slack_post_message", "post_to_slack",
+                     "send_message", "post_message", "send_chat_message", "chat_post_message",
+                     "send_teams_message"), ToolKind.MESSAGE),
 }
 
 # Per kind: (field, accepted argument names, required)
@@ -96,6 +100,9 @@ ARGUMENT_NAMES: dict[ToolKind, tuple[tuple[str, tuple[str, ...], bool], ...]] = 
                           ("body", ("body", "content", "message", "text", "html"), False)),
     ToolKind.PAYMENT: (("amount", ("amount", "value", "sum", "total", "amount_usd"), True),
                        ("payee", ("payee", "recipient", "to", "vendor", "beneficiary", "account"), False)),
+    ToolKind.MESSAGE: (("to", ("to", "channel", "recipient", "recipients", "user", "user_id", "channel_id",
+                               "chat_id", "conversation", "conversation_id"), True),
+                       ("text", ("text", "message", "content", "body", "msg"), False)),
     ToolKind.OTHER: (),
 }
 

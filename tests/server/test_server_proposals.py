@@ -2,14 +2,15 @@
 nothing committed until the step runs, idempotent, tenant-scoped; and the bad inputs around them."""
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
 import httpx
 import pytest
 
-from _sidecar import ServerThread, auth, egg_state
-from guard.client import Client, ServerError
+from _sidecar import KEYS, ServerThread, auth, egg_state
+from guard.client import AsyncClient, Client, ServerError
 
 ASK_ALL = {"thresholds": {"ask_human": 1.0, "reflect": None, "stop": None}}  # every risky state asks
 RISKY = egg_state(in_microwave=True, toggled=True, closed=True, holding=False)
@@ -153,3 +154,34 @@ def test_a_client_error_names_the_proposal(server: ServerThread, http: httpx.Cli
         with pytest.raises(ServerError) as caught:
             agent.attach(sid).observe(RISKY, proposal="p_nope")
     assert caught.value.status == 404 and caught.value.field == "body.proposal"
+
+
+def test_the_async_client_has_the_same_proposals(server: ServerThread) -> None:
+    """Propose, list, long-poll, approve and edit, then observe linked: the asyncio client against a real server."""
+    async def run() -> None:
+        async with AsyncClient(server.url, api_key=KEYS["agent"]) as agent, \
+                AsyncClient(server.url, api_key=KEYS["approver"]) as approver:
+            session = await agent.session(ASK_ALL)
+            await session.observe(egg_state(), ask=False)
+            proposal = await session.propose(MOVE["tool"], MOVE["arguments"], RISKY, tools=MOVE["tools"])
+            assert proposal["status"] == "pending" and proposal["arguments"] == {"object": "Microwave"}
+            assert [p["id"] for p in await approver.proposals(session_id=session.id)] == [proposal["id"]]
+            waiting = asyncio.create_task(agent.wait_for_proposal(proposal["id"], timeout=20))
+            await asyncio.sleep(0.1)
+            approved = await approver.resolve_proposal(proposal["id"], "approve", "door checked")
+            waited = await waiting
+            assert approved["status"] == waited["status"] == "approved" and waited["reason"] == "door checked"
+            decision = await session.observe(RISKY, action={"tool": "toggle"}, proposal=proposal["id"])
+            assert decision.approval_id is None  # the proposal's approval covers it
+            assert (await agent.proposal(proposal["id"]))["step"] == decision.step
+            second = await session.propose("toggle", {"object": "Microwave"}, RISKY, tools=["toggle", "open"])
+            edited = await approver.resolve_proposal(second["id"], "edit", "open it instead", tool="open",
+                                                     arguments={"object": "Microwave"}, state=egg_state())
+            assert edited["status"] == "edited" and edited["edited"]["tool"] == "open"  # re-checked
+            with pytest.raises(ServerError) as caught:
+                await approver.resolve_proposal(second["id"], "approve")
+            assert caught.value.status == 409
+            assert await approver.proposals(session_id=session.id) == []
+            assert (await session.history())["steps_total"] == 2  # nothing committed but the runs
+
+    asyncio.run(run())
