@@ -33,7 +33,7 @@ from guard.ingest.actions import OnMismatch, parse_actions, read_actions
 from guard.ingest.agents import AgentLog, Extractor, resolve_extractor, to_run
 from guard.ingest.columnar import parse_columnar, read_columnar
 from guard.ingest.summary import IngestSummary, OnError
-from guard.traces import Run, parse_run, resample
+from guard.traces import Run, parse_run, read_runs, resample
 
 __all__ = ["InputFormat", "detect_format", "read_input", "read_actions", "read_columnar", "OnMismatch", "OnError",
            "IngestSummary", "resolve_extractor"]
@@ -248,16 +248,4 @@ def _agent_logs(path: str | Path, kind: InputFormat, bad: Callable[[TraceError],
 
 def _jsonl(path: str | Path, handle: Callable[[ForewarnError], None]) -> Iterator[Run]:
     """The contract's JSON Lines, line by line, each bad line handed to ``handle``."""
-    source = str(path)
-    try:
-        stream = open(path, "rb")
-    except OSError as exc:
-        raise TraceError(f"cannot read traces: {exc.strerror}", source=source) from exc
-    with stream:
-        for number, raw in enumerate(stream, start=1):
-            if raw.isspace():
-                continue
-            try:
-                yield parse_run(raw, source=source, line=number)
-            except TraceError as exc:
-                handle(exc)
+    return read_runs(path, on_bad=handle)
