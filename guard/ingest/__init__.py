@@ -33,7 +33,7 @@ from guard.ingest.actions import OnMismatch, parse_actions, read_actions
 from guard.ingest.agents import AgentLog, Extractor, resolve_extractor, to_run
 from guard.ingest.columnar import parse_columnar, read_columnar
 from guard.ingest.summary import IngestSummary, OnError
-from guard.traces import Run, parse_run, read_runs, resample
+from guard.traces import Run, read_runs, resample
 
 __all__ = ["InputFormat", "detect_format", "read_input", "read_actions", "read_columnar", "OnMismatch", "OnError",
            "IngestSummary", "resolve_extractor"]
