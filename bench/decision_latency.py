@@ -45,8 +45,8 @@ from typing import Any
 import _common as C
 import stormpy
 
-from guard import Guard, Method, learn_model, parse_spec
-from guard.storm import build_sparse_dtmc, check_sparse_model, labels_of
+from forewarn.guard import Guard, Method, learn_model, parse_spec
+from forewarn.guard.storm import build_sparse_dtmc, check_sparse_model, labels_of
 
 TARGET_P99_US = 100.0
 TARGET_SPEEDUP = 100.0
@@ -55,7 +55,7 @@ TARGET_SPEEDUP = 100.0
 def sound_environment(precision: float = 1e-6) -> Any:
     """Forewarn's default checking environment (``guard.storm`` builds the same)."""
     try:
-        from guard.storm import _environment
+        from forewarn.guard.storm import _environment
         return _environment(Method.SOUND, precision)
     except ImportError:  # the private helper moved: rebuild it the documented way
         env = stormpy.environments.sound()

@@ -48,12 +48,12 @@ from typing import Any
 import numpy as np
 
 from _common import ROOT, write_json
-from guard.evaluation.baselines import EMPIRICAL
-from guard.evaluation.evaluate import evaluate
-from guard.replay import RunReplay
-from guard.spec import MemorySettings, Spec, load_spec
-from guard.storm import Method
-from guard.traces import Run, read_runs
+from forewarn.guard.evaluation.baselines import EMPIRICAL
+from forewarn.guard.evaluation.evaluate import evaluate
+from forewarn.guard.replay import RunReplay
+from forewarn.guard.spec import MemorySettings, Spec, load_spec
+from forewarn.guard.storm import Method
+from forewarn.guard.traces import Run, read_runs
 
 TARGETS = (0.05, 0.20)
 LEVERS: dict[str, dict[str, Any]] = {
@@ -151,8 +151,8 @@ def paired_brier(model: Sequence[RunReplay], other: Sequence[RunReplay]) -> tupl
 # -- domains: lists of (spec, runs, group_by) evaluated separately and pooled ------------------
 
 def driving(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]]:
-    from domains.driving import spec_path
-    from domains.driving.episodes import generate_traces
+    from forewarn.domains.driving import spec_path
+    from forewarn.domains.driving.episodes import generate_traces
 
     path = work / "drives.jsonl"
     generate_traces(300 if quick else 1000, 11, path)
@@ -160,7 +160,7 @@ def driving(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]]
 
 
 def tools(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]]:
-    from domains.tools.generator import generate_traces
+    from forewarn.domains.tools.generator import generate_traces
 
     path = work / "tools.jsonl"
     generate_traces(300 if quick else 1200, 3, path)
@@ -168,7 +168,7 @@ def tools(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]]:
 
 
 def embodied(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]]:
-    from domains.embodied import generate_traces, hazard_tasks, write_spec
+    from forewarn.domains.embodied import generate_traces, hazard_tasks, write_spec
 
     out = []
     for task in hazard_tasks()[:10 if quick else None]:

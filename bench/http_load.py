@@ -71,10 +71,10 @@ TIMEOUT = 10.0
 def serve(port: int, db: str, synchronous: str) -> None:
     from starlette.responses import Response
 
-    from guard.builtin import builtin_model_path
-    from server.app import create_app, start
-    from server.cli import serve_app
-    from server.settings import ServerSettings
+    from forewarn.guard.builtin import builtin_model_path
+    from forewarn.server.app import create_app, start
+    from forewarn.server.cli import serve_app
+    from forewarn.server.settings import ServerSettings
 
     settings = ServerSettings(host="127.0.0.1", port=port, db=db, models={"builtin": builtin_model_path()}, api_keys=f"{KEY}:agent",
                               synchronous=synchronous, log_level="warning")

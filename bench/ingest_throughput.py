@@ -30,12 +30,12 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from guard.ingest import InputFormat, read_input  # noqa: E402
+from forewarn.guard.ingest import InputFormat, read_input  # noqa: E402
 
 
 def agent_runs(count: int, folder: Path) -> list[dict[str, Any]]:
     """Runs as (user text, calls with results), from the tool domain's generator."""
-    from domains.tools import generate_traces
+    from forewarn.domains.tools import generate_traces
 
     path = folder / "generated.jsonl"
     generate_traces(count, seed=5, path=path)

@@ -54,11 +54,11 @@ FORMULA = 'P=? [F "unsafe"]'
 def size_worker(size: int, seed: int, repeats: int) -> dict[str, Any]:
     import precompute as P
 
-    from guard.intervals import transition_intervals, visits
-    from guard.learning import learn_dtmc
-    from guard.pipeline import transition_rule
-    from guard.predicates import PredicateSet
-    from guard.storm import Method, build_interval_dtmc, build_sparse_dtmc, check_sparse_model, interval_bounds, \
+    from forewarn.guard.intervals import transition_intervals, visits
+    from forewarn.guard.learning import learn_dtmc
+    from forewarn.guard.pipeline import transition_rule
+    from forewarn.guard.predicates import PredicateSet
+    from forewarn.guard.storm import Method, build_interval_dtmc, build_sparse_dtmc, check_sparse_model, interval_bounds, \
         labels_of
 
     width = P.width_for(size)
@@ -111,8 +111,8 @@ def run_sizes(sizes: list[int], seed: int, repeats: int) -> list[dict[str, Any]]
 def decision_latency(quick: bool, seed: int) -> dict[str, Any]:
     import decision_latency as D
 
-    from guard import Guard, Policy, learn_model, parse_spec
-    from guard.model import CheckedProperty
+    from forewarn.guard import Guard, Policy, learn_model, parse_spec
+    from forewarn.guard.model import CheckedProperty
 
     samples, warmup, train_steps = (4000, 1000, 10000) if quick else (20000, 2000, 30000)
     results: dict[str, Any] = {}
@@ -148,7 +148,7 @@ def decision_latency(quick: bool, seed: int) -> dict[str, Any]:
 def coverage_sweep(quick: bool) -> list[dict[str, Any]]:
     from _coverage import coverage
 
-    from guard.intervals import IntervalMethod
+    from forewarn.guard.intervals import IntervalMethod
 
     learnings = 200 if quick else 500
     rows = []

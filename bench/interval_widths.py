@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 import _common as C
-from guard.intervals import IntervalMethod
-from guard.model import CheckedProperty, GuardModel
-from guard.pipeline import learn_model_from_runs, with_intervals
-from guard.storm import labels_of
-from guard.traces import Run, read_runs
+from forewarn.guard.intervals import IntervalMethod
+from forewarn.guard.model import CheckedProperty, GuardModel
+from forewarn.guard.pipeline import learn_model_from_runs, with_intervals
+from forewarn.guard.storm import labels_of
+from forewarn.guard.traces import Run, read_runs
 
 
 def widths(model: GuardModel) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def parts(domain: str, quick: bool, work: Path) -> list[tuple[str, Any, list[Run
     import estimation_levers as E
 
     if domain == "household":
-        from guard.spec import parse_spec
+        from forewarn.guard.spec import parse_spec
 
         traces = work / "household.jsonl"
         C.write_jsonl(traces, C.household_runs(10_000 if quick else 30_000, seed=0))

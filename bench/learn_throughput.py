@@ -43,13 +43,13 @@ from typing import Any
 
 import _common as C
 
-from guard import learn_model, parse_spec
-from guard.learning import TransitionCounts, count_transitions, learn_dtmc
-from guard.pac import pac_report
-from guard.pipeline import default_formula, transition_rule
-from guard.predicates import PredicateSet
-from guard.storm import Method, check_dtmc
-from guard.traces import abstract_run, file_digest, read_runs
+from forewarn.guard import learn_model, parse_spec
+from forewarn.guard.learning import TransitionCounts, count_transitions, learn_dtmc
+from forewarn.guard.pac import pac_report
+from forewarn.guard.pipeline import default_formula, transition_rule
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.storm import Method, check_dtmc
+from forewarn.guard.traces import abstract_run, file_digest, read_runs
 
 TARGET_STEPS_PER_S = 50_000
 

@@ -33,9 +33,9 @@ import _common as C
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from guard.llmcheck import ExploreSettings, NgramSource, check_explored, explore, parse_query  # noqa: E402
-from guard.llmcheck.quantify import parse_quantifications  # noqa: E402
-from guard.llmcheck.sources.base import TokenSource  # noqa: E402
+from forewarn.guard.llmcheck import ExploreSettings, NgramSource, check_explored, explore, parse_query  # noqa: E402
+from forewarn.guard.llmcheck.quantify import parse_quantifications  # noqa: E402
+from forewarn.guard.llmcheck.sources.base import TokenSource  # noqa: E402
 
 SUBJECTS = ["the player", "the coach", "the agent", "she", "he", "the team", "my friend", "the doctor",
             "the engineer", "a student", "the manager", "the crowd"]
@@ -63,7 +63,7 @@ def tiny_transformer(seed: int = 0) -> Any:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    from guard.llmcheck.sources.hf import HFSource
+    from forewarn.guard.llmcheck.sources.hf import HFSource
 
     words = sorted({w for phrase in SUBJECTS + VERBS + OBJECTS for w in phrase.split()})[:57]
     vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[EOS]", *words])}

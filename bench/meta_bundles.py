@@ -33,9 +33,9 @@ from typing import Any
 
 import _common as C
 
-from guard import Guard, learn_model, parse_spec
-from guard.bundle import learn_bundle
-from guard.bundle_guard import BundleGuard
+from forewarn.guard import Guard, learn_model, parse_spec
+from forewarn.guard.bundle import learn_bundle
+from forewarn.guard.bundle_guard import BundleGuard
 
 TASKS = 8
 TARGET_P99_US = 100.0

@@ -61,11 +61,11 @@ from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
 from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
-from domains.tools import ToolStateExtractor, generate_traces, load_tool_spec  # noqa: E402
-from guard import Guard, learn_model  # noqa: E402
-from guard.client import Client  # noqa: E402
-from guard.langchain import ForewarnMiddleware  # noqa: E402
-from guard.langchain.testing import ScriptedChatModel, tool_calls  # noqa: E402
+from forewarn.domains.tools import ToolStateExtractor, generate_traces, load_tool_spec  # noqa: E402
+from forewarn.guard import Guard, learn_model  # noqa: E402
+from forewarn.guard.client import Client  # noqa: E402
+from forewarn.guard.langchain import ForewarnMiddleware  # noqa: E402
+from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls  # noqa: E402
 
 TARGET_MS = 0.5
 REMOTE_TARGET_MS = 2.0

@@ -19,14 +19,14 @@ import resource
 import time
 from pathlib import Path
 
-from guard import Guard, parse_spec
-from guard.learning import TransitionCounts, learn_dtmc, spec_transition_rule
-from guard.model import CheckedProperty, GuardModel
-from guard.pac import pac_report
-from guard.predicates import PredicateSet
-from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of
-from monitors import build_monitors, build_product
-from monitors.product import ProductTooLargeError
+from forewarn.guard import Guard, parse_spec
+from forewarn.guard.learning import TransitionCounts, learn_dtmc, spec_transition_rule
+from forewarn.guard.model import CheckedProperty, GuardModel
+from forewarn.guard.pac import pac_report
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of
+from forewarn.monitors import build_monitors, build_product
+from forewarn.monitors.product import ProductTooLargeError
 
 SPEC = """\
 name: bench

@@ -63,12 +63,12 @@ from typing import Any
 import _common as C
 import numpy as np
 
-from guard.learning import END, TransitionCounts, learn_dtmc
-from guard.pac import pac_report
-from guard.pipeline import transition_rule
-from guard.predicates import PredicateSet
-from guard.spec import parse_spec
-from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of
+from forewarn.guard.learning import END, TransitionCounts, learn_dtmc
+from forewarn.guard.pac import pac_report
+from forewarn.guard.pipeline import transition_rule
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.spec import parse_spec
+from forewarn.guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of
 
 FORMULA = 'P=? [F "unsafe"]'
 TARGET_SOUND_1E5_S = 2.0

@@ -49,10 +49,10 @@ ADMIN = "soak-admin-key-0123456789abcdef"
 
 
 def serve(port: int, db: Path, memo_bytes: int) -> None:
-    from guard.builtin import builtin_model_path
-    from server.app import create_app, start
-    from server.cli import serve_app
-    from server.settings import Limits, ServerSettings
+    from forewarn.guard.builtin import builtin_model_path
+    from forewarn.server.app import create_app, start
+    from forewarn.server.cli import serve_app
+    from forewarn.server.settings import Limits, ServerSettings
 
     settings = ServerSettings(host="127.0.0.1", port=port, db=db, models={"builtin": builtin_model_path()},
                               api_keys=f"{KEY}:agent,{ADMIN}:admin", log_level="error",
@@ -115,7 +115,7 @@ def kitchen(i: int, worker: int) -> dict[str, Any]:
 
 
 def kill_cycles(tmp: Path, cycles: int, workers: int, interval: float) -> dict[str, Any]:
-    from guard.client import Client, ServerError
+    from forewarn.guard.client import Client, ServerError
 
     port, db = free_port(), tmp / "soak.db"
     server = Server(port, db)

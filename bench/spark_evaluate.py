@@ -21,7 +21,7 @@ import orjson
 
 
 def write_runs(path: Path, runs: int, seed: int) -> None:
-    from domains.tools.generator import generate_traces
+    from forewarn.domains.tools.generator import generate_traces
 
     raw = path.with_suffix(".raw")
     generate_traces(runs, seed, raw)
@@ -37,10 +37,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=2000)
     args = parser.parse_args()
-    from domains.tools.spec import load_tool_spec
-    from guard.evaluation.evaluate import evaluate
-    from guard.spark import evaluate_spark, spark_session
-    from guard.traces import read_runs
+    from forewarn.domains.tools.spec import load_tool_spec
+    from forewarn.guard.evaluation.evaluate import evaluate
+    from forewarn.guard.spark import evaluate_spark, spark_session
+    from forewarn.guard.traces import read_runs
 
     spec, thetas = load_tool_spec(), [0.1, 0.3, 0.5, 0.7, 0.9]
     with tempfile.TemporaryDirectory() as folder:

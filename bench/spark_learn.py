@@ -98,7 +98,7 @@ def counts_digest(model: Any) -> list[Any]:
 
 
 def worker_local(path: str) -> dict[str, Any]:
-    from guard import learn_model, parse_spec
+    from forewarn.guard import learn_model, parse_spec
 
     spec = parse_spec(SPEC_YAML)
     started = time.perf_counter()
@@ -121,8 +121,8 @@ def jvm_peak_mib(session: Any) -> float | None:
 
 
 def worker_spark(master: str, warmup: str, path: str, partitions: list[int]) -> list[dict[str, Any]]:
-    from guard import parse_spec
-    from guard.spark import learn_model_spark, spark_session
+    from forewarn.guard import parse_spec
+    from forewarn.guard.spark import learn_model_spark, spark_session
 
     spec = parse_spec(SPEC_YAML)
     started = time.perf_counter()

@@ -24,7 +24,7 @@ from typing import Any
 
 import _common as C
 
-from guard import Guard, Policy, learn_model, parse_spec
+from forewarn.guard import Guard, Policy, learn_model, parse_spec
 
 TARGET_P99_US = 100.0
 

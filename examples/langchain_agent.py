@@ -37,10 +37,10 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from domains.tools import generate_traces, load_tool_spec
-from guard import Guard, GuardModel, learn_model
-from guard.langchain import ForewarnMiddleware
-from guard.langchain.testing import ScriptedChatModel, tool_calls
+from forewarn.domains.tools import generate_traces, load_tool_spec
+from forewarn.guard import Guard, GuardModel, learn_model
+from forewarn.guard.langchain import ForewarnMiddleware
+from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
 
 # -- a simulated environment ---------------------------------------------------------
 

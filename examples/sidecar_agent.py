@@ -33,8 +33,8 @@ import time
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
-from guard.client import Client
-from guard.spec import Action
+from forewarn.guard.client import Client
+from forewarn.guard.spec import Action
 
 
 def kitchen(egg: str = "Fridge", holding: bool = False, door_open: bool = True, on: bool = False) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import orjson
 from rich.console import Console
 from rich.markup import escape
 
-from guard.errors import ForewarnError, ForewarnWarning
+from forewarn.guard.errors import ForewarnError, ForewarnWarning
 
 __all__ = ["Format", "out", "err", "print_json", "caught_warnings", "print_warnings", "warn", "check_alpha",
            "check_period", "check_precision", "check_probability", "check_positive_int", "print_summary",

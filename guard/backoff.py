@@ -23,10 +23,10 @@ from collections.abc import Mapping
 import numpy as np
 import scipy.sparse as sp
 
-from guard.crossval import path_transitions
-from guard.learning import END, LearnedDTMC, TransitionCounts, ValidTransitionRule, learn_dtmc
-from guard.memory import Memory
-from guard.predicates import PredicateSet
+from forewarn.guard.crossval import path_transitions
+from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, ValidTransitionRule, learn_dtmc
+from forewarn.guard.memory import Memory
+from forewarn.guard.predicates import PredicateSet
 
 __all__ = ["BETA_GRID", "strip_memory", "learn_memory_dtmc"]
 

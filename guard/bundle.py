@@ -26,14 +26,14 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from guard._version import __version__
-from guard.errors import ForewarnError, ModelFileError, TraceError
-from guard.learning import TransitionCounts
-from guard.model import GuardModel, write_document
-from guard.pipeline import counting_plan, model_from_counts, prepare
-from guard.predicates import PythonPredicate
-from guard.spec import Spec, parse_spec
-from guard.traces import Run, abstract_run
+from forewarn.guard._version import __version__
+from forewarn.guard.errors import ForewarnError, ModelFileError, TraceError
+from forewarn.guard.learning import TransitionCounts
+from forewarn.guard.model import GuardModel, write_document
+from forewarn.guard.pipeline import counting_plan, model_from_counts, prepare
+from forewarn.guard.predicates import PythonPredicate
+from forewarn.guard.spec import Spec, parse_spec
+from forewarn.guard.traces import Run, abstract_run
 
 __all__ = ["BUNDLE_SCHEMA_VERSION", "DEFAULT_MIN_GROUP_RUNS", "POOLED", "GuardBundle", "group_path",
            "group_value", "learn_bundle", "learn_bundle_from_runs", "bundle_from_counts", "load_model_or_bundle"]
@@ -135,7 +135,7 @@ class GuardBundle:
         """Write the bundle atomically, as one file (signed with ``sign_with``, an Ed25519 private key)."""
         document = self.to_document()
         if sign_with is not None:
-            from guard.signing import sign_document
+            from forewarn.guard.signing import sign_document
 
             document = sign_document(document, sign_with)
         return write_document(path, document)
@@ -150,7 +150,7 @@ class GuardBundle:
         """
         if not isinstance(document, dict) or document.get("format") != "forewarn-bundle":
             raise ModelFileError(f"{source}: not a Forewarn model bundle (no \"format\": \"forewarn-bundle\")")
-        from guard.signing import trusted_keys_from_env, verify_document
+        from forewarn.guard.signing import trusted_keys_from_env, verify_document
 
         keys = trusted_keys_from_env() if trusted_keys is None else trusted_keys
         if keys:  # one signature covers the bundle and every member in it
@@ -256,7 +256,7 @@ def learn_bundle(traces: Sequence[str | Path], spec: Spec, *, group_by: str,
 
     ``on_error`` and ``summary`` as for :func:`guard.pipeline.learn_model`.
     """
-    from guard.pipeline import _provenance, runs_to_learn
+    from forewarn.guard.pipeline import _provenance, runs_to_learn
 
     paths = [Path(p) for p in traces]
     inputs = [_provenance(p) for p in paths]

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from guard._cli import (
+from forewarn.guard._cli import (
     Format,
     check_alpha,
     check_period,
@@ -26,12 +26,12 @@ from guard._cli import (
     print_warnings,
     warn,
 )
-from guard.errors import ForewarnError
-from guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
-from guard.ingest.summary import IngestSummary
-from guard.model import CheckedProperty, GuardModel
-from guard.spec import PropertyDef
-from guard.storm import (
+from forewarn.guard.errors import ForewarnError
+from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
+from forewarn.guard.ingest.summary import IngestSummary
+from forewarn.guard.model import CheckedProperty, GuardModel
+from forewarn.guard.spec import PropertyDef
+from forewarn.guard.storm import (
     Method,
     build_sparse_dtmc,
     check_dtmc,
@@ -65,7 +65,7 @@ class OnError(str, Enum):
 
 def _print_version(value: bool) -> None:
     if value:
-        from guard._version import __version__
+        from forewarn.guard._version import __version__
 
         sys.stdout.write(f"forewarn {__version__}\n")
         raise typer.Exit(0)
@@ -119,8 +119,8 @@ def learn(
                                                        "session's, else local[*]).")] = None,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
-    from guard.signing import load_private_key
-    from guard.spec import load_spec
+    from forewarn.guard.signing import load_private_key
+    from forewarn.guard.spec import load_spec
 
     if master is not None and engine is not Engine.spark:
         raise ForewarnError("--master applies to --engine spark only")
@@ -147,7 +147,7 @@ def learn(
 
 def _learn_on_spark(traces: list[str], spec: Any, master: str | None, group_by: str | None, min_group_runs: int,
                     options: dict[str, Any]) -> GuardModel | GuardBundle:
-    from guard.spark import learn_bundle_spark, learn_model_spark, spark_session
+    from forewarn.guard.spark import learn_bundle_spark, learn_model_spark, spark_session
 
     session = spark_session(master)
     if group_by is not None:
@@ -166,12 +166,12 @@ def _learn_here(traces: list[Path], parsed: Any, group_by: str | None, min_group
             progress.update(task, completed=n)
 
         if group_by is not None:
-            from guard.bundle import learn_bundle
+            from forewarn.guard.bundle import learn_bundle
 
             learned: GuardModel | GuardBundle = learn_bundle(traces, parsed, group_by=group_by,
                                                              min_group_runs=min_group_runs, on_run=on_run, **options)
         else:
-            from guard.pipeline import learn_model
+            from forewarn.guard.pipeline import learn_model
 
             learned = learn_model(traces, parsed, on_run=on_run, **options)
     return learned
@@ -193,8 +193,8 @@ def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Form
     model = learned
     summary = _summary(model, output)
     summary["read"] = read.to_dict()
-    from guard.policy import Policy
-    from guard.thresholds import initial_crossings
+    from forewarn.guard.policy import Policy
+    from forewarn.guard.thresholds import initial_crossings
 
     crossings = initial_crossings(model, Policy.from_settings(model.spec.guard))
     summary["threshold_warnings"] = crossings
@@ -280,7 +280,7 @@ def _pac_document(model: GuardModel) -> dict[str, Any]:
             "worst_bound": tight.worst_bound if math.isfinite(tight.worst_bound) else None,
             "runs_factor": tight.runs_factor, "runs_needed": needed(tight.runs_factor),
             "limiting": [{"state": i, "predicates": _pac_words(model, i), "visits": _visits(model, i),
-                          "required": next(s.required for s in tight.states if s.state == i)}
+                          "required": next((s.required for s in tight.states if s.state == i), None)}
                          for i in tight.limiting],
             "initial": {"satisfied": tight.initial_satisfied,
                         "bound": tight.initial_bound if math.isfinite(tight.initial_bound) else None,
@@ -292,7 +292,7 @@ def _pac_document(model: GuardModel) -> dict[str, Any]:
 
 def _contract_only(traces: list[Path]) -> None:
     """``learn`` reads the contract's JSONL: other logs get a pointer to ``forewarn ingest``."""
-    from guard.ingest import InputFormat, detect_format
+    from forewarn.guard.ingest import InputFormat, detect_format
 
     for path in traces:
         try:
@@ -306,7 +306,7 @@ def _contract_only(traces: list[Path]) -> None:
 
 def _degenerate(model: GuardModel) -> list[str]:
     """Warnings for a spec or data that make the model say nothing useful."""
-    from guard.predicates import PredicateSet
+    from forewarn.guard.predicates import PredicateSet
 
     found = []
     try:
@@ -461,8 +461,8 @@ def check(
         return
     if const is not None:
         raise ForewarnError("--const applies to PRISM files only")
-    from guard.bundle import load_model_or_bundle
-    from guard.signing import load_trusted_keys
+    from forewarn.guard.bundle import load_model_or_bundle
+    from forewarn.guard.signing import load_trusted_keys
 
     keys = load_trusted_keys(trusted_key) if trusted_key else None
     members = _members(load_model_or_bundle(model, trusted_keys=keys), group)
@@ -493,7 +493,7 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
         if loaded.intervals is not None and numbers is not None:  # the same interval chain, the new question
             from dataclasses import replace
 
-            from guard.pipeline import with_intervals
+            from forewarn.guard.pipeline import with_intervals
 
             asked, _ = with_intervals(dtmc, labels_of(dtmc), [replace(checked[0], outcome=replace(
                 query, formula=numbers))], method=loaded.intervals.method, delta=loaded.intervals.delta,
@@ -508,7 +508,7 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
     monitor_rows = dtmc.monitor_states.tolist() if dtmc.monitor_states is not None else None
     monitors: dict[str, Any] = {}
     if monitor_rows is not None:
-        from monitors import build_monitors
+        from forewarn.monitors import build_monitors
 
         monitors = {m.name: m for m in build_monitors(loaded.spec)}
     first = outcomes[0][1]
@@ -663,8 +663,8 @@ def states(
     format: Annotated[StatesFormat, typer.Option("--format", help="table, json or csv.")] = StatesFormat.table,
 ) -> None:
     """List the model's abstract states: visits, risk, the action each triggers, the most likely path to unsafe."""
-    from guard.bundle import load_model_or_bundle
-    from guard.states import state_rows
+    from forewarn.guard.bundle import load_model_or_bundle
+    from forewarn.guard.states import state_rows
 
     members = _members(load_model_or_bundle(model), group)
     tables = {name: (m, state_rows(m)) for name, m in members.items()}
@@ -747,7 +747,7 @@ def export(
         "--group", help="For a bundle: the member to export (a group's value, or 'pooled').")] = None,
 ) -> None:
     """Export the learned chain with its labels (unsafe, end, predicates) as PRISM or DRN."""
-    from guard.bundle import load_model_or_bundle
+    from forewarn.guard.bundle import load_model_or_bundle
 
     found = load_model_or_bundle(model)
     if isinstance(found, GuardBundle) and group is None:
@@ -792,16 +792,16 @@ def demo(
     = None,
 ) -> None:
     """Run the whole pipeline on a built-in domain and print a Table-3-style comparison."""
-    from guard.demo import run_demo
+    from forewarn.guard.demo import run_demo
 
     run_demo(domain=domain, out_dir=out_dir, runs=runs, episodes=episodes, seed=seed, heed=heed, console=out)
 
 
 def _register_plugins() -> None:
     """Commands that live with their subsystems (imported lazily: heavy back-ends load on use)."""
-    from guard.evaluation.cli import register as register_evaluation
-    from guard.llmcheck.cli import register as register_llmcheck
-    from server.cli import register as register_server
+    from forewarn.guard.evaluation.cli import register as register_evaluation
+    from forewarn.guard.llmcheck.cli import register as register_llmcheck
+    from forewarn.server.cli import register as register_server
 
     register_evaluation(app)
     register_server(app)
@@ -847,7 +847,7 @@ def _one_line(text: str) -> str:
 
 def main() -> None:
     """Entry point: user errors print one clear line and exit 2, never a traceback."""
-    from guard._cli import stdout_for_python_only
+    from forewarn.guard._cli import stdout_for_python_only
 
     command = typer.main.get_command(app)
     _tidy_help(command)

@@ -30,10 +30,10 @@ from typing import Any, cast
 
 import httpx
 
-from guard.errors import ForewarnError, PredicateError
-from guard.policy import Policy
-from guard.runtime import Decision, PropertyValue
-from guard.spec import Action
+from forewarn.guard.errors import ForewarnError, PredicateError
+from forewarn.guard.policy import Policy
+from forewarn.guard.runtime import Decision, PropertyValue
+from forewarn.guard.spec import Action
 
 __all__ = ["AsyncClient", "AsyncRemoteSession", "Client", "RemoteDecision", "RemoteSession", "ServerError",
            "DEFAULT_URL"]
@@ -334,9 +334,9 @@ class Client:
               trusted_keys: Any = None) -> Any:
         """A local :class:`~guard.runtime.Guard` (or bundle guard) on the model the server serves as
         ``name``: the same decisions, computed in process (what the middleware previews with)."""
-        from guard.bundle import GuardBundle, parse_model_or_bundle
-        from guard.bundle_guard import BundleGuard
-        from guard.runtime import Guard
+        from forewarn.guard.bundle import GuardBundle, parse_model_or_bundle
+        from forewarn.guard.bundle_guard import BundleGuard
+        from forewarn.guard.runtime import Guard
 
         loaded = parse_model_or_bundle(self.model_document(name), f"{self.url} model {name or '(default)'}",
                                        trusted_keys=trusted_keys)

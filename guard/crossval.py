@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from guard.learning import END, LearnedDTMC, TransitionCounts, ValidTransitionRule, learn_dtmc
-from guard.predicates import PredicateSet
+from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, ValidTransitionRule, learn_dtmc
+from forewarn.guard.predicates import PredicateSet
 
 __all__ = ["ALPHA_GRID", "path_transitions", "choose_alpha"]
 

@@ -32,7 +32,7 @@ from enum import Enum
 import numpy as np
 from scipy.special import betaincinv
 
-from guard.learning import LearnedDTMC
+from forewarn.guard.learning import LearnedDTMC
 
 __all__ = ["IntervalMethod", "IntervalReport", "TransitionIntervals", "estimated_entries", "visits", "transition_intervals",
            "clopper_pearson", "hoeffding"]

@@ -18,8 +18,8 @@ from itertools import chain, combinations
 import numpy as np
 import scipy.sparse as sp
 
-from guard.predicates import PredicateSet
-from guard.traces import Run, abstract_run
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.traces import Run, abstract_run
 
 __all__ = [
     "END",

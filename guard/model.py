@@ -23,12 +23,12 @@ import scipy.sparse as sp
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from guard.errors import ForewarnError, ModelFileError
-from guard.intervals import IntervalMethod, IntervalReport, visits
-from guard.learning import END, LearnedDTMC
-from guard.pac import PACReport, StatePAC, TightPAC, TightStatePAC
-from guard.spec import Meaning, PropertyDef, Spec, parse_spec
-from guard.storm import CheckOutcome, Method
+from forewarn.guard.errors import ForewarnError, ModelFileError
+from forewarn.guard.intervals import IntervalMethod, IntervalReport, visits
+from forewarn.guard.learning import END, LearnedDTMC
+from forewarn.guard.pac import PACReport, StatePAC, TightPAC, TightStatePAC
+from forewarn.guard.spec import Meaning, PropertyDef, Spec, parse_spec
+from forewarn.guard.storm import CheckOutcome, Method
 
 __all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument", "write_document"]
 
@@ -270,7 +270,7 @@ class GuardModel:
         """
         document = self.to_document()
         if sign_with is not None:
-            from guard.signing import sign_document
+            from forewarn.guard.signing import sign_document
 
             document = sign_document(document, sign_with)
         return write_document(path, document)
@@ -312,7 +312,7 @@ class GuardModel:
                                  "guard.load_guard (or BundleGuard.load)")
         if not isinstance(document, dict) or document.get("format") != "forewarn-model":
             raise ModelFileError(f"{source}: not a Forewarn model file (no \"format\": \"forewarn-model\")")
-        from guard.signing import trusted_keys_from_env, verify_document
+        from forewarn.guard.signing import trusted_keys_from_env, verify_document
 
         keys = trusted_keys_from_env() if trusted_keys is None else trusted_keys
         if keys:  # before anything else reads the file: an unsigned one is not parsed further

@@ -58,7 +58,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from guard.learning import LearnedDTMC
+from forewarn.guard.learning import LearnedDTMC
 
 __all__ = ["StatePAC", "PACReport", "TightStatePAC", "TightPAC", "amplification_factor", "pac_report",
            "tight_bound"]

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from guard._version import __version__
-from guard.errors import CheckError, ForewarnError, TraceError
-from guard.intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
-from guard.learning import (
+from forewarn.guard._version import __version__
+from forewarn.guard.errors import CheckError, ForewarnError, TraceError
+from forewarn.guard.intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
+from forewarn.guard.learning import (
     LearnedDTMC,
     TransitionCounts,
     ValidTransitionRule,
@@ -24,16 +24,16 @@ from guard.learning import (
     learn_dtmc,
     spec_transition_rule,
 )
-from guard.backoff import learn_memory_dtmc, strip_memory
-from guard.crossval import ALPHA_GRID, choose_alpha, path_transitions
-from guard.memory import Memory, build_memory
-from guard.model import CheckedProperty, GuardModel
-from guard.pac import pac_report
-from guard.predicates import PredicateSet, PythonPredicate, resolve_callable
-from guard.outcomes import OutcomeCounts, direct_intervals, first_visit_counts, intersect
-from guard.shrinkage import Fit, Paths, reach_targets, shrink_properties, summarize_paths
-from guard.spec import Spec
-from guard.storm import (
+from forewarn.guard.backoff import learn_memory_dtmc, strip_memory
+from forewarn.guard.crossval import ALPHA_GRID, choose_alpha, path_transitions
+from forewarn.guard.memory import Memory, build_memory
+from forewarn.guard.model import CheckedProperty, GuardModel
+from forewarn.guard.pac import pac_report
+from forewarn.guard.predicates import PredicateSet, PythonPredicate, resolve_callable
+from forewarn.guard.outcomes import OutcomeCounts, direct_intervals, first_visit_counts, intersect
+from forewarn.guard.shrinkage import Fit, Paths, reach_targets, shrink_properties, summarize_paths
+from forewarn.guard.spec import Spec
+from forewarn.guard.storm import (
     Method,
     build_interval_dtmc,
     build_sparse_dtmc,
@@ -43,7 +43,7 @@ from guard.storm import (
     storm_version,
     validate_formula,
 )
-from guard.traces import Run, read_runs, resample
+from forewarn.guard.traces import Run, read_runs, resample
 
 __all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "model_from_counts",
            "prepare", "with_intervals", "counting_plan"]
@@ -150,7 +150,7 @@ def runs_to_learn(paths: Sequence[Path], spec: Spec, *, period: float | None, di
                   allow_python: Iterable[str] | None = None) -> Iterable[Run]:
     """The runs of JSONL files for learning, counted in ``summary``; with ``on_error="skip"``
     malformed runs, and runs whose states the predicates cannot read, are skipped and counted."""
-    from guard.ingest.summary import IngestSummary
+    from forewarn.guard.ingest.summary import IngestSummary
 
     tally = summary if summary is not None else IngestSummary()
     handle = tally.handler(on_error)  # type: ignore[arg-type]
@@ -161,7 +161,7 @@ def runs_to_learn(paths: Sequence[Path], spec: Spec, *, period: float | None, di
 
 
 def _readable(runs: Iterable[Run], predicates: PredicateSet, handle: Callable[[ForewarnError], None]) -> Iterable[Run]:
-    from guard.traces import abstract_run
+    from forewarn.guard.traces import abstract_run
 
     for run in runs:
         try:
@@ -239,7 +239,7 @@ def counting_plan(spec: Spec, predicates: PredicateSet, alpha: float | str | Non
 def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None, *,
             allow_python: Iterable[str] | None = None) -> tuple[PredicateSet, list[Any]]:
     """The spec's compiled predicates and monitors, once its properties are known to parse."""
-    from monitors import build_monitors  # monitors build on guard's spec and chain
+    from forewarn.monitors import build_monitors  # monitors build on guard's spec and chain
 
     definitions = spec.guard.effective_properties()
     for index, definition in enumerate(definitions):
@@ -274,7 +274,7 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     ``backoff: auto`` and ``shrink`` (without them those levers are skipped, and the
     model's ``provenance.levers`` says so).
     """
-    from monitors import build_product
+    from forewarn.monitors import build_product
 
     definitions = spec.guard.effective_properties()
     epsilon, delta = learning_bounds(spec, epsilon, delta)
@@ -358,7 +358,7 @@ def _refit(counts: TransitionCounts, predicates: PredicateSet, monitors: Sequenc
            memory: Memory | None, alpha: float, beta: float | None, rule: ValidTransitionRule | None, structure: str,
            method: Method, precision: float) -> Callable[[Paths], Fit]:
     """The same learning and checking from every run but some, α and β as chosen (for choosing κ)."""
-    from monitors import build_product
+    from forewarn.monitors import build_product
 
     def fit(left_out: Paths) -> Fit:
         # the counts less the left-out runs': as learning them without those runs would count

@@ -5,8 +5,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from guard.errors import ForewarnError
-from guard.spec import Action, GuardSettings, Thresholds, Trigger
+from forewarn.guard.errors import ForewarnError
+from forewarn.guard.spec import Action, GuardSettings, Thresholds, Trigger
 
 __all__ = ["Policy"]
 

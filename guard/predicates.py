@@ -33,7 +33,7 @@ from typing import Any
 
 import cel
 
-from guard._cel_fields import (
+from forewarn.guard._cel_fields import (
     MEMO_LIMIT,
     PROGRAM_LIMIT,
     Leaves,
@@ -46,9 +46,9 @@ from guard._cel_fields import (
     sub_key_getters,
     walk_key,
 )
-from guard.errors import PredicateError
-from guard.spec import Spec
-from guard.trust import CodeNotAllowed, resolve_callable
+from forewarn.guard.errors import PredicateError
+from forewarn.guard.spec import Spec
+from forewarn.guard.trust import CodeNotAllowed, resolve_callable
 
 __all__ = ["CodeNotAllowed", "PredicateSet", "resolve_callable"]
 

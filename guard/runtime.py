@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from guard.memory import build_memory
-from guard.model import GuardModel
-from guard.policy import Policy
-from guard.predicates import PredicateSet, PythonPredicate
-from guard.spec import Action, Meaning
-from guard.thresholds import start_risk, warn_initial_crossings
+from forewarn.guard.memory import build_memory
+from forewarn.guard.model import GuardModel
+from forewarn.guard.policy import Policy
+from forewarn.guard.predicates import PredicateSet, PythonPredicate
+from forewarn.guard.spec import Action, Meaning
+from forewarn.guard.thresholds import start_risk, warn_initial_crossings
 
 __all__ = ["Decision", "PropertyValue", "Guard", "Session", "StepRecord"]
 
@@ -117,7 +117,7 @@ class Guard:
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
                  allow_python: Iterable[str] | None = None,
                  predicates: PredicateSet | None = None) -> None:
-        from monitors import build_monitors  # monitors build on guard's spec
+        from forewarn.monitors import build_monitors  # monitors build on guard's spec
 
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from guard.learning import LearnedDTMC
-from guard.model import CheckedProperty
-from guard.predicates import PredicateSet
-from monitors.base import VIOL, Monitor
+from forewarn.guard.learning import LearnedDTMC
+from forewarn.guard.model import CheckedProperty
+from forewarn.guard.predicates import PredicateSet
+from forewarn.monitors.base import VIOL, Monitor
 
 __all__ = ["KAPPA_GRID", "FOLDS", "CV_PATHS", "Fit", "PathVisits", "summarize_paths", "choose_kappa",
            "reach_label", "label_test", "reach_targets", "shrink_properties"]

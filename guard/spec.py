@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from guard.errors import SpecError
+from forewarn.guard.errors import SpecError
 
 __all__ = [
     "Action",

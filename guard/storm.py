@@ -24,8 +24,8 @@ from stormpy import environments as _env
 from stormpy import io as _io
 from stormpy import models as _models
 
-from guard.errors import CheckError
-from guard.learning import LearnedDTMC
+from forewarn.guard.errors import CheckError
+from forewarn.guard.learning import LearnedDTMC
 
 __all__ = [
     "Method",

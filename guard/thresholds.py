@@ -18,12 +18,12 @@ import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from guard.errors import ThresholdWarning
-from guard.spec import Action, Meaning, Trigger
+from forewarn.guard.errors import ThresholdWarning
+from forewarn.guard.spec import Action, Meaning, Trigger
 
 if TYPE_CHECKING:
-    from guard.model import GuardModel
-    from guard.policy import Policy
+    from forewarn.guard.model import GuardModel
+    from forewarn.guard.policy import Policy
 
 __all__ = ["start_risk", "initial_crossings", "warn_initial_crossings", "with_default_trigger"]
 

@@ -31,7 +31,8 @@ __all__ = ["ENV_ALLOW", "CodeNotAllowed", "allowed_modules", "parse_allow_list",
 
 ENV_ALLOW = "FOREWARN_PYTHON_PREDICATES"
 # Functions this distribution ships and its own specs name: trusted like the rest of its code.
-BUILTIN_REFERENCES = frozenset({"domains.driving.spec:valid_transition"})
+BUILTIN_REFERENCES = frozenset({"forewarn.domains.driving.spec:valid_transition",
+                                "domains.driving.spec:valid_transition"})  # the pre-0.2 name
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from monitors.base import VIOL, Condition, Monitor
+from forewarn.monitors.base import VIOL, Condition, Monitor
 
 __all__ = ["BoundedResponse"]
 

@@ -1,10 +1,10 @@
 """From a spec's ``monitors:`` entries to monitor objects; errors name the spec line."""
 from __future__ import annotations
 
-from guard.spec import MonitorDef, Spec
-from monitors.base import Condition, ConditionError, Monitor, MonitorSemanticsError
-from monitors.bounded_response import BoundedResponse
-from monitors.patterns import Pattern, PatternMonitor, Scope
+from forewarn.guard.spec import MonitorDef, Spec
+from forewarn.monitors.base import Condition, ConditionError, Monitor, MonitorSemanticsError
+from forewarn.monitors.bounded_response import BoundedResponse
+from forewarn.monitors.patterns import Pattern, PatternMonitor, Scope
 
 __all__ = ["build_monitors", "build_monitor"]
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from monitors.base import VIOL, Condition, Monitor, MonitorSemanticsError
+from forewarn.monitors.base import VIOL, Condition, Monitor, MonitorSemanticsError
 
 __all__ = ["Pattern", "Scope", "PatternMonitor"]
 

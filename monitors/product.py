@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from guard.learning import END, LearnedDTMC
-from monitors.base import VIOL, Monitor
+from forewarn.guard.learning import END, LearnedDTMC
+from forewarn.monitors.base import VIOL, Monitor
 
 __all__ = ["ProductTooLargeError", "build_product", "initial_monitor_states", "advance"]
 

@@ -10,4 +10,9 @@ path), ``_steps`` (the step path after parsing), ``_views`` (stored rows as JSON
 """
 from __future__ import annotations
 
+if __name__ == 'server':  # a source checkout imported by the pre-0.2 name: be forewarn.server
+    from forewarn._aliases import redirect
+
+    redirect(__name__)
+
 __all__: list[str] = []

@@ -5,8 +5,8 @@ import sys
 
 import typer
 
-from guard.errors import ForewarnError
-from server.cli import register
+from forewarn.guard.errors import ForewarnError
+from forewarn.server.cli import register
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 register(app)

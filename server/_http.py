@@ -21,8 +21,8 @@ from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server import schemas as S
-from server.auth import Authenticator, Principal
+from forewarn.server import schemas as S
+from forewarn.server.auth import Authenticator, Principal
 
 __all__ = [
     "ApiError", "AuthFirst", "BodyLimit", "ERRORS", "FastSteps", "JSON", "OrjsonRequest", "Route", "authorize", "bad_request",

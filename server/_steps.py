@@ -10,15 +10,15 @@ from typing import Any
 
 import orjson
 
-from guard.errors import ForewarnError
-from guard.runtime import Decision
-from guard.spec import Action
-from server import schemas as S
-from server._http import ApiError, log
-from server.auth import Principal
-from server.sessions import LiveSession
-from server.state import ServerState
-from server.storage import Conflict, Storage
+from forewarn.guard.errors import ForewarnError
+from forewarn.guard.runtime import Decision
+from forewarn.guard.spec import Action
+from forewarn.server import schemas as S
+from forewarn.server._http import ApiError, log
+from forewarn.server.auth import Principal
+from forewarn.server.sessions import LiveSession
+from forewarn.server.state import ServerState
+from forewarn.server.storage import Conflict, Storage
 
 __all__ = ["chain_step", "commit_step", "decision_json", "write", "write_steps"]
 

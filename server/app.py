@@ -29,27 +29,27 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from guard._version import __version__
-from guard.errors import ForewarnError, PredicateError
-from server import schemas as S
-from server._http import (
+from forewarn.guard._version import __version__
+from forewarn.guard.errors import ForewarnError, PredicateError
+from forewarn.server import schemas as S
+from forewarn.server._http import (
     ERRORS, JSON, ApiError, AuthFirst, BodyLimit, FastSteps, Route, authorize, bad_request, check_id, error_response, errors_for,
     field_of, log, parse_json, step_openapi, too_deep, validation_detail,
 )
-from server._steps import chain_step, decision_json, write, write_steps
-from server._views import approval_out, policy_overrides, session_summary, step_out
-from server.auth import ADMIN, AGENT, ANY, APPROVER, Principal
-from server.metrics import CONTENT_TYPE_LATEST
-from server.idempotency import Entry, request_hash
-from server.replicas import Replication
-from server.models_registry import UnknownModel, parse_model, read_model
-from server.sessions import LiveSession, SessionNotFound, effective_policy, make_session
-from server.settings import MODEL_NAME_PATTERN, ServerSettings
-from server.state import ServerState, start
-from server.console import install as install_console
-from server.proposals import RUNNABLE
-from server.proposals import install as install_proposals
-from server.storage import Conflict, Storage
+from forewarn.server._steps import chain_step, decision_json, write, write_steps
+from forewarn.server._views import approval_out, policy_overrides, session_summary, step_out
+from forewarn.server.auth import ADMIN, AGENT, ANY, APPROVER, Principal
+from forewarn.server.metrics import CONTENT_TYPE_LATEST
+from forewarn.server.idempotency import Entry, request_hash
+from forewarn.server.replicas import Replication
+from forewarn.server.models_registry import UnknownModel, parse_model, read_model
+from forewarn.server.sessions import LiveSession, SessionNotFound, effective_policy, make_session
+from forewarn.server.settings import MODEL_NAME_PATTERN, ServerSettings
+from forewarn.server.state import ServerState, start
+from forewarn.server.console import install as install_console
+from forewarn.server.proposals import RUNNABLE
+from forewarn.server.proposals import install as install_proposals
+from forewarn.server.storage import Conflict, Storage
 
 __all__ = ["ApiError", "ServerState", "create_app", "start"]
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 from pydantic import SecretStr
 
-from server.settings import ApiKey, ConfigError, Role, ServerSettings, load_settings
+from forewarn.server.settings import ApiKey, ConfigError, Role, ServerSettings, load_settings
 
 __all__ = ["register", "serve", "run_server", "serve_app", "parse_model_options", "uvicorn_config"]
 
@@ -38,10 +38,10 @@ def run_server(settings: ServerSettings, workers: int = 1) -> None:
     """Start (blocking) and serve until interrupted. Errors before binding raise ForewarnError.
 
     ``workers`` > 1: that many processes accept on one socket (a shared database only)."""
-    from server.app import create_app, start
+    from forewarn.server.app import create_app, start
 
     if workers > 1:
-        from server.storage import is_postgres
+        from forewarn.server.storage import is_postgres
 
         if not is_postgres(settings.db):
             raise ConfigError("--workers: more than one process needs a shared database "
@@ -59,7 +59,7 @@ def _run_workers(settings: ServerSettings, workers: int) -> None:
     import signal
     import socket
 
-    from server.app import create_app, start
+    from forewarn.server.app import create_app, start
 
     sock = socket.create_server((settings.host, settings.port), backlog=2048)
     sock.set_inheritable(True)
@@ -124,7 +124,7 @@ def uvicorn_config(app: Any, settings: ServerSettings, **overrides: Any) -> Any:
     (header deadline, connection cap, keep-alive) of ``settings.limits``."""
     import uvicorn
 
-    from server.connections import guarded_protocol
+    from forewarn.server.connections import guarded_protocol
 
     limits = settings.limits
     values: dict[str, Any] = dict(

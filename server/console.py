@@ -21,7 +21,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.responses import HTMLResponse, Response
 from starlette.staticfiles import StaticFiles
 
-from server._http import JSON
+from forewarn.server._http import JSON
 
 __all__ = ["install"]
 

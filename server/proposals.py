@@ -23,12 +23,12 @@ from fastapi import Path as PathParam
 from fastapi import Query, Request
 from starlette.responses import Response
 
-from guard.spec import Action
-from server import schemas as S
-from server._http import JSON, ApiError, errors_for
-from server._steps import write
-from server.idempotency import Entry, request_hash
-from server.storage import Storage
+from forewarn.guard.spec import Action
+from forewarn.server import schemas as S
+from forewarn.server._http import JSON, ApiError, errors_for
+from forewarn.server._steps import write
+from forewarn.server.idempotency import Entry, request_hash
+from forewarn.server.storage import Storage
 
 __all__ = ["install", "proposal_out", "RUNNABLE"]
 

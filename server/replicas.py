@@ -16,8 +16,8 @@ from typing import Any
 
 import anyio
 
-from guard.errors import ForewarnError
-from server.storage import CHANNEL_APPROVALS, CHANNEL_MODELS, CHANNEL_SESSIONS
+from forewarn.guard.errors import ForewarnError
+from forewarn.server.storage import CHANNEL_APPROVALS, CHANNEL_MODELS, CHANNEL_SESSIONS
 
 __all__ = ["Replication"]
 

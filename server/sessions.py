@@ -15,10 +15,10 @@ from typing import Any
 
 import orjson
 
-from guard.policy import Policy
-from guard.runtime import MonitorStates, Session
-from server.models_registry import LoadedModel, ModelRegistry
-from server.storage import Storage
+from forewarn.guard.policy import Policy
+from forewarn.guard.runtime import MonitorStates, Session
+from forewarn.server.models_registry import LoadedModel, ModelRegistry
+from forewarn.server.storage import Storage
 
 __all__ = ["LiveSession", "SessionManager", "SessionNotFound", "effective_policy"]
 

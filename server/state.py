@@ -5,14 +5,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from server.approvals import ApprovalHub
-from server.auth import Authenticator
-from server.idempotency import IdempotencyKeys
-from server.metrics import Metrics
-from server.models_registry import LoadRules, ModelRegistry, read_model
-from server.sessions import SessionManager
-from server.settings import BUILTIN_MODEL, ConfigError, ServerSettings
-from server.storage import Storage, StorageBase, open_storage
+from forewarn.server.approvals import ApprovalHub
+from forewarn.server.auth import Authenticator
+from forewarn.server.idempotency import IdempotencyKeys
+from forewarn.server.metrics import Metrics
+from forewarn.server.models_registry import LoadRules, ModelRegistry, read_model
+from forewarn.server.sessions import SessionManager
+from forewarn.server.settings import BUILTIN_MODEL, ConfigError, ServerSettings
+from forewarn.server.storage import Storage, StorageBase, open_storage
 
 __all__ = ["ServerState", "start"]
 
@@ -57,7 +57,7 @@ def start(settings: ServerSettings) -> ServerState:
                           "or api_keys in the config file (or, on a loopback address only, insecure_no_auth)")
     sources: dict[str, Path] = dict(settings.models)
     if not sources:
-        from guard.builtin import builtin_model_path
+        from forewarn.guard.builtin import builtin_model_path
 
         sources = {BUILTIN_MODEL: builtin_model_path()}
     rules = LoadRules.from_settings(settings)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from guard.errors import ForewarnError
+from forewarn.guard.errors import ForewarnError
 
 __all__ = ["Storage", "StorageBase", "StorageError", "DatabaseLocked", "Conflict", "SCHEMA_VERSION", "open_storage",
            "is_postgres"]
@@ -800,7 +800,7 @@ def is_postgres(db: str | Path) -> bool:
 def open_storage(db: str | Path, *, synchronous: str = "normal") -> StorageBase:
     """The database ``db`` names: a ``postgresql://`` URL (shared by replicas) or a SQLite file."""
     if is_postgres(db):
-        from server.storage_pg import PgStorage  # psycopg is an optional extra: imported only when used
+        from forewarn.server.storage_pg import PgStorage  # psycopg is an optional extra: imported only when used
 
         return PgStorage.open(str(db))
     return Storage.open(db, synchronous=synchronous)

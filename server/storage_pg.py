@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from server.storage import (
+from forewarn.server.storage import (
     _STOP, CHANNEL_APPROVALS, CHANNEL_MODELS, CHANNEL_SESSIONS, SCHEMA_VERSION, StorageBase, StorageError,
     _ThreadWriter,
 )

@@ -15,15 +15,15 @@ from fractions import Fraction
 import numpy as np
 
 from _support import AB, NONE, TOY_SPEC, A, B, reach_probabilities
-from guard.intervals import IntervalMethod
-from guard.learning import END, TransitionCounts, learn_dtmc
-from guard.model import CheckedProperty
-from guard.outcomes import first_visit_counts
-from guard.pipeline import with_intervals
-from guard.predicates import PredicateSet
-from guard.shrinkage import label_test, summarize_paths
-from guard.spec import PropertyDef, parse_spec
-from guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of
+from forewarn.guard.intervals import IntervalMethod
+from forewarn.guard.learning import END, TransitionCounts, learn_dtmc
+from forewarn.guard.model import CheckedProperty
+from forewarn.guard.outcomes import first_visit_counts
+from forewarn.guard.pipeline import with_intervals
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.shrinkage import label_test, summarize_paths
+from forewarn.guard.spec import PropertyDef, parse_spec
+from forewarn.guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of
 
 F = Fraction
 Chain = dict[int, dict[int, Fraction]]

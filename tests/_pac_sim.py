@@ -12,8 +12,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from _support import AB, NONE
-from guard.learning import END, LearnedDTMC, TransitionCounts, learn_dtmc
-from guard.predicates import PredicateSet
+from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, learn_dtmc
+from forewarn.guard.predicates import PredicateSet
 
 Chain = Mapping[int, Mapping[int, float]]  # state → {successor (END for end): probability}
 

@@ -9,10 +9,10 @@ import orjson
 import pytest
 
 from _support import CLI, TOY_SPEC, Result, WriteRuns, toy_run
-from guard.model import GuardModel
-from guard.pipeline import learn_model
-from guard.predicates import PredicateSet
-from guard.spec import Spec, load_spec
+from forewarn.guard.model import GuardModel
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.spec import Spec, load_spec
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def toy_model_path(toy_model: GuardModel, tmp_path: Path) -> Path:
 @pytest.fixture
 def forewarn_here(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> CLI:
     """Run the CLI's ``main()`` in this process (same code path, without the import cost)."""
-    from guard.cli import main
+    from forewarn.guard.cli import main
 
     def run(*args: str | Path) -> Result:
         monkeypatch.setattr(sys, "argv", ["forewarn", *map(str, args)])

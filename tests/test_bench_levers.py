@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from guard.replay import RunReplay
+from forewarn.guard.replay import RunReplay
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 levers = importlib.import_module("estimation_levers")

@@ -9,14 +9,14 @@ import orjson
 import pytest
 
 from _support import CLI, TOY_SPEC, WriteRuns, toy_run
-from guard.bundle import POOLED, GuardBundle, group_value, learn_bundle, learn_bundle_from_runs
-from guard.bundle_guard import BundleGuard, load_guard
-from guard.errors import ForewarnError, ModelFileError, ThresholdWarning
-from guard.pipeline import learn_model_from_runs
-from guard.replay import replay, replay_run
-from guard.runtime import Guard
-from guard.spec import parse_spec
-from guard.traces import parse_run
+from forewarn.guard.bundle import POOLED, GuardBundle, group_value, learn_bundle, learn_bundle_from_runs
+from forewarn.guard.bundle_guard import BundleGuard, load_guard
+from forewarn.guard.errors import ForewarnError, ModelFileError, ThresholdWarning
+from forewarn.guard.pipeline import learn_model_from_runs
+from forewarn.guard.replay import replay, replay_run
+from forewarn.guard.runtime import Guard
+from forewarn.guard.spec import parse_spec
+from forewarn.guard.traces import parse_run
 
 # Toy abstract states: 0 none, 1 a, 2 b, 3 a&b (unsafe).
 RISKY_T1 = [[0, 1, 3]] * 7 + [[0, 1, 0]] * 5  # task t1: 'a' usually leads to the violation
@@ -89,8 +89,8 @@ def test_a_session_takes_its_groups_model_and_falls_back_saying_so(bundle: Guard
     never = guard.session(metadata={"task": "t9"}).observe(a)
     assert never.fallback and "was never seen in learning" in never.message
     # a policy for one session applies to its member
-    from guard.policy import Policy
-    from guard.spec import Action, Thresholds
+    from forewarn.guard.policy import Policy
+    from forewarn.guard.spec import Action, Thresholds
 
     calm = Policy(Thresholds(reflect=0.0), Action.ALLOW)
     assert guard.session(calm, metadata={"task": "t1"}).observe(a).action is Action.ALLOW
@@ -190,14 +190,14 @@ def _tamper_value(document: dict[str, Any]) -> None:
 
 
 def _tamper_and_reseal(document: dict[str, Any]) -> None:
-    from guard.bundle import _checksum
+    from forewarn.guard.bundle import _checksum
 
     _tamper_value(document)
     document["checksum"] = _checksum(document)  # the bundle's seal redone: the member's own still fails
 
 
 def _drop_member(document: dict[str, Any]) -> None:
-    from guard.bundle import _checksum
+    from forewarn.guard.bundle import _checksum
 
     del document["members"]["t2"]
     document["checksum"] = _checksum(document)
@@ -232,13 +232,13 @@ def test_truncated_bundle_and_unknown_member(bundle: GuardBundle, tmp_path: Path
     result = forewarn_here("states", path)
     assert result.returncode == 2 and "not a Forewarn model file (invalid JSON" in result.stderr
     with pytest.raises(ForewarnError, match="--group applies to bundles only"):
-        from guard.cli import _members
+        from forewarn.guard.cli import _members
 
         _members(bundle.pooled, "t1")
 
 
 def test_evaluate_learns_a_bundle_per_fold(grouped: tuple[Path, Path], forewarn_here: CLI) -> None:
-    from guard.evaluation.evaluate import evaluate
+    from forewarn.guard.evaluation.evaluate import evaluate
 
     runs = [parse_run(orjson.dumps(r)) for r in lines()]
     report = evaluate(runs, parse_spec(TOY_SPEC), [0.5], folds=3, bundle_by="meta.task", min_group_runs=3)
@@ -273,8 +273,8 @@ def test_export_and_guard_load_say_what_to_do_with_a_bundle(bundle: GuardBundle,
 
 
 def test_a_signed_bundle_round_trips_and_a_resealed_one_is_refused(bundle: GuardBundle, tmp_path: Path) -> None:
-    from guard.bundle import load_model_or_bundle
-    from guard.signing import SignatureError, generate_keypair, load_private_key, load_trusted_keys
+    from forewarn.guard.bundle import load_model_or_bundle
+    from forewarn.guard.signing import SignatureError, generate_keypair, load_private_key, load_trusted_keys
 
     generate_keypair(tmp_path / "k.pem", tmp_path / "k.pub")
     trusted = load_trusted_keys([tmp_path / "k.pub"])
@@ -282,8 +282,8 @@ def test_a_signed_bundle_round_trips_and_a_resealed_one_is_refused(bundle: Guard
     loaded = load_model_or_bundle(path, trusted_keys=trusted)
     assert isinstance(loaded, GuardBundle) and sorted(loaded.members) == sorted(bundle.members)
     document = orjson.loads(path.read_bytes())
-    from guard.bundle import _checksum
-    from guard.model import _checksum as model_checksum
+    from forewarn.guard.bundle import _checksum
+    from forewarn.guard.model import _checksum as model_checksum
 
     member = document["members"]["t1"]
     member["properties"][0]["values"] = [0.0] * len(member["properties"][0]["values"])  # every risk 0

@@ -17,11 +17,11 @@ import pytest
 import stormpy
 
 from _support import CLI, TOY_SPEC, Result, bounded_reach, toy_run
-from guard import Guard
-from guard.model import GuardModel
-from guard.replay import replay
-from guard.storm import prism_text
-from guard.traces import read_runs
+from forewarn.guard import Guard
+from forewarn.guard.model import GuardModel
+from forewarn.guard.replay import replay
+from forewarn.guard.storm import prism_text
+from forewarn.guard.traces import read_runs
 
 REPLAY_KEYS = {"theta", "n_unsafe", "n_safe", "detection_rate", "false_alarm_rate", "mean_advance_steps",
                "mean_advance_seconds", "brier"}

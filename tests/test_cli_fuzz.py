@@ -201,7 +201,7 @@ def test_yaml_boolean_words_are_predicate_names(forewarn_here: CLI, toy_files: d
                     encoding="utf-8")
     result = run_case(forewarn_here, "learn", d["traces"], "-s", spec, "-o", d["dir"] / "words.json")
     assert result.returncode == 0, result.stderr
-    from guard.model import GuardModel
+    from forewarn.guard.model import GuardModel
 
     model = GuardModel.load(d["dir"] / "words.json")
     assert list(model.spec.predicates) == ["on", "b"] and model.dtmc.predicates == ["on", "b"]

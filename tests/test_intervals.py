@@ -14,9 +14,9 @@ import scipy.sparse as sp
 
 from _coverage import coverage
 from _support import AB, NONE, TOY_SPEC, A, B, reach_probabilities, toy_run, toy_state
-from guard import Guard
-from guard.errors import ForewarnError, ModelFileError, SpecError
-from guard.intervals import (
+from forewarn.guard import Guard
+from forewarn.guard.errors import ForewarnError, ModelFileError, SpecError
+from forewarn.guard.intervals import (
     IntervalMethod,
     clopper_pearson,
     estimated_entries,
@@ -24,12 +24,12 @@ from guard.intervals import (
     transition_intervals,
     visits,
 )
-from guard.learning import END, LearnedDTMC
-from guard.model import GuardModel, _checksum
-from guard.pipeline import learn_model
-from guard.policy import Policy
-from guard.spec import Action, Thresholds, parse_spec
-from guard.storm import GRAPH_FLOOR, build_interval_dtmc, interval_bounds
+from forewarn.guard.learning import END, LearnedDTMC
+from forewarn.guard.model import GuardModel, _checksum
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.policy import Policy
+from forewarn.guard.spec import Action, Thresholds, parse_spec
+from forewarn.guard.storm import GRAPH_FLOOR, build_interval_dtmc, interval_bounds
 
 F = Fraction
 
@@ -467,7 +467,7 @@ def test_cli_check_and_learn_show_the_intervals(tmp_path: Path, forewarn_here, m
         decision = guard.decide_bits(loaded.dtmc.states[row["index"]])
         assert (row["ci_low"], row["ci_high"]) == (decision.ci_low, decision.ci_high)
         assert row["ci_low"] is not None and row["visits"] == loaded.visits[row["index"]]
-    from guard._cli import out
+    from forewarn.guard._cli import out
 
     monkeypatch.setattr(out, "width", 200)
     table = forewarn_here("check", model).stdout

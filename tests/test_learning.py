@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _support import A, AB, B, NONE, Row, TOY_SPEC, WriteRuns, eq1_row, toy_run
-from guard.learning import END, LearnedDTMC, TransitionCounts, count_transitions, learn_dtmc, spec_transition_rule
-from guard.pipeline import learn_model, transition_rule
-from guard.predicates import PredicateSet
-from guard.spec import Spec, parse_spec
-from guard.traces import read_runs
+from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, count_transitions, learn_dtmc, spec_transition_rule
+from forewarn.guard.pipeline import learn_model, transition_rule
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.spec import Spec, parse_spec
+from forewarn.guard.traces import read_runs
 
 ALPHA = Fraction(1, 10)
 
@@ -372,8 +372,8 @@ def test_exact_row_of_a_hand_built_chain_with_other_count_sparsity() -> None:
 
 
 def test_provenance_hashes_each_input_while_learning_reads_it(toy_spec, toy_traces) -> None:
-    from guard.pipeline import learn_model
-    from guard.traces import file_digest
+    from forewarn.guard.pipeline import learn_model
+    from forewarn.guard.traces import file_digest
 
     model = learn_model([toy_traces], toy_spec)
     (entry,) = model.provenance["inputs"]

@@ -13,16 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from guard import Guard
-from guard.crossval import ALPHA_GRID, choose_alpha, path_transitions
-from guard.learning import END, TransitionCounts, count_transitions, learn_dtmc
-from guard.memory import Memory
-from guard.pipeline import learn_model
-from guard.predicates import PredicateSet
-from guard.shrinkage import KAPPA_GRID, reach_label
-from guard.spec import Spec, parse_spec
-from guard.storm import Method
-from guard.traces import read_runs
+from forewarn.guard import Guard
+from forewarn.guard.crossval import ALPHA_GRID, choose_alpha, path_transitions
+from forewarn.guard.learning import END, TransitionCounts, count_transitions, learn_dtmc
+from forewarn.guard.memory import Memory
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.shrinkage import KAPPA_GRID, reach_label
+from forewarn.guard.spec import Spec, parse_spec
+from forewarn.guard.storm import Method
+from forewarn.guard.traces import read_runs
 from _support import AB, CLI, NONE, B, TOY_SPEC, A, WriteRuns, reach_probabilities, toy_run, toy_state
 
 F = Fraction
@@ -272,7 +272,7 @@ def test_bad_learning_keys_are_one_line_exit_2(learning: str, fragment: str, tmp
 
 
 def test_bundles_learn_every_member_with_memory_and_shrinking(write_runs: WriteRuns, tmp_path: Path) -> None:
-    from guard.bundle import GuardBundle, learn_bundle
+    from forewarn.guard.bundle import GuardBundle, learn_bundle
 
     runs = []
     for i, bits in enumerate(SHRINK_RUNS * 2):

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 
 from _support import CLI, WriteRuns
-from guard.errors import PredicateError, TraceError
-from guard.pipeline import learn_model
-from guard.predicates import PredicateSet
-from guard.replay import replay_run
-from guard.runtime import Guard
-from guard.spec import Action, parse_spec
-from guard.traces import Run
+from forewarn.guard.errors import PredicateError, TraceError
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.replay import replay_run
+from forewarn.guard.runtime import Guard
+from forewarn.guard.spec import Action, parse_spec
+from forewarn.guard.traces import Run
 from test_predicates import RICH_PREDICATES, STATES, spec_text
 
 # A multi-task agent: the same concrete step is dangerous in one task and harmless in another.
@@ -93,7 +93,7 @@ def test_a_missing_meta_field_is_the_same_clear_error_as_a_missing_state_field()
 
 def test_learning_counts_each_run_under_its_own_meta(kitchen: tuple[Path, Path]) -> None:
     traces, spec_path = kitchen
-    from guard.spec import load_spec
+    from forewarn.guard.spec import load_spec
 
     model = learn_model([traces], load_spec(spec_path))
     # only the six risky stove runs violate: the knife runs do the same steps harmlessly
@@ -106,7 +106,7 @@ def test_learning_counts_each_run_under_its_own_meta(kitchen: tuple[Path, Path])
 
 def test_replay_and_the_guard_pass_each_runs_meta(kitchen: tuple[Path, Path]) -> None:
     traces, spec_path = kitchen
-    from guard.spec import load_spec
+    from forewarn.guard.spec import load_spec
 
     guard = Guard(learn_model([traces], load_spec(spec_path)))
     risky_stove = Run("x", [{"state": {"burner": {"on": on}, "left": left}} for on, left in RISKY],
@@ -145,7 +145,7 @@ def test_learn_names_the_run_whose_meta_lacks_a_field(kitchen: tuple[Path, Path]
 
 
 def test_trace_error_for_meta_names_meta_not_a_step(kitchen: tuple[Path, Path]) -> None:
-    from guard.traces import abstract_run
+    from forewarn.guard.traces import abstract_run
 
     predicates = PredicateSet(parse_spec(META_SPEC))
     run = Run("r", [{"state": {"burner": {"on": False}, "left": False}}], meta={}, source="f.jsonl", line=7)

@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from _support import TOY_SPEC
-from guard.errors import ModelFileError
-from guard.model import SCHEMA_VERSION, GuardModel, _checksum
-from guard.spec import Spec
+from forewarn.guard.errors import ModelFileError
+from forewarn.guard.model import SCHEMA_VERSION, GuardModel, _checksum
+from forewarn.guard.spec import Spec
 
 Edit = Callable[[dict[str, Any]], None]
 

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _support import CLI
-from guard.errors import ForewarnError
-from guard.model import GuardModel, _checksum
-from guard.runtime import Guard
+from forewarn.guard.errors import ForewarnError
+from forewarn.guard.model import GuardModel, _checksum
+from forewarn.guard.runtime import Guard
 
 _INT = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 _SCALAR = st.one_of(st.none(), st.booleans(), _INT, st.floats(allow_nan=False), st.text(max_size=20),
@@ -75,7 +75,7 @@ def mutated(draw: st.DrawFn, document: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def real_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from guard.builtin import builtin_model_path
+    from forewarn.guard.builtin import builtin_model_path
 
     # the built-in model: monitors, several properties' worth of arrays, a PAC report with chain states
     return dict(orjson.loads(builtin_model_path(tmp_path_factory.mktemp("fuzz-cache")).read_bytes()))
@@ -124,9 +124,9 @@ _SPEC = st.fixed_dictionaries(
 def test_crafted_specs_fail_cleanly(document: dict[str, Any], raw: bool, noise: str) -> None:
     import yaml
 
-    from guard.errors import ForewarnError
-    from guard.predicates import PredicateSet
-    from guard.spec import parse_spec
+    from forewarn.guard.errors import ForewarnError
+    from forewarn.guard.predicates import PredicateSet
+    from forewarn.guard.spec import parse_spec
 
     text = yaml.safe_dump(document) + (noise if raw else "")
     try:
@@ -139,8 +139,8 @@ def test_field_names_in_cel_never_become_code(tmp_path: Path) -> None:
     """The memo key and leaf binder are generated Python; a field name is only ever a quoted literal in it."""
     import yaml
 
-    from guard.predicates import PredicateSet
-    from guard.spec import parse_spec
+    from forewarn.guard.predicates import PredicateSet
+    from forewarn.guard.spec import parse_spec
 
     marker = tmp_path / "pwned"
     field = f"a'] + __import__('os').system('touch {marker}') + ['"

@@ -15,15 +15,15 @@ import pytest
 
 from _coverage import coverage
 from _support import AB, NONE, TOY_SPEC, A, B, toy_run, toy_state
-from guard import Guard
-from guard.intervals import IntervalMethod, clopper_pearson
-from guard.model import CheckedProperty, GuardModel, _checksum
-from guard.outcomes import OutcomeCounts, direct_intervals, first_visit_counts, intersect
-from guard.pipeline import learn_model, with_intervals
-from guard.predicates import PredicateSet
-from guard.shrinkage import label_test, summarize_paths
-from guard.spec import parse_spec
-from guard.storm import labels_of
+from forewarn.guard import Guard
+from forewarn.guard.intervals import IntervalMethod, clopper_pearson
+from forewarn.guard.model import CheckedProperty, GuardModel, _checksum
+from forewarn.guard.outcomes import OutcomeCounts, direct_intervals, first_visit_counts, intersect
+from forewarn.guard.pipeline import learn_model, with_intervals
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.shrinkage import label_test, summarize_paths
+from forewarn.guard.spec import parse_spec
+from forewarn.guard.storm import labels_of
 
 F = Fraction
 RUNS = [toy_run("r1", [0, 1, 3]), toy_run("r2", [0, 2, 2]), toy_run("r3", [0, 1, 0]), toy_run("r4", [0, 2, 1, 3]),

@@ -8,12 +8,12 @@ import numpy as np
 import orjson
 
 from _support import A, CLI, NONE, WriteRuns, expected_steps, toy_run
-from guard.learning import END, LearnedDTMC, TransitionCounts, learn_dtmc
-from guard.model import GuardModel
-from guard.pac import amplification_factor, pac_report, tight_bound
-from guard.pipeline import learn_model
-from guard.predicates import PredicateSet
-from guard.spec import Spec
+from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, learn_dtmc
+from forewarn.guard.model import GuardModel
+from forewarn.guard.pac import amplification_factor, pac_report, tight_bound
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.spec import Spec
 
 
 def hand_required(counts: dict[int, int], n_states: int, b: float, epsilon: float, delta: float) -> int:
@@ -158,7 +158,7 @@ def test_the_report_says_how_many_runs_and_which_states(toy_model: GuardModel) -
 
 
 def test_an_older_model_file_without_the_tight_bound_still_loads(toy_model: GuardModel, tmp_path: Path) -> None:
-    from guard.model import _checksum
+    from forewarn.guard.model import _checksum
 
     document = toy_model.to_document()
     del document["pac"]["tight"]

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from _pac_sim import CHAINS, learned_reach, simulate, true_reach
-from guard.pac import pac_report
-from guard.predicates import PredicateSet
+from forewarn.guard.pac import pac_report
+from forewarn.guard.predicates import PredicateSet
 
 EPSILON, DELTA, LEARNINGS, ALPHA = 0.1, 0.05, 200, 0.1
 

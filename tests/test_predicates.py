@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _support import TOY_SPEC, toy_state
-from guard.errors import PredicateError, SpecError
-from guard._cel_fields import _freeze, _mask, _plan_leaves, selected_paths, walk_key
-from guard.predicates import PredicateSet
-from guard.spec import Spec, parse_spec
+from forewarn.guard.errors import PredicateError, SpecError
+from forewarn.guard._cel_fields import _freeze, _mask, _plan_leaves, selected_paths, walk_key
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.spec import Spec, parse_spec
 
 # Predicates that read the state in every way projection must get right: nested fields,
 # presence tests, whole maps behind method calls and macros, lists, the whole state.

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from _support import CLI, can_reach, reach_probabilities
-from guard.model import GuardModel
-from guard.storm import Method, check_dtmc
+from forewarn.guard.model import GuardModel
+from forewarn.guard.storm import Method, check_dtmc
 
 
 def exact_reach(model_path: Path, label: str = "unsafe") -> dict[int, Fraction]:

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from _support import A, AB, B, NONE, WriteRuns, toy_run
-from guard import Guard, Policy
-from guard.learning import END
-from guard.model import GuardModel
-from guard.pipeline import learn_model
-from guard.replay import Enforcement, RunReplay, rate_curve, replay, replay_run, summarize
-from guard.spec import Action, Spec
-from guard.storm import CheckOutcome, Method
-from guard.traces import read_runs
+from forewarn.guard import Guard, Policy
+from forewarn.guard.learning import END
+from forewarn.guard.model import GuardModel
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.replay import Enforcement, RunReplay, rate_curve, replay, replay_run, summarize
+from forewarn.guard.spec import Action, Spec
+from forewarn.guard.storm import CheckOutcome, Method
+from forewarn.guard.traces import read_runs
 
 # Risk set by hand per abstract state, so every alarm below can be worked out on paper:
 # p_safe is NONE 0.9, A 0.4, B 0.7, AB 0.

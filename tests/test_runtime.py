@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from _support import A, AB, B, NONE, TOY_SPEC, WriteRuns, reach_probabilities, toy_run, toy_state
-from guard import Guard, Policy
-from guard.errors import ThresholdWarning
-from guard.model import GuardModel
-from guard.pipeline import learn_model
-from guard.spec import Action, Spec, Thresholds, parse_spec
+from forewarn.guard import Guard, Policy
+from forewarn.guard.errors import ThresholdWarning
+from forewarn.guard.model import GuardModel
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.spec import Action, Spec, Thresholds, parse_spec
 
 
 def exact_risk(model: GuardModel) -> dict[int, Fraction]:

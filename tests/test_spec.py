@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from _support import TOY_SPEC
-from guard.errors import SpecError
-from guard.predicates import PredicateSet
-from guard.spec import Action, Spec, load_spec, parse_spec
-from monitors import build_monitors
+from forewarn.guard.errors import SpecError
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.spec import Action, Spec, load_spec, parse_spec
+from forewarn.monitors import build_monitors
 
 
 def spec_error(text: str) -> SpecError:
@@ -151,7 +151,7 @@ def test_unsafe_may_be_left_out_when_monitors_define_the_violations() -> None:
 
 
 def test_a_property_naming_an_unknown_label_names_its_line() -> None:
-    from guard.pipeline import check_property_labels
+    from forewarn.guard.pipeline import check_property_labels
 
     spec = parse_spec("predicates:\n  a: state.a\nunsafe: a\nguard:\n  properties:\n"
                       "    - name: p\n      formula: 'F \"nope\"'\n", source="s.yaml")

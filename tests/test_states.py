@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 
 from _support import CLI, TOY_SPEC, WriteRuns, toy_run
-from guard.states import most_likely_paths
+from forewarn.guard.states import most_likely_paths
 
 # The toy spec (a, b; unsafe a && b) with a stop threshold away from the risks below.
 # The chain's own values are the oracle: no shrinking towards observed frequencies.

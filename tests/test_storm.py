@@ -11,12 +11,12 @@ import scipy.sparse as sp
 import stormpy
 
 from _support import AB, Row, WriteRuns, bounded_reach, reach_probabilities, toy_run
-from guard.errors import CheckError
-from guard.learning import LearnedDTMC
-from guard.model import GuardModel
-from guard.pipeline import learn_model
-from guard.spec import Spec
-from guard.storm import (Method, build_sparse_dtmc, check_dtmc, check_prism_file, check_sparse_model,
+from forewarn.guard.errors import CheckError
+from forewarn.guard.learning import LearnedDTMC
+from forewarn.guard.model import GuardModel
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.spec import Spec
+from forewarn.guard.storm import (Method, build_sparse_dtmc, check_dtmc, check_prism_file, check_sparse_model,
                          ctl_verdicts, export_drn, labels_of, prism_text, validate_formula)
 
 REACH = 'P=? [F "unsafe"]'

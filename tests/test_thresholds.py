@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from _support import A, AB, B, NONE, TOY_SPEC, WriteRuns, toy_run, toy_state
-from guard import Guard, Policy
-from guard.errors import ForewarnError, SpecError, ThresholdWarning
-from guard.learning import END
-from guard.model import GuardModel
-from guard.pipeline import learn_model
-from guard.spec import Action, Trigger, parse_spec
-from guard.storm import CheckOutcome, Method
-from guard.thresholds import initial_crossings, start_risk
+from forewarn.guard import Guard, Policy
+from forewarn.guard.errors import ForewarnError, SpecError, ThresholdWarning
+from forewarn.guard.learning import END
+from forewarn.guard.model import GuardModel
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.spec import Action, Trigger, parse_spec
+from forewarn.guard.storm import CheckOutcome, Method
+from forewarn.guard.thresholds import initial_crossings, start_risk
 
 # p_safe by hand: NONE 0.7 (a run that starts risky: below reflect 0.9), A 0.4, B 0.75, AB 0
 RISK = {NONE: Fraction(3, 10), A: Fraction(6, 10), B: Fraction(1, 4), AB: Fraction(1), END: Fraction(0)}

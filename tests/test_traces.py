@@ -7,11 +7,11 @@ import orjson
 import pytest
 
 from _support import WriteRuns, toy_run, toy_state
-from guard.errors import TraceError
-from guard.predicates import PredicateSet
-from guard.pipeline import learn_model
-from guard.spec import Spec, parse_spec
-from guard.traces import Run, abstract_run, file_digest, parse_run, read_runs
+from forewarn.guard.errors import TraceError
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.spec import Spec, parse_spec
+from forewarn.guard.traces import Run, abstract_run, file_digest, parse_run, read_runs
 
 GOOD = '{"id": "ok", "steps": [{"state": {"a": false, "b": 0}}]}'
 
@@ -135,7 +135,7 @@ def test_file_digest_is_sha256(tmp_path: Path) -> None:
 def test_resampling_holds_the_latest_state_at_each_period() -> None:
     import json
 
-    from guard.traces import parse_run, resample
+    from forewarn.guard.traces import parse_run, resample
 
     run = parse_run(json.dumps({"id": "x", "steps": [
         {"state": {"a": 1}, "t": 0.0, "action": "go"}, {"state": {"a": 2}, "t": 0.25},
@@ -149,7 +149,7 @@ def test_resampling_holds_the_latest_state_at_each_period() -> None:
 def test_resampling_needs_times_that_go_forward() -> None:
     import json
 
-    from guard.traces import parse_run, resample
+    from forewarn.guard.traces import parse_run, resample
 
     with pytest.raises(TraceError) as info:
         resample(parse_run(json.dumps({"steps": [{"state": {}, "t": 0}, {"state": {}}]}), line=3), 0.1)
@@ -161,7 +161,7 @@ def test_resampling_needs_times_that_go_forward() -> None:
 def test_resampling_keeps_a_last_state_between_grid_points() -> None:
     import json
 
-    from guard.traces import parse_run, resample
+    from forewarn.guard.traces import parse_run, resample
 
     run = parse_run(json.dumps({"steps": [{"state": {"a": 1}, "t": 0.0}, {"state": {"a": 2}, "t": 0.17}]}))
     steps = resample(run, 0.1).steps
@@ -171,7 +171,7 @@ def test_resampling_keeps_a_last_state_between_grid_points() -> None:
 def test_counting_pauses_the_cyclic_gc_and_restores_it(write_runs: WriteRuns, toy_predicates: PredicateSet) -> None:
     import gc
 
-    from guard.learning import count_transitions
+    from forewarn.guard.learning import count_transitions
 
     seen: list[bool] = []
 

@@ -12,8 +12,8 @@ the stop line on red) and a collision as the unsafe condition.
 Typical use::
 
     import random
-    from domains.driving import generate_traces, python_predicates, run_episode, spec_path
-    from guard import Guard, learn_model, load_spec
+    from forewarn.domains.driving import generate_traces, python_predicates, run_episode, spec_path
+    from forewarn.guard import Guard, learn_model, load_spec
 
     generate_traces(300, seed=0, path="drives.jsonl")
     fast = python_predicates()  # the spec's CEL predicates in Python: same values, ~40x faster
@@ -23,8 +23,8 @@ Typical use::
 """
 from __future__ import annotations
 
-from domains.driving.driver import Driver
-from domains.driving.episodes import (
+from forewarn.domains.driving.driver import Driver
+from forewarn.domains.driving.episodes import (
     P_HEED_REFLECTION,
     TIME_LIMIT,
     Enforcement,
@@ -33,12 +33,12 @@ from domains.driving.episodes import (
     generate_traces,
     run_episode,
 )
-from domains.driving.junction import BOX, CAR_LENGTH, CROSSWALK, STOP_LINE, Crossing, LightCycle, World
-from domains.driving.predicates import python_predicates
-from domains.driving.profiles import DEFAULT_MIX, PROFILES, DriverProfile, DriverTraits, choose_profile
-from domains.driving.rules import RULES, START_WITHIN, STEP_SECONDS, rule_violations
-from domains.driving.simulator import JunctionSim
-from domains.driving.spec import PREDICATES, load_driving_spec, spec_path, valid_transition
+from forewarn.domains.driving.junction import BOX, CAR_LENGTH, CROSSWALK, STOP_LINE, Crossing, LightCycle, World
+from forewarn.domains.driving.predicates import python_predicates
+from forewarn.domains.driving.profiles import DEFAULT_MIX, PROFILES, DriverProfile, DriverTraits, choose_profile
+from forewarn.domains.driving.rules import RULES, START_WITHIN, STEP_SECONDS, rule_violations
+from forewarn.domains.driving.simulator import JunctionSim
+from forewarn.domains.driving.spec import PREDICATES, load_driving_spec, spec_path, valid_transition
 
 __all__ = [
     "BOX",

@@ -36,11 +36,11 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from domains.driving.driver import MAX_DECEL, Driver
-from domains.driving.junction import CROSSWALK, World
-from domains.driving.profiles import DriverProfile, choose_profile
-from domains.driving.rules import MOVING_SPEED, RULES, STEP_SECONDS, rule_violations
-from domains.driving.simulator import JunctionSim
+from forewarn.domains.driving.driver import MAX_DECEL, Driver
+from forewarn.domains.driving.junction import CROSSWALK, World
+from forewarn.domains.driving.profiles import DriverProfile, choose_profile
+from forewarn.domains.driving.rules import MOVING_SPEED, RULES, STEP_SECONDS, rule_violations
+from forewarn.domains.driving.simulator import JunctionSim
 
 __all__ = ["Enforcement", "EpisodeResult", "Outcome", "P_HEED_REFLECTION", "TIME_LIMIT", "generate_traces",
            "run_episode"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from domains.driving.driver import MAX_DECEL, Driver
-from domains.driving.junction import BOX, CLEAR_X, CROSSWALK, STOP_LINE, Crossing, World, occupies
+from forewarn.domains.driving.driver import MAX_DECEL, Driver
+from forewarn.domains.driving.junction import BOX, CLEAR_X, CROSSWALK, STOP_LINE, Crossing, World, occupies
 
 __all__ = ["JunctionSim"]
 

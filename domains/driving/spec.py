@@ -4,7 +4,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from guard.spec import Spec, load_spec
+from forewarn.guard.spec import Spec, load_spec
 
 __all__ = ["PREDICATES", "spec_path", "load_driving_spec", "valid_transition"]
 
@@ -18,7 +18,7 @@ _NEXT_COLOR = {_GREEN: _YELLOW, _YELLOW: _RED, _RED: _GREEN}
 
 def spec_path() -> Path:
     """Path of the shipped ``spec.yaml``."""
-    return Path(str(resources.files("domains.driving").joinpath("spec.yaml")))
+    return Path(str(resources.files("forewarn.domains.driving").joinpath("spec.yaml")))
 
 
 def load_driving_spec() -> Spec:

@@ -2,7 +2,7 @@
 
 Typical use::
 
-    from domains.embodied import hazard_tasks, derive_spec, generate_traces
+    from forewarn.domains.embodied import hazard_tasks, derive_spec, generate_traces
 
     tasks = hazard_tasks(("Microwave",))
     generate_traces(tasks, runs_per_task=50, rng_seed=0, path="traces.jsonl")
@@ -10,16 +10,16 @@ Typical use::
 """
 from __future__ import annotations
 
-from domains.embodied.actions import Action, parse_action
-from domains.embodied.agent import AgentProfile, SimulatedAgent
-from domains.embodied.conditions import condition_holds, normalize_conditions
-from domains.embodied.episodes import EpisodeResult, action_duration, generate_traces, run_episode
-from domains.embodied.errors import ActionParseError, EmbodiedError, TaskFileError
-from domains.embodied.objects import Kind, canonical_type, kind_of
-from domains.embodied.plans import canonical_plan, hazard_step, reference_plan, replay, safe_plan
-from domains.embodied.simulator import HouseholdSim
-from domains.embodied.spec import derive_spec, predicate_name, write_spec
-from domains.embodied.tasks import (
+from forewarn.domains.embodied.actions import Action, parse_action
+from forewarn.domains.embodied.agent import AgentProfile, SimulatedAgent
+from forewarn.domains.embodied.conditions import condition_holds, normalize_conditions
+from forewarn.domains.embodied.episodes import EpisodeResult, action_duration, generate_traces, run_episode
+from forewarn.domains.embodied.errors import ActionParseError, EmbodiedError, TaskFileError
+from forewarn.domains.embodied.objects import Kind, canonical_type, kind_of
+from forewarn.domains.embodied.plans import canonical_plan, hazard_step, reference_plan, replay, safe_plan
+from forewarn.domains.embodied.simulator import HouseholdSim
+from forewarn.domains.embodied.spec import derive_spec, predicate_name, write_spec
+from forewarn.domains.embodied.tasks import (
     DEFAULT_APPLIANCES,
     Task,
     hazard_tasks,

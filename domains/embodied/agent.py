@@ -16,11 +16,11 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
-from domains.embodied.actions import parse_action
-from domains.embodied.objects import kind_of
-from domains.embodied.plans import reference_plan, safe_substitute
-from domains.embodied.simulator import HouseholdSim
-from domains.embodied.tasks import Task
+from forewarn.domains.embodied.actions import parse_action
+from forewarn.domains.embodied.objects import kind_of
+from forewarn.domains.embodied.plans import reference_plan, safe_substitute
+from forewarn.domains.embodied.simulator import HouseholdSim
+from forewarn.domains.embodied.tasks import Task
 
 __all__ = ["AgentProfile", "SimulatedAgent"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from domains.embodied.objects import canonical_type
+from forewarn.domains.embodied.objects import canonical_type
 
 __all__ = ["Condition", "normalize_conditions", "condition_holds", "condition_types", "LIST_PROPS"]
 

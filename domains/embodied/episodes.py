@@ -15,11 +15,11 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from domains.embodied.actions import parse_action
-from domains.embodied.agent import AgentProfile, SimulatedAgent
-from domains.embodied.conditions import condition_holds
-from domains.embodied.simulator import HouseholdSim
-from domains.embodied.tasks import Task
+from forewarn.domains.embodied.actions import parse_action
+from forewarn.domains.embodied.agent import AgentProfile, SimulatedAgent
+from forewarn.domains.embodied.conditions import condition_holds
+from forewarn.domains.embodied.simulator import HouseholdSim
+from forewarn.domains.embodied.tasks import Task
 
 __all__ = ["EpisodeResult", "Outcome", "Enforcement", "run_episode", "generate_traces", "action_duration"]
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from domains.embodied.actions import parse_action
-from domains.embodied.conditions import condition_holds, satisfied_atoms
-from domains.embodied.simulator import HouseholdSim
+from forewarn.domains.embodied.actions import parse_action
+from forewarn.domains.embodied.conditions import condition_holds, satisfied_atoms
+from forewarn.domains.embodied.simulator import HouseholdSim
 
 if TYPE_CHECKING:
-    from domains.embodied.tasks import Task
+    from forewarn.domains.embodied.tasks import Task
 
 __all__ = ["canonical_plan", "reference_plan", "hazard_step", "safe_substitute", "safe_plan",
            "safe_continuation", "replay"]

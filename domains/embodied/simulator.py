@@ -17,11 +17,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from domains.embodied.actions import Action, parse_action
-from domains.embodied.conditions import condition_holds, condition_types
-from domains.embodied.errors import ActionParseError
-from domains.embodied.objects import derived_type, fixture_group, kind_of, put_target
-from domains.embodied.scene import (
+from forewarn.domains.embodied.actions import Action, parse_action
+from forewarn.domains.embodied.conditions import condition_holds, condition_types
+from forewarn.domains.embodied.errors import ActionParseError
+from forewarn.domains.embodied.objects import derived_type, fixture_group, kind_of, put_target
+from forewarn.domains.embodied.scene import (
     Objects,
     ObjectState,
     ancestors,
@@ -33,7 +33,7 @@ from domains.embodied.scene import (
 )
 
 if TYPE_CHECKING:
-    from domains.embodied.tasks import Task
+    from forewarn.domains.embodied.tasks import Task
 
 __all__ = ["HouseholdSim", "condition_holds", "initially_open"]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from domains.embodied.conditions import LIST_PROPS
-from domains.embodied.objects import kind_of
-from domains.embodied.tasks import Task
+from forewarn.domains.embodied.conditions import LIST_PROPS
+from forewarn.domains.embodied.objects import kind_of
+from forewarn.domains.embodied.tasks import Task
 
 __all__ = ["derive_spec", "write_spec", "predicate_name", "snake_case"]
 

@@ -13,11 +13,11 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
 
-from domains.embodied.actions import parse_action
-from domains.embodied.conditions import Condition, condition_holds, normalize_conditions
-from domains.embodied.errors import ActionParseError, TaskFileError
-from domains.embodied.objects import canonical_type
-from domains.embodied.plans import hazard_step, replay, safe_plan
+from forewarn.domains.embodied.actions import parse_action
+from forewarn.domains.embodied.conditions import Condition, condition_holds, normalize_conditions
+from forewarn.domains.embodied.errors import ActionParseError, TaskFileError
+from forewarn.domains.embodied.objects import canonical_type
+from forewarn.domains.embodied.plans import hazard_step, replay, safe_plan
 
 __all__ = ["Task", "TaskKind", "load_tasks", "parse_tasks", "supported_tasks", "support_problem",
            "hazard_tasks", "DEFAULT_APPLIANCES"]
@@ -111,7 +111,7 @@ def parse_tasks(lines: Iterable[str], *, kind: str, source: str = "<tasks>") -> 
 
 @lru_cache(maxsize=None)
 def _load_kind(kind: str) -> tuple[Task, ...]:
-    data = resources.files("domains.embodied").joinpath("data").joinpath(_FILES[kind])
+    data = resources.files("forewarn.domains.embodied").joinpath("data").joinpath(_FILES[kind])
     text = data.read_text(encoding="utf-8")
     return tuple(parse_tasks(text.splitlines(), kind=kind, source=_FILES[kind]))
 

@@ -2,8 +2,8 @@
 
 Typical use::
 
-    from domains.tools import SPEC_PATH, generate_traces
-    from guard import learn_model, load_spec
+    from forewarn.domains.tools import SPEC_PATH, generate_traces
+    from forewarn.guard import learn_model, load_spec
 
     generate_traces(400, seed=0, path="tool-runs.jsonl")
     model = learn_model(["tool-runs.jsonl"], load_spec(SPEC_PATH))
@@ -16,13 +16,13 @@ states are exactly what it makes of them.
 """
 from __future__ import annotations
 
-from domains.tools.errors import ExtractionError
-from domains.tools.extractor import ToolStateExtractor, initial_state, violations
-from domains.tools.generator import generate_runs, generate_traces, simulate
-from domains.tools.kinds import DEFAULT_INTERNAL_DOMAINS, DEFAULT_TOOL_KINDS, ToolKind
-from domains.tools.spec import SPEC_PATH, load_tool_spec
-from domains.tools.tasks import FAMILIES, Plan, family_names
-from domains.tools.transcript import CallStatus, ToolStep, Transcript
+from forewarn.domains.tools.errors import ExtractionError
+from forewarn.domains.tools.extractor import ToolStateExtractor, initial_state, violations
+from forewarn.domains.tools.generator import generate_runs, generate_traces, simulate
+from forewarn.domains.tools.kinds import DEFAULT_INTERNAL_DOMAINS, DEFAULT_TOOL_KINDS, ToolKind
+from forewarn.domains.tools.spec import SPEC_PATH, load_tool_spec
+from forewarn.domains.tools.tasks import FAMILIES, Plan, family_names
+from forewarn.domains.tools.transcript import CallStatus, ToolStep, Transcript
 
 __all__ = [
     "CallStatus",

@@ -2,6 +2,6 @@
 (:class:`guard.langchain.transcript.ExtractionError`), re-exported under its old name."""
 from __future__ import annotations
 
-from guard.langchain.transcript import ExtractionError
+from forewarn.guard.langchain.transcript import ExtractionError
 
 __all__ = ["ExtractionError"]

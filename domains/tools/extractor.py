@@ -38,8 +38,8 @@ from typing import Any
 
 import orjson
 
-from guard.langchain.transcript import ExtractionError
-from domains.tools.kinds import (
+from forewarn.guard.langchain.transcript import ExtractionError
+from forewarn.domains.tools.kinds import (
     ARGUMENT_NAMES,
     DEFAULT_INTERNAL_DOMAINS,
     DEFAULT_TOOL_KINDS,
@@ -58,7 +58,7 @@ from domains.tools.kinds import (
     shell_upload_hosts,
     url_host,
 )
-from guard.langchain.transcript import CallStatus, ToolStep, Transcript
+from forewarn.guard.langchain.transcript import CallStatus, ToolStep, Transcript
 
 __all__ = ["ToolStateExtractor", "initial_state", "violations"]
 

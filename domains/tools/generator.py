@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from domains.tools.extractor import ToolStateExtractor, violations
-from domains.tools.tasks import DOCS, FAMILIES, TOPICS, Plan
-from domains.tools.transcript import CallStatus, ToolStep, Transcript
+from forewarn.domains.tools.extractor import ToolStateExtractor, violations
+from forewarn.domains.tools.tasks import DOCS, FAMILIES, TOPICS, Plan
+from forewarn.domains.tools.transcript import CallStatus, ToolStep, Transcript
 
 __all__ = ["simulate", "generate_runs", "generate_traces"]
 

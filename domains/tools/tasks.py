@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from domains.tools.transcript import ToolStep
+from forewarn.domains.tools.transcript import ToolStep
 
 __all__ = ["Plan", "FAMILIES", "family_names"]
 

@@ -2,6 +2,6 @@
 re-exported here so that old imports keep working."""
 from __future__ import annotations
 
-from guard.langchain.transcript import CallStatus, ToolStep, Transcript
+from forewarn.guard.langchain.transcript import CallStatus, ToolStep, Transcript
 
 __all__ = ["CallStatus", "ToolStep", "Transcript"]

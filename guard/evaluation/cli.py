@@ -18,14 +18,14 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from guard._cli import (Format, caught_warnings, check_alpha, check_period, err, out, print_json, print_summary,
+from forewarn.guard._cli import (Format, caught_warnings, check_alpha, check_period, err, out, print_json, print_summary,
                         print_warnings, warn)
-from guard.bundle import DEFAULT_MIN_GROUP_RUNS
-from guard.errors import ForewarnError, TraceError
-from guard.storm import Method
-from guard.ingest import InputFormat, read_input
-from guard.replay import Enforcement, ReplayReport
-from guard.spec import Trigger
+from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS
+from forewarn.guard.errors import ForewarnError, TraceError
+from forewarn.guard.storm import Method
+from forewarn.guard.ingest import InputFormat, read_input
+from forewarn.guard.replay import Enforcement, ReplayReport
+from forewarn.guard.spec import Trigger
 
 __all__ = ["register", "replay", "evaluate", "ingest", "parse_thetas", "parse_enforcement"]
 
@@ -126,7 +126,7 @@ def _write_outputs(report: ReplayReport, *, html_path: Path | None, plots_dir: P
                    render: Callable[[Any, Any], str], folds: Sequence[ReplayReport] = ()) -> None:
     if html_path is None and plots_dir is None:
         return
-    from guard.evaluation.plots import report_images, save_images
+    from forewarn.guard.evaluation.plots import report_images, save_images
 
     if run_id is not None and not any(r.id == run_id for r in report.replays):
         raise ForewarnError(f"--run: no replayed run has the id {run_id!r}")
@@ -158,7 +158,7 @@ def _atomic_write(path: Path, text: str) -> None:
 
 def _in_sample(traces: Sequence[Path], provenance: dict[str, Any]) -> list[str]:
     """Replayed files the model was learned from (same SHA-256): its figures there are in-sample."""
-    from guard.traces import file_digest
+    from forewarn.guard.traces import file_digest
 
     learned = {entry.get("sha256") for entry in provenance.get("inputs", [])}
     same = []
@@ -202,9 +202,9 @@ def replay(
                                                        "session's, else local[*]).")] = None,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
-    from guard.evaluation.baselines import score_baselines, trace_run
-    from guard.bundle_guard import load_guard
-    from guard.replay import replay as run_replay
+    from forewarn.guard.evaluation.baselines import score_baselines, trace_run
+    from forewarn.guard.bundle_guard import load_guard
+    from forewarn.guard.replay import replay as run_replay
 
     thetas = parse_thetas(theta)
     check_period(period)
@@ -218,12 +218,12 @@ def replay(
         raise ForewarnError("--master applies to --engine spark only")
     if engine is EngineOption.spark and input_format not in (InputFormat.auto, InputFormat.jsonl):
         raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format.value}")
-    from guard.ingest import IngestSummary
+    from forewarn.guard.ingest import IngestSummary
 
     summary = IngestSummary()
     with _progress("replaying") as update:
         if engine is EngineOption.spark:
-            from guard.spark import replay_spark, spark_session
+            from forewarn.guard.spark import replay_spark, spark_session
 
             result = replay_spark(traces, guard, thetas, spark=spark_session(master), period=period,
                                   enforcement=mode, trigger=trigger_mode)
@@ -264,7 +264,7 @@ def replay(
         _print_replay(result, f"replay of {result.runs} runs ({result.steps} steps) against {model}, "
                               f"{mode.value} enforcement, {result.trigger} trigger")
     if report is not None or plots is not None:
-        from guard.evaluation.report import replay_html
+        from forewarn.guard.evaluation.report import replay_html
 
         context = {"model": str(model), "traces": ", ".join(map(str, traces)), "spec": guard.model.spec.name,
                    "property": guard.property}
@@ -306,7 +306,7 @@ def _print_replay(report: ReplayReport, title: str, evaluation: Any = None) -> N
               f"{_fmt(None if per_run is None else per_run.brier, 4)}, "
               f"ECE {_fmt(None if per_run is None else per_run.ece, 4)}")
     if report.baselines:
-        from guard.evaluation.baselines import LABELS
+        from forewarn.guard.evaluation.baselines import LABELS
 
         middle = report.thetas[len(report.thetas) // 2]
         for name, baseline in report.baselines.items():
@@ -359,8 +359,8 @@ def evaluate(
                                                        "session's, else local[*]).")] = None,
 ) -> None:
     """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
-    from guard.evaluation.evaluate import evaluate as run_evaluate
-    from guard.spec import load_spec
+    from forewarn.guard.evaluation.evaluate import evaluate as run_evaluate
+    from forewarn.guard.spec import load_spec
 
     thetas = parse_thetas(theta)
     check_period(period)
@@ -380,8 +380,8 @@ def evaluate(
             raise ForewarnError("--bundle-by is not available with --engine spark yet; evaluate bundles locally")
         if extractor is not None:
             raise ForewarnError("--extractor applies to agent logs, which --engine spark does not read")
-        from guard.spark import spark_session
-        from guard.spark.evaluate import evaluate_spark
+        from forewarn.guard.spark import spark_session
+        from forewarn.guard.spark.evaluate import evaluate_spark
 
         with _progress("cross-validation on Spark", total=folds + 1) as update:
             def on_spark_progress(phase: str, fold: int) -> None:
@@ -394,7 +394,7 @@ def evaluate(
             raise ForewarnError(f"--run: no run has the id {run!r}")
         _show_evaluation(result, parsed.name, folds, group_by, mode, format, report, plots, run, spec, traces, seed)
         return
-    from guard.ingest import IngestSummary
+    from forewarn.guard.ingest import IngestSummary
 
     summary = IngestSummary()
     with _progress("reading runs") as update:
@@ -443,7 +443,7 @@ def _show_evaluation(result: Any, name: str, folds: int, group_by: str | None, m
                         _fmt(f.report.brier, 4))
         out.print(pac)
     if report is not None or plots is not None:
-        from guard.evaluation.report import evaluation_html
+        from forewarn.guard.evaluation.report import evaluation_html
 
         context = {"spec": str(spec), "traces": ", ".join(map(str, traces)), "folds": str(folds),
                    "group by": group_by or "run id", "seed": str(seed)}
@@ -481,7 +481,7 @@ def ingest(
 ) -> None:
     """Convert agent logs (LangChain, OpenTelemetry, LangGraph), columnar or action-only logs into the
     contract's JSONL (for `forewarn learn`), with a summary of what was read, skipped and rewritten."""
-    from guard.ingest import IngestSummary
+    from forewarn.guard.ingest import IngestSummary
 
     check_period(period)
     summary = IngestSummary()
@@ -521,7 +521,7 @@ def register(app: typer.Typer) -> None:
     app.command("replay")(replay)
     app.command("evaluate")(evaluate)
     app.command("ingest")(ingest)
-    from guard.evaluation.tune_cli import tune
+    from forewarn.guard.evaluation.tune_cli import tune
 
     app.command("tune")(tune)
 

@@ -13,18 +13,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from guard.evaluation.baselines import score_baselines, trace_run
-from guard.evaluation.folds import group_of, split_folds
-from guard.bundle import DEFAULT_MIN_GROUP_RUNS, group_path, learn_bundle_from_runs
-from guard.bundle_guard import BundleGuard
-from guard.pipeline import learn_model_from_runs
-from guard.predicates import PredicateSet, PythonPredicate
-from guard.replay import (Enforcement, ReplayReport, RunReplay, Spread, horizon_of, min_increase_of, replay_run,
+from forewarn.guard.evaluation.baselines import score_baselines, trace_run
+from forewarn.guard.evaluation.folds import group_of, split_folds
+from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS, group_path, learn_bundle_from_runs
+from forewarn.guard.bundle_guard import BundleGuard
+from forewarn.guard.pipeline import learn_model_from_runs
+from forewarn.guard.predicates import PredicateSet, PythonPredicate
+from forewarn.guard.replay import (Enforcement, ReplayReport, RunReplay, Spread, horizon_of, min_increase_of, replay_run,
                           summarize)
-from guard.runtime import Guard
-from guard.spec import Action, Spec, Trigger
-from guard.storm import Method
-from guard.traces import Run
+from forewarn.guard.runtime import Guard
+from forewarn.guard.spec import Action, Spec, Trigger
+from forewarn.guard.storm import Method
+from forewarn.guard.traces import Run
 
 __all__ = ["FoldResult", "EvaluationReport", "evaluate", "FOLD_METRICS", "scoring_of", "fold_result", "finish"]
 
@@ -140,7 +140,7 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
         ForewarnError: too few groups for the folds, a run without the grouping key, a
             bad spec or trace.
     """
-    from monitors import build_monitors
+    from forewarn.monitors import build_monitors
 
     if bundle_by is not None:
         group_path(bundle_by)  # a bad key fails before any fold is learned

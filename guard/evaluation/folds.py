@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from guard.errors import ForewarnError
-from guard.traces import Run
+from forewarn.guard.errors import ForewarnError
+from forewarn.guard.traces import Run
 
 __all__ = ["group_of", "split_folds"]
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from guard.evaluation.baselines import EMPIRICAL, LABELS, ONE_CHANGE
-from guard.replay import Enforcement, ReplayReport, RunReplay, rate_curve
+from forewarn.guard.evaluation.baselines import EMPIRICAL, LABELS, ONE_CHANGE
+from forewarn.guard.replay import Enforcement, ReplayReport, RunReplay, rate_curve
 
 __all__ = ["curve_figure", "reliability_figure", "advance_figure", "risk_figure", "choose_run", "png_bytes",
            "save_images", "report_images", "FigureSet"]

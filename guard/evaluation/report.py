@@ -12,10 +12,10 @@ import html
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
-from guard._version import __version__
-from guard.evaluation.baselines import LABELS
-from guard.evaluation.evaluate import EvaluationReport
-from guard.replay import ReplayReport, RunReplay, Spread, ThetaReport
+from forewarn.guard._version import __version__
+from forewarn.guard.evaluation.baselines import LABELS
+from forewarn.guard.evaluation.evaluate import EvaluationReport
+from forewarn.guard.replay import ReplayReport, RunReplay, Spread, ThetaReport
 
 __all__ = ["replay_html", "evaluation_html"]
 

@@ -26,10 +26,10 @@ from typing import Literal
 
 import yaml
 
-from guard.errors import ForewarnError
-from guard.evaluation.evaluate import EvaluationReport
-from guard.replay import Enforcement, RunReplay, Spread, ThetaReport, summarize
-from guard.spec import Action, Spec, Thresholds
+from forewarn.guard.errors import ForewarnError
+from forewarn.guard.evaluation.evaluate import EvaluationReport
+from forewarn.guard.replay import Enforcement, RunReplay, Spread, ThetaReport, summarize
+from forewarn.guard.spec import Action, Spec, Thresholds
 
 __all__ = ["Target", "Choice", "TargetUnreachable", "parse_target", "choose_theta", "tune", "write_thresholds"]
 

@@ -8,13 +8,13 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from guard._cli import Format, err, out, print_json
-from guard.errors import ForewarnError
-from guard.evaluation.cli import (EnforcementOption, FormatOption, InputFormatOption, TriggerOption, _atomic_write,
+from forewarn.guard._cli import Format, err, out, print_json
+from forewarn.guard.errors import ForewarnError
+from forewarn.guard.evaluation.cli import (EnforcementOption, FormatOption, InputFormatOption, TriggerOption, _atomic_write,
                                   _fmt, _over, _pct, _progress, parse_enforcement, parse_trigger)
-from guard.ingest import InputFormat, read_input
-from guard.replay import Enforcement
-from guard.storm import Method
+from forewarn.guard.ingest import InputFormat, read_input
+from forewarn.guard.replay import Enforcement
+from forewarn.guard.storm import Method
 
 __all__ = ["tune"]
 
@@ -41,9 +41,9 @@ def tune(
     trigger: TriggerOption = None,
 ) -> None:
     """Choose a threshold per action from cross-validation so that targets on detection or false alarms hold."""
-    from guard.evaluation.evaluate import evaluate as run_evaluate
-    from guard.evaluation.tune import parse_target, tune as run_tune, write_thresholds
-    from guard.spec import Thresholds, load_spec, parse_spec
+    from forewarn.guard.evaluation.evaluate import evaluate as run_evaluate
+    from forewarn.guard.evaluation.tune import parse_target, tune as run_tune, write_thresholds
+    from forewarn.guard.spec import Thresholds, load_spec, parse_spec
 
     targets = [parse_target(t) for t in target]
     mode = parse_enforcement(enforcement)

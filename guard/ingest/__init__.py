@@ -27,13 +27,13 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from guard.errors import ForewarnError, TraceError
-from guard.ingest._documents import Record, kind_of, records
-from guard.ingest.actions import OnMismatch, parse_actions, read_actions
-from guard.ingest.agents import AgentLog, Extractor, resolve_extractor, to_run
-from guard.ingest.columnar import parse_columnar, read_columnar
-from guard.ingest.summary import IngestSummary, OnError
-from guard.traces import Run, read_runs, resample
+from forewarn.guard.errors import ForewarnError, TraceError
+from forewarn.guard.ingest._documents import Record, kind_of, records
+from forewarn.guard.ingest.actions import OnMismatch, parse_actions, read_actions
+from forewarn.guard.ingest.agents import AgentLog, Extractor, resolve_extractor, to_run
+from forewarn.guard.ingest.columnar import parse_columnar, read_columnar
+from forewarn.guard.ingest.summary import IngestSummary, OnError
+from forewarn.guard.traces import Run, read_runs, resample
 
 __all__ = ["InputFormat", "detect_format", "read_input", "read_actions", "read_columnar", "OnMismatch", "OnError",
            "IngestSummary", "resolve_extractor"]
@@ -53,7 +53,7 @@ class InputFormat(str, Enum):
 
 def _why_not(value: Any) -> dict[InputFormat, str | None]:
     """For one record, each format's reason not to fit it (None: it fits)."""
-    from guard.ingest.langgraph import is_langgraph
+    from forewarn.guard.ingest.langgraph import is_langgraph
 
     if not isinstance(value, dict):
         shape = kind_of(value)
@@ -193,7 +193,7 @@ def _runs(path: str | Path, kind: InputFormat, handle: Callable[[ForewarnError],
         def parse(record: Record) -> Run:
             return parse_columnar(record, time_column=time_column, action_column=action_column)
     else:
-        from guard.ingest.actions import _packaged_tasks
+        from forewarn.guard.ingest.actions import _packaged_tasks
 
         if on_mismatch not in ("error", "simulator"):
             raise ForewarnError(f"--on-mismatch: expected 'error' or 'simulator', got {on_mismatch!r}")
@@ -211,8 +211,8 @@ def _runs(path: str | Path, kind: InputFormat, handle: Callable[[ForewarnError],
 def _household(path: str | Path, bad: Callable[[TraceError], None], tally: IngestSummary,
                on_mismatch: OnMismatch) -> Iterator[Run]:
     """AgentExecutor logs of an embodied agent, replayed on the symbolic household."""
-    from guard.ingest.actions import _packaged_tasks
-    from guard.ingest.langchain_log import as_action_log
+    from forewarn.guard.ingest.actions import _packaged_tasks
+    from forewarn.guard.ingest.langchain_log import as_action_log
 
     tasks = _packaged_tasks()
     for log in _agent_logs(path, InputFormat.langchain, bad):
@@ -229,15 +229,15 @@ def _household(path: str | Path, bad: Callable[[TraceError], None], tally: Inges
 def _agent_logs(path: str | Path, kind: InputFormat, bad: Callable[[TraceError], None]) -> Iterator[AgentLog]:
     source = records(path, on_bad=bad)
     if kind is InputFormat.otel:
-        from guard.ingest.otel import read_otel_logs
+        from forewarn.guard.ingest.otel import read_otel_logs
 
         yield from read_otel_logs(source, bad)
     elif kind is InputFormat.langgraph:
-        from guard.ingest.langgraph import read_langgraph_logs
+        from forewarn.guard.ingest.langgraph import read_langgraph_logs
 
         yield from read_langgraph_logs(source, bad)
     else:
-        from guard.ingest.langchain_log import parse_intermediate_steps
+        from forewarn.guard.ingest.langchain_log import parse_intermediate_steps
 
         for record in source:
             try:

@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from guard.ingest._documents import Record, kind_of, records
-from guard.traces import Run
+from forewarn.guard.ingest._documents import Record, kind_of, records
+from forewarn.guard.traces import Run
 
 if TYPE_CHECKING:
-    from domains.embodied import Task
+    from forewarn.domains.embodied import Task
 
 __all__ = ["OnMismatch", "OnRewrite", "read_actions", "parse_actions"]
 
@@ -62,7 +62,7 @@ def read_actions(path: str | Path, *, tasks: Mapping[str, Task] | None = None,
 
 
 def _packaged_tasks() -> dict[str, Task]:
-    from domains.embodied import load_tasks
+    from forewarn.domains.embodied import load_tasks
 
     return {task.id: task for task in load_tasks("all")}
 
@@ -89,7 +89,7 @@ def _resolve_task(record: Record, doc: dict[str, Any], meta: dict[str, Any], tas
 def parse_actions(record: Record, tasks: Mapping[str, Task], *, on_mismatch: OnMismatch = "error",
                   on_rewrite: OnRewrite | None = None) -> Run:
     """One action-only run as a :class:`Run` whose states come from replaying its actions."""
-    from domains.embodied import ActionParseError, HouseholdSim, parse_action
+    from forewarn.domains.embodied import ActionParseError, HouseholdSim, parse_action
 
     doc = record.value
     if not isinstance(doc, dict):

@@ -3,8 +3,8 @@
 ::
 
     from langchain.agents import create_agent
-    from guard import Guard
-    from guard.langchain import ForewarnMiddleware
+    from forewarn.guard import Guard
+    from forewarn.guard.langchain import ForewarnMiddleware
 
     agent = create_agent(model, tools, middleware=[ForewarnMiddleware(Guard.load("model.json"))],
                          checkpointer=InMemorySaver())   # a checkpointer, for approvals
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from guard.langchain._messages import transcript_from_messages
-from guard.langchain.errors import ApprovalRequired, GuardIntervention, RunStopped
-from guard.langchain.recorder import TraceRecorder
-from guard.langchain.review import Review, parse_review
-from guard.langchain.tools import Approver, GuardedTool, ToolGuard, guard_tool
-from guard.langchain.transcript import CallStatus, ExtractionError, StateExtractor, ToolStep, Transcript
+from forewarn.guard.langchain._messages import transcript_from_messages
+from forewarn.guard.langchain.errors import ApprovalRequired, GuardIntervention, RunStopped
+from forewarn.guard.langchain.recorder import TraceRecorder
+from forewarn.guard.langchain.review import Review, parse_review
+from forewarn.guard.langchain.tools import Approver, GuardedTool, ToolGuard, guard_tool
+from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, StateExtractor, ToolStep, Transcript
 
 __all__ = [
     "ApprovalRequired",
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from guard.langchain.middleware import Extractor, ForewarnMiddleware, GuardedRun, Intervention
+    from forewarn.guard.langchain.middleware import Extractor, ForewarnMiddleware, GuardedRun, Intervention
 
 # The middleware needs `langchain` and `langgraph`; the recorder and the tool guard need
 # only `langchain-core`, so the middleware is imported when it is first asked for.
@@ -56,7 +56,7 @@ _MIDDLEWARE = frozenset({"Extractor", "ForewarnMiddleware", "GuardedRun", "Inter
 
 def __getattr__(name: str) -> Any:
     if name in _MIDDLEWARE:
-        from guard.langchain import middleware
+        from forewarn.guard.langchain import middleware
 
         return getattr(middleware, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

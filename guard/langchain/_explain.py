@@ -11,8 +11,8 @@ import re
 import string
 from typing import Any
 
-from guard.runtime import Decision, Guard
-from guard.spec import Action
+from forewarn.guard.runtime import Decision, Guard
+from forewarn.guard.spec import Action
 
 __all__ = ["describe_call", "consequence", "held_back", "stopped_before", "approval_request", "after_call"]
 

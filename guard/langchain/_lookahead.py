@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from guard.langchain.transcript import CallStatus, ToolStep, Transcript
-from guard.langchain import _explain as explain
-from guard.langchain._messages import forewarn_data, mark
-from guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
-from guard.runtime import Decision, Session
-from guard.spec import Action
+from forewarn.guard.langchain.transcript import CallStatus, ToolStep, Transcript
+from forewarn.guard.langchain import _explain as explain
+from forewarn.guard.langchain._messages import forewarn_data, mark
+from forewarn.guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
+from forewarn.guard.runtime import Decision, Session
+from forewarn.guard.spec import Action
 
 if TYPE_CHECKING:
-    from guard.langchain.middleware import ForewarnMiddleware
+    from forewarn.guard.langchain.middleware import ForewarnMiddleware
 
 __all__ = ["Turn", "not_run", "reflections", "same_state", "unchanged"]
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from guard.langchain.transcript import CallStatus, ToolStep, Transcript
+from forewarn.guard.langchain.transcript import CallStatus, ToolStep, Transcript
 
 __all__ = ["SOURCE", "TranscriptCache", "message_text", "value_text", "mark", "forewarn_data", "transcript_from_messages",
            "user_texts"]

@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from guard.bundle_guard import BundleGuard
-from guard.client import AsyncClient, Client, RemoteSession
-from guard.policy import Policy
-from guard.runtime import Decision, Guard, Session
+from forewarn.guard.bundle_guard import BundleGuard
+from forewarn.guard.client import AsyncClient, Client, RemoteSession
+from forewarn.guard.policy import Policy
+from forewarn.guard.runtime import Decision, Guard, Session
 
 __all__ = ["RemoteGuard", "MirroredSession", "remote_guard"]
 

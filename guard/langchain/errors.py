@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from guard.errors import ForewarnWarning
-from guard.runtime import Decision
+from forewarn.guard.errors import ForewarnWarning
+from forewarn.guard.runtime import Decision
 
 __all__ = ["GuardIntervention", "RunStopped", "ApprovalRequired", "UnknownToolWarning"]
 

@@ -40,21 +40,21 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.types import Command, interrupt
 
-from guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
-from guard.bundle_guard import BundleGuard
-from guard.client import AsyncClient, Client
-from guard.errors import ForewarnError, PredicateError
-from guard.langchain import _explain as explain
-from guard.langchain._messages import forewarn_data, mark, message_text
-from guard.langchain._lookahead import Turn, not_run, same_state
-from guard.langchain._remote import RemoteGuard, remote_guard
-from guard.langchain.errors import UnknownToolWarning
-from guard.langchain.review import REVIEW_TYPES, Review, ReviewType, parse_review, review_payload
-from guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
-from guard.policy import Policy
-from guard.runtime import Decision, Guard, Session
-from guard.spec import Action, Trigger
-from guard.thresholds import warn_initial_crossings, with_default_trigger
+from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
+from forewarn.guard.bundle_guard import BundleGuard
+from forewarn.guard.client import AsyncClient, Client
+from forewarn.guard.errors import ForewarnError, PredicateError
+from forewarn.guard.langchain import _explain as explain
+from forewarn.guard.langchain._messages import forewarn_data, mark, message_text
+from forewarn.guard.langchain._lookahead import Turn, not_run, same_state
+from forewarn.guard.langchain._remote import RemoteGuard, remote_guard
+from forewarn.guard.langchain.errors import UnknownToolWarning
+from forewarn.guard.langchain.review import REVIEW_TYPES, Review, ReviewType, parse_review, review_payload
+from forewarn.guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
+from forewarn.guard.policy import Policy
+from forewarn.guard.runtime import Decision, Guard, Session
+from forewarn.guard.spec import Action, Trigger
+from forewarn.guard.thresholds import warn_initial_crossings, with_default_trigger
 
 __all__ = ["Extractor", "ForewarnMiddleware", "GuardedRun", "Intervention", "Outcome"]
 

@@ -27,9 +27,9 @@ import orjson
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import HumanMessage, ToolMessage, get_notification_metadata
 
-from guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
-from guard.errors import ForewarnError
-from guard.langchain._messages import message_text, value_text
+from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
+from forewarn.guard.errors import ForewarnError
+from forewarn.guard.langchain._messages import message_text, value_text
 
 __all__ = ["TraceRecorder"]
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from guard.runtime import Decision
+from forewarn.guard.runtime import Decision
 
 __all__ = ["ReviewType", "Review", "review_payload", "parse_review"]
 

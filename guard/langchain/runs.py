@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from guard.langchain._messages import TranscriptCache
-from guard.runtime import Decision, Session
-from guard.spec import Action
+from forewarn.guard.langchain._messages import TranscriptCache
+from forewarn.guard.runtime import Decision, Session
+from forewarn.guard.spec import Action
 
 __all__ = ["GuardedRun", "Intervention", "Outcome"]
 

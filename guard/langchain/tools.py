@@ -22,16 +22,16 @@ from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackMan
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
-from guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
-from guard.errors import ForewarnError
-from guard.langchain import _explain as explain
-from guard.langchain._messages import value_text
-from guard.langchain.errors import ApprovalRequired, RunStopped
-from guard.bundle_guard import BundleGuard
-from guard.policy import Policy
-from guard.runtime import Decision, Guard, Session
-from guard.spec import Action, Trigger
-from guard.thresholds import with_default_trigger
+from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
+from forewarn.guard.errors import ForewarnError
+from forewarn.guard.langchain import _explain as explain
+from forewarn.guard.langchain._messages import value_text
+from forewarn.guard.langchain.errors import ApprovalRequired, RunStopped
+from forewarn.guard.bundle_guard import BundleGuard
+from forewarn.guard.policy import Policy
+from forewarn.guard.runtime import Decision, Guard, Session
+from forewarn.guard.spec import Action, Trigger
+from forewarn.guard.thresholds import with_default_trigger
 
 __all__ = ["Approver", "ToolGuard", "GuardedTool", "guard_tool"]
 

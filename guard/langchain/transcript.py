@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
-from guard.errors import ForewarnError
+from forewarn.guard.errors import ForewarnError
 
 __all__ = ["CallStatus", "ExtractionError", "StateExtractor", "ToolStep", "Transcript", "default_extractor"]
 
@@ -135,6 +135,6 @@ def _short(value: Any, limit: int = 160) -> str:
 def default_extractor() -> StateExtractor:
     """The extractor used when none is given: the tool-using agent domain's ``ToolStateExtractor``
     (imported here, when first needed: the domain builds on this module, not the reverse)."""
-    from domains.tools.extractor import ToolStateExtractor
+    from forewarn.domains.tools.extractor import ToolStateExtractor
 
     return ToolStateExtractor()

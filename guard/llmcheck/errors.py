@@ -1,7 +1,7 @@
 """Errors of LLM-output checking: all are :class:`guard.errors.ForewarnError` (exit code 2 in the CLI)."""
 from __future__ import annotations
 
-from guard.errors import ForewarnError
+from forewarn.guard.errors import ForewarnError
 
 __all__ = ["LLMCheckError", "SourceError", "QueryError", "QuantificationError"]
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from guard.llmcheck.dtmc.build import Scope
-from guard.llmcheck.chain import Budget, ExploreSettings
-from guard.llmcheck.explore import DistributionCache
-from guard.llmcheck.pipeline import LLMCheckReport, check_llm, resolve_quantifications
-from guard.llmcheck.quantify import Quantification
-from guard.llmcheck.sources.base import TokenSource
-from guard.policy import Policy
-from guard.runtime import Decision
-from guard.spec import Action, Thresholds
-from guard.storm import Method
+from forewarn.guard.llmcheck.dtmc.build import Scope
+from forewarn.guard.llmcheck.chain import Budget, ExploreSettings
+from forewarn.guard.llmcheck.explore import DistributionCache
+from forewarn.guard.llmcheck.pipeline import LLMCheckReport, check_llm, resolve_quantifications
+from forewarn.guard.llmcheck.quantify import Quantification
+from forewarn.guard.llmcheck.sources.base import TokenSource
+from forewarn.guard.policy import Policy
+from forewarn.guard.runtime import Decision
+from forewarn.guard.spec import Action, Thresholds
+from forewarn.guard.storm import Method
 
 __all__ = ["LLMCheckGuard"]
 

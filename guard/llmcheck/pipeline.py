@@ -6,14 +6,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from guard.llmcheck.dtmc.build import Scope
-from guard.llmcheck.dtmc.check import CheckResult, check_explored
-from guard.llmcheck.chain import Budget, ExploredModel, ExploreSettings, StateKind
-from guard.llmcheck.explore import DistributionCache, explore
-from guard.llmcheck.quantify import Quantification, available_quantifications, parse_quantifications
-from guard.llmcheck.query import Query, parse_query
-from guard.llmcheck.sources.base import TokenSource
-from guard.storm import Method
+from forewarn.guard.llmcheck.dtmc.build import Scope
+from forewarn.guard.llmcheck.dtmc.check import CheckResult, check_explored
+from forewarn.guard.llmcheck.chain import Budget, ExploredModel, ExploreSettings, StateKind
+from forewarn.guard.llmcheck.explore import DistributionCache, explore
+from forewarn.guard.llmcheck.quantify import Quantification, available_quantifications, parse_quantifications
+from forewarn.guard.llmcheck.query import Query, parse_query
+from forewarn.guard.llmcheck.sources.base import TokenSource
+from forewarn.guard.storm import Method
 
 __all__ = ["Outcome", "LLMCheckReport", "check_llm", "SweepRow", "sweep", "resolve_quantifications"]
 

@@ -15,8 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from guard.llmcheck._wordlists import DESTRUCTIVE_PATTERNS, FEMALE_WORDS, MALE_WORDS
-from guard.llmcheck.errors import QuantificationError
+from forewarn.guard.llmcheck._wordlists import DESTRUCTIVE_PATTERNS, FEMALE_WORDS, MALE_WORDS
+from forewarn.guard.llmcheck.errors import QuantificationError
 
 __all__ = [
     "Quantification",

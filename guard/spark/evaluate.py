@@ -30,18 +30,18 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from guard.errors import ForewarnError, TraceError
-from guard.learning import TransitionCounts
-from guard.predicates import PredicateSet, PythonPredicate
-from guard.spark.learn import _PATH, _merge, _records
-from guard.spark.read import ERROR, Place, errors_in_order, map_runs
-from guard.spec import Spec, Trigger
-from guard.storm import Method
-from guard.traces import Run, abstract_run
+from forewarn.guard.errors import ForewarnError, TraceError
+from forewarn.guard.learning import TransitionCounts
+from forewarn.guard.predicates import PredicateSet, PythonPredicate
+from forewarn.guard.spark.learn import _PATH, _merge, _records
+from forewarn.guard.spark.read import ERROR, Place, errors_in_order, map_runs
+from forewarn.guard.spec import Spec, Trigger
+from forewarn.guard.storm import Method
+from forewarn.guard.traces import Run, abstract_run
 
 if TYPE_CHECKING:
-    from guard.evaluation.evaluate import EvaluationReport
-    from guard.replay import Enforcement
+    from forewarn.guard.evaluation.evaluate import EvaluationReport
+    from forewarn.guard.replay import Enforcement
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["evaluate_spark"]
@@ -59,10 +59,10 @@ def evaluate_spark(source: DataFrame | Sequence[str], spec: Spec, thetas: Sequen
         ForewarnError: the first malformed run in reading order, a run without the grouping
             key, too few groups for the folds (as the single-process evaluation).
     """
-    from guard.evaluation.evaluate import finish, fold_result, scoring_of
-    from guard.evaluation.folds import split_folds
-    from guard.pipeline import counting_plan, model_from_counts, prepare
-    from guard.spark.session import spark_session
+    from forewarn.guard.evaluation.evaluate import finish, fold_result, scoring_of
+    from forewarn.guard.evaluation.folds import split_folds
+    from forewarn.guard.pipeline import counting_plan, model_from_counts, prepare
+    from forewarn.guard.spark.session import spark_session
 
     predicates, monitors = prepare(spec, python_predicates)
     session = spark or spark_session()
@@ -158,9 +158,9 @@ class _Tracer:
     group_by: str | None
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
-        from guard.evaluation.baselines import trace_run
-        from guard.evaluation.folds import group_of
-        from monitors import build_monitors
+        from forewarn.guard.evaluation.baselines import trace_run
+        from forewarn.guard.evaluation.folds import group_of
+        from forewarn.monitors import build_monitors
 
         predicates = PredicateSet(self.spec, self.python_predicates, allow_python=self.allow_python)
         monitors = build_monitors(self.spec)
@@ -185,8 +185,8 @@ class _FoldCounter:
     fold_of: Mapping[str, int]
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
-        from guard.evaluation.folds import group_of
-        from guard.pipeline import counting_plan
+        from forewarn.guard.evaluation.folds import group_of
+        from forewarn.guard.pipeline import counting_plan
 
         predicates = PredicateSet(self.spec, self.python_predicates, allow_python=self.allow_python)
         memory, paths = counting_plan(self.spec, predicates)
@@ -224,10 +224,10 @@ class _FoldReplayer:
     fold_of: Mapping[str, int]
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
-        from guard.evaluation.folds import group_of
-        from guard.model import GuardModel
-        from guard.replay import replay_run
-        from guard.runtime import Guard
+        from forewarn.guard.evaluation.folds import group_of
+        from forewarn.guard.model import GuardModel
+        from forewarn.guard.replay import replay_run
+        from forewarn.guard.runtime import Guard
 
         guards: dict[int, Guard] = {}
         for place, run in runs:

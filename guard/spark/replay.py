@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from guard.errors import TraceError
-from guard.predicates import PythonPredicate
-from guard.replay import Enforcement, ReplayReport, horizon_of, min_increase_of, replay_run, summarize
-from guard.spark.read import Place, errors_in_order, map_runs, place_error
-from guard.spec import Action, Trigger
-from guard.traces import Run
+from forewarn.guard.errors import TraceError
+from forewarn.guard.predicates import PythonPredicate
+from forewarn.guard.replay import Enforcement, ReplayReport, horizon_of, min_increase_of, replay_run, summarize
+from forewarn.guard.spark.read import Place, errors_in_order, map_runs, place_error
+from forewarn.guard.spec import Action, Trigger
+from forewarn.guard.traces import Run
 
 if TYPE_CHECKING:
-    from guard.bundle_guard import BundleGuard
-    from guard.runtime import Guard
+    from forewarn.guard.bundle_guard import BundleGuard
+    from forewarn.guard.runtime import Guard
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["replay_spark"]
@@ -46,9 +46,9 @@ def replay_spark(source: DataFrame | Sequence[str], guard: Guard | BundleGuard, 
     Raises:
         TraceError: the first malformed run in reading order (as the local replay).
     """
-    from guard.spark.session import spark_session
+    from forewarn.guard.spark.session import spark_session
 
-    from guard.bundle_guard import BundleGuard
+    from forewarn.guard.bundle_guard import BundleGuard
 
     session = spark or spark_session()
     bundle = isinstance(guard, BundleGuard)
@@ -79,9 +79,9 @@ class _Replayer:
     allow_python: tuple[str, ...] | None
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
-        from guard.bundle import GuardBundle, parse_model_or_bundle
-        from guard.bundle_guard import BundleGuard
-        from guard.runtime import Guard
+        from forewarn.guard.bundle import GuardBundle, parse_model_or_bundle
+        from forewarn.guard.bundle_guard import BundleGuard
+        from forewarn.guard.runtime import Guard
 
         loaded = parse_model_or_bundle(self.model.value, "<broadcast model>")
         kind = BundleGuard if isinstance(loaded, GuardBundle) else Guard

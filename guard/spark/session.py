@@ -10,7 +10,7 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from guard.errors import ForewarnError
+from forewarn.guard.errors import ForewarnError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
-import guard
-from domains.driving import (
+import forewarn.guard as guard
+from forewarn.domains.driving import (
     DEFAULT_MIX,
     PREDICATES,
     PROFILES,
@@ -25,11 +25,11 @@ from domains.driving import (
     spec_path,
     valid_transition,
 )
-from domains.driving.predicates import python_predicates
-from guard.predicates import PredicateSet
-from guard.replay import replay
-from guard.traces import abstract_run, read_runs
-from monitors import build_monitors
+from forewarn.domains.driving.predicates import python_predicates
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.replay import replay
+from forewarn.guard.traces import abstract_run, read_runs
+from forewarn.monitors import build_monitors
 
 THETAS = (0.3, 0.5, 0.7)
 RISKY = {"reckless": 1.0, "aggressive": 1.0}
@@ -86,7 +86,7 @@ def _runs(path: Path) -> list[dict[str, Any]]:
 
 
 def test_spec_loads_with_rules_as_monitors(spec: guard.Spec) -> None:
-    assert spec_path().is_file() and spec_path().parent == Path(__file__).parents[2] / "domains" / "driving"
+    assert spec_path().is_file() and spec_path().parent.resolve() == (Path(__file__).parents[2] / "domains" / "driving").resolve()
     assert tuple(spec.predicate_names) == PREDICATES
     assert spec.unsafe == "collision"
     kinds = {m.name: m.kind for m in spec.monitors}
@@ -99,7 +99,7 @@ def test_spec_loads_with_rules_as_monitors(spec: guard.Spec) -> None:
     assert properties["collision"].formula == 'F "collision"'
     for rule in RULES:
         assert properties[rule].formula == f'F "viol_{rule}"' and properties[rule].thresholds is not None
-    assert spec.valid_transitions.function == "domains.driving.spec:valid_transition"
+    assert spec.valid_transitions.function == "forewarn.domains.driving.spec:valid_transition"
 
 
 def _valuation(*on: str) -> tuple[bool, ...]:

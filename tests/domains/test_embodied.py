@@ -12,7 +12,7 @@ import orjson
 import pytest
 import yaml
 
-from domains.embodied import (
+from forewarn.domains.embodied import (
     ActionParseError,
     AgentProfile,
     HouseholdSim,

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from domains.tools import (
+from forewarn.domains.tools import (
     FAMILIES,
     SPEC_PATH,
     CallStatus,
@@ -22,7 +22,7 @@ from domains.tools import (
     load_tool_spec,
     violations,
 )
-from domains.tools.kinds import (
+from forewarn.domains.tools.kinds import (
     has_injection,
     has_secret,
     is_destructive,
@@ -30,9 +30,9 @@ from domains.tools.kinds import (
     reads_secret,
     shell_upload_hosts,
 )
-from guard import Guard, learn_model
-from guard.predicates import PredicateSet
-from guard.traces import read_runs
+from forewarn.guard import Guard, learn_model
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.traces import read_runs
 
 extract = ToolStateExtractor()
 

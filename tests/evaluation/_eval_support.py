@@ -6,9 +6,9 @@ from fractions import Fraction
 import numpy as np
 
 from _support import A, AB, B, NONE, Result
-from guard.learning import END
-from guard.model import GuardModel
-from guard.storm import CheckOutcome, Method
+from forewarn.guard.learning import END
+from forewarn.guard.model import GuardModel
+from forewarn.guard.storm import CheckOutcome, Method
 
 # p_safe is NONE 0.9, A 0.4, B 0.7, AB 0: every alarm below can be worked out on paper.
 RISK = {NONE: Fraction(1, 10), A: Fraction(6, 10), B: Fraction(3, 10), AB: Fraction(1), END: Fraction(0)}

@@ -6,8 +6,8 @@ import pytest
 
 from _eval_support import RISK, with_risk
 from _support import CLI
-from guard.model import GuardModel
-from guard.runtime import Guard
+from forewarn.guard.model import GuardModel
+from forewarn.guard.runtime import Guard
 
 
 @pytest.fixture

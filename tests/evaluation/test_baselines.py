@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from _support import A, AB, B, NONE, WriteRuns, toy_run
-from guard.evaluation.baselines import (
+from forewarn.guard.evaluation.baselines import (
     EMPIRICAL,
     ONE_CHANGE,
     EmpiricalFrequency,
@@ -14,12 +14,12 @@ from guard.evaluation.baselines import (
     score_baselines,
     trace_run,
 )
-from guard.predicates import PredicateSet
-from guard.replay import RunReplay, replay
-from guard.runtime import Guard
-from guard.spec import Spec, load_spec
-from guard.traces import read_runs
-from monitors import build_monitors
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.replay import RunReplay, replay
+from forewarn.guard.runtime import Guard
+from forewarn.guard.spec import Spec, load_spec
+from forewarn.guard.traces import read_runs
+from forewarn.monitors import build_monitors
 
 
 def traced(path: Path, spec: Spec) -> list[RunReplay]:

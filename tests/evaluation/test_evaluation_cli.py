@@ -9,10 +9,10 @@ import pytest
 
 from _eval_support import assert_user_error
 from _support import CLI
-from guard.model import GuardModel
-from guard.replay import replay
-from guard.runtime import Guard
-from guard.traces import read_runs
+from forewarn.guard.model import GuardModel
+from forewarn.guard.replay import replay
+from forewarn.guard.runtime import Guard
+from forewarn.guard.traces import read_runs
 
 CONTRACT = {"theta", "n_unsafe", "n_safe", "detection_rate", "false_alarm_rate", "mean_advance_steps",
             "mean_advance_seconds", "brier"}

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _support import A, AB, B, NONE, toy_run
-from guard.errors import ForewarnError
-from guard.evaluation import evaluate as evaluate_module
-from guard.evaluation.evaluate import evaluate
-from guard.evaluation.folds import group_of, split_folds
-from guard.spec import Spec
-from guard.traces import Run, parse_run
+from forewarn.guard.errors import ForewarnError
+from forewarn.guard.evaluation import evaluate as evaluate_module
+from forewarn.guard.evaluation.evaluate import evaluate
+from forewarn.guard.evaluation.folds import group_of, split_folds
+from forewarn.guard.spec import Spec
+from forewarn.guard.traces import Run, parse_run
 
 
 @st.composite

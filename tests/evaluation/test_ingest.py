@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from guard.errors import TraceError
-from guard.ingest import InputFormat, detect_format, read_actions, read_columnar, read_input
-from guard.traces import Run, read_runs
+from forewarn.guard.errors import TraceError
+from forewarn.guard.ingest import InputFormat, detect_format, read_actions, read_columnar, read_input
+from forewarn.guard.traces import Run, read_runs
 
 
 def flatten(state: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -37,7 +37,7 @@ def to_columnar(run: Run, *, nested: bool = True) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def drives(tmp_path_factory: pytest.TempPathFactory) -> list[Run]:
-    from domains.driving import generate_traces
+    from forewarn.domains.driving import generate_traces
 
     path = tmp_path_factory.mktemp("drives") / "drives.jsonl"
     generate_traces(3, 5, path)
@@ -97,7 +97,7 @@ def test_malformed_columnar_runs_name_file_line_and_column(tmp_path: Path, text:
 
 @pytest.fixture(scope="module")
 def episodes(tmp_path_factory: pytest.TempPathFactory) -> list[Run]:
-    from domains.embodied import generate_traces, hazard_tasks
+    from forewarn.domains.embodied import generate_traces, hazard_tasks
 
     task = hazard_tasks(("Microwave",))[0]
     path = tmp_path_factory.mktemp("episodes") / "episodes.jsonl"
@@ -113,7 +113,7 @@ def to_action_log(run: Run, style: str) -> dict[str, Any]:
         log["success"] = [s["state"]["agent"]["last_action_success"] for s in steps]
         log["t"] = [s["t"] for s in steps]
     else:  # one object per action, the task named by its instruction
-        from domains.embodied import load_tasks
+        from forewarn.domains.embodied import load_tasks
 
         del log["task"]
         log["instruction"] = next(t.instruction for t in load_tasks() if t.id == run.meta["task"])
@@ -124,7 +124,7 @@ def to_action_log(run: Run, style: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("style", ["lists", "objects"])
 def test_action_logs_replay_to_the_logged_states(episodes: list[Run], tmp_path: Path, style: str) -> None:
-    from domains.embodied import parse_action
+    from forewarn.domains.embodied import parse_action
 
     path = tmp_path / f"actions-{style}.jsonl"
     path.write_bytes(b"\n".join(orjson.dumps(to_action_log(r, style)) for r in episodes))

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from _eval_support import RISK, with_risk
 from _support import A, AB, B, NONE, WriteRuns, toy_run
-from guard.evaluation.calibration import calibrate
-from guard.model import GuardModel
-from guard.replay import RunReplay, Spread, horizon_of, rate_curve, replay, summarize
-from guard.runtime import Guard
-from guard.traces import read_runs
+from forewarn.guard.evaluation.calibration import calibrate
+from forewarn.guard.model import GuardModel
+from forewarn.guard.replay import RunReplay, Spread, horizon_of, rate_curve, replay, summarize
+from forewarn.guard.runtime import Guard
+from forewarn.guard.traces import read_runs
 
 
 def run_with(run_id: str, bits: list[int], times: list[float] | None = None, **meta: Any) -> dict[str, Any]:

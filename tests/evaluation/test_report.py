@@ -16,15 +16,15 @@ from matplotlib.image import imread
 
 from _eval_support import RISK, with_risk
 from _support import A, AB, B, NONE, TOY_SPEC, WriteRuns, toy_run
-from guard.evaluation.baselines import score_baselines
-from guard.evaluation.evaluate import evaluate
-from guard.evaluation.plots import advance_figure, choose_run, png_bytes, report_images, risk_figure
-from guard.evaluation.report import evaluation_html, replay_html
-from guard.pipeline import learn_model
-from guard.replay import ReplayReport, RunReplay, replay
-from guard.runtime import Guard
-from guard.spec import Spec, load_spec
-from guard.traces import read_runs
+from forewarn.guard.evaluation.baselines import score_baselines
+from forewarn.guard.evaluation.evaluate import evaluate
+from forewarn.guard.evaluation.plots import advance_figure, choose_run, png_bytes, report_images, risk_figure
+from forewarn.guard.evaluation.report import evaluation_html, replay_html
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.replay import ReplayReport, RunReplay, replay
+from forewarn.guard.runtime import Guard
+from forewarn.guard.spec import Spec, load_spec
+from forewarn.guard.traces import read_runs
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (CI installs Debian's "
@@ -137,7 +137,7 @@ def test_chromium_renders_the_report_with_its_figures(toy_report: ReplayReport, 
 
 
 def test_the_evaluation_report(toy_spec: Spec, write_runs: WriteRuns) -> None:
-    from guard.traces import read_runs as read
+    from forewarn.guard.traces import read_runs as read
 
     lines = []
     for n in range(12):

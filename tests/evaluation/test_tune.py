@@ -10,14 +10,14 @@ import pytest
 
 from _eval_support import assert_user_error
 from _support import A, AB, B, NONE, TOY_SPEC, toy_run
-from guard.errors import ForewarnError
-from guard.evaluation.evaluate import evaluate
-from guard.evaluation.tune import Target, TargetUnreachable, choose_theta, parse_target, write_thresholds
-from guard.pipeline import learn_model
-from guard.replay import RunReplay, replay, summarize
-from guard.runtime import Guard
-from guard.spec import Action, Thresholds, load_spec, parse_spec
-from guard.traces import read_runs
+from forewarn.guard.errors import ForewarnError
+from forewarn.guard.evaluation.evaluate import evaluate
+from forewarn.guard.evaluation.tune import Target, TargetUnreachable, choose_theta, parse_target, write_thresholds
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.replay import RunReplay, replay, summarize
+from forewarn.guard.runtime import Guard
+from forewarn.guard.spec import Action, Thresholds, load_spec, parse_spec
+from forewarn.guard.traces import read_runs
 
 # A toy chain: from NONE a run drifts to A (risky) or B (mostly harmless); from A it often violates.
 MOVES = {NONE: [(NONE, 0.6), (A, 0.1), (B, 0.3)], A: [(AB, 0.6), (NONE, 0.2), (A, 0.2)],
@@ -173,7 +173,7 @@ def test_evaluate_and_replay_agree_for_the_same_mode(generated: tuple[Path, Path
     for fold in cv.folds:
         test_ids = {r.id for r in fold.report.replays}
         train = [r for r in runs if r.id not in test_ids]
-        from guard.pipeline import learn_model_from_runs
+        from forewarn.guard.pipeline import learn_model_from_runs
 
         guard = Guard(learn_model_from_runs(train, spec))
         again = replay(guard, [r for r in runs if r.id in test_ids], [0.5, 0.8], enforcement=mode)

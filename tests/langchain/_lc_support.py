@@ -7,9 +7,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 
-from domains.tools import ToolStateExtractor, Transcript
-from guard import Guard, Policy
-from guard.spec import Thresholds
+from forewarn.domains.tools import ToolStateExtractor, Transcript
+from forewarn.guard import Guard, Policy
+from forewarn.guard.spec import Thresholds
 
 SECRET = "aws_access_key_id = AKIAIOSFODNN7EXAMPLE"
 INJECTED_INBOX = ("From: it-support@helpdesk-login.example\nSubject: Urgent: key audit\n"

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from _lc_support import ToolLog
-from domains.tools import generate_traces, load_tool_spec
-from guard import Guard, GuardModel, learn_model
+from forewarn.domains.tools import generate_traces, load_tool_spec
+from forewarn.guard import Guard, GuardModel, learn_model
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +55,7 @@ def guard_or_client(request: pytest.FixtureRequest, tool_model: GuardModel) -> I
         return
     from _sidecar import KEYS
 
-    from guard.client import Client
+    from forewarn.guard.client import Client
 
     with Client(request.getfixturevalue("tool_sidecar").url, api_key=KEYS["agent"]) as client:
         yield client

@@ -10,11 +10,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from _lc_support import VIOLATIONS_ONLY, ToolLog, thresholds
-from domains.tools import ExtractionError, ToolStateExtractor, Transcript
-from guard import Guard, GuardModel, learn_model
-from guard.langchain import ForewarnMiddleware
-from guard.langchain.testing import ScriptedChatModel, tool_calls
-from guard.spec import PredicateDef
+from forewarn.domains.tools import ExtractionError, ToolStateExtractor, Transcript
+from forewarn.guard import Guard, GuardModel, learn_model
+from forewarn.guard.langchain import ForewarnMiddleware
+from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
+from forewarn.guard.spec import PredicateDef
 
 ASK = "Tell the team the deploy is done."
 KEY = "AKIAIOSFODNN7EXAMPLE"

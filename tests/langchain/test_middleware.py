@@ -11,11 +11,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from _lc_support import VIOLATIONS_ONLY, ToolLog, p_safe, thresholds, tool_messages, well_formed
-from domains.tools import ExtractionError, ToolStateExtractor, Transcript
-from guard import Guard, PredicateError
-from guard.langchain import ForewarnMiddleware
-from guard.langchain.testing import ScriptedChatModel, tool_calls
-from guard.spec import Action
+from forewarn.domains.tools import ExtractionError, ToolStateExtractor, Transcript
+from forewarn.guard import Guard, PredicateError
+from forewarn.guard.langchain import ForewarnMiddleware
+from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
+from forewarn.guard.spec import Action
 
 RM_HOME = ("shell", {"command": "rm -rf ~/*"})
 RM_BUILD = ("shell", {"command": "rm -rf build/"})

@@ -9,13 +9,13 @@ import pytest
 from langchain.agents import create_agent
 
 from _lc_support import ToolLog
-from domains.tools import generate_traces, load_tool_spec
-from guard.bundle import learn_bundle
-from guard.bundle_guard import BundleGuard
-from guard.langchain import ForewarnMiddleware
-from guard.langchain.testing import ScriptedChatModel, tool_calls
-from guard.runtime import Guard
-from guard.spec import Action
+from forewarn.domains.tools import generate_traces, load_tool_spec
+from forewarn.guard.bundle import learn_bundle
+from forewarn.guard.bundle_guard import BundleGuard
+from forewarn.guard.langchain import ForewarnMiddleware
+from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
+from forewarn.guard.runtime import Guard
+from forewarn.guard.spec import Action
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ def test_metadata_given_to_the_middleware(tool_bundle: BundleGuard, log: ToolLog
 
 
 def test_tool_guard_takes_the_runs_metadata(tool_bundle: BundleGuard) -> None:
-    from guard.langchain import ToolGuard
+    from forewarn.guard.langchain import ToolGuard
 
     ops = ToolGuard(tool_bundle, user_messages=["Read README.md."], metadata={"team": "ops"})
     assert ops.check("read_file", {"path": "README.md"}).member == "ops"

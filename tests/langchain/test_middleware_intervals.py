@@ -6,12 +6,12 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 from _lc_support import ToolLog, well_formed
-from domains.tools import ToolStateExtractor, Transcript
-from guard import Guard, Policy
-from guard.errors import ThresholdWarning
-from guard.langchain import ForewarnMiddleware
-from guard.langchain.testing import ScriptedChatModel, tool_calls
-from guard.spec import Action, Thresholds, Trigger
+from forewarn.domains.tools import ToolStateExtractor, Transcript
+from forewarn.guard import Guard, Policy
+from forewarn.guard.errors import ThresholdWarning
+from forewarn.guard.langchain import ForewarnMiddleware
+from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
+from forewarn.guard.spec import Action, Thresholds, Trigger
 from test_middleware import CLEANUP, DF, RM_BUILD, agent_for, ask
 
 

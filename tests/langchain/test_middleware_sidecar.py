@@ -14,10 +14,10 @@ from langgraph.types import Command
 
 from _lc_support import VIOLATIONS_ONLY, ToolLog, thresholds
 from _sidecar import KEYS, auth
-from guard import Guard, GuardModel
-from guard.client import AsyncClient, Client
-from guard.langchain import ForewarnMiddleware
-from guard.langchain.testing import ScriptedChatModel, tool_calls
+from forewarn.guard import Guard, GuardModel
+from forewarn.guard.client import AsyncClient, Client
+from forewarn.guard.langchain import ForewarnMiddleware
+from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
 
 SHARE = "Share the customer churn analysis with the partner team."
 SEND = ("send_email", {"to": "partners@northwind.example", "subject": "Churn", "body": "Churn fell to 3.1%."})

@@ -7,11 +7,11 @@ import pytest
 from langchain.agents import create_agent
 
 from _lc_support import ToolLog, p_safe, thresholds
-from guard import Guard, GuardModel, learn_model
-from guard.errors import ThresholdWarning
-from guard.langchain import ForewarnMiddleware, ToolGuard
-from guard.langchain.testing import ScriptedChatModel, tool_calls
-from guard.spec import Action, Trigger
+from forewarn.guard import Guard, GuardModel, learn_model
+from forewarn.guard.errors import ThresholdWarning
+from forewarn.guard.langchain import ForewarnMiddleware, ToolGuard
+from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
+from forewarn.guard.spec import Action, Trigger
 
 USER = "Summarize README.md into notes/summary.md."
 README = ("read_file", {"path": "README.md"})

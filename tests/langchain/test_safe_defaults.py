@@ -10,11 +10,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from _lc_support import ToolLog
-from domains.tools import ExtractionError, ToolStateExtractor, Transcript
-from guard import Guard
-from guard.langchain import ForewarnMiddleware
-from guard.langchain.errors import UnknownToolWarning
-from guard.langchain.testing import ScriptedChatModel, tool_calls
+from forewarn.domains.tools import ExtractionError, ToolStateExtractor, Transcript
+from forewarn.guard import Guard
+from forewarn.guard.langchain import ForewarnMiddleware
+from forewarn.guard.langchain.errors import UnknownToolWarning
+from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
 
 ASK = "Check the cluster and clean up the prod namespace."
 

@@ -8,11 +8,11 @@ import pytest
 from langchain_core.tools import BaseTool, tool
 
 from _lc_support import VIOLATIONS_ONLY, ToolLog, thresholds
-from domains.tools import ExtractionError
-from guard import Guard
-from guard.langchain import ApprovalRequired, RunStopped, ToolGuard, guard_tool
-from guard.runtime import Decision
-from guard.spec import Action
+from forewarn.domains.tools import ExtractionError
+from forewarn.guard import Guard
+from forewarn.guard.langchain import ApprovalRequired, RunStopped, ToolGuard, guard_tool
+from forewarn.guard.runtime import Decision
+from forewarn.guard.spec import Action
 
 
 def by_name(log: ToolLog) -> dict[str, BaseTool]:

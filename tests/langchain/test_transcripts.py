@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from domains.tools import CallStatus
-from guard.langchain._messages import TranscriptCache, mark, transcript_from_messages
-from guard.langchain.testing import ScriptedChatModel, tool_calls
+from forewarn.domains.tools import CallStatus
+from forewarn.guard.langchain._messages import TranscriptCache, mark, transcript_from_messages
+from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
 
 
 def call(call_id: str, name: str = "shell", **args: object) -> AIMessage:
@@ -65,11 +65,11 @@ def test_the_integration_owns_its_input_types() -> None:
     import ast
     from pathlib import Path
 
-    import domains.tools as tools
-    import domains.tools.errors as old_errors
-    import domains.tools.transcript as old_transcript
-    import guard.langchain as integration
-    from guard.langchain import transcript as owned
+    import forewarn.domains.tools as tools
+    import forewarn.domains.tools.errors as old_errors
+    import forewarn.domains.tools.transcript as old_transcript
+    import forewarn.guard.langchain as integration
+    from forewarn.guard.langchain import transcript as owned
 
     assert tools.Transcript is old_transcript.Transcript is integration.Transcript is owned.Transcript
     assert old_transcript.ToolStep is owned.ToolStep and old_transcript.CallStatus is owned.CallStatus

@@ -10,9 +10,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from _lc_support import VIOLATIONS_ONLY, ToolLog, thresholds, tool_messages
-from guard import Guard
-from guard.langchain import ForewarnMiddleware
-from guard.langchain.testing import ScriptedChatModel, tool_calls
+from forewarn.guard import Guard
+from forewarn.guard.langchain import ForewarnMiddleware
+from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
 
 SEND = ("send_email", {"to": "partners@northwind.example", "subject": "Churn", "body": "Churn fell to 3.1%."})
 SHARE = "Share the customer churn analysis with the partner team."

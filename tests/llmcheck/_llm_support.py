@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource
+from forewarn.guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource
 
 # find_spec, not import: importing transformers takes seconds, and only the hf tests need it
 HAVE_HF = all(importlib.util.find_spec(name) is not None for name in ("torch", "transformers"))

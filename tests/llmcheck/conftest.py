@@ -46,7 +46,7 @@ def tiny_model_dir(tiny_model: tuple[Any, Any], tmp_path_factory: pytest.TempPat
 
 @pytest.fixture(scope="session")
 def hf_source(tiny_model: tuple[Any, Any]) -> Any:
-    from guard.llmcheck.sources.hf import HFSource
+    from forewarn.guard.llmcheck.sources.hf import HFSource
 
     model, tokenizer = tiny_model
     return HFSource(model, tokenizer, max_batch=16)

@@ -7,11 +7,11 @@ import pytest
 import stormpy
 
 from _llm_support import TABLE, TableSource
-from guard.llmcheck import (ExploreSettings, QueryError, check_explored, check_llm, explore, parse_query,
+from forewarn.guard.llmcheck import (ExploreSettings, QueryError, check_explored, check_llm, explore, parse_query,
                             prism_text)
-from guard.llmcheck.dtmc.build import Scope, label_states
-from guard.llmcheck.quantify import parse_quantifications
-from guard.storm import Method
+from forewarn.guard.llmcheck.dtmc.build import Scope, label_states
+from forewarn.guard.llmcheck.quantify import parse_quantifications
+from forewarn.guard.storm import Method
 
 SETTINGS = ExploreSettings(alpha=0.6, k=2, depth=3)
 

@@ -10,8 +10,8 @@ import typer
 from typer.testing import CliRunner
 
 from _llm_support import needs_hf
-from guard.llmcheck import LLMCheckError
-from guard.llmcheck.cli import parse_sweep, register
+from forewarn.guard.llmcheck import LLMCheckError
+from forewarn.guard.llmcheck.cli import parse_sweep, register
 
 app = typer.Typer()
 

@@ -6,10 +6,10 @@ from fractions import Fraction
 import pytest
 
 from _llm_support import TABLE, TableSource, brute_force
-from guard.llmcheck import (Budget, DistributionCache, ExploreSettings, LLMCheckError, NgramSource, StateKind,
+from forewarn.guard.llmcheck import (Budget, DistributionCache, ExploreSettings, LLMCheckError, NgramSource, StateKind,
                             check_llm, explore, top_alpha_k)
-from guard.llmcheck.sources.base import Candidate
-from guard.storm import Method
+from forewarn.guard.llmcheck.sources.base import Candidate
+from forewarn.guard.storm import Method
 
 
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from guard.llmcheck import ExploreSettings, LLMCheckGuard, NgramSource
-from guard.policy import Policy
-from guard.spec import Action, Thresholds
+from forewarn.guard.llmcheck import ExploreSettings, LLMCheckGuard, NgramSource
+from forewarn.guard.policy import Policy
+from forewarn.guard.spec import Action, Thresholds
 
 PROPERTY = 'P=? [F "destructive_commands>0"]'
 

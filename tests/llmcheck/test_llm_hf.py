@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from _llm_support import brute_force, needs_hf
-from guard.llmcheck import ExploreSettings, SourceError, StateKind, check_llm, explore, open_source
-from guard.storm import Method
+from forewarn.guard.llmcheck import ExploreSettings, SourceError, StateKind, check_llm, explore, open_source
+from forewarn.guard.storm import Method
 
 pytestmark = needs_hf
 
@@ -62,7 +62,7 @@ def test_sub_word_tokens_are_detokenized_before_quantification() -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    from guard.llmcheck.sources.hf import HFSource
+    from forewarn.guard.llmcheck.sources.hf import HFSource
 
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from guard.llmcheck import NgramSource, SourceError, open_source
-from guard.llmcheck.sources.ngram import EOS, tokenize_words
+from forewarn.guard.llmcheck import NgramSource, SourceError, open_source
+from forewarn.guard.llmcheck.sources.ngram import EOS, tokenize_words
 
 
 def test_training_counts_give_maximum_likelihood_with_back_off() -> None:

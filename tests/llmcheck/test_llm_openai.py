@@ -7,8 +7,8 @@ import httpx
 import pytest
 
 from _llm_support import needs_hf
-from guard.llmcheck import ExploreSettings, SourceError, check_llm, open_source
-from guard.llmcheck.sources.openai import OpenAISource, _join
+from forewarn.guard.llmcheck import ExploreSettings, SourceError, check_llm, open_source
+from forewarn.guard.llmcheck.sources.openai import OpenAISource, _join
 
 PROPERTY = 'P=? [F "gender_bias>0"]'
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from guard.llmcheck import QuantificationError, available_quantifications, make_quantification, register_quantification
-from guard.llmcheck.quantify import Quantification, parse_quantifications
+from forewarn.guard.llmcheck import QuantificationError, available_quantifications, make_quantification, register_quantification
+from forewarn.guard.llmcheck.quantify import Quantification, parse_quantifications
 
 
 @pytest.mark.parametrize(("spec", "text", "expected"), [

@@ -7,9 +7,9 @@ from fractions import Fraction
 import pytest
 
 from _llm_support import CORPUS, TableSource
-from guard.llmcheck import Budget, ExploreSettings, NgramSource, StateKind, check_llm, explore, top_alpha_k
-from guard.llmcheck.sources.base import Candidate, Token, TokenDistribution
-from guard.storm import Method
+from forewarn.guard.llmcheck import Budget, ExploreSettings, NgramSource, StateKind, check_llm, explore, top_alpha_k
+from forewarn.guard.llmcheck.sources.base import Candidate, Token, TokenDistribution
+from forewarn.guard.storm import Method
 
 
 class Incomplete(TableSource):

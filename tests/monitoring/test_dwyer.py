@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 
 from _ltlf import DWYER_EXISTENCE_BETWEEN, bounded_response, dwyer, first_violation, holds, letters
 from _support import reach_probabilities
-from guard import Method, parse_spec
-from guard.pipeline import learn_model_from_runs
-from guard.traces import parse_run
-from monitors import VIOL, BoundedResponse, Condition, Pattern, PatternMonitor, Scope
-from monitors.semantics import pattern_violation
+from forewarn.guard import Method, parse_spec
+from forewarn.guard.pipeline import learn_model_from_runs
+from forewarn.guard.traces import parse_run
+from forewarn.monitors import VIOL, BoundedResponse, Condition, Pattern, PatternMonitor, Scope
+from forewarn.monitors.semantics import pattern_violation
 
 NAMES = ["p", "s", "q", "r"]
 P, S, Q, R = (Condition(name, NAMES) for name in NAMES)

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guard import Guard, GuardModel, Method, parse_spec
-from guard.errors import ThresholdWarning
-from guard.pipeline import learn_model_from_runs
-from guard.traces import parse_run
-from monitors import VIOL, BoundedResponse, Condition, Pattern, PatternMonitor, Scope, build_monitors
-from monitors.semantics import bounded_response_violation, pattern_violation
+from forewarn.guard import Guard, GuardModel, Method, parse_spec
+from forewarn.guard.errors import ThresholdWarning
+from forewarn.guard.pipeline import learn_model_from_runs
+from forewarn.guard.traces import parse_run
+from forewarn.monitors import VIOL, BoundedResponse, Condition, Pattern, PatternMonitor, Scope, build_monitors
+from forewarn.monitors.semantics import bounded_response_violation, pattern_violation
 
 NAMES = ["p", "s", "q", "r"]
 P, S, Q, R = (Condition(name, NAMES) for name in NAMES)
@@ -74,7 +74,7 @@ def test_a_new_trigger_does_not_restart_the_count_unless_asked() -> None:
 def test_unbounded_existence_over_the_whole_run_cannot_be_monitored() -> None:
     import pytest
 
-    from monitors import MonitorSemanticsError
+    from forewarn.monitors import MonitorSemanticsError
 
     with pytest.raises(MonitorSemanticsError, match="cannot be monitored on finite runs"):
         PatternMonitor("m", Pattern.EXISTENCE, P)

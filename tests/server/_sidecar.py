@@ -17,9 +17,9 @@ from typing import Any
 
 import uvicorn
 
-from server.app import create_app
-from server.cli import uvicorn_config
-from server.settings import ServerSettings
+from forewarn.server.app import create_app
+from forewarn.server.cli import uvicorn_config
+from forewarn.server.settings import ServerSettings
 
 KEYS = {"agent": "test-agent-key-0123456789", "approver": "test-approver-key-0123456789",
         "admin": "test-admin-key-0123456789"}
@@ -96,7 +96,7 @@ class ServerProcess:
     """A server in a process of its own (``server.cli.run_server``), on a fresh port."""
 
     def __init__(self, settings: ServerSettings, port: int | None = None) -> None:
-        from server.cli import run_server
+        from forewarn.server.cli import run_server
 
         self.port = port or free_port()
         self.settings = settings.model_copy(update={"port": self.port})

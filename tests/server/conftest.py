@@ -7,8 +7,8 @@ import httpx
 import pytest
 
 from _sidecar import KEYS, ServerThread, settings
-from guard.builtin import builtin_model_path
-from guard.client import Client
+from forewarn.guard.builtin import builtin_model_path
+from forewarn.guard.client import Client
 
 
 @pytest.fixture(scope="session")
@@ -20,12 +20,12 @@ def builtin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def builtin_v2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Another version of the built-in model: same spec and predicates, other runs, other values."""
-    from domains.embodied import generate_traces
-    from domains.embodied.spec import write_spec
-    from domains.embodied.tasks import load_tasks
-    from guard.builtin import BUILTIN_TASK
-    from guard.pipeline import learn_model
-    from guard.spec import load_spec
+    from forewarn.domains.embodied import generate_traces
+    from forewarn.domains.embodied.spec import write_spec
+    from forewarn.domains.embodied.tasks import load_tasks
+    from forewarn.guard.builtin import BUILTIN_TASK
+    from forewarn.guard.pipeline import learn_model
+    from forewarn.guard.spec import load_spec
 
     folder = tmp_path_factory.mktemp("builtin-v2")
     task = next(t for t in load_tasks("unsafe") if t.id == BUILTIN_TASK)
@@ -40,8 +40,8 @@ def toy_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import orjson
 
     from _support import TOY_SPEC, toy_run
-    from guard.pipeline import learn_model
-    from guard.spec import parse_spec
+    from forewarn.guard.pipeline import learn_model
+    from forewarn.guard.spec import parse_spec
 
     folder = tmp_path_factory.mktemp("toy")
     runs = [toy_run("r1", [0, 1, 3]), toy_run("r2", [0, 2, 2]), toy_run("r3", [0, 1, 0]), toy_run("r4", [3])]

@@ -7,10 +7,10 @@ import httpx
 import pytest
 
 from _sidecar import API_KEYS, KEYS, ServerThread, auth, egg_state, settings
-from guard.errors import ForewarnError
-from server.app import start
-from server.auth import Authenticator
-from server.settings import ConfigError, ServerSettings, load_settings
+from forewarn.guard.errors import ForewarnError
+from forewarn.server.app import start
+from forewarn.server.auth import Authenticator
+from forewarn.server.settings import ConfigError, ServerSettings, load_settings
 
 AGENT, APPROVER, ADMIN = "agent", "approver", "admin"
 EVERYONE = {AGENT, APPROVER, ADMIN}

@@ -9,13 +9,13 @@ import pytest
 
 from _sidecar import KEYS, ServerThread, settings
 from _support import TOY_SPEC, toy_run
-from guard.bundle import learn_bundle
-from guard.bundle_guard import BundleGuard
-from guard.client import Client
-from guard.errors import PredicateError, ThresholdWarning
-from guard.pipeline import learn_model
-from guard.runtime import Guard
-from guard.spec import parse_spec
+from forewarn.guard.bundle import learn_bundle
+from forewarn.guard.bundle_guard import BundleGuard
+from forewarn.guard.client import Client
+from forewarn.guard.errors import PredicateError, ThresholdWarning
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.runtime import Guard
+from forewarn.guard.spec import parse_spec
 
 KITCHEN = """\
 name: kitchen

@@ -14,9 +14,9 @@ import typer
 from typer.testing import CliRunner
 
 from _sidecar import free_port, wait_ready
-from guard.errors import ModelFileError
-from server.cli import parse_model_options, register
-from server.settings import ConfigError
+from forewarn.guard.errors import ModelFileError
+from forewarn.server.cli import parse_model_options, register
+from forewarn.server.settings import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from _sidecar import KEYS, ServerThread, auth, egg_state
-from guard.client import Client
+from forewarn.guard.client import Client
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the test extra)")

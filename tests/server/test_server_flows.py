@@ -11,10 +11,10 @@ import orjson
 import pytest
 
 from _sidecar import KEYS, ServerThread, auth, egg_state
-from guard import Guard, Policy
-from guard.client import AsyncClient, Client, RemoteDecision, ServerError
-from guard.errors import PredicateError
-from guard.spec import Action, Thresholds
+from forewarn.guard import Guard, Policy
+from forewarn.guard.client import AsyncClient, Client, RemoteDecision, ServerError
+from forewarn.guard.errors import PredicateError
+from forewarn.guard.spec import Action, Thresholds
 
 # every flow here runs on SQLite and on PostgreSQL (a throw-away cluster; see conftest.py)
 pytestmark = pytest.mark.backends

@@ -11,7 +11,7 @@ import httpx
 import orjson
 
 from _sidecar import KEYS, ServerProcess, ServerThread, auth, egg_state, settings
-from guard.client import Client
+from forewarn.guard.client import Client
 
 RISKY = egg_state(in_microwave=True, closed=True)  # ask_human under a strict policy: an approval too
 
@@ -122,7 +122,7 @@ def test_kill_9_mid_request_then_retry(tmp_path: Path, builtin_path: Path) -> No
 
 
 def test_old_answers_are_forgotten_at_start(tmp_path: Path, builtin_path: Path) -> None:
-    from server.state import start
+    from forewarn.server.state import start
 
     db = tmp_path / "forewarn.db"
     state = start(settings(db, {"builtin": builtin_path}))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import httpx
 
 from _sidecar import ServerThread, auth, egg_state
-from guard import Guard, Policy
-from guard.client import Client
-from guard.spec import Action, Thresholds
+from forewarn.guard import Guard, Policy
+from forewarn.guard.client import Client
+from forewarn.guard.spec import Action, Thresholds
 
 
 def test_decisions_carry_the_interval_over_http(server: ServerThread, agent: Client, http: httpx.Client,

@@ -11,12 +11,12 @@ import httpx
 import pytest
 
 from _sidecar import ServerThread, auth, egg_state, settings
-from guard.model import GuardModel
-from guard.predicates import PredicateSet
-from server.models_registry import LoadRules, ModelRegistry
-from server.sessions import SessionManager
-from server.settings import Limits
-from server.storage import Storage
+from forewarn.guard.model import GuardModel
+from forewarn.guard.predicates import PredicateSet
+from forewarn.server.models_registry import LoadRules, ModelRegistry
+from forewarn.server.sessions import SessionManager
+from forewarn.server.settings import Limits
+from forewarn.server.storage import Storage
 
 
 def _big_unique_state(i: int, size: int) -> dict[str, object]:

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from _sidecar import KEYS, ServerThread, auth, egg_state
-from guard.client import Client, ServerError
+from forewarn.guard.client import Client, ServerError
 
 
 def test_hot_reload_under_load(server: ServerThread, builtin_path: Path, builtin_v2_path: Path) -> None:

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from _sidecar import KEYS, ServerThread, auth, egg_state
-from guard.client import AsyncClient, Client, ServerError
+from forewarn.guard.client import AsyncClient, Client, ServerError
 
 ASK_ALL = {"thresholds": {"ask_human": 1.0, "reflect": None, "stop": None}}  # every risky state asks
 RISKY = egg_state(in_microwave=True, toggled=True, closed=True, holding=False)

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from _sidecar import ServerProcess, auth, egg_state, settings
-from guard import Guard
+from forewarn.guard import Guard
 
 ASK = {"thresholds": {"ask_human": 0.9}}
 KILLS = int(os.environ.get("FOREWARN_TEST_REPLICA_KILLS", "20"))

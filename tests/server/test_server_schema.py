@@ -26,8 +26,8 @@ from schemathesis.specs.openapi.checks import (
 
 from _sidecar import ServerThread, auth
 from _sidecar import settings as server_settings
-from server.app import create_app
-from server.settings import ServerSettings
+from forewarn.server.app import create_app
+from forewarn.server.settings import ServerSettings
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
           negative_data_rejection]

@@ -10,10 +10,10 @@ import pytest
 
 from _sidecar import ServerThread, auth, egg_state, settings
 from _support import CLI
-from guard.errors import SpecError
-from guard.model import GuardModel, _checksum
-from guard.signing import SignatureError, generate_keypair, load_private_key, load_trusted_keys
-from server.storage import Storage
+from forewarn.guard.errors import SpecError
+from forewarn.guard.model import GuardModel, _checksum
+from forewarn.guard.signing import SignatureError, generate_keypair, load_private_key, load_trusted_keys
+from forewarn.server.storage import Storage
 
 
 def crafted(model_path: Path, predicate: str) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def test_a_model_in_the_database_is_checked_again_at_restart(tmp_path: Path, bui
 
 def test_a_module_planted_in_the_working_directory_is_never_imported(
         tmp_path: Path, toy_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from guard.runtime import Guard
+    from forewarn.guard.runtime import Guard
 
     marker = tmp_path / "imported"
     (tmp_path / "planted_rce.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
@@ -82,7 +82,7 @@ def test_a_module_planted_in_the_working_directory_is_never_imported(
 
 def test_python_predicates_from_an_allowed_installed_module(tmp_path: Path, toy_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from guard.runtime import Guard
+    from forewarn.guard.runtime import Guard
 
     site = tmp_path / "site"
     site.mkdir()
@@ -170,7 +170,7 @@ def test_a_server_with_trusted_keys_serves_signed_models_only(tmp_path: Path, to
         response = http.post("/v1/models", json={"name": "s", "path": str(signed)}, headers=auth("admin"))
         assert response.status_code == 200, response.text
     with pytest.raises(SignatureError, match="not signed"):  # nor does an unsigned configured model start
-        from server.app import start
+        from forewarn.server.app import start
         start(settings(tmp_path / "other.db", {"toy": unsigned}, trusted_keys=(public,)))
 
 

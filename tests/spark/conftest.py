@@ -20,7 +20,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from guard.spark import spark_session
+    from forewarn.guard.spark import spark_session
 
     session = spark_session("local[2]", app_name="forewarn-tests")
     yield session

@@ -76,7 +76,7 @@ def test_master_without_the_spark_engine_is_a_user_error(tmp_path: Path, toy_spe
 
 def test_group_by_on_spark_writes_the_local_bundle(spark: Any, tmp_path: Path, toy_spec_path: Path,
                                                    forewarn_here: CLI) -> None:
-    from guard.bundle import GuardBundle
+    from forewarn.guard.bundle import GuardBundle
 
     path = tmp_path / "tasks.jsonl"
     path.write_bytes(b"".join(orjson.dumps({**toy_run(f"r{i}", [i % 3, (i * 5) % 4]),

@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from _support import CLI
-from guard.errors import ForewarnError
-from guard.evaluation.evaluate import evaluate
-from guard.traces import read_runs
+from forewarn.guard.errors import ForewarnError
+from forewarn.guard.evaluation.evaluate import evaluate
+from forewarn.guard.traces import read_runs
 
 pytestmark = pytest.mark.spark
 THETAS = [0.1, 0.5, 0.9]
@@ -19,8 +19,8 @@ THETAS = [0.1, 0.5, 0.9]
 @pytest.fixture(scope="module")
 def grouped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     """Tool-agent runs in 6 tasks of uneven size (squares modulo 11) (whole tasks go to one fold)."""
-    from domains.tools.generator import generate_traces
-    from domains.tools.spec import load_tool_spec
+    from forewarn.domains.tools.generator import generate_traces
+    from forewarn.domains.tools.spec import load_tool_spec
 
     folder = tmp_path_factory.mktemp("eval")
     raw, traces = folder / "raw.jsonl", folder / "runs.jsonl"
@@ -35,7 +35,7 @@ def grouped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
 
 
 def test_evaluation_figures_are_the_local_ones(spark: Any, grouped: tuple[Path, Any]) -> None:
-    from guard.spark.evaluate import evaluate_spark
+    from forewarn.guard.spark.evaluate import evaluate_spark
 
     traces, spec = grouped
     local = evaluate(list(read_runs(traces)), spec, THETAS, folds=4, group_by="meta.task", seed=1)
@@ -51,7 +51,7 @@ def test_evaluation_figures_are_the_local_ones(spark: Any, grouped: tuple[Path, 
 
 
 def test_errors_are_the_local_ones(spark: Any, grouped: tuple[Path, Any]) -> None:
-    from guard.spark.evaluate import evaluate_spark
+    from forewarn.guard.spark.evaluate import evaluate_spark
 
     traces, spec = grouped
     with pytest.raises(ForewarnError, match="needs at least 7 groups, but there are only 6"):
@@ -62,7 +62,7 @@ def test_errors_are_the_local_ones(spark: Any, grouped: tuple[Path, Any]) -> Non
 
 def test_evaluate_command_on_spark(spark: Any, grouped: tuple[Path, Any], forewarn_here: CLI) -> None:
     traces, spec = grouped
-    from domains.tools.spec import SPEC_PATH
+    from forewarn.domains.tools.spec import SPEC_PATH
 
     common = (traces, "--spec", SPEC_PATH, "--folds", "3", "--group-by", "meta.task", "--theta", "0.2,0.6",
               "--format", "json")
@@ -78,7 +78,7 @@ def test_evaluate_command_on_spark(spark: Any, grouped: tuple[Path, Any], forewa
 
 def test_a_malformed_run_stops_both_engines_alike(spark: Any, grouped: tuple[Path, Any], forewarn_here: CLI,
                                                  tmp_path: Path) -> None:
-    from domains.tools.spec import SPEC_PATH
+    from forewarn.domains.tools.spec import SPEC_PATH
 
     traces, _ = grouped
     bad = tmp_path / "bad.jsonl"

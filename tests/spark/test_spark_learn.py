@@ -10,18 +10,18 @@ import orjson
 import pytest
 
 from _support import toy_run
-from guard.errors import TraceError
-from guard.learning import TransitionCounts, count_transitions
-from guard.model import GuardModel
-from guard.pipeline import learn_model, read_trace_files
-from guard.predicates import PredicateSet
-from guard.spec import Spec, load_spec
+from forewarn.guard.errors import TraceError
+from forewarn.guard.learning import TransitionCounts, count_transitions
+from forewarn.guard.model import GuardModel
+from forewarn.guard.pipeline import learn_model, read_trace_files
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.spec import Spec, load_spec
 
 pytestmark = pytest.mark.spark
 
 
 def spark_counts(spark: Any, source: Any, spec: Spec, **options: Any) -> TransitionCounts:
-    from guard.spark import count_transitions_spark
+    from forewarn.guard.spark import count_transitions_spark
 
     return count_transitions_spark(source, spec, spark=spark, **options)[0]
 
@@ -48,7 +48,7 @@ def document(model: GuardModel, tmp_path: Path, name: str) -> dict[str, Any]:
 
 
 def assert_same_model(spark: Any, paths: list[Path], spec: Spec, tmp_path: Path, **options: Any) -> GuardModel:
-    from guard.spark import learn_model_spark
+    from forewarn.guard.spark import learn_model_spark
 
     local = learn_model(paths, spec, **options)
     blocks = sum(p.stat().st_size for p in paths) // 5 + 1  # several partitions per file, of uneven size
@@ -61,8 +61,8 @@ def assert_same_model(spark: Any, paths: list[Path], spec: Spec, tmp_path: Path,
 
 
 def test_tools_domain(spark: Any, tmp_path: Path) -> None:
-    from domains.tools.generator import generate_traces
-    from domains.tools.spec import load_tool_spec
+    from forewarn.domains.tools.generator import generate_traces
+    from forewarn.domains.tools.spec import load_tool_spec
 
     paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
     generate_traces(120, 1, paths[0])
@@ -75,7 +75,7 @@ def test_tools_domain(spark: Any, tmp_path: Path) -> None:
 
 
 def test_driving_domain_resampled_with_its_transition_rule(spark: Any, tmp_path: Path) -> None:
-    from domains.driving import generate_traces, load_driving_spec
+    from forewarn.domains.driving import generate_traces, load_driving_spec
 
     paths = [tmp_path / "regular.jsonl", tmp_path / "irregular.jsonl"]
     generate_traces(12, 7, paths[0])
@@ -84,9 +84,9 @@ def test_driving_domain_resampled_with_its_transition_rule(spark: Any, tmp_path:
 
 
 def test_embodied_domain(spark: Any, tmp_path: Path) -> None:
-    from domains.embodied.episodes import generate_traces
-    from domains.embodied.spec import write_spec
-    from domains.embodied.tasks import hazard_tasks
+    from forewarn.domains.embodied.episodes import generate_traces
+    from forewarn.domains.embodied.spec import write_spec
+    from forewarn.domains.embodied.tasks import hazard_tasks
 
     task = hazard_tasks()[0]
     path = tmp_path / "embodied.jsonl"
@@ -124,7 +124,7 @@ def mixed_lines(count: int) -> list[str]:
 
 def local_errors(path: Path, spec: Spec) -> tuple[TransitionCounts, list[str]]:
     """What the single-process reader and abstraction make of each line, skipping the bad ones."""
-    from guard.traces import abstract_run, parse_run
+    from forewarn.guard.traces import abstract_run, parse_run
 
     predicates, counts, errors = PredicateSet(spec), TransitionCounts(), []
     for number, raw in enumerate(path.read_bytes().splitlines(keepends=True), start=1):
@@ -192,7 +192,7 @@ def test_a_missing_path_and_an_empty_input_are_user_errors(spark: Any, tmp_path:
         spark_counts(spark, [str(tmp_path / "nowhere.jsonl")], toy_spec)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
-    from guard.spark import learn_model_spark
+    from forewarn.guard.spark import learn_model_spark
 
     with pytest.raises(TraceError, match="no runs to learn from"):
         learn_model_spark([str(empty)], toy_spec, spark=spark)
@@ -200,11 +200,11 @@ def test_a_missing_path_and_an_empty_input_are_user_errors(spark: Any, tmp_path:
 
 def test_group_by_learns_the_local_bundle_and_replays_it(spark: Any, tmp_path: Path, toy_spec: Spec,
                                                          write_runs: Callable[..., Path]) -> None:
-    from guard.bundle import learn_bundle
-    from guard.bundle_guard import load_guard
-    from guard.replay import replay
-    from guard.spark import learn_bundle_spark, replay_spark
-    from guard.traces import read_runs
+    from forewarn.guard.bundle import learn_bundle
+    from forewarn.guard.bundle_guard import load_guard
+    from forewarn.guard.replay import replay
+    from forewarn.guard.spark import learn_bundle_spark, replay_spark
+    from forewarn.guard.traces import read_runs
 
     runs = []
     for i in range(90):

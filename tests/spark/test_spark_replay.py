@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from _support import CLI
-from guard.errors import TraceError
-from guard.replay import replay
-from guard.runtime import Guard
-from guard.traces import read_runs
+from forewarn.guard.errors import TraceError
+from forewarn.guard.replay import replay
+from forewarn.guard.runtime import Guard
+from forewarn.guard.traces import read_runs
 
 pytestmark = pytest.mark.spark
 THETAS = [0.1, 0.5, 0.9]
@@ -18,9 +18,9 @@ THETAS = [0.1, 0.5, 0.9]
 
 @pytest.fixture(scope="module")
 def tools(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    from domains.tools.generator import generate_traces
-    from domains.tools.spec import load_tool_spec
-    from guard.pipeline import learn_model
+    from forewarn.domains.tools.generator import generate_traces
+    from forewarn.domains.tools.spec import load_tool_spec
+    from forewarn.guard.pipeline import learn_model
 
     folder = tmp_path_factory.mktemp("tools")
     train, heldout = folder / "train.jsonl", folder / "heldout.jsonl"
@@ -31,7 +31,7 @@ def tools(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
 
 
 def test_replay_figures_are_the_local_ones(spark: Any, tools: tuple[Path, Path, Path]) -> None:
-    from guard.spark import replay_spark
+    from forewarn.guard.spark import replay_spark
 
     model, _, heldout = tools
     guard = Guard.load(model)

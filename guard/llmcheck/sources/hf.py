@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from guard.llmcheck.errors import SourceError
-from guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource
+from forewarn.guard.llmcheck.errors import SourceError
+from forewarn.guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource
 
 __all__ = ["HFSource"]
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from guard.llmcheck.errors import SourceError
-from guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource
+from forewarn.guard.llmcheck.errors import SourceError
+from forewarn.guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource
 
 __all__ = ["OpenAISource", "DEFAULT_EOS_TOKENS"]
 
