@@ -30,7 +30,8 @@ test: $(VENV)/.installed
 
 # Static checks CI runs after the tests (each issue-11 part adds its line here).
 check: $(VENV)/.installed
-	@echo "static checks: none configured yet"
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 bench: $(VENV)/.installed
 	$(PY) bench/decision_latency.py
