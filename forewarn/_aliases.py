@@ -20,7 +20,7 @@ import importlib.machinery
 import importlib.util
 import sys
 from types import CodeType, ModuleType
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["ALIASES", "install", "redirect"]
 

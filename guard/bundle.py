@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any, Literal
 
@@ -357,6 +357,6 @@ def bundle_from_counts(pooled: TransitionCounts, groups: Mapping[str, Transition
     members = {g: model(c, None if pooled_paths is None or group_paths is None else group_paths[g])
                for g, c in sorted(groups.items()) if c.runs >= min_group_runs}
     provenance = {"inputs": inputs or [], "runs": pooled.runs, "created":
-                  datetime.now(timezone.utc).isoformat(timespec="seconds"), "forewarn_version": __version__}
+                  datetime.now(UTC).isoformat(timespec="seconds"), "forewarn_version": __version__}
     return GuardBundle(spec, group_by, min_group_runs, model(pooled, pooled_paths), members,
                        {g: c.runs for g, c in groups.items()}, without, provenance)

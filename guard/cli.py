@@ -5,7 +5,7 @@ import math
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -88,33 +88,33 @@ def learn(
              "Hadoop URI (s3a://, hdfs://).")],
     spec: Annotated[Path, typer.Option("--spec", "-s", help="YAML spec.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Model file to write.")],
-    alpha: Annotated[Optional[float], typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
+    alpha: Annotated[float | None, typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
     method: Annotated[Method, typer.Option(help="Storm method: sound (certified bounds), topological, exact.")]
     = Method.SOUND,
     precision: Annotated[float, typer.Option(help="Solver precision (sound/topological).")] = 1e-6,
-    epsilon: Annotated[Optional[float], typer.Option(help="PAC ε (default: the spec's).")] = None,
-    delta: Annotated[Optional[float], typer.Option(help="PAC δ (default: the spec's).")] = None,
-    period: Annotated[Optional[float], typer.Option(help="Resample runs to one step every PERIOD seconds "
+    epsilon: Annotated[float | None, typer.Option(help="PAC ε (default: the spec's).")] = None,
+    delta: Annotated[float | None, typer.Option(help="PAC δ (default: the spec's).")] = None,
+    period: Annotated[float | None, typer.Option(help="Resample runs to one step every PERIOD seconds "
                                                          "(zero-order hold; needs 't' on every step).")] = None,
     format: Annotated[Format, typer.Option("--format", help="Summary format.")] = Format.table,
     on_error: Annotated[OnError, typer.Option(
         "--on-error", help="A malformed run stops learning, or is skipped and counted in the summary.")]
     = OnError.stop,
-    group_by: Annotated[Optional[str], typer.Option(
+    group_by: Annotated[str | None, typer.Option(
         "--group-by", help="Write a bundle: one model per value of this metadata key (e.g. meta.task) "
                            "with enough runs, plus a pooled model of all runs.")] = None,
     min_group_runs: Annotated[int, typer.Option(
         "--min-group-runs", help="Runs a group needs for a model of its own (with --group-by).")]
     = DEFAULT_MIN_GROUP_RUNS,
-    sign: Annotated[Optional[Path], typer.Option(
+    sign: Annotated[Path | None, typer.Option(
         "--sign", envvar="FOREWARN_SIGNING_KEY",
         help="Sign the model with this Ed25519 private key (PEM; FOREWARN_SIGNING_KEY).")] = None,
-    allow_python: Annotated[Optional[list[str]], typer.Option(
+    allow_python: Annotated[list[str] | None, typer.Option(
         "--allow-python", help="A module whose functions the spec may name (python predicates, transition "
                                "rule); repeatable. Default: FOREWARN_PYTHON_PREDICATES.")] = None,
     engine: Annotated[Engine, typer.Option(help="Count in this process, or on Apache Spark (needs the "
                                                 "'spark' extra and Java; docs/scale.md).")] = Engine.local,
-    master: Annotated[Optional[str], typer.Option(help="Spark master for --engine spark: local[*], "
+    master: Annotated[str | None, typer.Option(help="Spark master for --engine spark: local[*], "
                                                        "spark://HOST:PORT, yarn (default: the running "
                                                        "session's, else local[*]).")] = None,
 ) -> None:
@@ -438,16 +438,16 @@ def _state_words(model: GuardModel, index: int) -> str:
 @app.command()
 def check(
     model: Annotated[Path, typer.Argument(help="A Forewarn model file, or a PRISM DTMC (.pm/.prism).")],
-    property: Annotated[Optional[str], typer.Option("--property", "-p", help="PCTL property, e.g. 'P=? [F<=5 \"unsafe\"]'.")]
+    property: Annotated[str | None, typer.Option("--property", "-p", help="PCTL property, e.g. 'P=? [F<=5 \"unsafe\"]'.")]
     = None,
-    const: Annotated[Optional[str], typer.Option("--const", help="PRISM constants, e.g. N=16,K=2.")] = None,
+    const: Annotated[str | None, typer.Option("--const", help="PRISM constants, e.g. N=16,K=2.")] = None,
     method: Annotated[Method, typer.Option(help="Storm method.")] = Method.SOUND,
     precision: Annotated[float, typer.Option(help="Solver precision.")] = 1e-6,
     format: Annotated[Format, typer.Option("--format")] = Format.table,
-    group: Annotated[Optional[str], typer.Option(
+    group: Annotated[str | None, typer.Option(
         "--group", help="For a bundle: only this member (a group's value, or 'pooled'); default: every member.")]
     = None,
-    trusted_key: Annotated[Optional[list[Path]], typer.Option(
+    trusted_key: Annotated[list[Path] | None, typer.Option(
         "--trusted-key", help="Require the model to be signed by this Ed25519 public key (PEM); repeatable. "
                               "Default: FOREWARN_TRUSTED_KEYS.")] = None,
 ) -> None:
@@ -657,7 +657,7 @@ class StatesFormat(str, Enum):
 @app.command()
 def states(
     model: Annotated[Path, typer.Argument(help="A Forewarn model file or bundle.")],
-    group: Annotated[Optional[str], typer.Option(
+    group: Annotated[str | None, typer.Option(
         "--group", help="For a bundle: only this member (a group's value, or 'pooled'); default: every member.")]
     = None,
     format: Annotated[StatesFormat, typer.Option("--format", help="table, json or csv.")] = StatesFormat.table,
@@ -741,9 +741,9 @@ def _interval(low: float | None, high: float | None) -> str:
 def export(
     model: Annotated[Path, typer.Argument(help="A Forewarn model file.")],
     format: Annotated[ExportFormat, typer.Option("--format", help="prism or drn.")] = ExportFormat.prism,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write (default: stdout).")]
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")]
     = None,
-    group: Annotated[Optional[str], typer.Option(
+    group: Annotated[str | None, typer.Option(
         "--group", help="For a bundle: the member to export (a group's value, or 'pooled').")] = None,
 ) -> None:
     """Export the learned chain with its labels (unsafe, end, predicates) as PRISM or DRN."""
@@ -788,7 +788,7 @@ def demo(
     runs: Annotated[int, typer.Option(help="Logged runs per task to learn from.")] = 150,
     episodes: Annotated[int, typer.Option(help="Simulated episodes per task and configuration.")] = 40,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 7,
-    heed: Annotated[Optional[float], typer.Option(help="Probability the agent heeds a reflection prompt.")]
+    heed: Annotated[float | None, typer.Option(help="Probability the agent heeds a reflection prompt.")]
     = None,
 ) -> None:
     """Run the whole pipeline on a built-in domain and print a Table-3-style comparison."""

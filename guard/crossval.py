@@ -54,7 +54,7 @@ def choose_alpha(counts: TransitionCounts, paths: Mapping[tuple[int, ...], int],
     for path, w in paths.items():
         transitions = path_transitions(path, predicates)
         out_of: Counter[int] = Counter()
-        for (a, b), c in transitions.items():
+        for (a, _), c in transitions.items():
             out_of[index[a]] += c
         for (a, b), c in transitions.items():
             i = index[a]

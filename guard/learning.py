@@ -343,7 +343,7 @@ def _unsafe_flags(bits: np.ndarray, predicates: PredicateSet) -> np.ndarray:
 def _locator(bits: np.ndarray, width: int) -> Callable[[np.ndarray], np.ndarray]:
     """A function giving the index of each bit mask among ``bits`` (sorted), or -1."""
     n = len(bits)
-    if n and bits.dtype != object and width <= _TABLE_WIDTH and 0 <= bits[0] and bits[-1] >> width == 0:
+    if n and bits.dtype != object and width <= _TABLE_WIDTH and bits[0] >= 0 and bits[-1] >> width == 0:
         table = np.full(1 << width, -1, dtype=np.int64)  # a direct table: no search at all
         table[bits] = np.arange(n)
         return lambda values: table[values]

@@ -270,7 +270,7 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
     factor = 1.0 if worst <= epsilon else None if projection is None else \
         _finite(max(1.0, float(np.max(_growth(projection[0], projection[1], epsilon)))))
     states = [TightStatePAC(int(i), float(bound[k]),
-                            None if factor is None else int(math.ceil(factor * departures[k] - 1e-9)),
+                            None if factor is None else math.ceil(factor * departures[k] - 1e-9),
                             bool(bound[k] <= epsilon)) for k, i in enumerate(transient.tolist())]
     pick = np.zeros(transient.size)
     pick[int(np.argmax(bound))] = 1.0

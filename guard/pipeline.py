@@ -7,7 +7,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -339,7 +339,7 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
         "runs": counts.runs,
         "steps": counts.steps,
         "unsafe_runs": counts.unsafe_runs,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "forewarn_version": __version__,
         "storm_version": storm_version(),
         "python_version": platform.python_version(),

@@ -419,7 +419,7 @@ def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
     try:
         _check_yaml_shape(text, source)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
-        document = yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
+        document = yaml.load(text, Loader=_SpecLoader)  # safe: _SpecLoader is a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None

@@ -54,7 +54,7 @@ def read_runs(path: str | Path, *, digest: Any = None,
     """
     source = str(path)
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb")  # noqa: SIM115 - opened apart from `with` to tell a read error from a bad line
     except OSError as exc:
         raise TraceError(f"cannot read traces: {exc.strerror}", source=source) from exc
     with handle:

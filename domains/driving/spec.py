@@ -57,6 +57,6 @@ def valid_transition(src: tuple[bool, ...], dst: tuple[bool, ...]) -> bool:
         return False
     if dst[_CANNOT_STOP] and not dst[_MOVING]:
         return False
-    if dst[_COLLISION] and not (dst[_IN_CROSSING] and (src[_IN_CROSSING] or src[_MOVING])):
+    if dst[_COLLISION] and not (dst[_IN_CROSSING] and (src[_IN_CROSSING] or src[_MOVING])):  # noqa: SIM103 - one rule per line
         return False
     return True

@@ -63,9 +63,9 @@ def initially_open(steps: Iterable[str]) -> set[str]:
             continue
         if action.verb == "open" and action.target:
             opened.add(action.target)
-        elif action.verb == "put" and action.target and action.target not in opened:
-            if kind_of(action.target).openable:
-                result.add(action.target)
+        elif action.verb == "put" and action.target and action.target not in opened \
+                and kind_of(action.target).openable:
+            result.add(action.target)
     return result
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
@@ -109,7 +109,7 @@ def parse_tasks(lines: Iterable[str], *, kind: str, source: str = "<tasks>") -> 
     return tasks
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_kind(kind: str) -> tuple[Task, ...]:
     data = resources.files("forewarn.domains.embodied").joinpath("data").joinpath(_FILES[kind])
     text = data.read_text(encoding="utf-8")

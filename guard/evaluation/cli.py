@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import orjson
 import typer
@@ -44,11 +44,11 @@ class MismatchOption(str, Enum):
 # Options that replay and evaluate share.
 ThetaOption = Annotated[str, typer.Option(help="Comma-separated thresholds on p_safe.")]
 FormatOption = Annotated[Format, typer.Option("--format")]
-ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write a self-contained HTML report.")]
-PlotsOption = Annotated[Optional[Path], typer.Option("--plots", help="Write the report's figures as PNG here.")]
-RunOption = Annotated[Optional[str], typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
+ReportOption = Annotated[Path | None, typer.Option("--report", help="Write a self-contained HTML report.")]
+PlotsOption = Annotated[Path | None, typer.Option("--plots", help="Write the report's figures as PNG here.")]
+RunOption = Annotated[str | None, typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
 InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="Format of the trace files.")]
-ExtractorOption = Annotated[Optional[str], typer.Option(
+ExtractorOption = Annotated[str | None, typer.Option(
     "--extractor", help="Agent logs (langchain, otel, langgraph): the state extractor the guard uses, "
                         "'tools' (default), 'household' or MODULE:NAME.")]
 
@@ -59,7 +59,7 @@ EnforcementOption = Annotated[str, typer.Option(
                           "come strictly before).")]
 
 
-TriggerOption = Annotated[Optional[str], typer.Option(
+TriggerOption = Annotated[str | None, typer.Option(
     "--trigger", help="Score alarms as this trigger acts: level (p_safe < θ) or increase (and the step raises the "
                       "run's risk by more than the spec's min_increase). Default: the spec's guard.trigger, else "
                       "level; the LangChain middleware uses increase when the spec sets none.")]
@@ -182,7 +182,7 @@ def replay(
              "files, directories or Hadoop URIs (s3a://, hdfs://).")],
     model: Annotated[Path, typer.Option("--model", "-m", help="Model file.")],
     theta: ThetaOption = "0.1,0.3,0.5,0.7,0.9",
-    period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step "
+    period: Annotated[float | None, typer.Option(help="Resample runs to PERIOD seconds per step "
                                                          "(default: the period the model was learned with).")]
     = None,
     format: FormatOption = Format.table,
@@ -191,14 +191,14 @@ def replay(
     run: RunOption = None,
     input_format: InputFormatOption = InputFormat.auto,
     extractor: ExtractorOption = None,
-    baseline_traces: Annotated[Optional[list[Path]], typer.Option(
+    baseline_traces: Annotated[list[Path] | None, typer.Option(
         "--baseline-traces", help="Runs to fit the empirical-frequency baseline on (default: the replayed runs, "
                                   "each left out of its own scoring).")] = None,
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
     trigger: TriggerOption = None,
     engine: Annotated[EngineOption, typer.Option(help="Replay in this process, or on Apache Spark (the model "
                                                       "is broadcast to the executors).")] = EngineOption.local,
-    master: Annotated[Optional[str], typer.Option(help="Spark master for --engine spark (default: the running "
+    master: Annotated[str | None, typer.Option(help="Spark master for --engine spark (default: the running "
                                                        "session's, else local[*]).")] = None,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
@@ -330,13 +330,13 @@ def evaluate(
              "directories or Hadoop URIs (s3a://, hdfs://).")],
     spec: Annotated[Path, typer.Option("--spec", "-s", help="YAML spec to learn with.")],
     folds: Annotated[int, typer.Option(help="Number of folds.")] = 5,
-    group_by: Annotated[Optional[str], typer.Option(
+    group_by: Annotated[str | None, typer.Option(
         "--group-by", help="Dotted path whose runs stay together, e.g. meta.task (default: each run alone).")]
     = None,
     theta: ThetaOption = "0.1,0.3,0.5,0.7,0.9",
     seed: Annotated[int, typer.Option(help="Seed for assigning equal-sized groups to folds.")] = 0,
-    period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
-    alpha: Annotated[Optional[float], typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
+    period: Annotated[float | None, typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
+    alpha: Annotated[float | None, typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
     method: Annotated[Method, typer.Option(help="Storm method for each fold's model.")] = Method.SOUND,
     format: FormatOption = Format.table,
     report: ReportOption = None,
@@ -346,7 +346,7 @@ def evaluate(
     extractor: ExtractorOption = None,
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
     trigger: TriggerOption = None,
-    bundle_by: Annotated[Optional[str], typer.Option(
+    bundle_by: Annotated[str | None, typer.Option(
         "--bundle-by", help="Learn each fold's model as a bundle grouped by this metadata key (e.g. meta.task), "
                             "as `learn --group-by` does.")] = None,
     min_group_runs: Annotated[int, typer.Option(
@@ -355,7 +355,7 @@ def evaluate(
     engine: Annotated[EngineOption, typer.Option(help="Evaluate in this process, or on Apache Spark (the "
                                                       "executors trace, count and replay; the driver learns "
                                                       "each fold's model).")] = EngineOption.local,
-    master: Annotated[Optional[str], typer.Option(help="Spark master for --engine spark (default: the running "
+    master: Annotated[str | None, typer.Option(help="Spark master for --engine spark (default: the running "
                                                        "session's, else local[*]).")] = None,
 ) -> None:
     """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
@@ -468,7 +468,7 @@ def ingest(
         "--on-error", help="A malformed record stops the ingest, or is skipped and counted in the summary.")]
     = OnErrorOption.stop,
     extractor: ExtractorOption = None,
-    period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
+    period: Annotated[float | None, typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
     time_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's seconds.")] = "t",
     action_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's action.")]
     = "action",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from forewarn.guard._version import __version__
 from forewarn.guard.evaluation.baselines import LABELS
@@ -250,7 +250,7 @@ condition (or a monitor's viol) is at most one predicate change away, as a rule-
 
 
 def _page(title: str, context: Mapping[str, str], body: str) -> str:
-    created = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    created = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     meta = " · ".join(f"{_e(k)}: <code>{_e(v)}</code>" for k, v in context.items())
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{_CSS}</style></head>'

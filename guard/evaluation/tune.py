@@ -18,6 +18,7 @@ target keep the spec's θ, moved only as far as needed to keep reflect ≥ ask_h
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -176,7 +177,7 @@ def tune(evaluation: EvaluationReport, spec: Spec, targets: Sequence[Target]) ->
     chosen = {a: choose_theta(pooled.replays, t, unseen_alarms=pooled.unseen_alarms, lookahead=lookahead)
               for a, t in by_action.items()}
     targeted = [a for a in _ORDER if a in chosen]
-    for less, more in zip(targeted, targeted[1:]):
+    for less, more in itertools.pairwise(targeted):
         if chosen[less] < chosen[more]:
             raise ForewarnError(
                 f"--target: {by_action[more]} needs {more.value} θ {chosen[more]:g}, above {less.value} θ "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -25,15 +25,15 @@ def tune(
     target: Annotated[list[str], typer.Option(
         "--target", help="[ACTION:]false-alarms=X or [ACTION:]detection=Y, X and Y in (0, 1); repeatable. "
                          "Without ACTION: the least severe configured action (reflect).")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write a copy of the spec with the "
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write a copy of the spec with the "
                                                                            "chosen thresholds here.")] = None,
     folds: Annotated[int, typer.Option(help="Number of folds.")] = 5,
-    group_by: Annotated[Optional[str], typer.Option(
+    group_by: Annotated[str | None, typer.Option(
         "--group-by", help="Dotted path whose runs stay together, e.g. meta.task (default: each run alone).")]
     = None,
     seed: Annotated[int, typer.Option(help="Seed for assigning equal-sized groups to folds.")] = 0,
-    period: Annotated[Optional[float], typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
-    alpha: Annotated[Optional[float], typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
+    period: Annotated[float | None, typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
+    alpha: Annotated[float | None, typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
     method: Annotated[Method, typer.Option(help="Storm method for each fold's model.")] = Method.SOUND,
     format: FormatOption = Format.table,
     input_format: InputFormatOption = InputFormat.auto,

@@ -53,7 +53,7 @@ def records(path: str | Path, on_bad: Callable[[TraceError], None] | None = None
     source = str(path)
     with _open(path) as handle:
         number, raw = 0, b""
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in enumerate(handle, start=1):  # noqa: B007 - `number` is read after the loop
             if raw.strip():
                 break
         else:
@@ -83,7 +83,7 @@ def records(path: str | Path, on_bad: Callable[[TraceError], None] | None = None
                 yield Record(item, source, index=index)
         else:
             yield Record(value, source, line=number)
-        for number, raw in enumerate(handle, start=number + 1):
+        for number, raw in enumerate(handle, start=number + 1):  # noqa: B020 - start is read once
             if not raw.strip():
                 continue
             try:

@@ -104,7 +104,7 @@ def transcript_from_messages(messages: Sequence[BaseMessage], approved: Iterable
 
 
 class _Scan:
-    __slots__ = ("users", "steps", "settled", "settled_users", "settled_steps")
+    __slots__ = ("settled", "settled_steps", "settled_users", "steps", "users")
 
     def __init__(self) -> None:
         self.users: list[str] = []

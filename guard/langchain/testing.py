@@ -44,7 +44,7 @@ class ScriptedChatModel(BaseChatModel):
     """
 
     script: Any
-    seen: list[list[BaseMessage]] = []
+    seen: list[list[BaseMessage]] = []  # noqa: RUF012 - a pydantic field: each instance gets a copy
 
     _position: int = PrivateAttr(default=0)
     _ids: Any = PrivateAttr(default_factory=lambda: itertools.count(1))

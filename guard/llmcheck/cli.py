@@ -10,7 +10,7 @@ import math
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -54,12 +54,12 @@ def parse_sweep(items: list[str]) -> dict[str, list[float]]:
 
 
 def llmcheck(
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Token source: a Hugging Face model path or "
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Token source: a Hugging Face model path or "
                                                  "name, 'openai:URL#MODEL', or 'ngram:TEXTFILE'.")] = None,
-    prompt: Annotated[Optional[str], typer.Option("--prompt", help="The start text.")] = None,
-    property: Annotated[Optional[str], typer.Option("--property", "-p", help="PCTL query over quantification "
+    prompt: Annotated[str | None, typer.Option("--prompt", help="The start text.")] = None,
+    property: Annotated[str | None, typer.Option("--property", "-p", help="PCTL query over quantification "
                                                     "labels, e.g. 'P=? [F \"gender_bias>0\"]'.")] = None,
-    quantify: Annotated[Optional[list[str]], typer.Option("--quantify", "-q", help="Quantification "
+    quantify: Annotated[list[str] | None, typer.Option("--quantify", "-q", help="Quantification "
                         "[ALIAS=]KIND[:ARG], repeatable (built-ins named in the property are added).")] = None,
     alpha: Annotated[float, typer.Option(help="Cumulative probability at which a state stops adding tokens.")] = 0.8,
     k: Annotated[int, typer.Option(
@@ -67,28 +67,28 @@ def llmcheck(
     depth: Annotated[int, typer.Option(help="L: most tokens generated.")] = 5,
     scope: Annotated[ScopeOption, typer.Option(help="Quantify the generated text only, or the full text.")]
     = ScopeOption.generated,
-    max_states: Annotated[Optional[int], typer.Option(help="Budget: stop expanding at this many states.")] = None,
-    max_calls: Annotated[Optional[int], typer.Option(help="Budget: most prefixes sent to the model.")] = None,
-    max_seconds: Annotated[Optional[float], typer.Option(help="Budget: seconds of exploration.")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="Prefixes per model call.")] = None,
+    max_states: Annotated[int | None, typer.Option(help="Budget: stop expanding at this many states.")] = None,
+    max_calls: Annotated[int | None, typer.Option(help="Budget: most prefixes sent to the model.")] = None,
+    max_seconds: Annotated[float | None, typer.Option(help="Budget: seconds of exploration.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Prefixes per model call.")] = None,
     ngram_order: Annotated[int, typer.Option(help="n of the n-gram source.")] = 3,
     ngram_smoothing: Annotated[float, typer.Option(help="Unigram weight mixed into the n-gram source.")] = 0.0,
-    eos_token: Annotated[Optional[list[str]], typer.Option(help="End-of-text token string (openai source), "
+    eos_token: Annotated[list[str] | None, typer.Option(help="End-of-text token string (openai source), "
                                                            "repeatable.")] = None,
     method: Annotated[Method, typer.Option(help="Storm method.")] = Method.SOUND,
     precision: Annotated[float, typer.Option(help="Solver precision.")] = 1e-9,
     bounds: Annotated[bool, typer.Option(help="Compute the interval for the unexplored mass.")] = True,
     top: Annotated[int, typer.Option(help="Most likely satisfying / violating texts to show.")] = 5,
-    export: Annotated[Optional[ExportFormat], typer.Option(help="Also write the explored model.")] = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File for --export "
+    export: Annotated[ExportFormat | None, typer.Option(help="Also write the explored model.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="File for --export "
                                                    "(default llmcheck.prism).")] = None,
-    sweep: Annotated[Optional[list[str]], typer.Option(help="Sweep, e.g. 'alpha=0.5,0.8,0.9 k=3,5,15'.")] = None,
-    plugin: Annotated[Optional[list[str]], typer.Option(help="Import a module that registers quantifications.")]
+    sweep: Annotated[list[str] | None, typer.Option(help="Sweep, e.g. 'alpha=0.5,0.8,0.9 k=3,5,15'.")] = None,
+    plugin: Annotated[list[str] | None, typer.Option(help="Import a module that registers quantifications.")]
     = None,
     list_quantifications: Annotated[bool, typer.Option("--list-quantifications", help="List quantifications.")]
     = False,
     format: Annotated[Format, typer.Option("--format")] = Format.table,
-    more_sweep: Annotated[Optional[list[str]], typer.Argument(
+    more_sweep: Annotated[list[str] | None, typer.Argument(
         help="More sweep axes after --sweep, e.g. --sweep alpha=0.5,0.8 k=3,5,15.", metavar="AXES")]
     = None,
 ) -> None:

@@ -53,7 +53,7 @@ class Quantification:
 
     def __call__(self, text: str) -> int:
         value = self.function(text)
-        if isinstance(value, bool) or isinstance(value, int):
+        if isinstance(value, (bool, int)):
             return int(value)
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             return int(value)
@@ -92,7 +92,7 @@ def register_quantification(name: str, factory: QuantificationFactory, *, descri
 
 
 def _load_entry_points() -> None:
-    global _ENTRY_POINTS_LOADED
+    global _ENTRY_POINTS_LOADED  # noqa: PLW0603 - entry points load once per process
     if _ENTRY_POINTS_LOADED:
         return
     _ENTRY_POINTS_LOADED = True

@@ -206,7 +206,7 @@ def _document(row: Any, skip: int, columns: tuple[str, ...]) -> Any:
         return values["value"]
     document = {}
     for name, value in values.items():
-        if name in _META or value is None and name != "steps":
+        if name in _META or (value is None and name != "steps"):
             continue
         if isinstance(value, (str, bytes)) and name in ("steps", "meta"):
             try:
