@@ -5,7 +5,7 @@ import re
 import secrets
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from pydantic import SecretStr
@@ -137,28 +137,28 @@ def uvicorn_config(app: Any, settings: ServerSettings, **overrides: Any) -> Any:
 
 
 def serve(
-    model: Annotated[Optional[list[str]], typer.Option(
+    model: Annotated[list[str] | None, typer.Option(
         "--model", "-m", help="A model file, or NAME=FILE; repeatable. Default: the built-in demo model.")] = None,
-    host: Annotated[Optional[str], typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port (default 8321).")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Server config file (YAML).")] = None,
-    db: Annotated[Optional[str], typer.Option(
+    host: Annotated[str | None, typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 8321).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Server config file (YAML).")] = None,
+    db: Annotated[str | None, typer.Option(
         help="SQLite database file (default ./forewarn.db), or a postgresql:// URL that replicas share (FOREWARN_DB).")]
     = None,
-    default_model: Annotated[Optional[str], typer.Option(help="Model for sessions that name none.")] = None,
-    synchronous: Annotated[Optional[str], typer.Option(
+    default_model: Annotated[str | None, typer.Option(help="Model for sessions that name none.")] = None,
+    synchronous: Annotated[str | None, typer.Option(
         help="normal: survives a killed process; full: also a power loss (fsync per group commit).")] = None,
     insecure_no_auth: Annotated[bool, typer.Option(
         "--insecure-no-auth", help="Serve without API keys (loopback addresses only).")] = False,
-    log_level: Annotated[Optional[str], typer.Option(help="critical, error, warning, info, debug.")] = None,
+    log_level: Annotated[str | None, typer.Option(help="critical, error, warning, info, debug.")] = None,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request.")] = False,
-    allow_python: Annotated[Optional[list[str]], typer.Option(
+    allow_python: Annotated[list[str] | None, typer.Option(
         "--allow-python", help="A module models' specs may name Python functions from; repeatable "
                                "(FOREWARN_PYTHON_PREDICATES). Default: none.")] = None,
-    trusted_key: Annotated[Optional[list[Path]], typer.Option(
+    trusted_key: Annotated[list[Path] | None, typer.Option(
         "--trusted-key", help="Serve only models signed by this Ed25519 public key (PEM); repeatable "
                               "(FOREWARN_TRUSTED_KEYS).")] = None,
-    model_dir: Annotated[Optional[list[Path]], typer.Option(
+    model_dir: Annotated[list[Path] | None, typer.Option(
         "--model-dir", help="A folder POST /v1/models may load model files from; repeatable "
                             "(FOREWARN_MODEL_DIRS). Default: none (upload models as documents).")] = None,
     workers: Annotated[int, typer.Option(

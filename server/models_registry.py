@@ -243,7 +243,7 @@ class ModelRegistry:
 
     def follow(self, name: str, version: str) -> None:
         """Make an already loaded ``version`` current (another replica did): one assignment, atomic."""
-        self._versions[version]  # noqa: B018 -- loaded first, or this is a bug
+        self._versions[version]  # loaded first, or this is a bug
         self._current[name] = version
 
     def restore_current(self) -> None:

@@ -198,21 +198,20 @@ class PgStorage(StorageBase):
                                "pip install 'forewarn[postgres]'") from None
         where = _redact(url)
         try:
-            with psycopg.connect(url, autocommit=True) as conn:
-                with conn.transaction():
-                    # replicas starting together: one creates the tables, the others wait for it; and no DDL
-                    # once they exist (CREATE INDEX IF NOT EXISTS still locks its table: it would stall, even
-                    # deadlock, the steps of running replicas)
-                    if conn.execute("SELECT to_regclass('meta') IS NULL").fetchone()[0]:
-                        conn.execute("SELECT pg_advisory_xact_lock(7461636)")
-                        conn.execute(_SCHEMA)
-                    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-                    if row is None:
-                        conn.execute("INSERT INTO meta VALUES ('schema_version', %s) ON CONFLICT DO NOTHING",
-                                     (str(SCHEMA_VERSION),))
-                    elif row[0] != str(SCHEMA_VERSION):
-                        raise StorageError(f"{where}: database schema version {row[0]} is not supported "
-                                           f"(this server uses version {SCHEMA_VERSION})")
+            with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+                # replicas starting together: one creates the tables, the others wait for it; and no DDL
+                # once they exist (CREATE INDEX IF NOT EXISTS still locks its table: it would stall, even
+                # deadlock, the steps of running replicas)
+                if conn.execute("SELECT to_regclass('meta') IS NULL").fetchone()[0]:
+                    conn.execute("SELECT pg_advisory_xact_lock(7461636)")
+                    conn.execute(_SCHEMA)
+                row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+                if row is None:
+                    conn.execute("INSERT INTO meta VALUES ('schema_version', %s) ON CONFLICT DO NOTHING",
+                                 (str(SCHEMA_VERSION),))
+                elif row[0] != str(SCHEMA_VERSION):
+                    raise StorageError(f"{where}: database schema version {row[0]} is not supported "
+                                       f"(this server uses version {SCHEMA_VERSION})")
             pool = ConnectionPool(url, min_size=2, max_size=4, open=True, timeout=30,
                                   kwargs={"autocommit": True, "row_factory": _row_factory})
             pool.wait(timeout=30)
