@@ -94,7 +94,7 @@ def detection_at(replays: Sequence[RunReplay], target: float, unseen_alarms: boo
     # would flag the violating step itself, whose risk is 1 whatever estimated it
     safe = np.sort([r.min_p_safe(unseen_alarms, lookahead=False) for r in replays if not r.unsafe])
     unsafe = np.array([r.min_p_safe(unseen_alarms, lookahead=False) for r in replays if r.unsafe])
-    k = int(math.floor(target * len(safe) + 1e-9))
+    k = math.floor(target * len(safe) + 1e-9)
     theta = safe[k] if k < len(safe) else math.inf  # alarms where p_safe < θ: at most k safe runs
     return float((unsafe < theta).mean()), float((safe < theta).mean())
 

@@ -179,7 +179,7 @@ async def open_loop(ports: list[int], make: Any, rate: int, seconds: float) -> d
         sent = time.perf_counter()
         try:
             status, _ = await asyncio.wait_for(conn.request(raw), TIMEOUT)
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+        except (TimeoutError, OSError, asyncio.IncompleteReadError):
             errors += 1
             conn.close()
             idle[k].put_nowait(await Connection.open(ports[k]))

@@ -30,7 +30,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from forewarn.guard.ingest import InputFormat, read_input  # noqa: E402
+from forewarn.guard.ingest import InputFormat, read_input
 
 
 def agent_runs(count: int, folder: Path) -> list[dict[str, Any]]:

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 import _common as C
-from forewarn.guard.intervals import IntervalMethod
 from forewarn.guard.model import CheckedProperty, GuardModel
 from forewarn.guard.pipeline import learn_model_from_runs, with_intervals
 from forewarn.guard.storm import labels_of
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                                f"[{st['before'][0]:.3f}, {st['before'][1]:.3f}]",
                                f"[{st['after'][0]:.3f}, {st['after'][1]:.3f}]"])
             b, a = np.concatenate(before), np.concatenate(after)
-            row = {"models": len(before), "states": int(len(b)), "before_mean": float(b.mean()),
+            row = {"models": len(before), "states": len(b), "before_mean": float(b.mean()),
                    "before_median": float(np.median(b)), "after_mean": float(a.mean()),
                    "after_median": float(np.median(a)), "after_below_0.5": float(np.mean(a < 0.5)),
                    "before_below_0.5": float(np.mean(b < 0.5)), "seconds": time.perf_counter() - started}

@@ -33,9 +33,9 @@ import _common as C
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from forewarn.guard.llmcheck import ExploreSettings, NgramSource, check_explored, explore, parse_query  # noqa: E402
-from forewarn.guard.llmcheck.quantify import parse_quantifications  # noqa: E402
-from forewarn.guard.llmcheck.sources.base import TokenSource  # noqa: E402
+from forewarn.guard.llmcheck import ExploreSettings, NgramSource, check_explored, explore, parse_query
+from forewarn.guard.llmcheck.quantify import parse_quantifications
+from forewarn.guard.llmcheck.sources.base import TokenSource
 
 SUBJECTS = ["the player", "the coach", "the agent", "she", "he", "the team", "my friend", "the doctor",
             "the engineer", "a student", "the manager", "the crowd"]

@@ -204,7 +204,7 @@ def main() -> int:
 
     tools = make_tools()
     extractor = ToolStateExtractor(tool_kinds={"list_files": "other"})
-    saver = (lambda: InMemorySaver()) if options.checkpointer else (lambda: None)
+    saver = InMemorySaver if options.checkpointer else (lambda: None)
     middleware = TimedMiddleware(guard, extractor=extractor)
     agents = {
         "plain": create_agent(make_model(options.steps), tools, checkpointer=saver()),

@@ -31,7 +31,8 @@ import sys
 import threading
 import time
 from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from forewarn.guard.client import Client
 from forewarn.guard.spec import Action

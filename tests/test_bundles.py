@@ -263,7 +263,7 @@ def test_evaluate_learns_a_bundle_per_fold(grouped: tuple[Path, Path], forewarn_
 def test_export_and_guard_load_say_what_to_do_with_a_bundle(bundle: GuardBundle, tmp_path: Path,
                                                             forewarn_here: CLI) -> None:
     path = bundle.save(tmp_path / "bundle.json")
-    with pytest.raises(ModelFileError, match="a model bundle, not a single model: load it with guard.load_guard"):
+    with pytest.raises(ModelFileError, match=r"a model bundle, not a single model: load it with guard.load_guard"):
         Guard.load(path)
     result = forewarn_here("export", path)
     assert result.returncode == 2 and "is a bundle: choose the member to export with --group (pooled, t1, t2)" \

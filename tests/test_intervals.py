@@ -429,7 +429,7 @@ def test_bad_policy_overrides(overrides: dict, problem: str) -> None:
 def test_bad_delta_from_a_caller(tmp_path: Path) -> None:
     traces = tmp_path / "t.jsonl"
     traces.write_bytes(b"\n".join(orjson.dumps(r) for r in RUNS) + b"\n")
-    with pytest.raises(ForewarnError, match="learning delta must lie strictly between 0 and 1, got 1.5"):
+    with pytest.raises(ForewarnError, match=r"learning delta must lie strictly between 0 and 1, got 1.5"):
         learn_model([traces], parse_spec(TOY_SPEC), delta=1.5)
 
 

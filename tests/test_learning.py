@@ -257,7 +257,7 @@ def reference_learn(counts: TransitionCounts, predicates: PredicateSet, alpha: f
     width = predicates.width
     valuation = [tuple(bool(b >> k & 1) for k in range(width)) if b != END else () for b in states]
     all_cols, all_probs, all_counts, invalid = [], [], [], 0
-    for i, src in enumerate(states):
+    for i in range(len(states)):
         if i == end or unsafe[i]:
             all_cols.append([i]), all_probs.append([1.0]), all_counts.append([0.0])
             continue

@@ -153,7 +153,7 @@ def test_a_non_reach_property_keeps_the_chain_interval(tmp_path: Path) -> None:
                                        "    - {name: stay, formula: '\"a\" U \"unsafe\"'}\n"))
     model = learn_model([traces], spec)
     assert model.intervals.outcomes == 3  # only the reach property's states
-    dtmc, (reach, until) = model.dtmc, model.properties
+    dtmc, (_, until) = model.dtmc, model.properties
     (chain_until,), _ = with_intervals(dtmc, labels_of(dtmc), [CheckedProperty(until.definition, until.outcome)],
                                        method=IntervalMethod.CLOPPER_PEARSON, delta=0.025,
                                        entries=model.intervals.entries)

@@ -28,7 +28,7 @@ def hand_required(counts: dict[int, int], n_states: int, b: float, epsilon: floa
 def hand_b(dtmc: LearnedDTMC) -> Fraction:
     rows = {i: dict(dtmc.exact_row(i)) for i in range(dtmc.size)}
     absorbing = {int(i) for i in np.flatnonzero(dtmc.absorbing)}
-    return max(Fraction(1), max(expected_steps(rows, absorbing).values()))
+    return max(Fraction(1), *expected_steps(rows, absorbing).values())
 
 
 def test_report_on_the_toy_chain_matches_the_formula_by_hand(toy_model: GuardModel) -> None:

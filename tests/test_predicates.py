@@ -170,7 +170,7 @@ def test_a_missing_field_names_the_predicate_and_the_field(toy_predicates: Predi
 
 
 def test_a_predicate_of_the_wrong_type(toy_predicates: PredicateSet) -> None:
-    with pytest.raises(PredicateError, match="predicate 'b'.*cannot be evaluated"):
+    with pytest.raises(PredicateError, match=r"predicate 'b'.*cannot be evaluated"):
         toy_predicates.evaluate({"a": True, "b": "high"})
 
 
@@ -216,7 +216,7 @@ def test_python_predicates_given_in_code() -> None:
     # the spec's reference need not be importable when the function is handed over in code
     spec = parse_spec("predicates:\n  a: state.a\n  near: {python: 'my_app.not_installed:near'}\n"
                       "unsafe: a && near\n")
-    with pytest.raises(SpecError, match="'my_app.not_installed:near' is not allowed"):
+    with pytest.raises(SpecError, match=r"'my_app.not_installed:near' is not allowed"):
         PredicateSet(spec)
     with pytest.raises(SpecError, match="module 'my_app' is not installed"):
         PredicateSet(spec, allow_python=["my_app"])
@@ -359,7 +359,7 @@ def test_maps_that_are_not_dicts_are_evaluated_as_before(state: Any) -> None:
 def test_a_value_cel_cannot_convert_is_reported() -> None:
     predicates = PredicateSet(parse_spec("predicates:\n  some: size(state.tags) > 0\nunsafe: some\n"))
     for _ in range(2):
-        with pytest.raises(PredicateError, match="predicate 'some'.*cannot be evaluated"):
+        with pytest.raises(PredicateError, match=r"predicate 'some'.*cannot be evaluated"):
             predicates.evaluate({"tags": {"x"}})
 
 
@@ -393,7 +393,7 @@ def test_a_missing_field_is_reported_as_before() -> None:
     assert info.value.predicate == "switched"
     with pytest.raises(PredicateError, match=r"predicate 'hot' \(state.t > 1\) reads field 't'"):
         predicates.evaluate({"objects": {"Microwave": {"isToggled": True}}})
-    with pytest.raises(PredicateError, match="predicate 'switched'.*cannot be evaluated"):
+    with pytest.raises(PredicateError, match=r"predicate 'switched'.*cannot be evaluated"):
         predicates.evaluate({"objects": {"Microwave": 5}, "t": 2})
 
 

@@ -1,6 +1,7 @@
 """Tests of the driving domain: spec, simulator, traces, learned guard, guarded episodes."""
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -152,7 +153,7 @@ def test_traces_are_valid_jsonl_with_increasing_time(traces: Path, parsed: list[
         steps = run["steps"]
         times = [s["t"] for s in steps]
         assert times[0] == 0.0
-        assert all(abs(b - a - 0.1) < 1e-6 for a, b in zip(times, times[1:])), run["id"]
+        assert all(abs(b - a - 0.1) < 1e-6 for a, b in itertools.pairwise(times)), run["id"]
         assert "action" not in steps[0] and all(isinstance(s["action"], str) for s in steps[1:])
         meta = run["meta"]
         assert meta["driver"] in PROFILES and meta["outcome"] in ("collision", "violation", "cleared", "timeout")
@@ -168,7 +169,7 @@ def test_traces_are_valid_jsonl_with_increasing_time(traces: Path, parsed: list[
     generate_traces(10, 3, irregular, irregular=True)
     for run in _runs(irregular):
         times = [s["t"] for s in run["steps"]]
-        assert all(0.05 - 1e-3 <= b - a <= 0.2 + 1e-3 for a, b in zip(times, times[1:])), run["id"]
+        assert all(0.05 - 1e-3 <= b - a <= 0.2 + 1e-3 for a, b in itertools.pairwise(times)), run["id"]
 
 
 def test_generation_is_deterministic_per_run(tmp_path: Path) -> None:

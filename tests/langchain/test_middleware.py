@@ -168,7 +168,7 @@ SHARE = "Share the customer churn analysis with the partner team."
 
 
 def test_ask_human_interrupts_with_the_explanation(tool_guard: Guard, log: ToolLog) -> None:
-    agent, mw, _ = _approval_agent(tool_guard, log)
+    agent, _, _ = _approval_agent(tool_guard, log)
     paused = agent.invoke(ask(SHARE), thread("ask"))
     (pending,) = paused["__interrupt__"]
     request = pending.value

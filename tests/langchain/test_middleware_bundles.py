@@ -1,7 +1,6 @@
 """ForewarnMiddleware on a model bundle: each run's metadata picks its member."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import orjson

@@ -45,5 +45,5 @@ def test_one_decision_covers_a_call_both_would_interrupt(tool_guard: Guard, log:
     assert len(asked) == 2
     assert "forewarn" not in asked[0] and "forewarn" in asked[1]
     assert log.names() == ["read_file", "send_email"] and result["messages"][-1].content == "Shared."
-    sent = [m for m in tool_messages(result["messages"]) if m.name == "send_email"][0]
+    sent = next(m for m in tool_messages(result["messages"]) if m.name == "send_email")
     assert "[Forewarn]" not in str(sent.content)  # no risk alert after Forewarn's own approval

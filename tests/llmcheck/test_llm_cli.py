@@ -92,7 +92,7 @@ def test_list_quantifications() -> None:
     (["--model", "ngram:{corpus}", "--prompt", "x", "--property", PROPERTY, "--alpha", "0"], "alpha must lie"),
 ])
 def test_user_errors_are_forewarn_errors(corpus_path: Path, args: list[str], message: str) -> None:
-    code, _, exc = run(*[a.replace("{corpus}", str(corpus_path)) for a in args])
+    _, _, exc = run(*[a.replace("{corpus}", str(corpus_path)) for a in args])
     assert isinstance(exc, LLMCheckError) and message in str(exc)
 
 

@@ -83,7 +83,7 @@ def test_value_and_bounds_equal_brute_force_enumeration(alpha: float, k: int, de
 def test_ngram_value_equals_brute_force(corpus_path: object) -> None:
     source = NgramSource.from_file(str(corpus_path), order=2)
     for alpha, k, depth in [(0.8, 3, 4), (1.0, 2, 5)]:
-        value, upper, unexplored = brute_force(source, "the player", alpha, k, depth, lambda t: "game" in t.split())
+        value, upper, _ = brute_force(source, "the player", alpha, k, depth, lambda t: "game" in t.split())
         report = check_llm(source, "the player", 'P=? [F "game>0"]', quantifications=["game=keywords:game"],
                            method=Method.EXACT, settings=ExploreSettings(alpha, k, depth))
         assert report.value == float(value) and report.result.upper == float(upper)

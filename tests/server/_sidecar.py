@@ -81,7 +81,7 @@ _CONTEXT: Any = None
 
 
 def _forkserver() -> Any:
-    global _CONTEXT
+    global _CONTEXT  # noqa: PLW0603 - one forkserver per test process
     if _CONTEXT is None:
         _CONTEXT = multiprocessing.get_context("forkserver")
         # everything a server imports, lazily ones included, so that a forked server starts in a blink

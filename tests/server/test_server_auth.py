@@ -160,9 +160,8 @@ def test_insecure_no_auth_on_loopback(tmp_path: Path, builtin_path: Path) -> Non
 
 def test_second_server_on_one_database_is_refused(tmp_path: Path, builtin_path: Path) -> None:
     config = settings(tmp_path / "one.db", {"builtin": builtin_path})
-    with ServerThread(config):
-        with pytest.raises(ForewarnError, match="in use by another"):
-            start(config)
+    with ServerThread(config), pytest.raises(ForewarnError, match="in use by another"):
+        start(config)
 
 
 def test_api_keys_constant(monkeypatch: pytest.MonkeyPatch) -> None:

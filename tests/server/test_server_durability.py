@@ -94,7 +94,7 @@ def test_kill_9_loses_no_answered_decision(tmp_path: Path, builtin_path: Path) -
                 last_step[sid] = body["step"]
 
     total_rounds = 0
-    for round_ in range(KILLS):
+    for _ in range(KILLS):
         server = ServerProcess(config).start()
         with httpx.Client(base_url=server.url, headers=auth("agent")) as http:
             while len(sessions) < 4 or rng.random() < 0.3:

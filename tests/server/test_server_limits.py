@@ -139,7 +139,7 @@ def _closed_by_server(sock: socket.socket) -> bool:
         return True  # EOF: the server closed it
     except (ConnectionResetError, BrokenPipeError):
         return True
-    except socket.timeout:
+    except TimeoutError:
         return False
 
 

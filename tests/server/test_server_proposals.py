@@ -150,9 +150,8 @@ def test_only_an_approver_decides(http: httpx.Client, who: str | None) -> None:
 
 def test_a_client_error_names_the_proposal(server: ServerThread, http: httpx.Client) -> None:
     sid = _session(http)
-    with Client(server.url, api_key="test-agent-key-0123456789") as agent:
-        with pytest.raises(ServerError) as caught:
-            agent.attach(sid).observe(RISKY, proposal="p_nope")
+    with Client(server.url, api_key="test-agent-key-0123456789") as agent, pytest.raises(ServerError) as caught:
+        agent.attach(sid).observe(RISKY, proposal="p_nope")
     assert caught.value.status == 404 and caught.value.field == "body.proposal"
 
 

@@ -94,8 +94,8 @@ def test_the_same_idempotency_key_on_two_replicas_is_answered_once(replicas: lis
             key = {"Idempotency-Key": f"k-{i}"}
             body = {"state": STATES[i % len(STATES)]}
             answers: list[bytes] = []
-            threads = [threading.Thread(target=lambda url=url: answers.append(http.post(
-                f"{url}/v1/sessions/{sid}/observe", json=body, headers=key).content)) for url in (first.url, second.url)]
+            threads = [threading.Thread(target=lambda url=url: answers.append(http.post(  # noqa: B023 - joined in this iteration
+                f"{url}/v1/sessions/{sid}/observe", json=body, headers=key).content)) for url in (first.url, second.url)]  # noqa: B023
             for thread in threads:
                 thread.start()
             for thread in threads:

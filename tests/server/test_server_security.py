@@ -8,7 +8,7 @@ import httpx
 import orjson
 import pytest
 
-from _sidecar import ServerThread, auth, egg_state, settings
+from _sidecar import ServerThread, auth, settings
 from _support import CLI
 from forewarn.guard.errors import SpecError
 from forewarn.guard.model import GuardModel, _checksum

@@ -61,7 +61,7 @@ def test_errors_are_the_local_ones(spark: Any, grouped: tuple[Path, Any]) -> Non
 
 
 def test_evaluate_command_on_spark(spark: Any, grouped: tuple[Path, Any], forewarn_here: CLI) -> None:
-    traces, spec = grouped
+    traces, _ = grouped
     from forewarn.domains.tools.spec import SPEC_PATH
 
     common = (traces, "--spec", SPEC_PATH, "--folds", "3", "--group-by", "meta.task", "--theta", "0.2,0.6",

@@ -188,7 +188,7 @@ def test_parquet_with_json_columns_and_row_numbers(spark: Any, toy_spec: Spec, t
 
 
 def test_a_missing_path_and_an_empty_input_are_user_errors(spark: Any, tmp_path: Path, toy_spec: Spec) -> None:
-    with pytest.raises(TraceError, match="nowhere.jsonl: cannot read traces: No such file or directory"):
+    with pytest.raises(TraceError, match=r"nowhere.jsonl: cannot read traces: No such file or directory"):
         spark_counts(spark, [str(tmp_path / "nowhere.jsonl")], toy_spec)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")

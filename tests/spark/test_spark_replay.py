@@ -46,7 +46,7 @@ def test_replay_figures_are_the_local_ones(spark: Any, tools: tuple[Path, Path, 
 
 def test_replay_command_on_spark(spark: Any, tools: tuple[Path, Path, Path], forewarn_here: CLI,
                                  tmp_path: Path) -> None:
-    model, train, heldout = tools
+    model, _, heldout = tools
     local = forewarn_here("replay", heldout, "--model", model, "--theta", "0.2,0.6", "--format", "json")
     assert local.returncode == 0, local.stderr
     on_spark = forewarn_here("replay", heldout, "--model", model, "--theta", "0.2,0.6", "--format", "json",
@@ -62,5 +62,5 @@ def test_replay_command_on_spark(spark: Any, tools: tuple[Path, Path, Path], for
     failed = forewarn_here("replay", bad, "--model", model, "--engine", "spark")
     assert failed.returncode == 2
     assert failed.stderr.strip() == f"error: {bad}:2: steps[0].state: expected a JSON object, got a list"
-    with pytest.raises(TraceError, match="bad.jsonl:2: "):
+    with pytest.raises(TraceError, match=r"bad.jsonl:2: "):
         replay(Guard.load(model), read_runs(bad), THETAS)
