@@ -206,13 +206,14 @@ def project(node: Any, trie: dict[str, Any] | None) -> Any:
     return out
 
 
-def _compile_function(lines: list[str], name: str, scope: dict[str, Any]) -> Any:
+def _compile_function(lines: list[str], name: str, scope: dict[str, Any]) -> Callable[..., Any] | None:
     """Define a generated function (None when it cannot be, e.g. nested too deeply)."""
     try:
         exec(compile("\n".join(lines), f"<forewarn {name}>", "exec"), scope)
     except (SyntaxError, RecursionError, MemoryError):
         return None
-    return scope[name]
+    function: Callable[..., Any] = scope[name]
+    return function
 
 
 def compile_key(trie: dict[str, Any] | None) -> Callable[[Any], tuple[Any, ...] | None] | None:

@@ -100,14 +100,21 @@ def learn_memory_dtmc(counts: TransitionCounts, paths: Mapping[tuple[int, ...], 
     rows, cols, probs, ns, xs = [], [], [], [], []
     for i in range(len(states)):
         if unsafe[i] or i == end:
-            rows.append(i), cols.append(i), probs.append(1.0), ns.append(0.0), xs.append(0.0)
+            rows.append(i)
+            cols.append(i)
+            probs.append(1.0)
+            ns.append(0.0)
+            xs.append(0.0)
             continue
         targets = sorted(set(prior[i]) | set(seen[i]))
         weights = [seen[i].get(t, 0.0) + beta * prior[i].get(t, 0.0) for t in targets]
         whole = sum(weights)
         for t, w in zip(targets, weights):
-            rows.append(i), cols.append(t), probs.append(w / whole)
-            ns.append(seen[i].get(t, 0.0)), xs.append(beta * prior[i].get(t, 0.0))
+            rows.append(i)
+            cols.append(t)
+            probs.append(w / whole)
+            ns.append(seen[i].get(t, 0.0))
+            xs.append(beta * prior[i].get(t, 0.0))
     n = len(states)
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(np.asarray(rows, dtype=np.int64), minlength=n), out=indptr[1:])
@@ -136,8 +143,13 @@ def _choose_beta(paths: Mapping[tuple[int, ...], int], predicates: PredicateSet,
         for (a, b), c in transitions.items():
             i = index[a]
             t = end if b == END else index[b]
-            n_st.append(seen[i][t]), c_st.append(c), n_s.append(totals[i]), c_s.append(out_of[i])
-            pi.append(prior[i].get(t, 0.0)), z.append(mass[i]), w.append(weight)
+            n_st.append(seen[i][t])
+            c_st.append(c)
+            n_s.append(totals[i])
+            c_s.append(out_of[i])
+            pi.append(prior[i].get(t, 0.0))
+            z.append(mass[i])
+            w.append(weight)
     a_nst, a_cst, a_ns, a_cs, a_pi, a_z, a_w = (np.asarray(x, dtype=float) for x in (n_st, c_st, n_s, c_s, pi, z, w))
     steps = float((a_w * a_cst).sum()) or 1.0
     scores = []

@@ -308,7 +308,7 @@ def _degenerate(model: GuardModel) -> list[str]:
     """Warnings for a spec or data that make the model say nothing useful."""
     from forewarn.guard.predicates import PredicateSet
 
-    found = []
+    found: list[str] = []
     try:
         predicates = PredicateSet(model.spec)
     except ForewarnError:
@@ -327,7 +327,7 @@ def _print_bundle_summary(bundle: GuardBundle, output: Path, format: Format) -> 
     small = sorted(g for g in bundle.group_runs if g not in bundle.members)
     members = [{"group": g, **{k: v for k, v in _summary(m, output).items() if k in _MEMBER_KEYS}}
                for g, m in sorted(bundle.members.items())]
-    summary = {"bundle": str(output), "group_by": bundle.group_by, "min_group_runs": bundle.min_group_runs,
+    summary: dict[str, Any] = {"bundle": str(output), "group_by": bundle.group_by, "min_group_runs": bundle.min_group_runs,
                "groups": len(bundle.group_runs), "members": len(bundle.members), "small_groups": len(small),
                "runs_without_group": bundle.runs_without_group,
                "pooled": {k: v for k, v in _summary(bundle.pooled, output).items() if k != "pac_worst"},
@@ -470,8 +470,8 @@ def check(
     if format is Format.json:
         documents = {name: {"property": outcomes[0][1].formula, "method": outcomes[0][1].method.value,
                             "properties": [{"name": n, "formula": o.formula} for n, o in outcomes],
-                            "intervals": None if members[name].intervals is None
-                            else members[name].intervals.to_document(),
+                            "intervals": None if (intervals := members[name].intervals) is None
+                            else intervals.to_document(),
                             "pac": _pac_document(members[name]), "states": rows}
                      for name, (outcomes, rows) in checked.items()}
         print_json(documents[None] if None in documents else {"bundle": str(model), "members": documents})

@@ -59,8 +59,12 @@ def choose_alpha(counts: TransitionCounts, paths: Mapping[tuple[int, ...], int],
         for (a, b), c in transitions.items():
             i = index[a]
             j = end if b == END else index[b]
-            n_ij.append(lookup[i, j]), c_ij.append(c), n_i.append(total[i]), c_i.append(out_of[i])
-            k_i.append(k[i]), weight.append(w)
+            n_ij.append(lookup[i, j])
+            c_ij.append(c)
+            n_i.append(total[i])
+            c_i.append(out_of[i])
+            k_i.append(k[i])
+            weight.append(w)
     arrays = [np.asarray(x, dtype=float) for x in (n_ij, c_ij, n_i, c_i, k_i, weight)]
     nij, cij, ni, ci, ki, wt = arrays
     steps = float((wt * cij).sum()) or 1.0

@@ -177,7 +177,7 @@ class LearnedDTMC:
         """Per state and monitor, whether the monitor is in ``viol`` (shape n × monitors)."""
         if self.monitor_states is None:
             return np.zeros((self.size, 0), dtype=bool)
-        out = self.monitor_states == -1
+        out: np.ndarray = self.monitor_states == -1
         out[self.end_index] = False
         return out
 

@@ -487,12 +487,12 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
     p = doc.pac
     tight = None
     if p.tight is not None:
-        t = p.tight
-        tight = TightPAC(t.satisfied, math.inf if t.worst_bound is None else t.worst_bound, t.runs_factor,
-                         list(t.limiting), [TightStatePAC(e.state, math.inf if e.bound is None else e.bound,
-                                                          e.required, e.satisfied) for e in t.states],
-                         math.inf if t.initial_bound is None else t.initial_bound, t.initial_satisfied,
-                         t.initial_runs_factor, list(t.initial_limiting))
+        tp = p.tight
+        tight = TightPAC(tp.satisfied, math.inf if tp.worst_bound is None else tp.worst_bound, tp.runs_factor,
+                         list(tp.limiting), [TightStatePAC(e.state, math.inf if e.bound is None else e.bound,
+                                                          e.required, e.satisfied) for e in tp.states],
+                         math.inf if tp.initial_bound is None else tp.initial_bound, tp.initial_satisfied,
+                         tp.initial_runs_factor, list(tp.initial_limiting))
     pac = PACReport(epsilon=p.epsilon, delta=p.delta, delta_per_state=p.delta_per_state,
                     amplification=math.inf if p.amplification is None else p.amplification,
                     states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states], tight=tight)
@@ -502,10 +502,10 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
         if not 0 <= p.chain_states <= n:
             raise bad(f"pac.chain_states: {p.chain_states} is not between 0 and the model's {n} states")
         valuations = [[False] * width for _ in range(p.chain_states)]
-        for entry in p.states:
-            if not 0 <= entry.state < p.chain_states or entry.valuation is None:
-                raise bad(f"pac: state {entry.state} is out of range or lacks its valuation")
-            valuations[entry.state] = entry.valuation
+        for pac_entry in p.states:
+            if not 0 <= pac_entry.state < p.chain_states or pac_entry.valuation is None:
+                raise bad(f"pac: state {pac_entry.state} is out of range or lacks its valuation")
+            valuations[pac_entry.state] = pac_entry.valuation
     return dtmc, properties, pac, dict(doc.provenance), valuations
 
 

@@ -167,13 +167,14 @@ def _smoothing_shift(dtmc: LearnedDTMC) -> np.ndarray:
 def _system(dtmc: LearnedDTMC, transient: np.ndarray) -> sp.csr_matrix:
     """I − Q, Q the learned chain restricted to its transient (non-absorbing) states."""
     q = dtmc.matrix[transient][:, transient]
-    return (sp.identity(transient.size, format="csr") - q.tocsr()).tocsr()
+    system: sp.csr_matrix = (sp.identity(transient.size, format="csr") - q.tocsr()).tocsr()
+    return system
 
 
 def _solve(system: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray | None:
     """x with (I − Q) x = rhs ≥ 0, i.e. x = (I − Q)⁻¹ rhs; ``None`` if I − Q is singular
     (some states never absorb) or the solution is not a finite non-negative vector."""
-    solution = None
+    solution: np.ndarray | None = None
     with warnings.catch_warnings():
         # a singular system means some states never absorb (B = ∞), which the checks below
         # report; scipy's warnings must not decide it (they raise under -W error)
@@ -193,7 +194,8 @@ def _solve(system: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray | None:
     solution = np.atleast_1d(solution)
     if not np.all(np.isfinite(solution)) or np.any(solution < -1e-9):
         return None
-    return np.maximum(solution, 0.0)
+    nonnegative: np.ndarray = np.maximum(solution, 0.0)
+    return nonnegative
 
 
 def pac_report(dtmc: LearnedDTMC, *, epsilon: float, delta: float) -> PACReport:
@@ -331,7 +333,8 @@ def _jump_chain(dtmc: LearnedDTMC) -> LearnedDTMC:
 
 def _bernstein(n: np.ndarray, log_term: float, variance: np.ndarray) -> np.ndarray:
     """Bernstein's radius for a mean of n terms in [0, 1] of variance at most ``variance``, at δ'."""
-    return (log_term / 3 + np.sqrt(log_term**2 / 9 + 2 * n * log_term * variance)) / n
+    radius: np.ndarray = (log_term / 3 + np.sqrt(log_term**2 / 9 + 2 * n * log_term * variance)) / n
+    return radius
 
 
 def _variance_bound(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

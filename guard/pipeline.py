@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, UTC
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -81,7 +81,7 @@ def transition_rule(spec: Spec, predicates: PredicateSet,
         except ValueError as exc:
             raise spec.error(f"valid_transitions.function: {exc}", "valid_transitions", "function") from exc
     if domain_rule is not None:
-        domain_rule = _reported(domain_rule, vt.function or getattr(domain_rule, "__name__", "the transition rule"))
+        domain_rule = _reported(domain_rule, vt.function or str(getattr(domain_rule, "__name__", "the transition rule")))
     irreversible = 0
     for name in vt.irreversible:
         irreversible |= 1 << predicates.names.index(name)
@@ -262,7 +262,7 @@ def learning_bounds(spec: Spec, epsilon: float | None, delta: float | None) -> t
 
 
 def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: PredicateSet, monitors: Sequence[Any], *,
-                      alpha: float | None = None, method: Method = Method.SOUND, precision: float = 1e-6,
+                      alpha: float | Literal["auto"] | None = None, method: Method = Method.SOUND, precision: float = 1e-6,
                       epsilon: float | None = None, delta: float | None = None,
                       valid_transition: ValidTransitionRule | None = None,
                       inputs: list[dict[str, Any]] | None = None, learn_seconds: float = 0.0,

@@ -268,7 +268,7 @@ class PredicateSet:
         if leaves.reads_state:
             context.update(project(root, leaves.state_trie))
         try:
-            values: list[bool] = leaves.program.execute(context)
+            values: list[Any] = leaves.program.execute(context)  # CEL may return any value: checked below
         except Exception:  # report it as the original expressions would
             return None
         for value in values:

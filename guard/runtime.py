@@ -269,6 +269,10 @@ class Guard:
         visits = None if index is None else self._visits[index]
         policy = self.policy
         upper_end = policy.act_on == "upper"
+        lower: float | None
+        upper: float | None
+        ci_low: float | None
+        ci_high: float | None
         values = []
         for k, (definition, formula, column, lower_col, upper_col, low_col, high_col) in enumerate(self._columns):
             if index is None:  # unsafe but never observed: a violation has happened

@@ -186,13 +186,13 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
                                      pv.hits[t].get(key, 0), pv.weight))
             if not rows:
                 continue
-            s_, n_, k_, v, h, w = (np.asarray(c, dtype=float) for c in zip(*rows))
+            s_, n_, k_, v_, h, w = (np.asarray(c, dtype=float) for c in zip(*rows))
             p_ = fitted.values[properties[t]][s_.astype(np.int64)]
             for g, kappa in enumerate(grid):
                 pred = _blend(k_, n_, p_, kappa)
-                sums[t][g] += float((w * (v * pred * pred - 2 * pred * h + h)).sum())
+                sums[t][g] += float((w * (v_ * pred * pred - 2 * pred * h + h)).sum())
             if t == 0:
-                scored += float((w * v).sum())
+                scored += float((w * v_).sum())
     out = []
     for total in sums:
         scores = (total / max(scored, 1.0)).tolist()

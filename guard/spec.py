@@ -9,7 +9,7 @@ import keyword
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -411,7 +411,8 @@ class _SpecLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-_SpecLoader.add_constructor("tag:yaml.org,2002:map", _SpecLoader.construct_yaml_map)
+# types-PyYAML types a constructor as a method of a Loader; construct_yaml_map is SafeConstructor's
+_SpecLoader.add_constructor("tag:yaml.org,2002:map", _SpecLoader.construct_yaml_map)  # type: ignore[type-var]
 
 
 def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
@@ -447,6 +448,14 @@ def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
 _MAX_YAML_DEPTH = 64
 
 
+class _Mark(Protocol):  # yaml.Mark or the C parser's mark
+    line: int
+
+
+def _line(mark: _Mark | None) -> int | None:
+    return None if mark is None else mark.line + 1
+
+
 def _check_yaml_shape(text: str, source: str) -> None:
     """Refuse, from the event stream (no recursion, no tree built), YAML that would take the loader
     unbounded time or memory: aliases (a few lines can expand into billions of nodes) and deep
@@ -455,12 +464,12 @@ def _check_yaml_shape(text: str, source: str) -> None:
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent):
             raise SpecError("YAML aliases (*name) are not allowed in a spec; write the value out",
-                            source=source, line=event.start_mark.line + 1)
+                            source=source, line=_line(event.start_mark))
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > _MAX_YAML_DEPTH:
                 raise SpecError(f"YAML is nested deeper than {_MAX_YAML_DEPTH} levels", source=source,
-                                line=event.start_mark.line + 1)
+                                line=_line(event.start_mark))
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
 

@@ -18,6 +18,8 @@ import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from forewarn.guard.errors import ThresholdWarning
 from forewarn.guard.spec import Action, Meaning, Trigger
 
@@ -56,7 +58,7 @@ def initial_crossings(model: GuardModel, policy: Policy) -> list[str]:
     if policy.trigger is Trigger.INCREASE:
         return []
     dtmc = model.dtmc
-    violated = dtmc.violations.any(axis=1)
+    violated = np.any(dtmc.violations, axis=1)
     starts = [(i, n) for i, n in dtmc.initial.items() if not dtmc.unsafe[i] and not violated[i]]
     runs = sum(n for _, n in starts)
     lines = []
