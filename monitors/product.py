@@ -105,8 +105,10 @@ def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor], *,
         before = len(keys)
         dst = np.full(len(targets), -1, dtype=np.int64)  # -1: end, numbered last
         dst[inner] = add(packer.pack(targets[inner], next_q))
-        edge_src.append(np.repeat(src, lengths)), edge_dst.append(dst)
-        edge_p.append(matrix.data[positions]), edge_n.append(counts.data[positions])
+        edge_src.append(np.repeat(src, lengths))
+        edge_dst.append(dst)
+        edge_p.append(matrix.data[positions])
+        edge_n.append(counts.data[positions])
         if chain.pseudo is not None:
             edge_x.append(chain.pseudo.data[positions])
         frontier = np.arange(before, len(keys), dtype=np.int64)
@@ -172,7 +174,8 @@ class _Packer:
                                        f"({self.span:,} monitor-state combinations)")
 
     def pack(self, chain_states: np.ndarray, q: np.ndarray) -> np.ndarray:
-        return chain_states * self.span + ((q + 1) * self.multipliers).sum(axis=1)
+        packed: np.ndarray = chain_states * self.span + ((q + 1) * self.multipliers).sum(axis=1)
+        return packed
 
     def unpack(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         code = keys % self.span

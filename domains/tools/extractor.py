@@ -351,17 +351,17 @@ class ToolStateExtractor:
             recipients = _recipients(step, fields["to"]) + (_recipients(step, fields["cc"]) if "cc" in fields else [])
             if not recipients:
                 raise ExtractionError(step.name, step.args, "an e-mail needs at least one recipient")
-            outside = []
+            outbound: list[str] = []
             for address in recipients:
                 domain = email_domain(address)
                 if domain is None:
                     raise ExtractionError(step.name, step.args,
                                           f"recipient {address!r} is not an e-mail address")
                 if not is_internal_address(domain, self.internal_domains):
-                    outside.append(_bare(address))
+                    outbound.append(_bare(address))
             body = fields.get("body")
-            facts = _Facts(kind, effective, destinations=tuple(outside),
-                           carries_secret=bool(outside) and isinstance(body, str) and has_secret(body))
+            facts = _Facts(kind, effective, destinations=tuple(outbound),
+                           carries_secret=bool(outbound) and isinstance(body, str) and has_secret(body))
         elif kind is ToolKind.PAYMENT:
             amount = parse_amount(fields["amount"])
             if amount is None or amount < 0:
