@@ -29,7 +29,7 @@ from forewarn.guard.bundle import GuardBundle, parse_model_or_bundle
 from forewarn.guard.bundle_guard import BundleGuard
 from forewarn.guard.model import GuardModel
 from forewarn.guard.runtime import Guard
-from forewarn.server.storage import Storage
+from forewarn.server.storage import StorageBase
 
 __all__ = ["LoadRules", "LoadedModel", "ModelRegistry", "UnknownModel", "parse_model", "read_model"]
 
@@ -195,7 +195,7 @@ def _parse(raw: bytes, source: str, rules: LoadRules) -> tuple[GuardModel, Guard
 class ModelRegistry:
     """Name → current version, and every version loaded so far. Used on the event loop thread."""
 
-    def __init__(self, storage: Storage, rules: LoadRules | None = None) -> None:
+    def __init__(self, storage: StorageBase, rules: LoadRules | None = None) -> None:
         self._storage = storage
         self.rules = rules or LoadRules()
         self._versions: dict[str, LoadedModel] = {}

@@ -18,7 +18,7 @@ import orjson
 from forewarn.guard.policy import Policy
 from forewarn.guard.runtime import MonitorStates, Session
 from forewarn.server.models_registry import LoadedModel, ModelRegistry
-from forewarn.server.storage import Storage
+from forewarn.server.storage import StorageBase
 
 __all__ = ["LiveSession", "SessionManager", "SessionNotFound", "effective_policy"]
 
@@ -62,7 +62,7 @@ def make_session(loaded: LoadedModel, overrides: dict[str, Any] | None,
 class SessionManager:
     """Live sessions, least recently used first; at most ``capacity`` of them stay in memory."""
 
-    def __init__(self, storage: Storage, registry: ModelRegistry, capacity: int) -> None:
+    def __init__(self, storage: StorageBase, registry: ModelRegistry, capacity: int) -> None:
         self._storage = storage
         self._registry = registry
         self._capacity = capacity

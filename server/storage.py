@@ -52,7 +52,7 @@ CHANNEL_APPROVALS = "forewarn_approvals"  # payload: resolved approval ids, comm
 CHANNEL_MODELS = "forewarn_models"        # payload: the model name whose current version changed
 CHANNEL_SESSIONS = "forewarn_sessions"    # payload: a session closed or migrated: drop it from caches
 T = TypeVar("T")
-Job = Callable[[sqlite3.Connection], Any]
+Job = Callable[["_SqliteConn"], Any]  # PostgreSQL's adapter offers the same connection interface
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -405,12 +405,27 @@ class StorageBase:
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError
 
-    def _one(self, sql: str, params: tuple[Any, ...]) -> Any:
+    def _one(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Row | None:
         rows = self._all(sql, params)
         return rows[0] if rows else None
 
     def _count(self, sql: str, params: tuple[Any, ...]) -> int:
         return int(self._all(sql, params)[0][0])
+
+    # -- what each backend implements ------------------------------------------------------
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def writer_alive(self) -> bool:
+        raise NotImplementedError
+
+    def write(self, fn: Callable[[_SqliteConn], T]) -> asyncio.Future[T]:
+        raise NotImplementedError
+
+    def write_sync(self, fn: Callable[[_SqliteConn], T]) -> T:
+        raise NotImplementedError
 
     # -- write jobs (run in the writer thread) -------------------------------------------
 
@@ -421,7 +436,7 @@ class StorageBase:
         if entry is None:
             return job
 
-        def both(conn: sqlite3.Connection) -> Any:
+        def both(conn: _SqliteConn) -> Any:
             result = job(conn)
             conn.execute("INSERT INTO idempotency VALUES (?,?,?,?,?,?)", entry)
             return result
@@ -448,7 +463,7 @@ class StorageBase:
 
     @staticmethod
     def insert_session(row: tuple[Any, ...]) -> Job:
-        def job(conn: sqlite3.Connection) -> None:
+        def job(conn: _SqliteConn) -> None:
             conn.execute("INSERT INTO sessions (id, model_name, model_version, policy, metadata, created_at,"
                          " created_by, tenant) VALUES (?,?,?,?,?,?,?,?)", row)
         return job
@@ -456,7 +471,7 @@ class StorageBase:
     @staticmethod
     def close_session(session_id: str, at: float, by: str) -> Job:
         """Close an open session and cancel its pending approvals; returns their ids."""
-        def job(conn: sqlite3.Connection) -> list[str]:
+        def job(conn: _SqliteConn) -> list[str]:
             conn.execute("UPDATE sessions SET closed_at=?, closed_by=? WHERE id=? AND closed_at IS NULL",
                          (at, by, session_id))
             ids = [r[0] for r in conn.execute(
@@ -475,7 +490,7 @@ class StorageBase:
                          remember: tuple[Any, ...] | None = None) -> Job:
         """Resolve a pending approval; returns False when it was not pending (or does not exist).
         ``remember``: an idempotency row, committed only if this call resolved it."""
-        def job(conn: sqlite3.Connection) -> bool:
+        def job(conn: _SqliteConn) -> bool:
             cursor = conn.execute("UPDATE approvals SET status=?, resolved_at=?, resolved_by=?, reason=?"
                                   " WHERE id=? AND status='pending'", (status, at, by, reason, approval_id))
             changed = cursor.rowcount == 1
@@ -488,7 +503,7 @@ class StorageBase:
 
     @staticmethod
     def put_model(name: str, version: str, source: str, document: bytes, by: str, *, current: bool) -> Job:
-        def job(conn: sqlite3.Connection) -> None:
+        def job(conn: _SqliteConn) -> None:
             now = time.time()
             conn.execute("INSERT INTO model_versions VALUES (?,?,?,?,?,?) ON CONFLICT (version) DO NOTHING",
                          (version, name, source, document, now, by))
@@ -501,7 +516,7 @@ class StorageBase:
     @staticmethod
     def forget_idempotency(before: float) -> Job:
         """Drop the answers to idempotent writes older than ``before`` (a retry comes within seconds)."""
-        def job(conn: sqlite3.Connection) -> int:
+        def job(conn: _SqliteConn) -> int:
             return int(conn.execute("DELETE FROM idempotency WHERE at < ?", (before,)).rowcount)
         return job
 
@@ -509,7 +524,7 @@ class StorageBase:
     def migrate_sessions(name: str, version: str, ids: Iterable[str]) -> Job:
         ids = list(ids)
 
-        def job(conn: sqlite3.Connection) -> None:
+        def job(conn: _SqliteConn) -> None:
             conn.executemany("UPDATE sessions SET model_version=? WHERE id=? AND model_name=?",
                              [(version, i, name) for i in ids])
             for i in ids:  # replicas holding them reload them on their new version
@@ -551,7 +566,7 @@ class StorageBase:
 
     def history(self, session_id: str) -> list[tuple[int, int, str | None, str | None, float | None]]:
         """(step, abstract, monitors, action_in, t) of every committed step, in order."""
-        return self._all(  # type: ignore[return-value]
+        return self._all(
             "SELECT step, abstract, monitors, action_in, t FROM decisions WHERE session_id=? ORDER BY step",
             (session_id,))
 
@@ -601,7 +616,7 @@ class StorageBase:
         def job(conn: Any) -> bool:
             cursor = conn.execute("UPDATE proposals SET status=?, resolved_at=?, resolved_by=?, reason=?, edited=?"
                                   " WHERE id=? AND status='pending'", (status, at, by, reason, edited, proposal_id))
-            changed = cursor.rowcount == 1
+            changed: bool = cursor.rowcount == 1
             if changed:
                 conn.notify(CHANNEL_APPROVALS, proposal_id)  # wakes its waiters on every replica
             return changed
@@ -746,13 +761,13 @@ class Storage(StorageBase):
         """Group commits so far (each may hold many writes)."""
         return self._writer.commits
 
-    def write(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+    def write(self, fn: Callable[[_SqliteConn], T]) -> asyncio.Future[T]:
         """Run ``fn`` in the writer's next transaction; the future resolves once it is committed."""
         if self.closed:
             raise StorageError("the database is closed")
         return self._writer.submit(fn)
 
-    def write_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def write_sync(self, fn: Callable[[_SqliteConn], T]) -> T:
         """Blocking :meth:`write`, for start-up and tools (never while the event loop serves)."""
         if self.closed:
             raise StorageError("the database is closed")

@@ -202,7 +202,7 @@ class PgStorage(StorageBase):
                 # replicas starting together: one creates the tables, the others wait for it; and no DDL
                 # once they exist (CREATE INDEX IF NOT EXISTS still locks its table: it would stall, even
                 # deadlock, the steps of running replicas)
-                if conn.execute("SELECT to_regclass('meta') IS NULL").fetchone()[0]:
+                if conn.execute("SELECT to_regclass('meta') IS NULL").fetchone() == (True,):
                     conn.execute("SELECT pg_advisory_xact_lock(7461636)")
                     conn.execute(_SCHEMA)
                 row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
