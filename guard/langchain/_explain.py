@@ -9,12 +9,26 @@ from __future__ import annotations
 import json
 import re
 import string
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from forewarn.guard.runtime import Decision, Guard
+from forewarn.guard.runtime import Decision
 from forewarn.guard.spec import Action
 
+if TYPE_CHECKING:
+    from forewarn.guard.model import GuardModel
+    from forewarn.guard.policy import Policy
+
 __all__ = ["describe_call", "consequence", "held_back", "stopped_before", "approval_request", "after_call"]
+
+
+class Explained(Protocol):
+    """What the words read of a guard: a Guard, a BundleGuard or a RemoteGuard."""
+
+    @property
+    def model(self) -> GuardModel: ...
+
+    @property
+    def policy(self) -> Policy: ...
 
 
 def describe_call(name: str, args: Any) -> str:
@@ -27,7 +41,7 @@ def describe_call(name: str, args: Any) -> str:
     return f"`{name}` with arguments {shown}"
 
 
-def _state_words(guard: Guard, decision: Decision) -> str:
+def _state_words(guard: Explained, decision: Decision) -> str:
     spec = guard.model.spec
     holding = []
     for name, value in decision.abstract_state.items():
@@ -37,7 +51,7 @@ def _state_words(guard: Guard, decision: Decision) -> str:
     return "; ".join(holding) if holding else "none of the watched conditions holds"
 
 
-def avoid_words(guard: Guard) -> str:
+def avoid_words(guard: Explained) -> str:
     """What the spec's unsafe condition means, in the predicates' own words (no CEL)."""
     spec = guard.model.spec
     unsafe = spec.unsafe or ""
@@ -48,7 +62,7 @@ def avoid_words(guard: Guard) -> str:
     return "; or ".join(words)
 
 
-def consequence(guard: Guard, decision: Decision, *, subject: str = "Running it", past: bool = False,
+def consequence(guard: Explained, decision: Decision, *, subject: str = "Running it", past: bool = False,
                 formula: bool = False) -> str:
     """What the guard predicts, in words: state, what to avoid, probability and threshold; the
     raw CEL condition and PCTL property only with ``formula``."""
@@ -102,7 +116,7 @@ that would hold), ``{threshold}``, and only where a template asks for them ``{fo
 property) and ``{unsafe}`` (the raw CEL condition)."""
 
 
-def held_back(guard: Guard, decision: Decision, name: str, args: Any, template: str | None = None) -> str:
+def held_back(guard: Explained, decision: Decision, name: str, args: Any, template: str | None = None) -> str:
     """The risk alert the model gets in place of a call's result (reflect), from ``template``."""
     spec = guard.model.spec
     fields = {"call": describe_call(name, args), "tool": name, "consequence": consequence(guard, decision),
@@ -121,19 +135,19 @@ def check_template(template: str) -> None:
             raise ValueError(f"reflection_template: unknown field {{{field}}}; known: {sorted(known)}")
 
 
-def stopped_before(guard: Guard, decision: Decision, name: str, args: Any) -> str:
+def stopped_before(guard: Explained, decision: Decision, name: str, args: Any) -> str:
     """The final message of a run the guard stopped before a call."""
     return (f"Forewarn stopped this run before {describe_call(name, args)} could run; it was not executed. "
             f"{consequence(guard, decision)}")
 
 
-def approval_request(guard: Guard, decision: Decision, name: str, args: Any) -> str:
+def approval_request(guard: Explained, decision: Decision, name: str, args: Any) -> str:
     """What a human reviewer reads before approving, editing or rejecting a call."""
     return (f"Forewarn asks for approval of {describe_call(name, args)}. "
             f"{consequence(guard, decision, formula=True)}")
 
 
-def after_call(guard: Guard, decision: Decision) -> str:
+def after_call(guard: Explained, decision: Decision) -> str:
     """The alert appended to a tool's result when the state it led to is risky."""
     if decision.action is Action.STOP:
         return f"[Forewarn] {consequence(guard, decision, subject='This call', past=True)} The run stops here."

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse, ToolCallRequest
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
 from langgraph.config import get_config
 from langgraph.types import Command, interrupt
 
@@ -300,7 +300,9 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         return self._look_ahead(messages, await handler(request))
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
-        names = [t if isinstance(t, str) else getattr(t, "name", None) for t in request.tools or ()]
+        # langchain types the tools BaseTool | dict; a bare name is tolerated all the same
+        names = [t if isinstance(t, str) else getattr(t, "name", None)  # type: ignore[unreachable]
+                 for t in request.tools or ()]
         if any(n is not None and n not in self._warned and not self.knows(n) for n in names):
             self.warn_unknown([n for n in names if n is not None], stacklevel=4)
 
@@ -383,13 +385,14 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                                          "approved"))
             return request, review
         name = review.name or call["name"]
-        edited = {**call, "name": name, "args": review.args or {}}
+        edited: ToolCall = {**call, "name": name, "args": review.args or {}}
         tool = request.tool if name == call["name"] else next(t for t in request.runtime.tools if t.name == name)
         step = ToolStep(name, edited["args"], CallStatus.PROPOSED, id=call.get("id"), approved=True)
         with self._lock:
             self._extract(run._transcripts.transcript(request.state["messages"]).then(step), step)  # readable?
             run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN, "edited"))
-        return request.override(tool_call=edited, tool=tool), review
+        # langgraph's override() types `tool` as BaseTool though the request's own field may be None
+        return request.override(tool_call=edited, tool=tool), review  # type: ignore[arg-type]
 
     def _ask(self, request: ToolCallRequest, payload: dict[str, Any]) -> Review:
         """Interrupt until the answer is one Forewarn can act on: a mistyped answer (``{"type":
