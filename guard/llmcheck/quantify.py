@@ -52,7 +52,7 @@ class Quantification:
                                       "(letters, digits, underscores; not starting with a digit)")
 
     def __call__(self, text: str) -> int:
-        value = self.function(text)
+        value: object = self.function(text)  # a plug-in's function may return anything
         if isinstance(value, (bool, int)):
             return int(value)
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
