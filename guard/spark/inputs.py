@@ -35,7 +35,7 @@ def list_inputs(spark: SparkSession, paths: list[str]) -> list[SparkInput]:
     Raises:
         TraceError: a path that does not exist, or a directory without trace files.
     """
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm  # py4j's gateway: untyped
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     out: list[SparkInput] = []
     for given in paths:

@@ -17,7 +17,7 @@ import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
 import orjson
@@ -66,8 +66,8 @@ def map_runs(spark: SparkSession, source: DataFrame | Sequence[str], process: Pr
     """
     def gather(rdd: Any) -> list[tuple[Any, Any]]:
         if sum_by_key:  # one partition per core: the records are few (one per distinct key)
-            return rdd.reduceByKey(operator.add, max(1, spark.sparkContext.defaultParallelism)).collect()
-        return rdd.collect()
+            return list(rdd.reduceByKey(operator.add, max(1, spark.sparkContext.defaultParallelism)).collect())
+        return list(rdd.collect())
 
     if isinstance(source, (str, bytes)) or not hasattr(source, "rdd"):
         inputs = list_inputs(spark, [str(p) for p in source])
@@ -80,7 +80,7 @@ def map_runs(spark: SparkSession, source: DataFrame | Sequence[str], process: Pr
         return records, [{"path": i.name, "sha256": None, "bytes": i.size} for i in inputs]
     reading = _Reading(process, period, ())
     rdd = source.rdd.mapPartitionsWithIndex(partial(_dataframe_partition, reading=reading,
-                                                    columns=tuple(source.columns)))
+                                                    columns=tuple(cast("DataFrame", source).columns)))
     return gather(rdd), [{"dataframe": True, "partitions": rdd.getNumPartitions()}]
 
 
@@ -109,7 +109,8 @@ class _max_split:
     """Set ``spark.sql.files.maxPartitionBytes`` (and the open cost) for a block, then restore."""
 
     def __init__(self, spark: SparkSession, size: int | None) -> None:
-        self.conf, self.size, self.saved = spark.conf, size, {}
+        self.conf, self.size = spark.conf, size
+        self.saved: dict[str, str | None] = {}
 
     def __enter__(self) -> None:
         if self.size is None:

@@ -51,11 +51,10 @@ def replay_spark(source: DataFrame | Sequence[str], guard: Guard | BundleGuard, 
     from forewarn.guard.bundle_guard import BundleGuard
 
     session = spark or spark_session()
-    bundle = isinstance(guard, BundleGuard)
-    document = guard.bundle.to_document() if bundle else guard.model.to_document()
+    document = guard.bundle.to_document() if isinstance(guard, BundleGuard) else guard.model.to_document()
     model = session.sparkContext.broadcast(orjson.dumps(document))
     try:  # a bundle's own policy override (None: each member's spec), as its members use it
-        replayer = _Replayer(model, guard._policy if bundle else guard.policy, python_predicates,
+        replayer = _Replayer(model, guard._policy if isinstance(guard, BundleGuard) else guard.policy, python_predicates,
                              guard.predicates.allow_python)
         records, _ = map_runs(session, source, replayer, period=period, split_bytes=split_bytes, sum_by_key=False)
     finally:
