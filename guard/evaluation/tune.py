@@ -238,7 +238,7 @@ def write_thresholds(text: str, thresholds: Thresholds, *, source: str = "<spec>
     if node is None:  # a new entry right under `guard:`, indented as its other keys
         first = guard.value[0][0].start_mark
         start = text.rfind("\n", 0, first.index) + 1
-        indent = first.column
+        indent: int = first.column
         return text[:start] + " " * indent + f"thresholds: {flow}\n" + text[start:]
     if not isinstance(node, yaml.MappingNode) or node.flow_style or not node.value:
         return text[:node.start_mark.index] + flow + text[node.end_mark.index:]
