@@ -104,7 +104,7 @@ def _policy_json(policy: Policy | Mapping[str, Any] | None) -> dict[str, Any] | 
     if policy is None:
         return None
     if isinstance(policy, Policy):
-        out = {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
+        out: dict[str, Any] = {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
                "act_on": policy.act_on, "min_visits": policy.min_visits}
         if policy.trigger is not None:
             out |= {"trigger": policy.trigger.value, "min_increase": policy.min_increase}

@@ -61,7 +61,8 @@ class _PropertyValue(Protocol):
 
 
 class _Decision(Protocol):
-    action: str
+    @property
+    def action(self) -> str: ...
 
 
 class _Session(Protocol):

@@ -34,8 +34,11 @@ _SECONDS = {"find": 4.0, "pick": 2.0, "put": 2.0, "open": 1.5, "close": 1.5, "tu
 
 
 class _Decision(Protocol):
-    action: str
-    message: str
+    @property
+    def action(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
 
 
 class _Session(Protocol):
