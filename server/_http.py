@@ -256,10 +256,11 @@ class AuthFirst:
 
     def _check(self, scope: Scope) -> Response | None:
         handlers = self.handlers()
+        api_error: Callable[[ApiError], Response] = handlers["api_error"]
         try:
             state = handlers["state"]()
         except ApiError as exc:
-            return handlers["api_error"](exc)
+            return api_error(exc)
         authorization = None
         for name, value in scope["headers"]:
             if name == b"authorization":
@@ -267,12 +268,12 @@ class AuthFirst:
                 break
         principal = state.auth.principal(authorization)
         if principal is None:
-            return handlers["api_error"](ApiError(
+            return api_error(ApiError(
                 401, "unauthorized", "a valid API key is required: 'Authorization: Bearer KEY'",
                 field="header.authorization", headers={"WWW-Authenticate": "Bearer"}))
         if self.rate is not None and not self._take(principal.name):
-            return handlers["api_error"](ApiError(429, "rate_limited", f"more than {self.rate:g} requests a "
-                                                  "second from this key", headers={"Retry-After": "1"}))
+            return api_error(ApiError(429, "rate_limited", f"more than {self.rate:g} requests a "
+                                      "second from this key", headers={"Retry-After": "1"}))
         return None
 
     def _take(self, who: str) -> bool:
