@@ -25,7 +25,8 @@ from forewarn.guard.model import CheckedProperty, GuardModel
 from forewarn.guard.pac import pac_report
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of
-from forewarn.monitors import build_monitors, build_product
+from forewarn.guard.monitoring import build_monitors
+from forewarn.monitors import build_product
 from forewarn.monitors.product import ProductTooLargeError
 
 SPEC = """\

@@ -28,7 +28,7 @@ from forewarn.guard._cli import (
 )
 from forewarn.guard.errors import ForewarnError
 from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
-from forewarn.guard.ingest.summary import IngestSummary
+from forewarn.guard.read_summary import IngestSummary
 from forewarn.guard.model import CheckedProperty, GuardModel
 from forewarn.guard.spec import PropertyDef
 from forewarn.guard.storm import (
@@ -508,7 +508,7 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
     monitor_rows = dtmc.monitor_states.tolist() if dtmc.monitor_states is not None else None
     monitors: dict[str, Any] = {}
     if monitor_rows is not None:
-        from forewarn.monitors import build_monitors
+        from forewarn.guard.monitoring import build_monitors
 
         monitors = {m.name: m for m in build_monitors(loaded.spec)}
     first = outcomes[0][1]
@@ -792,7 +792,7 @@ def demo(
     = None,
 ) -> None:
     """Run the whole pipeline on a built-in domain and print a Table-3-style comparison."""
-    from forewarn.guard.demo import run_demo
+    from forewarn.domains.demo import run_demo
 
     run_demo(domain=domain, out_dir=out_dir, runs=runs, episodes=episodes, seed=seed, heed=heed, console=out)
 

@@ -129,7 +129,7 @@ def learn_model(traces: Sequence[str | Path], spec: Spec, *, period: float | Non
     Args:
         period: resample every run to this many seconds per step first (needs ``t``).
         on_error: ``stop`` at the first malformed run, or ``skip`` it and count it in ``summary``.
-        summary: an :class:`~guard.ingest.summary.IngestSummary` to fill (runs read, skipped by reason).
+        summary: an :class:`~forewarn.guard.read_summary.IngestSummary` to fill (runs read, skipped by reason).
     """
     paths = [Path(p) for p in traces]
     inputs = [_provenance(p) for p in paths]
@@ -150,7 +150,7 @@ def runs_to_learn(paths: Sequence[Path], spec: Spec, *, period: float | None, di
                   allow_python: Iterable[str] | None = None) -> Iterable[Run]:
     """The runs of JSONL files for learning, counted in ``summary``; with ``on_error="skip"``
     malformed runs, and runs whose states the predicates cannot read, are skipped and counted."""
-    from forewarn.guard.ingest.summary import IngestSummary
+    from forewarn.guard.read_summary import IngestSummary
 
     tally = summary if summary is not None else IngestSummary()
     handle = tally.handler(on_error)  # type: ignore[arg-type]
@@ -239,7 +239,7 @@ def counting_plan(spec: Spec, predicates: PredicateSet, alpha: float | str | Non
 def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None, *,
             allow_python: Iterable[str] | None = None) -> tuple[PredicateSet, list[Any]]:
     """The spec's compiled predicates and monitors, once its properties are known to parse."""
-    from forewarn.monitors import build_monitors  # monitors build on guard's spec and chain
+    from forewarn.guard.monitoring import build_monitors  # monitors build on guard's spec and chain
 
     definitions = spec.guard.effective_properties()
     for index, definition in enumerate(definitions):

@@ -117,7 +117,7 @@ class Guard:
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
                  allow_python: Iterable[str] | None = None,
                  predicates: PredicateSet | None = None) -> None:
-        from forewarn.monitors import build_monitors  # monitors build on guard's spec
+        from forewarn.guard.monitoring import build_monitors  # monitors build on guard's spec
 
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)

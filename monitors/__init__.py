@@ -7,7 +7,6 @@ if __name__ == 'monitors':  # a source checkout imported by the pre-0.2 name: be
 
 from forewarn.monitors.base import VIOL, Condition, Monitor, MonitorSemanticsError
 from forewarn.monitors.bounded_response import BoundedResponse
-from forewarn.monitors.build import build_monitor, build_monitors
 from forewarn.monitors.patterns import Pattern, PatternMonitor, Scope
 from forewarn.monitors.product import advance, build_product, initial_monitor_states
 
@@ -21,8 +20,6 @@ __all__ = [
     "PatternMonitor",
     "Scope",
     "advance",
-    "build_monitor",
-    "build_monitors",
     "build_product",
     "initial_monitor_states",
 ]

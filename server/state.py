@@ -57,7 +57,7 @@ def start(settings: ServerSettings) -> ServerState:
                           "or api_keys in the config file (or, on a loopback address only, insecure_no_auth)")
     sources: dict[str, Path] = dict(settings.models)
     if not sources:
-        from forewarn.guard.builtin import builtin_model_path
+        from forewarn.domains.embodied.builtin import builtin_model_path
 
         sources = {BUILTIN_MODEL: builtin_model_path()}
     rules = LoadRules.from_settings(settings)

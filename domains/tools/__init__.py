@@ -17,9 +17,9 @@ states are exactly what it makes of them.
 from __future__ import annotations
 
 from forewarn.domains.tools.errors import ExtractionError
-from forewarn.domains.tools.extractor import ToolStateExtractor, initial_state, violations
+from forewarn.guard.langchain.extractor import ToolStateExtractor, initial_state, violations
 from forewarn.domains.tools.generator import generate_runs, generate_traces, simulate
-from forewarn.domains.tools.kinds import DEFAULT_INTERNAL_DOMAINS, DEFAULT_TOOL_KINDS, ToolKind
+from forewarn.guard.langchain.kinds import DEFAULT_INTERNAL_DOMAINS, DEFAULT_TOOL_KINDS, ToolKind
 from forewarn.domains.tools.spec import SPEC_PATH, load_tool_spec
 from forewarn.domains.tools.tasks import FAMILIES, Plan, family_names
 from forewarn.domains.tools.transcript import CallStatus, ToolStep, Transcript

@@ -32,7 +32,7 @@ from forewarn.guard.ingest._documents import Record, kind_of, records
 from forewarn.guard.ingest.actions import OnMismatch, parse_actions, read_actions
 from forewarn.guard.ingest.agents import AgentLog, Extractor, resolve_extractor, to_run
 from forewarn.guard.ingest.columnar import parse_columnar, read_columnar
-from forewarn.guard.ingest.summary import IngestSummary, OnError
+from forewarn.guard.read_summary import IngestSummary, OnError
 from forewarn.guard.traces import Run, read_runs, resample
 
 __all__ = ["InputFormat", "detect_format", "read_input", "read_actions", "read_columnar", "OnMismatch", "OnError",

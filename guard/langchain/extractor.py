@@ -39,7 +39,7 @@ from typing import Any
 import orjson
 
 from forewarn.guard.langchain.transcript import ExtractionError
-from forewarn.domains.tools.kinds import (
+from forewarn.guard.langchain.kinds import (
     ARGUMENT_NAMES,
     DEFAULT_INTERNAL_DOMAINS,
     DEFAULT_TOOL_KINDS,
