@@ -5,7 +5,7 @@ import math
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import numpy as np
 import typer
@@ -42,6 +42,9 @@ from forewarn.guard.storm import (
     prism_text,
     quantitative_form,
 )
+
+if TYPE_CHECKING:
+    from forewarn.domains.embodied.world import HouseholdWorld
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -797,14 +800,30 @@ def demo(
     run_demo(domain=domain, out_dir=out_dir, runs=runs, episodes=episodes, seed=seed, heed=heed, console=out)
 
 
+def _builtin_model() -> Path:
+    """What ``forewarn serve`` serves when no model is configured: the embodied demo's model."""
+    from forewarn.domains.embodied.builtin import builtin_model_path
+
+    return builtin_model_path()
+
+
+def _household_world() -> HouseholdWorld:
+    """Where action-only logs are replayed (``--input-format actions``, ``--extractor household``)."""
+    from forewarn.domains.embodied.world import HouseholdWorld
+
+    return HouseholdWorld()
+
+
 def _register_plugins() -> None:
     """Commands that live with their subsystems (imported lazily: heavy back-ends load on use)."""
     from forewarn.guard.evaluation.cli import register as register_evaluation
+    from forewarn.guard.ingest import use_world
     from forewarn.guard.llmcheck.cli import register as register_llmcheck
     from forewarn.server.cli import register as register_server
 
+    use_world(_household_world)
     register_evaluation(app)
-    register_server(app)
+    register_server(app, builtin=_builtin_model)
     register_llmcheck(app)
 
 
