@@ -38,7 +38,6 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard.langchain.transcript import ExtractionError
 from forewarn.guard.langchain.kinds import (
     ARGUMENT_NAMES,
     DEFAULT_INTERNAL_DOMAINS,
@@ -58,7 +57,7 @@ from forewarn.guard.langchain.kinds import (
     shell_upload_hosts,
     url_host,
 )
-from forewarn.guard.langchain.transcript import CallStatus, ToolStep, Transcript
+from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript
 
 __all__ = ["ToolStateExtractor", "initial_state", "violations"]
 
