@@ -30,6 +30,7 @@ test: $(VENV)/.installed
 
 # Static checks CI runs after the tests (each issue-11 part adds its line here).
 check: $(VENV)/.installed
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
