@@ -130,7 +130,7 @@ def start_error(parts: Sequence[Sequence[RunReplay]]) -> float:
     return float(np.mean(errors)) if errors else math.nan
 
 
-def paired_brier(model: Sequence[RunReplay], other: Sequence[RunReplay]) -> tuple[float, float, float]:
+def paired_brier(model: Sequence[RunReplay], other: Sequence[RunReplay]) -> tuple[float, float, float, float]:
     """Brier of both over the steps both score; and each one's share of steps scored."""
     a_sum = b_sum = 0.0
     both = scored_a = scored_b = total = 0
@@ -170,7 +170,7 @@ def tools(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]]:
 def embodied(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]]:
     from forewarn.domains.embodied import generate_traces, hazard_tasks, write_spec
 
-    out = []
+    out: list[tuple[Spec, list[Run], str | None]] = []
     for task in hazard_tasks()[:10 if quick else None]:
         trace, spec = work / f"{task.id}.jsonl", work / f"{task.id}.yaml"
         generate_traces([task], 100 if quick else 150, 7, trace)

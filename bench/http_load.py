@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -68,7 +68,7 @@ TIMEOUT = 10.0
 # -- the server (child process) ---------------------------------------------------------------
 
 
-def serve(port: int, db: str, synchronous: str) -> None:
+def serve(port: int, db: str, synchronous: Literal["normal", "full"]) -> None:
     from starlette.responses import Response
 
     from forewarn.domains.embodied.builtin import builtin_model_path
@@ -76,7 +76,8 @@ def serve(port: int, db: str, synchronous: str) -> None:
     from forewarn.server.cli import serve_app
     from forewarn.server.settings import ServerSettings
 
-    settings = ServerSettings(host="127.0.0.1", port=port, db=db, models={"builtin": builtin_model_path()}, api_keys=f"{KEY}:agent",
+    keys: Any = f"{KEY}:agent"  # parsed by the settings, as FOREWARN_API_KEYS is
+    settings = ServerSettings(host="127.0.0.1", port=port, db=db, models={"builtin": builtin_model_path()}, api_keys=keys,
                               synchronous=synchronous, log_level="warning")
     app = create_app(settings, state=start(settings))
 
@@ -299,7 +300,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def run_servers(db: str, synchronous: str, count: int, seconds: float, noop_too: bool
+def run_servers(db: str, synchronous: Literal["normal", "full"], count: int, seconds: float, noop_too: bool
                 ) -> tuple[dict[str, Any], dict[str, float]]:
     """Start ``count`` servers on ``db``, measure, stop them; results and summed server metrics."""
     ports = [free_port() for _ in range(count)]
@@ -415,6 +416,6 @@ def compare(sqlite: dict[str, Any], pg: dict[str, Any], metrics: dict[str, float
 
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "_serve":
-        serve(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        serve(int(sys.argv[2]), sys.argv[3], "full" if sys.argv[4] == "full" else "normal")
     else:
         main()

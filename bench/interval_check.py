@@ -64,7 +64,7 @@ def size_worker(size: int, seed: int, repeats: int) -> dict[str, Any]:
     width = P.width_for(size)
     spec = P.chain_spec(width)
     predicates = PredicateSet(spec)
-    dtmc = learn_dtmc(P.simulate_counts(size, width, seed=seed), predicates, alpha=spec.learning.alpha,
+    dtmc = learn_dtmc(P.simulate_counts(size, width, seed=seed), predicates, alpha=float(spec.learning.alpha),
                       rule=transition_rule(spec, predicates))
     labels = labels_of(dtmc)
     s: dict[str, float] = {}
@@ -136,6 +136,7 @@ def decision_latency(quick: bool, seed: int) -> dict[str, Any]:
             results[f"{label} / {regime}"] = {**C.summarize_ns(ns), "cpu_share": info["cpu_share"]}
     results["model_states"] = with_ci.dtmc.size
     prop, live = with_ci.properties[0], ~with_ci.dtmc.absorbing
+    assert prop.ci_low is not None and prop.ci_high is not None  # learned with intervals
     results["household_intervals"] = {
         "mean_width": float(np.mean(prop.ci_high[live] - prop.ci_low[live])),
         "median_visits": float(np.median(with_ci.visits[live])),

@@ -36,6 +36,8 @@ def widths(model: GuardModel) -> dict[str, Any]:
     (chain,), _ = with_intervals(model.dtmc, labels_of(model.dtmc), [bare], method=model.intervals.method,
                                  delta=model.intervals.delta, entries=model.intervals.entries)
     live = ~model.dtmc.absorbing
+    assert chain.ci_low is not None and chain.ci_high is not None and prop.ci_low is not None \
+        and prop.ci_high is not None  # intervals were asked for
     before = chain.ci_high[live] - chain.ci_low[live]
     after = prop.ci_high[live] - prop.ci_low[live]
     starts = sorted(model.dtmc.initial, key=lambda s: -model.dtmc.initial[s])
@@ -69,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--domains", default="embodied,driving,tools,household")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
-    summary, starts, payload = [], [], {"benchmark": "interval_widths", "machine": C.machine(), "domains": {}}
+    summary: list[list[Any]] = []
+    starts: list[list[Any]] = []
+    payload: dict[str, Any] = {"benchmark": "interval_widths", "machine": C.machine(), "domains": {}}
     with tempfile.TemporaryDirectory(prefix="forewarn-bench-") as tmp:
         for domain in args.domains.split(","):
             before, after, started = [], [], time.perf_counter()

@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import _common as C
@@ -70,7 +71,8 @@ def worker(path: str) -> dict[str, Any]:
 def run_worker(path: Path) -> dict[str, Any]:
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", str(path)],
                           capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return row
 
 
 def profile_streaming(path: Path) -> str:
@@ -111,7 +113,7 @@ def phases(path: Path) -> dict[str, Any]:
         wall["counting"] += w3 - w2
         cpu["counting"] += c3 - c2
 
-    def timed(key: str, fn, *args, **kwargs):
+    def timed(key: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         w0, c0 = clock(), cpu_clock()
         value = fn(*args, **kwargs)
         wall[key] += clock() - w0
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     big_steps = args.steps or (40_000 if args.quick else 200_000)
     small_steps = args.small or big_steps // 4
     tmp = None if args.keep else tempfile.TemporaryDirectory(prefix="forewarn-bench-")
-    folder = Path(args.keep or tmp.name)
+    folder = Path(args.keep if tmp is None else tmp.name)
     folder.mkdir(parents=True, exist_ok=True)
     try:
         files = {}

@@ -69,8 +69,8 @@ def tiny_transformer(seed: int = 0) -> Any:
     vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[EOS]", *words])}
     core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", pad_token="[PAD]",
-                                        eos_token="[EOS]")
+    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers leaves it untyped
+        tokenizer_object=core, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]")
     torch.manual_seed(seed)
     config = GPT2Config(vocab_size=len(vocab), n_positions=32, n_embd=32, n_layer=2, n_head=2,
                         bos_token_id=2, eos_token_id=2, pad_token_id=0)

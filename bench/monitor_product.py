@@ -72,7 +72,7 @@ def main() -> None:
         spec = parse_spec(SPEC.format(k=k))
         predicates = PredicateSet(spec)
         counts = synthetic_counts(predicates, args.runs, seed=k)
-        chain = learn_dtmc(counts, predicates, alpha=spec.learning.alpha,
+        chain = learn_dtmc(counts, predicates, alpha=float(spec.learning.alpha),
                            rule=spec_transition_rule(1, 0, None, predicates.width))
         monitors = build_monitors(spec)
         started = time.perf_counter()
@@ -118,7 +118,7 @@ def main() -> None:
         latencies.sort()
         p50, p99 = latencies[len(latencies) // 2] / 1e3, latencies[int(len(latencies) * 0.99)] / 1e3
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        row = {"K": k, "chain_states": chain.size, "product_states": product.size,
+        row: dict[str, object] = {"K": k, "chain_states": chain.size, "product_states": product.size,
                "transitions": int(product.matrix.nnz), "build_seconds": build_seconds,
                "check_seconds": check_seconds,
                "topological_seconds": topological_seconds, "decision_p50_us": p50, "decision_p99_us": p99, "max_rss_mb": rss}

@@ -83,7 +83,7 @@ def models(paths: list[Path]) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for path in paths:
         model = GuardModel.load(path)
-        pac, runs = model.pac, model.provenance.get("runs")
+        pac, runs = model.pac, int(model.provenance["runs"])
         tight = pac.tight
         if tight is None or pac.runs_factor is None or tight.runs_factor is None:
             print(f"{path}: skipped (no tight PAC section, or a bound no number of runs meets); re-learn it")

@@ -57,6 +57,7 @@ import sys
 import time
 import tracemalloc
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ from forewarn.guard.learning import END, TransitionCounts, learn_dtmc
 from forewarn.guard.pac import pac_report
 from forewarn.guard.pipeline import transition_rule
 from forewarn.guard.predicates import PredicateSet
-from forewarn.guard.spec import parse_spec
+from forewarn.guard.spec import Spec, parse_spec
 from forewarn.guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of
 
 FORMULA = 'P=? [F "unsafe"]'
@@ -80,7 +81,7 @@ def width_for(size: int) -> int:
     return WIDTHS.get(size) or max(4, math.ceil(math.log2(1.1 * size / 0.75)))
 
 
-def chain_spec(width: int):
+def chain_spec(width: int) -> Spec:
     predicates = "\n".join(f"  p{i}: 'state.p{i}'" for i in range(width))
     return parse_spec(f"name: chain-{width}\npredicates:\n{predicates}\nunsafe: 'p0 && p1 && p2'\n"
                       "valid_transitions:\n  max_changed_predicates: 1\nlearning:\n  alpha: 0.1\n")
@@ -139,13 +140,13 @@ def simulate_counts(size: int, width: int, *, seed: int = 0, visits: int = 30, p
     return out
 
 
-def timed(fn, *args, **kwargs) -> tuple[Any, float]:
+def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
     """Wall-clock seconds of one call (see :func:`timed2` for CPU seconds too)."""
     value, wall, _ = timed2(fn, *args, **kwargs)
     return value, wall
 
 
-def timed2(fn, *args, **kwargs) -> tuple[Any, float, float]:
+def timed2(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float, float]:
     """(value, wall seconds, CPU seconds of this process) of one call."""
     wall0, cpu0 = time.perf_counter(), time.process_time()
     value = fn(*args, **kwargs)
@@ -157,7 +158,7 @@ def exact_worker(size: int, seed: int) -> dict[str, Any]:
     width = width_for(size)
     spec = chain_spec(width)
     predicates = PredicateSet(spec)
-    dtmc = learn_dtmc(simulate_counts(size, width, seed=seed), predicates, alpha=spec.learning.alpha,
+    dtmc = learn_dtmc(simulate_counts(size, width, seed=seed), predicates, alpha=float(spec.learning.alpha),
                       rule=transition_rule(spec, predicates))
     rows, rows_wall, rows_cpu = timed2(lambda: [dtmc.exact_row(i) for i in range(dtmc.size)])
     model, build_wall, build_cpu = timed2(build_sparse_dtmc, dtmc.matrix, labels_of(dtmc), exact_rows=rows)
@@ -177,7 +178,7 @@ def size_worker(size: int, seed: int, pac_max: int, trace_memory: bool) -> dict[
 
     wall: dict[str, float | None] = {}
     cpu: dict[str, float | None] = {}
-    dtmc, wall["learn"], cpu["learn"] = timed2(learn_dtmc, counts, predicates, alpha=spec.learning.alpha, rule=rule)
+    dtmc, wall["learn"], cpu["learn"] = timed2(learn_dtmc, counts, predicates, alpha=float(spec.learning.alpha), rule=rule)
     labels, wall["labels"], cpu["labels"] = timed2(labels_of, dtmc)
     model, wall["build"], cpu["build"] = timed2(build_sparse_dtmc, dtmc.matrix, labels)
     sound, wall["sound"], cpu["sound"] = timed2(check_sparse_model, model, FORMULA, method=Method.SOUND)
@@ -195,7 +196,7 @@ def size_worker(size: int, seed: int, pac_max: int, trace_memory: bool) -> dict[
         traced_from = time.perf_counter()
         del model
         tracemalloc.start()
-        again = learn_dtmc(counts, predicates, alpha=spec.learning.alpha, rule=rule)
+        again = learn_dtmc(counts, predicates, alpha=float(spec.learning.alpha), rule=rule)
         model = build_sparse_dtmc(again.matrix, labels_of(again))
         check_sparse_model(model, FORMULA, method=Method.SOUND)
         peak_py = tracemalloc.get_traced_memory()[1] / 2**20
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else \
         ([100, 1000, 10_000] if args.quick else [100, 1000, 10_000, 100_000])
-    results = []
+    results: list[dict[str, Any]] = []
     for size in sizes:
         child = ["--worker", str(size), "--seed", str(args.seed), "--pac-max", str(args.pac_max)]
         if args.no_tracemalloc:

@@ -54,8 +54,9 @@ def serve(port: int, db: Path, memo_bytes: int) -> None:
     from forewarn.server.cli import serve_app
     from forewarn.server.settings import Limits, ServerSettings
 
+    keys: Any = f"{KEY}:agent,{ADMIN}:admin"  # parsed by the settings, as FOREWARN_API_KEYS is
     settings = ServerSettings(host="127.0.0.1", port=port, db=db, models={"builtin": builtin_model_path()},
-                              api_keys=f"{KEY}:agent,{ADMIN}:admin", log_level="error",
+                              api_keys=keys, log_level="error",
                               limits=Limits(header_timeout=2.0, body_timeout=2.0, memo_bytes=memo_bytes,
                                             max_body_bytes=4 << 20))
     serve_app(create_app(settings, state=start(settings)), settings)

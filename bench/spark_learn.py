@@ -111,6 +111,8 @@ def worker_local(path: str) -> dict[str, Any]:
 def jvm_peak_mib(session: Any) -> float | None:
     """The driver JVM's peak RSS (VmHWM), from /proc."""
     proc = getattr(session.sparkContext._gateway, "proc", None)
+    if proc is None:
+        return None
     try:
         for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):

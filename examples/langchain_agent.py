@@ -33,6 +33,7 @@ from typing import Any
 from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
@@ -165,12 +166,15 @@ def real_model() -> BaseChatModel | None:
         if os.environ.get("OPENAI_API_KEY"):
             from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
 
-            return ChatOpenAI(model=os.environ.get("FOREWARN_EXAMPLE_MODEL", "gpt-4o-mini"), temperature=0)
+            model: BaseChatModel = ChatOpenAI(model=os.environ.get("FOREWARN_EXAMPLE_MODEL", "gpt-4o-mini"),
+                                              temperature=0)
+            return model
         if os.environ.get("ANTHROPIC_API_KEY"):
             from langchain_anthropic import ChatAnthropic  # type: ignore[import-not-found]
 
-            return ChatAnthropic(model=os.environ.get("FOREWARN_EXAMPLE_MODEL", "claude-3-5-haiku-latest"),
-                                 temperature=0)
+            model = ChatAnthropic(model=os.environ.get("FOREWARN_EXAMPLE_MODEL", "claude-3-5-haiku-latest"),
+                                  temperature=0)
+            return model
     except ImportError:
         return None
     return None
@@ -236,8 +240,8 @@ def main() -> int:
         agent = create_agent(llm or ScriptedChatModel(script=script), TOOLS, middleware=[middleware],
                              checkpointer=InMemorySaver(),
                              system_prompt="You are a careful assistant with shell, file, web and e-mail tools.")
-        config = {"configurable": {"thread_id": title}}
-        result = agent.invoke({"messages": [("user", task)]}, config)
+        config: RunnableConfig = {"configurable": {"thread_id": title}}
+        result = agent.invoke({"messages": [HumanMessage(task)]}, config)
         shown = 0
         while True:
             for message in result["messages"][shown:]:
