@@ -48,6 +48,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="run only the tests that need no extra (an environment with the core only)")
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    import forewarn
+
+    return f"forewarn: {Path(forewarn.__file__).parent}" + (" (--core: tests that need no extra)"
+                                                            if config.getoption("--core") else "")
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     # a module that needs an extra imports it at the top: in the core run it is not even collected
     return True if config.getoption("--core") and extra_of(collection_path) else None

@@ -19,7 +19,7 @@ from forewarn.guard._extras import extra_error
 try:
     from matplotlib.figure import Figure
 except ModuleNotFoundError as exc:
-    raise extra_error("report", "--report and --plots", exc) from None
+    raise extra_error("report", "drawing a report (--report, --plots)", exc) from None
 
 from forewarn.guard.evaluation.baselines import EMPIRICAL, LABELS, ONE_CHANGE
 from forewarn.guard.replay import Enforcement, ReplayReport, RunReplay, rate_curve

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from forewarn.guard._extras import require
+from forewarn.guard._extras import MissingExtra, require
 from forewarn.guard.llmcheck._wordlists import DESTRUCTIVE_PATTERNS, FEMALE_WORDS, MALE_WORDS
 from forewarn.guard.llmcheck.errors import QuantificationError
 
@@ -125,7 +125,7 @@ def make_quantification(spec: str) -> Quantification:
         raise QuantificationError(f"quantification {kind_name!r} takes no argument (got {spec!r})")
     try:
         function = kind.factory(arg if sep else None)
-    except QuantificationError:
+    except (QuantificationError, MissingExtra):  # MissingExtra: one line naming the extra, as it is
         raise
     except (ValueError, OSError, re.error) as exc:
         raise QuantificationError(f"quantification {spec!r}: {exc}") from exc
