@@ -45,6 +45,7 @@ core-test: | $(CORE_VENV)/bin/python
 
 # Static checks CI runs after the tests (each issue-11 part adds its line here).
 check: $(VENV)/.installed
+	$(VENV)/bin/lint-imports
 	$(MAKE) core-test
 
 bench: $(VENV)/.installed

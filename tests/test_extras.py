@@ -121,4 +121,4 @@ def test_the_extras_table_is_pyprojects() -> None:
         "optional-dependencies"]
     assert set(optional) - {"all", "test", "dev"} == set(EXTRAS)
     assert optional["all"] == ["forewarn[langchain,server,client,report,llmcheck,postgres]"]
-    assert optional["test"][0] == "forewarn[all,hf,spark]"
+    assert optional["test"][0] == "forewarn[all,hf,spark,dev]"
