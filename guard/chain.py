@@ -54,7 +54,7 @@ class _LazyCsr:
         obj.__dict__[self.slot] = value
 
 
-@dataclass
+@dataclass(kw_only=True)  # counts and matrix are descriptors without a default: keywords only
 class LearnedDTMC:
     """A learned chain over abstract states; the last state is ``end``.
 
@@ -118,7 +118,7 @@ class LearnedDTMC:
         """Per state and monitor, whether the monitor is in ``viol`` (shape n × monitors)."""
         if self.monitor_states is None:
             return np.zeros((self.size, 0), dtype=bool)
-        out = self.monitor_states == -1
+        out: np.ndarray = self.monitor_states == -1
         out[self.end_index] = False
         return out
 
@@ -168,4 +168,5 @@ def visits(dtmc: LearnedDTMC) -> np.ndarray:
     """
     out = count_totals(dtmc)
     out[dtmc.absorbing] = 0
-    return np.rint(out).astype(np.int64)
+    rounded: np.ndarray = np.rint(out).astype(np.int64)
+    return rounded
