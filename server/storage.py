@@ -402,6 +402,11 @@ class StorageBase:
 
     closed: bool
 
+    @property
+    def writer_alive(self) -> bool:
+        """Whether the writer still takes jobs (what ``/readyz`` reports as ``database``)."""
+        raise NotImplementedError
+
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError
 
