@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from forewarn.guard.chain import count_totals
 from forewarn.guard.memory import build_memory
 from forewarn.guard.model import GuardModel
+from forewarn.guard.monitoring import build_monitors
 from forewarn.guard.policy import Policy
 from forewarn.guard.predicates import PredicateSet, PythonPredicate
 from forewarn.guard.spec import Action, Meaning
@@ -117,8 +119,6 @@ class Guard:
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
                  allow_python: Iterable[str] | None = None,
                  predicates: PredicateSet | None = None) -> None:
-        from forewarn.monitors import build_monitors  # monitors build on guard's spec
-
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
         self.predicates = predicates if predicates is not None else PredicateSet(
@@ -152,7 +152,7 @@ class Guard:
         They are appended to the columns, so such a state has an index past the model's.
         """
         mask = (1 << len(self.model.dtmc.predicates)) - 1
-        visits = np.asarray(self.model.dtmc.counts.sum(axis=1)).ravel()
+        visits = count_totals(self.model.dtmc)
         groups: dict[tuple[int, MonitorStates], list[int]] = {}
         for (bits, q), i in self._index.items():
             groups.setdefault((bits & mask, q), []).append(i)
