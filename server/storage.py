@@ -402,11 +402,6 @@ class StorageBase:
 
     closed: bool
 
-    @property
-    def writer_alive(self) -> bool:
-        """Whether the writer still takes jobs (what ``/readyz`` reports as ``database``)."""
-        raise NotImplementedError
-
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError
 
@@ -416,6 +411,10 @@ class StorageBase:
 
     def _count(self, sql: str, params: tuple[Any, ...]) -> int:
         return int(self._all(sql, params)[0][0])
+
+    @property
+    def writer_alive(self) -> bool:  # each backend says
+        raise NotImplementedError
 
     # -- write jobs (run in the writer thread) -------------------------------------------
 
