@@ -71,8 +71,10 @@ async def per_request(client: httpx.AsyncClient, path: str, count: int) -> float
 
 
 async def measure(requests: int) -> dict[str, dict[str, list[float]]]:
-    settings = ServerSettings.model_validate({"db": Path(tempfile.mkdtemp()) / "bench.db",
-                                              "api_keys": f"{KEY}:admin", "log_level": "warning"})
+    from forewarn.domains.embodied.builtin import builtin_model_path
+
+    settings = ServerSettings.model_validate({"db": Path(tempfile.mkdtemp()) / "bench.db", "api_keys": f"{KEY}:admin",
+                                              "models": {"builtin": builtin_model_path()}, "log_level": "warning"})
     state = start(settings)
     apps = {"split": create_app(settings, state=state), "flat": flat(create_app(settings, state=state))}
     results: dict[str, dict[str, list[float]]] = {name: {path: [] for path in ENDPOINTS} for name in apps}
