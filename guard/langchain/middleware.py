@@ -46,7 +46,7 @@ from forewarn.guard.client import AsyncClient, Client
 from forewarn.guard.errors import ForewarnError, PredicateError
 from forewarn.guard.langchain import _explain as explain
 from forewarn.guard.langchain._messages import forewarn_data, mark, message_text
-from forewarn.guard.langchain._lookahead import Turn, not_run, same_state
+from forewarn.guard.langchain._lookahead import Turn, not_run, recheck, same_state
 from forewarn.guard.langchain._remote import RemoteGuard, remote_guard
 from forewarn.guard.langchain.errors import UnknownToolWarning
 from forewarn.guard.langchain.review import REVIEW_TYPES, Review, ReviewType, parse_review, review_payload
@@ -312,7 +312,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         resolved = self._review(run, request, verdict)
         if isinstance(resolved, ToolMessage):
             return resolved
-        return self._after_tool(run, resolved[0], handler(resolved[0]), resolved[1], verdict.decision)
+        return self._after_tool(run, resolved[0], handler(resolved[0]), resolved[1], resolved[2])
 
     async def awrap_tool_call(self, request: ToolCallRequest,
                               handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]) -> ToolResult:
@@ -322,7 +322,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         resolved = self._review(run, request, verdict)
         if isinstance(resolved, ToolMessage):
             return resolved
-        return self._after_tool(run, resolved[0], await handler(resolved[0]), resolved[1], verdict.decision)
+        return self._after_tool(run, resolved[0], await handler(resolved[0]), resolved[1], resolved[2])
 
     # -- the look-ahead ---------------------------------------------------------------
 
@@ -363,33 +363,47 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
     # -- approval -----------------------------------------------------------------------
 
     def _review(self, run: GuardedRun, request: ToolCallRequest,
-                verdict: Verdict) -> tuple[ToolCallRequest, Review] | ToolMessage:
-        call = request.tool_call
-        decision = verdict.decision
-        review = self._ask(request, review_payload(call["name"], call["args"], call.get("id"), verdict.description,
-                                                   decision, self.allowed_decisions))
-        if review.type == "reject":
+                verdict: Verdict) -> tuple[ToolCallRequest, Review, Decision] | ToolMessage:
+        """Ask a human about the call; an edited call is judged again, as if the model had proposed it
+        (allowed: it runs; needs approval: the human is asked about the edited call; held back: it
+        does not run), and an edit the guard cannot read is asked again with the error."""
+        decision, description, edit, error = verdict.decision, verdict.description, None, None
+        while True:
+            call = request.tool_call
+            payload = review_payload(call["name"], call["args"], call.get("id"), description, decision,
+                                     self.allowed_decisions)
+            review = self._ask(request, payload if error is None else {**payload, "forewarn_error": error})
+            if review.type == "reject":
+                with self._lock:
+                    run._verdicts.pop(call.get("id") or "", None)
+                    run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
+                                             "rejected"))
+                reason = f" The user's reason: {review.message}" if review.message else ""
+                text = (f"The user rejected the call to {explain.describe_call(call['name'], call['args'])}; it "
+                        f"was not executed.{reason} Do not retry it unless the user asks for it.")
+                return not_run(call, text, {"action": "reject", "decision": decision.to_dict()})
+            if review.type == "approve":
+                with self._lock:
+                    run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
+                                             "approved" if edit is None else "edited"))
+                return request, edit or review, decision
+            name = review.name or call["name"]
+            tool = request.tool if name == call["name"] else next(t for t in request.runtime.tools if t.name == name)
+            edited = request.override(tool_call={**call, "name": name, "args": review.args or {}}, tool=tool)
             with self._lock:
-                run._verdicts.pop(call.get("id") or "", None)
                 run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
-                                         "rejected"))
-            reason = f" The user's reason: {review.message}" if review.message else ""
-            text = (f"The user rejected the call to {explain.describe_call(call['name'], call['args'])}; it was "
-                    f"not executed.{reason} Do not retry it unless the user asks for it.")
-            return not_run(call, text, {"action": "reject", "decision": decision.to_dict()})
-        if review.type == "approve":
-            with self._lock:
-                run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
-                                         "approved"))
-            return request, review
-        name = review.name or call["name"]
-        edited = {**call, "name": name, "args": review.args or {}}
-        tool = request.tool if name == call["name"] else next(t for t in request.runtime.tools if t.name == name)
-        step = ToolStep(name, edited["args"], CallStatus.PROPOSED, id=call.get("id"), approved=True)
-        with self._lock:
-            self._extract(run._transcripts.transcript(request.state["messages"]).then(step), step)  # readable?
-            run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN, "edited"))
-        return request.override(tool_call=edited, tool=tool), review
+                                         "edited"))
+                try:
+                    again = recheck(self, run, edited.tool_call, request.state["messages"])
+                except ForewarnError as exc:  # unreadable: the reviewer answers again, nothing ran
+                    error = f"Forewarn cannot read the edited call: {exc}. Nothing ran; answer again."
+                    continue
+            if isinstance(again, ToolMessage):
+                return again
+            request, edit, error = edited, review, None
+            if again.action is Action.ALLOW:
+                return request, review, again.decision
+            decision, description = again.decision, again.description  # still needs approval: ask about the edit
 
     def _ask(self, request: ToolCallRequest, payload: dict[str, Any]) -> Review:
         """Interrupt until the answer is one Forewarn can act on: a mistyped answer (``{"type":
@@ -519,13 +533,15 @@ def _thread_id() -> str | None:
 
 
 def _stopped_after_tool(messages: Sequence[BaseMessage]) -> AIMessage | None:
-    """The run's final message when a tool that just ran led to a state the policy stops at."""
+    """The run's final message when a tool that just ran led to a state the policy stops at (or a
+    call a reviewer edited was stopped before it ran)."""
     for message in reversed(messages):
         if not isinstance(message, ToolMessage):
             return None
         data = forewarn_data(message)
         if data and data.get("phase") == "observed" and data.get("action") == Action.STOP.value:
-            text = f"Forewarn stopped this run after `{message.name}` ran. {data.get('explanation', '')}".strip()
+            text = (str(data.get("explanation", "")) if data.get("executed") is False else
+                    f"Forewarn stopped this run after `{message.name}` ran. {data.get('explanation', '')}".strip())
             return mark(AIMessage(content=text, name="forewarn"), {"phase": "stopped", "action": "stop"})
     return None
 
