@@ -6,7 +6,10 @@ committing anything. ``allow`` → status ``allowed``; ``reflect``/``stop`` → 
 agent must not run it); ``ask_human`` → ``pending``: one approval a human resolves with
 ``POST /v1/proposals/{id}`` (approve, reject, or edit to other arguments — or another of
 the agent's declared tools — whose state, when given, is re-checked and recorded). The
-agent waits with ``GET /v1/proposals/{id}?wait=S``. When the call (as approved or edited)
+agent waits with ``GET /v1/proposals/{id}?wait=S``; on an edit an agent that extracts
+states (the LangChain middleware) re-proposes the edited call with the state it leads to
+(``edit_of``: a new proposal linked to the edited one), so an edit made where no state is
+known (the console) is re-checked too; ``ask`` carries the agent's own verdict. When the call (as approved or edited)
 has run, the agent observes its state with ``"proposal": id``: that commits the step,
 links it, and queues no second approval. A rejected, pending or already executed proposal
 cannot be observed; closing the session cancels its pending proposals.
@@ -55,6 +58,7 @@ def proposal_out(row: Any, risk: list[tuple[int, float, float | None]] | None = 
            "resolved_by": row["resolved_by"], "reason": row["reason"],
            "edited": orjson.loads(row["edited"]) if row["edited"] else None, "step": row["step"],
            "decision": decision, "state_words": decision.pop("_state_words", None),
+           "edit_of": decision.pop("_edit_of", None),
            "risk": {"p_unsafe": decision.get("p_unsafe"), "ci_low": decision.get("ci_low"),
                     "ci_high": decision.get("ci_high"), "visits": decision.get("visits")}}
     if risk is not None:
@@ -71,6 +75,16 @@ def install(router: Any, st: Callable[[], Any], step_context: Callable[..., Any]
         if row is None or not principal.sees(row["tenant"]):  # another tenant's: as if it did not exist
             raise ApiError(404, "not_found", f"no proposal {proposal_id!r}", field="path.proposal_id")
         return row
+
+    def edited_one(state: Any, proposal_id: str, session_id: str, principal: Any) -> str:
+        row = state.storage.proposal(proposal_id)
+        if row is None or not principal.sees(row["tenant"]) or row["session_id"] != session_id:
+            raise ApiError(422, "invalid_request", f"edit_of: no proposal {proposal_id!r} in session {session_id!r}",
+                           field="body.edit_of")
+        if row["status"] != "edited":
+            raise ApiError(409, "not_edited", f"edit_of: proposal {proposal_id!r} is {row['status']}, not edited",
+                           field="body.edit_of")
+        return proposal_id
 
     @router.post("/v1/sessions/{session_id}/proposals", status_code=201, tags=["proposals"],
                  responses=errors_for((404, "Unknown session"), (409, "The session is closed")))
@@ -89,7 +103,9 @@ def install(router: Any, st: Callable[[], Any], step_context: Callable[..., Any]
                                field="body.state") from exc
             document = decision.to_dict()
             document["_state_words"] = state_words(live.session.guard.model.spec, dict(decision.abstract_state))
-            status = _STATUS[decision.action]
+            if body.edit_of is not None:
+                document["_edit_of"] = edited_one(state, body.edit_of, session_id, principal)
+            status = _STATUS[decision.action] if body.ask is None else "pending" if body.ask else "allowed"
             now = time.time()
             row = ("p_" + secrets.token_urlsafe(15), session_id, now, principal.name, body.tool,
                    orjson.dumps(body.arguments).decode(),

@@ -123,7 +123,7 @@ def recheck(middleware: ForewarnMiddleware, run: GuardedRun, call: Mapping[str, 
         ForewarnError: the edited call cannot be read (and no fallback action is configured).
     """
     turn = Turn(middleware, run, run._transcripts.transcript(messages), messages)
-    verdicts, added = turn.judge(AIMessage(content="", tool_calls=[dict(call)]))  # type: ignore[list-item]
+    verdicts, added = turn.judge(AIMessage(content="", tool_calls=[dict(call)]))
     if not added:
         return verdicts[call.get("id") or ""]
     held = added[0]

@@ -10,7 +10,12 @@ so the same decisions — while every step that runs is committed to the sidecar
 
 The human is asked through the graph's interrupt, as in process, so the sidecar's
 commits carry ``ask: false``: no second approval is queued for a step a person already
-decided on in the agent (the action recorded says how it was reviewed).
+decided on in the agent (the action recorded says how it was reviewed). With
+``approvals="sidecar"`` the human is asked on the sidecar instead (its console): a call
+that needs approval becomes a pending proposal the tool node waits on
+(:func:`review_on_sidecar`); an edit made there is judged again by the agent, which
+extracts the edited call's state and proposes it anew (``edit_of``); the step a proposal
+led to is committed linked to it.
 """
 from __future__ import annotations
 
@@ -21,10 +26,11 @@ from typing import Any
 
 from forewarn.guard.bundle_guard import BundleGuard
 from forewarn.guard.client import AsyncClient, Client, RemoteSession
+from forewarn.guard.langchain.review import Review
 from forewarn.guard.policy import Policy
 from forewarn.guard.runtime import Decision, Guard, Session
 
-__all__ = ["RemoteGuard", "MirroredSession", "remote_guard"]
+__all__ = ["RemoteGuard", "MirroredSession", "remote_guard", "review_on_sidecar"]
 
 
 @dataclass
@@ -33,11 +39,13 @@ class MirroredSession(Session):
     step is first committed to a sidecar session; the sidecar's decision is the one returned."""
 
     remote: RemoteSession | None = None
+    proposal: str | None = None  # the proposal the next committed step ran (set under the middleware's lock)
 
     def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
         assert self.remote is not None
+        proposal, self.proposal = self.proposal, None
         # the sidecar first: when it cannot store the step, nothing is committed here either (fail closed)
-        decision = self.remote.observe(state, action=action, t=t, ask=False)
+        decision = self.remote.observe(state, action=action, t=t, ask=False, proposal=proposal)
         super().observe(state, action=action, t=t)
         return decision
 
@@ -95,3 +103,26 @@ def _sync_twin(client: AsyncClient) -> Client:
     twin = Client(client.url, timeout=client._http.timeout.read or 30.0, retries=client.retries)
     twin._http.headers.update({k: v for k, v in client._http.headers.items() if k.lower() == "authorization"})
     return twin
+
+
+def review_on_sidecar(session: MirroredSession, call: Mapping[str, Any], state: Mapping[str, Any],
+                      tools: list[str], *, edit_of: str | None, timeout: float) -> tuple[Review, str]:
+    """Ask the sidecar's approvers about a call (a pending proposal) and wait for their answer:
+    the review, and the proposal's id. No answer within ``timeout`` seconds, or a session closed
+    meanwhile, is a rejection (the call does not run)."""
+    assert session.remote is not None
+    answer = session.remote.propose(call["name"], call["args"], state, tools=tools, ask=True, edit_of=edit_of)
+    if answer["status"] == "pending":
+        answer = session.remote.client.wait_for_proposal(answer["id"], timeout)
+    status = answer["status"]
+    if status == "approved":
+        return Review("approve"), answer["id"]
+    if status == "edited":
+        edited = answer.get("edited") or {}
+        return Review("edit", name=edited.get("tool"), args=dict(edited.get("arguments") or {})), answer["id"]
+    reason = answer.get("reason")
+    if status == "pending":
+        reason = f"no approver answered within {timeout:g} s"
+    elif status == "cancelled":
+        reason = "the session was closed before an approver answered"
+    return Review("reject", message=reason), answer["id"]
