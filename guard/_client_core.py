@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 import httpx
 import orjson
 
+from forewarn.guard._loopback import Answer
 from forewarn.guard.errors import ForewarnError, PredicateError
 from forewarn.guard.policy import Policy
 from forewarn.guard.runtime import Decision, PropertyValue
@@ -120,7 +121,7 @@ class Request:
             raise ServerError(f"cannot reach the Forewarn server at {url}: {exc}")
         return BACKOFF[min(attempt, len(BACKOFF) - 1)]
 
-    def answer(self, response: httpx.Response) -> Any:
+    def answer(self, response: httpx.Response | Answer) -> Any:
         if self.read == "status":
             return response.status_code
         if not response.is_success:
@@ -128,7 +129,7 @@ class Request:
         return response.content if self.read == "bytes" else orjson.loads(response.content)
 
 
-def _raise_for(response: httpx.Response) -> None:
+def _raise_for(response: httpx.Response | Answer) -> None:
     try:
         error = orjson.loads(response.content).get("error") or {}
     except (ValueError, AttributeError):

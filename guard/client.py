@@ -36,6 +36,7 @@ import httpx
 
 from forewarn.guard import _client_core as core
 from forewarn.guard._client_core import Op, RemoteDecision, Request, ServerError
+from forewarn.guard._loopback import loopback
 from forewarn.guard.policy import Policy
 
 __all__ = ["AsyncClient", "AsyncRemoteSession", "Client", "RemoteDecision", "RemoteSession", "ServerError",
@@ -128,6 +129,8 @@ class Client:
         self.retries = retries
         self._http = httpx.Client(base_url=self.url, headers=_headers(api_key), timeout=timeout,
                                   transport=transport)
+        # a sidecar on this machine: the standard library's connections (see guard._loopback)
+        self._fast = None if transport is not None else loopback(self.url, _headers(api_key), timeout)
 
     def __enter__(self) -> Client:
         return self
@@ -137,14 +140,17 @@ class Client:
 
     def close(self) -> None:
         self._http.close()
+        if self._fast is not None:
+            self._fast.close()
 
     def _send(self, request: Request) -> Any:
         headers, content, timeout = request.headers(), request.content(), request.timeout(self._http.timeout)
+        http: Any = self._fast or self._http
         attempt = 0
         while True:
             try:
-                return request.answer(self._http.request(request.method, request.path, headers=headers,
-                                                         content=content, params=request.params, **timeout))
+                return request.answer(http.request(request.method, request.path, headers=headers,
+                                                   content=content, params=request.params, **timeout))
             except httpx.TransportError as exc:
                 time.sleep(request.backoff(exc, attempt, self.retries, self.url))
                 attempt += 1
@@ -213,6 +219,7 @@ class AsyncClient:
         self.retries = retries
         self._http = httpx.AsyncClient(base_url=self.url, headers=_headers(api_key), timeout=timeout,
                                        transport=transport)
+        self._api_key = api_key  # for a synchronous twin (guard.langchain._remote)
 
     async def __aenter__(self) -> AsyncClient:
         return self

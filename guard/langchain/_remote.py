@@ -100,9 +100,8 @@ def remote_guard(client: Client | AsyncClient, model: str | None = None, *,
 
 
 def _sync_twin(client: AsyncClient) -> Client:
-    twin = Client(client.url, timeout=client._http.timeout.read or 30.0, retries=client.retries)
-    twin._http.headers.update({k: v for k, v in client._http.headers.items() if k.lower() == "authorization"})
-    return twin
+    return Client(client.url, api_key=client._api_key, timeout=client._http.timeout.read or 30.0,
+                  retries=client.retries)
 
 
 def review_on_sidecar(session: MirroredSession, call: Mapping[str, Any], state: Mapping[str, Any],
