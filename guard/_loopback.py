@@ -59,6 +59,7 @@ class LoopbackHTTP:
         self.timeout = timeout
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
+        self._closed = False  # a connection handed back after close() is closed, not kept
 
     def request(self, method: str, path: str, *, headers: dict[str, str], content: bytes | None,
                 params: Any = None, timeout: float | None = None) -> Answer:
@@ -104,13 +105,13 @@ class LoopbackHTTP:
 
     def _give(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:
-            if len(self._idle) < _IDLE:
+            if not self._closed and len(self._idle) < _IDLE:
                 self._idle.append(conn)
                 return
         conn.close()
 
     def close(self) -> None:
         with self._lock:
-            idle, self._idle = self._idle, []
+            idle, self._idle, self._closed = self._idle, [], True
         for conn in idle:
             conn.close()

@@ -140,6 +140,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             raise ValueError(f"approvals={approvals!r}: expected 'interrupt', or 'sidecar' with a Client or "
                              f"AsyncClient of a sidecar as the guard")
         self.approvals = approvals
+        self._remote = isinstance(guard, RemoteGuard)
         self.approval_timeout = approval_timeout
         self.guard = guard
         self.extractor: Extractor = extractor if extractor is not None else default_extractor()
@@ -298,6 +299,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         if stopped is not None:
             return stopped
         self._check_tools(request)
+        if self._remote:  # the run's sidecar session is created while the model thinks
+            self._run_of(messages)
         return self._look_ahead(messages, handler(request))
 
     async def awrap_model_call(self, request: ModelRequest[Any],
@@ -308,6 +311,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         if stopped is not None:
             return stopped
         self._check_tools(request)
+        if self._remote:
+            self._run_of(messages)
         return self._look_ahead(messages, await handler(request))
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
@@ -449,7 +454,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         return review, proposal
 
     def _propose_allowed(self, run: GuardedRun, request: ToolCallRequest, edit_of: str) -> None:
-        assert isinstance(run.session, MirroredSession) and run.session.remote is not None
+        assert isinstance(run.session, MirroredSession)
         state = self._state_of(run, request)
         if state is None:
             return
