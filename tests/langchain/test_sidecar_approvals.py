@@ -4,6 +4,8 @@ judged again by the agent, which extracts the edited call's state and proposes i
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -161,3 +163,41 @@ def test_the_async_middleware_waits_for_the_sidecar_without_blocking_its_loop(to
 def test_sidecar_approvals_need_a_sidecar(tool_model: GuardModel) -> None:
     with pytest.raises(ValueError, match="approvals='sidecar'"):
         ForewarnMiddleware(Guard(tool_model), approvals="sidecar")
+
+
+def test_an_edit_in_the_console_is_re_checked_and_asked_again(tool_sidecar: Any, tmp_path: Any) -> None:
+    """The approver console in headless Chromium: the agent's call appears, the approver edits its
+    arguments (no state: the console knows no extractor), the agent re-proposes the edit, which
+    still needs approval and appears as a new card with the edited arguments; approved, it runs."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the test extra)")
+    if chromium is None:
+        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    log, edited = ToolLog(), _send("ops@partner-two.example")
+    with Client(tool_sidecar.url, api_key=KEYS["agent"]) as client, playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{tool_sidecar.url}/console")
+            page.fill("#key", KEYS["approver"])
+            page.keyboard.press("Enter")
+            page.wait_for_selector("#desk:not([hidden])")
+            mw = _middleware(client)
+            thread, out = _in_background(lambda: _agent(mw, log).invoke({"messages": [("user", SHARE)]}))
+            first = page.locator(".card", has_text="partners@northwind.example")
+            first.wait_for(timeout=20_000)
+            first.press("e")
+            first.locator("textarea").fill(json.dumps(edited))
+            first.locator("input[aria-label=Reason]").fill("their ops desk instead")
+            first.get_by_role("button", name="Edit (e)").click()
+            second = page.locator(".card", has_text="re-checked by the agent")
+            second.wait_for(timeout=20_000)  # the edit, re-proposed, still needs a human
+            assert "ops@partner-two.example" in second.inner_text() and log.names() == ["read_file"]
+            page.screenshot(path=str(tmp_path / "edit.png"), full_page=True)
+            second.focus()
+            second.press("a")
+            thread.join(30)
+        finally:
+            browser.close()
+    assert not thread.is_alive() and "error" not in out, out.get("error")
+    assert log.ran[-1] == ("send_email", edited) and out["result"]["messages"][-1].content == "Shared."
