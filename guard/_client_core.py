@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, cast
 
@@ -187,7 +187,7 @@ def get_session(session_id: str, *, offset: int = 0, limit: int = 100) -> Op[dic
                                                params={"offset": offset, "limit": limit})))
 
 
-def batch(steps: list[Mapping[str, Any]]) -> Op[list[RemoteDecision]]:
+def batch(steps: Sequence[Mapping[str, Any]]) -> Op[list[RemoteDecision]]:
     """Many steps in one request: each ``{"session", "state", "op"?, "action"?, "t"?}``; all or nothing."""
     out = yield Request("POST", "/v1/batch", {"steps": list(steps)}, idempotent=True)
     return [RemoteDecision.from_json(d) for d in out["results"]]
