@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from _sidecar import KEYS, ServerThread, egg_state, free_port
-from forewarn.guard import _client_core as core
+from forewarn.guard.client import _core as core
 from forewarn.guard.client import AsyncClient, AsyncRemoteSession, Client, RemoteSession, ServerError
 
 DECISION = {"action": "allow", "p_unsafe": 0.1, "p_safe": 0.9, "property": "P", "abstract_state": {"a": True},

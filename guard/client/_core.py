@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 import httpx
 import orjson
 
-from forewarn.guard._loopback import Answer
+from forewarn.guard.client._loopback import Answer
 from forewarn.guard.errors import ForewarnError, PredicateError
 from forewarn.guard.policy import Policy
 from forewarn.guard.runtime import Decision, PropertyValue

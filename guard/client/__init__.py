@@ -19,7 +19,7 @@ Reads are retried too; other writes only when the connection could not even be o
 number and, when the action is ``ask_human``, the approval to wait on.
 
 One implementation (issue 11): every operation is written once, without I/O, in
-:mod:`guard._client_core`; the two classes here only drive those operations, one with
+:mod:`guard.client._core`; the two classes here only drive those operations, one with
 ``httpx.Client``, the other with ``httpx.AsyncClient``, and their methods are made from
 the operations by :func:`_sync` and :func:`_async` (same names, signatures and docs).
 """
@@ -34,9 +34,9 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 import httpx
 
-from forewarn.guard import _client_core as core
-from forewarn.guard._client_core import Op, RemoteDecision, Request, ServerError
-from forewarn.guard._loopback import loopback
+from forewarn.guard.client import _core as core
+from forewarn.guard.client._core import Op, RemoteDecision, Request, ServerError
+from forewarn.guard.client._loopback import loopback
 from forewarn.guard.policy import Policy
 
 __all__ = ["AsyncClient", "AsyncRemoteSession", "Client", "RemoteDecision", "RemoteSession", "ServerError",
@@ -129,7 +129,7 @@ class Client:
         self.retries = retries
         self._http = httpx.Client(base_url=self.url, headers=_headers(api_key), timeout=timeout,
                                   transport=transport)
-        # a sidecar on this machine: the standard library's connections (see guard._loopback)
+        # a sidecar on this machine: the standard library's connections (see guard.client._loopback)
         self._fast = None if transport is not None else loopback(self.url, _headers(api_key), timeout)
 
     def __enter__(self) -> Client:
