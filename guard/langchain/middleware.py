@@ -139,6 +139,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         if approvals not in ("interrupt", "sidecar") or (approvals == "sidecar" and not isinstance(guard, RemoteGuard)):
             raise ValueError(f"approvals={approvals!r}: expected 'interrupt', or 'sidecar' with a Client or "
                              f"AsyncClient of a sidecar as the guard")
+        if not approval_timeout > 0:
+            raise ValueError(f"approval_timeout={approval_timeout!r} must be a positive number of seconds")
         self.approvals = approvals
         self._remote = isinstance(guard, RemoteGuard)
         self.approval_timeout = approval_timeout

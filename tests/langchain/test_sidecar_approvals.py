@@ -163,6 +163,8 @@ def test_the_async_middleware_waits_for_the_sidecar_without_blocking_its_loop(to
 def test_sidecar_approvals_need_a_sidecar(tool_model: GuardModel) -> None:
     with pytest.raises(ValueError, match="approvals='sidecar'"):
         ForewarnMiddleware(Guard(tool_model), approvals="sidecar")
+    with pytest.raises(ValueError, match="approval_timeout=0"):
+        ForewarnMiddleware(Guard(tool_model), approval_timeout=0)
 
 
 def test_an_edit_in_the_console_is_re_checked_and_asked_again(tool_sidecar: Any, tmp_path: Any) -> None:
