@@ -50,6 +50,12 @@ class Answer:
         return self.content.decode("utf-8", "replace")
 
 
+def _readable(sock: Any) -> bool:
+    poller = select.poll()  # (select.select fails on descriptors past 1023)
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 class LoopbackHTTP:
     """Keep-alive ``http.client`` connections to one loopback server, shared by threads."""
 
@@ -98,7 +104,7 @@ class LoopbackHTTP:
             while self._idle:
                 conn = self._idle.pop()
                 # an idle connection the server closed (its keep-alive timeout) reads as ready: drop it
-                if conn.sock is not None and not select.select([conn.sock], [], [], 0)[0]:
+                if conn.sock is not None and not _readable(conn.sock):
                     return conn
                 conn.close()
         return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)

@@ -88,3 +88,35 @@ def test_the_loopback_pool_against_a_real_server(server: ServerThread) -> None:
             stranger.models()
         assert info.value.status == 401
     assert not Client(f"http://127.0.0.1:{free_port()}", retries=0).ready()  # nothing listens there
+
+
+def test_the_loopback_pool_drops_a_connection_the_server_closed() -> None:
+    """A server that closes each connection after one answer (as uvicorn does past its keep-alive
+    timeout) without saying so: the next request must not be sent down the dead connection."""
+    import socket
+    import threading
+    import time
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    served: list[int] = []
+
+    def serve() -> None:
+        for n in range(2):
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 22\r\n\r\n"
+                             b'{"models": [], "n": %d}' % n)
+                served.append(n)
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        with Client(f"http://127.0.0.1:{port}", retries=0) as client:
+            assert client.models() == []
+            time.sleep(0.2)  # the server has closed the kept-alive connection by now
+            assert client.models() == []  # on a fresh connection (retries=0: no second chance)
+        thread.join(5)
+        assert served == [0, 1]
+    finally:
+        listener.close()
