@@ -32,7 +32,12 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
-import httpx
+from forewarn.guard._extras import extra_error
+
+try:
+    import httpx
+except ModuleNotFoundError as exc:
+    raise extra_error("client", "forewarn.guard.client", exc) from None
 
 from forewarn.guard.client import _core as core
 from forewarn.guard.client._core import Op, RemoteDecision, Request, ServerError
