@@ -6,9 +6,12 @@ committing anything. ``allow`` → status ``allowed``; ``reflect``/``stop`` → 
 agent must not run it); ``ask_human`` → ``pending``: one approval a human resolves with
 ``POST /v1/proposals/{id}`` (approve, reject, or edit to other arguments — or another of
 the agent's declared tools — whose state, when given, is re-checked and recorded). The
-agent waits with ``GET /v1/proposals/{id}?wait=S``. When the call (as approved or edited)
-has run, the agent observes its state with ``"proposal": id``: that commits the step,
-links it, and queues no second approval. A rejected, pending or already executed proposal
+agent waits with ``GET /v1/proposals/{id}?wait=S``; on an edit an agent that extracts
+states (the LangChain middleware) re-proposes the edited call with the state it leads to
+(``edit_of``: a new proposal linked to the edited one), so an edit made where no state is
+known (the console) is re-checked too; ``ask`` carries the agent's own verdict. When the
+call (as approved or edited) has run, the agent observes its state with ``"proposal": id``:
+that commits the step, links it, and queues no second approval. A rejected, pending or already executed proposal
 cannot be observed; closing the session cancels its pending proposals.
 
 This module holds what a proposal is and how it is shown; its routes are in
@@ -48,6 +51,7 @@ def proposal_out(row: Any, risk: list[tuple[int, float, float | None]] | None = 
            "resolved_by": row["resolved_by"], "reason": row["reason"],
            "edited": orjson.loads(row["edited"]) if row["edited"] else None, "step": row["step"],
            "decision": decision, "state_words": decision.pop("_state_words", None),
+           "edit_of": decision.pop("_edit_of", None),
            "risk": {"p_unsafe": decision.get("p_unsafe"), "ci_low": decision.get("ci_low"),
                     "ci_high": decision.get("ci_high"), "visits": decision.get("visits")}}
     if risk is not None:

@@ -101,6 +101,7 @@ function card(item) {
     isProposal ? el("pre", { class: "args", text: JSON.stringify(item.arguments, null, 2) }) : null,
     el("p", { class: "why" }, el("span", { class: "risk", text: `Risk ${pct(risk.p_unsafe)}${interval}` }),
       document.createTextNode(` · action ${d.action || "?"} · session ${item.session_id}`)),
+    item.edit_of ? el("p", { class: "why", text: `An edit, re-checked by the agent (edited proposal ${item.edit_of})` }) : null,
     item.state_words ? el("p", { class: "why", text: `Leads to: ${item.state_words}` }) : null,
     d.message ? el("p", { class: "why", text: d.message }) : null,
     item.session_risk ? riskChart(item.session_risk, `the session's risk over ${item.session_risk.length} steps`) : null,

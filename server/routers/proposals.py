@@ -39,6 +39,18 @@ def _visible(state: ServerState, proposal_id: str, principal: Principal) -> Any:
     return row
 
 
+def _edited_one(state: ServerState, proposal_id: str, session_id: str, principal: Principal) -> str:
+    """The proposal an ``edit_of`` names: this session's, visible to the caller, and resolved as edited."""
+    row = state.storage.proposal(proposal_id)
+    if row is None or not principal.sees(row["tenant"]) or row["session_id"] != session_id:
+        raise ApiError(422, "invalid_request", f"edit_of: no proposal {proposal_id!r} in session {session_id!r}",
+                       field="body.edit_of")
+    if row["status"] != "edited":
+        raise ApiError(409, "not_edited", f"edit_of: proposal {proposal_id!r} is {row['status']}, not edited",
+                       field="body.edit_of")
+    return proposal_id
+
+
 @router.post("/v1/sessions/{session_id}/proposals", status_code=201,
              responses=errors_for((404, "Unknown session"), (409, "The session is closed")))
 async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], body: S.ProposalIn,
@@ -55,7 +67,9 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
                            field="body.state") from exc
         document = decision.to_dict()
         document["_state_words"] = state_words(live.session.guard.model.spec, dict(decision.abstract_state))
-        status = STATUS_OF[decision.action]
+        if body.edit_of is not None:
+            document["_edit_of"] = _edited_one(state, body.edit_of, session_id, principal)
+        status = STATUS_OF[decision.action] if body.ask is None else "pending" if body.ask else "allowed"
         now = time.time()
         row = ("p_" + secrets.token_urlsafe(15), session_id, now, principal.name, body.tool,
                orjson.dumps(body.arguments).decode(),
