@@ -418,7 +418,7 @@ class StorageBase:
         raise NotImplementedError
 
     @property
-    def writer_alive(self) -> bool:
+    def writer_alive(self) -> bool:  # what /readyz reports as `database`
         raise NotImplementedError
 
     def write(self, fn: Callable[[_SqliteConn], T]) -> asyncio.Future[T]:
