@@ -30,7 +30,7 @@ from typing import Any, cast
 
 import httpx
 
-from forewarn.guard.errors import ForewarnError, PredicateError
+from forewarn.guard.errors import ForewarnError, PredicateError, UsageError
 from forewarn.guard.policy import Policy
 from forewarn.guard.runtime import Decision, PropertyValue
 from forewarn.guard.spec import Action
@@ -384,7 +384,7 @@ class RemoteSession:
 
     def wait_for_approval(self, decision: RemoteDecision, timeout: float = 300.0) -> dict[str, Any]:
         if decision.approval_id is None:
-            raise ValueError(f"the decision (action {decision.action.value!r}) has no approval to wait for")
+            raise UsageError(f"the decision (action {decision.action.value!r}) has no approval to wait for")
         return self.client.wait_for_approval(decision.approval_id, timeout)
 
     def history(self, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
@@ -541,7 +541,7 @@ class AsyncRemoteSession:
 
     async def wait_for_approval(self, decision: RemoteDecision, timeout: float = 300.0) -> dict[str, Any]:
         if decision.approval_id is None:
-            raise ValueError(f"the decision (action {decision.action.value!r}) has no approval to wait for")
+            raise UsageError(f"the decision (action {decision.action.value!r}) has no approval to wait for")
         return await self.client.wait_for_approval(decision.approval_id, timeout)
 
     async def history(self, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:

@@ -1,4 +1,11 @@
-"""The one error family Forewarn raises for bad input: specs, traces, model files."""
+"""The one error family Forewarn raises for bad input: specs, traces, model files, settings.
+
+Every error a user can cause (a bad file, a bad setting, an impossible request, a state space
+too large to build) is a :class:`ForewarnError`, with a one-line message; the CLI prints it as
+``error: <message>`` and exits with status 2. The families of other parts subclass these
+(``monitors``, ``server``, ``guard.langchain``, ``guard.llmcheck``, ``guard.trust``, the
+domains); docs/errors.md lists them all. Errors outside the family are bugs (an internal
+invariant that broke), never a user's doing."""
 from __future__ import annotations
 
 __all__ = [
@@ -8,6 +15,10 @@ __all__ = [
     "PredicateError",
     "ModelFileError",
     "CheckError",
+    "ConfigError",
+    "UsageError",
+    "MonitorError",
+    "StateSpaceTooLargeError",
     "ForewarnWarning",
     "ThresholdWarning",
 ]
@@ -16,12 +27,18 @@ __all__ = [
 class ForewarnError(ValueError):
     """Base of every error caused by what a user handed to Forewarn.
 
-    Subclasses ``ValueError`` so callers that already catch bad values keep working.
+    Subclasses ``ValueError`` so callers that already catch bad values keep working. The
+    message is one line (scripts grep it); a multi-line text handed in (a parser's report
+    quoted whole) is joined into one, and kept as it was in ``detail``.
     """
 
     def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+        message = str(message)
+        lines = [part.strip() for part in message.splitlines() if part.strip()]
+        one_line = " ".join(lines)
+        super().__init__(one_line)
+        self.message = one_line
+        self.detail: str | None = message if len(lines) > 1 else None
 
     def __str__(self) -> str:
         return self.message
@@ -72,6 +89,31 @@ class ModelFileError(ForewarnError):
 
 class CheckError(ForewarnError):
     """A property Storm cannot parse or check on the given model."""
+
+
+class ConfigError(ForewarnError):
+    """A setting, option or argument that is out of range, contradictory or names something unknown
+    (server settings, middleware options, simulator parameters); names the key."""
+
+
+class UsageError(ForewarnError):
+    """A request that cannot apply where it was made: an option of another mode, waiting for the
+    approval of a decision that has none, a look-up the object does not offer."""
+
+
+class MonitorError(ForewarnError):
+    """A runtime-verification monitor that is ill-defined (``monitors``: ConditionError,
+    MonitorSemanticsError)."""
+
+
+class StateSpaceTooLargeError(ForewarnError):
+    """A state space past a configured limit (the dense chain without a transition rule, a
+    monitor product); the message says the limit and how to stay under it or raise it."""
+
+    def __init__(self, message: str, *, states: int | None = None, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.states = states
+        self.limit = limit
 
 
 class ForewarnWarning(UserWarning):

@@ -18,6 +18,7 @@ from itertools import chain, combinations
 import numpy as np
 import scipy.sparse as sp
 
+from forewarn.guard.errors import ConfigError, StateSpaceTooLargeError, UsageError
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.traces import Run, abstract_run
 
@@ -33,7 +34,7 @@ __all__ = [
 
 END = -1  # the abstract 'state' a run enters after its last step
 ValidTransitionRule = Callable[[tuple[bool, ...], tuple[bool, ...]], bool]
-DENSE_LIMIT = 50_000_000  # valid-successor entries we agree to materialise without a rule
+DENSE_LIMIT = 50_000_000  # valid-successor entries we agree to materialise without a rule (read at each call)
 _TABLE_WIDTH = 22  # up to this many predicates, states are found in a table of 2^width entries
 
 
@@ -162,7 +163,7 @@ class LearnedDTMC:
     def index(self) -> dict[int, int]:
         """Bit mask → state index (``end`` excluded); for a chain without monitors."""
         if self.monitors:
-            raise ValueError("a product with monitors is indexed by (bits, monitor states): use product_index()")
+            raise UsageError("a product with monitors is indexed by (bits, monitor states): use product_index()")
         return {bits: i for i, bits in enumerate(self.states[:-1])}
 
     def product_index(self) -> dict[tuple[int, tuple[int, ...]], int]:
@@ -227,9 +228,9 @@ def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: flo
             ``"observed"`` (only successors observed from the state do; the rule is not read).
     """
     if structure not in ("valid", "observed"):
-        raise ValueError(f"structure must be 'valid' or 'observed', got {structure!r}")
+        raise ConfigError(f"structure must be 'valid' or 'observed', got {structure!r}")
     if alpha < 0:
-        raise ValueError(f"alpha must be >= 0, got {alpha}")
+        raise ConfigError(f"alpha must be >= 0, got {alpha}")
     # Everything below works on whole arrays: entry (i, j) of the chain is the code i·n + j.
     pairs = counts.counts
     observed_n = np.fromiter(pairs.values(), dtype=np.int64, count=len(pairs))
@@ -248,10 +249,13 @@ def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: flo
         valid = _observed_pairs(counts, locate, unsafe, n_states)
     elif rule is None:
         if (n_states - 1) * n_states > DENSE_LIMIT:
-            raise ValueError(
-                f"{n_states - 1} abstract states with every transition valid would need "
-                f"{(n_states - 1) * n_states:,} entries; narrow the valid transitions "
-                "(valid_transitions.max_changed_predicates or a domain rule)")
+            raise StateSpaceTooLargeError(
+                f"{n_states - 1:,} abstract states with every transition valid would need "
+                f"{(n_states - 1) * n_states:,} matrix entries, over the limit of {DENSE_LIMIT:,} "
+                "(forewarn.guard.learning.DENSE_LIMIT); narrow the valid transitions in the spec "
+                "(valid_transitions: max_changed_predicates, irreversible or a function), learn only the "
+                "observed successors (learning: structure: observed), or use fewer predicates",
+                states=n_states - 1, limit=DENSE_LIMIT)
         valid = (transient[:, None] * n_states + np.arange(n_states)).ravel()
     else:
         sources, targets = _valid_pairs(bits, states, transient, predicates.width, rule, locate)

@@ -23,7 +23,7 @@ import scipy.sparse as sp
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from forewarn.guard.errors import ForewarnError, ModelFileError
+from forewarn.guard.errors import ForewarnError, ModelFileError, UsageError
 from forewarn.guard.intervals import IntervalMethod, IntervalReport, visits
 from forewarn.guard.learning import END, LearnedDTMC
 from forewarn.guard.pac import PACReport, StatePAC, TightPAC, TightStatePAC
@@ -182,7 +182,7 @@ class GuardModel:
         if isinstance(properties, CheckOutcome):  # one default property
             properties = [CheckedProperty(spec.guard.effective_properties()[0], properties)]
         if not properties:
-            raise ValueError("a model needs at least one checked property")
+            raise UsageError("a model needs at least one checked property")
         self.spec = spec
         self.dtmc = dtmc
         self.properties = properties

@@ -62,6 +62,8 @@ class _Located(ValueError):
         self.loc = loc
 
 
+# The validators below raise plain ValueError, as pydantic requires: pydantic gathers them into a
+# ValidationError, which parse_spec turns into a SpecError naming the file and line.
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from forewarn.guard.errors import MonitorError, StateSpaceTooLargeError
 from forewarn.guard.learning import END, LearnedDTMC
 from forewarn.monitors.base import VIOL, Monitor
 
@@ -73,8 +74,9 @@ def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor], *,
         if max_states is not None and len(keys) > max_states:
             raise ProductTooLargeError(
                 f"the product of the learned chain ({chain.size} states) with monitors "
-                f"{[mon.name for mon in monitors]} exceeds {max_states:,} reachable states; lower the monitors' "
-                "bounds ('within'), coarsen the abstraction, or resample to a longer period")
+                f"{[mon.name for mon in monitors]} exceeds the limit of {max_states:,} reachable states "
+                "(build_product's max_states); lower the monitors' bounds ('within'), coarsen the abstraction, "
+                "or resample to a longer period", states=len(keys), limit=max_states)
         return out
 
     starts = np.arange(end_c, dtype=np.int64)
@@ -162,14 +164,15 @@ class _Packer:
         for mon in monitors:
             bound = mon.state_bound
             if bound is None:
-                raise ValueError(f"monitor {mon.name!r} does not state a bound on its states (state_bound)")
+                raise MonitorError(f"monitor {mon.name!r} does not state a bound on its states (state_bound)")
             radices.append(bound + 1)
         self.radices = np.array(radices, dtype=np.int64)
         self.multipliers = np.concatenate([[1], np.cumprod(self.radices)[:-1]]).astype(np.int64)
         self.span = int(np.prod([int(r) for r in radices]))
         if self.span * chain_size >= 2**62:
             raise ProductTooLargeError("the monitors' state spaces are too large to combine "
-                                       f"({self.span:,} monitor-state combinations)")
+                                       f"({self.span:,} monitor-state combinations times {chain_size:,} chain "
+                                       "states pass 2**62); lower the monitors' bounds ('within')")
 
     def pack(self, chain_states: np.ndarray, q: np.ndarray) -> np.ndarray:
         return chain_states * self.span + ((q + 1) * self.multipliers).sum(axis=1)
@@ -180,5 +183,5 @@ class _Packer:
         return keys // self.span, q
 
 
-class ProductTooLargeError(ValueError):
-    """The reachable product would not fit the configured limit."""
+class ProductTooLargeError(StateSpaceTooLargeError):
+    """The reachable product would not fit the configured limit (a :class:`StateSpaceTooLargeError`)."""

@@ -18,16 +18,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from forewarn.guard.errors import ForewarnError
+from forewarn.guard.errors import ConfigError
 
 __all__ = ["ApiKey", "ConfigError", "Limits", "Role", "ServerSettings", "is_loopback", "load_settings"]
 
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 BUILTIN_MODEL = "builtin"
-
-
-class ConfigError(ForewarnError):
-    """Server configuration that is missing, malformed or unsafe; names the key."""
 
 
 class Role(str, Enum):
@@ -111,6 +107,8 @@ class _YamlFile(PydanticBaseSettingsSource):
         return dict(self.data)
 
 
+# Its validators raise plain ValueError, as pydantic requires: load_settings turns the ValidationError
+# into a ConfigError naming the key.
 class ServerSettings(BaseSettings):
     """Everything ``forewarn serve`` can be told. Environment variables are ``FOREWARN_<FIELD>``.
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from forewarn.guard.errors import ConfigError
 from forewarn.guard.ingest._documents import Record, kind_of, records
 from forewarn.guard.traces import Run
 
@@ -55,7 +56,7 @@ def read_actions(path: str | Path, *, tasks: Mapping[str, Task] | None = None,
         TraceError: naming the file, line (or list index) and field at fault.
     """
     if on_mismatch not in ("error", "simulator"):
-        raise ValueError(f"on_mismatch={on_mismatch!r}; expected 'error' or 'simulator'")
+        raise ConfigError(f"on_mismatch={on_mismatch!r}; expected 'error' or 'simulator'")
     known = dict(tasks) if tasks is not None else _packaged_tasks()
     for record in records(path):
         yield parse_actions(record, known, on_mismatch=on_mismatch, on_rewrite=on_rewrite)

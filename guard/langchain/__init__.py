@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from forewarn.guard.langchain._messages import transcript_from_messages
 from forewarn.guard.langchain.errors import ApprovalRequired, GuardIntervention, RunStopped
 from forewarn.guard.langchain.recorder import TraceRecorder
-from forewarn.guard.langchain.review import Review, parse_review
+from forewarn.guard.langchain.review import Review, ReviewError, parse_review
 from forewarn.guard.langchain.tools import Approver, GuardedTool, ToolGuard, guard_tool
 from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, StateExtractor, ToolStep, Transcript
 
@@ -38,6 +38,7 @@ __all__ = [
     "GuardedTool",
     "Intervention",
     "Review",
+    "ReviewError",
     "RunStopped",
     "ToolGuard",
     "TraceRecorder",
