@@ -13,6 +13,7 @@ eq. 1 of the paper holds for product rows as it does for chain rows.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -166,13 +167,14 @@ class _Packer:
             if bound is None:
                 raise MonitorError(f"monitor {mon.name!r} does not state a bound on its states (state_bound)")
             radices.append(bound + 1)
-        self.radices = np.array(radices, dtype=np.int64)
-        self.multipliers = np.concatenate([[1], np.cumprod(self.radices)[:-1]]).astype(np.int64)
-        self.span = int(np.prod([int(r) for r in radices]))
+        self.span = math.prod(radices)  # Python ints: numpy's product would wrap past 2**63 unnoticed
         if self.span * chain_size >= 2**62:
             raise ProductTooLargeError("the monitors' state spaces are too large to combine "
                                        f"({self.span:,} monitor-state combinations times {chain_size:,} chain "
-                                       "states pass 2**62); lower the monitors' bounds ('within')")
+                                       "states pass 2**62); lower the monitors' bounds ('within')",
+                                       states=self.span * chain_size, limit=2**62)
+        self.radices = np.array(radices, dtype=np.int64)
+        self.multipliers = np.concatenate([[1], np.cumprod(self.radices)[:-1]]).astype(np.int64)
 
     def pack(self, chain_states: np.ndarray, q: np.ndarray) -> np.ndarray:
         return chain_states * self.span + ((q + 1) * self.multipliers).sum(axis=1)

@@ -245,9 +245,11 @@ def load_settings(config: Path | None = None, **overrides: Any) -> ServerSetting
         return ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "<root>"
+        field = ".".join(str(p) for p in first["loc"])
         where = f"{config}: " if config is not None else "server settings: "
         message = first["msg"].removeprefix("Value error, ")
+        if not field:  # a check across settings: its message names the keys
+            raise ConfigError(f"{where}{message}") from exc
         raise ConfigError(f"{where}{field}: {message} (set on the command line, as FOREWARN_{field.split('.')[0].upper()} "
                           "or in the config file)") from exc
     finally:
