@@ -31,6 +31,7 @@ class SessionNotFound(ForewarnError, KeyError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"no session {session_id!r}")
         self.session_id = session_id
+        self.args = (session_id,)  # what __init__ takes: a copy (pickle, copy) says the same
 
 
 @dataclass(slots=True, eq=False)

@@ -7,6 +7,7 @@ exception out, so the test also names the family member that carried it.
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import random
@@ -277,6 +278,7 @@ def test_the_family_keeps_the_old_catches_working() -> None:
     with pytest.raises(KeyError):  # the server caught it as a KeyError
         raise SessionNotFound("s-1")
     assert str(SessionNotFound("s-1")) == "no session 's-1'"
+    assert str(copy.copy(SessionNotFound("s-1"))) == "no session 's-1'"
     with pytest.raises(ValueError):
         raise family.StateSpaceTooLargeError("too many", states=10, limit=5)
 
