@@ -381,6 +381,7 @@ def _valid_pairs(bits: np.ndarray, states: list[int], sources: np.ndarray, width
                 dst_parts.append(position[hit])
     else:
         chunk = max(1, (1 << 22) // max(n, 1))  # bound the candidate arrays, not the result
+        kept = 0
         for start in range(0, len(sources), chunk):
             block = sources[start:start + chunk]
             src_parts.append(np.repeat(block, n))
@@ -388,6 +389,13 @@ def _valid_pairs(bits: np.ndarray, states: list[int], sources: np.ndarray, width
             if irreversible or extra is not None:
                 src_parts[-1], dst_parts[-1] = _allowed(bits, states, width, irreversible, extra,
                                                         src_parts[-1], dst_parts[-1])
+            kept += len(src_parts[-1])
+            if kept > DENSE_LIMIT:  # the rule allows nearly every pair: stop before memory runs out
+                raise StateSpaceTooLargeError(
+                    f"{n:,} abstract states: the transitions the spec's valid_transitions allow pass the limit "
+                    f"of {DENSE_LIMIT:,} matrix entries (forewarn.guard.learning.DENSE_LIMIT); narrow them "
+                    "(valid_transitions: max_changed_predicates) or learn only the observed successors "
+                    "(learning: structure: observed)", states=n, limit=DENSE_LIMIT)
         irreversible, extra = 0, None
     src = np.concatenate(src_parts) if src_parts else np.zeros(0, dtype=np.int64)
     dst = np.concatenate(dst_parts) if dst_parts else np.zeros(0, dtype=np.int64)

@@ -57,6 +57,8 @@ def files(tmp_path: Path, toy_traces: Path, toy_model_path: Path) -> dict[str, P
         "semantics.yaml": TOY_SPEC + "monitors:\n  - name: eventually_b\n    kind: existence\n    p: 'b'\n",
         "chain.pm": "dtmc\nmodule m\n  x: [0..1] init 0;\n  [] x=0 -> (x'=1);\nendmodule\n",
         "not_a_key.pem": "not a key\n",
+        "not_a.db": "not a database, and long enough for SQLite to read a header of 100 bytes from it: "
+                    "................................................\n",
     }
     out = {"traces": toy_traces, "spec": spec, "model": toy_model_path}
     for name, text in written.items():
@@ -113,6 +115,12 @@ def _cases() -> list[tuple[str, Callable[[dict[str, Path], Path], list[str | Pat
          "QuantificationError", "forewarn.guard.llmcheck.errors", ("unknown quantification 'nosuchkind'",)),
         ("server-config", lambda f, o: ["serve", "--host", "0.0.0.0", "--insecure-no-auth"],
          "ConfigError", "forewarn.server.settings", ("only allowed on a loopback address",)),
+        # `serve` fails before it binds a port: the model and the database are opened first
+        ("server-model", lambda f, o: ["serve", "--insecure-no-auth", "--port", "9", "--db", f"{o}.db",
+                                       "--model", f["bad_model.json"]],
+         "ModelFileError", "forewarn.guard.errors", ("bad_model.json: not a Forewarn model file",)),
+        ("server-storage", lambda f, o: ["serve", "--insecure-no-auth", "--port", "9", "--db", f["not_a.db"]],
+         "StorageError", "forewarn.server.storage", ("cannot open the database: file is not a database",)),
     ]
 
 
@@ -121,9 +129,9 @@ def _cases() -> list[tuple[str, Callable[[dict[str, Path], Path], list[str | Pat
 def test_each_family_member_is_one_line_and_exit_2(forewarn_here: CLI, files: dict[str, Path], tmp_path: Path,
                                                     args: Callable[..., list[str | Path]], name: str, module: str,
                                                     fragments: tuple[str, ...]) -> None:
-    if name == "ConfigError" and module.startswith("forewarn.server"):
-        pytest.importorskip("pydantic_settings")
     argv = args(files, tmp_path / "out")
+    if argv[0] == "serve":
+        pytest.importorskip("fastapi")
     one_line_error(forewarn_here(*argv), *fragments)
     exc = raised(*argv)
     expected = getattr(importlib.import_module(module), name)
@@ -196,6 +204,20 @@ def test_the_dense_limit_is_read_when_learning(forewarn_here: CLI, files: dict[s
                    "over the limit of 5 (")
 
 
+def test_a_rule_that_allows_too_much_is_stopped_at_the_limit_too(
+        forewarn_here: CLI, files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ``irreversible``-only rule keeps nearly every pair: counted as they are made, not after."""
+    from forewarn.guard import learning
+
+    monkeypatch.setattr(learning, "DENSE_LIMIT", 5)
+    spec = tmp_path / "irreversible.yaml"
+    spec.write_text(TOY_SPEC + "valid_transitions:\n  irreversible: [a]\n")
+    one_line_error(forewarn_here("learn", files["traces"], "-s", spec, "-o", tmp_path / "m.json"),
+                   "the transitions the spec's valid_transitions allow pass the limit of 5 matrix entries")
+    monkeypatch.setattr(learning, "DENSE_LIMIT", 50_000_000)
+    assert forewarn_here("learn", files["traces"], "-s", spec, "-o", tmp_path / "m.json").returncode == 0
+
+
 def test_a_monitor_product_too_large_to_pack_is_one_line(forewarn_here: CLI, files: dict[str, Path],
                                                         tmp_path: Path) -> None:
     """Six monitors with 10⁵-step deadlines: 10³⁰ monitor-state combinations (numpy's product of
@@ -263,7 +285,8 @@ def test_documented_names_are_in_the_family(module: str, name: str, base: type |
     assert base is None or issubclass(cls, base)
 
 
-@pytest.mark.parametrize(("module", "name", "base", "needs"), WITH_EXTRAS, ids=[f"{m}.{n}" for m, n, _, _ in WITH_EXTRAS])
+@pytest.mark.parametrize(("module", "name", "base", "needs"), WITH_EXTRAS,
+                         ids=[f"{m}.{n}" for m, n, _, _ in WITH_EXTRAS])
 def test_documented_names_of_the_integrations_are_in_the_family(module: str, name: str, base: type | None,
                                                                 needs: str) -> None:
     pytest.importorskip(needs)
