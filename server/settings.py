@@ -92,6 +92,9 @@ class _YamlFile(PydanticBaseSettingsSource):
             document = yaml.safe_load(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                              "a server config is a YAML file") from exc
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: YAML does not parse: {exc}") from exc
         if document is None:

@@ -48,7 +48,7 @@ def files(tmp_path: Path, toy_traces: Path, toy_model_path: Path) -> dict[str, P
     """The toy domain's traces, spec and model, and a set of bad files beside them."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(TOY_SPEC)
-    written = {
+    written: dict[str, str | bytes] = {
         "bad_spec.yaml": "predicates: [\n",
         "bad_traces.jsonl": "not json\n",
         "bad_model.json": "{}\n",
@@ -57,13 +57,17 @@ def files(tmp_path: Path, toy_traces: Path, toy_model_path: Path) -> dict[str, P
         "semantics.yaml": TOY_SPEC + "monitors:\n  - name: eventually_b\n    kind: existence\n    p: 'b'\n",
         "chain.pm": "dtmc\nmodule m\n  x: [0..1] init 0;\n  [] x=0 -> (x'=1);\nendmodule\n",
         "not_a_key.pem": "not a key\n",
+        "latin1.txt": "café\n".encode("latin-1"),
         "not_a.db": "not a database, and long enough for SQLite to read a header of 100 bytes from it: "
                     "................................................\n",
     }
     out = {"traces": toy_traces, "spec": spec, "model": toy_model_path}
     for name, text in written.items():
         out[name] = tmp_path / name
-        out[name].write_text(text)
+        if isinstance(text, bytes):
+            out[name].write_bytes(text)
+        else:
+            out[name].write_text(text)
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -79,6 +83,8 @@ def _cases() -> list[tuple[str, Callable[[dict[str, Path], Path], list[str | Pat
     return [
         ("spec", lambda f, o: ["learn", f["traces"], "-s", f["bad_spec.yaml"], "-o", o],
          "SpecError", "forewarn.guard.errors", ("bad_spec.yaml:2: YAML does not parse",)),
+        ("spec-not-utf8", lambda f, o: ["learn", f["traces"], "-s", f["latin1.txt"], "-o", o],
+         "SpecError", "forewarn.guard.errors", ("latin1.txt:1: not UTF-8 text (byte 0xe9 at offset 3)",)),
         ("trace", lambda f, o: ["learn", f["bad_traces.jsonl"], "-s", f["spec"], "-o", o],
          "TraceError", "forewarn.guard.errors", ("bad_traces.jsonl:1: not valid JSON",)),
         ("model-file", lambda f, o: ["check", f["bad_model.json"]],
@@ -107,6 +113,9 @@ def _cases() -> list[tuple[str, Callable[[dict[str, Path], Path], list[str | Pat
         ("llmcheck-source", lambda f, o: ["llmcheck", "-m", f"ngram:{o}.txt", "--prompt", "hi",
                                           "-p", 'P=? [F "words>0"]'],
          "SourceError", "forewarn.guard.llmcheck.errors", ("cannot read the n-gram training file",)),
+        ("llmcheck-source-not-utf8", lambda f, o: ["llmcheck", "-m", f"ngram:{f['latin1.txt']}", "--prompt", "hi",
+                                                   "-p", 'P=? [F "words>0"]'],
+         "SourceError", "forewarn.guard.llmcheck.errors", ("is not UTF-8 text (byte 0xe9 at offset 3)",)),
         ("llmcheck-query", lambda f, o: ["llmcheck", "-m", f"ngram:{f['spec']}", "--prompt", "hi",
                                          "-p", 'P=? [F "nolabel"]'],
          "QueryError", "forewarn.guard.llmcheck.errors", ("label 'nolabel'",)),
@@ -115,6 +124,8 @@ def _cases() -> list[tuple[str, Callable[[dict[str, Path], Path], list[str | Pat
          "QuantificationError", "forewarn.guard.llmcheck.errors", ("unknown quantification 'nosuchkind'",)),
         ("server-config", lambda f, o: ["serve", "--host", "0.0.0.0", "--insecure-no-auth"],
          "ConfigError", "forewarn.server.settings", ("only allowed on a loopback address",)),
+        ("server-config-not-utf8", lambda f, o: ["serve", "--config", f["latin1.txt"]],
+         "ConfigError", "forewarn.server.settings", ("latin1.txt: not UTF-8 text (byte 0xe9 at offset 3)",)),
         # `serve` fails before it binds a port: the model and the database are opened first
         ("server-model", lambda f, o: ["serve", "--insecure-no-auth", "--port", "9", "--db", f"{o}.db",
                                        "--model", f["bad_model.json"]],
