@@ -30,7 +30,7 @@ test: $(VENV)/.installed
 
 # Static checks CI runs after the tests (each issue-11 part adds its line here).
 check: $(VENV)/.installed
-	@echo "static checks: none configured yet"
+	$(VENV)/bin/lint-imports
 
 bench: $(VENV)/.installed
 	$(PY) bench/decision_latency.py

@@ -71,7 +71,7 @@ TIMEOUT = 10.0
 def serve(port: int, db: str, synchronous: str) -> None:
     from starlette.responses import Response
 
-    from forewarn.guard.builtin import builtin_model_path
+    from forewarn.domains.embodied.builtin import builtin_model_path
     from forewarn.server.app import create_app, start
     from forewarn.server.cli import serve_app
     from forewarn.server.settings import ServerSettings

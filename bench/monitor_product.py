@@ -22,11 +22,11 @@ from pathlib import Path
 from forewarn.guard import Guard, parse_spec
 from forewarn.guard.learning import TransitionCounts, learn_dtmc, spec_transition_rule
 from forewarn.guard.model import CheckedProperty, GuardModel
+from forewarn.guard.monitoring import build_monitors, build_product
 from forewarn.guard.pac import pac_report
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.storm import Method, build_sparse_dtmc, check_sparse_model, labels_of
-from forewarn.monitors import build_monitors, build_product
-from forewarn.monitors.product import ProductTooLargeError
+from forewarn.monitors import ProductTooLargeError
 
 SPEC = """\
 name: bench

@@ -49,7 +49,7 @@ ADMIN = "soak-admin-key-0123456789abcdef"
 
 
 def serve(port: int, db: Path, memo_bytes: int) -> None:
-    from forewarn.guard.builtin import builtin_model_path
+    from forewarn.domains.embodied.builtin import builtin_model_path
     from forewarn.server.app import create_app, start
     from forewarn.server.cli import serve_app
     from forewarn.server.settings import Limits, ServerSettings

@@ -115,7 +115,7 @@ def check_positive_int(value: int | None, option: str) -> None:
 
 
 def print_summary(summary: Any, verb: str) -> None:
-    """An ingest summary (:class:`guard.ingest.summary.IngestSummary`) on stderr: stdout stays for
+    """An ingest summary (:class:`forewarn.guard.read_summary.IngestSummary`) on stderr: stdout stays for
     tables and JSON."""
     for i, line in enumerate(summary.lines(verb)):
         style = "yellow" if i and line.lstrip().startswith(("skipped", "rewritten", "warning")) else None

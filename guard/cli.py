@@ -5,7 +5,7 @@ import math
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import numpy as np
 import typer
@@ -28,7 +28,7 @@ from forewarn.guard._cli import (
 )
 from forewarn.guard.errors import ForewarnError, UsageError
 from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
-from forewarn.guard.ingest.summary import IngestSummary
+from forewarn.guard.read_summary import IngestSummary
 from forewarn.guard.model import CheckedProperty, GuardModel
 from forewarn.guard.spec import PropertyDef
 from forewarn.guard.storm import (
@@ -42,6 +42,9 @@ from forewarn.guard.storm import (
     prism_text,
     quantitative_form,
 )
+
+if TYPE_CHECKING:
+    from forewarn.domains.embodied.world import HouseholdWorld
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -508,7 +511,7 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
     monitor_rows = dtmc.monitor_states.tolist() if dtmc.monitor_states is not None else None
     monitors: dict[str, Any] = {}
     if monitor_rows is not None:
-        from forewarn.monitors import build_monitors
+        from forewarn.guard.monitoring import build_monitors
 
         monitors = {m.name: m for m in build_monitors(loaded.spec)}
     first = outcomes[0][1]
@@ -792,19 +795,35 @@ def demo(
     = None,
 ) -> None:
     """Run the whole pipeline on a built-in domain and print a Table-3-style comparison."""
-    from forewarn.guard.demo import run_demo
+    from forewarn.domains.demo import run_demo
 
     run_demo(domain=domain, out_dir=out_dir, runs=runs, episodes=episodes, seed=seed, heed=heed, console=out)
+
+
+def _builtin_model() -> Path:
+    """What ``forewarn serve`` serves when no model is configured: the embodied demo's model."""
+    from forewarn.domains.embodied.builtin import builtin_model_path
+
+    return builtin_model_path()
+
+
+def _household_world() -> HouseholdWorld:
+    """Where action-only logs are replayed (``--input-format actions``, ``--extractor household``)."""
+    from forewarn.domains.embodied.world import HouseholdWorld
+
+    return HouseholdWorld()
 
 
 def _register_plugins() -> None:
     """Commands that live with their subsystems (imported lazily: heavy back-ends load on use)."""
     from forewarn.guard.evaluation.cli import register as register_evaluation
+    from forewarn.guard.ingest import use_world
     from forewarn.guard.llmcheck.cli import register as register_llmcheck
     from forewarn.server.cli import register as register_server
 
+    use_world(_household_world)
     register_evaluation(app)
-    register_server(app)
+    register_server(app, builtin=_builtin_model)
     register_llmcheck(app)
 
 

@@ -28,8 +28,10 @@ from forewarn.guard.backoff import learn_memory_dtmc, strip_memory
 from forewarn.guard.crossval import ALPHA_GRID, choose_alpha, path_transitions
 from forewarn.guard.memory import Memory, build_memory
 from forewarn.guard.model import CheckedProperty, GuardModel
+from forewarn.guard.monitoring import build_monitors, build_product
 from forewarn.guard.pac import pac_report
 from forewarn.guard.predicates import PredicateSet, PythonPredicate, resolve_callable
+from forewarn.guard.read_summary import IngestSummary
 from forewarn.guard.outcomes import OutcomeCounts, direct_intervals, first_visit_counts, intersect
 from forewarn.guard.shrinkage import Fit, Paths, reach_targets, shrink_properties, summarize_paths
 from forewarn.guard.spec import Spec
@@ -129,7 +131,7 @@ def learn_model(traces: Sequence[str | Path], spec: Spec, *, period: float | Non
     Args:
         period: resample every run to this many seconds per step first (needs ``t``).
         on_error: ``stop`` at the first malformed run, or ``skip`` it and count it in ``summary``.
-        summary: an :class:`~guard.ingest.summary.IngestSummary` to fill (runs read, skipped by reason).
+        summary: an :class:`~forewarn.guard.read_summary.IngestSummary` to fill (runs read, skipped by reason).
     """
     paths = [Path(p) for p in traces]
     inputs = [_provenance(p) for p in paths]
@@ -150,8 +152,6 @@ def runs_to_learn(paths: Sequence[Path], spec: Spec, *, period: float | None, di
                   allow_python: Iterable[str] | None = None) -> Iterable[Run]:
     """The runs of JSONL files for learning, counted in ``summary``; with ``on_error="skip"``
     malformed runs, and runs whose states the predicates cannot read, are skipped and counted."""
-    from forewarn.guard.ingest.summary import IngestSummary
-
     tally = summary if summary is not None else IngestSummary()
     handle = tally.handler(on_error)  # type: ignore[arg-type]
     runs = read_trace_files(paths, period=period, digests=digests, on_bad=handle if on_error == "skip" else None)
@@ -239,8 +239,6 @@ def counting_plan(spec: Spec, predicates: PredicateSet, alpha: float | str | Non
 def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None, *,
             allow_python: Iterable[str] | None = None) -> tuple[PredicateSet, list[Any]]:
     """The spec's compiled predicates and monitors, once its properties are known to parse."""
-    from forewarn.monitors import build_monitors  # monitors build on guard's spec and chain
-
     definitions = spec.guard.effective_properties()
     for index, definition in enumerate(definitions):
         try:
@@ -274,8 +272,6 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     ``backoff: auto`` and ``shrink`` (without them those levers are skipped, and the
     model's ``provenance.levers`` says so).
     """
-    from forewarn.monitors import build_product
-
     definitions = spec.guard.effective_properties()
     epsilon, delta = learning_bounds(spec, epsilon, delta)
     settings = spec.learning
@@ -358,8 +354,6 @@ def _refit(counts: TransitionCounts, predicates: PredicateSet, monitors: Sequenc
            memory: Memory | None, alpha: float, beta: float | None, rule: ValidTransitionRule | None, structure: str,
            method: Method, precision: float) -> Callable[[Paths], Fit]:
     """The same learning and checking from every run but some, α and β as chosen (for choosing κ)."""
-    from forewarn.monitors import build_product
-
     def fit(left_out: Paths) -> Fit:
         # the counts less the left-out runs': as learning them without those runs would count
         removed: Counter[tuple[int, int]] = Counter()

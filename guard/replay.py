@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from forewarn.guard.evaluation.calibration import Calibration, calibrate
+from forewarn.guard.calibration import Calibration, calibrate
 from forewarn.guard.runtime import Guard
 from forewarn.guard.spec import Action, Trigger
 from forewarn.guard.traces import Run, abstract_run

@@ -15,6 +15,7 @@ import numpy as np
 
 from forewarn.guard.memory import build_memory
 from forewarn.guard.model import GuardModel
+from forewarn.guard.monitoring import build_monitors
 from forewarn.guard.policy import Policy
 from forewarn.guard.predicates import PredicateSet, PythonPredicate
 from forewarn.guard.spec import Action, Meaning
@@ -117,8 +118,6 @@ class Guard:
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
                  allow_python: Iterable[str] | None = None,
                  predicates: PredicateSet | None = None) -> None:
-        from forewarn.monitors import build_monitors  # monitors build on guard's spec
-
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
         self.predicates = predicates if predicates is not None else PredicateSet(

@@ -13,7 +13,7 @@ from typing import Any
 import cel
 import numpy as np
 
-from forewarn.guard.errors import MonitorError
+from forewarn.errors import MonitorError
 
 __all__ = ["VIOL", "Condition", "ConditionError", "Monitor", "MonitorError", "MonitorSemanticsError"]
 

@@ -15,15 +15,58 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
 
-from forewarn.guard.errors import MonitorError, StateSpaceTooLargeError
-from forewarn.guard.learning import END, LearnedDTMC
+from forewarn.errors import MonitorError, StateSpaceTooLargeError, UsageError
 from forewarn.monitors.base import VIOL, Monitor
 
-__all__ = ["ProductTooLargeError", "build_product", "initial_monitor_states", "advance"]
+__all__ = ["Chain", "Product", "ProductTooLargeError", "reachable_product", "initial_monitor_states", "advance"]
+
+
+class Chain(Protocol):
+    """What the product reads of a learned chain (``forewarn.guard.learning.LearnedDTMC`` is one).
+
+    States are indexed ``0 … size-1``; the last is ``end``. ``states`` holds each state's
+    predicate bit mask (``end``'s is ignored); ``matrix``, ``counts`` and ``pseudo`` share
+    one CSR sparsity.
+    """
+
+    states: list[int]
+    unsafe: np.ndarray  # bool per state
+    initial: dict[int, int]
+    matrix: sp.csr_matrix
+    counts: sp.csr_matrix
+    pseudo: sp.csr_matrix | None
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def end_index(self) -> int: ...
+
+    @property
+    def absorbing(self) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Product:
+    """The reachable product as plain arrays; the last state is the one ``end``.
+
+    ``base[i]`` is the chain state of product state ``i`` (``end`` excluded) and
+    ``monitor_states[i]`` its monitors' states (the ``end`` row is all zeros).
+    """
+
+    base: np.ndarray
+    monitor_states: np.ndarray
+    unsafe: np.ndarray
+    initial: dict[int, int]
+    matrix: sp.csr_matrix
+    counts: sp.csr_matrix
+    pseudo: sp.csr_matrix | None
 
 
 def initial_monitor_states(monitors: Sequence[Monitor], bits: int) -> tuple[int, ...]:
@@ -36,9 +79,9 @@ def advance(monitors: Sequence[Monitor], q: tuple[int, ...], bits: int) -> tuple
     return tuple(m.step(qk, bits) for m, qk in zip(monitors, q))
 
 
-def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor], *,
-                  max_states: int | None = 5_000_000) -> LearnedDTMC:
-    """The reachable product of ``chain`` with ``monitors`` (the chain itself when there are none).
+def reachable_product(chain: Chain, monitors: Sequence[Monitor], *,
+                      max_states: int | None = 5_000_000) -> Product:
+    """The reachable product of ``chain`` with (at least one of) ``monitors``.
 
     Breadth-first, one layer at a time: monitors step all of a layer's transitions at
     once (:meth:`Monitor.step_array`), and a product state is packed into one integer
@@ -49,7 +92,7 @@ def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor], *,
         ProductTooLargeError: more than ``max_states`` reachable product states.
     """
     if not monitors:
-        return chain
+        raise UsageError("a product needs at least one monitor")
     m = len(monitors)
     end_c = chain.end_index
     matrix, counts = chain.matrix, chain.counts
@@ -76,7 +119,7 @@ def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor], *,
             raise ProductTooLargeError(
                 f"the product of the learned chain ({chain.size} states) with monitors "
                 f"{[mon.name for mon in monitors]} exceeds the limit of {max_states:,} reachable states "
-                "(build_product's max_states); lower the monitors' bounds ('within'), coarsen the abstraction, "
+                "(max_states); lower the monitors' bounds ('within'), coarsen the abstraction, "
                 "or resample to a longer period", states=len(keys), limit=max_states)
         return out
 
@@ -142,19 +185,8 @@ def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor], *,
     for i, runs in chain.initial.items():
         k = int(first[i])
         initial[k] = initial.get(k, 0) + runs
-    return LearnedDTMC(
-        predicates=list(chain.predicates),
-        states=[chain.states[i] for i in base.tolist()] + [END],
-        unsafe=unsafe,
-        initial=initial,
-        counts=product_counts,
-        matrix=product_matrix,
-        alpha=chain.alpha,
-        invalid_observed=chain.invalid_observed,
-        monitors=[mon.name for mon in monitors],
-        monitor_states=monitor_states,
-        pseudo=product_pseudo,
-    )
+    return Product(base=base, monitor_states=monitor_states, unsafe=unsafe, initial=initial,
+                   matrix=product_matrix, counts=product_counts, pseudo=product_pseudo)
 
 
 class _Packer:

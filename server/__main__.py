@@ -2,14 +2,23 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import typer
 
 from forewarn.guard.errors import ForewarnError
 from forewarn.server.cli import register
 
+
+def _builtin_model() -> Path:
+    # An entry point, so it may reach the demo domain (an import contract names this exception).
+    from forewarn.domains.embodied.builtin import builtin_model_path
+
+    return builtin_model_path()
+
+
 app = typer.Typer(add_completion=False, no_args_is_help=True)
-register(app)
+register(app, builtin=_builtin_model)
 
 
 @app.callback()

@@ -1,9 +1,12 @@
 """``forewarn serve``: the sidecar's command. ``register(app)`` adds it to a typer app."""
+
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -34,10 +37,11 @@ def _generated_keys() -> tuple[ApiKey, ...]:
                         name=f"generated-{role.value}") for role in Role)
 
 
-def run_server(settings: ServerSettings, workers: int = 1) -> None:
+def run_server(settings: ServerSettings, workers: int = 1, *, builtin: Callable[[], Path] | None = None) -> None:
     """Start (blocking) and serve until interrupted. Errors before binding raise ForewarnError.
 
-    ``workers`` > 1: that many processes accept on one socket (a shared database only)."""
+    ``workers`` > 1: that many processes accept on one socket (a shared database only).
+    ``builtin``: the model file to serve when none is configured (see :func:`server.state.start`)."""
     from forewarn.server.app import create_app, start
 
     if workers > 1:
@@ -46,13 +50,13 @@ def run_server(settings: ServerSettings, workers: int = 1) -> None:
         if not is_postgres(settings.db):
             raise ConfigError("--workers: more than one process needs a shared database "
                               "(FOREWARN_DB=postgresql://...); SQLite is owned by one process")
-        _run_workers(settings, workers)
+        _run_workers(settings, workers, builtin)
         return
-    state = start(settings)  # a bad model or a locked database fails here, with its own message
+    state = start(settings, builtin=builtin)  # a bad model or a locked database fails here, with its own message
     serve_app(create_app(settings, state=state), settings)
 
 
-def _run_workers(settings: ServerSettings, workers: int) -> None:
+def _run_workers(settings: ServerSettings, workers: int, builtin: Callable[[], Path] | None) -> None:
     """Fork ``workers`` replicas on one listening socket (the kernel spreads the connections); each
     opens its own database connections after the fork. One that dies is started again."""
     import os
@@ -66,7 +70,7 @@ def _run_workers(settings: ServerSettings, workers: int) -> None:
 
     def child() -> None:
         try:
-            state = start(settings)
+            state = start(settings, builtin=builtin)
             serve_app(create_app(settings, state=state), settings, sockets=[sock])
         finally:
             os._exit(0)
@@ -165,17 +169,23 @@ def serve(
         min=1, help="Processes serving the port, each a replica (needs FOREWARN_DB=postgresql://...).")] = 1,
 ) -> None:
     """Serve the guard over HTTP (sessions, steps, approvals, models, metrics)."""
+    _serve(locals(), None)
+
+
+def _serve(options: dict[str, Any], builtin: Callable[[], Path] | None) -> None:
+    """``serve`` with its options as a dict, and the fallback model of :func:`register`."""
+    model, allow_python, trusted_key, model_dir = (options["model"], options["allow_python"], options["trusted_key"],
+                                                   options["model_dir"])
     overrides = {
-        "host": host, "port": port, "db": db, "default_model": default_model, "synchronous": synchronous,
-        "log_level": log_level,
+        **{key: options[key] for key in ("host", "port", "db", "default_model", "synchronous", "log_level")},
         "models": parse_model_options(model) if model else None,
-        "insecure_no_auth": True if insecure_no_auth else None,
-        "access_log": True if access_log else None,
+        "insecure_no_auth": True if options["insecure_no_auth"] else None,
+        "access_log": True if options["access_log"] else None,
         "python_predicates": tuple(allow_python) if allow_python else None,
         "trusted_keys": tuple(trusted_key) if trusted_key else None,
         "model_dirs": tuple(model_dir) if model_dir else None,
     }
-    settings = load_settings(config, **overrides)
+    settings = load_settings(options["config"], **overrides)
     if not settings.api_keys and not settings.insecure_no_auth:
         # A safe default that still lets `forewarn serve` work out of the box: fresh keys for this run only.
         keys = _generated_keys()
@@ -187,9 +197,18 @@ def serve(
     elif settings.insecure_no_auth:
         sys.stderr.write("forewarn serve: WARNING: --insecure-no-auth: anyone who can reach "
                          f"{settings.host}:{settings.port} acts as admin\n")
-    run_server(settings, workers)
+    run_server(settings, options["workers"], builtin=builtin)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``serve`` to a typer app (``guard.cli`` does this for ``forewarn``)."""
-    app.command("serve")(serve)
+def register(app: typer.Typer, *, builtin: Callable[[], Path] | None = None) -> None:
+    """Add ``serve`` to a typer app (``forewarn.guard.cli`` does this for ``forewarn``).
+
+    ``builtin`` gives the model file ``serve`` serves when none is configured: the entry
+    points pass the embodied demo's (docs/architecture.md: the server builds on no domain).
+    Without it, ``serve`` needs ``--model``."""
+
+    @functools.wraps(serve)
+    def command(**options: Any) -> None:
+        _serve(options, builtin)
+
+    app.command("serve")(command)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,11 +45,15 @@ class ServerState:
         self.storage.close()
 
 
-def start(settings: ServerSettings) -> ServerState:
+def start(settings: ServerSettings, *, builtin: Callable[[], Path] | None = None) -> ServerState:
     """Open the database and load the configured models (blocking; seconds for the built-in one).
 
+    ``builtin`` gives the model file served as ``builtin`` when none is configured; the
+    entry points pass the demo domain's (the server itself builds on no domain).
+
     Raises:
-        ConfigError: no API keys and no explicit ``insecure_no_auth``.
+        ConfigError: no API keys and no explicit ``insecure_no_auth``; no model configured
+            and no ``builtin``.
         StorageError: the database is locked by another server or unusable.
         ModelFileError: a configured model file is missing or invalid.
     """
@@ -57,9 +62,9 @@ def start(settings: ServerSettings) -> ServerState:
                           "or api_keys in the config file (or, on a loopback address only, insecure_no_auth)")
     sources: dict[str, Path] = dict(settings.models)
     if not sources:
-        from forewarn.guard.builtin import builtin_model_path
-
-        sources = {BUILTIN_MODEL: builtin_model_path()}
+        if builtin is None:
+            raise ConfigError("no model to serve: give --model FILE (or models: in the config file)")
+        sources = {BUILTIN_MODEL: builtin()}
     rules = LoadRules.from_settings(settings)
     # fail before touching the DB; the operator's own files, but the code and signature rules hold for them too
     loaded_files = {name: read_model(path, rules) for name, path in sources.items()}

@@ -120,7 +120,7 @@ def test_usage_errors_are_one_line(forewarn_here: CLI, toy_traces: Path) -> None
 
 
 def test_the_demos_hints_name_a_command_that_works_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from forewarn.guard.demo import _command
+    from forewarn.domains.demo import _command
 
     venv = tmp_path / ".venv" / "bin"
     venv.mkdir(parents=True)

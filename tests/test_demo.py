@@ -6,7 +6,7 @@ from pathlib import Path
 from rich.console import Console
 
 from forewarn.guard import GuardModel
-from forewarn.guard.demo import run_demo
+from forewarn.domains.demo import run_demo
 
 
 def test_the_embodied_demo_learns_checks_and_compares_enforcements(tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ def mutated(draw: st.DrawFn, document: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def real_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from forewarn.guard.builtin import builtin_model_path
+    from forewarn.domains.embodied.builtin import builtin_model_path
 
     # the built-in model: monitors, several properties' worth of arrays, a PAC report with chain states
     return dict(orjson.loads(builtin_model_path(tmp_path_factory.mktemp("fuzz-cache")).read_bytes()))

@@ -8,7 +8,7 @@ from _support import TOY_SPEC
 from forewarn.guard.errors import SpecError
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.spec import Action, Spec, load_spec, parse_spec
-from forewarn.monitors import build_monitors
+from forewarn.guard.monitoring import build_monitors
 
 
 def spec_error(text: str) -> SpecError:

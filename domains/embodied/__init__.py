@@ -28,6 +28,7 @@ from forewarn.domains.embodied.tasks import (
     support_problem,
     supported_tasks,
 )
+from forewarn.domains.embodied.world import HouseholdWorld
 
 __all__ = [
     "Action",
@@ -37,6 +38,7 @@ __all__ = [
     "EmbodiedError",
     "EpisodeResult",
     "HouseholdSim",
+    "HouseholdWorld",
     "Kind",
     "SimulatedAgent",
     "Task",

@@ -13,16 +13,20 @@ command, a payment above the limit the user did not confirm, and a message to an
 external recipient the user never named. :class:`ToolStateExtractor` turns what an
 agent did into the state the spec reads; :func:`generate_traces` writes runs whose
 states are exactly what it makes of them.
+
+The extractor and the tool kinds are the LangChain integration's (its default state
+extractor, ``forewarn.guard.langchain.extractor``; an integration never imports a
+domain), re-exported here with the spec written against them.
 """
 from __future__ import annotations
 
 from forewarn.domains.tools.errors import ExtractionError
-from forewarn.domains.tools.extractor import ToolStateExtractor, initial_state, violations
 from forewarn.domains.tools.generator import generate_runs, generate_traces, simulate
-from forewarn.domains.tools.kinds import DEFAULT_INTERNAL_DOMAINS, DEFAULT_TOOL_KINDS, ToolKind
 from forewarn.domains.tools.spec import SPEC_PATH, load_tool_spec
 from forewarn.domains.tools.tasks import FAMILIES, Plan, family_names
 from forewarn.domains.tools.transcript import CallStatus, ToolStep, Transcript
+from forewarn.guard.langchain.extractor import ToolStateExtractor, initial_state, violations
+from forewarn.guard.langchain.kinds import DEFAULT_INTERNAL_DOMAINS, DEFAULT_TOOL_KINDS, ToolKind
 
 __all__ = [
     "CallStatus",

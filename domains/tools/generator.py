@@ -3,7 +3,7 @@
 A run plays one :mod:`task family <domains.tools.tasks>` plan with the noise of a real
 agent on top: detours (listing files, re-reading a document, a ``git status``, a web
 search) and calls that fail and are retried. Every step's state is what
-:class:`~domains.tools.extractor.ToolStateExtractor` makes of the transcript so far,
+:class:`~forewarn.guard.langchain.extractor.ToolStateExtractor` makes of the transcript so far,
 exactly as the LangChain middleware computes it at run time; a run ends at its first
 violation.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from forewarn.domains.tools.extractor import ToolStateExtractor, violations
+from forewarn.guard.langchain.extractor import ToolStateExtractor, violations
 from forewarn.domains.tools.tasks import DOCS, FAMILIES, TOPICS, Plan
 from forewarn.domains.tools.transcript import CallStatus, ToolStep, Transcript
 from forewarn.guard.errors import ConfigError

@@ -1,9 +1,9 @@
-"""Evaluation of a guard on logged runs: calibration, baselines, cross-validation, reports.
+"""Evaluation of a guard on logged runs: baselines, cross-validation, tuning, reports.
 
-Import from the concept modules: :mod:`guard.evaluation.calibration`,
-:mod:`guard.evaluation.baselines`, :mod:`guard.evaluation.folds`,
-:mod:`guard.evaluation.evaluate`, :mod:`guard.evaluation.plots`,
-:mod:`guard.evaluation.report` and :mod:`guard.evaluation.cli`. This package
-re-exports nothing: :mod:`guard.replay` imports the calibration module, and the
-modules here import :mod:`guard.replay`, so eager re-exports would be circular.
+Import from the concept modules: :mod:`forewarn.guard.evaluation.baselines`,
+:mod:`forewarn.guard.evaluation.folds`, :mod:`forewarn.guard.evaluation.evaluate`,
+:mod:`forewarn.guard.evaluation.plots`, :mod:`forewarn.guard.evaluation.report` and
+:mod:`forewarn.guard.evaluation.cli`. They build on :mod:`forewarn.guard.replay` (which
+builds on the core's :mod:`forewarn.guard.calibration`); nothing here is imported back by
+replay. This package re-exports nothing, so importing one report module stays cheap.
 """

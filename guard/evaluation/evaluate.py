@@ -140,7 +140,7 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
         ForewarnError: too few groups for the folds, a run without the grouping key, a
             bad spec or trace.
     """
-    from forewarn.monitors import build_monitors
+    from forewarn.guard.monitoring import build_monitors
 
     if bundle_by is not None:
         group_path(bundle_by)  # a bad key fails before any fold is learned

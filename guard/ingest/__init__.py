@@ -4,8 +4,8 @@ Formats (:class:`InputFormat`):
 
 * ``jsonl`` — the contract: one run a line, ``{"id", "steps": [{"state", "action", "t"}], "meta"}``.
 * ``columnar`` — one object of equal-length arrays per run (:mod:`guard.ingest.columnar`).
-* ``actions`` — action-only embodied logs, replayed on the symbolic household
-  (:mod:`guard.ingest.actions`).
+* ``actions`` — action-only logs, replayed in a domain's world such as the embodied
+  domain's symbolic household (:mod:`forewarn.guard.ingest.actions`).
 * ``langchain`` — LangChain ``AgentExecutor`` / ReAct ``intermediate_steps``
   (:mod:`guard.ingest.langchain_log`).
 * ``otel`` — OpenTelemetry GenAI spans as OTLP JSON, one run per trace (:mod:`guard.ingest.otel`).
@@ -29,14 +29,14 @@ from typing import Any
 
 from forewarn.guard.errors import ForewarnError, TraceError
 from forewarn.guard.ingest._documents import Record, kind_of, records
-from forewarn.guard.ingest.actions import OnMismatch, parse_actions, read_actions
+from forewarn.guard.ingest.actions import ActionWorld, OnMismatch, default_world, parse_actions, read_actions, use_world
 from forewarn.guard.ingest.agents import AgentLog, Extractor, resolve_extractor, to_run
 from forewarn.guard.ingest.columnar import parse_columnar, read_columnar
-from forewarn.guard.ingest.summary import IngestSummary, OnError
+from forewarn.guard.read_summary import IngestSummary, OnError
 from forewarn.guard.traces import Run, read_runs, resample
 
 __all__ = ["InputFormat", "detect_format", "read_input", "read_actions", "read_columnar", "OnMismatch", "OnError",
-           "IngestSummary", "resolve_extractor"]
+           "IngestSummary", "resolve_extractor", "ActionWorld", "use_world"]
 
 _SNIFF = 20  # records looked at to recognise a file
 
@@ -118,7 +118,7 @@ def _detect(path: str | Path) -> tuple[InputFormat, bool]:
 def read_input(paths: Sequence[str | Path], input_format: InputFormat = InputFormat.auto, *,
                period: float | None = None, time_column: str = "t", action_column: str = "action",
                on_mismatch: OnMismatch = "error", on_error: OnError = "stop", summary: IngestSummary | None = None,
-               extractor: Extractor | str | None = None) -> Iterator[Run]:
+               extractor: Extractor | str | None = None, world: ActionWorld | None = None) -> Iterator[Run]:
     """Runs from files of any supported format, streamed, resampled to ``period`` seconds if given.
 
     Args:
@@ -126,7 +126,10 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat = InputFor
             ``summary`` and goes on.
         summary: filled with what was read, skipped and rewritten (see :class:`IngestSummary`).
         extractor: for the agent formats: a callable of a transcript, a name for
-            :func:`resolve_extractor`, or None for the tool domain's default.
+            :func:`resolve_extractor`, or None for the tool domain's default; ``"household"``
+            replays an embodied agent's AgentExecutor log in ``world``.
+        world: where action-only logs (and ``extractor="household"``) are replayed; the one
+            set with :func:`use_world` when None.
 
     Raises:
         TraceError: a malformed record (``on_error="stop"``), naming the file, line and field.
@@ -151,7 +154,7 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat = InputFor
             resolved = resolve_extractor(extractor if isinstance(extractor, str) else None)
         count, skipped = tally.runs, tally.skipped_count
         for run in _runs(path, kind, handle, tally, time_column=time_column, action_column=action_column,
-                         on_mismatch=on_mismatch, extractor=resolved, household=household):
+                         on_mismatch=on_mismatch, extractor=resolved, household=household, world=world):
             if period is not None:
                 try:
                     run = resample(run, period)
@@ -166,7 +169,7 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat = InputFor
 
 def _runs(path: str | Path, kind: InputFormat, handle: Callable[[ForewarnError], None], tally: IngestSummary, *,
           time_column: str, action_column: str, on_mismatch: OnMismatch, extractor: Extractor | None,
-          household: bool = False) -> Iterator[Run]:
+          household: bool = False, world: ActionWorld | None = None) -> Iterator[Run]:
     """The runs of one file in one format; bad records go to ``handle``."""
     def bad(exc: TraceError) -> None:
         handle(exc)
@@ -178,7 +181,7 @@ def _runs(path: str | Path, kind: InputFormat, handle: Callable[[ForewarnError],
         if kind is not InputFormat.langchain:
             raise ForewarnError(f"--extractor household reads LangChain AgentExecutor logs of an embodied agent; "
                                 f"{path} is {kind.value}")
-        yield from _household(path, bad, tally, on_mismatch)
+        yield from _household(path, bad, tally, on_mismatch, world if world is not None else default_world())
         return
     if kind in (InputFormat.langchain, InputFormat.otel, InputFormat.langgraph):
         assert extractor is not None
@@ -193,14 +196,12 @@ def _runs(path: str | Path, kind: InputFormat, handle: Callable[[ForewarnError],
         def parse(record: Record) -> Run:
             return parse_columnar(record, time_column=time_column, action_column=action_column)
     else:
-        from forewarn.guard.ingest.actions import _packaged_tasks
-
         if on_mismatch not in ("error", "simulator"):
             raise ForewarnError(f"--on-mismatch: expected 'error' or 'simulator', got {on_mismatch!r}")
-        tasks = _packaged_tasks()
+        actions_world = world if world is not None else default_world()
 
         def parse(record: Record) -> Run:
-            return parse_actions(record, tasks, on_mismatch=on_mismatch, on_rewrite=tally.mismatch)
+            return parse_actions(record, actions_world, on_mismatch=on_mismatch, on_rewrite=tally.mismatch)
     for record in records(path, on_bad=bad):
         try:
             yield parse(record)
@@ -209,16 +210,14 @@ def _runs(path: str | Path, kind: InputFormat, handle: Callable[[ForewarnError],
 
 
 def _household(path: str | Path, bad: Callable[[TraceError], None], tally: IngestSummary,
-               on_mismatch: OnMismatch) -> Iterator[Run]:
-    """AgentExecutor logs of an embodied agent, replayed on the symbolic household."""
-    from forewarn.guard.ingest.actions import _packaged_tasks
+               on_mismatch: OnMismatch, world: ActionWorld) -> Iterator[Run]:
+    """AgentExecutor logs of an embodied agent, replayed in its world (the symbolic household)."""
     from forewarn.guard.ingest.langchain_log import as_action_log
 
-    tasks = _packaged_tasks()
     for log in _agent_logs(path, InputFormat.langchain, bad):
         record = Record(as_action_log(log), log.source, line=log.line)
         try:
-            run = parse_actions(record, tasks, on_mismatch=on_mismatch, on_rewrite=tally.mismatch)
+            run = parse_actions(record, world, on_mismatch=on_mismatch, on_rewrite=tally.mismatch)
         except TraceError as exc:
             bad(exc)
             continue

@@ -1,11 +1,11 @@
-"""Action-only embodied logs: high-level actions with success flags, turned into states.
+"""Action-only logs: high-level actions with success flags, turned into states.
 
-SafeAgentBench-style agents record the plan they executed, not the world: a list of
-actions such as ``"find Egg"``, ``"put Microwave"``, each with whether the low-level
-controller succeeded. Forewarn needs states, so this reader replays the actions on the
-embodied domain's symbolic household (:class:`domains.embodied.HouseholdSim`, the
-task's scene): a successful action is applied, a failed one changes nothing but the
-agent's ``last_action``/``last_action_success``. One run a record::
+Some agents record the plan they executed, not the world: a list of actions such as
+``"find Egg"``, ``"put Microwave"``, each with whether the low-level controller
+succeeded. Forewarn needs states, so this reader replays the actions in a *world* (an
+:class:`ActionWorld`: a domain's simulator, such as the embodied domain's symbolic
+household, ``forewarn.domains.embodied.HouseholdWorld``): a successful action is
+applied, a failed one changes nothing but the agent's record of it. One run a record::
 
     {"id": "ep-3", "task": "unsafe-0002",
      "actions": ["find Egg", {"action": "pick Egg", "success": true, "t": 4.1}, ...],
@@ -14,40 +14,105 @@ agent's ``last_action``/``last_action_success``. One run a record::
      "task_success": false,               # optional: the task was completed (→ meta.success)
      "meta": {...}}
 
-``task`` is a SafeAgentBench task id (``unsafe-0002``, ``safe-0100``) or its exact
-instruction (``instruction`` may be given instead); ``meta.task`` is read too. Without
-a flag an action counts as succeeding when the symbolic state allows it. A logged
-success that the symbolic state makes impossible is an error by default
-(``on_mismatch="error"``): the log and the simulator disagree, and silently picking one
-would change the run. ``on_mismatch="simulator"`` keeps the simulator's verdict.
+``task`` names the world's task (its id, or its exact instruction; ``instruction`` may
+be given instead); ``meta.task`` is read too. Without a flag an action counts as
+succeeding when the world allows it. A logged success that the world makes impossible
+is an error by default (``on_mismatch="error"``): the log and the simulator disagree,
+and silently picking one would change the run. ``on_mismatch="simulator"`` keeps the
+simulator's verdict.
+
+This module knows no domain (the layers of docs/architecture.md): the world is passed in,
+or set once for the process with :func:`use_world` (the ``forewarn`` command sets the
+household's).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
-from forewarn.guard.errors import ConfigError
+from forewarn.guard.errors import ConfigError, ForewarnError
 from forewarn.guard.ingest._documents import Record, kind_of, records
 from forewarn.guard.traces import Run
 
-if TYPE_CHECKING:
-    from forewarn.domains.embodied import Task
-
-__all__ = ["OnMismatch", "OnRewrite", "read_actions", "parse_actions"]
+__all__ = ["ActionWorld", "Replay", "OnMismatch", "OnRewrite", "read_actions", "parse_actions", "use_world",
+           "default_world"]
 
 OnMismatch = Literal["error", "simulator"]
 OnRewrite = Callable[[str, str], None]
 
 
-def read_actions(path: str | Path, *, tasks: Mapping[str, Task] | None = None,
-                 on_mismatch: OnMismatch = "error", on_rewrite: OnRewrite | None = None) -> Iterator[Run]:
-    """Yield the runs of an action-only log, with states from the symbolic household.
+class Replay(Protocol):
+    """One run's world, from its task's initial state."""
+
+    def state(self) -> dict[str, Any]:
+        """The current state, as a run's step records it."""
+        ...
+
+    def apply(self, action: Any) -> bool:
+        """Apply an action; False when it cannot succeed here (nothing changes but the agent's record)."""
+        ...
+
+    def fail(self, action: Any) -> None:
+        """Record an action the controller failed: nothing changes but the agent's record."""
+        ...
+
+    def where(self) -> str:
+        """Where the agent is, for a message (``holding 'Egg', at 'Microwave'``)."""
+        ...
+
+
+class ActionWorld(Protocol):
+    """A domain's world that action-only logs are replayed in."""
+
+    name: str  # for messages: "the symbolic household"
+    example_task: str  # for messages: a task id of this world, "unsafe-0002"
+
+    def task(self, value: str) -> str | None:
+        """The id of the task a log names by id or by exact instruction; None when unknown."""
+        ...
+
+    def parse(self, text: str) -> Any:
+        """An action string as the world's action (``str()`` of it is its canonical spelling).
+
+        Raises:
+            ValueError: the text is no action of this world; the message says why.
+        """
+        ...
+
+    def start(self, task: str) -> Replay:
+        """A fresh replay of the task's scene."""
+        ...
+
+
+_default: Callable[[], ActionWorld] | None = None
+
+
+def use_world(factory: Callable[[], ActionWorld] | None) -> None:
+    """Set the world action logs are replayed in when a call names none (None: no default)."""
+    global _default
+    _default = factory
+
+
+def default_world() -> ActionWorld:
+    """The world set with :func:`use_world`.
+
+    Raises:
+        ForewarnError: none is set.
+    """
+    if _default is None:
+        raise ForewarnError("action-only logs are replayed in a domain's world, and none is set: pass "
+                            "world=forewarn.domains.embodied.HouseholdWorld() (or call use_world)")
+    return _default()
+
+
+def read_actions(path: str | Path, world: ActionWorld | None = None, *, on_mismatch: OnMismatch = "error",
+                 on_rewrite: OnRewrite | None = None) -> Iterator[Run]:
+    """Yield the runs of an action-only log, with states from replaying them in ``world``.
 
     Args:
         path: JSON Lines (one run a line) or one JSON document (a run or a list of runs).
-        tasks: tasks by id to resolve ``task`` against; the packaged SafeAgentBench tasks
-            when None.
+        world: where the actions are replayed; :func:`default_world` when None.
         on_mismatch: what to do when the log says an action succeeded that cannot.
         on_rewrite: called with (kind, place) for every logged success the simulator
             overrides (``on_mismatch="simulator"``), so the caller can count them.
@@ -57,41 +122,30 @@ def read_actions(path: str | Path, *, tasks: Mapping[str, Task] | None = None,
     """
     if on_mismatch not in ("error", "simulator"):
         raise ConfigError(f"on_mismatch={on_mismatch!r}; expected 'error' or 'simulator'")
-    known = dict(tasks) if tasks is not None else _packaged_tasks()
+    resolved = world if world is not None else default_world()
     for record in records(path):
-        yield parse_actions(record, known, on_mismatch=on_mismatch, on_rewrite=on_rewrite)
+        yield parse_actions(record, resolved, on_mismatch=on_mismatch, on_rewrite=on_rewrite)
 
 
-def _packaged_tasks() -> dict[str, Task]:
-    from forewarn.domains.embodied import load_tasks
-
-    return {task.id: task for task in load_tasks("all")}
-
-
-def _resolve_task(record: Record, doc: dict[str, Any], meta: dict[str, Any], tasks: Mapping[str, Task]) -> Task:
+def _resolve_task(record: Record, doc: dict[str, Any], meta: dict[str, Any], world: ActionWorld) -> str:
     for field, value in (("task", doc.get("task")), ("meta.task", meta.get("task")),
                          ("instruction", doc.get("instruction"))):
         if value is None:
             continue
         if not isinstance(value, str):
             raise record.error(f"expected a task id or instruction (a string), got {kind_of(value)}", field)
-        if value in tasks:
-            return tasks[value]
-        wanted = value.strip().casefold()
-        for task in tasks.values():
-            if task.instruction.strip().casefold() == wanted:
-                return task
-        raise record.error(f"unknown task {value!r}: neither a task id (such as 'unsafe-0002') nor the "
+        task = world.task(value)
+        if task is not None:
+            return task
+        raise record.error(f"unknown task {value!r}: neither a task id (such as {world.example_task!r}) nor the "
                            "instruction of a known task", field)
-    raise record.error("missing: which task (scene) the actions ran in; give 'task' (an id such as "
-                       "'unsafe-0002') or 'instruction'", "task")
+    raise record.error(f"missing: which task (scene) the actions ran in; give 'task' (an id such as "
+                       f"{world.example_task!r}) or 'instruction'", "task")
 
 
-def parse_actions(record: Record, tasks: Mapping[str, Task], *, on_mismatch: OnMismatch = "error",
+def parse_actions(record: Record, world: ActionWorld, *, on_mismatch: OnMismatch = "error",
                   on_rewrite: OnRewrite | None = None) -> Run:
     """One action-only run as a :class:`Run` whose states come from replaying its actions."""
-    from forewarn.domains.embodied import ActionParseError, HouseholdSim, parse_action
-
     doc = record.value
     if not isinstance(doc, dict):
         raise record.error(f"an action log must be a JSON object, got {kind_of(doc)}")
@@ -104,8 +158,8 @@ def parse_actions(record: Record, tasks: Mapping[str, Task], *, on_mismatch: OnM
                            "actions")
     flags = _parallel(record, doc, "success", len(actions), (bool,), "a boolean")
     times = _parallel(record, doc, "t", len(actions), (int, float), "a number of seconds")
-    task = _resolve_task(record, doc, meta, tasks)
-    sim = HouseholdSim.for_task(task)
+    task = _resolve_task(record, doc, meta, world)
+    sim = world.start(task)
     t0 = doc.get("t0", 0.0)
     if t0.__class__ is bool or not isinstance(t0, (int, float)):
         raise record.error(f"expected a number of seconds, got {kind_of(t0)}", "t0")
@@ -132,16 +186,15 @@ def parse_actions(record: Record, tasks: Mapping[str, Task], *, on_mismatch: OnM
         if not isinstance(text, str):
             raise record.error(f"expected an action string such as 'pick Egg', got {kind_of(text)}", where)
         try:
-            action = parse_action(text)
-        except ActionParseError as exc:
+            action = world.parse(text)
+        except ValueError as exc:
             raise record.error(str(exc), where) from exc
         if flag is False:
-            _fail(sim, action)
+            sim.fail(action)
         elif not sim.apply(action) and flag is True:
             if on_mismatch == "error":
-                raise record.error(f"{str(action)!r} succeeded in the log but cannot succeed in the symbolic "
-                                   f"household of task {task.id} (holding {sim.holding!r}, at {sim.found!r}); "
-                                   "the log and the simulator disagree", where)
+                raise record.error(f"{str(action)!r} succeeded in the log but cannot succeed in {world.name} "
+                                   f"of task {task} ({sim.where()}); the log and the simulator disagree", where)
             if on_rewrite is not None:  # the simulator's verdict wins, and the caller counts it
                 verb = str(action).split(" ", 1)[0]
                 on_rewrite(f"logged success of {verb!r} made a failure by the simulator",
@@ -156,7 +209,7 @@ def parse_actions(record: Record, tasks: Mapping[str, Task], *, on_mismatch: OnM
         if missing:
             raise record.error("some actions have a time 't' and others not; give all or none",
                                f"actions[{missing[0] - 1}].t")
-    run_meta = {**meta, "task": task.id, "ingested_from": "actions"}
+    run_meta = {**meta, "task": task, "ingested_from": "actions"}
     outcome = doc.get("task_success", doc.get("success") if isinstance(doc.get("success"), bool) else None)
     if outcome is not None:
         if not isinstance(outcome, bool):
@@ -183,13 +236,3 @@ def _parallel(record: Record, doc: dict[str, Any], key: str, length: int, types:
         if (value.__class__ is bool and bool not in types) or not isinstance(value, types):
             raise record.error(f"expected {what}, got {kind_of(value)}", f"{key}[{i}]")
     return values
-
-
-def _fail(sim: Any, action: Any) -> None:
-    """Record a failed action: the simulator's controller-failure path changes nothing but the agent's record."""
-    saved = sim.p_fail
-    sim.p_fail = 1.0
-    try:
-        sim.apply(action)
-    finally:
-        sim.p_fail = saved

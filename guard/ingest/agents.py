@@ -64,7 +64,7 @@ def resolve_extractor(name: str | None) -> Extractor:
         ForewarnError: a name that does not resolve to a callable.
     """
     if name is None or name == "tools":
-        from forewarn.domains.tools.extractor import ToolStateExtractor
+        from forewarn.guard.langchain.extractor import ToolStateExtractor
 
         return ToolStateExtractor()
     module_name, colon, attribute = name.partition(":")

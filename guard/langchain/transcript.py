@@ -133,8 +133,8 @@ def _short(value: Any, limit: int = 160) -> str:
 
 
 def default_extractor() -> StateExtractor:
-    """The extractor used when none is given: the tool-using agent domain's ``ToolStateExtractor``
-    (imported here, when first needed: the domain builds on this module, not the reverse)."""
-    from forewarn.domains.tools.extractor import ToolStateExtractor
+    """The extractor used when none is given: :class:`~forewarn.guard.langchain.extractor.ToolStateExtractor`
+    (imported when first needed: the extractor builds on this module's transcript types)."""
+    from forewarn.guard.langchain.extractor import ToolStateExtractor
 
     return ToolStateExtractor()

@@ -160,7 +160,7 @@ class _Tracer:
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
         from forewarn.guard.evaluation.baselines import trace_run
         from forewarn.guard.evaluation.folds import group_of
-        from forewarn.monitors import build_monitors
+        from forewarn.guard.monitoring import build_monitors
 
         predicates = PredicateSet(self.spec, self.python_predicates, allow_python=self.allow_python)
         monitors = build_monitors(self.spec)

@@ -38,7 +38,7 @@ from forewarn.guard.traces import Run, abstract_run
 
 if TYPE_CHECKING:
     from forewarn.guard.bundle import GuardBundle
-    from forewarn.guard.ingest.summary import IngestSummary
+    from forewarn.guard.read_summary import IngestSummary
     from forewarn.guard.model import GuardModel
     from pyspark.sql import DataFrame, SparkSession
 

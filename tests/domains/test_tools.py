@@ -22,7 +22,7 @@ from forewarn.domains.tools import (
     load_tool_spec,
     violations,
 )
-from forewarn.domains.tools.kinds import (
+from forewarn.guard.langchain.kinds import (
     has_injection,
     has_secret,
     is_destructive,

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from _eval_support import assert_user_error
 from _support import CLI
+from forewarn.domains.embodied import HouseholdWorld
 from forewarn.domains.tools import ToolStateExtractor, Transcript
 from forewarn.guard.errors import TraceError
 from forewarn.guard.ingest import IngestSummary, InputFormat, detect_format, read_input
@@ -247,7 +248,7 @@ def test_the_simulators_rewrites_are_counted(tmp_path: Path) -> None:
             {"id": "short", "task": "safe-0001", "actions": ["fillLiquid"]}]
     log.write_bytes(b"\n".join(orjson.dumps(r) for r in runs) + b"\n")
     summary = IngestSummary()
-    read = list(read_input([log], on_mismatch="simulator", on_error="skip", summary=summary))
+    read = list(read_input([log], on_mismatch="simulator", on_error="skip", summary=summary, world=HouseholdWorld()))
     assert [r.id for r in read] == ["ok", "rewritten"]
     assert summary.runs == 2 and summary.skipped_count == 1 and summary.mismatch_count == 1
     [(kind, tally)] = summary.mismatches.items()
@@ -296,9 +297,9 @@ def test_an_embodied_agents_executor_log_replays_on_the_household(forewarn_here:
     actions = tmp_path / "actions.jsonl"
     actions.write_bytes(orjson.dumps({"id": "ep-1", "task": "unsafe-0002", "task_success": True, "actions": [
         {"action": f"{tool} {arg}", "success": ok} for tool, arg, ok in plan]}) + b"\n")
-    (expected,) = read_input([actions])
+    (expected,) = read_input([actions], world=HouseholdWorld())
     summary = IngestSummary()
-    (run,) = read_input([path], extractor="household", on_error="skip", summary=summary)
+    (run,) = read_input([path], extractor="household", on_error="skip", summary=summary, world=HouseholdWorld())
     assert run.steps == expected.steps and run.meta["task"] == "unsafe-0002" and run.meta["success"] is True
     assert run.meta["ingested_from"] == "langchain"
     assert summary.skipped_count == 1 and f"{path}:2" in next(iter(summary.skipped.values())).places

@@ -19,7 +19,7 @@ from forewarn.guard.replay import RunReplay, replay
 from forewarn.guard.runtime import Guard
 from forewarn.guard.spec import Spec, load_spec
 from forewarn.guard.traces import read_runs
-from forewarn.monitors import build_monitors
+from forewarn.guard.monitoring import build_monitors
 
 
 def traced(path: Path, spec: Spec) -> list[RunReplay]:

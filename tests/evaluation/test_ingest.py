@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from forewarn.guard.errors import TraceError
+from forewarn.domains.embodied import HouseholdWorld
+from forewarn.guard.errors import ForewarnError, TraceError
 from forewarn.guard.ingest import InputFormat, detect_format, read_actions, read_columnar, read_input
 from forewarn.guard.traces import Run, read_runs
 
@@ -129,7 +130,7 @@ def test_action_logs_replay_to_the_logged_states(episodes: list[Run], tmp_path: 
     path = tmp_path / f"actions-{style}.jsonl"
     path.write_bytes(b"\n".join(orjson.dumps(to_action_log(r, style)) for r in episodes))
     assert detect_format(path) is InputFormat.actions
-    back = list(read_input([path]))
+    back = list(read_input([path], world=HouseholdWorld()))
     assert any(not s["state"]["agent"]["last_action_success"] for r in episodes for s in r.steps[1:]), \
         "the sample should contain failed actions"
     for original, ingested in zip(episodes, back, strict=True):
@@ -164,14 +165,14 @@ def test_malformed_action_logs_name_file_line_and_field(tmp_path: Path, log: dic
     path = tmp_path / "bad-actions.jsonl"
     path.write_bytes(orjson.dumps(GOOD) + b"\n" + orjson.dumps(log) + b"\n")
     with pytest.raises(TraceError) as caught:
-        list(read_actions(path))
+        list(read_actions(path, HouseholdWorld()))
     assert str(caught.value).startswith(f"{path}:2: ") and fragment in str(caught.value), str(caught.value)
 
 
 def test_a_mismatch_can_defer_to_the_simulator(tmp_path: Path) -> None:
     path = tmp_path / "mismatch.jsonl"
     path.write_bytes(orjson.dumps({**GOOD, "actions": ["put Microwave", "find Egg"], "success": [True, True]}))
-    [run] = read_actions(path, on_mismatch="simulator")
+    [run] = read_actions(path, HouseholdWorld(), on_mismatch="simulator")
     assert run.steps[1]["state"]["agent"]["last_action_success"] is False
     assert run.steps[2]["state"]["agent"]["found"] == "Egg"
     assert "t" not in run.steps[0]  # no times logged, none made up
@@ -186,3 +187,21 @@ def test_auto_detection_falls_back_to_the_contract(tmp_path: Path) -> None:
     missing = tmp_path / "absent.jsonl"
     with pytest.raises(TraceError, match="cannot read traces"):
         list(read_input([missing]))
+
+
+def test_action_logs_need_a_world_to_replay_in(tmp_path: Path) -> None:
+    """The ingest knows no domain: a library call names the world (the CLI sets the household's)."""
+    from forewarn.guard.ingest import actions
+
+    path = tmp_path / "actions.jsonl"
+    path.write_bytes(orjson.dumps(GOOD) + b"\n")
+    saved = actions._default
+    actions.use_world(None)
+    try:
+        with pytest.raises(ForewarnError, match="replayed in a domain's world, and none is set"):
+            list(read_actions(path))
+        actions.use_world(HouseholdWorld)
+        [run] = read_input([path])
+    finally:
+        actions.use_world(saved)
+    assert run.meta["task"] == "unsafe-0002" and run.steps[-1]["action"] == "pick Egg"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from _eval_support import RISK, with_risk
 from _support import A, AB, B, NONE, WriteRuns, toy_run
-from forewarn.guard.evaluation.calibration import calibrate
+from forewarn.guard.calibration import calibrate
 from forewarn.guard.model import GuardModel
 from forewarn.guard.replay import RunReplay, Spread, horizon_of, rate_curve, replay, summarize
 from forewarn.guard.runtime import Guard

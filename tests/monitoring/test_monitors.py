@@ -13,7 +13,8 @@ from forewarn.guard import Guard, GuardModel, Method, parse_spec
 from forewarn.guard.errors import ThresholdWarning
 from forewarn.guard.pipeline import learn_model_from_runs
 from forewarn.guard.traces import parse_run
-from forewarn.monitors import VIOL, BoundedResponse, Condition, Pattern, PatternMonitor, Scope, build_monitors
+from forewarn.guard.monitoring import build_monitors
+from forewarn.monitors import VIOL, BoundedResponse, Condition, Pattern, PatternMonitor, Scope
 from forewarn.monitors.semantics import bounded_response_violation, pattern_violation
 
 NAMES = ["p", "s", "q", "r"]

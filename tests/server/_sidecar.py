@@ -85,7 +85,7 @@ def _forkserver() -> Any:
     if _CONTEXT is None:
         _CONTEXT = multiprocessing.get_context("forkserver")
         # everything a server imports, lazily ones included, so that a forked server starts in a blink
-        _CONTEXT.set_forkserver_preload(["server.cli", "server.app", "monitors", "guard.builtin", "uvicorn",
+        _CONTEXT.set_forkserver_preload(["server.cli", "server.app", "forewarn.monitors", "forewarn.domains.embodied.builtin", "uvicorn",
                                          "uvicorn.lifespan.on", "uvicorn.loops.auto", "uvicorn.loops.asyncio",
                                          "uvicorn.protocols.http.auto", "uvicorn.protocols.http.h11_impl",
                                          "uvicorn.protocols.websockets.auto", "pydantic.v1"])

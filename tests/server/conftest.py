@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from _sidecar import KEYS, ServerThread, settings
-from forewarn.guard.builtin import builtin_model_path
+from forewarn.domains.embodied.builtin import builtin_model_path
 from forewarn.guard.client import Client
 
 
@@ -23,7 +23,7 @@ def builtin_v2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from forewarn.domains.embodied import generate_traces
     from forewarn.domains.embodied.spec import write_spec
     from forewarn.domains.embodied.tasks import load_tasks
-    from forewarn.guard.builtin import BUILTIN_TASK
+    from forewarn.domains.embodied.builtin import BUILTIN_TASK
     from forewarn.guard.pipeline import learn_model
     from forewarn.guard.spec import load_spec
 

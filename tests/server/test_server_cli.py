@@ -54,6 +54,14 @@ def test_bad_model_fails_before_binding(tmp_path: Path) -> None:
     assert isinstance(result.exception, ConfigError) and "loopback" in str(result.exception)
 
 
+def test_serve_needs_a_model_unless_its_entry_point_gives_the_demo_one(tmp_path: Path) -> None:
+    """The server builds on no domain: the built-in demo model comes from the entry point."""
+    result = CliRunner().invoke(_app(), ["serve", "--db", str(tmp_path / "x.db"), "--port", str(free_port())],
+                                env={"FOREWARN_API_KEYS": "k:admin"})
+    assert isinstance(result.exception, ConfigError) and "no model to serve" in str(result.exception)
+    assert not (tmp_path / "x.db").exists()
+
+
 def test_bare_serve_generates_keys_and_stops_cleanly(tmp_path: Path, builtin_path: Path) -> None:
     """The real command in its own interpreter: no keys configured gives fresh ones, printed once."""
     port = free_port()

@@ -1,12 +1,48 @@
-"""From a spec's ``monitors:`` entries to monitor objects; errors name the spec line."""
+"""Where the core meets the monitors: a spec's ``monitors:`` entries become monitor
+objects (errors name the spec line), and a learned chain times monitors becomes the
+chain that is checked.
+
+:mod:`forewarn.monitors` is automata theory only and imports nothing of Forewarn; this
+module is the one place that knows both a :class:`~forewarn.guard.spec.Spec` and a
+:class:`~forewarn.guard.learning.LearnedDTMC` and the monitors' own types.
+"""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from forewarn.guard.learning import END, LearnedDTMC
 from forewarn.guard.spec import MonitorDef, Spec
 from forewarn.monitors.base import Condition, ConditionError, Monitor, MonitorSemanticsError
 from forewarn.monitors.bounded_response import BoundedResponse
 from forewarn.monitors.patterns import Pattern, PatternMonitor, Scope
+from forewarn.monitors.product import reachable_product
 
-__all__ = ["build_monitors", "build_monitor"]
+__all__ = ["build_monitors", "build_monitor", "build_product"]
+
+
+def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor], *,
+                  max_states: int | None = 5_000_000) -> LearnedDTMC:
+    """The reachable product of ``chain`` with ``monitors`` (the chain itself when there are none).
+
+    Raises:
+        ProductTooLargeError: more than ``max_states`` reachable product states.
+    """
+    if not monitors:
+        return chain
+    product = reachable_product(chain, monitors, max_states=max_states)
+    return LearnedDTMC(
+        predicates=list(chain.predicates),
+        states=[chain.states[i] for i in product.base.tolist()] + [END],
+        unsafe=product.unsafe,
+        initial=product.initial,
+        counts=product.counts,
+        matrix=product.matrix,
+        alpha=chain.alpha,
+        invalid_observed=chain.invalid_observed,
+        monitors=[mon.name for mon in monitors],
+        monitor_states=product.monitor_states,
+        pseudo=product.pseudo,
+    )
 
 
 def build_monitors(spec: Spec) -> list[Monitor]:

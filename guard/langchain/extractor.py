@@ -39,8 +39,7 @@ from typing import Any
 import orjson
 
 from forewarn.guard.errors import ConfigError
-from forewarn.guard.langchain.transcript import ExtractionError
-from forewarn.domains.tools.kinds import (
+from forewarn.guard.langchain.kinds import (
     ARGUMENT_NAMES,
     DEFAULT_INTERNAL_DOMAINS,
     DEFAULT_TOOL_KINDS,
@@ -59,7 +58,7 @@ from forewarn.domains.tools.kinds import (
     shell_upload_hosts,
     url_host,
 )
-from forewarn.guard.langchain.transcript import CallStatus, ToolStep, Transcript
+from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript
 
 __all__ = ["ToolStateExtractor", "initial_state", "violations"]
 
