@@ -306,6 +306,15 @@ def test_documented_names_of_the_integrations_are_in_the_family(module: str, nam
     assert base is None or issubclass(cls, base)
 
 
+def test_the_family_is_one_set_of_classes_under_two_names() -> None:
+    """Defined in forewarn.errors (a leaf the monitors may import), documented as forewarn.guard.errors."""
+    import forewarn.errors
+
+    for name in family.__all__:
+        assert getattr(family, name) is getattr(forewarn.errors, name)
+    assert set(family.__all__) == set(forewarn.errors.__all__)
+
+
 def test_the_family_keeps_the_old_catches_working() -> None:
     from forewarn.server.sessions import SessionNotFound
 
