@@ -1,22 +1,25 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
-# Each creates the virtual environment in .venv on first use. `make demo` installs
-# Forewarn alone (no test tools, no torch/transformers); `make test` adds the test extra.
+# Each creates the virtual environment in .venv on first use. `make demo` installs the
+# core alone (the demo needs no extra, and no test tools); `make test` adds the test extra
+# (every extra and the test tools). `make core-test` runs the tests that need no extra
+# against a core-only, non-editable install in .venv-core, as a user's `pip install forewarn`.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+CORE_VENV ?= .venv-core
 
-.PHONY: demo test check bench clean
+.PHONY: demo test core-test check bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# What the demo needs: the package and its own dependencies.
+# What the demo needs: the core (no extra, no test tools).
 $(VENV)/.demo: pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
-# The test tools (pytest, hypothesis, schemathesis, the Hugging Face source) on top.
+# Every extra and the test tools (pytest, hypothesis, schemathesis, playwright) on top.
 $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@ $(VENV)/.demo
@@ -28,9 +31,22 @@ demo: $(VENV)/.demo
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
+$(CORE_VENV)/bin/python:
+	$(PYTHON) -m venv $(CORE_VENV)
+
+# Built afresh each time (a non-editable install copies the sources): no stale build/ files.
+# PYTHONPATH is dropped so that `forewarn` is the installed copy, not this checkout.
+core-test: | $(CORE_VENV)/bin/python
+	rm -rf build
+	$(CORE_VENV)/bin/python -m pip install --quiet . pytest hypothesis
+	cd tests && env -u PYTHONPATH ../$(CORE_VENV)/bin/python -c "from forewarn.guard._extras import EXTRAS, missing; \
+	    present = [e for e in EXTRAS if not missing(e)]; assert not present, f'{present} installed in the core env'"
+	env -u PYTHONPATH $(CORE_VENV)/bin/pytest -q -p no:cacheprovider --core
+
 # Static checks CI runs after the tests (each issue-11 part adds its line here).
 check: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
+	$(MAKE) core-test
 
 bench: $(VENV)/.installed
 	$(PY) bench/decision_latency.py
@@ -38,4 +54,4 @@ bench: $(VENV)/.installed
 	$(PY) bench/learn_throughput.py
 
 clean:
-	rm -rf $(VENV) forewarn-demo .pytest_cache
+	rm -rf $(VENV) $(CORE_VENV) build forewarn-demo .pytest_cache

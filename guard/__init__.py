@@ -1,23 +1,31 @@
 """Forewarn: a proactive runtime guard for LLM agents.
 
 Learn a DTMC from logged runs, check it with Storm, and act before the violation.
+
+The names below are loaded on first use (PEP 562): ``from forewarn.guard import Guard``
+imports the runtime and the model file reader only, not Storm, scipy or the learner.
 """
+from __future__ import annotations
 
 if __name__ == 'guard':  # a source checkout imported by the pre-0.2 name: be forewarn.guard
     from forewarn._aliases import redirect
 
     redirect(__name__)
 
+from typing import TYPE_CHECKING, Any
+
 from forewarn.guard._version import __version__
-from forewarn.guard.bundle import GuardBundle, learn_bundle
-from forewarn.guard.bundle_guard import BundleGuard, load_guard
 from forewarn.guard.errors import CheckError, ForewarnError, ModelFileError, PredicateError, SpecError, TraceError
-from forewarn.guard.model import GuardModel
-from forewarn.guard.pipeline import learn_model, learn_model_from_runs
-from forewarn.guard.policy import Policy
-from forewarn.guard.runtime import Decision, Guard, Session
-from forewarn.guard.spec import Action, Spec, load_spec, parse_spec
-from forewarn.guard.storm import Method
+
+if TYPE_CHECKING:
+    from forewarn.guard.bundle import GuardBundle, learn_bundle
+    from forewarn.guard.bundle_guard import BundleGuard, load_guard
+    from forewarn.guard.model import GuardModel
+    from forewarn.guard.pipeline import learn_model, learn_model_from_runs
+    from forewarn.guard.policy import Policy
+    from forewarn.guard.results import Method
+    from forewarn.guard.runtime import Decision, Guard, Session
+    from forewarn.guard.spec import Action, Spec, load_spec, parse_spec
 
 __all__ = [
     "__version__",
@@ -44,3 +52,30 @@ __all__ = [
     "load_spec",
     "parse_spec",
 ]
+
+# name → the module that defines it (imported when the name is first asked for)
+_LAZY = {
+    "Action": "spec", "Spec": "spec", "load_spec": "spec", "parse_spec": "spec",
+    "BundleGuard": "bundle_guard", "load_guard": "bundle_guard",
+    "Decision": "runtime", "Guard": "runtime", "Session": "runtime",
+    "GuardBundle": "bundle", "learn_bundle": "bundle",
+    "GuardModel": "model",
+    "Method": "results",
+    "Policy": "policy",
+    "learn_model": "pipeline", "learn_model_from_runs": "pipeline",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

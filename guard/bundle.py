@@ -21,19 +21,22 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from forewarn.guard._version import __version__
 from forewarn.guard.errors import ForewarnError, ModelFileError, TraceError
-from forewarn.guard.learning import TransitionCounts
 from forewarn.guard.model import GuardModel, write_document
-from forewarn.guard.pipeline import counting_plan, model_from_counts, prepare
 from forewarn.guard.predicates import PythonPredicate
 from forewarn.guard.spec import Spec, parse_spec
 from forewarn.guard.traces import Run, abstract_run
+
+if TYPE_CHECKING:
+    from forewarn.guard.learning import TransitionCounts
+
+# Learning a bundle imports the learner (scipy, Storm) in its functions: loading one and deciding do not.
 
 __all__ = ["BUNDLE_SCHEMA_VERSION", "DEFAULT_MIN_GROUP_RUNS", "POOLED", "GuardBundle", "group_path",
            "group_value", "learn_bundle", "learn_bundle_from_runs", "bundle_from_counts", "load_model_or_bundle"]
@@ -294,6 +297,9 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
     path = group_path(group_by)
     if isinstance(min_group_runs, bool) or not isinstance(min_group_runs, int) or min_group_runs < 1:
         raise ForewarnError(f"--min-group-runs {min_group_runs!r}: expected a whole number of runs, at least 1")
+    from forewarn.guard.learning import TransitionCounts
+    from forewarn.guard.pipeline import counting_plan, prepare
+
     predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
     started = time.perf_counter()
     memory, pooled_paths = counting_plan(spec, predicates, options.get("alpha"))
@@ -343,6 +349,8 @@ def bundle_from_counts(pooled: TransitionCounts, groups: Mapping[str, Transition
     ``pooled_paths`` and ``group_paths`` are the distinct counted runs, for the learning
     levers that need them (guard/pipeline.py, :func:`model_from_counts`).
     """
+    from forewarn.guard.pipeline import model_from_counts
+
     if pooled.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
     if not groups:

@@ -816,14 +816,19 @@ def _household_world() -> HouseholdWorld:
 
 def _register_plugins() -> None:
     """Commands that live with their subsystems (imported lazily: heavy back-ends load on use)."""
+    from forewarn.guard._extras import missing, register_missing
     from forewarn.guard.evaluation.cli import register as register_evaluation
     from forewarn.guard.ingest import use_world
     from forewarn.guard.llmcheck.cli import register as register_llmcheck
-    from forewarn.server.cli import register as register_server
 
     use_world(_household_world)
     register_evaluation(app)
-    register_server(app, builtin=_builtin_model)
+    if missing("server"):  # the core install: `serve` is listed, and says which extra it needs
+        register_missing(app, "serve", "server", "Serve the guard over HTTP (sessions, steps, approvals, models).")
+    else:
+        from forewarn.server.cli import register as register_server
+
+        register_server(app, builtin=_builtin_model)
     register_llmcheck(app)
 
 

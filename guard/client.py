@@ -28,7 +28,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import httpx
+from forewarn.guard._extras import extra_error
+
+try:
+    import httpx
+except ModuleNotFoundError as exc:
+    raise extra_error("client", "forewarn.guard.client", exc) from None
 
 from forewarn.guard.errors import ForewarnError, PredicateError, UsageError
 from forewarn.guard.policy import Policy

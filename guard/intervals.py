@@ -27,24 +27,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 
 import numpy as np
 from scipy.special import betaincinv
 
+from forewarn.guard.chain import LearnedDTMC, visits
 from forewarn.guard.errors import ConfigError
-from forewarn.guard.learning import LearnedDTMC
+from forewarn.guard.results import IntervalMethod, IntervalReport
 
 __all__ = ["IntervalMethod", "IntervalReport", "TransitionIntervals", "estimated_entries", "visits", "transition_intervals",
            "clopper_pearson", "hoeffding"]
-
-
-class IntervalMethod(str, Enum):
-    """How a transition probability's confidence interval is computed from its counts."""
-
-    CLOPPER_PEARSON = "clopper_pearson"
-    HOEFFDING = "hoeffding"
-    NONE = "none"  # no intervals: decisions carry ci_low = ci_high = None
 
 
 @dataclass(frozen=True)
@@ -57,48 +49,6 @@ class TransitionIntervals:
     entries: int  # M: the estimated entries the union bound runs over
     lower: np.ndarray
     upper: np.ndarray
-
-
-@dataclass(frozen=True)
-class IntervalReport:
-    """How a model's intervals were made (stored in the model file beside them)."""
-
-    method: IntervalMethod
-    delta: float
-    delta_per_entry: float
-    entries: int
-    seconds: float = 0.0  # building and checking the interval model
-    # direct outcome intervals intersected in (guard/outcomes.py): their count D and δ each;
-    # ``delta`` stays the model-wide total, split δ/2 chain, δ/2 outcomes
-    outcomes: int | None = None
-    delta_per_outcome: float | None = None
-
-    @property
-    def construction(self) -> str:
-        """What the file's ``intervals.method`` says: ``clopper_pearson`` or ``clopper_pearson+outcomes``."""
-        return self.method.value + ("+outcomes" if self.outcomes is not None else "")
-
-    def to_document(self) -> dict[str, object]:
-        doc: dict[str, object] = {"method": self.construction, "delta": self.delta,
-                                  "delta_per_entry": self.delta_per_entry, "entries": self.entries,
-                                  "seconds": self.seconds}
-        if self.outcomes is not None:
-            doc["outcomes"] = self.outcomes
-            doc["delta_per_outcome"] = self.delta_per_outcome
-        return doc
-
-
-def visits(dtmc: LearnedDTMC) -> np.ndarray:
-    """Observed departures per state (0 for absorbing states: nothing is learned there).
-
-    In a product with monitors a state's visits are those of its chain state, since every
-    product row carries its chain row's counts.
-    """
-    counts = dtmc.counts
-    rows = np.repeat(np.arange(dtmc.size), np.diff(counts.indptr))
-    out = np.bincount(rows, weights=counts.data, minlength=dtmc.size)
-    out[dtmc.absorbing] = 0
-    return np.rint(out).astype(np.int64)
 
 
 def estimated_entries(dtmc: LearnedDTMC) -> int:

@@ -12,13 +12,13 @@ import gc
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from fractions import Fraction
 from itertools import chain, combinations
 
 import numpy as np
 import scipy.sparse as sp
 
-from forewarn.guard.errors import ConfigError, StateSpaceTooLargeError, UsageError
+from forewarn.guard.chain import END, LearnedDTMC
+from forewarn.guard.errors import ConfigError, StateSpaceTooLargeError
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.traces import Run, abstract_run
 
@@ -32,7 +32,6 @@ __all__ = [
     "spec_transition_rule",
 ]
 
-END = -1  # the abstract 'state' a run enters after its last step
 ValidTransitionRule = Callable[[tuple[bool, ...], tuple[bool, ...]], bool]
 DENSE_LIMIT = 50_000_000  # valid-successor entries we agree to materialise without a rule (read at each call)
 _TABLE_WIDTH = 22  # up to this many predicates, states are found in a table of 2^width entries
@@ -120,97 +119,6 @@ def spec_transition_rule(max_changed: int | None, irreversible_bits: int,
     rule.irreversible_bits = irreversible_bits  # type: ignore[attr-defined]
     rule.extra = extra  # type: ignore[attr-defined]
     return rule
-
-
-@dataclass
-class LearnedDTMC:
-    """A learned chain over abstract states; the last state is ``end``.
-
-    ``counts`` and ``matrix`` are CSR matrices over state indices with the same
-    sparsity: ``matrix`` holds the smoothed probabilities, ``counts`` the observations.
-    """
-
-    predicates: list[str]
-    states: list[int]  # bit masks; END for the end state
-    unsafe: np.ndarray  # bool per state
-    initial: dict[int, int]  # state index -> runs that started there
-    counts: sp.csr_matrix
-    matrix: sp.csr_matrix
-    alpha: float
-    invalid_observed: int = 0  # observed transitions the rules call invalid (kept: data wins)
-    # For a product with monitors (monitors/product.py): their names and, per state,
-    # each monitor's state (row of ``end`` is all zeros: monitors stop there).
-    monitors: list[str] = field(default_factory=list)
-    monitor_states: np.ndarray | None = None
-    # Chains smoothed towards a prior row (guard/backoff.py): the prior's pseudo-counts, with
-    # the sparsity of ``counts``; a row is then (counts + pseudo) / its sum, not eq. 1.
-    pseudo: sp.csr_matrix | None = None
-
-    @property
-    def size(self) -> int:
-        return len(self.states)
-
-    @property
-    def end_index(self) -> int:
-        return len(self.states) - 1
-
-    @property
-    def absorbing(self) -> np.ndarray:
-        mask = self.unsafe.copy()
-        mask[self.end_index] = True
-        return mask
-
-    def index(self) -> dict[int, int]:
-        """Bit mask → state index (``end`` excluded); for a chain without monitors."""
-        if self.monitors:
-            raise UsageError("a product with monitors is indexed by (bits, monitor states): use product_index()")
-        return {bits: i for i, bits in enumerate(self.states[:-1])}
-
-    def product_index(self) -> dict[tuple[int, tuple[int, ...]], int]:
-        """(bit mask, monitor states) → state index (``end`` excluded)."""
-        if self.monitor_states is None:
-            return {(bits, ()): i for i, bits in enumerate(self.states[:-1])}
-        rows = self.monitor_states.tolist()
-        return {(bits, tuple(rows[i])): i for i, bits in enumerate(self.states[:-1])}
-
-    @property
-    def violations(self) -> np.ndarray:
-        """Per state and monitor, whether the monitor is in ``viol`` (shape n × monitors)."""
-        if self.monitor_states is None:
-            return np.zeros((self.size, 0), dtype=bool)
-        out = self.monitor_states == -1
-        out[self.end_index] = False
-        return out
-
-    def exact_row(self, i: int) -> list[tuple[int, Fraction]]:
-        """Row ``i`` as exact rationals, computed from the counts and α (for exact checking)."""
-        start, stop = self.matrix.indptr[i], self.matrix.indptr[i + 1]
-        cols = self.matrix.indices[start:stop]
-        if i == self.end_index or self.unsafe[i]:
-            return [(i, Fraction(1))]
-        counts = self.counts
-        begin, end = counts.indptr[i], counts.indptr[i + 1]
-        if np.array_equal(counts.indices[begin:end], cols):  # the same sparsity, as learn_dtmc builds it
-            row = counts.data[begin:end]
-            total = int(row.sum())
-            observed = [int(n) for n in row.tolist()]
-        else:  # a row of another shape (hand-built): read it densely
-            dense = counts[i].toarray().ravel()
-            total = int(dense.sum())
-            observed = [int(dense[j]) for j in cols]
-        if self.pseudo is not None:  # a back-off row: the float pseudo-counts are exact rationals too
-            prior = [Fraction(float(x)) for x in self.pseudo.data[begin:end].tolist()]
-            weights = [n + x for n, x in zip(observed, prior)]
-            whole = sum(weights)
-            return [(int(j), w / whole) for j, w in zip(cols.tolist(), weights)]
-        k = len(cols)
-        if total == 0:
-            return [(int(j), Fraction(1, k)) for j in cols]
-        # (n + α) / (total + k·α) with α = a/b, as one fraction of integers: the same value
-        alpha = Fraction(str(self.alpha))
-        a, b = alpha.numerator, alpha.denominator
-        denominator = total * b + k * a
-        return [(j, Fraction(n * b + a, denominator)) for j, n in zip(cols.tolist(), observed)]
 
 
 def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: float,

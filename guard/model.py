@@ -19,16 +19,14 @@ from typing import Any, Literal
 import cel
 import numpy as np
 import orjson
-import scipy.sparse as sp
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from forewarn.guard.chain import END, CsrArrays, LearnedDTMC, visits
 from forewarn.guard.errors import ForewarnError, ModelFileError, UsageError
-from forewarn.guard.intervals import IntervalMethod, IntervalReport, visits
-from forewarn.guard.learning import END, LearnedDTMC
-from forewarn.guard.pac import PACReport, StatePAC, TightPAC, TightStatePAC
+from forewarn.guard.results import (CheckOutcome, IntervalMethod, IntervalReport, Method, PACReport, StatePAC,
+                                    TightPAC, TightStatePAC)
 from forewarn.guard.spec import Meaning, PropertyDef, Spec, parse_spec
-from forewarn.guard.storm import CheckOutcome, Method
 
 __all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument", "write_document"]
 
@@ -446,8 +444,9 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
     worst = int(np.argmax(np.abs(sums - 1.0)))
     if abs(sums[worst] - 1.0) > 1e-9:
         raise bad(f"state {worst}: outgoing probabilities sum to {float(sums[worst])!r}, not 1")
-    matrix = sp.csr_matrix((data, indices, indptr), shape=(n, n))
-    counts = sp.csr_matrix((np.array(t.counts, dtype=float), indices, indptr), shape=(n, n))
+    # kept as arrays: scipy is imported only if something reads the matrices (guard/chain.py)
+    matrix = CsrArrays(data, indices, indptr, (n, n))
+    counts = CsrArrays(np.array(t.counts, dtype=float), indices, indptr, (n, n))
     for i in [*np.flatnonzero(unsafe).tolist(), n - 1]:
         if indptr[i + 1] - indptr[i] != 1 or indices[indptr[i]] != i:
             raise bad(f"state {i} is {'end' if i == n - 1 else 'unsafe'} and must be absorbing")

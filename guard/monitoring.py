@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from forewarn.guard.learning import END, LearnedDTMC
+from forewarn.guard.chain import END, LearnedDTMC
 from forewarn.guard.spec import MonitorDef, Spec
 from forewarn.monitors.base import Condition, ConditionError, Monitor, MonitorSemanticsError
 from forewarn.monitors.bounded_response import BoundedResponse

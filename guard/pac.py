@@ -52,84 +52,17 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from forewarn.guard.learning import LearnedDTMC
+from forewarn.guard.results import PACReport, StatePAC, TightPAC, TightStatePAC
 
 __all__ = ["StatePAC", "PACReport", "TightStatePAC", "TightPAC", "amplification_factor", "pac_report",
            "tight_bound"]
-
-
-@dataclass(frozen=True)
-class StatePAC:
-    state: int
-    visits: int
-    required: int | None  # None: no finite number of visits suffices (B is infinite)
-    satisfied: bool
-
-
-@dataclass(frozen=True)
-class TightStatePAC:
-    state: int
-    bound: float  # ε̂: |learned − true| P(F unsafe) from this state, with probability ≥ 1 − δ (jointly)
-    required: int | None  # visits under proportional growth that meet ε everywhere (None: never)
-    satisfied: bool  # bound ≤ ε
-
-
-@dataclass(frozen=True)
-class TightPAC:
-    """The tighter bound (see the module docstring), for every state and from the start."""
-
-    satisfied: bool  # every state's bound ≤ ε
-    worst_bound: float  # max_i ε̂_i (∞ if some state never absorbs)
-    runs_factor: float | None  # runs needed / runs learned from (1 when met; None: no forecast)
-    limiting: list[int]  # states carrying most of the worst state's bound, largest share first
-    states: list[TightStatePAC]
-    # the risk of a run from its first state (Definition 4 of the paper: P(φ) of the chain)
-    initial_bound: float = math.inf
-    initial_satisfied: bool = False
-    initial_runs_factor: float | None = None
-    initial_limiting: list[int] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class PACReport:
-    """``states``, ``satisfied``, ``amplification``: the paper's bound; ``tight``: the tighter one
-    (``None`` in model files written before it existed)."""
-
-    epsilon: float
-    delta: float
-    delta_per_state: float
-    amplification: float  # B
-    states: list[StatePAC]
-    tight: TightPAC | None = None
-
-    @property
-    def satisfied(self) -> bool:
-        return all(s.satisfied for s in self.states)
-
-    @property
-    def satisfied_count(self) -> int:
-        return sum(s.satisfied for s in self.states)
-
-    @property
-    def worst(self) -> StatePAC | None:
-        """The state furthest from its requirement (largest required/visits ratio)."""
-        if not self.states:
-            return None
-        return max(self.states, key=lambda s: (s.required / s.visits) if s.visits and s.required is not None else math.inf)
-
-    @property
-    def runs_factor(self) -> float | None:
-        """The paper's bound as a multiple of the runs learned from (every state's visits
-        growing in proportion): max required/visits, at least 1; ``None``: never met."""
-        ratios = [s.required / s.visits if s.visits and s.required is not None else math.inf for s in self.states]
-        worst = max(ratios, default=1.0)
-        return None if not math.isfinite(worst) else max(1.0, worst)
 
 
 def amplification_factor(dtmc: LearnedDTMC) -> float:

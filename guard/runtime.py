@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from forewarn.guard.chain import count_totals
 from forewarn.guard.memory import build_memory
 from forewarn.guard.model import GuardModel
 from forewarn.guard.monitoring import build_monitors
@@ -151,7 +152,7 @@ class Guard:
         They are appended to the columns, so such a state has an index past the model's.
         """
         mask = (1 << len(self.model.dtmc.predicates)) - 1
-        visits = np.asarray(self.model.dtmc.counts.sum(axis=1)).ravel()
+        visits = count_totals(self.model.dtmc)
         groups: dict[tuple[int, MonitorStates], list[int]] = {}
         for (bits, q), i in self._index.items():
             groups.setdefault((bits & mask, q), []).append(i)

@@ -12,7 +12,6 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from stormpy import models as _models
 
 from forewarn.guard.errors import CheckError
 from forewarn.guard.learning import LearnedDTMC
+from forewarn.guard.results import CheckOutcome, Method
 
 __all__ = [
     "Method",
@@ -46,38 +46,6 @@ __all__ = [
     "PrismCheck",
     "check_prism_file",
 ]
-
-
-class Method(str, Enum):
-    """How Storm solves: certified bounds, fast but uncertified, or exact rationals."""
-
-    SOUND = "sound"  # optimistic value iteration on SCCs: certified lower/upper bounds
-    TOPOLOGICAL = "topological"  # SCC-wise, not certified: no bounds are kept
-    EXACT = "exact"  # rational arithmetic: value = lower = upper
-
-    @property
-    def certified(self) -> bool:
-        return self is not Method.TOPOLOGICAL
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    """Per-state results of one property.
-
-    For a state formula with a bound (``P>0.4 [F "unsafe"]``, ``P>=1 [...]``) Storm's
-    per-state truth value is in ``verdicts``, and ``values`` (with ``lower``/``upper``)
-    holds the probability the bound is compared with; for a Boolean combination of such
-    formulas there is no single probability, and ``values`` is NaN.
-    """
-
-    formula: str
-    values: np.ndarray
-    lower: np.ndarray | None
-    upper: np.ndarray | None
-    method: Method
-    precision: float
-    seconds: float
-    verdicts: np.ndarray | None = None
 
 
 def storm_version() -> str:

@@ -16,10 +16,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 from forewarn.errors import MonitorError, StateSpaceTooLargeError, UsageError
 from forewarn.monitors.base import VIOL, Monitor
@@ -93,6 +95,8 @@ def reachable_product(chain: Chain, monitors: Sequence[Monitor], *,
     """
     if not monitors:
         raise UsageError("a product needs at least one monitor")
+    import scipy.sparse as sp  # here: a guard that loads a model and decides never needs scipy
+
     m = len(monitors)
     end_c = chain.end_index
     matrix, counts = chain.matrix, chain.counts

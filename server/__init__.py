@@ -14,5 +14,9 @@ if __name__ == 'server':  # a source checkout imported by the pre-0.2 name: be f
     from forewarn._aliases import redirect
 
     redirect(__name__)
+else:  # the sidecar's dependencies are the server extra: say so, not ModuleNotFoundError: fastapi
+    from forewarn.guard._extras import require
+
+    require("server", "forewarn.server")
 
 __all__: list[str] = []

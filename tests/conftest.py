@@ -15,6 +15,63 @@ from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.spec import Spec, load_spec
 
 
+TESTS = Path(__file__).parent
+
+# Tests that need an extra (pip install 'forewarn[NAME]'), by folder or module under tests/ (the
+# longest match wins); each of their tests gets the marker of that name (`pytest -m server`).
+# A single test elsewhere that needs one carries the marker itself (@pytest.mark.report).
+# `pytest --core` (make core-test, in an environment with the core only) neither collects the
+# modules listed here nor runs a test with such a marker; everything else must pass there.
+NEEDS_EXTRA = {
+    "langchain": "langchain",
+    "server": "server",
+    "llmcheck": "llmcheck",
+    "llmcheck/test_llm_hf.py": "hf",
+    "spark": "spark",
+    "evaluation/test_report.py": "report",
+}
+EXTRAS = ("langchain", "server", "client", "report", "llmcheck", "hf", "spark", "postgres")
+
+
+def extra_of(path: Path) -> str | None:
+    """The extra the test module or folder at ``path`` needs (None: the core is enough)."""
+    try:
+        relative = path.relative_to(TESTS).as_posix()
+    except ValueError:
+        return None
+    matches = [prefix for prefix in NEEDS_EXTRA if relative == prefix or relative.startswith(prefix + "/")]
+    return NEEDS_EXTRA[max(matches, key=len)] if matches else None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--core", action="store_true",
+                     help="run only the tests that need no extra (an environment with the core only)")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    import forewarn
+
+    return f"forewarn: {Path(forewarn.__file__).parent}" + (" (--core: tests that need no extra)"
+                                                            if config.getoption("--core") else "")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # a module that needs an extra imports it at the top: in the core run it is not even collected
+    return True if config.getoption("--core") and extra_of(collection_path) else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        extra = extra_of(item.path)
+        if extra is not None:
+            item.add_marker(getattr(pytest.mark, extra))
+    if config.getoption("--core"):
+        needs = [item for item in items if any(item.get_closest_marker(name) for name in EXTRAS)]
+        if needs:
+            config.hook.pytest_deselected(items=needs)
+            items[:] = [item for item in items if item not in needs]
+
+
 @pytest.fixture
 def write_runs(tmp_path: Path) -> WriteRuns:
     """Write runs (dicts, or raw strings for malformed lines) as a JSONL file in tmp_path."""

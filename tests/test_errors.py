@@ -135,14 +135,18 @@ def _cases() -> list[tuple[str, Callable[[dict[str, Path], Path], list[str | Pat
     ]
 
 
+def _marks(case_id: str) -> list[pytest.MarkDecorator]:
+    """The extra a case's command needs (conftest.py: `pytest --core` leaves it out)."""
+    extra = case_id.split("-")[0]
+    return [getattr(pytest.mark, extra)] if extra in ("llmcheck", "server") else []
+
+
 @pytest.mark.parametrize(("args", "name", "module", "fragments"),
-                         [pytest.param(*case[1:], id=case[0]) for case in _cases()])
+                         [pytest.param(*case[1:], id=case[0], marks=_marks(case[0])) for case in _cases()])
 def test_each_family_member_is_one_line_and_exit_2(forewarn_here: CLI, files: dict[str, Path], tmp_path: Path,
                                                     args: Callable[..., list[str | Path]], name: str, module: str,
                                                     fragments: tuple[str, ...]) -> None:
     argv = args(files, tmp_path / "out")
-    if argv[0] == "serve":
-        pytest.importorskip("fastapi")
     one_line_error(forewarn_here(*argv), *fragments)
     exc = raised(*argv)
     expected = getattr(importlib.import_module(module), name)
@@ -264,10 +268,7 @@ DOCUMENTED = [  # (module, name, extra base besides ForewarnError) as docs/error
     ("forewarn.guard.trust", "CodeNotFound", None),
     ("forewarn.guard.predicates", "CodeNotAllowed", None),
     ("forewarn.guard.evaluation.tune", "TargetUnreachable", None),
-    ("forewarn.guard.llmcheck.errors", "LLMCheckError", None),
-    ("forewarn.guard.llmcheck.errors", "SourceError", None),
-    ("forewarn.guard.llmcheck.errors", "QueryError", None),
-    ("forewarn.guard.llmcheck.errors", "QuantificationError", None),
+    ("forewarn.guard._extras", "MissingExtra", ImportError),
     ("forewarn.monitors", "MonitorError", family.MonitorError),
     ("forewarn.monitors", "ConditionError", family.MonitorError),
     ("forewarn.monitors", "MonitorSemanticsError", family.MonitorError),
@@ -276,16 +277,20 @@ DOCUMENTED = [  # (module, name, extra base besides ForewarnError) as docs/error
     ("forewarn.domains.embodied.errors", "ActionParseError", None),
     ("forewarn.domains.embodied.errors", "TaskFileError", None),
 ]
-WITH_EXTRAS = [  # (module, name, extra base, the third-party package the module needs)
-    ("forewarn.guard.client", "ServerError", None, "httpx"),
-    ("forewarn.guard.langchain", "ExtractionError", None, "langchain_core"),
-    ("forewarn.guard.langchain", "ReviewError", None, "langchain_core"),
-    ("forewarn.server.settings", "ConfigError", family.ConfigError, "pydantic_settings"),
-    ("forewarn.server.storage", "StorageError", None, "fastapi"),
-    ("forewarn.server.storage", "DatabaseLocked", None, "fastapi"),
-    ("forewarn.server.storage", "Conflict", None, "fastapi"),
-    ("forewarn.server.models_registry", "UnknownModel", None, "fastapi"),
-    ("forewarn.server.sessions", "SessionNotFound", KeyError, "fastapi"),
+WITH_EXTRAS = [  # (module, name, extra base, the extra the module needs)
+    ("forewarn.guard.client", "ServerError", None, "client"),
+    ("forewarn.guard.llmcheck.errors", "LLMCheckError", None, "llmcheck"),
+    ("forewarn.guard.llmcheck.errors", "SourceError", None, "llmcheck"),
+    ("forewarn.guard.llmcheck.errors", "QueryError", None, "llmcheck"),
+    ("forewarn.guard.llmcheck.errors", "QuantificationError", None, "llmcheck"),
+    ("forewarn.guard.langchain", "ExtractionError", None, "langchain"),
+    ("forewarn.guard.langchain", "ReviewError", None, "langchain"),
+    ("forewarn.server.settings", "ConfigError", family.ConfigError, "server"),
+    ("forewarn.server.storage", "StorageError", None, "server"),
+    ("forewarn.server.storage", "DatabaseLocked", None, "server"),
+    ("forewarn.server.storage", "Conflict", None, "server"),
+    ("forewarn.server.models_registry", "UnknownModel", None, "server"),
+    ("forewarn.server.sessions", "SessionNotFound", KeyError, "server"),
 ]
 
 
@@ -296,11 +301,9 @@ def test_documented_names_are_in_the_family(module: str, name: str, base: type |
     assert base is None or issubclass(cls, base)
 
 
-@pytest.mark.parametrize(("module", "name", "base", "needs"), WITH_EXTRAS,
-                         ids=[f"{m}.{n}" for m, n, _, _ in WITH_EXTRAS])
-def test_documented_names_of_the_integrations_are_in_the_family(module: str, name: str, base: type | None,
-                                                                needs: str) -> None:
-    pytest.importorskip(needs)
+@pytest.mark.parametrize(("module", "name", "base"), [
+    pytest.param(m, n, b, id=f"{m}.{n}", marks=getattr(pytest.mark, extra)) for m, n, b, extra in WITH_EXTRAS])
+def test_documented_names_of_the_integrations_are_in_the_family(module: str, name: str, base: type | None) -> None:
     cls = getattr(importlib.import_module(module), name)
     assert issubclass(cls, ForewarnError) and issubclass(cls, ValueError)
     assert base is None or issubclass(cls, base)
@@ -315,6 +318,7 @@ def test_the_family_is_one_set_of_classes_under_two_names() -> None:
     assert set(family.__all__) == set(forewarn.errors.__all__)
 
 
+@pytest.mark.server
 def test_the_family_keeps_the_old_catches_working() -> None:
     from forewarn.server.sessions import SessionNotFound
 

@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.figure import Figure
+
+from forewarn.guard._extras import extra_error
+
+try:
+    from matplotlib.figure import Figure
+except ModuleNotFoundError as exc:
+    raise extra_error("report", "drawing a report (--report, --plots)", exc) from None
 
 from forewarn.guard.evaluation.baselines import EMPIRICAL, LABELS, ONE_CHANGE
 from forewarn.guard.replay import Enforcement, ReplayReport, RunReplay, rate_curve

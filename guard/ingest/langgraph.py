@@ -29,7 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from forewarn.guard.errors import ForewarnError, TraceError
+from forewarn.guard._extras import require
+from forewarn.guard.errors import TraceError
 from forewarn.guard.ingest._documents import Record, kind_of
 from forewarn.guard.ingest.agents import AgentLog
 
@@ -81,10 +82,7 @@ def read_langgraph_logs(records: Iterator[Record], on_bad: Callable[[TraceError]
 
 
 def _require_langchain() -> None:
-    try:
-        import langchain_core  # noqa: F401
-    except ImportError:
-        raise ForewarnError("reading LangGraph dumps needs LangChain: pip install 'forewarn[langchain]'") from None
+    require("langchain", "reading LangGraph dumps", ("langchain_core",))
 
 
 def _run(record: Record, doc: Any, whole_file: bool = False) -> AgentLog:

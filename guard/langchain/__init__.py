@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from forewarn.guard.langchain._messages import transcript_from_messages
+from forewarn.guard._extras import require
 from forewarn.guard.langchain.errors import ApprovalRequired, GuardIntervention, RunStopped
-from forewarn.guard.langchain.recorder import TraceRecorder
 from forewarn.guard.langchain.review import Review, ReviewError, parse_review
-from forewarn.guard.langchain.tools import Approver, GuardedTool, ToolGuard, guard_tool
 from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, StateExtractor, ToolStep, Transcript
 
 __all__ = [
@@ -48,16 +46,34 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from forewarn.guard.langchain._messages import transcript_from_messages
     from forewarn.guard.langchain.middleware import Extractor, ForewarnMiddleware, GuardedRun, Intervention
+    from forewarn.guard.langchain.recorder import TraceRecorder
+    from forewarn.guard.langchain.tools import Approver, GuardedTool, ToolGuard, guard_tool
 
-# The middleware needs `langchain` and `langgraph`; the recorder and the tool guard need
-# only `langchain-core`, so the middleware is imported when it is first asked for.
-_MIDDLEWARE = frozenset({"Extractor", "ForewarnMiddleware", "GuardedRun", "Intervention"})
+# The transcript, review and error types above need no LangChain (the tool domain and the
+# agent-log readers of the core use them). The rest is loaded when first asked for, once the
+# langchain extra is there: the recorder and the tool guard need langchain-core, the
+# middleware also langchain and langgraph.
+_LAZY: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "transcript_from_messages": ("_messages", ("langchain_core",)),
+    "TraceRecorder": ("recorder", ("langchain_core",)),
+    **{name: ("tools", ("langchain_core",)) for name in ("Approver", "GuardedTool", "ToolGuard", "guard_tool")},
+    **{name: ("middleware", None) for name in ("Extractor", "ForewarnMiddleware", "GuardedRun", "Intervention")},
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _MIDDLEWARE:
-        from forewarn.guard.langchain import middleware
+    if name in _LAZY:
+        module, needs = _LAZY[name]
+        require("langchain", f"forewarn.guard.langchain.{name}", needs)
+        import importlib
 
-        return getattr(middleware, name)
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

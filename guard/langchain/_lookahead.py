@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from forewarn.guard._extras import extra_error
+
+try:
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+except ModuleNotFoundError as exc:
+    raise extra_error("langchain", "forewarn.guard.langchain._lookahead", exc) from None
 
 from forewarn.guard.langchain.transcript import CallStatus, ToolStep, Transcript
 from forewarn.guard.langchain import _explain as explain

@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from forewarn.guard._extras import extra_error
+
+try:
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+except ModuleNotFoundError as exc:
+    raise extra_error("langchain", "forewarn.guard.langchain._messages", exc) from None
 
 from forewarn.guard.langchain.transcript import CallStatus, ToolStep, Transcript
 

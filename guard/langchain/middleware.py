@@ -34,11 +34,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from langchain.agents.middleware import AgentMiddleware
-from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse, ToolCallRequest
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langgraph.config import get_config
-from langgraph.types import Command, interrupt
+from forewarn.guard._extras import extra_error
+
+try:
+    from langchain.agents.middleware import AgentMiddleware
+    from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse, ToolCallRequest
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+    from langgraph.config import get_config
+    from langgraph.types import Command, interrupt
+except ModuleNotFoundError as exc:
+    raise extra_error("langchain", "forewarn.guard.langchain.middleware", exc) from None
 
 from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
 from forewarn.guard.bundle_guard import BundleGuard

@@ -24,8 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import HumanMessage, ToolMessage, get_notification_metadata
+
+from forewarn.guard._extras import extra_error
+
+try:
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.messages import HumanMessage, ToolMessage, get_notification_metadata
+except ModuleNotFoundError as exc:
+    raise extra_error("langchain", "forewarn.guard.langchain.recorder", exc) from None
 
 from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
 from forewarn.guard.errors import ForewarnError

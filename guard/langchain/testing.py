@@ -18,11 +18,17 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
+
+from forewarn.guard._extras import extra_error
+
+try:
+    from langchain_core.callbacks import CallbackManagerForLLMRun
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+except ModuleNotFoundError as exc:
+    raise extra_error("langchain", "forewarn.guard.langchain.testing", exc) from None
 
 __all__ = ["ScriptedChatModel", "tool_calls", "Reply"]
 

@@ -18,9 +18,14 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
-from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
+from forewarn.guard._extras import extra_error
+
+try:
+    from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
+    from langchain_core.runnables import RunnableConfig
+    from langchain_core.tools import BaseTool
+except ModuleNotFoundError as exc:
+    raise extra_error("langchain", "forewarn.guard.langchain.tools", exc) from None
 
 from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
 from forewarn.guard.errors import ForewarnError

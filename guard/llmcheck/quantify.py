@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from forewarn.guard._extras import MissingExtra, require
 from forewarn.guard.llmcheck._wordlists import DESTRUCTIVE_PATTERNS, FEMALE_WORDS, MALE_WORDS
 from forewarn.guard.llmcheck.errors import QuantificationError
 
@@ -124,7 +125,7 @@ def make_quantification(spec: str) -> Quantification:
         raise QuantificationError(f"quantification {kind_name!r} takes no argument (got {spec!r})")
     try:
         function = kind.factory(arg if sep else None)
-    except QuantificationError:
+    except (QuantificationError, MissingExtra):  # MissingExtra: one line naming the extra, as it is
         raise
     except (ValueError, OSError, re.error) as exc:
         raise QuantificationError(f"quantification {spec!r}: {exc}") from exc
@@ -162,6 +163,8 @@ def _vader() -> Any:
 
 
 def _sentiment(_: str | None) -> Callable[[str], int]:
+    require("llmcheck", "the sentiment quantification", ("vaderSentiment",))
+
     def classify(text: str) -> int:
         compound = _vader().polarity_scores(text)["compound"]
         # VADER's own cut-offs: positive at ≥ 0.05, negative at ≤ -0.05
@@ -170,10 +173,12 @@ def _sentiment(_: str | None) -> Callable[[str], int]:
 
 
 def _sentiment_score(_: str | None) -> Callable[[str], int]:
+    require("llmcheck", "the sentiment_score quantification", ("vaderSentiment",))
     return lambda text: round(_vader().polarity_scores(text)["compound"] * 100)
 
 
 def _readability(_: str | None) -> Callable[[str], int]:
+    require("llmcheck", "the readability quantification", ("textstat", "pyphen"))
     import pyphen
     import textstat
 
@@ -194,6 +199,7 @@ def _readability(_: str | None) -> Callable[[str], int]:
 
 
 def _similarity(arg: str | None) -> Callable[[str], int]:
+    require("llmcheck", "the similarity quantification", ("rapidfuzz",))
     from rapidfuzz import fuzz
 
     path = Path(str(arg))
@@ -209,6 +215,7 @@ def _similarity(arg: str | None) -> Callable[[str], int]:
 
 def similarity_to(reference: str, scorer: Callable[..., float] | None = None) -> Callable[[str], int]:
     """Similarity (0–100, rapidfuzz ``partial_ratio``: the best-matching alignment) of a text to ``reference``."""
+    require("llmcheck", "similarity_to", ("rapidfuzz",))
     from rapidfuzz import fuzz
 
     score = scorer or fuzz.partial_ratio

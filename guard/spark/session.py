@@ -10,6 +10,7 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
+from forewarn.guard._extras import require
 from forewarn.guard.errors import ForewarnError
 
 if TYPE_CHECKING:
@@ -20,10 +21,7 @@ __all__ = ["spark_session", "require_pyspark"]
 
 def require_pyspark() -> None:
     """Raise a one-line user error when pyspark or Java is missing (instead of a traceback)."""
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        raise ForewarnError("--engine spark needs pyspark: pip install 'forewarn[spark]'") from exc
+    require("spark", "--engine spark")
     if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
         raise ForewarnError("--engine spark needs Java 17 or later (e.g. Debian's default-jre-headless); "
                             "none found on PATH or in JAVA_HOME")

@@ -341,6 +341,7 @@ def _samples() -> list[tuple[InputFormat, Any]]:
             (InputFormat.langgraph, from_langgraph)]
 
 
+@pytest.mark.langchain  # the LangGraph sample reads messages with langchain-core
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
 @given(sample=st.integers(0, 2), where=st.integers(0, 10_000), junk=JUNK, delete=st.booleans())
 def test_mutated_agent_logs_read_or_fail_with_a_trace_error(tmp_path_factory: pytest.TempPathFactory, sample: int,

@@ -32,6 +32,7 @@ def columnar_copy(traces: Path, target: Path) -> Path:
     return target
 
 
+@pytest.mark.report
 def test_replay_json_report_and_plots(forewarn_cli: CLI, toy_traces: Path, toy_model_path: Path,
                                       tmp_path: Path) -> None:
     report, plots = tmp_path / "out" / "replay.html", tmp_path / "plots"
@@ -73,6 +74,7 @@ def test_replay_reads_columnar_logs_like_jsonl(forewarn_cli: CLI, toy_traces: Pa
     assert table.returncode == 0 and "Brier score" in table.stdout and "stop" in table.stdout
 
 
+@pytest.mark.report
 def test_evaluate_json(forewarn_cli: CLI, toy_traces: Path, toy_spec_path: Path, tmp_path: Path) -> None:
     report = tmp_path / "cv.html"
     result = forewarn_cli("evaluate", toy_traces, "--spec", toy_spec_path, "--folds", "2", "--theta", "0.5,0.9",
@@ -133,6 +135,7 @@ def test_help_lists_the_commands(forewarn_cli: CLI) -> None:
         assert command in result.stdout
 
 
+@pytest.mark.report
 def test_an_empty_replay_still_reports(forewarn_cli: CLI, toy_model_path: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("", encoding="utf-8")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from forewarn.guard._extras import require
 from forewarn.guard.llmcheck.errors import SourceError
 from forewarn.guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource
 
@@ -33,12 +34,10 @@ class HFSource(TokenSource):
 
     def __init__(self, model: Any = None, tokenizer: Any = None, *, path: str | None = None,
                  max_batch: int = 16, device: str = "cpu", add_bos: bool = False) -> None:
-        try:
-            import torch
-            import transformers
-        except ImportError as exc:  # the optional extra is not installed
-            raise SourceError("the Hugging Face source needs torch and transformers: "
-                              "pip install 'forewarn[hf]'") from exc
+        require("hf", "the Hugging Face token source")
+        import torch
+        import transformers
+
         self._torch = torch
         if model is None or tokenizer is None:
             if path is None:

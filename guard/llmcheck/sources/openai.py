@@ -14,7 +14,12 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import httpx
+from forewarn.guard._extras import extra_error
+
+try:
+    import httpx
+except ModuleNotFoundError as exc:
+    raise extra_error("llmcheck", "the openai token source", exc) from None
 
 from forewarn.guard.llmcheck.errors import SourceError
 from forewarn.guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource

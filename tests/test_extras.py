@@ -1,0 +1,124 @@
+"""The core works without any extra; what needs one says which (guard/_extras.py).
+
+These run in the full environment and in `make core-test` (core only). A missing extra is
+made real in a fresh interpreter by ``sys.modules[name] = None`` for each of its modules,
+which makes both ``import name`` and ``importlib.util.find_spec(name)`` fail as they do when
+the package is not installed.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from forewarn.guard._extras import EXTRAS, MissingExtra, missing, require
+from forewarn.guard.errors import ForewarnError
+
+ROOT = Path(__file__).resolve().parents[1]
+EVERY_EXTRA_MODULE = sorted({module for modules in EXTRAS.values() for module in modules})
+CORE_COMMANDS = ["learn", "check", "states", "export", "demo", "replay", "evaluate", "ingest", "tune", "llmcheck"]
+
+
+def without(modules: list[str], code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter in which ``modules`` cannot be imported."""
+    prelude = f"import sys\nfor _m in {modules!r}:\n    sys.modules[_m] = None\n"
+    return subprocess.run([sys.executable, "-c", prelude + code], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "200"})
+
+
+CLI = "import sys\nfrom forewarn.guard.cli import main\nsys.argv = ['forewarn', *{args!r}]\nmain()\n"
+
+
+def test_help_of_forewarn_and_of_every_core_command_needs_no_extra(tmp_path: Path) -> None:
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom forewarn.guard.cli import app\n"
+            f"for args in [['--help'], *[[c, '--help'] for c in {CORE_COMMANDS!r}]]:\n"
+            "    result = CliRunner().invoke(app, args)\n"
+            "    print(args[0], result.exit_code, 'Usage:' in result.output)\n"
+            "print(sorted(m for m in sys.modules if m.partition('.')[0] in "
+            f"{EVERY_EXTRA_MODULE!r} and sys.modules[m] is not None))\n")
+    done = without(EVERY_EXTRA_MODULE, code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:-1] == [f"{name} 0 True" for name in ["--help", *CORE_COMMANDS]]
+    assert lines[-1] == "[]"  # and nothing of an extra was imported on the way
+
+
+def test_the_listing_names_serve_and_its_extra(tmp_path: Path) -> None:
+    done = without(EXTRAS["server"], CLI.format(args=["--help"]), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert all(f"  {name} " in done.stdout for name in [*CORE_COMMANDS, "serve"])
+
+
+@pytest.mark.parametrize("args", [["serve"], ["serve", "--port", "8000", "-m", "model.json"], ["serve", "--help"]])
+def test_serve_without_the_server_extra_is_one_line_naming_it(tmp_path: Path, args: list[str]) -> None:
+    done = without(EXTRAS["server"], CLI.format(args=args), tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "error: forewarn serve needs the server extra: pip install 'forewarn[server]'\n"
+
+
+def test_the_langchain_integration_names_its_extra(tmp_path: Path) -> None:
+    code = ("from forewarn.guard.errors import ForewarnError\n"
+            "from forewarn.guard.langchain import Transcript, ToolStep  # plain types: no LangChain needed\n"
+            "try:\n"
+            "    from forewarn.guard.langchain import ForewarnMiddleware\n"
+            "except ImportError as exc:\n"
+            "    print(isinstance(exc, ForewarnError), exc.name, exc)\n"
+            "try:\n"
+            "    import forewarn.guard.langchain.recorder\n"
+            "except ImportError as exc:\n"
+            "    print(exc)\n")
+    done = without(EXTRAS["langchain"], code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "True langchain forewarn.guard.langchain.ForewarnMiddleware needs the langchain extra: "
+        "pip install 'forewarn[langchain]'",
+        "forewarn.guard.langchain.recorder needs the langchain extra: pip install 'forewarn[langchain]'"]
+
+
+def test_the_client_names_its_extra(tmp_path: Path) -> None:
+    done = without(["httpx"], "from forewarn.guard.client import Client", tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == ("forewarn.guard._extras.MissingExtra: forewarn.guard.client needs the "
+                                            "client extra: pip install 'forewarn[client]'")
+
+
+def test_a_report_without_matplotlib_is_one_line_naming_the_extra(tmp_path: Path, toy_traces: Path,
+                                                                  toy_model_path: Path) -> None:
+    code = CLI.format(args=["replay", str(toy_traces), "--model", str(toy_model_path),
+                            "--report", str(tmp_path / "r.html")])
+    done = without(["matplotlib"], code, tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == ("error: drawing a report (--report, --plots) needs the report extra: "
+                                            "pip install 'forewarn[report]'")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_the_sentiment_quantification_names_its_extra(tmp_path: Path) -> None:
+    code = ("from forewarn.guard.llmcheck.quantify import make_quantification\n"
+            "try:\n    make_quantification('sentiment')\nexcept ImportError as exc:\n    print(exc)\n")
+    done = without(["vaderSentiment"], code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ("the sentiment quantification needs the llmcheck extra: "
+                           "pip install 'forewarn[llmcheck]'\n")
+
+
+def test_missing_extra_is_both_a_forewarn_error_and_an_import_error() -> None:
+    assert missing("langchain", ("no_such_module_xyz", "sys")) == ["no_such_module_xyz"]
+    with pytest.raises(MissingExtra) as caught:
+        require("hf", "the thing", ("no_such_module_xyz",))
+    assert isinstance(caught.value, ForewarnError) and isinstance(caught.value, ImportError)
+    assert (str(caught.value), caught.value.extra, caught.value.name) == (
+        "the thing needs the hf extra: pip install 'forewarn[hf]'", "hf", "no_such_module_xyz")
+    require("hf", "the thing", ("sys",))  # present: nothing happens
+
+
+def test_the_extras_table_is_pyprojects() -> None:
+    optional = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"]
+    assert set(optional) - {"all", "test", "dev"} == set(EXTRAS)
+    assert optional["all"] == ["forewarn[langchain,server,client,report,llmcheck,postgres]"]
+    assert optional["test"][0] == "forewarn[all,hf,spark,dev]"

@@ -1,0 +1,96 @@
+"""Loading a model and deciding import neither Storm nor scipy (issue 11, point 5).
+
+Learning and checking need them; a guard in an agent's process only reads the cached
+values from the model file (guard/chain.py, guard/results.py). Each case runs in a fresh
+interpreter, which is the only place ``sys.modules`` tells the truth.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from _support import TOY_SPEC, toy_state
+from forewarn.guard.bundle import learn_bundle
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.spec import parse_spec
+
+HEAVY = ("stormpy", "scipy", "forewarn.guard.storm", "forewarn.guard.pac", "forewarn.guard.pipeline",
+         "forewarn.guard.learning")
+
+DECIDE = """
+import sys
+from forewarn.guard import Guard, load_guard
+guard = {loader}({path!r})
+session = guard.session(metadata={{"task": "t1"}})
+first = session.preview({s0!r})
+steps = [session.observe(s) for s in ({s0!r}, {s1!r}, {s2!r})]
+print(first.action.value, [d.action.value for d in steps], session.preview({s3!r}).action.value)
+print(sorted(m for m in sys.modules if m.startswith({heavy!r})))
+"""
+
+MONITORS = "monitors:\n  - name: b_after_a\n    kind: bounded_response\n    trigger: a\n    response: b\n    within: 2\n"
+MEMORY = "  memory: {dwell: 2, previous: true}\n"
+
+
+def _runs(tmp_path: Path) -> Path:
+    import orjson
+
+    from _support import toy_run
+
+    runs = [toy_run(f"r{i}", bits) for i, bits in enumerate([[0, 1, 3], [0, 2, 2, 0], [0, 1, 0, 2], [1, 1, 3],
+                                                             [2, 0, 1], [0, 0, 2, 3]])]
+    for i, run in enumerate(runs):
+        run["meta"] = {"task": f"t{i % 2}"}
+    path = tmp_path / "runs.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in runs) + b"\n")
+    return path
+
+
+def _decide(tmp_path: Path, loader: str, path: Path) -> list[str]:
+    code = DECIDE.format(loader=loader, path=str(path), heavy=HEAVY,
+                         s0=toy_state(0), s1=toy_state(1), s2=toy_state(2), s3=toy_state(3))
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+@pytest.mark.parametrize("extra", ["", MONITORS, "learning:\n  alpha: 0.1\n" + MEMORY])
+def test_guard_load_and_decisions_import_neither_storm_nor_scipy(tmp_path: Path, extra: str) -> None:
+    text = TOY_SPEC + extra if not extra.startswith("learning:") else TOY_SPEC.replace("  alpha: 0.1\n", MEMORY)
+    model = learn_model([_runs(tmp_path)], parse_spec(text)).save(tmp_path / "model.json")
+    decisions, loaded = _decide(tmp_path, "Guard.load", model)
+    assert loaded == "[]"
+    # the same decisions as in this process, where everything is loaded
+    from forewarn.guard import Guard
+    from forewarn.guard.errors import ThresholdWarning
+
+    with warnings.catch_warnings():  # the child printed them on stderr; here they would be errors
+        warnings.simplefilter("ignore", ThresholdWarning)
+        here = Guard.load(model).session(metadata={"task": "t1"})
+    first = here.preview(toy_state(0))
+    steps = [here.observe(toy_state(b)) for b in (0, 1, 2)]
+    assert decisions == f"{first.action.value} {[d.action.value for d in steps]} {here.preview(toy_state(3)).action.value}"
+
+
+def test_a_bundle_loads_and_decides_without_them_too(tmp_path: Path) -> None:
+    bundle = learn_bundle([_runs(tmp_path)], parse_spec(TOY_SPEC), group_by="meta.task", min_group_runs=2)
+    path = bundle.save(tmp_path / "bundle.json")
+    decisions, loaded = _decide(tmp_path, "load_guard", path)
+    assert loaded == "[]" and decisions.startswith(("allow", "reflect", "ask_human", "stop"))
+
+
+def test_the_learned_chain_still_becomes_scipy_on_first_use(tmp_path: Path) -> None:
+    from forewarn.guard.chain import CsrArrays
+    from forewarn.guard.model import GuardModel
+
+    model = learn_model([_runs(tmp_path)], parse_spec(TOY_SPEC))
+    loaded = GuardModel.load(model.save(tmp_path / "model.json"))
+    assert isinstance(loaded.dtmc.arrays("matrix"), CsrArrays)
+    assert (loaded.dtmc.matrix != model.dtmc.matrix).nnz == 0  # made a scipy matrix here, equal to the learned one
+    assert not isinstance(loaded.dtmc.arrays("matrix"), CsrArrays)
+    assert (loaded.dtmc.counts != model.dtmc.counts).nnz == 0
+    assert loaded.visits.tolist() == model.visits.tolist()
