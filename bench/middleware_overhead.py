@@ -29,8 +29,10 @@ What it does
 4. *remote* (issue 13): a fourth agent guarded by ``ForewarnMiddleware(Client(url))``
    against a real ``forewarn serve`` started by the bench on 127.0.0.1 (its own process,
    SQLite, synchronous=normal): previews are local (the served model), each step is one
-   committed ``observe`` over HTTP. Its overhead per step is reported beside the
-   in-process one, in the same run (``--no-remote`` to leave it out).
+   committed ``observe`` over HTTP (the run's first one a batch that also commits the
+   initial state), and each run creates its session in the background as it starts. Its
+   overhead per step is reported beside the in-process one, in the same run, with the
+   HTTP requests per run and their round trips by kind (``--no-remote`` to leave it out).
 
 Target: under 0.5 ms per step in process, ≤ 2 ms remote (end to end, p50). Nothing is asserted.
 
@@ -214,6 +216,7 @@ def main() -> int:
     server = client = None
     if options.remote:
         server, client = start_sidecar(model.save(Path(tmp.name) / "tools.json"), Path(tmp.name))
+        count_requests(client)
         agents["remote"] = create_agent(make_model(options.steps), tools, checkpointer=saver(),
                                         middleware=[ForewarnMiddleware(client, extractor=extractor)])
     try:
@@ -244,6 +247,24 @@ def start_sidecar(model_path: Path, folder: Path) -> tuple[subprocess.Popen[byte
     return process, client
 
 
+REQUESTS: list[tuple[str, float]] = []  # (kind, round trip in ms) of every request the remote agent made
+
+
+def count_requests(client: Client) -> None:
+    """Record the kind and round trip of each request ``client`` sends (from any thread)."""
+    send = client._send
+
+    def counted(request: Any) -> Any:
+        start = time.perf_counter_ns()
+        try:
+            return send(request)
+        finally:
+            kind = {"/v1/sessions": "create session", "/v1/batch": "batch (first state + step)"}.get(
+                request.path, request.path.rsplit("/", 1)[-1])
+            REQUESTS.append((kind, (time.perf_counter_ns() - start) / 1e6))
+    client._send = counted  # type: ignore[method-assign]
+
+
 def measure(options: Any, agents: dict[str, Any], middleware: TimedMiddleware) -> int:
     task = {"messages": [("user", "Check the project, write a status note and mail it to Alice.")]}
 
@@ -268,6 +289,7 @@ def measure(options: Any, agents: dict[str, Any], middleware: TimedMiddleware) -
     delta, delta_cpu, over_noop, hooks, hooks_cpu, remote = [], [], [], [], [], []
     gc.collect()
     gc.disable()
+    REQUESTS.clear()
     try:
         for i in range(options.rounds):
             TimedMiddleware.wall_ns = TimedMiddleware.cpu_ns = 0
@@ -325,6 +347,12 @@ def measure(options: Any, agents: dict[str, Any], middleware: TimedMiddleware) -
     verdict = "meets" if median < TARGET_MS else "misses"
     print(f"target: < {TARGET_MS} ms per step (wall, p50): {verdict} it ({median:.3f} ms)")
     if remote:
+        kinds = sorted({k for k, _ in REQUESTS})
+        figures["remote_requests_per_run"] = {k: sum(1 for j, _ in REQUESTS if j == k) / options.rounds for k in kinds}
+        figures["remote_round_trip_ms"] = {k: row([ms for j, ms in REQUESTS if j == k]) for k in kinds}
+        print("remote: HTTP requests per run (round trip p50 / p99 ms): " + ", ".join(
+            f"{figures['remote_requests_per_run'][k]:g} {k} ({figures['remote_round_trip_ms'][k]['p50']:.2f} / "
+            f"{figures['remote_round_trip_ms'][k]['p99']:.2f})" for k in kinds))
         far = figures["remote_overhead_ms_per_step"]["p50"]
         print(f"remote target: <= {REMOTE_TARGET_MS} ms per step (wall, p50): "
               f"{'meets' if far <= REMOTE_TARGET_MS else 'misses'} it ({far:.3f} ms)")

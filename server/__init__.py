@@ -1,12 +1,20 @@
 """The HTTP sidecar: ``forewarn serve`` puts the guard in front of any agent, in any language.
 
-Modules, one concept each: ``settings`` (configuration), ``storage`` (SQLite, group
-commits), ``auth`` (API keys and roles), ``metrics`` (Prometheus), ``models_registry``
-(loaded models, atomic replacement), ``sessions`` (live sessions and their
-resumption), ``approvals`` (human approval waits), ``schemas`` (the HTTP boundary),
-``state`` (what a running server holds, and its start), ``app`` (the routes), ``cli``
-(the ``serve`` command); private: ``_http`` (errors, parsing, limits, the step fast
-path), ``_steps`` (the step path after parsing), ``_views`` (stored rows as JSON).
+Modules, one concept each: ``settings`` (configuration), ``storage`` / ``storage_pg`` (SQLite
+with group commits, PostgreSQL), ``auth`` (API keys and roles), ``metrics`` (Prometheus),
+``models_registry`` (loaded models, atomic replacement), ``sessions`` (live sessions and their
+resumption), ``approvals`` (human approval waits), ``proposals`` (approval before a call runs),
+``idempotency`` (``Idempotency-Key``), ``replicas`` (what other replicas commit), ``schemas``
+(the HTTP boundary), ``state`` (what a running server holds, and its start), ``cli`` (the
+``serve`` command).
+
+The HTTP app: ``app`` (``create_app``, which only assembles the rest), ``routers/`` (the routes,
+one module per resource: ``health``, ``steps``, ``sessions``, ``approvals``, ``proposals``,
+``console``, ``docs``, ``models``), ``deps`` (what routes depend on: the state, the caller's
+role, idempotency, tenant-scoped look-ups), ``handlers`` (every error in the one error shape).
+Private: ``_http`` (errors, parsing, limits, the step fast path), ``_steps`` (the step path after
+parsing), ``_views`` (stored rows as JSON). A new endpoint goes in the router of its resource,
+or in a new module of ``routers/`` that ``create_app`` includes.
 """
 from __future__ import annotations
 

@@ -86,6 +86,13 @@ class ProposalIn(_In):
     state: dict[str, Any] = Field(description="The concrete state the call would lead to.")
     tools: list[str] | None = Field(default=None, max_length=1000,
                                     description="The agent's tools: what a reviewer may edit the call to.")
+    ask: bool | None = Field(default=None, description=(
+        "The agent's own verdict, when its look-ahead has one: true — a human decides (pending, whatever the "
+        "guard's decision); false — the call runs (allowed; the guard's decision is kept with it). Left out: "
+        "the guard's decision sets the status."))
+    edit_of: str | None = Field(default=None, pattern=ID_PATTERN, description=(
+        "The edited proposal this one re-checks: the same session's, resolved as 'edited'; the agent "
+        "re-proposes the edited call with the state it leads to."))
 
 
 class ProposalResolve(_In):

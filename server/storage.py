@@ -412,6 +412,10 @@ class StorageBase:
     def _count(self, sql: str, params: tuple[Any, ...]) -> int:
         return int(self._all(sql, params)[0][0])
 
+    @property
+    def writer_alive(self) -> bool:  # each backend says
+        raise NotImplementedError
+
     # -- write jobs (run in the writer thread) -------------------------------------------
 
     @staticmethod

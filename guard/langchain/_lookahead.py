@@ -28,7 +28,7 @@ from forewarn.guard.spec import Action
 if TYPE_CHECKING:
     from forewarn.guard.langchain.middleware import ForewarnMiddleware
 
-__all__ = ["Turn", "not_run", "reflections", "same_state", "unchanged"]
+__all__ = ["Turn", "not_run", "recheck", "reflections", "same_state", "unchanged"]
 
 
 class Turn:
@@ -116,6 +116,27 @@ class Turn:
         final = mark(AIMessage(content=text, name="forewarn"),
                      {"phase": "stopped", "action": "stop", "decision": decision.to_dict()})
         return [*replies, final]
+
+
+def recheck(middleware: ForewarnMiddleware, run: GuardedRun, call: Mapping[str, Any],
+            messages: Sequence[BaseMessage]) -> Verdict | ToolMessage:
+    """The look-ahead on a call a reviewer edited, as if the model had proposed it: a verdict
+    (allow: it runs; ask_human: a human is asked again, about the edited call) or, when it is
+    held back, the tool message it gets instead of running (a stop also ends the run).
+
+    Raises:
+        ForewarnError: the edited call cannot be read (and no fallback action is configured).
+    """
+    turn = Turn(middleware, run, run._transcripts.transcript(messages), messages)
+    verdicts, added = turn.judge(AIMessage(content="", tool_calls=[dict(call)]))
+    if not added:
+        return verdicts[call.get("id") or ""]
+    held = added[0]
+    assert isinstance(held, ToolMessage)
+    if len(added) > 1:  # a stop: the tool node cannot end the run, the next model call does (as after a tool)
+        held = mark(held, {**(forewarn_data(held) or {}), "phase": "observed", "action": Action.STOP.value,
+                           "explanation": str(added[-1].content)})
+    return held
 
 
 def not_run(call: Mapping[str, Any], text: str, data: dict[str, Any]) -> ToolMessage:

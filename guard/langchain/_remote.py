@@ -8,23 +8,37 @@ at construction, and previews with a local copy of it — the same file, the sam
 so the same decisions — while every step that runs is committed to the sidecar
 (``observe``), which keeps the audit log and answers the decision the middleware acts on.
 
+Round trips (bench/middleware_overhead.py): a run's sidecar session is created in the
+background as the run starts (before its first model call, which it overlaps), and the
+run's first state is committed with its first step in one batch, so a run of n steps costs
+n step requests and one creation off the critical path (it was n + 2 in a row).
+
 The human is asked through the graph's interrupt, as in process, so the sidecar's
 commits carry ``ask: false``: no second approval is queued for a step a person already
-decided on in the agent (the action recorded says how it was reviewed).
+decided on in the agent (the action recorded says how it was reviewed). With
+``approvals="sidecar"`` the human is asked on the sidecar instead (its console): a call
+that needs approval becomes a pending proposal the tool node waits on
+(:func:`review_on_sidecar`); an edit made there is judged again by the agent, which
+extracts the edited call's state and proposes it anew (``edit_of``); the step a proposal
+led to is committed linked to it.
 """
 from __future__ import annotations
 
 import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from forewarn.guard.bundle_guard import BundleGuard
 from forewarn.guard.client import AsyncClient, Client, RemoteSession
+from forewarn.guard.langchain.review import Review
 from forewarn.guard.policy import Policy
 from forewarn.guard.runtime import Decision, Guard, Session
 
-__all__ = ["RemoteGuard", "MirroredSession", "remote_guard"]
+__all__ = ["RemoteGuard", "MirroredSession", "remote_guard", "review_on_sidecar"]
+
+_CREATING = ThreadPoolExecutor(max_workers=4, thread_name_prefix="forewarn-sessions")
 
 
 @dataclass
@@ -32,14 +46,38 @@ class MirroredSession(Session):
     """A local session (previews, monitors, the look-ahead's scratch copies) whose every committed
     step is first committed to a sidecar session; the sidecar's decision is the one returned."""
 
-    remote: RemoteSession | None = None
+    creating: Future[RemoteSession] | None = None  # the sidecar session, created in the background
+    proposal: str | None = None  # the proposal the next committed step ran (set under the middleware's lock)
+    _deferred: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def remote(self) -> RemoteSession:
+        """The sidecar session (waits for its creation; raises what made it fail)."""
+        assert self.creating is not None
+        return self.creating.result()
 
     def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
-        assert self.remote is not None
+        if action is None and not self.history:
+            # A run's first state (before any call) is committed with the run's first step, in one batch:
+            # one round trip fewer per run. Its decision is not acted on; the local one is returned.
+            decision = super().observe(state, action=action, t=t)
+            self._deferred.append({"session": "", "state": dict(state), "ask": False}
+                                  | ({} if t is None else {"t": t}))
+            return decision
+        proposal, self.proposal = self.proposal, None
+        deferred, self._deferred = [d | {"session": self.remote.id} for d in self._deferred], []
         # the sidecar first: when it cannot store the step, nothing is committed here either (fail closed)
-        decision = self.remote.observe(state, action=action, t=t, ask=False)
+        if deferred and proposal is None:
+            step = {"session": self.remote.id, "state": dict(state), "ask": False} | {
+                k: v for k, v in (("action", action), ("t", t)) if v is not None}
+            decided = self.remote.client.batch([*deferred, step])[-1]
+            self.remote.last = decided
+        else:
+            if deferred:  # (a batch cannot carry a proposal: the first state goes on its own)
+                self.remote.client.batch(deferred)
+            decided = self.remote.observe(state, action=action, t=t, ask=False, proposal=proposal)
         super().observe(state, action=action, t=t)
-        return decision
+        return decided
 
 
 class RemoteGuard:
@@ -73,8 +111,9 @@ class RemoteGuard:
     def session(self, policy: Policy | None = None, *, metadata: Mapping[str, Any] | None = None) -> MirroredSession:
         local = self.local if policy is None else self.local.with_policy(policy)
         guard = local.for_metadata(metadata)
-        remote = self.client.session(local.policy, model=self.model_name, metadata=metadata)
-        return MirroredSession(guard, metadata=metadata, remote=remote)
+        # created while the agent goes on (its model is called next): needed only at the run's first commit
+        creating = _CREATING.submit(self.client.session, local.policy, model=self.model_name, metadata=metadata)
+        return MirroredSession(guard, metadata=metadata, creating=creating)
 
 
 def remote_guard(client: Client | AsyncClient, model: str | None = None, *,
@@ -92,6 +131,28 @@ def remote_guard(client: Client | AsyncClient, model: str | None = None, *,
 
 
 def _sync_twin(client: AsyncClient) -> Client:
-    twin = Client(client.url, timeout=client._http.timeout.read or 30.0, retries=client.retries)
-    twin._http.headers.update({k: v for k, v in client._http.headers.items() if k.lower() == "authorization"})
-    return twin
+    return Client(client.url, api_key=client._api_key, timeout=client._http.timeout.read or 30.0,
+                  retries=client.retries)
+
+
+def review_on_sidecar(session: MirroredSession, call: Mapping[str, Any], state: Mapping[str, Any],
+                      tools: list[str], *, edit_of: str | None, timeout: float) -> tuple[Review, str]:
+    """Ask the sidecar's approvers about a call (a pending proposal) and wait for their answer:
+    the review, and the proposal's id. No answer within ``timeout`` seconds, or a session closed
+    meanwhile, is a rejection (the call does not run)."""
+    assert session.remote is not None
+    answer = session.remote.propose(call["name"], call["args"], state, tools=tools, ask=True, edit_of=edit_of)
+    if answer["status"] == "pending":
+        answer = session.remote.client.wait_for_proposal(answer["id"], timeout)
+    status = answer["status"]
+    if status == "approved":
+        return Review("approve"), answer["id"]
+    if status == "edited":
+        edited = answer.get("edited") or {}
+        return Review("edit", name=edited.get("tool"), args=dict(edited.get("arguments") or {})), answer["id"]
+    reason = answer.get("reason")
+    if status == "pending":
+        reason = f"no approver answered within {timeout:g} s"
+    elif status == "cancelled":
+        reason = "the session was closed before an approver answered"
+    return Review("reject", message=reason), answer["id"]

@@ -27,6 +27,7 @@ goes on (another process resumed it) is rebuilt from the messages.
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 import warnings
 from collections import OrderedDict
@@ -51,8 +52,8 @@ from forewarn.guard.client import AsyncClient, Client
 from forewarn.guard.errors import ConfigError, ForewarnError, PredicateError
 from forewarn.guard.langchain import _explain as explain
 from forewarn.guard.langchain._messages import forewarn_data, mark, message_text
-from forewarn.guard.langchain._lookahead import Turn, not_run, same_state
-from forewarn.guard.langchain._remote import RemoteGuard, remote_guard
+from forewarn.guard.langchain._lookahead import Turn, not_run, recheck, same_state
+from forewarn.guard.langchain._remote import MirroredSession, RemoteGuard, remote_guard, review_on_sidecar
 from forewarn.guard.langchain.errors import UnknownToolWarning
 from forewarn.guard.langchain.review import (
     REVIEW_TYPES,
@@ -116,6 +117,10 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             ``allow``, if you say so. (An extractor without a ``knows(name)`` method knows every tool.)
         human_in_the_loop: LangChain's ``HumanInTheLoopMiddleware`` used in the same agent: a call
             both would interrupt is asked once, by Forewarn (see :meth:`cover`).
+        approvals: who is asked about a call that needs approval: ``interrupt`` (the default) — the
+            graph's interrupt, answered with ``Command(resume=...)``; ``sidecar`` (with a client) —
+            the sidecar's approvers (its console): a pending proposal the tool node waits on
+            (up to ``approval_timeout`` seconds, then the call does not run).
         reflection_template: the text the model gets in place of a held-back call
             (``str.format`` fields in :data:`guard.langchain._explain.DEFAULT_REFLECTION`'s doc):
             by default plain words — the probability and what to avoid; the raw CEL condition
@@ -138,10 +143,19 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                  metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
                  trigger: Trigger | str | None = None, model: str | None = None,
                  tools: Sequence[Any] | None = None, unknown_tools: Action | str = Action.ASK_HUMAN,
-                 reflection_template: str | None = None, human_in_the_loop: Any = None) -> None:
+                 reflection_template: str | None = None, human_in_the_loop: Any = None,
+                 approvals: Literal["interrupt", "sidecar"] = "interrupt", approval_timeout: float = 600.0) -> None:
         super().__init__()
         if isinstance(guard, (Client, AsyncClient)):  # on a sidecar: previews local, commits remote (_remote)
             guard = remote_guard(guard, model)
+        if approvals not in ("interrupt", "sidecar") or (approvals == "sidecar" and not isinstance(guard, RemoteGuard)):
+            raise ConfigError(f"approvals={approvals!r}: expected 'interrupt', or 'sidecar' with a Client or "
+                              f"AsyncClient of a sidecar as the guard")
+        if not approval_timeout > 0:
+            raise ConfigError(f"approval_timeout={approval_timeout!r} must be a positive number of seconds")
+        self.approvals = approvals
+        self._remote = isinstance(guard, RemoteGuard)
+        self.approval_timeout = approval_timeout
         self.guard = guard
         self.extractor: Extractor = extractor if extractor is not None else default_extractor()
         self.policy = policy
@@ -299,6 +313,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         if stopped is not None:
             return stopped
         self._check_tools(request)
+        if self._remote:  # the run's sidecar session is created while the model thinks
+            self._run_of(messages)
         return self._look_ahead(messages, handler(request))
 
     async def awrap_model_call(self, request: ModelRequest[Any],
@@ -309,6 +325,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         if stopped is not None:
             return stopped
         self._check_tools(request)
+        if self._remote:
+            self._run_of(messages)
         return self._look_ahead(messages, await handler(request))
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
@@ -324,17 +342,18 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         resolved = self._review(run, request, verdict)
         if isinstance(resolved, ToolMessage):
             return resolved
-        return self._after_tool(run, resolved[0], handler(resolved[0]), resolved[1], verdict.decision)
+        return self._after_tool(run, resolved[0], handler(resolved[0]), resolved[1], resolved[2])
 
     async def awrap_tool_call(self, request: ToolCallRequest,
                               handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]) -> ToolResult:
         run, verdict = self._verdict_for(request)
         if verdict is None or verdict.action is Action.ALLOW:
             return self._after_tool(run, request, await handler(request), None)
-        resolved = self._review(run, request, verdict)
+        resolved = (await asyncio.to_thread(self._review, run, request, verdict) if self.approvals == "sidecar"
+                    else self._review(run, request, verdict))  # a sidecar's approver may take minutes
         if isinstance(resolved, ToolMessage):
             return resolved
-        return self._after_tool(run, resolved[0], await handler(resolved[0]), resolved[1], verdict.decision)
+        return self._after_tool(run, resolved[0], await handler(resolved[0]), resolved[1], resolved[2])
 
     # -- the look-ahead ---------------------------------------------------------------
 
@@ -375,33 +394,89 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
     # -- approval -----------------------------------------------------------------------
 
     def _review(self, run: GuardedRun, request: ToolCallRequest,
-                verdict: Verdict) -> tuple[ToolCallRequest, Review] | ToolMessage:
+                verdict: Verdict) -> tuple[ToolCallRequest, Review, Decision] | ToolMessage:
+        """Ask a human about the call; an edited call is judged again, as if the model had proposed it
+        (allowed: it runs; needs approval: the human is asked about the edited call; held back: it
+        does not run), and an edit the guard cannot read is asked again with the error."""
+        decision, description, edit, error = verdict.decision, verdict.description, None, None
+        proposal: str | None = None  # on a sidecar: the proposal the human answered
+        while True:
+            call = request.tool_call
+            state = self._state_of(run, request) if self.approvals == "sidecar" else None
+            if state is not None:  # (a call the guard cannot read is asked through the interrupt)
+                review, proposal = self._ask_sidecar(run, request, state, edit_of=proposal if edit else None)
+            else:
+                payload = review_payload(call["name"], call["args"], call.get("id"), description, decision,
+                                         self.allowed_decisions)
+                review = self._ask(request, payload if error is None else {**payload, "forewarn_error": error})
+            if review.type == "reject":
+                with self._lock:
+                    run._verdicts.pop(call.get("id") or "", None)
+                    run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
+                                             "rejected"))
+                reason = f" The user's reason: {review.message}" if review.message else ""
+                text = (f"The user rejected the call to {explain.describe_call(call['name'], call['args'])}; it "
+                        f"was not executed.{reason} Do not retry it unless the user asks for it.")
+                return not_run(call, text, {"action": "reject", "decision": decision.to_dict()})
+            if review.type == "approve":
+                with self._lock:
+                    run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
+                                             "approved" if edit is None else "edited"))
+                    if proposal is not None:
+                        run._proposals[call.get("id") or ""] = proposal
+                return request, edit or review, decision
+            name = review.name or call["name"]
+            tool = request.tool if name == call["name"] else next(t for t in request.runtime.tools if t.name == name)
+            edited = request.override(tool_call={**call, "name": name, "args": review.args or {}}, tool=tool)
+            with self._lock:
+                run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
+                                         "edited"))
+                try:
+                    again = recheck(self, run, edited.tool_call, request.state["messages"])
+                except ForewarnError as exc:  # unreadable: the reviewer answers again, nothing ran
+                    error = f"Forewarn cannot read the edited call: {exc}. Nothing ran; answer again."
+                    continue
+            if isinstance(again, ToolMessage):
+                return again
+            request, edit, error = edited, review, None
+            if again.action is Action.ALLOW:
+                if proposal is not None:  # the edit, re-checked, is recorded on the sidecar too
+                    self._propose_allowed(run, request, proposal)
+                return request, review, again.decision
+            decision, description = again.decision, again.description  # still needs approval: ask about the edit
+
+    def _state_of(self, run: GuardedRun, request: ToolCallRequest) -> Mapping[str, Any] | None:
+        """The state the call would lead to (None when the guard cannot read it)."""
         call = request.tool_call
-        decision = verdict.decision
-        review = self._ask(request, review_payload(call["name"], call["args"], call.get("id"), verdict.description,
-                                                   decision, self.allowed_decisions))
-        if review.type == "reject":
+        step = ToolStep(call["name"], call["args"], CallStatus.PROPOSED, id=call.get("id"))
+        try:
             with self._lock:
-                run._verdicts.pop(call.get("id") or "", None)
-                run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
-                                         "rejected"))
-            reason = f" The user's reason: {review.message}" if review.message else ""
-            text = (f"The user rejected the call to {explain.describe_call(call['name'], call['args'])}; it was "
-                    f"not executed.{reason} Do not retry it unless the user asks for it.")
-            return not_run(call, text, {"action": "reject", "decision": decision.to_dict()})
-        if review.type == "approve":
-            with self._lock:
-                run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
-                                         "approved"))
-            return request, review
-        name = review.name or call["name"]
-        edited = {**call, "name": name, "args": review.args or {}}
-        tool = request.tool if name == call["name"] else next(t for t in request.runtime.tools if t.name == name)
-        step = ToolStep(name, edited["args"], CallStatus.PROPOSED, id=call.get("id"), approved=True)
+                return self._extract(run._transcripts.transcript(request.state["messages"]).then(step), step)
+        except ForewarnError:
+            return None
+
+    def _ask_sidecar(self, run: GuardedRun, request: ToolCallRequest, state: Mapping[str, Any], *,
+                     edit_of: str | None) -> tuple[Review, str]:
+        """Ask the sidecar's approvers (its console) and wait; an answer this agent does not allow is a rejection."""
+        assert isinstance(run.session, MirroredSession)
+        tools = sorted(t.name for t in request.runtime.tools)
+        review, proposal = review_on_sidecar(run.session, request.tool_call, state, tools, edit_of=edit_of,
+                                             timeout=self.approval_timeout)
+        if review.type not in self.allowed_decisions:
+            review = Review("reject", message=f"the approver answered {review.type!r}, which this agent does not "
+                                              f"allow (allowed: {', '.join(self.allowed_decisions)})")
+        return review, proposal
+
+    def _propose_allowed(self, run: GuardedRun, request: ToolCallRequest, edit_of: str) -> None:
+        assert isinstance(run.session, MirroredSession)
+        state = self._state_of(run, request)
+        if state is None:
+            return
+        call = request.tool_call
+        allowed = run.session.remote.propose(call["name"], call["args"], state, ask=False, edit_of=edit_of,
+                                             tools=sorted(t.name for t in request.runtime.tools))
         with self._lock:
-            self._extract(run._transcripts.transcript(request.state["messages"]).then(step), step)  # readable?
-            run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN, "edited"))
-        return request.override(tool_call=edited, tool=tool), review
+            run._proposals[call.get("id") or ""] = allowed["id"]
 
     def _ask(self, request: ToolCallRequest, payload: dict[str, Any]) -> Review:
         """Interrupt until the answer is one Forewarn can act on: a mistyped answer (``{"type":
@@ -435,6 +510,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                         id=call.get("id"), approved=approved)
         with self._lock:
             run._verdicts.pop(call.get("id") or "", None)
+            if isinstance(run.session, MirroredSession):  # the step a sidecar proposal led to, linked to it
+                run.session.proposal = run._proposals.pop(call.get("id") or "", None)
             transcript = run._transcripts.transcript(request.state["messages"]).then(step)
             before = run.session.history[-1] if run.session.history else None
             decision = self._decide(run.session, transcript, step, commit=True)
@@ -531,13 +608,15 @@ def _thread_id() -> str | None:
 
 
 def _stopped_after_tool(messages: Sequence[BaseMessage]) -> AIMessage | None:
-    """The run's final message when a tool that just ran led to a state the policy stops at."""
+    """The run's final message when a tool that just ran led to a state the policy stops at (or a
+    call a reviewer edited was stopped before it ran)."""
     for message in reversed(messages):
         if not isinstance(message, ToolMessage):
             return None
         data = forewarn_data(message)
         if data and data.get("phase") == "observed" and data.get("action") == Action.STOP.value:
-            text = f"Forewarn stopped this run after `{message.name}` ran. {data.get('explanation', '')}".strip()
+            text = (str(data.get("explanation", "")) if data.get("executed") is False else
+                    f"Forewarn stopped this run after `{message.name}` ran. {data.get('explanation', '')}".strip())
             return mark(AIMessage(content=text, name="forewarn"), {"phase": "stopped", "action": "stop"})
     return None
 

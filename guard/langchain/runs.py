@@ -53,6 +53,7 @@ class GuardedRun:
     interventions: list[Intervention] = field(default_factory=list)
     _transcripts: TranscriptCache = field(default_factory=TranscriptCache, repr=False)
     _verdicts: dict[str, Verdict] = field(default_factory=dict, repr=False)
+    _proposals: dict[str, str] = field(default_factory=dict, repr=False)  # call id → the sidecar proposal it runs
 
     def _record(self, item: Intervention) -> None:
         # A tool node re-runs from its start when an interrupt is answered: one entry per call and phase.

@@ -115,27 +115,29 @@ class ToolGuard:
     # -- the decision, acted on -------------------------------------------------------
 
     def _gate(self, name: str, args: Any) -> tuple[Any, bool, str | None]:
-        """(arguments to run with or None, approved, text to return instead of running)."""
-        decision = self.check(name, args)
-        if decision.action is Action.ALLOW:
-            return args, False, None
-        if decision.action is Action.REFLECT:
-            return None, False, explain.held_back(self.guard, decision, name, args)
-        if decision.action is Action.STOP:
-            raise RunStopped(explain.stopped_before(self.guard, decision, name, args),
-                             tool=name, args=args, decision=decision)
-        text = explain.approval_request(self.guard, decision, name, args)
-        if self.approver is None:
-            raise ApprovalRequired(text + " No approver is configured.", tool=name, args=args, decision=decision)
-        answer = self.approver(name, args, decision)
-        if answer is True:
-            return args, True, None
-        if isinstance(answer, Mapping):
-            edited = dict(answer)
-            self.check(name, edited, approved=True)  # the edit must be readable
-            return edited, True, None
-        return None, False, (f"The user rejected the call to {explain.describe_call(name, args)}. "
-                             f"It was not executed.")
+        """(arguments to run with or None, approved, text to return instead of running). Arguments the
+        approver edits are judged again, as if the agent had proposed them: allowed, they run; in need
+        of approval, the approver is asked about them; held back, they do not run."""
+        edited = False
+        while True:
+            decision = self.check(name, args)
+            if decision.action is Action.ALLOW:
+                return args, edited, None
+            if decision.action is Action.REFLECT:
+                return None, False, explain.held_back(self.guard, decision, name, args)
+            if decision.action is Action.STOP:
+                raise RunStopped(explain.stopped_before(self.guard, decision, name, args),
+                                 tool=name, args=args, decision=decision)
+            text = explain.approval_request(self.guard, decision, name, args)
+            if self.approver is None:
+                raise ApprovalRequired(text + " No approver is configured.", tool=name, args=args, decision=decision)
+            answer = self.approver(name, args, decision)
+            if answer is True:
+                return args, True, None
+            if not isinstance(answer, Mapping):
+                return None, False, (f"The user rejected the call to {explain.describe_call(name, args)}. "
+                                     f"It was not executed.")
+            args, edited = dict(answer), True  # re-checked on the next turn of the loop
 
 
 class GuardedTool(BaseTool):

@@ -101,6 +101,7 @@ function card(item) {
     isProposal ? el("pre", { class: "args", text: JSON.stringify(item.arguments, null, 2) }) : null,
     el("p", { class: "why" }, el("span", { class: "risk", text: `Risk ${pct(risk.p_unsafe)}${interval}` }),
       document.createTextNode(` · action ${d.action || "?"} · session ${item.session_id}`)),
+    item.edit_of ? el("p", { class: "why", text: `An edit, re-checked by the agent (edited proposal ${item.edit_of})` }) : null,
     item.state_words ? el("p", { class: "why", text: `Leads to: ${item.state_words}` }) : null,
     d.message ? el("p", { class: "why", text: d.message }) : null,
     item.session_risk ? riskChart(item.session_risk, `the session's risk over ${item.session_risk.length} steps`) : null,
@@ -147,7 +148,25 @@ async function showTrail(sessionId) {
     el("td", { text: s.decision ? s.decision.action : "" }), el("td", { text: pct(s.decision && s.decision.p_unsafe) }))));
 }
 
-async function refresh() {
+// One refresh at a time: the live update and a decision both refresh, and two running side by side
+// could finish out of order, leaving the older view on screen. A refresh asked for meanwhile runs
+// once more after the current one; its callers wait for that.
+let refreshing = null;
+let refreshAgain = false;
+
+function refresh() {
+  if (refreshing) { refreshAgain = true; return refreshing; }
+  refreshing = (async () => {
+    try {
+      do { refreshAgain = false; await render(); } while (refreshAgain);
+    } finally {
+      refreshing = null;
+    }
+  })();
+  return refreshing;
+}
+
+async function render() {
   const [proposals, approvals, allProposals, allApprovals] = await Promise.all([
     api("GET", "/v1/proposals?status=pending"), api("GET", "/v1/approvals?status=pending"),
     api("GET", "/v1/proposals?status=all&limit=1000"), api("GET", "/v1/approvals?status=all&limit=1000")]);

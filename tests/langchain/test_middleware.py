@@ -14,6 +14,7 @@ from _lc_support import VIOLATIONS_ONLY, ToolLog, p_safe, thresholds, tool_messa
 from forewarn.domains.tools import ExtractionError, ToolStateExtractor, Transcript
 from forewarn.guard import Guard, PredicateError
 from forewarn.guard.langchain import ForewarnMiddleware
+from forewarn.guard.langchain.errors import UnknownToolWarning
 from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
 from forewarn.guard.spec import Action
 
@@ -224,6 +225,59 @@ def test_edit_runs_the_edited_call(tool_guard: Guard, log: ToolLog) -> None:
     run = mw.get_run("edit")
     assert [i.outcome for i in run.interventions] == ["edited"]
     assert run.session.history[-1].action == {"tool": "send_email", "args": edited["edited_action"]["args"]}
+
+
+def test_an_edit_that_still_needs_approval_is_asked_again_about_the_edited_call(tool_guard: Guard,
+                                                                               log: ToolLog) -> None:
+    agent, mw, _ = _approval_agent(tool_guard, log)
+    first = agent.invoke(ask(SHARE), thread("re-edit"))["__interrupt__"][0].value
+    args = _send_external("ops@partner-two.example")[1]  # still outside the organisation
+    again = agent.invoke(Command(resume={"type": "edit", "edited_action": {"name": "send_email", "args": args}}),
+                         thread("re-edit"))
+    (pending,) = again["__interrupt__"]  # the edit was judged again: a human must approve it
+    assert pending.value["action_requests"][0]["args"] == args and "forewarn_error" not in pending.value
+    assert pending.value["forewarn"]["action"] == "ask_human" and pending.value != first
+    assert log.names() == ["read_file"]  # nothing ran yet
+    result = agent.invoke(Command(resume={"type": "approve"}), thread("re-edit"))
+    assert log.ran[-1] == ("send_email", args) and result["messages"][-1].content == "Shared."
+    answer = tool_messages(result["messages"])[-1]
+    assert "a human reviewer replaced your call" in answer.content
+    assert [i.outcome for i in mw.get_run("re-edit").interventions] == ["edited"]
+
+
+def test_an_edit_the_guard_holds_back_does_not_run(tool_guard: Guard, log: ToolLog) -> None:
+    class Partial(ToolStateExtractor):  # write_file's effects unknown: its calls get unknown_tools
+        def knows(self, name: str) -> bool:
+            return name != "write_file"
+
+    model = ScriptedChatModel(script=[tool_calls(("read_file", {"path": "analysis/churn.md"})),
+                                      tool_calls(_send_external()), "unreachable"])
+    mw = ForewarnMiddleware(tool_guard, policy=thresholds(ask_human=VIOLATIONS_ONLY), extractor=Partial(),
+                            unknown_tools="stop", tools=["read_file", "send_email"])
+    agent = agent_for(model, log, mw, checkpointer=True)
+    with pytest.warns(UnknownToolWarning):
+        agent.invoke(ask(SHARE), thread("held"))
+    edit = {"type": "edit", "edited_action": {"name": "write_file", "args": {"path": "share/churn.md",
+                                                                            "content": "Churn fell."}}}
+    result = agent.invoke(Command(resume=edit), thread("held"))
+    assert "__interrupt__" not in result and log.names() == ["read_file"]  # the edited call never ran
+    held = tool_messages(result["messages"])[-1]
+    assert held.status == "error" and held.name == "write_file" and "Not executed" in held.content
+    final = result["messages"][-1]
+    assert final.name == "forewarn" and "Forewarn stopped" in final.content and "write_file" in final.content
+    assert [i.outcome for i in mw.get_run("held").interventions] == ["stopped"]
+
+
+def test_an_edit_the_guard_cannot_read_is_asked_again(tool_guard: Guard, log: ToolLog) -> None:
+    agent, _, _ = _approval_agent(tool_guard, log)
+    agent.invoke(ask(SHARE), thread("unreadable-edit"))
+    again = agent.invoke(Command(resume={"type": "edit", "edited_action": {"args": UNREADABLE[1]}}),
+                         thread("unreadable-edit"))
+    (pending,) = again["__interrupt__"]
+    assert "cannot read the edited call" in pending.value["forewarn_error"] and log.names() == ["read_file"]
+    assert pending.value["action_requests"][0]["args"]["to"] == "partners@northwind.example"  # the original call
+    agent.invoke(Command(resume={"type": "reject"}), thread("unreadable-edit"))
+    assert log.names() == ["read_file"]
 
 
 @pytest.mark.parametrize("answer, problem", [

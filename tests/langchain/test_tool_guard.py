@@ -66,6 +66,22 @@ def test_ask_human_goes_to_the_approver(tool_guard: Guard, log: ToolLog) -> None
     assert not monitor.session.history[1].decision.unsafe_now
 
 
+def test_an_edit_by_the_approver_is_judged_again(tool_guard: Guard, log: ToolLog) -> None:
+    asked: list[str] = []
+
+    def approver(name: str, args: Any, decision: Decision) -> bool | dict[str, Any]:
+        asked.append(args["to"])
+        if args["to"] == "mei@northwind.example":
+            return {**args, "to": "ops@partner-two.example"}  # an edit that still sends outside
+        return True
+
+    send = ToolGuard(tool_guard, policy=thresholds(ask_human=VIOLATIONS_ONLY), approver=approver).wrap(
+        by_name(log)["send_email"])
+    assert send.invoke({"to": "mei@northwind.example", "subject": "Hi", "body": "x"}) == "sent"
+    assert asked == ["mei@northwind.example", "ops@partner-two.example"]  # asked again about the edit
+    assert [a["to"] for _, a in log.ran] == ["ops@partner-two.example"]
+
+
 def test_ask_human_without_an_approver_raises(tool_guard: Guard, log: ToolLog) -> None:
     send = guard_tool(by_name(log)["send_email"], tool_guard, policy=thresholds(ask_human=VIOLATIONS_ONLY))
     with pytest.raises(ApprovalRequired, match="No approver"):

@@ -20,6 +20,9 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not instal
                                                          ".ci/run installs it)")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--no-first-run"]
+# Every wait below waits on a condition (an element, a text, the agent's thread), never a fixed sleep;
+# the ceilings are generous so that a machine under heavy load is slow, not failing.
+WAIT_MS = 60_000
 ASK_ALL = {"thresholds": {"ask_human": 1.0, "reflect": None, "stop": None}}
 RISKY = egg_state(in_microwave=True, toggled=True, closed=True)
 
@@ -35,7 +38,12 @@ def browser() -> Any:
 
 
 def _local_only(page: Any, base: str) -> list[str]:
-    """Abort every request that leaves the server; return what was attempted."""
+    """Abort every request that leaves the server; return what was attempted.
+
+    The sync API runs these route handlers only while the test's thread is inside a Playwright
+    call: a request the page makes while the test waits on anything else (a thread, a socket)
+    stands still until the next one. Waits that the page's requests must get through are
+    therefore Playwright's own (``expect``, ``wait_for_selector``)."""
     outside: list[str] = []
 
     def route(r: Any) -> None:
@@ -65,6 +73,17 @@ def _waiting_agent(url: str, done: dict[str, Any]) -> threading.Thread:
     return thread
 
 
+def _stuck(page: Any, server: ServerThread, done: dict[str, Any]) -> tuple[Any, ...]:
+    """What to look at when the agent did not go on: the page's error, the agent's answer, the
+    proposal's status on the server, and what had the keyboard focus."""
+    proposed = done.get("proposed")
+    status = None if proposed is None else httpx.get(f"{server.url}/v1/proposals/{proposed['id']}",
+                                                     headers=auth("approver")).json().get("status")
+    return (page.text_content("#desk-error"), done.get("answer"), status,
+            page.evaluate("document.activeElement.outerHTML.slice(0, 120)"),
+            page.evaluate("[...document.querySelectorAll('.card input')].map((i) => i.value)"))
+
+
 def test_an_approver_approves_a_waiting_agent_in_the_console(server: ServerThread, browser: Any,
                                                              tmp_path: Path) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 800})
@@ -74,12 +93,12 @@ def test_an_approver_approves_a_waiting_agent_in_the_console(server: ServerThrea
     page.goto(f"{server.url}/console")
     page.fill("#key", KEYS["approver"])
     page.keyboard.press("Enter")
-    page.wait_for_selector("#desk:not([hidden])")
-    assert page.text_content("#count") == "0"
+    page.wait_for_selector("#desk:not([hidden])", timeout=WAIT_MS)
+    playwright_api.expect(page.locator("#count")).to_have_text("0", timeout=WAIT_MS)
 
     done: dict[str, Any] = {}
     agent = _waiting_agent(server.url, done)
-    card = page.wait_for_selector(".card:has-text('Proposed call: toggle')", timeout=20_000)  # live, no reload
+    card = page.wait_for_selector(".card:has-text('Proposed call: toggle')", timeout=WAIT_MS)  # live, no reload
     text = card.inner_text()
     assert '"object": "Microwave"' in text and "Risk " in text and "Leads to:" in text
     assert card.query_selector("svg.chart") is not None  # the session's risk over time
@@ -87,16 +106,20 @@ def test_an_approver_approves_a_waiting_agent_in_the_console(server: ServerThrea
     pending = page.locator(".card", has_text="Proposed call: toggle")
     pending.locator("input[aria-label=Reason]").fill("door is shut, watched")
     pending.press("a")  # approve, from the keyboard (the card has the focus)
-    agent.join(45)
-    assert not agent.is_alive(), (page.text_content("#desk-error"), done.get("answer"), httpx.get(
-        f"{server.url}/v1/proposals/{done['proposed']['id']}", headers=auth("approver")).json()["status"],
-        page.evaluate("document.activeElement.outerHTML.slice(0, 120)"))
-    assert done["answer"]["status"] == "approved" and done["answer"]["reason"] == "door is shut, watched"
+    # the page's POST goes through the route handler: wait in Playwright until the console shows
+    # the decision made (then it reached the server), and only then on the agent's thread
+    recent = page.locator("#recent li", has_text="call toggle")
+    playwright_api.expect(recent).to_contain_text("approver-bob: door is shut, watched", timeout=WAIT_MS)
+    assert "approved" in recent.inner_text()
+    agent.join(WAIT_MS / 1000)
+    assert not agent.is_alive(), _stuck(page, server, done)
+    assert done["answer"]["status"] == "approved", _stuck(page, server, done)
+    assert done["answer"]["reason"] == "door is shut, watched"
     assert done["answer"]["resolved_by"] == "approver-bob"
     assert done["decision"].committed and done["decision"].approval_id is None  # the agent went on
-    recent = page.wait_for_selector("#recent li:has-text('call toggle')", timeout=20_000).inner_text()
-    assert "approved" in recent and "approver-bob: door is shut, watched" in recent
-    assert page.text_content("#count") == "0"
+    # the console catches up by itself (live update): wait for the state it must reach
+    playwright_api.expect(page.locator("#count")).to_have_text("0", timeout=WAIT_MS)
+    playwright_api.expect(page.locator(".card")).to_have_count(0, timeout=WAIT_MS)
     assert outside == [] and errors == []
 
     from PIL import Image
@@ -113,7 +136,7 @@ def test_an_agent_key_cannot_approve(server: ServerThread, browser: Any, http: h
     page.goto(f"{server.url}/console")
     page.fill("#key", KEYS["agent"])
     page.keyboard.press("Enter")
-    page.wait_for_selector("#signin-error:has-text('cannot approve')")
+    page.wait_for_selector("#signin-error:has-text('cannot approve')", timeout=WAIT_MS)
     assert page.is_hidden("#desk")
     # what the page would call, without a key and with an agent key
     assert http.get("/v1/changes").status_code == 401
@@ -133,7 +156,7 @@ def test_docs_render_offline(server: ServerThread, browser: Any) -> None:
     page.on("pageerror", lambda exc: logs.append(str(exc)))
     page.goto(f"{server.url}/docs")
     try:
-        page.wait_for_selector("#swagger-ui .info .title", timeout=20_000)
+        page.wait_for_selector("#swagger-ui .info .title", timeout=WAIT_MS)
     except Exception:
         raise AssertionError((logs, outside, page.content()[:1500])) from None
     assert "Forewarn sidecar" in page.inner_text("#swagger-ui .info .title")

@@ -1,0 +1,101 @@
+"""Models: ``GET /v1/models`` (list), ``GET /v1/models/{name}`` (with its full PAC report),
+``GET /v1/models/{name}/document`` (the model file as stored) and ``POST /v1/models`` (load or
+atomically replace one; admin only).
+
+The loaded models and their versions are :class:`server.models_registry.ModelRegistry`'s; a
+replacement is written to the database first, then swapped in with one assignment.
+"""
+from __future__ import annotations
+
+import anyio
+import orjson
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from forewarn.guard.errors import ForewarnError
+from forewarn.server import schemas as S
+from forewarn.server._http import ERRORS, JSON, ApiError, Route, errors_for
+from forewarn.server._steps import write
+from forewarn.server.deps import Admin, Anyone, AppState, ModelName
+from forewarn.server.models_registry import LoadedModel, UnknownModel, parse_model, read_model
+from forewarn.server.state import ServerState
+from forewarn.server.storage import Storage
+
+__all__ = ["router"]
+
+router = APIRouter(route_class=Route, tags=["models"], responses=dict(ERRORS))
+
+
+def _current(state: ServerState, name: str) -> LoadedModel:
+    try:
+        return state.registry.current(name)
+    except UnknownModel as exc:
+        raise ApiError(404, "unknown_model", str(exc), field="path.name") from None
+
+
+@router.get("/v1/models", response_model=S.ModelList)
+async def list_models(state: AppState, _: Anyone) -> Response:
+    """The models served: provenance, policy and PAC summary of each."""
+    default = state.settings.default
+    models = [state.registry.current(n).describe(n, default=n == default) for n in state.registry.names()]
+    return Response(orjson.dumps({"models": models, "default": default}), media_type=JSON)
+
+
+@router.get("/v1/models/{name}", response_model=S.ModelOut, responses=errors_for((404, "Unknown model")))
+async def get_model(name: ModelName, state: AppState, _: Anyone) -> Response:
+    """One model, with its full PAC report (every state's visits)."""
+    out = _current(state, name).describe(name, default=name == state.settings.default, full_pac=True)
+    return Response(orjson.dumps(out), media_type=JSON)
+
+
+@router.get("/v1/models/{name}/document", responses=errors_for((404, "Unknown model")))
+async def get_model_document(name: ModelName, state: AppState, _: Anyone) -> Response:
+    """The current version's model file, exactly as stored: what a remote middleware previews
+    states with (``Client.guard()``), so its look-ahead decides as this server does."""
+    loaded = _current(state, name)
+    row = state.storage.model_version(loaded.version)
+    if row is None:
+        raise ApiError(404, "unknown_model", f"model version {loaded.version!r} is not in the database",
+                       field="path.name")
+    return Response(bytes(row["document"]), media_type=JSON, headers={"X-Forewarn-Model-Version": loaded.version})
+
+
+@router.post("/v1/models", response_model=S.ModelLoaded,
+             responses=errors_for((409, "The open sessions cannot move to this model")))
+async def load_model(body: S.ModelLoad, state: AppState, principal: Admin) -> Response:
+    """Load a model file under a name, or atomically replace the model of that name. New sessions
+    get it; open sessions keep theirs unless ``migrate_sessions`` is set."""
+    rules = state.registry.rules
+    source = body.path if body.path is not None else f"upload by {principal.name}"
+    field_name = "body.path" if body.path is not None else "body.document"
+    try:
+        if body.path is not None:
+            real = rules.confine(body.path)
+            raw, version, model, guard = await anyio.to_thread.run_sync(read_model, real, rules)
+        else:
+            raw = orjson.dumps(body.document)
+            raw, version, model, guard = await anyio.to_thread.run_sync(parse_model, raw, source, rules)
+    except ForewarnError as exc:
+        raise ApiError(422, "invalid_model", str(exc), field=field_name) from exc
+    names = state.registry.names()
+    previous = state.registry.current(body.name).version if body.name in names else None
+    to_move: list[str] = []
+    if body.migrate_sessions:
+        to_move = state.storage.open_sessions(body.name)
+        wanted = model.spec.predicate_names
+        for live in (state.sessions.get(i) for i in to_move):
+            if live.loaded.model.spec.predicate_names != wanted:
+                raise ApiError(409, "incompatible_model",
+                               f"session {live.id!r} uses predicates {live.loaded.model.spec.predicate_names}, "
+                               f"the new model {wanted}: it cannot be migrated", field="body.migrate_sessions")
+    await write(state, Storage.put_model(body.name, version, source, raw, principal.name, current=True))
+    loaded = state.registry.install(body.name, version, source, model, guard, principal.name)
+    if to_move:
+        await write(state, Storage.migrate_sessions(body.name, version, to_move))
+        for live in (state.sessions.get(i) for i in to_move):
+            if live.loaded.version != version and not live.closed:
+                state.sessions.switch_model(live, loaded)
+    state.metrics.model_loads.labels(body.name).inc()
+    out = {**loaded.describe(body.name, default=body.name == state.settings.default), "replaced": previous,
+           "migrated_sessions": len(to_move)}
+    return Response(orjson.dumps(out), media_type=JSON)

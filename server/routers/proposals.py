@@ -1,0 +1,171 @@
+"""Proposals, approval *before* a call runs: ``POST /v1/sessions/{id}/proposals`` (propose),
+``GET /v1/proposals`` (list), ``GET /v1/proposals/{id}`` (with an optional long poll) and
+``POST /v1/proposals/{id}`` (approve, reject or edit).
+
+What a proposal is, its statuses and how it is shown are in :mod:`server.proposals`; a proposal
+that ran is observed by the step routes (:mod:`.steps`) with ``"proposal": id``.
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Query
+from fastapi import Path as PathParam
+from starlette.responses import Response
+
+from forewarn.server import schemas as S
+from forewarn.server._http import ERRORS, JSON, ApiError, Route, errors_for
+from forewarn.server._steps import write
+from forewarn.server.auth import Principal
+from forewarn.server.deps import Agent, Anyone, Approver, AppState, Idempotency, live_session, step_context
+from forewarn.server.idempotency import Entry
+from forewarn.server.proposals import STATUS_OF, proposal_out, state_words
+from forewarn.server.state import ServerState
+from forewarn.server.storage import Storage
+
+__all__ = ["router"]
+
+ProposalId = Annotated[str, PathParam(pattern=S.ID_PATTERN, description="A proposal id.")]
+router = APIRouter(route_class=Route, tags=["proposals"], responses=dict(ERRORS))
+
+
+def _visible(state: ServerState, proposal_id: str, principal: Principal) -> Any:
+    row = state.storage.proposal(proposal_id)
+    if row is None or not principal.sees(row["tenant"]):  # another tenant's: as if it did not exist
+        raise ApiError(404, "not_found", f"no proposal {proposal_id!r}", field="path.proposal_id")
+    return row
+
+
+def _edited_one(state: ServerState, proposal_id: str, session_id: str, principal: Principal) -> str:
+    """The proposal an ``edit_of`` names: this session's, visible to the caller, and resolved as edited."""
+    row = state.storage.proposal(proposal_id)
+    if row is None or not principal.sees(row["tenant"]) or row["session_id"] != session_id:
+        raise ApiError(422, "invalid_request", f"edit_of: no proposal {proposal_id!r} in session {session_id!r}",
+                       field="body.edit_of")
+    if row["status"] != "edited":
+        raise ApiError(409, "not_edited", f"edit_of: proposal {proposal_id!r} is {row['status']}, not edited",
+                       field="body.edit_of")
+    return proposal_id
+
+
+@router.post("/v1/sessions/{session_id}/proposals", status_code=201,
+             responses=errors_for((404, "Unknown session"), (409, "The session is closed")))
+async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], body: S.ProposalIn,
+                  state: AppState, principal: Agent, idem: Idempotency) -> Response:
+    """Judge a tool call before it runs (nothing is committed); ``ask_human`` opens one pending approval."""
+    step_context(state, session_id, principal)
+
+    async def work(entry: Entry | None) -> tuple[int, bytes]:
+        live = step_context(state, session_id, principal)
+        try:
+            decision = live.session.preview(body.state)
+        except Exception as exc:
+            raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {exc}",
+                           field="body.state") from exc
+        document = decision.to_dict()
+        document["_state_words"] = state_words(live.session.guard.model.spec, dict(decision.abstract_state))
+        if body.edit_of is not None:
+            document["_edit_of"] = _edited_one(state, body.edit_of, session_id, principal)
+        status = STATUS_OF[decision.action] if body.ask is None else "pending" if body.ask else "allowed"
+        now = time.time()
+        row = ("p_" + secrets.token_urlsafe(15), session_id, now, principal.name, body.tool,
+               orjson.dumps(body.arguments).decode(),
+               None if body.tools is None else orjson.dumps(body.tools).decode(),
+               orjson.dumps(document).decode(), status)
+        keys = ("id", "session_id", "created_at", "created_by", "tool", "arguments", "tools", "decision", "status")
+        shown = {**dict(zip(keys, row)), "resolved_at": None, "resolved_by": None, "reason": None,
+                 "edited": None, "step": None}
+        answer = orjson.dumps(proposal_out(shown, state.storage.session_risk(session_id)))
+        await write(state, Storage.remember(None if entry is None else entry(201, answer),
+                                            Storage.insert_proposal(row)))
+        if status == "pending":
+            state.hub.created()
+        return 201, answer
+
+    code, payload = await idem.run(principal, work)
+    return Response(payload, status_code=code, media_type=JSON)
+
+
+@router.get("/v1/proposals")
+async def list_proposals(state: AppState, principal: Approver,
+                         status: Annotated[str, Query(pattern="^(pending|allowed|held|approved|rejected|edited|"
+                                                              "cancelled|executed|all)$")] = "pending",
+                         session_id: Annotated[str | None, Query(pattern=S.ID_PATTERN)] = None,
+                         offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+                         limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
+    """Proposals (pending ones by default) of the tenants the approver sees, oldest first."""
+    rows = state.storage.proposals(status=None if status == "all" else status, session_id=session_id,
+                                   limit=limit, offset=offset, tenants=principal.tenants)
+    return Response(orjson.dumps({"proposals": [proposal_out(r) for r in rows]}), media_type=JSON)
+
+
+@router.get("/v1/proposals/{proposal_id}", responses=errors_for((404, "Unknown proposal")))
+async def get_proposal(proposal_id: ProposalId, state: AppState, principal: Anyone,
+                       wait: Annotated[float, Query(ge=0, le=3600)] = 0.0) -> Response:
+    """One proposal with its session's risk so far; with ``wait``, long-polls while it is pending."""
+    row = _visible(state, proposal_id, principal)
+    if row["status"] == "pending" and wait > 0 and await state.hub.wait(
+            proposal_id, min(wait, state.settings.limits.max_wait_seconds)):
+        row = _visible(state, proposal_id, principal)
+    return Response(orjson.dumps(proposal_out(row, state.storage.session_risk(row["session_id"]))),
+                    media_type=JSON)
+
+
+@router.post("/v1/proposals/{proposal_id}",
+             responses=errors_for((404, "Unknown proposal"), (409, "Not pending, or its session is closed")))
+async def resolve_proposal(proposal_id: ProposalId, body: S.ProposalResolve, state: AppState, principal: Approver,
+                           idem: Idempotency) -> Response:
+    """Approve, reject or edit a pending proposal, with a reason (``Idempotency-Key`` honoured)."""
+
+    async def work(entry: Entry | None) -> tuple[int, bytes]:
+        row = _visible(state, proposal_id, principal)
+        if row["session_closed_at"] is not None:
+            raise ApiError(409, "session_closed", f"the session of proposal {proposal_id!r} is closed",
+                           field="path.proposal_id")
+        if row["status"] != "pending":
+            raise ApiError(409, "already_resolved", f"proposal {proposal_id!r} is {row['status']}, not pending",
+                           field="path.proposal_id")
+        edited = None
+        if body.decision == "edit":
+            edited = await _edit(state, row, body, principal)
+        elif body.tool is not None or body.arguments is not None or body.state is not None:
+            raise ApiError(422, "invalid_request", "tool, arguments and state go with decision 'edit' only",
+                           field="body.decision")
+        status = {"approve": "approved", "reject": "rejected", "edit": "edited"}[body.decision]
+        at = time.time()
+        text = None if edited is None else orjson.dumps(edited).decode()
+        answer = orjson.dumps(proposal_out({**dict(row), "status": status, "resolved_at": at,
+                                            "resolved_by": principal.name, "reason": body.reason, "edited": text}))
+        job = Storage.remember(None if entry is None else entry(200, answer),
+                               Storage.resolve_proposal(proposal_id, status, at, principal.name, body.reason, text))
+        if not await write(state, job):
+            raise ApiError(409, "already_resolved", f"proposal {proposal_id!r} is no longer pending",
+                           field="path.proposal_id")
+        state.hub.resolved([proposal_id])
+        return 200, answer
+
+    _, payload = await idem.run(principal, work)
+    return Response(payload, media_type=JSON)
+
+
+async def _edit(state: ServerState, row: Any, body: S.ProposalResolve, principal: Principal) -> dict[str, Any]:
+    """The edited call: the agent's own tool or another it declared; its state, when given, re-checked."""
+    tool = body.tool or row["tool"]
+    tools = orjson.loads(row["tools"]) if row["tools"] else None
+    if tool != row["tool"] and (tools is None or tool not in tools):
+        have = ", ".join(tools) if tools else "none declared"
+        raise ApiError(422, "unknown_tool", f"the agent has no tool {tool!r} (its tools: {have})",
+                       field="body.tool")
+    edited: dict[str, Any] = {"tool": tool, "arguments": body.arguments if body.arguments is not None
+                              else orjson.loads(row["arguments"])}
+    if body.state is not None:  # the edit re-checked: the guard's decision on where it leads
+        live = live_session(state, row["session_id"], principal)
+        try:
+            edited["decision"] = live.session.preview(body.state).to_dict()
+        except Exception as exc:
+            raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {exc}",
+                           field="body.state") from exc
+    return edited

@@ -1,0 +1,122 @@
+"""Sessions: ``POST /v1/sessions`` (create), ``GET /v1/sessions`` (list), ``GET /v1/sessions/{id}``
+(with its committed steps) and ``POST /v1/sessions/{id}/close``.
+
+A session belongs to the tenant of the agent key that opened it; a key that may not see it gets
+404, as if it did not exist (:func:`server.deps.live_session`). Its steps are in :mod:`.steps`,
+its proposals in :mod:`.proposals`.
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Query
+from starlette.responses import Response
+
+from forewarn.guard.errors import ForewarnError
+from forewarn.server import schemas as S
+from forewarn.server._http import ERRORS, JSON, ApiError, Route, bad_request, errors_for, too_deep
+from forewarn.server._steps import write
+from forewarn.server._views import policy_overrides, session_summary, step_out
+from forewarn.server.deps import Agent, Anyone, AppState, SessionId, live_session
+from forewarn.server.models_registry import UnknownModel
+from forewarn.server.sessions import LiveSession, effective_policy, make_session
+from forewarn.server.storage import Storage
+
+__all__ = ["router"]
+
+router = APIRouter(route_class=Route, tags=["sessions"], responses=dict(ERRORS))
+
+
+@router.post("/v1/sessions", response_model=S.SessionCreated, status_code=201,
+             responses=errors_for((404, "Unknown model")))
+async def create_session(body: S.SessionCreate, state: AppState, principal: Agent) -> Response:
+    """Start a session on a model (the default one unless named), with optional policy overrides."""
+    name = body.model or state.settings.default
+    try:
+        loaded = state.registry.current(name)
+    except UnknownModel as exc:
+        raise ApiError(404, "unknown_model", str(exc), field="body.model") from None
+    overrides = policy_overrides(body.policy)
+    if body.metadata is not None and (where := too_deep(body.metadata, state.settings.limits.max_state_depth)):
+        raise bad_request(f"metadata is nested deeper than {state.settings.limits.max_state_depth} levels",
+                          f"body.metadata{where}")
+    try:
+        session = make_session(loaded, overrides, body.metadata)
+    except (ValueError, TypeError) as exc:
+        raise bad_request(f"policy: {exc}", "body.policy") from exc
+    session_id = "s_" + secrets.token_urlsafe(15)
+    now = time.time()
+    row = (session_id, name, loaded.version, orjson.dumps(overrides).decode() if overrides else None,
+           orjson.dumps(body.metadata).decode() if body.metadata is not None else None, now, principal.name,
+           principal.tenant)
+    await write(state, Storage.insert_session(row))
+    state.sessions.add(LiveSession(session_id, name, loaded, overrides, session, closed=False, next_step=0,
+                                   tenant=principal.tenant))
+    out = {"id": session_id, "model": {"name": name, "version": loaded.version},
+           "policy": effective_policy(session.guard.policy), "created_at": now}
+    return Response(orjson.dumps(out), status_code=201, media_type=JSON)
+
+
+@router.get("/v1/sessions", response_model=S.SessionList)
+async def list_sessions(state: AppState, principal: Anyone,
+                        status: Annotated[str | None, Query(pattern="^(open|closed)$")] = None,
+                        offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+                        limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
+    """Sessions the caller may see (its tenant's, an approver's tenants', all for admin), newest first."""
+    rows = state.storage.list_sessions(status=status, limit=min(limit, state.settings.limits.max_page),
+                                       offset=offset, tenants=principal.tenants)
+    out = {"sessions": [session_summary(r) for r in rows], "offset": offset, "limit": limit}
+    return Response(orjson.dumps(out), media_type=JSON)
+
+
+@router.get("/v1/sessions/{session_id}", response_model=S.SessionOut, responses=errors_for((404, "Unknown session")))
+async def get_session(session_id: SessionId, state: AppState, principal: Anyone,
+                      offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+                      limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
+    """A session with its committed steps and their decisions (paged: ``offset``, ``limit``)."""
+    row = state.storage.session_row(session_id)
+    if row is None or not principal.sees(row["tenant"] or row["created_by"]):
+        raise ApiError(404, "not_found", f"no session {session_id!r}", field="path.session_id")
+    limit = min(limit, state.settings.limits.max_page)
+    steps = state.storage.steps(session_id, limit=limit, offset=offset)
+    overrides = orjson.loads(row["policy"]) if row["policy"] else None
+    try:
+        loaded = state.registry.version(row["model_version"])
+        names = loaded.model.spec.predicate_names
+        policy = effective_policy(make_session(loaded, overrides).guard.policy)
+    except (ForewarnError, ValueError):
+        names, policy = [], None
+    out = {
+        **session_summary(row, steps_total=state.storage.step_count(session_id)),
+        "policy": overrides,
+        "effective_policy": policy,
+        "created_by": row["created_by"],
+        "closed_by": row["closed_by"],
+        "offset": offset, "limit": limit,
+        "steps": [step_out(r, names) for r in steps],
+    }
+    return Response(orjson.dumps(out), media_type=JSON)
+
+
+@router.post("/v1/sessions/{session_id}/close", response_model=S.SessionSummary,
+             responses=errors_for((404, "Unknown session")))
+async def close_session(session_id: SessionId, state: AppState, principal: Agent) -> Response:
+    """Close a session: no more steps; its pending approvals are cancelled. Closing twice is harmless."""
+    live = live_session(state, session_id, principal)
+    if not live.closed:
+        state.sessions.closed(live)  # before the write: no step may slip in while it commits
+        try:
+            at = time.time()
+            cancelled = await write(state, Storage.close_session(session_id, at, principal.name))
+            cancelled += await write(state, Storage.cancel_proposals(session_id, at, principal.name))
+        except ApiError:
+            state.sessions.reopened(live)  # the database says it is open: so it is
+            raise
+        state.hub.resolved(cancelled)
+    row = state.storage.session_row(session_id)
+    if row is None:  # sessions are never deleted; this would be a bug
+        raise ApiError(503, "session_unavailable", f"session {session_id!r} vanished")
+    return Response(orjson.dumps(session_summary(row, steps_total=live.next_step)), media_type=JSON)

@@ -1,0 +1,208 @@
+"""Steps: ``POST /v1/sessions/{id}/observe``, ``POST /v1/sessions/{id}/preview`` and ``POST /v1/batch``.
+
+``observe`` evaluates the predicates, looks the decision up, hands one row to the writer and
+awaits its commit, then answers: a decision that went out is in the database. The answer is
+serialised once (orjson) and the very bytes sent are the bytes stored.
+
+:func:`observe_core` and :func:`preview_core` take a request's raw parts and parse it themselves
+(same rules and errors as FastAPI's, documented by ``openapi_extra``): in a server, the step fast
+path (:class:`server._http.FastSteps`) calls them before routing even starts, since FastAPI's
+routing and dependency solving would cost more than the step itself. The routes here are the same
+handlers, for the requests the fast path passes on (a query string, another media type).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from forewarn.guard.errors import PredicateError
+from forewarn.server import schemas as S
+from forewarn.server._http import (
+    ERRORS,
+    JSON,
+    ApiError,
+    Route,
+    authorize,
+    bad_request,
+    check_id,
+    errors_for,
+    parse_json,
+    step_openapi,
+    too_deep,
+)
+from forewarn.server._steps import chain_step, decision_json, write_steps
+from forewarn.server.auth import AGENT, Principal
+from forewarn.server.deps import Agent, AppState, Idempotency, step_context
+from forewarn.server.idempotency import Entry, request_hash
+from forewarn.server.proposals import RUNNABLE
+from forewarn.server.sessions import LiveSession
+from forewarn.server.state import ServerState
+from forewarn.server.storage import Storage
+
+__all__ = ["observe_core", "preview_core", "router"]
+
+# the step routes come first in the app: the router tries routes in order
+router = APIRouter(route_class=Route, tags=["steps"], responses=dict(ERRORS))
+_STEP_ERRORS = errors_for((404, "Unknown session"), (409, "The session is closed"))
+
+
+def check_state(state: ServerState, body: S.StepIn, prefix: str) -> None:
+    """422 for a state or action nested deeper than ``limits.max_state_depth``."""
+    limit = state.settings.limits.max_state_depth
+    where = too_deep(body.state, limit)
+    if where is not None:
+        raise bad_request(f"state is nested deeper than {limit} levels", f"{prefix}.state{where}")
+    if isinstance(body.action, dict) and (where := too_deep(body.action, limit)) is not None:
+        raise bad_request(f"action is nested deeper than {limit} levels", f"{prefix}.action{where}")
+
+
+def evaluate(live: LiveSession, body: S.StepIn, prefix: str) -> int:
+    """The abstract state of the body's state, or a 422 naming the predicate that failed."""
+    try:
+        return live.session.guard.predicates.evaluate(body.state, live.session.metadata)
+    except PredicateError as exc:
+        field = "session.metadata" if exc.where == "meta" else f"{prefix}.state"
+        raise ApiError(422, "predicate_error", str(exc), field=field, predicate=exc.predicate) from exc
+    except Exception as exc:  # a state the predicates cannot digest is the request's fault, not a 500
+        raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {exc}",
+                       field=f"{prefix}.state") from exc
+
+
+def runnable_proposal(state: ServerState, session_id: str, body: S.StepIn) -> S.StepIn:
+    """The step of a proposal that ran: it must be this session's, and allowed, approved or edited;
+    a human already decided on it, so it queues no approval."""
+    row = None if body.proposal is None else state.storage.proposal(body.proposal)
+    if row is None or row["session_id"] != session_id:
+        raise ApiError(404, "not_found", f"no proposal {body.proposal!r} in session {session_id!r}",
+                       field="body.proposal")
+    if row["status"] not in RUNNABLE:
+        raise ApiError(409, "proposal_not_runnable", f"proposal {body.proposal!r} is {row['status']}: "
+                       f"only an allowed, approved or edited proposal may run", field="body.proposal")
+    return body.model_copy(update={"ask": False})
+
+
+async def observe_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes,
+                       idempotency_key: str | None = None) -> bytes:
+    """The observe step, from raw parts to the answer's bytes (shared by the route and the fast path)."""
+    started = time.perf_counter()
+    principal = authorize(state.auth, authorization, AGENT)
+    step_context(state, check_id(session_id, "session_id"), principal)
+    body = parse_json(raw, S.StepIn)
+    check_state(state, body, "body")
+
+    async def work(entry: Entry | None) -> tuple[int, bytes]:
+        live = step_context(state, session_id, principal)  # again: a retry may have waited
+        step_body = body if body.proposal is None else runnable_proposal(state, session_id, body)
+        try:  # observe evaluates the predicates itself; evaluate() only to report a failure well
+            payload, row, approval, prev = chain_step(state, live, step_body, principal)
+        except ApiError:
+            raise
+        except Exception:
+            evaluate(live, body, "body")
+            raise
+        await write_steps(state, [live], [row], [approval] if approval else [],
+                          None if entry is None else entry(200, payload), [prev] if prev else None,
+                          None if body.proposal is None else Storage.execute_proposal(body.proposal, row[1]))
+        if approval:
+            state.hub.created()
+        state.metrics.decision(row[11], "observe")
+        return 200, payload
+
+    _, payload = await state.idempotency.run(principal.name, idempotency_key, request_hash(
+        "POST", f"/v1/sessions/{session_id}/observe", raw), work)
+    state.metrics.observe_seconds.observe(time.perf_counter() - started)
+    return payload
+
+
+async def preview_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes,
+                       idempotency_key: str | None = None) -> bytes:
+    """The preview step, from raw parts to the answer's bytes (nothing is committed)."""
+    started = time.perf_counter()
+    principal = authorize(state.auth, authorization, AGENT)
+    live = step_context(state, check_id(session_id, "session_id"), principal)
+    body = parse_json(raw, S.StepIn)
+    check_state(state, body, "body")
+    try:
+        decision = live.session.preview(body.state)
+    except Exception:
+        evaluate(live, body, "body")
+        raise
+    payload = decision_json(decision, live, step=None, approval_id=None, at=time.time(), committed=False)
+    state.metrics.decision(decision.action.value, "preview")
+    state.metrics.preview_seconds.observe(time.perf_counter() - started)
+    return payload
+
+
+@router.post("/v1/sessions/{session_id}/observe", response_model=S.DecisionOut, responses=_STEP_ERRORS,
+             openapi_extra=step_openapi())
+async def observe(request: Request, state: AppState) -> Response:
+    """Commit the agent's new state and answer the guard's decision. The answer is sent only after
+    the step is committed to the database."""
+    payload = await observe_core(state, request.path_params["session_id"], request.headers.get("authorization"),
+                                 await request.body(), request.headers.get("idempotency-key"))
+    return Response(payload, media_type=JSON)
+
+
+@router.post("/v1/sessions/{session_id}/preview", response_model=S.DecisionOut, responses=_STEP_ERRORS,
+             openapi_extra=step_openapi())
+async def preview(request: Request, state: AppState) -> Response:
+    """What the guard would decide in this state; nothing is committed."""
+    payload = await preview_core(state, request.path_params["session_id"], request.headers.get("authorization"),
+                                 await request.body())
+    return Response(payload, media_type=JSON)
+
+
+@router.post("/v1/batch", response_model=S.BatchOut, responses=_STEP_ERRORS)
+async def batch(body: S.BatchIn, state: AppState, principal: Agent, idem: Idempotency) -> Response:
+    """Many steps, of one or several sessions, in order. All are checked before any is committed:
+    on an error nothing is, and the error names the step (``body.steps[i]``)."""
+    started = time.perf_counter()
+    limit = state.settings.limits.max_batch
+    if len(body.steps) > limit:
+        raise bad_request(f"at most {limit} steps per batch, got {len(body.steps)}", "body.steps")
+    _, payload = await idem.run(principal, lambda entry: _batch_work(state, body, principal, entry))
+    state.metrics.batch_seconds.observe(time.perf_counter() - started)
+    return Response(payload, media_type=JSON)
+
+
+async def _batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
+                      entry: Entry | None) -> tuple[int, bytes]:
+    lives: list[LiveSession] = []
+    for i, item in enumerate(body.steps):  # check everything first: all or nothing
+        live = step_context(state, item.session, principal, f"body.steps[{i}].session")
+        check_state(state, item, f"body.steps[{i}]")
+        evaluate(live, item, f"body.steps[{i}]")
+        lives.append(live)
+    payloads: list[bytes] = []
+    rows: list[tuple[Any, ...]] = []
+    approvals: list[tuple[Any, ...]] = []
+    committed: list[LiveSession] = []
+    chains: list[tuple[str, int, int, str | None]] = []
+    chained: set[str] = set()
+    for live, item in zip(lives, body.steps):
+        if item.op == "preview":
+            decision = live.session.preview(item.state)
+            payloads.append(decision_json(decision, live, step=None, approval_id=None, at=time.time(),
+                                          committed=False))
+            state.metrics.decision(decision.action.value, "preview")
+            continue
+        payload, row, approval, prev = chain_step(state, live, item, principal)
+        if prev is not None and prev[0] not in chained:  # within a batch, the previous row is in it
+            chains.append(prev)
+        chained.add(live.id)
+        payloads.append(payload)
+        rows.append(row)
+        committed.append(live)
+        if approval:
+            approvals.append(approval)
+    answer = b'{"results":[' + b",".join(payloads) + b"]}"
+    if rows:
+        await write_steps(state, committed, rows, approvals, None if entry is None else entry(200, answer),
+                          chains)
+        state.hub.created(len(approvals))
+        for row in rows:
+            state.metrics.decision(row[11], "observe")
+    return 200, answer
