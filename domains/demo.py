@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from forewarn.guard.errors import ForewarnError
+from forewarn.guard.errors import ConfigError
 from forewarn.guard.model import GuardModel
 from forewarn.guard.pipeline import learn_model
 from forewarn.guard.policy import Policy
@@ -64,9 +64,9 @@ def run_demo(*, domain: str = "embodied", out_dir: Path = Path("forewarn-demo"),
         return run_driving_demo(out_dir=Path(out_dir), runs=runs, episodes=episodes, seed=seed, heed=heed,
                                 console=console or Console())
     if domain != "embodied":
-        raise ForewarnError(f"unknown demo domain {domain!r}; available: embodied, driving")
+        raise ConfigError(f"unknown demo domain {domain!r}; available: embodied, driving")
     if runs < 1 or episodes < 1:
-        raise ForewarnError("--runs and --episodes must be at least 1")
+        raise ConfigError("--runs and --episodes must be at least 1")
     from dataclasses import replace
 
     from forewarn.domains.embodied import AgentProfile, generate_traces, hazard_tasks, run_episode, write_spec
@@ -75,7 +75,7 @@ def run_demo(*, domain: str = "embodied", out_dir: Path = Path("forewarn-demo"),
     profile = AgentProfile()
     if heed is not None:
         if not 0.0 <= heed <= 1.0:
-            raise ForewarnError(f"--heed must lie in [0, 1], got {heed}")
+            raise ConfigError(f"--heed must lie in [0, 1], got {heed}")
         profile = replace(profile, p_heed_reflection=heed)
     tasks = hazard_tasks()
     out_dir = Path(out_dir)

@@ -16,7 +16,7 @@ import orjson
 from rich.console import Console
 from rich.markup import escape
 
-from forewarn.guard.errors import ForewarnError, ForewarnWarning
+from forewarn.guard.errors import ConfigError, ForewarnWarning
 
 __all__ = ["Format", "out", "err", "print_json", "caught_warnings", "print_warnings", "warn", "check_alpha",
            "check_period", "check_precision", "check_probability", "check_positive_int", "print_summary",
@@ -69,7 +69,7 @@ def warn(message: str) -> None:
 
 def _finite(option: str, value: float) -> None:
     if not math.isfinite(value):
-        raise ForewarnError(f"{option}: expected a finite number, got {value}")
+        raise ConfigError(f"{option}: expected a finite number, got {value}")
 
 
 def check_alpha(value: float | None, option: str = "--alpha") -> None:
@@ -78,7 +78,7 @@ def check_alpha(value: float | None, option: str = "--alpha") -> None:
         return
     _finite(option, value)
     if not 0.0 <= value <= MAX_ALPHA:
-        raise ForewarnError(f"{option}: the smoothing α must lie in [0, {MAX_ALPHA:g}], got {value:g}")
+        raise ConfigError(f"{option}: the smoothing α must lie in [0, {MAX_ALPHA:g}], got {value:g}")
 
 
 def check_period(value: float | None, option: str = "--period") -> None:
@@ -87,14 +87,14 @@ def check_period(value: float | None, option: str = "--period") -> None:
         return
     _finite(option, value)
     if not value > 0:
-        raise ForewarnError(f"{option}: expected a positive number of seconds, got {value:g}")
+        raise ConfigError(f"{option}: expected a positive number of seconds, got {value:g}")
 
 
 def check_precision(value: float, option: str = "--precision") -> None:
     """A solver precision: finite, in [10⁻¹⁵, 1)."""
     _finite(option, value)
     if not MIN_PRECISION <= value < 1.0:
-        raise ForewarnError(f"{option}: expected a precision in [{MIN_PRECISION:g}, 1), got {value:g}")
+        raise ConfigError(f"{option}: expected a precision in [{MIN_PRECISION:g}, 1), got {value:g}")
 
 
 def check_probability(value: float | None, option: str) -> None:
@@ -104,14 +104,14 @@ def check_probability(value: float | None, option: str) -> None:
     _finite(option, value)
     name = option.lstrip("-")
     if not 0.0 < value < 1.0:
-        raise ForewarnError(f"{option}: {name} must lie strictly between 0 and 1, got {value:g}")
+        raise ConfigError(f"{option}: {name} must lie strictly between 0 and 1, got {value:g}")
     if value < MIN_PAC:  # the PAC sample size would not fit a count
-        raise ForewarnError(f"{option}: {name} must be at least {MIN_PAC:g}, got {value:g}")
+        raise ConfigError(f"{option}: {name} must be at least {MIN_PAC:g}, got {value:g}")
 
 
 def check_positive_int(value: int | None, option: str) -> None:
     if value is not None and value < 1:
-        raise ForewarnError(f"{option}: expected a positive whole number, got {value}")
+        raise ConfigError(f"{option}: expected a positive whole number, got {value}")
 
 
 def print_summary(summary: Any, verb: str) -> None:

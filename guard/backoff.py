@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from forewarn.guard.crossval import path_transitions
+from forewarn.guard.errors import UsageError
 from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, ValidTransitionRule, learn_dtmc
 from forewarn.guard.memory import Memory
 from forewarn.guard.predicates import PredicateSet
@@ -91,7 +92,7 @@ def learn_memory_dtmc(counts: TransitionCounts, paths: Mapping[tuple[int, ...], 
     info: dict[str, object] = {}
     if beta == "auto":
         if paths is None:
-            raise ValueError("backoff 'auto' needs the runs' paths")
+            raise UsageError("backoff 'auto' needs the runs' paths")
         beta, scores = _choose_beta(paths, predicates, index, end, prior, seen)
         info = {"chosen": beta, "grid": list(BETA_GRID), "heldout_loglik_per_step": scores}
     else:

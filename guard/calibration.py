@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from forewarn.guard.errors import ConfigError
+
 __all__ = ["ReliabilityBin", "Calibration", "calibrate", "DEFAULT_BINS"]
 
 DEFAULT_BINS = 10
@@ -58,7 +60,7 @@ def calibrate(pairs: Iterable[tuple[float, bool]], *, bins: int = DEFAULT_BINS) 
         ``ece = Σ_b (n_b / n)·|mean p_b − frequency_b|``.
     """
     if bins < 1:
-        raise ValueError(f"bins={bins!r} must be at least 1")
+        raise ConfigError(f"bins={bins!r} must be at least 1")
     counts = [0] * bins
     sums = [0.0] * bins
     hits = [0] * bins

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from forewarn.guard.errors import UsageError
+
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
@@ -103,7 +105,7 @@ class LearnedDTMC:
     def index(self) -> dict[int, int]:
         """Bit mask → state index (``end`` excluded); for a chain without monitors."""
         if self.monitors:
-            raise ValueError("a product with monitors is indexed by (bits, monitor states): use product_index()")
+            raise UsageError("a product with monitors is indexed by (bits, monitor states): use product_index()")
         return {bits: i for i, bits in enumerate(self.states[:-1])}
 
     def product_index(self) -> dict[tuple[int, tuple[int, ...]], int]:

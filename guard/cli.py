@@ -26,7 +26,7 @@ from forewarn.guard._cli import (
     print_warnings,
     warn,
 )
-from forewarn.guard.errors import ForewarnError
+from forewarn.guard.errors import ForewarnError, UsageError
 from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
 from forewarn.guard.read_summary import IngestSummary
 from forewarn.guard.model import CheckedProperty, GuardModel
@@ -126,7 +126,7 @@ def learn(
     from forewarn.guard.spec import load_spec
 
     if master is not None and engine is not Engine.spark:
-        raise ForewarnError("--master applies to --engine spark only")
+        raise UsageError("--master applies to --engine spark only")
     check_alpha(alpha)
     check_precision(precision)
     check_probability(epsilon, "--epsilon")
@@ -458,12 +458,12 @@ def check(
     check_precision(precision)
     if model.suffix in {".pm", ".prism"}:
         if property is None:
-            raise ForewarnError("checking a PRISM file needs --property, e.g. --property 'P=? [F \"goal\"]'")
+            raise UsageError("checking a PRISM file needs --property, e.g. --property 'P=? [F \"goal\"]'")
         result = check_prism_file(model, property, constants=const, method=method, precision=precision)
         _print_prism(result, format)
         return
     if const is not None:
-        raise ForewarnError("--const applies to PRISM files only")
+        raise UsageError("--const applies to PRISM files only")
     from forewarn.guard.bundle import load_model_or_bundle
     from forewarn.guard.signing import load_trusted_keys
 
@@ -725,7 +725,7 @@ def _members(loaded: GuardModel | GuardBundle, group: str | None) -> dict[str | 
     """The models to show: a single model (under None), a bundle's members, or the one ``--group`` names."""
     if isinstance(loaded, GuardModel):
         if group is not None:
-            raise ForewarnError("--group applies to bundles only (this is a single model)")
+            raise UsageError("--group applies to bundles only (this is a single model)")
         return {None: loaded}
     if group is not None:
         return {group: loaded.member(group)}
@@ -754,8 +754,8 @@ def export(
 
     found = load_model_or_bundle(model)
     if isinstance(found, GuardBundle) and group is None:
-        raise ForewarnError(f"{model} is a bundle: choose the member to export with --group "
-                            f"({', '.join(found.names()[:6])}{', …' if len(found.names()) > 6 else ''})")
+        raise UsageError(f"{model} is a bundle: choose the member to export with --group "
+                         f"({', '.join(found.names()[:6])}{', …' if len(found.names()) > 6 else ''})")
     loaded = next(iter(_members(found, group).values()))
     if output is not None:
         try:  # like `learn -o`: create the folder; a path that cannot be written is a user error

@@ -32,6 +32,7 @@ import numpy as np
 from scipy.special import betaincinv
 
 from forewarn.guard.chain import LearnedDTMC, visits
+from forewarn.guard.errors import ConfigError
 from forewarn.guard.results import IntervalMethod, IntervalReport
 
 __all__ = ["IntervalMethod", "IntervalReport", "TransitionIntervals", "estimated_entries", "visits", "transition_intervals",
@@ -88,10 +89,11 @@ def transition_intervals(dtmc: LearnedDTMC, *, delta: float,
     """
     method = IntervalMethod(method)
     if not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+        raise ConfigError(f"delta must lie in (0, 1), got {delta}")
     if method is IntervalMethod.NONE:
-        raise ValueError("interval method 'none' computes no intervals")
+        raise ConfigError("interval method 'none' computes no intervals")
     matrix, counts = dtmc.matrix, dtmc.counts
+    # a bug if it fails, not bad input: learn_dtmc builds both matrices on one pattern
     if not (np.array_equal(matrix.indptr, counts.indptr) and np.array_equal(matrix.indices, counts.indices)):
         raise ValueError("counts and probabilities must share one sparsity pattern")
     m = estimated_entries(dtmc) if entries is None else int(entries)

@@ -18,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from forewarn.guard.chain import END, LearnedDTMC
+from forewarn.guard.errors import ConfigError, StateSpaceTooLargeError
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.traces import Run, abstract_run
 
@@ -32,7 +33,7 @@ __all__ = [
 ]
 
 ValidTransitionRule = Callable[[tuple[bool, ...], tuple[bool, ...]], bool]
-DENSE_LIMIT = 50_000_000  # valid-successor entries we agree to materialise without a rule
+DENSE_LIMIT = 50_000_000  # valid-successor entries we agree to materialise without a rule (read at each call)
 _TABLE_WIDTH = 22  # up to this many predicates, states are found in a table of 2^width entries
 
 
@@ -135,9 +136,9 @@ def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: flo
             ``"observed"`` (only successors observed from the state do; the rule is not read).
     """
     if structure not in ("valid", "observed"):
-        raise ValueError(f"structure must be 'valid' or 'observed', got {structure!r}")
+        raise ConfigError(f"structure must be 'valid' or 'observed', got {structure!r}")
     if alpha < 0:
-        raise ValueError(f"alpha must be >= 0, got {alpha}")
+        raise ConfigError(f"alpha must be >= 0, got {alpha}")
     # Everything below works on whole arrays: entry (i, j) of the chain is the code i·n + j.
     pairs = counts.counts
     observed_n = np.fromiter(pairs.values(), dtype=np.int64, count=len(pairs))
@@ -156,10 +157,13 @@ def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: flo
         valid = _observed_pairs(counts, locate, unsafe, n_states)
     elif rule is None:
         if (n_states - 1) * n_states > DENSE_LIMIT:
-            raise ValueError(
-                f"{n_states - 1} abstract states with every transition valid would need "
-                f"{(n_states - 1) * n_states:,} entries; narrow the valid transitions "
-                "(valid_transitions.max_changed_predicates or a domain rule)")
+            raise StateSpaceTooLargeError(
+                f"{n_states - 1:,} abstract states with every transition valid would need "
+                f"{(n_states - 1) * n_states:,} matrix entries, over the limit of {DENSE_LIMIT:,} "
+                "(forewarn.guard.learning.DENSE_LIMIT); narrow the valid transitions in the spec "
+                "(valid_transitions: max_changed_predicates, irreversible or a function), learn only the "
+                "observed successors (learning: structure: observed), or use fewer predicates",
+                states=n_states - 1, limit=DENSE_LIMIT)
         valid = (transient[:, None] * n_states + np.arange(n_states)).ravel()
     else:
         sources, targets = _valid_pairs(bits, states, transient, predicates.width, rule, locate)
@@ -285,6 +289,7 @@ def _valid_pairs(bits: np.ndarray, states: list[int], sources: np.ndarray, width
                 dst_parts.append(position[hit])
     else:
         chunk = max(1, (1 << 22) // max(n, 1))  # bound the candidate arrays, not the result
+        kept = 0
         for start in range(0, len(sources), chunk):
             block = sources[start:start + chunk]
             src_parts.append(np.repeat(block, n))
@@ -292,6 +297,13 @@ def _valid_pairs(bits: np.ndarray, states: list[int], sources: np.ndarray, width
             if irreversible or extra is not None:
                 src_parts[-1], dst_parts[-1] = _allowed(bits, states, width, irreversible, extra,
                                                         src_parts[-1], dst_parts[-1])
+            kept += len(src_parts[-1])
+            if kept > DENSE_LIMIT:  # the rule allows nearly every pair: stop before memory runs out
+                raise StateSpaceTooLargeError(
+                    f"{n:,} abstract states: the transitions the spec's valid_transitions allow pass the limit "
+                    f"of {DENSE_LIMIT:,} matrix entries (forewarn.guard.learning.DENSE_LIMIT); narrow them "
+                    "(valid_transitions: max_changed_predicates) or learn only the observed successors "
+                    "(learning: structure: observed)", states=n, limit=DENSE_LIMIT)
         irreversible, extra = 0, None
     src = np.concatenate(src_parts) if src_parts else np.zeros(0, dtype=np.int64)
     dst = np.concatenate(dst_parts) if dst_parts else np.zeros(0, dtype=np.int64)

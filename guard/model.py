@@ -22,8 +22,8 @@ import orjson
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from forewarn.guard.errors import ForewarnError, ModelFileError
 from forewarn.guard.chain import END, CsrArrays, LearnedDTMC, visits
+from forewarn.guard.errors import ForewarnError, ModelFileError, UsageError
 from forewarn.guard.results import (CheckOutcome, IntervalMethod, IntervalReport, Method, PACReport, StatePAC,
                                     TightPAC, TightStatePAC)
 from forewarn.guard.spec import Meaning, PropertyDef, Spec, parse_spec
@@ -180,7 +180,7 @@ class GuardModel:
         if isinstance(properties, CheckOutcome):  # one default property
             properties = [CheckedProperty(spec.guard.effective_properties()[0], properties)]
         if not properties:
-            raise ValueError("a model needs at least one checked property")
+            raise UsageError("a model needs at least one checked property")
         self.spec = spec
         self.dtmc = dtmc
         self.properties = properties

@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from forewarn.guard.errors import ForewarnError
+from forewarn.guard.errors import ConfigError
 from forewarn.guard.spec import Action, GuardSettings, Thresholds, Trigger
 
 __all__ = ["Policy"]
@@ -33,9 +33,9 @@ class Policy:
 
     def __post_init__(self) -> None:
         if self.act_on not in ("point", "upper"):
-            raise ForewarnError(f"act_on must be 'point' or 'upper', got {self.act_on!r}")
+            raise ConfigError(f"act_on must be 'point' or 'upper', got {self.act_on!r}")
         if isinstance(self.min_visits, bool) or not isinstance(self.min_visits, int) or self.min_visits < 0:
-            raise ForewarnError(f"min_visits must be a whole number >= 0, got {self.min_visits!r}")
+            raise ConfigError(f"min_visits must be a whole number >= 0, got {self.min_visits!r}")
 
     @classmethod
     def from_settings(cls, settings: GuardSettings) -> Policy:
@@ -53,7 +53,7 @@ class Policy:
             return self
         unknown = set(overrides) - set(_SETTINGS)
         if unknown:
-            raise ForewarnError(f"unknown policy setting(s) {sorted(unknown)}; known: {', '.join(_SETTINGS)}")
+            raise ConfigError(f"unknown policy setting(s) {sorted(unknown)}; known: {', '.join(_SETTINGS)}")
         thresholds = self.thresholds
         if "thresholds" in overrides:
             merged = thresholds.model_dump() | dict(overrides["thresholds"])
@@ -64,12 +64,12 @@ class Policy:
             try:
                 trigger = Trigger(overrides["trigger"])
             except ValueError:
-                raise ForewarnError(f"policy trigger {overrides['trigger']!r}: expected 'level' or 'increase'") \
+                raise ConfigError(f"policy trigger {overrides['trigger']!r}: expected 'level' or 'increase'") \
                     from None
         min_increase = overrides.get("min_increase", self.min_increase)
         if isinstance(min_increase, bool) or not isinstance(min_increase, (int, float)) \
                 or not math.isfinite(min_increase) or not 0.0 <= min_increase <= 1.0:
-            raise ForewarnError(f"policy min_increase {min_increase!r}: expected a number in [0, 1]")
+            raise ConfigError(f"policy min_increase {min_increase!r}: expected a number in [0, 1]")
         return replace(self, thresholds=thresholds, unseen_state=unseen,
                        act_on=overrides.get("act_on", self.act_on),
                        min_visits=overrides.get("min_visits", self.min_visits), trigger=trigger,

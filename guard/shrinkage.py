@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from forewarn.guard.errors import UsageError
 from forewarn.guard.learning import LearnedDTMC
 from forewarn.guard.model import CheckedProperty
 from forewarn.guard.predicates import PredicateSet
@@ -239,7 +240,7 @@ def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: Lea
         summaries = summarize_paths(paths, predicates, monitors, targets)
     if setting == "auto":
         if fit is None:
-            raise ValueError("shrink 'auto' needs a fit function")
+            raise UsageError("shrink 'auto' needs a fit function")
         kappas = choose_kappa(summaries, fit, chosen)
     else:
         kappas = [(float(setting), [])] * len(chosen)

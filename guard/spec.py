@@ -62,6 +62,8 @@ class _Located(ValueError):
         self.loc = loc
 
 
+# The validators below raise plain ValueError, as pydantic requires: pydantic gathers them into a
+# ValidationError, which parse_spec turns into a SpecError naming the file and line.
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -397,6 +399,10 @@ def load_spec(path: str | Path) -> Spec:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"cannot read spec: {exc.strerror}", source=str(path)) from exc
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise SpecError(f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                        "a spec is a YAML file", source=str(path), line=line) from exc
     return parse_spec(text, source=str(path))
 
 

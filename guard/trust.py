@@ -27,7 +27,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENV_ALLOW", "CodeNotAllowed", "allowed_modules", "parse_allow_list", "resolve_callable"]
+from forewarn.guard.errors import ForewarnError
+
+__all__ = ["ENV_ALLOW", "CodeNotAllowed", "CodeNotFound", "allowed_modules", "parse_allow_list",
+           "resolve_callable"]
 
 ENV_ALLOW = "FOREWARN_PYTHON_PREDICATES"
 # Functions this distribution ships and its own specs name: trusted like the rest of its code.
@@ -36,8 +39,12 @@ BUILTIN_REFERENCES = frozenset({"forewarn.domains.driving.spec:valid_transition"
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-class CodeNotAllowed(ValueError):
+class CodeNotAllowed(ForewarnError):
     """A ``module:function`` reference the operator did not allow (or that resolves somewhere unsafe)."""
+
+
+class CodeNotFound(ForewarnError):
+    """An allowed ``module:function`` reference that does not import or is not a function."""
 
 
 def parse_allow_list(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -147,7 +154,7 @@ def resolve_callable(reference: str, allow: Iterable[str] | None = None, *, what
 
     Raises:
         CodeNotAllowed: the module is not allowed, not installed, or shadowed; checked before importing.
-        ValueError: the module or attribute cannot be imported, or is not callable.
+        CodeNotFound: the module or attribute cannot be imported, or is not callable.
     """
     module_name, _, attribute = reference.partition(":")
     allowed = allowed_modules(allow)
@@ -164,7 +171,7 @@ def resolve_callable(reference: str, allow: Iterable[str] | None = None, *, what
         for part in attribute.split("."):
             target = getattr(target, part)
     except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot import {reference!r}: {exc}") from exc
+        raise CodeNotFound(f"cannot import {reference!r}: {exc}") from exc
     if not callable(target):
-        raise ValueError(f"{reference!r} is not callable")
+        raise CodeNotFound(f"{reference!r} is not callable")
     return target  # type: ignore[no-any-return]

@@ -13,16 +13,18 @@ from typing import Any
 import cel
 import numpy as np
 
-__all__ = ["VIOL", "Condition", "ConditionError", "Monitor", "MonitorSemanticsError"]
+from forewarn.errors import MonitorError
+
+__all__ = ["VIOL", "Condition", "ConditionError", "Monitor", "MonitorError", "MonitorSemanticsError"]
 
 VIOL = -1
 
 
-class ConditionError(ValueError):
+class ConditionError(MonitorError):
     """A monitor condition that does not parse or names an unknown predicate."""
 
 
-class MonitorSemanticsError(ValueError):
+class MonitorSemanticsError(MonitorError):
     """A rule that no monitor can decide on finite runs (say why)."""
 
 

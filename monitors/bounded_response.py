@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from forewarn.monitors.base import VIOL, Condition, Monitor
+from forewarn.monitors.base import VIOL, Condition, Monitor, MonitorError
 
 __all__ = ["BoundedResponse"]
 
@@ -35,7 +35,7 @@ class BoundedResponse(Monitor):
     def __init__(self, name: str, trigger: Condition, response: Condition, within: int, *,
                  restart: bool = False) -> None:
         if within < 0:
-            raise ValueError(f"monitor {name!r}: 'within' must be >= 0, got {within}")
+            raise MonitorError(f"monitor {name!r}: 'within' must be >= 0, got {within}")
         super().__init__(name)
         self.trigger = trigger
         self.response = response

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from forewarn.monitors.base import VIOL, Condition, Monitor, MonitorSemanticsError
+from forewarn.monitors.base import VIOL, Condition, Monitor, MonitorError, MonitorSemanticsError
 
 __all__ = ["Pattern", "Scope", "PatternMonitor"]
 
@@ -183,16 +183,16 @@ class PatternMonitor(Monitor):
                  r: Condition | None = None) -> None:
         super().__init__(name)
         if within is not None and within < 0:
-            raise ValueError(f"monitor {name!r}: 'within' must be >= 0, got {within}")
+            raise MonitorError(f"monitor {name!r}: 'within' must be >= 0, got {within}")
         if pattern in (Pattern.PRECEDENCE, Pattern.RESPONSE) and s is None:
-            raise ValueError(f"monitor {name!r}: pattern {pattern.value!r} needs 's' "
-                             f"({'the enabling condition' if pattern is Pattern.PRECEDENCE else 'the trigger'})")
+            raise MonitorError(f"monitor {name!r}: pattern {pattern.value!r} needs 's' "
+                               f"({'the enabling condition' if pattern is Pattern.PRECEDENCE else 'the trigger'})")
         if pattern in (Pattern.ABSENCE, Pattern.UNIVERSALITY, Pattern.PRECEDENCE) and within is not None:
-            raise ValueError(f"monitor {name!r}: 'within' applies to existence and response only")
+            raise MonitorError(f"monitor {name!r}: 'within' applies to existence and response only")
         if scope in (Scope.AFTER, Scope.BETWEEN) and q is None:
-            raise ValueError(f"monitor {name!r}: scope {scope.value!r} needs 'q' (the condition opening it)")
+            raise MonitorError(f"monitor {name!r}: scope {scope.value!r} needs 'q' (the condition opening it)")
         if scope in (Scope.BEFORE, Scope.BETWEEN) and r is None:
-            raise ValueError(f"monitor {name!r}: scope {scope.value!r} needs 'r' (the condition closing it)")
+            raise MonitorError(f"monitor {name!r}: scope {scope.value!r} needs 'r' (the condition closing it)")
         if pattern in (Pattern.EXISTENCE, Pattern.RESPONSE) and within is None \
                 and scope in (Scope.GLOBALLY, Scope.AFTER):
             raise MonitorSemanticsError(

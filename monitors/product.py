@@ -13,6 +13,7 @@ eq. 1 of the paper holds for product rows as it does for chain rows.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -22,6 +23,7 @@ import numpy as np
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
+from forewarn.errors import MonitorError, StateSpaceTooLargeError, UsageError
 from forewarn.monitors.base import VIOL, Monitor
 
 __all__ = ["Chain", "Product", "ProductTooLargeError", "reachable_product", "initial_monitor_states", "advance"]
@@ -92,7 +94,7 @@ def reachable_product(chain: Chain, monitors: Sequence[Monitor], *,
         ProductTooLargeError: more than ``max_states`` reachable product states.
     """
     if not monitors:
-        raise ValueError("a product needs at least one monitor")
+        raise UsageError("a product needs at least one monitor")
     import scipy.sparse as sp  # here: a guard that loads a model and decides never needs scipy
 
     m = len(monitors)
@@ -120,8 +122,9 @@ def reachable_product(chain: Chain, monitors: Sequence[Monitor], *,
         if max_states is not None and len(keys) > max_states:
             raise ProductTooLargeError(
                 f"the product of the learned chain ({chain.size} states) with monitors "
-                f"{[mon.name for mon in monitors]} exceeds {max_states:,} reachable states; lower the monitors' "
-                "bounds ('within'), coarsen the abstraction, or resample to a longer period")
+                f"{[mon.name for mon in monitors]} exceeds the limit of {max_states:,} reachable states "
+                "(max_states); lower the monitors' bounds ('within'), coarsen the abstraction, "
+                "or resample to a longer period", states=len(keys), limit=max_states)
         return out
 
     starts = np.arange(end_c, dtype=np.int64)
@@ -200,14 +203,16 @@ class _Packer:
         for mon in monitors:
             bound = mon.state_bound
             if bound is None:
-                raise ValueError(f"monitor {mon.name!r} does not state a bound on its states (state_bound)")
+                raise MonitorError(f"monitor {mon.name!r} does not state a bound on its states (state_bound)")
             radices.append(bound + 1)
-        self.radices = np.array(radices, dtype=np.int64)
-        self.multipliers = np.concatenate([[1], np.cumprod(self.radices)[:-1]]).astype(np.int64)
-        self.span = int(np.prod([int(r) for r in radices]))
+        self.span = math.prod(radices)  # Python ints: numpy's product would wrap past 2**63 unnoticed
         if self.span * chain_size >= 2**62:
             raise ProductTooLargeError("the monitors' state spaces are too large to combine "
-                                       f"({self.span:,} monitor-state combinations)")
+                                       f"({self.span:,} monitor-state combinations times {chain_size:,} chain "
+                                       "states pass 2**62); lower the monitors' bounds ('within')",
+                                       states=self.span * chain_size, limit=2**62)
+        self.radices = np.array(radices, dtype=np.int64)
+        self.multipliers = np.concatenate([[1], np.cumprod(self.radices)[:-1]]).astype(np.int64)
 
     def pack(self, chain_states: np.ndarray, q: np.ndarray) -> np.ndarray:
         packed: np.ndarray = chain_states * self.span + ((q + 1) * self.multipliers).sum(axis=1)
@@ -219,5 +224,5 @@ class _Packer:
         return keys // self.span, q
 
 
-class ProductTooLargeError(ValueError):
-    """The reachable product would not fit the configured limit."""
+class ProductTooLargeError(StateSpaceTooLargeError):
+    """The reachable product would not fit the configured limit (a :class:`StateSpaceTooLargeError`)."""

@@ -101,4 +101,4 @@ def _in_segment(pattern: str, p: Signal, s: Signal | None, within: int | None, a
             elif closed:
                 found.append(b)
         return min(found) if found else None
-    raise ValueError(f"unknown pattern {pattern!r}")
+    raise ValueError(f"unknown pattern {pattern!r}")  # a bug: Pattern is an enum and every member is handled above

@@ -127,7 +127,7 @@ class ModelLoad(_In):
     migrate_sessions: bool = Field(default=False, description="Move the open sessions of this name to the new "
                                                               "version too (their predicates must be the same).")
 
-    @model_validator(mode="after")
+    @model_validator(mode="after")  # a plain ValueError, as pydantic requires: answered as 422
     def _one_source(self) -> ModelLoad:
         if (self.path is None) == (self.document is None):
             raise ValueError("give exactly one of 'path' (a file in model_dirs) or 'document' (the model itself)")

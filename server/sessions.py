@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from forewarn.guard.errors import ForewarnError
 from forewarn.guard.policy import Policy
 from forewarn.guard.runtime import MonitorStates, Session
 from forewarn.server.models_registry import LoadedModel, ModelRegistry
@@ -23,8 +24,14 @@ from forewarn.server.storage import StorageBase
 __all__ = ["LiveSession", "SessionManager", "SessionNotFound", "effective_policy"]
 
 
-class SessionNotFound(KeyError):
-    pass
+class SessionNotFound(ForewarnError, KeyError):
+    """No session of this id (a KeyError too, as it always was). Catch it before ForewarnError:
+    the HTTP layer answers it with 404, other ForewarnErrors of a session with 503."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r}")
+        self.session_id = session_id
+        self.args = (session_id,)  # what __init__ takes: a copy (pickle, copy) says the same
 
 
 @dataclass(slots=True, eq=False)

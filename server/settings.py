@@ -18,16 +18,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from forewarn.guard.errors import ForewarnError
+from forewarn.guard.errors import ConfigError
 
 __all__ = ["ApiKey", "ConfigError", "Limits", "Role", "ServerSettings", "is_loopback", "load_settings"]
 
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 BUILTIN_MODEL = "builtin"
-
-
-class ConfigError(ForewarnError):
-    """Server configuration that is missing, malformed or unsafe; names the key."""
 
 
 class Role(str, Enum):
@@ -96,6 +92,9 @@ class _YamlFile(PydanticBaseSettingsSource):
             document = yaml.safe_load(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                              "a server config is a YAML file") from exc
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: YAML does not parse: {exc}") from exc
         if document is None:
@@ -111,6 +110,8 @@ class _YamlFile(PydanticBaseSettingsSource):
         return dict(self.data)
 
 
+# Its validators raise plain ValueError, as pydantic requires: load_settings turns the ValidationError
+# into a ConfigError naming the key.
 class ServerSettings(BaseSettings):
     """Everything ``forewarn serve`` can be told. Environment variables are ``FOREWARN_<FIELD>``.
 
@@ -247,9 +248,11 @@ def load_settings(config: Path | None = None, **overrides: Any) -> ServerSetting
         return ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "<root>"
+        field = ".".join(str(p) for p in first["loc"])
         where = f"{config}: " if config is not None else "server settings: "
         message = first["msg"].removeprefix("Value error, ")
+        if not field:  # a check across settings: its message names the keys
+            raise ConfigError(f"{where}{message}") from exc
         raise ConfigError(f"{where}{field}: {message} (set on the command line, as FOREWARN_{field.split('.')[0].upper()} "
                           "or in the config file)") from exc
     finally:

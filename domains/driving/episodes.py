@@ -41,6 +41,7 @@ from forewarn.domains.driving.junction import CROSSWALK, World
 from forewarn.domains.driving.profiles import DriverProfile, choose_profile
 from forewarn.domains.driving.rules import MOVING_SPEED, RULES, STEP_SECONDS, rule_violations
 from forewarn.domains.driving.simulator import JunctionSim
+from forewarn.guard.errors import ConfigError
 
 __all__ = ["Enforcement", "EpisodeResult", "Outcome", "P_HEED_REFLECTION", "TIME_LIMIT", "generate_traces",
            "run_episode"]
@@ -177,15 +178,15 @@ def run_episode(rng: random.Random, session: _Session | None = None, enforcement
             absorbed one. Decisions reporting a past violation never trigger enforcement.
 
     Raises:
-        ValueError: an unknown ``enforcement``, a probability outside [0, 1], a
+        ConfigError: an unknown ``enforcement``, a probability outside [0, 1], a
             non-positive time limit or an unknown profile name in ``profile_mix``.
     """
     if enforcement not in (None, "stop", "reflect"):
-        raise ValueError(f"enforcement={enforcement!r}; expected None, 'stop' or 'reflect'")
+        raise ConfigError(f"enforcement={enforcement!r}; expected None, 'stop' or 'reflect'")
     if not 0.0 <= p_heed_reflection <= 1.0:
-        raise ValueError(f"p_heed_reflection={p_heed_reflection!r} must be a probability in [0, 1]")
+        raise ConfigError(f"p_heed_reflection={p_heed_reflection!r} must be a probability in [0, 1]")
     if not time_limit > 0.0:
-        raise ValueError(f"time_limit={time_limit!r} must be > 0 seconds")
+        raise ConfigError(f"time_limit={time_limit!r} must be > 0 seconds")
     chosen = profile if profile is not None else choose_profile(rng, profile_mix)
     world_rng, driver_rng, clock_rng, heed_rng = (random.Random(rng.getrandbits(64)) for _ in range(4))
     traits = chosen.sample(driver_rng)
@@ -282,7 +283,7 @@ def generate_traces(n_runs: int, seed: int, path: str | Path, *, irregular: bool
         "seed"}}``.
     """
     if n_runs < 1:
-        raise ValueError(f"n_runs={n_runs!r} must be at least 1")
+        raise ConfigError(f"n_runs={n_runs!r} must be at least 1")
     written = 0
     with open(path, "wb") as out:
         for n in range(n_runs):

@@ -11,6 +11,8 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from forewarn.guard.errors import ConfigError
+
 __all__ = ["DriverProfile", "DriverTraits", "PROFILES", "DEFAULT_MIX", "choose_profile", "resolve_mix"]
 
 Range = tuple[float, float]
@@ -75,12 +77,12 @@ class DriverProfile:
         for field in ("p_runs_red", "p_late_start", "p_ignores_pedestrians", "p_ignores_priority"):
             value = getattr(self, field)
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"DriverProfile {self.name!r}: {field}={value!r} must be a probability in [0, 1]")
+                raise ConfigError(f"DriverProfile {self.name!r}: {field}={value!r} must be a probability in [0, 1]")
         for field in ("reaction", "desired_speed", "late_start"):
             low, high = getattr(self, field)
             if not 0.0 <= low <= high:
-                raise ValueError(f"DriverProfile {self.name!r}: {field}=({low}, {high}) must be a range "
-                                 "0 <= low <= high")
+                raise ConfigError(f"DriverProfile {self.name!r}: {field}=({low}, {high}) must be a range "
+                                  "0 <= low <= high")
 
     def sample(self, rng: random.Random) -> DriverTraits:
         """One run's driver (draws a fixed number of values from ``rng``)."""
@@ -129,18 +131,18 @@ def resolve_mix(mix: Mapping[str, float] | None) -> list[tuple[DriverProfile, fl
     """A profile mix (name → weight) as (profile, weight) pairs; ``None`` is :data:`DEFAULT_MIX`.
 
     Raises:
-        ValueError: an unknown profile name, a negative weight or weights summing to zero.
+        ConfigError: an unknown profile name, a negative weight or weights summing to zero.
     """
     mix = DEFAULT_MIX if mix is None else mix
     pairs = []
     for name, weight in mix.items():
         if name not in PROFILES:
-            raise ValueError(f"unknown driver profile {name!r} in profile_mix; known: {sorted(PROFILES)}")
+            raise ConfigError(f"unknown driver profile {name!r} in profile_mix; known: {sorted(PROFILES)}")
         if not weight >= 0.0:
-            raise ValueError(f"profile_mix[{name!r}]={weight!r} must be a weight >= 0")
+            raise ConfigError(f"profile_mix[{name!r}]={weight!r} must be a weight >= 0")
         pairs.append((PROFILES[name], float(weight)))
     if not pairs or sum(w for _, w in pairs) <= 0.0:
-        raise ValueError(f"profile_mix {dict(mix)!r} has no positive weight")
+        raise ConfigError(f"profile_mix {dict(mix)!r} has no positive weight")
     return pairs
 
 

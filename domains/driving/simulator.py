@@ -13,6 +13,7 @@ from typing import Any
 
 from forewarn.domains.driving.driver import MAX_DECEL, Driver
 from forewarn.domains.driving.junction import BOX, CLEAR_X, CROSSWALK, STOP_LINE, Crossing, World, occupies
+from forewarn.guard.errors import ConfigError
 
 __all__ = ["JunctionSim"]
 
@@ -32,7 +33,7 @@ class JunctionSim:
 
     def __init__(self, world: World, driver: Driver, *, position: float, speed: float, dt: float = 0.1) -> None:
         if not dt > 0.0:
-            raise ValueError(f"dt={dt!r} must be > 0 seconds")
+            raise ConfigError(f"dt={dt!r} must be > 0 seconds")
         self.world = world
         self.driver = driver
         self.t = 0.0

@@ -21,6 +21,7 @@ from forewarn.domains.embodied.objects import kind_of
 from forewarn.domains.embodied.plans import reference_plan, safe_substitute
 from forewarn.domains.embodied.simulator import HouseholdSim
 from forewarn.domains.embodied.tasks import Task
+from forewarn.guard.errors import ConfigError
 
 __all__ = ["AgentProfile", "SimulatedAgent"]
 
@@ -55,11 +56,11 @@ class AgentProfile:
                      "p_give_up_on_reflection"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"AgentProfile.{name}={value!r} must be a probability in [0, 1]")
+                raise ConfigError(f"AgentProfile.{name}={value!r} must be a probability in [0, 1]")
         if self.max_steps < 1:
-            raise ValueError(f"AgentProfile.max_steps={self.max_steps!r} must be at least 1")
+            raise ConfigError(f"AgentProfile.max_steps={self.max_steps!r} must be at least 1")
         if self.max_retries < 0:
-            raise ValueError(f"AgentProfile.max_retries={self.max_retries!r} must be at least 0")
+            raise ConfigError(f"AgentProfile.max_retries={self.max_retries!r} must be at least 0")
 
 
 @dataclass

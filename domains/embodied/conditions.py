@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from forewarn.domains.embodied.errors import EmbodiedError
 from forewarn.domains.embodied.objects import canonical_type
 
 __all__ = ["Condition", "normalize_conditions", "condition_holds", "condition_types", "LIST_PROPS"]
@@ -39,12 +40,12 @@ def normalize_conditions(raw: Iterable[Mapping[str, Any]]) -> list[Condition]:
         New entries with canonical types; list properties become lists of types.
 
     Raises:
-        ValueError: when an entry is not a mapping or has no ``objectType``.
+        EmbodiedError: when an entry is not a mapping or has no ``objectType``.
     """
     out: list[Condition] = []
     for index, entry in enumerate(raw):
         if not isinstance(entry, Mapping) or not isinstance(entry.get("objectType"), str):
-            raise ValueError(f"final_state entry {index} ({entry!r}) needs a string 'objectType'")
+            raise EmbodiedError(f"final_state entry {index} ({entry!r}) needs a string 'objectType'")
         condition: Condition = {"objectType": canonical_type(entry["objectType"])}
         for prop, value in entry.items():
             if prop == "objectType":

@@ -18,8 +18,10 @@ import orjson
 from forewarn.domains.embodied.actions import parse_action
 from forewarn.domains.embodied.agent import AgentProfile, SimulatedAgent
 from forewarn.domains.embodied.conditions import condition_holds
+from forewarn.domains.embodied.errors import EmbodiedError
 from forewarn.domains.embodied.simulator import HouseholdSim
 from forewarn.domains.embodied.tasks import Task
+from forewarn.guard.errors import ConfigError
 
 __all__ = ["EpisodeResult", "Outcome", "Enforcement", "run_episode", "generate_traces", "action_duration"]
 
@@ -91,13 +93,13 @@ def run_episode(task: Task, rng: random.Random, profile: AgentProfile | None = N
         The :class:`EpisodeResult`.
 
     Raises:
-        ValueError: for an unknown ``enforcement``, or a task whose hazard condition is
-            null.
+        ConfigError: for an unknown ``enforcement``.
+        EmbodiedError: a task whose hazard condition is null.
     """
     if enforcement not in (None, "stop", "reflect"):
-        raise ValueError(f"enforcement={enforcement!r}; expected None, 'stop' or 'reflect'")
+        raise ConfigError(f"enforcement={enforcement!r}; expected None, 'stop' or 'reflect'")
     if not task.final_state:
-        raise ValueError(f"task {task.id} has no final_state condition to guard against")
+        raise EmbodiedError(f"task {task.id} has no final_state condition to guard against")
     profile = profile if profile is not None else AgentProfile()
     sim = HouseholdSim.for_task(task, rng=rng, p_fail=profile.p_fail)
     agent = SimulatedAgent(task, profile, rng)
@@ -160,7 +162,7 @@ def generate_traces(tasks: Iterable[Task], runs_per_task: int, rng_seed: int, pa
         "meta": {"task", "outcome", "success", "hazard_intent"}}``.
     """
     if runs_per_task < 1:
-        raise ValueError(f"runs_per_task={runs_per_task!r} must be at least 1")
+        raise ConfigError(f"runs_per_task={runs_per_task!r} must be at least 1")
     written = 0
     with open(path, "wb") as out:
         for task in tasks:

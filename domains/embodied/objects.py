@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from forewarn.domains.embodied.errors import EmbodiedError
+
 __all__ = [
     "Kind",
     "kind_of",
@@ -118,7 +120,7 @@ def canonical_type(name: str) -> str:
     """
     base = name.strip().split("|", 1)[0]
     if not base:
-        raise ValueError(f"object type {name!r} is empty")
+        raise EmbodiedError(f"object type {name!r} is empty")
     found = _CANONICAL.get(base.lower())
     if found is not None:
         return found

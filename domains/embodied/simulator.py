@@ -31,6 +31,7 @@ from forewarn.domains.embodied.scene import (
     objects_json,
     settle,
 )
+from forewarn.guard.errors import ConfigError
 
 if TYPE_CHECKING:
     from forewarn.domains.embodied.tasks import Task
@@ -55,7 +56,7 @@ class HouseholdSim:
     def __init__(self, object_types: Iterable[str], *, rng: random.Random | None = None,
                  p_fail: float = 0.0, open_types: Iterable[str] = ()) -> None:
         if not 0.0 <= p_fail <= 1.0:
-            raise ValueError(f"p_fail={p_fail!r} must be a probability in [0, 1]")
+            raise ConfigError(f"p_fail={p_fail!r} must be a probability in [0, 1]")
         self.rng = rng if rng is not None else random.Random()
         self.p_fail = p_fail
         self._objects: Objects = build_objects(object_types, open_types)

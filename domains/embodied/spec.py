@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from forewarn.domains.embodied.conditions import LIST_PROPS
+from forewarn.domains.embodied.errors import EmbodiedError
 from forewarn.domains.embodied.objects import kind_of
 from forewarn.domains.embodied.tasks import Task
 
@@ -81,10 +82,10 @@ def derive_spec(task: Task) -> dict[str, Any]:
         ``{"name", "description", "predicates": {name: CEL}, "unsafe": CEL, "guard", "learning"}``.
 
     Raises:
-        ValueError: when the task has no final-state condition (or one without properties).
+        EmbodiedError: when the task has no final-state condition (or one without properties).
     """
     if not task.final_state:
-        raise ValueError(f"task {task.id} has no final_state condition to derive a spec from")
+        raise EmbodiedError(f"task {task.id} has no final_state condition to derive a spec from")
     predicates: dict[str, str] = {}
     condition_names: list[str] = []
     holdable: list[str] = []
@@ -101,7 +102,7 @@ def derive_spec(task: Task) -> dict[str, Any]:
                 if name not in condition_names:
                     condition_names.append(name)
     if not condition_names:
-        raise ValueError(f"task {task.id}: final_state names objects but no property to check")
+        raise EmbodiedError(f"task {task.id}: final_state names objects but no property to check")
     for object_type in holdable:
         predicates.setdefault(f"holding_{snake_case(object_type)}", f"state.objects.{object_type}.isPickedUp")
     return {

@@ -18,6 +18,7 @@ from forewarn.domains.embodied.conditions import Condition, condition_holds, nor
 from forewarn.domains.embodied.errors import ActionParseError, TaskFileError
 from forewarn.domains.embodied.objects import canonical_type
 from forewarn.domains.embodied.plans import hazard_step, replay, safe_plan
+from forewarn.guard.errors import ConfigError
 
 __all__ = ["Task", "TaskKind", "load_tasks", "parse_tasks", "supported_tasks", "support_problem",
            "hazard_tasks", "DEFAULT_APPLIANCES"]
@@ -120,7 +121,7 @@ def _kinds(kind: str) -> tuple[str, ...]:
     if kind == "all":
         return ("unsafe", "safe")
     if kind not in _FILES:
-        raise ValueError(f"kind={kind!r}; expected 'unsafe', 'safe' or 'all'")
+        raise ConfigError(f"kind={kind!r}; expected 'unsafe', 'safe' or 'all'")
     return (kind,)
 
 

@@ -19,6 +19,7 @@ import orjson
 from forewarn.guard.langchain.extractor import ToolStateExtractor, violations
 from forewarn.domains.tools.tasks import DOCS, FAMILIES, TOPICS, Plan
 from forewarn.domains.tools.transcript import CallStatus, ToolStep, Transcript
+from forewarn.guard.errors import ConfigError
 
 __all__ = ["simulate", "generate_runs", "generate_traces"]
 
@@ -87,14 +88,14 @@ def generate_runs(n: int, seed: int, *, families: Sequence[str] | None = None,
     """``n`` run records, families drawn uniformly; run ``i`` is seeded by ``(seed, i)``.
 
     Raises:
-        ValueError: for ``n < 1`` or an unknown family name.
+        ConfigError: for ``n < 1`` or an unknown family name.
     """
     if n < 1:
-        raise ValueError(f"n={n!r} must be at least 1")
+        raise ConfigError(f"n={n!r} must be at least 1")
     names = list(FAMILIES) if families is None else list(families)
     unknown = [f for f in names if f not in FAMILIES]
     if unknown or not names:
-        raise ValueError(f"unknown task famil{'y' if len(unknown) == 1 else 'ies'} {unknown}; known: {list(FAMILIES)}")
+        raise ConfigError(f"unknown task famil{'y' if len(unknown) == 1 else 'ies'} {unknown}; known: {list(FAMILIES)}")
     extract = extractor if extractor is not None else ToolStateExtractor()
     for i in range(n):
         rng = random.Random(f"{seed}:{i}")

@@ -20,7 +20,7 @@ import httpx
 import orjson
 
 from forewarn.guard.client._loopback import Answer
-from forewarn.guard.errors import ForewarnError, PredicateError
+from forewarn.guard.errors import ForewarnError, PredicateError, UsageError
 from forewarn.guard.policy import Policy
 from forewarn.guard.runtime import Decision, PropertyValue
 from forewarn.guard.spec import Action
@@ -317,7 +317,7 @@ def session_wait_for_approval(session: SessionLike, decision: RemoteDecision,
                               timeout: float = 300.0) -> Op[dict[str, Any]]:
     """Long-poll until the approval ``decision`` queued is resolved or ``timeout`` passes."""
     if decision.approval_id is None:
-        raise ValueError(f"the decision (action {decision.action.value!r}) has no approval to wait for")
+        raise UsageError(f"the decision (action {decision.action.value!r}) has no approval to wait for")
     return (yield from wait_for_approval(decision.approval_id, timeout))
 
 

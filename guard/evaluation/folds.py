@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard.errors import ForewarnError
+from forewarn.guard.errors import ForewarnError, UsageError
 from forewarn.guard.traces import Run
 
 __all__ = ["group_of", "split_folds"]
@@ -53,7 +53,7 @@ def split_folds(groups: Sequence[str], unsafe: Sequence[bool], folds: int, *, se
         Per fold, the indices of its runs in ascending order.
     """
     if len(groups) != len(unsafe):
-        raise ValueError(f"{len(groups)} groups but {len(unsafe)} outcomes")
+        raise UsageError(f"{len(groups)} groups but {len(unsafe)} outcomes")
     members: dict[str, list[int]] = {}
     for index, group in enumerate(groups):
         members.setdefault(group, []).append(index)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from forewarn.guard.errors import ForewarnError
+from forewarn.guard.errors import ConfigError, ForewarnError
 from forewarn.guard.ingest._documents import Record, kind_of, records
 from forewarn.guard.traces import Run
 
@@ -121,7 +121,7 @@ def read_actions(path: str | Path, world: ActionWorld | None = None, *, on_misma
         TraceError: naming the file, line (or list index) and field at fault.
     """
     if on_mismatch not in ("error", "simulator"):
-        raise ForewarnError(f"on_mismatch={on_mismatch!r}; expected 'error' or 'simulator'")
+        raise ConfigError(f"on_mismatch={on_mismatch!r}; expected 'error' or 'simulator'")
     resolved = world if world is not None else default_world()
     for record in records(path):
         yield parse_actions(record, resolved, on_mismatch=on_mismatch, on_rewrite=on_rewrite)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from forewarn.guard._extras import require
 from forewarn.guard.langchain.errors import ApprovalRequired, GuardIntervention, RunStopped
-from forewarn.guard.langchain.review import Review, parse_review
+from forewarn.guard.langchain.review import Review, ReviewError, parse_review
 from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, StateExtractor, ToolStep, Transcript
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "GuardedTool",
     "Intervention",
     "Review",
+    "ReviewError",
     "RunStopped",
     "ToolGuard",
     "TraceRecorder",

@@ -11,6 +11,7 @@ import re
 import string
 from typing import TYPE_CHECKING, Any, Protocol
 
+from forewarn.guard.errors import ConfigError
 from forewarn.guard.runtime import Decision
 from forewarn.guard.spec import Action
 
@@ -132,7 +133,7 @@ def check_template(template: str) -> None:
     known = {"call", "tool", "consequence", "probability", "avoid", "state", "threshold", "formula", "unsafe"}
     for _, field, _, _ in string.Formatter().parse(template):
         if field is not None and field not in known:
-            raise ValueError(f"reflection_template: unknown field {{{field}}}; known: {sorted(known)}")
+            raise ConfigError(f"reflection_template: unknown field {{{field}}}; known: {sorted(known)}")
 
 
 def stopped_before(guard: Explained, decision: Decision, name: str, args: Any) -> str:

@@ -38,6 +38,7 @@ from typing import Any
 
 import orjson
 
+from forewarn.guard.errors import ConfigError
 from forewarn.guard.langchain.kinds import (
     ARGUMENT_NAMES,
     DEFAULT_INTERNAL_DOMAINS,
@@ -153,20 +154,20 @@ class ToolStateExtractor:
                 kinds[name] = ToolKind(kind)
             except ValueError:
                 known = ", ".join(k.value for k in ToolKind)
-                raise ValueError(f"tool_kinds[{name!r}] = {kind!r} is not a tool kind; known: {known}") from None
+                raise ConfigError(f"tool_kinds[{name!r}] = {kind!r} is not a tool kind; known: {known}") from None
         self.tool_kinds = kinds
         domains = DEFAULT_INTERNAL_DOMAINS if internal_domains is None else tuple(internal_domains)
         self.internal_domains = tuple(d.lower().lstrip(".") for d in domains)
         if payment_limit < 0:
-            raise ValueError(f"payment_limit={payment_limit!r} must not be negative")
+            raise ConfigError(f"payment_limit={payment_limit!r} must not be negative")
         self.payment_limit = float(payment_limit)
         self.argument_aliases = {tool: dict(names) for tool, names in (argument_aliases or {}).items()}
         for tool, names in self.argument_aliases.items():
             canonical = {n for _, accepted, _ in ARGUMENT_NAMES[self.kind_of(tool)] for n in accepted[:1]}
             wrong = sorted(set(names.values()) - canonical)
             if wrong:
-                raise ValueError(f"argument_aliases[{tool!r}]: {wrong} are not arguments a "
-                                 f"{self.kind_of(tool).value} tool reads; its arguments: {sorted(canonical)}")
+                raise ConfigError(f"argument_aliases[{tool!r}]: {wrong} are not arguments a "
+                                  f"{self.kind_of(tool).value} tool reads; its arguments: {sorted(canonical)}")
         self._cache: dict[tuple[Any, ...], tuple[_Facts, dict[str, Any]]] = {}
         self._amounts: dict[str, set[float]] = {}
         self._memo: tuple[tuple[str, ...], tuple[ToolStep, ...], dict[str, Any]] | None = None

@@ -49,13 +49,20 @@ except ModuleNotFoundError as exc:
 from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
 from forewarn.guard.bundle_guard import BundleGuard
 from forewarn.guard.client import AsyncClient, Client
-from forewarn.guard.errors import ForewarnError, PredicateError
+from forewarn.guard.errors import ConfigError, ForewarnError, PredicateError
 from forewarn.guard.langchain import _explain as explain
 from forewarn.guard.langchain._messages import forewarn_data, mark, message_text
 from forewarn.guard.langchain._lookahead import Turn, not_run, recheck, same_state
 from forewarn.guard.langchain._remote import MirroredSession, RemoteGuard, remote_guard, review_on_sidecar
 from forewarn.guard.langchain.errors import UnknownToolWarning
-from forewarn.guard.langchain.review import REVIEW_TYPES, Review, ReviewType, parse_review, review_payload
+from forewarn.guard.langchain.review import (
+    REVIEW_TYPES,
+    Review,
+    ReviewError,
+    ReviewType,
+    parse_review,
+    review_payload,
+)
 from forewarn.guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
 from forewarn.guard.policy import Policy
 from forewarn.guard.runtime import Decision, Guard, Session
@@ -123,8 +130,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
     threshold is already crossed in an initial state (of the pooled model, for a bundle).
 
     Raises:
-        ValueError: for a setting out of range, or an extractor whose initial state the
-            guard's predicates cannot read (``PredicateError``).
+        ConfigError: for a setting out of range.
+        PredicateError: an extractor whose initial state the guard's predicates cannot read.
     """
 
     def __init__(self, guard: Guard | BundleGuard | Client | AsyncClient | RemoteGuard, *, extractor: Extractor | None = None,
@@ -142,10 +149,10 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         if isinstance(guard, (Client, AsyncClient)):  # on a sidecar: previews local, commits remote (_remote)
             guard = remote_guard(guard, model)
         if approvals not in ("interrupt", "sidecar") or (approvals == "sidecar" and not isinstance(guard, RemoteGuard)):
-            raise ValueError(f"approvals={approvals!r}: expected 'interrupt', or 'sidecar' with a Client or "
-                             f"AsyncClient of a sidecar as the guard")
+            raise ConfigError(f"approvals={approvals!r}: expected 'interrupt', or 'sidecar' with a Client or "
+                              f"AsyncClient of a sidecar as the guard")
         if not approval_timeout > 0:
-            raise ValueError(f"approval_timeout={approval_timeout!r} must be a positive number of seconds")
+            raise ConfigError(f"approval_timeout={approval_timeout!r} must be a positive number of seconds")
         self.approvals = approvals
         self._remote = isinstance(guard, RemoteGuard)
         self.approval_timeout = approval_timeout
@@ -158,22 +165,22 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         warn_initial_crossings(guard.model, effective, stacklevel=2)
         self.metadata = metadata
         if max_reflections < 0:
-            raise ValueError(f"max_reflections={max_reflections!r} must be 0 or more")
+            raise ConfigError(f"max_reflections={max_reflections!r} must be 0 or more")
         self.max_reflections = max_reflections
         limit = Action(on_reflection_limit)
         if limit not in (Action.ASK_HUMAN, Action.STOP):
-            raise ValueError(f"on_reflection_limit={limit.value!r}: expected 'ask_human' or 'stop'")
+            raise ConfigError(f"on_reflection_limit={limit.value!r}: expected 'ask_human' or 'stop'")
         self.on_reflection_limit = limit
         self.on_extraction_error: Action | None = None
         if on_extraction_error != "raise":
             fallback = Action(on_extraction_error)
             if fallback is Action.ALLOW:
-                raise ValueError("on_extraction_error='allow' would wave through calls the guard cannot read; "
-                                 "use 'raise', 'reflect', 'ask_human' or 'stop'")
+                raise ConfigError("on_extraction_error='allow' would wave through calls the guard cannot read; "
+                                  "use 'raise', 'reflect', 'ask_human' or 'stop'")
             self.on_extraction_error = fallback
         unknown = [d for d in allowed_decisions if d not in REVIEW_TYPES]
         if unknown or not allowed_decisions:
-            raise ValueError(f"allowed_decisions={list(allowed_decisions)!r}: choose from {list(REVIEW_TYPES)}")
+            raise ConfigError(f"allowed_decisions={list(allowed_decisions)!r}: choose from {list(REVIEW_TYPES)}")
         self.allowed_decisions: tuple[ReviewType, ...] = tuple(allowed_decisions)
         self.judge_unchanged = judge_unchanged
         self.unknown_tools = Action(unknown_tools)
@@ -488,8 +495,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                 if review.type == "edit" and name != call["name"] and not any(
                         t.name == name for t in request.runtime.tools):
                     names = ", ".join(sorted(t.name for t in request.runtime.tools))
-                    raise ValueError(f"the reviewer edited call {call.get('id')!r} to tool {name!r}, which the "
-                                     f"agent does not have; its tools: {names}")
+                    raise ReviewError(f"the reviewer edited call {call.get('id')!r} to tool {name!r}, which the "
+                                      f"agent does not have; its tools: {names}")
                 return review
             except ValueError as exc:
                 payload = {**payload, "forewarn_error": f"{exc}. Nothing ran; answer again."}

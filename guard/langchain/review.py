@@ -13,12 +13,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from forewarn.guard.errors import ForewarnError
 from forewarn.guard.runtime import Decision
 
-__all__ = ["ReviewType", "Review", "review_payload", "parse_review"]
+__all__ = ["ReviewType", "Review", "ReviewError", "review_payload", "parse_review"]
 
 ReviewType = Literal["approve", "edit", "reject"]
 REVIEW_TYPES: tuple[ReviewType, ...] = ("approve", "edit", "reject")
+
+
+class ReviewError(ForewarnError):
+    """A reviewer's answer that cannot be read, is not allowed here, or edits the call to a tool the
+    agent does not have."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,30 +50,30 @@ def parse_review(answer: Any, allowed: Sequence[ReviewType]) -> Review:
     """Read a resume value as a :class:`Review`.
 
     Raises:
-        ValueError: naming what is wrong with the answer and what was expected.
+        ReviewError: naming what is wrong with the answer and what was expected.
     """
     expected = ('expected {"type": "approve"}, {"type": "reject", "message": ...}, '
                 '{"type": "edit", "edited_action": {"name": ..., "args": {...}}} or {"decisions": [one of those]}')
     if isinstance(answer, Mapping) and "decisions" in answer:
         decisions = answer["decisions"]
         if not isinstance(decisions, Sequence) or isinstance(decisions, str) or len(decisions) != 1:
-            raise ValueError(f"Forewarn reviews one call per interrupt, so 'decisions' must hold exactly one "
-                             f"decision; got {decisions!r}")
+            raise ReviewError(f"Forewarn reviews one call per interrupt, so 'decisions' must hold exactly one "
+                              f"decision; got {decisions!r}")
         answer = decisions[0]
     if not isinstance(answer, Mapping) or "type" not in answer:
-        raise ValueError(f"cannot read the review {answer!r}: {expected}")
+        raise ReviewError(f"cannot read the review {answer!r}: {expected}")
     kind = answer["type"]
     if kind not in REVIEW_TYPES:
-        raise ValueError(f"unknown review type {kind!r}: {expected}")
+        raise ReviewError(f"unknown review type {kind!r}: {expected}")
     if kind not in allowed:
-        raise ValueError(f"review type {kind!r} is not allowed here; allowed: {list(allowed)}")
+        raise ReviewError(f"review type {kind!r} is not allowed here; allowed: {list(allowed)}")
     if kind == "edit":
         edited = answer.get("edited_action")
         if not isinstance(edited, Mapping) or not isinstance(edited.get("args"), Mapping):
-            raise ValueError(f"an edit needs 'edited_action' with 'args' (an object); got {edited!r}")
+            raise ReviewError(f"an edit needs 'edited_action' with 'args' (an object); got {edited!r}")
         name = edited.get("name")
         if name is not None and not isinstance(name, str):
-            raise ValueError(f"edited_action.name must be a tool name, got {name!r}")
+            raise ReviewError(f"edited_action.name must be a tool name, got {name!r}")
         return Review("edit", name=name, args=dict(edited["args"]))
     if kind == "reject":
         message = answer.get("message")

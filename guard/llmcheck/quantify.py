@@ -207,6 +207,9 @@ def _similarity(arg: str | None) -> Callable[[str], int]:
         reference = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise QuantificationError(f"similarity: cannot read the reference text {str(arg)!r}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise QuantificationError(f"similarity: the reference text {str(arg)!r} is not UTF-8 (byte "
+                                  f"{exc.object[exc.start]:#04x} at offset {exc.start})") from exc
     return similarity_to(reference, fuzz.partial_ratio)
 
 

@@ -82,6 +82,9 @@ class NgramSource(TokenSource):
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise SourceError(f"cannot read the n-gram training file {str(path)!r}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise SourceError(f"the n-gram training file {str(path)!r} is not UTF-8 text (byte "
+                              f"{exc.object[exc.start]:#04x} at offset {exc.start})") from exc
         options.setdefault("name", f"ngram:{path}")
         return cls.from_text(text, **options)
 
