@@ -42,9 +42,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import _common as C
 import stormpy
 
+import _common as C
 from forewarn.guard import Guard, Method, learn_model, parse_spec
 from forewarn.guard.storm import build_sparse_dtmc, check_sparse_model, labels_of
 

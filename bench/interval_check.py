@@ -40,8 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import _common as C
 import numpy as np
+
+import _common as C
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the coverage harness lives with the tests that use it
@@ -58,8 +59,14 @@ def size_worker(size: int, seed: int, repeats: int) -> dict[str, Any]:
     from forewarn.guard.learning import learn_dtmc
     from forewarn.guard.pipeline import transition_rule
     from forewarn.guard.predicates import PredicateSet
-    from forewarn.guard.storm import Method, build_interval_dtmc, build_sparse_dtmc, check_sparse_model, interval_bounds, \
-        labels_of
+    from forewarn.guard.storm import (
+        Method,
+        build_interval_dtmc,
+        build_sparse_dtmc,
+        check_sparse_model,
+        interval_bounds,
+        labels_of,
+    )
 
     width = P.width_for(size)
     spec = P.chain_spec(width)
@@ -148,7 +155,6 @@ def decision_latency(quick: bool, seed: int) -> dict[str, Any]:
 
 def coverage_sweep(quick: bool) -> list[dict[str, Any]]:
     from _coverage import coverage
-
     from forewarn.guard.intervals import IntervalMethod
 
     learnings = 200 if quick else 500

@@ -38,12 +38,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import _common as C
-
 from forewarn.guard import learn_model, parse_spec
 from forewarn.guard.learning import TransitionCounts, count_transitions, learn_dtmc
 from forewarn.guard.pac import pac_report

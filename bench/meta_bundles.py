@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
-
 from forewarn.guard import Guard, learn_model, parse_spec
 from forewarn.guard.bundle import learn_bundle
 from forewarn.guard.bundle_guard import BundleGuard

@@ -34,7 +34,6 @@ for folder in (ROOT, ROOT / "tests"):
 
 from _pac_sim import CHAINS, learned_reach, simulate, true_reach  # noqa: E402  (tests/ helpers)
 from _support import TOY_SPEC  # noqa: E402
-
 from forewarn.guard.model import GuardModel  # noqa: E402
 from forewarn.guard.pac import pac_report  # noqa: E402
 from forewarn.guard.predicates import PredicateSet  # noqa: E402

@@ -61,9 +61,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import _common as C
 import numpy as np
 
+import _common as C
 from forewarn.guard.learning import END, TransitionCounts, learn_dtmc
 from forewarn.guard.pac import pac_report
 from forewarn.guard.pipeline import transition_rule

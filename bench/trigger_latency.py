@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
-
 from forewarn.guard import Guard, Policy, learn_model, parse_spec
 
 TARGET_P99_US = 100.0

@@ -186,7 +186,6 @@ def run_driving_demo(*, out_dir: Path, runs: int, episodes: int, seed: int, heed
     drives guarded cars with ``stop`` (emergency brake) and ``reflect`` on the same seeds.
     """
     from forewarn.domains.driving import P_HEED_REFLECTION, generate_traces, python_predicates, run_episode, spec_path
-
     from forewarn.guard.pipeline import read_trace_files
     from forewarn.guard.replay import replay
 

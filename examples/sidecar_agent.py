@@ -30,9 +30,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
-from collections.abc import Iterator
 
 from forewarn.guard.client import Client
 from forewarn.guard.spec import Action

@@ -18,10 +18,30 @@ from typing import TYPE_CHECKING, Any
 from forewarn._version import __version__
 
 if TYPE_CHECKING:
-    from forewarn.guard import (Action, BundleGuard, CheckError, Decision, ForewarnError, Guard, GuardBundle,
-                                GuardModel, Method, ModelFileError, Policy, PredicateError, Session, Spec,
-                                SpecError, TraceError, learn_bundle, learn_model, learn_model_from_runs,
-                                load_guard, load_spec, parse_spec)
+    from forewarn.guard import (
+        Action,
+        BundleGuard,
+        CheckError,
+        Decision,
+        ForewarnError,
+        Guard,
+        GuardBundle,
+        GuardModel,
+        Method,
+        ModelFileError,
+        Policy,
+        PredicateError,
+        Session,
+        Spec,
+        SpecError,
+        TraceError,
+        learn_bundle,
+        learn_model,
+        learn_model_from_runs,
+        load_guard,
+        load_spec,
+        parse_spec,
+    )
 
 __all__ = [
     "__version__",

@@ -19,8 +19,8 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
-from types import CodeType, ModuleType
 from collections.abc import Sequence
+from types import CodeType, ModuleType
 
 __all__ = ["ALIASES", "install", "redirect"]
 

@@ -26,10 +26,10 @@ from forewarn.guard._cli import (
     print_warnings,
     warn,
 )
-from forewarn.guard.errors import ForewarnError, UsageError
 from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
-from forewarn.guard.read_summary import IngestSummary
+from forewarn.guard.errors import ForewarnError, UsageError
 from forewarn.guard.model import CheckedProperty, GuardModel
+from forewarn.guard.read_summary import IngestSummary
 from forewarn.guard.spec import PropertyDef
 from forewarn.guard.storm import (
     Method,

@@ -24,8 +24,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from forewarn.guard.chain import END, CsrArrays, LearnedDTMC, visits
 from forewarn.guard.errors import ForewarnError, ModelFileError, UsageError
-from forewarn.guard.results import (CheckOutcome, IntervalMethod, IntervalReport, Method, PACReport, StatePAC,
-                                    TightPAC, TightStatePAC)
+from forewarn.guard.results import (
+    CheckOutcome,
+    IntervalMethod,
+    IntervalReport,
+    Method,
+    PACReport,
+    StatePAC,
+    TightPAC,
+    TightStatePAC,
+)
 from forewarn.guard.spec import Meaning, PropertyDef, Spec, parse_spec
 
 __all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument", "write_document"]

@@ -7,13 +7,15 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from forewarn.guard._version import __version__
+from forewarn.guard.backoff import learn_memory_dtmc, strip_memory
+from forewarn.guard.crossval import ALPHA_GRID, choose_alpha, path_transitions
 from forewarn.guard.errors import CheckError, ForewarnError, TraceError
 from forewarn.guard.intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
 from forewarn.guard.learning import (
@@ -24,15 +26,13 @@ from forewarn.guard.learning import (
     learn_dtmc,
     spec_transition_rule,
 )
-from forewarn.guard.backoff import learn_memory_dtmc, strip_memory
-from forewarn.guard.crossval import ALPHA_GRID, choose_alpha, path_transitions
 from forewarn.guard.memory import Memory, build_memory
 from forewarn.guard.model import CheckedProperty, GuardModel
 from forewarn.guard.monitoring import build_monitors, build_product
+from forewarn.guard.outcomes import OutcomeCounts, direct_intervals, first_visit_counts, intersect
 from forewarn.guard.pac import pac_report
 from forewarn.guard.predicates import PredicateSet, PythonPredicate, resolve_callable
 from forewarn.guard.read_summary import IngestSummary
-from forewarn.guard.outcomes import OutcomeCounts, direct_intervals, first_visit_counts, intersect
 from forewarn.guard.shrinkage import Fit, Paths, reach_targets, shrink_properties, summarize_paths
 from forewarn.guard.spec import Spec
 from forewarn.guard.storm import (

@@ -14,8 +14,14 @@ if __name__ == 'monitors':  # a source checkout imported by the pre-0.2 name: be
 from forewarn.monitors.base import VIOL, Condition, ConditionError, Monitor, MonitorError, MonitorSemanticsError
 from forewarn.monitors.bounded_response import BoundedResponse
 from forewarn.monitors.patterns import Pattern, PatternMonitor, Scope
-from forewarn.monitors.product import (Chain, Product, ProductTooLargeError, advance, initial_monitor_states,
-                                       reachable_product)
+from forewarn.monitors.product import (
+    Chain,
+    Product,
+    ProductTooLargeError,
+    advance,
+    initial_monitor_states,
+    reachable_product,
+)
 
 __all__ = [
     "VIOL",

@@ -18,8 +18,8 @@ another replica) is computed again from what the database holds, a few times at 
 from __future__ import annotations
 
 import asyncio
-import random
 import hashlib
+import random
 import re
 import time
 from collections.abc import Awaitable, Callable

@@ -24,9 +24,9 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard.errors import ForewarnError, ModelFileError
 from forewarn.guard.bundle import GuardBundle, parse_model_or_bundle
 from forewarn.guard.bundle_guard import BundleGuard
+from forewarn.guard.errors import ForewarnError, ModelFileError
 from forewarn.guard.model import GuardModel
 from forewarn.guard.runtime import Guard
 from forewarn.server.storage import StorageBase

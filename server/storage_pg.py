@@ -29,7 +29,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from forewarn.server.storage import (
-    _STOP, CHANNEL_APPROVALS, CHANNEL_MODELS, CHANNEL_SESSIONS, SCHEMA_VERSION, StorageBase, StorageError,
+    _STOP,
+    CHANNEL_APPROVALS,
+    CHANNEL_MODELS,
+    CHANNEL_SESSIONS,
+    SCHEMA_VERSION,
+    StorageBase,
+    StorageError,
     _ThreadWriter,
 )
 

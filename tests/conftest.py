@@ -14,7 +14,6 @@ from forewarn.guard.pipeline import learn_model
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.spec import Spec, load_spec
 
-
 TESTS = Path(__file__).parent
 
 # Tests that need an extra (pip install 'forewarn[NAME]'), by folder or module under tests/ (the

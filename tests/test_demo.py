@@ -5,8 +5,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from forewarn.guard import GuardModel
 from forewarn.domains.demo import run_demo
+from forewarn.guard import GuardModel
 
 
 def test_the_embodied_demo_learns_checks_and_compares_enforcements(tmp_path: Path) -> None:

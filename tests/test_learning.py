@@ -10,8 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _support import A, AB, B, NONE, Row, TOY_SPEC, WriteRuns, eq1_row, toy_run
-from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, count_transitions, learn_dtmc, spec_transition_rule
+from _support import AB, NONE, TOY_SPEC, A, B, Row, WriteRuns, eq1_row, toy_run
+from forewarn.guard.learning import (
+    END,
+    LearnedDTMC,
+    TransitionCounts,
+    count_transitions,
+    learn_dtmc,
+    spec_transition_rule,
+)
 from forewarn.guard.pipeline import learn_model, transition_rule
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.spec import Spec, parse_spec

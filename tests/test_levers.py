@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _support import AB, CLI, NONE, TOY_SPEC, A, B, WriteRuns, reach_probabilities, toy_run, toy_state
 from forewarn.guard import Guard
 from forewarn.guard.crossval import ALPHA_GRID, choose_alpha, path_transitions
 from forewarn.guard.learning import END, TransitionCounts, count_transitions, learn_dtmc
@@ -23,7 +24,6 @@ from forewarn.guard.shrinkage import KAPPA_GRID, reach_label
 from forewarn.guard.spec import Spec, parse_spec
 from forewarn.guard.storm import Method
 from forewarn.guard.traces import read_runs
-from _support import AB, CLI, NONE, B, TOY_SPEC, A, WriteRuns, reach_probabilities, toy_run, toy_state
 
 F = Fraction
 N4, A5 = NONE | 1 << 2, A | 1 << 2  # NONE and A having held for 2 steps or more (dwell 2: label 1)

@@ -7,6 +7,7 @@ from typing import Any
 import cel
 import pytest
 from hypothesis import given, settings
+from test_predicates import RICH_PREDICATES, STATES, spec_text
 
 from _support import CLI, WriteRuns
 from forewarn.guard.errors import PredicateError, TraceError
@@ -16,7 +17,6 @@ from forewarn.guard.replay import replay_run
 from forewarn.guard.runtime import Guard
 from forewarn.guard.spec import Action, parse_spec
 from forewarn.guard.traces import Run
-from test_predicates import RICH_PREDICATES, STATES, spec_text
 
 # A multi-task agent: the same concrete step is dangerous in one task and harmless in another.
 META_SPEC = """\

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from _support import A, CLI, NONE, WriteRuns, expected_steps, toy_run
+from _support import CLI, NONE, A, WriteRuns, expected_steps, toy_run
 from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, learn_dtmc
 from forewarn.guard.model import GuardModel
 from forewarn.guard.pac import amplification_factor, pac_report, tight_bound

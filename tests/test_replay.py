@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _support import A, AB, B, NONE, WriteRuns, toy_run
+from _support import AB, NONE, A, B, WriteRuns, toy_run
 from forewarn.guard import Guard, Policy
 from forewarn.guard.learning import END
 from forewarn.guard.model import GuardModel

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _support import A, AB, B, NONE, TOY_SPEC, WriteRuns, reach_probabilities, toy_run, toy_state
+from _support import AB, NONE, TOY_SPEC, A, B, WriteRuns, reach_probabilities, toy_run, toy_state
 from forewarn.guard import Guard, Policy
 from forewarn.guard.errors import ThresholdWarning
 from forewarn.guard.model import GuardModel

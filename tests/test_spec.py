@@ -6,9 +6,9 @@ import pytest
 
 from _support import TOY_SPEC
 from forewarn.guard.errors import SpecError
+from forewarn.guard.monitoring import build_monitors
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.spec import Action, Spec, load_spec, parse_spec
-from forewarn.guard.monitoring import build_monitors
 
 
 def spec_error(text: str) -> SpecError:

@@ -16,8 +16,18 @@ from forewarn.guard.learning import LearnedDTMC
 from forewarn.guard.model import GuardModel
 from forewarn.guard.pipeline import learn_model
 from forewarn.guard.spec import Spec
-from forewarn.guard.storm import (Method, build_sparse_dtmc, check_dtmc, check_prism_file, check_sparse_model,
-                         ctl_verdicts, export_drn, labels_of, prism_text, validate_formula)
+from forewarn.guard.storm import (
+    Method,
+    build_sparse_dtmc,
+    check_dtmc,
+    check_prism_file,
+    check_sparse_model,
+    ctl_verdicts,
+    export_drn,
+    labels_of,
+    prism_text,
+    validate_formula,
+)
 
 REACH = 'P=? [F "unsafe"]'
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _support import A, AB, B, NONE, TOY_SPEC, WriteRuns, toy_run, toy_state
+from _support import AB, NONE, TOY_SPEC, A, B, WriteRuns, toy_run, toy_state
 from forewarn.guard import Guard, Policy
 from forewarn.guard.errors import ForewarnError, SpecError, ThresholdWarning
 from forewarn.guard.learning import END

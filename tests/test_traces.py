@@ -8,8 +8,8 @@ import pytest
 
 from _support import WriteRuns, toy_run, toy_state
 from forewarn.guard.errors import TraceError
-from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.pipeline import learn_model
+from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.spec import Spec, parse_spec
 from forewarn.guard.traces import Run, abstract_run, file_digest, parse_run, read_runs
 

@@ -18,14 +18,24 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from forewarn.guard._cli import (Format, caught_warnings, check_alpha, check_period, err, out, print_json, print_summary,
-                        print_warnings, warn)
+from forewarn.guard._cli import (
+    Format,
+    caught_warnings,
+    check_alpha,
+    check_period,
+    err,
+    out,
+    print_json,
+    print_summary,
+    print_warnings,
+    warn,
+)
 from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS
 from forewarn.guard.errors import ForewarnError, TraceError
-from forewarn.guard.storm import Method
 from forewarn.guard.ingest import InputFormat, read_input
 from forewarn.guard.replay import Enforcement, ReplayReport
 from forewarn.guard.spec import Trigger
+from forewarn.guard.storm import Method
 
 __all__ = ["register", "replay", "evaluate", "ingest", "parse_thetas", "parse_enforcement"]
 
@@ -202,8 +212,8 @@ def replay(
                                                        "session's, else local[*]).")] = None,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
-    from forewarn.guard.evaluation.baselines import score_baselines, trace_run
     from forewarn.guard.bundle_guard import load_guard
+    from forewarn.guard.evaluation.baselines import score_baselines, trace_run
     from forewarn.guard.replay import replay as run_replay
 
     thetas = parse_thetas(theta)

@@ -8,19 +8,26 @@ spread over folds shows how much they depend on which runs a model happened to s
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from forewarn.guard.evaluation.baselines import score_baselines, trace_run
-from forewarn.guard.evaluation.folds import group_of, split_folds
 from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS, group_path, learn_bundle_from_runs
 from forewarn.guard.bundle_guard import BundleGuard
+from forewarn.guard.evaluation.baselines import score_baselines, trace_run
+from forewarn.guard.evaluation.folds import group_of, split_folds
 from forewarn.guard.pipeline import learn_model_from_runs
 from forewarn.guard.predicates import PredicateSet, PythonPredicate
-from forewarn.guard.replay import (Enforcement, ReplayReport, RunReplay, Spread, horizon_of, min_increase_of, replay_run,
-                          summarize)
+from forewarn.guard.replay import (
+    Enforcement,
+    ReplayReport,
+    RunReplay,
+    Spread,
+    horizon_of,
+    min_increase_of,
+    replay_run,
+    summarize,
+)
 from forewarn.guard.runtime import Guard
 from forewarn.guard.spec import Action, Spec, Trigger
 from forewarn.guard.storm import Method

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Mapping, Sequence
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 from forewarn.guard._version import __version__
 from forewarn.guard.evaluation.baselines import LABELS

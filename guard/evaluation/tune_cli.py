@@ -10,8 +10,19 @@ from rich.table import Table
 
 from forewarn.guard._cli import Format, err, out, print_json
 from forewarn.guard.errors import ForewarnError
-from forewarn.guard.evaluation.cli import (EnforcementOption, FormatOption, InputFormatOption, TriggerOption, _atomic_write,
-                                  _fmt, _over, _pct, _progress, parse_enforcement, parse_trigger)
+from forewarn.guard.evaluation.cli import (
+    EnforcementOption,
+    FormatOption,
+    InputFormatOption,
+    TriggerOption,
+    _atomic_write,
+    _fmt,
+    _over,
+    _pct,
+    _progress,
+    parse_enforcement,
+    parse_trigger,
+)
 from forewarn.guard.ingest import InputFormat, read_input
 from forewarn.guard.replay import Enforcement
 from forewarn.guard.storm import Method
@@ -42,7 +53,8 @@ def tune(
 ) -> None:
     """Choose a threshold per action from cross-validation so that targets on detection or false alarms hold."""
     from forewarn.guard.evaluation.evaluate import evaluate as run_evaluate
-    from forewarn.guard.evaluation.tune import parse_target, tune as run_tune, write_thresholds
+    from forewarn.guard.evaluation.tune import parse_target, write_thresholds
+    from forewarn.guard.evaluation.tune import tune as run_tune
     from forewarn.guard.spec import Thresholds, load_spec, parse_spec
 
     targets = [parse_target(t) for t in target]

@@ -18,10 +18,10 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain._lookahead", exc) from None
 
-from forewarn.guard.langchain.transcript import CallStatus, ToolStep, Transcript
 from forewarn.guard.langchain import _explain as explain
 from forewarn.guard.langchain._messages import forewarn_data, mark
 from forewarn.guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
+from forewarn.guard.langchain.transcript import CallStatus, ToolStep, Transcript
 from forewarn.guard.runtime import Decision, Session
 from forewarn.guard.spec import Action
 

@@ -25,8 +25,8 @@ led to is committed linked to it.
 from __future__ import annotations
 
 import weakref
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -46,13 +46,12 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain.middleware", exc) from None
 
-from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
 from forewarn.guard.bundle_guard import BundleGuard
 from forewarn.guard.client import AsyncClient, Client
 from forewarn.guard.errors import ConfigError, ForewarnError, PredicateError
 from forewarn.guard.langchain import _explain as explain
-from forewarn.guard.langchain._messages import forewarn_data, mark, message_text
 from forewarn.guard.langchain._lookahead import Turn, not_run, recheck, same_state
+from forewarn.guard.langchain._messages import forewarn_data, mark, message_text
 from forewarn.guard.langchain._remote import MirroredSession, RemoteGuard, remote_guard, review_on_sidecar
 from forewarn.guard.langchain.errors import UnknownToolWarning
 from forewarn.guard.langchain.review import (
@@ -64,6 +63,7 @@ from forewarn.guard.langchain.review import (
     review_payload,
 )
 from forewarn.guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
+from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
 from forewarn.guard.policy import Policy
 from forewarn.guard.runtime import Decision, Guard, Session
 from forewarn.guard.spec import Action, Trigger

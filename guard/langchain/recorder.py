@@ -33,9 +33,9 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain.recorder", exc) from None
 
-from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
 from forewarn.guard.errors import ForewarnError
 from forewarn.guard.langchain._messages import message_text, value_text
+from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
 
 __all__ = ["TraceRecorder"]
 

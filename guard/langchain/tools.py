@@ -27,12 +27,12 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain.tools", exc) from None
 
-from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
+from forewarn.guard.bundle_guard import BundleGuard
 from forewarn.guard.errors import ForewarnError
 from forewarn.guard.langchain import _explain as explain
 from forewarn.guard.langchain._messages import value_text
 from forewarn.guard.langchain.errors import ApprovalRequired, RunStopped
-from forewarn.guard.bundle_guard import BundleGuard
+from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
 from forewarn.guard.policy import Policy
 from forewarn.guard.runtime import Decision, Guard, Session
 from forewarn.guard.spec import Action, Trigger

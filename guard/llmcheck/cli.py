@@ -15,8 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from forewarn.guard._cli import Format, check_positive_int, check_precision
-from forewarn.guard.storm import Method
 from forewarn.guard.llmcheck.errors import LLMCheckError
+from forewarn.guard.storm import Method
 
 __all__ = ["llmcheck", "register", "parse_sweep"]
 
@@ -118,8 +118,8 @@ def llmcheck(
         raise LLMCheckError(f"llmcheck needs {', '.join(missing)}")
     if more_sweep and not sweep:
         raise LLMCheckError(f"unexpected argument(s) {' '.join(more_sweep)}; sweep axes follow --sweep")
-    from forewarn.guard.llmcheck.dtmc.build import Scope
     from forewarn.guard.llmcheck.chain import Budget, ExploreSettings
+    from forewarn.guard.llmcheck.dtmc.build import Scope
     from forewarn.guard.llmcheck.sources import open_source
 
     options: dict[str, Any] = {}

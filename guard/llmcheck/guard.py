@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from forewarn.guard.llmcheck.dtmc.build import Scope
 from forewarn.guard.llmcheck.chain import Budget, ExploreSettings
+from forewarn.guard.llmcheck.dtmc.build import Scope
 from forewarn.guard.llmcheck.explore import DistributionCache
 from forewarn.guard.llmcheck.pipeline import LLMCheckReport, check_llm, resolve_quantifications
 from forewarn.guard.llmcheck.quantify import Quantification

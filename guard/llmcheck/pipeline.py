@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from forewarn.guard.llmcheck.chain import Budget, ExploredModel, ExploreSettings, StateKind
 from forewarn.guard.llmcheck.dtmc.build import Scope
 from forewarn.guard.llmcheck.dtmc.check import CheckResult, check_explored
-from forewarn.guard.llmcheck.chain import Budget, ExploredModel, ExploreSettings, StateKind
 from forewarn.guard.llmcheck.explore import DistributionCache, explore
 from forewarn.guard.llmcheck.quantify import Quantification, available_quantifications, parse_quantifications
 from forewarn.guard.llmcheck.query import Query, parse_query

@@ -40,9 +40,10 @@ from forewarn.guard.storm import Method
 from forewarn.guard.traces import Run, abstract_run
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
     from forewarn.guard.evaluation.evaluate import EvaluationReport
     from forewarn.guard.replay import Enforcement
-    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["evaluate_spark"]
 

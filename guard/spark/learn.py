@@ -37,10 +37,11 @@ from forewarn.guard.spec import Spec
 from forewarn.guard.traces import Run, abstract_run
 
 if TYPE_CHECKING:
-    from forewarn.guard.bundle import GuardBundle
-    from forewarn.guard.read_summary import IngestSummary
-    from forewarn.guard.model import GuardModel
     from pyspark.sql import DataFrame, SparkSession
+
+    from forewarn.guard.bundle import GuardBundle
+    from forewarn.guard.model import GuardModel
+    from forewarn.guard.read_summary import IngestSummary
 
 __all__ = ["learn_model_spark", "learn_bundle_spark", "count_transitions_spark"]
 

@@ -27,9 +27,10 @@ from forewarn.guard.spec import Action, Trigger
 from forewarn.guard.traces import Run
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
     from forewarn.guard.bundle_guard import BundleGuard
     from forewarn.guard.runtime import Guard
-    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["replay_spark"]
 
@@ -46,9 +47,8 @@ def replay_spark(source: DataFrame | Sequence[str], guard: Guard | BundleGuard, 
     Raises:
         TraceError: the first malformed run in reading order (as the local replay).
     """
-    from forewarn.guard.spark.session import spark_session
-
     from forewarn.guard.bundle_guard import BundleGuard
+    from forewarn.guard.spark.session import spark_session
 
     session = spark or spark_session()
     document = guard.bundle.to_document() if isinstance(guard, BundleGuard) else guard.model.to_document()

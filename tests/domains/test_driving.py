@@ -27,10 +27,10 @@ from forewarn.domains.driving import (
     valid_transition,
 )
 from forewarn.domains.driving.predicates import python_predicates
+from forewarn.guard.monitoring import build_monitors
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.replay import replay
 from forewarn.guard.traces import abstract_run, read_runs
-from forewarn.guard.monitoring import build_monitors
 
 THETAS = (0.3, 0.5, 0.7)
 RISKY = {"reckless": 1.0, "aggressive": 1.0}

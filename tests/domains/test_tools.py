@@ -22,6 +22,7 @@ from forewarn.domains.tools import (
     load_tool_spec,
     violations,
 )
+from forewarn.guard import Guard, learn_model
 from forewarn.guard.langchain.kinds import (
     has_injection,
     has_secret,
@@ -30,7 +31,6 @@ from forewarn.guard.langchain.kinds import (
     reads_secret,
     shell_upload_hosts,
 )
-from forewarn.guard import Guard, learn_model
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.traces import read_runs
 

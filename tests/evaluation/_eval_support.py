@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from _support import A, AB, B, NONE, Result
+from _support import AB, NONE, A, B, Result
 from forewarn.guard.learning import END
 from forewarn.guard.model import GuardModel
 from forewarn.guard.storm import CheckOutcome, Method

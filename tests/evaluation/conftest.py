@@ -1,7 +1,6 @@
 """Fixtures for the evaluation tests: a guard with risks set by hand, and the CLI in-process."""
 from __future__ import annotations
 
-
 import pytest
 
 from _eval_support import RISK, with_risk

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import A, AB, B, NONE, WriteRuns, toy_run
+from _support import AB, NONE, A, B, WriteRuns, toy_run
 from forewarn.guard.evaluation.baselines import (
     EMPIRICAL,
     ONE_CHANGE,
@@ -14,12 +14,12 @@ from forewarn.guard.evaluation.baselines import (
     score_baselines,
     trace_run,
 )
+from forewarn.guard.monitoring import build_monitors
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.replay import RunReplay, replay
 from forewarn.guard.runtime import Guard
 from forewarn.guard.spec import Spec, load_spec
 from forewarn.guard.traces import read_runs
-from forewarn.guard.monitoring import build_monitors
 
 
 def traced(path: Path, spec: Spec) -> list[RunReplay]:

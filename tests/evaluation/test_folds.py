@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _support import A, AB, B, NONE, toy_run
+from _support import AB, NONE, A, B, toy_run
 from forewarn.guard.errors import ForewarnError
 from forewarn.guard.evaluation import evaluate as evaluate_module
 from forewarn.guard.evaluation.evaluate import evaluate

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _eval_support import RISK, with_risk
-from _support import A, AB, B, NONE, WriteRuns, toy_run
+from _support import AB, NONE, A, B, WriteRuns, toy_run
 from forewarn.guard.calibration import calibrate
 from forewarn.guard.model import GuardModel
 from forewarn.guard.replay import RunReplay, Spread, horizon_of, rate_curve, replay, summarize

@@ -15,7 +15,7 @@ import pytest
 from matplotlib.image import imread
 
 from _eval_support import RISK, with_risk
-from _support import A, AB, B, NONE, TOY_SPEC, WriteRuns, toy_run
+from _support import AB, NONE, TOY_SPEC, A, B, WriteRuns, toy_run
 from forewarn.guard.evaluation.baselines import score_baselines
 from forewarn.guard.evaluation.evaluate import evaluate
 from forewarn.guard.evaluation.plots import advance_figure, choose_run, png_bytes, report_images, risk_figure

@@ -54,7 +54,6 @@ def guard_or_client(request: pytest.FixtureRequest, tool_model: GuardModel) -> I
         yield Guard(tool_model)
         return
     from _sidecar import KEYS
-
     from forewarn.guard.client import Client
 
     with Client(request.getfixturevalue("tool_sidecar").url, api_key=KEYS["agent"]) as client:

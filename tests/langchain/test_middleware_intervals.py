@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from langchain_core.messages import ToolMessage
+from test_middleware import CLEANUP, DF, RM_BUILD, agent_for, ask
 
 from _lc_support import ToolLog, well_formed
 from forewarn.domains.tools import ToolStateExtractor, Transcript
@@ -12,7 +13,6 @@ from forewarn.guard.errors import ThresholdWarning
 from forewarn.guard.langchain import ForewarnMiddleware
 from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
 from forewarn.guard.spec import Action, Thresholds, Trigger
-from test_middleware import CLEANUP, DF, RM_BUILD, agent_for, ask
 
 
 def _decision_after(guard: Guard, steps: list[dict]) -> object:

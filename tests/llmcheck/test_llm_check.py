@@ -7,8 +7,15 @@ import pytest
 import stormpy
 
 from _llm_support import TABLE, TableSource
-from forewarn.guard.llmcheck import (ExploreSettings, QueryError, check_explored, check_llm, explore, parse_query,
-                            prism_text)
+from forewarn.guard.llmcheck import (
+    ExploreSettings,
+    QueryError,
+    check_explored,
+    check_llm,
+    explore,
+    parse_query,
+    prism_text,
+)
 from forewarn.guard.llmcheck.dtmc.build import Scope, label_states
 from forewarn.guard.llmcheck.quantify import parse_quantifications
 from forewarn.guard.storm import Method

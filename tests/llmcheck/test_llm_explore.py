@@ -6,11 +6,19 @@ from fractions import Fraction
 import pytest
 
 from _llm_support import TABLE, TableSource, brute_force
-from forewarn.guard.llmcheck import (Budget, DistributionCache, ExploreSettings, LLMCheckError, NgramSource, StateKind,
-                            check_llm, explore, top_alpha_k)
+from forewarn.guard.llmcheck import (
+    Budget,
+    DistributionCache,
+    ExploreSettings,
+    LLMCheckError,
+    NgramSource,
+    StateKind,
+    check_llm,
+    explore,
+    top_alpha_k,
+)
 from forewarn.guard.llmcheck.sources.base import Candidate
 from forewarn.guard.storm import Method
-
 
 
 def cands(*probs: float) -> list[Candidate]:

@@ -4,7 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from forewarn.guard.llmcheck import QuantificationError, available_quantifications, make_quantification, register_quantification
+from forewarn.guard.llmcheck import (
+    QuantificationError,
+    available_quantifications,
+    make_quantification,
+    register_quantification,
+)
 from forewarn.guard.llmcheck.quantify import Quantification, parse_quantifications
 
 

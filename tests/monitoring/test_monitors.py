@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from forewarn.guard import Guard, GuardModel, Method, parse_spec
 from forewarn.guard.errors import ThresholdWarning
+from forewarn.guard.monitoring import build_monitors
 from forewarn.guard.pipeline import learn_model_from_runs
 from forewarn.guard.traces import parse_run
-from forewarn.guard.monitoring import build_monitors
 from forewarn.monitors import VIOL, BoundedResponse, Condition, Pattern, PatternMonitor, Scope
 from forewarn.monitors.semantics import bounded_response_violation, pattern_violation
 

@@ -21,9 +21,9 @@ def builtin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def builtin_v2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Another version of the built-in model: same spec and predicates, other runs, other values."""
     from forewarn.domains.embodied import generate_traces
+    from forewarn.domains.embodied.builtin import BUILTIN_TASK
     from forewarn.domains.embodied.spec import write_spec
     from forewarn.domains.embodied.tasks import load_tasks
-    from forewarn.domains.embodied.builtin import BUILTIN_TASK
     from forewarn.guard.pipeline import learn_model
     from forewarn.guard.spec import load_spec
 

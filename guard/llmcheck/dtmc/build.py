@@ -17,8 +17,8 @@ import stormpy
 from stormpy import datastructures as _ds
 from stormpy import models as _models
 
-from forewarn.guard.llmcheck.errors import QueryError
 from forewarn.guard.llmcheck.chain import ExploredModel, StateKind
+from forewarn.guard.llmcheck.errors import QueryError
 from forewarn.guard.llmcheck.quantify import Quantification
 from forewarn.guard.llmcheck.query import Query
 from forewarn.guard.storm import build_sparse_dtmc
