@@ -104,6 +104,10 @@ class ProposalResolve(_In):
         "edit: the state the edited call would lead to, re-checked (its decision is recorded with the edit)."))
 
 
+class ProposalCancel(_In):
+    reason: str | None = Field(default=None, max_length=2000, description="Why the agent withdrew the call.")
+
+
 class BatchItem(StepIn):
     proposal: None = Field(default=None, description="Not in a batch: observe a proposal's step on its own.")
     session: str = Field(pattern=ID_PATTERN, description="The session the step belongs to.")

@@ -254,6 +254,13 @@ def resolve_proposal(proposal_id: str, decision: str, reason: str | None = None,
     return cast(dict[str, Any], (yield Request("POST", f"/v1/proposals/{proposal_id}", body, idempotent=True)))
 
 
+def cancel_proposal(proposal_id: str, reason: str | None = None) -> Op[dict[str, Any]]:
+    """Withdraw a pending proposal (agent key). One decided meanwhile raises :class:`ServerError`
+    with code ``already_resolved``: read it with :func:`proposal` and honour the answer."""
+    return cast(dict[str, Any], (yield Request("POST", f"/v1/proposals/{proposal_id}/cancel", {"reason": reason},
+                                               idempotent=True)))
+
+
 def models() -> Op[list[dict[str, Any]]]:
     return cast(list[dict[str, Any]], (yield Request("GET", "/v1/models"))["models"])
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forewarn.guard.bundle_guard import BundleGuard
-from forewarn.guard.client import AsyncClient, Client, RemoteSession
+from forewarn.guard.client import AsyncClient, Client, RemoteSession, ServerError
 from forewarn.guard.langchain.review import Review
 from forewarn.guard.policy import Policy
 from forewarn.guard.runtime import Decision, Guard, Session
@@ -142,8 +142,18 @@ def review_on_sidecar(session: MirroredSession, call: Mapping[str, Any], state: 
     meanwhile, is a rejection (the call does not run)."""
     assert session.remote is not None
     answer = session.remote.propose(call["name"], call["args"], state, tools=tools, ask=True, edit_of=edit_of)
+    client = session.remote.client
     if answer["status"] == "pending":
-        answer = session.remote.client.wait_for_proposal(answer["id"], timeout)
+        answer = client.wait_for_proposal(answer["id"], timeout)
+    withdrawn = False
+    if answer["status"] == "pending":  # nobody answered: withdraw it, unless an answer beat us to it
+        try:
+            answer = client.cancel_proposal(answer["id"], f"the agent stopped waiting after {timeout:g} s")
+            withdrawn = True
+        except ServerError as exc:
+            if exc.code != "already_resolved":
+                raise
+            answer = client.proposal(answer["id"])
     status = answer["status"]
     if status == "approved":
         return Review("approve"), answer["id"]
@@ -151,7 +161,7 @@ def review_on_sidecar(session: MirroredSession, call: Mapping[str, Any], state: 
         edited = answer.get("edited") or {}
         return Review("edit", name=edited.get("tool"), args=dict(edited.get("arguments") or {})), answer["id"]
     reason = answer.get("reason")
-    if status == "pending":
+    if withdrawn:
         reason = f"no approver answered within {timeout:g} s"
     elif status == "cancelled":
         reason = "the session was closed before an approver answered"

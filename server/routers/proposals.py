@@ -1,6 +1,7 @@
 """Proposals, approval *before* a call runs: ``POST /v1/sessions/{id}/proposals`` (propose),
 ``GET /v1/proposals`` (list), ``GET /v1/proposals/{id}`` (with an optional long poll) and
-``POST /v1/proposals/{id}`` (approve, reject or edit).
+``POST /v1/proposals/{id}`` (approve, reject or edit) and ``POST /v1/proposals/{id}/cancel`` (the
+agent withdraws it).
 
 What a proposal is, its statuses and how it is shown are in :mod:`server.proposals`; a proposal
 that ran is observed by the step routes (:mod:`.steps`) with ``"proposal": id``.
@@ -141,6 +142,37 @@ async def resolve_proposal(proposal_id: ProposalId, body: S.ProposalResolve, sta
                                             "resolved_by": principal.name, "reason": body.reason, "edited": text}))
         job = Storage.remember(None if entry is None else entry(200, answer),
                                Storage.resolve_proposal(proposal_id, status, at, principal.name, body.reason, text))
+        if not await write(state, job):
+            raise ApiError(409, "already_resolved", f"proposal {proposal_id!r} is no longer pending",
+                           field="path.proposal_id")
+        state.hub.resolved([proposal_id])
+        return 200, answer
+
+    _, payload = await idem.run(principal, work)
+    return Response(payload, media_type=JSON)
+
+
+@router.post("/v1/proposals/{proposal_id}/cancel",
+             responses=errors_for((404, "Unknown proposal"), (409, "Not pending")))
+async def cancel_proposal(proposal_id: ProposalId, body: S.ProposalCancel, state: AppState, principal: Agent,
+                          idem: Idempotency) -> Response:
+    """The agent withdraws a pending proposal (it stopped waiting): approvers no longer see it.
+
+    A proposal decided meanwhile stays decided (409 ``already_resolved``): the agent reads it and
+    honours the approver's answer rather than its own time-out.
+    """
+
+    async def work(entry: Entry | None) -> tuple[int, bytes]:
+        row = _visible(state, proposal_id, principal)
+        if row["status"] != "pending":
+            raise ApiError(409, "already_resolved", f"proposal {proposal_id!r} is {row['status']}, not pending",
+                           field="path.proposal_id")
+        at = time.time()
+        answer = orjson.dumps(proposal_out({**dict(row), "status": "cancelled", "resolved_at": at,
+                                            "resolved_by": principal.name, "reason": body.reason}))
+        job = Storage.remember(None if entry is None else entry(200, answer),
+                               Storage.resolve_proposal(proposal_id, "cancelled", at, principal.name, body.reason,
+                                                        None))
         if not await write(state, job):
             raise ApiError(409, "already_resolved", f"proposal {proposal_id!r} is no longer pending",
                            field="path.proposal_id")

@@ -126,6 +126,21 @@ def test_a_rejection_on_the_sidecar_reaches_the_model(tool_sidecar: Any) -> None
         assert "rejected" in answer.content and "partners get nothing" in answer.content
 
 
+def test_a_call_nobody_answers_is_withdrawn_and_does_not_run(tool_sidecar: Any) -> None:
+    log = ToolLog()
+    with Client(tool_sidecar.url, api_key=KEYS["agent"]) as client, \
+            Client(tool_sidecar.url, api_key=KEYS["approver"]) as approver:
+        mw = ForewarnMiddleware(client, policy=thresholds(ask_human=VIOLATIONS_ONLY), approvals="sidecar",
+                                approval_timeout=0.5)
+        result = _agent(mw, log, "Not shared.").invoke({"messages": [("user", SHARE)]})
+        assert log.names() == ["read_file"]  # the unanswered call did not run
+        assert "no approver answered within 0.5 s" in tool_messages(result["messages"])[-1].content
+        session_id = mw.last_run.session.remote.id  # type: ignore[union-attr]
+        assert approver.proposals(session_id=session_id) == []  # withdrawn: no stale card for an approver
+        (withdrawn,) = approver.proposals("cancelled", session_id=session_id)
+        assert withdrawn["tool"] == "send_email" and withdrawn["reason"] == "the agent stopped waiting after 0.5 s"
+
+
 def test_the_async_middleware_waits_for_the_sidecar_without_blocking_its_loop(tool_sidecar: Any) -> None:
     log, seen = ToolLog(), set[str]()
 

@@ -128,6 +128,30 @@ def test_approving_twice_or_after_the_session_closed(http: httpx.Client) -> None
     assert closed.status_code == 409 and closed.json()["error"]["code"] == "session_closed"
 
 
+def test_the_agent_withdraws_a_proposal_nobody_answered(server: ServerThread, http: httpx.Client) -> None:
+    sid = _session(http)
+    pid = _propose(http, sid).json()["id"]
+    by_approver = http.post(f"/v1/proposals/{pid}/cancel", json={}, headers=auth("approver"))
+    assert by_approver.status_code == 403  # withdrawing is the agent's; an approver rejects instead
+    with Client(server.url, api_key=KEYS["agent"]) as agent:
+        withdrawn = agent.cancel_proposal(pid, "stopped waiting")
+        assert withdrawn["status"] == "cancelled" and withdrawn["reason"] == "stopped waiting"
+        with pytest.raises(ServerError) as twice:
+            agent.cancel_proposal(pid)
+        assert twice.value.status == 409 and twice.value.code == "already_resolved"
+    assert http.get("/v1/proposals", headers=auth("approver")).json()["proposals"] == []  # gone from the queue
+    late = http.post(f"/v1/proposals/{pid}", json={"decision": "approve"}, headers=auth("approver"))
+    assert late.status_code == 409 and late.json()["error"]["code"] == "already_resolved"
+    assert len(_steps(http, sid)) == 1  # nothing committed
+    decided = _propose(http, sid).json()["id"]
+    assert http.post(f"/v1/proposals/{decided}", json={"decision": "approve"}, headers=auth("approver")).is_success
+    beaten = http.post(f"/v1/proposals/{decided}/cancel", json={}, headers=auth("agent"))
+    assert beaten.status_code == 409 and beaten.json()["error"]["code"] == "already_resolved"
+    assert http.get(f"/v1/proposals/{decided}", headers=auth("agent")).json()["status"] == "approved"
+    missing = http.post("/v1/proposals/p_nope/cancel", json={}, headers=auth("agent"))
+    assert missing.status_code == 404 and missing.json()["error"]["field"] == "path.proposal_id"
+
+
 def test_editing_to_a_tool_the_agent_lacks(http: httpx.Client) -> None:
     sid = _session(http)
     pid = _propose(http, sid).json()["id"]
