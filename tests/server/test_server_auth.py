@@ -26,6 +26,7 @@ MATRIX = [
     ("GET", "/v1/proposals", None, {APPROVER, ADMIN}),
     ("GET", "/v1/proposals/{pid}", None, EVERYONE),
     ("POST", "/v1/proposals/{pid}", {"decision": "approve"}, {APPROVER, ADMIN}),
+    ("POST", "/v1/proposals/{pid}/cancel", {}, {AGENT, ADMIN}),
     ("POST", "/v1/sessions/{sid}/close", None, {AGENT, ADMIN}),
     ("POST", "/v1/batch", {"steps": [{"session": "{sid}", "state": egg_state()}]}, {AGENT, ADMIN}),
     ("GET", "/v1/approvals", None, {APPROVER, ADMIN}),
