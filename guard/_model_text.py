@@ -1,0 +1,116 @@
+"""A learned model in words, for the commands that show one (``learn``, ``check``, ``states``,
+``export``): its states, its PAC report (in words and as JSON) and a bundle's members."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from forewarn.guard.bundle import GuardBundle
+from forewarn.guard.errors import UsageError
+from forewarn.guard.model import GuardModel
+
+__all__ = ["fmt", "state_words", "pac_words", "members_of", "pac_lines", "pac_document"]
+
+
+def fmt(value: float | None, digits: int = 4) -> str:
+    """A number for a table cell; a dash where there is none."""
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def state_words(model: GuardModel, index: int) -> str:
+    """A state of the model's chain in words: the predicates that hold in it, or ``end``."""
+    bits = model.dtmc.states[index]
+    if bits < 0:
+        return "end"
+    held = [n for b, n in enumerate(model.dtmc.predicates) if bits >> b & 1]
+    return ", ".join(held) if held else "no predicate holds"
+
+
+def pac_words(model: GuardModel, index: int) -> str:
+    """A PAC entry's chain state in words (PAC is about the chain, before any product)."""
+    if model.pac_valuations is None:
+        return state_words(model, index)
+    held = [n for n, v in zip(model.dtmc.predicates, model.pac_valuations[index]) if v]
+    return ", ".join(held) if held else "no predicate holds"
+
+
+def members_of(loaded: GuardModel | GuardBundle, group: str | None) -> dict[str | None, GuardModel]:
+    """The models to show: a single model (under None), a bundle's members, or the one ``--group`` names."""
+    if isinstance(loaded, GuardModel):
+        if group is not None:
+            raise UsageError("--group applies to bundles only (this is a single model)")
+        return {None: loaded}
+    if group is not None:
+        return {group: loaded.member(group)}
+    return {name: loaded.member(name) for name in loaded.names()}
+
+
+def pac_lines(model: GuardModel) -> list[str]:
+    """The PAC report in words: the paper's bound, then the tighter one (guard/pac.py)."""
+    pac, runs = model.pac, model.provenance.get("runs")
+    worst = pac.worst
+    if worst is None:
+        return []
+    lines = [f"PAC (ε={pac.epsilon}, δ={pac.delta}), the paper's bound: {pac.satisfied_count}/{len(pac.states)} "
+             f"states have enough visits; worst state {worst.state} ({pac_words(model, worst.state)}) has "
+             f"{worst.visits} of {worst.required if worst.required is not None else '∞'} required"
+             + ("" if pac.runs_factor is None or pac.satisfied else f" ({_more_runs(pac.runs_factor, runs)})") + "."]
+    tight = pac.tight
+    if tight is None:
+        return lines + ["PAC, tighter bound: not in this model file (written by an older Forewarn); re-learn."]
+    confidence = f"{1 - pac.delta:.0%}"
+
+    def verdict(bound: float, factor: float | None, limiting: list[int]) -> str:
+        if bound <= pac.epsilon:
+            return f"±{bound:.3g}: met (ε = {pac.epsilon})"
+        if factor is None:
+            return f"±{bound:.3g}; no forecast of the runs that would meet ε = {pac.epsilon}"
+        through = ", ".join(f"{i} ({pac_words(model, i)}, {_visits(model, i)} visits)" for i in limiting[:3])
+        return f"±{bound:.3g}; ε = {pac.epsilon} needs {_more_runs(factor, runs)}" + \
+            (f", most of all through state {through}" if through else "")
+
+    return lines + [
+        f"PAC, tighter bound ({confidence} confidence): a run's risk from its first state (the paper's "
+        f"Definition 4) {verdict(tight.initial_bound, tight.initial_runs_factor, tight.initial_limiting)}.",
+        f"PAC, tighter bound ({confidence} confidence): every state's risk "
+        f"{verdict(tight.worst_bound, tight.runs_factor, tight.limiting)}."]
+
+
+def _more_runs(factor: float, runs: Any) -> str:
+    times = f"{factor:,.0f}" if factor >= 100 else f"{factor:.3g}"
+    if isinstance(runs, int) and runs > 0:
+        return f"about {times}× the runs, {math.ceil(factor * runs):,} instead of {runs:,}"
+    return f"about {times}× the runs"
+
+
+def _visits(model: GuardModel, state: int) -> int:
+    return next((s.visits for s in model.pac.states if s.state == state), 0)
+
+
+def pac_document(model: GuardModel) -> dict[str, Any]:
+    """The PAC report for JSON output (``check``): both bounds, the paper's labelled as such."""
+    pac, runs = model.pac, model.provenance.get("runs")
+    tight = pac.tight
+
+    def needed(factor: float | None) -> int | None:
+        return math.ceil(factor * runs) if factor is not None and isinstance(runs, int) else None
+
+    return {
+        "epsilon": pac.epsilon, "delta": pac.delta, "runs": runs,
+        "paper": {"satisfied": pac.satisfied, "states_satisfied": pac.satisfied_count, "states": len(pac.states),
+                  "amplification": pac.amplification if math.isfinite(pac.amplification) else None,
+                  "runs_factor": pac.runs_factor, "runs_needed": needed(pac.runs_factor)},
+        "tight": None if tight is None else {
+            "satisfied": tight.satisfied,
+            "worst_bound": tight.worst_bound if math.isfinite(tight.worst_bound) else None,
+            "runs_factor": tight.runs_factor, "runs_needed": needed(tight.runs_factor),
+            "limiting": [{"state": i, "predicates": pac_words(model, i), "visits": _visits(model, i),
+                          "required": next((s.required for s in tight.states if s.state == i), None)}
+                         for i in tight.limiting],
+            "initial": {"satisfied": tight.initial_satisfied,
+                        "bound": tight.initial_bound if math.isfinite(tight.initial_bound) else None,
+                        "runs_factor": tight.initial_runs_factor, "runs_needed": needed(tight.initial_runs_factor),
+                        "limiting": [{"state": i, "predicates": pac_words(model, i), "visits": _visits(model, i)}
+                                     for i in tight.initial_limiting]}},
+    }
+

@@ -1,0 +1,315 @@
+"""``forewarn learn``: traces to a checked model file (or a bundle), and the summary it prints."""
+from __future__ import annotations
+
+import math
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from forewarn.guard._cli import (
+    Format,
+    check_alpha,
+    check_period,
+    check_precision,
+    check_probability,
+    err,
+    out,
+    print_json,
+    print_summary,
+    print_warnings,
+    warn,
+)
+from forewarn.guard._model_text import fmt, pac_lines, pac_words
+from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
+from forewarn.guard.errors import ForewarnError, UsageError
+from forewarn.guard.model import GuardModel
+from forewarn.guard.read_summary import IngestSummary
+from forewarn.guard.storm import Method
+
+__all__ = ["learn", "register", "Engine", "OnError"]
+
+
+class Engine(str, Enum):
+    local = "local"
+    spark = "spark"
+
+
+class OnError(str, Enum):
+    stop = "stop"
+    skip = "skip"
+
+
+def learn(
+    traces: Annotated[list[str], typer.Argument(
+        help="JSONL trace files (one run a line); with --engine spark also directories, Parquet and any "
+             "Hadoop URI (s3a://, hdfs://).")],
+    spec: Annotated[Path, typer.Option("--spec", "-s", help="YAML spec.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Model file to write.")],
+    alpha: Annotated[float | None, typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
+    method: Annotated[Method, typer.Option(help="Storm method: sound (certified bounds), topological, exact.")]
+    = Method.SOUND,
+    precision: Annotated[float, typer.Option(help="Solver precision (sound/topological).")] = 1e-6,
+    epsilon: Annotated[float | None, typer.Option(help="PAC ε (default: the spec's).")] = None,
+    delta: Annotated[float | None, typer.Option(help="PAC δ (default: the spec's).")] = None,
+    period: Annotated[float | None, typer.Option(help="Resample runs to one step every PERIOD seconds "
+                                                         "(zero-order hold; needs 't' on every step).")] = None,
+    format: Annotated[Format, typer.Option("--format", help="Summary format.")] = Format.table,
+    on_error: Annotated[OnError, typer.Option(
+        "--on-error", help="A malformed run stops learning, or is skipped and counted in the summary.")]
+    = OnError.stop,
+    group_by: Annotated[str | None, typer.Option(
+        "--group-by", help="Write a bundle: one model per value of this metadata key (e.g. meta.task) "
+                           "with enough runs, plus a pooled model of all runs.")] = None,
+    min_group_runs: Annotated[int, typer.Option(
+        "--min-group-runs", help="Runs a group needs for a model of its own (with --group-by).")]
+    = DEFAULT_MIN_GROUP_RUNS,
+    sign: Annotated[Path | None, typer.Option(
+        "--sign", envvar="FOREWARN_SIGNING_KEY",
+        help="Sign the model with this Ed25519 private key (PEM; FOREWARN_SIGNING_KEY).")] = None,
+    allow_python: Annotated[list[str] | None, typer.Option(
+        "--allow-python", help="A module whose functions the spec may name (python predicates, transition "
+                               "rule); repeatable. Default: FOREWARN_PYTHON_PREDICATES.")] = None,
+    engine: Annotated[Engine, typer.Option(help="Count in this process, or on Apache Spark (needs the "
+                                                "'spark' extra and Java; docs/scale.md).")] = Engine.local,
+    master: Annotated[str | None, typer.Option(help="Spark master for --engine spark: local[*], "
+                                                       "spark://HOST:PORT, yarn (default: the running "
+                                                       "session's, else local[*]).")] = None,
+) -> None:
+    """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
+    from forewarn.guard.signing import load_private_key
+    from forewarn.guard.spec import load_spec
+
+    if master is not None and engine is not Engine.spark:
+        raise UsageError("--master applies to --engine spark only")
+    check_alpha(alpha)
+    check_precision(precision)
+    check_probability(epsilon, "--epsilon")
+    check_probability(delta, "--delta")
+    check_period(period)
+    signing_key = load_private_key(sign) if sign is not None else None  # a bad key fails before learning
+    if group_by is not None:
+        group_path(group_by)  # a bad path fails before any run is read
+    if engine is Engine.local:
+        _contract_only([Path(t) for t in traces])
+    parsed = load_spec(spec)
+    read = IngestSummary()
+    options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period,
+                   allow_python=allow_python, on_error=on_error.value, summary=read)
+    if engine is Engine.spark:
+        learned = _learn_on_spark(traces, parsed, master, group_by, min_group_runs, options)
+    else:
+        learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs, options)
+    _write_learned(learned, output, format, signing_key, read)
+
+
+def _learn_on_spark(traces: list[str], spec: Any, master: str | None, group_by: str | None, min_group_runs: int,
+                    options: dict[str, Any]) -> GuardModel | GuardBundle:
+    from forewarn.guard.spark import learn_bundle_spark, learn_model_spark, spark_session
+
+    session = spark_session(master)
+    if group_by is not None:
+        return learn_bundle_spark(traces, spec, group_by=group_by, min_group_runs=min_group_runs, spark=session,
+                                  **options)
+    return learn_model_spark(traces, spec, spark=session, **options)
+
+
+def _learn_here(traces: list[Path], parsed: Any, group_by: str | None, min_group_runs: int,
+                options: dict[str, Any]) -> GuardModel | GuardBundle:
+    with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not err.is_terminal) as progress:
+        task = progress.add_task("learn", total=None)
+
+        def on_run(n: int) -> None:
+            progress.update(task, completed=n)
+
+        if group_by is not None:
+            from forewarn.guard.bundle import learn_bundle
+
+            learned: GuardModel | GuardBundle = learn_bundle(traces, parsed, group_by=group_by,
+                                                             min_group_runs=min_group_runs, on_run=on_run, **options)
+        else:
+            from forewarn.guard.pipeline import learn_model
+
+            learned = learn_model(traces, parsed, on_run=on_run, **options)
+    return learned
+
+
+def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Format, signing_key: Any,
+                   read: IngestSummary) -> None:
+    try:
+        learned.save(output, sign_with=signing_key)
+    except OSError as exc:  # e.g. -o names a folder, or a path under a file
+        raise ForewarnError(f"{output}: cannot write the model file: {exc.strerror}") from exc
+    if format is Format.table or read.skipped or read.mismatches or read.empty:  # JSON carries it under "read"
+        print_summary(read, "learned from")
+    for message in _degenerate(learned.pooled if isinstance(learned, GuardBundle) else learned):
+        warn(message)
+    if isinstance(learned, GuardBundle):
+        _print_bundle_summary(learned, output, format)
+        return
+    model = learned
+    summary = _summary(model, output)
+    summary["read"] = read.to_dict()
+    from forewarn.guard.policy import Policy
+    from forewarn.guard.thresholds import initial_crossings
+
+    crossings = initial_crossings(model, Policy.from_settings(model.spec.guard))
+    summary["threshold_warnings"] = crossings
+    print_warnings(crossings)
+    if format is Format.json:
+        print_json(summary)
+        return
+    table = Table(title=f"forewarn learn → {output}", show_header=False)
+    for key, value in summary.items():
+        if key not in ("pac_worst", "initial_interval", "threshold_warnings", "read"):
+            table.add_row(key, str(value))
+    out.print(table)
+    interval = summary["initial_interval"]
+    if interval is not None:
+        out.print(f"Risk at the start: {summary['initial_risk']:.1%}, {interval['confidence']:.0%} interval "
+                  f"[{interval['ci_low']:.1%}, {interval['ci_high']:.1%}] ({interval['method']}, from "
+                  f"{interval['visits']} visits of the initial state{'s' if interval['states'] > 1 else ''})."
+                  + (" The interval is wide: the runs leave the risk largely open (few runs start here, or "
+                     "few visit the states they go on to); more runs narrow it, and guard.act_on: upper or guard.min_visits "
+                     "act on it (docs/method.md)." if interval["ci_high"] - interval["ci_low"] > 0.5 else ""),
+                  soft_wrap=True)
+    for line in pac_lines(model):
+        out.print(line, highlight=False)
+
+
+def _contract_only(traces: list[Path]) -> None:
+    """``learn`` reads the contract's JSONL: other logs get a pointer to ``forewarn ingest``."""
+    from forewarn.guard.ingest import InputFormat, detect_format
+
+    for path in traces:
+        try:
+            kind = detect_format(path)
+        except ForewarnError:
+            continue  # learning will name the line at fault
+        if kind is not InputFormat.jsonl:
+            raise ForewarnError(f"{path}: these are {kind.value} logs, not the contract's JSONL; convert them first: "
+                                f"forewarn ingest {path} -o traces.jsonl")
+
+
+def _degenerate(model: GuardModel) -> list[str]:
+    """Warnings for a spec or data that make the model say nothing useful."""
+    from forewarn.guard.predicates import PredicateSet
+
+    found: list[str] = []
+    try:
+        predicates = PredicateSet(model.spec)
+    except ForewarnError:
+        return found
+    if predicates.width <= 16 and all(predicates.is_unsafe(bits) for bits in range(1 << predicates.width)):
+        found.append(f"'unsafe' ({model.spec.unsafe}) holds whatever the predicates are: every state is unsafe, "
+                     "every risk is 1 and every decision the same")
+    elif model.provenance.get("unsafe_runs") == 0:
+        found.append("no run reached an unsafe state: every risk in this model comes from smoothing alone")
+    elif model.provenance.get("unsafe_runs") == model.provenance.get("runs"):
+        found.append("every run reached an unsafe state: the model cannot tell a risky start from a safe one")
+    return found
+
+
+def _print_bundle_summary(bundle: GuardBundle, output: Path, format: Format) -> None:
+    small = sorted(g for g in bundle.group_runs if g not in bundle.members)
+    members = [{"group": g, **{k: v for k, v in _summary(m, output).items() if k in _MEMBER_KEYS}}
+               for g, m in sorted(bundle.members.items())]
+    summary: dict[str, Any] = {"bundle": str(output), "group_by": bundle.group_by, "min_group_runs": bundle.min_group_runs,
+               "groups": len(bundle.group_runs), "members": len(bundle.members), "small_groups": len(small),
+               "runs_without_group": bundle.runs_without_group,
+               "pooled": {k: v for k, v in _summary(bundle.pooled, output).items() if k != "pac_worst"},
+               "group_models": members, "groups_without_model": {g: bundle.group_runs[g] for g in small}}
+    if format is Format.json:
+        print_json(summary)
+        return
+    table = Table(title=f"forewarn learn --group-by {bundle.group_by} → {output}")
+    for column in ("model", "runs", "unsafe runs", "states", "initial risk", "PAC (paper; tight)"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    pooled = summary["pooled"]
+    table.add_row("pooled", str(pooled["runs"]), str(pooled["unsafe_runs"]), str(pooled["states"]),
+                  fmt(pooled["initial_risk"]), _pac_cell(pooled))
+    for m in members:
+        table.add_row(f"{bundle.group_by} = {m['group']}", str(m["runs"]), str(m["unsafe_runs"]), str(m["states"]),
+                      fmt(m["initial_risk"]), _pac_cell(m))
+    out.print(table)
+    out.print(f"{len(bundle.members)} of {len(bundle.group_runs)} groups have a model of their own "
+              f"(≥ {bundle.min_group_runs} runs); {len(small)} with fewer runs and "
+              f"{bundle.runs_without_group} runs without {bundle.group_by} are decided by the pooled model.",
+              soft_wrap=True)
+
+
+_MEMBER_KEYS = ("runs", "steps", "unsafe_runs", "states", "product_states", "initial_risk", "pac_satisfied",
+                "pac_runs_factor", "pac_tight_satisfied", "pac_tight_worst_bound", "pac_tight_runs_factor",
+                "pac_tight_initial_bound", "pac_tight_initial_runs_factor")
+
+
+def _pac_cell(summary: dict[str, Any]) -> str:
+    """A bundle member's PAC in a table cell: the paper's verdict, and the tighter bound from the start."""
+    paper = "yes" if summary["pac_satisfied"] else "no"
+    bound = summary.get("pac_tight_initial_bound")
+    return paper if bound is None else f"{paper}; ±{bound:.3g} from the start"
+
+
+def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
+    d, o, pac = model.dtmc, model.outcome, model.pac  # o: the first property
+    worst = pac.worst
+    initial_runs = sum(d.initial.values()) or 1
+    initial_risk = sum(o.values[i] * n for i, n in d.initial.items()) / initial_runs
+    return {
+        "model": str(output),
+        "spec": model.spec.name,
+        "runs": model.provenance["runs"],
+        "steps": model.provenance["steps"],
+        "unsafe_runs": model.provenance["unsafe_runs"],
+        "states": model.provenance.get("chain_states", d.size),
+        "product_states": d.size,
+        "monitors": ", ".join(d.monitors) or "none",
+        "transitions": int(d.matrix.nnz),
+        "unsafe_states": int(d.unsafe.sum()),
+        "invalid_observed_transitions": d.invalid_observed,
+        "properties": "; ".join(f"{p.name}: {p.outcome.formula}" for p in model.properties),
+        "method": o.method.value,
+        "initial_risk": round(float(initial_risk), 6),
+        "initial_interval": _initial_interval(model),
+        "learn_seconds": model.provenance["learn_seconds"],
+        "check_seconds": model.provenance.get("check_seconds", round(o.seconds, 6)),
+        "pac_satisfied": pac.satisfied,
+        "pac_amplification": pac.amplification,
+        "pac_runs_factor": pac.runs_factor,
+        "pac_tight_satisfied": None if pac.tight is None else pac.tight.satisfied,
+        "pac_tight_worst_bound": None if pac.tight is None or not math.isfinite(pac.tight.worst_bound)
+        else round(pac.tight.worst_bound, 6),
+        "pac_tight_runs_factor": None if pac.tight is None else pac.tight.runs_factor,
+        "pac_tight_initial_bound": None if pac.tight is None or not math.isfinite(pac.tight.initial_bound)
+        else round(pac.tight.initial_bound, 6),
+        "pac_tight_initial_runs_factor": None if pac.tight is None else pac.tight.initial_runs_factor,
+        "pac_worst": None if worst is None else {
+            "state": worst.state, "visits": worst.visits, "required": worst.required,
+            "predicates": pac_words(model, worst.state)},
+    }
+
+
+def _initial_interval(model: GuardModel) -> dict[str, Any] | None:
+    """The first property's confidence interval at the initial states (in the terms of ``initial_risk``).
+
+    With several initial states, the run-weighted mean of their lower and upper ends:
+    the range a run's starting risk lies in (each end a mixture of valid ends).
+    """
+    first, d = model.properties[0], model.dtmc
+    if first.ci_low is None or first.ci_high is None or model.intervals is None:
+        return None
+    runs = sum(d.initial.values()) or 1
+    low = sum(first.ci_low[i] * n for i, n in d.initial.items()) / runs
+    high = sum(first.ci_high[i] * n for i, n in d.initial.items()) / runs
+    return {"ci_low": round(float(low), 6), "ci_high": round(float(high), 6),
+            "confidence": 1.0 - model.intervals.delta, "method": model.intervals.construction,
+            "visits": int(sum(model.visits[i] for i in d.initial)), "states": len(d.initial)}
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``learn`` to a typer app (``forewarn.guard.cli`` does this for ``forewarn``)."""
+    app.command()(learn)

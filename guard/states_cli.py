@@ -1,0 +1,146 @@
+"""``forewarn states`` and ``forewarn export``: a learned chain's states, as a table, JSON or CSV,
+and the chain itself with its labels, as PRISM or DRN."""
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from forewarn.guard._cli import out, print_json
+from forewarn.guard._model_text import fmt, members_of, state_words
+from forewarn.guard.bundle import GuardBundle
+from forewarn.guard.errors import ForewarnError, UsageError
+from forewarn.guard.model import GuardModel
+from forewarn.guard.storm import export_drn, prism_text
+
+__all__ = ["states", "export", "register", "StatesFormat", "ExportFormat"]
+
+
+class StatesFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+def states(
+    model: Annotated[Path, typer.Argument(help="A Forewarn model file or bundle.")],
+    group: Annotated[str | None, typer.Option(
+        "--group", help="For a bundle: only this member (a group's value, or 'pooled'); default: every member.")]
+    = None,
+    format: Annotated[StatesFormat, typer.Option("--format", help="table, json or csv.")] = StatesFormat.table,
+) -> None:
+    """List the model's abstract states: visits, risk, the action each triggers, the most likely path to unsafe."""
+    from forewarn.guard.bundle import load_model_or_bundle
+    from forewarn.guard.states import state_rows
+
+    members = members_of(load_model_or_bundle(model), group)
+    tables = {name: (m, state_rows(m)) for name, m in members.items()}
+    bundle = not (len(members) == 1 and None in members)
+    if format is StatesFormat.json:
+        def one(m: GuardModel, rows: list[Any]) -> dict[str, Any]:
+            return {"property": m.outcome.formula, "spec": m.spec.name,
+                    "thresholds": m.spec.guard.thresholds.model_dump(),
+                    "unseen_state": m.spec.guard.unseen_state.value, "states": [r.to_dict() for r in rows]}
+        if not bundle:
+            print_json(one(*tables[None]))
+        else:
+            print_json({"bundle": str(model), "members": {name: one(*t) for name, t in tables.items()}})
+        return
+    if format is StatesFormat.csv:
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow((["member"] if bundle else []) + ["index", "state", "monitors", "unsafe", "visits",
+                        "runs_started", "p_unsafe", "lower", "upper", "ci_low", "ci_high", "action", "threshold",
+                        "path", "path_probability"])
+        for name, (m, rows) in tables.items():
+            for r in rows:
+                writer.writerow(([name] if bundle else []) + [
+                    r.index, state_words(m, r.index), "; ".join(f"{k} {v}" for k, v in r.monitors.items()),
+                    str(r.unsafe).lower(), r.visits, r.runs_started, r.p_unsafe, _blank(r.lower), _blank(r.upper),
+                    _blank(r.ci_low), _blank(r.ci_high), r.action, _blank(r.threshold),
+                    "" if r.path is None else " ".join(map(str, r.path)), _blank(r.path_probability)])
+        return
+    for name, (m, rows) in tables.items():
+        monitors = bool(m.dtmc.monitors)
+        title = (f"{'' if name is None else f'{name}: '}{m.outcome.formula}; act when p_safe < θ: "
+                 + ", ".join(f"{a.value} {t}" for a, t in m.spec.guard.thresholds.items()))
+        table = Table(title=title)
+        columns = ["#", "state"] + (["monitors"] if monitors else []) + ["visits", "p_unsafe", "bounds", "interval",
+                                                                          "action", "most likely path to unsafe"]
+        for column in columns:
+            table.add_column(column, justify="right" if column in {"#", "visits", "p_unsafe"} else "left")
+        for r in rows:
+            cells = [str(r.index), state_words(m, r.index) + (" (unsafe)" if r.unsafe else "")]
+            if monitors:
+                cells.append(", ".join(f"{k} {v}" for k, v in r.monitors.items()))
+            path = "unreachable" if r.path is None else (
+                "here" if len(r.path) == 1 else " → ".join(f"#{i}" for i in r.path) + f"  ({r.path_probability:.3g})")
+            cells += [str(r.visits), fmt(r.p_unsafe), _interval(r.lower, r.upper), _interval(r.ci_low, r.ci_high),
+                      r.action, path]
+            table.add_row(*cells)
+        out.print(table)
+    out.print("visits: departures observed from the state; bounds: Storm's numerical bounds; interval: the "
+              "statistical interval where the model has one; path: the single most probable sequence of "
+              "transitions into an unsafe state (its probability, a lower bound of p_unsafe).", soft_wrap=True)
+
+
+def _blank(value: float | None) -> str | float:
+    return "" if value is None else value
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "–" if low is None or high is None else f"[{low:.4f}, {high:.4f}]"
+
+
+class ExportFormat(str, Enum):
+    prism = "prism"
+    drn = "drn"
+
+
+def export(
+    model: Annotated[Path, typer.Argument(help="A Forewarn model file.")],
+    format: Annotated[ExportFormat, typer.Option("--format", help="prism or drn.")] = ExportFormat.prism,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")]
+    = None,
+    group: Annotated[str | None, typer.Option(
+        "--group", help="For a bundle: the member to export (a group's value, or 'pooled').")] = None,
+) -> None:
+    """Export the learned chain with its labels (unsafe, end, predicates) as PRISM or DRN."""
+    from forewarn.guard.bundle import load_model_or_bundle
+
+    found = load_model_or_bundle(model)
+    if isinstance(found, GuardBundle) and group is None:
+        raise UsageError(f"{model} is a bundle: choose the member to export with --group "
+                         f"({', '.join(found.names()[:6])}{', …' if len(found.names()) > 6 else ''})")
+    loaded = next(iter(members_of(found, group).values()))
+    if output is not None:
+        try:  # like `learn -o`: create the folder; a path that cannot be written is a user error
+            output.parent.mkdir(parents=True, exist_ok=True)
+            if format is ExportFormat.prism:
+                output.write_text(prism_text(loaded.dtmc, name=loaded.spec.name), encoding="utf-8")
+                return
+        except OSError as exc:
+            raise ForewarnError(f"{output}: cannot write: {exc.strerror}") from exc
+    if format is ExportFormat.prism:
+        sys.stdout.write(prism_text(loaded.dtmc, name=loaded.spec.name))
+        return
+    if output is None:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.drn"
+            export_drn(loaded.dtmc, path)
+            sys.stdout.write(path.read_text(encoding="utf-8"))
+        return
+    export_drn(loaded.dtmc, output)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``states`` and ``export`` to a typer app, in this order (``forewarn.guard.cli`` does this for ``forewarn``)."""
+    app.command()(states)
+    app.command()(export)
