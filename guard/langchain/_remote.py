@@ -25,18 +25,18 @@ led to is committed linked to it.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from forewarn.guard.bundle_guard import BundleGuard
 from forewarn.guard.client import AsyncClient, Client, RemoteSession, ServerError
-from forewarn.guard.langchain.review import Review
+from forewarn.guard.langchain.review import Review, ReviewType
 from forewarn.guard.policy import Policy
 from forewarn.guard.runtime import Decision, Guard, Session
 
-__all__ = ["RemoteGuard", "MirroredSession", "remote_guard", "review_on_sidecar"]
+__all__ = ["RemoteGuard", "MirroredSession", "propose_allowed", "remote_guard", "review_on_sidecar"]
 
 _CREATING = ThreadPoolExecutor(max_workers=4, thread_name_prefix="forewarn-sessions")
 
@@ -136,10 +136,11 @@ def _sync_twin(client: AsyncClient) -> Client:
 
 
 def review_on_sidecar(session: MirroredSession, call: Mapping[str, Any], state: Mapping[str, Any],
-                      tools: list[str], *, edit_of: str | None, timeout: float) -> tuple[Review, str]:
+                      tools: list[str], *, edit_of: str | None, timeout: float,
+                      allowed: Sequence[ReviewType]) -> tuple[Review, str]:
     """Ask the sidecar's approvers about a call (a pending proposal) and wait for their answer:
     the review, and the proposal's id. No answer within ``timeout`` seconds, or a session closed
-    meanwhile, is a rejection (the call does not run)."""
+    meanwhile, is a rejection (the call does not run); so is an answer the agent does not allow."""
     assert session.remote is not None
     answer = session.remote.propose(call["name"], call["args"], state, tools=tools, ask=True, edit_of=edit_of)
     client = session.remote.client
@@ -154,15 +155,32 @@ def review_on_sidecar(session: MirroredSession, call: Mapping[str, Any], state: 
             if exc.code != "already_resolved":
                 raise
             answer = client.proposal(answer["id"])
+    review = _review_of(answer, withdrawn, timeout)
+    if review.type not in allowed:
+        review = Review("reject", message=f"the approver answered {review.type!r}, which this agent does not "
+                                          f"allow (allowed: {', '.join(allowed)})")
+    return review, answer["id"]
+
+
+def propose_allowed(session: MirroredSession, call: Mapping[str, Any], state: Mapping[str, Any],
+                    tools: list[str], *, edit_of: str) -> str:
+    """Record on the sidecar a reviewer's edit that the agent judged again and lets run (nobody is
+    asked): the id of the proposal its step is to be linked to."""
+    allowed = session.remote.propose(call["name"], call["args"], state, ask=False, edit_of=edit_of, tools=tools)
+    proposal: str = allowed["id"]
+    return proposal
+
+
+def _review_of(answer: Mapping[str, Any], withdrawn: bool, timeout: float) -> Review:
     status = answer["status"]
     if status == "approved":
-        return Review("approve"), answer["id"]
+        return Review("approve")
     if status == "edited":
         edited = answer.get("edited") or {}
-        return Review("edit", name=edited.get("tool"), args=dict(edited.get("arguments") or {})), answer["id"]
+        return Review("edit", name=edited.get("tool"), args=dict(edited.get("arguments") or {}))
     reason = answer.get("reason")
     if withdrawn:
         reason = f"no approver answered within {timeout:g} s"
     elif status == "cancelled":
         reason = "the session was closed before an approver answered"
-    return Review("reject", message=reason), answer["id"]
+    return Review("reject", message=reason)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from forewarn.guard.errors import ForewarnError
 from forewarn.guard.runtime import Decision
 
-__all__ = ["ReviewType", "Review", "ReviewError", "review_payload", "parse_review"]
+__all__ = ["ReviewType", "Review", "ReviewError", "review_payload", "parse_review", "check_edit"]
 
 ReviewType = Literal["approve", "edit", "reject"]
 REVIEW_TYPES: tuple[ReviewType, ...] = ("approve", "edit", "reject")
@@ -79,3 +79,17 @@ def parse_review(answer: Any, allowed: Sequence[ReviewType]) -> Review:
         message = answer.get("message")
         return Review("reject", message=message if isinstance(message, str) and message else None)
     return Review("approve")
+
+
+def check_edit(review: Review, call: Mapping[str, Any], tools: Sequence[str]) -> Review:
+    """The review, unless it edits ``call`` (a tool call: ``name``, ``args``, ``id``) to a tool not
+    among the agent's ``tools``.
+
+    Raises:
+        ReviewError: naming the call, the tool asked for and the agent's tools.
+    """
+    name = review.name or call["name"]
+    if review.type == "edit" and name != call["name"] and name not in tools:
+        raise ReviewError(f"the reviewer edited call {call.get('id')!r} to tool {name!r}, which the "
+                          f"agent does not have; its tools: {', '.join(sorted(tools))}")
+    return review

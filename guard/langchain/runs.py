@@ -1,14 +1,32 @@
-"""A run under the middleware: its guard session, what the guard did, and its caches."""
+"""A run under the middleware: its guard session, what the guard did, and its caches; and the
+book of the runs a middleware keeps.
+
+Runs are kept in memory, by run id (the thread id, or the conversation's first message),
+and survive interrupts and checkpointers. A run missing when it goes on (another process
+resumed it, or it was dropped) is rebuilt from its messages (:meth:`RunBook.open`).
+"""
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from forewarn.guard._extras import extra_error
+
+try:
+    from langchain_core.messages import BaseMessage
+    from langgraph.config import get_config
+except ModuleNotFoundError as exc:
+    raise extra_error("langchain", "forewarn.guard.langchain.runs", exc) from None
+
 from forewarn.guard.langchain._messages import TranscriptCache
+from forewarn.guard.langchain.transcript import ToolStep, Transcript
 from forewarn.guard.runtime import Decision, Session
 from forewarn.guard.spec import Action
 
-__all__ = ["GuardedRun", "Intervention", "Outcome"]
+__all__ = ["GuardedRun", "Intervention", "Outcome", "RunBook", "run_metadata"]
 
 Outcome = Literal["held back", "approved", "edited", "rejected", "stopped", "alerted"]
 
@@ -63,3 +81,80 @@ class GuardedRun:
                 self.interventions[i] = item
                 return
         self.interventions.append(item)
+
+
+class RunBook:
+    """The runs a middleware keeps, most recently used last; past ``keep`` the oldest is dropped.
+
+    Shares the middleware's lock: a run's verdicts and records are changed under it too.
+    """
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self._lock = lock
+        self._runs: OrderedDict[str, GuardedRun] = OrderedDict()
+        self._last: str | None = None
+
+    def get(self, run_id: str) -> GuardedRun | None:
+        with self._lock:
+            return self._runs.get(run_id)
+
+    @property
+    def last(self) -> GuardedRun | None:
+        with self._lock:
+            return self._runs.get(self._last) if self._last is not None else None
+
+    def clear(self) -> None:
+        """Drop every run (as a process that did not see them: they are rebuilt when they go on)."""
+        with self._lock:
+            self._runs.clear()
+
+    def open(self, messages: Sequence[BaseMessage], *, keep: int, start: Callable[[], Session],
+             extract: Callable[[Transcript, ToolStep | None], Mapping[str, Any] | None]) -> GuardedRun:
+        """The run these messages belong to; a new one gets a session from ``start`` and what the run
+        did so far committed to it (``extract``: the concrete state, or None to skip one)."""
+        run_id = _thread_id() or (f"run-{messages[0].id}" if messages and messages[0].id else "default")
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                run = self._runs[run_id] = GuardedRun(run_id, start())
+                while len(self._runs) > keep:
+                    self._runs.popitem(last=False)
+                _replay(run, messages, extract)
+            else:
+                self._runs.move_to_end(run_id)
+            self._last = run_id
+            return run
+
+
+def run_metadata(metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None
+                 ) -> Mapping[str, Any] | None:
+    """The metadata of a run that starts now: the middleware's mapping, or its function of the run's
+    LangGraph config ``metadata`` (by default that ``metadata`` itself)."""
+    if isinstance(metadata, Mapping):
+        return metadata
+    try:
+        given = get_config().get("metadata") or {}
+    except RuntimeError:  # outside a runnable context
+        given = {}
+    return metadata(given) if metadata is not None else dict(given)
+
+
+def _replay(run: GuardedRun, messages: Sequence[BaseMessage],
+            extract: Callable[[Transcript, ToolStep | None], Mapping[str, Any] | None]) -> None:
+    """Commit what a run did so far to its fresh session: the initial state, then each
+    call's (monitors need the whole history)."""
+    done = run._transcripts.transcript(messages)
+    for k in range(len(done.steps) + 1):
+        step = done.steps[k - 1] if k else None
+        concrete = extract(Transcript(done.user_messages, done.steps[:k]), step)
+        if concrete is not None:
+            run.session.observe(concrete, action=None if step is None else {"tool": step.name, "args": step.args})
+
+
+def _thread_id() -> str | None:
+    try:
+        configurable = get_config().get("configurable", {})
+    except RuntimeError:  # outside a runnable context
+        return None
+    thread = configurable.get("thread_id")
+    return None if thread is None else str(thread)

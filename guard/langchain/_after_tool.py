@@ -1,0 +1,124 @@
+"""After a tool ran: the state the call led to, committed, and its result annotated.
+
+The look-ahead judged the call on what it would do; its result can show more (content
+that turns out to hold a secret). The committed state's decision, when it is news, is
+appended to the tool's result as a risk alert, and a ``stop`` there ends the run at the
+next model call (:func:`stopped_after_tool`) — a tool node cannot end it. A call a
+human approved or edited is marked so in its result, and an edit is told to the model.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from forewarn.guard._extras import extra_error
+
+try:
+    from langchain.agents.middleware.types import ToolCallRequest
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+    from langgraph.types import Command
+except ModuleNotFoundError as exc:
+    raise extra_error("langchain", "forewarn.guard.langchain._after_tool", exc) from None
+
+from forewarn.guard.langchain import _explain as explain
+from forewarn.guard.langchain._lookahead import same_state
+from forewarn.guard.langchain._messages import forewarn_data, mark, message_text
+from forewarn.guard.langchain._remote import MirroredSession
+from forewarn.guard.langchain.review import Review
+from forewarn.guard.langchain.runs import GuardedRun, Intervention
+from forewarn.guard.langchain.transcript import CallStatus, ToolStep
+from forewarn.guard.runtime import Decision
+from forewarn.guard.spec import Action
+
+if TYPE_CHECKING:
+    from forewarn.guard.langchain.middleware import ForewarnMiddleware
+
+__all__ = ["ToolResult", "after_tool", "stopped_after_tool"]
+
+ToolResult = ToolMessage | Command[Any]
+
+
+def after_tool(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+               review: Review | None, approved_decision: Decision | None = None) -> ToolResult:
+    """Commit the state the call led to; the tool's result, with what the model must know added."""
+    call = request.tool_call
+    message = result if isinstance(result, ToolMessage) else _tool_message_in(result, call.get("id"))
+    text = message_text(message.content) if message is not None else None
+    error = message is not None and message.status == "error"
+    approved = review is not None
+    step = ToolStep(call["name"], call["args"], CallStatus.ERROR if error else CallStatus.SUCCESS, text,
+                    id=call.get("id"), approved=approved)
+    with mw._lock:
+        run._verdicts.pop(call.get("id") or "", None)
+        if isinstance(run.session, MirroredSession):  # the step a sidecar proposal led to, linked to it
+            run.session.proposal = run._proposals.pop(call.get("id") or "", None)
+        transcript = run._transcripts.transcript(request.state["messages"]).then(step)
+        before = run.session.history[-1] if run.session.history else None
+        decision = mw._decide(run.session, transcript, step, commit=True)
+    news = decision.action is not Action.ALLOW and not (
+        not mw.judge_unchanged and decision.action is not Action.STOP and before is not None
+        and before.action is not None and same_state(before.decision, decision)) and not (
+        # a human approved exactly this: the result showed nothing the approval did not cover
+        review is not None and review.type == "approve" and approved_decision is not None
+        and decision.action is not Action.STOP and same_state(approved_decision, decision))
+    if not news and not approved:  # the common case: nothing to add to the result
+        return result
+    marks: dict[str, Any] = {"phase": "observed"}
+    notes: list[str] = []
+    if approved:
+        marks["approved"] = True
+    if review is not None and review.type == "edit":
+        marks["executed_call"] = {"name": call["name"], "args": call["args"]}
+        notes.append(f"Note: a human reviewer replaced your call before it ran; it ran as "
+                     f"{explain.describe_call(call['name'], call['args'])}. Do not re-issue your original call.")
+    if news:  # a risky state the look-ahead could not see (or did, and a human let it through)
+        words = explain.after_call(mw._session_guard, decision)
+        marks.update(action=decision.action.value, explanation=words, decision=decision.to_dict())
+        notes.append(words)
+        with mw._lock:
+            run._record(Intervention(call.get("id"), call["name"], call["args"], decision, decision.action,
+                                     "alerted"))
+    if message is None or len(marks) == 1:
+        return result
+    content: Any = message.content
+    for note in notes:
+        content = _append(content, note)
+    marked = mark(message.model_copy(update={"content": content}), marks)
+    if isinstance(result, ToolMessage):
+        return marked
+    update = dict(result.update) if isinstance(result.update, dict) else {}
+    update["messages"] = [marked if m is message else m for m in update.get("messages", [])]
+    return replace(result, update=update)
+
+
+def stopped_after_tool(messages: Sequence[BaseMessage]) -> AIMessage | None:
+    """The run's final message when a tool that just ran led to a state the policy stops at (or a
+    call a reviewer edited was stopped before it ran)."""
+    for message in reversed(messages):
+        if not isinstance(message, ToolMessage):
+            return None
+        data = forewarn_data(message)
+        if data and data.get("phase") == "observed" and data.get("action") == Action.STOP.value:
+            text = (str(data.get("explanation", "")) if data.get("executed") is False else
+                    f"Forewarn stopped this run after `{message.name}` ran. {data.get('explanation', '')}".strip())
+            return mark(AIMessage(content=text, name="forewarn"), {"phase": "stopped", "action": "stop"})
+    return None
+
+
+def _tool_message_in(command: Command[Any], call_id: str | None) -> ToolMessage | None:
+    update = command.update
+    if not isinstance(update, dict):
+        return None
+    for message in update.get("messages", []) or []:
+        if isinstance(message, ToolMessage) and message.tool_call_id == call_id:
+            return message
+    return None
+
+
+def _append(content: Any, text: str) -> Any:
+    if isinstance(content, str):
+        return f"{content}\n\n{text}" if content else text
+    if isinstance(content, list):
+        return [*content, {"type": "text", "text": text}]
+    return text
