@@ -58,6 +58,12 @@ class Memory:
         """The chain state: predicate bits with the memory label above them."""
         return bits | self.label(state) << self.width
 
+    def state_for(self, bits: int, label: int) -> int:
+        """A memory state reading predicate ``bits`` whose :meth:`label` is ``label`` (its inverse,
+        to decide for a chain state that no run has just reached, e.g. when listing states)."""
+        bucket, prev = (label % self.buckets, label // self.buckets) if self.previous else (label, 0)
+        return (1 << bucket) | (bits + 1) << _COUNT_BITS | prev << self._prev_shift
+
     def encode_run(self, abstract: Iterable[int]) -> list[int]:
         """Chain states of a whole abstract run (as a session would reach them)."""
         out = []

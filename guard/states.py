@@ -108,7 +108,13 @@ def state_rows(model: GuardModel, guard: Guard | None = None) -> list[StateRow]:
     rows: list[StateRow] = []
     for i, bits in enumerate(dtmc.states[:-1]):
         q = tuple(rows_q[i]) if rows_q is not None else ()
-        decision = guard.decide_product(bits, q)
+        memory = guard.memory
+        if memory is None:
+            decision = guard.decide_product(bits, q)
+        else:  # a chain state carries its memory's label above the predicates: decide as a run there would
+            width = memory.width
+            predicates = bits & ((1 << width) - 1)
+            decision = guard.decide_product(predicates, (*q, memory.state_for(predicates, bits >> width)))
         path: list[int] | None = None
         if probability[i] > 0.0:
             path = [i]

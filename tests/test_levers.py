@@ -196,6 +196,32 @@ def test_structure_observed_smooths_over_observed_successors_only(write_runs: Wr
     assert rows_exact(model.dtmc) == {**LOW, AB: {AB: F(1)}, END: {END: F(1)}}
 
 
+def test_state_for_inverts_the_label() -> None:
+    for memory in (Memory(2, dwell=8), Memory(2, previous=True), Memory(2, dwell=4, previous=True)):
+        for m in _states(memory, [0, 0, 1, 1, 1, 1, 1, 2, 0, 3, 3]):
+            bits = ((m >> 12) & 7) - 1
+            assert memory.label(memory.state_for(bits, memory.label(m))) == memory.label(m)
+
+
+@pytest.mark.parametrize("memory", ["{dwell: 4}", "{dwell: 4, previous: true}"])
+def test_states_lists_every_memory_state_with_its_own_risk(write_runs: WriteRuns, tmp_path: Path,
+                                                           forewarn_here: CLI, memory: str) -> None:
+    """`forewarn states` on a model with memory: each chain state's row is that state's risk."""
+    runs = [[NONE, NONE, A, A, A, NONE, A, AB], [NONE, A, A, NONE, NONE, NONE], [A, A, NONE, AB]] * 2
+    path = write_runs([toy_run(f"r{i}", bits) for i, bits in enumerate(runs)])
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(TOY_SPEC.replace("learning:\n", f"learning:\n  shrink: off\n  memory: {memory}\n"))
+    model_path = tmp_path / "model.json"
+    assert forewarn_here("learn", path, "--spec", spec, "-o", model_path).returncode == 0
+    result = forewarn_here("states", model_path, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    model = learn_model([path], parse_spec(spec.read_text()))
+    rows = result.json()["states"]
+    assert len(rows) == len(model.dtmc.states) - 1 > 4  # more chain states than predicate valuations
+    for row in rows:
+        assert row["p_unsafe"] == pytest.approx(model.outcome.values[row["index"]], abs=1e-9)
+
+
 # -- run time: a session reaches the chain state learning counted ------------------------------
 
 def test_sessions_advance_the_memory_as_learning_encodes_it(write_runs: WriteRuns) -> None:
