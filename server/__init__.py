@@ -20,7 +20,8 @@ The HTTP app: ``app`` (``create_app``, which only assembles the rest), ``routers
 one module per resource: ``health``, ``steps``, ``sessions``, ``approvals``, ``proposals``,
 ``console``, ``docs``, ``models``), ``deps`` (what routes depend on: the state, the caller's
 role, idempotency, tenant-scoped look-ups), ``handlers`` (every error in the one error shape).
-Private: ``_http`` (errors, parsing, limits, the step fast path), ``_steps`` (the step path after
+Private: ``_http`` (errors, parsing, checks), ``_middleware`` (before the router: the key
+first, the body limits, the step fast path), ``_steps`` (the step path after
 parsing), ``_views`` (stored rows as JSON). A new endpoint goes in the router of its resource,
 or in a new module of ``routers/`` that ``create_app`` includes.
 """
