@@ -126,9 +126,7 @@ async def resolve_proposal(proposal_id: ProposalId, body: S.ProposalResolve, sta
         if row["session_closed_at"] is not None:
             raise ApiError(409, "session_closed", f"the session of proposal {proposal_id!r} is closed",
                            field="path.proposal_id")
-        if row["status"] != "pending":
-            raise ApiError(409, "already_resolved", f"proposal {proposal_id!r} is {row['status']}, not pending",
-                           field="path.proposal_id")
+        _still_pending(row)
         edited = None
         if body.decision == "edit":
             edited = await _edit(state, row, body, principal)
@@ -136,17 +134,8 @@ async def resolve_proposal(proposal_id: ProposalId, body: S.ProposalResolve, sta
             raise ApiError(422, "invalid_request", "tool, arguments and state go with decision 'edit' only",
                            field="body.decision")
         status = {"approve": "approved", "reject": "rejected", "edit": "edited"}[body.decision]
-        at = time.time()
-        text = None if edited is None else orjson.dumps(edited).decode()
-        answer = orjson.dumps(proposal_out({**dict(row), "status": status, "resolved_at": at,
-                                            "resolved_by": principal.name, "reason": body.reason, "edited": text}))
-        job = Storage.remember(None if entry is None else entry(200, answer),
-                               Storage.resolve_proposal(proposal_id, status, at, principal.name, body.reason, text))
-        if not await write(state, job):
-            raise ApiError(409, "already_resolved", f"proposal {proposal_id!r} is no longer pending",
-                           field="path.proposal_id")
-        state.hub.resolved([proposal_id])
-        return 200, answer
+        return await _settle(state, entry, row, status, principal, body.reason,
+                             None if edited is None else orjson.dumps(edited).decode())
 
     _, payload = await idem.run(principal, work)
     return Response(payload, media_type=JSON)
@@ -164,23 +153,32 @@ async def cancel_proposal(proposal_id: ProposalId, body: S.ProposalCancel, state
 
     async def work(entry: Entry | None) -> tuple[int, bytes]:
         row = _visible(state, proposal_id, principal)
-        if row["status"] != "pending":
-            raise ApiError(409, "already_resolved", f"proposal {proposal_id!r} is {row['status']}, not pending",
-                           field="path.proposal_id")
-        at = time.time()
-        answer = orjson.dumps(proposal_out({**dict(row), "status": "cancelled", "resolved_at": at,
-                                            "resolved_by": principal.name, "reason": body.reason}))
-        job = Storage.remember(None if entry is None else entry(200, answer),
-                               Storage.resolve_proposal(proposal_id, "cancelled", at, principal.name, body.reason,
-                                                        None))
-        if not await write(state, job):
-            raise ApiError(409, "already_resolved", f"proposal {proposal_id!r} is no longer pending",
-                           field="path.proposal_id")
-        state.hub.resolved([proposal_id])
-        return 200, answer
+        _still_pending(row)
+        return await _settle(state, entry, row, "cancelled", principal, body.reason, None)
 
     _, payload = await idem.run(principal, work)
     return Response(payload, media_type=JSON)
+
+
+def _still_pending(row: Any) -> None:
+    if row["status"] != "pending":
+        raise ApiError(409, "already_resolved", f"proposal {row['id']!r} is {row['status']}, not pending",
+                       field="path.proposal_id")
+
+
+async def _settle(state: ServerState, entry: Entry | None, row: Any, status: str, principal: Principal,
+                  reason: str | None, edited: str | None) -> tuple[int, bytes]:
+    """Resolve a pending proposal (one writer wins a race: the loser gets 409) and wake its waiters."""
+    at = time.time()
+    answer = orjson.dumps(proposal_out({**dict(row), "status": status, "resolved_at": at,
+                                        "resolved_by": principal.name, "reason": reason, "edited": edited}))
+    job = Storage.remember(None if entry is None else entry(200, answer),
+                           Storage.resolve_proposal(row["id"], status, at, principal.name, reason, edited))
+    if not await write(state, job):
+        raise ApiError(409, "already_resolved", f"proposal {row['id']!r} is no longer pending",
+                       field="path.proposal_id")
+    state.hub.resolved([row["id"]])
+    return 200, answer
 
 
 async def _edit(state: ServerState, row: Any, body: S.ProposalResolve, principal: Principal) -> dict[str, Any]:
