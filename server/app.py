@@ -20,7 +20,8 @@ from fastapi import FastAPI
 
 from forewarn.guard._version import __version__
 from forewarn.server import handlers
-from forewarn.server._http import ApiError, AuthFirst, BodyLimit, FastSteps, Route
+from forewarn.server._http import ApiError, Route
+from forewarn.server._middleware import AuthFirst, BodyLimit, FastSteps
 from forewarn.server.deps import Served, any_key
 from forewarn.server.replicas import Replication
 from forewarn.server.routers import approvals, console, docs, health, models, proposals, sessions, steps

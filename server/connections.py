@@ -5,7 +5,7 @@ a request line and then nothing holds its connection (and a slot) forever. The
 protocol below gives every request ``header_timeout`` seconds from its first byte (or
 from the connection, for the first request) to finish its headers, and refuses
 connections beyond ``max_connections`` by closing them at once. Body reads have their
-own deadline in the app (``server._http.BodyLimit``), which answers 408.
+own deadline in the app (``server._middleware.BodyLimit``), which answers 408.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ adds a parameter, header or schema of its own to the OpenAPI document beyond the
 
 The state lives in :class:`Served`, one per app, on ``app.state.forewarn``: set by the app's
 lifespan (or given to ``create_app``), and gone once the server stops. The step fast path
-(:class:`server._http.FastSteps`) reads it through the same :meth:`Served.ready`.
+(:class:`server._middleware.FastSteps`) reads it through the same :meth:`Served.ready`.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ closed or migrated elsewhere is dropped from this replica's cache (its next step
 from the last row); a model made current elsewhere is loaded here, off the event loop, and then
 swapped in with one assignment, as a local replacement is. Were a notification lost (the
 listener reconnecting), a long poll still answers at its timeout from the database, and a
-stale session is caught when its step is committed (:func:`server.storage._check_chain`).
+stale session is caught when its step is committed (:func:`server.storage.sessions._check_chain`).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ sharing needs:
 
 * No file lock: every ``forewarn serve`` process (replica) may write. A step is committed
   only if it extends the row its replica saw last, on an open session of the same model
-  version (:func:`server.storage._check_chain`); the unique (session, step) key settles two
+  version (:func:`server.storage.sessions._check_chain`); the unique (session, step) key settles two
   replicas at once. The loser gets :class:`~server.storage.Conflict`, drops its cached
   session, reloads it from the last row and computes the step again.
 * Writes that others must hear about ``NOTIFY`` in their transaction (delivered on commit):
@@ -28,16 +28,15 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from forewarn.server.storage import (
-    _STOP,
+from forewarn.server.storage.base import StorageBase
+from forewarn.server.storage.schema import (
     CHANNEL_APPROVALS,
     CHANNEL_MODELS,
     CHANNEL_SESSIONS,
     SCHEMA_VERSION,
-    StorageBase,
     StorageError,
-    _ThreadWriter,
 )
+from forewarn.server.storage.writer import _STOP, _ThreadWriter
 
 __all__ = ["PgStorage"]
 

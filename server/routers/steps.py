@@ -6,7 +6,7 @@ serialised once (orjson) and the very bytes sent are the bytes stored.
 
 :func:`observe_core` and :func:`preview_core` take a request's raw parts and parse it themselves
 (same rules and errors as FastAPI's, documented by ``openapi_extra``): in a server, the step fast
-path (:class:`server._http.FastSteps`) calls them before routing even starts, since FastAPI's
+path (:class:`server._middleware.FastSteps`) calls them before routing even starts, since FastAPI's
 routing and dependency solving would cost more than the step itself. The routes here are the same
 handlers, for the requests the fast path passes on (a query string, another media type).
 """

@@ -1,0 +1,70 @@
+"""What both backends share: every write job and read query, in SQL both speak (``?``
+placeholders; the PostgreSQL adapter rewrites them).
+
+:class:`StorageBase` gathers them by resource: sessions and steps (:mod:`.sessions`), approvals
+and proposals (:mod:`.approvals`), and here the two small ones, the answers to idempotent
+requests and the models. A job is used as ``Storage.insert_session(row)``: it returns the
+function the writer runs (``storage.write(job)``).
+"""
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+from forewarn.server.storage.approvals import ApprovalRecords
+from forewarn.server.storage.backend import Job, _SqliteConn
+from forewarn.server.storage.schema import CHANNEL_MODELS
+from forewarn.server.storage.sessions import SessionRecords
+
+__all__ = ["StorageBase"]
+
+
+class StorageBase(SessionRecords, ApprovalRecords):
+    """What both backends share: the write jobs and the read queries. A write job gets a connection
+    with ``execute``/``executemany``, ``shared`` (other replicas write too) and ``notify``."""
+
+    # -- idempotency records (``Idempotency-Key``) ------------------------------------------
+
+    @staticmethod
+    def remember(entry: tuple[Any, ...] | None, job: Job) -> Job:
+        """``job``, and in the same transaction the answer of an idempotent request
+        ``(principal, key, request_hash, status, response, at)``; with ``entry`` None, just ``job``."""
+        if entry is None:
+            return job
+
+        def both(conn: _SqliteConn) -> Any:
+            result = job(conn)
+            conn.execute("INSERT INTO idempotency VALUES (?,?,?,?,?,?)", entry)
+            return result
+        return both
+
+    @staticmethod
+    def forget_idempotency(before: float) -> Job:
+        """Drop the answers to idempotent writes older than ``before`` (a retry comes within seconds)."""
+        def job(conn: _SqliteConn) -> int:
+            return int(conn.execute("DELETE FROM idempotency WHERE at < ?", (before,)).rowcount)
+        return job
+
+    def idempotent(self, principal: str, key: str) -> sqlite3.Row | None:
+        return self._one("SELECT * FROM idempotency WHERE principal=? AND key=?", (principal, key))
+
+    # -- models ----------------------------------------------------------------------------
+
+    @staticmethod
+    def put_model(name: str, version: str, source: str, document: bytes, by: str, *, current: bool) -> Job:
+        def job(conn: _SqliteConn) -> None:
+            now = time.time()
+            conn.execute("INSERT INTO model_versions VALUES (?,?,?,?,?,?) ON CONFLICT (version) DO NOTHING",
+                         (version, name, source, document, now, by))
+            if current:
+                conn.execute("INSERT INTO models VALUES (?,?,?) ON CONFLICT(name) DO UPDATE SET"
+                             " version=excluded.version, updated_at=excluded.updated_at", (name, version, now))
+                conn.notify(CHANNEL_MODELS, name)
+        return job
+
+    def current_models(self) -> dict[str, str]:
+        return {row[0]: row[1] for row in self._all("SELECT name, version FROM models", ())}
+
+    def model_version(self, version: str) -> sqlite3.Row | None:
+        return self._one("SELECT * FROM model_versions WHERE version=?", (version,))

@@ -1,0 +1,149 @@
+"""Sessions and their steps (the audit log): the write jobs and read queries both backends share.
+
+A step is committed with its approvals in one job. On a shared (PostgreSQL) database a step
+commits only if it extends the row its replica saw last, on an open session of the model
+version that replica holds (:func:`_check_chain`); otherwise :class:`Conflict`.
+"""
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from forewarn.server.storage.backend import Backend, Job, _SqliteConn
+from forewarn.server.storage.schema import CHANNEL_APPROVALS, CHANNEL_SESSIONS, Conflict
+
+__all__ = ["SessionRecords"]
+
+_TENANT = "coalesce(s.tenant, s.created_by)"  # sessions from before tenants belong to the key that opened them
+
+
+class SessionRecords(Backend):
+    """Sessions and steps: jobs (run by the writer) and queries (event loop thread)."""
+
+    @staticmethod
+    def insert_steps(rows: Sequence[tuple[Any, ...]], approvals: Sequence[tuple[Any, ...]],
+                     prev: Sequence[tuple[str, int, int, str | None]] = ()) -> Job:
+        """Insert step rows (and their approvals). ``prev``: for each step after the first, (session,
+        step - 1, abstract, monitors) as the replica that computed it saw them. On a shared database
+        the step is committed only if that is still the session's last row and the session is open;
+        otherwise :class:`Conflict` (the unique (session, step) key catches two replicas at once)."""
+        def job(conn: Any) -> None:
+            if conn.shared:
+                _check_chain(conn, {row[0]: row[4] for row in rows}, prev)
+            conn.executemany(
+                "INSERT INTO decisions (session_id, step, at, principal, model_version, input_hash, abstract,"
+                " monitors, action_in, t, state, action, p_unsafe, decision, approval_id)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            if approvals:
+                conn.executemany("INSERT INTO approvals (id, session_id, step, created_at, status)"
+                                 " VALUES (?,?,?,?,'pending')", approvals)
+        return job
+
+    @staticmethod
+    def insert_session(row: tuple[Any, ...]) -> Job:
+        def job(conn: _SqliteConn) -> None:
+            conn.execute("INSERT INTO sessions (id, model_name, model_version, policy, metadata, created_at,"
+                         " created_by, tenant) VALUES (?,?,?,?,?,?,?,?)", row)
+        return job
+
+    @staticmethod
+    def close_session(session_id: str, at: float, by: str) -> Job:
+        """Close an open session and cancel its pending approvals; returns their ids."""
+        def job(conn: _SqliteConn) -> list[str]:
+            conn.execute("UPDATE sessions SET closed_at=?, closed_by=? WHERE id=? AND closed_at IS NULL",
+                         (at, by, session_id))
+            ids = [r[0] for r in conn.execute(
+                "SELECT id FROM approvals WHERE session_id=? AND status='pending'", (session_id,))]
+            conn.execute("UPDATE approvals SET status='cancelled', resolved_at=?, resolved_by=?,"
+                         " reason='session closed' WHERE session_id=? AND status='pending'",
+                         (at, by, session_id))
+            conn.notify(CHANNEL_SESSIONS, session_id)
+            if ids:
+                conn.notify(CHANNEL_APPROVALS, ",".join(ids))
+            return ids
+        return job
+
+    @staticmethod
+    def migrate_sessions(name: str, version: str, ids: Iterable[str]) -> Job:
+        ids = list(ids)
+
+        def job(conn: _SqliteConn) -> None:
+            conn.executemany("UPDATE sessions SET model_version=? WHERE id=? AND model_name=?",
+                             [(version, i, name) for i in ids])
+            for i in ids:  # replicas holding them reload them on their new version
+                conn.notify(CHANNEL_SESSIONS, i)
+        return job
+
+
+    def session_row(self, session_id: str) -> sqlite3.Row | None:
+        return self._one("SELECT * FROM sessions WHERE id=?", (session_id,))
+
+    def open_sessions(self, model_name: str | None = None) -> list[str]:
+        if model_name is None:
+            rows = self._all("SELECT id FROM sessions WHERE closed_at IS NULL", ())
+        else:
+            rows = self._all("SELECT id FROM sessions WHERE closed_at IS NULL AND model_name=?", (model_name,))
+        return [r[0] for r in rows]
+
+    def list_sessions(self, *, status: str | None, limit: int, offset: int,
+                      tenants: Iterable[str] | None = None) -> list[sqlite3.Row]:
+        clauses = [{"open": "closed_at IS NULL", "closed": "closed_at IS NOT NULL"}.get(status or "", "TRUE")]
+        params: list[Any] = []
+        if tenants is not None:
+            scope = sorted(tenants)
+            clauses.append(f"{_TENANT} IN ({','.join('?' * len(scope))})")
+            params += scope
+        return self._all(f"SELECT s.*, (SELECT count(*) FROM decisions d WHERE d.session_id=s.id) AS steps"
+                                 f" FROM sessions s WHERE {' AND '.join(clauses)} ORDER BY created_at DESC"
+                                 f" LIMIT ? OFFSET ?", (*params, limit, offset))
+
+    def last_step(self, session_id: str) -> tuple[int, int, str | None] | None:
+        """(step, abstract, monitors) of the last committed step: all a resume needs (an index look-up)."""
+        row = self._one("SELECT step, abstract, monitors FROM decisions WHERE session_id=?"
+                        " ORDER BY step DESC LIMIT 1", (session_id,))
+        return None if row is None else (int(row[0]), int(row[1]), row[2])
+
+    def history(self, session_id: str) -> list[tuple[int, int, str | None, str | None, float | None]]:
+        """(step, abstract, monitors, action_in, t) of every committed step, in order."""
+        return self._all(
+            "SELECT step, abstract, monitors, action_in, t FROM decisions WHERE session_id=? ORDER BY step",
+            (session_id,))
+
+    def steps(self, session_id: str, *, limit: int, offset: int) -> list[sqlite3.Row]:
+        return self._all("SELECT * FROM decisions WHERE session_id=? ORDER BY step LIMIT ? OFFSET ?",
+                    (session_id, limit, offset))
+
+    def step_count(self, session_id: str) -> int:
+        return self._count("SELECT count(*) FROM decisions WHERE session_id=?", (session_id,))
+
+    def session_risk(self, session_id: str) -> list[tuple[int, float, float | None]]:
+        """(step, at, p_unsafe) of every committed step of a session: its risk over time."""
+        return [(int(r[0]), float(r[1]), r[2]) for r in self._all(
+            "SELECT step, at, p_unsafe FROM decisions WHERE session_id=? ORDER BY step", (session_id,))]
+
+    def count_open_sessions(self) -> int:
+        return self._count("SELECT count(*) FROM sessions WHERE closed_at IS NULL", ())
+
+
+def _check_chain(conn: Any, versions: dict[str, str], prev: Sequence[tuple[str, int, int, str | None]]) -> None:
+    """Raise :class:`Conflict` unless every session is open and each step extends the row its replica
+    saw last. ``FOR SHARE`` waits for a close in flight (and makes a close wait for this step)."""
+    sessions = sorted(versions)
+    marks = ",".join("?" * len(sessions))
+    # one round trip: lock the sessions' rows and count the rows the steps extend
+    chain = "0"
+    params: list[Any] = list(sessions)
+    if prev:
+        # typed, so that PostgreSQL need not guess the types of a VALUES list
+        values = ",".join("(CAST(? AS TEXT),CAST(? AS BIGINT),CAST(? AS BIGINT),CAST(? AS TEXT))" for _ in prev)
+        chain = (f"(WITH p(s, n, a, m) AS (VALUES {values}) SELECT count(*) FROM decisions d JOIN p"
+                 " ON d.session_id = p.s AND d.step = p.n AND d.abstract = p.a"
+                 " AND d.monitors IS NOT DISTINCT FROM p.m)")
+        params = [x for item in prev for x in item] + params
+    rows = conn.execute(f"SELECT id, closed_at, model_version, {chain} FROM sessions WHERE id IN ({marks})"
+                        " FOR SHARE", tuple(params)).fetchall()
+    if len(rows) != len(sessions) or any(row[1] is not None or row[2] != versions[row[0]] for row in rows):
+        raise Conflict("a session was closed or migrated by another replica")
+    if int(rows[0][3]) != len(prev):
+        raise Conflict("a session was advanced by another replica")
