@@ -32,8 +32,16 @@ if __name__ == 'server':  # a source checkout imported by the pre-0.2 name: be f
 
     redirect(__name__)
 else:  # the sidecar's dependencies are the server extra: say so, not ModuleNotFoundError: fastapi
-    from forewarn.guard._extras import require
+    import sys
 
-    require("server", "forewarn.server")
+    from forewarn.guard._extras import MissingExtra, require
+
+    try:
+        require("server", "forewarn.server")
+    except MissingExtra as exc:
+        if sys.argv[:1] == ["-m"]:  # `python -m forewarn.server` being located: one line, not runpy's traceback
+            sys.stderr.write(f"error: {exc}\n")
+            raise SystemExit(2) from None
+        raise
 
 __all__: list[str] = []

@@ -60,6 +60,17 @@ def test_serve_without_the_server_extra_is_one_line_naming_it(tmp_path: Path, ar
     assert done.stderr == "error: forewarn serve needs the server extra: pip install 'forewarn[server]'\n"
 
 
+def test_python_dash_m_server_without_the_extra_is_one_line(tmp_path: Path) -> None:
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()  # a real `python -m`: the extra's modules made unimportable at start-up
+    (blocked / "sitecustomize.py").write_text(f"import sys\nfor _m in {EXTRAS['server']!r}:\n    sys.modules[_m] = None\n")
+    path = os.pathsep.join(p for p in [str(blocked), os.environ.get("PYTHONPATH", "")] if p)
+    done = subprocess.run([sys.executable, "-m", "forewarn.server", "serve"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": path})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "error: forewarn.server needs the server extra: pip install 'forewarn[server]'\n"
+
+
 def test_the_langchain_integration_names_its_extra(tmp_path: Path) -> None:
     code = ("from forewarn.guard.errors import ForewarnError\n"
             "from forewarn.guard.langchain import Transcript, ToolStep  # plain types: no LangChain needed\n"
