@@ -44,15 +44,6 @@ class Chain(Protocol):
     counts: sp.csr_matrix
     pseudo: sp.csr_matrix | None
 
-    @property
-    def size(self) -> int: ...
-
-    @property
-    def end_index(self) -> int: ...
-
-    @property
-    def absorbing(self) -> np.ndarray: ...
-
 
 @dataclass(frozen=True)
 class Product:
@@ -98,12 +89,14 @@ def reachable_product(chain: Chain, monitors: Sequence[Monitor], *,
     import scipy.sparse as sp  # here: a guard that loads a model and decides never needs scipy
 
     m = len(monitors)
-    end_c = chain.end_index
+    size = len(chain.states)
+    end_c = size - 1
     matrix, counts = chain.matrix, chain.counts
     prepared = [mon.prepare(chain.states[:-1]) for mon in monitors]
-    absorbing_chain = chain.absorbing
+    absorbing_chain = chain.unsafe.copy()  # unsafe and end absorb
+    absorbing_chain[end_c] = True
     indptr_c = matrix.indptr
-    packer = _Packer(monitors, chain.size)
+    packer = _Packer(monitors, size)
 
     index: dict[int, int] = {}
     keys: list[int] = []
@@ -121,7 +114,7 @@ def reachable_product(chain: Chain, monitors: Sequence[Monitor], *,
         out = np.asarray(found_at, dtype=np.int64)[inverse.reshape(-1)]
         if max_states is not None and len(keys) > max_states:
             raise ProductTooLargeError(
-                f"the product of the learned chain ({chain.size} states) with monitors "
+                f"the product of the learned chain ({size} states) with monitors "
                 f"{[mon.name for mon in monitors]} exceeds the limit of {max_states:,} reachable states "
                 "(max_states); lower the monitors' bounds ('within'), coarsen the abstraction, "
                 "or resample to a longer period", states=len(keys), limit=max_states)

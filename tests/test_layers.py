@@ -36,20 +36,6 @@ class PlainChain:
     counts: sp.csr_matrix
     pseudo: sp.csr_matrix | None = None
 
-    @property
-    def size(self) -> int:
-        return len(self.states)
-
-    @property
-    def end_index(self) -> int:
-        return len(self.states) - 1
-
-    @property
-    def absorbing(self) -> np.ndarray:
-        mask = self.unsafe.copy()
-        mask[self.end_index] = True
-        return mask
-
 
 def test_the_product_runs_on_any_chain_of_plain_arrays() -> None:
     # s0 = {trigger}, s1 = {response}, then end; s0 -> s0 | s1 by halves, s1 -> end.
