@@ -17,13 +17,12 @@ of transitions (closed form, as for α in guard/crossval.py; ties to the larger 
 """
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
 import scipy.sparse as sp
 
-from forewarn.guard.crossval import path_transitions
+from forewarn.guard.crossval import held_out_transitions
 from forewarn.guard.errors import UsageError
 from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, ValidTransitionRule, learn_dtmc
 from forewarn.guard.memory import Memory
@@ -136,21 +135,14 @@ def _choose_beta(paths: Mapping[tuple[int, ...], int], predicates: PredicateSet,
     totals = [sum(row.values()) for row in seen]
     mass = [sum(row.values()) for row in prior]
     n_st, c_st, n_s, c_s, pi, z, w = [], [], [], [], [], [], []
-    for path, weight in paths.items():
-        transitions = path_transitions(path, predicates)
-        out_of: Counter[int] = Counter()
-        for (a, _), c in transitions.items():
-            out_of[index[a]] += c
-        for (a, b), c in transitions.items():
-            i = index[a]
-            t = end if b == END else index[b]
-            n_st.append(seen[i][t])
-            c_st.append(c)
-            n_s.append(totals[i])
-            c_s.append(out_of[i])
-            pi.append(prior[i].get(t, 0.0))
-            z.append(mass[i])
-            w.append(weight)
+    for i, t, c, out_of, weight in held_out_transitions(paths, predicates, index, end):
+        n_st.append(seen[i][t])
+        c_st.append(c)
+        n_s.append(totals[i])
+        c_s.append(out_of)
+        pi.append(prior[i].get(t, 0.0))
+        z.append(mass[i])
+        w.append(weight)
     a_nst, a_cst, a_ns, a_cs, a_pi, a_z, a_w = (np.asarray(x, dtype=float) for x in (n_st, c_st, n_s, c_s, pi, z, w))
     steps = float((a_w * a_cst).sum()) or 1.0
     scores = []

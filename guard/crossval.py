@@ -10,14 +10,14 @@ larger α, so the choice is a deterministic function of the traces.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
 from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, ValidTransitionRule, learn_dtmc
 from forewarn.guard.predicates import PredicateSet
 
-__all__ = ["ALPHA_GRID", "path_transitions", "choose_alpha"]
+__all__ = ["ALPHA_GRID", "path_transitions", "held_out_transitions", "choose_alpha"]
 
 ALPHA_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 
@@ -37,6 +37,20 @@ def path_transitions(path: tuple[int, ...], predicates: PredicateSet) -> Counter
     return out
 
 
+def held_out_transitions(paths: Mapping[tuple[int, ...], int], predicates: PredicateSet, index: dict[int, int],
+                         end: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """Each distinct path's transitions as ``(source, target, count, source's departures in the path,
+    path weight)`` in chain indices: what leaving one run out subtracts from the counts."""
+    for path, weight in paths.items():
+        transitions = path_transitions(path, predicates)
+        out_of: Counter[int] = Counter()
+        for (a, _), c in transitions.items():
+            out_of[index[a]] += c
+        for (a, b), c in transitions.items():
+            i = index[a]
+            yield i, end if b == END else index[b], c, out_of[i], weight
+
+
 def choose_alpha(counts: TransitionCounts, paths: Mapping[tuple[int, ...], int], predicates: PredicateSet, *,
                  rule: ValidTransitionRule | None = None, structure: str = "valid",
                  grid: tuple[float, ...] = ALPHA_GRID) -> tuple[float, list[float]]:
@@ -51,20 +65,13 @@ def choose_alpha(counts: TransitionCounts, paths: Mapping[tuple[int, ...], int],
               for j, n in zip(counts_csr.indices[counts_csr.indptr[i]:counts_csr.indptr[i + 1]],
                               counts_csr.data[counts_csr.indptr[i]:counts_csr.indptr[i + 1]])}
     n_ij, c_ij, n_i, c_i, k_i, weight = [], [], [], [], [], []
-    for path, w in paths.items():
-        transitions = path_transitions(path, predicates)
-        out_of: Counter[int] = Counter()
-        for (a, _), c in transitions.items():
-            out_of[index[a]] += c
-        for (a, b), c in transitions.items():
-            i = index[a]
-            j = end if b == END else index[b]
-            n_ij.append(lookup[i, j])
-            c_ij.append(c)
-            n_i.append(total[i])
-            c_i.append(out_of[i])
-            k_i.append(k[i])
-            weight.append(w)
+    for i, j, c, out_of, w in held_out_transitions(paths, predicates, index, end):
+        n_ij.append(lookup[i, j])
+        c_ij.append(c)
+        n_i.append(total[i])
+        c_i.append(out_of)
+        k_i.append(k[i])
+        weight.append(w)
     arrays = [np.asarray(x, dtype=float) for x in (n_ij, c_ij, n_i, c_i, k_i, weight)]
     nij, cij, ni, ci, ki, wt = arrays
     steps = float((wt * cij).sum()) or 1.0
