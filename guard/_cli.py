@@ -36,6 +36,18 @@ class Format(str, Enum):
     json = "json"
 
 
+class Engine(str, Enum):
+    """``--engine``: count or replay in this process, or on Apache Spark."""
+    local = "local"
+    spark = "spark"
+
+
+class OnError(str, Enum):
+    """``--on-error``: a bad record stops the command, or is skipped and counted."""
+    stop = "stop"
+    skip = "skip"
+
+
 def print_json(value: Any) -> None:
     """Pretty JSON on stdout (numpy scalars and arrays included)."""
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,7 +10,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from forewarn.guard._cli import (
+    Engine,
     Format,
+    OnError,
     check_alpha,
     check_period,
     check_precision,
@@ -31,16 +32,6 @@ from forewarn.guard.read_summary import IngestSummary
 from forewarn.guard.storm import Method
 
 __all__ = ["learn", "register", "Engine", "OnError"]
-
-
-class Engine(str, Enum):
-    local = "local"
-    spark = "spark"
-
-
-class OnError(str, Enum):
-    stop = "stop"
-    skip = "skip"
 
 
 def learn(

@@ -19,7 +19,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from forewarn.guard._cli import (
+    Engine,
     Format,
+    OnError,
     caught_warnings,
     check_alpha,
     check_period,
@@ -181,11 +183,6 @@ def _in_sample(traces: Sequence[Path], provenance: dict[str, Any]) -> list[str]:
     return same
 
 
-class EngineOption(str, Enum):
-    local = "local"
-    spark = "spark"
-
-
 def replay(
     traces: Annotated[list[str], typer.Argument(
         help="Trace files to replay (JSONL, columnar or action logs); with --engine spark JSONL or Parquet "
@@ -206,8 +203,8 @@ def replay(
                                   "each left out of its own scoring).")] = None,
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
     trigger: TriggerOption = None,
-    engine: Annotated[EngineOption, typer.Option(help="Replay in this process, or on Apache Spark (the model "
-                                                      "is broadcast to the executors).")] = EngineOption.local,
+    engine: Annotated[Engine, typer.Option(help="Replay in this process, or on Apache Spark (the model "
+                                                      "is broadcast to the executors).")] = Engine.local,
     master: Annotated[str | None, typer.Option(help="Spark master for --engine spark (default: the running "
                                                        "session's, else local[*]).")] = None,
 ) -> None:
@@ -224,15 +221,15 @@ def replay(
         guard = load_guard(model)  # a model or a bundle: each run is replayed on its group's member
     if period is None:
         period = guard.model.provenance.get("period_seconds")
-    if master is not None and engine is not EngineOption.spark:
+    if master is not None and engine is not Engine.spark:
         raise ForewarnError("--master applies to --engine spark only")
-    if engine is EngineOption.spark and input_format not in (InputFormat.auto, InputFormat.jsonl):
+    if engine is Engine.spark and input_format not in (InputFormat.auto, InputFormat.jsonl):
         raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format.value}")
     from forewarn.guard.ingest import IngestSummary
 
     summary = IngestSummary()
     with _progress("replaying") as update:
-        if engine is EngineOption.spark:
+        if engine is Engine.spark:
             from forewarn.guard.spark import replay_spark, spark_session
 
             result = replay_spark(traces, guard, thetas, spark=spark_session(master), period=period,
@@ -362,9 +359,9 @@ def evaluate(
     min_group_runs: Annotated[int, typer.Option(
         "--min-group-runs", help="With --bundle-by: runs a group needs in a fold for a model of its own.")]
     = DEFAULT_MIN_GROUP_RUNS,
-    engine: Annotated[EngineOption, typer.Option(help="Evaluate in this process, or on Apache Spark (the "
+    engine: Annotated[Engine, typer.Option(help="Evaluate in this process, or on Apache Spark (the "
                                                       "executors trace, count and replay; the driver learns "
-                                                      "each fold's model).")] = EngineOption.local,
+                                                      "each fold's model).")] = Engine.local,
     master: Annotated[str | None, typer.Option(help="Spark master for --engine spark (default: the running "
                                                        "session's, else local[*]).")] = None,
 ) -> None:
@@ -380,9 +377,9 @@ def evaluate(
     mode = parse_enforcement(enforcement)
     trigger_mode = parse_trigger(trigger)
     parsed = load_spec(spec)
-    if master is not None and engine is not EngineOption.spark:
+    if master is not None and engine is not Engine.spark:
         raise ForewarnError("--master applies to --engine spark only")
-    if engine is EngineOption.spark:
+    if engine is Engine.spark:
         if input_format not in (InputFormat.auto, InputFormat.jsonl):
             raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format "
                                 f"{input_format.value}")
@@ -462,11 +459,6 @@ def _show_evaluation(result: Any, name: str, folds: int, group_by: str | None, m
                        render=lambda images, chosen: evaluation_html(result, images, chosen, context=context))
 
 
-class OnErrorOption(str, Enum):
-    stop = "stop"
-    skip = "skip"
-
-
 
 def ingest(
     inputs: Annotated[list[Path], typer.Argument(help="Log files to convert.", metavar="LOGS...")],
@@ -474,9 +466,9 @@ def ingest(
     input_format: Annotated[InputFormat, typer.Option(
         "--input-format", help="Format of the input files; auto says which formats it tried when none fits.")]
     = InputFormat.auto,
-    on_error: Annotated[OnErrorOption, typer.Option(
+    on_error: Annotated[OnError, typer.Option(
         "--on-error", help="A malformed record stops the ingest, or is skipped and counted in the summary.")]
-    = OnErrorOption.stop,
+    = OnError.stop,
     extractor: ExtractorOption = None,
     period: Annotated[float | None, typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
     time_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's seconds.")] = "t",
@@ -506,7 +498,7 @@ def ingest(
                     line = orjson.dumps({"id": r.id, "steps": r.steps, "meta": r.meta}, default=str)
                 except orjson.JSONEncodeError as exc:  # e.g. a state nested deeper than JSON writers go
                     error = TraceError(f"cannot write this run as JSON ({exc})", source=r.source, line=r.line)
-                    if on_error is OnErrorOption.stop:
+                    if on_error is OnError.stop:
                         raise error from exc
                     summary.runs -= 1
                     summary.skip(error)
