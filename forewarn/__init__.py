@@ -13,11 +13,13 @@ stays cheap::
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from forewarn._version import __version__
 
+# forewarn-aliases.pth imports this package at every interpreter start: no typing import here.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from forewarn.guard import (
         Action,
         BundleGuard,

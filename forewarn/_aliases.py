@@ -14,13 +14,19 @@ whose folders are importable under their old names directly, redirects in each p
 """
 from __future__ import annotations
 
+# forewarn-aliases.pth runs this at every interpreter start: import only what Python has loaded
+# by then (importlib.abc and importlib.util would cost ~7 ms); the rest is imported on first use.
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
-from collections.abc import Sequence
-from types import CodeType, ModuleType
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.abc import Loader as _Loader
+    from importlib.machinery import ModuleSpec
+    from types import CodeType, ModuleType
+else:
+    _Loader = object  # the loader protocol is duck-typed; the ABC is for the type checker only
 
 __all__ = ["ALIASES", "install", "redirect"]
 
@@ -32,14 +38,15 @@ def _target(fullname: str) -> str | None:
     return f"forewarn.{fullname}" if head in ALIASES else None
 
 
-class _AliasLoader(importlib.abc.Loader):
+class _AliasLoader(_Loader):
     """Loads an old name by importing the new one and handing back that same module."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, found: ModuleSpec) -> None:
         self.target = target
-        self.real_spec: importlib.machinery.ModuleSpec | None = None
+        self.found = found  # the new name's spec, as found before importing it
+        self.real_spec: ModuleSpec | None = None
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
         module = importlib.import_module(self.target)
         self.real_spec = module.__spec__
         return module
@@ -51,40 +58,41 @@ class _AliasLoader(importlib.abc.Loader):
 
     def get_code(self, fullname: str) -> CodeType | None:
         # ``python -m guard.cli`` (runpy) runs the real module's code as ``__main__``.
-        spec = importlib.util.find_spec(self.target)
-        loader = spec.loader if spec is not None else None
-        return loader.get_code(self.target) if isinstance(loader, importlib.abc.InspectLoader) else None
+        get_code = getattr(self.found.loader, "get_code", None)
+        return None if get_code is None else get_code(self.target)
 
     def is_package(self, fullname: str) -> bool:
-        spec = importlib.util.find_spec(self.target)
-        return bool(spec is not None and spec.submodule_search_locations is not None)
+        return self.found.submodule_search_locations is not None
 
 
-def _alias_spec(fullname: str, target: str) -> importlib.machinery.ModuleSpec | None:
-    real = importlib.util.find_spec(target)
-    if real is None:
+def _alias_spec(fullname: str, target: str) -> ModuleSpec | None:
+    import importlib.util  # here, not at start-up: only a name that is really aliased pays for it
+
+    found = importlib.util.find_spec(target)
+    if found is None:
         return None
-    spec = importlib.machinery.ModuleSpec(fullname, _AliasLoader(target),
-                                          is_package=real.submodule_search_locations is not None)
-    spec.origin = real.origin
+    spec = importlib.util.spec_from_loader(fullname, _AliasLoader(target, found),
+                                           is_package=found.submodule_search_locations is not None)
+    if spec is not None:
+        spec.origin = found.origin
     return spec
 
 
-class _TopLevelFinder(importlib.abc.MetaPathFinder):
+class _TopLevelFinder:
     """Last on ``sys.meta_path``: ``guard`` means Forewarn's only when nothing else is called that."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if "." in fullname or fullname not in ALIASES:
             return None
         return _alias_spec(fullname, f"forewarn.{fullname}")
 
 
-class _SubmoduleFinder(importlib.abc.MetaPathFinder):
+class _SubmoduleFinder:
     """First on ``sys.meta_path``: ``guard.spec`` is ``forewarn.guard.spec`` once ``guard`` is ours."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         new = _target(fullname)
         if new is None or "." not in fullname:
             return None
