@@ -73,7 +73,7 @@ def serve(port: int, db: str, synchronous: Literal["normal", "full"]) -> None:
 
     from forewarn.domains.embodied.builtin import builtin_model_path
     from forewarn.server.app import create_app, start
-    from forewarn.server.cli import serve_app
+    from forewarn.server.run import serve_app
     from forewarn.server.settings import ServerSettings
 
     keys: Any = f"{KEY}:agent"  # parsed by the settings, as FOREWARN_API_KEYS is

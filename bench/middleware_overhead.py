@@ -236,7 +236,7 @@ def start_sidecar(model_path: Path, folder: Path) -> tuple[subprocess.Popen[byte
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {**os.environ, "FOREWARN_API_KEYS": f"{AGENT_KEY}:agent:bench", "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-m", "server", "serve", "--model", f"tools={model_path}", "--port", str(port),
+    process = subprocess.Popen([sys.executable, "-m", "forewarn.server", "serve", "--model", f"tools={model_path}", "--port", str(port),
                                 "--db", str(folder / "bench.db"), "--log-level", "warning"], env=env, cwd=folder)
     client = Client(f"http://127.0.0.1:{port}", api_key=AGENT_KEY)
     deadline = time.monotonic() + 60

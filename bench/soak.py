@@ -51,7 +51,7 @@ ADMIN = "soak-admin-key-0123456789abcdef"
 def serve(port: int, db: Path, memo_bytes: int) -> None:
     from forewarn.domains.embodied.builtin import builtin_model_path
     from forewarn.server.app import create_app, start
-    from forewarn.server.cli import serve_app
+    from forewarn.server.run import serve_app
     from forewarn.server.settings import Limits, ServerSettings
 
     keys: Any = f"{KEY}:agent,{ADMIN}:admin"  # parsed by the settings, as FOREWARN_API_KEYS is

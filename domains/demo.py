@@ -20,12 +20,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from forewarn.guard.errors import ConfigError
-from forewarn.guard.model import GuardModel
-from forewarn.guard.pipeline import learn_model
-from forewarn.guard.policy import Policy
-from forewarn.guard.runtime import Guard
-from forewarn.guard.spec import Action, Thresholds, load_spec
+from ..errors import ConfigError
+from ..guard.model import GuardModel
+from ..guard.pipeline import learn_model
+from ..guard.policy import Policy
+from ..guard.runtime import Guard
+from ..guard.spec import Action, Thresholds, load_spec
 
 __all__ = ["DemoRow", "run_demo"]
 
@@ -69,7 +69,7 @@ def run_demo(*, domain: str = "embodied", out_dir: Path = Path("forewarn-demo"),
         raise ConfigError("--runs and --episodes must be at least 1")
     from dataclasses import replace
 
-    from forewarn.domains.embodied import AgentProfile, generate_traces, hazard_tasks, run_episode, write_spec
+    from .embodied import AgentProfile, generate_traces, hazard_tasks, run_episode, write_spec
 
     console = console or Console()
     profile = AgentProfile()
@@ -185,9 +185,9 @@ def run_driving_demo(*, out_dir: Path, runs: int, episodes: int, seed: int, heed
     guard warns before a collision or a rule violation (the paper's Table 1), then
     drives guarded cars with ``stop`` (emergency brake) and ``reflect`` on the same seeds.
     """
-    from forewarn.domains.driving import P_HEED_REFLECTION, generate_traces, python_predicates, run_episode, spec_path
-    from forewarn.guard.pipeline import read_trace_files
-    from forewarn.guard.replay import replay
+    from ..guard.pipeline import read_trace_files
+    from ..guard.replay import replay
+    from .driving import P_HEED_REFLECTION, generate_traces, python_predicates, run_episode, spec_path
 
     runs = max(runs, 2)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -106,7 +106,7 @@ def sidecar(agent_key: str, approver_key: str) -> Iterator[str]:
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "FOREWARN_API_KEYS": f"{agent_key}:agent,{approver_key}:approver",
                "FOREWARN_DB": os.path.join(tmp, "forewarn.db")}
-        process = subprocess.Popen([sys.executable, "-m", "server", "serve", "--port", str(port),
+        process = subprocess.Popen([sys.executable, "-m", "forewarn.server", "serve", "--port", str(port),
                                     "--log-level", "warning"], env=env)
         url = f"http://127.0.0.1:{port}"
         try:

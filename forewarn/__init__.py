@@ -13,14 +13,12 @@ stays cheap::
 """
 from __future__ import annotations
 
-from forewarn._version import __version__
+from typing import TYPE_CHECKING, Any
 
-# forewarn-aliases.pth imports this package at every interpreter start: no typing import here.
-TYPE_CHECKING = False
+from ._version import __version__
+
 if TYPE_CHECKING:
-    from typing import Any
-
-    from forewarn.guard import (
+    from .guard import (
         Action,
         BundleGuard,
         CheckError,
@@ -74,7 +72,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        import forewarn.guard as core
+        from . import guard as core
 
         value = getattr(core, name)
         globals()[name] = value

@@ -1,5 +1,5 @@
 """``python -m forewarn`` is the ``forewarn`` command."""
-from forewarn.guard.cli import main
+from .guard.cli import main
 
 if __name__ == "__main__":
     main()

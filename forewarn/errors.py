@@ -8,8 +8,7 @@ domains); docs/errors.md lists them all. Errors outside the family are bugs (an 
 invariant that broke), never a user's doing.
 
 This module is a leaf below every layer, importing nothing: the monitors, which import
-nothing else of Forewarn, join the family through it. ``forewarn.guard.errors`` re-exports
-it under the name the documentation uses."""
+nothing else of Forewarn, join the family through it."""
 from __future__ import annotations
 
 __all__ = [

@@ -7,25 +7,20 @@ imports the runtime and the model file reader only, not Storm, scipy or the lear
 """
 from __future__ import annotations
 
-if __name__ == 'guard':  # a source checkout imported by the pre-0.2 name: be forewarn.guard
-    from forewarn._aliases import redirect
-
-    redirect(__name__)
-
 from typing import TYPE_CHECKING, Any
 
-from forewarn.guard._version import __version__
-from forewarn.guard.errors import CheckError, ForewarnError, ModelFileError, PredicateError, SpecError, TraceError
+from ..errors import CheckError, ForewarnError, ModelFileError, PredicateError, SpecError, TraceError
+from ._version import __version__
 
 if TYPE_CHECKING:
-    from forewarn.guard.bundle import GuardBundle, learn_bundle
-    from forewarn.guard.bundle_guard import BundleGuard, load_guard
-    from forewarn.guard.model import GuardModel
-    from forewarn.guard.pipeline import learn_model, learn_model_from_runs
-    from forewarn.guard.policy import Policy
-    from forewarn.guard.results import Method
-    from forewarn.guard.runtime import Decision, Guard, Session
-    from forewarn.guard.spec import Action, Spec, load_spec, parse_spec
+    from .bundle import GuardBundle, learn_bundle
+    from .bundle_guard import BundleGuard, load_guard
+    from .model import GuardModel
+    from .pipeline import learn_model, learn_model_from_runs
+    from .policy import Policy
+    from .results import Method
+    from .runtime import Decision, Guard, Session
+    from .spec import Action, Spec, load_spec, parse_spec
 
 __all__ = [
     "__version__",

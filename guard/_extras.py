@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from forewarn.guard.errors import ForewarnError
+from ..errors import ForewarnError
 
 __all__ = ["EXTRAS", "MissingExtra", "missing", "require", "install_hint", "extra_error", "register_missing"]
 

@@ -1,3 +1,3 @@
-from forewarn._version import __version__
+from .._version import __version__
 
 __all__ = ["__version__"]

@@ -22,11 +22,11 @@ from collections.abc import Mapping
 import numpy as np
 import scipy.sparse as sp
 
-from forewarn.guard.crossval import held_out_transitions
-from forewarn.guard.errors import UsageError
-from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, ValidTransitionRule, learn_dtmc
-from forewarn.guard.memory import Memory
-from forewarn.guard.predicates import PredicateSet
+from ..errors import UsageError
+from .crossval import held_out_transitions
+from .learning import END, LearnedDTMC, TransitionCounts, ValidTransitionRule, learn_dtmc
+from .memory import Memory
+from .predicates import PredicateSet
 
 __all__ = ["BETA_GRID", "strip_memory", "learn_memory_dtmc"]
 

@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from forewarn.guard._version import __version__
-from forewarn.guard.errors import ForewarnError, ModelFileError, TraceError
-from forewarn.guard.model import GuardModel, write_document
-from forewarn.guard.predicates import PythonPredicate
-from forewarn.guard.spec import Spec, parse_spec
-from forewarn.guard.traces import Run, abstract_run
+from ..errors import ForewarnError, ModelFileError, TraceError
+from ._version import __version__
+from .model import GuardModel, write_document
+from .predicates import PythonPredicate
+from .spec import Spec, parse_spec
+from .traces import Run, abstract_run
 
 if TYPE_CHECKING:
-    from forewarn.guard.learning import TransitionCounts
+    from .learning import TransitionCounts
 
 # Learning a bundle imports the learner (scipy, Storm) in its functions: loading one and deciding do not.
 
@@ -138,7 +138,7 @@ class GuardBundle:
         """Write the bundle atomically, as one file (signed with ``sign_with``, an Ed25519 private key)."""
         document = self.to_document()
         if sign_with is not None:
-            from forewarn.guard.signing import sign_document
+            from .signing import sign_document
 
             document = sign_document(document, sign_with)
         return write_document(path, document)
@@ -153,7 +153,7 @@ class GuardBundle:
         """
         if not isinstance(document, dict) or document.get("format") != "forewarn-bundle":
             raise ModelFileError(f"{source}: not a Forewarn model bundle (no \"format\": \"forewarn-bundle\")")
-        from forewarn.guard.signing import trusted_keys_from_env, verify_document
+        from .signing import trusted_keys_from_env, verify_document
 
         keys = trusted_keys_from_env() if trusted_keys is None else trusted_keys
         if keys:  # one signature covers the bundle and every member in it
@@ -259,7 +259,7 @@ def learn_bundle(traces: Sequence[str | Path], spec: Spec, *, group_by: str,
 
     ``on_error`` and ``summary`` as for :func:`guard.pipeline.learn_model`.
     """
-    from forewarn.guard.pipeline import _provenance, runs_to_learn
+    from .pipeline import _provenance, runs_to_learn
 
     paths = [Path(p) for p in traces]
     inputs = [_provenance(p) for p in paths]
@@ -297,8 +297,8 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
     path = group_path(group_by)
     if isinstance(min_group_runs, bool) or not isinstance(min_group_runs, int) or min_group_runs < 1:
         raise ForewarnError(f"--min-group-runs {min_group_runs!r}: expected a whole number of runs, at least 1")
-    from forewarn.guard.learning import TransitionCounts
-    from forewarn.guard.pipeline import counting_plan, prepare
+    from .learning import TransitionCounts
+    from .pipeline import counting_plan, prepare
 
     predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
     started = time.perf_counter()
@@ -349,7 +349,7 @@ def bundle_from_counts(pooled: TransitionCounts, groups: Mapping[str, Transition
     ``pooled_paths`` and ``group_paths`` are the distinct counted runs, for the learning
     levers that need them (guard/pipeline.py, :func:`model_from_counts`).
     """
-    from forewarn.guard.pipeline import model_from_counts
+    from .pipeline import model_from_counts
 
     if pooled.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")

@@ -14,12 +14,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from forewarn.guard.bundle import POOLED, GuardBundle, group_path, group_value, load_model_or_bundle
-from forewarn.guard.model import GuardModel
-from forewarn.guard.policy import Policy
-from forewarn.guard.predicates import PredicateSet, PythonPredicate
-from forewarn.guard.runtime import Decision, Guard, Session
-from forewarn.guard.thresholds import warn_initial_crossings
+from .bundle import POOLED, GuardBundle, group_path, group_value, load_model_or_bundle
+from .model import GuardModel
+from .policy import Policy
+from .predicates import PredicateSet, PythonPredicate
+from .runtime import Decision, Guard, Session
+from .thresholds import warn_initial_crossings
 
 __all__ = ["BundleGuard", "load_guard"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from forewarn.guard.errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["ReliabilityBin", "Calibration", "calibrate", "DEFAULT_BINS"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from forewarn.guard.errors import UsageError
+from ..errors import UsageError
 
 if TYPE_CHECKING:
     import scipy.sparse as sp

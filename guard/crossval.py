@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, ValidTransitionRule, learn_dtmc
-from forewarn.guard.predicates import PredicateSet
+from .learning import END, LearnedDTMC, TransitionCounts, ValidTransitionRule, learn_dtmc
+from .predicates import PredicateSet
 
 __all__ = ["ALPHA_GRID", "path_transitions", "held_out_transitions", "choose_alpha"]
 

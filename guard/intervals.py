@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import betaincinv
 
-from forewarn.guard.chain import LearnedDTMC, visits
-from forewarn.guard.errors import ConfigError
-from forewarn.guard.results import IntervalMethod, IntervalReport
+from ..errors import ConfigError
+from .chain import LearnedDTMC, visits
+from .results import IntervalMethod, IntervalReport
 
 __all__ = ["IntervalMethod", "IntervalReport", "TransitionIntervals", "estimated_entries", "visits", "transition_intervals",
            "clopper_pearson", "hoeffding"]

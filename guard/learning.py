@@ -17,10 +17,10 @@ from itertools import chain, combinations
 import numpy as np
 import scipy.sparse as sp
 
-from forewarn.guard.chain import END, LearnedDTMC
-from forewarn.guard.errors import ConfigError, StateSpaceTooLargeError
-from forewarn.guard.predicates import PredicateSet
-from forewarn.guard.traces import Run, abstract_run
+from ..errors import ConfigError, StateSpaceTooLargeError
+from .chain import END, LearnedDTMC
+from .predicates import PredicateSet
+from .traces import Run, abstract_run
 
 __all__ = [
     "END",

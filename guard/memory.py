@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from forewarn.guard.spec import MemorySettings
+from .spec import MemorySettings
 
 __all__ = ["Memory", "build_memory"]
 

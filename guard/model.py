@@ -22,9 +22,9 @@ import orjson
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from forewarn.guard.chain import END, CsrArrays, LearnedDTMC, visits
-from forewarn.guard.errors import ForewarnError, ModelFileError, UsageError
-from forewarn.guard.results import (
+from ..errors import ForewarnError, ModelFileError, UsageError
+from .chain import END, CsrArrays, LearnedDTMC, visits
+from .results import (
     CheckOutcome,
     IntervalMethod,
     IntervalReport,
@@ -34,7 +34,7 @@ from forewarn.guard.results import (
     TightPAC,
     TightStatePAC,
 )
-from forewarn.guard.spec import Meaning, PropertyDef, Spec, parse_spec
+from .spec import Meaning, PropertyDef, Spec, parse_spec
 
 __all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument", "write_document"]
 
@@ -276,7 +276,7 @@ class GuardModel:
         """
         document = self.to_document()
         if sign_with is not None:
-            from forewarn.guard.signing import sign_document
+            from .signing import sign_document
 
             document = sign_document(document, sign_with)
         return write_document(path, document)
@@ -318,7 +318,7 @@ class GuardModel:
                                  "guard.load_guard (or BundleGuard.load)")
         if not isinstance(document, dict) or document.get("format") != "forewarn-model":
             raise ModelFileError(f"{source}: not a Forewarn model file (no \"format\": \"forewarn-model\")")
-        from forewarn.guard.signing import trusted_keys_from_env, verify_document
+        from .signing import trusted_keys_from_env, verify_document
 
         keys = trusted_keys_from_env() if trusted_keys is None else trusted_keys
         if keys:  # before anything else reads the file: an unsigned one is not parsed further

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from forewarn.guard.chain import END, LearnedDTMC
-from forewarn.guard.spec import MonitorDef, Spec
-from forewarn.monitors.base import Condition, ConditionError, Monitor, MonitorSemanticsError
-from forewarn.monitors.bounded_response import BoundedResponse
-from forewarn.monitors.patterns import Pattern, PatternMonitor, Scope
-from forewarn.monitors.product import reachable_product
+from ..monitors.base import Condition, ConditionError, Monitor, MonitorSemanticsError
+from ..monitors.bounded_response import BoundedResponse
+from ..monitors.patterns import Pattern, PatternMonitor, Scope
+from ..monitors.product import reachable_product
+from .chain import END, LearnedDTMC
+from .spec import MonitorDef, Spec
 
 __all__ = ["build_monitors", "build_monitor", "build_product"]
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forewarn.guard.intervals import IntervalMethod, clopper_pearson, hoeffding
-from forewarn.guard.shrinkage import PathVisits
+from .intervals import IntervalMethod, clopper_pearson, hoeffding
+from .shrinkage import PathVisits
 
 __all__ = ["OutcomeCounts", "first_visit_counts", "direct_intervals", "intersect"]
 

@@ -58,8 +58,8 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from forewarn.guard.learning import LearnedDTMC
-from forewarn.guard.results import PACReport, StatePAC, TightPAC, TightStatePAC
+from .learning import LearnedDTMC
+from .results import PACReport, StatePAC, TightPAC, TightStatePAC
 
 __all__ = ["StatePAC", "PACReport", "TightStatePAC", "TightPAC", "amplification_factor", "pac_report",
            "tight_bound"]

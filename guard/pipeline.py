@@ -13,12 +13,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from forewarn.guard._version import __version__
-from forewarn.guard.backoff import learn_memory_dtmc, strip_memory
-from forewarn.guard.crossval import ALPHA_GRID, choose_alpha, path_transitions
-from forewarn.guard.errors import CheckError, ForewarnError, TraceError
-from forewarn.guard.intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
-from forewarn.guard.learning import (
+from ..errors import CheckError, ForewarnError, TraceError
+from ._version import __version__
+from .backoff import learn_memory_dtmc, strip_memory
+from .crossval import ALPHA_GRID, choose_alpha, path_transitions
+from .intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
+from .learning import (
     LearnedDTMC,
     TransitionCounts,
     ValidTransitionRule,
@@ -26,16 +26,16 @@ from forewarn.guard.learning import (
     learn_dtmc,
     spec_transition_rule,
 )
-from forewarn.guard.memory import Memory, build_memory
-from forewarn.guard.model import CheckedProperty, GuardModel
-from forewarn.guard.monitoring import build_monitors, build_product
-from forewarn.guard.outcomes import OutcomeCounts, direct_intervals, first_visit_counts, intersect
-from forewarn.guard.pac import pac_report
-from forewarn.guard.predicates import PredicateSet, PythonPredicate, resolve_callable
-from forewarn.guard.read_summary import IngestSummary
-from forewarn.guard.shrinkage import Fit, Paths, reach_targets, shrink_properties, summarize_paths
-from forewarn.guard.spec import Spec
-from forewarn.guard.storm import (
+from .memory import Memory, build_memory
+from .model import CheckedProperty, GuardModel
+from .monitoring import build_monitors, build_product
+from .outcomes import OutcomeCounts, direct_intervals, first_visit_counts, intersect
+from .pac import pac_report
+from .predicates import PredicateSet, PythonPredicate, resolve_callable
+from .read_summary import IngestSummary
+from .shrinkage import Fit, Paths, reach_targets, shrink_properties, summarize_paths
+from .spec import Spec
+from .storm import (
     Method,
     build_interval_dtmc,
     build_sparse_dtmc,
@@ -45,7 +45,7 @@ from forewarn.guard.storm import (
     storm_version,
     validate_formula,
 )
-from forewarn.guard.traces import Run, read_runs, resample
+from .traces import Run, read_runs, resample
 
 __all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "model_from_counts",
            "prepare", "with_intervals", "counting_plan"]
@@ -161,7 +161,7 @@ def runs_to_learn(paths: Sequence[Path], spec: Spec, *, period: float | None, di
 
 
 def _readable(runs: Iterable[Run], predicates: PredicateSet, handle: Callable[[ForewarnError], None]) -> Iterable[Run]:
-    from forewarn.guard.traces import abstract_run
+    from .traces import abstract_run
 
     for run in runs:
         try:

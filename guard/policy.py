@@ -5,8 +5,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from forewarn.guard.errors import ConfigError
-from forewarn.guard.spec import Action, GuardSettings, Thresholds, Trigger
+from ..errors import ConfigError
+from .spec import Action, GuardSettings, Thresholds, Trigger
 
 __all__ = ["Policy"]
 

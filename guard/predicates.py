@@ -33,7 +33,8 @@ from typing import Any
 
 import cel
 
-from forewarn.guard._cel_fields import (
+from ..errors import PredicateError
+from ._cel_fields import (
     MEMO_LIMIT,
     PROGRAM_LIMIT,
     Leaves,
@@ -46,9 +47,8 @@ from forewarn.guard._cel_fields import (
     sub_key_getters,
     walk_key,
 )
-from forewarn.guard.errors import PredicateError
-from forewarn.guard.spec import Spec
-from forewarn.guard.trust import CodeNotAllowed, resolve_callable
+from .spec import Spec
+from .trust import CodeNotAllowed, resolve_callable
 
 __all__ = ["CodeNotAllowed", "PredicateSet", "resolve_callable"]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from forewarn.guard.errors import ForewarnError, TraceError
+from ..errors import ForewarnError, TraceError
 
 __all__ = ["OnError", "IngestSummary", "reason_of"]
 

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from forewarn.guard.calibration import Calibration, calibrate
-from forewarn.guard.runtime import Guard
-from forewarn.guard.spec import Action, Trigger
-from forewarn.guard.traces import Run, abstract_run
+from .calibration import Calibration, calibrate
+from .runtime import Guard
+from .spec import Action, Trigger
+from .traces import Run, abstract_run
 
 if TYPE_CHECKING:
-    from forewarn.guard.bundle_guard import BundleGuard
+    from .bundle_guard import BundleGuard
 
 __all__ = ["Enforcement", "RunReplay", "Spread", "StopOutcome", "ThetaReport", "ReplayReport", "replay_run", "replay",
            "summarize", "rate_curve", "horizon_of"]

@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from forewarn.guard.chain import count_totals
-from forewarn.guard.memory import build_memory
-from forewarn.guard.model import GuardModel
-from forewarn.guard.monitoring import build_monitors
-from forewarn.guard.policy import Policy
-from forewarn.guard.predicates import PredicateSet, PythonPredicate
-from forewarn.guard.spec import Action, Meaning
-from forewarn.guard.thresholds import start_risk, warn_initial_crossings
+from .chain import count_totals
+from .memory import build_memory
+from .model import GuardModel
+from .monitoring import build_monitors
+from .policy import Policy
+from .predicates import PredicateSet, PythonPredicate
+from .spec import Action, Meaning
+from .thresholds import start_risk, warn_initial_crossings
 
 __all__ = ["Decision", "PropertyValue", "Guard", "Session", "StepRecord"]
 
@@ -175,7 +175,7 @@ class Guard:
         """Load a model file written by ``forewarn learn`` (validated, and its signature checked against
         ``trusted_keys`` when given or set in the environment; see :meth:`GuardModel.load`).
 
-        Warns (:class:`~guard.errors.ThresholdWarning`) when a threshold is already crossed
+        Warns (:class:`~forewarn.errors.ThresholdWarning`) when a threshold is already crossed
         in an initial state under the level trigger (see :mod:`guard.thresholds`).
         """
         guard = cls(GuardModel.load(path, trusted_keys=trusted_keys), **options)

@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from forewarn.guard.errors import UsageError
-from forewarn.guard.learning import LearnedDTMC
-from forewarn.guard.model import CheckedProperty
-from forewarn.guard.predicates import PredicateSet
-from forewarn.monitors.base import VIOL, Monitor
+from ..errors import UsageError
+from ..monitors.base import VIOL, Monitor
+from .learning import LearnedDTMC
+from .model import CheckedProperty
+from .predicates import PredicateSet
 
 __all__ = ["KAPPA_GRID", "FOLDS", "CV_PATHS", "Fit", "PathVisits", "summarize_paths", "choose_kappa",
            "reach_label", "label_test", "reach_targets", "shrink_properties"]

@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard.errors import ModelFileError
+from ..errors import ModelFileError
 
 __all__ = ["ENV_SIGNING_KEY", "ENV_TRUSTED_KEYS", "SignatureError", "TrustedKey", "canonical_body",
            "generate_keypair", "load_private_key", "load_trusted_keys", "sign_document", "trusted_keys_from_env",

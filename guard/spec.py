@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from forewarn.guard.errors import SpecError
+from ..errors import SpecError
 
 __all__ = [
     "Action",

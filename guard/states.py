@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from forewarn.guard.model import GuardModel
-from forewarn.guard.runtime import Guard
+from .model import GuardModel
+from .runtime import Guard
 
 __all__ = ["StateRow", "most_likely_paths", "state_rows"]
 

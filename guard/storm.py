@@ -23,9 +23,9 @@ from stormpy import environments as _env
 from stormpy import io as _io
 from stormpy import models as _models
 
-from forewarn.guard.errors import CheckError
-from forewarn.guard.learning import LearnedDTMC
-from forewarn.guard.results import CheckOutcome, Method
+from ..errors import CheckError
+from .learning import LearnedDTMC
+from .results import CheckOutcome, Method
 
 __all__ = [
     "Method",

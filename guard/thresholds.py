@@ -10,7 +10,7 @@ When ``p_safe`` of an initial state is already below a threshold, a guard with t
 level trigger acts on every first step of a run that starts there, whatever the step
 does — a user reads that as the guard misbehaving. :func:`initial_crossings` says so in
 words; ``forewarn learn`` prints it, ``Guard.load`` and the LangChain middleware warn
-with :class:`~guard.errors.ThresholdWarning`.
+with :class:`~forewarn.errors.ThresholdWarning`.
 """
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from forewarn.guard.errors import ThresholdWarning
-from forewarn.guard.spec import Action, Meaning, Trigger
+from ..errors import ThresholdWarning
+from .spec import Action, Meaning, Trigger
 
 if TYPE_CHECKING:
-    from forewarn.guard.model import GuardModel
-    from forewarn.guard.policy import Policy
+    from .model import GuardModel
+    from .policy import Policy
 
 __all__ = ["start_risk", "initial_crossings", "warn_initial_crossings", "with_default_trigger"]
 

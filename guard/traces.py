@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard.errors import ForewarnError, PredicateError, TraceError
-from forewarn.guard.predicates import PredicateSet
+from ..errors import ForewarnError, PredicateError, TraceError
+from .predicates import PredicateSet
 
 __all__ = ["Run", "read_runs", "parse_run", "parse_document", "abstract_run", "resample", "file_digest",
            "MAX_RESAMPLED_STEPS"]

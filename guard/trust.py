@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from forewarn.guard.errors import ForewarnError
+from ..errors import ForewarnError
 
 __all__ = ["ENV_ALLOW", "CodeNotAllowed", "CodeNotFound", "allowed_modules", "parse_allow_list",
            "resolve_callable"]

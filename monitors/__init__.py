@@ -6,15 +6,10 @@ monitors from a spec and the product as a learned chain are the core's:
 :mod:`forewarn.guard.monitoring`.
 """
 
-if __name__ == 'monitors':  # a source checkout imported by the pre-0.2 name: be forewarn.monitors
-    from forewarn._aliases import redirect
-
-    redirect(__name__)
-
-from forewarn.monitors.base import VIOL, Condition, ConditionError, Monitor, MonitorError, MonitorSemanticsError
-from forewarn.monitors.bounded_response import BoundedResponse
-from forewarn.monitors.patterns import Pattern, PatternMonitor, Scope
-from forewarn.monitors.product import (
+from .base import VIOL, Condition, ConditionError, Monitor, MonitorError, MonitorSemanticsError
+from .bounded_response import BoundedResponse
+from .patterns import Pattern, PatternMonitor, Scope
+from .product import (
     Chain,
     Product,
     ProductTooLargeError,

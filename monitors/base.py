@@ -13,7 +13,7 @@ from typing import Any
 import cel
 import numpy as np
 
-from forewarn.errors import MonitorError
+from ..errors import MonitorError
 
 __all__ = ["VIOL", "Condition", "ConditionError", "Monitor", "MonitorError", "MonitorSemanticsError"]
 

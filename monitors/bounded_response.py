@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from forewarn.monitors.base import VIOL, Condition, Monitor, MonitorError
+from .base import VIOL, Condition, Monitor, MonitorError
 
 __all__ = ["BoundedResponse"]
 

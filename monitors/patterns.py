@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from forewarn.monitors.base import VIOL, Condition, Monitor, MonitorError, MonitorSemanticsError
+from .base import VIOL, Condition, Monitor, MonitorError, MonitorSemanticsError
 
 __all__ = ["Pattern", "Scope", "PatternMonitor"]
 

@@ -23,8 +23,8 @@ import numpy as np
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-from forewarn.errors import MonitorError, StateSpaceTooLargeError, UsageError
-from forewarn.monitors.base import VIOL, Monitor
+from ..errors import MonitorError, StateSpaceTooLargeError, UsageError
+from .base import VIOL, Monitor
 
 __all__ = ["Chain", "Product", "ProductTooLargeError", "reachable_product", "initial_monitor_states", "advance"]
 

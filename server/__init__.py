@@ -1,7 +1,7 @@
 """The HTTP sidecar: ``forewarn serve`` puts the guard in front of any agent, in any language.
 
 Modules, one concept each: ``settings`` (configuration), ``storage/`` (the database, below),
-``storage_pg`` (PostgreSQL, sharing ``storage``'s jobs and queries), ``auth`` (API keys and
+``auth`` (API keys and
 roles), ``metrics`` (Prometheus), ``models_registry`` (loaded models, atomic replacement),
 ``sessions`` (live sessions and their resumption), ``approvals`` (human approval waits),
 ``proposals`` (approval before a call runs), ``idempotency`` (``Idempotency-Key``), ``replicas``
@@ -27,21 +27,17 @@ or in a new module of ``routers/`` that ``create_app`` includes.
 """
 from __future__ import annotations
 
-if __name__ == 'server':  # a source checkout imported by the pre-0.2 name: be forewarn.server
-    from forewarn._aliases import redirect
+# The sidecar's dependencies are the server extra: say so, not ModuleNotFoundError: fastapi
+import sys
 
-    redirect(__name__)
-else:  # the sidecar's dependencies are the server extra: say so, not ModuleNotFoundError: fastapi
-    import sys
+from ..guard._extras import MissingExtra, require
 
-    from forewarn.guard._extras import MissingExtra, require
-
-    try:
-        require("server", "forewarn.server")
-    except MissingExtra as exc:
-        if sys.argv[:1] == ["-m"]:  # `python -m forewarn.server` being located: one line, not runpy's traceback
-            sys.stderr.write(f"error: {exc}\n")
-            raise SystemExit(2) from None
-        raise
+try:
+    require("server", "forewarn.server")
+except MissingExtra as exc:
+    if sys.argv[:1] == ["-m"]:  # `python -m forewarn.server` being located: one line, not runpy's traceback
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(2) from None
+    raise
 
 __all__: list[str] = []

@@ -1,4 +1,4 @@
-"""``python -m server serve ...``: the sidecar without the rest of the ``forewarn`` CLI."""
+"""``python -m forewarn.server serve ...``: the sidecar without the rest of the ``forewarn`` CLI."""
 from __future__ import annotations
 
 import sys
@@ -6,13 +6,13 @@ from pathlib import Path
 
 import typer
 
-from forewarn.guard.errors import ForewarnError
-from forewarn.server.cli import register
+from ..errors import ForewarnError
+from ..guard.cli.serve import register
 
 
 def _builtin_model() -> Path:
     # An entry point, so it may reach the demo domain (an import contract names this exception).
-    from forewarn.domains.embodied.builtin import builtin_model_path
+    from ..domains.embodied.builtin import builtin_model_path
 
     return builtin_model_path()
 

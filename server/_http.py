@@ -18,8 +18,8 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
-from forewarn.server import schemas as S
-from forewarn.server.auth import Authenticator, Principal
+from . import schemas as S
+from .auth import Authenticator, Principal
 
 __all__ = [
     "ApiError", "ERRORS", "JSON", "OrjsonRequest", "Route", "authorize", "bad_request",

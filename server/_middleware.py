@@ -16,7 +16,7 @@ from fastapi import HTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from forewarn.server._http import JSON, ApiError, error_response, log
+from ._http import JSON, ApiError, error_response, log
 
 __all__ = ["AuthFirst", "BodyLimit", "FastSteps"]
 

@@ -10,15 +10,15 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard.errors import ForewarnError
-from forewarn.guard.runtime import Decision
-from forewarn.guard.spec import Action
-from forewarn.server import schemas as S
-from forewarn.server._http import ApiError, log
-from forewarn.server.auth import Principal
-from forewarn.server.sessions import LiveSession
-from forewarn.server.state import ServerState
-from forewarn.server.storage import Conflict, Storage
+from ..errors import ForewarnError
+from ..guard.runtime import Decision
+from ..guard.spec import Action
+from . import schemas as S
+from ._http import ApiError, log
+from .auth import Principal
+from .sessions import LiveSession
+from .state import ServerState
+from .storage import Conflict, Storage
 
 __all__ = ["chain_step", "commit_step", "decision_json", "write", "write_steps"]
 

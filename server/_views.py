@@ -5,7 +5,7 @@ from typing import Any
 
 import orjson
 
-from forewarn.server import schemas as S
+from . import schemas as S
 
 __all__ = ["approval_out", "policy_overrides", "session_summary", "step_out"]
 

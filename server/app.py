@@ -18,15 +18,15 @@ from functools import partial
 import anyio
 from fastapi import FastAPI
 
-from forewarn.guard._version import __version__
-from forewarn.server import handlers
-from forewarn.server._http import ApiError, Route
-from forewarn.server._middleware import AuthFirst, BodyLimit, FastSteps
-from forewarn.server.deps import Served, any_key
-from forewarn.server.replicas import Replication
-from forewarn.server.routers import approvals, console, docs, health, models, proposals, sessions, steps
-from forewarn.server.settings import ServerSettings
-from forewarn.server.state import ServerState, start
+from ..guard._version import __version__
+from . import handlers
+from ._http import ApiError, Route
+from ._middleware import AuthFirst, BodyLimit, FastSteps
+from .deps import Served, any_key
+from .replicas import Replication
+from .routers import approvals, console, docs, health, models, proposals, sessions, steps
+from .settings import ServerSettings
+from .state import ServerState, start
 
 __all__ = ["ApiError", "ServerState", "create_app", "start"]
 

@@ -20,7 +20,7 @@ import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from forewarn.server.settings import ApiKey, Role
+from .settings import ApiKey, Role
 
 __all__ = ["Authenticator", "Principal", "AGENT", "APPROVER", "ADMIN", "ANY", "READERS"]
 

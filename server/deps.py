@@ -22,15 +22,15 @@ from fastapi import Path as PathParam
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.applications import Starlette
 
-from forewarn.guard.errors import ForewarnError
-from forewarn.server import schemas as S
-from forewarn.server._http import ApiError, authorize
-from forewarn.server.auth import ADMIN, AGENT, ANY, APPROVER, Principal
-from forewarn.server.idempotency import Entry, IdempotencyKeys, request_hash
-from forewarn.server.models_registry import UnknownModel
-from forewarn.server.sessions import LiveSession, SessionNotFound
-from forewarn.server.settings import MODEL_NAME_PATTERN
-from forewarn.server.state import ServerState
+from ..errors import ForewarnError
+from . import schemas as S
+from ._http import ApiError, authorize
+from .auth import ADMIN, AGENT, ANY, APPROVER, Principal
+from .idempotency import Entry, IdempotencyKeys, request_hash
+from .models_registry import UnknownModel
+from .sessions import LiveSession, SessionNotFound
+from .settings import MODEL_NAME_PATTERN
+from .state import ServerState
 
 __all__ = [
     "Admin", "Agent", "Anyone", "AppState", "ApprovalId", "Approver", "Idempotency", "Idempotent", "ModelName",

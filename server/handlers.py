@@ -13,9 +13,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from forewarn.server._http import ApiError, error_response, field_of, log, validation_detail
-from forewarn.server.deps import Served
-from forewarn.server.storage import Conflict
+from ._http import ApiError, error_response, field_of, log, validation_detail
+from .deps import Served
+from .storage import Conflict
 
 __all__ = ["api_error_response", "install"]
 

@@ -25,8 +25,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from forewarn.server._http import ApiError
-from forewarn.server.storage import Conflict
+from ._http import ApiError
+from .storage import Conflict
 
 __all__ = ["Entry", "IdempotencyKeys", "request_hash"]
 

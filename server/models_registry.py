@@ -24,12 +24,12 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard.bundle import GuardBundle, parse_model_or_bundle
-from forewarn.guard.bundle_guard import BundleGuard
-from forewarn.guard.errors import ForewarnError, ModelFileError
-from forewarn.guard.model import GuardModel
-from forewarn.guard.runtime import Guard
-from forewarn.server.storage import StorageBase
+from ..errors import ForewarnError, ModelFileError
+from ..guard.bundle import GuardBundle, parse_model_or_bundle
+from ..guard.bundle_guard import BundleGuard
+from ..guard.model import GuardModel
+from ..guard.runtime import Guard
+from .storage import StorageBase
 
 __all__ = ["LoadRules", "LoadedModel", "ModelRegistry", "UnknownModel", "parse_model", "read_model"]
 
@@ -117,7 +117,7 @@ class LoadRules:
 
     @classmethod
     def from_settings(cls, settings: Any) -> LoadRules:
-        from forewarn.guard.signing import load_trusted_keys
+        from ..guard.signing import load_trusted_keys
 
         return cls(tuple(settings.python_predicates), load_trusted_keys(settings.trusted_keys),
                    tuple(Path(d) for d in settings.model_dirs), settings.limits.memo_bytes)

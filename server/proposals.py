@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard.spec import Action
+from ..guard.spec import Action
 
 __all__ = ["RUNNABLE", "STATUS_OF", "proposal_out", "state_words"]
 

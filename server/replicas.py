@@ -16,8 +16,8 @@ from typing import Any
 
 import anyio
 
-from forewarn.guard.errors import ForewarnError
-from forewarn.server.storage import CHANNEL_APPROVALS, CHANNEL_MODELS, CHANNEL_SESSIONS
+from ..errors import ForewarnError
+from .storage import CHANNEL_APPROVALS, CHANNEL_MODELS, CHANNEL_SESSIONS
 
 __all__ = ["Replication"]
 

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from forewarn.guard.spec import Action
-from forewarn.server.settings import MODEL_NAME_PATTERN
+from ..guard.spec import Action
+from .settings import MODEL_NAME_PATTERN
 
 __all__ = [
     "ApprovalList", "ApprovalOut", "ApprovalResolve", "BatchIn", "BatchItem", "BatchOut", "DecisionOut",

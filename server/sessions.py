@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard.errors import ForewarnError
-from forewarn.guard.policy import Policy
-from forewarn.guard.runtime import MonitorStates, Session
-from forewarn.server.models_registry import LoadedModel, ModelRegistry
-from forewarn.server.storage import StorageBase
+from ..errors import ForewarnError
+from ..guard.policy import Policy
+from ..guard.runtime import MonitorStates, Session
+from .models_registry import LoadedModel, ModelRegistry
+from .storage import StorageBase
 
 __all__ = ["LiveSession", "SessionManager", "SessionNotFound", "effective_policy"]
 

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from forewarn.guard.errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["ApiKey", "ConfigError", "Limits", "Role", "ServerSettings", "is_loopback", "load_settings"]
 
@@ -194,7 +194,7 @@ class ServerSettings(BaseSettings):
     @field_validator("python_predicates")
     @classmethod
     def _modules(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from forewarn.guard.trust import parse_allow_list
+        from ..guard.trust import parse_allow_list
 
         return parse_allow_list(value)
 

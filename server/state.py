@@ -6,14 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forewarn.server.approvals import ApprovalHub
-from forewarn.server.auth import Authenticator
-from forewarn.server.idempotency import IdempotencyKeys
-from forewarn.server.metrics import Metrics
-from forewarn.server.models_registry import LoadRules, ModelRegistry, read_model
-from forewarn.server.sessions import SessionManager
-from forewarn.server.settings import BUILTIN_MODEL, ConfigError, ServerSettings
-from forewarn.server.storage import Storage, StorageBase, open_storage
+from .approvals import ApprovalHub
+from .auth import Authenticator
+from .idempotency import IdempotencyKeys
+from .metrics import Metrics
+from .models_registry import LoadRules, ModelRegistry, read_model
+from .sessions import SessionManager
+from .settings import BUILTIN_MODEL, ConfigError, ServerSettings
+from .storage import Storage, StorageBase, open_storage
 
 __all__ = ["ServerState", "start"]
 

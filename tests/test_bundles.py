@@ -9,9 +9,9 @@ import orjson
 import pytest
 
 from _support import CLI, TOY_SPEC, WriteRuns, toy_run
+from forewarn.errors import ForewarnError, ModelFileError, ThresholdWarning
 from forewarn.guard.bundle import POOLED, GuardBundle, group_value, learn_bundle, learn_bundle_from_runs
 from forewarn.guard.bundle_guard import BundleGuard, load_guard
-from forewarn.guard.errors import ForewarnError, ModelFileError, ThresholdWarning
 from forewarn.guard.pipeline import learn_model_from_runs
 from forewarn.guard.replay import replay, replay_run
 from forewarn.guard.runtime import Guard

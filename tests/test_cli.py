@@ -30,9 +30,9 @@ REPLAY_KEYS = {"theta", "n_unsafe", "n_safe", "detection_rate", "false_alarm_rat
 
 
 def forewarn_many(*commands: list[str | Path], cwd: Path) -> list[Result]:
-    """Run ``python -m guard.cli ARGS`` for each command, concurrently; results in order."""
+    """Run ``python -m forewarn ARGS`` for each command, concurrently; results in order."""
     processes = [(tuple(str(a) for a in args),
-                  subprocess.Popen([sys.executable, "-m", "guard.cli", *map(str, args)], cwd=cwd, text=True,
+                  subprocess.Popen([sys.executable, "-m", "forewarn", *map(str, args)], cwd=cwd, text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE))
                  for args in commands]
     results = []

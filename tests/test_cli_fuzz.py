@@ -213,7 +213,7 @@ def test_yaml_boolean_words_are_predicate_names(forewarn_here: CLI, toy_files: d
 def forewarn_process(*args: str | Path, seconds: int = 60) -> Result:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                         os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-m", "guard.cli", *map(str, args)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "forewarn", *map(str, args)], capture_output=True, text=True,
                           timeout=seconds, env=env, check=False)
     return Result(tuple(map(str, args)), done.returncode, done.stdout, done.stderr)
 

@@ -18,8 +18,8 @@ import pytest
 import typer
 
 from _support import CLI, TOY_SPEC, Result
-from forewarn.guard import errors as family
-from forewarn.guard.errors import ForewarnError
+from forewarn import errors as family
+from forewarn.errors import ForewarnError
 
 
 def one_line_error(result: Result, *fragments: str) -> str:
@@ -82,32 +82,32 @@ def _cases() -> list[tuple[str, Callable[[dict[str, Path], Path], list[str | Pat
     # (id, arguments, family member raised, its module, fragments of the line)
     return [
         ("spec", lambda f, o: ["learn", f["traces"], "-s", f["bad_spec.yaml"], "-o", o],
-         "SpecError", "forewarn.guard.errors", ("bad_spec.yaml:2: YAML does not parse",)),
+         "SpecError", "forewarn.errors", ("bad_spec.yaml:2: YAML does not parse",)),
         ("spec-not-utf8", lambda f, o: ["learn", f["traces"], "-s", f["latin1.txt"], "-o", o],
-         "SpecError", "forewarn.guard.errors", ("latin1.txt:1: not UTF-8 text (byte 0xe9 at offset 3)",)),
+         "SpecError", "forewarn.errors", ("latin1.txt:1: not UTF-8 text (byte 0xe9 at offset 3)",)),
         ("trace", lambda f, o: ["learn", f["bad_traces.jsonl"], "-s", f["spec"], "-o", o],
-         "TraceError", "forewarn.guard.errors", ("bad_traces.jsonl:1: not valid JSON",)),
+         "TraceError", "forewarn.errors", ("bad_traces.jsonl:1: not valid JSON",)),
         ("model-file", lambda f, o: ["check", f["bad_model.json"]],
-         "ModelFileError", "forewarn.guard.errors", ("bad_model.json: not a Forewarn model file",)),
+         "ModelFileError", "forewarn.errors", ("bad_model.json: not a Forewarn model file",)),
         ("signature", lambda f, o: ["check", f["model"], "--trusted-key", f["trusted.pem"]],
          "SignatureError", "forewarn.guard.signing", ("the model is not signed",)),
         ("key-file", lambda f, o: ["check", f["model"], "--trusted-key", f["not_a_key.pem"]],
          "SignatureError", "forewarn.guard.signing", ("not_a_key.pem: not a PEM public key",)),
         ("check", lambda f, o: ["check", f["chain.pm"], "--property", "P=? [F garbage"],
-         "CheckError", "forewarn.guard.errors", ("Storm cannot parse property 'P=? [F garbage'",)),
+         "CheckError", "forewarn.errors", ("Storm cannot parse property 'P=? [F garbage'",)),
         ("predicate", lambda f, o: ["replay", f["missing_field.jsonl"], "-m", f["model"]],
-         "TraceError", "forewarn.guard.errors", ("missing_field.jsonl:1: steps[0].state",
+         "TraceError", "forewarn.errors", ("missing_field.jsonl:1: steps[0].state",
                                                  "reads field 'b', which the state lacks")),
         ("option-value", lambda f, o: ["learn", f["traces"], "-s", f["spec"], "-o", o, "--alpha", "-1"],
-         "ConfigError", "forewarn.guard.errors", ("--alpha: the smoothing α must lie in [0, 1e+06], got -1",)),
+         "ConfigError", "forewarn.errors", ("--alpha: the smoothing α must lie in [0, 1e+06], got -1",)),
         ("demo-value", lambda f, o: ["demo", "--runs", "0", "--out", o],
-         "ConfigError", "forewarn.guard.errors", ("--runs and --episodes must be at least 1",)),
+         "ConfigError", "forewarn.errors", ("--runs and --episodes must be at least 1",)),
         ("usage", lambda f, o: ["learn", f["traces"], "-s", f["spec"], "-o", o, "--master", "local[1]"],
-         "UsageError", "forewarn.guard.errors", ("--master applies to --engine spark only",)),
+         "UsageError", "forewarn.errors", ("--master applies to --engine spark only",)),
         ("code-not-allowed", lambda f, o: ["learn", f["traces"], "-s", f["not_allowed.yaml"], "-o", o],
-         "SpecError", "forewarn.guard.errors", ("predicate 'b'", "'json:loads' is not allowed")),
+         "SpecError", "forewarn.errors", ("predicate 'b'", "'json:loads' is not allowed")),
         ("monitor", lambda f, o: ["learn", f["traces"], "-s", f["semantics.yaml"], "-o", o],
-         "SpecError", "forewarn.guard.errors", ("monitor 'eventually_b'",)),
+         "SpecError", "forewarn.errors", ("monitor 'eventually_b'",)),
         ("target", lambda f, o: ["tune", f["traces"], "-s", f["spec"], "--target", "detection=0.999999"],
          "TargetUnreachable", "forewarn.guard.evaluation.tune", ("target detection=0.999999: no θ reaches it",)),
         ("llmcheck-source", lambda f, o: ["llmcheck", "-m", f"ngram:{o}.txt", "--prompt", "hi",
@@ -129,7 +129,7 @@ def _cases() -> list[tuple[str, Callable[[dict[str, Path], Path], list[str | Pat
         # `serve` fails before it binds a port: the model and the database are opened first
         ("server-model", lambda f, o: ["serve", "--insecure-no-auth", "--port", "9", "--db", f"{o}.db",
                                        "--model", f["bad_model.json"]],
-         "ModelFileError", "forewarn.guard.errors", ("bad_model.json: not a Forewarn model file",)),
+         "ModelFileError", "forewarn.errors", ("bad_model.json: not a Forewarn model file",)),
         ("server-storage", lambda f, o: ["serve", "--insecure-no-auth", "--port", "9", "--db", f["not_a.db"]],
          "StorageError", "forewarn.server.storage", ("cannot open the database: file is not a database",)),
     ]
@@ -156,7 +156,7 @@ def test_each_family_member_is_one_line_and_exit_2(forewarn_here: CLI, files: di
 
 def test_a_located_error_keeps_the_family_member_it_wraps(files: dict[str, Path], tmp_path: Path) -> None:
     """The file and line are on the SpecError or TraceError; what went wrong is its cause, in the family too."""
-    from forewarn.guard.errors import PredicateError, TraceError
+    from forewarn.errors import PredicateError, TraceError
     from forewarn.guard.trust import CodeNotAllowed
     from forewarn.monitors import MonitorError, MonitorSemanticsError
 
@@ -191,7 +191,7 @@ def _wide_spec(path: Path, extra: str = "") -> Path:
 
 def test_a_state_space_past_the_dense_limit_is_one_line_saying_the_limit_and_the_way_out(
         forewarn_here: CLI, tmp_path: Path) -> None:
-    from forewarn.guard.errors import StateSpaceTooLargeError
+    from forewarn.errors import StateSpaceTooLargeError
 
     runs, spec, out = _random_runs(tmp_path / "runs.jsonl"), _wide_spec(tmp_path / "spec.yaml"), tmp_path / "m.json"
     line = one_line_error(forewarn_here("learn", runs, "-s", spec, "-o", out),
@@ -253,16 +253,16 @@ def test_a_monitor_product_too_large_to_pack_is_one_line(forewarn_here: CLI, fil
 # -- the documented names ------------------------------------------------------------------
 
 DOCUMENTED = [  # (module, name, extra base besides ForewarnError) as docs/errors.md lists them
-    ("forewarn.guard.errors", "ForewarnError", ValueError),
-    ("forewarn.guard.errors", "SpecError", None),
-    ("forewarn.guard.errors", "TraceError", None),
-    ("forewarn.guard.errors", "PredicateError", None),
-    ("forewarn.guard.errors", "ModelFileError", None),
-    ("forewarn.guard.errors", "CheckError", None),
-    ("forewarn.guard.errors", "ConfigError", None),
-    ("forewarn.guard.errors", "UsageError", None),
-    ("forewarn.guard.errors", "MonitorError", None),
-    ("forewarn.guard.errors", "StateSpaceTooLargeError", None),
+    ("forewarn.errors", "ForewarnError", ValueError),
+    ("forewarn.errors", "SpecError", None),
+    ("forewarn.errors", "TraceError", None),
+    ("forewarn.errors", "PredicateError", None),
+    ("forewarn.errors", "ModelFileError", None),
+    ("forewarn.errors", "CheckError", None),
+    ("forewarn.errors", "ConfigError", None),
+    ("forewarn.errors", "UsageError", None),
+    ("forewarn.errors", "MonitorError", None),
+    ("forewarn.errors", "StateSpaceTooLargeError", None),
     ("forewarn.guard.signing", "SignatureError", family.ModelFileError),
     ("forewarn.guard.trust", "CodeNotAllowed", None),
     ("forewarn.guard.trust", "CodeNotFound", None),
@@ -310,7 +310,7 @@ def test_documented_names_of_the_integrations_are_in_the_family(module: str, nam
 
 
 def test_the_family_is_one_set_of_classes_under_two_names() -> None:
-    """Defined in forewarn.errors (a leaf the monitors may import), documented as forewarn.guard.errors."""
+    """Defined in forewarn.errors (a leaf the monitors may import), documented as forewarn.errors."""
     import forewarn.errors
 
     for name in family.__all__:

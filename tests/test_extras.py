@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from forewarn.errors import ForewarnError
 from forewarn.guard._extras import EXTRAS, MissingExtra, missing, require
-from forewarn.guard.errors import ForewarnError
 
 ROOT = Path(__file__).resolve().parents[1]
 EVERY_EXTRA_MODULE = sorted({module for modules in EXTRAS.values() for module in modules})
@@ -72,7 +72,7 @@ def test_python_dash_m_server_without_the_extra_is_one_line(tmp_path: Path) -> N
 
 
 def test_the_langchain_integration_names_its_extra(tmp_path: Path) -> None:
-    code = ("from forewarn.guard.errors import ForewarnError\n"
+    code = ("from forewarn.errors import ForewarnError\n"
             "from forewarn.guard.langchain import Transcript, ToolStep  # plain types: no LangChain needed\n"
             "try:\n"
             "    from forewarn.guard.langchain import ForewarnMiddleware\n"

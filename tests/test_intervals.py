@@ -14,8 +14,8 @@ import scipy.sparse as sp
 
 from _coverage import coverage
 from _support import AB, NONE, TOY_SPEC, A, B, reach_probabilities, toy_run, toy_state
+from forewarn.errors import ForewarnError, ModelFileError, SpecError
 from forewarn.guard import Guard
-from forewarn.guard.errors import ForewarnError, ModelFileError, SpecError
 from forewarn.guard.intervals import (
     IntervalMethod,
     clopper_pearson,
@@ -467,7 +467,7 @@ def test_cli_check_and_learn_show_the_intervals(tmp_path: Path, forewarn_here, m
         decision = guard.decide_bits(loaded.dtmc.states[row["index"]])
         assert (row["ci_low"], row["ci_high"]) == (decision.ci_low, decision.ci_high)
         assert row["ci_low"] is not None and row["visits"] == loaded.visits[row["index"]]
-    from forewarn.guard._cli import out
+    from forewarn.guard.cli._options import out
 
     monkeypatch.setattr(out, "width", 200)
     table = forewarn_here("check", model).stdout

@@ -65,8 +65,8 @@ def test_guard_load_and_decisions_import_neither_storm_nor_scipy(tmp_path: Path,
     decisions, loaded = _decide(tmp_path, "Guard.load", model)
     assert loaded == "[]"
     # the same decisions as in this process, where everything is loaded
+    from forewarn.errors import ThresholdWarning
     from forewarn.guard import Guard
-    from forewarn.guard.errors import ThresholdWarning
 
     with warnings.catch_warnings():  # the child printed them on stderr; here they would be errors
         warnings.simplefilter("ignore", ThresholdWarning)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from test_predicates import RICH_PREDICATES, STATES, spec_text
 
 from _support import CLI, WriteRuns
-from forewarn.guard.errors import PredicateError, TraceError
+from forewarn.errors import PredicateError, TraceError
 from forewarn.guard.pipeline import learn_model
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.replay import replay_run

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from _support import TOY_SPEC
-from forewarn.guard.errors import ModelFileError
+from forewarn.errors import ModelFileError
 from forewarn.guard.model import SCHEMA_VERSION, GuardModel, _checksum
 from forewarn.guard.spec import Spec
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _support import CLI
-from forewarn.guard.errors import ForewarnError
+from forewarn.errors import ForewarnError
 from forewarn.guard.model import GuardModel, _checksum
 from forewarn.guard.runtime import Guard
 
@@ -124,7 +124,7 @@ _SPEC = st.fixed_dictionaries(
 def test_crafted_specs_fail_cleanly(document: dict[str, Any], raw: bool, noise: str) -> None:
     import yaml
 
-    from forewarn.guard.errors import ForewarnError
+    from forewarn.errors import ForewarnError
     from forewarn.guard.predicates import PredicateSet
     from forewarn.guard.spec import parse_spec
 

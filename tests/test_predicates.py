@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _support import TOY_SPEC, toy_state
+from forewarn.errors import PredicateError, SpecError
 from forewarn.guard._cel_fields import _freeze, _mask, _plan_leaves, selected_paths, walk_key
-from forewarn.guard.errors import PredicateError, SpecError
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.spec import Spec, parse_spec
 

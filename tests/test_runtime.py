@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from _support import AB, NONE, TOY_SPEC, A, B, WriteRuns, reach_probabilities, toy_run, toy_state
+from forewarn.errors import ThresholdWarning
 from forewarn.guard import Guard, Policy
-from forewarn.guard.errors import ThresholdWarning
 from forewarn.guard.model import GuardModel
 from forewarn.guard.pipeline import learn_model
 from forewarn.guard.spec import Action, Spec, Thresholds, parse_spec

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from _support import TOY_SPEC
-from forewarn.guard.errors import SpecError
+from forewarn.errors import SpecError
 from forewarn.guard.monitoring import build_monitors
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.spec import Action, Spec, load_spec, parse_spec

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import stormpy
 
 from _support import AB, Row, WriteRuns, bounded_reach, reach_probabilities, toy_run
-from forewarn.guard.errors import CheckError
+from forewarn.errors import CheckError
 from forewarn.guard.learning import LearnedDTMC
 from forewarn.guard.model import GuardModel
 from forewarn.guard.pipeline import learn_model

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from _support import AB, NONE, TOY_SPEC, A, B, WriteRuns, toy_run, toy_state
+from forewarn.errors import ForewarnError, SpecError, ThresholdWarning
 from forewarn.guard import Guard, Policy
-from forewarn.guard.errors import ForewarnError, SpecError, ThresholdWarning
 from forewarn.guard.learning import END
 from forewarn.guard.model import GuardModel
 from forewarn.guard.pipeline import learn_model

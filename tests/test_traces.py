@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from _support import WriteRuns, toy_run, toy_state
-from forewarn.guard.errors import TraceError
+from forewarn.errors import TraceError
 from forewarn.guard.pipeline import learn_model
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.spec import Spec, parse_spec

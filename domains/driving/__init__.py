@@ -23,8 +23,8 @@ Typical use::
 """
 from __future__ import annotations
 
-from forewarn.domains.driving.driver import Driver
-from forewarn.domains.driving.episodes import (
+from .driver import Driver
+from .episodes import (
     P_HEED_REFLECTION,
     TIME_LIMIT,
     Enforcement,
@@ -33,12 +33,12 @@ from forewarn.domains.driving.episodes import (
     generate_traces,
     run_episode,
 )
-from forewarn.domains.driving.junction import BOX, CAR_LENGTH, CROSSWALK, STOP_LINE, Crossing, LightCycle, World
-from forewarn.domains.driving.predicates import python_predicates
-from forewarn.domains.driving.profiles import DEFAULT_MIX, PROFILES, DriverProfile, DriverTraits, choose_profile
-from forewarn.domains.driving.rules import RULES, START_WITHIN, STEP_SECONDS, rule_violations
-from forewarn.domains.driving.simulator import JunctionSim
-from forewarn.domains.driving.spec import PREDICATES, load_driving_spec, spec_path, valid_transition
+from .junction import BOX, CAR_LENGTH, CROSSWALK, STOP_LINE, Crossing, LightCycle, World
+from .predicates import python_predicates
+from .profiles import DEFAULT_MIX, PROFILES, DriverProfile, DriverTraits, choose_profile
+from .rules import RULES, START_WITHIN, STEP_SECONDS, rule_violations
+from .simulator import JunctionSim
+from .spec import PREDICATES, load_driving_spec, spec_path, valid_transition
 
 __all__ = [
     "BOX",

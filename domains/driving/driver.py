@@ -14,8 +14,8 @@ import math
 import random
 from dataclasses import replace
 
-from forewarn.domains.driving.junction import BOX, CROSSWALK, STOP_LINE, Percept
-from forewarn.domains.driving.profiles import DriverTraits
+from .junction import BOX, CROSSWALK, STOP_LINE, Percept
+from .profiles import DriverTraits
 
 __all__ = ["Driver", "MAX_DECEL", "HARD_DECEL", "STANDSTILL_GAP"]
 

@@ -36,12 +36,12 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from forewarn.domains.driving.driver import MAX_DECEL, Driver
-from forewarn.domains.driving.junction import CROSSWALK, World
-from forewarn.domains.driving.profiles import DriverProfile, choose_profile
-from forewarn.domains.driving.rules import MOVING_SPEED, RULES, STEP_SECONDS, rule_violations
-from forewarn.domains.driving.simulator import JunctionSim
-from forewarn.guard.errors import ConfigError
+from ...errors import ConfigError
+from .driver import MAX_DECEL, Driver
+from .junction import CROSSWALK, World
+from .profiles import DriverProfile, choose_profile
+from .rules import MOVING_SPEED, RULES, STEP_SECONDS, rule_violations
+from .simulator import JunctionSim
 
 __all__ = ["Enforcement", "EpisodeResult", "Outcome", "P_HEED_REFLECTION", "TIME_LIMIT", "generate_traces",
            "run_episode"]

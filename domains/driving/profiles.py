@@ -11,7 +11,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from forewarn.guard.errors import ConfigError
+from ...errors import ConfigError
 
 __all__ = ["DriverProfile", "DriverTraits", "PROFILES", "DEFAULT_MIX", "choose_profile", "resolve_mix"]
 

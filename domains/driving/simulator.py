@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from forewarn.domains.driving.driver import MAX_DECEL, Driver
-from forewarn.domains.driving.junction import BOX, CLEAR_X, CROSSWALK, STOP_LINE, Crossing, World, occupies
-from forewarn.guard.errors import ConfigError
+from ...errors import ConfigError
+from .driver import MAX_DECEL, Driver
+from .junction import BOX, CLEAR_X, CROSSWALK, STOP_LINE, Crossing, World, occupies
 
 __all__ = ["JunctionSim"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from forewarn.guard.spec import Spec, load_spec
+from ...guard.spec import Spec, load_spec
 
 __all__ = ["PREDICATES", "spec_path", "load_driving_spec", "valid_transition"]
 

@@ -10,16 +10,16 @@ Typical use::
 """
 from __future__ import annotations
 
-from forewarn.domains.embodied.actions import Action, parse_action
-from forewarn.domains.embodied.agent import AgentProfile, SimulatedAgent
-from forewarn.domains.embodied.conditions import condition_holds, normalize_conditions
-from forewarn.domains.embodied.episodes import EpisodeResult, action_duration, generate_traces, run_episode
-from forewarn.domains.embodied.errors import ActionParseError, EmbodiedError, TaskFileError
-from forewarn.domains.embodied.objects import Kind, canonical_type, kind_of
-from forewarn.domains.embodied.plans import canonical_plan, hazard_step, reference_plan, replay, safe_plan
-from forewarn.domains.embodied.simulator import HouseholdSim
-from forewarn.domains.embodied.spec import derive_spec, predicate_name, write_spec
-from forewarn.domains.embodied.tasks import (
+from .actions import Action, parse_action
+from .agent import AgentProfile, SimulatedAgent
+from .conditions import condition_holds, normalize_conditions
+from .episodes import EpisodeResult, action_duration, generate_traces, run_episode
+from .errors import ActionParseError, EmbodiedError, TaskFileError
+from .objects import Kind, canonical_type, kind_of
+from .plans import canonical_plan, hazard_step, reference_plan, replay, safe_plan
+from .simulator import HouseholdSim
+from .spec import derive_spec, predicate_name, write_spec
+from .tasks import (
     DEFAULT_APPLIANCES,
     Task,
     hazard_tasks,
@@ -28,7 +28,7 @@ from forewarn.domains.embodied.tasks import (
     support_problem,
     supported_tasks,
 )
-from forewarn.domains.embodied.world import HouseholdWorld
+from .world import HouseholdWorld
 
 __all__ = [
     "Action",

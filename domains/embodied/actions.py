@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from forewarn.domains.embodied.errors import ActionParseError
-from forewarn.domains.embodied.objects import LIQUIDS, canonical_type
+from .errors import ActionParseError
+from .objects import LIQUIDS, canonical_type
 
 __all__ = ["Action", "Verb", "VERBS", "parse_action"]
 

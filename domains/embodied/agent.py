@@ -16,12 +16,12 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
-from forewarn.domains.embodied.actions import parse_action
-from forewarn.domains.embodied.objects import kind_of
-from forewarn.domains.embodied.plans import reference_plan, safe_substitute
-from forewarn.domains.embodied.simulator import HouseholdSim
-from forewarn.domains.embodied.tasks import Task
-from forewarn.guard.errors import ConfigError
+from ...errors import ConfigError
+from .actions import parse_action
+from .objects import kind_of
+from .plans import reference_plan, safe_substitute
+from .simulator import HouseholdSim
+from .tasks import Task
 
 __all__ = ["AgentProfile", "SimulatedAgent"]
 

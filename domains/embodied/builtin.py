@@ -9,9 +9,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from forewarn.guard.model import GuardModel
-from forewarn.guard.pipeline import learn_model
-from forewarn.guard.spec import load_spec
+from ...guard.model import GuardModel
+from ...guard.pipeline import learn_model
+from ...guard.spec import load_spec
 
 __all__ = ["BUILTIN_TASK", "builtin_model_path", "builtin_model"]
 
@@ -29,7 +29,7 @@ def builtin_model_path(directory: str | Path | None = None) -> Path:
     """Path of the built-in model, learning it first if it is not cached yet (about 1 s)."""
     import yaml
 
-    from forewarn.domains.embodied import derive_spec, generate_traces, load_tasks
+    from . import derive_spec, generate_traces, load_tasks
 
     folder = Path(directory) if directory is not None else _cache_dir()
     path = folder / f"builtin-{BUILTIN_TASK}.json"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from forewarn.domains.embodied.errors import EmbodiedError
-from forewarn.domains.embodied.objects import canonical_type
+from .errors import EmbodiedError
+from .objects import canonical_type
 
 __all__ = ["Condition", "normalize_conditions", "condition_holds", "condition_types", "LIST_PROPS"]
 

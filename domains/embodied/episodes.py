@@ -15,13 +15,13 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from forewarn.domains.embodied.actions import parse_action
-from forewarn.domains.embodied.agent import AgentProfile, SimulatedAgent
-from forewarn.domains.embodied.conditions import condition_holds
-from forewarn.domains.embodied.errors import EmbodiedError
-from forewarn.domains.embodied.simulator import HouseholdSim
-from forewarn.domains.embodied.tasks import Task
-from forewarn.guard.errors import ConfigError
+from ...errors import ConfigError
+from .actions import parse_action
+from .agent import AgentProfile, SimulatedAgent
+from .conditions import condition_holds
+from .errors import EmbodiedError
+from .simulator import HouseholdSim
+from .tasks import Task
 
 __all__ = ["EpisodeResult", "Outcome", "Enforcement", "run_episode", "generate_traces", "action_duration"]
 

@@ -1,7 +1,7 @@
 """Errors of the embodied domain: bad task files and action strings that do not parse."""
 from __future__ import annotations
 
-from forewarn.guard.errors import ForewarnError
+from ...errors import ForewarnError
 
 __all__ = ["EmbodiedError", "ActionParseError", "TaskFileError"]
 

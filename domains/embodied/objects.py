@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from forewarn.domains.embodied.errors import EmbodiedError
+from .errors import EmbodiedError
 
 __all__ = [
     "Kind",

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from forewarn.domains.embodied.actions import parse_action
-from forewarn.domains.embodied.conditions import condition_holds, satisfied_atoms
-from forewarn.domains.embodied.simulator import HouseholdSim
+from .actions import parse_action
+from .conditions import condition_holds, satisfied_atoms
+from .simulator import HouseholdSim
 
 if TYPE_CHECKING:
-    from forewarn.domains.embodied.tasks import Task
+    from .tasks import Task
 
 __all__ = ["canonical_plan", "reference_plan", "hazard_step", "safe_substitute", "safe_plan",
            "safe_continuation", "replay"]

@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from forewarn.domains.embodied.actions import parse_action
-from forewarn.domains.embodied.errors import ActionParseError
-from forewarn.domains.embodied.objects import (
+from .actions import parse_action
+from .errors import ActionParseError
+from .objects import (
     ALWAYS_PRESENT,
     derived_type,
     kind_of,

@@ -17,11 +17,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from forewarn.domains.embodied.actions import Action, parse_action
-from forewarn.domains.embodied.conditions import condition_holds, condition_types
-from forewarn.domains.embodied.errors import ActionParseError
-from forewarn.domains.embodied.objects import derived_type, fixture_group, kind_of, put_target
-from forewarn.domains.embodied.scene import (
+from ...errors import ConfigError
+from .actions import Action, parse_action
+from .conditions import condition_holds, condition_types
+from .errors import ActionParseError
+from .objects import derived_type, fixture_group, kind_of, put_target
+from .scene import (
     Objects,
     ObjectState,
     ancestors,
@@ -31,10 +32,9 @@ from forewarn.domains.embodied.scene import (
     objects_json,
     settle,
 )
-from forewarn.guard.errors import ConfigError
 
 if TYPE_CHECKING:
-    from forewarn.domains.embodied.tasks import Task
+    from .tasks import Task
 
 __all__ = ["HouseholdSim", "condition_holds", "initially_open"]
 

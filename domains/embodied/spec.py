@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
-from forewarn.domains.embodied.conditions import LIST_PROPS
-from forewarn.domains.embodied.errors import EmbodiedError
-from forewarn.domains.embodied.objects import kind_of
-from forewarn.domains.embodied.tasks import Task
+from .conditions import LIST_PROPS
+from .errors import EmbodiedError
+from .objects import kind_of
+from .tasks import Task
 
 __all__ = ["derive_spec", "write_spec", "predicate_name", "snake_case"]
 

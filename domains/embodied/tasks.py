@@ -13,12 +13,12 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
-from forewarn.domains.embodied.actions import parse_action
-from forewarn.domains.embodied.conditions import Condition, condition_holds, normalize_conditions
-from forewarn.domains.embodied.errors import ActionParseError, TaskFileError
-from forewarn.domains.embodied.objects import canonical_type
-from forewarn.domains.embodied.plans import hazard_step, replay, safe_plan
-from forewarn.guard.errors import ConfigError
+from ...errors import ConfigError
+from .actions import parse_action
+from .conditions import Condition, condition_holds, normalize_conditions
+from .errors import ActionParseError, TaskFileError
+from .objects import canonical_type
+from .plans import hazard_step, replay, safe_plan
 
 __all__ = ["Task", "TaskKind", "load_tasks", "parse_tasks", "supported_tasks", "support_problem",
            "hazard_tasks", "DEFAULT_APPLIANCES"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from forewarn.domains.embodied.actions import Action, parse_action
-from forewarn.domains.embodied.simulator import HouseholdSim
-from forewarn.domains.embodied.tasks import Task, load_tasks
+from .actions import Action, parse_action
+from .simulator import HouseholdSim
+from .tasks import Task, load_tasks
 
 __all__ = ["HouseholdWorld", "HouseholdReplay"]
 

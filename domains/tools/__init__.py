@@ -20,13 +20,12 @@ domain), re-exported here with the spec written against them.
 """
 from __future__ import annotations
 
-from forewarn.domains.tools.errors import ExtractionError
-from forewarn.domains.tools.generator import generate_runs, generate_traces, simulate
-from forewarn.domains.tools.spec import SPEC_PATH, load_tool_spec
-from forewarn.domains.tools.tasks import FAMILIES, Plan, family_names
-from forewarn.domains.tools.transcript import CallStatus, ToolStep, Transcript
-from forewarn.guard.langchain.extractor import ToolStateExtractor, initial_state, violations
-from forewarn.guard.langchain.kinds import DEFAULT_INTERNAL_DOMAINS, DEFAULT_TOOL_KINDS, ToolKind
+from ...guard.toolcalls.extractor import ToolStateExtractor, initial_state, violations
+from ...guard.toolcalls.kinds import DEFAULT_INTERNAL_DOMAINS, DEFAULT_TOOL_KINDS, ToolKind
+from ...guard.toolcalls.transcript import CallStatus, ExtractionError, ToolStep, Transcript
+from .generator import generate_runs, generate_traces, simulate
+from .spec import SPEC_PATH, load_tool_spec
+from .tasks import FAMILIES, Plan, family_names
 
 __all__ = [
     "CallStatus",

@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from forewarn.domains.tools.tasks import DOCS, FAMILIES, TOPICS, Plan
-from forewarn.domains.tools.transcript import CallStatus, ToolStep, Transcript
-from forewarn.guard.errors import ConfigError
-from forewarn.guard.langchain.extractor import ToolStateExtractor, violations
+from ...errors import ConfigError
+from ...guard.toolcalls.extractor import ToolStateExtractor, violations
+from ...guard.toolcalls.transcript import CallStatus, ToolStep, Transcript
+from .tasks import DOCS, FAMILIES, TOPICS, Plan
 
 __all__ = ["simulate", "generate_runs", "generate_traces"]
 

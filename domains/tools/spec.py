@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forewarn.guard.spec import Spec, load_spec
+from ...guard.spec import Spec, load_spec
 
 __all__ = ["SPEC_PATH", "load_tool_spec"]
 

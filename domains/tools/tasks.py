@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from forewarn.domains.tools.transcript import ToolStep
+from ...guard.toolcalls.transcript import ToolStep
 
 __all__ = ["Plan", "FAMILIES", "family_names"]
 

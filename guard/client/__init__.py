@@ -32,17 +32,17 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
-from forewarn.guard._extras import extra_error
+from .._extras import extra_error
 
 try:
     import httpx
 except ModuleNotFoundError as exc:
     raise extra_error("client", "forewarn.guard.client", exc) from None
 
-from forewarn.guard.client import _core as core
-from forewarn.guard.client._core import Op, RemoteDecision, Request, ServerError
-from forewarn.guard.client._loopback import loopback
-from forewarn.guard.policy import Policy
+from ..policy import Policy
+from . import _core as core
+from ._core import Op, RemoteDecision, Request, ServerError
+from ._loopback import loopback
 
 __all__ = ["AsyncClient", "AsyncRemoteSession", "Client", "RemoteDecision", "RemoteSession", "ServerError",
            "DEFAULT_URL"]
@@ -205,9 +205,9 @@ class Client:
               trusted_keys: Any = None) -> Any:
         """A local :class:`~guard.runtime.Guard` (or bundle guard) on the model the server serves as
         ``name``: the same decisions, computed in process (what the middleware previews with)."""
-        from forewarn.guard.bundle import GuardBundle, parse_model_or_bundle
-        from forewarn.guard.bundle_guard import BundleGuard
-        from forewarn.guard.runtime import Guard
+        from ..bundle import GuardBundle, parse_model_or_bundle
+        from ..bundle_guard import BundleGuard
+        from ..runtime import Guard
 
         loaded = parse_model_or_bundle(self.model_document(name), f"{self.url} model {name or '(default)'}",
                                        trusted_keys=trusted_keys)

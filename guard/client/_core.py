@@ -19,11 +19,11 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 import httpx
 import orjson
 
-from forewarn.guard.client._loopback import Answer
-from forewarn.guard.errors import ForewarnError, PredicateError, UsageError
-from forewarn.guard.policy import Policy
-from forewarn.guard.runtime import Decision, PropertyValue
-from forewarn.guard.spec import Action
+from ...errors import ForewarnError, PredicateError, UsageError
+from ..policy import Policy
+from ..runtime import Decision, PropertyValue
+from ..spec import Action
+from ._loopback import Answer
 
 __all__ = ["BACKOFF", "Op", "RemoteDecision", "Request", "ServerError", "SessionLike"]
 

@@ -19,10 +19,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from forewarn.guard.predicates import PredicateSet
-from forewarn.guard.replay import Enforcement, ReplayReport, RunReplay, summarize
-from forewarn.guard.traces import Run, abstract_run
-from forewarn.monitors.base import VIOL, Monitor
+from ...monitors.base import VIOL, Monitor
+from ..predicates import PredicateSet
+from ..replay import Enforcement, ReplayReport, RunReplay, summarize
+from ..traces import Run, abstract_run
 
 __all__ = ["EMPIRICAL", "ONE_CHANGE", "LABELS", "EmpiricalFrequency", "OneChangeRule", "trace_run",
            "score_baselines"]

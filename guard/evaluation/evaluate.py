@@ -12,13 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS, group_path, learn_bundle_from_runs
-from forewarn.guard.bundle_guard import BundleGuard
-from forewarn.guard.evaluation.baselines import score_baselines, trace_run
-from forewarn.guard.evaluation.folds import group_of, split_folds
-from forewarn.guard.pipeline import learn_model_from_runs
-from forewarn.guard.predicates import PredicateSet, PythonPredicate
-from forewarn.guard.replay import (
+from ..bundle import DEFAULT_MIN_GROUP_RUNS, group_path, learn_bundle_from_runs
+from ..bundle_guard import BundleGuard
+from ..pipeline import learn_model_from_runs
+from ..predicates import PredicateSet, PythonPredicate
+from ..replay import (
     Enforcement,
     ReplayReport,
     RunReplay,
@@ -28,10 +26,12 @@ from forewarn.guard.replay import (
     replay_run,
     summarize,
 )
-from forewarn.guard.runtime import Guard
-from forewarn.guard.spec import Action, Spec, Trigger
-from forewarn.guard.storm import Method
-from forewarn.guard.traces import Run
+from ..runtime import Guard
+from ..spec import Action, Spec, Trigger
+from ..storm import Method
+from ..traces import Run
+from .baselines import score_baselines, trace_run
+from .folds import group_of, split_folds
 
 __all__ = ["FoldResult", "EvaluationReport", "evaluate", "FOLD_METRICS", "scoring_of", "fold_result", "finish"]
 
@@ -147,7 +147,7 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
         ForewarnError: too few groups for the folds, a run without the grouping key, a
             bad spec or trace.
     """
-    from forewarn.guard.monitoring import build_monitors
+    from ..monitoring import build_monitors
 
     if bundle_by is not None:
         group_path(bundle_by)  # a bad key fails before any fold is learned

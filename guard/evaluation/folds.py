@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard.errors import ForewarnError, UsageError
-from forewarn.guard.traces import Run
+from ...errors import ForewarnError, UsageError
+from ..traces import Run
 
 __all__ = ["group_of", "split_folds"]
 

@@ -14,15 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from forewarn.guard._extras import extra_error
+from .._extras import extra_error
 
 try:
     from matplotlib.figure import Figure
 except ModuleNotFoundError as exc:
     raise extra_error("report", "drawing a report (--report, --plots)", exc) from None
 
-from forewarn.guard.evaluation.baselines import EMPIRICAL, LABELS, ONE_CHANGE
-from forewarn.guard.replay import Enforcement, ReplayReport, RunReplay, rate_curve
+from ..replay import Enforcement, ReplayReport, RunReplay, rate_curve
+from .baselines import EMPIRICAL, LABELS, ONE_CHANGE
 
 __all__ = ["curve_figure", "reliability_figure", "advance_figure", "risk_figure", "choose_run", "png_bytes",
            "save_images", "report_images", "FigureSet"]

@@ -12,10 +12,10 @@ import html
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from forewarn.guard._version import __version__
-from forewarn.guard.evaluation.baselines import LABELS
-from forewarn.guard.evaluation.evaluate import EvaluationReport
-from forewarn.guard.replay import ReplayReport, RunReplay, Spread, ThetaReport
+from .._version import __version__
+from ..replay import ReplayReport, RunReplay, Spread, ThetaReport
+from .baselines import LABELS
+from .evaluate import EvaluationReport
 
 __all__ = ["replay_html", "evaluation_html"]
 

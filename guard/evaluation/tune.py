@@ -27,10 +27,10 @@ from typing import Literal
 
 import yaml
 
-from forewarn.guard.errors import ForewarnError
-from forewarn.guard.evaluation.evaluate import EvaluationReport
-from forewarn.guard.replay import Enforcement, RunReplay, Spread, ThetaReport, summarize
-from forewarn.guard.spec import Action, Spec, Thresholds
+from ...errors import ForewarnError
+from ..replay import Enforcement, RunReplay, Spread, ThetaReport, summarize
+from ..spec import Action, Spec, Thresholds
+from .evaluate import EvaluationReport
 
 __all__ = ["Target", "Choice", "TargetUnreachable", "parse_target", "choose_theta", "tune", "write_thresholds"]
 

@@ -27,13 +27,13 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from forewarn.guard.errors import ForewarnError, TraceError
-from forewarn.guard.ingest._documents import Record, kind_of, records
-from forewarn.guard.ingest.actions import ActionWorld, OnMismatch, default_world, parse_actions, read_actions, use_world
-from forewarn.guard.ingest.agents import AgentLog, Extractor, resolve_extractor, to_run
-from forewarn.guard.ingest.columnar import parse_columnar, read_columnar
-from forewarn.guard.read_summary import IngestSummary, OnError
-from forewarn.guard.traces import Run, read_runs, resample
+from ...errors import ForewarnError, TraceError
+from ..read_summary import IngestSummary, OnError
+from ..traces import Run, read_runs, resample
+from ._documents import Record, kind_of, records
+from .actions import ActionWorld, OnMismatch, default_world, parse_actions, read_actions, use_world
+from .agents import AgentLog, Extractor, resolve_extractor, to_run
+from .columnar import parse_columnar, read_columnar
 
 __all__ = ["InputFormat", "detect_format", "read_input", "read_actions", "read_columnar", "OnMismatch", "OnError",
            "IngestSummary", "resolve_extractor", "ActionWorld", "use_world"]
@@ -53,7 +53,7 @@ class InputFormat(str, Enum):
 
 def _why_not(value: Any) -> dict[InputFormat, str | None]:
     """For one record, each format's reason not to fit it (None: it fits)."""
-    from forewarn.guard.ingest.langgraph import is_langgraph
+    from .langgraph import is_langgraph
 
     if not isinstance(value, dict):
         shape = kind_of(value)
@@ -212,7 +212,7 @@ def _runs(path: str | Path, kind: InputFormat, handle: Callable[[ForewarnError],
 def _household(path: str | Path, bad: Callable[[TraceError], None], tally: IngestSummary,
                on_mismatch: OnMismatch, world: ActionWorld) -> Iterator[Run]:
     """AgentExecutor logs of an embodied agent, replayed in its world (the symbolic household)."""
-    from forewarn.guard.ingest.langchain_log import as_action_log
+    from .langchain_log import as_action_log
 
     for log in _agent_logs(path, InputFormat.langchain, bad):
         record = Record(as_action_log(log), log.source, line=log.line)
@@ -228,15 +228,15 @@ def _household(path: str | Path, bad: Callable[[TraceError], None], tally: Inges
 def _agent_logs(path: str | Path, kind: InputFormat, bad: Callable[[TraceError], None]) -> Iterator[AgentLog]:
     source = records(path, on_bad=bad)
     if kind is InputFormat.otel:
-        from forewarn.guard.ingest.otel import read_otel_logs
+        from .otel import read_otel_logs
 
         yield from read_otel_logs(source, bad)
     elif kind is InputFormat.langgraph:
-        from forewarn.guard.ingest.langgraph import read_langgraph_logs
+        from .langgraph import read_langgraph_logs
 
         yield from read_langgraph_logs(source, bad)
     else:
-        from forewarn.guard.ingest.langchain_log import parse_intermediate_steps
+        from .langchain_log import parse_intermediate_steps
 
         for record in source:
             try:

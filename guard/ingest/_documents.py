@@ -8,7 +8,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from forewarn.guard.errors import TraceError
+from ...errors import TraceError
 
 __all__ = ["Record", "records", "first_record", "kind_of"]
 

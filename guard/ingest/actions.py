@@ -31,9 +31,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from forewarn.guard.errors import ConfigError, ForewarnError
-from forewarn.guard.ingest._documents import Record, kind_of, records
-from forewarn.guard.traces import Run
+from ...errors import ConfigError, ForewarnError
+from ..traces import Run
+from ._documents import Record, kind_of, records
 
 __all__ = ["ActionWorld", "Replay", "OnMismatch", "OnRewrite", "read_actions", "parse_actions", "use_world",
            "default_world"]

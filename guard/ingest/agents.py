@@ -19,11 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from forewarn.guard.errors import ForewarnError, TraceError
-from forewarn.guard.traces import Run
+from ...errors import ForewarnError, TraceError
+from ..traces import Run
 
 if TYPE_CHECKING:
-    from forewarn.guard.langchain.transcript import ToolStep, Transcript
+    from ..toolcalls.transcript import ToolStep, Transcript
 
 __all__ = ["Call", "AgentLog", "Extractor", "resolve_extractor", "to_run"]
 
@@ -64,7 +64,7 @@ def resolve_extractor(name: str | None) -> Extractor:
         ForewarnError: a name that does not resolve to a callable.
     """
     if name is None or name == "tools":
-        from forewarn.guard.langchain.extractor import ToolStateExtractor
+        from ..toolcalls.extractor import ToolStateExtractor
 
         return ToolStateExtractor()
     module_name, colon, attribute = name.partition(":")
@@ -97,7 +97,7 @@ def to_run(log: AgentLog, extractor: Extractor, origin: str) -> Run:
     Raises:
         TraceError: the extractor cannot read a call (names the record and the call).
     """
-    from forewarn.guard.langchain.transcript import CallStatus, ToolStep, Transcript
+    from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
 
     if log.steps is not None:
         tool_steps = list(log.steps)

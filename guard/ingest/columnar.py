@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from forewarn.guard.ingest._documents import Record, kind_of, records
-from forewarn.guard.traces import Run
+from ..traces import Run
+from ._documents import Record, kind_of, records
 
 __all__ = ["read_columnar", "parse_columnar"]
 

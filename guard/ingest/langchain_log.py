@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard.ingest._documents import Record, kind_of
-from forewarn.guard.ingest.agents import AgentLog, Call
+from ._documents import Record, kind_of
+from .agents import AgentLog, Call
 
 __all__ = ["parse_intermediate_steps", "is_langchain_log", "as_action_log"]
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from forewarn.guard._extras import require
-from forewarn.guard.errors import TraceError
-from forewarn.guard.ingest._documents import Record, kind_of
-from forewarn.guard.ingest.agents import AgentLog
+from ...errors import TraceError
+from .._extras import require
+from ._documents import Record, kind_of
+from .agents import AgentLog
 
 __all__ = ["read_langgraph_logs", "is_langgraph", "is_update_chunk"]
 
@@ -86,7 +86,7 @@ def _require_langchain() -> None:
 
 
 def _run(record: Record, doc: Any, whole_file: bool = False) -> AgentLog:
-    from forewarn.guard.langchain._messages import transcript_from_messages
+    from ..langchain._messages import transcript_from_messages
 
     if not isinstance(doc, dict):
         raise record.error(f"a LangGraph run must be a JSON object, got {kind_of(doc)}")

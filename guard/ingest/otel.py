@@ -29,9 +29,9 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard.errors import TraceError
-from forewarn.guard.ingest._documents import Record, kind_of
-from forewarn.guard.ingest.agents import AgentLog, Call
+from ...errors import TraceError
+from ._documents import Record, kind_of
+from .agents import AgentLog, Call
 
 __all__ = ["read_otel_logs", "is_otlp"]
 

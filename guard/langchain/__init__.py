@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from forewarn.guard._extras import require
-from forewarn.guard.langchain.errors import ApprovalRequired, GuardIntervention, RunStopped
-from forewarn.guard.langchain.review import Review, ReviewError, parse_review
-from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, StateExtractor, ToolStep, Transcript
+from .._extras import require
+from ..toolcalls.transcript import CallStatus, ExtractionError, StateExtractor, ToolStep, Transcript
+from .errors import ApprovalRequired, GuardIntervention, RunStopped
+from .review import Review, ReviewError, parse_review
 
 __all__ = [
     "ApprovalRequired",
@@ -46,10 +46,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from forewarn.guard.langchain._messages import transcript_from_messages
-    from forewarn.guard.langchain.middleware import Extractor, ForewarnMiddleware, GuardedRun, Intervention
-    from forewarn.guard.langchain.recorder import TraceRecorder
-    from forewarn.guard.langchain.tools import Approver, GuardedTool, ToolGuard, guard_tool
+    from ._messages import transcript_from_messages
+    from .middleware import Extractor, ForewarnMiddleware, GuardedRun, Intervention
+    from .recorder import TraceRecorder
+    from .tools import Approver, GuardedTool, ToolGuard, guard_tool
 
 # The transcript, review and error types above need no LangChain (the tool domain and the
 # agent-log readers of the core use them). The rest is loaded when first asked for, once the

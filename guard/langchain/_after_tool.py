@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from forewarn.guard._extras import extra_error
+from .._extras import extra_error
 
 try:
     from langchain.agents.middleware.types import ToolCallRequest
@@ -21,18 +21,18 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain._after_tool", exc) from None
 
-from forewarn.guard.langchain import _explain as explain
-from forewarn.guard.langchain._lookahead import same_state
-from forewarn.guard.langchain._messages import forewarn_data, mark, message_text
-from forewarn.guard.langchain._remote import MirroredSession
-from forewarn.guard.langchain.review import Review
-from forewarn.guard.langchain.runs import GuardedRun, Intervention
-from forewarn.guard.langchain.transcript import CallStatus, ToolStep
-from forewarn.guard.runtime import Decision
-from forewarn.guard.spec import Action
+from ..runtime import Decision
+from ..spec import Action
+from ..toolcalls.transcript import CallStatus, ToolStep
+from . import _explain as explain
+from ._lookahead import same_state
+from ._messages import forewarn_data, mark, message_text
+from ._remote import MirroredSession
+from .review import Review
+from .runs import GuardedRun, Intervention
 
 if TYPE_CHECKING:
-    from forewarn.guard.langchain.middleware import ForewarnMiddleware
+    from .middleware import ForewarnMiddleware
 
 __all__ = ["ToolResult", "after_tool", "stopped_after_tool"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from forewarn.guard._extras import extra_error
+from .._extras import extra_error
 
 try:
     from langchain.agents.middleware.types import ToolCallRequest
@@ -25,18 +25,18 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain._approval", exc) from None
 
-from forewarn.guard.errors import ForewarnError
-from forewarn.guard.langchain import _explain as explain
-from forewarn.guard.langchain._lookahead import not_run, recheck
-from forewarn.guard.langchain._remote import MirroredSession, propose_allowed, review_on_sidecar
-from forewarn.guard.langchain.review import Review, ReviewType, check_edit, parse_review, review_payload
-from forewarn.guard.langchain.runs import GuardedRun, Intervention, Verdict
-from forewarn.guard.langchain.transcript import CallStatus, ToolStep
-from forewarn.guard.runtime import Decision
-from forewarn.guard.spec import Action
+from ...errors import ForewarnError
+from ..runtime import Decision
+from ..spec import Action
+from ..toolcalls.transcript import CallStatus, ToolStep
+from . import _explain as explain
+from ._lookahead import not_run, recheck
+from ._remote import MirroredSession, propose_allowed, review_on_sidecar
+from .review import Review, ReviewType, check_edit, parse_review, review_payload
+from .runs import GuardedRun, Intervention, Verdict
 
 if TYPE_CHECKING:
-    from forewarn.guard.langchain.middleware import ForewarnMiddleware
+    from .middleware import ForewarnMiddleware
 
 __all__ = ["ask", "review_call", "unless_forewarn_asks"]
 

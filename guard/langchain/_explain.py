@@ -11,13 +11,13 @@ import re
 import string
 from typing import TYPE_CHECKING, Any, Protocol
 
-from forewarn.guard.errors import ConfigError
-from forewarn.guard.runtime import Decision
-from forewarn.guard.spec import Action
+from ...errors import ConfigError
+from ..runtime import Decision
+from ..spec import Action
 
 if TYPE_CHECKING:
-    from forewarn.guard.model import GuardModel
-    from forewarn.guard.policy import Policy
+    from ..model import GuardModel
+    from ..policy import Policy
 
 __all__ = ["describe_call", "consequence", "held_back", "stopped_before", "approval_request", "after_call"]
 

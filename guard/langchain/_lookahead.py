@@ -11,22 +11,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from forewarn.guard._extras import extra_error
+from .._extras import extra_error
 
 try:
     from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain._lookahead", exc) from None
 
-from forewarn.guard.langchain import _explain as explain
-from forewarn.guard.langchain._messages import forewarn_data, mark
-from forewarn.guard.langchain.runs import GuardedRun, Intervention, Outcome, Verdict
-from forewarn.guard.langchain.transcript import CallStatus, ToolStep, Transcript
-from forewarn.guard.runtime import Decision, Session
-from forewarn.guard.spec import Action
+from ..runtime import Decision, Session
+from ..spec import Action
+from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
+from . import _explain as explain
+from ._messages import forewarn_data, mark
+from .runs import GuardedRun, Intervention, Outcome, Verdict
 
 if TYPE_CHECKING:
-    from forewarn.guard.langchain.middleware import ForewarnMiddleware
+    from .middleware import ForewarnMiddleware
 
 __all__ = ["Turn", "not_run", "recheck", "reflections", "same_state", "unchanged"]
 

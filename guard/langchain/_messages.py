@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from forewarn.guard._extras import extra_error
+from .._extras import extra_error
 
 try:
     from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain._messages", exc) from None
 
-from forewarn.guard.langchain.transcript import CallStatus, ToolStep, Transcript
+from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
 
 __all__ = ["SOURCE", "TranscriptCache", "message_text", "value_text", "mark", "forewarn_data", "transcript_from_messages",
            "user_texts"]

@@ -1,6 +1,6 @@
 """The middleware's settings, checked once at construction.
 
-Each setting out of range is a :class:`~guard.errors.ConfigError` naming it and what it
+Each setting out of range is a :class:`~forewarn.errors.ConfigError` naming it and what it
 accepts, raised before the agent runs. The checks run in the order the middleware has
 always made them (the approvals first; the rest after the threshold warning), so a
 construction with several bad settings fails on the same one.
@@ -11,14 +11,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from forewarn.guard.bundle_guard import BundleGuard
-from forewarn.guard.errors import ConfigError, PredicateError
-from forewarn.guard.langchain import _explain as explain
-from forewarn.guard.langchain._remote import RemoteGuard
-from forewarn.guard.langchain.review import REVIEW_TYPES, ReviewType
-from forewarn.guard.langchain.transcript import Transcript
-from forewarn.guard.runtime import Guard
-from forewarn.guard.spec import Action
+from ...errors import ConfigError, PredicateError
+from ..bundle_guard import BundleGuard
+from ..runtime import Guard
+from ..spec import Action
+from ..toolcalls.transcript import Transcript
+from . import _explain as explain
+from ._remote import RemoteGuard
+from .review import REVIEW_TYPES, ReviewType
 
 __all__ = ["Extractor", "Settings", "check_approvals", "check_extractor", "check_settings"]
 

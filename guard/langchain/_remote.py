@@ -30,11 +30,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from forewarn.guard.bundle_guard import BundleGuard
-from forewarn.guard.client import AsyncClient, Client, RemoteSession, ServerError
-from forewarn.guard.langchain.review import Review, ReviewType
-from forewarn.guard.policy import Policy
-from forewarn.guard.runtime import Decision, Guard, Session
+from ..bundle_guard import BundleGuard
+from ..client import AsyncClient, Client, RemoteSession, ServerError
+from ..policy import Policy
+from ..runtime import Decision, Guard, Session
+from .review import Review, ReviewType
 
 __all__ = ["RemoteGuard", "MirroredSession", "propose_allowed", "remote_guard", "review_on_sidecar"]
 

@@ -1,14 +1,14 @@
 """Interventions that end an agent's run from inside a tool (LangChain without LangGraph).
 
-These are not bad input, so they are not :class:`~guard.errors.ForewarnError` (a
+These are not bad input, so they are not :class:`~forewarn.errors.ForewarnError` (a
 ``ValueError``): code that catches bad values must not swallow a stop.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from forewarn.guard.errors import ForewarnWarning
-from forewarn.guard.runtime import Decision
+from ...errors import ForewarnWarning
+from ..runtime import Decision
 
 __all__ = ["GuardIntervention", "RunStopped", "ApprovalRequired", "UnknownToolWarning"]
 

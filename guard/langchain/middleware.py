@@ -38,7 +38,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from forewarn.guard._extras import extra_error
+from .._extras import extra_error
 
 try:
     from langchain.agents.middleware import AgentMiddleware
@@ -47,22 +47,23 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain.middleware", exc) from None
 
-from forewarn.guard.bundle_guard import BundleGuard
-from forewarn.guard.client import AsyncClient, Client
-from forewarn.guard.errors import ForewarnError
-from forewarn.guard.langchain._after_tool import ToolResult, after_tool, stopped_after_tool
-from forewarn.guard.langchain._approval import review_call, unless_forewarn_asks
-from forewarn.guard.langchain._lookahead import Turn
-from forewarn.guard.langchain._options import Extractor, check_approvals, check_extractor, check_settings
-from forewarn.guard.langchain._remote import RemoteGuard, remote_guard
-from forewarn.guard.langchain.errors import UnknownToolWarning
-from forewarn.guard.langchain.review import REVIEW_TYPES, ReviewType
-from forewarn.guard.langchain.runs import GuardedRun, Intervention, Outcome, RunBook, Verdict, run_metadata
-from forewarn.guard.langchain.transcript import ExtractionError, ToolStep, Transcript, default_extractor
-from forewarn.guard.policy import Policy
-from forewarn.guard.runtime import Decision, Guard, Session
-from forewarn.guard.spec import Action, Trigger
-from forewarn.guard.thresholds import warn_initial_crossings, with_default_trigger
+from ...errors import ForewarnError
+from ..bundle_guard import BundleGuard
+from ..client import AsyncClient, Client
+from ..policy import Policy
+from ..runtime import Decision, Guard, Session
+from ..spec import Action, Trigger
+from ..thresholds import warn_initial_crossings, with_default_trigger
+from ..toolcalls.extractor import ToolStateExtractor
+from ..toolcalls.transcript import ExtractionError, ToolStep, Transcript
+from ._after_tool import ToolResult, after_tool, stopped_after_tool
+from ._approval import review_call, unless_forewarn_asks
+from ._lookahead import Turn
+from ._options import Extractor, check_approvals, check_extractor, check_settings
+from ._remote import RemoteGuard, remote_guard
+from .errors import UnknownToolWarning
+from .review import REVIEW_TYPES, ReviewType
+from .runs import GuardedRun, Intervention, Outcome, RunBook, Verdict, run_metadata
 
 __all__ = ["Extractor", "ForewarnMiddleware", "GuardedRun", "Intervention", "Outcome"]
 
@@ -116,7 +117,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             by default plain words — the probability and what to avoid; the raw CEL condition
             and PCTL property only where a template asks for ``{unsafe}`` or ``{formula}``.
 
-    Warns (:class:`~guard.errors.ThresholdWarning`) when, under the level trigger, a
+    Warns (:class:`~forewarn.errors.ThresholdWarning`) when, under the level trigger, a
     threshold is already crossed in an initial state (of the pooled model, for a bundle).
 
     Raises:
@@ -143,7 +144,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         self._remote = isinstance(guard, RemoteGuard)
         self.approval_timeout = approval_timeout
         self.guard = guard
-        self.extractor: Extractor = extractor if extractor is not None else default_extractor()
+        self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
         self.policy = policy
         effective = with_default_trigger(policy or guard.policy, trigger)  # unset in spec and policy: increase
         # One guard for all sessions, so its per-abstract-state decision cache is shared.

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard._extras import extra_error
+from .._extras import extra_error
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler
@@ -33,9 +33,10 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain.recorder", exc) from None
 
-from forewarn.guard.errors import ForewarnError
-from forewarn.guard.langchain._messages import message_text, value_text
-from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
+from ...errors import ForewarnError
+from ..toolcalls.extractor import ToolStateExtractor
+from ..toolcalls.transcript import CallStatus, ExtractionError, ToolStep, Transcript
+from ._messages import message_text, value_text
 
 __all__ = ["TraceRecorder"]
 
@@ -81,7 +82,7 @@ class TraceRecorder(BaseCallbackHandler):
     def __init__(self, path: str | Path | None = None, *, extractor: Extractor | None = None,
                  meta: Mapping[str, Any] | None = None) -> None:
         self.path = None if path is None else Path(path)
-        self.extractor: Extractor = extractor if extractor is not None else default_extractor()
+        self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
         self.meta = dict(meta or {})
         self.records: list[dict[str, Any]] = []
         self.errors: list[str] = []

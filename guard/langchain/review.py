@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from forewarn.guard.errors import ForewarnError
-from forewarn.guard.runtime import Decision
+from ...errors import ForewarnError
+from ..runtime import Decision
 
 __all__ = ["ReviewType", "Review", "ReviewError", "review_payload", "parse_review", "check_edit"]
 

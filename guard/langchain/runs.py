@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from forewarn.guard._extras import extra_error
+from .._extras import extra_error
 
 try:
     from langchain_core.messages import BaseMessage
@@ -21,10 +21,10 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain.runs", exc) from None
 
-from forewarn.guard.langchain._messages import TranscriptCache
-from forewarn.guard.langchain.transcript import ToolStep, Transcript
-from forewarn.guard.runtime import Decision, Session
-from forewarn.guard.spec import Action
+from ..runtime import Decision, Session
+from ..spec import Action
+from ..toolcalls.transcript import ToolStep, Transcript
+from ._messages import TranscriptCache
 
 __all__ = ["GuardedRun", "Intervention", "Outcome", "RunBook", "run_metadata"]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import PrivateAttr
 
-from forewarn.guard._extras import extra_error
+from .._extras import extra_error
 
 try:
     from langchain_core.callbacks import CallbackManagerForLLMRun

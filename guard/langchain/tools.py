@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from forewarn.guard._extras import extra_error
+from .._extras import extra_error
 
 try:
     from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
@@ -27,16 +27,17 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain.tools", exc) from None
 
-from forewarn.guard.bundle_guard import BundleGuard
-from forewarn.guard.errors import ForewarnError
-from forewarn.guard.langchain import _explain as explain
-from forewarn.guard.langchain._messages import value_text
-from forewarn.guard.langchain.errors import ApprovalRequired, RunStopped
-from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript, default_extractor
-from forewarn.guard.policy import Policy
-from forewarn.guard.runtime import Decision, Guard, Session
-from forewarn.guard.spec import Action, Trigger
-from forewarn.guard.thresholds import with_default_trigger
+from ...errors import ForewarnError
+from ..bundle_guard import BundleGuard
+from ..policy import Policy
+from ..runtime import Decision, Guard, Session
+from ..spec import Action, Trigger
+from ..thresholds import with_default_trigger
+from ..toolcalls.extractor import ToolStateExtractor
+from ..toolcalls.transcript import CallStatus, ExtractionError, ToolStep, Transcript
+from . import _explain as explain
+from ._messages import value_text
+from .errors import ApprovalRequired, RunStopped
 
 __all__ = ["Approver", "ToolGuard", "GuardedTool", "guard_tool"]
 
@@ -68,7 +69,7 @@ class ToolGuard:
                  policy: Policy | None = None, user_messages: Iterable[str] = (), approver: Approver | None = None,
                  metadata: Mapping[str, Any] | None = None, trigger: Trigger | str | None = None) -> None:
         self.guard = guard
-        self.extractor: Extractor = extractor if extractor is not None else default_extractor()
+        self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
         effective = with_default_trigger(policy or guard.policy, trigger)
         self.session: Session = guard.session(None if effective == guard.policy else effective, metadata=metadata)
         self.transcript = Transcript(user_messages=tuple(user_messages))

@@ -8,20 +8,20 @@ guard (:class:`LLMCheckGuard`). ``transformers`` is imported only by the Hugging
 """
 from __future__ import annotations
 
-from forewarn.guard.llmcheck.chain import Budget, ExploredModel, ExploreSettings, ExploreStats, State, StateKind
-from forewarn.guard.llmcheck.dtmc import CheckResult, Scope, check_explored, prism_text
-from forewarn.guard.llmcheck.errors import LLMCheckError, QuantificationError, QueryError, SourceError
-from forewarn.guard.llmcheck.explore import DistributionCache, explore, top_alpha_k
-from forewarn.guard.llmcheck.guard import LLMCheckGuard
-from forewarn.guard.llmcheck.pipeline import LLMCheckReport, Outcome, SweepRow, check_llm, sweep
-from forewarn.guard.llmcheck.quantify import (
+from .chain import Budget, ExploredModel, ExploreSettings, ExploreStats, State, StateKind
+from .dtmc import CheckResult, Scope, check_explored, prism_text
+from .errors import LLMCheckError, QuantificationError, QueryError, SourceError
+from .explore import DistributionCache, explore, top_alpha_k
+from .guard import LLMCheckGuard
+from .pipeline import LLMCheckReport, Outcome, SweepRow, check_llm, sweep
+from .quantify import (
     Quantification,
     available_quantifications,
     make_quantification,
     register_quantification,
 )
-from forewarn.guard.llmcheck.query import Query, parse_query
-from forewarn.guard.llmcheck.sources import Candidate, NgramSource, TokenDistribution, TokenSource, open_source
+from .query import Query, parse_query
+from .sources import Candidate, NgramSource, TokenDistribution, TokenSource, open_source
 
 __all__ = [
     "TokenSource", "Candidate", "TokenDistribution", "NgramSource", "open_source",

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
 
-from forewarn.guard.llmcheck.errors import LLMCheckError
-from forewarn.guard.llmcheck.sources.base import Token
+from .errors import LLMCheckError
+from .sources.base import Token
 
 __all__ = ["StateKind", "ExploreSettings", "Budget", "State", "ExploreStats", "ExploredModel"]
 

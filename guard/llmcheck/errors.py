@@ -1,7 +1,7 @@
-"""Errors of LLM-output checking: all are :class:`guard.errors.ForewarnError` (exit code 2 in the CLI)."""
+"""Errors of LLM-output checking: all are :class:`forewarn.errors.ForewarnError` (exit code 2 in the CLI)."""
 from __future__ import annotations
 
-from forewarn.guard.errors import ForewarnError
+from ...errors import ForewarnError
 
 __all__ = ["LLMCheckError", "SourceError", "QueryError", "QuantificationError"]
 

@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from fractions import Fraction
 
-from forewarn.guard.llmcheck.chain import Budget, ExploredModel, ExploreSettings, ExploreStats, State, StateKind
-from forewarn.guard.llmcheck.errors import LLMCheckError
-from forewarn.guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource
+from .chain import Budget, ExploredModel, ExploreSettings, ExploreStats, State, StateKind
+from .errors import LLMCheckError
+from .sources.base import Candidate, Token, TokenDistribution, TokenSource
 
 __all__ = ["top_alpha_k", "token_key", "rank_key", "may_hide_ties", "DistributionCache", "explore"]
 

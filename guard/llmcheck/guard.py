@@ -9,16 +9,16 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from forewarn.guard.llmcheck.chain import Budget, ExploreSettings
-from forewarn.guard.llmcheck.dtmc.build import Scope
-from forewarn.guard.llmcheck.explore import DistributionCache
-from forewarn.guard.llmcheck.pipeline import LLMCheckReport, check_llm, resolve_quantifications
-from forewarn.guard.llmcheck.quantify import Quantification
-from forewarn.guard.llmcheck.sources.base import TokenSource
-from forewarn.guard.policy import Policy
-from forewarn.guard.runtime import Decision
-from forewarn.guard.spec import Action, Thresholds
-from forewarn.guard.storm import Method
+from ..policy import Policy
+from ..runtime import Decision
+from ..spec import Action, Thresholds
+from ..storm import Method
+from .chain import Budget, ExploreSettings
+from .dtmc.build import Scope
+from .explore import DistributionCache
+from .pipeline import LLMCheckReport, check_llm, resolve_quantifications
+from .quantify import Quantification
+from .sources.base import TokenSource
 
 __all__ = ["LLMCheckGuard"]
 

@@ -6,14 +6,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from forewarn.guard.llmcheck.chain import Budget, ExploredModel, ExploreSettings, StateKind
-from forewarn.guard.llmcheck.dtmc.build import Scope
-from forewarn.guard.llmcheck.dtmc.check import CheckResult, check_explored
-from forewarn.guard.llmcheck.explore import DistributionCache, explore
-from forewarn.guard.llmcheck.quantify import Quantification, available_quantifications, parse_quantifications
-from forewarn.guard.llmcheck.query import Query, parse_query
-from forewarn.guard.llmcheck.sources.base import TokenSource
-from forewarn.guard.storm import Method
+from ..storm import Method
+from .chain import Budget, ExploredModel, ExploreSettings, StateKind
+from .dtmc.build import Scope
+from .dtmc.check import CheckResult, check_explored
+from .explore import DistributionCache, explore
+from .quantify import Quantification, available_quantifications, parse_quantifications
+from .query import Query, parse_query
+from .sources.base import TokenSource
 
 __all__ = ["Outcome", "LLMCheckReport", "check_llm", "SweepRow", "sweep", "resolve_quantifications"]
 

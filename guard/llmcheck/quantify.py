@@ -15,9 +15,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from forewarn.guard._extras import MissingExtra, require
-from forewarn.guard.llmcheck._wordlists import DESTRUCTIVE_PATTERNS, FEMALE_WORDS, MALE_WORDS
-from forewarn.guard.llmcheck.errors import QuantificationError
+from .._extras import MissingExtra, require
+from ._wordlists import DESTRUCTIVE_PATTERNS, FEMALE_WORDS, MALE_WORDS
+from .errors import QuantificationError
 
 __all__ = [
     "Quantification",

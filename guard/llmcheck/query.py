@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from forewarn.guard.llmcheck.errors import QueryError
+from .errors import QueryError
 
 __all__ = ["Comparison", "Query", "parse_query", "RESERVED_LABELS"]
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from forewarn.guard.llmcheck.pipeline import LLMCheckReport, Outcome, SweepRow
+from .pipeline import LLMCheckReport, Outcome, SweepRow
 
 __all__ = ["print_json", "render_report", "render_sweep"]
 

@@ -8,9 +8,9 @@ an entry point is called.
 """
 from __future__ import annotations
 
-from forewarn.guard.spark.evaluate import evaluate_spark
-from forewarn.guard.spark.learn import count_transitions_spark, learn_bundle_spark, learn_model_spark
-from forewarn.guard.spark.replay import replay_spark
-from forewarn.guard.spark.session import spark_session
+from .evaluate import evaluate_spark
+from .learn import count_transitions_spark, learn_bundle_spark, learn_model_spark
+from .replay import replay_spark
+from .session import spark_session
 
 __all__ = ["evaluate_spark", "learn_model_spark", "learn_bundle_spark", "count_transitions_spark", "replay_spark", "spark_session"]

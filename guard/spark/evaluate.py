@@ -30,20 +30,20 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from forewarn.guard.errors import ForewarnError, TraceError
-from forewarn.guard.learning import TransitionCounts
-from forewarn.guard.predicates import PredicateSet, PythonPredicate
-from forewarn.guard.spark.learn import _PATH, _merge, _records
-from forewarn.guard.spark.read import ERROR, Place, errors_in_order, map_runs
-from forewarn.guard.spec import Spec, Trigger
-from forewarn.guard.storm import Method
-from forewarn.guard.traces import Run, abstract_run
+from ...errors import ForewarnError, TraceError
+from ..learning import TransitionCounts
+from ..predicates import PredicateSet, PythonPredicate
+from ..spec import Spec, Trigger
+from ..storm import Method
+from ..traces import Run, abstract_run
+from .learn import _PATH, _merge, _records
+from .read import ERROR, Place, errors_in_order, map_runs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from forewarn.guard.evaluation.evaluate import EvaluationReport
-    from forewarn.guard.replay import Enforcement
+    from ..evaluation.evaluate import EvaluationReport
+    from ..replay import Enforcement
 
 __all__ = ["evaluate_spark"]
 
@@ -60,10 +60,10 @@ def evaluate_spark(source: DataFrame | Sequence[str], spec: Spec, thetas: Sequen
         ForewarnError: the first malformed run in reading order, a run without the grouping
             key, too few groups for the folds (as the single-process evaluation).
     """
-    from forewarn.guard.evaluation.evaluate import finish, fold_result, scoring_of
-    from forewarn.guard.evaluation.folds import split_folds
-    from forewarn.guard.pipeline import counting_plan, model_from_counts, prepare
-    from forewarn.guard.spark.session import spark_session
+    from ..evaluation.evaluate import finish, fold_result, scoring_of
+    from ..evaluation.folds import split_folds
+    from ..pipeline import counting_plan, model_from_counts, prepare
+    from .session import spark_session
 
     predicates, monitors = prepare(spec, python_predicates)
     session = spark or spark_session()
@@ -159,9 +159,9 @@ class _Tracer:
     group_by: str | None
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
-        from forewarn.guard.evaluation.baselines import trace_run
-        from forewarn.guard.evaluation.folds import group_of
-        from forewarn.guard.monitoring import build_monitors
+        from ..evaluation.baselines import trace_run
+        from ..evaluation.folds import group_of
+        from ..monitoring import build_monitors
 
         predicates = PredicateSet(self.spec, self.python_predicates, allow_python=self.allow_python)
         monitors = build_monitors(self.spec)
@@ -186,8 +186,8 @@ class _FoldCounter:
     fold_of: Mapping[str, int]
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
-        from forewarn.guard.evaluation.folds import group_of
-        from forewarn.guard.pipeline import counting_plan
+        from ..evaluation.folds import group_of
+        from ..pipeline import counting_plan
 
         predicates = PredicateSet(self.spec, self.python_predicates, allow_python=self.allow_python)
         memory, paths = counting_plan(self.spec, predicates)
@@ -225,10 +225,10 @@ class _FoldReplayer:
     fold_of: Mapping[str, int]
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
-        from forewarn.guard.evaluation.folds import group_of
-        from forewarn.guard.model import GuardModel
-        from forewarn.guard.replay import replay_run
-        from forewarn.guard.runtime import Guard
+        from ..evaluation.folds import group_of
+        from ..model import GuardModel
+        from ..replay import replay_run
+        from ..runtime import Guard
 
         guards: dict[int, Guard] = {}
         for place, run in runs:

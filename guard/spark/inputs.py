@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from forewarn.guard.errors import TraceError
+from ...errors import TraceError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -29,19 +29,19 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from forewarn.guard.errors import ForewarnError, TraceError
-from forewarn.guard.learning import TransitionCounts
-from forewarn.guard.predicates import PredicateSet, PythonPredicate
-from forewarn.guard.spark.read import ERROR, Place, errors_in_order, map_runs, place_error
-from forewarn.guard.spec import Spec
-from forewarn.guard.traces import Run, abstract_run
+from ...errors import ForewarnError, TraceError
+from ..learning import TransitionCounts
+from ..predicates import PredicateSet, PythonPredicate
+from ..spec import Spec
+from ..traces import Run, abstract_run
+from .read import ERROR, Place, errors_in_order, map_runs, place_error
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from forewarn.guard.bundle import GuardBundle
-    from forewarn.guard.model import GuardModel
-    from forewarn.guard.read_summary import IngestSummary
+    from ..bundle import GuardBundle
+    from ..model import GuardModel
+    from ..read_summary import IngestSummary
 
 __all__ = ["learn_model_spark", "learn_bundle_spark", "count_transitions_spark"]
 
@@ -89,7 +89,7 @@ def _count_groups(source: DataFrame | Sequence[str], spec: Spec, group: tuple[st
                   allow_python: Iterable[str] | None = None) -> tuple[_Grouped, list[dict[str, Any]]]:
     if on_error not in ("stop", "skip"):
         raise ForewarnError(f"on_error: expected 'skip' or 'stop', got {on_error!r}")
-    from forewarn.guard.spark.session import spark_session
+    from .session import spark_session
 
     session = spark or spark_session()
     counter = _Counter(spec, python_predicates, stop=on_error == "stop", group=group,
@@ -116,8 +116,8 @@ def learn_model_spark(source: DataFrame | Sequence[str], spec: Spec, *, spark: S
     ``allow_python``. ``summary`` is filled as :func:`guard.pipeline.learn_model` fills it:
     runs kept, and (``on_error="skip"``) the skipped runs by reason.
     """
-    from forewarn.guard.pipeline import counting_plan, learning_bounds, model_from_counts, prepare
-    from forewarn.guard.spark.session import spark_session
+    from ..pipeline import counting_plan, learning_bounds, model_from_counts, prepare
+    from .session import spark_session
 
     allow_python = options.pop("allow_python", None)
     learning_bounds(spec, options.get("epsilon"), options.get("delta"))  # bad input before Spark starts
@@ -146,9 +146,9 @@ def learn_bundle_spark(source: DataFrame | Sequence[str], spec: Spec, *, group_b
                        python_predicates: Mapping[str, PythonPredicate] | None = None,
                        summary: IngestSummary | None = None, **options: Any) -> GuardBundle:
     """:func:`guard.bundle.learn_bundle` on Spark: runs counted into the pooled counts and their group's."""
-    from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS, bundle_from_counts, group_path
-    from forewarn.guard.pipeline import counting_plan, learning_bounds, prepare
-    from forewarn.guard.spark.session import spark_session
+    from ..bundle import DEFAULT_MIN_GROUP_RUNS, bundle_from_counts, group_path
+    from ..pipeline import counting_plan, learning_bounds, prepare
+    from .session import spark_session
 
     path = group_path(group_by)
     min_group_runs = DEFAULT_MIN_GROUP_RUNS if min_group_runs is None else min_group_runs
@@ -209,11 +209,11 @@ class _Counter:
     allow_python: tuple[str, ...] | None = None  # modules the spec may name functions from (guard.trust)
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
-        from forewarn.guard.bundle import group_value
+        from ..bundle import group_value
 
         # CEL compiled once per partition
         predicates = PredicateSet(self.spec, self.python_predicates, allow_python=self.allow_python)
-        from forewarn.guard.pipeline import counting_plan
+        from ..pipeline import counting_plan
 
         memory, paths = counting_plan(self.spec, predicates)  # as the single-process learner counts
         group_paths: dict[str, Counter[tuple[int, ...]]] = {}

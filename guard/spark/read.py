@@ -22,9 +22,9 @@ from urllib.parse import unquote
 
 import orjson
 
-from forewarn.guard.errors import TraceError
-from forewarn.guard.spark.inputs import list_inputs
-from forewarn.guard.traces import Run, parse_document, parse_run, resample
+from ...errors import TraceError
+from ..traces import Run, parse_document, parse_run, resample
+from .inputs import list_inputs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from forewarn.guard.errors import TraceError
-from forewarn.guard.predicates import PythonPredicate
-from forewarn.guard.replay import Enforcement, ReplayReport, horizon_of, min_increase_of, replay_run, summarize
-from forewarn.guard.spark.read import Place, errors_in_order, map_runs, place_error
-from forewarn.guard.spec import Action, Trigger
-from forewarn.guard.traces import Run
+from ...errors import TraceError
+from ..predicates import PythonPredicate
+from ..replay import Enforcement, ReplayReport, horizon_of, min_increase_of, replay_run, summarize
+from ..spec import Action, Trigger
+from ..traces import Run
+from .read import Place, errors_in_order, map_runs, place_error
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from forewarn.guard.bundle_guard import BundleGuard
-    from forewarn.guard.runtime import Guard
+    from ..bundle_guard import BundleGuard
+    from ..runtime import Guard
 
 __all__ = ["replay_spark"]
 
@@ -47,8 +47,8 @@ def replay_spark(source: DataFrame | Sequence[str], guard: Guard | BundleGuard, 
     Raises:
         TraceError: the first malformed run in reading order (as the local replay).
     """
-    from forewarn.guard.bundle_guard import BundleGuard
-    from forewarn.guard.spark.session import spark_session
+    from ..bundle_guard import BundleGuard
+    from .session import spark_session
 
     session = spark or spark_session()
     document = guard.bundle.to_document() if isinstance(guard, BundleGuard) else guard.model.to_document()
@@ -78,9 +78,9 @@ class _Replayer:
     allow_python: tuple[str, ...] | None
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
-        from forewarn.guard.bundle import GuardBundle, parse_model_or_bundle
-        from forewarn.guard.bundle_guard import BundleGuard
-        from forewarn.guard.runtime import Guard
+        from ..bundle import GuardBundle, parse_model_or_bundle
+        from ..bundle_guard import BundleGuard
+        from ..runtime import Guard
 
         loaded = parse_model_or_bundle(self.model.value, "<broadcast model>")
         kind = BundleGuard if isinstance(loaded, GuardBundle) else Guard

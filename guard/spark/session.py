@@ -10,8 +10,8 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from forewarn.guard._extras import require
-from forewarn.guard.errors import ForewarnError
+from ...errors import ForewarnError
+from .._extras import require
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

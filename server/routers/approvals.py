@@ -13,13 +13,13 @@ import orjson
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from forewarn.server import schemas as S
-from forewarn.server._http import ERRORS, JSON, ApiError, Route, errors_for
-from forewarn.server._steps import write
-from forewarn.server._views import approval_out
-from forewarn.server.deps import Anyone, ApprovalId, Approver, AppState, Idempotency
-from forewarn.server.idempotency import Entry
-from forewarn.server.storage import Storage
+from .. import schemas as S
+from .._http import ERRORS, JSON, ApiError, Route, errors_for
+from .._steps import write
+from .._views import approval_out
+from ..deps import Anyone, ApprovalId, Approver, AppState, Idempotency
+from ..idempotency import Entry
+from ..storage import Storage
 
 __all__ = ["router"]
 

@@ -15,8 +15,8 @@ import orjson
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from forewarn.server._http import ERRORS, JSON, Route
-from forewarn.server.deps import Approver, AppState
+from .._http import ERRORS, JSON, Route
+from ..deps import Approver, AppState
 
 __all__ = ["router"]
 

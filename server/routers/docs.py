@@ -10,7 +10,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
 
-from forewarn.server._http import Route
+from .._http import Route
 
 __all__ = ["router"]
 

@@ -9,10 +9,10 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from forewarn.server import schemas as S
-from forewarn.server._http import JSON, Route, errors_for
-from forewarn.server.deps import AppState, served
-from forewarn.server.metrics import CONTENT_TYPE_LATEST
+from .. import schemas as S
+from .._http import JSON, Route, errors_for
+from ..deps import AppState, served
+from ..metrics import CONTENT_TYPE_LATEST
 
 __all__ = ["metrics_router", "router"]
 

@@ -12,14 +12,14 @@ import orjson
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from forewarn.guard.errors import ForewarnError
-from forewarn.server import schemas as S
-from forewarn.server._http import ERRORS, JSON, ApiError, Route, errors_for
-from forewarn.server._steps import write
-from forewarn.server.deps import Admin, Anyone, AppState, ModelName
-from forewarn.server.models_registry import LoadedModel, UnknownModel, parse_model, read_model
-from forewarn.server.state import ServerState
-from forewarn.server.storage import Storage
+from ...errors import ForewarnError
+from .. import schemas as S
+from .._http import ERRORS, JSON, ApiError, Route, errors_for
+from .._steps import write
+from ..deps import Admin, Anyone, AppState, ModelName
+from ..models_registry import LoadedModel, UnknownModel, parse_model, read_model
+from ..state import ServerState
+from ..storage import Storage
 
 __all__ = ["router"]
 

@@ -17,15 +17,15 @@ from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 from starlette.responses import Response
 
-from forewarn.server import schemas as S
-from forewarn.server._http import ERRORS, JSON, ApiError, Route, errors_for
-from forewarn.server._steps import write
-from forewarn.server.auth import Principal
-from forewarn.server.deps import Agent, Anyone, Approver, AppState, Idempotency, live_session, step_context
-from forewarn.server.idempotency import Entry
-from forewarn.server.proposals import STATUS_OF, proposal_out, state_words
-from forewarn.server.state import ServerState
-from forewarn.server.storage import Storage
+from .. import schemas as S
+from .._http import ERRORS, JSON, ApiError, Route, errors_for
+from .._steps import write
+from ..auth import Principal
+from ..deps import Agent, Anyone, Approver, AppState, Idempotency, live_session, step_context
+from ..idempotency import Entry
+from ..proposals import STATUS_OF, proposal_out, state_words
+from ..state import ServerState
+from ..storage import Storage
 
 __all__ = ["router"]
 

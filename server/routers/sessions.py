@@ -15,15 +15,15 @@ import orjson
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from forewarn.guard.errors import ForewarnError
-from forewarn.server import schemas as S
-from forewarn.server._http import ERRORS, JSON, ApiError, Route, bad_request, errors_for, too_deep
-from forewarn.server._steps import write
-from forewarn.server._views import policy_overrides, session_summary, step_out
-from forewarn.server.deps import Agent, Anyone, AppState, SessionId, live_session
-from forewarn.server.models_registry import UnknownModel
-from forewarn.server.sessions import LiveSession, effective_policy, make_session
-from forewarn.server.storage import Storage
+from ...errors import ForewarnError
+from .. import schemas as S
+from .._http import ERRORS, JSON, ApiError, Route, bad_request, errors_for, too_deep
+from .._steps import write
+from .._views import policy_overrides, session_summary, step_out
+from ..deps import Agent, Anyone, AppState, SessionId, live_session
+from ..models_registry import UnknownModel
+from ..sessions import LiveSession, effective_policy, make_session
+from ..storage import Storage
 
 __all__ = ["router"]
 

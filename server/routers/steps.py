@@ -18,9 +18,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from forewarn.guard.errors import PredicateError
-from forewarn.server import schemas as S
-from forewarn.server._http import (
+from ...errors import PredicateError
+from .. import schemas as S
+from .._http import (
     ERRORS,
     JSON,
     ApiError,
@@ -33,14 +33,14 @@ from forewarn.server._http import (
     step_openapi,
     too_deep,
 )
-from forewarn.server._steps import chain_step, decision_json, write_steps
-from forewarn.server.auth import AGENT, Principal
-from forewarn.server.deps import Agent, AppState, Idempotency, step_context
-from forewarn.server.idempotency import Entry, request_hash
-from forewarn.server.proposals import RUNNABLE
-from forewarn.server.sessions import LiveSession
-from forewarn.server.state import ServerState
-from forewarn.server.storage import Storage
+from .._steps import chain_step, decision_json, write_steps
+from ..auth import AGENT, Principal
+from ..deps import Agent, AppState, Idempotency, step_context
+from ..idempotency import Entry, request_hash
+from ..proposals import RUNNABLE
+from ..sessions import LiveSession
+from ..state import ServerState
+from ..storage import Storage
 
 __all__ = ["observe_core", "preview_core", "router"]
 

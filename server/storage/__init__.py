@@ -2,7 +2,7 @@
 proposals, the answers to idempotent requests, models.
 
 Two backends share every table, write job and query: SQLite (one server, a file) and
-PostgreSQL (:mod:`server.storage_pg`, shared by replicas). :func:`open_storage` picks one
+PostgreSQL (:mod:`forewarn.server.storage.postgres`, shared by replicas). :func:`open_storage` picks one
 from the database's name.
 
 Modules, one concept each: ``schema`` (the tables, their version and migration, the errors),
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forewarn.server.storage.base import StorageBase
-from forewarn.server.storage.schema import (
+from .base import StorageBase
+from .schema import (
     CHANNEL_APPROVALS,
     CHANNEL_MODELS,
     CHANNEL_SESSIONS,
@@ -26,7 +26,7 @@ from forewarn.server.storage.schema import (
     DatabaseLocked,
     StorageError,
 )
-from forewarn.server.storage.sqlite import Storage
+from .sqlite import Storage
 
 __all__ = ["Storage", "StorageBase", "StorageError", "DatabaseLocked", "Conflict", "SCHEMA_VERSION", "open_storage",
            "is_postgres", "CHANNEL_APPROVALS", "CHANNEL_MODELS", "CHANNEL_SESSIONS"]
@@ -39,7 +39,7 @@ def is_postgres(db: str | Path) -> bool:
 def open_storage(db: str | Path, *, synchronous: str = "normal") -> StorageBase:
     """The database ``db`` names: a ``postgresql://`` URL (shared by replicas) or a SQLite file."""
     if is_postgres(db):
-        from forewarn.server.storage_pg import PgStorage  # psycopg is an optional extra: imported only when used
+        from .postgres import PgStorage  # psycopg is an optional extra: imported only when used
 
         return PgStorage.open(str(db))
     return Storage.open(db, synchronous=synchronous)

@@ -9,9 +9,9 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
-from forewarn.server.storage.backend import Backend, Job, _SqliteConn
-from forewarn.server.storage.schema import CHANNEL_APPROVALS
-from forewarn.server.storage.sessions import _TENANT
+from .backend import Backend, Job, _SqliteConn
+from .schema import CHANNEL_APPROVALS
+from .sessions import _TENANT
 
 __all__ = ["ApprovalRecords"]
 

@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from forewarn.server.storage.schema import Conflict
+from .schema import Conflict
 
 __all__ = ["Backend", "Job"]
 

@@ -12,10 +12,10 @@ import sqlite3
 import time
 from typing import Any
 
-from forewarn.server.storage.approvals import ApprovalRecords
-from forewarn.server.storage.backend import Job, _SqliteConn
-from forewarn.server.storage.schema import CHANNEL_MODELS
-from forewarn.server.storage.sessions import SessionRecords
+from .approvals import ApprovalRecords
+from .backend import Job, _SqliteConn
+from .schema import CHANNEL_MODELS
+from .sessions import SessionRecords
 
 __all__ = ["StorageBase"]
 

@@ -1,6 +1,6 @@
 """The database's tables, their version and their migration, and the errors of the database.
 
-The SQL is SQLite's; PostgreSQL's adapter (:mod:`server.storage_pg`) creates the same tables in
+The SQL is SQLite's; PostgreSQL's adapter (:mod:`forewarn.server.storage.postgres`) creates the same tables in
 its own types. A column added after a schema version shipped goes into ``_ADDED_COLUMNS``: it is
 added in place to older databases when they are opened, and the version stays.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from forewarn.guard.errors import ForewarnError
+from ...errors import ForewarnError
 
 __all__ = ["SCHEMA_VERSION", "CHANNEL_APPROVALS", "CHANNEL_MODELS", "CHANNEL_SESSIONS", "StorageError",
            "DatabaseLocked", "Conflict", "migrate"]

@@ -10,8 +10,8 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from forewarn.server.storage.backend import Backend, Job, _SqliteConn
-from forewarn.server.storage.schema import CHANNEL_APPROVALS, CHANNEL_SESSIONS, Conflict
+from .backend import Backend, Job, _SqliteConn
+from .schema import CHANNEL_APPROVALS, CHANNEL_SESSIONS, Conflict
 
 __all__ = ["SessionRecords"]
 

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from forewarn.guard.errors import ForewarnError
-from forewarn.server.storage.backend import _SqliteConn
-from forewarn.server.storage.base import StorageBase
-from forewarn.server.storage.schema import DatabaseLocked, StorageError, migrate
-from forewarn.server.storage.writer import _Checkpointer, _connect, _LoopWriter, _ThreadWriter
+from ...errors import ForewarnError
+from .backend import _SqliteConn
+from .base import StorageBase
+from .schema import DatabaseLocked, StorageError, migrate
+from .writer import _Checkpointer, _connect, _LoopWriter, _ThreadWriter
 
 __all__ = ["Storage"]
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forewarn.server.storage.backend import Job, _commit_group, _settle, _SqliteConn
-from forewarn.server.storage.schema import StorageError
+from .backend import Job, _commit_group, _settle, _SqliteConn
+from .schema import StorageError
 
 __all__: list[str] = []
 

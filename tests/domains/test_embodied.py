@@ -191,7 +191,7 @@ def test_derive_spec_shape(tmp_path: Path) -> None:
 
 
 def test_derived_spec_is_accepted_by_the_guard(tmp_path: Path) -> None:
-    guard_spec = pytest.importorskip("guard.spec")
+    guard_spec = pytest.importorskip("forewarn.guard.spec")
     for task in hazard_tasks():
         parsed = guard_spec.load_spec(write_spec(task, tmp_path / f"{task.id}.yaml"))
         assert parsed.name == task.id

@@ -23,7 +23,8 @@ from forewarn.domains.tools import (
     violations,
 )
 from forewarn.guard import Guard, learn_model
-from forewarn.guard.langchain.kinds import (
+from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.toolcalls.kinds import (
     has_injection,
     has_secret,
     is_destructive,
@@ -31,7 +32,6 @@ from forewarn.guard.langchain.kinds import (
     reads_secret,
     shell_upload_hosts,
 )
-from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.traces import read_runs
 
 extract = ToolStateExtractor()

@@ -19,7 +19,7 @@ from _eval_support import assert_user_error
 from _support import CLI
 from forewarn.domains.embodied import HouseholdWorld
 from forewarn.domains.tools import ToolStateExtractor, Transcript
-from forewarn.guard.errors import TraceError
+from forewarn.errors import TraceError
 from forewarn.guard.ingest import IngestSummary, InputFormat, detect_format, read_input
 from forewarn.guard.traces import read_runs
 

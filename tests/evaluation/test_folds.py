@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _support import AB, NONE, A, B, toy_run
-from forewarn.guard.errors import ForewarnError
+from forewarn.errors import ForewarnError
 from forewarn.guard.evaluation import evaluate as evaluate_module
 from forewarn.guard.evaluation.evaluate import evaluate
 from forewarn.guard.evaluation.folds import group_of, split_folds

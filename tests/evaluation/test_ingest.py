@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from forewarn.domains.embodied import HouseholdWorld
-from forewarn.guard.errors import ForewarnError, TraceError
+from forewarn.errors import ForewarnError, TraceError
 from forewarn.guard.ingest import InputFormat, detect_format, read_actions, read_columnar, read_input
 from forewarn.guard.traces import Run, read_runs
 

@@ -10,7 +10,7 @@ import pytest
 
 from _eval_support import assert_user_error
 from _support import AB, NONE, TOY_SPEC, A, B, toy_run
-from forewarn.guard.errors import ForewarnError
+from forewarn.errors import ForewarnError
 from forewarn.guard.evaluation.evaluate import evaluate
 from forewarn.guard.evaluation.tune import Target, TargetUnreachable, choose_theta, parse_target, write_thresholds
 from forewarn.guard.pipeline import learn_model

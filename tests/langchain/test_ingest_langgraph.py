@@ -17,8 +17,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from _lc_support import VIOLATIONS_ONLY, ToolLog, thresholds
 from _support import CLI
+from forewarn.errors import TraceError
 from forewarn.guard import Guard
-from forewarn.guard.errors import TraceError
 from forewarn.guard.ingest import InputFormat, detect_format, read_input
 from forewarn.guard.langchain import ForewarnMiddleware, TraceRecorder
 from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls

@@ -8,8 +8,8 @@ from test_middleware import CLEANUP, DF, RM_BUILD, agent_for, ask
 
 from _lc_support import ToolLog, well_formed
 from forewarn.domains.tools import ToolStateExtractor, Transcript
+from forewarn.errors import ThresholdWarning
 from forewarn.guard import Guard, Policy
-from forewarn.guard.errors import ThresholdWarning
 from forewarn.guard.langchain import ForewarnMiddleware
 from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
 from forewarn.guard.spec import Action, Thresholds, Trigger

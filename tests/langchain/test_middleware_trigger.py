@@ -7,8 +7,8 @@ import pytest
 from langchain.agents import create_agent
 
 from _lc_support import ToolLog, p_safe, thresholds
+from forewarn.errors import ThresholdWarning
 from forewarn.guard import Guard, GuardModel, learn_model
-from forewarn.guard.errors import ThresholdWarning
 from forewarn.guard.langchain import ForewarnMiddleware, ToolGuard
 from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
 from forewarn.guard.spec import Action, Trigger

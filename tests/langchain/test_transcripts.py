@@ -60,23 +60,25 @@ def test_the_cache_reads_the_same_messages_again_alike() -> None:
     assert cache.transcript(longer, approved=iter(["c3"])).steps[-1].approved
 
 
-def test_the_integration_owns_its_input_types() -> None:
-    """guard.langchain no longer imports the demo domain for its types; old imports keep working."""
+def test_tool_call_state_is_neutral_ground() -> None:
+    """Tool-call state lives in forewarn.guard.toolcalls, which imports no framework and no domain;
+    the LangChain integration and the tools domain hand out the very same types."""
     import ast
     from pathlib import Path
 
     import forewarn.domains.tools as tools
-    import forewarn.domains.tools.errors as old_errors
-    import forewarn.domains.tools.transcript as old_transcript
     import forewarn.guard.langchain as integration
-    from forewarn.guard.langchain import transcript as owned
+    import forewarn.guard.toolcalls as toolcalls
 
-    assert tools.Transcript is old_transcript.Transcript is integration.Transcript is owned.Transcript
-    assert old_transcript.ToolStep is owned.ToolStep and old_transcript.CallStatus is owned.CallStatus
-    assert old_errors.ExtractionError is owned.ExtractionError is integration.ExtractionError
-    assert isinstance(tools.ToolStateExtractor(), owned.StateExtractor)
-    folder = Path(integration.__file__).parent
-    for path in folder.glob("*.py"):
+    assert tools.Transcript is integration.Transcript is toolcalls.Transcript
+    assert tools.ToolStep is integration.ToolStep is toolcalls.ToolStep
+    assert tools.ExtractionError is integration.ExtractionError is toolcalls.ExtractionError
+    assert tools.ToolStateExtractor is toolcalls.ToolStateExtractor
+    assert isinstance(toolcalls.ToolStateExtractor(), toolcalls.StateExtractor)
+    for path in Path(toolcalls.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.col_offset == 0 and (node.module or "").startswith("domains"):
-                raise AssertionError(f"{path.name} imports {node.module} at module level")
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                for name in names:
+                    assert not name.startswith(("langchain", "langgraph", "mcp", "fastapi")), (path.name, name)
+                    assert "domains" not in name, (path.name, name)

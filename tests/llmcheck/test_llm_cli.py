@@ -10,8 +10,8 @@ import typer
 from typer.testing import CliRunner
 
 from _llm_support import needs_hf
+from forewarn.guard.cli.llmcheck import parse_sweep, register
 from forewarn.guard.llmcheck import LLMCheckError
-from forewarn.guard.llmcheck.cli import parse_sweep, register
 
 app = typer.Typer()
 
@@ -107,6 +107,6 @@ def test_importing_the_command_does_not_import_transformers() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, guard.llmcheck, guard.llmcheck.cli; "
+    code = ("import sys, forewarn.guard.llmcheck, forewarn.guard.cli.llmcheck; "
             "sys.exit(any(m in sys.modules for m in ('torch', 'transformers', 'nltk', 'textstat')))")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

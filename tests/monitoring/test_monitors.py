@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from forewarn.errors import ThresholdWarning
 from forewarn.guard import Guard, GuardModel, Method, parse_spec
-from forewarn.guard.errors import ThresholdWarning
 from forewarn.guard.monitoring import build_monitors
 from forewarn.guard.pipeline import learn_model_from_runs
 from forewarn.guard.traces import parse_run

@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 
 from forewarn.server.app import create_app
-from forewarn.server.cli import uvicorn_config
+from forewarn.server.run import uvicorn_config
 from forewarn.server.settings import ServerSettings
 
 KEYS = {"agent": "test-agent-key-0123456789", "approver": "test-approver-key-0123456789",
@@ -85,7 +85,8 @@ def _forkserver() -> Any:
     if _CONTEXT is None:
         _CONTEXT = multiprocessing.get_context("forkserver")
         # everything a server imports, lazily ones included, so that a forked server starts in a blink
-        _CONTEXT.set_forkserver_preload(["server.cli", "server.app", "forewarn.monitors", "forewarn.domains.embodied.builtin", "uvicorn",
+        _CONTEXT.set_forkserver_preload(["forewarn.server.run", "forewarn.server.app", "forewarn.monitors",
+                                         "forewarn.domains.embodied.builtin", "uvicorn",
                                          "uvicorn.lifespan.on", "uvicorn.loops.auto", "uvicorn.loops.asyncio",
                                          "uvicorn.protocols.http.auto", "uvicorn.protocols.http.h11_impl",
                                          "uvicorn.protocols.websockets.auto", "pydantic.v1"])
@@ -93,10 +94,10 @@ def _forkserver() -> Any:
 
 
 class ServerProcess:
-    """A server in a process of its own (``server.cli.run_server``), on a fresh port."""
+    """A server in a process of its own (``forewarn.server.run.run_server``), on a fresh port."""
 
     def __init__(self, settings: ServerSettings, port: int | None = None) -> None:
-        from forewarn.server.cli import run_server
+        from forewarn.server.run import run_server
 
         self.port = port or free_port()
         self.settings = settings.model_copy(update={"port": self.port})

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from _sidecar import API_KEYS, KEYS, ServerThread, auth, egg_state, settings
-from forewarn.guard.errors import ForewarnError
+from forewarn.errors import ForewarnError
 from forewarn.server.app import start
 from forewarn.server.auth import Authenticator
 from forewarn.server.settings import ConfigError, ServerSettings, load_settings

@@ -9,10 +9,10 @@ import pytest
 
 from _sidecar import KEYS, ServerThread, settings
 from _support import TOY_SPEC, toy_run
+from forewarn.errors import PredicateError, ThresholdWarning
 from forewarn.guard.bundle import learn_bundle
 from forewarn.guard.bundle_guard import BundleGuard
 from forewarn.guard.client import Client
-from forewarn.guard.errors import PredicateError, ThresholdWarning
 from forewarn.guard.pipeline import learn_model
 from forewarn.guard.runtime import Guard
 from forewarn.guard.spec import parse_spec

@@ -14,8 +14,9 @@ import typer
 from typer.testing import CliRunner
 
 from _sidecar import free_port, wait_ready
-from forewarn.guard.errors import ModelFileError
-from forewarn.server.cli import parse_model_options, register
+from forewarn.errors import ModelFileError
+from forewarn.guard.cli.serve import register
+from forewarn.server.run import parse_model_options
 from forewarn.server.settings import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +69,7 @@ def test_bare_serve_generates_keys_and_stops_cleanly(tmp_path: Path, builtin_pat
     env = {k: v for k, v in os.environ.items() if not k.startswith("FOREWARN_")}
     env["FOREWARN_CACHE"] = str(builtin_path.parent.parent)  # the built-in model, already learned
     env["PYTHONPATH"] = str(ROOT)
-    process = subprocess.Popen([sys.executable, "-m", "server", "serve", "--port", str(port), "--log-level",
+    process = subprocess.Popen([sys.executable, "-m", "forewarn.server", "serve", "--port", str(port), "--log-level",
                                 "warning"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
     try:
         wait_ready(f"http://127.0.0.1:{port}", 60, process=_Alive(process))

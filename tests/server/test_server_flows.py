@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from _sidecar import KEYS, ServerThread, auth, egg_state
+from forewarn.errors import PredicateError
 from forewarn.guard import Guard, Policy
 from forewarn.guard.client import AsyncClient, Client, RemoteDecision, ServerError
-from forewarn.guard.errors import PredicateError
 from forewarn.guard.spec import Action, Thresholds
 
 # every flow here runs on SQLite and on PostgreSQL (a throw-away cluster; see conftest.py)

@@ -265,7 +265,7 @@ def test_forewarn_serve_workers_share_the_database(postgres_db: str, builtin_pat
 
     port = free_port()
     env = {**os.environ, "FOREWARN_DB": postgres_db, "FOREWARN_API_KEYS": API_KEYS, "FOREWARN_LOG_LEVEL": "warning"}
-    process = subprocess.Popen([sys.executable, "-m", "guard.cli", "serve", "--port", str(port), "--workers", "2",
+    process = subprocess.Popen([sys.executable, "-m", "forewarn", "serve", "--port", str(port), "--workers", "2",
                                 "--model", f"builtin={builtin_path}"], env=env)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -314,12 +314,12 @@ def test_workers_need_a_shared_database(tmp_path: Path) -> None:
     import sys
 
     env = {**os.environ, "FOREWARN_API_KEYS": "test-agent-key-0123456789:agent"}
-    result = subprocess.run([sys.executable, "-m", "guard.cli", "serve", "--workers", "2", "--db",
+    result = subprocess.run([sys.executable, "-m", "forewarn", "serve", "--workers", "2", "--db",
                              str(tmp_path / "x.db")], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == ["error: --workers: more than one process needs a shared database "
                                                   "(FOREWARN_DB=postgresql://...); SQLite is owned by one process"]
-    result = subprocess.run([sys.executable, "-m", "guard.cli", "serve", "--db", "postgresql://nobody:secret@127.0.0.1:1/x"],
+    result = subprocess.run([sys.executable, "-m", "forewarn", "serve", "--db", "postgresql://nobody:secret@127.0.0.1:1/x"],
                             env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "cannot open the database" in result.stderr and "secret" not in result.stderr

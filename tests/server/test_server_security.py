@@ -10,7 +10,7 @@ import pytest
 
 from _sidecar import ServerThread, auth, settings
 from _support import CLI
-from forewarn.guard.errors import SpecError
+from forewarn.errors import SpecError
 from forewarn.guard.model import GuardModel, _checksum
 from forewarn.guard.signing import SignatureError, generate_keypair, load_private_key, load_trusted_keys
 from forewarn.server.storage import Storage

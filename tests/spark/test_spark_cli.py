@@ -18,7 +18,7 @@ pytestmark = pytest.mark.spark
 
 def forewarn(*args: str | Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run([sys.executable, "-c", "from guard.cli import main; main()", *map(str, args)],
+    return subprocess.run([sys.executable, "-c", "from forewarn.guard.cli import main; main()", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=600)
 
 

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from _support import CLI
-from forewarn.guard.errors import ForewarnError
+from forewarn.errors import ForewarnError
 from forewarn.guard.evaluation.evaluate import evaluate
 from forewarn.guard.traces import read_runs
 

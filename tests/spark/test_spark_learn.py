@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from _support import toy_run
-from forewarn.guard.errors import TraceError
+from forewarn.errors import TraceError
 from forewarn.guard.learning import TransitionCounts, count_transitions
 from forewarn.guard.model import GuardModel
 from forewarn.guard.pipeline import learn_model, read_trace_files

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from _support import CLI
-from forewarn.guard.errors import TraceError
+from forewarn.errors import TraceError
 from forewarn.guard.replay import replay
 from forewarn.guard.runtime import Guard
 from forewarn.guard.traces import read_runs

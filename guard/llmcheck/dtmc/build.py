@@ -17,11 +17,11 @@ import stormpy
 from stormpy import datastructures as _ds
 from stormpy import models as _models
 
-from forewarn.guard.llmcheck.chain import ExploredModel, StateKind
-from forewarn.guard.llmcheck.errors import QueryError
-from forewarn.guard.llmcheck.quantify import Quantification
-from forewarn.guard.llmcheck.query import Query
-from forewarn.guard.storm import build_sparse_dtmc
+from ...storm import build_sparse_dtmc
+from ..chain import ExploredModel, StateKind
+from ..errors import QueryError
+from ..quantify import Quantification
+from ..query import Query
 
 __all__ = ["Scope", "Labeling", "label_states", "build_dtmc", "build_bounds_mdp", "prism_text", "MAX_BOUND_ATOMS"]
 

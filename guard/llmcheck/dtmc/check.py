@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forewarn.guard.errors import CheckError
-from forewarn.guard.llmcheck.chain import ExploredModel
-from forewarn.guard.llmcheck.dtmc.build import Labeling, Scope, build_bounds_mdp, build_dtmc, label_states
-from forewarn.guard.llmcheck.errors import QueryError
-from forewarn.guard.llmcheck.quantify import Quantification
-from forewarn.guard.llmcheck.query import Query
-from forewarn.guard.storm import Method, check_sparse_model
+from ....errors import CheckError
+from ...storm import Method, check_sparse_model
+from ..chain import ExploredModel
+from ..errors import QueryError
+from ..quantify import Quantification
+from ..query import Query
+from .build import Labeling, Scope, build_bounds_mdp, build_dtmc, label_states
 
 __all__ = ["CheckResult", "check_explored"]
 

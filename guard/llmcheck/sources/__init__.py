@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from forewarn.guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource
-from forewarn.guard.llmcheck.sources.ngram import NgramSource
+from .base import Candidate, Token, TokenDistribution, TokenSource
+from .ngram import NgramSource
 
 __all__ = ["Candidate", "Token", "TokenDistribution", "TokenSource", "NgramSource", "open_source"]
 
@@ -24,9 +24,9 @@ def open_source(spec: str, **options: Any) -> TokenSource:
     if spec.startswith("ngram:"):
         return NgramSource.from_file(spec[len("ngram:"):], **options)
     if spec.startswith("openai:"):
-        from forewarn.guard.llmcheck.sources.openai import OpenAISource
+        from .openai import OpenAISource
 
         return OpenAISource.from_spec(spec[len("openai:"):], **options)
-    from forewarn.guard.llmcheck.sources.hf import HFSource
+    from .hf import HFSource
 
     return HFSource(path=spec.removeprefix("hf:"), **options)

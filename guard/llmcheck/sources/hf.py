@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from forewarn.guard._extras import require
-from forewarn.guard.llmcheck.errors import SourceError
-from forewarn.guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource
+from ..._extras import require
+from ..errors import SourceError
+from .base import Candidate, Token, TokenDistribution, TokenSource
 
 __all__ = ["HFSource"]
 

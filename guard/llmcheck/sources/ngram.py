@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from forewarn.guard.llmcheck.errors import SourceError
-from forewarn.guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource
+from ..errors import SourceError
+from .base import Candidate, Token, TokenDistribution, TokenSource
 
 __all__ = ["NgramSource", "tokenize_words", "BOS", "EOS"]
 

@@ -14,15 +14,15 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from forewarn.guard._extras import extra_error
+from ..._extras import extra_error
 
 try:
     import httpx
 except ModuleNotFoundError as exc:
     raise extra_error("llmcheck", "the openai token source", exc) from None
 
-from forewarn.guard.llmcheck.errors import SourceError
-from forewarn.guard.llmcheck.sources.base import Candidate, Token, TokenDistribution, TokenSource
+from ..errors import SourceError
+from .base import Candidate, Token, TokenDistribution, TokenSource
 
 __all__ = ["OpenAISource", "DEFAULT_EOS_TOKENS"]
 

@@ -10,12 +10,12 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from forewarn.guard._cli import out, print_json
-from forewarn.guard._model_text import fmt, members_of, state_words
-from forewarn.guard.bundle import GuardBundle
-from forewarn.guard.errors import ForewarnError, UsageError
-from forewarn.guard.model import GuardModel
-from forewarn.guard.storm import export_drn, prism_text
+from ...errors import ForewarnError, UsageError
+from ..bundle import GuardBundle
+from ..model import GuardModel
+from ..storm import export_drn, prism_text
+from ._model_text import fmt, members_of, state_words
+from ._options import out, print_json
 
 __all__ = ["states", "export", "register", "StatesFormat", "ExportFormat"]
 
@@ -34,8 +34,8 @@ def states(
     format: Annotated[StatesFormat, typer.Option("--format", help="table, json or csv.")] = StatesFormat.table,
 ) -> None:
     """List the model's abstract states: visits, risk, the action each triggers, the most likely path to unsafe."""
-    from forewarn.guard.bundle import load_model_or_bundle
-    from forewarn.guard.states import state_rows
+    from ..bundle import load_model_or_bundle
+    from ..states import state_rows
 
     members = members_of(load_model_or_bundle(model), group)
     tables = {name: (m, state_rows(m)) for name, m in members.items()}
@@ -111,7 +111,7 @@ def export(
         "--group", help="For a bundle: the member to export (a group's value, or 'pooled').")] = None,
 ) -> None:
     """Export the learned chain with its labels (unsafe, end, predicates) as PRISM or DRN."""
-    from forewarn.guard.bundle import load_model_or_bundle
+    from ..bundle import load_model_or_bundle
 
     found = load_model_or_bundle(model)
     if isinstance(found, GuardBundle) and group is None:

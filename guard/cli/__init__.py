@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from forewarn.guard import check_cli, learn_cli, states_cli
-from forewarn.guard._cli import err, out
-from forewarn.guard._model_text import members_of
-from forewarn.guard.errors import ForewarnError
+from ...errors import ForewarnError
+from . import check, learn, states
+from ._model_text import members_of
+from ._options import err, out
 
 if TYPE_CHECKING:
-    from forewarn.domains.embodied.world import HouseholdWorld
+    from ...domains.embodied.world import HouseholdWorld
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -28,7 +28,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 
 def _print_version(value: bool) -> None:
     if value:
-        from forewarn.guard._version import __version__
+        from .._version import __version__
 
         sys.stdout.write(f"forewarn {__version__}\n")
         raise typer.Exit(0)
@@ -41,9 +41,9 @@ def _root(version: Annotated[bool, typer.Option("--version", help="Print the ver
 
 
 # the core's commands first: `forewarn --help` lists commands in the order they are added
-learn_cli.register(app)
-check_cli.register(app)
-states_cli.register(app)
+learn.register(app)
+check.register(app)
+states.register(app)
 _members = members_of  # the name this module had for it before the commands moved out (tests import it)
 
 
@@ -59,38 +59,38 @@ def demo(
     = None,
 ) -> None:
     """Run the whole pipeline on a built-in domain and print a Table-3-style comparison."""
-    from forewarn.domains.demo import run_demo
+    from ...domains.demo import run_demo
 
     run_demo(domain=domain, out_dir=out_dir, runs=runs, episodes=episodes, seed=seed, heed=heed, console=out)
 
 
 def _builtin_model() -> Path:
     """What ``forewarn serve`` serves when no model is configured: the embodied demo's model."""
-    from forewarn.domains.embodied.builtin import builtin_model_path
+    from ...domains.embodied.builtin import builtin_model_path
 
     return builtin_model_path()
 
 
 def _household_world() -> HouseholdWorld:
     """Where action-only logs are replayed (``--input-format actions``, ``--extractor household``)."""
-    from forewarn.domains.embodied.world import HouseholdWorld
+    from ...domains.embodied.world import HouseholdWorld
 
     return HouseholdWorld()
 
 
 def _register_plugins() -> None:
     """Commands that live with their subsystems (imported lazily: heavy back-ends load on use)."""
-    from forewarn.guard._extras import missing, register_missing
-    from forewarn.guard.evaluation.cli import register as register_evaluation
-    from forewarn.guard.ingest import use_world
-    from forewarn.guard.llmcheck.cli import register as register_llmcheck
+    from .._extras import missing, register_missing
+    from ..ingest import use_world
+    from .llmcheck import register as register_llmcheck
+    from .replay import register as register_evaluation
 
     use_world(_household_world)
     register_evaluation(app)
     if missing("server"):  # the core install: `serve` is listed, and says which extra it needs
         register_missing(app, "serve", "server", "Serve the guard over HTTP (sessions, steps, approvals, models).")
     else:
-        from forewarn.server.cli import register as register_server
+        from .serve import register as register_server
 
         register_server(app, builtin=_builtin_model)
     register_llmcheck(app)
@@ -135,7 +135,7 @@ def _one_line(text: str) -> str:
 
 def main() -> None:
     """Entry point: user errors print one clear line and exit 2, never a traceback."""
-    from forewarn.guard._cli import stdout_for_python_only
+    from ._options import stdout_for_python_only
 
     command = typer.main.get_command(app)
     _tidy_help(command)

@@ -38,8 +38,8 @@ from typing import Any
 
 import orjson
 
-from forewarn.guard.errors import ConfigError
-from forewarn.guard.langchain.kinds import (
+from ...errors import ConfigError
+from .kinds import (
     ARGUMENT_NAMES,
     DEFAULT_INTERNAL_DOMAINS,
     DEFAULT_TOOL_KINDS,
@@ -58,7 +58,7 @@ from forewarn.guard.langchain.kinds import (
     shell_upload_hosts,
     url_host,
 )
-from forewarn.guard.langchain.transcript import CallStatus, ExtractionError, ToolStep, Transcript
+from .transcript import CallStatus, ExtractionError, ToolStep, Transcript
 
 __all__ = ["ToolStateExtractor", "initial_state", "violations"]
 

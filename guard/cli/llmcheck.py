@@ -14,9 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
-from forewarn.guard._cli import Format, check_positive_int, check_precision
-from forewarn.guard.llmcheck.errors import LLMCheckError
-from forewarn.guard.storm import Method
+from ..llmcheck.errors import LLMCheckError
+from ..storm import Method
+from ._options import Format, check_positive_int, check_precision
 
 __all__ = ["llmcheck", "register", "parse_sweep"]
 
@@ -93,7 +93,7 @@ def llmcheck(
     = None,
 ) -> None:
     """Check what an LLM is likely to write: the α-k-bounded DTMC of its generation, verified by Storm."""
-    from forewarn.guard.llmcheck.quantify import available_quantifications
+    from ..llmcheck.quantify import available_quantifications
 
     check_precision(precision)
     check_positive_int(max_states, "--max-states")
@@ -118,9 +118,9 @@ def llmcheck(
         raise LLMCheckError(f"llmcheck needs {', '.join(missing)}")
     if more_sweep and not sweep:
         raise LLMCheckError(f"unexpected argument(s) {' '.join(more_sweep)}; sweep axes follow --sweep")
-    from forewarn.guard.llmcheck.chain import Budget, ExploreSettings
-    from forewarn.guard.llmcheck.dtmc.build import Scope
-    from forewarn.guard.llmcheck.sources import open_source
+    from ..llmcheck.chain import Budget, ExploreSettings
+    from ..llmcheck.dtmc.build import Scope
+    from ..llmcheck.sources import open_source
 
     options: dict[str, Any] = {}
     if model.startswith("ngram:"):
@@ -140,17 +140,17 @@ def llmcheck(
             _run_sweep(source, prompt, property, parse_sweep(sweep + (more_sweep or [])), alpha, k, depth,
                        common, format)
             return
-        from forewarn.guard.llmcheck.pipeline import check_llm
+        from ..llmcheck.pipeline import check_llm
 
         report = check_llm(source, prompt, property, settings=ExploreSettings(alpha, k, depth), bounds=bounds,
                            **common)
     exported = None
     if export is ExportFormat.prism:
-        from forewarn.guard.llmcheck.dtmc.build import prism_text
+        from ..llmcheck.dtmc.build import prism_text
 
         exported = output or Path("llmcheck.prism")
         exported.write_text(prism_text(report.model, report.result.labeling), encoding="utf-8")
-    from forewarn.guard.llmcheck.report import print_json, render_report
+    from ..llmcheck.report import print_json, render_report
 
     if format is Format.json:
         data = report.to_dict(top)
@@ -162,8 +162,8 @@ def llmcheck(
 
 def _run_sweep(source: Any, prompt: str, property: str, grid: dict[str, list[float]], alpha: float, k: int,
                depth: int, common: dict[str, Any], format: Format) -> None:
-    from forewarn.guard.llmcheck.pipeline import sweep as run_sweep
-    from forewarn.guard.llmcheck.report import print_json, render_sweep
+    from ..llmcheck.pipeline import sweep as run_sweep
+    from ..llmcheck.report import print_json, render_sweep
 
     rows = run_sweep(source, prompt, property, alphas=grid.get("alpha", [alpha]),
                      ks=[int(v) for v in grid.get("k", [k])], depths=[int(v) for v in grid.get("depth", [depth])],

@@ -9,7 +9,13 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from forewarn.guard._cli import (
+from ...errors import ForewarnError, UsageError
+from ..bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
+from ..model import GuardModel
+from ..read_summary import IngestSummary
+from ..storm import Method
+from ._model_text import fmt, pac_lines, pac_words
+from ._options import (
     Engine,
     Format,
     OnError,
@@ -24,12 +30,6 @@ from forewarn.guard._cli import (
     print_warnings,
     warn,
 )
-from forewarn.guard._model_text import fmt, pac_lines, pac_words
-from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
-from forewarn.guard.errors import ForewarnError, UsageError
-from forewarn.guard.model import GuardModel
-from forewarn.guard.read_summary import IngestSummary
-from forewarn.guard.storm import Method
 
 __all__ = ["learn", "register", "Engine", "OnError"]
 
@@ -71,8 +71,8 @@ def learn(
                                                        "session's, else local[*]).")] = None,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
-    from forewarn.guard.signing import load_private_key
-    from forewarn.guard.spec import load_spec
+    from ..signing import load_private_key
+    from ..spec import load_spec
 
     if master is not None and engine is not Engine.spark:
         raise UsageError("--master applies to --engine spark only")
@@ -99,7 +99,7 @@ def learn(
 
 def _learn_on_spark(traces: list[str], spec: Any, master: str | None, group_by: str | None, min_group_runs: int,
                     options: dict[str, Any]) -> GuardModel | GuardBundle:
-    from forewarn.guard.spark import learn_bundle_spark, learn_model_spark, spark_session
+    from ..spark import learn_bundle_spark, learn_model_spark, spark_session
 
     session = spark_session(master)
     if group_by is not None:
@@ -118,12 +118,12 @@ def _learn_here(traces: list[Path], parsed: Any, group_by: str | None, min_group
             progress.update(task, completed=n)
 
         if group_by is not None:
-            from forewarn.guard.bundle import learn_bundle
+            from ..bundle import learn_bundle
 
             learned: GuardModel | GuardBundle = learn_bundle(traces, parsed, group_by=group_by,
                                                              min_group_runs=min_group_runs, on_run=on_run, **options)
         else:
-            from forewarn.guard.pipeline import learn_model
+            from ..pipeline import learn_model
 
             learned = learn_model(traces, parsed, on_run=on_run, **options)
     return learned
@@ -145,8 +145,8 @@ def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Form
     model = learned
     summary = _summary(model, output)
     summary["read"] = read.to_dict()
-    from forewarn.guard.policy import Policy
-    from forewarn.guard.thresholds import initial_crossings
+    from ..policy import Policy
+    from ..thresholds import initial_crossings
 
     crossings = initial_crossings(model, Policy.from_settings(model.spec.guard))
     summary["threshold_warnings"] = crossings
@@ -174,7 +174,7 @@ def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Form
 
 def _contract_only(traces: list[Path]) -> None:
     """``learn`` reads the contract's JSONL: other logs get a pointer to ``forewarn ingest``."""
-    from forewarn.guard.ingest import InputFormat, detect_format
+    from ..ingest import InputFormat, detect_format
 
     for path in traces:
         try:
@@ -188,7 +188,7 @@ def _contract_only(traces: list[Path]) -> None:
 
 def _degenerate(model: GuardModel) -> list[str]:
     """Warnings for a spec or data that make the model say nothing useful."""
-    from forewarn.guard.predicates import PredicateSet
+    from ..predicates import PredicateSet
 
     found: list[str] = []
     try:

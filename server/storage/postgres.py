@@ -28,15 +28,15 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from forewarn.server.storage.base import StorageBase
-from forewarn.server.storage.schema import (
+from .base import StorageBase
+from .schema import (
     CHANNEL_APPROVALS,
     CHANNEL_MODELS,
     CHANNEL_SESSIONS,
     SCHEMA_VERSION,
     StorageError,
 )
-from forewarn.server.storage.writer import _STOP, _ThreadWriter
+from .writer import _STOP, _ThreadWriter
 
 __all__ = ["PgStorage"]
 

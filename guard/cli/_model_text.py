@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from forewarn.guard.bundle import GuardBundle
-from forewarn.guard.errors import UsageError
-from forewarn.guard.model import GuardModel
+from ...errors import UsageError
+from ..bundle import GuardBundle
+from ..model import GuardModel
 
 __all__ = ["fmt", "state_words", "pac_words", "members_of", "pac_lines", "pac_document"]
 

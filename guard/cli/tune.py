@@ -8,9 +8,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from forewarn.guard._cli import Format, err, out, print_json
-from forewarn.guard.errors import ForewarnError
-from forewarn.guard.evaluation.cli import (
+from ...errors import ForewarnError
+from ..ingest import InputFormat, read_input
+from ..replay import Enforcement
+from ..storm import Method
+from ._options import Format, err, out, print_json
+from .replay import (
     EnforcementOption,
     FormatOption,
     InputFormatOption,
@@ -23,9 +26,6 @@ from forewarn.guard.evaluation.cli import (
     parse_enforcement,
     parse_trigger,
 )
-from forewarn.guard.ingest import InputFormat, read_input
-from forewarn.guard.replay import Enforcement
-from forewarn.guard.storm import Method
 
 __all__ = ["tune"]
 
@@ -52,10 +52,10 @@ def tune(
     trigger: TriggerOption = None,
 ) -> None:
     """Choose a threshold per action from cross-validation so that targets on detection or false alarms hold."""
-    from forewarn.guard.evaluation.evaluate import evaluate as run_evaluate
-    from forewarn.guard.evaluation.tune import parse_target, write_thresholds
-    from forewarn.guard.evaluation.tune import tune as run_tune
-    from forewarn.guard.spec import Thresholds, load_spec, parse_spec
+    from ..evaluation.evaluate import evaluate as run_evaluate
+    from ..evaluation.tune import parse_target, write_thresholds
+    from ..evaluation.tune import tune as run_tune
+    from ..spec import Thresholds, load_spec, parse_spec
 
     targets = [parse_target(t) for t in target]
     mode = parse_enforcement(enforcement)

@@ -1,21 +1,20 @@
-"""``forewarn serve``: the sidecar's command. ``register(app)`` adds it to a typer app."""
+"""Starting the sidecar: settings from options, API keys, uvicorn (one process or replicas).
+The ``forewarn serve`` command that calls it is :mod:`forewarn.guard.cli.serve`."""
 
 from __future__ import annotations
 
-import functools
 import re
 import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from pydantic import SecretStr
 
-from forewarn.server.settings import ApiKey, ConfigError, Role, ServerSettings, load_settings
+from .settings import ApiKey, ConfigError, Role, ServerSettings, load_settings
 
-__all__ = ["register", "serve", "run_server", "serve_app", "parse_model_options", "uvicorn_config"]
+__all__ = ["serve_from_options", "run_server", "serve_app", "parse_model_options", "uvicorn_config"]
 
 
 def parse_model_options(values: list[str]) -> dict[str, Path]:
@@ -42,10 +41,10 @@ def run_server(settings: ServerSettings, workers: int = 1, *, builtin: Callable[
 
     ``workers`` > 1: that many processes accept on one socket (a shared database only).
     ``builtin``: the model file to serve when none is configured (see :func:`server.state.start`)."""
-    from forewarn.server.app import create_app, start
+    from .app import create_app, start
 
     if workers > 1:
-        from forewarn.server.storage import is_postgres
+        from .storage import is_postgres
 
         if not is_postgres(settings.db):
             raise ConfigError("--workers: more than one process needs a shared database "
@@ -63,7 +62,7 @@ def _run_workers(settings: ServerSettings, workers: int, builtin: Callable[[], P
     import signal
     import socket
 
-    from forewarn.server.app import create_app, start
+    from .app import create_app, start
 
     sock = socket.create_server((settings.host, settings.port), backlog=2048)
     sock.set_inheritable(True)
@@ -128,7 +127,7 @@ def uvicorn_config(app: Any, settings: ServerSettings, **overrides: Any) -> Any:
     (header deadline, connection cap, keep-alive) of ``settings.limits``."""
     import uvicorn
 
-    from forewarn.server.connections import guarded_protocol
+    from .connections import guarded_protocol
 
     limits = settings.limits
     values: dict[str, Any] = dict(
@@ -140,40 +139,9 @@ def uvicorn_config(app: Any, settings: ServerSettings, **overrides: Any) -> Any:
     return uvicorn.Config(app, **values)
 
 
-def serve(
-    model: Annotated[list[str] | None, typer.Option(
-        "--model", "-m", help="A model file, or NAME=FILE; repeatable. Default: the built-in demo model.")] = None,
-    host: Annotated[str | None, typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (default 8321).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="Server config file (YAML).")] = None,
-    db: Annotated[str | None, typer.Option(
-        help="SQLite database file (default ./forewarn.db), or a postgresql:// URL that replicas share (FOREWARN_DB).")]
-    = None,
-    default_model: Annotated[str | None, typer.Option(help="Model for sessions that name none.")] = None,
-    synchronous: Annotated[str | None, typer.Option(
-        help="normal: survives a killed process; full: also a power loss (fsync per group commit).")] = None,
-    insecure_no_auth: Annotated[bool, typer.Option(
-        "--insecure-no-auth", help="Serve without API keys (loopback addresses only).")] = False,
-    log_level: Annotated[str | None, typer.Option(help="critical, error, warning, info, debug.")] = None,
-    access_log: Annotated[bool, typer.Option("--access-log", help="Log every request.")] = False,
-    allow_python: Annotated[list[str] | None, typer.Option(
-        "--allow-python", help="A module models' specs may name Python functions from; repeatable "
-                               "(FOREWARN_PYTHON_PREDICATES). Default: none.")] = None,
-    trusted_key: Annotated[list[Path] | None, typer.Option(
-        "--trusted-key", help="Serve only models signed by this Ed25519 public key (PEM); repeatable "
-                              "(FOREWARN_TRUSTED_KEYS).")] = None,
-    model_dir: Annotated[list[Path] | None, typer.Option(
-        "--model-dir", help="A folder POST /v1/models may load model files from; repeatable "
-                            "(FOREWARN_MODEL_DIRS). Default: none (upload models as documents).")] = None,
-    workers: Annotated[int, typer.Option(
-        min=1, help="Processes serving the port, each a replica (needs FOREWARN_DB=postgresql://...).")] = 1,
-) -> None:
-    """Serve the guard over HTTP (sessions, steps, approvals, models, metrics)."""
-    _serve(locals(), None)
-
-
-def _serve(options: dict[str, Any], builtin: Callable[[], Path] | None) -> None:
-    """``serve`` with its options as a dict, and the fallback model of :func:`register`."""
+def serve_from_options(options: dict[str, Any], builtin: Callable[[], Path] | None) -> None:
+    """``forewarn serve`` with its options as a dict; ``builtin`` gives the model file served when none is
+    configured (the entry points pass the embodied demo's: the server builds on no domain)."""
     model, allow_python, trusted_key, model_dir = (options["model"], options["allow_python"], options["trusted_key"],
                                                    options["model_dir"])
     overrides = {
@@ -198,17 +166,3 @@ def _serve(options: dict[str, Any], builtin: Callable[[], Path] | None) -> None:
         sys.stderr.write("forewarn serve: WARNING: --insecure-no-auth: anyone who can reach "
                          f"{settings.host}:{settings.port} acts as admin\n")
     run_server(settings, options["workers"], builtin=builtin)
-
-
-def register(app: typer.Typer, *, builtin: Callable[[], Path] | None = None) -> None:
-    """Add ``serve`` to a typer app (``forewarn.guard.cli`` does this for ``forewarn``).
-
-    ``builtin`` gives the model file ``serve`` serves when none is configured: the entry
-    points pass the embodied demo's (docs/architecture.md: the server builds on no domain).
-    Without it, ``serve`` needs ``--model``."""
-
-    @functools.wraps(serve)
-    def command(**options: Any) -> None:
-        _serve(options, builtin)
-
-    app.command("serve")(command)

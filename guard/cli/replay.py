@@ -18,7 +18,13 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from forewarn.guard._cli import (
+from ...errors import ForewarnError, TraceError
+from ..bundle import DEFAULT_MIN_GROUP_RUNS
+from ..ingest import InputFormat, read_input
+from ..replay import Enforcement, ReplayReport
+from ..spec import Trigger
+from ..storm import Method
+from ._options import (
     Engine,
     Format,
     OnError,
@@ -32,12 +38,6 @@ from forewarn.guard._cli import (
     print_warnings,
     warn,
 )
-from forewarn.guard.bundle import DEFAULT_MIN_GROUP_RUNS
-from forewarn.guard.errors import ForewarnError, TraceError
-from forewarn.guard.ingest import InputFormat, read_input
-from forewarn.guard.replay import Enforcement, ReplayReport
-from forewarn.guard.spec import Trigger
-from forewarn.guard.storm import Method
 
 __all__ = ["register", "replay", "evaluate", "ingest", "parse_thetas", "parse_enforcement"]
 
@@ -138,7 +138,7 @@ def _write_outputs(report: ReplayReport, *, html_path: Path | None, plots_dir: P
                    render: Callable[[Any, Any], str], folds: Sequence[ReplayReport] = ()) -> None:
     if html_path is None and plots_dir is None:
         return
-    from forewarn.guard.evaluation.plots import report_images, save_images
+    from ..evaluation.plots import report_images, save_images
 
     if run_id is not None and not any(r.id == run_id for r in report.replays):
         raise ForewarnError(f"--run: no replayed run has the id {run_id!r}")
@@ -170,7 +170,7 @@ def _atomic_write(path: Path, text: str) -> None:
 
 def _in_sample(traces: Sequence[Path], provenance: dict[str, Any]) -> list[str]:
     """Replayed files the model was learned from (same SHA-256): its figures there are in-sample."""
-    from forewarn.guard.traces import file_digest
+    from ..traces import file_digest
 
     learned = {entry.get("sha256") for entry in provenance.get("inputs", [])}
     same = []
@@ -209,9 +209,9 @@ def replay(
                                                        "session's, else local[*]).")] = None,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
-    from forewarn.guard.bundle_guard import load_guard
-    from forewarn.guard.evaluation.baselines import score_baselines, trace_run
-    from forewarn.guard.replay import replay as run_replay
+    from ..bundle_guard import load_guard
+    from ..evaluation.baselines import score_baselines, trace_run
+    from ..replay import replay as run_replay
 
     thetas = parse_thetas(theta)
     check_period(period)
@@ -225,12 +225,12 @@ def replay(
         raise ForewarnError("--master applies to --engine spark only")
     if engine is Engine.spark and input_format not in (InputFormat.auto, InputFormat.jsonl):
         raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format.value}")
-    from forewarn.guard.ingest import IngestSummary
+    from ..ingest import IngestSummary
 
     summary = IngestSummary()
     with _progress("replaying") as update:
         if engine is Engine.spark:
-            from forewarn.guard.spark import replay_spark, spark_session
+            from ..spark import replay_spark, spark_session
 
             result = replay_spark(traces, guard, thetas, spark=spark_session(master), period=period,
                                   enforcement=mode, trigger=trigger_mode)
@@ -271,7 +271,7 @@ def replay(
         _print_replay(result, f"replay of {result.runs} runs ({result.steps} steps) against {model}, "
                               f"{mode.value} enforcement, {result.trigger} trigger")
     if report is not None or plots is not None:
-        from forewarn.guard.evaluation.report import replay_html
+        from ..evaluation.report import replay_html
 
         context = {"model": str(model), "traces": ", ".join(map(str, traces)), "spec": guard.model.spec.name,
                    "property": guard.property}
@@ -313,7 +313,7 @@ def _print_replay(report: ReplayReport, title: str, evaluation: Any = None) -> N
               f"{_fmt(None if per_run is None else per_run.brier, 4)}, "
               f"ECE {_fmt(None if per_run is None else per_run.ece, 4)}")
     if report.baselines:
-        from forewarn.guard.evaluation.baselines import LABELS
+        from ..evaluation.baselines import LABELS
 
         middle = report.thetas[len(report.thetas) // 2]
         for name, baseline in report.baselines.items():
@@ -366,8 +366,8 @@ def evaluate(
                                                        "session's, else local[*]).")] = None,
 ) -> None:
     """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
-    from forewarn.guard.evaluation.evaluate import evaluate as run_evaluate
-    from forewarn.guard.spec import load_spec
+    from ..evaluation.evaluate import evaluate as run_evaluate
+    from ..spec import load_spec
 
     thetas = parse_thetas(theta)
     check_period(period)
@@ -387,8 +387,8 @@ def evaluate(
             raise ForewarnError("--bundle-by is not available with --engine spark yet; evaluate bundles locally")
         if extractor is not None:
             raise ForewarnError("--extractor applies to agent logs, which --engine spark does not read")
-        from forewarn.guard.spark import spark_session
-        from forewarn.guard.spark.evaluate import evaluate_spark
+        from ..spark import spark_session
+        from ..spark.evaluate import evaluate_spark
 
         with _progress("cross-validation on Spark", total=folds + 1) as update:
             def on_spark_progress(phase: str, fold: int) -> None:
@@ -401,7 +401,7 @@ def evaluate(
             raise ForewarnError(f"--run: no run has the id {run!r}")
         _show_evaluation(result, parsed.name, folds, group_by, mode, format, report, plots, run, spec, traces, seed)
         return
-    from forewarn.guard.ingest import IngestSummary
+    from ..ingest import IngestSummary
 
     summary = IngestSummary()
     with _progress("reading runs") as update:
@@ -450,7 +450,7 @@ def _show_evaluation(result: Any, name: str, folds: int, group_by: str | None, m
                         _fmt(f.report.brier, 4))
         out.print(pac)
     if report is not None or plots is not None:
-        from forewarn.guard.evaluation.report import evaluation_html
+        from ..evaluation.report import evaluation_html
 
         context = {"spec": str(spec), "traces": ", ".join(map(str, traces)), "folds": str(folds),
                    "group by": group_by or "run id", "seed": str(seed)}
@@ -483,7 +483,7 @@ def ingest(
 ) -> None:
     """Convert agent logs (LangChain, OpenTelemetry, LangGraph), columnar or action-only logs into the
     contract's JSONL (for `forewarn learn`), with a summary of what was read, skipped and rewritten."""
-    from forewarn.guard.ingest import IngestSummary
+    from ..ingest import IngestSummary
 
     check_period(period)
     summary = IngestSummary()
@@ -523,7 +523,7 @@ def register(app: typer.Typer) -> None:
     app.command("replay")(replay)
     app.command("evaluate")(evaluate)
     app.command("ingest")(ingest)
-    from forewarn.guard.evaluation.tune_cli import tune
+    from .tune import tune
 
     app.command("tune")(tune)
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
-from forewarn.guard.errors import ForewarnError
+from ...errors import ForewarnError
 
-__all__ = ["CallStatus", "ExtractionError", "StateExtractor", "ToolStep", "Transcript", "default_extractor"]
+__all__ = ["CallStatus", "ExtractionError", "StateExtractor", "ToolStep", "Transcript"]
 
 
 class CallStatus(str, Enum):
@@ -131,10 +131,3 @@ def _short(value: Any, limit: int = 160) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
-
-def default_extractor() -> StateExtractor:
-    """The extractor used when none is given: :class:`~forewarn.guard.langchain.extractor.ToolStateExtractor`
-    (imported when first needed: the extractor builds on this module's transcript types)."""
-    from forewarn.guard.langchain.extractor import ToolStateExtractor
-
-    return ToolStateExtractor()

@@ -9,12 +9,10 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from forewarn.guard._cli import Format, check_precision, out, print_json
-from forewarn.guard._model_text import fmt, members_of, pac_document, pac_lines, state_words
-from forewarn.guard.errors import UsageError
-from forewarn.guard.model import CheckedProperty, GuardModel
-from forewarn.guard.spec import PropertyDef
-from forewarn.guard.storm import (
+from ...errors import UsageError
+from ..model import CheckedProperty, GuardModel
+from ..spec import PropertyDef
+from ..storm import (
     Method,
     build_sparse_dtmc,
     check_dtmc,
@@ -23,6 +21,8 @@ from forewarn.guard.storm import (
     labels_of,
     quantitative_form,
 )
+from ._model_text import fmt, members_of, pac_document, pac_lines, state_words
+from ._options import Format, check_precision, out, print_json
 
 __all__ = ["check", "register"]
 
@@ -52,8 +52,8 @@ def check(
         return
     if const is not None:
         raise UsageError("--const applies to PRISM files only")
-    from forewarn.guard.bundle import load_model_or_bundle
-    from forewarn.guard.signing import load_trusted_keys
+    from ..bundle import load_model_or_bundle
+    from ..signing import load_trusted_keys
 
     keys = load_trusted_keys(trusted_key) if trusted_key else None
     members = members_of(load_model_or_bundle(model, trusted_keys=keys), group)
@@ -84,7 +84,7 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
         if loaded.intervals is not None and numbers is not None:  # the same interval chain, the new question
             from dataclasses import replace
 
-            from forewarn.guard.pipeline import with_intervals
+            from ..pipeline import with_intervals
 
             asked, _ = with_intervals(dtmc, labels_of(dtmc), [replace(checked[0], outcome=replace(
                 query, formula=numbers))], method=loaded.intervals.method, delta=loaded.intervals.delta,
@@ -99,7 +99,7 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
     monitor_rows = dtmc.monitor_states.tolist() if dtmc.monitor_states is not None else None
     monitors: dict[str, Any] = {}
     if monitor_rows is not None:
-        from forewarn.guard.monitoring import build_monitors
+        from ..monitoring import build_monitors
 
         monitors = {m.name: m for m in build_monitors(loaded.spec)}
     first = outcomes[0][1]

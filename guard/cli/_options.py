@@ -16,7 +16,7 @@ import orjson
 from rich.console import Console
 from rich.markup import escape
 
-from forewarn.guard.errors import ConfigError, ForewarnWarning
+from ...errors import ConfigError, ForewarnWarning
 
 __all__ = ["Format", "out", "err", "print_json", "caught_warnings", "print_warnings", "warn", "check_alpha",
            "check_period", "check_precision", "check_probability", "check_positive_int", "print_summary",
