@@ -64,6 +64,10 @@ class Limits(BaseModel):
 
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     max_state_depth: int = Field(default=32, ge=1, le=512)
+    # JSON values in a step's state / action (or characters of a text action): the predicates' work
+    max_state_items: int = Field(default=50_000, ge=10)
+    max_action_items: int = Field(default=10_000, ge=10)
+    max_metadata_bytes: int = Field(default=16 << 10, ge=256)  # a session's metadata, as JSON
     max_batch: int = Field(default=1000, ge=1)
     max_wait_seconds: float = Field(default=60.0, gt=0)
     max_page: int = Field(default=1000, ge=1)

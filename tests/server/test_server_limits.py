@@ -234,3 +234,32 @@ def test_a_dripping_body_meets_one_deadline_for_the_whole_request(tmp_path: Path
                 break
         sock.close()
         assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+
+
+def test_states_actions_and_metadata_are_bounded_and_never_echoed(tmp_path: Path, builtin_path: Path) -> None:
+    limits = Limits(max_state_items=2_000, max_action_items=100, max_metadata_bytes=1_000)
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, limits=limits)) as server, \
+            httpx.Client(base_url=server.url) as http:
+        agent, admin = auth("agent"), auth("admin")
+        big = http.post("/v1/sessions", json={"metadata": {"note": "x" * 2_000}}, headers=agent)
+        assert big.status_code == 422 and big.json()["error"]["field"] == "body.metadata", big.text
+        assert "larger than 1000 bytes" in big.json()["error"]["message"] and len(big.content) < 1_000
+        sid = http.post("/v1/sessions", json={"metadata": {"thread": "t-1"}}, headers=agent).json()["id"]
+        wide = egg_state()
+        wide["objects"]["Shelf"] = {"items": list(range(3_000))}  # read by no predicate, still work to parse
+        answer = http.post(f"/v1/sessions/{sid}/preview", json={"state": wide}, headers=agent)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["message"] == "state holds more than 2000 values"
+        assert answer.json()["error"]["field"] == "body.state"
+        long_action = http.post(f"/v1/sessions/{sid}/preview", json={"state": egg_state(), "action": "x" * 200},
+                                headers=agent)
+        assert long_action.status_code == 422 and long_action.json()["error"]["field"] == "body.action"
+        # a value a predicate cannot read: the error says what is wrong, not what was sent
+        odd = egg_state()
+        odd["objects"]["Microwave"]["isToggled"] = {f"k{i}": "v" * 10 for i in range(1_500)}
+        answer = http.post(f"/v1/sessions/{sid}/preview", json={"state": odd}, headers=agent)
+        assert answer.status_code == 422 and answer.json()["error"]["code"] == "predicate_error", answer.text
+        assert len(answer.content) < 1_000, len(answer.content)
+        metrics = http.get("/metrics", headers=admin).text
+        assert 'forewarn_limit{name="max_state_items"} 2000.0' in metrics
+        assert 'forewarn_limit{name="max_metadata_bytes"} 1000.0' in metrics
