@@ -179,7 +179,7 @@ class PredicateSet:
                 raise PredicateError(f"predicate {name!r} raised {type(exc).__name__}: {exc}",
                                      predicate=name) from exc
             if value.__class__ is not bool:
-                raise PredicateError(f"predicate {name!r} returned {type(value).__name__} {value!r}, "
+                raise PredicateError(f"predicate {name!r} returned {_shown(value)}, "
                                      "expected a bool", predicate=name)
             if value:
                 bits |= 1 << index
@@ -287,7 +287,7 @@ class PredicateSet:
         bits = 0
         for (index, name, _), value in zip(self._cel_items, values):
             if value.__class__ is not bool:
-                raise PredicateError(f"predicate {name!r} evaluates to {type(value).__name__} {value!r}, "
+                raise PredicateError(f"predicate {name!r} evaluates to {_shown(value)}, "
                                      "expected a bool", predicate=name)
             if value:
                 bits |= 1 << index
@@ -316,7 +316,7 @@ class PredicateSet:
         if cached is None:
             value = self._unsafe_program.execute(self.as_context(bits))
             if value.__class__ is not bool:
-                raise self.spec.error(f"'unsafe' evaluates to {type(value).__name__} {value!r}, expected a bool",
+                raise self.spec.error(f"'unsafe' evaluates to {_shown(value)}, expected a bool",
                                       "unsafe")
             cached = self._unsafe_memo[bits] = value
         return cached
@@ -383,4 +383,13 @@ def _missing_in_meta(expression: str, projected: Any, field: Any) -> bool:
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return _cut(text.splitlines()[0]) if text else type(exc).__name__
+
+
+def _shown(value: Any) -> str:
+    """A value in an error message: its type and a short excerpt, never the whole input echoed."""
+    return f"{type(value).__name__} {_cut(repr(value), 80)}"
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

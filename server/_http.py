@@ -23,7 +23,8 @@ from .auth import Authenticator, Principal
 
 __all__ = [
     "ApiError", "ERRORS", "JSON", "OrjsonRequest", "Route", "authorize", "bad_request",
-    "check_id", "error_response", "errors_for", "field_of", "parse_json", "step_openapi", "too_deep",
+    "check_id", "error_response", "errors_for", "field_of", "parse_json", "shape_error", "short",
+    "step_openapi",
     "validation_detail",
 ]
 
@@ -97,17 +98,28 @@ def _query_names(dependant: Any) -> set[str]:
 
 
 
-def too_deep(value: Any, limit: int) -> str | None:
-    """The dotted path of the first node nested deeper than ``limit``, or None. A cheap pass first
-    (no paths built): nearly every state is shallow."""
+def short(text: str, limit: int = 200) -> str:
+    """``text`` cut to ``limit`` characters: an error names what is wrong, it never echoes the input."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def shape_error(value: Any, depth: int, items: int | None) -> tuple[str, str] | None:
+    """What is wrong with a JSON value's shape, and where: nested deeper than ``depth``, or more
+    than ``items`` values in all (what a predicate may have to walk, and what an evaluation costs).
+    One cheap pass, no paths built: nearly every state is small and shallow."""
     stack: list[tuple[Any, int]] = [(value, 1)]
+    count = 0
     while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return _deep_path(value, limit)
-        for child in (node.values() if node.__class__ is dict else node):
+        node, level = stack.pop()
+        if level > depth:
+            return f"is nested deeper than {depth} levels", _deep_path(value, depth)
+        children = node.values() if node.__class__ is dict else node
+        count += len(children)
+        if items is not None and count > items:
+            return f"holds more than {items} values", ""
+        for child in children:
             if child.__class__ is dict or child.__class__ is list:
-                stack.append((child, depth + 1))
+                stack.append((child, level + 1))
     return None
 
 

@@ -23,7 +23,9 @@ __all__ = ["AuthFirst", "BodyLimit", "FastSteps"]
 
 class BodyLimit:
     """413 for bodies over the limit, by Content-Length or, for chunked bodies, as they arrive;
-    408 when the client takes longer than ``timeout`` seconds to send the next part of a body."""
+    408 when the whole body has not arrived ``timeout`` seconds after the headers. The deadline
+    is for the request, not for each read: a client that drips a byte now and then cannot hold
+    its connection longer than that."""
 
     def __init__(self, app: ASGIApp, limit: int, timeout: float = 30.0) -> None:
         self.app = app
@@ -45,12 +47,15 @@ class BodyLimit:
                     return
                 break
         received = 0
-        started = False
+        started = body_done = False
+        deadline = asyncio.get_running_loop().time() + self.timeout
 
         async def limited_receive() -> Message:
-            nonlocal received
-            try:  # asyncio.timeout, not wait_for: no task per read, only a timer handle
-                async with asyncio.timeout(self.timeout):
+            nonlocal received, body_done
+            if body_done:  # past the body, a read waits for the disconnect (a long poll): no deadline
+                return await receive()
+            try:  # asyncio.timeout_at, not wait_for: no task per read, only a timer handle
+                async with asyncio.timeout_at(deadline):
                     message = await receive()
             except TimeoutError:
                 raise _TooSlow(self.timeout) from None
@@ -58,6 +63,7 @@ class BodyLimit:
                 received += len(message.get("body", b""))
                 if received > self.limit:
                     raise _TooLarge(self.limit)
+                body_done = not message.get("more_body", False)
             return message
 
         async def tracking_send(message: Message) -> None:

@@ -1,11 +1,15 @@
-"""Connection-level limits uvicorn does not set by itself: a header deadline and a connection cap.
+"""Connection-level limits uvicorn does not set by itself: a header deadline and connection caps.
 
 uvicorn closes a keep-alive connection that stays idle, but a client that sends half
 a request line and then nothing holds its connection (and a slot) forever. The
 protocol below gives every request ``header_timeout`` seconds from its first byte (or
-from the connection, for the first request) to finish its headers, and refuses
-connections beyond ``max_connections`` by closing them at once. Body reads have their
-own deadline in the app (``server._middleware.BodyLimit``), which answers 408.
+from the connection, for the first request) to finish its headers, refuses connections
+beyond ``max_connections`` by closing them at once, and refuses a client address's
+connections beyond ``max_per_client``: one address that opens slow connections and
+reconnects whenever it is cut off then holds a few slots, not all of them. Behind a reverse
+proxy every connection comes from the proxy's address: set ``max_per_client`` to 0 there and
+let the proxy cap per client (docs/security.md). Body reads have their own deadline in the app
+(``server._middleware.BodyLimit``), which answers 408.
 """
 from __future__ import annotations
 
@@ -20,14 +24,30 @@ __all__ = ["guarded_protocol"]
 class _GuardedH11(H11Protocol):
     header_timeout: float = 10.0
     max_connections: int = 1000
+    max_per_client: int = 0  # 0: no cap per client address
     _header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
+        if len(self.connections) > self.max_connections or self._too_many_from_client():
             self.transport.close()  # the peer sees a reset; the slots stay with those already served
             return
         self._arm()
+
+    def _too_many_from_client(self) -> bool:
+        if not self.max_per_client or self.client is None:
+            return False
+        host = self.client[0]
+        # a scan, not a shared counter: nothing to keep right when connections die in odd ways,
+        # and at most max_connections entries are looked at, only when a connection opens
+        same = 0
+        for other in self.connections:
+            peer = getattr(other, "client", None)
+            if peer is not None and peer[0] == host:
+                same += 1
+                if same > self.max_per_client:
+                    return True
+        return False
 
     def data_received(self, data: bytes) -> None:
         if self._between_requests():
@@ -58,7 +78,8 @@ class _GuardedH11(H11Protocol):
             self.transport.close()
 
 
-def guarded_protocol(*, header_timeout: float, max_connections: int) -> type[Any]:
+def guarded_protocol(*, header_timeout: float, max_connections: int, max_per_client: int = 0) -> type[Any]:
     """An h11 protocol class for ``uvicorn.Config(http=...)`` with these limits."""
     return type("GuardedH11", (_GuardedH11,), {"header_timeout": header_timeout,
-                                               "max_connections": max_connections})
+                                               "max_connections": max_connections,
+                                               "max_per_client": max_per_client})

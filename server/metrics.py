@@ -1,7 +1,8 @@
 """Prometheus metrics of one server (its own registry, so several apps can share a process)."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -16,7 +17,7 @@ class Metrics:
 
     def __init__(self, *, sessions_open: Callable[[], float], sessions_cached: Callable[[], float],
                  approvals_pending: Callable[[], float], models_loaded: Callable[[], float],
-                 cache_bytes: Callable[[], float] = lambda: 0.0) -> None:
+                 cache_bytes: Callable[[], float] = lambda: 0.0, limits: Mapping[str, Any] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.decisions = Counter("forewarn_decisions_total", "Decisions answered, by action and operation",
                                  ["action", "op"], registry=self.registry)
@@ -42,6 +43,11 @@ class Metrics:
         Gauge("forewarn_models_loaded", "Model names served", registry=self.registry).set_function(models_loaded)
         Gauge("forewarn_cache_bytes", "Bytes held by the predicates' memo tables of every model version loaded "
               "(bounded by limits.memo_bytes each)", registry=self.registry).set_function(cache_bytes)
+        # The configured bounds (limits.*), so a dashboard shows what a request is held to; an unset one is absent.
+        limit = Gauge("forewarn_limit", "A configured bound of the server (limits.NAME)", ["name"], registry=self.registry)
+        for name, value in (limits or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                limit.labels(name).set(value)
         # Bound children: .labels() looks up a dict each call; the step path should not.
         self._decision_children: dict[tuple[str, str], Counter] = {}
         self.observe_seconds = self.step_seconds.labels("observe")

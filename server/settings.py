@@ -64,14 +64,20 @@ class Limits(BaseModel):
 
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     max_state_depth: int = Field(default=32, ge=1, le=512)
+    # JSON values in a step's state / action (or characters of a text action): the predicates' work
+    max_state_items: int = Field(default=50_000, ge=10)
+    max_action_items: int = Field(default=10_000, ge=10)
+    max_metadata_bytes: int = Field(default=16 << 10, ge=256)  # a session's metadata, as JSON
     max_batch: int = Field(default=1000, ge=1)
     max_wait_seconds: float = Field(default=60.0, gt=0)
     max_page: int = Field(default=1000, ge=1)
     max_session_steps: int = Field(default=1_000_000, ge=1)
     memo_bytes: int = Field(default=64 << 20, ge=1 << 16)  # per model: the predicates' memo tables
     header_timeout: float = Field(default=10.0, gt=0)  # seconds to send a request's headers
-    body_timeout: float = Field(default=30.0, gt=0)  # seconds between two chunks of a body
+    body_timeout: float = Field(default=30.0, gt=0)  # seconds to send a whole body, from its headers
     max_connections: int = Field(default=1000, ge=1)
+    # open connections per client address (0: no cap; behind a reverse proxy the proxy caps per client)
+    max_connections_per_client: int = Field(default=64, ge=0)
     keep_alive_seconds: float = Field(default=5.0, gt=0)
     rate_per_key: float | None = Field(default=None, gt=0)  # requests per second per key (a token bucket)
     rate_burst: int = Field(default=100, ge=1)

@@ -38,7 +38,8 @@ class ServerState:
                                sessions_cached=lambda: len(self.sessions),
                                approvals_pending=lambda: self.hub.pending,
                                models_loaded=lambda: len(self.registry.names()),
-                               cache_bytes=self.registry.cache_bytes)
+                               cache_bytes=self.registry.cache_bytes,
+                               limits=self.settings.limits.model_dump())
 
     def close(self) -> None:
         self.stopping = True

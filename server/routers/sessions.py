@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from ...errors import ForewarnError
 from .. import schemas as S
-from .._http import ERRORS, JSON, ApiError, Route, bad_request, errors_for, too_deep
+from .._http import ERRORS, JSON, ApiError, Route, bad_request, errors_for, shape_error
 from .._steps import write
 from .._views import policy_overrides, session_summary, step_out
 from ..deps import Agent, Anyone, AppState, SessionId, live_session
@@ -40,9 +40,13 @@ async def create_session(body: S.SessionCreate, state: AppState, principal: Agen
     except UnknownModel as exc:
         raise ApiError(404, "unknown_model", str(exc), field="body.model") from None
     overrides = policy_overrides(body.policy)
-    if body.metadata is not None and (where := too_deep(body.metadata, state.settings.limits.max_state_depth)):
-        raise bad_request(f"metadata is nested deeper than {state.settings.limits.max_state_depth} levels",
-                          f"body.metadata{where}")
+    metadata = None if body.metadata is None else orjson.dumps(body.metadata).decode()
+    if body.metadata is not None:  # held in memory with every live session: small, and bounded
+        limits = state.settings.limits
+        if (found := shape_error(body.metadata, limits.max_state_depth, None)) is not None:
+            raise bad_request(f"metadata {found[0]}", f"body.metadata{found[1]}")
+        if len(metadata or "") > limits.max_metadata_bytes:
+            raise bad_request(f"metadata is larger than {limits.max_metadata_bytes} bytes as JSON", "body.metadata")
     try:
         session = make_session(loaded, overrides, body.metadata)
     except (ValueError, TypeError) as exc:
@@ -50,7 +54,7 @@ async def create_session(body: S.SessionCreate, state: AppState, principal: Agen
     session_id = "s_" + secrets.token_urlsafe(15)
     now = time.time()
     row = (session_id, name, loaded.version, orjson.dumps(overrides).decode() if overrides else None,
-           orjson.dumps(body.metadata).decode() if body.metadata is not None else None, now, principal.name,
+           metadata, now, principal.name,
            principal.tenant)
     await write(state, Storage.insert_session(row))
     state.sessions.add(LiveSession(session_id, name, loaded, overrides, session, closed=False, next_step=0,

@@ -30,8 +30,9 @@ from .._http import (
     check_id,
     errors_for,
     parse_json,
+    shape_error,
+    short,
     step_openapi,
-    too_deep,
 )
 from .._steps import chain_step, decision_json, write_steps
 from ..auth import AGENT, Principal
@@ -50,13 +51,17 @@ _STEP_ERRORS = errors_for((404, "Unknown session"), (409, "The session is closed
 
 
 def check_state(state: ServerState, body: S.StepIn, prefix: str) -> None:
-    """422 for a state or action nested deeper than ``limits.max_state_depth``."""
-    limit = state.settings.limits.max_state_depth
-    where = too_deep(body.state, limit)
-    if where is not None:
-        raise bad_request(f"state is nested deeper than {limit} levels", f"{prefix}.state{where}")
-    if isinstance(body.action, dict) and (where := too_deep(body.action, limit)) is not None:
-        raise bad_request(f"action is nested deeper than {limit} levels", f"{prefix}.action{where}")
+    """422 for a state or action nested deeper than ``limits.max_state_depth`` or holding more values
+    than ``limits.max_state_items`` (``max_action_items``): the predicates' work is bounded by them."""
+    limits = state.settings.limits
+    found = shape_error(body.state, limits.max_state_depth, limits.max_state_items)
+    if found is not None:
+        raise bad_request(f"state {found[0]}", f"{prefix}.state{found[1]}")
+    if isinstance(body.action, dict | list) and (
+            found := shape_error(body.action, limits.max_state_depth, limits.max_action_items)) is not None:
+        raise bad_request(f"action {found[0]}", f"{prefix}.action{found[1]}")
+    elif isinstance(body.action, str) and len(body.action) > limits.max_action_items:
+        raise bad_request(f"action is longer than {limits.max_action_items} characters", f"{prefix}.action")
 
 
 def evaluate(live: LiveSession, body: S.StepIn, prefix: str) -> int:
@@ -67,7 +72,7 @@ def evaluate(live: LiveSession, body: S.StepIn, prefix: str) -> int:
         field = "session.metadata" if exc.where == "meta" else f"{prefix}.state"
         raise ApiError(422, "predicate_error", str(exc), field=field, predicate=exc.predicate) from exc
     except Exception as exc:  # a state the predicates cannot digest is the request's fault, not a 500
-        raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {exc}",
+        raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {short(str(exc))}",
                        field=f"{prefix}.state") from exc
 
 

@@ -183,3 +183,83 @@ def test_per_key_rate_limit(tmp_path: Path, builtin_path: Path) -> None:
         assert http.get("/v1/models", headers=auth("admin")).status_code == 200  # another key, its own bucket
         time.sleep(1.0)
         assert http.get("/v1/models", headers=auth("agent")).status_code == 200
+
+
+def _connect_from(address: str, port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), source_address=(address, 0))
+    sock.settimeout(10)
+    return sock
+
+
+def test_one_client_address_cannot_take_every_slot(tmp_path: Path, builtin_path: Path) -> None:
+    """A client that holds slow connections and reconnects when cut off gets its own few slots."""
+    limits = Limits(header_timeout=30.0, max_connections=100, max_connections_per_client=10)
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, limits=limits)) as server, \
+            httpx.Client(base_url=server.url) as http:
+        hostile = [_connect_from("127.0.0.2", server.port) for _ in range(10)]
+        for sock in hostile:
+            sock.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+        time.sleep(0.2)
+        for _ in range(5):  # reconnecting: each is refused at once, the ten held ones stay
+            extra = _connect_from("127.0.0.2", server.port)
+            assert _closed_by_server(extra)
+            extra.close()
+        assert http.get("/healthz").status_code == 200  # another address is served
+        assert http.post("/v1/sessions", json={}, headers=auth("agent")).status_code == 201
+        for sock in hostile:
+            sock.close()
+
+
+def test_a_dripping_body_meets_one_deadline_for_the_whole_request(tmp_path: Path, builtin_path: Path) -> None:
+    """One byte now and then keeps every single read short; the request as a whole still ends."""
+    limits = Limits(body_timeout=1.0)
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, limits=limits)) as server, \
+            httpx.Client(base_url=server.url) as http:
+        sid = http.post("/v1/sessions", json={}, headers=auth("agent")).json()["id"]
+        sock = _connect(server.port)
+        sock.sendall(f"POST /v1/sessions/{sid}/observe HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     f"{auth('agent')['Authorization'][7:]}\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 100\r\n\r\n".encode())
+        sock.settimeout(0.4)
+        answer = b""
+        for _ in range(40):  # 40 bytes over 16 s or more, each read well inside the 1 s deadline
+            try:
+                sock.sendall(b" ")
+                answer += sock.recv(4096)
+            except TimeoutError:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                break
+            if answer:
+                break
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+
+
+def test_states_actions_and_metadata_are_bounded_and_never_echoed(tmp_path: Path, builtin_path: Path) -> None:
+    limits = Limits(max_state_items=2_000, max_action_items=100, max_metadata_bytes=1_000)
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, limits=limits)) as server, \
+            httpx.Client(base_url=server.url) as http:
+        agent, admin = auth("agent"), auth("admin")
+        big = http.post("/v1/sessions", json={"metadata": {"note": "x" * 2_000}}, headers=agent)
+        assert big.status_code == 422 and big.json()["error"]["field"] == "body.metadata", big.text
+        assert "larger than 1000 bytes" in big.json()["error"]["message"] and len(big.content) < 1_000
+        sid = http.post("/v1/sessions", json={"metadata": {"thread": "t-1"}}, headers=agent).json()["id"]
+        wide = egg_state()
+        wide["objects"]["Shelf"] = {"items": list(range(3_000))}  # read by no predicate, still work to parse
+        answer = http.post(f"/v1/sessions/{sid}/preview", json={"state": wide}, headers=agent)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["message"] == "state holds more than 2000 values"
+        assert answer.json()["error"]["field"] == "body.state"
+        long_action = http.post(f"/v1/sessions/{sid}/preview", json={"state": egg_state(), "action": "x" * 200},
+                                headers=agent)
+        assert long_action.status_code == 422 and long_action.json()["error"]["field"] == "body.action"
+        # a value a predicate cannot read: the error says what is wrong, not what was sent
+        odd = egg_state()
+        odd["objects"]["Microwave"]["isToggled"] = {f"k{i}": "v" * 10 for i in range(1_500)}
+        answer = http.post(f"/v1/sessions/{sid}/preview", json={"state": odd}, headers=agent)
+        assert answer.status_code == 422 and answer.json()["error"]["code"] == "predicate_error", answer.text
+        assert len(answer.content) < 1_000, len(answer.content)
+        metrics = http.get("/metrics", headers=admin).text
+        assert 'forewarn_limit{name="max_state_items"} 2000.0' in metrics
+        assert 'forewarn_limit{name="max_metadata_bytes"} 1000.0' in metrics
