@@ -10,6 +10,8 @@ stays cheap::
 
     from forewarn import Guard
     guard = Guard.load("model.json")
+
+``forewarn.predicate(NAME)`` registers a Python predicate a spec may name (``python: NAME``).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
         load_guard,
         load_spec,
         parse_spec,
+        predicate,
     )
 
 __all__ = [
@@ -67,6 +70,7 @@ __all__ = [
     "load_guard",
     "load_spec",
     "parse_spec",
+    "predicate",
 ]
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .results import Method
     from .runtime import Decision, Guard, Session
     from .spec import Action, Spec, load_spec, parse_spec
+    from .trust import predicate
 
 __all__ = [
     "__version__",
@@ -46,6 +47,7 @@ __all__ = [
     "load_guard",
     "load_spec",
     "parse_spec",
+    "predicate",
 ]
 
 # name → the module that defines it (imported when the name is first asked for)
@@ -57,6 +59,7 @@ _LAZY = {
     "GuardModel": "model",
     "Method": "results",
     "Policy": "policy",
+    "predicate": "trust",
     "learn_model": "pipeline", "learn_model_from_runs": "pipeline",
 }
 

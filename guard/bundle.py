@@ -265,7 +265,7 @@ def learn_bundle(traces: Sequence[str | Path], spec: Spec, *, group_by: str,
     inputs = [_provenance(p) for p in paths]
     digests = [hashlib.sha256() for _ in paths]
     runs = runs_to_learn(paths, spec, period=period, digests=digests, on_error=on_error, summary=summary,
-                         python_predicates=options.get("python_predicates"), allow_python=options.get("allow_python"))
+                         python_predicates=options.get("python_predicates"))
     bundle = learn_bundle_from_runs(runs, spec, group_by=group_by, min_group_runs=min_group_runs, inputs=inputs,
                                     **options)
     for entry, digest in zip(inputs, digests):  # every member's provenance holds these same entries
@@ -280,7 +280,6 @@ def learn_bundle(traces: Sequence[str | Path], spec: Spec, *, group_by: str,
 def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
                            min_group_runs: int = DEFAULT_MIN_GROUP_RUNS,
                            python_predicates: Mapping[str, PythonPredicate] | None = None,
-                           allow_python: Iterable[str] | None = None,
                            inputs: list[dict[str, Any]] | None = None,
                            on_run: Callable[[int], None] | None = None, **options: Any) -> GuardBundle:
     """Count every run into the pooled counts and its group's, then learn and check each model.
@@ -300,7 +299,7 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
     from .learning import TransitionCounts
     from .pipeline import counting_plan, prepare
 
-    predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
+    predicates, monitors = prepare(spec, python_predicates)
     started = time.perf_counter()
     memory, pooled_paths = counting_plan(spec, predicates, options.get("alpha"))
     group_paths: dict[str, Counter[tuple[int, ...]]] = {}

@@ -10,7 +10,7 @@ look-up per session, never per step.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +33,14 @@ class BundleGuard:
         bundle: a learned bundle.
         policy: overrides the spec's thresholds and unseen-state action for every member.
         python_predicates: predicates defined in code, by name.
-        allow_python: modules the spec may name Python functions from (:mod:`guard.trust`).
     """
 
     def __init__(self, bundle: GuardBundle, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
-                 predicates: PredicateSet | None = None, allow_python: Iterable[str] | None = None) -> None:
+                 predicates: PredicateSet | None = None) -> None:
         self.bundle = bundle
         self.predicates = predicates if predicates is not None else PredicateSet(
-            bundle.spec, python_predicates, allow_python=allow_python)
+            bundle.spec, python_predicates)
         self._policy = policy
         self._path = group_path(bundle.group_by)
         self.pooled = Guard(bundle.pooled, policy=policy, predicates=self.predicates)

@@ -31,7 +31,7 @@ from .model import CheckedProperty, GuardModel
 from .monitoring import build_monitors, build_product
 from .outcomes import OutcomeCounts, direct_intervals, first_visit_counts, intersect
 from .pac import pac_report
-from .predicates import PredicateSet, PythonPredicate, resolve_callable
+from .predicates import PredicateSet, PythonPredicate, registered_callable
 from .read_summary import IngestSummary
 from .shrinkage import Fit, Paths, reach_targets, shrink_properties, summarize_paths
 from .spec import Spec
@@ -78,8 +78,8 @@ def transition_rule(spec: Spec, predicates: PredicateSet,
     domain_rule = extra
     if vt.function is not None:
         try:
-            # the same allow-list as the spec's Python predicates (guard.trust)
-            domain_rule = resolve_callable(vt.function, predicates.allow_python, what="transition rule")
+            # registered by operator code, as the spec's Python predicates are (guard.trust)
+            domain_rule = registered_callable(vt.function, what="transition rule")
         except ValueError as exc:
             raise spec.error(f"valid_transitions.function: {exc}", "valid_transitions", "function") from exc
     if domain_rule is not None:
@@ -137,7 +137,7 @@ def learn_model(traces: Sequence[str | Path], spec: Spec, *, period: float | Non
     inputs = [_provenance(p) for p in paths]
     digests = [hashlib.sha256() for _ in paths]  # fed while learning reads: one pass over the data
     runs = runs_to_learn(paths, spec, period=period, digests=digests, on_error=on_error, summary=summary,
-                         python_predicates=options.get("python_predicates"), allow_python=options.get("allow_python"))
+                         python_predicates=options.get("python_predicates"))
     model = learn_model_from_runs(runs, spec, inputs=inputs, **options)
     for entry, digest in zip(inputs, digests):
         entry["sha256"] = digest.hexdigest()
@@ -148,15 +148,14 @@ def learn_model(traces: Sequence[str | Path], spec: Spec, *, period: float | Non
 
 def runs_to_learn(paths: Sequence[Path], spec: Spec, *, period: float | None, digests: Sequence[Any],
                   on_error: str = "stop", summary: Any = None,
-                  python_predicates: Mapping[str, PythonPredicate] | None = None,
-                  allow_python: Iterable[str] | None = None) -> Iterable[Run]:
+                  python_predicates: Mapping[str, PythonPredicate] | None = None) -> Iterable[Run]:
     """The runs of JSONL files for learning, counted in ``summary``; with ``on_error="skip"``
     malformed runs, and runs whose states the predicates cannot read, are skipped and counted."""
     tally = summary if summary is not None else IngestSummary()
     handle = tally.handler(on_error)  # type: ignore[arg-type]
     runs = read_trace_files(paths, period=period, digests=digests, on_bad=handle if on_error == "skip" else None)
     if on_error == "skip":
-        runs = _readable(runs, PredicateSet(spec, python_predicates, allow_python=allow_python), handle)
+        runs = _readable(runs, PredicateSet(spec, python_predicates), handle)
     return _tallied(runs, tally)
 
 
@@ -190,7 +189,6 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
                           epsilon: float | None = None, delta: float | None = None,
                           valid_transition: ValidTransitionRule | None = None,
                           python_predicates: Mapping[str, PythonPredicate] | None = None,
-                          allow_python: Iterable[str] | None = None,
                           inputs: list[dict[str, Any]] | None = None,
                           on_run: Callable[[int], None] | None = None) -> GuardModel:
     """Count, smooth, check with Storm and package a model.
@@ -200,11 +198,10 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         spec: the spec; its ``learning`` block gives α, ε and δ unless overridden here.
         method: Storm's solving method; ``sound`` keeps certified bounds.
         valid_transition: a domain rule over (src, dst) valuations, in code.
-        allow_python: modules the spec may name Python functions from (:mod:`guard.trust`).
         on_run: called with the number of runs read so far (progress bars).
     """
     learning_bounds(spec, epsilon, delta)  # refuse a bad ε or δ before reading any data
-    predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
+    predicates, monitors = prepare(spec, python_predicates)
     started = time.perf_counter()
 
     def counted(source: Iterable[Run]) -> Iterable[Run]:
@@ -236,8 +233,8 @@ def counting_plan(spec: Spec, predicates: PredicateSet, alpha: float | str | Non
     return memory, (Counter() if wanted else None)
 
 
-def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None, *,
-            allow_python: Iterable[str] | None = None) -> tuple[PredicateSet, list[Any]]:
+def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None
+            ) -> tuple[PredicateSet, list[Any]]:
     """The spec's compiled predicates and monitors, once its properties are known to parse."""
     definitions = spec.guard.effective_properties()
     for index, definition in enumerate(definitions):
@@ -246,7 +243,7 @@ def prepare(spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None 
         except CheckError as exc:
             loc = ("guard", "properties", index, "formula") if spec.guard.properties else ("guard", "property")
             raise spec.error(str(exc), *loc) from exc
-    return PredicateSet(spec, python_predicates, allow_python=allow_python), build_monitors(spec)
+    return PredicateSet(spec, python_predicates), build_monitors(spec)
 
 
 def learning_bounds(spec: Spec, epsilon: float | None, delta: float | None) -> tuple[float, float]:

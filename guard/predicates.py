@@ -28,7 +28,7 @@ give the same result or the same error.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import cel
@@ -48,9 +48,9 @@ from ._cel_fields import (
     walk_key,
 )
 from .spec import Spec
-from .trust import CodeNotAllowed, resolve_callable
+from .trust import CodeNotAllowed, registered_callable
 
-__all__ = ["CodeNotAllowed", "PredicateSet", "resolve_callable"]
+__all__ = ["CodeNotAllowed", "PredicateSet", "registered_callable"]
 
 PythonPredicate = Callable[[Mapping[str, Any]], bool]
 MEMO_BYTES = 64 << 20  # default budget of a predicate set's memo tables (``memo_limit`` changes it)
@@ -63,16 +63,13 @@ class PredicateSet:
 
     Args:
         spec: the validated spec; predicate order is the bit order.
-        python_predicates: extra predicates defined in code, by name; they override
-            spec entries of the form ``{python: 'module:function'}`` with the same name.
-        allow_python: modules whose functions the spec may name (see :mod:`guard.trust`);
-            None reads ``$FOREWARN_PYTHON_PREDICATES``. Anything else is refused, unimported.
+        python_predicates: extra predicates defined in code, by predicate name; they override
+            the spec's entries of that name. A spec's ``{python: NAME}`` is looked up among the
+            functions operator code registered (:mod:`guard.trust`); nothing else is imported.
     """
 
-    def __init__(self, spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None, *,
-                 allow_python: Iterable[str] | None = None) -> None:
+    def __init__(self, spec: Spec, python_predicates: Mapping[str, PythonPredicate] | None = None) -> None:
         self.spec = spec
-        self.allow_python = None if allow_python is None else tuple(allow_python)  # the transition rule's too
         self.names: list[str] = spec.predicate_names
         self.width = len(self.names)
         python_predicates = dict(python_predicates or {})
@@ -84,8 +81,7 @@ class PredicateSet:
                 self._python.append((index, name, python_predicates[name]))
             elif definition.python is not None:
                 try:
-                    self._python.append((index, name, resolve_callable(definition.python, allow_python,
-                                                                           what="python predicate")))
+                    self._python.append((index, name, registered_callable(definition.python)))
                 except ValueError as exc:
                     raise spec.error(f"predicate {name!r}: {exc}", "predicates", name) from exc
             else:
@@ -96,6 +92,9 @@ class PredicateSet:
                     raise spec.error(f"predicate {name!r} does not parse as CEL: {_first_line(exc)}",
                                      "predicates", name) from exc
                 cel_items.append((index, name, definition.cel))
+        # name -> function of every Python predicate, as resolved here: what Spark's workers get
+        # (they need not have run the decorators that registered them)
+        self.python_functions: dict[str, PythonPredicate] = {name: fn for _, name, fn in self._python}
         self._cel_items = cel_items
         self._program = list_program([expr for _, _, expr in cel_items]) if cel_items else None
         paths = [selected_paths(expr) for _, _, expr in cel_items]

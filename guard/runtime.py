@@ -6,7 +6,7 @@ cached per product state because the model, and so the answer, is fixed.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -109,20 +109,17 @@ class Guard:
         policy: overrides the spec's thresholds and unseen-state action (for every
             property that has no thresholds of its own).
         python_predicates: predicates defined in code, by name.
-        allow_python: modules whose functions the model's spec may name (:mod:`guard.trust`);
-            None reads ``$FOREWARN_PYTHON_PREDICATES``; anything else is refused.
         predicates: compiled predicates of the same spec to share (the members of a bundle
             share one set, and so its memo).
     """
 
     def __init__(self, model: GuardModel, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
-                 allow_python: Iterable[str] | None = None,
                  predicates: PredicateSet | None = None) -> None:
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
         self.predicates = predicates if predicates is not None else PredicateSet(
-            model.spec, python_predicates, allow_python=allow_python)
+            model.spec, python_predicates)
         self.monitors = build_monitors(model.spec)
         # learning.memory (guard/memory.py) rides along as one more automaton state after the monitors'
         self.memory = build_memory(model.spec.learning.memory, self.predicates.width)

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..errors import SpecError
+from .trust import check_name
 
 __all__ = [
     "Action",
@@ -69,7 +70,7 @@ class _Strict(BaseModel):
 
 
 class PredicateDef(_Strict):
-    """One predicate: a CEL expression over ``state``, or a Python callable ``module:function``."""
+    """One predicate: a CEL expression over ``state``, or the name of a registered Python function."""
 
     cel: str | None = None
     python: str | None = None
@@ -78,9 +79,9 @@ class PredicateDef(_Strict):
     @model_validator(mode="after")
     def _one_source(self) -> PredicateDef:
         if (self.cel is None) == (self.python is None):
-            raise ValueError("a predicate needs exactly one of 'cel' (an expression) or 'python' ('module:function')")
-        if self.python is not None and ":" not in self.python:
-            raise ValueError(f"python predicate {self.python!r} must be written 'module:function'")
+            raise ValueError("a predicate needs exactly one of 'cel' (an expression) or 'python' (a registered name)")
+        if self.python is not None:
+            check_name(self.python)  # a name, never an import path (guard.trust)
         return self
 
 
@@ -89,14 +90,12 @@ class ValidTransitions(_Strict):
 
     max_changed_predicates: int | None = Field(default=None, ge=1)
     irreversible: tuple[str, ...] = ()
-    function: str | None = None  # 'module:function' taking (src, dst) tuples of bools
+    function: str | None = None  # a registered name (guard.trust) of a rule taking (src, dst) tuples of bools
 
     @field_validator("function")
     @classmethod
-    def _colon(cls, value: str | None) -> str | None:
-        if value is not None and ":" not in value:
-            raise ValueError(f"function {value!r} must be written 'module:function'")
-        return value
+    def _registered_name(cls, value: str | None) -> str | None:
+        return None if value is None else check_name(value, "transition rule")
 
 
 class Thresholds(_Strict):

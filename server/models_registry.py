@@ -107,10 +107,10 @@ def _jsonable(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class LoadRules:
-    """What a model must satisfy to be served: the code it may name, the keys that must have
-    signed it (none: unsigned models are accepted), the folders ``POST /v1/models`` may read."""
+    """What a model must satisfy to be served: the keys that must have signed it (none: unsigned
+    models are accepted), the folders ``POST /v1/models`` may read. The Python it may name is
+    what the process registered (guard.trust), the same for every model."""
 
-    allow_python: tuple[str, ...] = ()
     trusted_keys: tuple[Any, ...] = ()
     model_dirs: tuple[Path, ...] = ()
     memo_bytes: int | None = None  # the predicates' memo budget per model version
@@ -119,7 +119,7 @@ class LoadRules:
     def from_settings(cls, settings: Any) -> LoadRules:
         from ..guard.signing import load_trusted_keys
 
-        return cls(tuple(settings.python_predicates), load_trusted_keys(settings.trusted_keys),
+        return cls(load_trusted_keys(settings.trusted_keys),
                    tuple(Path(d) for d in settings.model_dirs), settings.limits.memo_bytes)
 
     def confine(self, path: str) -> Path:
@@ -144,7 +144,7 @@ def read_model(path: str | Path, rules: LoadRules | None = None
 
     Raises:
         ModelFileError: the file is missing, corrupt, invalid or not signed as ``rules`` require.
-        ForewarnError: the embedded spec does not compile, or names code ``rules`` do not allow.
+        ForewarnError: the embedded spec does not compile, or names a Python function nobody registered.
     """
     path = Path(path)
     try:
@@ -184,9 +184,9 @@ def _parse(raw: bytes, source: str, rules: LoadRules) -> tuple[GuardModel, Guard
     loaded = parse_model_or_bundle(raw, source, trusted_keys=rules.trusted_keys)  # a model file or a bundle
     guard: Guard | BundleGuard
     if isinstance(loaded, GuardBundle):
-        model, guard = loaded.pooled, BundleGuard(loaded, allow_python=rules.allow_python)
+        model, guard = loaded.pooled, BundleGuard(loaded)
     else:
-        model, guard = loaded, Guard(loaded, allow_python=rules.allow_python)
+        model, guard = loaded, Guard(loaded)
     if rules.memo_bytes is not None:
         guard.predicates.memo_limit = rules.memo_bytes
     return model, guard
@@ -200,6 +200,8 @@ class ModelRegistry:
         self.rules = rules or LoadRules()
         self._versions: dict[str, LoadedModel] = {}
         self._current: dict[str, str] = {}
+        # name -> (version, why): current in the database, not served here (GET /v1/models says so)
+        self.refused: dict[str, tuple[str, str]] = {}
 
     def cache_bytes(self) -> float:
         """Bytes the predicates' memo tables of every loaded version hold (each bounded in bytes)."""
@@ -222,7 +224,7 @@ class ModelRegistry:
         row = self._storage.model_version(version)
         if row is None:
             raise UnknownModel(f"model version {version!r} is not in the database")
-        # the same checks as a file: code allow-list and signatures hold for what the database returns
+        # the same checks as a file: registered names and signatures hold for what the database returns
         model, guard = _parse(bytes(row["document"]), f"database model {row['name']}@{version}", self.rules)
         loaded = LoadedModel(row["name"], version, row["source"], row["loaded_at"], row["loaded_by"], model, guard)
         self._versions[version] = loaded
@@ -236,6 +238,7 @@ class ModelRegistry:
             loaded = LoadedModel(name, version, source, time.time(), by, model, guard)
             self._versions[version] = loaded
         self._current[name] = version
+        self.refused.pop(name, None)
         return loaded
 
     def current_version(self, name: str) -> str | None:
@@ -245,6 +248,15 @@ class ModelRegistry:
         """Make an already loaded ``version`` current (another replica did): one assignment, atomic."""
         self._versions[version]  # loaded first, or this is a bug
         self._current[name] = version
+        self.refused.pop(name, None)
+
+    def refuse(self, name: str, version: str, exc: Exception) -> None:
+        """Record (and log) that the database's current ``version`` of ``name`` is not served here."""
+        log.error("model %s@%s is not served: %s", name, version, exc)
+        self.refused[name] = (version, str(exc))
+
+    def describe_refused(self) -> list[dict[str, str]]:
+        return [{"name": n, "version": v, "reason": why} for n, (v, why) in sorted(self.refused.items())]
 
     def restore_current(self) -> None:
         """Load, from the database, the current version of every name not loaded yet."""
@@ -252,7 +264,7 @@ class ModelRegistry:
             if name not in self._current:
                 try:
                     self.version(version)
-                except ForewarnError as exc:  # e.g. it names code no longer allowed: not served
-                    log.error("model %s@%s is not restored: %s", name, version, exc)
+                except ForewarnError as exc:  # e.g. it names a predicate nobody registered: not served
+                    self.refuse(name, version, exc)
                     continue
                 self._current[name] = version

@@ -58,8 +58,7 @@ class Replication:
                     continue
                 try:  # parsing and compiling a model takes a while: not on the loop
                     await anyio.to_thread.run_sync(registry.version, version)
-                except ForewarnError as exc:
-                    log.error("model %s@%s made current by another replica is not served here: %s",
-                              name, version, exc)
+                except ForewarnError as exc:  # made current by another replica, refused here
+                    registry.refuse(name, version, exc)
                     continue
                 registry.follow(name, version)

@@ -143,14 +143,16 @@ def uvicorn_config(app: Any, settings: ServerSettings, **overrides: Any) -> Any:
 def serve_from_options(options: dict[str, Any], builtin: Callable[[], Path] | None) -> None:
     """``forewarn serve`` with its options as a dict; ``builtin`` gives the model file served when none is
     configured (the entry points pass the embodied demo's: the server builds on no domain)."""
-    model, allow_python, trusted_key, model_dir = (options["model"], options["allow_python"], options["trusted_key"],
-                                                   options["model_dir"])
+    from ..guard.trust import RETIRED_ALLOW_LIST
+
+    if options.get("allow_python"):
+        raise ConfigError(RETIRED_ALLOW_LIST)
+    model, trusted_key, model_dir = options["model"], options["trusted_key"], options["model_dir"]
     overrides = {
         **{key: options[key] for key in ("host", "port", "db", "default_model", "synchronous", "log_level")},
         "models": parse_model_options(model) if model else None,
         "insecure_no_auth": True if options["insecure_no_auth"] else None,
         "access_log": True if options["access_log"] else None,
-        "python_predicates": tuple(allow_python) if allow_python else None,
         "trusted_keys": tuple(trusted_key) if trusted_key else None,
         "model_dirs": tuple(model_dir) if model_dir else None,
     }

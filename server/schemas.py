@@ -300,9 +300,18 @@ class ModelOut(_Out):
                                           "states, property and pac are the pooled model's.")
 
 
+class RefusedModel(_Out):
+    name: str
+    version: str
+    reason: str = Field(description="Why this server does not serve it (one line).")
+
+
 class ModelList(_Out):
     models: list[ModelOut]
     default: str
+    refused: list[RefusedModel] = Field(
+        default_factory=list, description="Admins only: models current in the database that this server refused "
+                                          "to serve (e.g. naming a Python predicate nobody registered).")
 
 
 class ModelLoaded(ModelOut):

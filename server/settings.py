@@ -144,7 +144,8 @@ class ServerSettings(BaseSettings):
     opentelemetry: bool = False  # FastAPI's native OpenTelemetry hooks (costly per request; off by default)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     # what a model may name and where it may come from (docs/security.md)
-    python_predicates: Annotated[tuple[str, ...], NoDecode] = ()  # modules spec-named functions may come from
+    # retired (the 0.1 allow-list of modules): any value is refused with how to register instead
+    python_predicates: Annotated[tuple[str, ...], NoDecode] = ()
     trusted_keys: Annotated[tuple[Path, ...], NoDecode] = ()  # Ed25519 public keys; set: models must be signed
     model_dirs: Annotated[tuple[Path, ...], NoDecode] = ()  # POST /v1/models paths must lie inside one
     idempotency_hours: float = Field(default=24.0, gt=0)  # how long answers to Idempotency-Key writes are kept
@@ -199,10 +200,12 @@ class ServerSettings(BaseSettings):
 
     @field_validator("python_predicates")
     @classmethod
-    def _modules(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from ..guard.trust import parse_allow_list
+    def _retired(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from ..guard.trust import RETIRED_ALLOW_LIST
 
-        return parse_allow_list(value)
+        if value:
+            raise ValueError(RETIRED_ALLOW_LIST)
+        return value
 
     @field_validator("models")
     @classmethod

@@ -153,3 +153,19 @@ class Result:
 
 
 CLI = Callable[..., Result]
+
+
+def install_package(site: Path, distribution: str, modules: Mapping[str, str],
+                    entry_points: Mapping[str, str]) -> Path:
+    """Install a distribution into ``site`` as pip lays one out (its modules and a ``.dist-info``
+    with ``entry_points`` in group ``forewarn.predicates``): the operator's way to register
+    Python predicates. Put ``site`` on ``sys.path`` (or ``PYTHONPATH``) to use it."""
+    site.mkdir(parents=True, exist_ok=True)
+    for name, source in modules.items():
+        (site / f"{name}.py").write_text(source, encoding="utf-8")
+    info = site / f"{distribution}-0.1.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 0.1\n", encoding="utf-8")
+    lines = "".join(f"{name} = {target}\n" for name, target in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[forewarn.predicates]\n{lines}", encoding="utf-8")
+    return site

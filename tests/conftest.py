@@ -71,6 +71,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = [item for item in items if item not in needs]
 
 
+@pytest.fixture(autouse=True)
+def _registered_predicates_restored() -> Any:
+    """What a test registers with ``@forewarn.predicate`` is forgotten after it (the table is process-wide)."""
+    from forewarn.guard import trust
+
+    before = dict(trust._REGISTERED)
+    yield
+    trust._REGISTERED.clear()
+    trust._REGISTERED.update(before)
+
+
 @pytest.fixture
 def write_runs(tmp_path: Path) -> WriteRuns:
     """Write runs (dicts, or raw strings for malformed lines) as a JSONL file in tmp_path."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import CLI, TOY_SPEC, Result
+from _support import CLI, TOY_SPEC, Result, install_package
 
 
 def user_error(result: Result, *fragments: str) -> None:
@@ -79,14 +79,14 @@ def test_a_spec_whose_unsafe_always_holds_is_warned_about(forewarn_here: CLI, to
 
 def test_a_transition_rule_that_raises_is_a_user_error(forewarn_here: CLI, toy_traces: Path, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    module = tmp_path / "fuzzrules.py"
-    module.write_text("def rule(src, dst):\n    raise KeyError('boom')\n", encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    install_package(tmp_path / "site", "fuzz-rules", {"fuzzrules": "def rule(src, dst):\n    raise KeyError('boom')\n"},
+                    {"fuzz.rule": "fuzzrules:rule"})
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.delitem(sys.modules, "fuzzrules", raising=False)
     spec = tmp_path / "rule.yaml"
-    spec.write_text(TOY_SPEC + "valid_transitions:\n  function: 'fuzzrules:rule'\n", encoding="utf-8")
-    user_error(forewarn_here("learn", toy_traces, "-s", spec, "-o", tmp_path / "m.json", "--allow-python", "fuzzrules"),
-               "valid_transitions.function fuzzrules:rule raised KeyError: 'boom' (on [False, False] -> ")
+    spec.write_text(TOY_SPEC + "valid_transitions:\n  function: fuzz.rule\n", encoding="utf-8")
+    user_error(forewarn_here("learn", toy_traces, "-s", spec, "-o", tmp_path / "m.json"),
+               "valid_transitions.function fuzz.rule raised KeyError: 'boom' (on [False, False] -> ")
     sys.modules.pop("fuzzrules", None)
 
 

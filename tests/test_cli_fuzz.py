@@ -180,7 +180,9 @@ def specs(draw: st.DrawFn) -> str:
     if draw(st.booleans()):
         text += f"guard:\n  thresholds: {{reflect: {draw(SPEC_NUMBERS)}, stop: {draw(SPEC_NUMBERS)}}}\n"
     if draw(st.booleans()):
-        text += f"valid_transitions:\n  function: '{draw(st.sampled_from(['os:getcwd', 'nosuch:f', 'json:dumps']))}'\n"
+        rule = draw(st.sampled_from(["os:getcwd", "nosuch:f", "json:dumps", "os.getcwd", "builtins.eval",
+                                     "forewarn.driving.valid_transition"]))  # a name or an old import path
+        text += f"valid_transitions:\n  function: '{rule}'\n"
     return text
 
 

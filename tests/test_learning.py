@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _support import AB, NONE, TOY_SPEC, A, B, Row, WriteRuns, eq1_row, toy_run
+from _support import AB, NONE, TOY_SPEC, A, B, Row, WriteRuns, eq1_row, install_package, toy_run
 from forewarn.guard.learning import (
     END,
     LearnedDTMC,
@@ -173,15 +173,15 @@ def test_irreversible_predicates_narrow_successors(write_runs: WriteRuns) -> Non
 
 def test_three_predicates_with_a_domain_rule_and_a_hamming_bound(write_runs: WriteRuns, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "toy_rules.py").write_text(
-        "def no_c_without_a(src, dst):\n"
-        "    return not (dst[2] and not dst[0])\n", encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("FOREWARN_PYTHON_PREDICATES", "toy_rules")  # the operator allows the rule's module
+    # the operator's installed package registers the rule (an entry point), the spec names it
+    install_package(tmp_path / "site", "toy-rules", {"toy_rules": "def no_c_without_a(src, dst):\n"
+                                                                   "    return not (dst[2] and not dst[0])\n"},
+                    {"toy.no_c_without_a": "toy_rules:no_c_without_a"})
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
     spec = (
         "predicates:\n  a: state.a\n  b: state.b\n  c: state.c\n"
         "unsafe: a && b && c\n"
-        "valid_transitions:\n  max_changed_predicates: 2\n  function: 'toy_rules:no_c_without_a'\n")
+        "valid_transitions:\n  max_changed_predicates: 2\n  function: toy.no_c_without_a\n")
 
     def state(a: int, b: int, c: int) -> dict[str, object]:
         return {"state": {"a": bool(a), "b": bool(b), "c": bool(c)}}

@@ -99,7 +99,7 @@ def test_crafted_model_files_fail_cleanly(real_model: dict[str, Any], forewarn_h
         if result.returncode == 2:
             assert result.stderr.strip().startswith("error:") and result.stderr.count("\n") == 1, result.stderr
         try:
-            Guard(GuardModel.load(path), allow_python=())
+            Guard(GuardModel.load(path))
         except ForewarnError:
             pass
         grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
@@ -130,7 +130,7 @@ def test_crafted_specs_fail_cleanly(document: dict[str, Any], raw: bool, noise: 
 
     text = yaml.safe_dump(document) + (noise if raw else "")
     try:
-        PredicateSet(parse_spec(text), allow_python=())  # nothing named in the spec may be imported
+        PredicateSet(parse_spec(text))  # nothing named in the spec is imported
     except ForewarnError:
         pass
 

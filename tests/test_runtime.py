@@ -175,7 +175,7 @@ def test_decision_to_dict(toy_model: GuardModel) -> None:
 
 
 def test_python_predicates_at_run_time(tmp_path: Path, write_runs: WriteRuns) -> None:
-    spec = parse_spec("predicates:\n  hot: state.t > 50\n  near: {python: 'not_installed_app:near'}\n"
+    spec = parse_spec("predicates:\n  hot: state.t > 50\n  near: {python: app.near}\n"
                       "unsafe: hot && near\n")
     near = {"near": lambda s: s["d"] < 1}
     path = write_runs(['{"id": "1", "steps": [{"state": {"t": 10, "d": 5}}, {"state": {"t": 60, "d": 0}}]}'])

@@ -178,8 +178,9 @@ def test_a_spec_needs_a_predicate() -> None:
 
 @pytest.mark.parametrize(("body", "line", "match"), [
     ("predicates:\n  a: {cel: state.a, python: 'm:f'}\nunsafe: a\n", 2, "exactly one of 'cel'"),
-    ("predicates:\n  a: {python: 'no_colon'}\nunsafe: a\n", 2, "must be written 'module:function'"),
-    ("predicates:\n  a: {python: 'no_such_module_xyz:f'}\nunsafe: a\n", 2, "is not allowed"),
+    ("predicates:\n  a: {python: 'no such name'}\nunsafe: a\n", 2, "is not a registered name"),
+    ("predicates:\n  a: {python: 'no_such_module_xyz:f'}\nunsafe: a\n", 2, "is an import path"),
+    ("predicates:\n  a: {python: no_such_name}\nunsafe: a\n", 2, "'no_such_name' is not registered"),
     ("predicates:\n  a: state.a\nunsafe: a\nguard:\n  thresholds: {reflect: 1.5}\n", 5,
      "guard.thresholds.reflect"),
     ("predicates:\n  a: state.a\nunsafe: a\nguard:\n  unseen_state: panic\n", 5, "guard.unseen_state"),

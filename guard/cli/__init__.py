@@ -38,6 +38,13 @@ def _print_version(value: bool) -> None:
 def _root(version: Annotated[bool, typer.Option("--version", help="Print the version and exit.", is_eager=True,
                                                 callback=_print_version)] = False) -> None:
     """Forewarn: a proactive runtime guard for LLM agents."""
+    import os
+
+    if os.environ.get("FOREWARN_PYTHON_PREDICATES"):  # the 0.1 allow-list: refused, not silently ignored
+        from ...errors import ConfigError
+        from ..trust import RETIRED_ALLOW_LIST
+
+        raise ConfigError(f"FOREWARN_PYTHON_PREDICATES is set: {RETIRED_ALLOW_LIST}")
 
 
 # the core's commands first: `forewarn --help` lists commands in the order they are added

@@ -9,11 +9,12 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ...errors import ForewarnError, UsageError
+from ...errors import ConfigError, ForewarnError, UsageError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
 from ..model import GuardModel
 from ..read_summary import IngestSummary
 from ..storm import Method
+from ..trust import RETIRED_ALLOW_LIST
 from ._model_text import fmt, pac_lines, pac_words
 from ._options import (
     Engine,
@@ -62,8 +63,7 @@ def learn(
         "--sign", envvar="FOREWARN_SIGNING_KEY",
         help="Sign the model with this Ed25519 private key (PEM; FOREWARN_SIGNING_KEY).")] = None,
     allow_python: Annotated[list[str] | None, typer.Option(
-        "--allow-python", help="A module whose functions the spec may name (python predicates, transition "
-                               "rule); repeatable. Default: FOREWARN_PYTHON_PREDICATES.")] = None,
+        "--allow-python", hidden=True, help="Retired: register predicates instead (docs/spec.md).")] = None,
     engine: Annotated[Engine, typer.Option(help="Count in this process, or on Apache Spark (needs the "
                                                 "'spark' extra and Java; docs/scale.md).")] = Engine.local,
     master: Annotated[str | None, typer.Option(help="Spark master for --engine spark: local[*], "
@@ -74,6 +74,8 @@ def learn(
     from ..signing import load_private_key
     from ..spec import load_spec
 
+    if allow_python:
+        raise ConfigError(RETIRED_ALLOW_LIST)
     if master is not None and engine is not Engine.spark:
         raise UsageError("--master applies to --engine spark only")
     check_alpha(alpha)
@@ -89,7 +91,7 @@ def learn(
     parsed = load_spec(spec)
     read = IngestSummary()
     options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period,
-                   allow_python=allow_python, on_error=on_error.value, summary=read)
+                   on_error=on_error.value, summary=read)
     if engine is Engine.spark:
         learned = _learn_on_spark(traces, parsed, master, group_by, min_group_runs, options)
     else:

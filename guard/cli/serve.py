@@ -26,8 +26,7 @@ def serve(
     log_level: Annotated[str | None, typer.Option(help="critical, error, warning, info, debug.")] = None,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request.")] = False,
     allow_python: Annotated[list[str] | None, typer.Option(
-        "--allow-python", help="A module models' specs may name Python functions from; repeatable "
-                               "(FOREWARN_PYTHON_PREDICATES). Default: none.")] = None,
+        "--allow-python", hidden=True, help="Retired: register predicates instead (docs/spec.md).")] = None,
     trusted_key: Annotated[list[Path] | None, typer.Option(
         "--trusted-key", help="Serve only models signed by this Ed25519 public key (PEM); repeatable "
                               "(FOREWARN_TRUSTED_KEYS).")] = None,

@@ -201,8 +201,7 @@ class Client:
     model_document = _sync(core.model_document)
     ready = _sync(core.ready)
 
-    def guard(self, name: str | None = None, *, allow_python: Any = None,
-              trusted_keys: Any = None) -> Any:
+    def guard(self, name: str | None = None, *, trusted_keys: Any = None) -> Any:
         """A local :class:`~guard.runtime.Guard` (or bundle guard) on the model the server serves as
         ``name``: the same decisions, computed in process (what the middleware previews with)."""
         from ..bundle import GuardBundle, parse_model_or_bundle
@@ -212,8 +211,8 @@ class Client:
         loaded = parse_model_or_bundle(self.model_document(name), f"{self.url} model {name or '(default)'}",
                                        trusted_keys=trusted_keys)
         if isinstance(loaded, GuardBundle):
-            return BundleGuard(loaded, allow_python=allow_python)
-        return Guard(loaded, allow_python=allow_python)
+            return BundleGuard(loaded)
+        return Guard(loaded)
 
 
 class AsyncClient:

@@ -117,14 +117,14 @@ class RemoteGuard:
 
 
 def remote_guard(client: Client | AsyncClient, model: str | None = None, *,
-                 allow_python: Any = None, trusted_keys: Any = None) -> RemoteGuard:
+                 trusted_keys: Any = None) -> RemoteGuard:
     """A :class:`RemoteGuard` on ``client``'s sidecar. An :class:`AsyncClient` is used through a
     synchronous twin on the same URL and key: the middleware commits a step inside its hooks
     (one short loopback request)."""
     twin = None
     if isinstance(client, AsyncClient):
         twin = client = _sync_twin(client)
-    guard = RemoteGuard(client, client.guard(model, allow_python=allow_python, trusted_keys=trusted_keys), model)
+    guard = RemoteGuard(client, client.guard(model, trusted_keys=trusted_keys), model)
     if twin is not None:  # ours to close: when the guard goes, its connections go with it
         weakref.finalize(guard, twin.close)
     return guard

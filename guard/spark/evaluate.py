@@ -67,9 +67,9 @@ def evaluate_spark(source: DataFrame | Sequence[str], spec: Spec, thetas: Sequen
 
     predicates, monitors = prepare(spec, python_predicates)
     session = spark or spark_session()
-    allow = predicates.allow_python
+    python_predicates = predicates.python_functions  # resolved here: the workers need not register them
     # 1. groups and traced runs, in reading order
-    records, inputs = map_runs(session, source, _Tracer(spec, python_predicates, allow, group_by),
+    records, inputs = map_runs(session, source, _Tracer(spec, python_predicates, group_by),
                                period=period, split_bytes=split_bytes, sum_by_key=False)
     _raise_first(records)
     ordered = sorted(records, key=lambda record: record[0])
@@ -83,7 +83,7 @@ def evaluate_spark(source: DataFrame | Sequence[str], spec: Spec, thetas: Sequen
     if on_progress is not None:
         on_progress("learn", 1)
     started = time.perf_counter()
-    records, _ = map_runs(session, source, _FoldCounter(spec, python_predicates, allow, group_by, fold_of),
+    records, _ = map_runs(session, source, _FoldCounter(spec, python_predicates, group_by, fold_of),
                           period=period, split_bytes=split_bytes)
     _raise_first(records)
     grouped = _merge(records)
@@ -106,7 +106,7 @@ def evaluate_spark(source: DataFrame | Sequence[str], spec: Spec, thetas: Sequen
         on_progress("replay", len(assignment))
     broadcast = session.sparkContext.broadcast([orjson.dumps(m.to_document()) for m in models])
     try:
-        records, _ = map_runs(session, source, _FoldReplayer(broadcast, python_predicates, allow, group_by, fold_of),
+        records, _ = map_runs(session, source, _FoldReplayer(broadcast, python_predicates, group_by, fold_of),
                               period=period, split_bytes=split_bytes, sum_by_key=False)
     finally:
         broadcast.destroy()
@@ -155,7 +155,6 @@ class _Tracer:
 
     spec: Spec
     python_predicates: Mapping[str, PythonPredicate] | None
-    allow_python: tuple[str, ...] | None
     group_by: str | None
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
@@ -163,7 +162,7 @@ class _Tracer:
         from ..evaluation.folds import group_of
         from ..monitoring import build_monitors
 
-        predicates = PredicateSet(self.spec, self.python_predicates, allow_python=self.allow_python)
+        predicates = PredicateSet(self.spec, self.python_predicates)
         monitors = build_monitors(self.spec)
         for place, run in runs:
             try:
@@ -181,7 +180,6 @@ class _FoldCounter:
 
     spec: Spec
     python_predicates: Mapping[str, PythonPredicate] | None
-    allow_python: tuple[str, ...] | None
     group_by: str | None
     fold_of: Mapping[str, int]
 
@@ -189,7 +187,7 @@ class _FoldCounter:
         from ..evaluation.folds import group_of
         from ..pipeline import counting_plan
 
-        predicates = PredicateSet(self.spec, self.python_predicates, allow_python=self.allow_python)
+        predicates = PredicateSet(self.spec, self.python_predicates)
         memory, paths = counting_plan(self.spec, predicates)
         counts: dict[str, TransitionCounts] = {}
         fold_paths: dict[str, Counter[tuple[int, ...]]] = {}
@@ -220,7 +218,6 @@ class _FoldReplayer:
 
     models: Any  # a Broadcast of the k model files' bytes
     python_predicates: Mapping[str, PythonPredicate] | None
-    allow_python: tuple[str, ...] | None
     group_by: str | None
     fold_of: Mapping[str, int]
 
@@ -238,8 +235,7 @@ class _FoldReplayer:
                 fold = self.fold_of[group_of(run, self.group_by)]
                 if fold not in guards:
                     model = GuardModel.from_document(orjson.loads(self.models.value[fold]), source="<broadcast model>")
-                    guards[fold] = Guard(model, python_predicates=self.python_predicates,
-                                         allow_python=self.allow_python)
+                    guards[fold] = Guard(model, python_predicates=self.python_predicates)
                 yield place, replay_run(guards[fold], run)
             except ForewarnError as exc:
                 yield _error(place, exc)

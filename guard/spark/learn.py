@@ -53,8 +53,7 @@ def count_transitions_spark(source: DataFrame | Sequence[str], spec: Spec, *, sp
                             period: float | None = None, on_error: str = "stop",
                             on_bad: Callable[[TraceError], None] | None = None,
                             python_predicates: Mapping[str, PythonPredicate] | None = None,
-                            split_bytes: int | None = None,
-                            allow_python: Iterable[str] | None = None) -> tuple[TransitionCounts, list[dict[str, Any]]]:
+                            split_bytes: int | None = None) -> tuple[TransitionCounts, list[dict[str, Any]]]:
     """Transition counts of runs read by Spark, and the inputs' provenance entries.
 
     Args:
@@ -64,8 +63,7 @@ def count_transitions_spark(source: DataFrame | Sequence[str], spec: Spec, *, sp
         split_bytes: the largest block a task reads (``spark.sql.files.maxPartitionBytes``).
     """
     grouped, inputs = _count_groups(source, spec, None, spark=spark, period=period, on_error=on_error,
-                                    on_bad=on_bad, python_predicates=python_predicates, split_bytes=split_bytes,
-                                    allow_python=allow_python)
+                                    on_bad=on_bad, python_predicates=python_predicates, split_bytes=split_bytes)
     return grouped.pooled, inputs
 
 
@@ -85,15 +83,13 @@ def _count_groups(source: DataFrame | Sequence[str], spec: Spec, group: tuple[st
                   spark: SparkSession | None, period: float | None, on_error: str,
                   on_bad: Callable[[TraceError], None] | None,
                   python_predicates: Mapping[str, PythonPredicate] | None,
-                  split_bytes: int | None,
-                  allow_python: Iterable[str] | None = None) -> tuple[_Grouped, list[dict[str, Any]]]:
+                  split_bytes: int | None) -> tuple[_Grouped, list[dict[str, Any]]]:
     if on_error not in ("stop", "skip"):
         raise ForewarnError(f"on_error: expected 'skip' or 'stop', got {on_error!r}")
     from .session import spark_session
 
     session = spark or spark_session()
-    counter = _Counter(spec, python_predicates, stop=on_error == "stop", group=group,
-                       allow_python=None if allow_python is None else tuple(allow_python))
+    counter = _Counter(spec, python_predicates, stop=on_error == "stop", group=group)
     records, inputs = map_runs(session, source, counter, period=period, split_bytes=split_bytes)
     errors = errors_in_order(records)
     if errors and on_error == "stop":
@@ -112,21 +108,19 @@ def learn_model_spark(source: DataFrame | Sequence[str], spec: Spec, *, spark: S
     """Learn and check a model from runs read by Spark (see :func:`count_transitions_spark`).
 
     ``options`` are those of :func:`guard.pipeline.model_from_counts` (``alpha``,
-    ``method``, ``precision``, ``epsilon``, ``delta``, ``valid_transition``) and
-    ``allow_python``. ``summary`` is filled as :func:`guard.pipeline.learn_model` fills it:
-    runs kept, and (``on_error="skip"``) the skipped runs by reason.
+    ``method``, ``precision``, ``epsilon``, ``delta``, ``valid_transition``). ``summary`` is
+    filled as :func:`guard.pipeline.learn_model` fills it: runs kept, and (``on_error="skip"``) the skipped runs by reason.
     """
     from ..pipeline import counting_plan, learning_bounds, model_from_counts, prepare
     from .session import spark_session
 
-    allow_python = options.pop("allow_python", None)
     learning_bounds(spec, options.get("epsilon"), options.get("delta"))  # bad input before Spark starts
-    predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
+    predicates, monitors = prepare(spec, python_predicates)
     session = spark or spark_session()
     started = time.perf_counter()
     grouped, inputs = _count_groups(source, spec, None, spark=session, period=period, on_error=on_error,
-                                    on_bad=_reporter(on_bad, summary), python_predicates=python_predicates,
-                                    split_bytes=split_bytes, allow_python=predicates.allow_python)
+                                    on_bad=_reporter(on_bad, summary), python_predicates=predicates.python_functions,
+                                    split_bytes=split_bytes)
     counts = grouped.pooled
     if summary is not None:
         summary.runs += counts.runs
@@ -154,14 +148,13 @@ def learn_bundle_spark(source: DataFrame | Sequence[str], spec: Spec, *, group_b
     min_group_runs = DEFAULT_MIN_GROUP_RUNS if min_group_runs is None else min_group_runs
     if isinstance(min_group_runs, bool) or not isinstance(min_group_runs, int) or min_group_runs < 1:
         raise ForewarnError(f"--min-group-runs {min_group_runs!r}: expected a whole number of runs, at least 1")
-    allow_python = options.pop("allow_python", None)
     learning_bounds(spec, options.get("epsilon"), options.get("delta"))
-    predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
+    predicates, monitors = prepare(spec, python_predicates)
     session = spark or spark_session()
     started = time.perf_counter()
     grouped, inputs = _count_groups(source, spec, path, spark=session, period=period, on_error=on_error,
-                                    on_bad=_reporter(on_bad, summary), python_predicates=python_predicates,
-                                    split_bytes=split_bytes, allow_python=predicates.allow_python)
+                                    on_bad=_reporter(on_bad, summary), python_predicates=predicates.python_functions,
+                                    split_bytes=split_bytes)
     if summary is not None:
         summary.runs += grouped.pooled.runs
     wanted = counting_plan(spec, predicates, options.get("alpha"))[1] is not None
@@ -206,13 +199,12 @@ class _Counter:
     python_predicates: Mapping[str, PythonPredicate] | None
     stop: bool
     group: tuple[str, ...] | None = None  # the meta path of --group-by
-    allow_python: tuple[str, ...] | None = None  # modules the spec may name functions from (guard.trust)
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
         from ..bundle import group_value
 
         # CEL compiled once per partition
-        predicates = PredicateSet(self.spec, self.python_predicates, allow_python=self.allow_python)
+        predicates = PredicateSet(self.spec, self.python_predicates)
         from ..pipeline import counting_plan
 
         memory, paths = counting_plan(self.spec, predicates)  # as the single-process learner counts

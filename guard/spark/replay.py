@@ -53,9 +53,10 @@ def replay_spark(source: DataFrame | Sequence[str], guard: Guard | BundleGuard, 
     session = spark or spark_session()
     document = guard.bundle.to_document() if isinstance(guard, BundleGuard) else guard.model.to_document()
     model = session.sparkContext.broadcast(orjson.dumps(document))
+    # the Python predicates as resolved here: the workers need not have registered them
+    functions = {**guard.predicates.python_functions, **(python_predicates or {})}
     try:  # a bundle's own policy override (None: each member's spec), as its members use it
-        replayer = _Replayer(model, guard._policy if isinstance(guard, BundleGuard) else guard.policy, python_predicates,
-                             guard.predicates.allow_python)
+        replayer = _Replayer(model, guard._policy if isinstance(guard, BundleGuard) else guard.policy, functions)
         records, _ = map_runs(session, source, replayer, period=period, split_bytes=split_bytes, sum_by_key=False)
     finally:
         model.destroy()
@@ -75,7 +76,6 @@ class _Replayer:
     model: Any  # a Broadcast of the model file's bytes
     policy: Any
     python_predicates: Mapping[str, PythonPredicate] | None
-    allow_python: tuple[str, ...] | None
 
     def __call__(self, runs: Iterator[tuple[Place, Run | TraceError]]) -> Iterator[tuple[Any, Any]]:
         from ..bundle import GuardBundle, parse_model_or_bundle
@@ -84,8 +84,7 @@ class _Replayer:
 
         loaded = parse_model_or_bundle(self.model.value, "<broadcast model>")
         kind = BundleGuard if isinstance(loaded, GuardBundle) else Guard
-        guard = kind(loaded, policy=self.policy, python_predicates=self.python_predicates,  # type: ignore[arg-type]
-                     allow_python=self.allow_python)
+        guard = kind(loaded, policy=self.policy, python_predicates=self.python_predicates)  # type: ignore[arg-type]
         for place, run in runs:
             try:
                 if isinstance(run, TraceError):

@@ -18,6 +18,7 @@ from .._http import ERRORS, JSON, ApiError, Route, errors_for
 from .._steps import write
 from ..deps import Admin, Anyone, AppState, ModelName
 from ..models_registry import LoadedModel, UnknownModel, parse_model, read_model
+from ..settings import Role
 from ..state import ServerState
 from ..storage import Storage
 
@@ -34,11 +35,13 @@ def _current(state: ServerState, name: str) -> LoadedModel:
 
 
 @router.get("/v1/models", response_model=S.ModelList)
-async def list_models(state: AppState, _: Anyone) -> Response:
-    """The models served: provenance, policy and PAC summary of each."""
+async def list_models(state: AppState, principal: Anyone) -> Response:
+    """The models served: provenance, policy and PAC summary of each; for admins, also the models
+    the database holds as current that this server refused (at start or from another replica)."""
     default = state.settings.default
     models = [state.registry.current(n).describe(n, default=n == default) for n in state.registry.names()]
-    return Response(orjson.dumps({"models": models, "default": default}), media_type=JSON)
+    refused = state.registry.describe_refused() if principal.role is Role.ADMIN else []
+    return Response(orjson.dumps({"models": models, "default": default, "refused": refused}), media_type=JSON)
 
 
 @router.get("/v1/models/{name}", response_model=S.ModelOut, responses=errors_for((404, "Unknown model")))

@@ -102,7 +102,7 @@ def test_spec_loads_with_rules_as_monitors(spec: guard.Spec) -> None:
     assert properties["collision"].formula == 'F "collision"'
     for rule in RULES:
         assert properties[rule].formula == f'F "viol_{rule}"' and properties[rule].thresholds is not None
-    assert spec.valid_transitions.function == "forewarn.domains.driving.spec:valid_transition"
+    assert spec.valid_transitions.function == "forewarn.driving.valid_transition"
 
 
 def _valuation(*on: str) -> tuple[bool, ...]:

@@ -1,4 +1,5 @@
-"""No code from data, signed models, model folders: an admin's upload, the CLI and a restart."""
+"""Signed models, model folders, and the first refusals of code named in data (the rest of those:
+test_server_registered_code.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,10 +11,8 @@ import pytest
 
 from _sidecar import ServerThread, auth, settings
 from _support import CLI
-from forewarn.errors import SpecError
 from forewarn.guard.model import GuardModel, _checksum
 from forewarn.guard.signing import SignatureError, generate_keypair, load_private_key, load_trusted_keys
-from forewarn.server.storage import Storage
 
 
 def crafted(model_path: Path, predicate: str) -> dict[str, Any]:
@@ -31,68 +30,6 @@ def rce_path(tmp_path: Path, toy_path: Path) -> Path:
     path = tmp_path / "rce.json"
     path.write_bytes(orjson.dumps(crafted(toy_path, "subprocess:check_output")))
     return path
-
-
-def test_a_model_naming_subprocess_is_refused_over_http(http: httpx.Client, rce_path: Path) -> None:
-    for body in ({"name": "evil", "path": str(rce_path)}, {"name": "evil", "document": orjson.loads(rce_path.read_bytes())}):
-        response = http.post("/v1/models", json=body, headers=auth("admin"))
-        assert response.status_code == 422, response.text
-        message = response.json()["error"]["message"]
-        assert "'subprocess:check_output' is not allowed" in message
-        assert "allow-list (allowed: none)" in message
-    assert "evil" not in [m["name"] for m in http.get("/v1/models", headers=auth("admin")).json()["models"]]
-
-
-def test_a_model_naming_subprocess_is_refused_on_the_cli(forewarn_here: CLI, rce_path: Path, tmp_path: Path) -> None:
-    traces = tmp_path / "t.jsonl"
-    traces.write_text('{"id": "r", "steps": [{"state": {"a": true, "b": 1}}]}\n', encoding="utf-8")
-    result = forewarn_here("replay", traces, "--model", rce_path)
-    assert result.returncode == 2, result.stderr
-    assert "'subprocess:check_output' is not allowed" in result.stderr
-    assert "Traceback" not in result.stderr
-
-
-def test_a_model_in_the_database_is_checked_again_at_restart(tmp_path: Path, builtin_path: Path, toy_path: Path,
-                                                              rce_path: Path) -> None:
-    # as if it had been loaded by an older server, or written into the database behind its back
-    storage = Storage.open(tmp_path / "forewarn.db")
-    storage.write_sync(Storage.put_model("evil", "e" * 16, str(rce_path), rce_path.read_bytes(), "old", current=True))
-    storage.close()
-    rce_path.unlink()  # the file is gone; the database copy is all there is
-    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path})) as server, \
-            httpx.Client(base_url=server.url) as http:
-        names = [m["name"] for m in http.get("/v1/models", headers=auth("admin")).json()["models"]]
-        assert names == ["builtin"]  # not served: it names code nobody allowed
-
-
-def test_a_module_planted_in_the_working_directory_is_never_imported(
-        tmp_path: Path, toy_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from forewarn.guard.runtime import Guard
-
-    marker = tmp_path / "imported"
-    (tmp_path / "planted_rce.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
-                                             "def run(state):\n    return True\n", encoding="utf-8")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend("")  # as `python -m` and uvicorn's --app-dir put it there
-    model = GuardModel.from_document(crafted(toy_path, "planted_rce:run"))
-    with pytest.raises(SpecError, match="module 'planted_rce' is not installed"):
-        Guard(model, allow_python=["planted_rce"])  # even when the operator allowed the name
-    assert not marker.exists()
-
-
-def test_python_predicates_from_an_allowed_installed_module(tmp_path: Path, toy_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from forewarn.guard.runtime import Guard
-
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "allowed_preds.py").write_text("def a(state):\n    return bool(state['a'])\n", encoding="utf-8")
-    monkeypatch.syspath_prepend(str(site))
-    model = GuardModel.from_document(crafted(toy_path, "allowed_preds:a"))
-    guard = Guard(model, allow_python=["allowed_preds"])
-    assert guard.predicates.evaluate({"a": True, "b": 5}) == 0b11
-    monkeypatch.setenv("FOREWARN_PYTHON_PREDICATES", "allowed_preds")
-    assert Guard(model).predicates.evaluate({"a": False, "b": 5}) == 0b10
 
 
 # -- signatures ---------------------------------------------------------------------------
@@ -226,7 +163,7 @@ def test_serve_refuses_such_models_before_binding(forewarn_here: CLI, rce_path: 
     monkeypatch.setenv("FOREWARN_API_KEYS", API_KEYS)
     common = ["--db", tmp_path / "x.db", "--port", str(free_port())]
     result = forewarn_here("serve", "--model", rce_path, *common)
-    assert result.returncode == 2 and "'subprocess:check_output' is not allowed" in result.stderr
+    assert result.returncode == 2 and "'subprocess:check_output' is an import path" in result.stderr
     result = forewarn_here("serve", "--model", toy_path, "--trusted-key", keys[1], *common)
     assert result.returncode == 2 and "the model is not signed" in result.stderr
     assert not (tmp_path / "x.db").exists()
