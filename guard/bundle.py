@@ -302,7 +302,7 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
 
     predicates, monitors = prepare(spec, python_predicates, allow_python=allow_python)
     started = time.perf_counter()
-    memory, pooled_paths = counting_plan(spec, predicates, options.get("alpha"))
+    memory, pooled_paths = counting_plan(spec, predicates)
     group_paths: dict[str, Counter[tuple[int, ...]]] = {}
     pooled = TransitionCounts()
     groups: dict[str, TransitionCounts] = {}

@@ -9,14 +9,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from ..errors import CheckError, ForewarnError, TraceError
 from ._version import __version__
-from .backoff import learn_memory_dtmc, strip_memory
-from .crossval import ALPHA_GRID, choose_alpha, path_transitions
+from .backoff import learn_memory_dtmc
+from .crossval import path_transitions
 from .intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
 from .learning import (
     LearnedDTMC,
@@ -213,7 +213,7 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
             if on_run is not None:
                 on_run(n)
 
-    memory, paths = counting_plan(spec, predicates, alpha)
+    memory, paths = counting_plan(spec, predicates)
     counts = count_transitions(counted(runs), predicates, paths=paths,
                                encode=None if memory is None else memory.encode_run)
     if counts.runs == 0:
@@ -223,15 +223,13 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
                              learn_seconds=time.perf_counter() - started, paths=paths)
 
 
-def counting_plan(spec: Spec, predicates: PredicateSet, alpha: float | str | None = None
-                  ) -> tuple[Memory | None, Counter[tuple[int, ...]] | None]:
+def counting_plan(spec: Spec, predicates: PredicateSet) -> tuple[Memory | None, Counter[tuple[int, ...]] | None]:
     """How runs are counted for this spec: the memory that encodes them (or None), and a
     collector of the distinct runs when a lever cross-validates or shrinks (or None)."""
     settings = spec.learning
-    alpha = settings.alpha if alpha is None else alpha
     memory = build_memory(settings.memory, predicates.width)
     # intervals need the runs too: their outcomes give each reach property a direct interval
-    wanted = (alpha == "auto" or settings.shrink != "off" or settings.intervals != "none"
+    wanted = (settings.shrink != "off" or settings.intervals != "none"
               or (memory is not None and settings.memory.backoff == "auto"))
     return memory, (Counter() if wanted else None)
 
@@ -260,7 +258,7 @@ def learning_bounds(spec: Spec, epsilon: float | None, delta: float | None) -> t
 
 
 def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: PredicateSet, monitors: Sequence[Any], *,
-                      alpha: float | Literal["auto"] | None = None, method: Method = Method.SOUND, precision: float = 1e-6,
+                      alpha: float | None = None, method: Method = Method.SOUND, precision: float = 1e-6,
                       epsilon: float | None = None, delta: float | None = None,
                       valid_transition: ValidTransitionRule | None = None,
                       inputs: list[dict[str, Any]] | None = None, learn_seconds: float = 0.0,
@@ -268,8 +266,8 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     """Smooth counted runs, take the product with the monitors, check it with Storm and package a model.
 
     With ``learning.memory`` the counts are over chain states (:func:`counting_plan`'s memory
-    encodes runs); ``paths`` are the distinct counted runs, needed by ``alpha: auto``,
-    ``backoff: auto`` and ``shrink`` (without them those levers are skipped, and the
+    encodes runs); ``paths`` are the distinct counted runs, needed by ``backoff: auto``
+    and ``shrink`` (without them those levers are skipped, and the
     model's ``provenance.levers`` says so).
     """
     definitions = spec.guard.effective_properties()
@@ -279,17 +277,6 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     memory = build_memory(settings.memory, predicates.width)
     rule = transition_rule(spec, predicates, valid_transition)
     levers: dict[str, Any] = {}
-    if alpha == "auto":
-        if paths is None:
-            raise ForewarnError("alpha: auto needs the runs themselves, not only their counts")
-        plain_counts, plain_paths = counts, paths
-        if memory is not None:  # α smooths the memoryless chain
-            mask = (1 << predicates.width) - 1
-            plain_counts, plain_paths = strip_memory(counts, predicates.width), Counter()
-            for path, n in paths.items():
-                plain_paths[tuple(b & mask for b in path)] += n
-        alpha, scores = choose_alpha(plain_counts, plain_paths, predicates, rule=rule, structure=settings.structure)
-        levers["alpha"] = {"chosen": alpha, "grid": list(ALPHA_GRID), "heldout_loglik_per_step": scores}
     backoff = settings.memory.backoff
     if memory is not None and backoff == "auto" and paths is None:
         backoff = 10.0
