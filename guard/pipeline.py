@@ -45,7 +45,8 @@ from .storm import (
     storm_version,
     validate_formula,
 )
-from .traces import Run, read_runs, resample
+from .trace_files import TraceFile, list_trace_files, read_trace_file
+from .traces import Run, resample
 
 __all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "model_from_counts",
            "prepare", "with_intervals", "counting_plan"]
@@ -103,16 +104,20 @@ def _reported(rule: ValidTransitionRule, name: str) -> ValidTransitionRule:
     return checked
 
 
-def read_trace_files(traces: Sequence[str | Path], *, period: float | None = None,
+def read_trace_files(traces: Sequence[str | Path | TraceFile], *, period: float | None = None,
                      digests: Sequence[Any] | None = None,
                      on_bad: Callable[[TraceError], None] | None = None) -> Iterable[Run]:
-    """Runs from JSONL files, streamed, resampled to a fixed period (seconds) if given.
+    """Runs from trace files, folders of part files, globs or Parquet (:mod:`guard.trace_files`),
+    streamed, resampled to a fixed period (seconds) if given.
 
-    ``digests`` (one ``hashlib`` object per file) are fed the bytes as they are read;
+    ``digests`` (one ``hashlib`` object per file listed) are fed the bytes as they are read;
     ``on_bad`` gets each malformed line's error and reading goes on (None: raise it).
     """
-    for index, path in enumerate(traces):
-        for run in read_runs(path, digest=None if digests is None else digests[index], on_bad=on_bad):
+    listed: list[TraceFile] = []
+    for item in traces:
+        listed += [item] if isinstance(item, TraceFile) else list_trace_files([item])
+    for index, file in enumerate(listed):
+        for run in read_trace_file(file, digest=None if digests is None else digests[index], on_bad=on_bad):
             if period is None:
                 yield run
                 continue
@@ -126,17 +131,18 @@ def read_trace_files(traces: Sequence[str | Path], *, period: float | None = Non
 
 def learn_model(traces: Sequence[str | Path], spec: Spec, *, period: float | None = None,
                 on_error: str = "stop", summary: Any = None, **options: Any) -> GuardModel:
-    """Learn and check a model from JSONL trace files (streamed; see :func:`learn_model_from_runs`).
+    """Learn and check a model from trace files: JSONL files, folders of part files, globs, Parquet
+    (streamed; see :func:`learn_model_from_runs`).
 
     Args:
         period: resample every run to this many seconds per step first (needs ``t``).
         on_error: ``stop`` at the first malformed run, or ``skip`` it and count it in ``summary``.
         summary: an :class:`~forewarn.guard.read_summary.IngestSummary` to fill (runs read, skipped by reason).
     """
-    paths = [Path(p) for p in traces]
-    inputs = [_provenance(p) for p in paths]
-    digests = [hashlib.sha256() for _ in paths]  # fed while learning reads: one pass over the data
-    runs = runs_to_learn(paths, spec, period=period, digests=digests, on_error=on_error, summary=summary,
+    files = list_trace_files(traces)
+    inputs = [_provenance(f) for f in files]
+    digests = [hashlib.sha256() for _ in files]  # fed while learning reads: one pass over the data
+    runs = runs_to_learn(files, spec, period=period, digests=digests, on_error=on_error, summary=summary,
                          python_predicates=options.get("python_predicates"), allow_python=options.get("allow_python"))
     model = learn_model_from_runs(runs, spec, inputs=inputs, **options)
     for entry, digest in zip(inputs, digests):
@@ -146,11 +152,11 @@ def learn_model(traces: Sequence[str | Path], spec: Spec, *, period: float | Non
     return model
 
 
-def runs_to_learn(paths: Sequence[Path], spec: Spec, *, period: float | None, digests: Sequence[Any],
+def runs_to_learn(paths: Sequence[Path | TraceFile], spec: Spec, *, period: float | None, digests: Sequence[Any],
                   on_error: str = "stop", summary: Any = None,
                   python_predicates: Mapping[str, PythonPredicate] | None = None,
                   allow_python: Iterable[str] | None = None) -> Iterable[Run]:
-    """The runs of JSONL files for learning, counted in ``summary``; with ``on_error="skip"``
+    """The runs of trace files for learning, counted in ``summary``; with ``on_error="skip"``
     malformed runs, and runs whose states the predicates cannot read, are skipped and counted."""
     tally = summary if summary is not None else IngestSummary()
     handle = tally.handler(on_error)  # type: ignore[arg-type]
@@ -178,11 +184,8 @@ def _tallied(runs: Iterable[Run], summary: Any) -> Iterable[Run]:
         yield run
 
 
-def _provenance(path: Path) -> dict[str, Any]:
-    try:
-        return {"path": str(path), "sha256": None, "bytes": path.stat().st_size}
-    except OSError as exc:  # a user error (wrong path), not a crash
-        raise TraceError(f"cannot read traces: {exc.strerror}", source=str(path)) from exc
+def _provenance(file: TraceFile) -> dict[str, Any]:
+    return {"path": file.name, "sha256": None, "bytes": file.size}
 
 
 def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | None = None,
