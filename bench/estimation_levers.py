@@ -58,7 +58,6 @@ from forewarn.guard.traces import Run, read_runs
 TARGETS = (0.05, 0.20)
 LEVERS: dict[str, dict[str, Any]] = {
     "chain (no lever)": {},
-    "alpha: auto": {"alpha": "auto"},
     "structure: observed": {"structure": "observed"},
     "memory: dwell 64": {"memory": {"dwell": 64}},
     "memory: previous": {"memory": {"previous": True}},

@@ -26,6 +26,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "llmcheck": ("vaderSentiment", "textstat", "pyphen", "rapidfuzz", "httpx"),
     "hf": ("torch", "transformers"),
     "spark": ("pyspark",),
+    "parquet": ("pyarrow",),
     "postgres": ("psycopg", "psycopg_pool"),
 }
 

@@ -255,16 +255,18 @@ def parse_model_or_bundle(raw: bytes, source: str, *,
 def learn_bundle(traces: Sequence[str | Path], spec: Spec, *, group_by: str,
                  min_group_runs: int = DEFAULT_MIN_GROUP_RUNS, period: float | None = None,
                  on_error: str = "stop", summary: Any = None, **options: Any) -> GuardBundle:
-    """Learn a bundle from JSONL trace files (streamed once; see :func:`learn_bundle_from_runs`).
+    """Learn a bundle from trace files, folders, globs or Parquet (streamed once; see
+    :func:`learn_bundle_from_runs`).
 
     ``on_error`` and ``summary`` as for :func:`guard.pipeline.learn_model`.
     """
     from .pipeline import _provenance, runs_to_learn
+    from .trace_files import list_trace_files
 
-    paths = [Path(p) for p in traces]
-    inputs = [_provenance(p) for p in paths]
-    digests = [hashlib.sha256() for _ in paths]
-    runs = runs_to_learn(paths, spec, period=period, digests=digests, on_error=on_error, summary=summary,
+    files = list_trace_files(traces)
+    inputs = [_provenance(f) for f in files]
+    digests = [hashlib.sha256() for _ in files]
+    runs = runs_to_learn(files, spec, period=period, digests=digests, on_error=on_error, summary=summary,
                          python_predicates=options.get("python_predicates"))
     bundle = learn_bundle_from_runs(runs, spec, group_by=group_by, min_group_runs=min_group_runs, inputs=inputs,
                                     **options)
@@ -301,7 +303,7 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
 
     predicates, monitors = prepare(spec, python_predicates)
     started = time.perf_counter()
-    memory, pooled_paths = counting_plan(spec, predicates, options.get("alpha"))
+    memory, pooled_paths = counting_plan(spec, predicates)
     group_paths: dict[str, Counter[tuple[int, ...]]] = {}
     pooled = TransitionCounts()
     groups: dict[str, TransitionCounts] = {}

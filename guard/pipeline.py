@@ -9,14 +9,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from ..errors import CheckError, ForewarnError, TraceError
 from ._version import __version__
-from .backoff import learn_memory_dtmc, strip_memory
-from .crossval import ALPHA_GRID, choose_alpha, path_transitions
+from .backoff import learn_memory_dtmc
+from .crossval import path_transitions
 from .intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
 from .learning import (
     LearnedDTMC,
@@ -45,7 +45,8 @@ from .storm import (
     storm_version,
     validate_formula,
 )
-from .traces import Run, read_runs, resample
+from .trace_files import TraceFile, list_trace_files, read_trace_file
+from .traces import Run, resample
 
 __all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "model_from_counts",
            "prepare", "with_intervals", "counting_plan"]
@@ -103,16 +104,20 @@ def _reported(rule: ValidTransitionRule, name: str) -> ValidTransitionRule:
     return checked
 
 
-def read_trace_files(traces: Sequence[str | Path], *, period: float | None = None,
+def read_trace_files(traces: Sequence[str | Path | TraceFile], *, period: float | None = None,
                      digests: Sequence[Any] | None = None,
                      on_bad: Callable[[TraceError], None] | None = None) -> Iterable[Run]:
-    """Runs from JSONL files, streamed, resampled to a fixed period (seconds) if given.
+    """Runs from trace files, folders of part files, globs or Parquet (:mod:`guard.trace_files`),
+    streamed, resampled to a fixed period (seconds) if given.
 
-    ``digests`` (one ``hashlib`` object per file) are fed the bytes as they are read;
+    ``digests`` (one ``hashlib`` object per file listed) are fed the bytes as they are read;
     ``on_bad`` gets each malformed line's error and reading goes on (None: raise it).
     """
-    for index, path in enumerate(traces):
-        for run in read_runs(path, digest=None if digests is None else digests[index], on_bad=on_bad):
+    listed: list[TraceFile] = []
+    for item in traces:
+        listed += [item] if isinstance(item, TraceFile) else list_trace_files([item])
+    for index, file in enumerate(listed):
+        for run in read_trace_file(file, digest=None if digests is None else digests[index], on_bad=on_bad):
             if period is None:
                 yield run
                 continue
@@ -126,17 +131,18 @@ def read_trace_files(traces: Sequence[str | Path], *, period: float | None = Non
 
 def learn_model(traces: Sequence[str | Path], spec: Spec, *, period: float | None = None,
                 on_error: str = "stop", summary: Any = None, **options: Any) -> GuardModel:
-    """Learn and check a model from JSONL trace files (streamed; see :func:`learn_model_from_runs`).
+    """Learn and check a model from trace files: JSONL files, folders of part files, globs, Parquet
+    (streamed; see :func:`learn_model_from_runs`).
 
     Args:
         period: resample every run to this many seconds per step first (needs ``t``).
         on_error: ``stop`` at the first malformed run, or ``skip`` it and count it in ``summary``.
         summary: an :class:`~forewarn.guard.read_summary.IngestSummary` to fill (runs read, skipped by reason).
     """
-    paths = [Path(p) for p in traces]
-    inputs = [_provenance(p) for p in paths]
-    digests = [hashlib.sha256() for _ in paths]  # fed while learning reads: one pass over the data
-    runs = runs_to_learn(paths, spec, period=period, digests=digests, on_error=on_error, summary=summary,
+    files = list_trace_files(traces)
+    inputs = [_provenance(f) for f in files]
+    digests = [hashlib.sha256() for _ in files]  # fed while learning reads: one pass over the data
+    runs = runs_to_learn(files, spec, period=period, digests=digests, on_error=on_error, summary=summary,
                          python_predicates=options.get("python_predicates"))
     model = learn_model_from_runs(runs, spec, inputs=inputs, **options)
     for entry, digest in zip(inputs, digests):
@@ -146,10 +152,10 @@ def learn_model(traces: Sequence[str | Path], spec: Spec, *, period: float | Non
     return model
 
 
-def runs_to_learn(paths: Sequence[Path], spec: Spec, *, period: float | None, digests: Sequence[Any],
+def runs_to_learn(paths: Sequence[Path | TraceFile], spec: Spec, *, period: float | None, digests: Sequence[Any],
                   on_error: str = "stop", summary: Any = None,
                   python_predicates: Mapping[str, PythonPredicate] | None = None) -> Iterable[Run]:
-    """The runs of JSONL files for learning, counted in ``summary``; with ``on_error="skip"``
+    """The runs of trace files for learning, counted in ``summary``; with ``on_error="skip"``
     malformed runs, and runs whose states the predicates cannot read, are skipped and counted."""
     tally = summary if summary is not None else IngestSummary()
     handle = tally.handler(on_error)  # type: ignore[arg-type]
@@ -177,11 +183,8 @@ def _tallied(runs: Iterable[Run], summary: Any) -> Iterable[Run]:
         yield run
 
 
-def _provenance(path: Path) -> dict[str, Any]:
-    try:
-        return {"path": str(path), "sha256": None, "bytes": path.stat().st_size}
-    except OSError as exc:  # a user error (wrong path), not a crash
-        raise TraceError(f"cannot read traces: {exc.strerror}", source=str(path)) from exc
+def _provenance(file: TraceFile) -> dict[str, Any]:
+    return {"path": file.name, "sha256": None, "bytes": file.size}
 
 
 def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | None = None,
@@ -210,7 +213,7 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
             if on_run is not None:
                 on_run(n)
 
-    memory, paths = counting_plan(spec, predicates, alpha)
+    memory, paths = counting_plan(spec, predicates)
     counts = count_transitions(counted(runs), predicates, paths=paths,
                                encode=None if memory is None else memory.encode_run)
     if counts.runs == 0:
@@ -220,15 +223,13 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
                              learn_seconds=time.perf_counter() - started, paths=paths)
 
 
-def counting_plan(spec: Spec, predicates: PredicateSet, alpha: float | str | None = None
-                  ) -> tuple[Memory | None, Counter[tuple[int, ...]] | None]:
+def counting_plan(spec: Spec, predicates: PredicateSet) -> tuple[Memory | None, Counter[tuple[int, ...]] | None]:
     """How runs are counted for this spec: the memory that encodes them (or None), and a
     collector of the distinct runs when a lever cross-validates or shrinks (or None)."""
     settings = spec.learning
-    alpha = settings.alpha if alpha is None else alpha
     memory = build_memory(settings.memory, predicates.width)
     # intervals need the runs too: their outcomes give each reach property a direct interval
-    wanted = (alpha == "auto" or settings.shrink != "off" or settings.intervals != "none"
+    wanted = (settings.shrink != "off" or settings.intervals != "none"
               or (memory is not None and settings.memory.backoff == "auto"))
     return memory, (Counter() if wanted else None)
 
@@ -257,7 +258,7 @@ def learning_bounds(spec: Spec, epsilon: float | None, delta: float | None) -> t
 
 
 def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: PredicateSet, monitors: Sequence[Any], *,
-                      alpha: float | Literal["auto"] | None = None, method: Method = Method.SOUND, precision: float = 1e-6,
+                      alpha: float | None = None, method: Method = Method.SOUND, precision: float = 1e-6,
                       epsilon: float | None = None, delta: float | None = None,
                       valid_transition: ValidTransitionRule | None = None,
                       inputs: list[dict[str, Any]] | None = None, learn_seconds: float = 0.0,
@@ -265,8 +266,8 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     """Smooth counted runs, take the product with the monitors, check it with Storm and package a model.
 
     With ``learning.memory`` the counts are over chain states (:func:`counting_plan`'s memory
-    encodes runs); ``paths`` are the distinct counted runs, needed by ``alpha: auto``,
-    ``backoff: auto`` and ``shrink`` (without them those levers are skipped, and the
+    encodes runs); ``paths`` are the distinct counted runs, needed by ``backoff: auto``
+    and ``shrink`` (without them those levers are skipped, and the
     model's ``provenance.levers`` says so).
     """
     definitions = spec.guard.effective_properties()
@@ -276,17 +277,6 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     memory = build_memory(settings.memory, predicates.width)
     rule = transition_rule(spec, predicates, valid_transition)
     levers: dict[str, Any] = {}
-    if alpha == "auto":
-        if paths is None:
-            raise ForewarnError("alpha: auto needs the runs themselves, not only their counts")
-        plain_counts, plain_paths = counts, paths
-        if memory is not None:  # α smooths the memoryless chain
-            mask = (1 << predicates.width) - 1
-            plain_counts, plain_paths = strip_memory(counts, predicates.width), Counter()
-            for path, n in paths.items():
-                plain_paths[tuple(b & mask for b in path)] += n
-        alpha, scores = choose_alpha(plain_counts, plain_paths, predicates, rule=rule, structure=settings.structure)
-        levers["alpha"] = {"chosen": alpha, "grid": list(ALPHA_GRID), "heldout_loglik_per_step": scores}
     backoff = settings.memory.backoff
     if memory is not None and backoff == "auto" and paths is None:
         backoff = 10.0

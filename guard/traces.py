@@ -42,17 +42,18 @@ class Run:
 
 
 def read_runs(path: str | Path, *, digest: Any = None,
-              on_bad: Callable[[TraceError], None] | None = None) -> Iterator[Run]:
+              on_bad: Callable[[TraceError], None] | None = None, source: str | None = None) -> Iterator[Run]:
     """Yield the runs of a JSONL trace file one at a time (the file may exceed memory).
 
     Args:
         digest: a ``hashlib`` object fed every byte read, so provenance needs no second pass.
         on_bad: called with a malformed line's error, and reading goes on; None raises it.
+        source: the name errors give the file (default: ``path``).
 
     Raises:
         TraceError: for a line that is not a valid run.
     """
-    source = str(path)
+    source = str(path) if source is None else source
     try:
         handle = open(path, "rb")  # noqa: SIM115 - opened apart from `with` to tell a read error from a bad line
     except OSError as exc:

@@ -19,8 +19,9 @@ from .auth import Principal
 from .sessions import LiveSession
 from .state import ServerState
 from .storage import Conflict, Storage
+from .storage.rows import ApprovalRow, IdempotencyRow, PrevStep, StepRow
 
-__all__ = ["chain_step", "commit_step", "decision_json", "write", "write_steps"]
+__all__ = ["chain_step", "decision_json", "write", "write_steps"]
 
 
 async def write(state: ServerState, job: Callable[..., Any]) -> Any:
@@ -35,9 +36,9 @@ async def write(state: ServerState, job: Callable[..., Any]) -> Any:
         raise ApiError(503, "storage_unavailable", f"the database refused the write: {exc}") from exc
 
 
-async def write_steps(state: ServerState, lives: list[LiveSession], rows: list[tuple[Any, ...]],
-                      approvals: list[tuple[Any, ...]], remember: tuple[Any, ...] | None = None,
-                      prev: list[tuple[str, int, int, str | None]] | None = None,
+async def write_steps(state: ServerState, lives: list[LiveSession], rows: list[StepRow],
+                      approvals: list[ApprovalRow], remember: IdempotencyRow | None = None,
+                      prev: list[PrevStep] | None = None,
                       extra: Callable[..., Any] | None = None) -> None:
     """Commit step rows; the answer waits for this. On failure the sessions are dropped from memory
     (they resume from what the database holds) and the client gets a 503, never a decision; on a
@@ -67,20 +68,13 @@ def _then(first: Callable[..., Any], second: Callable[..., Any]) -> Callable[...
     return both
 
 
-def commit_step(state: ServerState, live: LiveSession, body: S.StepIn,
-                principal: Principal) -> tuple[bytes, tuple[Any, ...], tuple[Any, ...] | None]:
-    """Apply an (already evaluable) step to the live session; the response bytes and the rows to write.
-    No await in here: the step number and the history move together."""
-    payload, row, approval, _ = chain_step(state, live, body, principal)
-    return payload, row, approval
-
-
 def chain_step(state: ServerState, live: LiveSession, body: S.StepIn, principal: Principal
-               ) -> tuple[bytes, tuple[Any, ...], tuple[Any, ...] | None, tuple[str, int, int, str | None] | None]:
-    """:func:`commit_step`, and what the step extends: (session, step, abstract, monitors) of the row
-    before it as this process saw it (None for a first step), checked on a shared database."""
+               ) -> tuple[bytes, StepRow, ApprovalRow | None, PrevStep | None]:
+    """Apply an (already evaluable) step to the live session: the response bytes, the rows to write,
+    and the row the step extends as this process saw it (None for a first step), checked on a shared
+    database. No await in here: the step number and the history move together."""
     before = live.session.history[-1] if live.session.history and live.next_step > 0 else None
-    prev = None if before is None else (live.id, live.next_step - 1, before.abstract,
+    prev = None if before is None else PrevStep(live.id, live.next_step - 1, before.abstract,
                                          orjson.dumps(list(before.monitors)).decode() if before.monitors else None)
     if live.next_step >= state.settings.limits.max_session_steps:
         raise ApiError(409, "session_step_limit", f"session {live.id!r} has reached the limit of "
@@ -101,11 +95,11 @@ def chain_step(state: ServerState, live: LiveSession, body: S.StepIn, principal:
     record = live.session.history[-1]
     # the monitors' states after this step: with the abstract state, all a session needs to resume
     monitors = orjson.dumps(list(record.monitors)).decode() if record.monitors else None
-    row = (live.id, step, now, principal.name, live.loaded.version, hashlib.sha256(canonical).hexdigest(),
+    row = StepRow(live.id, step, now, principal.name, live.loaded.version, hashlib.sha256(canonical).hexdigest(),
            record.abstract, monitors, action_in, body.t,
            orjson.dumps(body.state).decode() if state.settings.store_states else None,
            decision.action.value, decision.p_unsafe, payload.decode(), approval_id)
-    approval = (approval_id, live.id, step, now) if approval_id else None
+    approval = ApprovalRow(approval_id, live.id, step, now) if approval_id else None
     return payload, row, approval, prev
 
 
@@ -119,12 +113,6 @@ def decision_json(decision: Decision, live: LiveSession, *, step: int | None, ap
     cached = _DECISION_PREFIX.get(id(decision))
     if cached is None or cached[0] is not decision:
         out = decision.to_dict()
-        if "properties" not in out:  # a core without per-property values
-            out["properties"] = [{"name": "unsafe", "formula": decision.property, "p_unsafe": decision.p_unsafe,
-                                  "p_safe": decision.p_safe, "lower": decision.lower, "upper": decision.upper,
-                                  "ci_low": decision.ci_low, "ci_high": decision.ci_high,
-                                  "threshold": decision.threshold}]
-        out.setdefault("monitors", {})
         if len(_DECISION_PREFIX) > 100_000:
             _DECISION_PREFIX.clear()
         # keep the decision itself: its id must not be reused by another object while cached

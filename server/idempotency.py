@@ -27,10 +27,11 @@ from typing import Any
 
 from ._http import ApiError
 from .storage import Conflict
+from .storage.rows import IdempotencyRow
 
 __all__ = ["Entry", "IdempotencyKeys", "request_hash"]
 
-Entry = Callable[[int, bytes], tuple[Any, ...]]  # (status, response) → the row to commit with the write
+Entry = Callable[[int, bytes], IdempotencyRow]  # (status, response) → the row to commit with the write
 _KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 _ATTEMPTS = 16  # a write that loses this many races in a row answers 503
 
@@ -64,7 +65,7 @@ class IdempotencyKeys:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._inflight[slot] = done
         try:
-            entry: Entry = lambda status, body: (principal, key, fingerprint, status, body, time.time())  # noqa: E731
+            entry: Entry = lambda status, body: IdempotencyRow(principal, key, fingerprint, status, body, time.time())  # noqa: E731
             for attempt in range(_ATTEMPTS):
                 try:
                     return await work(entry)

@@ -29,7 +29,7 @@ NEEDS_EXTRA = {
     "spark": "spark",
     "evaluation/test_report.py": "report",
 }
-EXTRAS = ("langchain", "server", "client", "report", "llmcheck", "hf", "spark", "postgres")
+EXTRAS = ("langchain", "server", "client", "report", "llmcheck", "hf", "spark", "postgres", "parquet")
 
 
 def extra_of(path: Path) -> str | None:

@@ -44,7 +44,7 @@ def test_spec_learning_values_are_bounded_too(forewarn_here: CLI, toy_traces: Pa
     spec = tmp_path / "huge.yaml"
     spec.write_text(TOY_SPEC.replace("alpha: 0.1", "alpha: 1e308"), encoding="utf-8")
     user_error(forewarn_here("learn", toy_traces, "-s", spec, "-o", tmp_path / "m.json"),
-               "huge.yaml:9: learning.alpha: expected a number in [0, 1e6] or 'auto', got 1e+308")
+               "huge.yaml:9: learning.alpha: expected a number in [0, 1e6], got 1e+308")
 
 
 @pytest.mark.parametrize(("theta", "message"), [("0.5,,0.7", "--theta: an empty threshold in '0.5,,0.7'"),

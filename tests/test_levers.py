@@ -1,4 +1,4 @@
-"""The estimation levers: memory, back-off smoothing, alpha: auto, shrinking towards the frequency.
+"""The estimation levers: memory, back-off smoothing, shrinking towards the frequency.
 
 Exact oracles are written by hand on the toy domain (tests/_support.py: a = bit 0,
 b = bit 1, unsafe when both hold; NONE=0, A=1, AB=3).
@@ -15,15 +15,12 @@ import pytest
 
 from _support import AB, CLI, NONE, TOY_SPEC, A, B, WriteRuns, reach_probabilities, toy_run, toy_state
 from forewarn.guard import Guard
-from forewarn.guard.crossval import ALPHA_GRID, choose_alpha, path_transitions
-from forewarn.guard.learning import END, TransitionCounts, count_transitions, learn_dtmc
+from forewarn.guard.learning import END
 from forewarn.guard.memory import Memory
 from forewarn.guard.pipeline import learn_model
-from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.shrinkage import KAPPA_GRID, reach_label
-from forewarn.guard.spec import Spec, parse_spec
+from forewarn.guard.spec import ALPHA_AUTO_REMOVED, Spec, parse_spec
 from forewarn.guard.storm import Method
-from forewarn.guard.traces import read_runs
 
 F = Fraction
 N4, A5 = NONE | 1 << 2, A | 1 << 2  # NONE and A having held for 2 steps or more (dwell 2: label 1)
@@ -161,32 +158,15 @@ def test_reach_label_reads_reach_properties_only() -> None:
     assert reach_label('P=? [G !"unsafe"]') is None
 
 
-# -- alpha: auto against relearning without each run -------------------------------------------
+# -- alpha: auto, removed --------------------------------------------------------------------
 
-def test_alpha_auto_scores_equal_relearning_without_each_run(write_runs: WriteRuns, toy_spec: Spec) -> None:
-    runs = [[NONE, A, NONE], [NONE, B, B], [NONE, A, B], [NONE, B, A, AB], [NONE, A, AB]]
-    path = write_runs([toy_run(f"r{i}", bits) for i, bits in enumerate(runs)])
-    predicates = PredicateSet(toy_spec)
-    collected: Counter[tuple[int, ...]] = Counter()
-    counts = count_transitions(read_runs(path), predicates, paths=collected)
-    alpha, scores = choose_alpha(counts, collected, predicates)
-    for a, score in zip(ALPHA_GRID, scores):
-        total = steps = 0.0
-        for k, held_out in enumerate(runs):  # every state still occurs without any one run
-            rest = TransitionCounts()
-            for j, bits in enumerate(runs):
-                if j != k:
-                    rest.add(bits, predicates)
-            chain = learn_dtmc(rest, predicates, alpha=a)
-            index = chain.index()
-            for (s, t), c in path_transitions(tuple(held_out), predicates).items():
-                total += c * math.log(chain.matrix[index[s], chain.end_index if t == END else index[t]])
-                steps += c
-        assert math.isclose(score, total / steps, rel_tol=1e-9), a
-    assert alpha == ALPHA_GRID[int(np.argmax(np.round(scores, 12)))] or scores.count(max(scores)) > 1
-    model = learn_model([path], toy_with("  alpha: auto\n  shrink: off\n"))
-    assert model.dtmc.alpha == alpha and model.provenance["levers"]["alpha"]["chosen"] == alpha
-    assert learn_model([path], toy_with("  alpha: auto\n  shrink: off\n")).dtmc.alpha == alpha
+def test_alpha_auto_is_a_one_line_error_saying_it_was_removed_and_why(tmp_path: Path, toy_traces: Path,
+                                                                     forewarn_here: CLI) -> None:
+    spec = tmp_path / "auto.yaml"
+    spec.write_text(TOY_SPEC.replace("learning:\n  alpha: 0.1\n", "learning:\n  alpha: auto\n"), encoding="utf-8")
+    result = forewarn_here("learn", toy_traces, "--spec", spec, "-o", tmp_path / "m.json")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: {spec}:9: learning.alpha: {ALPHA_AUTO_REMOVED}"]
 
 
 def test_structure_observed_smooths_over_observed_successors_only(write_runs: WriteRuns) -> None:
@@ -277,13 +257,13 @@ def test_a_model_with_memory_round_trips_through_its_file(write_runs: WriteRuns,
 # -- bad input ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("learning", "fragment"), [
-    ("  alpha: fast\n", "learning.alpha: expected a number in [0, 1e6] or 'auto', got 'fast'"),
+    ("  alpha: fast\n", "learning.alpha: expected a number in [0, 1e6], got 'fast'"),
     ("  shrink: -1\n", "learning.shrink: expected a number in [0, 1e6] or 'auto' or 'off', got -1"),
     ("  structure: dense\n", "learning.structure"),
     ("  memory: {dwell: 1}\n", "learning.memory.dwell"),
     ("  memory: {backoff: 0}\n", "learning.memory.backoff: expected a number in (0, 1e6] or 'auto', got 0"),
     ("  memory: {lag: 2}\n", "learning.memory.lag"),
-    ("  alpha: .inf\n", "learning.alpha: expected a number in [0, 1e6] or 'auto', got inf"),
+    ("  alpha: .inf\n", "learning.alpha: expected a number in [0, 1e6], got inf"),
     ("  shrink: 1e2x\n", "learning.shrink: expected a number in [0, 1e6] or 'auto' or 'off', got '1e2x'"),
 ])
 def test_bad_learning_keys_are_one_line_exit_2(learning: str, fragment: str, tmp_path: Path, toy_traces: Path,

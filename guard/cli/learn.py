@@ -37,8 +37,8 @@ __all__ = ["learn", "register", "Engine", "OnError"]
 
 def learn(
     traces: Annotated[list[str], typer.Argument(
-        help="JSONL trace files (one run a line); with --engine spark also directories, Parquet and any "
-             "Hadoop URI (s3a://, hdfs://).")],
+        help="Trace files: JSONL (one run a line), folders of part files, globs, Parquet (the parquet extra; "
+             "Spark reads it alone); with --engine spark also any Hadoop URI (s3a://, hdfs://).")],
     spec: Annotated[Path, typer.Option("--spec", "-s", help="YAML spec.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Model file to write.")],
     alpha: Annotated[float | None, typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
@@ -87,7 +87,7 @@ def learn(
     if group_by is not None:
         group_path(group_by)  # a bad path fails before any run is read
     if engine is Engine.local:
-        _contract_only([Path(t) for t in traces])
+        _contract_only(traces)
     parsed = load_spec(spec)
     read = IngestSummary()
     options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period,
@@ -174,11 +174,12 @@ def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Form
         out.print(line, highlight=False)
 
 
-def _contract_only(traces: list[Path]) -> None:
+def _contract_only(traces: list[str]) -> None:
     """``learn`` reads the contract's JSONL: other logs get a pointer to ``forewarn ingest``."""
     from ..ingest import InputFormat, detect_format
+    from ..trace_files import list_trace_files
 
-    for path in traces:
+    for path in [f.path for f in list_trace_files(traces) if f.kind == "jsonl"]:
         try:
             kind = detect_format(path)
         except ForewarnError:

@@ -29,6 +29,7 @@ from typing import Any
 
 from ...errors import ForewarnError, TraceError
 from ..read_summary import IngestSummary, OnError
+from ..trace_files import list_trace_files, read_trace_file
 from ..traces import Run, read_runs, resample
 from ._documents import Record, kind_of, records
 from .actions import ActionWorld, OnMismatch, default_world, parse_actions, read_actions, use_world
@@ -119,7 +120,8 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat = InputFor
                period: float | None = None, time_column: str = "t", action_column: str = "action",
                on_mismatch: OnMismatch = "error", on_error: OnError = "stop", summary: IngestSummary | None = None,
                extractor: Extractor | str | None = None, world: ActionWorld | None = None) -> Iterator[Run]:
-    """Runs from files of any supported format, streamed, resampled to ``period`` seconds if given.
+    """Runs from files of any supported format, streamed, resampled to ``period`` seconds if given. A
+    path may also be a folder of part files, a glob, or Parquet (:mod:`guard.trace_files`).
 
     Args:
         on_error: ``stop`` raises the first bad record's error; ``skip`` counts it in
@@ -139,22 +141,32 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat = InputFor
     tally = summary if summary is not None else IngestSummary()
     handle = tally.handler(on_error)
     resolved: Extractor | None = extractor if callable(extractor) else None
-    for path in paths:
-        kind = input_format
-        if kind is InputFormat.auto:
-            kind, any_record = _detect(path)
-            if not any_record:
-                tally.empty.append(str(path))
-                tally.formats[str(path)] = "empty"
-                continue
-        tally.formats[str(path)] = kind.value
-        household = extractor == "household"
-        if kind in (InputFormat.langchain, InputFormat.otel, InputFormat.langgraph) and resolved is None \
-                and not household:
-            resolved = resolve_extractor(extractor if isinstance(extractor, str) else None)
+    for file in list_trace_files(paths):  # a folder of part files, a glob: the files in them
+        path = file.path
+        runs: Iterator[Run]
+        if file.kind == "parquet":  # the contract's runs, one a row (guard.trace_files)
+            if input_format not in (InputFormat.auto, InputFormat.jsonl):
+                raise ForewarnError(f"{file.name}: Parquet holds runs in the contract's shape, not "
+                                    f"--input-format {input_format.value}")
+            tally.formats[str(path)] = "parquet"
+            runs = read_trace_file(file, on_bad=handle)
+        else:
+            kind = input_format
+            if kind is InputFormat.auto:
+                kind, any_record = _detect(path)
+                if not any_record:
+                    tally.empty.append(str(path))
+                    tally.formats[str(path)] = "empty"
+                    continue
+            tally.formats[str(path)] = kind.value
+            household = extractor == "household"
+            if kind in (InputFormat.langchain, InputFormat.otel, InputFormat.langgraph) and resolved is None \
+                    and not household:
+                resolved = resolve_extractor(extractor if isinstance(extractor, str) else None)
+            runs = _runs(path, kind, handle, tally, time_column=time_column, action_column=action_column,
+                         on_mismatch=on_mismatch, extractor=resolved, household=household, world=world)
         count, skipped = tally.runs, tally.skipped_count
-        for run in _runs(path, kind, handle, tally, time_column=time_column, action_column=action_column,
-                         on_mismatch=on_mismatch, extractor=resolved, household=household, world=world):
+        for run in runs:
             if period is not None:
                 try:
                     run = resample(run, period)

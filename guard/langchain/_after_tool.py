@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._extras import extra_error
 
@@ -25,21 +25,19 @@ from ..runtime import Decision
 from ..spec import Action
 from ..toolcalls.transcript import CallStatus, ToolStep
 from . import _explain as explain
+from ._judge import Judge
 from ._lookahead import same_state
 from ._messages import forewarn_data, mark, message_text
 from ._remote import MirroredSession
 from .review import Review
 from .runs import GuardedRun, Intervention
 
-if TYPE_CHECKING:
-    from .middleware import ForewarnMiddleware
-
 __all__ = ["ToolResult", "after_tool", "stopped_after_tool"]
 
 ToolResult = ToolMessage | Command[Any]
 
 
-def after_tool(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+def after_tool(mw: Judge, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
                review: Review | None, approved_decision: Decision | None = None) -> ToolResult:
     """Commit the state the call led to; the tool's result, with what the model must know added."""
     call = request.tool_call
@@ -49,13 +47,13 @@ def after_tool(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest
     approved = review is not None
     step = ToolStep(call["name"], call["args"], CallStatus.ERROR if error else CallStatus.SUCCESS, text,
                     id=call.get("id"), approved=approved)
-    with mw._lock:
+    with mw.lock:
         run._verdicts.pop(call.get("id") or "", None)
         if isinstance(run.session, MirroredSession):  # the step a sidecar proposal led to, linked to it
             run.session.proposal = run._proposals.pop(call.get("id") or "", None)
         transcript = run._transcripts.transcript(request.state["messages"]).then(step)
         before = run.session.history[-1] if run.session.history else None
-        decision = mw._decide(run.session, transcript, step, commit=True)
+        decision = mw.decide(run.session, transcript, step, commit=True)
     news = decision.action is not Action.ALLOW and not (
         not mw.judge_unchanged and decision.action is not Action.STOP and before is not None
         and before.action is not None and same_state(before.decision, decision)) and not (
@@ -73,10 +71,10 @@ def after_tool(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest
         notes.append(f"Note: a human reviewer replaced your call before it ran; it ran as "
                      f"{explain.describe_call(call['name'], call['args'])}. Do not re-issue your original call.")
     if news:  # a risky state the look-ahead could not see (or did, and a human let it through)
-        words = explain.after_call(mw._session_guard, decision)
+        words = explain.after_call(mw.guard, decision)
         marks.update(action=decision.action.value, explanation=words, decision=decision.to_dict())
         notes.append(words)
-        with mw._lock:
+        with mw.lock:
             run._record(Intervention(call.get("id"), call["name"], call["args"], decision, decision.action,
                                      "alerted"))
     if message is None or len(marks) == 1:

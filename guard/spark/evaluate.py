@@ -87,7 +87,7 @@ def evaluate_spark(source: DataFrame | Sequence[str], spec: Spec, thetas: Sequen
                           period=period, split_bytes=split_bytes)
     _raise_first(records)
     grouped = _merge(records)
-    wanted = counting_plan(spec, predicates, alpha)[1] is not None
+    wanted = counting_plan(spec, predicates)[1] is not None
     models = []
     for f in range(len(assignment)):
         if on_progress is not None and f:

@@ -1,9 +1,11 @@
-"""The trace files behind the paths a user gives Spark: files or directories on any Hadoop file system.
+"""The trace files behind the paths a user gives Spark: files, directories or globs on any Hadoop file system.
 
 Listing goes through Hadoop's ``FileSystem`` (in the driver's JVM), so ``s3a://``,
-``hdfs://`` and local paths are read alike. Inside a directory, files whose names begin
-with ``_`` or ``.`` (``_SUCCESS``, checksums) are skipped, as Spark skips them; files
-ending in ``.parquet`` are Parquet, every other file is JSONL.
+``hdfs://`` and local paths are read alike, by the rule the local engine follows
+(:mod:`guard.trace_files`): inside a directory, files whose names begin with ``_`` or ``.``
+(``_SUCCESS``, checksums) are skipped, as Spark skips them; a path that does not exist but
+has glob characters is a pattern; files ending in ``.parquet`` are Parquet, every other
+file is JSONL.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from ...errors import TraceError
+from ..trace_files import is_skipped, kind_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,7 +45,15 @@ def list_inputs(spark: SparkSession, paths: list[str]) -> list[SparkInput]:
         path = jvm.org.apache.hadoop.fs.Path(given)
         try:
             fs = path.getFileSystem(conf)
+            if not fs.exists(path) and any(c in given for c in "*?["):
+                matches = sorted(str(s.getPath().toString()) for s in (fs.globStatus(path) or []))
+                if not matches:
+                    raise TraceError("cannot read traces: no file matches the pattern", source=given)
+                out += list_inputs(spark, matches)
+                continue
             status = fs.getFileStatus(path)
+        except TraceError:
+            raise
         except Exception as exc:  # py4j wraps FileNotFoundException, UnsupportedFileSystemException, …
             raise TraceError(f"cannot read traces: {_java_reason(exc)}", source=given) from exc
         if not status.isDirectory():
@@ -55,7 +66,7 @@ def list_inputs(spark: SparkSession, paths: list[str]) -> list[SparkInput]:
             entry = listing.next()
             uri = entry.getPath().toString()
             relative = uri[len(root):].lstrip("/")
-            if any(part.startswith(("_", ".")) for part in relative.split("/")):
+            if is_skipped(relative):
                 continue
             found.append((uri, relative, entry.getLen()))
         if not found:
@@ -66,7 +77,7 @@ def list_inputs(spark: SparkSession, paths: list[str]) -> list[SparkInput]:
 
 
 def _input(name: str, uri: str, size: int) -> SparkInput:
-    return SparkInput(name=name, uri=uri, kind="parquet" if uri.endswith(".parquet") else "jsonl", size=int(size))
+    return SparkInput(name=name, uri=uri, kind=kind_of(uri), size=int(size))
 
 
 def _java_reason(exc: Any) -> str:

@@ -8,7 +8,7 @@ keyed records, summed by ``reduceByKey``; only the sums reach the driver, which 
 is the one the single-process learner writes: the same counts, the same floating-point
 operations; only the provenance differs. With ``learning.memory`` the partitions count
 chain states (runs encoded by the memory automaton); when a learning lever needs the
-runs themselves (``shrink``, ``alpha: auto``, ``backoff: auto``), the distinct runs
+runs themselves (``shrink``, ``backoff: auto``), the distinct runs
 travel too, summed by ``reduceByKey`` like the counts: they grow with the number of
 distinct runs, not of steps.
 
@@ -126,7 +126,7 @@ def learn_model_spark(source: DataFrame | Sequence[str], spec: Spec, *, spark: S
         summary.runs += counts.runs
     if counts.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
-    wanted = counting_plan(spec, predicates, options.get("alpha"))[1] is not None
+    wanted = counting_plan(spec, predicates)[1] is not None
     model = model_from_counts(counts, spec, predicates, monitors, learn_seconds=time.perf_counter() - started,
                               inputs=inputs, paths=grouped.paths if wanted else None, **options)
     _stamp(model, session, period)
@@ -157,7 +157,7 @@ def learn_bundle_spark(source: DataFrame | Sequence[str], spec: Spec, *, group_b
                                     split_bytes=split_bytes)
     if summary is not None:
         summary.runs += grouped.pooled.runs
-    wanted = counting_plan(spec, predicates, options.get("alpha"))[1] is not None
+    wanted = counting_plan(spec, predicates)[1] is not None
     bundle = bundle_from_counts(grouped.pooled, grouped.groups, grouped.without, grouped.keys_seen, spec,
                                 predicates, monitors, group_by=group_by, min_group_runs=min_group_runs,
                                 inputs=inputs, learn_seconds=time.perf_counter() - started,

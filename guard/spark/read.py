@@ -20,9 +20,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
-import orjson
-
 from ...errors import TraceError
+from ..trace_files import BadColumn, row_document
 from ..traces import Run, parse_document, parse_run, resample
 from .inputs import list_inputs
 
@@ -35,7 +34,6 @@ ERROR = -1  # the key tag of an error record: (ERROR, place); keys are int-tagge
 
 Place = tuple[int, int]  # (file in the order given — or DataFrame partition —, line or row from 1)
 Process = Callable[[Iterator[tuple[Place, "Run | TraceError"]]], Iterable[tuple[Any, Any]]]
-_META = ("_file", "_line")  # columns the readers add beside a run's own
 
 
 @dataclass(frozen=True)
@@ -178,18 +176,12 @@ def _dataframe_partition(index: int, rows: Iterator[Any], *, reading: _Reading,
     return reading.process(_runs(payloads, reading))
 
 
-@dataclass(frozen=True)
-class _BadColumn:
-    column: str
-    message: str
-
-
 def _runs(payloads: Iterable[tuple[Place, Any]], reading: _Reading) -> Iterator[tuple[Place, Run | TraceError]]:
     """Each payload as a validated (and resampled) run, or the error the local reader would raise."""
     for place, payload in payloads:
         source, line = reading.name(place[0]), place[1]
         try:
-            if isinstance(payload, _BadColumn):
+            if isinstance(payload, BadColumn):
                 raise TraceError(payload.message, source=source, line=line, field=payload.column)
             if isinstance(payload, dict):
                 run = parse_document(payload, source=source, line=line)
@@ -201,21 +193,8 @@ def _runs(payloads: Iterable[tuple[Place, Any]], reading: _Reading) -> Iterator[
 
 
 def _document(row: Any, skip: int, columns: tuple[str, ...]) -> Any:
-    """A row as the run's JSON text or decoded document (JSON string columns are decoded)."""
-    values = dict(zip(columns, (_plain(v) for v in list(row)[skip:])))
-    if "value" in values and "steps" not in values:
-        return values["value"]
-    document = {}
-    for name, value in values.items():
-        if name in _META or (value is None and name != "steps"):
-            continue
-        if isinstance(value, (str, bytes)) and name in ("steps", "meta"):
-            try:
-                value = orjson.loads(value)
-            except orjson.JSONDecodeError as exc:
-                return _BadColumn(name, f"not valid JSON ({exc})")
-        document[name] = value
-    return document
+    """A row as the run's JSON text or decoded document, as the local engine reads a Parquet row."""
+    return row_document(dict(zip(columns, (_plain(v) for v in list(row)[skip:]))))
 
 
 def _plain(value: Any) -> Any:

@@ -26,6 +26,7 @@ from ..idempotency import Entry
 from ..proposals import STATUS_OF, proposal_out, state_words
 from ..state import ServerState
 from ..storage import Storage
+from ..storage.rows import ProposalRow
 
 __all__ = ["router"]
 
@@ -72,12 +73,11 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
             document["_edit_of"] = _edited_one(state, body.edit_of, session_id, principal)
         status = STATUS_OF[decision.action] if body.ask is None else "pending" if body.ask else "allowed"
         now = time.time()
-        row = ("p_" + secrets.token_urlsafe(15), session_id, now, principal.name, body.tool,
+        row = ProposalRow("p_" + secrets.token_urlsafe(15), session_id, now, principal.name, body.tool,
                orjson.dumps(body.arguments).decode(),
                None if body.tools is None else orjson.dumps(body.tools).decode(),
                orjson.dumps(document).decode(), status)
-        keys = ("id", "session_id", "created_at", "created_by", "tool", "arguments", "tools", "decision", "status")
-        shown = {**dict(zip(keys, row)), "resolved_at": None, "resolved_by": None, "reason": None,
+        shown = {**row._asdict(), "resolved_at": None, "resolved_by": None, "reason": None,
                  "edited": None, "step": None}
         answer = orjson.dumps(proposal_out(shown, state.storage.session_risk(session_id)))
         await write(state, Storage.remember(None if entry is None else entry(201, answer),

@@ -24,6 +24,7 @@ from ..deps import Agent, Anyone, AppState, SessionId, live_session
 from ..models_registry import UnknownModel
 from ..sessions import LiveSession, effective_policy, make_session
 from ..storage import Storage
+from ..storage.rows import SessionRow
 
 __all__ = ["router"]
 
@@ -53,9 +54,8 @@ async def create_session(body: S.SessionCreate, state: AppState, principal: Agen
         raise bad_request(f"policy: {exc}", "body.policy") from exc
     session_id = "s_" + secrets.token_urlsafe(15)
     now = time.time()
-    row = (session_id, name, loaded.version, orjson.dumps(overrides).decode() if overrides else None,
-           metadata, now, principal.name,
-           principal.tenant)
+    row = SessionRow(session_id, name, loaded.version, orjson.dumps(overrides).decode() if overrides else None,
+                     metadata, now, principal.name, principal.tenant)
     await write(state, Storage.insert_session(row))
     state.sessions.add(LiveSession(session_id, name, loaded, overrides, session, closed=False, next_step=0,
                                    tenant=principal.tenant))

@@ -13,7 +13,6 @@ handlers, for the requests the fast path passes on (a query string, another medi
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -42,6 +41,7 @@ from ..proposals import RUNNABLE
 from ..sessions import LiveSession
 from ..state import ServerState
 from ..storage import Storage
+from ..storage.rows import ApprovalRow, PrevStep, StepRow
 
 __all__ = ["observe_core", "preview_core", "router"]
 
@@ -110,10 +110,10 @@ async def observe_core(state: ServerState, session_id: str, authorization: str |
             raise
         await write_steps(state, [live], [row], [approval] if approval else [],
                           None if entry is None else entry(200, payload), [prev] if prev else None,
-                          None if body.proposal is None else Storage.execute_proposal(body.proposal, row[1]))
+                          None if body.proposal is None else Storage.execute_proposal(body.proposal, row.step))
         if approval:
             state.hub.created()
-        state.metrics.decision(row[11], "observe")
+        state.metrics.decision(row.action, "observe")
         return 200, payload
 
     _, payload = await state.idempotency.run(principal.name, idempotency_key, request_hash(
@@ -182,10 +182,10 @@ async def _batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
         evaluate(live, item, f"body.steps[{i}]")
         lives.append(live)
     payloads: list[bytes] = []
-    rows: list[tuple[Any, ...]] = []
-    approvals: list[tuple[Any, ...]] = []
+    rows: list[StepRow] = []
+    approvals: list[ApprovalRow] = []
     committed: list[LiveSession] = []
-    chains: list[tuple[str, int, int, str | None]] = []
+    chains: list[PrevStep] = []
     chained: set[str] = set()
     for live, item in zip(lives, body.steps):
         if item.op == "preview":
@@ -195,7 +195,7 @@ async def _batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
             state.metrics.decision(decision.action.value, "preview")
             continue
         payload, row, approval, prev = chain_step(state, live, item, principal)
-        if prev is not None and prev[0] not in chained:  # within a batch, the previous row is in it
+        if prev is not None and prev.session_id not in chained:  # within a batch, the previous row is in it
             chains.append(prev)
         chained.add(live.id)
         payloads.append(payload)
@@ -209,5 +209,5 @@ async def _batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
                           chains)
         state.hub.created(len(approvals))
         for row in rows:
-            state.metrics.decision(row[11], "observe")
+            state.metrics.decision(row.action, "observe")
     return 200, answer

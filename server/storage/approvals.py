@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .backend import Backend, Job, _SqliteConn
+from .rows import ProposalRow
 from .schema import CHANNEL_APPROVALS
 from .sessions import _TENANT
 
@@ -69,8 +70,7 @@ class ApprovalRecords(Backend):
     # -- proposals (issue 13): jobs and queries both backends share -----------------------
 
     @staticmethod
-    def insert_proposal(row: tuple[Any, ...]) -> Job:
-        """``row``: (id, session_id, created_at, created_by, tool, arguments, tools, decision, status)."""
+    def insert_proposal(row: ProposalRow) -> Job:
         def job(conn: Any) -> None:
             conn.execute("INSERT INTO proposals (id, session_id, created_at, created_by, tool, arguments, tools,"
                          " decision, status) VALUES (?,?,?,?,?,?,?,?,?)", row)

@@ -14,6 +14,7 @@ from typing import Any
 
 from .approvals import ApprovalRecords
 from .backend import Job, _SqliteConn
+from .rows import IdempotencyRow
 from .schema import CHANNEL_MODELS
 from .sessions import SessionRecords
 
@@ -27,9 +28,9 @@ class StorageBase(SessionRecords, ApprovalRecords):
     # -- idempotency records (``Idempotency-Key``) ------------------------------------------
 
     @staticmethod
-    def remember(entry: tuple[Any, ...] | None, job: Job) -> Job:
-        """``job``, and in the same transaction the answer of an idempotent request
-        ``(principal, key, request_hash, status, response, at)``; with ``entry`` None, just ``job``."""
+    def remember(entry: IdempotencyRow | None, job: Job) -> Job:
+        """``job``, and in the same transaction the answer of an idempotent request; with ``entry``
+        None, just ``job``."""
         if entry is None:
             return job
 

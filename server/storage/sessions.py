@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .backend import Backend, Job, _SqliteConn
+from .rows import ApprovalRow, PrevStep, SessionRow, StepRow
 from .schema import CHANNEL_APPROVALS, CHANNEL_SESSIONS, Conflict
 
 __all__ = ["SessionRecords"]
@@ -22,15 +23,14 @@ class SessionRecords(Backend):
     """Sessions and steps: jobs (run by the writer) and queries (event loop thread)."""
 
     @staticmethod
-    def insert_steps(rows: Sequence[tuple[Any, ...]], approvals: Sequence[tuple[Any, ...]],
-                     prev: Sequence[tuple[str, int, int, str | None]] = ()) -> Job:
-        """Insert step rows (and their approvals). ``prev``: for each step after the first, (session,
-        step - 1, abstract, monitors) as the replica that computed it saw them. On a shared database
+    def insert_steps(rows: Sequence[StepRow], approvals: Sequence[ApprovalRow], prev: Sequence[PrevStep] = ()) -> Job:
+        """Insert step rows (and their approvals). ``prev``: for each step after the first, the row it
+        extends as the replica that computed it saw it. On a shared database
         the step is committed only if that is still the session's last row and the session is open;
         otherwise :class:`Conflict` (the unique (session, step) key catches two replicas at once)."""
         def job(conn: Any) -> None:
             if conn.shared:
-                _check_chain(conn, {row[0]: row[4] for row in rows}, prev)
+                _check_chain(conn, {row.session_id: row.model_version for row in rows}, prev)
             conn.executemany(
                 "INSERT INTO decisions (session_id, step, at, principal, model_version, input_hash, abstract,"
                 " monitors, action_in, t, state, action, p_unsafe, decision, approval_id)"
@@ -41,7 +41,7 @@ class SessionRecords(Backend):
         return job
 
     @staticmethod
-    def insert_session(row: tuple[Any, ...]) -> Job:
+    def insert_session(row: SessionRow) -> Job:
         def job(conn: _SqliteConn) -> None:
             conn.execute("INSERT INTO sessions (id, model_name, model_version, policy, metadata, created_at,"
                          " created_by, tenant) VALUES (?,?,?,?,?,?,?,?)", row)
@@ -126,7 +126,7 @@ class SessionRecords(Backend):
         return self._count("SELECT count(*) FROM sessions WHERE closed_at IS NULL", ())
 
 
-def _check_chain(conn: Any, versions: dict[str, str], prev: Sequence[tuple[str, int, int, str | None]]) -> None:
+def _check_chain(conn: Any, versions: dict[str, str], prev: Sequence[PrevStep]) -> None:
     """Raise :class:`Conflict` unless every session is open and each step extends the row its replica
     saw last. ``FOR SHARE`` waits for a close in flight (and makes a close wait for this step)."""
     sessions = sorted(versions)
