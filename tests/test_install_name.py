@@ -2,6 +2,7 @@
 (`import guard`, `import server`, …) are gone."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from importlib import metadata
@@ -12,7 +13,9 @@ import forewarn.guard
 
 
 def run(code: str, cwd: Path) -> str:
-    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
+    # as an installed package is used: no checkout on the path (a PYTHONPATH of it would put guard/ there)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
