@@ -9,7 +9,8 @@ smoothing): state ``(b, l)`` moves to ``(b', l')`` with probability
 
 where ``n`` counts that transition, ``N`` the row's observations, ``π`` is the
 memoryless chain's ``P(b → b')`` shared equally among the labels ``l'`` the memory
-automaton allows after ``(b, l)`` that occur in the data, and ``Z`` sums the row's ``π``
+automaton allows after ``(b, l)`` that occur in the data (with ``actions``, one per next
+action class observed there), and ``Z`` sums the row's ``π``
 (mass towards a history never observed is dropped). A rarely seen history thus behaves
 like its abstract state, a much seen one follows its own counts. ``β`` is a number, or
 ``auto``: the value of a fixed grid with the highest leave-one-run-out log-likelihood
@@ -66,6 +67,10 @@ def learn_memory_dtmc(counts: TransitionCounts, paths: Mapping[tuple[int, ...], 
     end = len(states) - 1
     index = {s: i for i, s in enumerate(states[:-1])}
     unsafe = np.array([predicates.is_unsafe(s) for s in states[:-1]] + [False], dtype=bool)
+    # observed states by what their predecessor determines (all but the newest action)
+    arrivals: dict[tuple[int, tuple[int, int]], list[int]] = {}
+    for i, s in enumerate(states[:-1]):
+        arrivals.setdefault((s & mask, memory.arrival_key(s >> width)), []).append(i)
     # the prior's shape π per row (β multiplies it later), and the observed counts
     prior: list[dict[int, float]] = [{} for _ in states]
     for i, s in enumerate(states[:-1]):
@@ -79,8 +84,7 @@ def learn_memory_dtmc(counts: TransitionCounts, paths: Mapping[tuple[int, ...], 
                 targets = [end]
             else:
                 b2 = low.states[j]
-                targets = [index[t] for t in (b2 | l2 << width for l2 in memory.successor_labels(label, b, b2))
-                           if t in index]
+                targets = [t for key in memory.successor_keys(label, b, b2) for t in arrivals.get((b2, key), ())]
             for t in targets:
                 prior[i][t] = prior[i].get(t, 0.0) + p / len(targets)
     seen: list[dict[int, float]] = [{} for _ in states]
@@ -125,7 +129,8 @@ def learn_memory_dtmc(counts: TransitionCounts, paths: Mapping[tuple[int, ...], 
                         counts=sp.csr_matrix((np.asarray(ns), indices, indptr), shape=shape),
                         matrix=sp.csr_matrix((np.asarray(probs), indices, indptr.copy()), shape=shape),
                         alpha=low.alpha, invalid_observed=low.invalid_observed,
-                        pseudo=sp.csr_matrix((np.asarray(xs), indices, indptr.copy()), shape=shape))
+                        pseudo=sp.csr_matrix((np.asarray(xs), indices, indptr.copy()), shape=shape),
+                        actions=memory.vocabulary or ())
     return chain, info
 
 
