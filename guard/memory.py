@@ -211,6 +211,10 @@ class Memory:
         rest = history % self._keep if self.actions else 0
         return [(o, rest) for o in olds]
 
+    def newest_action(self, label: int) -> int:
+        """The vocabulary index of the newest action a label remembers (0 without actions)."""
+        return (label // self.n_old) % self.base if self.actions else 0
+
     def arrival_key(self, label: int) -> tuple[int, int]:
         """A label without its newest action: what the state it was reached from determines."""
         history, old = divmod(label, self.n_old)

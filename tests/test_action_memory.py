@@ -117,14 +117,15 @@ def test_backoff_rows_and_risks_are_exact(traces: Path) -> None:
     assert dtmc.states == [C_NONE, H_FIND, C_LOOK, C_PICK, END]
     rows = {dtmc.states[i]: {dtmc.states[j]: Fraction(p).limit_denominator(10_000)
                              for j, p in zip(*_row(dtmc, i))} for i in range(dtmc.size)}
-    # memoryless chain (α = 0): cold → cold 9/17, → hot 3/17, → end 5/17. Its cold mass is shared by the
-    # three observed cold histories (3/17 each); β = 1, so a row is (n + π) / (N + 1).
-    assert rows[C_PICK] == {C_NONE: Fraction(3, 85), H_FIND: Fraction(54, 85), C_LOOK: Fraction(4, 17),
-                            C_PICK: Fraction(3, 85), END: Fraction(1, 17)}
-    assert rows[C_NONE] == {C_NONE: Fraction(3, 153), H_FIND: Fraction(3, 153), C_LOOK: Fraction(71, 153),
-                            C_PICK: Fraction(71, 153), END: Fraction(5, 153)}
-    assert rows[C_LOOK] == {C_NONE: Fraction(1, 34), H_FIND: Fraction(1, 34), C_LOOK: Fraction(1, 34),
-                            C_PICK: Fraction(1, 34), END: Fraction(30, 34)}
+    # memoryless chain (α = 0): cold → cold 9/17, → hot 3/17, → end 5/17. Its cold → cold mass goes to the
+    # cold histories by how often cold → cold came with their newest action: "pick Phone" 4 of 9, "look" 5
+    # of 9, "" never (4/17, 5/17, 0); cold → hot to "find Bowl" (3/17). β = 1: a row is (n + π) / (N + 1).
+    assert rows[C_PICK] == {H_FIND: Fraction(54, 85), C_LOOK: Fraction(22, 85), C_PICK: Fraction(4, 85),
+                            END: Fraction(5, 85)}
+    assert rows[C_NONE] == {H_FIND: Fraction(3, 153), C_LOOK: Fraction(73, 153), C_PICK: Fraction(72, 153),
+                            END: Fraction(5, 153)}
+    assert rows[C_LOOK] == {H_FIND: Fraction(3, 102), C_LOOK: Fraction(5, 102), C_PICK: Fraction(4, 102),
+                            END: Fraction(90, 102)}
     risk = reach_probabilities(rows, {H_FIND})
     for i, state in enumerate(dtmc.states):
         assert math.isclose(model.outcome.values[i], float(risk[state]), abs_tol=1e-6)
