@@ -81,22 +81,31 @@ def learn_memory_dtmc(counts: TransitionCounts, paths: Mapping[tuple[int, ...], 
     pair_total: Counter[tuple[int, int]] = Counter()
     for (b, b2, _), n in by_action.items():
         pair_total[b, b2] += n
-    # the prior's shape π per row (β multiplies it later), and the observed counts
+    # the prior's shape π per row (β multiplies it later), and the observed counts; a row's shares
+    # depend on its state only through (b, its successor keys): computed once per such pair
     prior: list[dict[int, float]] = [{} for _ in states]
+    cache: dict[tuple[int, int, tuple[tuple[int, int], ...]], list[tuple[int, float]]] = {}
+    newest = [memory.newest_action(s >> width) for s in states[:-1]]
     for i, s in enumerate(states[:-1]):
         if unsafe[i]:
             continue
         b, label = s & mask, s >> width
+        stay, move = tuple(memory.successor_keys(label, b, True)), tuple(memory.successor_keys(label, b, False))
         row = low_index[b]
         start, stop = low.matrix.indptr[row], low.matrix.indptr[row + 1]
+        out = prior[i]
         for j, p in zip(low.matrix.indices[start:stop].tolist(), low.matrix.data[start:stop].tolist()):
             if j == low_end:
-                targets = [end]
-            else:
-                b2 = low.states[j]
-                targets = [t for key in memory.successor_keys(label, b, b2) for t in arrivals.get((b2, key), ())]
-            for t, share in _shares(targets, states, width, memory, by_action, pair_total, b, b2 if j != low_end else END):
-                prior[i][t] = prior[i].get(t, 0.0) + p * share
+                out[end] = out.get(end, 0.0) + p
+                continue
+            b2 = low.states[j]
+            keys = stay if b2 == b else move
+            shares = cache.get((b, b2, keys))
+            if shares is None:
+                targets = [t for key in keys for t in arrivals.get((b2, key), ())]
+                shares = cache[b, b2, keys] = _shares(targets, newest, by_action, pair_total, b, b2)
+            for t, share in shares:
+                out[t] = out.get(t, 0.0) + p * share
     seen: list[dict[int, float]] = [{} for _ in states]
     for (a, b), n in counts.counts.items():
         i = index[a]
@@ -144,16 +153,14 @@ def learn_memory_dtmc(counts: TransitionCounts, paths: Mapping[tuple[int, ...], 
     return chain, info
 
 
-def _shares(targets: list[int], states: list[int], width: int, memory: Memory, by_action: Counter[tuple[int, int, int]],
+def _shares(targets: list[int], newest: list[int], by_action: Counter[tuple[int, int, int]],
             pair_total: Counter[tuple[int, int]], b: int, b2: int) -> list[tuple[int, float]]:
     """How the memoryless P(b → b2) is shared among ``targets``: by how often b → b2 came with each
     target's newest action (equally among the targets of one action), or equally among the
     actions where b → b2 was never observed (it has mass from smoothing alone)."""
-    if b2 == END or not targets:
-        return [(t, 1.0 / len(targets)) for t in targets]
     groups: dict[int, list[int]] = {}
     for t in targets:
-        groups.setdefault(memory.newest_action(states[t] >> width), []).append(t)
+        groups.setdefault(newest[t], []).append(t)
     total = pair_total[b, b2]
     out = []
     for action, members in groups.items():

@@ -199,12 +199,12 @@ class Memory:
 
     # -- the back-off's view of labels ---------------------------------------------------
 
-    def successor_keys(self, label: int, src: int, dst: int) -> list[tuple[int, int]]:
-        """Where a chain state with ``label`` over ``src`` can go when the predicates become ``dst``:
-        keys that a target label's :meth:`arrival_key` must equal (any next action is possible)."""
+    def successor_keys(self, label: int, src: int, stay: bool) -> list[tuple[int, int]]:
+        """Where a chain state with ``label`` over predicates ``src`` can go when they stay (``stay``) or
+        change: keys that a target label's :meth:`arrival_key` must equal (any next action is possible)."""
         history, old = divmod(label, self.n_old)
         bucket = old % self.buckets
-        if dst == src:
+        if stay:
             olds = [old] + ([old + 1] if bucket + 1 < self.buckets else [])
         else:
             olds = [self.buckets * (src + 1) if self.previous else 0]
