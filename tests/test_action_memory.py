@@ -203,6 +203,12 @@ def test_evaluate_with_action_memory_beats_the_memoryless_chain() -> None:
     ahead, late = with_memory.pooled.thetas[0], plain.pooled.thetas[0]
     assert ahead.detected == late.detected == 9  # the plain chain only by looking at the violating step itself
     assert ahead.mean_advance_steps == 1.0 and late.mean_advance_steps == 0.0
+    # tune reads the same held-out replays: a stop threshold detecting every violation
+    from forewarn.guard.evaluation.tune import parse_target, tune
+
+    (choice,) = [c for c in tune(with_memory, parse_spec(spec), [parse_target("stop:detection=0.9")])
+                 if c.target is not None]
+    assert choice.report is not None and choice.report.detected == 9
 
 
 def test_a_model_file_with_actions_but_a_spec_without_is_refused(traces: Path) -> None:
