@@ -131,6 +131,10 @@ def test_backoff_rows_and_risks_are_exact(traces: Path) -> None:
         assert math.isclose(model.outcome.values[i], float(risk[state]), abs_tol=1e-6)
     # the action tells the hazard apart: after "pick Phone" far riskier than after "look"
     assert risk[C_PICK] > 5 * risk[C_LOOK]
+    from forewarn.guard.states import state_rows
+
+    # `forewarn states` decides each chain state as a run reaching it would (its history included)
+    assert [row.p_unsafe for row in state_rows(model)] == model.outcome.values[:-1].tolist()
     document = orjson.loads(model.save(traces.parent / "m.json").read_bytes())
     assert document["memory_actions"] == ["", "find Bowl", "look", "pick Phone"]
     assert GuardModel.load(traces.parent / "m.json").dtmc.actions == dtmc.actions
