@@ -122,7 +122,7 @@ class Guard:
             model.spec, python_predicates)
         self.monitors = build_monitors(model.spec)
         # learning.memory (guard/memory.py) rides along as one more automaton state after the monitors'
-        self.memory = build_memory(model.spec.learning.memory, self.predicates.width)
+        self.memory = build_memory(model.spec.learning.memory, self.predicates.width, model.dtmc.actions)
         self.property = model.outcome.formula
         self._index = model.dtmc.product_index()
         self._fallback: dict[tuple[int, MonitorStates], int] = {}
@@ -208,21 +208,22 @@ class Guard:
 
     # -- monitors -------------------------------------------------------------------
 
-    def first_monitor_states(self, bits: int) -> MonitorStates:
-        """Each monitor's state after a run's first abstract state (then the memory's, with learning.memory)."""
+    def first_monitor_states(self, bits: int, action: Any = None) -> MonitorStates:
+        """Each monitor's state after a run's first abstract state (then the memory's, with learning.memory,
+        which may remember the step's ``action``)."""
         q = tuple(m.step(m.initial, bits) for m in self.monitors)
-        return q if self.memory is None else q + (self.memory.step(self.memory.initial, bits),)
+        return q if self.memory is None else q + (self.memory.step(self.memory.initial, bits, action),)
 
-    def next_monitor_states(self, q: MonitorStates, bits: int) -> MonitorStates:
+    def next_monitor_states(self, q: MonitorStates, bits: int, action: Any = None) -> MonitorStates:
         nxt = tuple(m.step(qk, bits) for m, qk in zip(self.monitors, q))
-        return nxt if self.memory is None else nxt + (self.memory.step(q[-1], bits),)
+        return nxt if self.memory is None else nxt + (self.memory.step(q[-1], bits, action),)
 
     # -- decisions ------------------------------------------------------------------
 
-    def decide(self, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> Decision:
-        """The decision for a concrete state taken as the first step of a run."""
-        bits = self.predicates.evaluate(state, metadata)
-        return self.decide_product(bits, self.first_monitor_states(bits))
+    def decide(self, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None, action: Any = None) -> Decision:
+        """The decision for a concrete state (reached by ``action``) taken as the first step of a run."""
+        bits = self.predicates.evaluate(state, metadata, action)
+        return self.decide_product(bits, self.first_monitor_states(bits, action))
 
     def decide_bits(self, bits: int, q: MonitorStates | None = None) -> Decision:
         """The decision for an abstract state (with the monitors' first-step states by default)."""
@@ -389,16 +390,16 @@ class Session:
         if self.baseline is None and self.guard.policy.increase is not None:
             self.baseline = self.guard.start_risk
 
-    def _next(self, state: Mapping[str, Any]) -> tuple[int, MonitorStates]:
+    def _next(self, state: Mapping[str, Any], action: Any) -> tuple[int, MonitorStates]:
         guard = self.guard
-        bits = guard.predicates.evaluate(state, self.metadata)
+        bits = guard.predicates.evaluate(state, self.metadata, action)
         if self.monitor_states is None:
-            return bits, guard.first_monitor_states(bits)
-        return bits, guard.next_monitor_states(self.monitor_states, bits)
+            return bits, guard.first_monitor_states(bits, action)
+        return bits, guard.next_monitor_states(self.monitor_states, bits, action)
 
     def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
-        """Commit the agent's new state and decide on it."""
-        bits, q = self._next(state)
+        """Commit the agent's new state (reached by ``action``, which predicates read) and decide on it."""
+        bits, q = self._next(state, action)
         return self._commit(bits, q, action, t)
 
     def _commit(self, bits: int, q: MonitorStates, action: Any = None, t: float | None = None) -> Decision:
@@ -409,9 +410,9 @@ class Session:
             self.baseline = tuple(p.p_unsafe for p in decision.properties)  # type: ignore[misc]
         return decision
 
-    def preview(self, state: Mapping[str, Any]) -> Decision:
-        """Decide on a state the agent might move to, committing nothing (look-ahead)."""
-        bits, q = self._next(state)
+    def preview(self, state: Mapping[str, Any], *, action: Any = None) -> Decision:
+        """Decide on a state the agent might move to by ``action``, committing nothing (look-ahead)."""
+        bits, q = self._next(state, action)
         return self.guard.decide_product(bits, q, self.baseline)
 
     def restore(self, abstract_history: list[tuple[int, MonitorStates]]) -> None:
