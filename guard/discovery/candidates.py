@@ -1,0 +1,194 @@
+"""Candidate predicates from the runs' columns: each a readable CEL expression and its value on every step.
+
+What is proposed, per kind of field (:mod:`.columns`):
+
+* a Boolean field — the field itself;
+* a number — ``x > t`` at the field's distinct values when there are few, else at its
+  deciles;
+* a string of few distinct values — ``x == v`` for its frequent values;
+* a list — ``v in x`` for its frequent elements, and ``size(x) > 0``.
+
+A candidate true (or false) on fewer than ``min_support`` scored steps cannot be learned
+from, and two candidates with the same values on every step are one: the first (the
+simpler) is kept. The expression is what CEL would compute on each step — fields some
+step lacks are guarded with ``has()`` (or ``"key" in map``) and null values with
+``!= null`` — and the final choice is checked against CEL itself before it is written
+(:func:`guard.discovery.search.discover`).
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .columns import _CEL_RESERVED, _IDENT, MISSING, Column, _quote, path_text
+
+__all__ = ["Candidate", "MAX_VALUES", "generate", "guard_of"]
+
+MAX_VALUES = 12  # frequent values (or list elements) proposed per field
+MAX_CARDINALITY = 200  # a string field with more distinct values is an identifier, not a category
+_FEW_NUMBERS = 12  # up to this many distinct numbers: a threshold at each
+_QUANTILES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate predicate: its CEL, a name for the spec, what it says in words, and its
+    value on every scored step, packed (``np.packbits``)."""
+
+    cel: str
+    name: str
+    description: str
+    root: str  # "state", "meta" or "action"
+    packed: NDArray[np.uint8]
+    support: int  # scored steps where it holds
+
+    def bits(self, count: int) -> NDArray[np.bool_]:
+        return np.unpackbits(self.packed, count=count).view(np.bool_)
+
+
+def guard_of(path: tuple[str, ...]) -> str:
+    """CEL that is true when every level of ``path`` below its root is present."""
+    parts = []
+    for i in range(1, len(path)):
+        parent, key = path_text(path[:i]), path[i]
+        if _IDENT.match(key) and key not in _CEL_RESERVED:
+            parts.append(f"has({parent}.{key})")
+        else:
+            parts.append(f"{_quote(key)} in {parent}")
+    return " && ".join(parts)
+
+
+def _number_text(value: float) -> str:
+    if float(value).is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _name(*parts: str) -> str:
+    text = "_".join(parts)
+    text = re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_")
+    text = re.sub(r"_+", "_", text)
+    if not text or text[0].isdigit():
+        text = "p_" + text
+    return text[:60].rstrip("_")
+
+
+class _Builder:
+    def __init__(self, scored: NDArray[np.int64], min_support: int) -> None:
+        self.scored = scored
+        self.count = len(scored)
+        self.min_support = min_support
+        self.seen: set[bytes] = set()
+        self.out: list[Candidate] = []
+
+    def add(self, column: Column, expr: str, name: str, description: str, bits_all: NDArray[np.bool_]) -> None:
+        bits = bits_all[self.scored]
+        support = int(bits.sum())
+        if support < self.min_support or self.count - support < self.min_support:
+            return
+        packed = np.packbits(bits)
+        fingerprint = packed.tobytes()
+        if fingerprint in self.seen or (~bits).tobytes() in self.seen:
+            return
+        self.seen.add(fingerprint)
+        # a complement is the same split: remember its packed form too
+        self.seen.add(np.packbits(~bits).tobytes())
+        if column.missing:
+            guard = guard_of(column.path)
+            null = f"{path_text(column.path)} != null && " if column.kind in ("number", "list") else ""
+            expr = f"{guard} && {null}{expr}"
+        self.out.append(Candidate(expr, name, description, column.path[0], packed, support))
+
+
+def generate(columns: list[Column], scored: NDArray[np.int64], min_support: int) -> list[Candidate]:
+    """The candidates of every column (see the module's doc), deduplicated by their values on scored steps.
+
+    Args:
+        columns: the table's columns (values over all steps).
+        scored: indices of the steps the search scores (before each run's violation).
+        min_support: scored steps on which a candidate must hold, and must not.
+    """
+    builder = _Builder(scored, min_support)
+    for column in columns:
+        if column.kind == "bool":
+            _bools(builder, column)
+    for column in columns:
+        if column.kind == "string":
+            _strings(builder, column)
+        elif column.kind == "list":
+            _lists(builder, column)
+        elif column.kind == "number":
+            _numbers(builder, column)
+    return builder.out
+
+
+def _field_name(path: tuple[str, ...]) -> list[str]:
+    return list(path[1:]) if path[0] == "state" else list(path)
+
+
+def _bools(b: _Builder, column: Column) -> None:
+    bits = np.fromiter((v is True for v in column.values), dtype=np.bool_, count=len(column.values))
+    text = path_text(column.path)
+    expr = f"{text} == true" if column.missing else text
+    b.add(column, expr, _name(*_field_name(column.path)), f"{text} holds", bits)
+
+
+def _strings(b: _Builder, column: Column) -> None:
+    values = column.values
+    counts = Counter(values[i] for i in b.scored.tolist())
+    counts.pop(MISSING, None)
+    counts.pop(None, None)
+    if not counts or len(counts) > MAX_CARDINALITY:
+        return
+    text = path_text(column.path)
+    array = np.array([v if v.__class__ is str else "" for v in values], dtype=object)
+    for value, _ in counts.most_common(MAX_VALUES):
+        bits = array == value
+        b.add(column, f"{text} == {_quote(value)}", _name(*_field_name(column.path), "is", value),
+              f"{text} is {value!r}", np.asarray(bits, dtype=np.bool_))
+
+
+def _lists(b: _Builder, column: Column) -> None:
+    values = column.values
+    text = path_text(column.path)
+    nonempty = np.fromiter((v.__class__ is list and len(v) > 0 for v in values), dtype=np.bool_, count=len(values))
+    b.add(column, f"size({text}) > 0", _name(*_field_name(column.path), "nonempty"), f"{text} is not empty",
+          nonempty)
+    counts: Counter[object] = Counter()
+    for i in b.scored.tolist():
+        v = values[i]
+        if v.__class__ is list:
+            counts.update(set(v))
+    for element, _ in counts.most_common(MAX_VALUES):
+        literal = _quote(element) if isinstance(element, str) else (
+            ("true" if element else "false") if isinstance(element, bool) else _number_text(float(element)))  # type: ignore[arg-type]
+        bits = np.fromiter((v.__class__ is list and element in v for v in values), dtype=np.bool_, count=len(values))
+        b.add(column, f"{literal} in {text}", _name(*_field_name(column.path), "has", str(element)),
+              f"{text} contains {element!r}", bits)
+
+
+def _numbers(b: _Builder, column: Column) -> None:
+    values = column.values
+    array = np.fromiter((float(v) if v is not MISSING and v is not None else math.nan for v in values),
+                        dtype=np.float64, count=len(values))
+    scored = array[b.scored]
+    scored = scored[np.isfinite(scored)]
+    if not len(scored):
+        return
+    distinct = np.unique(scored)
+    if len(distinct) <= _FEW_NUMBERS:
+        thresholds = distinct[:-1]
+    else:
+        thresholds = np.unique(np.quantile(scored, _QUANTILES, method="lower"))
+        thresholds = thresholds[thresholds < distinct[-1]]
+    text = path_text(column.path)
+    with np.errstate(invalid="ignore"):
+        for t in thresholds.tolist():
+            literal = _number_text(t)
+            b.add(column, f"{text} > {literal}", _name(*_field_name(column.path), "above", literal),
+                  f"{text} > {literal}", np.asarray(array > float(literal), dtype=np.bool_))
