@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,25 +131,37 @@ def _field_name(path: tuple[str, ...]) -> list[str]:
 
 
 def _bools(b: _Builder, column: Column) -> None:
-    bits = np.fromiter((v is True for v in column.values), dtype=np.bool_, count=len(column.values))
+    values = column.values
+    if column.missing:
+        bits = np.fromiter((v is True for v in values), dtype=np.bool_, count=len(values))
+    else:
+        bits = np.array(values, dtype=np.bool_)
     text = path_text(column.path)
     expr = f"{text} == true" if column.missing else text
     b.add(column, expr, _name(*_field_name(column.path)), f"{text} holds", bits)
 
 
+def _codes(values: list[object], scored: NDArray[np.int64]) -> tuple[NDArray[np.int64], list[object], NDArray[np.int64]]:
+    """Each value's code (a dict assigns them in order of appearance), the values by code, and how many
+    scored steps have each."""
+    distinct = list(dict.fromkeys(values))  # at C speed, as the lookups below
+    index = {v: i for i, v in enumerate(distinct)}
+    codes = np.array(list(map(index.__getitem__, values)), dtype=np.int64)
+    counts = np.bincount(codes[scored], minlength=len(index))
+    return codes, distinct, counts
+
+
 def _strings(b: _Builder, column: Column) -> None:
-    values = column.values
-    counts = Counter(values[i] for i in b.scored.tolist())
-    counts.pop(MISSING, None)
-    counts.pop(None, None)
-    if not counts or len(counts) > MAX_CARDINALITY:
+    codes, values, counts = _codes(column.values, b.scored)
+    real = [c for c, v in enumerate(values) if v.__class__ is str]
+    if not real or len(real) > MAX_CARDINALITY:
         return
     text = path_text(column.path)
-    array = np.array([v if v.__class__ is str else "" for v in values], dtype=object)
-    for value, _ in counts.most_common(MAX_VALUES):
-        bits = array == value
+    for code in sorted(real, key=lambda c: -counts[c])[:MAX_VALUES]:
+        value = values[code]
+        assert isinstance(value, str)
         b.add(column, f"{text} == {_quote(value)}", _name(*_field_name(column.path), "is", value),
-              f"{text} is {value!r}", np.asarray(bits, dtype=np.bool_))
+              f"{text} is {value!r}", codes == code)
 
 
 def _lists(b: _Builder, column: Column) -> None:
@@ -159,23 +170,38 @@ def _lists(b: _Builder, column: Column) -> None:
     nonempty = np.fromiter((v.__class__ is list and len(v) > 0 for v in values), dtype=np.bool_, count=len(values))
     b.add(column, f"size({text}) > 0", _name(*_field_name(column.path), "nonempty"), f"{text} is not empty",
           nonempty)
-    counts: Counter[object] = Counter()
-    for i in b.scored.tolist():
-        v = values[i]
-        if v.__class__ is list:
-            counts.update(set(v))
-    for element, _ in counts.most_common(MAX_VALUES):
+    index: dict[object, int] = {}
+    rows: list[int] = []
+    cols: list[int] = []
+    for i, v in enumerate(values):
+        if v.__class__ is list and v:
+            for element in set(v):
+                rows.append(i)
+                cols.append(index.setdefault(element, len(index)))
+    if not index:
+        return
+    row_array, col_array = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+    in_scored = np.zeros(len(values), dtype=np.bool_)
+    in_scored[b.scored] = True
+    counts = np.bincount(col_array[in_scored[row_array]], minlength=len(index))
+    elements = list(index)
+    for code in np.argsort(-counts, kind="stable")[:MAX_VALUES].tolist():
+        element = elements[code]
         literal = _quote(element) if isinstance(element, str) else (
             ("true" if element else "false") if isinstance(element, bool) else _number_text(float(element)))  # type: ignore[arg-type]
-        bits = np.fromiter((v.__class__ is list and element in v for v in values), dtype=np.bool_, count=len(values))
+        bits = np.zeros(len(values), dtype=np.bool_)
+        bits[row_array[col_array == code]] = True
         b.add(column, f"{literal} in {text}", _name(*_field_name(column.path), "has", str(element)),
               f"{text} contains {element!r}", bits)
 
 
 def _numbers(b: _Builder, column: Column) -> None:
     values = column.values
-    array = np.fromiter((float(v) if v is not MISSING and v is not None else math.nan for v in values),
-                        dtype=np.float64, count=len(values))
+    if column.missing:
+        array = np.fromiter((math.nan if v is MISSING or v is None else float(v) for v in values),
+                            dtype=np.float64, count=len(values))
+    else:
+        array = np.array(values, dtype=np.float64)
     scored = array[b.scored]
     scored = scored[np.isfinite(scored)]
     if not len(scored):

@@ -12,7 +12,9 @@ Each round scores, on the same grouped folds as ``forewarn evaluate``
 Candidates are first ranked by how much they separate outcomes in the data (in-sample,
 one ``bincount`` each); the best are scored held-out (:class:`.scoring.HeldOut`). The
 best held-out objective wins the round if it gains at least ``min_gain``, lowers the
-held-out Brier score, and lowers it in more than half the folds; otherwise the search
+held-out Brier score by at least ``min_brier_gain`` (relative), and lowers it in every fold
+(a lucky split of noise rarely helps every fold at once); otherwise the next best is
+tried, and when none qualifies the search
 stops: a split that does not pay off on held-out runs is not made. ``max_predicates``
 and ``time_limit`` bound it.
 """
@@ -32,6 +34,7 @@ from .scoring import HeldOut, Score
 __all__ = ["Literal_", "Step", "SearchResult", "search"]
 
 SHORTLIST = 32  # global candidates scored held-out per round
+PREFILTER_STEPS = 40_000  # steps the in-sample ranking reads (a fixed random sample beyond that)
 LOCAL_STATES = 8  # states offered a local split per round
 
 
@@ -85,7 +88,7 @@ def _fold_briers(scorer: HeldOut, risk: NDArray[np.float64]) -> NDArray[np.float
 
 def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Candidate],
            literals: list[Literal_], *, max_predicates: int, min_gain: float, deadline: float,
-           min_visits: int) -> SearchResult:
+           min_visits: int, min_brier_gain: float = 0.005) -> SearchResult:
     """Greedy forward selection with local splits (see the module's doc).
 
     Args:
@@ -102,7 +105,13 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
     base = current
     steps: list[Step] = []
     pool = list(candidates)
-    bits_cache: dict[int, NDArray[np.bool_]] = {}
+    # the in-sample ranking reads a fixed sample of the steps: it only has to put the good candidates
+    # in the shortlist, which is then scored held-out on every step
+    if count > PREFILTER_STEPS:
+        sample = np.sort(np.random.default_rng(0).choice(count, PREFILTER_STEPS, replace=False))
+    else:
+        sample = np.arange(count)
+    sample_bits: dict[int, NDArray[np.bool_]] = {}
     literal_pool = list(literals)
     result = SearchResult(steps, base, base, "no candidate improved held-out prediction")
     while True:
@@ -115,6 +124,9 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
         result.rounds += 1
         n_state = np.bincount(key, minlength=states).astype(np.float64)
         u_state = np.bincount(key, weights=y, minlength=states)
+        key_s, y_s = key[sample], y[sample]
+        impurity_s = _impurity(np.bincount(key_s, minlength=states).astype(np.float64),
+                               np.bincount(key_s, weights=y_s, minlength=states))
         impurity = _impurity(n_state, u_state)
         # states worth a local split: both outcomes, enough visits on each side to learn from
         mixed = np.flatnonzero((u_state > 0) & (u_state < n_state) & (n_state >= 2 * min_visits))
@@ -122,14 +134,14 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
         gains = np.zeros(len(pool))
         per_state = np.zeros((len(pool), len(mixed)))
         for i, candidate in enumerate(pool):
-            bits = bits_cache.get(id(candidate))
+            bits = sample_bits.get(id(candidate))
             if bits is None:
-                bits = bits_cache[id(candidate)] = candidate.bits(count)
-            split = key * 2 + bits
+                bits = sample_bits[id(candidate)] = candidate.bits(count)[sample]
+            split = key_s * 2 + bits
             n = np.bincount(split, minlength=2 * states).astype(np.float64)
-            u = np.bincount(split, weights=y, minlength=2 * states)
+            u = np.bincount(split, weights=y_s, minlength=2 * states)
             after = _impurity(n, u).reshape(states, 2).sum(axis=1)
-            reduction = impurity - after
+            reduction = impurity_s - after
             gains[i] = reduction.sum()
             if len(mixed):
                 per_state[i] = reduction[mixed]
@@ -138,31 +150,40 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
             if gains[i] <= 0:
                 break
             c = pool[i]
-            offers.append((c.name, c.cel, c.description, False, bits_cache[id(c)]))
+            offers.append((c.name, c.cel, c.description, False, c.bits(count)))
         for j, state in enumerate(mixed):
             if not len(pool):
                 break
             best = int(np.argmax(per_state[:, j]))
             if per_state[best, j] <= 0:
                 continue
-            local = _local_split(key == state, literal_pool, pool[best], bits_cache[id(pool[best])])
+            local = _local_split(key == state, literal_pool, pool[best], pool[best].bits(count))
             if local is not None:
                 offers.append(local)
-        best_offer: tuple[Score, tuple[str, str, str, bool, NDArray[np.bool_]]] | None = None
+        scored_offers: list[tuple[Score, tuple[str, str, str, bool, NDArray[np.bool_]]]] = []
         for offer in offers:
-            if time.monotonic() > deadline and best_offer is not None:
+            if time.monotonic() > deadline and scored_offers:
                 break
-            refined = scorer.score(key * 2 + offer[4], 2 * states, current.risk)
-            if best_offer is None or refined.objective < best_offer[0].objective:
-                best_offer = (refined, offer)
-        if best_offer is None:
+            scored_offers.append((scorer.score(key * 2 + offer[4], 2 * states, current.risk), offer))
+        scored_offers.sort(key=lambda pair: pair[0].objective)
+        current_folds = _fold_briers(scorer, current.risk)
+        accepted = None
+        for refined, offer in scored_offers:
+            if current.objective - refined.objective < min_gain:
+                break
+            # the held-out Brier must fall in every fold, not on average only: a lucky split of noise
+            # rarely helps every fold at once
+            if (refined.brier < current.brier * (1.0 - min_brier_gain)
+                    and bool(np.all(_fold_briers(scorer, refined.risk) < current_folds))):
+                accepted = (refined, offer)
+                break
+            result.rejected.append((offer[1], refined.brier, refined.detection))
+        if accepted is None:
+            if scored_offers and not result.rejected:
+                best, offer = scored_offers[0]
+                result.rejected.append((offer[1], best.brier, best.detection))
             break
-        refined, (name, cel, description, local, bits) = best_offer
-        improved_folds = int(np.sum(_fold_briers(scorer, refined.risk) < _fold_briers(scorer, current.risk)))
-        if (current.objective - refined.objective < min_gain or refined.brier >= current.brier
-                or improved_folds * 2 <= scorer.folds):
-            result.rejected.append((cel, refined.brier, refined.detection))
-            break
+        refined, (name, cel, description, local, bits) = accepted
         steps.append(Step(name, cel, description, local, current, refined, bits))
         key, states = _compact(key * 2 + bits)
         current = refined
