@@ -83,7 +83,7 @@ class PredicateError(ForewarnError):
     def __init__(self, message: str, *, predicate: str | None = None, where: str = "state") -> None:
         super().__init__(message)
         self.predicate = predicate
-        self.where = where  # "state" or "meta": which one lacks what the predicate reads
+        self.where = where  # "state", "meta" or "action": which one lacks what the predicate reads
 
 
 class ModelFileError(ForewarnError):

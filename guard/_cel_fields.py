@@ -6,9 +6,9 @@ docstring for why each part is exact): a reader that finds the ``state.a.b`` and
 selected paths, generated key functions for the memo, projections, and the rewriting of
 selections into top-level leaf variables.
 
-Paths start at a *root*: the CEL context ``{"state": ..., "meta": ...}``, so a path is
-``("state", "objects", "Fork")`` or ``("meta", "task")`` and one trie, one key and one
-projection cover both variables.
+Paths start at a *root*: the CEL context ``{"state": ..., "meta": ..., "action": ...}``, so a
+path is ``("state", "objects", "Fork")``, ``("meta", "task")`` or ``("action", "verb")`` and
+one trie, one key and one projection cover the three variables.
 """
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ _MISSING = object()
 _NOT_A_MAP = object()
 # A selection stops before a method or macro call: in `state.objects.size()` the map
 # `objects` is needed whole, not its (absent) field `size`.
-ROOTS = ("state", "meta")  # the variables a predicate may read
-_STATE_SELECT = re.compile(r"(?<![\w.])(state|meta)((?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*(?![\w(]|\s+\())*)")
+ROOTS = ("state", "meta", "action")  # the variables a predicate may read
+_STATE_SELECT = re.compile(r"(?<![\w.])(state|meta|action)((?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*(?![\w(]|\s+\())*)")
 _HAS_OPEN = re.compile(r"(?<!\w)has\s*\(\s*$")  # has(e.f) needs a selection, not a value
-_STATE_BOUND = re.compile(r"(?<![\w.])(?:state|meta)\s*,")  # a root as a macro's variable (or any argument)
+_STATE_BOUND = re.compile(r"(?<![\w.])(?:state|meta|action)\s*,")  # a root as a macro's variable (or any argument)
 _LITERAL_PREFIX = re.compile(r"(?<![\w])[rRbB]{1,2}$")
 # Selecting a field of these fails in CEL, as selecting a missing key does.
 _SCALARS = frozenset({list, str, int, float, bool, type(None), bytes})
@@ -75,13 +75,13 @@ def _selections(masked: str) -> list[tuple[re.Match[str], tuple[str, ...]]]:
 
 
 def selected_paths(expression: str) -> list[tuple[str, ...]]:
-    """Field paths from the root (``state`` or ``meta`` first) that an expression selects (over-approximated)."""
+    """Field paths from the root (``state``, ``meta`` or ``action`` first) that an expression selects (over-approximated)."""
     return [path for _, path in _selections(_mask(expression))]
 
 
 def _plan_leaves(expressions: list[str]) -> tuple[list[str], dict[tuple[str, ...], str],
                                                    list[tuple[str, ...]], list[tuple[str, ...]]]:
-    """Rewrite each ``state.a.b`` (or ``meta.a.b``) selection into a variable bound to its value.
+    """Rewrite each ``state.a.b`` (or ``meta.a.b``, ``action.a``) selection into a variable bound to its value.
 
     Returns the rewritten expressions, the variable of each path, and the paths still
     read on their root whole (``kept``) or for presence only (``presence``). Kept as they

@@ -106,9 +106,9 @@ class BundleGuard:
         """The same bundle under another policy (shares the models and the predicates)."""
         return BundleGuard(self.bundle, policy=policy, predicates=self.predicates)
 
-    def decide(self, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> Decision:
+    def decide(self, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None, action: Any = None) -> Decision:
         """The decision for a concrete state taken as the first step of a run with this metadata."""
-        return self.for_metadata(metadata).decide(state, metadata)
+        return self.for_metadata(metadata).decide(state, metadata, action)
 
 
 def load_guard(path: str | Path, **options: Any) -> Guard | BundleGuard:

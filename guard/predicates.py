@@ -2,8 +2,10 @@
 
 A CEL predicate reads ``state`` (the step's state) and may read ``meta`` (the run's
 metadata: the trace line's ``meta``, or what a session was opened with), so
-``meta.task_hazard == "stove" && state.stove_on`` depends on the task. Both are fields
-of one root, ``{"state": ..., "meta": ...}``, for everything below.
+``meta.task_hazard == "stove" && state.stove_on`` depends on the task, and ``action`` (the
+step's action, parsed: :mod:`guard.actions`), so ``action.verb == "pick"`` or
+``"external" in action.classes`` depend on what the agent did. The three are fields of one
+root, ``{"state": ..., "meta": ..., "action": ...}``, for everything below.
 
 All CEL predicates of a spec are compiled into one list program, evaluated in one call.
 What keeps that call rare and cheap (converting Python values into CEL values costs far
@@ -47,6 +49,7 @@ from ._cel_fields import (
     sub_key_getters,
     walk_key,
 )
+from .actions import NO_ACTION, action_view
 from .spec import Spec
 from .trust import CodeNotAllowed, resolve_callable
 
@@ -97,6 +100,8 @@ class PredicateSet:
                                      "predicates", name) from exc
                 cel_items.append((index, name, definition.cel))
         self._cel_items = cel_items
+        # the action's view is built only for a spec that reads it
+        self.reads_action = any("action" in variables for variables in item_variables)
         self._program = list_program([expr for _, _, expr in cel_items]) if cel_items else None
         paths = [selected_paths(expr) for _, _, expr in cel_items]
         self._trie = build_trie([p for item_paths in paths for p in item_paths])
@@ -132,27 +137,29 @@ class PredicateSet:
 
     # -- evaluation ---------------------------------------------------------------
 
-    def evaluate(self, state: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> int:
+    def evaluate(self, state: Mapping[str, Any], meta: Mapping[str, Any] | None = None, action: Any = None) -> int:
         """The abstract state of ``state``: bit ``i`` is set when predicate ``i`` holds.
 
         Args:
             state: the step's concrete state.
             meta: the run's metadata (``None``: none, read as ``{}``).
+            action: the step's action as logged (a string, an object, ``None``: none).
 
         Raises:
             PredicateError: naming the predicate and the field it could not read, or a
                 state nested too deeply to read.
         """
         try:
-            return self._evaluate(state, meta)
+            return self._evaluate(state, meta, action)
         except RecursionError:
             raise PredicateError("the state is nested too deeply to evaluate the predicates on (Python's "
                                  "recursion limit); flatten the fields the predicates read") from None
 
-    def _evaluate(self, state: Mapping[str, Any], meta: Mapping[str, Any] | None) -> int:
+    def _evaluate(self, state: Mapping[str, Any], meta: Mapping[str, Any] | None, action: Any) -> int:
         bits = 0
         if self._program is not None:
-            root = {"state": state, "meta": _NO_META if meta is None else meta}
+            root = {"state": state, "meta": _NO_META if meta is None else meta,
+                    "action": action_view(action) if self.reads_action else NO_ACTION}
             key = self._fast_key(root) if self._fast_key is not None else None
             fast = key is not None
             if key is None:
@@ -299,8 +306,9 @@ class PredicateSet:
                 cel.compile(expression).execute(projected)
             except KeyError as exc:
                 field = exc.args[0] if exc.args else "?"
-                where = "meta" if _missing_in_meta(expression, projected, field) else "state"
-                owner = "the run's meta" if where == "meta" else "the state"
+                where = next((root for root in ("meta", "action") if _missing_in(root, expression, projected, field)),
+                             "state")
+                owner = {"meta": "the run's meta", "action": "the step's action"}.get(where, "the state")
                 raise PredicateError(f"predicate {name!r} ({expression}) reads field {field!r}, "
                                      f"which {owner} lacks", predicate=name, where=where) from exc
             except Exception as exc:
@@ -364,12 +372,12 @@ def _key_bytes(key: Any) -> int:
         else:
             total += 32
     return total
-def _missing_in_meta(expression: str, projected: Any, field: Any) -> bool:
-    """Whether ``field`` is missing on one of the ``meta`` paths the expression selects."""
+def _missing_in(root: str, expression: str, projected: Any, field: Any) -> bool:
+    """Whether ``field`` is missing on one of the paths under ``root`` the expression selects."""
     for path in selected_paths(expression):
-        if path[0] != "meta":
+        if path[0] != root:
             continue
-        node = projected.get("meta")
+        node = projected.get(root)
         for key in path[1:]:
             if node.__class__ is not dict:
                 break

@@ -222,9 +222,9 @@ class Guard:
 
     # -- decisions ------------------------------------------------------------------
 
-    def decide(self, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> Decision:
-        """The decision for a concrete state taken as the first step of a run."""
-        bits = self.predicates.evaluate(state, metadata)
+    def decide(self, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None, action: Any = None) -> Decision:
+        """The decision for a concrete state (reached by ``action``) taken as the first step of a run."""
+        bits = self.predicates.evaluate(state, metadata, action)
         return self.decide_product(bits, self.first_monitor_states(bits))
 
     def decide_bits(self, bits: int, q: MonitorStates | None = None) -> Decision:
@@ -392,16 +392,16 @@ class Session:
         if self.baseline is None and self.guard.policy.increase is not None:
             self.baseline = self.guard.start_risk
 
-    def _next(self, state: Mapping[str, Any]) -> tuple[int, MonitorStates]:
+    def _next(self, state: Mapping[str, Any], action: Any) -> tuple[int, MonitorStates]:
         guard = self.guard
-        bits = guard.predicates.evaluate(state, self.metadata)
+        bits = guard.predicates.evaluate(state, self.metadata, action)
         if self.monitor_states is None:
             return bits, guard.first_monitor_states(bits)
         return bits, guard.next_monitor_states(self.monitor_states, bits)
 
     def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
-        """Commit the agent's new state and decide on it."""
-        bits, q = self._next(state)
+        """Commit the agent's new state (reached by ``action``, which predicates read) and decide on it."""
+        bits, q = self._next(state, action)
         return self._commit(bits, q, action, t)
 
     def _commit(self, bits: int, q: MonitorStates, action: Any = None, t: float | None = None) -> Decision:
@@ -412,9 +412,9 @@ class Session:
             self.baseline = tuple(p.p_unsafe for p in decision.properties)  # type: ignore[misc]
         return decision
 
-    def preview(self, state: Mapping[str, Any]) -> Decision:
-        """Decide on a state the agent might move to, committing nothing (look-ahead)."""
-        bits, q = self._next(state)
+    def preview(self, state: Mapping[str, Any], *, action: Any = None) -> Decision:
+        """Decide on a state the agent might move to by ``action``, committing nothing (look-ahead)."""
+        bits, q = self._next(state, action)
         return self.guard.decide_product(bits, q, self.baseline)
 
     def restore(self, abstract_history: list[tuple[int, MonitorStates]]) -> None:

@@ -69,7 +69,8 @@ class _Strict(BaseModel):
 
 
 class PredicateDef(_Strict):
-    """One predicate: a CEL expression over ``state``, or a Python callable ``module:function``."""
+    """One predicate: a CEL expression over ``state``, ``meta`` and ``action`` (guard/actions.py), or a Python
+    callable ``module:function`` (of the state)."""
 
     cel: str | None = None
     python: str | None = None

@@ -180,16 +180,22 @@ def resample(run: Run, period: float) -> Run:
 
 
 def abstract_run(run: Run, predicates: PredicateSet) -> list[int]:
-    """The run's abstract states, one bit mask per step (predicates may read the run's ``meta``)."""
+    """The run's abstract states, one bit mask per step (predicates may read the run's ``meta``
+    and each step's ``action``)."""
     evaluate = predicates.evaluate
     meta = run.meta
     out: list[int] = []
     append = out.append
     try:
-        for step in run.steps:
-            append(evaluate(step["state"], meta))
+        if predicates.reads_action:
+            for step in run.steps:
+                append(evaluate(step["state"], meta, step.get("action")))
+        else:
+            for step in run.steps:
+                append(evaluate(step["state"], meta))
     except PredicateError as exc:
-        field = f"meta (run {run.id!r})" if exc.where == "meta" else f"steps[{len(out)}].state (run {run.id!r})"
+        field = f"meta (run {run.id!r})" if exc.where == "meta" else \
+            f"steps[{len(out)}].{'action' if exc.where == 'action' else 'state'} (run {run.id!r})"
         raise TraceError(str(exc), source=run.source, line=run.line, field=field) from exc
     return out
 

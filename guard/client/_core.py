@@ -315,9 +315,10 @@ def propose(session: SessionLike, tool: str, arguments: Mapping[str, Any], state
                                                idempotent=True)))
 
 
-def preview(session: SessionLike, state: Mapping[str, Any]) -> Op[RemoteDecision]:
-    """What the guard would decide in ``state``; nothing is committed."""
-    return RemoteDecision.from_json((yield Request("POST", f"/v1/sessions/{session.id}/preview", {"state": state})))
+def preview(session: SessionLike, state: Mapping[str, Any], *, action: Any = None) -> Op[RemoteDecision]:
+    """What the guard would decide in ``state`` (reached by ``action``); nothing is committed."""
+    body = {"state": state} | _some(action=action)
+    return RemoteDecision.from_json((yield Request("POST", f"/v1/sessions/{session.id}/preview", body)))
 
 
 def session_wait_for_approval(session: SessionLike, decision: RemoteDecision,

@@ -335,9 +335,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
     def _decide(self, session: Session, transcript: Transcript, step: ToolStep, *, commit: bool) -> Decision:
         try:
             concrete = self._extract(transcript, step)
-            if commit:
-                return session.observe(concrete, action={"tool": step.name, "args": step.args})
-            return session.preview(concrete)
+            action = {"tool": step.name, "args": step.args}
+            return session.observe(concrete, action=action) if commit else session.preview(concrete, action=action)
         except ForewarnError as exc:  # ExtractionError, or a PredicateError on the state
             if self.on_extraction_error is None:
                 raise

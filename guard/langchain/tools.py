@@ -86,7 +86,7 @@ class ToolGuard:
         """The decision on a proposed call (a look-ahead; nothing is committed)."""
         step = ToolStep(name, args, CallStatus.PROPOSED, approved=approved)
         with self._lock:
-            return self.session.preview(self._state(self.transcript.then(step), step))
+            return self.session.preview(self._state(self.transcript.then(step), step), action={"tool": name, "args": args})
 
     def record(self, name: str, args: Any, result: Any, *, error: bool = False, approved: bool = False) -> Decision:
         """Commit a call that ran, with its result; returns the decision on the new state."""

@@ -260,6 +260,21 @@ class ToolStateExtractor:
 
     # -- one call -----------------------------------------------------------------
 
+    def argument_classes(self, step: ToolStep) -> tuple[str, ...]:
+        """What this call does, in words (sorted): the classes ``action.classes`` lists (guard/actions.py).
+
+        Raises:
+            ExtractionError: as reading the call's arguments does.
+        """
+        facts, _ = self._facts(step)
+        found = [name for name, present in (
+            ("untrusted_source", facts.untrusted), ("reads_secret", facts.secret), ("destructive", facts.destructive),
+            ("external", bool(facts.destinations)), ("carries_secret", facts.carries_secret),
+            ("payment", facts.amount is not None),
+            ("over_limit", facts.amount is not None and facts.amount > self.payment_limit),
+            ("message", facts.chat is not None), ("shell", facts.shell)) if present]
+        return tuple(sorted(found))
+
     def _facts(self, step: ToolStep) -> tuple[_Facts, dict[str, Any]]:
         try:
             args_key = orjson.dumps(step.args, option=orjson.OPT_SORT_KEYS, default=repr)

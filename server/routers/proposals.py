@@ -62,7 +62,7 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
     async def work(entry: Entry | None) -> tuple[int, bytes]:
         live = step_context(state, session_id, principal)
         try:
-            decision = live.session.preview(body.state)
+            decision = live.session.preview(body.state, action={"tool": body.tool, "args": body.arguments})
         except Exception as exc:
             raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {exc}",
                            field="body.state") from exc
@@ -194,7 +194,7 @@ async def _edit(state: ServerState, row: Any, body: S.ProposalResolve, principal
     if body.state is not None:  # the edit re-checked: the guard's decision on where it leads
         live = live_session(state, row["session_id"], principal)
         try:
-            edited["decision"] = live.session.preview(body.state).to_dict()
+            edited["decision"] = live.session.preview(body.state, action={"tool": tool, "args": edited["arguments"]}).to_dict()
         except Exception as exc:
             raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {exc}",
                            field="body.state") from exc

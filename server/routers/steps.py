@@ -62,9 +62,9 @@ def check_state(state: ServerState, body: S.StepIn, prefix: str) -> None:
 def evaluate(live: LiveSession, body: S.StepIn, prefix: str) -> int:
     """The abstract state of the body's state, or a 422 naming the predicate that failed."""
     try:
-        return live.session.guard.predicates.evaluate(body.state, live.session.metadata)
+        return live.session.guard.predicates.evaluate(body.state, live.session.metadata, body.action)
     except PredicateError as exc:
-        field = "session.metadata" if exc.where == "meta" else f"{prefix}.state"
+        field = {"meta": "session.metadata", "action": f"{prefix}.action"}.get(exc.where, f"{prefix}.state")
         raise ApiError(422, "predicate_error", str(exc), field=field, predicate=exc.predicate) from exc
     except Exception as exc:  # a state the predicates cannot digest is the request's fault, not a 500
         raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {exc}",
@@ -126,7 +126,7 @@ async def preview_core(state: ServerState, session_id: str, authorization: str |
     body = parse_json(raw, S.StepIn)
     check_state(state, body, "body")
     try:
-        decision = live.session.preview(body.state)
+        decision = live.session.preview(body.state, action=body.action)
     except Exception:
         evaluate(live, body, "body")
         raise
@@ -184,7 +184,7 @@ async def _batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
     chained: set[str] = set()
     for live, item in zip(lives, body.steps):
         if item.op == "preview":
-            decision = live.session.preview(item.state)
+            decision = live.session.preview(item.state, action=item.action)
             payloads.append(decision_json(decision, live, step=None, approval_id=None, at=time.time(),
                                           committed=False))
             state.metrics.decision(decision.action.value, "preview")

