@@ -188,15 +188,13 @@ def build_table(states: list[Any], metas: list[Any], actions: list[Any], run_of:
     Args:
         states: each step's ``state`` (steps of all runs, in run order).
         metas: each *run's* ``meta`` (spread over its steps here).
-        actions: each step's action view (see :func:`guard.discovery.actions.action_view`), or ``MISSING``.
+        actions: each step's action view (:func:`guard.discovery.actions.action_columns`).
         run_of: each step's run index.
     """
     skipped = skipped if skipped is not None else Skipped()
     columns: list[Column] = []
     _walk(states, ("state",), 0, columns, skipped)
-    actions_present = any(a is not MISSING for a in actions)
-    if actions_present:
-        _walk(actions, ("action",), 0, columns, skipped)
+    _walk(actions, ("action",), 0, columns, skipped)
     meta_columns: list[Column] = []
     _walk(metas, ("meta",), 0, meta_columns, skipped)
     index = run_of.tolist()

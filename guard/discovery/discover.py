@@ -35,9 +35,9 @@ from ..replay import Enforcement, RunReplay
 from ..spec import Action, Spec, parse_spec
 from ..storm import Method
 from ..traces import Run, abstract_run
-from .actions import action_view
+from .actions import action_columns
 from .candidates import generate
-from .columns import MISSING, Skipped, build_table
+from .columns import Skipped, build_table
 from .scoring import HeldOut, Score
 from .search import Literal_, SearchResult, Step, search
 from .write import NewPredicate, insert_predicates, unique_name
@@ -178,8 +178,7 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         offset = len(states)
         for step in run.steps:
             states.append(step["state"])
-            action = step.get("action")
-            actions.append(MISSING if action is None else action_view(action))
+            actions.append(step.get("action"))
         run_of_all.extend([r] * len(run.steps))
         end = t.violation if t.violation is not None else len(t.abstract)
         for i in range(end):
@@ -189,7 +188,8 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
             base_key.append(ids.setdefault(product, len(ids)))
             abstract_bits.append(t.abstract[i])
     progress(f"reading the fields of {len(states)} steps")
-    table = build_table(states, [run.meta for run in runs], actions, np.asarray(run_of_all, dtype=np.int64))
+    table = build_table(states, [run.meta for run in runs], action_columns(actions),
+                        np.asarray(run_of_all, dtype=np.int64))
     scored_idx = np.asarray(scored, dtype=np.int64)
     candidates = generate(table.columns, scored_idx, max(min_visits // 2, 3))
     progress(f"searching {len(candidates)} candidates")

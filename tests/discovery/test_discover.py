@@ -32,24 +32,33 @@ guard:
 
 
 def synthetic_runs(n: int, seed: int, *, signal: bool = True) -> list[dict[str, Any]]:
-    """Runs whose outcome depends on a hidden field set at the start (``state.hidden.mode == "c"``),
-    beside noise fields that change at random; with ``signal`` False the outcome is a coin toss and
-    no field tells anything (not even the step count, which tells how much of a run is left)."""
+    """Runs whose outcome depends on a hidden field set at the start (``state.hidden.mode == "c"``) and
+    on a sequence of actions (``find child`` at step 2, then ``pick knife`` at step 3: the next step
+    often breaks something), beside noise fields and actions that change at random. With ``signal``
+    False the outcome is a coin toss and no field tells anything (not even the step count, which tells
+    how much of a run is left)."""
     rng = random.Random(seed)
     runs = []
     for k in range(n):
         mode = rng.choice("abc")
         risky = mode == "c" if signal else rng.random() < 1 / 3
+        child, knife = rng.random() < 0.4, rng.random() < 0.4
         steps = []
         for i in range(10):
-            broken = risky and i >= 5 and rng.random() < 0.5
+            action = rng.choice(["look around", "walk north", "wait here"])
+            if signal and i == 2 and child:
+                action = "find child"
+            if signal and i == 3 and knife:
+                action = "pick knife"
+            broken = (risky and i >= 5 and rng.random() < 0.5) or (signal and i == 4 and child and knife
+                                                                  and rng.random() < 0.8)
             state = {"broken": broken, "hidden": {"mode": mode}, "step": i,
                      "noise_flag": rng.random() < 0.5, "noise_level": round(rng.random(), 2),
                      "noise_color": rng.choice(["red", "green", "blue", "grey"]),
                      "noise_tags": rng.sample(["x", "y", "z"], rng.randrange(3))}
-            steps.append({"state": state, "action": rng.choice(["look around", "walk north", "wait here"])})
             if not signal:
                 del state["step"]
+            steps.append({"state": state, "action": action})
             if broken:
                 break
         runs.append({"id": f"r{k}", "steps": steps, "meta": {"task": f"t{k % 40}", "noise_id": rng.randrange(7)}})
@@ -72,13 +81,14 @@ def spec_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_finds_the_hidden_field_and_no_noise(tmp_path: Path, spec_file: Path) -> None:
+def test_finds_the_hidden_field_the_actions_and_no_noise(tmp_path: Path, spec_file: Path) -> None:
     report = discover(as_runs(synthetic_runs(400, 1)), load_spec(spec_file), target=parse_target("false-alarms=0.1"),
                       group_by="meta.task", confirm=True)
     assert report.changed, report.notes
     read = " ".join(s.cel for s in report.added)
     assert "state.hidden.mode" in read
-    assert "noise" not in read
+    assert "action." in read and "knife" in read, read
+    assert "noise" not in read and "look around" not in read and "walk" not in read
     first = report.added[0]
     assert first.after.brier < first.before.brier and first.after.detection > first.before.detection
     assert report.learner_before is not None and report.learner_after is not None
