@@ -5,8 +5,9 @@ What is proposed, per kind of field (:mod:`.columns`):
 * a Boolean field — the field itself;
 * a number — ``x > t`` at the field's distinct values when there are few, else at its
   deciles;
-* a string of few distinct values — ``x == v`` for its frequent values;
-* a list — ``v in x`` for its frequent elements, and ``size(x) > 0``.
+* a string — ``x == v`` for its frequent values (and, with many, the values whose steps' outcome
+  differs most from the rest); an identifier offers nothing: no value has the support;
+* a list — ``v in x`` for its frequent (and most telling) elements, and ``size(x) > 0``.
 
 A candidate true (or false) on fewer than ``min_support`` scored steps cannot be learned
 from, and two candidates with the same values on every step are one: the first (the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +31,7 @@ from .columns import _CEL_RESERVED, _IDENT, MISSING, Column, _quote, path_text
 __all__ = ["Candidate", "MAX_VALUES", "generate", "guard_of"]
 
 MAX_VALUES = 12  # frequent values (or list elements) proposed per field
-MAX_CARDINALITY = 200  # a string field with more distinct values is an identifier, not a category
+MAX_CARDINALITY = 200  # values of one field whose outcome association is measured (the most frequent)
 _FEW_NUMBERS = 12  # up to this many distinct numbers: a threshold at each
 _QUANTILES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -78,8 +80,9 @@ def _name(*parts: str) -> str:
 
 
 class _Builder:
-    def __init__(self, scored: NDArray[np.int64], min_support: int) -> None:
+    def __init__(self, scored: NDArray[np.int64], min_support: int, outcome: NDArray[np.float64] | None) -> None:
         self.scored = scored
+        self.outcome = outcome
         self.count = len(scored)
         self.min_support = min_support
         self.seen: set[bytes] = set()
@@ -104,15 +107,20 @@ class _Builder:
         self.out.append(Candidate(expr, name, description, column.path[0], packed, support))
 
 
-def generate(columns: list[Column], scored: NDArray[np.int64], min_support: int) -> list[Candidate]:
+def generate(columns: list[Column], scored: NDArray[np.int64], min_support: int,
+             outcome: NDArray[np.float64] | None = None) -> list[Candidate]:
     """The candidates of every column (see the module's doc), deduplicated by their values on scored steps.
 
     Args:
         columns: the table's columns (values over all steps).
         scored: indices of the steps the search scores (before each run's violation).
         min_support: scored steps on which a candidate must hold, and must not.
+        outcome: 1.0 for each scored step of a run that violates: a field of many values (or a
+            list of many elements) offers its most frequent values *and* those whose steps' outcome
+            differs most from the rest (a z-score), so a rare telling word is not crowded out by
+            common ones.
     """
-    builder = _Builder(scored, min_support)
+    builder = _Builder(scored, min_support, outcome)
     for column in columns:
         if column.kind == "bool":
             _bools(builder, column)
@@ -154,14 +162,35 @@ def _codes(values: list[object], scored: NDArray[np.int64]) -> tuple[NDArray[np.
 def _strings(b: _Builder, column: Column) -> None:
     codes, values, counts = _codes(column.values, b.scored)
     real = [c for c, v in enumerate(values) if v.__class__ is str]
-    if not real or len(real) > MAX_CARDINALITY:
+    if not real:
         return
     text = path_text(column.path)
-    for code in sorted(real, key=lambda c: -counts[c])[:MAX_VALUES]:
+    for code in _chosen(b, real, counts, lambda c: codes[b.scored] == c):
         value = values[code]
         assert isinstance(value, str)
         b.add(column, f"{text} == {_quote(value)}", _name(*_field_name(column.path), "is", value),
               f"{text} is {value!r}", codes == code)
+
+
+def _chosen(b: _Builder, codes: list[int], counts: NDArray[np.int64],
+            steps_with: Callable[[int], NDArray[np.bool_]]) -> list[int]:
+    """The most frequent codes, and (with outcomes) the most telling ones among those with support."""
+    frequent = sorted(codes, key=lambda c: -counts[c])
+    chosen = frequent[:MAX_VALUES]
+    if b.outcome is None or len(frequent) <= MAX_VALUES:
+        return chosen
+    y = b.outcome
+    p = float(y.mean()) if len(y) else 0.0
+    if not 0.0 < p < 1.0:
+        return chosen
+    supported = [c for c in frequent[MAX_VALUES:] if counts[c] >= b.min_support][:4 * MAX_CARDINALITY]
+    z = []
+    for c in supported:
+        mask = steps_with(c)
+        n = float(mask.sum())
+        z.append(abs(float(y[mask].sum()) - n * p) / max((n * p * (1 - p)) ** 0.5, 1e-12))
+    telling = [c for _, c in sorted(zip(z, supported), key=lambda pair: -pair[0])[:MAX_VALUES]]
+    return chosen + telling
 
 
 def _lists(b: _Builder, column: Column) -> None:
@@ -185,7 +214,14 @@ def _lists(b: _Builder, column: Column) -> None:
     in_scored[b.scored] = True
     counts = np.bincount(col_array[in_scored[row_array]], minlength=len(index))
     elements = list(index)
-    for code in np.argsort(-counts, kind="stable")[:MAX_VALUES].tolist():
+    scored_rows = in_scored[row_array]
+
+    def steps_with(code: int) -> NDArray[np.bool_]:
+        mask = np.zeros(len(values), dtype=np.bool_)
+        mask[row_array[scored_rows & (col_array == code)]] = True
+        return np.asarray(mask[b.scored], dtype=np.bool_)
+
+    for code in _chosen(b, list(range(len(elements))), counts, steps_with):
         element = elements[code]
         literal = _quote(element) if isinstance(element, str) else (
             ("true" if element else "false") if isinstance(element, bool) else _number_text(float(element)))  # type: ignore[arg-type]

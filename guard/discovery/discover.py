@@ -47,6 +47,8 @@ __all__ = ["Figures", "DiscoveryReport", "discover", "held_out_figures"]
 MIN_GAIN = 0.005  # objective gain a predicate must bring (≈ 0.5 % of the Brier score, or 0.5 points of detection)
 PENALTY = 0.25  # λ: weight of the share of held-out steps in rarely visited states
 MIN_VISITS = 20  # visits below which a state's interval is too wide to mean much
+MIN_BRIER_GAIN = 0.005  # relative fall of the held-out Brier score a predicate must bring
+MIN_Z = 1.5  # significance of that fall over the groups of runs (a paired z-score)
 
 
 @dataclass(frozen=True)
@@ -191,16 +193,20 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     table = build_table(states, [run.meta for run in runs], action_columns(actions),
                         np.asarray(run_of_all, dtype=np.int64))
     scored_idx = np.asarray(scored, dtype=np.int64)
-    candidates = generate(table.columns, scored_idx, max(min_visits // 2, 3))
-    progress(f"searching {len(candidates)} candidates")
     unsafe_arr = np.array([t.unsafe for t in traced], dtype=np.bool_)
+    outcome = unsafe_arr[np.asarray(run_of_scored, dtype=np.int64)].astype(np.float64)
+    candidates = generate(table.columns, scored_idx, max(min_visits // 2, 3), outcome)
+    progress(f"searching {len(candidates)} candidates")
+    group_ids: dict[str, int] = {}
+    group_of_run = np.array([group_ids.setdefault(g, len(group_ids)) for g in groups], dtype=np.int64)
     scorer = HeldOut(np.asarray(run_of_scored, dtype=np.int64), fold_of_run, unsafe_arr, metric=target.metric,
-                     target=target.value, min_visits=min_visits, penalty=PENALTY)
+                     target=target.value, min_visits=min_visits, penalty=PENALTY, group_of_run=group_of_run)
     bits_array = np.asarray(abstract_bits, dtype=np.int64)
     literals = [Literal_(definition.cel, ((bits_array >> i) & 1).astype(np.bool_))
                 for i, definition in enumerate(spec.predicates.values())]
     result = search(scorer, np.asarray(base_key, dtype=np.int64), candidates, literals,
-                    max_predicates=max_predicates, min_gain=MIN_GAIN, deadline=deadline, min_visits=min_visits)
+                    max_predicates=max_predicates, min_gain=MIN_GAIN, deadline=deadline, min_visits=min_visits,
+                    min_brier_gain=MIN_BRIER_GAIN, min_z=MIN_Z)
     report = DiscoveryReport(
         text=spec.text, changed=False, added=[], names=[], counting_before=_figures(result.base),
         counting_after=_figures(result.base), learner_before=None, learner_after=None, runs=len(runs),

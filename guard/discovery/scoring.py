@@ -69,7 +69,7 @@ class HeldOut:
 
     def __init__(self, run_of: NDArray[np.int64], fold_of_run: NDArray[np.int64], unsafe_run: NDArray[np.bool_],
                  *, metric: Literal["false-alarms", "detection"], target: float, min_visits: int,
-                 penalty: float) -> None:
+                 penalty: float, group_of_run: NDArray[np.int64] | None = None) -> None:
         self.run_of = run_of
         self.folds = int(fold_of_run.max()) + 1 if len(fold_of_run) else 1
         self.fold = fold_of_run[run_of]
@@ -93,6 +93,23 @@ class HeldOut:
         base = (u_f.sum() - u_f) / np.maximum(n_f.sum() - n_f, 1.0)
         self.start_risk = base[self.fold]
         self.base_brier: float | None = None
+        groups = np.arange(len(unsafe_run)) if group_of_run is None else group_of_run
+        self.group = groups[run_of]
+        self.groups = int(groups.max()) + 1 if len(groups) else 1
+
+    def paired_z(self, before: NDArray[np.float64], after: NDArray[np.float64]) -> float:
+        """How significant the fall in held-out squared error from ``before`` to ``after`` is: the mean
+        per-group change over its standard error (groups of runs are the independent units)."""
+        change = (after - self.y) ** 2 - (before - self.y) ** 2
+        per_group = np.bincount(self.group, weights=change, minlength=self.groups)
+        present = np.bincount(self.group, minlength=self.groups) > 0
+        per_group = per_group[present]
+        if len(per_group) < 2:
+            return 0.0
+        spread = float(per_group.std(ddof=1))
+        if spread == 0.0:
+            return math.inf if per_group.mean() < 0 else 0.0
+        return float(-per_group.mean() / (spread / math.sqrt(len(per_group))))
 
     def score(self, key: NDArray[np.int64], states: int, previous: NDArray[np.float64] | None = None) -> Score:
         """The figures of the abstraction whose state at each scored step is ``key`` (0..states-1),
