@@ -174,13 +174,14 @@ def replays_of(spec: Spec, train: Sequence[Run], test: Sequence[Run]) -> tuple[l
 
 
 def cross_validate(runs: Sequence[Run], spec: Spec, extend: Callable[[list[Run]], Spec] | None,
-                   notes: list[str]) -> tuple[list[RunReplay], list[RunReplay]]:
-    groups = [group_of(r, "meta.task") for r in runs]
+                   notes: list[str], group_by: str | None = "meta.task") -> tuple[list[RunReplay], list[RunReplay]]:
+    """Outer grouped k-fold: ``extend`` (when given) makes each fold's spec from its training runs only."""
+    groups = [group_of(r, group_by) for r in runs]
     predicates, monitors = PredicateSet(spec), build_monitors(spec)
     unsafe = [trace_run(r, predicates, monitors).unsafe for r in runs]
     model: list[RunReplay] = []
     counting: list[RunReplay] = []
-    for k, test in enumerate(split_folds(groups, unsafe, FOLDS, key="meta.task")):
+    for k, test in enumerate(split_folds(groups, unsafe, FOLDS, key=group_by)):
         held = set(test)
         train = [runs[i] for i in range(len(runs)) if i not in held]
         fold_spec = spec if extend is None else extend(train)
@@ -194,8 +195,8 @@ def cross_validate(runs: Sequence[Run], spec: Spec, extend: Callable[[list[Run]]
     return model, counting
 
 
-def discovered(runs: list[Run], spec: Spec) -> Spec:
-    report = discover(runs, spec, target=parse_target("false-alarms=0.2"), folds=4, group_by="meta.task",
+def discovered(runs: list[Run], spec: Spec, group_by: str | None = "meta.task") -> Spec:
+    report = discover(runs, spec, target=parse_target("false-alarms=0.2"), folds=4, group_by=group_by,
                       confirm=True, max_predicates=8)
     return parse_spec(report.text)
 
