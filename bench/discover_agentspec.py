@@ -143,8 +143,10 @@ def convert(record: dict[str, Any], hazardous: bool, number: int, source: str) -
         state["hazard"] = bool(reference) and matched == len(reference)
         steps.append({"state": dict(state), "action": text})
     words = sorted({w.strip(".,;:!?'\"()") for w in _words(instruction)} - {""})
+    # the task as a key: the same instruction is logged with different spacing in different files
+    key = " ".join(re.sub(r"[^a-z0-9 ]", " ", instruction.lower()).split())
     return {"id": f"{source}:{number}", "steps": steps,
-            "meta": {"task": instruction, "scene": str(task.get("scene_name", "")), "words": words}}
+            "meta": {"task": key, "scene": str(task.get("scene_name", "")), "words": words}}
 
 
 def load(data: Path) -> list[Run]:

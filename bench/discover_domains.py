@@ -13,7 +13,8 @@ grouped 5-fold cross-validation scores, on the same folds:
 Detection counts alarms strictly before the violation (observe enforcement) at the largest θ whose
 false-alarm rate on the held-out safe runs is at most 5 % / 20 %; a state without an estimate raises
 no alarm here (the table compares estimates, as bench/estimation_levers.py does). Folds: driving and
-embodied group by run, tools by ``meta.task``.
+embodied group by run, tools by ``meta.task``. The runs' ``meta`` keeps the task only: the simulators
+also write each run's outcome there (a label discovery would otherwise find, and did).
 
     python bench/discover_domains.py [--quick] [--domains embodied,driving,tools] [--json FILE]
 """
@@ -27,13 +28,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, write_json
 from discover_agentspec import cross_validate, discovered, row
+
+from _common import ROOT, write_json
 from forewarn.guard.replay import RunReplay
 from forewarn.guard.spec import Spec, load_spec
 from forewarn.guard.traces import Run, read_runs
 
 Part = tuple[Spec, list[Run], str | None]
+# The simulators write each run's outcome into its meta (outcome, success, hazard_intent, violations,
+# hazards) and which simulated driver drove it: labels and hidden causes no guard knows when a run
+# starts. Only the task is kept.
+KNOWN_AT_START = ("task",)
+
+
+def known(runs: list[Run]) -> list[Run]:
+    return [Run(id=r.id, steps=r.steps, meta={k: v for k, v in r.meta.items() if k in KNOWN_AT_START},
+                source=r.source, line=r.line) for r in runs]
 
 
 def driving(quick: bool, work: Path) -> list[Part]:
@@ -42,7 +53,7 @@ def driving(quick: bool, work: Path) -> list[Part]:
 
     path = work / "drives.jsonl"
     generate_traces(300 if quick else 600, 11, path)
-    return [(load_spec(spec_path()), list(read_runs(path)), None)]
+    return [(load_spec(spec_path()), known(list(read_runs(path))), None)]
 
 
 def tools(quick: bool, work: Path) -> list[Part]:
@@ -50,7 +61,7 @@ def tools(quick: bool, work: Path) -> list[Part]:
 
     path = work / "tools.jsonl"
     generate_traces(300 if quick else 1200, 3, path)
-    return [(load_spec(ROOT / "domains" / "tools" / "spec.yaml"), list(read_runs(path)), "meta.task")]
+    return [(load_spec(ROOT / "domains" / "tools" / "spec.yaml"), known(list(read_runs(path))), "meta.task")]
 
 
 def embodied(quick: bool, work: Path) -> list[Part]:
@@ -61,7 +72,7 @@ def embodied(quick: bool, work: Path) -> list[Part]:
         trace, spec = work / f"{task.id}.jsonl", work / f"{task.id}.yaml"
         generate_traces([task], 150, 7, trace)
         write_spec(task, spec)
-        out.append((load_spec(spec), list(read_runs(trace)), None))
+        out.append((load_spec(spec), known(list(read_runs(trace))), None))
     return out
 
 
@@ -77,7 +88,8 @@ def run_domain(parts: list[Part]) -> tuple[list[dict[str, Any]], list[str]]:
         pooled["hand-written spec"] += model
         pooled["counting (hand-written abstraction)"] += counting
         added: list[str] = []
-        model, counting = cross_validate(runs, spec, lambda train: discovered(train, spec, group_by), added, group_by)
+        model, counting = cross_validate(runs, spec, lambda train, spec=spec, group_by=group_by: discovered(
+            train, spec, group_by), added, group_by)
         pooled["discovered (nested)"] += model
         pooled["counting (discovered abstraction)"] += counting
         notes += [f"{spec.name} {line}" for line in added]

@@ -41,6 +41,9 @@ def discover(
         "--confirm/--no-confirm", help="Confirm the result with the real learner (grouped k-fold, before and "
                                        "after); without it the figures are the search's counting estimates.")]
     = True,
+    exclude: Annotated[list[str] | None, typer.Option(
+        "--exclude", help="A field to propose nothing on, e.g. meta.outcome (a label written after the run); "
+                          "repeatable.")] = None,
     format: FormatOption = Format.table,
     input_format: InputFormatOption = InputFormat.auto,
 ) -> None:
@@ -65,7 +68,7 @@ def discover(
     with _progress("discovering") as update:
         report = run_discover(runs, parsed, target=chosen, max_predicates=max_predicates, time_limit=time_limit,
                               folds=folds, group_by=group_by, seed=seed, min_visits=min_visits, confirm=confirm,
-                              on_progress=lambda text: update(description=text))
+                              exclude=exclude or (), on_progress=lambda text: update(description=text))
     parse_spec(report.text, source=str(output))  # what is written loads
     _atomic_write(output, report.text)
     if format is Format.json:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from operator import itemgetter
 from collections.abc import Sequence
-from itertools import chain
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
 from typing import Any, Literal
 
 import numpy as np

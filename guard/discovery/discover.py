@@ -129,7 +129,7 @@ def _objective(f: Figures, base_brier: float | None, target: Target) -> float:
 
 def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates: int = 8,
              time_limit: float = 600.0, folds: int = 5, group_by: str | None = None, seed: int = 0,
-             min_visits: int = MIN_VISITS, confirm: bool = True,
+             min_visits: int = MIN_VISITS, confirm: bool = True, exclude: Sequence[str] = (),
              on_progress: Callable[[str], None] | None = None) -> DiscoveryReport:
     """Predicates found in ``runs`` that improve held-out prediction over ``spec``'s (see the module's doc).
 
@@ -192,6 +192,8 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     progress(f"reading the fields of {len(states)} steps")
     table = build_table(states, [run.meta for run in runs], action_columns(actions),
                         np.asarray(run_of_all, dtype=np.int64))
+    if exclude:
+        table.columns[:] = [c for c in table.columns if not any(_under(c.path, e) for e in exclude)]
     scored_idx = np.asarray(scored, dtype=np.int64)
     unsafe_arr = np.array([t.unsafe for t in traced], dtype=np.bool_)
     outcome = unsafe_arr[np.asarray(run_of_scored, dtype=np.int64)].astype(np.float64)
@@ -219,6 +221,10 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
                             "the spec is unchanged")
         report.seconds = time.monotonic() - started
         return report
+    for s in steps:
+        if "meta." in s.cel:
+            report.notes.append(f"{s.cel!r} reads the run's meta: make sure that field is known when a run starts "
+                                "(not an outcome written after it ended; leave such fields out with --exclude)")
     text, names = _written(spec, steps, target, folds, group_by)
     discovered = parse_spec(text, source=spec.source or "<discovered>")
     report.counting_after = _figures(steps[-1].after)
@@ -236,6 +242,11 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     report.text, report.changed, report.added, report.names = text, True, steps, names
     report.seconds = time.monotonic() - started
     return report
+
+
+def _under(path: tuple[str, ...], dotted: str) -> bool:
+    parts = tuple(dotted.split("."))
+    return path[:len(parts)] == parts
 
 
 def _checked(result: SearchResult, runs: Sequence[Run], spec: Spec, scored: np.ndarray, notes: list[str]) -> list[Step]:

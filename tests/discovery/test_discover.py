@@ -101,7 +101,7 @@ def test_finds_the_hidden_field_the_actions_and_no_noise(tmp_path: Path, spec_fi
     assert text.index("broken:") < text.index(report.names[0] + ":")
     assert "discovered: held-out Brier" in text and "real learner, held out" in text
     discovered = parse_spec(text)
-    assert list(discovered.predicates)[0] == "broken" and discovered.unsafe == "broken"
+    assert next(iter(discovered.predicates)) == "broken" and discovered.unsafe == "broken"
 
 
 def test_output_works_with_learn_tune_and_the_guard(tmp_path: Path, spec_file: Path, forewarn_here: CLI) -> None:
@@ -211,7 +211,7 @@ def test_flow_style_predicates_are_extended(tmp_path: Path) -> None:
                       group_by="meta.task", confirm=False)
     assert report.changed
     parsed = parse_spec(report.text)
-    assert list(parsed.predicates)[0] == "broken" and len(parsed.predicates) == 1 + len(report.added)
+    assert next(iter(parsed.predicates)) == "broken" and len(parsed.predicates) == 1 + len(report.added)
 
 
 def test_too_few_groups_is_a_user_error(spec_file: Path) -> None:
