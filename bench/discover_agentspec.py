@@ -111,7 +111,7 @@ def convert(record: dict[str, Any], hazardous: bool, number: int, source: str) -
     state: dict[str, Any] = {"steps": 0, "last_success": True, "failures": 0, "holding": "", "found": "",
                              "opened": [], "switched_on": [], "on_request": 0, "last_on_request": False,
                              "hazard": False}
-    steps = [{"state": dict(state)}]
+    steps: list[dict[str, Any]] = [{"state": dict(state)}]
     matched = 0
     for entry in record.get("intermediate_steps") or []:
         text = _action_text(entry)

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,10 @@ def embodied(quick: bool, work: Path) -> list[Part]:
 DOMAINS: dict[str, Callable[[bool, Path], list[Part]]] = {"embodied": embodied, "driving": driving, "tools": tools}
 
 
+def _discovered(train: list[Run], *, spec: Spec, group_by: str | None) -> Spec:
+    return discovered(train, spec, group_by)
+
+
 def run_domain(parts: list[Part]) -> tuple[list[dict[str, Any]], list[str]]:
     pooled: dict[str, list[RunReplay]] = {"hand-written spec": [], "counting (hand-written abstraction)": [],
                                           "discovered (nested)": [], "counting (discovered abstraction)": []}
@@ -88,8 +93,8 @@ def run_domain(parts: list[Part]) -> tuple[list[dict[str, Any]], list[str]]:
         pooled["hand-written spec"] += model
         pooled["counting (hand-written abstraction)"] += counting
         added: list[str] = []
-        model, counting = cross_validate(runs, spec, lambda train, spec=spec, group_by=group_by: discovered(
-            train, spec, group_by), added, group_by)
+        model, counting = cross_validate(runs, spec, partial(_discovered, spec=spec, group_by=group_by), added,
+                                         group_by)
         pooled["discovered (nested)"] += model
         pooled["counting (discovered abstraction)"] += counting
         notes += [f"{spec.name} {line}" for line in added]

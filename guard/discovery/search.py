@@ -126,10 +126,10 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
             break
         result.rounds += 1
         n_state = np.bincount(key, minlength=states).astype(np.float64)
-        u_state = np.bincount(key, weights=y, minlength=states)
+        u_state = np.bincount(key, weights=y, minlength=states).astype(np.float64)
         key_s, y_s = key[sample], y[sample]
         impurity_s = _impurity(np.bincount(key_s, minlength=states).astype(np.float64),
-                               np.bincount(key_s, weights=y_s, minlength=states))
+                               np.bincount(key_s, weights=y_s, minlength=states).astype(np.float64))
         impurity = _impurity(n_state, u_state)
         # states worth a local split: both outcomes, enough visits on each side to learn from
         mixed = np.flatnonzero((u_state > 0) & (u_state < n_state) & (n_state >= 2 * min_visits))
@@ -142,7 +142,7 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
                 bits = sample_bits[id(candidate)] = candidate.bits(count)[sample]
             split = key_s * 2 + bits
             n = np.bincount(split, minlength=2 * states).astype(np.float64)
-            u = np.bincount(split, weights=y_s, minlength=2 * states)
+            u = np.bincount(split, weights=y_s, minlength=2 * states).astype(np.float64)
             after = _impurity(n, u).reshape(states, 2).sum(axis=1)
             reduction = impurity_s - after
             gains[i] = reduction.sum()
@@ -160,9 +160,9 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
             best = int(np.argmax(per_state[:, j]))
             if per_state[best, j] <= 0:
                 continue
-            local = _local_split(key == state, literal_pool, pool[best], pool[best].bits(count))
-            if local is not None:
-                offers.append(local)
+            split_offer = _local_split(key == state, literal_pool, pool[best], pool[best].bits(count))
+            if split_offer is not None:
+                offers.append(split_offer)
         scored_offers: list[tuple[Score, tuple[str, str, str, bool, NDArray[np.bool_]]]] = []
         for offer in offers:
             if time.monotonic() > deadline and scored_offers:
@@ -184,8 +184,8 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
             result.rejected.append((offer[1], refined.brier, refined.detection))
         if accepted is None:
             if scored_offers and not result.rejected:
-                best, offer = scored_offers[0]
-                result.rejected.append((offer[1], best.brier, best.detection))
+                top, top_offer = scored_offers[0]
+                result.rejected.append((top_offer[1], top.brier, top.detection))
             break
         refined, (name, cel, description, local, bits) = accepted
         steps.append(Step(name, cel, description, local, current, refined, bits))
