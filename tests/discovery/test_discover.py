@@ -218,3 +218,19 @@ def test_too_few_groups_is_a_user_error(spec_file: Path) -> None:
     with pytest.raises(ForewarnError, match="needs at least 8 groups"):
         discover(as_runs(synthetic_runs(40, 9)), load_spec(spec_file), target=parse_target("false-alarms=0.1"),
                  group_by="meta.noise_id", folds=8, confirm=False)
+
+
+def test_excluded_fields_and_meta_labels(spec_file: Path) -> None:
+    lines = synthetic_runs(300, 10)
+    for line in lines:  # a label written after the run: discovery finds it, and says what to check
+        line["meta"]["outcome"] = "unsafe" if any(s["state"]["broken"] for s in line["steps"]) else "safe"
+    runs = as_runs(lines)
+    found = discover(runs, load_spec(spec_file), target=parse_target("false-alarms=0.1"), group_by="meta.task",
+                     confirm=False)
+    assert any("meta.outcome" in s.cel for s in found.added)
+    assert any("reads the run's meta" in note and "--exclude" in note for note in found.notes)
+    kept_out = discover(runs, load_spec(spec_file), target=parse_target("false-alarms=0.1"), group_by="meta.task",
+                        confirm=False, exclude=("meta.outcome", "state.hidden"))
+    read = " ".join(s.cel for s in kept_out.added)
+    assert "meta.outcome" not in read and "state.hidden" not in read
+    assert "knife" in read  # what is left still counts
