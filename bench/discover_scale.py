@@ -89,7 +89,7 @@ def main() -> None:
     cpu = time.process_time()
     started = time.perf_counter()
     report = discover(runs, spec, target=parse_target("false-alarms=0.1"), folds=5, group_by="meta.task",
-                      confirm=args.confirm, on_progress=progress, time_limit=300)
+                      confirm=args.confirm, on_progress=progress, time_limit=3600)
     total = time.perf_counter() - started
     cpu = time.process_time() - cpu
     progress("end")
