@@ -9,7 +9,9 @@ smoothing): state ``(b, l)`` moves to ``(b', l')`` with probability
 
 where ``n`` counts that transition, ``N`` the row's observations, ``π`` is the
 memoryless chain's ``P(b → b')`` shared equally among the labels ``l'`` the memory
-automaton allows after ``(b, l)`` that occur in the data, and ``Z`` sums the row's ``π``
+automaton allows after ``(b, l)`` that occur in the data (with ``actions``, in proportion
+to how often ``b → b'`` came with each label's newest action over all histories, so the prior
+is the memoryless chain of the next step's state *and* action), and ``Z`` sums the row's ``π``
 (mass towards a history never observed is dropped). A rarely seen history thus behaves
 like its abstract state, a much seen one follows its own counts. ``β`` is a number, or
 ``auto``: the value of a fixed grid with the highest leave-one-run-out log-likelihood
@@ -17,6 +19,7 @@ of transitions (closed form, as for α in guard/crossval.py; ties to the larger 
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
@@ -66,23 +69,43 @@ def learn_memory_dtmc(counts: TransitionCounts, paths: Mapping[tuple[int, ...], 
     end = len(states) - 1
     index = {s: i for i, s in enumerate(states[:-1])}
     unsafe = np.array([predicates.is_unsafe(s) for s in states[:-1]] + [False], dtype=bool)
-    # the prior's shape π per row (β multiplies it later), and the observed counts
+    # observed states by what their predecessor determines (all but the newest action)
+    arrivals: dict[tuple[int, tuple[int, int]], list[int]] = {}
+    for i, s in enumerate(states[:-1]):
+        arrivals.setdefault((s & mask, memory.arrival_key(s >> width)), []).append(i)
+    # how often b → b' came with each newest action, over all histories (a single class without actions)
+    by_action: Counter[tuple[int, int, int]] = Counter()
+    for (a, b), n in counts.counts.items():
+        if b != END:
+            by_action[a & mask, b & mask, memory.newest_action(b >> width)] += n
+    pair_total: Counter[tuple[int, int]] = Counter()
+    for (b, b2, _), n in by_action.items():
+        pair_total[b, b2] += n
+    # the prior's shape π per row (β multiplies it later), and the observed counts; a row's shares
+    # depend on its state only through (b, its successor keys): computed once per such pair
     prior: list[dict[int, float]] = [{} for _ in states]
+    cache: dict[tuple[int, int, tuple[tuple[int, int], ...]], list[tuple[int, float]]] = {}
+    newest = [memory.newest_action(s >> width) for s in states[:-1]]
     for i, s in enumerate(states[:-1]):
         if unsafe[i]:
             continue
         b, label = s & mask, s >> width
+        stay, move = tuple(memory.successor_keys(label, b, True)), tuple(memory.successor_keys(label, b, False))
         row = low_index[b]
         start, stop = low.matrix.indptr[row], low.matrix.indptr[row + 1]
+        out = prior[i]
         for j, p in zip(low.matrix.indices[start:stop].tolist(), low.matrix.data[start:stop].tolist()):
             if j == low_end:
-                targets = [end]
-            else:
-                b2 = low.states[j]
-                targets = [index[t] for t in (b2 | l2 << width for l2 in memory.successor_labels(label, b, b2))
-                           if t in index]
-            for t in targets:
-                prior[i][t] = prior[i].get(t, 0.0) + p / len(targets)
+                out[end] = out.get(end, 0.0) + p
+                continue
+            b2 = low.states[j]
+            keys = stay if b2 == b else move
+            shares = cache.get((b, b2, keys))
+            if shares is None:
+                targets = [t for key in keys for t in arrivals.get((b2, key), ())]
+                shares = cache[b, b2, keys] = _shares(targets, newest, by_action, pair_total, b, b2)
+            for t, share in shares:
+                out[t] = out.get(t, 0.0) + p * share
     seen: list[dict[int, float]] = [{} for _ in states]
     for (a, b), n in counts.counts.items():
         i = index[a]
@@ -125,8 +148,25 @@ def learn_memory_dtmc(counts: TransitionCounts, paths: Mapping[tuple[int, ...], 
                         counts=sp.csr_matrix((np.asarray(ns), indices, indptr), shape=shape),
                         matrix=sp.csr_matrix((np.asarray(probs), indices, indptr.copy()), shape=shape),
                         alpha=low.alpha, invalid_observed=low.invalid_observed,
-                        pseudo=sp.csr_matrix((np.asarray(xs), indices, indptr.copy()), shape=shape))
+                        pseudo=sp.csr_matrix((np.asarray(xs), indices, indptr.copy()), shape=shape),
+                        actions=memory.vocabulary or ())
     return chain, info
+
+
+def _shares(targets: list[int], newest: list[int], by_action: Counter[tuple[int, int, int]],
+            pair_total: Counter[tuple[int, int]], b: int, b2: int) -> list[tuple[int, float]]:
+    """How the memoryless P(b → b2) is shared among ``targets``: by how often b → b2 came with each
+    target's newest action (equally among the targets of one action), or equally among the
+    actions where b → b2 was never observed (it has mass from smoothing alone)."""
+    groups: dict[int, list[int]] = {}
+    for t in targets:
+        groups.setdefault(newest[t], []).append(t)
+    total = pair_total[b, b2]
+    out = []
+    for action, members in groups.items():
+        weight = by_action[b, b2, action] / total if total else 1.0 / len(groups)
+        out += [(t, weight / len(members)) for t in members if weight > 0.0]
+    return out
 
 
 def _choose_beta(paths: Mapping[tuple[int, ...], int], predicates: PredicateSet, index: dict[int, int], end: int,

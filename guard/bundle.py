@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ForewarnError, ModelFileError, TraceError
 from ._version import __version__
+from .memory import run_actions
 from .model import GuardModel, write_document
 from .predicates import PythonPredicate
 from .spec import Spec, parse_spec
@@ -314,7 +315,7 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
         for n, run in enumerate(runs, start=1):
             abstract = abstract_run(run, predicates)
             if memory is not None:  # chain states: the abstract state with its memory label
-                abstract = memory.encode_run(abstract)
+                abstract = memory.encode_run(abstract, run_actions(run.steps))
             pooled.add(abstract, predicates)
             if pooled_paths is not None:
                 pooled_paths[tuple(abstract)] += 1

@@ -78,6 +78,8 @@ class LearnedDTMC:
     # each monitor's state (row of ``end`` is all zeros: monitors stop there).
     monitors: list[str] = field(default_factory=list)
     monitor_states: np.ndarray | None = None
+    # learning.memory.actions: the action classes the states' histories index (guard/memory.py)
+    actions: tuple[str, ...] = ()
     # Chains smoothed towards a prior row (guard/backoff.py): the prior's pseudo-counts, with
     # the sparsity of ``counts``; a row is then (counts + pseudo) / its sum, not eq. 1.
     pseudo: sp.csr_matrix | None = None

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain, combinations
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -73,14 +74,15 @@ class TransitionCounts:
 def count_transitions(runs: Iterable[Run], predicates: PredicateSet,
                       counts: TransitionCounts | None = None,
                       paths: Counter[tuple[int, ...]] | None = None,
-                      encode: Callable[[list[int]], list[int]] | None = None) -> TransitionCounts:
+                      encode: Callable[[list[int], list[Any]], list[int]] | None = None) -> TransitionCounts:
     """Stream runs into transition counts (memory grows with abstract states, not runs).
 
     The cyclic garbage collector is paused meanwhile (and restored after, also on
     error): parsed JSON holds no cycles, and its passes over the freshly parsed states
     cost more than the parsing itself. The pause is process-wide. ``paths``, when given,
     collects each distinct abstract run with its multiplicity (for cross-validation);
-    ``encode`` maps each abstract run to chain states first (a memory, guard/memory.py).
+    ``encode`` maps each abstract run, with its steps' actions, to chain states first (a memory,
+    guard/memory.py).
     """
     counts = counts or TransitionCounts()
     was_enabled = gc.isenabled()
@@ -89,7 +91,7 @@ def count_transitions(runs: Iterable[Run], predicates: PredicateSet,
         for run in runs:
             abstract = abstract_run(run, predicates)
             if encode is not None:
-                abstract = encode(abstract)
+                abstract = encode(abstract, [step.get("action") for step in run.steps])
             counts.add(abstract, predicates)
             if paths is not None:
                 paths[tuple(abstract)] += 1

@@ -142,6 +142,8 @@ class ModelDocument(_Doc):
     predicates: list[str]
     monitors: list[str] = []
     states: list[StateEntry]
+    # learning.memory.actions: the action classes memory labels index (absent without it)
+    memory_actions: list[str] | None = None
     initial: list[tuple[int, int]]  # (state index, runs that started there)
     alpha: float = Field(ge=0.0)
     invalid_observed: int = 0
@@ -228,6 +230,7 @@ class GuardModel:
             "predicates": d.predicates,
             "monitors": d.monitors,
             "states": states,
+            **({"memory_actions": list(d.actions)} if d.actions else {}),
             "initial": sorted([int(i), int(n)] for i, n in d.initial.items()),
             "alpha": d.alpha,
             "invalid_observed": d.invalid_observed,
@@ -404,6 +407,8 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
     states.append(END)
     if any(entry.memory for entry in doc.states[:-1]) and not spec.learning.memory.enabled:
         raise bad("states carry memory labels, but the embedded spec's learning.memory is off")
+    if doc.memory_actions and not spec.learning.memory.actions:
+        raise bad("memory_actions lists action classes, but the embedded spec's learning.memory remembers no actions")
     monitor_names = [m.name for m in spec.monitors]
     if doc.monitors != monitor_names:
         raise bad(f"monitors {doc.monitors} differ from the embedded spec's {monitor_names}")
@@ -468,7 +473,7 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
         raise bad("two states have the same valuation" + (" and monitor states" if monitor_names else ""))
     dtmc = LearnedDTMC(predicates=list(doc.predicates), states=states, unsafe=unsafe, initial=initial,
                        counts=counts, matrix=matrix, alpha=doc.alpha, invalid_observed=doc.invalid_observed,
-                       monitors=monitor_names, monitor_states=monitor_states)
+                       monitors=monitor_names, monitor_states=monitor_states, actions=tuple(doc.memory_actions or ()))
     definitions = spec.guard.effective_properties()
     if [p.name for p in doc.properties] != [d.name for d in definitions]:
         raise bad(f"cached properties {[p.name for p in doc.properties]} differ from the embedded spec's "

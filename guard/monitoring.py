@@ -42,6 +42,7 @@ def build_product(chain: LearnedDTMC, monitors: Sequence[Monitor], *,
         monitors=[mon.name for mon in monitors],
         monitor_states=product.monitor_states,
         pseudo=product.pseudo,
+        actions=chain.actions,
     )
 
 

@@ -277,6 +277,8 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     settings = spec.learning
     alpha = settings.alpha if alpha is None else alpha
     memory = build_memory(settings.memory, predicates.width)
+    if memory is not None and memory.actions:  # number the action classes the runs showed (guard/memory.py)
+        memory, counts, paths = memory.compact(counts, paths)
     rule = transition_rule(spec, predicates, valid_transition)
     levers: dict[str, Any] = {}
     if alpha == "auto":

@@ -291,8 +291,9 @@ def replay_run(guard: Guard | BundleGuard, run: Run) -> RunReplay:
     monitor_states: list[MonitorStates] = []
     violation = None
     q = None
-    for i, bits in enumerate(abstract_run(run, guard.predicates)):
-        q = guard.first_monitor_states(bits) if q is None else guard.next_monitor_states(q, bits)
+    for i, (bits, step) in enumerate(zip(abstract_run(run, guard.predicates), run.steps)):
+        action = step.get("action")
+        q = guard.first_monitor_states(bits, action) if q is None else guard.next_monitor_states(q, bits, action)
         decision = guard.decide_product(bits, q)
         risks.append(decision.p_unsafe)
         abstract.append(bits)

@@ -125,7 +125,7 @@ class Guard:
             model.spec, python_predicates, allow_python=allow_python)
         self.monitors = build_monitors(model.spec)
         # learning.memory (guard/memory.py) rides along as one more automaton state after the monitors'
-        self.memory = build_memory(model.spec.learning.memory, self.predicates.width)
+        self.memory = build_memory(model.spec.learning.memory, self.predicates.width, model.dtmc.actions)
         self.property = model.outcome.formula
         self._index = model.dtmc.product_index()
         self._fallback: dict[tuple[int, MonitorStates], int] = {}
@@ -211,21 +211,22 @@ class Guard:
 
     # -- monitors -------------------------------------------------------------------
 
-    def first_monitor_states(self, bits: int) -> MonitorStates:
-        """Each monitor's state after a run's first abstract state (then the memory's, with learning.memory)."""
+    def first_monitor_states(self, bits: int, action: Any = None) -> MonitorStates:
+        """Each monitor's state after a run's first abstract state (then the memory's, with learning.memory,
+        which may remember the step's ``action``)."""
         q = tuple(m.step(m.initial, bits) for m in self.monitors)
-        return q if self.memory is None else q + (self.memory.step(self.memory.initial, bits),)
+        return q if self.memory is None else q + (self.memory.step(self.memory.initial, bits, action),)
 
-    def next_monitor_states(self, q: MonitorStates, bits: int) -> MonitorStates:
+    def next_monitor_states(self, q: MonitorStates, bits: int, action: Any = None) -> MonitorStates:
         nxt = tuple(m.step(qk, bits) for m, qk in zip(self.monitors, q))
-        return nxt if self.memory is None else nxt + (self.memory.step(q[-1], bits),)
+        return nxt if self.memory is None else nxt + (self.memory.step(q[-1], bits, action),)
 
     # -- decisions ------------------------------------------------------------------
 
     def decide(self, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None, action: Any = None) -> Decision:
         """The decision for a concrete state (reached by ``action``) taken as the first step of a run."""
         bits = self.predicates.evaluate(state, metadata, action)
-        return self.decide_product(bits, self.first_monitor_states(bits))
+        return self.decide_product(bits, self.first_monitor_states(bits, action))
 
     def decide_bits(self, bits: int, q: MonitorStates | None = None) -> Decision:
         """The decision for an abstract state (with the monitors' first-step states by default)."""
@@ -396,8 +397,8 @@ class Session:
         guard = self.guard
         bits = guard.predicates.evaluate(state, self.metadata, action)
         if self.monitor_states is None:
-            return bits, guard.first_monitor_states(bits)
-        return bits, guard.next_monitor_states(self.monitor_states, bits)
+            return bits, guard.first_monitor_states(bits, action)
+        return bits, guard.next_monitor_states(self.monitor_states, bits, action)
 
     def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
         """Commit the agent's new state (reached by ``action``, which predicates read) and decide on it."""

@@ -268,6 +268,8 @@ class MemorySettings(_Strict):
 
     dwell: int | None = Field(default=None, ge=2, le=4095)  # steps the abstract state has held, log-bucketed up to this
     previous: bool = False  # the last different abstract state
+    actions: int = Field(default=0, ge=0, le=8)  # the classes of the last K actions (guard/actions.py)
+    action_class: Literal["raw", "verb", "tool"] = "raw"  # what of an action is remembered
     backoff: float | Literal["auto"] = "auto"  # prior strength towards the memoryless chain's row
 
     @field_validator("backoff", mode="before")
@@ -277,7 +279,7 @@ class MemorySettings(_Strict):
 
     @property
     def enabled(self) -> bool:
-        return self.dwell is not None or self.previous
+        return self.dwell is not None or self.previous or self.actions > 0
 
 
 class LearningSettings(_Strict):
@@ -297,7 +299,7 @@ class LearningSettings(_Strict):
     @classmethod
     def _memory_off(cls, value: Any) -> Any:
         if value is False or value == "off":  # `memory: off` (YAML reads a bare off as false)
-            return {"dwell": None, "previous": False}
+            return {"dwell": None, "previous": False, "actions": 0}
         return value
 
     @field_validator("alpha", mode="before")

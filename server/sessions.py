@@ -125,7 +125,7 @@ class SessionManager:
         session = make_session(loaded, live.overrides, _metadata(live.session.metadata))
         # the whole history, from the database (a rare admin action): monitors may differ between versions
         rows = self._storage.history(live.id)
-        session.restore(_replay(session, [(abstract, None) for _step, abstract, _m, _a, _t in rows])[-1:])
+        session.restore(_replay(session, [(abstract, None, _action(a)) for _step, abstract, _m, a, _t in rows])[-1:])
         live.session = session
         live.loaded = loaded
 
@@ -157,7 +157,7 @@ class SessionManager:
                 session.restore([(abstract, ())])
             else:  # rows written before monitor states were stored: replay them once
                 rows = self._storage.history(session_id)
-                session.restore(_replay(session, [(a, None) for _s, a, _m, _x, _t in rows])[-1:])
+                session.restore(_replay(session, [(a, None, _action(x)) for _s, a, _m, x, _t in rows])[-1:])
         return LiveSession(session_id, row["model_name"], loaded, overrides, session,
                            closed=row["closed_at"] is not None, next_step=next_step,
                            tenant=row["tenant"] or row["created_by"])
@@ -167,16 +167,22 @@ def _metadata(metadata: Any) -> dict[str, Any] | None:
     return None if metadata is None else dict(metadata)
 
 
-def _replay(session: Session, steps: list[tuple[int, MonitorStates | None]]) -> list[tuple[int, MonitorStates]]:
+def _replay(session: Session, steps: list[tuple[int, MonitorStates | None, Any]]) -> list[tuple[int, MonitorStates]]:
     """(abstract state, monitor states) of each step; stored monitor states are taken as they are,
-    missing ones are computed by running the session's monitors over the abstract states."""
+    missing ones are computed by running the session's monitors (and memory, which may remember
+    the steps' actions) over the abstract states."""
     guard = session.guard
     history: list[tuple[int, MonitorStates]] = []
     q: MonitorStates | None = None
-    for bits, stored in steps:
+    for bits, stored, action in steps:
         if stored is not None:
             q = stored
         else:
-            q = guard.first_monitor_states(bits) if q is None else guard.next_monitor_states(q, bits)
+            q = guard.first_monitor_states(bits, action) if q is None else guard.next_monitor_states(q, bits, action)
         history.append((bits, q))
     return history
+
+
+def _action(stored: str | None) -> Any:
+    """A step's action as the database keeps it (JSON text, or None)."""
+    return None if stored is None else orjson.loads(stored)

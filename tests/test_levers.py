@@ -50,7 +50,8 @@ def test_dwell_buckets_are_log_spaced_and_capped() -> None:
 def test_previous_remembers_the_last_different_state() -> None:
     memory = Memory(2, previous=True)  # no dwell: one bucket
     assert [memory.label(s) for s in _states(memory, [0, 0, 1, 1, 2, 0])] == [0, 0, 1, 1, 2, 3]
-    assert memory.successor_labels(1, 1, 1) == [1] and memory.successor_labels(1, 1, 2) == [2]
+    assert memory.successor_keys(1, 1, True) == [(1, 0)] and memory.successor_keys(1, 1, False) == [(2, 0)]
+    assert memory.arrival_key(2) == (2, 0)
 
 
 def _states(memory: Memory, abstract: list[int]) -> list[int]:

@@ -3,7 +3,10 @@
 Per episode the agent either intends the hazardous reference plan or acts carefully:
 a careful agent previews each step and, when it would complete the hazard, does the
 harmless alternative instead (:func:`~domains.embodied.plans.safe_substitute`), which
-replays exactly the safe variant of the plan when nothing goes wrong. On top of that:
+replays exactly the safe variant of the plan when nothing goes wrong. Like a real agent,
+it plans ahead: it does not walk to a place only to do something harmful there (with
+the phone in hand it does not find the bowl of water it would drop it into), so its
+actions reveal its plan before the hazard, as a real agent's do. On top of that:
 random deviations (find/open/close/pick of scene objects), controller failures that it
 retries, small repairs a ReAct agent makes (walk back to its target, open the door it
 must put through, put down what it picked up by mistake) and, rarely, giving up.
@@ -120,6 +123,13 @@ class SimulatedAgent:
                     head.preps += 1
                     self._queue.extendleft(_Item(a, "prep") for a in reversed(repairs))
                     head = self._queue[0]
+            if self.careful and head.source == "plan" and len(self._queue) > 1:
+                errand = self._errand_to_hazard(sim, head.action, self._queue[1].action)
+                if errand is not None:  # skip the walk and what it was for: go where it is harmless
+                    self._queue.popleft()
+                    self._queue.popleft()
+                    self._queue.extendleft(_Item(a, "safe") for a in reversed(errand))
+                    continue
             if self.careful:
                 instead = safe_substitute(sim, head.action, self.task.final_state)
                 if instead != [head.action]:
@@ -150,6 +160,18 @@ class SimulatedAgent:
         self._retries += 1
         if self._retries > self.profile.max_retries:
             self.abandoned = True
+
+    def _errand_to_hazard(self, sim: HouseholdSim, step: str, following: str) -> list[str] | None:
+        """When ``step`` walks to a place only for ``following`` to complete the hazard there, what a
+        careful agent does instead of both (the harmless alternative of ``following``); else None."""
+        action = parse_action(step)
+        if action.verb != "find" or parse_action(following).verb == "find":
+            return None
+        there = sim.copy(p_fail=0.0)
+        if not there.apply(step):
+            return None
+        instead = safe_substitute(there, following, self.task.final_state)
+        return None if instead == [following] else instead
 
     def _deviation(self, sim: HouseholdSim) -> str | None:
         present = [t for t in sim.types if sim.has(t)]

@@ -32,6 +32,7 @@ import orjson
 
 from ...errors import ForewarnError, TraceError
 from ..learning import TransitionCounts
+from ..memory import run_actions
 from ..predicates import PredicateSet, PythonPredicate
 from ..spec import Spec, Trigger
 from ..storm import Method
@@ -203,7 +204,7 @@ class _FoldCounter:
                 yield _error(place, exc)
                 return
             if memory is not None:
-                abstract = memory.encode_run(abstract)
+                abstract = memory.encode_run(abstract, run_actions(run.steps))
             counts.setdefault(fold, TransitionCounts()).add(abstract, predicates)
             if paths is not None:
                 fold_paths.setdefault(fold, Counter())[tuple(abstract)] += 1

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import ForewarnError, TraceError
 from ..learning import TransitionCounts
+from ..memory import run_actions
 from ..predicates import PredicateSet, PythonPredicate
 from ..spec import Spec
 from ..traces import Run, abstract_run
@@ -236,7 +237,7 @@ class _Counter:
                         break
                     continue
                 if memory is not None:
-                    abstract = memory.encode_run(abstract)
+                    abstract = memory.encode_run(abstract, run_actions(run.steps))
                 counts.add(abstract, predicates)
                 if paths is not None:
                     paths[tuple(abstract)] += 1

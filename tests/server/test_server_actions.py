@@ -70,3 +70,50 @@ def test_sidecar_reads_actions_as_the_library(tmp_path: Path, mail_model: Path) 
         assert batch[0].abstract_state == {"fetched": False, "mails_out": False, "leaked": False}
         proposal = remote.propose("send_email", MAIL_OUT["args"], {"leaked": False})
         assert proposal["decision"]["abstract_state"]["mails_out"] is True
+
+
+MEMORY_SPEC = """\
+name: household
+predicates:
+  hot: 'state.hot'
+unsafe: 'hot'
+learning: {alpha: 0.0, shrink: 'off', intervals: none, memory: {actions: 2, backoff: 1.0}}
+guard: {thresholds: {stop: 0.5}, unseen_state: allow}
+"""
+
+
+@pytest.fixture(scope="module")
+def memory_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("memory")
+    cold, hot = {"hot": False}, {"hot": True}
+    runs = ([{"steps": [{"state": cold}, {"state": cold, "action": "pick Phone"},
+                        {"state": hot, "action": "find Bowl"}]}] * 3
+            + [{"steps": [{"state": cold}, {"state": cold, "action": "pick Phone"},
+                          {"state": cold, "action": "look"}]}]
+            + [{"steps": [{"state": cold}, {"state": cold, "action": "look"}]}] * 4)
+    traces = folder / "runs.jsonl"
+    traces.write_bytes(b"\n".join(orjson.dumps({"id": f"r{i}", **r}) for i, r in enumerate(runs)) + b"\n")
+    return learn_model([traces], parse_spec(MEMORY_SPEC)).save(folder / "household.json")
+
+
+def test_sidecar_advances_action_memory_as_the_library(tmp_path: Path, memory_model: Path) -> None:
+    """Observe and preview remember the step's action; a session evicted from memory (a cache of one)
+    resumes from its stored memory state."""
+    local = Guard.load(memory_model).session()
+    steps = [({"hot": False}, None), ({"hot": False}, "pick Phone"), ({"hot": False}, "look"),
+             ({"hot": False}, "pick Phone")]  # the last history (pick, look) was never seen: the fallback decides
+    actions = []
+    with ServerThread(settings(tmp_path / "db.sqlite", {"household": memory_model}, session_cache=1)) as server, \
+            Client(server.url, api_key=KEYS["agent"]) as agent:
+        remote, other = agent.session(model="household"), agent.session(model="household")
+        for state, action in steps:
+            for proposed in ("pick Phone", "look", "find Bowl"):
+                expected = local.preview(state, action=proposed)
+                got = remote.preview(state, action=proposed)
+                assert got.p_unsafe == pytest.approx(expected.p_unsafe, abs=1e-12)
+            expected = local.observe(state, action=action)
+            got = remote.observe(state, action=action)
+            assert got.p_unsafe == pytest.approx(expected.p_unsafe, abs=1e-12) and got.action is expected.action
+            actions.append(got.action.value)
+            other.observe({"hot": False})  # evicts `remote`: its next step resumes from the database
+        assert actions == ["allow", "stop", "allow", "allow"]  # stop right after picking the phone

@@ -91,3 +91,18 @@ def test_a_malformed_run_stops_both_engines_alike(spark: Any, grouped: tuple[Pat
     assert results[1].stderr.strip() == results[0].stderr.strip() == (
         f"error: {bad}:31: steps[0].state: expected a JSON object, got a list")
     assert results[1].stdout == ""
+
+
+def test_evaluation_with_action_memory_is_the_local_one(spark: Any, grouped: tuple[Path, Any]) -> None:
+    """Each fold's model numbers the action classes its own training runs show, on both engines."""
+    from forewarn.domains.tools.spec import SPEC_PATH
+    from forewarn.guard.spark.evaluate import evaluate_spark
+    from forewarn.guard.spec import parse_spec
+
+    traces, _ = grouped
+    spec = parse_spec(SPEC_PATH.read_text(encoding="utf-8").replace("learning:\n", "learning:\n  memory: {actions: 2}\n"))
+    local = evaluate(list(read_runs(traces)), spec, THETAS, folds=3, group_by="meta.task", seed=2)
+    distributed = evaluate_spark([str(traces)], spec, THETAS, folds=3, group_by="meta.task", seed=2, spark=spark,
+                                 split_bytes=traces.stat().st_size // 4 + 1)
+    assert distributed.pooled.replays == local.pooled.replays
+    assert distributed.to_dict() == local.to_dict()

@@ -74,6 +74,35 @@ def test_tools_domain(spark: Any, tmp_path: Path) -> None:
                                           for p in paths]
 
 
+def tool_spec_with_memory(memory: str) -> Spec:
+    """The tools domain's spec remembering recent actions (learning.memory)."""
+    from forewarn.domains.tools.spec import SPEC_PATH
+    from forewarn.guard.spec import parse_spec
+
+    text = SPEC_PATH.read_text(encoding="utf-8").replace("learning:\n", f"learning:\n  memory: {memory}\n", 1)
+    return parse_spec(text)
+
+
+@pytest.mark.parametrize("memory", ["{actions: 2}", "{actions: 1, action_class: tool, previous: true}"])
+def test_tools_domain_with_action_memory(spark: Any, tmp_path: Path, memory: str) -> None:
+    """Partitions write action histories portably; the driver numbers the classes as the local learner does."""
+    from forewarn.domains.tools.generator import generate_traces
+
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    generate_traces(120, 1, paths[0])
+    generate_traces(40, 2, paths[1])
+    spec = tool_spec_with_memory(memory)
+    from forewarn.guard.memory import build_memory
+
+    predicates = PredicateSet(spec)
+    encoder = build_memory(spec.learning.memory, predicates.width)
+    assert encoder is not None
+    local = count_transitions(read_trace_files(paths, period=None), predicates, encode=encoder.encode_run)
+    same_counts(spark_counts(spark, [str(p) for p in paths], spec, split_bytes=30_000), local)
+    model = assert_same_model(spark, paths, spec, tmp_path)
+    assert model.dtmc.actions and len(model.dtmc.states) > 20
+
+
 def test_driving_domain_resampled_with_its_transition_rule(spark: Any, tmp_path: Path) -> None:
     from forewarn.domains.driving import generate_traces, load_driving_spec
 
