@@ -94,6 +94,9 @@ def _register_plugins() -> None:
 
     use_world(_household_world)
     register_evaluation(app)
+    from .discover import register as register_discover
+
+    register_discover(app)
     if missing("server"):  # the core install: `serve` is listed, and says which extra it needs
         register_missing(app, "serve", "server", "Serve the guard over HTTP (sessions, steps, approvals, models).")
     else:

@@ -1,0 +1,147 @@
+"""``forewarn discover``: a spec with predicates found in the runs (the method is :mod:`..discovery`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ...errors import ForewarnError
+from ..ingest import InputFormat, read_input
+from ._options import Format, check_positive_int, err, out, print_json
+from .replay import FormatOption, InputFormatOption, _atomic_write, _progress
+
+__all__ = ["discover", "register"]
+
+
+def discover(
+    traces: Annotated[list[Path], typer.Argument(help="Trace files (JSONL, columnar or action logs).")],
+    spec: Annotated[Path, typer.Option("--spec", "-s", help="YAML spec whose predicates, unsafe and monitors "
+                                                             "are kept and extended.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the spec with the discovered "
+                                                                 "predicates (the spec unchanged when none helps).")],
+    target: Annotated[str, typer.Option(
+        "--target", help="false-alarms=X (detection at most X false alarms) or detection=Y (false alarms at "
+                         "detection Y), X and Y in (0, 1): what detection is measured at.")] = "false-alarms=0.1",
+    max_predicates: Annotated[int, typer.Option("--max-predicates", help="Predicates the search may add.")] = 8,
+    time_limit: Annotated[float, typer.Option(
+        "--time-limit", help="Seconds after which the search starts no new round (the confirmation by the real "
+                             "learner comes after).")] = 600.0,
+    folds: Annotated[int, typer.Option(help="Number of folds (the same folds as `forewarn evaluate`).")] = 5,
+    group_by: Annotated[str | None, typer.Option(
+        "--group-by", help="Dotted path whose runs stay together, e.g. meta.task (default: each run alone).")]
+    = None,
+    seed: Annotated[int, typer.Option(help="Seed for assigning equal-sized groups to folds.")] = 0,
+    period: Annotated[float | None, typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
+    min_visits: Annotated[int, typer.Option(
+        "--min-visits", help="Visits below which a state counts as rare (the search's visit penalty).")] = 20,
+    confirm: Annotated[bool, typer.Option(
+        "--confirm/--no-confirm", help="Confirm the result with the real learner (grouped k-fold, before and "
+                                       "after); without it the figures are the search's counting estimates.")]
+    = True,
+    exclude: Annotated[list[str] | None, typer.Option(
+        "--exclude", help="A field to propose nothing on, e.g. meta.outcome (a label written after the run); "
+                          "repeatable.")] = None,
+    format: FormatOption = Format.table,
+    input_format: InputFormatOption = InputFormat.auto,
+) -> None:
+    """Find predicates in the runs that improve held-out prediction, and write the spec with them."""
+    from ..discovery.discover import discover as run_discover
+    from ..evaluation.tune import parse_target
+    from ..spec import load_spec, parse_spec
+
+    chosen = parse_target(target)
+    if chosen.action is not None:
+        raise ForewarnError(f"--target {target!r}: discover takes false-alarms=X or detection=Y, without an action")
+    check_positive_int(max_predicates, "--max-predicates")
+    check_positive_int(min_visits, "--min-visits")
+    if not time_limit > 0:
+        raise ForewarnError(f"--time-limit: expected a positive number of seconds, got {time_limit:g}")
+    if folds < 2:
+        raise ForewarnError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
+    parsed = load_spec(spec)
+    runs = list(read_input(traces, input_format, period=period))
+    if not runs:
+        raise ForewarnError("no runs to discover predicates from: the trace input is empty")
+    with _progress("discovering") as update:
+        report = run_discover(runs, parsed, target=chosen, max_predicates=max_predicates, time_limit=time_limit,
+                              folds=folds, group_by=group_by, seed=seed, min_visits=min_visits, confirm=confirm,
+                              exclude=exclude or (), on_progress=lambda text: update(description=text))
+    parse_spec(report.text, source=str(output))  # what is written loads
+    _atomic_write(output, report.text)
+    if format is Format.json:
+        print_json(_as_dict(report, output))
+        return
+    _print(report)
+    err.print(f"wrote {output}" + ("" if report.changed else " (the spec unchanged)"), highlight=False, markup=False,
+              soft_wrap=True)
+
+
+def _as_dict(report: object, output: Path) -> dict[str, object]:
+    from dataclasses import asdict
+
+    from ..discovery.discover import DiscoveryReport
+
+    assert isinstance(report, DiscoveryReport)
+    return {
+        "output": str(output), "changed": report.changed, "target": str(report.target), "folds": report.folds,
+        "group_by": report.group_by, "runs": report.runs, "unsafe_runs": report.unsafe_runs, "steps": report.steps,
+        "fields": report.fields, "candidates": report.candidates,
+        "skipped_fields": dict(report.skipped.reasons), "stopped": report.stopped, "seconds": report.seconds,
+        "added": [{"name": name, "cel": s.cel, "local": s.local,
+                   "before": {"brier": s.before.brier, "detection": s.before.detection,
+                              "false_alarms": s.before.false_alarms},
+                   "after": {"brier": s.after.brier, "detection": s.after.detection,
+                             "false_alarms": s.after.false_alarms}}
+                  for name, s in zip(report.names, report.added)],
+        "counting": {"before": asdict(report.counting_before), "after": asdict(report.counting_after)},
+        "learner": None if report.learner_before is None or report.learner_after is None else {
+            "before": asdict(report.learner_before), "after": asdict(report.learner_after)},
+        "not_helping": [{"cel": c, "brier": b, "detection": d} for c, b, d in report.not_helping],
+        "notes": report.notes,
+    }
+
+
+def _print(report: object) -> None:
+    from ..discovery.discover import DiscoveryReport
+
+    assert isinstance(report, DiscoveryReport)
+    target = report.target
+    grouping = f", grouped by {report.group_by}" if report.group_by else ""
+    title = (f"discovery over {report.runs} runs ({report.unsafe_runs} violate, {report.steps} steps scored), "
+             f"{report.folds}-fold{grouping}, target {target}: {report.candidates} candidates from "
+             f"{report.fields} fields in {report.seconds:.1f} s")
+    table = Table(title=title)
+    metric = "detection" if target.metric == "false-alarms" else "false alarms"
+    for column in ("predicate", "CEL", "Brier before → after", f"{metric} before → after"):
+        table.add_column(column, overflow="fold")
+    for name, s in zip(report.names, report.added):
+        if target.metric == "false-alarms":
+            change = f"{s.before.detection:.1%} → {s.after.detection:.1%}"
+        else:
+            change = f"{s.before.false_alarms:.1%} → {s.after.false_alarms:.1%}"
+        table.add_row(name + (" (local split)" if s.local else ""), s.cel,
+                      f"{s.before.brier:.4f} → {s.after.brier:.4f}", change)
+    if report.added:
+        out.print(table)
+    else:
+        out.print(title, highlight=False, markup=False, soft_wrap=True)
+    out.print(f"held out, counting: {report.counting_before.text(target)} → {report.counting_after.text(target)}",
+              highlight=False, markup=False, soft_wrap=True)
+    if report.learner_before is not None and report.learner_after is not None:
+        out.print(f"held out, real learner: {report.learner_before.text(target)} → "
+                  f"{report.learner_after.text(target)}", highlight=False, markup=False, soft_wrap=True)
+    out.print(f"search stopped: {report.stopped}", highlight=False, markup=False, soft_wrap=True)
+    for cel, brier, detection in report.not_helping[:3]:
+        out.print(f"did not help: {cel} (held-out Brier {brier:.4f}, detection {detection:.1%})",
+                  highlight=False, markup=False, soft_wrap=True)
+    for line in report.skipped.lines():
+        out.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
+    for note in report.notes:
+        out.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("discover")(discover)

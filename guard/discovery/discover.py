@@ -1,0 +1,314 @@
+"""``discover``: a spec with predicates found in the runs, each annotated with what it added.
+
+The pipeline (docs/method.md, "Discovery"):
+
+1. trace every run with the user's spec: its outcome (the user's ``unsafe`` and monitors
+   decide what a violation is) and its abstract states;
+2. split the runs into the same grouped folds as ``forewarn evaluate``;
+3. read every field of the steps into columns and propose candidates (:mod:`.columns`,
+   :mod:`.candidates`);
+4. search, scoring by counting on held-out folds (:mod:`.search`, :mod:`.scoring`);
+5. check every chosen predicate against CEL itself on every step (an expression that
+   does not compute what the search scored is dropped), and confirm the whole spec
+   with the real learner: the same grouped k-fold evaluation ``forewarn evaluate``
+   runs, before and after. A discovered spec the real learner scores worse than the
+   user's is not returned: the user's spec is, unchanged, and the report says why.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...errors import ForewarnError, TraceError
+from ..evaluation.baselines import trace_run
+from ..evaluation.evaluate import evaluate
+from ..evaluation.folds import group_of, split_folds
+from ..evaluation.tune import Target
+from ..monitoring import build_monitors
+from ..predicates import PredicateSet
+from ..replay import Enforcement, RunReplay
+from ..spec import Action, Spec, parse_spec
+from ..storm import Method
+from ..traces import Run, abstract_run
+from .actions import action_columns
+from .candidates import generate
+from .columns import Skipped, build_table
+from .scoring import HeldOut, Score
+from .search import Literal_, SearchResult, Step, search
+from .write import NewPredicate, insert_predicates, unique_name
+
+__all__ = ["Figures", "DiscoveryReport", "discover", "held_out_figures"]
+
+MIN_GAIN = 0.005  # objective gain a predicate must bring (≈ 0.5 % of the Brier score, or 0.5 points of detection)
+PENALTY = 0.25  # λ: weight of the share of held-out steps in rarely visited states
+MIN_VISITS = 20  # visits below which a state's interval is too wide to mean much
+MIN_BRIER_GAIN = 0.005  # relative fall of the held-out Brier score a predicate must bring
+MIN_Z = 1.5  # significance of that fall over the groups of runs (a paired z-score)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Held-out figures of one spec: Brier score and detection (strictly before the violation) at the target."""
+
+    brier: float | None
+    detection: float
+    false_alarms: float
+
+    def text(self, target: Target) -> str:
+        brier = "–" if self.brier is None else f"{self.brier:.4f}"
+        if target.metric == "false-alarms":
+            return f"Brier {brier}, detection {self.detection:.1%} at {self.false_alarms:.1%} false alarms"
+        return f"Brier {brier}, false alarms {self.false_alarms:.1%} at {self.detection:.1%} detection"
+
+
+@dataclass
+class DiscoveryReport:
+    """What ``discover`` found, and the spec it writes."""
+
+    text: str  # the output spec (YAML)
+    changed: bool
+    added: list[Step]
+    names: list[str]
+    counting_before: Figures
+    counting_after: Figures
+    learner_before: Figures | None
+    learner_after: Figures | None
+    runs: int
+    unsafe_runs: int
+    steps: int
+    fields: int
+    candidates: int
+    skipped: Skipped
+    folds: int
+    group_by: str | None
+    target: Target
+    stopped: str
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    not_helping: list[tuple[str, float, float]] = field(default_factory=list)
+
+
+def _figures(score: Score) -> Figures:
+    return Figures(score.brier, score.detection, score.false_alarms)
+
+
+def held_out_figures(replays: Sequence[RunReplay], target: Target, *, unseen_alarms: bool) -> Figures:
+    """Detection strictly before the violation at the target (the θ :func:`choose_theta` would pick), and
+    the Brier score, of a cross-validation's pooled replays."""
+    safe = np.sort([r.min_p_safe(unseen_alarms, lookahead=False) for r in replays if not r.unsafe])
+    unsafe = np.sort([r.min_p_safe(unseen_alarms, lookahead=False) for r in replays if r.unsafe])
+    total = count = 0.0
+    for r in replays:
+        end = r.violation if r.violation is not None else len(r.p_unsafe)
+        outcome = float(r.unsafe)
+        for p in r.p_unsafe[:end]:
+            if p is not None:
+                total += (p - outcome) ** 2
+                count += 1
+    brier = total / count if count else None
+    if not len(safe) or not len(unsafe):
+        return Figures(brier, 0.0, 0.0)
+    if target.metric == "false-alarms":
+        allowed = math.floor(target.value * len(safe) + 1e-9)
+        theta = safe[allowed] if allowed < len(safe) else math.inf  # flagged: p_safe < θ
+        return Figures(brier, float(np.mean(unsafe < theta)), float(np.mean(safe < theta)))
+    needed = max(math.ceil(target.value * len(unsafe) - 1e-9), 1)
+    theta = np.nextafter(unsafe[needed - 1], math.inf)
+    return Figures(brier, float(np.mean(unsafe < theta)), float(np.mean(safe < theta)))
+
+
+def _objective(f: Figures, base_brier: float | None, target: Target) -> float:
+    relative = (f.brier / base_brier) if (f.brier is not None and base_brier) else 1.0
+    return relative - f.detection if target.metric == "false-alarms" else relative + f.false_alarms
+
+
+def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates: int = 8,
+             time_limit: float = 600.0, folds: int = 5, group_by: str | None = None, seed: int = 0,
+             min_visits: int = MIN_VISITS, confirm: bool = True, exclude: Sequence[str] = (),
+             on_progress: Callable[[str], None] | None = None) -> DiscoveryReport:
+    """Predicates found in ``runs`` that improve held-out prediction over ``spec``'s (see the module's doc).
+
+    Args:
+        runs: the logged runs (held in memory).
+        spec: the user's spec; its predicates, ``unsafe`` and monitors are kept.
+        target: what detection is measured at (``false-alarms=X`` or ``detection=Y``).
+        max_predicates: predicates the search may add.
+        time_limit: seconds after which no new search round starts (the confirmation is extra).
+        folds, group_by, seed: the folds, as ``forewarn evaluate``'s.
+        min_visits: visits below which a state counts as rare (the visit penalty).
+        confirm: confirm with the real learner (grouped k-fold evaluation, before and after).
+
+    Raises:
+        ForewarnError: runs that all end the same way, too few groups for the folds, a bad spec or trace.
+    """
+    started = time.monotonic()
+    deadline = started + time_limit
+    progress = on_progress or (lambda _: None)
+    if spec.text is None:
+        raise ForewarnError("discover needs the spec's YAML text (load it with load_spec or parse_spec)")
+    predicates = PredicateSet(spec)
+    monitors = build_monitors(spec)
+    progress("tracing runs with the spec")
+    traced = [trace_run(run, predicates, monitors) for run in runs]
+    unsafe_runs = sum(t.unsafe for t in traced)
+    if not runs:
+        raise ForewarnError("no runs to discover predicates from")
+    if unsafe_runs == 0 or unsafe_runs == len(runs):
+        how = "safe" if unsafe_runs == 0 else "unsafe"
+        raise ForewarnError(f"all {len(runs)} runs are {how} under the spec's 'unsafe' and monitors: discovery "
+                            "learns what tells runs that violate from runs that do not, and needs both")
+    groups = [group_of(run, group_by) for run in runs]
+    assignment = split_folds(groups, [t.unsafe for t in traced], folds, seed=seed, key=group_by)
+    fold_of_run = np.zeros(len(runs), dtype=np.int64)
+    for f, members in enumerate(assignment):
+        fold_of_run[members] = f
+    # every step of every run (for the columns), and the scored ones: before each run's violation
+    states: list[Any] = []
+    actions: list[Any] = []
+    run_of_all: list[int] = []
+    scored: list[int] = []
+    run_of_scored: list[int] = []
+    base_key: list[int] = []
+    abstract_bits: list[int] = []
+    ids: dict[tuple[int, tuple[int, ...]], int] = {}
+    for r, (run, t) in enumerate(zip(runs, traced)):
+        offset = len(states)
+        for step in run.steps:
+            states.append(step["state"])
+            actions.append(step.get("action"))
+        run_of_all.extend([r] * len(run.steps))
+        end = t.violation if t.violation is not None else len(t.abstract)
+        for i in range(end):
+            scored.append(offset + i)
+            run_of_scored.append(r)
+            product = (t.abstract[i], t.monitor_states[i])
+            base_key.append(ids.setdefault(product, len(ids)))
+            abstract_bits.append(t.abstract[i])
+    progress(f"reading the fields of {len(states)} steps")
+    table = build_table(states, [run.meta for run in runs], action_columns(actions),
+                        np.asarray(run_of_all, dtype=np.int64))
+    if exclude:
+        table.columns[:] = [c for c in table.columns if not any(_under(c.path, e) for e in exclude)]
+    scored_idx = np.asarray(scored, dtype=np.int64)
+    unsafe_arr = np.array([t.unsafe for t in traced], dtype=np.bool_)
+    outcome = unsafe_arr[np.asarray(run_of_scored, dtype=np.int64)].astype(np.float64)
+    candidates = generate(table.columns, scored_idx, max(min_visits // 2, 3), outcome)
+    progress(f"searching {len(candidates)} candidates")
+    group_ids: dict[str, int] = {}
+    group_of_run = np.array([group_ids.setdefault(g, len(group_ids)) for g in groups], dtype=np.int64)
+    scorer = HeldOut(np.asarray(run_of_scored, dtype=np.int64), fold_of_run, unsafe_arr, metric=target.metric,
+                     target=target.value, min_visits=min_visits, penalty=PENALTY, group_of_run=group_of_run)
+    bits_array = np.asarray(abstract_bits, dtype=np.int64)
+    literals = [Literal_(definition.cel, ((bits_array >> i) & 1).astype(np.bool_))
+                for i, definition in enumerate(spec.predicates.values())]
+    result = search(scorer, np.asarray(base_key, dtype=np.int64), candidates, literals,
+                    max_predicates=max_predicates, min_gain=MIN_GAIN, deadline=deadline, min_visits=min_visits,
+                    min_brier_gain=MIN_BRIER_GAIN, min_z=MIN_Z)
+    report = DiscoveryReport(
+        text=spec.text, changed=False, added=[], names=[], counting_before=_figures(result.base),
+        counting_after=_figures(result.base), learner_before=None, learner_after=None, runs=len(runs),
+        unsafe_runs=unsafe_runs, steps=len(scored), fields=len(table.columns), candidates=len(candidates),
+        skipped=table.skipped, folds=folds, group_by=group_by, target=target, stopped=result.stopped,
+        seconds=0.0, not_helping=result.rejected)
+    steps = _checked(result, runs, spec, scored_idx, report.notes)
+    if not steps:
+        report.notes.append("nothing found improves held-out prediction over the spec's predicates: "
+                            "the spec is unchanged")
+        report.seconds = time.monotonic() - started
+        return report
+    for s in steps:
+        if "meta." in s.cel:
+            report.notes.append(f"{s.cel!r} reads the run's meta: make sure that field is known when a run starts "
+                                "(not an outcome written after it ended; leave such fields out with --exclude)")
+    text, names = _written(spec, steps, target, folds, group_by)
+    discovered = parse_spec(text, source=spec.source or "<discovered>")
+    report.counting_after = _figures(steps[-1].after)
+    if confirm:
+        progress("confirming with the real learner (grouped k-fold, before and after)")
+        before, after = (_learner(runs, s, target, folds, group_by, seed) for s in (spec, discovered))
+        report.learner_before, report.learner_after = before, after
+        if _objective(after, before.brier, target) > _objective(before, before.brier, target):
+            report.notes.append(f"the real learner does not confirm the discovered predicates ({after.text(target)} "
+                                f"against {before.text(target)} with the spec's own): the spec is unchanged")
+            report.not_helping = [(s.cel, s.after.brier, s.after.detection) for s in steps] + report.not_helping
+            report.seconds = time.monotonic() - started
+            return report
+        text = _with_confirmation(text, before, after, target)
+    report.text, report.changed, report.added, report.names = text, True, steps, names
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _under(path: tuple[str, ...], dotted: str) -> bool:
+    parts = tuple(dotted.split("."))
+    return path[:len(parts)] == parts
+
+
+def _checked(result: SearchResult, runs: Sequence[Run], spec: Spec, scored: np.ndarray, notes: list[str]) -> list[Step]:
+    """The accepted predicates whose CEL gives, on every scored step, the values the search scored."""
+    if not result.steps:
+        return []
+    document = spec.to_document()
+    names = list(document["predicates"])
+    for i, s in enumerate(result.steps):
+        document["predicates"][f"discovered_{i}"] = {"cel": s.cel}
+    try:
+        check = PredicateSet(Spec.model_validate(document))
+    except ForewarnError as exc:
+        notes.append(f"the discovered predicates do not compile as CEL ({exc}); the spec is unchanged")
+        return []
+    width = len(names)
+    values: list[int] = []
+    try:
+        for run in runs:
+            values.extend(abstract_run(run, check))
+    except TraceError as exc:
+        notes.append(f"a discovered predicate fails on a step ({exc}); the spec is unchanged")
+        return []
+    bits = np.asarray(values, dtype=object)[scored]
+    kept = []
+    for i, s in enumerate(result.steps):
+        computed = np.array([(int(v) >> (width + i)) & 1 for v in bits], dtype=np.bool_)
+        if np.array_equal(computed, s.bits):
+            kept.append(s)
+        else:
+            notes.append(f"left out {s.cel!r}: CEL computes other values than the search scored")
+    return kept
+
+
+def _learner(runs: Sequence[Run], spec: Spec, target: Target, folds: int, group_by: str | None,
+             seed: int) -> Figures:
+    report = evaluate(runs, spec, [0.5], folds=folds, group_by=group_by, seed=seed, method=Method.TOPOLOGICAL,
+                      enforcement=Enforcement.OBSERVE)
+    return held_out_figures(report.pooled.replays, target, unseen_alarms=spec.guard.unseen_state is not Action.ALLOW)
+
+
+def _written(spec: Spec, steps: Sequence[Step], target: Target, folds: int,
+             group_by: str | None) -> tuple[str, list[str]]:
+    taken = set(spec.predicates)
+    new = []
+    for s in steps:
+        name = unique_name(s.name, taken)
+        comment = (f"discovered: held-out Brier {s.before.brier:.4f} -> {s.after.brier:.4f}, "
+                   + (f"detection {s.before.detection:.1%} -> {s.after.detection:.1%} at <= {target.value:.0%} "
+                      "false alarms" if target.metric == "false-alarms" else
+                      f"false alarms {s.before.false_alarms:.1%} -> {s.after.false_alarms:.1%} at >= "
+                      f"{target.value:.0%} detection")
+                   + f" (counting, {folds} folds)")
+        new.append(NewPredicate(name, s.cel, f"discovered: {s.description}", comment))
+    grouping = f"grouped by {group_by}" if group_by else "each run its own group"
+    header = [f"forewarn discover added {len(steps)} predicate(s) below the spec's own ({folds}-fold, {grouping}, "
+              f"target {target})"]
+    text = insert_predicates(spec.text or "", new, header, source=spec.source or "<spec>")
+    return text, [p.name for p in new]
+
+
+def _with_confirmation(text: str, before: Figures, after: Figures, target: Target) -> str:
+    line = f"# real learner, held out: {before.text(target)} with the spec's predicates; {after.text(target)} with these\n"
+    first = text.find("\n") + 1
+    return text[:first] + line + text[first:]

@@ -1,0 +1,243 @@
+"""The search: add, one at a time, the predicate that most improves held-out prediction.
+
+Each round scores, on the same grouped folds as ``forewarn evaluate``
+(:func:`guard.evaluation.folds.split_folds`), the current abstraction refined by
+
+* every *global* candidate (a field, a value, a threshold: :mod:`.candidates`), and
+* a *local split* for each abstract state whose runs end differently (visited enough,
+  with both outcomes): the state's own condition (the fewest of its predicates' literals
+  that pick out the same steps) and the candidate that best separates its steps by
+  outcome — so an abstraction too coarse in one place is refined there only.
+
+Candidates are first ranked by how much they separate outcomes in the data (in-sample,
+one ``bincount`` each); the best are scored held-out (:class:`.scoring.HeldOut`). The
+best held-out objective wins the round if it gains at least ``min_gain``, lowers the
+held-out Brier score by at least ``min_brier_gain`` (relative), and lowers it in every fold
+but one (every fold, with two), and its gain is significant over the groups of runs: the
+paired z-score of the per-group changes in held-out squared error is at least ``min_z``
+(3: a chance gain that large among the ~40 offers a round scores is about a 5 % event).
+Otherwise the next best is
+tried, and when none qualifies the search
+stops: a split that does not pay off on held-out runs is not made. ``max_predicates``
+and ``time_limit`` bound it.
+"""
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .candidates import Candidate
+from .scoring import HeldOut, Score
+
+__all__ = ["Literal_", "Step", "SearchResult", "search"]
+
+SHORTLIST = 32  # global candidates scored held-out per round
+PREFILTER_STEPS = 40_000  # steps the in-sample ranking reads (a fixed random sample beyond that)
+LOCAL_STATES = 8  # states offered a local split per round
+
+
+@dataclass(frozen=True)
+class Literal_:
+    """A predicate's value in a state, as CEL: ``expr`` when true, ``!(expr)`` when false."""
+
+    cel: str | None  # None: not expressible in CEL (a Python predicate, a monitor)
+    bits: NDArray[np.bool_]  # the predicate over scored steps
+
+
+@dataclass(frozen=True)
+class Step:
+    """One accepted predicate and the held-out figures before and after it."""
+
+    name: str
+    cel: str
+    description: str
+    local: bool
+    before: Score
+    after: Score
+    bits: NDArray[np.bool_]
+
+
+@dataclass
+class SearchResult:
+    steps: list[Step]
+    base: Score
+    final: Score
+    stopped: str  # why the search stopped
+    rounds: int = 0
+    rejected: list[tuple[str, float, float]] = field(default_factory=list)  # (cel, Brier, detection) of the best loser
+
+
+def _impurity(n: NDArray[np.float64], u: NDArray[np.float64]) -> NDArray[np.float64]:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, u - u * u / np.maximum(n, 1.0), 0.0)
+
+
+def _compact(key: NDArray[np.int64]) -> tuple[NDArray[np.int64], int]:
+    values, inverse = np.unique(key, return_inverse=True)
+    return inverse.astype(np.int64).reshape(-1), len(values)
+
+
+def _fold_briers(scorer: HeldOut, risk: NDArray[np.float64]) -> NDArray[np.float64]:
+    squared = (risk - scorer.y) ** 2
+    sums = np.bincount(scorer.fold, weights=squared, minlength=scorer.folds)
+    counts = np.bincount(scorer.fold, minlength=scorer.folds)
+    return np.asarray(sums / np.maximum(counts, 1), dtype=np.float64)
+
+
+def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Candidate],
+           literals: list[Literal_], *, max_predicates: int, min_gain: float, deadline: float,
+           min_visits: int, min_brier_gain: float = 0.005, min_z: float = 3.0) -> SearchResult:
+    """Greedy forward selection with local splits (see the module's doc).
+
+    Args:
+        scorer: the held-out scorer of the scored steps.
+        base_key: the user's abstraction at each scored step (predicates and monitor states).
+        candidates: global candidates.
+        literals: the user's predicates over scored steps (their CEL for local conditions).
+        deadline: ``time.monotonic()`` past which no new round starts.
+    """
+    count = len(scorer.y)
+    y = scorer.y
+    key, states = _compact(base_key)
+    current = scorer.score(key, states)
+    base = current
+    steps: list[Step] = []
+    pool = list(candidates)
+    # the in-sample ranking reads a fixed sample of the steps: it only has to put the good candidates
+    # in the shortlist, which is then scored held-out on every step
+    if count > PREFILTER_STEPS:
+        sample = np.sort(np.random.default_rng(0).choice(count, PREFILTER_STEPS, replace=False))
+    else:
+        sample = np.arange(count)
+    sample_bits: dict[int, NDArray[np.bool_]] = {}
+    literal_pool = list(literals)
+    result = SearchResult(steps, base, base, "no candidate improved held-out prediction")
+    while True:
+        if len(steps) >= max_predicates:
+            result.stopped = f"--max-predicates {max_predicates} reached"
+            break
+        if time.monotonic() > deadline:
+            result.stopped = "--time-limit reached"
+            break
+        result.rounds += 1
+        n_state = np.bincount(key, minlength=states).astype(np.float64)
+        u_state = np.bincount(key, weights=y, minlength=states).astype(np.float64)
+        key_s, y_s = key[sample], y[sample]
+        impurity_s = _impurity(np.bincount(key_s, minlength=states).astype(np.float64),
+                               np.bincount(key_s, weights=y_s, minlength=states).astype(np.float64))
+        impurity = _impurity(n_state, u_state)
+        # states worth a local split: both outcomes, enough visits on each side to learn from
+        mixed = np.flatnonzero((u_state > 0) & (u_state < n_state) & (n_state >= 2 * min_visits))
+        mixed = mixed[np.argsort(-impurity[mixed])][:LOCAL_STATES]
+        gains = np.zeros(len(pool))
+        per_state = np.zeros((len(pool), len(mixed)))
+        for i, candidate in enumerate(pool):
+            bits = sample_bits.get(id(candidate))
+            if bits is None:
+                bits = sample_bits[id(candidate)] = candidate.bits(count)[sample]
+            split = key_s * 2 + bits
+            n = np.bincount(split, minlength=2 * states).astype(np.float64)
+            u = np.bincount(split, weights=y_s, minlength=2 * states).astype(np.float64)
+            after = _impurity(n, u).reshape(states, 2).sum(axis=1)
+            reduction = impurity_s - after
+            gains[i] = reduction.sum()
+            if len(mixed):
+                per_state[i] = reduction[mixed]
+        offers: list[tuple[str, str, str, bool, NDArray[np.bool_]]] = []
+        for i in np.argsort(-gains)[:SHORTLIST]:
+            if gains[i] <= 0:
+                break
+            c = pool[i]
+            offers.append((c.name, c.cel, c.description, False, c.bits(count)))
+        for j, state in enumerate(mixed):
+            if not len(pool):
+                break
+            best = int(np.argmax(per_state[:, j]))
+            if per_state[best, j] <= 0:
+                continue
+            split_offer = _local_split(key == state, literal_pool, pool[best], pool[best].bits(count))
+            if split_offer is not None:
+                offers.append(split_offer)
+        scored_offers: list[tuple[Score, tuple[str, str, str, bool, NDArray[np.bool_]]]] = []
+        for offer in offers:
+            if time.monotonic() > deadline and scored_offers:
+                break
+            scored_offers.append((scorer.score(key * 2 + offer[4], 2 * states, current.risk), offer))
+        scored_offers.sort(key=lambda pair: pair[0].objective)
+        current_folds = _fold_briers(scorer, current.risk)
+        required = scorer.folds - 1 if scorer.folds >= 3 else scorer.folds
+        accepted = None
+        for refined, offer in scored_offers:
+            if current.objective - refined.objective < min_gain:
+                break
+            # the held-out Brier must fall in (nearly) every fold, not on average only
+            improved = int(np.sum(_fold_briers(scorer, refined.risk) < current_folds))
+            z = scorer.paired_z(current.risk, refined.risk)
+            if refined.brier < current.brier * (1.0 - min_brier_gain) and improved >= required and z >= min_z:
+                accepted = (refined, offer)
+                break
+            result.rejected.append((offer[1], refined.brier, refined.detection))
+        if accepted is None:
+            if scored_offers and not result.rejected:
+                top, top_offer = scored_offers[0]
+                result.rejected.append((top_offer[1], top.brier, top.detection))
+            break
+        refined, (name, cel, description, local, bits) = accepted
+        steps.append(Step(name, cel, description, local, current, refined, bits))
+        key, states = _compact(key * 2 + bits)
+        current = refined
+        literal_pool.append(Literal_(cel, bits))
+        pool = [c for c in pool if c.cel != cel]
+    result.final = current
+    return result
+
+
+def _local_split(in_state: NDArray[np.bool_], literals: list[Literal_], candidate: Candidate,
+                 candidate_bits: NDArray[np.bool_]) -> tuple[str, str, str, bool, NDArray[np.bool_]] | None:
+    """``condition && candidate``: the state's condition as the fewest literals that select the same steps."""
+    chosen: list[tuple[str, NDArray[np.bool_]]] = []
+    for literal in literals:
+        if literal.cel is None:
+            continue
+        value = literal.bits[in_state]
+        if value.all():
+            chosen.append((_group(literal.cel), literal.bits))
+        elif not value.any():
+            chosen.append((_negate(literal.cel), ~literal.bits))
+    if not chosen:
+        return None
+
+    def conjunction(parts: list[tuple[str, NDArray[np.bool_]]]) -> NDArray[np.bool_]:
+        out = candidate_bits.copy()
+        for _, b in parts:
+            out &= b
+        return out
+
+    target = conjunction(chosen)
+    for part in list(chosen):  # drop what selects nothing more
+        trial = [p for p in chosen if p is not part]
+        if trial and np.array_equal(conjunction(trial), target):
+            chosen = trial
+    if np.array_equal(target, candidate_bits):  # the condition adds nothing: the global candidate is offered
+        return None
+    cel = " && ".join([text for text, _ in chosen] + [_group(candidate.cel)])
+    where = " and ".join(text for text, _ in chosen)
+    return (f"{candidate.name}_where_{len(chosen)}", cel,
+            f"{candidate.description}, where {where} (a local split)", True, target)
+
+
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+def _negate(cel: str) -> str:
+    return f"!{cel}" if _PLAIN.match(cel) else f"!({cel})"
+
+
+def _group(cel: str) -> str:
+    """``cel`` in parentheses unless it is one selection or comparison without && or ||."""
+    return cel if ("&&" not in cel and "||" not in cel and not cel.startswith("!")) else f"({cel})"

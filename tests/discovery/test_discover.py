@@ -1,0 +1,236 @@
+"""``forewarn discover``: what it finds on a synthetic domain, what it leaves alone, and bad input."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from _support import CLI
+from forewarn.errors import ForewarnError
+from forewarn.guard.discovery.discover import discover
+from forewarn.guard.evaluation.tune import parse_target
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.runtime import Guard
+from forewarn.guard.spec import load_spec, parse_spec
+from forewarn.guard.traces import Run
+
+SPEC = """\
+# the user's own spec: one predicate, the violation itself
+name: synthetic
+predicates:
+  broken:
+    cel: 'state.broken'
+    description: something broke
+unsafe: 'broken'
+guard:
+  thresholds: {reflect: 0.6}
+  unseen_state: allow
+"""
+
+
+def synthetic_runs(n: int, seed: int, *, signal: bool = True) -> list[dict[str, Any]]:
+    """Runs whose outcome depends on a hidden field set at the start (``state.hidden.mode == "c"``) and
+    on a sequence of actions (``find child`` at step 2, then ``pick knife`` at step 3: the next step
+    often breaks something), beside noise fields and actions that change at random. With ``signal``
+    False the outcome is a coin toss and no field tells anything (not even the step count, which tells
+    how much of a run is left)."""
+    rng = random.Random(seed)
+    runs = []
+    for k in range(n):
+        mode = rng.choice("abc")
+        risky = mode == "c" if signal else rng.random() < 1 / 3
+        child, knife = rng.random() < 0.4, rng.random() < 0.4
+        steps = []
+        for i in range(10):
+            action = rng.choice(["look around", "walk north", "wait here"])
+            if signal and i == 2 and child:
+                action = "find child"
+            if signal and i == 3 and knife:
+                action = "pick knife"
+            broken = (risky and i >= 5 and rng.random() < 0.5) or (signal and i == 4 and child and knife
+                                                                  and rng.random() < 0.8)
+            state = {"broken": broken, "hidden": {"mode": mode}, "step": i,
+                     "noise_flag": rng.random() < 0.5, "noise_level": round(rng.random(), 2),
+                     "noise_color": rng.choice(["red", "green", "blue", "grey"]),
+                     "noise_tags": rng.sample(["x", "y", "z"], rng.randrange(3))}
+            if not signal:
+                del state["step"]
+            steps.append({"state": state, "action": action})
+            if broken:
+                break
+        runs.append({"id": f"r{k}", "steps": steps, "meta": {"task": f"t{k % 40}", "noise_id": rng.randrange(7)}})
+    return runs
+
+
+def as_runs(lines: list[dict[str, Any]]) -> list[Run]:
+    return [Run(id=line["id"], steps=line["steps"], meta=line["meta"]) for line in lines]
+
+
+def write_jsonl(path: Path, lines: list[dict[str, Any]]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    return path
+
+
+@pytest.fixture
+def spec_file(tmp_path: Path) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC)
+    return path
+
+
+def test_finds_the_hidden_field_the_actions_and_no_noise(tmp_path: Path, spec_file: Path) -> None:
+    report = discover(as_runs(synthetic_runs(400, 1)), load_spec(spec_file), target=parse_target("false-alarms=0.1"),
+                      group_by="meta.task", confirm=True)
+    assert report.changed, report.notes
+    read = " ".join(s.cel for s in report.added)
+    assert "state.hidden.mode" in read
+    assert "action." in read and "knife" in read, read
+    assert "noise" not in read and "look around" not in read and "walk" not in read
+    first = report.added[0]
+    assert first.after.brier < first.before.brier and first.after.detection > first.before.detection
+    assert report.learner_before is not None and report.learner_after is not None
+    assert report.learner_after.brier is not None and report.learner_before.brier is not None
+    assert report.learner_after.brier < report.learner_before.brier
+    assert report.learner_after.detection > report.learner_before.detection
+    # the user's spec is kept as written, comments included; each addition says what it added
+    text = report.text
+    assert "# the user's own spec" in text and "description: something broke" in text
+    assert text.index("broken:") < text.index(report.names[0] + ":")
+    assert "discovered: held-out Brier" in text and "real learner, held out" in text
+    discovered = parse_spec(text)
+    assert next(iter(discovered.predicates)) == "broken" and discovered.unsafe == "broken"
+
+
+def test_output_works_with_learn_tune_and_the_guard(tmp_path: Path, spec_file: Path, forewarn_here: CLI) -> None:
+    traces = write_jsonl(tmp_path / "runs.jsonl", synthetic_runs(300, 2))
+    out = tmp_path / "discovered.yaml"
+    result = forewarn_here("discover", traces, "--spec", spec_file, "-o", out, "--group-by", "meta.task",
+                           "--format", "json")
+    assert result.returncode == 0, result.stderr
+    figures = result.json()
+    assert isinstance(figures, dict) and figures["changed"] and figures["added"]
+    assert all("noise" not in a["cel"] for a in figures["added"])  # type: ignore[index,union-attr]
+    model = learn_model([traces], load_spec(out))
+    session = Guard(model).session()
+    calm = {"broken": False, "hidden": {"mode": "a"}, "step": 0, "noise_flag": False, "noise_level": 0.5,
+            "noise_color": "red", "noise_tags": []}
+    risky = dict(calm, hidden={"mode": "c"})
+    assert session.preview(risky).p_unsafe > session.preview(calm).p_unsafe
+    tuned = forewarn_here("tune", traces, "--spec", out, "--target", "false-alarms=0.2", "--group-by", "meta.task",
+                          "-o", tmp_path / "tuned.yaml")
+    assert tuned.returncode == 0, tuned.stderr
+    assert load_spec(tmp_path / "tuned.yaml").predicates.keys() == load_spec(out).predicates.keys()
+
+
+def test_nothing_helps_returns_the_spec_unchanged(tmp_path: Path, spec_file: Path, forewarn_here: CLI) -> None:
+    traces = write_jsonl(tmp_path / "runs.jsonl", synthetic_runs(300, 3, signal=False))
+    out = tmp_path / "out.yaml"
+    result = forewarn_here("discover", traces, "--spec", spec_file, "-o", out, "--group-by", "meta.task",
+                           "--no-confirm")
+    assert result.returncode == 0, result.stderr
+    assert out.read_text() == spec_file.read_text()
+    assert "the spec is unchanged" in result.stdout
+    assert "(the spec unchanged)" in result.stderr
+
+
+@pytest.mark.parametrize("outcome", ["safe", "unsafe"])
+def test_runs_all_one_way_are_one_line_and_exit_2(tmp_path: Path, spec_file: Path, forewarn_here: CLI,
+                                                   outcome: str) -> None:
+    lines = synthetic_runs(30, 4)
+    for line in lines:
+        for step in line["steps"]:
+            step["state"]["broken"] = outcome == "unsafe"
+    traces = write_jsonl(tmp_path / "runs.jsonl", lines)
+    result = forewarn_here("discover", traces, "--spec", spec_file, "-o", tmp_path / "out.yaml")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"all 30 runs are {outcome}" in result.stderr and "needs both" in result.stderr
+    assert not (tmp_path / "out.yaml").exists()
+
+
+def test_bad_fields_are_skipped_and_counted(spec_file: Path) -> None:
+    lines = synthetic_runs(300, 5)
+    rng = random.Random(0)
+    for k, line in enumerate(lines):
+        for i, step in enumerate(line["steps"]):
+            state = step["state"]
+            state["mixed"] = "high" if (k + i) % 2 else 3  # a string at some steps, a number at others
+            state["huge"] = list(range(500))
+            state["deep"] = {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": True}}}}}}}}
+            state["bytes_like"] = "ok" if rng.random() < 0.5 else "\udc80broken"  # a lone surrogate
+            state["shape"] = {"x": 1} if k % 2 else 1  # an object in some runs, a number in others
+            state["objects_in_list"] = [{"x": 1}]
+    report = discover(as_runs(lines), load_spec(spec_file), target=parse_target("false-alarms=0.1"),
+                      group_by="meta.task", confirm=False)
+    reasons = report.skipped.reasons
+    assert reasons["values of mixed types (number, string)"] == 1
+    assert reasons["lists longer than 64 elements"] == 1
+    assert reasons["nested deeper than 6 levels"] == 1
+    assert reasons["strings that are not valid Unicode (not UTF-8)"] == 1
+    assert reasons["an object at some steps, a value at others (mixed types)"] == 1
+    assert reasons["lists holding objects, lists or null"] == 1
+    assert report.skipped.total == 6
+    assert any("state.hidden.mode" in s.cel for s in report.added)  # the good fields still count
+
+
+def test_bad_fields_on_the_command_line(tmp_path: Path, spec_file: Path, forewarn_here: CLI) -> None:
+    lines = synthetic_runs(200, 6)
+    for k, line in enumerate(lines):
+        for step in line["steps"]:
+            step["state"]["mixed"] = [1] if k % 3 else "text"
+    traces = write_jsonl(tmp_path / "runs.jsonl", lines)
+    result = forewarn_here("discover", traces, "--spec", spec_file, "-o", tmp_path / "out.yaml", "--no-confirm")
+    assert result.returncode == 0, result.stderr
+    assert "1 field(s) skipped: values of mixed types (list, string) (e.g. state.mixed)" in result.stdout
+
+
+def test_bounds_and_bad_options(tmp_path: Path, spec_file: Path, forewarn_here: CLI) -> None:
+    traces = write_jsonl(tmp_path / "runs.jsonl", synthetic_runs(200, 7))
+    one = forewarn_here("discover", traces, "--spec", spec_file, "-o", tmp_path / "one.yaml", "--max-predicates", "1",
+                        "--no-confirm", "--format", "json")
+    assert one.returncode == 0, one.stderr
+    figures = one.json()
+    assert isinstance(figures, dict) and len(figures["added"]) == 1  # type: ignore[arg-type]
+    assert figures["stopped"] == "--max-predicates 1 reached"
+    for option, value, fragment in [("--target", "reflect:false-alarms=0.1", "without an action"),
+                                    ("--target", "false-alarms=2", "not in (0, 1)"),
+                                    ("--max-predicates", "0", "--max-predicates"),
+                                    ("--time-limit", "0", "--time-limit")]:
+        bad = forewarn_here("discover", traces, "--spec", spec_file, "-o", tmp_path / "x.yaml", option, value)
+        assert bad.returncode == 2 and fragment in bad.stderr, (option, bad.stderr)
+
+
+def test_flow_style_predicates_are_extended(tmp_path: Path) -> None:
+    spec = tmp_path / "flow.yaml"
+    spec.write_text("name: flow\npredicates: {broken: 'state.broken'}\nunsafe: broken\n")
+    report = discover(as_runs(synthetic_runs(300, 8)), load_spec(spec), target=parse_target("detection=0.8"),
+                      group_by="meta.task", confirm=False)
+    assert report.changed
+    parsed = parse_spec(report.text)
+    assert next(iter(parsed.predicates)) == "broken" and len(parsed.predicates) == 1 + len(report.added)
+
+
+def test_too_few_groups_is_a_user_error(spec_file: Path) -> None:
+    with pytest.raises(ForewarnError, match="needs at least 8 groups"):
+        discover(as_runs(synthetic_runs(40, 9)), load_spec(spec_file), target=parse_target("false-alarms=0.1"),
+                 group_by="meta.noise_id", folds=8, confirm=False)
+
+
+def test_excluded_fields_and_meta_labels(spec_file: Path) -> None:
+    lines = synthetic_runs(300, 10)
+    for line in lines:  # a label written after the run: discovery finds it, and says what to check
+        line["meta"]["outcome"] = "unsafe" if any(s["state"]["broken"] for s in line["steps"]) else "safe"
+    runs = as_runs(lines)
+    found = discover(runs, load_spec(spec_file), target=parse_target("false-alarms=0.1"), group_by="meta.task",
+                     confirm=False)
+    assert any("meta.outcome" in s.cel for s in found.added)
+    assert any("reads the run's meta" in note and "--exclude" in note for note in found.notes)
+    kept_out = discover(runs, load_spec(spec_file), target=parse_target("false-alarms=0.1"), group_by="meta.task",
+                        confirm=False, exclude=("meta.outcome", "state.hidden"))
+    read = " ".join(s.cel for s in kept_out.added)
+    assert "meta.outcome" not in read and "state.hidden" not in read
+    assert "knife" in read  # what is left still counts
