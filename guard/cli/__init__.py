@@ -1,8 +1,10 @@
 """The ``forewarn`` command line (typer): the app, its commands assembled in the order ``--help``
 lists them, and ``main()``, which maps errors to one line and exit status 2.
 
-The core's commands live beside it: :mod:`.learn_cli`, :mod:`.check_cli`, :mod:`.states_cli`
-(``states``, ``export``); the integrations' in their packages (``register(app)``).
+One module per command beside it, each with ``register(app)``: :mod:`.learn`, :mod:`.check`,
+:mod:`.states` (``states``, ``export``), :mod:`.replay`, :mod:`.evaluate`, :mod:`.ingest`, :mod:`.tune`,
+:mod:`.llmcheck`, :mod:`.serve`; what several share is in :mod:`._options`, :mod:`._replay_options`,
+:mod:`._replay_output` and :mod:`._model_text`.
 """
 from __future__ import annotations
 
@@ -82,11 +84,12 @@ def _register_plugins() -> None:
     """Commands that live with their subsystems (imported lazily: heavy back-ends load on use)."""
     from .._extras import missing, register_missing
     from ..ingest import use_world
+    from . import evaluate, ingest, replay, tune
     from .llmcheck import register as register_llmcheck
-    from .replay import register as register_evaluation
 
     use_world(_household_world)
-    register_evaluation(app)
+    for command in (replay, evaluate, ingest, tune):
+        command.register(app)
     if missing("server"):  # the core install: `serve` is listed, and says which extra it needs
         register_missing(app, "serve", "server", "Serve the guard over HTTP (sessions, steps, approvals, models).")
     else:

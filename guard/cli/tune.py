@@ -13,21 +13,17 @@ from ..ingest import InputFormat, read_input
 from ..replay import Enforcement
 from ..storm import Method
 from ._options import Format, err, out, print_json
-from .replay import (
+from ._replay_options import (
     EnforcementOption,
     FormatOption,
     InputFormatOption,
     TriggerOption,
-    _atomic_write,
-    _fmt,
-    _over,
-    _pct,
-    _progress,
     parse_enforcement,
     parse_trigger,
 )
+from ._replay_output import atomic_write, fmt, over, pct, progress
 
-__all__ = ["tune"]
+__all__ = ["register", "tune"]
 
 
 def tune(
@@ -64,7 +60,7 @@ def tune(
     runs = list(read_input(traces, input_format, period=period))
     if not runs:
         raise ForewarnError("no runs to tune on: the trace input is empty")
-    with _progress("cross-validation", total=2 * folds) as update:
+    with progress("cross-validation", total=2 * folds) as update:
         result = run_evaluate(runs, parsed, [], folds=folds, group_by=group_by, seed=seed, method=method,
                               alpha=alpha, enforcement=mode, trigger=trigger_mode,
                               on_progress=lambda phase, fold: update(completed=2 * fold - (phase == "learn")))
@@ -78,7 +74,7 @@ def tune(
         assert parsed.text is not None
         text = write_thresholds(parsed.text, chosen, source=str(spec))
         parse_spec(text, source=str(output))  # what is written loads
-        _atomic_write(output, text)
+        atomic_write(output, text)
     if format is Format.json:
         print_json({"enforcement": mode.value, "trigger": result.pooled.trigger, "folds": folds,
                     "group_by": group_by, "runs": len(runs),
@@ -101,10 +97,10 @@ def tune(
             table.add_row(c.action.value, "–", "off", *["–"] * 6)
             continue
         table.add_row(c.action.value, str(c.target) if c.target else "kept", f"{c.theta:g}",
-                      f"{t.detected}/{t.n_unsafe} {_pct(t.detection_rate)}",
-                      f"{t.false_alarms}/{t.n_safe} {_pct(t.false_alarm_rate)}", _fmt(t.mean_advance_steps),
-                      _fmt(t.mean_advance_seconds), _over(c.over_folds.get("detection_rate")),
-                      _over(c.over_folds.get("false_alarm_rate")))
+                      f"{t.detected}/{t.n_unsafe} {pct(t.detection_rate)}",
+                      f"{t.false_alarms}/{t.n_safe} {pct(t.false_alarm_rate)}", fmt(t.mean_advance_steps),
+                      fmt(t.mean_advance_seconds), over(c.over_folds.get("detection_rate")),
+                      over(c.over_folds.get("false_alarm_rate")))
     out.print(table)
     for note in notes:
         out.print(f"[yellow]note:[/] {note}", highlight=False)
@@ -112,3 +108,8 @@ def tune(
         err.print(f"wrote {output}", highlight=False)
     else:
         err.print("pass -o SPEC_OUT to write a copy of the spec with these thresholds", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``tune`` to the ``forewarn`` app."""
+    app.command("tune")(tune)

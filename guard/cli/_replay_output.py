@@ -1,0 +1,126 @@
+"""What ``replay``, ``evaluate`` and ``tune`` print and write: the per-θ tables, progress bars, the HTML
+report and figures. matplotlib is imported only when a report or plots are asked for."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ...errors import ForewarnError
+from ..replay import ReplayReport
+from ._options import err, out
+
+__all__ = ["fmt", "pct", "over", "progress", "write_outputs", "atomic_write", "print_replay"]
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+@contextmanager
+def progress(label: str, total: int | None = None) -> Iterator[Callable[..., None]]:
+    """A progress bar on stderr when it is a terminal; yields ``update(completed=..., description=...)``."""
+    columns = [TextColumn("{task.description}"), BarColumn(),
+               MofNCompleteColumn() if total else TextColumn("{task.completed} runs"), TimeElapsedColumn()]
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task(label, total=total)
+
+        def update(**fields: Any) -> None:
+            bar.update(task, **fields)
+
+        yield update
+
+
+def write_outputs(report: ReplayReport, *, html_path: Path | None, plots_dir: Path | None, run_id: str | None,
+                  render: Callable[[Any, Any], str], folds: Sequence[ReplayReport] = ()) -> None:
+    if html_path is None and plots_dir is None:
+        return
+    from ..evaluation.plots import report_images, save_images
+
+    if run_id is not None and not any(r.id == run_id for r in report.replays):
+        raise ForewarnError(f"--run: no replayed run has the id {run_id!r}")
+    with progress("drawing figures") as update:
+        images, chosen = report_images(report, run_id=run_id, folds=folds)
+        update(description="writing")
+        try:
+            if plots_dir is not None:
+                for path in save_images(images, plots_dir):
+                    err.print(f"wrote {path}", highlight=False)
+            if html_path is not None:
+                atomic_write(html_path, render(images, chosen))
+                err.print(f"wrote {html_path}", highlight=False)
+        except OSError as exc:
+            raise ForewarnError(f"cannot write the report: {exc.strerror} ({exc.filename})") from exc
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write through a temporary file beside ``path``: a failure leaves no half-written report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def print_replay(report: ReplayReport, title: str, evaluation: Any = None) -> None:
+    table = Table(title=title)
+    columns = ["θ", "warned in time", "false alarms", "advance steps", "median [IQR]", "advance s", "alarms/run"]
+    if evaluation is not None:
+        columns += ["detection over folds", "false alarms over folds"]
+    for column in columns:
+        table.add_column(column, justify="right")
+    for t in report.thetas:
+        spread = t.advance_steps
+        iqr = "–" if spread is None else f"{spread.median:g} [{spread.q1:g}–{spread.q3:g}]"
+        row = [f"{t.theta:g}", f"{t.detected}/{t.n_unsafe} {pct(t.detection_rate)}",
+               f"{t.false_alarms}/{t.n_safe} {pct(t.false_alarm_rate)}", fmt(t.mean_advance_steps), iqr,
+               fmt(t.mean_advance_seconds), fmt(t.prompts_per_run)]
+        if evaluation is not None:
+            row += [over(evaluation.over_folds(t.theta, "detection_rate")),
+                    over(evaluation.over_folds(t.theta, "false_alarm_rate"))]
+        table.add_row(*row)
+    out.print(table)
+    stop = Table(title=f"stop at the first alarm (Table 3 of the paper; {report.enforcement.value})")
+    for column in ("enforcement", "θ", "unsafe %", "completion %", "prevented", "cut short"):
+        stop.add_column(column, justify="left" if column == "enforcement" else "right")
+    stop.add_row("none", "–", pct(report.unsafe_rate), pct(report.completion_rate), "–", "–")
+    for t in report.thetas:
+        if t.stop is not None:
+            stop.add_row("stop", f"{t.theta:g}", pct(t.stop.unsafe_rate), pct(t.stop.completion_rate),
+                         str(t.stop.prevented), str(t.stop.cut_short))
+    out.print(stop)
+    step, per_run = report.calibration_step, report.calibration_run
+    out.print(f"Brier score of p_unsafe against outcomes: {fmt(report.brier, 4)}"
+              f" ({report.unseen_steps} steps in states the model never saw); "
+              f"ECE {fmt(None if step is None else step.ece, 4)}; per run: Brier "
+              f"{fmt(None if per_run is None else per_run.brier, 4)}, "
+              f"ECE {fmt(None if per_run is None else per_run.ece, 4)}")
+    if report.baselines:
+        from ..evaluation.baselines import LABELS
+
+        middle = report.thetas[len(report.thetas) // 2]
+        for name, baseline in report.baselines.items():
+            b = next(x for x in baseline.thetas if x.theta == middle.theta)
+            out.print(f"Baseline {LABELS[name]} at θ={middle.theta:g}: detection {pct(b.detection_rate)}, "
+                      f"false alarms {pct(b.false_alarm_rate)}, Brier {fmt(baseline.brier, 4)}")
+    for note in report.notes:
+        out.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+def over(spread: Any) -> str:
+    if spread is None:
+        return "–"
+    sd = "" if spread.stdev is None else f" ± {spread.stdev:.1%}"
+    return f"{spread.mean:.1%}{sd}"
