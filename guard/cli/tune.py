@@ -21,7 +21,7 @@ from ._replay_options import (
     parse_enforcement,
     parse_trigger,
 )
-from ._replay_output import atomic_write, fmt, over, pct, progress
+from ._replay_output import ahead_cell, atomic_write, detection_cells, over, pct, progress
 
 __all__ = ["register", "tune"]
 
@@ -30,8 +30,10 @@ def tune(
     traces: Annotated[list[Path], typer.Argument(help="Trace files (JSONL, columnar or action logs).")],
     spec: Annotated[Path, typer.Option("--spec", "-s", help="YAML spec to learn with and to tune.")],
     target: Annotated[list[str], typer.Option(
-        "--target", help="[ACTION:]false-alarms=X or [ACTION:]detection=Y, X and Y in (0, 1); repeatable. "
-                         "Without ACTION: the least severe configured action (reflect).")],
+        "--target", help="[ACTION:]false-alarms=X (the most warnings ahead of the violating step with at most X "
+                         "false alarms), [ACTION:]warned-ahead=Y (warn Y of violating runs before the step) or "
+                         "[ACTION:]detection=Y (blocks on the violating step count too), X and Y in (0, 1); "
+                         "repeatable. Without ACTION: the least severe configured action (reflect).")],
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write a copy of the spec with the "
                                                                            "chosen thresholds here.")] = None,
     folds: Annotated[int, typer.Option(help="Number of folds.")] = 5,
@@ -82,26 +84,31 @@ def tune(
                     "notes": notes, "actions": [
                         {"action": c.action.value, "theta": c.theta, "previous": c.previous,
                          "target": None if c.target is None else str(c.target), "moved": c.moved,
+                         "aim": None if c.target is None else c.target.aim,
                          "figures": None if c.report is None else asdict(c.report),
                          "over_folds": {k: None if v is None else asdict(v) for k, v in c.over_folds.items()}}
                         for c in choices]})
         return
     table = Table(title=f"thresholds for {parsed.name}: {folds}-fold cross-validation over {len(runs)} runs, "
                         f"{mode.value} enforcement, {result.pooled.trigger} trigger")
-    for column in ("action", "target", "θ", "detection", "false alarms", "advance steps", "advance s",
-                   "detection over folds", "false alarms over folds"):
-        table.add_column(column, justify="left" if column in ("action", "target") else "right")
+    for column in ("action", "θ", "warned ahead", "blocked at step", "detected", "false alarms",
+                   "steps ahead [IQR]"):
+        table.add_column(column, justify="left" if column == "action" else "right")
     for c in choices:
         t = c.report
         if t is None:
-            table.add_row(c.action.value, "–", "off", *["–"] * 6)
+            table.add_row(c.action.value, "off", *["–"] * 5)
             continue
-        table.add_row(c.action.value, str(c.target) if c.target else "kept", f"{c.theta:g}",
-                      f"{t.detected}/{t.n_unsafe} {pct(t.detection_rate)}",
-                      f"{t.false_alarms}/{t.n_safe} {pct(t.false_alarm_rate)}", fmt(t.mean_advance_steps),
-                      fmt(t.mean_advance_seconds), over(c.over_folds.get("detection_rate")),
-                      over(c.over_folds.get("false_alarm_rate")))
+        table.add_row(c.action.value, f"{c.theta:g}", *detection_cells(t),
+                      f"{t.false_alarms}/{t.n_safe} {pct(t.false_alarm_rate)}", ahead_cell(t))
     out.print(table)
+    for c in choices:
+        aim = f"{c.target} targets {c.target.aim}" if c.target else "no target: θ kept from the spec"
+        folds_line = ""
+        if c.report is not None:
+            folds_line = (f"; over folds warned ahead {over(c.over_folds.get('warned_ahead_rate'))}, "
+                          f"false alarms {over(c.over_folds.get('false_alarm_rate'))}")
+        out.print(f"{c.action.value}: {aim}{folds_line}", highlight=False)
     for note in notes:
         out.print(f"[yellow]note:[/] {note}", highlight=False)
     if output is not None:

@@ -38,6 +38,8 @@ __all__ = ["FoldResult", "EvaluationReport", "evaluate", "FOLD_METRICS", "scorin
 # Per-θ figures whose spread over folds is reported: (name, getter).
 FOLD_METRICS: tuple[tuple[str, Callable[[Any], float | None]], ...] = (
     ("detection_rate", lambda t: t.detection_rate),
+    ("warned_ahead_rate", lambda t: t.warned_ahead_rate),
+    ("blocked_at_step_rate", lambda t: t.blocked_at_step_rate),
     ("false_alarm_rate", lambda t: t.false_alarm_rate),
     ("mean_advance_steps", lambda t: t.mean_advance_steps),
     ("mean_advance_seconds", lambda t: t.mean_advance_seconds),

@@ -64,6 +64,9 @@ def curve_figure(report: ReplayReport, *, folds: Sequence[ReplayReport] = ()) ->
         over.plot(_GRID, _nan(d), color=DETECT_COLOR, alpha=0.18, lw=1)
         over.plot(_GRID, _nan(f), color=FALSE_COLOR, alpha=0.18, lw=1)
     over.plot(_GRID, _nan(detection), color=DETECT_COLOR, lw=2.2, label="detection (model)")
+    if report.enforcement is Enforcement.LOOKAHEAD:  # the part of detection that came before the violating step
+        ahead, _ = rate_curve(report.replays, _GRID, unseen_alarms=report.unseen_alarms, lookahead=False)
+        over.plot(_GRID, _nan(ahead), color=DETECT_COLOR, lw=1.4, ls="-.", label="warned ahead (model)")
     over.plot(_GRID, _nan(false_alarm), color=FALSE_COLOR, lw=2.2, label="false alarms (model)")
     empirical = report.baselines.get(EMPIRICAL)
     if empirical is not None:
