@@ -11,11 +11,11 @@ from ...errors import ForewarnError
 from ..ingest import InputFormat
 from ..replay import Enforcement
 from ..spec import Trigger
-from ._options import Format
+from ._options import Format, OnError
 
 __all__ = ["ThetaOption", "FormatOption", "ReportOption", "PlotsOption", "RunOption", "InputFormatOption",
            "ExtractorOption", "EnforcementOption", "TriggerOption", "parse_trigger", "parse_enforcement",
-           "parse_thetas"]
+           "parse_thetas", "OnErrorOption", "check_on_error", "BundleByOption", "MinGroupRunsOption"]
 
 
 # Options that replay and evaluate share.
@@ -28,6 +28,21 @@ InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="
 ExtractorOption = Annotated[str | None, typer.Option(
     "--extractor", help="Agent logs (langchain, otel, langgraph): the state extractor the guard uses, "
                         "'tools' (default), 'household' or MODULE:NAME.")]
+
+
+OnErrorOption = Annotated[OnError, typer.Option(
+    "--on-error", help="A malformed run stops the command, or is skipped and counted in a summary on stderr.")]
+BundleByOption = Annotated[str | None, typer.Option(
+    "--bundle-by", help="Learn each fold's model as a bundle grouped by this metadata key (e.g. meta.task), "
+                        "as `learn --group-by` does.")]
+MinGroupRunsOption = Annotated[int, typer.Option(
+    "--min-group-runs", help="With --bundle-by: runs a group needs in a fold for a model of its own.")]
+
+
+def check_on_error(on_error: OnError, engine: object = None) -> None:
+    """``--on-error skip`` is read by this process's readers; Spark's replay stops at a malformed run."""
+    if on_error is OnError.skip and getattr(engine, "value", "local") == "spark":
+        raise ForewarnError("--on-error skip applies to --engine local; Spark's replay stops at a malformed run")
 
 
 EnforcementOption = Annotated[str, typer.Option(

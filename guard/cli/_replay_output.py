@@ -13,9 +13,9 @@ from rich.table import Table
 
 from ...errors import ForewarnError
 from ..replay import ReplayReport
-from ._options import err, out
+from ._options import err, out, print_summary
 
-__all__ = ["fmt", "pct", "over", "progress", "write_outputs", "atomic_write", "print_replay", "detection_cells",
+__all__ = ["fmt", "pct", "over", "progress", "write_outputs", "atomic_write", "print_replay", "detection_cells", "report_skipped",
            "ahead_cell"]
 
 
@@ -73,6 +73,12 @@ def atomic_write(path: Path, text: str) -> None:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def report_skipped(summary: Any) -> None:
+    """What ``--on-error skip`` left out, on stderr (nothing when every run was read)."""
+    if summary.skipped:
+        print_summary(summary, "read")
 
 
 def detection_cells(t: Any) -> list[str]:

@@ -14,22 +14,26 @@ from ..bundle import DEFAULT_MIN_GROUP_RUNS
 from ..ingest import InputFormat, read_input
 from ..replay import Enforcement
 from ..storm import Method
-from ._options import Engine, Format, check_alpha, check_period, out, print_json, warn
+from ._options import Engine, Format, OnError, check_alpha, check_period, out, print_json, warn
 from ._replay_options import (
+    BundleByOption,
     EnforcementOption,
     ExtractorOption,
     FormatOption,
     InputFormatOption,
+    MinGroupRunsOption,
+    OnErrorOption,
     PlotsOption,
     ReportOption,
     RunOption,
     ThetaOption,
     TriggerOption,
+    check_on_error,
     parse_enforcement,
     parse_thetas,
     parse_trigger,
 )
-from ._replay_output import fmt, print_replay, progress, write_outputs
+from ._replay_output import fmt, print_replay, progress, report_skipped, write_outputs
 
 __all__ = ["register", "evaluate"]
 
@@ -56,17 +60,14 @@ def evaluate(
     extractor: ExtractorOption = None,
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
     trigger: TriggerOption = None,
-    bundle_by: Annotated[str | None, typer.Option(
-        "--bundle-by", help="Learn each fold's model as a bundle grouped by this metadata key (e.g. meta.task), "
-                            "as `learn --group-by` does.")] = None,
-    min_group_runs: Annotated[int, typer.Option(
-        "--min-group-runs", help="With --bundle-by: runs a group needs in a fold for a model of its own.")]
-    = DEFAULT_MIN_GROUP_RUNS,
+    bundle_by: BundleByOption = None,
+    min_group_runs: MinGroupRunsOption = DEFAULT_MIN_GROUP_RUNS,
     engine: Annotated[Engine, typer.Option(help="Evaluate in this process, or on Apache Spark (the "
                                                       "executors trace, count and replay; the driver learns "
                                                       "each fold's model).")] = Engine.local,
     master: Annotated[str | None, typer.Option(help="Spark master for --engine spark (default: the running "
                                                        "session's, else local[*]).")] = None,
+    on_error: OnErrorOption = OnError.stop,
 ) -> None:
     """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
     from ..evaluation.evaluate import evaluate as run_evaluate
@@ -75,6 +76,7 @@ def evaluate(
     thetas = parse_thetas(theta)
     check_period(period)
     check_alpha(alpha)
+    check_on_error(on_error, engine)
     if folds < 2:
         raise ForewarnError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
     mode = parse_enforcement(enforcement)
@@ -110,10 +112,11 @@ def evaluate(
     with progress("reading runs") as update:
         runs = []
         read = read_input([Path(t) for t in traces], input_format, period=period, summary=summary,
-                          extractor=extractor)
+                          extractor=extractor, on_error=on_error.value)
         for n, r in enumerate(read, start=1):
             runs.append(r)
             update(completed=n)
+    report_skipped(summary)
     if not runs:
         raise ForewarnError("no runs to evaluate: the trace input is empty")
     for path in summary.empty:

@@ -11,22 +11,24 @@ import typer
 from ...errors import ForewarnError
 from ..ingest import InputFormat, read_input
 from ..replay import Enforcement
-from ._options import Engine, Format, caught_warnings, check_period, print_json, print_warnings, warn
+from ._options import Engine, Format, OnError, caught_warnings, check_period, print_json, print_warnings, warn
 from ._replay_options import (
     EnforcementOption,
     ExtractorOption,
     FormatOption,
     InputFormatOption,
+    OnErrorOption,
     PlotsOption,
     ReportOption,
     RunOption,
     ThetaOption,
     TriggerOption,
+    check_on_error,
     parse_enforcement,
     parse_thetas,
     parse_trigger,
 )
-from ._replay_output import print_replay, progress, write_outputs
+from ._replay_output import print_replay, progress, report_skipped, write_outputs
 
 __all__ = ["register", "replay"]
 
@@ -70,14 +72,16 @@ def replay(
                                                       "is broadcast to the executors).")] = Engine.local,
     master: Annotated[str | None, typer.Option(help="Spark master for --engine spark (default: the running "
                                                        "session's, else local[*]).")] = None,
+    on_error: OnErrorOption = OnError.stop,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
-    from ..bundle_guard import load_guard
+    from ..bundle_guard import BundleGuard, load_guard
     from ..evaluation.baselines import score_baselines, trace_run
     from ..replay import replay as run_replay
 
     thetas = parse_thetas(theta)
     check_period(period)
+    check_on_error(on_error, engine)
     mode = parse_enforcement(enforcement)
     trigger_mode = parse_trigger(trigger)
     with caught_warnings() as warned:
@@ -99,9 +103,10 @@ def replay(
                                   enforcement=mode, trigger=trigger_mode)
         else:
             runs = read_input([Path(t) for t in traces], input_format, period=period, summary=summary,
-                              extractor=extractor)
+                              extractor=extractor, on_error=on_error.value)
             result = run_replay(guard, runs, thetas, enforcement=mode, trigger=trigger_mode,
                                 on_run=lambda n: update(completed=n))
+    report_skipped(summary)
     for path in summary.empty:
         warn(f"{path} holds no runs")
     if result.runs == 0:
@@ -113,15 +118,21 @@ def replay(
         if baseline_traces:
             update(description="baseline runs", completed=0)
             train = [trace_run(r, guard.predicates, guard.monitors)
-                     for r in read_input(baseline_traces, input_format, period=period, extractor=extractor)]
+                     for r in read_input(baseline_traces, input_format, period=period, extractor=extractor,
+                                         on_error=on_error.value, summary=summary)]
+        member_of = None if not isinstance(guard, BundleGuard) else (lambda r: guard.member_name(r.meta))
         baselines = score_baselines(result.replays, thetas, predicates=guard.predicates, monitors=guard.monitors,
                                     train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon,
-                                    enforcement=mode, min_increase=result.min_increase)
+                                    enforcement=mode, min_increase=result.min_increase, member_of=member_of)
     notes = list(result.notes)
     same = _in_sample([Path(t) for t in traces], guard.model.provenance)
     if same:
         notes.append(f"The model was learned from {', '.join(same)}: these figures are in-sample and flatter it. "
                      "Replay runs it never saw, or use `forewarn evaluate` for cross-validated figures.")
+    if isinstance(guard, BundleGuard):
+        notes.append(f"The model is a bundle by {guard.bundle.group_by}: the empirical-frequency baseline was "
+                     "counted per member, on the runs of that member's group (over all runs for those the pooled "
+                     "model decided).")
     if train is None:
         notes.append("The empirical-frequency baseline was fitted on the replayed runs, each left out of its own "
                      "scoring (pass --baseline-traces to fit it on other runs).")

@@ -9,19 +9,25 @@ import typer
 from rich.table import Table
 
 from ...errors import ForewarnError
+from ..bundle import DEFAULT_MIN_GROUP_RUNS
 from ..ingest import InputFormat, read_input
+from ..read_summary import IngestSummary
 from ..replay import Enforcement
 from ..storm import Method
-from ._options import Format, err, out, print_json
+from ._options import Format, OnError, err, out, print_json
 from ._replay_options import (
+    BundleByOption,
     EnforcementOption,
+    ExtractorOption,
     FormatOption,
     InputFormatOption,
+    MinGroupRunsOption,
+    OnErrorOption,
     TriggerOption,
     parse_enforcement,
     parse_trigger,
 )
-from ._replay_output import ahead_cell, atomic_write, detection_cells, over, pct, progress
+from ._replay_output import ahead_cell, atomic_write, detection_cells, over, pct, progress, report_skipped
 
 __all__ = ["register", "tune"]
 
@@ -48,6 +54,10 @@ def tune(
     input_format: InputFormatOption = InputFormat.auto,
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
     trigger: TriggerOption = None,
+    bundle_by: BundleByOption = None,
+    min_group_runs: MinGroupRunsOption = DEFAULT_MIN_GROUP_RUNS,
+    extractor: ExtractorOption = None,
+    on_error: OnErrorOption = OnError.stop,
 ) -> None:
     """Choose a threshold per action from cross-validation so that targets on detection or false alarms hold."""
     from ..evaluation.evaluate import evaluate as run_evaluate
@@ -59,12 +69,16 @@ def tune(
     mode = parse_enforcement(enforcement)
     trigger_mode = parse_trigger(trigger)
     parsed = load_spec(spec)
-    runs = list(read_input(traces, input_format, period=period))
+    summary = IngestSummary()
+    runs = list(read_input(traces, input_format, period=period, extractor=extractor, on_error=on_error.value,
+                           summary=summary))
+    report_skipped(summary)
     if not runs:
         raise ForewarnError("no runs to tune on: the trace input is empty")
     with progress("cross-validation", total=2 * folds) as update:
         result = run_evaluate(runs, parsed, [], folds=folds, group_by=group_by, seed=seed, method=method,
-                              alpha=alpha, enforcement=mode, trigger=trigger_mode,
+                              alpha=alpha, enforcement=mode, trigger=trigger_mode, bundle_by=bundle_by,
+                              min_group_runs=min_group_runs,
                               on_progress=lambda phase, fold: update(completed=2 * fold - (phase == "learn")))
     choices = run_tune(result, parsed, targets)
     chosen = Thresholds(**{c.action.value: c.theta for c in choices})
@@ -79,7 +93,7 @@ def tune(
         atomic_write(output, text)
     if format is Format.json:
         print_json({"enforcement": mode.value, "trigger": result.pooled.trigger, "folds": folds,
-                    "group_by": group_by, "runs": len(runs),
+                    "group_by": group_by, "bundle_by": bundle_by, "runs": len(runs),
                     "thresholds": chosen.model_dump(), "output": None if output is None else str(output),
                     "notes": notes, "actions": [
                         {"action": c.action.value, "theta": c.theta, "previous": c.previous,
@@ -89,8 +103,9 @@ def tune(
                          "over_folds": {k: None if v is None else asdict(v) for k, v in c.over_folds.items()}}
                         for c in choices]})
         return
-    table = Table(title=f"thresholds for {parsed.name}: {folds}-fold cross-validation over {len(runs)} runs, "
-                        f"{mode.value} enforcement, {result.pooled.trigger} trigger")
+    bundled = "" if bundle_by is None else f" of per-member models by {bundle_by}"
+    table = Table(title=f"thresholds for {parsed.name}: {folds}-fold cross-validation{bundled} over {len(runs)} "
+                        f"runs, {mode.value} enforcement, {result.pooled.trigger} trigger")
     for column in ("action", "θ", "warned ahead", "blocked at step", "detected", "false alarms",
                    "steps ahead [IQR]"):
         table.add_column(column, justify="left" if column == "action" else "right")
