@@ -5,6 +5,7 @@ the file and the line of the offending entry, because a spec is written by hand.
 """
 from __future__ import annotations
 
+import itertools
 import keyword
 import re
 from enum import Enum
@@ -105,6 +106,16 @@ class Thresholds(_Strict):
     reflect: float | None = Field(default=None, ge=0.0, le=1.0)
     ask_human: float | None = Field(default=None, ge=0.0, le=1.0)
     stop: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Thresholds:
+        # a more severe action fires at a lower p_safe: reflect ≥ ask_human ≥ stop (among those set)
+        set_ = [(a, getattr(self, a)) for a in ("reflect", "ask_human", "stop") if getattr(self, a) is not None]
+        for (less, low), (more, high) in itertools.pairwise(set_):
+            if low < high:
+                raise ValueError(f"{less} {low:g} is below {more} {high:g}; thresholds must keep "
+                                 "reflect ≥ ask_human ≥ stop (a more severe action acts at a lower p_safe)")
+        return self
 
     def items(self) -> list[tuple[Action, float]]:
         """Configured (action, θ) pairs, most severe first."""
@@ -411,9 +422,18 @@ class _SpecLoader(yaml.SafeLoader):
     spec every key is a name, so a key keeps the text it was written as."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag == "tag:yaml.org,2002:bool":
                 key_node.tag = "tag:yaml.org,2002:str"
+            if isinstance(key_node, yaml.ScalarNode):
+                # YAML keeps the last of two equal keys without a word; in a spec that hides a mistake
+                line = key_node.start_mark.line + 1
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key_node.value!r} (first on line {seen[key_node.value]})",
+                        key_node.start_mark)
+                seen[key_node.value] = line
         return super().construct_mapping(node, deep=deep)
 
 

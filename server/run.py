@@ -154,6 +154,9 @@ def serve_from_options(options: dict[str, Any], builtin: Callable[[], Path] | No
         "model_dirs": tuple(model_dir) if model_dir else None,
     }
     settings = load_settings(options["config"], **overrides)
+    for name, path in settings.models.items():  # before keys are printed: a typo is one line, nothing else
+        if not path.is_file():
+            raise ConfigError(f"--model {name}={path}: {'is a directory' if path.is_dir() else 'no such file'}")
     if not settings.api_keys and not settings.insecure_no_auth:
         # A safe default that still lets `forewarn serve` work out of the box: fresh keys for this run only.
         keys = _generated_keys()

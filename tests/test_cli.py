@@ -69,7 +69,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
             toy_run("r5", [0, 0, 2])]
     traces.write_bytes(b"\n".join(orjson.dumps(r) for r in runs) + b"\n")
     model = root / "out" / "model.json"
-    learn = forewarn("learn", traces, "--spec", spec, "-o", model, "--format", "json", cwd=root)
+    learn = forewarn("learn", traces, "--spec", spec, "-o", model, "--format", "json", "--mkdir", cwd=root)
     return Workspace(root, spec, traces, model, learn)
 
 

@@ -53,11 +53,17 @@ def test_the_listing_names_serve_and_its_extra(tmp_path: Path) -> None:
     assert all(f"  {name} " in done.stdout for name in [*CORE_COMMANDS, "serve"])
 
 
-@pytest.mark.parametrize("args", [["serve"], ["serve", "--port", "8000", "-m", "model.json"], ["serve", "--help"]])
+@pytest.mark.parametrize("args", [["serve"], ["serve", "--port", "8000", "-m", "model.json"]])
 def test_serve_without_the_server_extra_is_one_line_naming_it(tmp_path: Path, args: list[str]) -> None:
     done = without(EXTRAS["server"], CLI.format(args=args), tmp_path)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == "error: forewarn serve needs the server extra: pip install 'forewarn[server]'\n"
+
+
+def test_serve_help_works_without_the_server_extra(tmp_path: Path) -> None:
+    done = without(EXTRAS["server"], CLI.format(args=["serve", "--help"]), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "--model" in done.stdout and "server extra" in " ".join(done.stdout.split())
 
 
 def test_python_dash_m_server_without_the_extra_is_one_line(tmp_path: Path) -> None:

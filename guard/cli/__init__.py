@@ -12,13 +12,25 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-from rich.markup import escape
+INTERRUPTED = 130  # the shell's status for a command ended by Ctrl-C (128 + SIGINT)
 
-from ...errors import ForewarnError
-from . import check, learn, states
-from ._model_text import members_of
-from ._options import err, out
+
+def _interrupted() -> None:
+    sys.stderr.write("error: interrupted; an output being written was discarded\n")
+    sys.stderr.flush()
+
+
+try:  # Ctrl-C while the CLI loads (a second or more on a busy machine) ends as it does later: one line, 130
+    import typer
+    from rich.markup import escape
+
+    from ...errors import ForewarnError
+    from . import check, learn, states
+    from ._model_text import members_of
+    from ._options import err, out
+except KeyboardInterrupt:
+    _interrupted()
+    raise SystemExit(INTERRUPTED) from None
 
 if TYPE_CHECKING:
     from ...domains.embodied.world import HouseholdWorld
@@ -82,7 +94,6 @@ def _household_world() -> HouseholdWorld:
 
 def _register_plugins() -> None:
     """Commands that live with their subsystems (imported lazily: heavy back-ends load on use)."""
-    from .._extras import missing, register_missing
     from ..ingest import use_world
     from . import evaluate, ingest, replay, tune
     from .llmcheck import register as register_llmcheck
@@ -90,12 +101,9 @@ def _register_plugins() -> None:
     use_world(_household_world)
     for command in (replay, evaluate, ingest, tune):
         command.register(app)
-    if missing("server"):  # the core install: `serve` is listed, and says which extra it needs
-        register_missing(app, "serve", "server", "Serve the guard over HTTP (sessions, steps, approvals, models).")
-    else:
-        from .serve import register as register_server
+    from .serve import register as register_server  # imports no server code: --help works on the core install
 
-        register_server(app, builtin=_builtin_model)
+    register_server(app, builtin=_builtin_model)
     register_llmcheck(app)
 
 
@@ -147,7 +155,16 @@ def main() -> None:
     native_to_stderr = not (len(sys.argv) > 1 and sys.argv[1] == "serve")
     try:
         with stdout_for_python_only(native_to_stderr):
-            command(standalone_mode=False, prog_name="forewarn")
+            # typer turns Ctrl-C into Exit(130) and, outside standalone mode, returns an Exit's code
+            # instead of exiting with it: the code must reach the shell (`learn ... && deploy`)
+            code = command(standalone_mode=False, prog_name="forewarn")
+        if code == INTERRUPTED:
+            _interrupted()
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except KeyboardInterrupt:  # outside typer's own handling (its import, our teardown)
+        _interrupted()
+        sys.exit(INTERRUPTED)
     except ForewarnError as exc:
         # escape: messages quote user text (CEL such as `x in [a, b]`) that rich would read as markup;
         # soft_wrap: one line however long, so scripts can grep it
@@ -157,7 +174,7 @@ def main() -> None:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
         sys.exit(code)
     except typer.Abort:
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except Exception as exc:  # click's usage errors; typer >= 0.2x vendors click, so no `import click`
         message, code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
         if callable(message) and isinstance(code, int):

@@ -2,7 +2,6 @@
 report and figures. matplotlib is imported only when a report or plots are asked for."""
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,10 +11,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ...errors import ForewarnError
+from ..outputs import check_output, write_output
 from ..replay import ReplayReport
 from ._options import err, out, print_summary
 
-__all__ = ["fmt", "pct", "over", "progress", "write_outputs", "atomic_write", "print_replay", "detection_cells", "report_skipped",
+__all__ = ["fmt", "pct", "over", "progress", "write_outputs", "check_report_paths", "print_replay", "detection_cells", "report_skipped",
            "ahead_cell"]
 
 
@@ -41,6 +41,23 @@ def progress(label: str, total: int | None = None) -> Iterator[Callable[..., Non
         yield update
 
 
+def check_report_paths(report: Path | None, plots: Path | None, *, inputs: Sequence[str | Path],
+                       mkdir: bool) -> None:
+    """``--report`` and ``--plots`` checked before anything is replayed (see :func:`guard.outputs.check_output`);
+    the report extra is needed for either."""
+    if report is None and plots is None:
+        return
+    from .._extras import require
+
+    require("report", "--report and --plots")
+    if report is not None:
+        check_output(report, inputs=inputs, mkdir=mkdir, option="--report")
+    if plots is not None and not plots.is_dir():  # the folder itself is made; the one it is in must exist
+        if plots.exists():
+            raise ForewarnError(f"--plots {plots}: is not a directory")
+        check_output(plots, inputs=inputs, mkdir=mkdir, option="--plots")
+
+
 def write_outputs(report: ReplayReport, *, html_path: Path | None, plots_dir: Path | None, run_id: str | None,
                   render: Callable[[Any, Any], str], folds: Sequence[ReplayReport] = ()) -> None:
     if html_path is None and plots_dir is None:
@@ -57,22 +74,10 @@ def write_outputs(report: ReplayReport, *, html_path: Path | None, plots_dir: Pa
                 for path in save_images(images, plots_dir):
                     err.print(f"wrote {path}", highlight=False)
             if html_path is not None:
-                atomic_write(html_path, render(images, chosen))
+                write_output(html_path, render(images, chosen))
                 err.print(f"wrote {html_path}", highlight=False)
         except OSError as exc:
             raise ForewarnError(f"cannot write the report: {exc.strerror} ({exc.filename})") from exc
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write through a temporary file beside ``path``: a failure leaves no half-written report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
 
 
 def report_skipped(summary: Any) -> None:

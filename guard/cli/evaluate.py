@@ -14,7 +14,7 @@ from ..bundle import DEFAULT_MIN_GROUP_RUNS
 from ..ingest import InputFormat, read_input
 from ..replay import Enforcement
 from ..storm import Method
-from ._options import Engine, Format, OnError, check_alpha, check_period, out, print_json, warn
+from ._options import Engine, Format, MkdirOption, OnError, check_alpha, check_period, out, print_json, warn
 from ._replay_options import (
     BundleByOption,
     EnforcementOption,
@@ -33,7 +33,7 @@ from ._replay_options import (
     parse_thetas,
     parse_trigger,
 )
-from ._replay_output import fmt, print_replay, progress, report_skipped, write_outputs
+from ._replay_output import check_report_paths, fmt, print_replay, progress, report_skipped, write_outputs
 
 __all__ = ["register", "evaluate"]
 
@@ -68,6 +68,7 @@ def evaluate(
     master: Annotated[str | None, typer.Option(help="Spark master for --engine spark (default: the running "
                                                        "session's, else local[*]).")] = None,
     on_error: OnErrorOption = OnError.stop,
+    mkdir: MkdirOption = False,
 ) -> None:
     """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
     from ..evaluation.evaluate import evaluate as run_evaluate
@@ -77,6 +78,7 @@ def evaluate(
     check_period(period)
     check_alpha(alpha)
     check_on_error(on_error, engine)
+    check_report_paths(report, plots, inputs=[*traces, spec], mkdir=mkdir)
     if folds < 2:
         raise ForewarnError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
     mode = parse_enforcement(enforcement)

@@ -11,7 +11,17 @@ import typer
 from ...errors import ForewarnError
 from ..ingest import InputFormat, read_input
 from ..replay import Enforcement
-from ._options import Engine, Format, OnError, caught_warnings, check_period, print_json, print_warnings, warn
+from ._options import (
+    Engine,
+    Format,
+    MkdirOption,
+    OnError,
+    caught_warnings,
+    check_period,
+    print_json,
+    print_warnings,
+    warn,
+)
 from ._replay_options import (
     EnforcementOption,
     ExtractorOption,
@@ -28,7 +38,7 @@ from ._replay_options import (
     parse_thetas,
     parse_trigger,
 )
-from ._replay_output import print_replay, progress, report_skipped, write_outputs
+from ._replay_output import check_report_paths, print_replay, progress, report_skipped, write_outputs
 
 __all__ = ["register", "replay"]
 
@@ -73,6 +83,7 @@ def replay(
     master: Annotated[str | None, typer.Option(help="Spark master for --engine spark (default: the running "
                                                        "session's, else local[*]).")] = None,
     on_error: OnErrorOption = OnError.stop,
+    mkdir: MkdirOption = False,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
     from ..bundle_guard import BundleGuard, load_guard
@@ -82,6 +93,7 @@ def replay(
     thetas = parse_thetas(theta)
     check_period(period)
     check_on_error(on_error, engine)
+    check_report_paths(report, plots, inputs=[*traces, model], mkdir=mkdir)
     mode = parse_enforcement(enforcement)
     trigger_mode = parse_trigger(trigger)
     with caught_warnings() as warned:

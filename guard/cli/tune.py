@@ -11,10 +11,11 @@ from rich.table import Table
 from ...errors import ForewarnError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS
 from ..ingest import InputFormat, read_input
+from ..outputs import check_output, write_output
 from ..read_summary import IngestSummary
 from ..replay import Enforcement
 from ..storm import Method
-from ._options import Format, OnError, err, out, print_json
+from ._options import Format, MkdirOption, OnError, err, out, print_json
 from ._replay_options import (
     BundleByOption,
     EnforcementOption,
@@ -27,7 +28,7 @@ from ._replay_options import (
     parse_enforcement,
     parse_trigger,
 )
-from ._replay_output import ahead_cell, atomic_write, detection_cells, over, pct, progress, report_skipped
+from ._replay_output import ahead_cell, detection_cells, over, pct, progress, report_skipped
 
 __all__ = ["register", "tune"]
 
@@ -58,6 +59,7 @@ def tune(
     min_group_runs: MinGroupRunsOption = DEFAULT_MIN_GROUP_RUNS,
     extractor: ExtractorOption = None,
     on_error: OnErrorOption = OnError.stop,
+    mkdir: MkdirOption = False,
 ) -> None:
     """Choose a threshold per action from cross-validation so that targets on detection or false alarms hold."""
     from ..evaluation.evaluate import evaluate as run_evaluate
@@ -66,6 +68,8 @@ def tune(
     from ..spec import Thresholds, load_spec, parse_spec
 
     targets = [parse_target(t) for t in target]
+    if output is not None:
+        check_output(output, inputs=[*traces, spec], mkdir=mkdir)
     mode = parse_enforcement(enforcement)
     trigger_mode = parse_trigger(trigger)
     parsed = load_spec(spec)
@@ -90,7 +94,7 @@ def tune(
         assert parsed.text is not None
         text = write_thresholds(parsed.text, chosen, source=str(spec))
         parse_spec(text, source=str(output))  # what is written loads
-        atomic_write(output, text)
+        write_output(output, text)
     if format is Format.json:
         print_json({"enforcement": mode.value, "trigger": result.pooled.trigger, "folds": folds,
                     "group_by": group_by, "bundle_by": bundle_by, "runs": len(runs),

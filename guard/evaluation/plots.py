@@ -21,6 +21,7 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("report", "drawing a report (--report, --plots)", exc) from None
 
+from ..outputs import write_output
 from ..replay import Enforcement, ReplayReport, RunReplay, rate_curve
 from .baselines import EMPIRICAL, LABELS, ONE_CHANGE
 
@@ -43,12 +44,10 @@ def png_bytes(figure: Figure, *, dpi: int = 110) -> bytes:
 def save_images(images: dict[str, bytes], directory: str | Path) -> list[Path]:
     """Write rendered figures (:func:`png_bytes`) as ``NAME.png`` into ``directory`` (created)."""
     target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
+    target.mkdir(exist_ok=True)
     written = []
     for name, data in images.items():
-        path = target / f"{name}.png"
-        path.write_bytes(data)
-        written.append(path)
+        written.append(write_output(target / f"{name}.png", data))
     return written
 
 

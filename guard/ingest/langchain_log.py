@@ -79,11 +79,35 @@ def _call(record: Record, step: Any, index: int) -> Call:
     if not isinstance(tool, str) or not tool:
         raise record.error("missing: the tool's name" if tool is None else
                            f"expected the tool's name, got {kind_of(tool)}", f"{where}[0].tool")
-    args = action.get("tool_input", {})
+    args = _arguments(record, action, where)
     call_id = action.get("tool_call_id")
     error, result = _observation(observation)
     return Call(name=tool, args=args, error=error, result=result,
                 id=call_id if isinstance(call_id, str) else None, field=where)
+
+
+_ARGUMENT_KEYS = ("tool_input", "input", "args", "arguments")  # LangChain, AgentSpec, OpenAI-style logs
+_ACTION_KEYS = {"tool", "log", "tool_call_id", "type", "message_log", "id"}  # an action's fields besides arguments
+
+
+def _arguments(record: Record, action: dict[str, Any], where: str) -> Any:
+    """The call's arguments under the first of ``tool_input``, ``input``, ``args``, ``arguments`` (a JSON
+    object written as text is decoded). An action with other fields but none of these is reported, not read
+    with empty arguments: silently dropping them would hide every argument of every call."""
+    for key in _ARGUMENT_KEYS:
+        if key in action:
+            value = action[key]
+            if isinstance(value, str) and key == "arguments" and value.lstrip().startswith("{"):
+                try:
+                    return orjson.loads(value)
+                except orjson.JSONDecodeError:
+                    raise record.error("not a JSON object", f"{where}[0].arguments") from None
+            return value
+    unknown = sorted(set(action) - _ACTION_KEYS)
+    if unknown:
+        raise record.error(f"no arguments under {', '.join(_ARGUMENT_KEYS)}; the action has {', '.join(unknown)} "
+                           "instead", f"{where}[0]")
+    return {}
 
 
 def _observation(observation: Any) -> tuple[bool, str | None]:
