@@ -139,6 +139,49 @@ def _tidy_help(command: Any) -> None:
         _tidy_help(sub)
 
 
+# What `forewarn -h` lists (whole sentences, never cut) and what `forewarn COMMAND -h` ends with: one
+# example and the section of the docs that explains the command.
+_GUIDE: dict[str, tuple[str, str, str]] = {
+    "learn": ("Learn a DTMC from traces, check it with Storm, write the model.",
+              "forewarn learn runs.jsonl --spec spec.yaml -o model.json", "README.md#use-it-on-your-agent"),
+    "check": ("Show a model's risk per state, or check a PCTL property.",
+              "forewarn check model.json --property 'P=? [F<=5 \"unsafe\"]'", "README.md#use-it-on-your-agent"),
+    "states": ("List states: visits, risk, action, likeliest path to unsafe.",
+               "forewarn states model.json", "README.md#use-it-on-your-agent"),
+    "export": ("Export the learned chain as PRISM or DRN.",
+               "forewarn export model.json --format prism -o model.pm", "README.md#use-it-on-your-agent"),
+    "demo": ("Run the whole pipeline on a built-in domain.",
+             "forewarn demo --domain embodied", "README.md#what-the-demo-shows"),
+    "replay": ("Replay logged runs against a model: warnings per threshold.",
+               "forewarn replay runs.jsonl --model model.json", "docs/replay.md#forewarn-replay"),
+    "evaluate": ("Cross-validate learning on logged runs.",
+                 "forewarn evaluate runs.jsonl --spec spec.yaml --group-by meta.task",
+                 "docs/replay.md#forewarn-evaluate"),
+    "ingest": ("Convert agent logs into Forewarn's JSONL traces.",
+               "forewarn ingest agent-logs.jsonl -o runs.jsonl", "docs/ingest.md"),
+    "tune": ("Choose thresholds from cross-validation to meet targets.",
+             "forewarn tune runs.jsonl --spec spec.yaml --target false-alarms=0.05 -o tuned.yaml",
+             "docs/replay.md#forewarn-tune"),
+    "serve": ("Serve the guard over HTTP (the sidecar).",
+              "forewarn serve --model model.json", "docs/server.md"),
+    "llmcheck": ("Check what an LLM is likely to write, with Storm.",
+                 "forewarn llmcheck -m ngram:corpus.txt --prompt 'The player' --quantify gender_bias "
+                 "--property 'P=? [F \"gender_bias>0\"]'",
+                 "docs/llmcheck.md"),
+}
+
+
+def _guide(command: Any) -> None:
+    """Whole-sentence summaries in the listing, and an example and a docs link under each command's help."""
+    for name, sub in getattr(command, "commands", {}).items():
+        guide = _GUIDE.get(name)
+        if guide is None:
+            continue
+        short, example, docs = guide
+        sub.short_help = short
+        sub.epilog = f"Example:\n\n  {example}\n\nDocs: {docs}"
+
+
 def _one_line(text: str) -> str:
     """Messages quoting a parser's multi-line report (YAML, Storm) still make one line."""
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
@@ -150,6 +193,7 @@ def main() -> None:
 
     command = typer.main.get_command(app)
     _tidy_help(command)
+    _guide(command)
     # Storm prints its warnings on descriptor 1: keep them off stdout (JSON stays clean). Not
     # for `serve`, whose worker processes inherit the descriptors and log as they please.
     native_to_stderr = not (len(sys.argv) > 1 and sys.argv[1] == "serve")

@@ -49,7 +49,7 @@ def check_report_paths(report: Path | None, plots: Path | None, *, inputs: Seque
         return
     from .._extras import require
 
-    require("report", "--report and --plots")
+    require("report", "drawing a report (--report, --plots)")
     if report is not None:
         check_output(report, inputs=inputs, mkdir=mkdir, option="--report")
     if plots is not None and not plots.is_dir():  # the folder itself is made; the one it is in must exist

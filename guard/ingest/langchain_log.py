@@ -132,7 +132,7 @@ def _user(record: Record, value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):
-        for key in ("input", "question", "query"):
+        for key in ("input", "question", "query", "instruction"):
             if isinstance(value.get(key), str):
                 return [value[key]]
         value = value.get("messages", [])
@@ -165,6 +165,11 @@ def as_action_log(log: AgentLog) -> dict[str, Any]:
     """
     actions = []
     for call in log.calls:
+        if isinstance(call.args, str) and " " in call.name.strip():
+            # one controller tool whose text input is the whole action (AgentSpec's "robotic controller"
+            # with "pick Egg"): the tool's name is no action of the household
+            actions.append({"action": call.args.strip(), "success": not call.error})
+            continue
         if isinstance(call.args, dict):
             words = " ".join(str(v) for v in call.args.values() if v is not None and v != "")
         else:
