@@ -71,9 +71,14 @@ def demo(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 7,
     heed: Annotated[float | None, typer.Option(help="Probability the agent heeds a reflection prompt.")]
     = None,
+    mkdir: Annotated[bool, typer.Option("--mkdir", help="Create the missing folders above --out.")] = False,
 ) -> None:
     """Run the whole pipeline on a built-in domain and print a Table-3-style comparison."""
     from ...domains.demo import run_demo
+    from ..outputs import check_output
+
+    if not out_dir.is_dir():  # --out itself is made; the folder it goes in must exist (or --mkdir)
+        check_output(out_dir, mkdir=mkdir, option="--out")
 
     run_demo(domain=domain, out_dir=out_dir, runs=runs, episodes=episodes, seed=seed, heed=heed, console=out)
 
