@@ -107,15 +107,16 @@ class Thresholds(_Strict):
     ask_human: float | None = Field(default=None, ge=0.0, le=1.0)
     stop: float | None = Field(default=None, ge=0.0, le=1.0)
 
-    @model_validator(mode="after")
-    def _ordered(self) -> Thresholds:
-        # a more severe action fires at a lower p_safe: reflect ≥ ask_human ≥ stop (among those set)
+    def disorder(self) -> str | None:
+        """Why the set thresholds break reflect ≥ ask_human ≥ stop (a more severe action acts at a lower
+        p_safe), or None. A spec file must keep the order (:func:`parse_spec`); a session's overrides may
+        deliberately ask before they reflect."""
         set_ = [(a, getattr(self, a)) for a in ("reflect", "ask_human", "stop") if getattr(self, a) is not None]
         for (less, low), (more, high) in itertools.pairwise(set_):
             if low < high:
-                raise ValueError(f"{less} {low:g} is below {more} {high:g}; thresholds must keep "
-                                 "reflect ≥ ask_human ≥ stop (a more severe action acts at a lower p_safe)")
-        return self
+                return (f"{less} {low:g} is below {more} {high:g}; thresholds must keep reflect ≥ ask_human ≥ "
+                        "stop (a more severe action acts at a lower p_safe)")
+        return None
 
     def items(self) -> list[tuple[Action, float]]:
         """Configured (action, θ) pairs, most severe first."""
@@ -466,6 +467,13 @@ def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
         field = ".".join(str(part) for part in loc) or "<root>"
         message = first["msg"].removeprefix("Value error, ")
         raise SpecError(f"{field}: {message}", source=source, line=line_of(root, loc)) from exc
+    ordered = [(("guard", "thresholds"), spec.guard.thresholds)] + [
+        (("guard", "properties", i, "thresholds"), p.thresholds)
+        for i, p in enumerate(spec.guard.properties) if p.thresholds is not None]
+    for loc, thresholds in ordered:
+        problem = thresholds.disorder()
+        if problem is not None:
+            raise SpecError(f"{'.'.join(map(str, loc))}: {problem}", source=source, line=line_of(root, loc))
     spec._source = source
     spec._text = text
     return spec
