@@ -137,9 +137,12 @@ def run_demo(*, domain: str = "embodied", out_dir: Path = Path("forewarn-demo"),
     console.print(f"Traces:  {out_dir / 'traces'}\nSpecs:   {out_dir / 'specs'}\nModels:  {out_dir / 'models'}")
     example = next(iter(guards))
     command = _command()
-    console.print(f"Try:     {command} check {out_dir / 'models' / (example + '.json')}\n"
-                  f"         {command} replay {out_dir / 'traces' / (example + '.jsonl')} "
-                  f"--model {out_dir / 'models' / (example + '.json')}", highlight=False, markup=False)
+    example_model = out_dir / "models" / f"{example}.json"
+    # one command per line (the long one continued with a backslash), never wrapped by the console:
+    # pasted from an 80-column terminal, each runs as printed
+    console.print(f"Try:\n  {command} check {example_model}\n  {command} replay "
+                  f"{out_dir / 'traces' / (example + '.jsonl')} \\\n      --model {example_model}",
+                  highlight=False, markup=False, soft_wrap=True)
     return rows
 
 

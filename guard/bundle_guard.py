@@ -93,6 +93,11 @@ class BundleGuard:
                     f"{self.bundle.min_group_runs}: the pooled model decided.)")
         return f"({key} = {group!r} was never seen in learning: the pooled model decided.)"
 
+    def member_name(self, metadata: Mapping[str, Any] | None) -> str | None:
+        """The group whose member decides a run with this metadata; ``None`` when the pooled model does."""
+        group = group_value(metadata, self._path)
+        return group if group is not None and group in self.bundle.members else None
+
     def for_metadata(self, metadata: Mapping[str, Any] | None) -> Guard:
         """The member guard for a run with this metadata."""
         return self.member(group_value(metadata, self._path))

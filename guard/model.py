@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ForewarnError, ModelFileError, UsageError
 from .chain import END, CsrArrays, LearnedDTMC, visits
+from .outputs import is_special, write_output
 from .results import (
     CheckOutcome,
     IntervalMethod,
@@ -370,22 +369,13 @@ def _tight_document(tight: TightPAC) -> dict[str, Any]:
 
 
 def write_document(path: str | Path, document: dict[str, Any]) -> Path:
-    """Write a JSON document atomically (a crash leaves the old file, never half a new one)."""
+    """Write a JSON document whole (a crash leaves the old file, never half a new one; a device such as
+    ``/dev/null`` is written in place, see :mod:`guard.outputs`)."""
     path = Path(path)
     data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, _file_mode())  # mkstemp makes 0600; a model is written like any other output
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    if not is_special(path):
+        path.parent.mkdir(parents=True, exist_ok=True)  # the library's save() makes its folder; the CLI checks first
+    return write_output(path, data)
 
 
 def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
@@ -558,20 +548,3 @@ def _checksum(body: dict[str, Any]) -> str:
 
 def _dump_yaml(document: dict[str, Any]) -> str:
     return yaml.safe_dump(document, sort_keys=False)
-
-
-def _file_mode() -> int:
-    """The mode ``open()`` gives a new file: 0666 less the process's umask.
-
-    Read from /proc where it can be (setting the umask to read it is not thread-safe).
-    """
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask

@@ -7,7 +7,13 @@ sidecar's ``preview`` — the decision on a step is taken before the step runs, 
 alarm on the violating step itself prevents it (advance 0 steps); with ``observe`` — a
 guard told of each step after it happened — only an alarm strictly before the violation
 counts. Either way a violation at a run's first step cannot be prevented, and a run
-that never violates and raised any alarm is a false alarm. A run's first violation is the first step whose decision has
+that never violates and raised any alarm is a false alarm.
+
+Detection is reported in two parts that are different promises: **warned ahead** (the
+first alarm came strictly before the violating step: a reflection or an approval could
+still steer the run) and **blocked at the step** (the only alarm in time was on the
+violating step itself, so only a look-ahead block prevents it; always 0 under
+``observe``). ``detection_rate`` is their sum. A run's first violation is the first step whose decision has
 ``unsafe_now`` (the spec's unsafe condition holds or a monitor is in ``viol``); nothing
 after it is replayed.
 
@@ -206,6 +212,12 @@ class ThetaReport:
     stop: StopOutcome | None = None
     prompts_per_run: float | None = None  # alarm steps per run (reflect prompts / approvals)
     prompts_per_safe_run: float | None = None
+    # detected = warned_ahead + blocked_at_step (see the module's doc)
+    warned_ahead: int = 0  # first alarm strictly before the violating step
+    blocked_at_step: int = 0  # first alarm on the violating step itself (look-ahead only)
+    warned_ahead_rate: float | None = None
+    blocked_at_step_rate: float | None = None
+    warned_ahead_steps: Spread | None = None  # the advance over the runs warned ahead (every one ≥ 1)
 
 
 @dataclass(frozen=True)
@@ -266,7 +278,8 @@ class ReplayReport:
 
 def _baseline_entry(report: ReplayReport, theta: float) -> dict[str, object]:
     t = next(x for x in report.thetas if x.theta == theta)
-    return {"detection_rate": t.detection_rate, "false_alarm_rate": t.false_alarm_rate,
+    return {"detection_rate": t.detection_rate, "warned_ahead_rate": t.warned_ahead_rate,
+            "blocked_at_step_rate": t.blocked_at_step_rate, "false_alarm_rate": t.false_alarm_rate,
             "mean_advance_steps": t.mean_advance_steps, "mean_advance_seconds": t.mean_advance_seconds,
             "brier": report.brier, "ece": None if report.calibration_step is None else report.calibration_step.ece}
 
@@ -407,6 +420,7 @@ def _theta_report(replays: Sequence[RunReplay], theta: float, unseen_alarms: boo
                 if t_alarm is not None and t_violation is not None:
                     advance_seconds.append(t_violation - t_alarm)
     detected = len(advance_steps)
+    ahead = [a for a in advance_steps if a > 0]
     completions_kept = sum(bool(r.success) and r.first_alarm(theta, unseen_alarms) is None for r in with_success)
     completions = sum(bool(r.success) for r in with_success)
     stop = StopOutcome(prevented=detected, still_unsafe=n_unsafe - detected, cut_short=false_alarms,
@@ -422,7 +436,10 @@ def _theta_report(replays: Sequence[RunReplay], theta: float, unseen_alarms: boo
         mean_advance_seconds=None if seconds_spread is None else seconds_spread.mean,
         median_advance_seconds=None if seconds_spread is None else seconds_spread.median,
         advance_steps=steps_spread, advance_seconds=seconds_spread, unsafe_at_start=at_start, stop=stop,
-        prompts_per_run=_rate(prompts, len(replays)), prompts_per_safe_run=_rate(safe_prompts, n_safe))
+        prompts_per_run=_rate(prompts, len(replays)), prompts_per_safe_run=_rate(safe_prompts, n_safe),
+        warned_ahead=len(ahead), blocked_at_step=detected - len(ahead),
+        warned_ahead_rate=_rate(len(ahead), n_unsafe), blocked_at_step_rate=_rate(detected - len(ahead), n_unsafe),
+        warned_ahead_steps=Spread.of(ahead))
 
 
 def rate_curve(replays: Sequence[RunReplay], thetas: Sequence[float] | NDArray[np.float64], *,

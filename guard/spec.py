@@ -5,6 +5,7 @@ the file and the line of the offending entry, because a spec is written by hand.
 """
 from __future__ import annotations
 
+import itertools
 import keyword
 import re
 from enum import Enum
@@ -105,6 +106,17 @@ class Thresholds(_Strict):
     reflect: float | None = Field(default=None, ge=0.0, le=1.0)
     ask_human: float | None = Field(default=None, ge=0.0, le=1.0)
     stop: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    def disorder(self) -> str | None:
+        """Why the set thresholds break reflect ≥ ask_human ≥ stop (a more severe action acts at a lower
+        p_safe), or None. A spec file must keep the order (:func:`parse_spec`); a session's overrides may
+        deliberately ask before they reflect."""
+        set_ = [(a, getattr(self, a)) for a in ("reflect", "ask_human", "stop") if getattr(self, a) is not None]
+        for (less, low), (more, high) in itertools.pairwise(set_):
+            if low < high:
+                return (f"{less} {low:g} is below {more} {high:g}; thresholds must keep reflect ≥ ask_human ≥ "
+                        "stop (a more severe action acts at a lower p_safe)")
+        return None
 
     def items(self) -> list[tuple[Action, float]]:
         """Configured (action, θ) pairs, most severe first."""
@@ -420,9 +432,18 @@ class _SpecLoader(yaml.SafeLoader):
     spec every key is a name, so a key keeps the text it was written as."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag == "tag:yaml.org,2002:bool":
                 key_node.tag = "tag:yaml.org,2002:str"
+            if isinstance(key_node, yaml.ScalarNode):
+                # YAML keeps the last of two equal keys without a word; in a spec that hides a mistake
+                line = key_node.start_mark.line + 1
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key_node.value!r} (first on line {seen[key_node.value]})",
+                        key_node.start_mark)
+                seen[key_node.value] = line
         return super().construct_mapping(node, deep=deep)
 
 
@@ -455,6 +476,13 @@ def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
         field = ".".join(str(part) for part in loc) or "<root>"
         message = first["msg"].removeprefix("Value error, ")
         raise SpecError(f"{field}: {message}", source=source, line=line_of(root, loc)) from exc
+    ordered = [(("guard", "thresholds"), spec.guard.thresholds)] + [
+        (("guard", "properties", i, "thresholds"), p.thresholds)
+        for i, p in enumerate(spec.guard.properties) if p.thresholds is not None]
+    for loc, thresholds in ordered:
+        problem = thresholds.disorder()
+        if problem is not None:
+            raise SpecError(f"{'.'.join(map(str, loc))}: {problem}", source=source, line=line_of(root, loc))
     spec._source = source
     spec._text = text
     return spec

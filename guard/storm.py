@@ -55,9 +55,10 @@ def storm_version() -> str:
 def validate_formula(formula: str) -> None:
     """Parse a property with Storm's own parser; raise :class:`CheckError` if it does not parse."""
     try:
-        properties = stormpy.parse_properties(formula)
+        with _storm_log_quiet():  # Storm's parser prints the error itself, in ten lines, before raising it
+            properties = stormpy.parse_properties(formula)
     except Exception as exc:  # stormpy raises its own error types for parse failures
-        raise CheckError(f"Storm cannot parse property {formula!r}: {_first_line(exc)}") from exc
+        raise CheckError(f"Storm cannot parse property {formula!r}: {_parse_problem(exc)}") from exc
     if len(properties) != 1:
         raise CheckError(f"expected exactly one property, got {len(properties)} in {formula!r}")
 
@@ -382,9 +383,10 @@ def check_prism_file(path: str | Path, formula: str, *, constants: str | None = 
     if program.model_type != _io.PrismModelType.DTMC:
         raise CheckError(f"{path}: expected a DTMC, found a {program.model_type.name} model")
     try:
-        properties = stormpy.parse_properties(formula, program)
+        with _storm_log_quiet():
+            properties = stormpy.parse_properties(formula, program)
     except Exception as exc:
-        raise CheckError(f"Storm cannot parse property {formula!r} for {path}: {_first_line(exc)}") from exc
+        raise CheckError(f"Storm cannot parse property {formula!r} for {path}: {_parse_problem(exc)}") from exc
     if len(properties) != 1:
         raise CheckError(f"expected exactly one property, got {len(properties)} in {formula!r}")
     if constants:
@@ -472,6 +474,14 @@ def _storm_log_quiet() -> Iterator[None]:
         os.dup2(saved[1], 2)
         os.close(saved[0])
         os.close(saved[1])
+
+
+def _parse_problem(exc: BaseException) -> str:
+    """Storm's parse error in one line: ``Parsing error at 1:6: expecting <formula>``."""
+    text = _first_line(exc)
+    while text.startswith("WrongFormatException: "):
+        text = text.removeprefix("WrongFormatException: ")
+    return " ".join(text.split()).removesuffix(", here:")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from ..errors import ModelFileError
 from .settings import ApiKey, ConfigError, Role, ServerSettings, load_settings
 
 __all__ = ["serve_from_options", "run_server", "serve_app", "parse_model_options", "uvicorn_config"]
@@ -157,6 +158,9 @@ def serve_from_options(options: dict[str, Any], builtin: Callable[[], Path] | No
         "model_dirs": tuple(model_dir) if model_dir else None,
     }
     settings = load_settings(options["config"], **overrides)
+    for name, path in settings.models.items():  # before keys are printed: a typo is one line, nothing else
+        if not path.is_file():
+            raise ModelFileError(f"--model {name}={path}: {'is a directory' if path.is_dir() else 'no such file'}")
     if not settings.api_keys and not settings.insecure_no_auth:
         # A safe default that still lets `forewarn serve` work out of the box: fresh keys for this run only.
         keys = _generated_keys()

@@ -166,6 +166,15 @@ def test_learn_group_by_writes_a_bundle_that_the_commands_accept(grouped: tuple[
     entry = replayed.json()[0]  # type: ignore[index]
     assert entry["detection_rate"] == expected.thetas[0].detection_rate
     assert math.isclose(entry["brier"], expected.brier or 0.0)
+    # the baseline beside a bundle is counted per member, as the bundle's models were learned
+    from forewarn.guard.evaluation.baselines import EMPIRICAL, score_baselines
+
+    guard = BundleGuard(bundle)
+    matched = score_baselines(expected.replays, [0.5], predicates=guard.predicates, monitors=guard.monitors,
+                              member_of=lambda r: guard.member_name(r.meta))[EMPIRICAL]
+    assert entry["baselines"][EMPIRICAL]["brier"] == matched.brier
+    table = forewarn_here("replay", traces, "--model", out, "--theta", "0.5")
+    assert "counted per member" in " ".join(table.stdout.split())
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -69,7 +69,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
             toy_run("r5", [0, 0, 2])]
     traces.write_bytes(b"\n".join(orjson.dumps(r) for r in runs) + b"\n")
     model = root / "out" / "model.json"
-    learn = forewarn("learn", traces, "--spec", spec, "-o", model, "--format", "json", cwd=root)
+    learn = forewarn("learn", traces, "--spec", spec, "-o", model, "--format", "json", "--mkdir", cwd=root)
     return Workspace(root, spec, traces, model, learn)
 
 
@@ -189,9 +189,11 @@ def test_check_another_property_with_exact_arithmetic(workspace: Workspace, fore
 
 def test_exports_that_storm_reads_back(workspace: Workspace, forewarn_here: InProcess) -> None:
     dtmc = GuardModel.load(workspace.model).dtmc
-    nested = workspace.root / "exports" / "deep"  # folders are created, as for learn -o
+    nested = workspace.root / "exports" / "deep"  # folders are created with --mkdir, as for learn -o
+    missing = forewarn_here("export", workspace.model, "-o", nested / "model.prism")
+    assert missing.returncode == 2 and "pass --mkdir" in missing.stderr and not nested.exists()
     for fmt in ("prism", "drn"):
-        written = forewarn_here("export", workspace.model, "--format", fmt, "-o", nested / f"model.{fmt}")
+        written = forewarn_here("export", workspace.model, "--format", fmt, "-o", nested / f"model.{fmt}", "--mkdir")
         assert written.returncode == 0, written.stderr
     assert (nested / "model.prism").read_text(encoding="utf-8") == prism_text(dtmc, name="toy")
     program = stormpy.parse_prism_program(str(nested / "model.prism"))
@@ -268,8 +270,8 @@ def test_user_errors(workspace: Workspace, forewarn_here: InProcess) -> None:
         (["check", walk, "--property", "P=? [F x=1]"], ("undefined constants N",)),
         (["check", walk, "--property", "P=? [F x=1]", "--const", "M=1"], ("constants 'M=1'",)),
         (["export", root / "not-a-model.json"], ("not a Forewarn model file",)),
-        (["export", workspace.model, "-o", workspace.model / "x.pm"], ("cannot write",)),
-        (["learn", workspace.traces, "--spec", workspace.spec, "-o", root], (str(root), "cannot write the model file")),
+        (["export", workspace.model, "-o", workspace.model / "x.pm"], ("model.json is not a directory",)),
+        (["learn", workspace.traces, "--spec", workspace.spec, "-o", root], (str(root), "is a directory")),
         (["replay", workspace.traces, "--model", workspace.model, "--theta", "0.5,2"],
          ("thresholds must lie in [0, 1]",)),
         (["replay", workspace.traces, "--model", workspace.model, "--theta", "half"],

@@ -249,3 +249,138 @@ def test_help_version_and_short_help() -> None:
         text = forewarn_process(command, "-h").stdout
         assert "Usage: forewarn " + command in text
         assert "{" not in text.split("\n")[0] and "<bool>" not in text and "<list" not in text, text
+
+
+# -- interrupts, output paths and ingest inputs (issue 26) ------------------------------------
+
+def interrupted(args: list[str | Path], fifo: Path, cwd: Path) -> Result:
+    """Run forewarn on ``fifo`` as its input and send Ctrl-C while it is reading: the pipe guarantees the
+    command is mid-work (a run half-sent), however fast or slow the machine."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")]))
+    process = subprocess.Popen([sys.executable, "-m", "forewarn", *map(str, args)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    with open(fifo, "w", encoding="utf-8") as writer:  # opens once the command opens its input
+        writer.write(orjson.dumps(toy_run("r1", [0, 1, 3])).decode() + "\n" + '{"id": "r2", "steps": [')
+        writer.flush()
+        import time
+
+        time.sleep(1.0)  # the command reads the first run and waits for the rest
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    return Result(tuple(map(str, args)), process.returncode, out, err)
+
+
+@pytest.mark.parametrize("command", ["learn", "replay", "evaluate", "tune", "ingest"])
+def test_ctrl_c_exits_130_with_one_line_and_writes_nothing(toy_files: dict[str, Path], tmp_path: Path,
+                                                           command: str) -> None:
+    d = toy_files
+    work = tmp_path / "work"
+    work.mkdir()
+    fifo = work / "runs.jsonl"
+    os.mkfifo(fifo)
+    out = work / "out"
+    args: dict[str, list[str | Path]] = {
+        "learn": ["learn", fifo, "-s", d["spec"], "-o", out],
+        "replay": ["replay", fifo, "--model", d["model"], "--report", out],
+        "evaluate": ["evaluate", fifo, "-s", d["spec"], "--report", out],
+        "tune": ["tune", fifo, "-s", d["spec"], "--target", "false-alarms=0.1", "-o", out],
+        "ingest": ["ingest", fifo, "--input-format", "jsonl", "-o", out],
+    }
+    result = interrupted(args[command], fifo, work)
+    assert result.returncode == 130, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+    assert [line for line in result.stderr.splitlines() if line.strip()] == \
+        ["error: interrupted; an output being written was discarded"]
+    assert sorted(p.name for p in work.iterdir()) == ["runs.jsonl"]  # no output, no temporary file
+
+
+def output_cases(d: dict[str, Path]) -> dict[str, list[str | Path]]:
+    """Every command that writes a file, with OUT where the output path goes."""
+    return {
+        "learn": ["learn", d["traces"], "-s", d["spec"], "-o", "OUT"],
+        "ingest": ["ingest", d["traces"], "-o", "OUT"],
+        "tune": ["tune", d["traces"], "-s", d["spec"], "--target", "false-alarms=0.5", "--folds", "2", "-o", "OUT"],
+        "export": ["export", d["model"], "-o", "OUT"],
+        "replay": ["replay", d["traces"], "--model", d["model"], "--report", "OUT"],
+    }
+
+
+@pytest.mark.parametrize("command", ["learn", "ingest", "tune", "export", "replay"])
+@pytest.mark.parametrize("where", ["an input", "a missing folder", "a folder", "under a file", "/dev/null",
+                                   "a pipe"])
+def test_output_paths(forewarn_here: CLI, toy_files: dict[str, Path], tmp_path: Path, command: str,
+                      where: str) -> None:
+    d = toy_files
+    args = output_cases(d)[command]
+    inputs = [a for a in args[1:] if isinstance(a, Path)]
+    before = {p: p.read_bytes() for p in inputs}
+    target: Path = {"an input": inputs[0], "a missing folder": tmp_path / "no" / "such" / "out",
+                    "a folder": tmp_path, "under a file": d["traces"] / "out", "/dev/null": Path("/dev/null"),
+                    "a pipe": tmp_path / "pipe"}[where]
+    received: list[bytes] = []
+    if where == "a pipe":
+        import threading
+
+        os.mkfifo(target)
+        reader = threading.Thread(target=lambda: received.append(target.read_bytes()), daemon=True)
+        reader.start()
+    with time_limit(180):  # drawing a report's figures may take a while on a loaded machine
+        result = forewarn_here(*[target if a == "OUT" else a for a in args])
+    assert_clean(result)
+    if where in ("/dev/null", "a pipe"):  # written in place: a device stays a device, a pipe a pipe
+        assert result.returncode == 0, result.stderr
+        assert os.stat("/dev/null").st_mode & 0o170000 == 0o020000
+        if where == "a pipe":
+            reader.join(timeout=30)
+            assert received and received[0] and target.is_fifo()
+        return
+    assert result.returncode == 2, (where, result.stdout[-500:], result.stderr)  # refused, never silently done
+    assert {p: p.read_bytes() for p in inputs} == before  # no input overwritten
+    assert not (tmp_path / "no").exists()  # no folder made behind the user's back
+
+
+INGEST_ACTIONS = st.fixed_dictionaries(
+    {"tool": st.sampled_from(["find", "pick", "robotic controller", ""])},
+    optional={key: st.one_of(st.text(max_size=8), st.dictionaries(st.text(max_size=4), st.integers(-5, 5), max_size=2))
+              for key in ("tool_input", "input", "args", "arguments", "params", "log")})
+INGEST_DOCS = st.one_of(
+    st.builds(lambda steps, run_id: {"id": run_id, "input": "tidy up",
+                                     "intermediate_steps": [{"action": a, "observation": o} for a, o in steps]},
+              st.lists(st.tuples(INGEST_ACTIONS, st.one_of(st.text(max_size=8), st.just({"success": False}))),
+                       max_size=3),
+              st.text(min_size=1, max_size=6)),
+    st.just({"id": "r", "steps": [{"state": {"a": True}}]}),
+    st.just({"resourceSpans": []}),
+    JSON)
+
+
+@FUZZ
+@given(files=st.lists(st.lists(INGEST_DOCS, max_size=3), min_size=1, max_size=3),
+       input_format=st.sampled_from(["auto", "langchain", "otel", "jsonl"]), skip=st.booleans())
+def test_ingest_inputs_never_succeed_silently(forewarn_here: CLI, toy_files: dict[str, Path],
+                                              files: list[list[Any]], input_format: str, skip: bool) -> None:
+    d = toy_files["dir"]
+    paths = []
+    for docs in files:
+        path = fresh(d, ".jsonl")
+        path.write_bytes(b"".join(orjson.dumps(doc) + b"\n" for doc in docs))
+        paths.append(path)
+    out = fresh(d, ".out.jsonl")
+    result = run_case(forewarn_here, "ingest", *paths, "--input-format", input_format, "-o", out,
+                      *(["--on-error", "skip"] if skip else []), "--format", "json")
+    if result.returncode == 2:
+        assert not out.exists()  # a refused ingest writes nothing
+        return
+    written = out.read_bytes().splitlines()
+    summary = result.json()
+    assert isinstance(summary, dict)
+    assert written and summary["written"] == len(written)  # success means runs were written
+    assert summary["skipped"] <= 0.5 * (summary["written"] + summary["skipped"])
+    ids = [orjson.loads(line)["id"] for line in written]
+    if len(paths) > 1:
+        assert all(orjson.loads(line)["meta"].get("source") for line in written)
+        firsts: dict[str, str] = {}
+        for line in written:  # an id is never shared across files
+            run = orjson.loads(line)
+            assert firsts.setdefault(run["id"], run["meta"]["source"]) == run["meta"]["source"], ids

@@ -213,3 +213,28 @@ def test_to_document_parses_back(toy_spec: Spec) -> None:
 
     again = parse_spec(yaml.safe_dump(toy_spec.to_document()))
     assert again.to_document() == toy_spec.to_document()
+
+
+def test_a_duplicate_key_and_thresholds_out_of_order_are_one_line_each() -> None:
+    from forewarn.errors import SpecError
+    from forewarn.guard.spec import parse_spec
+
+    base = "name: t\npredicates:\n  a: state.a\n  b: state.b\nunsafe: a\n"
+    with pytest.raises(SpecError) as duplicate:
+        parse_spec(base.replace("  b: state.b\n", "  a: state.b\n"), source="s.yaml")
+    assert str(duplicate.value) == "s.yaml:4: YAML does not parse: duplicate key 'a' (first on line 3)"
+    with pytest.raises(SpecError) as order:
+        parse_spec(base + "guard:\n  thresholds: {reflect: 0.1, stop: 0.3}\n", source="s.yaml")
+    assert "guard.thresholds: reflect 0.1 is below stop 0.3" in str(order.value)
+    assert "\n" not in str(order.value)
+    assert parse_spec(base + "guard:\n  thresholds: {reflect: 0.5, ask_human: 0.5, stop: 0.3}\n").name == "t"
+
+
+def test_a_bad_pctl_property_is_one_clean_line() -> None:
+    from forewarn.errors import CheckError
+    from forewarn.guard.storm import validate_formula
+
+    with pytest.raises(CheckError) as error:
+        validate_formula('P=? [F<=x "unsafe"]')
+    assert str(error.value) == ("Storm cannot parse property 'P=? [F<=x \"unsafe\"]': Parsing error at 1:2: "
+                                "expecting <basic path formula>")

@@ -1,8 +1,10 @@
 """The ``forewarn`` command line (typer): the app, its commands assembled in the order ``--help``
 lists them, and ``main()``, which maps errors to one line and exit status 2.
 
-The core's commands live beside it: :mod:`.learn_cli`, :mod:`.check_cli`, :mod:`.states_cli`
-(``states``, ``export``); the integrations' in their packages (``register(app)``).
+One module per command beside it, each with ``register(app)``: :mod:`.learn`, :mod:`.check`,
+:mod:`.states` (``states``, ``export``), :mod:`.replay`, :mod:`.evaluate`, :mod:`.ingest`, :mod:`.tune`,
+:mod:`.llmcheck`, :mod:`.serve`; what several share is in :mod:`._options`, :mod:`._replay_options`,
+:mod:`._replay_output` and :mod:`._model_text`.
 """
 from __future__ import annotations
 
@@ -10,13 +12,25 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-from rich.markup import escape
+INTERRUPTED = 130  # the shell's status for a command ended by Ctrl-C (128 + SIGINT)
 
-from ...errors import ForewarnError
-from . import check, learn, states
-from ._model_text import members_of
-from ._options import err, out
+
+def _interrupted() -> None:
+    sys.stderr.write("error: interrupted; an output being written was discarded\n")
+    sys.stderr.flush()
+
+
+try:  # Ctrl-C while the CLI loads (a second or more on a busy machine) ends as it does later: one line, 130
+    import typer
+    from rich.markup import escape
+
+    from ...errors import ForewarnError
+    from . import check, learn, states
+    from ._model_text import members_of
+    from ._options import err, out
+except KeyboardInterrupt:
+    _interrupted()
+    raise SystemExit(INTERRUPTED) from None
 
 if TYPE_CHECKING:
     from ...domains.embodied.world import HouseholdWorld
@@ -64,9 +78,14 @@ def demo(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 7,
     heed: Annotated[float | None, typer.Option(help="Probability the agent heeds a reflection prompt.")]
     = None,
+    mkdir: Annotated[bool, typer.Option("--mkdir", help="Create the missing folders above --out.")] = False,
 ) -> None:
     """Run the whole pipeline on a built-in domain and print a Table-3-style comparison."""
     from ...domains.demo import run_demo
+    from ..outputs import check_output
+
+    if not out_dir.is_dir():  # --out itself is made; the folder it goes in must exist (or --mkdir)
+        check_output(out_dir, mkdir=mkdir, option="--out")
 
     run_demo(domain=domain, out_dir=out_dir, runs=runs, episodes=episodes, seed=seed, heed=heed, console=out)
 
@@ -87,22 +106,16 @@ def _household_world() -> HouseholdWorld:
 
 def _register_plugins() -> None:
     """Commands that live with their subsystems (imported lazily: heavy back-ends load on use)."""
-    from .._extras import missing, register_missing
     from ..ingest import use_world
+    from . import discover, evaluate, ingest, replay, tune
     from .llmcheck import register as register_llmcheck
-    from .replay import register as register_evaluation
 
     use_world(_household_world)
-    register_evaluation(app)
-    from .discover import register as register_discover
+    for command in (replay, evaluate, ingest, tune, discover):
+        command.register(app)
+    from .serve import register as register_server  # imports no server code: --help works on the core install
 
-    register_discover(app)
-    if missing("server"):  # the core install: `serve` is listed, and says which extra it needs
-        register_missing(app, "serve", "server", "Serve the guard over HTTP (sessions, steps, approvals, models).")
-    else:
-        from .serve import register as register_server
-
-        register_server(app, builtin=_builtin_model)
+    register_server(app, builtin=_builtin_model)
     register_llmcheck(app)
 
 
@@ -138,6 +151,49 @@ def _tidy_help(command: Any) -> None:
         _tidy_help(sub)
 
 
+# What `forewarn -h` lists (whole sentences, never cut) and what `forewarn COMMAND -h` ends with: one
+# example and the section of the docs that explains the command.
+_GUIDE: dict[str, tuple[str, str, str]] = {
+    "learn": ("Learn a DTMC from traces, check it with Storm, write the model.",
+              "forewarn learn runs.jsonl --spec spec.yaml -o model.json", "README.md#use-it-on-your-agent"),
+    "check": ("Show a model's risk per state, or check a PCTL property.",
+              "forewarn check model.json --property 'P=? [F<=5 \"unsafe\"]'", "README.md#use-it-on-your-agent"),
+    "states": ("List states: visits, risk, action, likeliest path to unsafe.",
+               "forewarn states model.json", "README.md#use-it-on-your-agent"),
+    "export": ("Export the learned chain as PRISM or DRN.",
+               "forewarn export model.json --format prism -o model.pm", "README.md#use-it-on-your-agent"),
+    "demo": ("Run the whole pipeline on a built-in domain.",
+             "forewarn demo --domain embodied", "README.md#what-the-demo-shows"),
+    "replay": ("Replay logged runs against a model: warnings per threshold.",
+               "forewarn replay runs.jsonl --model model.json", "docs/replay.md#forewarn-replay"),
+    "evaluate": ("Cross-validate learning on logged runs.",
+                 "forewarn evaluate runs.jsonl --spec spec.yaml --group-by meta.task",
+                 "docs/replay.md#forewarn-evaluate"),
+    "ingest": ("Convert agent logs into Forewarn's JSONL traces.",
+               "forewarn ingest agent-logs.jsonl -o runs.jsonl", "docs/ingest.md"),
+    "tune": ("Choose thresholds from cross-validation to meet targets.",
+             "forewarn tune runs.jsonl --spec spec.yaml --target false-alarms=0.05 -o tuned.yaml",
+             "docs/replay.md#forewarn-tune"),
+    "serve": ("Serve the guard over HTTP (the sidecar).",
+              "forewarn serve --model model.json", "docs/server.md"),
+    "llmcheck": ("Check what an LLM is likely to write, with Storm.",
+                 "forewarn llmcheck -m ngram:corpus.txt --prompt 'The player' --quantify gender_bias "
+                 "--property 'P=? [F \"gender_bias>0\"]'",
+                 "docs/llmcheck.md"),
+}
+
+
+def _guide(command: Any) -> None:
+    """Whole-sentence summaries in the listing, and an example and a docs link under each command's help."""
+    for name, sub in getattr(command, "commands", {}).items():
+        guide = _GUIDE.get(name)
+        if guide is None:
+            continue
+        short, example, docs = guide
+        sub.short_help = short
+        sub.epilog = f"Example:\n\n  {example}\n\nDocs: {docs}"
+
+
 def _one_line(text: str) -> str:
     """Messages quoting a parser's multi-line report (YAML, Storm) still make one line."""
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
@@ -149,12 +205,22 @@ def main() -> None:
 
     command = typer.main.get_command(app)
     _tidy_help(command)
+    _guide(command)
     # Storm prints its warnings on descriptor 1: keep them off stdout (JSON stays clean). Not
     # for `serve`, whose worker processes inherit the descriptors and log as they please.
     native_to_stderr = not (len(sys.argv) > 1 and sys.argv[1] == "serve")
     try:
         with stdout_for_python_only(native_to_stderr):
-            command(standalone_mode=False, prog_name="forewarn")
+            # typer turns Ctrl-C into Exit(130) and, outside standalone mode, returns an Exit's code
+            # instead of exiting with it: the code must reach the shell (`learn ... && deploy`)
+            code = command(standalone_mode=False, prog_name="forewarn")
+        if code == INTERRUPTED:
+            _interrupted()
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except KeyboardInterrupt:  # outside typer's own handling (its import, our teardown)
+        _interrupted()
+        sys.exit(INTERRUPTED)
     except ForewarnError as exc:
         # escape: messages quote user text (CEL such as `x in [a, b]`) that rich would read as markup;
         # soft_wrap: one line however long, so scripts can grep it
@@ -164,7 +230,7 @@ def main() -> None:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
         sys.exit(code)
     except typer.Abort:
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except Exception as exc:  # click's usage errors; typer >= 0.2x vendors click, so no `import click`
         message, code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
         if callable(message) and isinstance(code, int):

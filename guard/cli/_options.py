@@ -10,9 +10,10 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
-from typing import Any, TextIO
+from typing import Annotated, Any, TextIO
 
 import orjson
+import typer
 from rich.console import Console
 from rich.markup import escape
 
@@ -20,7 +21,7 @@ from ...errors import ConfigError, ForewarnWarning
 
 __all__ = ["Format", "out", "err", "print_json", "caught_warnings", "print_warnings", "warn", "check_alpha",
            "check_period", "check_precision", "check_probability", "check_positive_int", "print_summary",
-           "stdout_for_python_only"]
+           "stdout_for_python_only", "MkdirOption"]
 
 out = Console()
 err = Console(stderr=True)
@@ -29,6 +30,11 @@ err = Console(stderr=True)
 MAX_ALPHA = 1e6          # Laplace α far above any count makes every row uniform and underflows nothing useful
 MIN_PRECISION = 1e-15    # below double precision a solver never converges
 MIN_PAC = 1e-9           # ε or δ smaller than this ask for more runs than a 64-bit count can hold
+
+
+# Every command that writes a file: a missing parent folder is an error unless asked for.
+MkdirOption = Annotated[bool, typer.Option("--mkdir", help="Create the output's missing parent folders "
+                                                           "(without it, a missing folder is an error).")]
 
 
 class Format(str, Enum):

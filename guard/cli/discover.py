@@ -10,8 +10,10 @@ from rich.table import Table
 
 from ...errors import ForewarnError
 from ..ingest import InputFormat, read_input
-from ._options import Format, check_positive_int, err, out, print_json
-from .replay import FormatOption, InputFormatOption, _atomic_write, _progress
+from ..outputs import check_output, write_output
+from ._options import Format, MkdirOption, check_positive_int, err, out, print_json
+from ._replay_options import FormatOption, InputFormatOption
+from ._replay_output import progress
 
 __all__ = ["discover", "register"]
 
@@ -46,6 +48,7 @@ def discover(
                           "repeatable.")] = None,
     format: FormatOption = Format.table,
     input_format: InputFormatOption = InputFormat.auto,
+    mkdir: MkdirOption = False,
 ) -> None:
     """Find predicates in the runs that improve held-out prediction, and write the spec with them."""
     from ..discovery.discover import discover as run_discover
@@ -61,16 +64,17 @@ def discover(
         raise ForewarnError(f"--time-limit: expected a positive number of seconds, got {time_limit:g}")
     if folds < 2:
         raise ForewarnError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
+    check_output(output, inputs=[*traces, spec], mkdir=mkdir)
     parsed = load_spec(spec)
     runs = list(read_input(traces, input_format, period=period))
     if not runs:
         raise ForewarnError("no runs to discover predicates from: the trace input is empty")
-    with _progress("discovering") as update:
+    with progress("discovering") as update:
         report = run_discover(runs, parsed, target=chosen, max_predicates=max_predicates, time_limit=time_limit,
                               folds=folds, group_by=group_by, seed=seed, min_visits=min_visits, confirm=confirm,
                               exclude=exclude or (), on_progress=lambda text: update(description=text))
     parse_spec(report.text, source=str(output))  # what is written loads
-    _atomic_write(output, report.text)
+    write_output(output, report.text)
     if format is Format.json:
         print_json(_as_dict(report, output))
         return

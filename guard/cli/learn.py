@@ -12,6 +12,7 @@ from rich.table import Table
 from ...errors import ConfigError, ForewarnError, UsageError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
 from ..model import GuardModel
+from ..outputs import check_output
 from ..read_summary import IngestSummary
 from ..storm import Method
 from ..trust import RETIRED_ALLOW_LIST
@@ -19,6 +20,7 @@ from ._model_text import fmt, pac_lines, pac_words
 from ._options import (
     Engine,
     Format,
+    MkdirOption,
     OnError,
     check_alpha,
     check_period,
@@ -69,6 +71,7 @@ def learn(
     master: Annotated[str | None, typer.Option(help="Spark master for --engine spark: local[*], "
                                                        "spark://HOST:PORT, yarn (default: the running "
                                                        "session's, else local[*]).")] = None,
+    mkdir: MkdirOption = False,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
     from ..signing import load_private_key
@@ -83,6 +86,7 @@ def learn(
     check_probability(epsilon, "--epsilon")
     check_probability(delta, "--delta")
     check_period(period)
+    check_output(output, inputs=[*traces, spec], mkdir=mkdir)
     signing_key = load_private_key(sign) if sign is not None else None  # a bad key fails before learning
     if group_by is not None:
         group_path(group_by)  # a bad path fails before any run is read

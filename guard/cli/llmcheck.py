@@ -15,8 +15,9 @@ from typing import Annotated, Any
 import typer
 
 from ..llmcheck.errors import LLMCheckError
+from ..outputs import check_output, write_output
 from ..storm import Method
-from ._options import Format, check_positive_int, check_precision
+from ._options import Format, MkdirOption, check_positive_int, check_precision
 
 __all__ = ["llmcheck", "register", "parse_sweep"]
 
@@ -91,11 +92,14 @@ def llmcheck(
     more_sweep: Annotated[list[str] | None, typer.Argument(
         help="More sweep axes after --sweep, e.g. --sweep alpha=0.5,0.8 k=3,5,15.", metavar="AXES")]
     = None,
+    mkdir: MkdirOption = False,
 ) -> None:
     """Check what an LLM is likely to write: the α-k-bounded DTMC of its generation, verified by Storm."""
     from ..llmcheck.quantify import available_quantifications
 
     check_precision(precision)
+    if export is not None:
+        check_output(output or Path("llmcheck.prism"), inputs=[], mkdir=mkdir)
     check_positive_int(max_states, "--max-states")
     check_positive_int(max_calls, "--max-calls")
     if max_seconds is not None and not (math.isfinite(max_seconds) and max_seconds > 0):
@@ -149,7 +153,7 @@ def llmcheck(
         from ..llmcheck.dtmc.build import prism_text
 
         exported = output or Path("llmcheck.prism")
-        exported.write_text(prism_text(report.model, report.result.labeling), encoding="utf-8")
+        write_output(exported, prism_text(report.model, report.result.labeling))
     from ..llmcheck.report import print_json, render_report
 
     if format is Format.json:

@@ -36,7 +36,7 @@ def serve(
     workers: Annotated[int, typer.Option(
         min=1, help="Processes serving the port, each a replica (needs FOREWARN_DB=postgresql://...).")] = 1,
 ) -> None:
-    """Serve the guard over HTTP (sessions, steps, approvals, models, metrics)."""
+    """Serve the guard over HTTP (sessions, steps, approvals, models, metrics); needs the server extra."""
     from ...server.run import serve_from_options
 
     serve_from_options(locals(), None)
@@ -52,6 +52,9 @@ def register(app: typer.Typer, *, builtin: Callable[[], Path] | None = None) -> 
 
     @functools.wraps(serve)
     def command(**options: Any) -> None:
+        from .._extras import require
+
+        require("server", "forewarn serve")  # `serve --help` works without the extra; serving needs it
         from ...server.run import serve_from_options
 
         serve_from_options(options, builtin)

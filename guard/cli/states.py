@@ -10,12 +10,13 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ...errors import ForewarnError, UsageError
+from ...errors import UsageError
 from ..bundle import GuardBundle
 from ..model import GuardModel
+from ..outputs import check_output, write_output
 from ..storm import export_drn, prism_text
 from ._model_text import fmt, members_of, state_words
-from ._options import out, print_json
+from ._options import MkdirOption, out, print_json
 
 __all__ = ["states", "export", "register", "StatesFormat", "ExportFormat"]
 
@@ -109,35 +110,31 @@ def export(
     = None,
     group: Annotated[str | None, typer.Option(
         "--group", help="For a bundle: the member to export (a group's value, or 'pooled').")] = None,
+    mkdir: MkdirOption = False,
 ) -> None:
     """Export the learned chain with its labels (unsafe, end, predicates) as PRISM or DRN."""
     from ..bundle import load_model_or_bundle
 
+    if output is not None:
+        check_output(output, inputs=[model], mkdir=mkdir)
     found = load_model_or_bundle(model)
     if isinstance(found, GuardBundle) and group is None:
         raise UsageError(f"{model} is a bundle: choose the member to export with --group "
                          f"({', '.join(found.names()[:6])}{', …' if len(found.names()) > 6 else ''})")
     loaded = next(iter(members_of(found, group).values()))
-    if output is not None:
-        try:  # like `learn -o`: create the folder; a path that cannot be written is a user error
-            output.parent.mkdir(parents=True, exist_ok=True)
-            if format is ExportFormat.prism:
-                output.write_text(prism_text(loaded.dtmc, name=loaded.spec.name), encoding="utf-8")
-                return
-        except OSError as exc:
-            raise ForewarnError(f"{output}: cannot write: {exc.strerror}") from exc
     if format is ExportFormat.prism:
-        sys.stdout.write(prism_text(loaded.dtmc, name=loaded.spec.name))
-        return
-    if output is None:
+        text = prism_text(loaded.dtmc, name=loaded.spec.name)
+    else:  # Storm writes DRN to a path only: a scratch file, then written like any output
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "model.drn"
             export_drn(loaded.dtmc, path)
-            sys.stdout.write(path.read_text(encoding="utf-8"))
-        return
-    export_drn(loaded.dtmc, output)
+            text = path.read_text(encoding="utf-8")
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        write_output(output, text)
 
 
 def register(app: typer.Typer) -> None:

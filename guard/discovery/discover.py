@@ -201,7 +201,9 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     progress(f"searching {len(candidates)} candidates")
     group_ids: dict[str, int] = {}
     group_of_run = np.array([group_ids.setdefault(g, len(group_ids)) for g in groups], dtype=np.int64)
-    scorer = HeldOut(np.asarray(run_of_scored, dtype=np.int64), fold_of_run, unsafe_arr, metric=target.metric,
+    # the counting scorer only ever counts alarms strictly before the violation: detection is warned-ahead here
+    metric = "detection" if target.metric == "warned-ahead" else target.metric
+    scorer = HeldOut(np.asarray(run_of_scored, dtype=np.int64), fold_of_run, unsafe_arr, metric=metric,
                      target=target.value, min_visits=min_visits, penalty=PENALTY, group_of_run=group_of_run)
     bits_array = np.asarray(abstract_bits, dtype=np.int64)
     literals = [Literal_(definition.cel, ((bits_array >> i) & 1).astype(np.bool_))

@@ -9,6 +9,11 @@
   (or a monitor's ``viol``) is at most one predicate change away from the current
   state. Its "risk" is 0 or 1, so it alarms at every θ in (0, 1] alike.
 
+Beside a bundle the empirical frequencies are counted per member, on the runs of that
+member's group (and over all runs for the runs the pooled model decides), as the bundle's
+models were learned: a per-group model is compared with per-group counting, never with
+a pooled count that saw other tasks.
+
 Both turn a :class:`~guard.replay.RunReplay` (which records the product state of every
 step) into another one with their own risks, and :func:`guard.replay.summarize` scores
 them exactly as it scores the model.
@@ -16,7 +21,7 @@ them exactly as it scores the model.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from ...monitors.base import VIOL, Monitor
@@ -121,7 +126,8 @@ def score_baselines(replays: Sequence[RunReplay], thetas: Sequence[float], *, pr
                     monitors: Sequence[Monitor], train: Sequence[RunReplay] | None = None,
                     unseen_alarms: bool = True, horizon: int | None = None,
                     enforcement: Enforcement | str = Enforcement.LOOKAHEAD,
-                    min_increase: float | None = None) -> dict[str, ReplayReport]:
+                    min_increase: float | None = None,
+                    member_of: Callable[[RunReplay], str | None] | None = None) -> dict[str, ReplayReport]:
     """Both baselines on the replayed runs, summarised like the model.
 
     Args:
@@ -131,10 +137,26 @@ def score_baselines(replays: Sequence[RunReplay], thetas: Sequence[float], *, pr
         unseen_alarms: whether a state without data raises an alarm (as the model's policy).
         min_increase: None for the level trigger, else the increase trigger's (each baseline is
             compared with its own starting risk: the share of violating runs, or 0 for the rule).
+        member_of: beside a bundle, the member deciding a run (``None``: the pooled model); the
+            empirical frequencies are then fitted per member on that member's runs.
     """
-    empirical = EmpiricalFrequency().fit(replays if train is None else train)
+    fitted_on = replays if train is None else train
+    pooled = EmpiricalFrequency().fit(fitted_on)
+    members: dict[str, EmpiricalFrequency] = {}
+    if member_of is not None:
+        by_member: dict[str, list[RunReplay]] = {}
+        for r in fitted_on:
+            key = member_of(r)
+            if key is not None:
+                by_member.setdefault(key, []).append(r)
+        members = {key: EmpiricalFrequency().fit(runs) for key, runs in by_member.items()}
+
+    def counted(r: RunReplay) -> EmpiricalFrequency:
+        key = None if member_of is None else member_of(r)
+        return pooled if key is None else members.get(key, pooled)
+
     rule = OneChangeRule(predicates, monitors)
-    scored_empirical = [empirical.score(r, leave_out=train is None) for r in replays]
+    scored_empirical = [counted(r).score(r, leave_out=train is None) for r in replays]
     scored_rule = [rule.score(r) for r in replays]
     return {
         EMPIRICAL: summarize(scored_empirical, thetas, unseen_alarms=unseen_alarms, horizon=horizon,

@@ -38,6 +38,8 @@ __all__ = ["FoldResult", "EvaluationReport", "evaluate", "FOLD_METRICS", "scorin
 # Per-θ figures whose spread over folds is reported: (name, getter).
 FOLD_METRICS: tuple[tuple[str, Callable[[Any], float | None]], ...] = (
     ("detection_rate", lambda t: t.detection_rate),
+    ("warned_ahead_rate", lambda t: t.warned_ahead_rate),
+    ("blocked_at_step_rate", lambda t: t.blocked_at_step_rate),
     ("false_alarm_rate", lambda t: t.false_alarm_rate),
     ("mean_advance_steps", lambda t: t.mean_advance_steps),
     ("mean_advance_seconds", lambda t: t.mean_advance_seconds),
@@ -164,6 +166,7 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
         if on_progress is not None:
             on_progress("learn", index)
         guard: Guard | BundleGuard
+        member_of: Callable[[RunReplay], str | None] | None = None
         if bundle_by is None:
             model = learn_model_from_runs((runs[i] for i in train), spec, alpha=alpha, method=method,
                                           python_predicates=python_predicates)
@@ -172,13 +175,15 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
             bundle = learn_bundle_from_runs((runs[i] for i in train), spec, group_by=bundle_by,
                                             min_group_runs=min_group_runs, python_predicates=python_predicates,
                                             alpha=alpha, method=method)
-            guard = BundleGuard(bundle, predicates=predicates)
+            bundled = guard = BundleGuard(bundle, predicates=predicates)
             model = bundle.pooled  # the fold's PAC figures below are the pooled model's
+            member_of = lambda r, bundled=bundled: bundled.member_name(r.meta)  # noqa: E731
         if on_progress is not None:
             on_progress("replay", index)
         replays = [replay_run(guard, runs[i]) for i in test]
         results.append((fold_result(index, model, replays, [traced[i] for i in train],
-                                    sorted({groups[i] for i in test}), thetas, predicates, monitors, scoring),
+                                    sorted({groups[i] for i in test}), thetas, predicates, monitors, scoring,
+                                    member_of=member_of),
                         replays))
     return finish(results, thetas, scoring, group_by=group_by, groups=len(set(groups)), seed=seed,
                   spec=spec.name, bundle_by=bundle_by)
@@ -193,13 +198,16 @@ def scoring_of(spec: Spec, enforcement: Enforcement | str, trigger: Trigger | st
 
 def fold_result(index: int, model: Any, replays: list[RunReplay], train: list[RunReplay], test_groups: list[str],
                 thetas: Sequence[float], predicates: PredicateSet, monitors: Sequence[Any],
-                scoring: Mapping[str, Any]) -> FoldResult:
+                scoring: Mapping[str, Any], *,
+                member_of: Callable[[RunReplay], str | None] | None = None) -> FoldResult:
     """One fold's figures from its model, its held-out replays and its traced training runs (baselines).
 
-    Shared by the single-process and the Spark evaluation, so their figures are the same.
+    Shared by the single-process and the Spark evaluation, so their figures are the same. ``member_of``:
+    for a bundle, the member deciding a run, so that the baseline is counted per member as well.
     """
     report = summarize(replays, thetas, **scoring)
-    baselines = score_baselines(replays, thetas, predicates=predicates, monitors=monitors, train=train, **scoring)
+    baselines = score_baselines(replays, thetas, predicates=predicates, monitors=monitors, train=train,
+                                member_of=member_of, **scoring)
     report = replace(report, baselines=baselines)
     pac = model.pac
     worst = pac.worst
@@ -240,5 +248,9 @@ def finish(folds: list[tuple[FoldResult, list[RunReplay]]], thetas: Sequence[flo
         notes.append("No fold's model reached the PAC guarantee (neither the paper's bound nor the tighter one): "
                      "its risks rest on states visited fewer times than (ε, δ) requires; treat the figures as "
                      "estimates from little data.")
+    if bundle_by is not None:
+        notes.append(f"Each fold's model was a bundle by {bundle_by}: the empirical-frequency baseline was "
+                     "counted per member on the same fold's training runs (over all of them for runs the pooled "
+                     "model decided), so the model and the baseline see the same data.")
     return EvaluationReport(folds=results, pooled=pooled, thetas=list(thetas), group_by=group_by,
                             groups=groups, seed=seed, spec=spec, notes=notes, bundle_by=bundle_by)

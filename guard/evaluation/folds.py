@@ -60,9 +60,13 @@ def split_folds(groups: Sequence[str], unsafe: Sequence[bool], folds: int, *, se
     if folds < 2:
         raise ForewarnError(f"--folds must be at least 2, got {folds}")
     if folds > len(members):
-        what = "runs" if key in (None, "id") else f"distinct values of {key!r}"
+        what = "distinct run ids" if key in (None, "id") else f"distinct values of {key!r}"
+        if len(members) < 2:  # no --folds helps: cross-validation needs two groups at the least
+            same = " (runs sharing an id count as one: give them distinct ids)" if key in (None, "id") else ""
+            raise ForewarnError(f"cross-validation needs at least 2 groups, but there is only {len(members)} of "
+                                f"{what} among {len(groups)} runs{same}; group by another key or add runs")
         raise ForewarnError(f"--folds {folds} needs at least {folds} groups, but there are only {len(members)} "
-                            f"{what}; use --folds {max(len(members), 2)} or less, or group by another key")
+                            f"{what}; use --folds {len(members)} or less, or group by another key")
     order = list(members)
     random.Random(seed).shuffle(order)
     order.sort(key=lambda g: (-sum(unsafe[i] for i in members[g]), -len(members[g])))

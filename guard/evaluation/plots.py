@@ -21,6 +21,7 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("report", "drawing a report (--report, --plots)", exc) from None
 
+from ..outputs import write_output
 from ..replay import Enforcement, ReplayReport, RunReplay, rate_curve
 from .baselines import EMPIRICAL, LABELS, ONE_CHANGE
 
@@ -43,12 +44,10 @@ def png_bytes(figure: Figure, *, dpi: int = 110) -> bytes:
 def save_images(images: dict[str, bytes], directory: str | Path) -> list[Path]:
     """Write rendered figures (:func:`png_bytes`) as ``NAME.png`` into ``directory`` (created)."""
     target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
+    target.mkdir(exist_ok=True)
     written = []
     for name, data in images.items():
-        path = target / f"{name}.png"
-        path.write_bytes(data)
-        written.append(path)
+        written.append(write_output(target / f"{name}.png", data))
     return written
 
 
@@ -64,6 +63,9 @@ def curve_figure(report: ReplayReport, *, folds: Sequence[ReplayReport] = ()) ->
         over.plot(_GRID, _nan(d), color=DETECT_COLOR, alpha=0.18, lw=1)
         over.plot(_GRID, _nan(f), color=FALSE_COLOR, alpha=0.18, lw=1)
     over.plot(_GRID, _nan(detection), color=DETECT_COLOR, lw=2.2, label="detection (model)")
+    if report.enforcement is Enforcement.LOOKAHEAD:  # the part of detection that came before the violating step
+        ahead, _ = rate_curve(report.replays, _GRID, unseen_alarms=report.unseen_alarms, lookahead=False)
+        over.plot(_GRID, _nan(ahead), color=DETECT_COLOR, lw=1.4, ls="-.", label="warned ahead (model)")
     over.plot(_GRID, _nan(false_alarm), color=FALSE_COLOR, lw=2.2, label="false alarms (model)")
     empirical = report.baselines.get(EMPIRICAL)
     if empirical is not None:

@@ -81,13 +81,13 @@ def _summary(report: ReplayReport, subject: str) -> str:
              f"{report.enforcement.value} enforcement. At θ = {t.theta:g}"]
     if t.n_unsafe:
         ahead = ""
-        if t.advance_steps is not None:
-            ahead = f", a median {t.advance_steps.median:g} steps"
-            if t.advance_seconds is not None:
-                ahead += f" ({t.advance_seconds.median:.1f} s)"
-            ahead += " ahead"
-        parts.append(f" the guard warned before {t.detected} of {t.n_unsafe} violations "
-                     f"({_pct(t.detection_rate)}){ahead}")
+        if t.warned_ahead_steps is not None:
+            ahead = f", a median {t.warned_ahead_steps.median:g} steps ahead"
+        parts.append(f" the guard warned ahead of {t.warned_ahead} of {t.n_unsafe} violations "
+                     f"({_pct(t.warned_ahead_rate)}){ahead}")
+        if t.blocked_at_step:
+            parts.append(f" and blocked {t.blocked_at_step} more on the violating step itself "
+                         f"({_pct(t.blocked_at_step_rate)}, look-ahead only; detection {_pct(t.detection_rate)})")
         if t.unsafe_at_start:
             parts.append(f" ({t.unsafe_at_start} violated at their first step, where no warning can come first)")
     else:
@@ -107,7 +107,8 @@ def _summary(report: ReplayReport, subject: str) -> str:
     for name, baseline in report.baselines.items():
         b = next((x for x in baseline.thetas if x.theta == t.theta), None)
         if b is not None:
-            comparison.append(f"the {LABELS[name]} warned before {_pct(b.detection_rate)} of violations with "
+            comparison.append(f"the {LABELS[name]} warned ahead of {_pct(b.warned_ahead_rate)} of violations "
+                              f"and blocked {_pct(b.blocked_at_step_rate)} at the step, with "
                               f"{_pct(b.false_alarm_rate)} false alarms")
     if comparison:
         parts.append(" For comparison, at the same θ " + "; ".join(comparison) + ".")
@@ -115,17 +116,20 @@ def _summary(report: ReplayReport, subject: str) -> str:
 
 
 def _warnings_table(report: ReplayReport, over_folds: EvaluationReport | None = None) -> str:
-    header = ["θ", "violating runs", "warned in time", "detection", "safe runs", "false alarms", "false-alarm rate",
-              "advance steps: median [IQR]", "advance s: median [IQR]", "alarm steps / run"]
+    header = ["θ", "violating runs", "warned ahead", "warned-ahead rate", "blocked at step", "blocked-at-step rate",
+              "detection", "safe runs", "false alarms", "false-alarm rate", "steps ahead: median [IQR]",
+              "advance s: median [IQR]", "alarm steps / run"]
     if over_folds is not None:
-        header += ["detection over folds", "false alarms over folds"]
+        header += ["warned ahead over folds", "detection over folds", "false alarms over folds"]
     rows = []
     for t in report.thetas:
-        row = [f"{t.theta:g}", str(t.n_unsafe), str(t.detected), _pct(t.detection_rate), str(t.n_safe),
-               str(t.false_alarms), _pct(t.false_alarm_rate), _spread(t.advance_steps), _spread(t.advance_seconds),
-               _num(t.prompts_per_run)]
+        row = [f"{t.theta:g}", str(t.n_unsafe), str(t.warned_ahead), _pct(t.warned_ahead_rate),
+               str(t.blocked_at_step), _pct(t.blocked_at_step_rate), _pct(t.detection_rate), str(t.n_safe),
+               str(t.false_alarms), _pct(t.false_alarm_rate), _spread(t.warned_ahead_steps),
+               _spread(t.advance_seconds), _num(t.prompts_per_run)]
         if over_folds is not None:
-            row += [_mean_sd(over_folds.over_folds(t.theta, "detection_rate")),
+            row += [_mean_sd(over_folds.over_folds(t.theta, "warned_ahead_rate")),
+                    _mean_sd(over_folds.over_folds(t.theta, "detection_rate")),
                     _mean_sd(over_folds.over_folds(t.theta, "false_alarm_rate"))]
         rows.append(row)
     return _table(header, rows)
@@ -168,11 +172,13 @@ def _baseline_table(report: ReplayReport) -> str:
     for t in report.thetas:
         for name, source in sources:
             b = next(x for x in source.thetas if x.theta == t.theta)
-            rows.append([f"{t.theta:g}", _e(name), _pct(b.detection_rate), _pct(b.false_alarm_rate),
-                         _spread(b.advance_steps), _pct(b.stop.unsafe_rate if b.stop else None),
+            rows.append([f"{t.theta:g}", _e(name), _pct(b.warned_ahead_rate), _pct(b.blocked_at_step_rate),
+                         _pct(b.detection_rate), _pct(b.false_alarm_rate),
+                         _spread(b.warned_ahead_steps), _pct(b.stop.unsafe_rate if b.stop else None),
                          _pct(b.stop.completion_rate if b.stop else None)])
             classes.append("model" if name == "model" else "")
-    return _table(["θ", "risk source", "detection", "false alarms", "advance steps: median [IQR]",
+    return _table(["θ", "risk source", "warned ahead", "blocked at step", "detection", "false alarms",
+                   "steps ahead: median [IQR]",
                    "unsafe % with stop", "completion % with stop"], rows, left=2, classes=classes)
 
 
@@ -193,12 +199,13 @@ def _folds_table(evaluation: EvaluationReport) -> str:
         groups = ", ".join(f.test_groups[:4]) + (f" … (+{len(f.test_groups) - 4})" if len(f.test_groups) > 4 else "")
         rows.append([str(f.index), str(f.train_runs), str(f.test_runs), _e(groups), str(f.states),
                      paper_text, f"{pac['states_satisfied']}/{pac['states']}", worst_text, tight_text,
-                     _pct(t.detection_rate if t else None), _pct(t.false_alarm_rate if t else None),
-                     _num(f.report.brier, 4)])
+                     _pct(t.warned_ahead_rate if t else None), _pct(t.detection_rate if t else None),
+                     _pct(t.false_alarm_rate if t else None), _num(f.report.brier, 4)])
     theta = _middle(evaluation.pooled)
     at = f" (θ={theta.theta:g})" if theta else ""
     return _table(["fold", "train runs", "test runs", "test groups", "states", "PAC (paper)",
-                   "states with enough visits", "worst state", "PAC (tight)", "detection" + at, "false alarms" + at,
+                   "states with enough visits", "worst state", "PAC (tight)", "warned ahead" + at, "detection" + at,
+                   "false alarms" + at,
                    "Brier"], rows, left=1)
 
 
@@ -209,13 +216,15 @@ def _figure(png: bytes, caption: str) -> str:
 
 
 _CAPTIONS = {
-    "curve": "Left: the share of violating runs warned of in time (blue; see the enforcement) and of safe runs "
-             "flagged at all (red), over θ; dashed: the empirical-frequency baseline; dotted: the reactive rule, "
+    "curve": "Left: the share of violating runs warned of in time (blue; see the enforcement; dash-dotted under "
+             "look-ahead: warned ahead of the violating step only) and of safe runs flagged at all (red), over θ; "
+             "dashed: the empirical-frequency baseline; dotted: the reactive rule, "
              "which does not depend on θ. Right: the same as a trade-off, one point per chosen θ.",
     "reliability": "Steps (left) and runs (right, the first step's prediction) grouped by predicted p_unsafe in "
                    "bins of 0.1: a calibrated source lies on the diagonal. Bottom: how many predictions fell in "
                    "each bin (log scale above 10).",
     "advance": "How far ahead of the violation the first alarm came, for the violating runs warned of in time "
+               "(0: blocked at the violating step by look-ahead) "
                "(box: quartiles; line: median; diamond: mean; dots: runs).",
     "risk": "One run's p_unsafe at every step; an alarm fires at θ when p_unsafe rises above 1 − θ (dashed lines). "
             "Triangles mark each θ's first alarm, the red line the first violation.",
@@ -230,7 +239,12 @@ after it is replayed.</dd>
 before it runs, so an alarm on the violating step itself prevents it (advance 0). observe (a guard told of each step
 after it happened): only an alarm strictly before the violation is in time. A violation at a run's first step is
 never in time.</dd>
-<dt>Detection rate</dt><dd>Violating runs with an alarm in time, over all violating runs.</dd>
+<dt>Warned ahead</dt><dd>Violating runs whose first alarm came strictly before the violating step, over all
+violating runs: what a reflection or an approval can still act on.</dd>
+<dt>Blocked at step</dt><dd>Violating runs whose only alarm in time was on the violating step itself: a look-ahead
+block prevents them at the last moment, without foresight (always 0 under observe).</dd>
+<dt>Detection rate</dt><dd>Warned ahead plus blocked at step: violating runs with an alarm in time, over all
+violating runs.</dd>
 <dt>False-alarm rate</dt><dd>Runs that never violate but raised an alarm at any step, over all such runs.</dd>
 <dt>Advance warning</dt><dd>Steps (and seconds, when steps carry t) from the first alarm to the violation.</dd>
 <dt>Stop at θ</dt><dd>Every run ends at its first alarm: a violation is prevented when the alarm came in time; a
@@ -298,7 +312,8 @@ def evaluation_html(evaluation: EvaluationReport, images: Mapping[str, bytes], c
     middle = _middle(evaluation.pooled)
     notes = list(evaluation.notes)
     if middle is not None:
-        notes.append(f"Spread over folds at θ = {middle.theta:g}: detection "
+        notes.append(f"Spread over folds at θ = {middle.theta:g}: warned ahead "
+                     f"{_mean_sd(evaluation.over_folds(middle.theta, 'warned_ahead_rate'))}, detection "
                      f"{_mean_sd(evaluation.over_folds(middle.theta, 'detection_rate'))}, false alarms "
                      f"{_mean_sd(evaluation.over_folds(middle.theta, 'false_alarm_rate'))} "
                      "(mean ± standard deviation, range).")

@@ -1,14 +1,17 @@
 """``forewarn tune``: thresholds per action chosen from cross-validated replays.
 
-A target is ``[ACTION:]false-alarms=X`` or ``[ACTION:]detection=Y``. Every run is
+A target is ``[ACTION:]false-alarms=X``, ``[ACTION:]warned-ahead=Y`` or ``[ACTION:]detection=Y``. Every run is
 replayed once by a fold's model that never saw it (:func:`guard.evaluation.evaluate.evaluate`);
 a run is flagged at θ exactly when the lowest p_safe on which an alarm can still act
 (:meth:`~guard.replay.RunReplay.min_p_safe`) is below θ, so the rates are step functions
 of θ and the best θ is read off the sorted minima, exactly:
 
-* ``false-alarms=X`` — the largest θ whose false-alarm rate is at most X (the most
-  detection it allows);
-* ``detection=Y`` — the smallest θ whose detection is at least Y (the fewest false alarms).
+* ``false-alarms=X`` — the largest θ whose false-alarm rate is at most X: the most warnings
+  ahead of the violating step it allows (and the most detection, which only grows with θ);
+* ``warned-ahead=Y`` — the smallest θ that warns of at least Y of the violating runs strictly
+  before the violating step (what a reflection or an approval can act on);
+* ``detection=Y`` — the smallest θ whose detection is at least Y, counting, under look-ahead,
+  runs blocked on the violating step itself (what ``stop`` can prevent at the last moment).
 
 θ is rounded to six decimals in the direction that keeps the target met. A target
 without an action applies to the least severe action the spec configures (reflect,
@@ -34,7 +37,13 @@ from .evaluate import EvaluationReport
 
 __all__ = ["Target", "Choice", "TargetUnreachable", "parse_target", "choose_theta", "tune", "write_thresholds"]
 
-Metric = Literal["false-alarms", "detection"]
+Metric = Literal["false-alarms", "warned-ahead", "detection"]
+METRICS: tuple[str, ...] = ("false-alarms", "warned-ahead", "detection")
+# What each target optimises, in words (`tune` prints it beside the figures).
+AIMS = {"false-alarms": "the most warnings ahead of the violating step with at most {value} false alarms",
+        "warned-ahead": "the fewest false alarms warning at least {value} of violating runs ahead of the step",
+        "detection": "the fewest false alarms detecting at least {value} of violating runs, blocks at the "
+                     "violating step included"}
 _ORDER = (Action.REFLECT, Action.ASK_HUMAN, Action.STOP)  # least severe first: θ decreases along it
 _TARGET = re.compile(r"^\s*(?:(?P<action>[a-z_]+)\s*:\s*)?(?P<metric>[a-z-]+)\s*=\s*(?P<value>\S+)\s*$")
 
@@ -52,6 +61,11 @@ class Target:
     def __str__(self) -> str:
         return f"{self.action.value + ':' if self.action else ''}{self.metric}={self.value:g}"
 
+    @property
+    def aim(self) -> str:
+        """What the target optimises, in words."""
+        return AIMS[self.metric].format(value=f"{self.value:.1%}")
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -67,10 +81,10 @@ class Choice:
 
 
 def parse_target(text: str) -> Target:
-    """``false-alarms=0.05``, ``detection=0.95``, ``stop:false-alarms=0.01`` → a :class:`Target`."""
-    usage = "expected [ACTION:]false-alarms=X or [ACTION:]detection=Y with X, Y in (0, 1)"
+    """``false-alarms=0.05``, ``warned-ahead=0.5``, ``stop:detection=0.95`` → a :class:`Target`."""
+    usage = "expected [ACTION:]false-alarms=X, [ACTION:]warned-ahead=Y or [ACTION:]detection=Y with X, Y in (0, 1)"
     match = _TARGET.match(text)
-    if match is None or match["metric"] not in ("false-alarms", "detection"):
+    if match is None or match["metric"] not in METRICS:
         raise ForewarnError(f"--target {text!r}: {usage}")
     try:
         value = float(match["value"])
@@ -107,7 +121,9 @@ def choose_theta(replays: Sequence[RunReplay], target: Target, *, unseen_alarms:
         TargetUnreachable: naming the closest rate any θ in [0, 1] achieves.
     """
     safe = _minima(replays, False, unseen_alarms, lookahead)
-    unsafe = _minima(replays, True, unseen_alarms, lookahead)
+    # warned ahead: only alarms strictly before the violating step count, whatever the enforcement
+    unsafe = _minima(replays, True, unseen_alarms, lookahead and target.metric == "detection")
+    measure = "warned ahead" if target.metric == "warned-ahead" else "detection"
     if target.metric == "false-alarms":
         if not safe:
             raise TargetUnreachable(f"target {target}: no held-out run stays safe, so false alarms cannot be "
@@ -122,7 +138,7 @@ def choose_theta(replays: Sequence[RunReplay], target: Target, *, unseen_alarms:
         theta = 1.0 if allowed >= len(safe) else min(safe[allowed], 1.0)
         return max(_down(theta), 0.0)
     if not unsafe:
-        raise TargetUnreachable(f"target {target}: no held-out run violates, so detection cannot be measured; "
+        raise TargetUnreachable(f"target {target}: no held-out run violates, so {measure} cannot be measured; "
                                 f"give a false-alarms target")
     needed = math.ceil(target.value * len(unsafe) - 1e-9)
     best = _flagged(unsafe, 1.0)
@@ -130,7 +146,7 @@ def choose_theta(replays: Sequence[RunReplay], target: Target, *, unseen_alarms:
         false_alarms = _flagged(safe, 1.0) / len(safe) if safe else None
         fa = "" if false_alarms is None else f", with {false_alarms:.1%} false alarms"
         raise TargetUnreachable(
-            f"target {target}: no θ reaches it; the most is detection {best / len(unsafe):.1%} ({best} of "
+            f"target {target}: no θ reaches it; the most is {measure} {best / len(unsafe):.1%} ({best} of "
             f"{len(unsafe)} violating runs) at θ = 1{fa}")
     if needed == 0 or unsafe[needed - 1] == float("-inf"):
         return 0.0
@@ -149,7 +165,7 @@ def _fold_spreads(evaluation: EvaluationReport, thetas: list[float]) -> list[dic
     out = []
     for k in range(len(thetas)):
         spreads: dict[str, Spread | None] = {}
-        for name in ("detection_rate", "false_alarm_rate"):
+        for name in ("detection_rate", "warned_ahead_rate", "blocked_at_step_rate", "false_alarm_rate"):
             values = [getattr(fold[k], name) for fold in per_fold]
             spreads[name] = Spread.of([v for v in values if v is not None])
         out.append(spreads)

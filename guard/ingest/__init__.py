@@ -22,6 +22,7 @@ facts an ``on_mismatch="simulator"`` reading rewrites.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from enum import Enum
 from itertools import islice
 from pathlib import Path
@@ -141,7 +142,10 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat = InputFor
     tally = summary if summary is not None else IngestSummary()
     handle = tally.handler(on_error)
     resolved: Extractor | None = extractor if callable(extractor) else None
-    for file in list_trace_files(paths):  # a folder of part files, a glob: the files in them
+    files = list_trace_files(paths)  # a folder of part files, a glob: the files in them
+    several = len(files) > 1
+    first_file: dict[str, str] = {}  # run id -> the file it came from first
+    for file in files:
         path = file.path
         runs: Iterator[Run]
         if file.kind == "parquet":  # the contract's runs, one a row (guard.trace_files)
@@ -174,9 +178,26 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat = InputFor
                     handle(exc)
                     continue
             tally.runs += 1
-            yield run
+            yield _told_apart(run, str(path), first_file) if several else run
         if tally.runs == count and tally.skipped_count == skipped:
             tally.empty.append(str(path))
+
+
+def _told_apart(run: Run, path: str, first_file: dict[str, str]) -> Run:
+    """A run read with others from several files: ``meta.source`` names its file (instead of the format, which
+    ``meta.ingested_from`` keeps; a source the log itself gives is kept), and an id another file already used
+    is prefixed with this file's name (``b.json:line-1``)."""
+    own = run.meta.get("source") not in (None, run.meta.get("ingested_from"))
+    meta = run.meta if own else {**run.meta, "source": path}
+    run_id = run.id
+    if first_file.setdefault(run_id, path) != path:
+        base, n = f"{Path(path).name}:{run.id}", 1
+        run_id = base
+        while run_id in first_file:
+            n += 1
+            run_id = f"{base}#{n}"
+        first_file[run_id] = path
+    return run if (meta is run.meta and run_id == run.id) else replace(run, id=run_id, meta=meta)
 
 
 def _runs(path: str | Path, kind: InputFormat, handle: Callable[[ForewarnError], None], tally: IngestSummary, *,

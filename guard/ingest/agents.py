@@ -69,8 +69,8 @@ def resolve_extractor(name: str | None) -> Extractor:
         return ToolStateExtractor()
     module_name, colon, attribute = name.partition(":")
     if not colon or not module_name or not attribute:
-        raise ForewarnError(f"--extractor: expected 'tools' or MODULE:NAME (e.g. mypkg.guarding:extractor), "
-                            f"got {name!r}")
+        raise ForewarnError(f"--extractor: expected 'tools', 'household' or MODULE:NAME "
+                            f"(e.g. mypkg.guarding:extractor), got {name!r}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -79,11 +79,35 @@ def _call(record: Record, step: Any, index: int) -> Call:
     if not isinstance(tool, str) or not tool:
         raise record.error("missing: the tool's name" if tool is None else
                            f"expected the tool's name, got {kind_of(tool)}", f"{where}[0].tool")
-    args = action.get("tool_input", {})
+    args = _arguments(record, action, where)
     call_id = action.get("tool_call_id")
     error, result = _observation(observation)
     return Call(name=tool, args=args, error=error, result=result,
                 id=call_id if isinstance(call_id, str) else None, field=where)
+
+
+_ARGUMENT_KEYS = ("tool_input", "input", "args", "arguments")  # LangChain, AgentSpec, OpenAI-style logs
+_ACTION_KEYS = {"tool", "log", "tool_call_id", "type", "message_log", "id"}  # an action's fields besides arguments
+
+
+def _arguments(record: Record, action: dict[str, Any], where: str) -> Any:
+    """The call's arguments under the first of ``tool_input``, ``input``, ``args``, ``arguments`` (a JSON
+    object written as text is decoded). An action with other fields but none of these is reported, not read
+    with empty arguments: silently dropping them would hide every argument of every call."""
+    for key in _ARGUMENT_KEYS:
+        if key in action:
+            value = action[key]
+            if isinstance(value, str) and key == "arguments" and value.lstrip().startswith("{"):
+                try:
+                    return orjson.loads(value)
+                except orjson.JSONDecodeError:
+                    raise record.error("not a JSON object", f"{where}[0].arguments") from None
+            return value
+    unknown = sorted(set(action) - _ACTION_KEYS)
+    if unknown:
+        raise record.error(f"no arguments under {', '.join(_ARGUMENT_KEYS)}; the action has {', '.join(unknown)} "
+                           "instead", f"{where}[0]")
+    return {}
 
 
 def _observation(observation: Any) -> tuple[bool, str | None]:
@@ -108,7 +132,7 @@ def _user(record: Record, value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):
-        for key in ("input", "question", "query"):
+        for key in ("input", "question", "query", "instruction"):
             if isinstance(value.get(key), str):
                 return [value[key]]
         value = value.get("messages", [])
@@ -141,6 +165,11 @@ def as_action_log(log: AgentLog) -> dict[str, Any]:
     """
     actions = []
     for call in log.calls:
+        if isinstance(call.args, str) and " " in call.name.strip():
+            # one controller tool whose text input is the whole action (AgentSpec's "robotic controller"
+            # with "pick Egg"): the tool's name is no action of the household
+            actions.append({"action": call.args.strip(), "success": not call.error})
+            continue
         if isinstance(call.args, dict):
             words = " ".join(str(v) for v in call.args.values() if v is not None and v != "")
         else:

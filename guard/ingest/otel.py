@@ -90,6 +90,10 @@ def _collect(record: Record, traces: dict[str, _Trace]) -> None:
     doc = record.value
     if not isinstance(doc, dict):
         raise record.error(f"an OTLP export must be a JSON object, got {kind_of(doc)}")
+    if not any(key in doc for key in ("resourceSpans", "resourceLogs", "resourceMetrics")):
+        # e.g. --input-format otel on the contract's JSONL: say so, instead of reading no run from it
+        keys = ", ".join(sorted(map(str, doc))[:6]) or "none"
+        raise record.error(f"not an OpenTelemetry (OTLP JSON) export: no resourceSpans (its keys: {keys})")
     resource_spans = _list(record, doc.get("resourceSpans"), "resourceSpans")
     for r, resource in enumerate(resource_spans):
         where = f"resourceSpans[{r}]"

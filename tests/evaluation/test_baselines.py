@@ -106,3 +106,31 @@ def test_score_baselines_summarises_like_the_model(hand_guard: Guard, write_runs
     assert [(t.detected, t.mean_advance_steps, t.false_alarms) for t in rule.thetas] == [(1, 2.0, 0)] * 2
     # scored steps: u's NONE (0 against 1), B and A (1 against 1), s's two NONE (0 against 0)
     assert rule.brier == 1 / 5
+
+
+def test_beside_a_bundle_the_empirical_baseline_is_counted_per_member(write_runs: WriteRuns,
+                                                                      toy_spec: Spec) -> None:
+    # two tasks meet the same state A: in task x it is harmless, in task y it always leads to the violation
+    lines = [{**toy_run(f"x{k}", [NONE, A, NONE]), "meta": {"task": "x"}} for k in range(3)]
+    lines += [{**toy_run(f"y{k}", [NONE, A, AB]), "meta": {"task": "y"}} for k in range(2)]
+    lines += [{**toy_run("z", [NONE, A, AB]), "meta": {"task": "z"}}]  # z has no member: the pooled model decides
+    runs = traced(write_runs(lines, name="tasks.jsonl"), toy_spec)
+    members = {"x", "y"}
+    member_of = lambda r: r.meta["task"] if r.meta["task"] in members else None  # noqa: E731
+    predicates, monitors = PredicateSet(toy_spec), build_monitors(toy_spec)
+    pooled = score_baselines(runs, [0.6], predicates=predicates, monitors=monitors, train=runs)[EMPIRICAL]
+    matched = score_baselines(runs, [0.6], predicates=predicates, monitors=monitors, train=runs,
+                              member_of=member_of)[EMPIRICAL]
+    risk = {r.id: r.p_unsafe for r in matched.replays}
+    # per member: A is 0 of 3 in x, 2 of 2 in y; z is scored on every run, as the pooled model does:
+    # NONE 3 of 9 visits followed by a violation, A 3 of 6
+    assert risk["x0"] == [0.0, 0.0, 0.0] and risk["y0"] == [1.0, 1.0, 1.0] and risk["z"] == [1 / 3, 0.5, 1.0]
+    assert {r.id: r.p_unsafe for r in pooled.replays}["x0"] == [1 / 3, 0.5, 1 / 3]
+    # at θ = 0.6 (an alarm above p_unsafe 0.4) both warn of y and z ahead; counting per task flags no x run,
+    # pooled counting flags every one
+    [m], [p] = matched.thetas, pooled.thetas
+    assert (m.warned_ahead, m.false_alarms) == (3, 0)
+    assert (p.warned_ahead, p.false_alarms) == (3, 3)
+    leave_out = score_baselines(runs, [0.5], predicates=predicates, monitors=monitors, member_of=member_of)
+    # each run left out of its own member's counts: y0 sees only y1 (A 1 of 1)
+    assert {r.id: r.p_unsafe for r in leave_out[EMPIRICAL].replays}["y0"] == [1.0, 1.0, 1.0]

@@ -37,7 +37,7 @@ def test_replay_json_report_and_plots(forewarn_cli: CLI, toy_traces: Path, toy_m
                                       tmp_path: Path) -> None:
     report, plots = tmp_path / "out" / "replay.html", tmp_path / "plots"
     result = forewarn_cli("replay", toy_traces, "--model", toy_model_path, "--theta", "0.3,0.6,0.95",
-                          "--format", "json", "--report", report, "--plots", plots, "--run", "r2")
+                          "--format", "json", "--report", report, "--plots", plots, "--run", "r2", "--mkdir")
     assert result.returncode == 0, result.stderr
     entries = result.json()
     assert isinstance(entries, list) and [e["theta"] for e in entries] == [0.3, 0.6, 0.95]
@@ -96,7 +96,7 @@ def test_evaluate_json(forewarn_cli: CLI, toy_traces: Path, toy_spec_path: Path,
 def test_ingest_writes_the_contract(forewarn_cli: CLI, toy_traces: Path, tmp_path: Path) -> None:
     columnar = columnar_copy(toy_traces, tmp_path / "toy.columns.jsonl")
     output = tmp_path / "converted" / "toy.jsonl"
-    result = forewarn_cli("ingest", columnar, "-o", output)
+    result = forewarn_cli("ingest", columnar, "-o", output, "--mkdir")
     assert result.returncode == 0, result.stderr
     assert "wrote 5 runs" in result.stderr
     assert [(r.id, r.steps) for r in read_runs(output)] == [(r.id, r.steps) for r in read_runs(toy_traces)]
@@ -120,7 +120,7 @@ def test_replay_user_errors(forewarn_cli: CLI, toy_traces: Path, toy_model_path:
 
 def test_evaluate_user_errors(forewarn_cli: CLI, toy_traces: Path, toy_spec_path: Path, tmp_path: Path) -> None:
     assert_user_error(forewarn_cli("evaluate", toy_traces, "--spec", toy_spec_path, "--folds", "6"),
-                      "--folds 6 needs at least 6 groups, but there are only 5 runs")
+                      "--folds 6 needs at least 6 groups, but there are only 5 distinct run ids; use --folds 5")
     assert_user_error(forewarn_cli("evaluate", toy_traces, "--spec", toy_spec_path, "--group-by", "meta.task"),
                       "run 'r1' has no 'meta.task' to group by")
     empty = tmp_path / "empty.jsonl"

@@ -57,6 +57,10 @@ def test_too_few_groups_is_a_clear_error() -> None:
         split_folds(["a", "b", "a"], [True, False, False], 5, key="meta.task")
     with pytest.raises(ForewarnError, match="--folds must be at least 2"):
         split_folds(["a", "b"], [True, False], 1)
+    # one group: no --folds value helps, and the message does not suggest one
+    with pytest.raises(ForewarnError, match=r"cross-validation needs at least 2 groups, but there is only 1 of "
+                                            r"distinct run ids among 3 runs \(runs sharing an id count as one"):
+        split_folds(["line-1"] * 3, [True, False, False], 2)
 
 
 def make_run(run_id: str, bits: list[int], meta: dict[str, Any], line: int = 1) -> Run:

@@ -119,7 +119,7 @@ def test_a_bounded_property_is_scored_against_violations_within_its_horizon(
 def test_json_entries_keep_the_contract_keys(hand_guard: Guard, six_runs: Path) -> None:
     entries = replay(hand_guard, read_runs(six_runs), [0.5, 0.8]).theta_entries()
     contract = {"theta", "n_unsafe", "n_safe", "detection_rate", "false_alarm_rate", "mean_advance_steps",
-                "mean_advance_seconds", "brier"}
+                "mean_advance_seconds", "brier", "warned_ahead_rate", "blocked_at_step_rate"}
     for entry in entries:
         assert contract <= set(entry)
         assert {"ece", "brier_run", "ece_run", "stop", "advance_steps", "median_advance_steps"} <= set(entry)
@@ -161,3 +161,32 @@ def test_the_curve_agrees_with_the_per_theta_figures(runs: list[RunReplay], unse
     detection, false_alarm = rate_curve(runs, thetas, unseen_alarms=unseen_alarms)
     assert detection == [t.detection_rate for t in report.thetas]
     assert false_alarm == [t.false_alarm_rate for t in report.thetas]
+
+
+def test_warned_ahead_and_blocked_at_step_are_reported_apart(hand_guard: Guard, six_runs: Path) -> None:
+    # θ = 0.5: u1 is warned at step 1 (one step ahead of its violation at step 2); u2's only alarm is
+    # its violating step 3, which look-ahead blocks at the last moment; u3 violates at its first step
+    ahead = replay(hand_guard, read_runs(six_runs), [0.5], enforcement="lookahead").thetas[0]
+    assert (ahead.warned_ahead, ahead.blocked_at_step, ahead.detected) == (1, 1, 2)
+    assert (ahead.warned_ahead_rate, ahead.blocked_at_step_rate, ahead.detection_rate) == (1 / 3, 1 / 3, 2 / 3)
+    assert ahead.warned_ahead_steps == Spread(1, 1.0, 1.0, None, 1.0, 1.0, 1.0, 1.0)
+    # observe: nothing is blocked at the step, and detection is the warned-ahead part alone
+    observed = replay(hand_guard, read_runs(six_runs), [0.5], enforcement="observe").thetas[0]
+    assert (observed.warned_ahead, observed.blocked_at_step, observed.detected) == (1, 0, 1)
+    assert observed.warned_ahead_rate == observed.detection_rate == 1 / 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.one_of(st.none(), st.floats(0, 1)), min_size=1, max_size=6),
+                          st.integers(-1, 5)), min_size=1, max_size=8),
+       st.sampled_from(["lookahead", "observe"]))
+def test_detection_is_warned_ahead_plus_blocked_at_step(runs: list[tuple[list[float | None], int]],
+                                                        mode: str) -> None:
+    replays = [RunReplay(f"r{i}", risks, v if 0 <= v < len(risks) else None, [None] * len(risks))
+               for i, (risks, v) in enumerate(runs)]
+    for t in summarize(replays, [0.2, 0.5, 0.9], unseen_alarms=True, enforcement=mode).thetas:
+        assert t.detected == t.warned_ahead + t.blocked_at_step
+        assert mode == "lookahead" or t.blocked_at_step == 0
+        assert t.warned_ahead_steps is None or t.warned_ahead_steps.min >= 1
+        if t.n_unsafe:
+            assert math.isclose(t.detection_rate or 0, (t.warned_ahead_rate or 0) + (t.blocked_at_step_rate or 0))

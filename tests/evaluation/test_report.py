@@ -105,7 +105,8 @@ def test_the_report_is_self_contained(toy_report: ReplayReport,
     for heading in ("Warnings per threshold", "What stop would have done", "Calibration of p_unsafe",
                     "Against the baselines", "How these figures are computed"):
         assert heading in html
-    assert "warned before 1 of 2 violations (50.0%)" in html  # the summary, at the middle θ
+    assert "warned ahead of 1 of 2 violations (50.0%)" in html  # the summary, at the middle θ
+    assert "blocked at step" in html and "warned-ahead rate" in html
 
 
 def screenshot(html_path: Path, tmp_path: Path, height: int) -> bytes:

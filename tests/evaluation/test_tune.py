@@ -56,6 +56,8 @@ def replays(*runs: tuple[list[float | None], int | None]) -> list[RunReplay]:
 def test_parse_target() -> None:
     assert parse_target("false-alarms=0.05") == Target("false-alarms", 0.05)
     assert parse_target(" stop:detection = 0.9 ") == Target("detection", 0.9, Action.STOP)
+    assert parse_target("warned-ahead=0.5") == Target("warned-ahead", 0.5)
+    assert "warnings ahead" in parse_target("false-alarms=0.05").aim
     for bad, message in [("false-alarms", "expected [ACTION:]false-alarms=X"),
                          ("recall=0.9", "expected [ACTION:]false-alarms=X"),
                          ("detection=high", "'high' is not a number"),
@@ -81,6 +83,12 @@ def test_theta_is_read_off_the_runs_exactly() -> None:
     assert [(t.false_alarm_rate, t.detection_rate) for t in report.thetas] == [(0.25, 2 / 3), (0.25, 2 / 3)]
     # under look-ahead the violating step (p_safe 0) acts too: every violation is caught at any θ > 0
     assert choose_theta(runs, parse_target("detection=0.99"), unseen_alarms=True, lookahead=True) == 0.000001
+    # ... but a warning ahead of the violating step still needs θ above the lowest p_safe before it
+    ahead = lambda target: choose_theta(runs, parse_target(target), unseen_alarms=True, lookahead=True)  # noqa: E731
+    assert ahead("warned-ahead=0.6") == theta("detection=0.6") == 0.500001
+    assert ahead("warned-ahead=0.99") == 0.700001  # above the highest minimum, 0.7
+    at = summarize(runs, [0.000001, 0.500001], unseen_alarms=True, enforcement="lookahead").thetas
+    assert [(t.warned_ahead, t.blocked_at_step) for t in at] == [(0, 3), (2, 1)]
 
 
 def test_unreachable_targets_name_the_closest() -> None:
@@ -115,6 +123,9 @@ def test_tune_meets_the_target_on_the_held_out_runs(generated: tuple[Path, Path]
     assert reflect.false_alarm_rate <= 0.1 and stop.false_alarm_rate <= 0.02
     assert summary["actions"][0]["figures"]["false_alarm_rate"] == reflect.false_alarm_rate
     assert summary["actions"][0]["figures"]["detection_rate"] == reflect.detection_rate > 0
+    assert summary["actions"][0]["figures"]["warned_ahead_rate"] == reflect.warned_ahead_rate
+    assert summary["actions"][0]["figures"]["blocked_at_step_rate"] == 0  # observe: nothing is blocked at the step
+    assert summary["actions"][0]["aim"].startswith("the most warnings ahead")
     # the largest such θ: a little more flags another safe run
     more = evaluate(runs, spec, [chosen["reflect"] + 0.02], folds=3, group_by="meta.task", enforcement="observe")
     assert more.pooled.thetas[0].false_alarms > reflect.false_alarms
@@ -135,6 +146,9 @@ def test_tune_table_and_unreachable_target(generated: tuple[Path, Path], forewar
     assert table.returncode == 0, table.stderr
     assert "lookahead enforcement" in " ".join(table.stdout.split()) and "kept" in table.stdout
     assert "pass -o SPEC_OUT" in table.stderr
+    flat = " ".join(table.stdout.split())
+    assert "blocked" in flat and "over folds warned ahead" in flat
+    assert "reflect: detection=0.8 targets the fewest false alarms detecting at least 80.0%" in flat
     unreachable = forewarn_here("tune", traces, "--spec", spec_path, "--target", "detection=0.99", "--folds", "3",
                                 "--enforcement", "observe")
     assert_user_error(unreachable, "target detection=0.99: no θ reaches it; the most is detection")
@@ -215,3 +229,25 @@ def test_tune_under_the_increase_trigger(generated: tuple[Path, Path], forewarn_
     cv = evaluate(list(read_runs(traces)), load_spec(spec_path), [theta], folds=3, trigger="increase")
     assert cv.pooled.trigger == "increase" and cv.pooled.thetas[0].false_alarm_rate <= 0.1
     assert summary["actions"][0]["figures"]["detection_rate"] == cv.pooled.thetas[0].detection_rate
+
+
+def test_tune_per_member_with_bundle_by(generated: tuple[Path, Path], forewarn_here, tmp_path: Path) -> None:
+    traces, spec_path = generated
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(traces.read_bytes() + b"{not json\n")
+    result = forewarn_here("tune", bad, "--spec", spec_path, "--target", "false-alarms=0.2", "--folds", "3",
+                           "--bundle-by", "meta.task", "--min-group-runs", "5", "--on-error", "skip",
+                           "--format", "json")
+    assert result.returncode == 0, result.stderr
+    summary = result.json()
+    assert isinstance(summary, dict)
+    assert summary["bundle_by"] == "meta.task" and summary["runs"] == 150
+    assert "skipped 1" in result.stderr  # the malformed line, counted and named
+    # the same cross-validation of bundles, scored at the chosen θ, meets the target
+    cv = evaluate(list(read_runs(traces)), load_spec(spec_path), [summary["thresholds"]["reflect"]], folds=3,
+                  bundle_by="meta.task", min_group_runs=5)
+    assert cv.pooled.thetas[0].false_alarm_rate <= 0.2
+    assert summary["actions"][0]["figures"]["warned_ahead_rate"] == cv.pooled.thetas[0].warned_ahead_rate
+    assert any("counted per member" in note for note in cv.notes)
+    stopped = forewarn_here("tune", bad, "--spec", spec_path, "--target", "false-alarms=0.2", "--folds", "3")
+    assert stopped.returncode == 2 and "bad.jsonl:151" in stopped.stderr

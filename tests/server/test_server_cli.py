@@ -51,6 +51,17 @@ def test_bad_model_fails_before_binding(tmp_path: Path) -> None:
                                 env={"FOREWARN_API_KEYS": "k:admin"})
     assert isinstance(result.exception, ModelFileError) and "missing.json" in str(result.exception)
     assert not (tmp_path / "x.db").exists()
+    # without configured keys, fresh ones would be printed: the missing model is reported first, alone
+    import contextlib
+    import io
+
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        result = CliRunner().invoke(_app(), ["serve", "--model", str(tmp_path / "nope.json"), "--db",
+                                             str(tmp_path / "x.db"), "--port", str(free_port())],
+                                    env={"FOREWARN_API_KEYS": None})
+    assert isinstance(result.exception, ModelFileError) and "nope.json: no such file" in str(result.exception)
+    assert "generated these" not in stderr.getvalue() + result.output
     result = CliRunner().invoke(_app(), ["serve", "--host", "0.0.0.0", "--insecure-no-auth"])
     assert isinstance(result.exception, ConfigError) and "loopback" in str(result.exception)
 

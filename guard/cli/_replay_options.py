@@ -1,0 +1,90 @@
+"""Options and their parsers that ``replay``, ``evaluate``, ``ingest`` and ``tune`` share: thresholds,
+enforcement, trigger, input format and extractor, output format and report paths."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ...errors import ForewarnError
+from ..ingest import InputFormat
+from ..replay import Enforcement
+from ..spec import Trigger
+from ._options import Format, OnError
+
+__all__ = ["ThetaOption", "FormatOption", "ReportOption", "PlotsOption", "RunOption", "InputFormatOption",
+           "ExtractorOption", "EnforcementOption", "TriggerOption", "parse_trigger", "parse_enforcement",
+           "parse_thetas", "OnErrorOption", "check_on_error", "BundleByOption", "MinGroupRunsOption"]
+
+
+# Options that replay and evaluate share.
+ThetaOption = Annotated[str, typer.Option(help="Comma-separated thresholds on p_safe.")]
+FormatOption = Annotated[Format, typer.Option("--format")]
+ReportOption = Annotated[Path | None, typer.Option("--report", help="Write a self-contained HTML report.")]
+PlotsOption = Annotated[Path | None, typer.Option("--plots", help="Write the report's figures as PNG here.")]
+RunOption = Annotated[str | None, typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
+InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="Format of the trace files.")]
+ExtractorOption = Annotated[str | None, typer.Option(
+    "--extractor", help="Agent logs (langchain, otel, langgraph): the state extractor the guard uses, "
+                        "'tools' (default), 'household' or MODULE:NAME.")]
+
+
+OnErrorOption = Annotated[OnError, typer.Option(
+    "--on-error", help="A malformed run stops the command, or is skipped and counted in a summary on stderr.")]
+BundleByOption = Annotated[str | None, typer.Option(
+    "--bundle-by", help="Learn each fold's model as a bundle grouped by this metadata key (e.g. meta.task), "
+                        "as `learn --group-by` does.")]
+MinGroupRunsOption = Annotated[int, typer.Option(
+    "--min-group-runs", help="With --bundle-by: runs a group needs in a fold for a model of its own.")]
+
+
+def check_on_error(on_error: OnError, engine: object = None) -> None:
+    """``--on-error skip`` is read by this process's readers; Spark's replay stops at a malformed run."""
+    if on_error is OnError.skip and getattr(engine, "value", "local") == "spark":
+        raise ForewarnError("--on-error skip applies to --engine local; Spark's replay stops at a malformed run")
+
+
+EnforcementOption = Annotated[str, typer.Option(
+    "--enforcement", help="lookahead: a decision is taken before a step runs, so an alarm on the violating step "
+                          "prevents it (the middleware, the sidecar's preview); observe: after (an alarm must "
+                          "come strictly before).")]
+
+
+TriggerOption = Annotated[str | None, typer.Option(
+    "--trigger", help="Score alarms as this trigger acts: level (p_safe < θ) or increase (and the step raises the "
+                      "run's risk by more than the spec's min_increase). Default: the spec's guard.trigger, else "
+                      "level; the LangChain middleware uses increase when the spec sets none.")]
+
+
+def parse_trigger(text: str | None) -> Trigger | None:
+    """``level`` or ``increase`` (None: as the spec says); anything else is a one-line error."""
+    if text is None:
+        return None
+    try:
+        return Trigger(text.strip().lower())
+    except ValueError:
+        raise ForewarnError(f"--trigger: expected 'level' or 'increase', got {text!r}") from None
+
+
+def parse_enforcement(text: str) -> Enforcement:
+    """``lookahead`` or ``observe``; anything else is a one-line error."""
+    try:
+        return Enforcement(text.strip().lower())
+    except ValueError:
+        raise ForewarnError(f"--enforcement: expected 'lookahead' or 'observe', got {text!r}") from None
+
+
+def parse_thetas(text: str) -> list[float]:
+    """``"0.1,0.5"`` → ``[0.1, 0.5]``; every threshold must lie in [0, 1], and none be empty."""
+    items = text.split(",")
+    if any(not x.strip() for x in items):
+        raise ForewarnError(f"--theta: an empty threshold in {text!r}; expected comma-separated numbers "
+                            "such as 0.1,0.5")
+    try:
+        thetas = [float(x) for x in items]
+    except ValueError as exc:
+        raise ForewarnError(f"--theta: expected comma-separated numbers, got {text!r}") from exc
+    if any(not 0.0 <= t <= 1.0 for t in thetas):  # NaN fails this too
+        raise ForewarnError(f"--theta: thresholds must lie in [0, 1], got {text!r}")
+    return thetas
