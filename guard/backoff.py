@@ -62,6 +62,7 @@ def learn_memory_dtmc(counts: TransitionCounts, paths: Mapping[tuple[int, ...], 
     low = learn_dtmc(strip_memory(counts, width), predicates, alpha=alpha, rule=rule, structure=structure)
     low_index, low_end = low.index(), low.end_index
     observed = set(counts.initial) | {a for a, _ in counts.counts} | {b for _, b in counts.counts if b != END}
+    observed |= _unseen_unsafe(low, observed, predicates, memory)
     states = sorted(observed) + [END]
     end = len(states) - 1
     index = {s: i for i, s in enumerate(states[:-1])}
@@ -127,6 +128,30 @@ def learn_memory_dtmc(counts: TransitionCounts, paths: Mapping[tuple[int, ...], 
                         alpha=low.alpha, invalid_observed=low.invalid_observed,
                         pseudo=sp.csr_matrix((np.asarray(xs), indices, indptr.copy()), shape=shape))
     return chain, info
+
+
+def _unseen_unsafe(low: LearnedDTMC, observed: set[int], predicates: PredicateSet, memory: Memory) -> set[int]:
+    """Chain states for the unsafe states the memoryless chain added (guard.learning.reachable_unsafe),
+    with the memory label a run entering them from each observed state would carry."""
+    width = predicates.width
+    mask = (1 << width) - 1
+    stripped = {s & mask for s in observed}
+    added = {j for j in range(low.size - 1) if low.unsafe[j] and low.states[j] not in stripped}
+    out: set[int] = set()
+    if not added:
+        return out
+    low_index = low.index()
+    indptr, indices = low.matrix.indptr, low.matrix.indices
+    for s in observed:
+        b, label = s & mask, s >> width
+        if predicates.is_unsafe(b):
+            continue
+        row = low_index[b]
+        for j in indices[indptr[row]:indptr[row + 1]].tolist():
+            if j in added:
+                u = low.states[j]
+                out.update(u | l2 << width for l2 in memory.successor_labels(label, b, u))
+    return out
 
 
 def _choose_beta(paths: Mapping[tuple[int, ...], int], predicates: PredicateSet, index: dict[int, int], end: int,

@@ -29,6 +29,7 @@ __all__ = [
     "ValidTransitionRule",
     "count_transitions",
     "learn_dtmc",
+    "reachable_unsafe",
     "spec_transition_rule",
 ]
 
@@ -144,11 +145,19 @@ def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: flo
     observed_n = np.fromiter(pairs.values(), dtype=np.int64, count=len(pairs))
     src_bits, dst_bits, initial_bits = _bit_arrays(counts)
     bits = _sorted_unique(np.concatenate([initial_bits, src_bits, dst_bits[dst_bits != END]]))
+    flags = _unsafe_flags(bits, predicates)
+    if structure == "valid":  # an unsafe state the spec allows is in the model, seen or not (docs/method.md)
+        added = reachable_unsafe(bits, flags, predicates, rule)
+        if len(added):
+            bits = np.concatenate([bits, added])
+            flags = np.concatenate([flags, np.ones(len(added), dtype=bool)])
+            order = np.argsort(bits, kind="stable")
+            bits, flags = bits[order], flags[order]
     states = bits.tolist() + [END]
     n_states = len(states)
     end = n_states - 1
     unsafe = np.zeros(n_states, dtype=bool)
-    unsafe[:end] = _unsafe_flags(bits, predicates)
+    unsafe[:end] = flags
     transient = np.flatnonzero(~unsafe[:end])
     absorbing = np.append(np.flatnonzero(unsafe[:end]), end)
 
@@ -324,3 +333,57 @@ def _allowed(bits: np.ndarray, states: list[int], width: int, irreversible: int,
                            dtype=bool, count=len(src))
         src, dst = src[keep], dst[keep]
     return src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
+
+
+UNSAFE_ENUMERATION_BITS = 16  # unsafe conditions reading more predicates are not searched for unseen valuations
+
+
+def reachable_unsafe(bits: np.ndarray, flags: np.ndarray, predicates: PredicateSet,
+                     rule: ValidTransitionRule | None) -> np.ndarray:
+    """Unsafe valuations to add to the observed states ``bits`` (``flags``: which are unsafe) so that
+    every transient state the rule lets reach *some* unsafe valuation has one in the model.
+
+    A run set without a violation would otherwise give a model without an unsafe state, where every
+    risk is exactly 0 however few runs stand behind it. For each transient state without an observed
+    unsafe successor the rule allows, the nearest unsafe valuation (fewest predicates changed, only
+    those the unsafe condition reads; ties to the smaller mask) the rule allows is added; with every
+    transition valid, one valuation serves all, and none is added once one was observed. Which
+    unsafe valuation it is does not change a reach probability: unsafe states are absorbing and all
+    carry the label ``unsafe``. Unsafe conditions reading more than
+    :data:`UNSAFE_ENUMERATION_BITS` predicates are not searched.
+    """
+    mask = getattr(predicates, "unsafe_mask", 0)
+    none = np.zeros(0, dtype=bits.dtype)
+    if not mask or not len(bits) or mask.bit_count() > UNSAFE_ENUMERATION_BITS:
+        return none
+    seen_unsafe = bits[flags].tolist()
+    sources = bits[~flags].tolist()
+    if not sources or (rule is None and seen_unsafe):
+        return none
+    positions = [b for b in range(mask.bit_length()) if mask >> b & 1]
+    assignments = [sum(1 << positions[i] for i in range(len(positions)) if r >> i & 1)
+                   for r in range(1 << len(positions))]
+    unsafe = [u for u in assignments if predicates.is_unsafe(u)]
+    if not unsafe:
+        return none
+
+    def nearest(s: int) -> list[int]:
+        return sorted(((s & ~mask) | u for u in unsafe), key=lambda c: ((s ^ c).bit_count(), c))
+
+    if rule is None:  # every state reaches every state: one unsafe state is enough
+        return np.array(nearest(sources[0])[:1], dtype=bits.dtype)
+    width = predicates.width
+
+    def valuation(b: int) -> tuple[bool, ...]:
+        return tuple(bool(b >> i & 1) for i in range(width))
+
+    present = set(bits.tolist())
+    checked_unsafe = [valuation(u) for u in seen_unsafe[:64]]  # bounded: beyond, a nearer unsafe state is added
+    added: set[int] = set()
+    for s in sources:
+        vs = valuation(s)
+        found = next((c for c in nearest(s) if rule(vs, valuation(c))), None)
+        if found is None or found in present or any(rule(vs, u) for u in checked_unsafe):
+            continue
+        added.add(found)
+    return np.array(sorted(added), dtype=bits.dtype)
