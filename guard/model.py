@@ -497,8 +497,8 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
         outcome = CheckOutcome(prop.formula, values, lower, upper, doc.check.method, doc.check.precision,
                                doc.check.seconds / max(1, len(doc.properties)))
         ci_low, ci_high = _confidence(prop, index, values, n, bad)
-        mismatch = _mismatch(prop, index, unsafe, ci_low is not None, bad)
-        properties.append(CheckedProperty(definition, outcome, ci_low, ci_high, mismatch))
+        flagged = _mismatch(prop, index, unsafe, ci_low is not None, bad)
+        properties.append(CheckedProperty(definition, outcome, ci_low, ci_high, flagged))
     if doc.visits is not None:
         stored = np.array(doc.visits, dtype=np.int64)
         if stored.shape != (n,) or not np.array_equal(stored, visits(dtmc)):

@@ -27,7 +27,7 @@ from .learning import (
     learn_dtmc,
     spec_transition_rule,
 )
-from .markov import markov_test
+from .markov import MARKOV_LEVEL, markov_test
 from .memory import Memory, build_memory
 from .model import CheckedProperty, GuardModel
 from .monitoring import build_monitors, build_product
@@ -419,7 +419,7 @@ def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], prope
     reach = sorted(outcomes)
     values = chain_values or {}
     test = markov_test(dtmc, [values.get(i, properties[i].outcome.values) for i in reach],
-                       [outcomes[i] for i in reach], delta) if outcomes else None
+                       [outcomes[i] for i in reach], MARKOV_LEVEL) if outcomes else None
     flagged = {} if test is None else dict(zip(reach, test.mismatch))
     intervals = transition_intervals(dtmc, delta=chain_delta, method=method, entries=entries)
     model = build_interval_dtmc(dtmc.matrix, intervals.lower, intervals.upper, labels)
@@ -447,5 +447,5 @@ def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], prope
     report = IntervalReport(method, float(delta), intervals.delta_per_entry, intervals.entries,
                             round(time.perf_counter() - started, 6),
                             direct if outcomes else None, per_outcome if outcomes else None,
-                            None if test is None else float(delta), None if test is None else test.tested)
+                            None if test is None else test.level, None if test is None else test.tested)
     return out, report
