@@ -41,7 +41,7 @@ from .chain import LearnedDTMC, visits
 from .intervals import clopper_pearson
 from .outcomes import OutcomeCounts
 
-__all__ = ["MARKOV_LEVEL", "MIN_RUNS", "MAX_TESTED", "MarkovTest", "chain_spread", "markov_test"]
+__all__ = ["MARKOV_LEVEL", "MIN_RUNS", "MAX_TESTED", "MarkovTest", "chain_spread", "markov_test", "reaching"]
 
 # The test's family-wise level. A false flag costs only width (the direct interval holds anyway);
 # a missed one costs coverage. On the known Markov chains of tests/_coverage.py it flagged no state
@@ -135,3 +135,16 @@ def markov_test(dtmc: LearnedDTMC, values: Sequence[np.ndarray], outcomes: Seque
         radius = beta + z * sigma
         mismatch[t][states] = (high < centre - radius) | (low > centre + radius)
     return MarkovTest(level, tested, mismatch)
+
+
+def reaching(matrix: sp.csr_matrix, targets: np.ndarray) -> np.ndarray:
+    """Per state, whether it reaches one of ``targets`` (a bool per state) with positive probability."""
+    graph = sp.csr_matrix(matrix, copy=True)
+    graph.data = np.ones(len(graph.data))
+    out = targets.copy()
+    frontier = targets.copy()
+    while frontier.any():
+        found = (graph @ frontier.astype(float)) > 0  # the predecessors of the frontier
+        frontier = found & ~out
+        out |= found
+    return out

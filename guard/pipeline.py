@@ -27,7 +27,7 @@ from .learning import (
     learn_dtmc,
     spec_transition_rule,
 )
-from .markov import MARKOV_LEVEL, markov_test
+from .markov import MARKOV_LEVEL, markov_test, reaching
 from .memory import Memory, build_memory
 from .model import CheckedProperty, GuardModel
 from .monitoring import build_monitors, build_product
@@ -440,7 +440,10 @@ def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], prope
             o = replace(o, values=_put(o.values, mismatch, frequency),
                         lower=None if o.lower is None else _put(o.lower, mismatch, frequency),
                         upper=None if o.upper is None else _put(o.upper, mismatch, frequency))
-            chain = (_put(chain[0], mismatch, direct_ci[0][mismatch]), _put(chain[1], mismatch, direct_ci[1][mismatch]))
+            # the chain's interval rests on the chain downstream too: wherever a flagged state can be
+            # reached, the runs' interval replaces it
+            suspect = reaching(dtmc.matrix, mismatch)
+            chain = (_put(chain[0], suspect, direct_ci[0][suspect]), _put(chain[1], suspect, direct_ci[1][suspect]))
         contain = [o.values] + [b for b in (o.lower, o.upper) if b is not None]
         low, high = intersect(chain, direct_ci, contain)
         out.append(CheckedProperty(prop.definition, o, low, high, mismatch))
