@@ -177,3 +177,24 @@ def test_the_160000_run_lingering_example_is_not_biased() -> None:
     assert width < 0.01  # 160,000 runs: a narrow interval, not 13 points wide
     assert low <= 0.25 <= high
     assert abs(value - 0.25) <= width
+
+
+# -- check: verdicts at the bound --------------------------------------------------------------
+
+
+def test_check_says_when_a_verdict_sits_at_its_bound(tmp_path: Path, forewarn_here) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(TOY_SPEC.replace("alpha: 0.1", "alpha: 0"))
+    traces = _write(tmp_path, [[NONE, AB]] * 2 + [[NONE]] * 3)  # P(F unsafe) from NONE: exactly 2/5
+    model = tmp_path / "m.json"
+    assert forewarn_here("learn", str(traces), "--spec", str(spec), "-o", str(model)).returncode == 0
+    bound = 'P>0.4 [F "unsafe"]'
+    shown = forewarn_here("check", str(model), "-p", bound)
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "within the solver's precision of the bound" in text and "--method exact" in text
+    rows = orjson.loads(forewarn_here("check", str(model), "-p", bound, "--format", "json").stdout)["states"]
+    assert rows[0]["near_bound"] is True and rows[0]["value"] == pytest.approx(0.4)
+    exact = forewarn_here("check", str(model), "-p", bound, "--method", "exact")
+    assert exact.returncode == 0 and "precision of the bound" not in " ".join(exact.stdout.split())
+    assert "false" in exact.stdout  # exactly 2/5 is not above 0.4
