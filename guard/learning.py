@@ -367,23 +367,61 @@ def reachable_unsafe(bits: np.ndarray, flags: np.ndarray, predicates: PredicateS
     if not unsafe:
         return none
 
+    ranked: dict[int, list[int]] = {}  # per valuation of the bits 'unsafe' reads, the unsafe ones nearest first
+
     def nearest(s: int) -> list[int]:
-        return sorted(((s & ~mask) | u for u in unsafe), key=lambda c: ((s ^ c).bit_count(), c))
+        key = s & mask
+        order = ranked.get(key)
+        if order is None:
+            order = ranked[key] = sorted(unsafe, key=lambda u: ((key ^ u).bit_count(), u))
+        rest = s & ~mask
+        return [rest | u for u in order]
 
     if rule is None:  # every state reaches every state: one unsafe state is enough
         return np.array(nearest(sources[0])[:1], dtype=bits.dtype)
+    if getattr(rule, "extra", rule) is None and bits.dtype != object:  # Hamming and irreversibility only
+        return _nearest_unsafe_vectorised(bits, flags, mask, unsafe, getattr(rule, "max_changed", None),
+                                          getattr(rule, "irreversible_bits", 0))
     width = predicates.width
 
     def valuation(b: int) -> tuple[bool, ...]:
         return tuple(bool(b >> i & 1) for i in range(width))
 
     present = set(bits.tolist())
-    checked_unsafe = [valuation(u) for u in seen_unsafe[:64]]  # bounded: beyond, a nearer unsafe state is added
+    checked_unsafe = [valuation(u) for u in seen_unsafe[:8]]  # bounded: beyond, a nearer unsafe state is added
     added: set[int] = set()
     for s in sources:
         vs = valuation(s)
         found = next((c for c in nearest(s) if rule(vs, valuation(c))), None)
-        if found is None or found in present or any(rule(vs, u) for u in checked_unsafe):
+        if found is None or found in present or found in added or any(rule(vs, u) for u in checked_unsafe):
             continue
         added.add(found)
     return np.array(sorted(added), dtype=bits.dtype)
+
+
+def _nearest_unsafe_vectorised(bits: np.ndarray, flags: np.ndarray, mask: int, unsafe: list[int],
+                               max_changed: int | None, irreversible: int) -> np.ndarray:
+    """:func:`reachable_unsafe` for a rule of changed-predicate counts and irreversible predicates only:
+    the same states, without calling the rule per state. Whether ``(s & ~mask) | u`` is allowed from ``s``
+    depends on ``s & mask`` alone (only bits 'unsafe' reads change), so the choice is made once per value."""
+    irreversible &= (1 << 63) - 1
+    sources = bits[~flags]
+    seen = bits[flags][:8]
+    keys = sources & mask
+    chosen: dict[int, int] = {}
+    for key in np.unique(keys).tolist():
+        for u in sorted(unsafe, key=lambda u: ((key ^ u).bit_count(), u)):
+            if (max_changed is None or (key ^ u).bit_count() <= max_changed) and not key & irreversible & ~u:
+                chosen[key] = u
+                break
+    has = np.array([k in chosen for k in keys.tolist()], dtype=bool)
+    picked = np.array([chosen.get(k, 0) for k in keys.tolist()], dtype=np.int64)
+    found = (sources & ~mask) | picked
+    covered = np.zeros(len(sources), dtype=bool)  # an observed unsafe state is already a valid successor
+    for u in seen.tolist():
+        ok = (sources & irreversible & ~u) == 0
+        if max_changed is not None:
+            ok &= np.bitwise_count(sources ^ u) <= max_changed
+        covered |= ok
+    found = found[has & ~covered]
+    return _sorted_unique(found[~np.isin(found, bits)]).astype(bits.dtype)

@@ -266,7 +266,7 @@ def reference_unsafe(observed: list[int], predicates: PredicateSet, rule: Any) -
                             key=lambda c: (bin(c ^ s).count("1"), c))
         if rule is None:
             return set(candidates[:1])
-        v = [tuple(bool(b >> k & 1) for k in range(width)) for b in [s, *seen_unsafe[:64]]]
+        v = [tuple(bool(b >> k & 1) for k in range(width)) for b in [s, *seen_unsafe[:8]]]
         if any(rule(v[0], u) for u in v[1:]):
             continue
         allowed = [c for c in candidates if rule(v[0], tuple(bool(c >> k & 1) for k in range(width)))]

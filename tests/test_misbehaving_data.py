@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 import pytest
 
-from _coverage import MIXTURES, coverage, mixture_risk
+from _coverage import MIXTURES, coverage, mixture_risk, simulate
 from _support import AB, NONE, TOY_SPEC, A, B, toy_run
 from forewarn.errors import ModelFileError
 from forewarn.guard.learning import TransitionCounts
@@ -198,3 +198,24 @@ def test_check_says_when_a_verdict_sits_at_its_bound(tmp_path: Path, forewarn_he
     exact = forewarn_here("check", str(model), "-p", bound, "--method", "exact")
     assert exact.returncode == 0 and "precision of the bound" not in " ".join(exact.stdout.split())
     assert "false" in exact.stdout  # exactly 2/5 is not above 0.4
+
+
+@pytest.mark.parametrize("runs", [300, 2000])
+def test_shrinking_on_the_lingering_kind_stays_within_the_interval(runs: int) -> None:
+    """The safe kind lingers in the start state: shrinking (the default) must not pull the start risk
+    towards the share of *visits* followed by a violation (an independent check saw 0.40 pulled to 0.08)."""
+    spec = parse_spec(TOY_SPEC)
+    predicates, monitors = prepare(spec)
+    paths: Counter[tuple[int, ...]] = Counter()
+    counts = simulate(MIXTURES["lingering"], runs, np.random.default_rng(runs), predicates, paths=paths)
+    model = model_from_counts(counts, spec, predicates, monitors, paths=paths)
+    truth = float(mixture_risk(MIXTURES["lingering"])[NONE])
+    start = model.dtmc.states.index(NONE)
+    prop = model.properties[0]
+    assert prop.ci_low is not None and prop.ci_high is not None
+    width = prop.ci_high[start] - prop.ci_low[start]
+    assert abs(prop.outcome.values[start] - truth) <= width
+    assert prop.ci_low[start] <= truth <= prop.ci_high[start]
+    visits = sum(n * path.count(NONE) for path, n in paths.items())
+    followed = sum(n * path.count(NONE) for path, n in paths.items() if AB in path)
+    assert followed / visits < truth - width  # what counting every visit would have been pulled towards
