@@ -219,3 +219,20 @@ def test_shrinking_on_the_lingering_kind_stays_within_the_interval(runs: int) ->
     visits = sum(n * path.count(NONE) for path, n in paths.items())
     followed = sum(n * path.count(NONE) for path, n in paths.items() if AB in path)
     assert followed / visits < truth - width  # what counting every visit would have been pulled towards
+
+
+def test_learn_and_states_name_the_flagged_states(tmp_path: Path, forewarn_here) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(TOY_SPEC)
+    traces = _write(tmp_path, [[NONE, B, A, AB], [NONE, A, B]] * 150)
+    model = tmp_path / "m.json"
+    learned = forewarn_here("learn", str(traces), "--spec", str(spec), "-o", str(model))
+    assert learned.returncode == 0, learned.stderr
+    assert "runs here differ by more than the state shows" in " ".join((learned.stdout + learned.stderr).split())
+    shown = forewarn_here("states", str(model))
+    assert shown.returncode == 0 and "(runs differ)" in shown.stdout
+    assert "runs here differ by more than the state shows" in " ".join(shown.stdout.split())
+    rows = orjson.loads(forewarn_here("states", str(model), "--format", "json").stdout)["states"]
+    assert sorted(r["index"] for r in rows if r["markov_mismatch"]) == [1, 2]  # A and B
+    checked = orjson.loads(forewarn_here("check", str(model), "--format", "json").stdout)["states"]
+    assert [r["markov_mismatch"] for r in checked] == [False, True, True, False, False]

@@ -209,6 +209,12 @@ def _degenerate(model: GuardModel) -> list[str]:
                          "interval's upper end says how rare the runs that passed show it to be")
     elif model.provenance.get("unsafe_runs") == model.provenance.get("runs"):
         found.append("every run reached an unsafe state: the model cannot tell a risky start from a safe one")
+    flagged = sorted({int(i) for p in model.properties if p.mismatch is not None for i in p.mismatch.nonzero()[0]})
+    if flagged:
+        shown = ", ".join(f"#{i}" for i in flagged[:8]) + (", …" if len(flagged) > 8 else "")
+        found.append(f"{len(flagged)} state(s) ({shown}): runs here differ by more than the state shows (the chain "
+                     "and the runs' outcomes disagree, docs/method.md): their risk and interval are the runs' own; "
+                     "a predicate that tells those runs apart, or learning.memory, would refine them")
     return found
 
 
