@@ -65,6 +65,7 @@ def learn_memory_dtmc(counts: TransitionCounts, paths: Mapping[tuple[int, ...], 
     low = learn_dtmc(strip_memory(counts, width), predicates, alpha=alpha, rule=rule, structure=structure)
     low_index, low_end = low.index(), low.end_index
     observed = set(counts.initial) | {a for a, _ in counts.counts} | {b for _, b in counts.counts if b != END}
+    observed |= _unseen_unsafe(low, observed, predicates, memory)
     states = sorted(observed) + [END]
     end = len(states) - 1
     index = {s: i for i, s in enumerate(states[:-1])}
@@ -166,6 +167,34 @@ def _shares(targets: list[int], newest: list[int], by_action: Counter[tuple[int,
     for action, members in groups.items():
         weight = by_action[b, b2, action] / total if total else 1.0 / len(groups)
         out += [(t, weight / len(members)) for t in members if weight > 0.0]
+    return out
+
+
+def _unseen_unsafe(low: LearnedDTMC, observed: set[int], predicates: PredicateSet, memory: Memory) -> set[int]:
+    """Chain states for the unsafe states the memoryless chain added (guard.learning.reachable_unsafe),
+    with the memory label a run entering them from each observed state would carry."""
+    width = predicates.width
+    mask = (1 << width) - 1
+    stripped = {s & mask for s in observed}
+    added = {j for j in range(low.size - 1) if low.unsafe[j] and low.states[j] not in stripped}
+    out: set[int] = set()
+    if not added:
+        return out
+    low_index = low.index()
+    indptr, indices = low.matrix.indptr, low.matrix.indices
+    for s in observed:
+        b, label = s & mask, s >> width
+        if predicates.is_unsafe(b):
+            continue
+        row = low_index[b]
+        for j in indices[indptr[row]:indptr[row + 1]].tolist():
+            if j in added:
+                u = low.states[j]
+                # entered by an action the vocabulary lacks (the newest class V + 1): the labels of
+                # the arrival keys a run from s could carry; without action memory, the key's own label
+                newest = memory.base - 1 if memory.actions else 0
+                out.update(u | (old + memory.n_old * (newest + memory.base * prefix)) << width
+                           for old, prefix in memory.successor_keys(label, b, u == b))
     return out
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "ValidTransitionRule",
     "count_transitions",
     "learn_dtmc",
+    "reachable_unsafe",
     "spec_transition_rule",
 ]
 
@@ -146,11 +147,19 @@ def learn_dtmc(counts: TransitionCounts, predicates: PredicateSet, *, alpha: flo
     observed_n = np.fromiter(pairs.values(), dtype=np.int64, count=len(pairs))
     src_bits, dst_bits, initial_bits = _bit_arrays(counts)
     bits = _sorted_unique(np.concatenate([initial_bits, src_bits, dst_bits[dst_bits != END]]))
+    flags = _unsafe_flags(bits, predicates)
+    if structure == "valid":  # an unsafe state the spec allows is in the model, seen or not (docs/method.md)
+        added = reachable_unsafe(bits, flags, predicates, rule)
+        if len(added):
+            bits = np.concatenate([bits, added])
+            flags = np.concatenate([flags, np.ones(len(added), dtype=bool)])
+            order = np.argsort(bits, kind="stable")
+            bits, flags = bits[order], flags[order]
     states = bits.tolist() + [END]
     n_states = len(states)
     end = n_states - 1
     unsafe = np.zeros(n_states, dtype=bool)
-    unsafe[:end] = _unsafe_flags(bits, predicates)
+    unsafe[:end] = flags
     transient = np.flatnonzero(~unsafe[:end])
     absorbing = np.append(np.flatnonzero(unsafe[:end]), end)
 
@@ -326,3 +335,95 @@ def _allowed(bits: np.ndarray, states: list[int], width: int, irreversible: int,
                            dtype=bool, count=len(src))
         src, dst = src[keep], dst[keep]
     return src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
+
+
+UNSAFE_ENUMERATION_BITS = 16  # unsafe conditions reading more predicates are not searched for unseen valuations
+
+
+def reachable_unsafe(bits: np.ndarray, flags: np.ndarray, predicates: PredicateSet,
+                     rule: ValidTransitionRule | None) -> np.ndarray:
+    """Unsafe valuations to add to the observed states ``bits`` (``flags``: which are unsafe) so that
+    every transient state the rule lets reach *some* unsafe valuation has one in the model.
+
+    A run set without a violation would otherwise give a model without an unsafe state, where every
+    risk is exactly 0 however few runs stand behind it. For each transient state without an observed
+    unsafe successor the rule allows, the nearest unsafe valuation (fewest predicates changed, only
+    those the unsafe condition reads; ties to the smaller mask) the rule allows is added; with every
+    transition valid, one valuation serves all, and none is added once one was observed. Which
+    unsafe valuation it is does not change a reach probability: unsafe states are absorbing and all
+    carry the label ``unsafe``. Unsafe conditions reading more than
+    :data:`UNSAFE_ENUMERATION_BITS` predicates are not searched.
+    """
+    mask = getattr(predicates, "unsafe_mask", 0)
+    none = np.zeros(0, dtype=bits.dtype)
+    if not mask or not len(bits) or mask.bit_count() > UNSAFE_ENUMERATION_BITS:
+        return none
+    seen_unsafe = bits[flags].tolist()
+    sources = bits[~flags].tolist()
+    if not sources or (rule is None and seen_unsafe):
+        return none
+    positions = [b for b in range(mask.bit_length()) if mask >> b & 1]
+    assignments = [sum(1 << positions[i] for i in range(len(positions)) if r >> i & 1)
+                   for r in range(1 << len(positions))]
+    unsafe = [u for u in assignments if predicates.is_unsafe(u)]
+    if not unsafe:
+        return none
+
+    ranked: dict[int, list[int]] = {}  # per valuation of the bits 'unsafe' reads, the unsafe ones nearest first
+
+    def nearest(s: int) -> list[int]:
+        key = s & mask
+        order = ranked.get(key)
+        if order is None:
+            order = ranked[key] = sorted(unsafe, key=lambda u: ((key ^ u).bit_count(), u))
+        rest = s & ~mask
+        return [rest | u for u in order]
+
+    if rule is None:  # every state reaches every state: one unsafe state is enough
+        return np.array(nearest(sources[0])[:1], dtype=bits.dtype)
+    if getattr(rule, "extra", rule) is None and bits.dtype != object:  # Hamming and irreversibility only
+        return _nearest_unsafe_vectorised(bits, flags, mask, unsafe, getattr(rule, "max_changed", None),
+                                          getattr(rule, "irreversible_bits", 0))
+    width = predicates.width
+
+    def valuation(b: int) -> tuple[bool, ...]:
+        return tuple(bool(b >> i & 1) for i in range(width))
+
+    present = set(bits.tolist())
+    checked_unsafe = [valuation(u) for u in seen_unsafe[:8]]  # bounded: beyond, a nearer unsafe state is added
+    added: set[int] = set()
+    for s in sources:
+        vs = valuation(s)
+        found = next((c for c in nearest(s) if rule(vs, valuation(c))), None)
+        if found is None or found in present or found in added or any(rule(vs, u) for u in checked_unsafe):
+            continue
+        added.add(found)
+    return np.array(sorted(added), dtype=bits.dtype)
+
+
+def _nearest_unsafe_vectorised(bits: np.ndarray, flags: np.ndarray, mask: int, unsafe: list[int],
+                               max_changed: int | None, irreversible: int) -> np.ndarray:
+    """:func:`reachable_unsafe` for a rule of changed-predicate counts and irreversible predicates only:
+    the same states, without calling the rule per state. Whether ``(s & ~mask) | u`` is allowed from ``s``
+    depends on ``s & mask`` alone (only bits 'unsafe' reads change), so the choice is made once per value."""
+    irreversible &= (1 << 63) - 1
+    sources = bits[~flags]
+    seen = bits[flags][:8]
+    keys = sources & mask
+    chosen: dict[int, int] = {}
+    for key in np.unique(keys).tolist():
+        for u in sorted(unsafe, key=lambda u: ((key ^ u).bit_count(), u)):
+            if (max_changed is None or (key ^ u).bit_count() <= max_changed) and not key & irreversible & ~u:
+                chosen[key] = u
+                break
+    has = np.array([k in chosen for k in keys.tolist()], dtype=bool)
+    picked = np.array([chosen.get(k, 0) for k in keys.tolist()], dtype=np.int64)
+    found = (sources & ~mask) | picked
+    covered = np.zeros(len(sources), dtype=bool)  # an observed unsafe state is already a valid successor
+    for u in seen.tolist():
+        ok = (sources & irreversible & ~u) == 0
+        if max_changed is not None:
+            ok &= np.bitwise_count(sources ^ u) <= max_changed
+        covered |= ok
+    found = found[has & ~covered]
+    return _sorted_unique(found[~np.isin(found, bits)]).astype(bits.dtype)

@@ -69,6 +69,8 @@ class PropertyEntry(_Doc):
     upper: list[float] | None = None
     ci_low: list[float] | None = None  # statistical confidence interval of `values` (intervals.py)
     ci_high: list[float] | None = None
+    # states where the chain and the runs' first-visit outcomes disagree (guard/markov.py), ascending
+    markov_mismatch: list[int] | None = None
 
 
 class IntervalsEntry(_Doc):
@@ -80,6 +82,8 @@ class IntervalsEntry(_Doc):
     seconds: float = 0.0
     outcomes: int | None = Field(default=None, ge=0)  # files before outcome intervals have neither
     delta_per_outcome: float | None = Field(default=None, gt=0.0, lt=1.0)
+    markov_level: float | None = Field(default=None, gt=0.0, lt=1.0)  # files before the Markov test have neither
+    markov_tested: int | None = Field(default=None, ge=0)
 
 
 class CheckEntry(_Doc):
@@ -170,6 +174,8 @@ class CheckedProperty:
     outcome: CheckOutcome
     ci_low: np.ndarray | None = None
     ci_high: np.ndarray | None = None
+    # per state, whether the Markov test rejected there (the interval is then the runs' own); None: not tested
+    mismatch: np.ndarray | None = None
 
     @property
     def name(self) -> str:
@@ -248,6 +254,7 @@ class GuardModel:
                 "upper": None if p.outcome.upper is None else p.outcome.upper.tolist(),
                 "ci_low": None if p.ci_low is None else p.ci_low.tolist(),
                 "ci_high": None if p.ci_high is None else p.ci_high.tolist(),
+                **({} if p.mismatch is None else {"markov_mismatch": np.flatnonzero(p.mismatch).tolist()}),
             } for p in self.properties],
             "check": {"method": self.outcome.method.value, "precision": self.outcome.precision,
                       "seconds": sum(p.outcome.seconds for p in self.properties),
@@ -352,7 +359,11 @@ class GuardModel:
         report = None if i is None else IntervalReport(
             IntervalMethod(i.method.split("+")[0]), i.delta, i.delta_per_entry, i.entries, i.seconds,
             i.outcomes if i.method.endswith("+outcomes") else None,
-            i.delta_per_outcome if i.method.endswith("+outcomes") else None)
+            i.delta_per_outcome if i.method.endswith("+outcomes") else None, i.markov_level, i.markov_tested)
+        tested = i is not None and i.markov_level is not None
+        for index, prop in enumerate(properties):
+            if prop.mismatch is not None and not tested:
+                raise ModelFileError(f"{source}: properties[{index}].markov_mismatch needs intervals.markov_level")
         return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
 
 
@@ -481,7 +492,8 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
         outcome = CheckOutcome(prop.formula, values, lower, upper, doc.check.method, doc.check.precision,
                                doc.check.seconds / max(1, len(doc.properties)))
         ci_low, ci_high = _confidence(prop, index, values, n, bad)
-        properties.append(CheckedProperty(definition, outcome, ci_low, ci_high))
+        flagged = _mismatch(prop, index, unsafe, ci_low is not None, bad)
+        properties.append(CheckedProperty(definition, outcome, ci_low, ci_high, flagged))
     if doc.visits is not None:
         stored = np.array(doc.visits, dtype=np.int64)
         if stored.shape != (n,) or not np.array_equal(stored, visits(dtmc)):
@@ -527,6 +539,24 @@ def _confidence(prop: PropertyEntry, index: int, values: np.ndarray, n: int, bad
         raise bad(f"{where}: state {i}'s confidence interval [{low[i]!r}, {high[i]!r}] does not contain its "
                   f"value {values[i]!r}")
     return low, high
+
+
+def _mismatch(prop: PropertyEntry, index: int, unsafe: np.ndarray, has_interval: bool, bad: Any
+              ) -> np.ndarray | None:
+    """The states a property's Markov test flagged, checked: ascending, transient, with an interval."""
+    if prop.markov_mismatch is None:
+        return None
+    where = f"properties[{index}] ({prop.name}).markov_mismatch"
+    if not has_interval:
+        raise bad(f"{where}: flagged states need the property's confidence intervals")
+    flagged = np.array(prop.markov_mismatch, dtype=np.int64)
+    n = len(unsafe)
+    if flagged.size and (np.any(np.diff(flagged) <= 0) or flagged[0] < 0 or flagged[-1] >= n - 1
+                         or np.any(unsafe[flagged])):
+        raise bad(f"{where}: must list distinct non-absorbing state indices in ascending order")
+    out = np.zeros(n, dtype=bool)
+    out[flagged] = True
+    return out
 
 
 def _vector(values: list[float], n: int, name: str, bad: Any) -> np.ndarray:

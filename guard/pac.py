@@ -61,7 +61,7 @@ import scipy.sparse.linalg as spla
 from .learning import LearnedDTMC
 from .results import PACReport, StatePAC, TightPAC, TightStatePAC
 
-__all__ = ["StatePAC", "PACReport", "TightStatePAC", "TightPAC", "amplification_factor", "pac_report",
+__all__ = ["StatePAC", "PACReport", "TightStatePAC", "TightPAC", "amplification_factor", "pac_report", "solve_nonnegative",
            "tight_bound"]
 
 
@@ -75,7 +75,7 @@ def amplification_factor(dtmc: LearnedDTMC) -> float:
     transient = np.flatnonzero(~dtmc.absorbing)
     if transient.size == 0:
         return 1.0
-    steps = _solve(_system(dtmc, transient), np.ones(transient.size))
+    steps = solve_nonnegative(_system(dtmc, transient), np.ones(transient.size))
     if steps is None:
         return math.inf
     return float(max(1.0, steps.max()))
@@ -104,7 +104,7 @@ def _system(dtmc: LearnedDTMC, transient: np.ndarray) -> sp.csr_matrix:
     return system
 
 
-def _solve(system: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray | None:
+def solve_nonnegative(system: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray | None:
     """x with (I − Q) x = rhs ≥ 0, i.e. x = (I − Q)⁻¹ rhs; ``None`` if I − Q is singular
     (some states never absorb) or the solution is not a finite non-negative vector."""
     solution: np.ndarray | None = None
@@ -181,7 +181,7 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
     hoeffding = np.where(seen, np.sqrt(log_term / (2.0 * n1)), np.inf)
     shift = _smoothing_shift(dtmc)[transient]  # b: half the L1 distance of the smoothed row to the empirical one
     system = _system(dtmc, transient)
-    learned = _solve(system, np.asarray(matrix[transient][:, np.flatnonzero(dtmc.unsafe)].sum(axis=1)).ravel())
+    learned = solve_nonnegative(system, np.asarray(matrix[transient][:, np.flatnonzero(dtmc.unsafe)].sum(axis=1)).ravel())
     if learned is None:  # some state never absorbs: no finite bound
         states = [TightStatePAC(int(i), math.inf, None, False) for i in transient.tolist()]
         return TightPAC(False, math.inf, None, [], states)
@@ -191,7 +191,7 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
         variance = _variance_bound(learned - bound, learned + bound)
         radius = np.minimum(1.0, np.minimum(hoeffding, _bernstein(n1, log_term, variance)) + shift)
         radius[~seen] = 1.0
-        step = _solve(system, radius)
+        step = solve_nonnegative(system, radius)
         if step is None:
             break
         narrower = np.minimum(bound, step)
@@ -281,7 +281,7 @@ def _limiting(system: sp.csr_matrix, weights: np.ndarray, radius: np.ndarray, tr
     """The states carrying most of weights·(I − Q̂)⁻¹·r (one transposed solve), largest first."""
     if not weights.any():
         return []
-    row = _solve(system.T.tocsr(), weights)
+    row = solve_nonnegative(system.T.tocsr(), weights)
     if row is None:
         return []
     share = row * radius
@@ -313,5 +313,5 @@ def _projection(system: sp.csr_matrix, seen: np.ndarray, n: np.ndarray, hoeffdin
     use_b = a_b + c_b < hoeffding  # either form bounds the radius; take the one smaller now
     a = np.where(use_b, a_b, hoeffding)
     c = np.where(use_b, c_b, 0.0) + shift * (n + k_alpha) / n
-    big_a, big_c = _solve(system, a), _solve(system, c)
+    big_a, big_c = solve_nonnegative(system, a), solve_nonnegative(system, c)
     return None if big_a is None or big_c is None else (big_a, big_c)

@@ -7,6 +7,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from .learning import (
     learn_dtmc,
     spec_transition_rule,
 )
+from .markov import MARKOV_LEVEL, markov_test, reaching
 from .memory import Memory, build_memory
 from .model import CheckedProperty, GuardModel
 from .monitoring import build_monitors, build_product
@@ -300,6 +302,11 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     # one pass over the distinct runs gives shrinkage its visits and the intervals their first-visit outcomes
     reach, targets = reach_targets(properties, predicates, monitors)
     summaries = None if paths is None or not reach else summarize_paths(paths, predicates, monitors, targets)
+    outcomes = None
+    if summaries is not None:
+        firsts = first_visit_counts(summaries.values(), len(reach), dtmc.product_index(), dtmc.size)
+        outcomes = dict(zip(reach, firsts))
+    chain_values = {i: p.outcome.values for i, p in enumerate(properties)}  # the chain's own, for the Markov test
     if settings.shrink != "off":
         if paths is None:
             levers["shrink"] = "skipped: no runs to count outcomes on"
@@ -309,13 +316,9 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
                 fit=_refit(counts, predicates, monitors, definitions, memory, float(alpha),
                            levers.get("backoff", {}).get("chosen"), rule, settings.structure, method, precision),
                 summaries=summaries)
-    outcomes = None
-    if summaries is not None:
-        firsts = first_visit_counts(summaries.values(), len(reach), dtmc.product_index(), dtmc.size)
-        outcomes = dict(zip(reach, firsts))
     properties, report = with_intervals(dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
                                         delta=delta, entries=estimated_entries(chain), precision=precision,
-                                        outcomes=outcomes)
+                                        outcomes=outcomes, chain_values=chain_values)
     pac = pac_report(chain, epsilon=epsilon, delta=delta)
     width = predicates.width
     valuations = [[bool(bits >> b & 1) for b in range(width)] for bits in chain.states[:-1]] + [[False] * width]
@@ -337,6 +340,12 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     if levers:
         provenance["levers"] = levers
     return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
+
+
+def _put(values: np.ndarray, where: np.ndarray, new: np.ndarray) -> np.ndarray:
+    out = values.copy()
+    out[where] = new
+    return out
 
 
 def _refit(counts: TransitionCounts, predicates: PredicateSet, monitors: Sequence[Any], definitions: Sequence[Any],
@@ -368,7 +377,8 @@ def _refit(counts: TransitionCounts, predicates: PredicateSet, monitors: Sequenc
 
 def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], properties: list[CheckedProperty], *,
                    method: IntervalMethod, delta: float, entries: int | None = None,
-                   precision: float = 1e-6, outcomes: Mapping[int, OutcomeCounts] | None = None
+                   precision: float = 1e-6, outcomes: Mapping[int, OutcomeCounts] | None = None,
+                   chain_values: Mapping[int, np.ndarray] | None = None
                    ) -> tuple[list[CheckedProperty], IntervalReport | None]:
     """Each property's confidence interval per state, from the interval chain around ``dtmc``.
 
@@ -380,7 +390,11 @@ def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], prope
 
     ``outcomes``: per property index (reach properties), the runs' first-visit outcomes;
     then δ is split in halves, the chain's and a union bound over the direct intervals,
-    and each property's interval is the intersection (guard/outcomes.py).
+    and each property's interval is the intersection (guard/outcomes.py) — except where the
+    Markov test (guard/markov.py, family-wise level δ) finds the chain and the runs disagree:
+    there the interval is the direct one and the value the runs' first-visit frequency.
+    ``chain_values``: per property index, the chain's values the test compares (default: the
+    properties' own; the pipeline passes them from before shrinking).
     """
     if method is IntervalMethod.NONE:
         return properties, None
@@ -391,6 +405,11 @@ def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], prope
         outcomes = {}
     chain_delta = delta / 2 if outcomes else delta
     per_outcome = delta / 2 / max(direct, 1)
+    reach = sorted(outcomes)
+    values = chain_values or {}
+    test = markov_test(dtmc, [values.get(i, properties[i].outcome.values) for i in reach],
+                       [outcomes[i] for i in reach], MARKOV_LEVEL) if outcomes else None
+    flagged = {} if test is None else dict(zip(reach, test.mismatch))
     intervals = transition_intervals(dtmc, delta=chain_delta, method=method, entries=entries)
     model = build_interval_dtmc(dtmc.matrix, intervals.lower, intervals.upper, labels)
     out = []
@@ -403,10 +422,22 @@ def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], prope
             continue
         direct_ci = ((np.zeros(len(o.values)), np.ones(len(o.values))) if i not in outcomes
                      else direct_intervals(outcomes[i], per_outcome, method))
+        mismatch = flagged.get(i)
+        if mismatch is not None and mismatch.any():  # the runs, not the chain, speak for these states
+            counts = outcomes[i]
+            frequency = counts.reached[mismatch] / counts.runs[mismatch]
+            o = replace(o, values=_put(o.values, mismatch, frequency),
+                        lower=None if o.lower is None else _put(o.lower, mismatch, frequency),
+                        upper=None if o.upper is None else _put(o.upper, mismatch, frequency))
+            # the chain's interval rests on the chain downstream too: wherever a flagged state can be
+            # reached, the runs' interval replaces it
+            suspect = reaching(dtmc.matrix, mismatch)
+            chain = (_put(chain[0], suspect, direct_ci[0][suspect]), _put(chain[1], suspect, direct_ci[1][suspect]))
         contain = [o.values] + [b for b in (o.lower, o.upper) if b is not None]
         low, high = intersect(chain, direct_ci, contain)
-        out.append(CheckedProperty(prop.definition, o, low, high))
+        out.append(CheckedProperty(prop.definition, o, low, high, mismatch))
     report = IntervalReport(method, float(delta), intervals.delta_per_entry, intervals.entries,
                             round(time.perf_counter() - started, 6),
-                            direct if outcomes else None, per_outcome if outcomes else None)
+                            direct if outcomes else None, per_outcome if outcomes else None,
+                            None if test is None else test.level, None if test is None else test.tested)
     return out, report

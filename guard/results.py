@@ -138,6 +138,10 @@ class IntervalReport:
     # ``delta`` stays the model-wide total, split δ/2 chain, δ/2 outcomes
     outcomes: int | None = None
     delta_per_outcome: float | None = None
+    # the per-state test of the Markov assumption (guard/markov.py): its family-wise level and
+    # the (state, property) pairs it tested; None when no direct interval was made
+    markov_level: float | None = None
+    markov_tested: int | None = None
 
     @property
     def construction(self) -> str:
@@ -151,4 +155,7 @@ class IntervalReport:
         if self.outcomes is not None:
             doc["outcomes"] = self.outcomes
             doc["delta_per_outcome"] = self.delta_per_outcome
+        if self.markov_level is not None:
+            doc["markov_level"] = self.markov_level
+            doc["markov_tested"] = self.markov_tested
         return doc

@@ -1,19 +1,24 @@
 """Shrinking the chain's risk towards the observed outcome frequency where data is plentiful.
 
 The chain's value ``p_s`` of a property in product state ``s`` rests on the Markov
-assumption; the training runs also say directly how often a visit to ``s`` was followed
-by the property failing: ``k_s`` of ``n_s`` visits. The stored value is the posterior
-mean of a Beta prior centred on the chain with strength ``κ``::
+assumption; the training runs also say directly how often a run that reached ``s`` went on
+to fail the property: ``k_s`` of the ``n_s`` runs that visited ``s``, each run counted once,
+with the outcome after its *first* visit (guard/outcomes.py). The stored value is the
+posterior mean of a Beta prior centred on the chain with strength ``κ``::
 
     v_s = (k_s + κ·p_s) / (n_s + κ)          (n_s = 0: v_s = p_s)
 
 so a rarely visited state keeps the chain's value (which generalises over the whole
 chain) and a much visited one moves to its own frequency (which needs no Markov
-assumption). ``κ`` is chosen per property by 5-fold cross-validation over the distinct
-training runs of the per-step Brier score (the figure ``forewarn evaluate`` reports):
-for each fold the chain is learned and checked again without it, and the fold's visits
-are predicted from the other folds' chain and counts. Refitting matters: a chain that
-saw the run it predicts looks better than it is, and picks too large a κ.
+assumption). Counting every visit instead would weigh a run by how long it lingers: where
+safe runs stay longer in a state, the frequency, and the blend, would understate the risk of
+a run that gets there. ``κ`` is chosen per property by 5-fold cross-validation over the
+distinct training runs of the per-step Brier score (the figure ``forewarn evaluate``
+reports): for each fold the chain is learned and checked again without it, and the fold's
+visits are predicted from the other folds' chain and counts. Refitting matters: a chain that
+saw the run it predicts looks better than it is, and picks too large a κ. The chain alone
+(κ = ∞) is the default, and another κ is taken only when its improvement over held-out runs
+is significant (:func:`choose_kappa`).
 
 Only properties of the form ``F "label"`` and ``F<=h "label"`` have an outcome that a
 finite run decides at every step; other formulas keep the chain's values.
@@ -41,6 +46,7 @@ __all__ = ["KAPPA_GRID", "FOLDS", "CV_PATHS", "Fit", "PathVisits", "summarize_pa
 # Candidate strengths for ``shrink: auto`` (∞: the chain alone), ascending.
 KAPPA_GRID = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, math.inf)
 FOLDS = 5
+Z_IMPROVE = 1.645  # a κ must beat the chain alone by this many standard errors (one-sided 5 %)
 CV_PATHS = 1000  # at most this many distinct runs (every m-th in sorted order) take part in choosing κ
 _REACH = re.compile(r'^P=\?\s*\[\s*F\s*(?:<=\s*(\d+)\s*)?"([^"]+)"\s*\]$')
 
@@ -132,15 +138,17 @@ def summarize_paths(paths: Paths, predicates: PredicateSet, monitors: Sequence[M
     return out
 
 
-def _totals(summaries: Sequence[PathVisits], targets: int) -> tuple[Counter[Key], list[Counter[Key]]]:
+def _first_totals(summaries: Sequence[PathVisits], targets: int) -> tuple[Counter[Key], list[Counter[Key]]]:
+    """Per state, the runs that visited it and, per target, those whose first visit the target followed:
+    each run counts once (every-visit counts weigh a run that lingers by its length)."""
     n: Counter[Key] = Counter()
     k: list[Counter[Key]] = [Counter() for _ in range(targets)]
     for pv in summaries:
-        for key, v in pv.visits.items():
-            n[key] += v * pv.weight
-        for t, hit in enumerate(pv.hits):
-            for key, h in hit.items():
-                k[t][key] += h * pv.weight
+        for key in pv.visits:
+            n[key] += pv.weight
+        for t, first in enumerate(pv.first):
+            for key in first:
+                k[t][key] += pv.weight
     return n, k
 
 
@@ -154,20 +162,26 @@ def _blend(k: np.ndarray, n: np.ndarray, p: np.ndarray, kappa: float) -> np.ndar
 
 def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[[Paths], Fit],
                  properties: Sequence[int], grid: Sequence[float] = KAPPA_GRID) -> list[tuple[float, list[float]]]:
-    """Per target (property index ``properties[t]`` of a fit): the κ with the lowest cross-validated
-    Brier score, and every score.
+    """Per target (property index ``properties[t]`` of a fit): the κ chosen, and every κ's held-out Brier score.
 
     Folds: the distinct paths in sorted order (every m-th of them beyond :data:`CV_PATHS`),
-    dealt round-robin (deterministic). For each fold, ``fit`` learns and checks the chain
-    from every other run, whose counts also give the frequencies; the fold's ``v`` visits
-    with ``h`` hits to a state score ``v·pred² − 2·pred·h + h``. Ties go to the larger κ.
+    dealt round-robin (deterministic; copies of one run stay in one fold). For each fold, ``fit``
+    learns and checks the chain from every other run, whose first-visit counts give the
+    frequencies; the fold's ``v`` visits with ``h`` hits to a state score ``v·pred² − 2·pred·h + h``
+    (the per-step Brier score ``forewarn evaluate`` reports).
+
+    The chain alone (κ = ∞, no shrinking) is the default: the κ with the lowest score replaces
+    it only if it improves the held-out score by more than :data:`Z_IMPROVE` standard errors of
+    the per-run improvements (a one-sided paired test over held-out runs), so noise cannot pick
+    a κ that makes the estimate worse.
     """
     items = sorted(summaries)
     if len(items) > CV_PATHS:  # κ needs no more held-out runs: bound the refits' cost on large inputs
         items = items[::math.ceil(len(items) / CV_PATHS)]
     targets = len(properties)
-    n_all, k_all = _totals(list(summaries.values()), targets)
-    sums = [np.zeros(len(grid)) for _ in range(targets)]
+    n_all, k_all = _first_totals(list(summaries.values()), targets)
+    per_run: list[list[np.ndarray]] = [[] for _ in range(targets)]  # per fold: runs × grid, each run's sum
+    weights: list[list[np.ndarray]] = [[] for _ in range(targets)]
     scored = 0.0
     for fold in range(FOLDS):
         test = [p for i, p in enumerate(items) if i % FOLDS == fold]
@@ -175,30 +189,44 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
             continue
         fitted = fit({p: summaries[p].weight for p in test})  # learned without the fold
         index = fitted.dtmc.product_index()
-        n_test, k_test = _totals([summaries[p] for p in test], targets)
+        n_test, k_test = _first_totals([summaries[p] for p in test], targets)
         for t in range(targets):
-            rows = []  # (state index, training visits, training hits, v, h, weight)
-            for p in test:
+            rows = []  # (run, state index, training runs, training hits, v, h)
+            for r, p in enumerate(test):
                 pv = summaries[p]
                 for key, v in pv.visits.items():
                     s = index.get(key)
                     if s is not None:
-                        rows.append((s, n_all[key] - n_test[key], k_all[t][key] - k_test[t][key], v,
-                                     pv.hits[t].get(key, 0), pv.weight))
+                        rows.append((r, s, n_all[key] - n_test[key], k_all[t][key] - k_test[t][key], v,
+                                     pv.hits[t].get(key, 0)))
             if not rows:
                 continue
-            s_, n_, k_, v_, h, w = (np.asarray(c, dtype=float) for c in zip(*rows))
+            r_, s_, n_, k_, v_, h = (np.asarray(c, dtype=float) for c in zip(*rows))
             p_ = fitted.values[properties[t]][s_.astype(np.int64)]
+            runs = r_.astype(np.int64)
+            sums = np.zeros((len(test), len(grid)))
             for g, kappa in enumerate(grid):
                 pred = _blend(k_, n_, p_, kappa)
-                sums[t][g] += float((w * (v_ * pred * pred - 2 * pred * h + h)).sum())
+                sums[:, g] = np.bincount(runs, weights=v_ * pred * pred - 2 * pred * h + h, minlength=len(test))
+            per_run[t].append(sums)
+            weights[t].append(np.array([summaries[p].weight for p in test], dtype=float))
             if t == 0:
-                scored += float((w * v_).sum())
+                scored += float((np.array([summaries[p].weight for p in test])[runs] * v_).sum())
     out = []
-    for total in sums:
+    chain_alone = next(g for g, kappa in enumerate(grid) if math.isinf(kappa))
+    for t in range(targets):
+        if not per_run[t]:
+            out.append((float(grid[chain_alone]), [math.nan] * len(grid)))
+            continue
+        sums, w = np.concatenate(per_run[t]), np.concatenate(weights[t])
+        total = (w[:, None] * sums).sum(axis=0)
         scores = (total / max(scored, 1.0)).tolist()
         best = min(range(len(grid)), key=lambda g: (round(scores[g], 12), -grid[g]))
-        out.append((float(grid[best]), scores))
+        gain = sums[:, chain_alone] - sums[:, best]  # per run: how much κ improved on the chain
+        mean = float((w * gain).sum() / w.sum())
+        spread = math.sqrt(float((w * (gain - mean) ** 2).sum()))  # the standard error of the total gain
+        chosen = best if float((w * gain).sum()) > Z_IMPROVE * spread else chain_alone
+        out.append((float(grid[chosen]), scores))
     return out
 
 
@@ -244,7 +272,7 @@ def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: Lea
         kappas = choose_kappa(summaries, fit, chosen)
     else:
         kappas = [(float(setting), [])] * len(chosen)
-    n_all, k_all = _totals(list(summaries.values()), len(chosen))
+    n_all, k_all = _first_totals(list(summaries.values()), len(chosen))
     index = dtmc.product_index()
     n = np.zeros(dtmc.size)
     for key, v in n_all.items():

@@ -46,13 +46,16 @@ class StateRow:
     threshold: float | None
     path: list[int] | None  # most likely path to unsafe (state indices, this state first); None: unreachable
     path_probability: float | None
+    # the Markov test rejected here (guard/markov.py): runs here differ by more than the state shows
+    mismatch: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "predicates": self.predicates, "monitors": self.monitors,
                 "unsafe": self.unsafe, "visits": self.visits, "runs_started": self.runs_started,
                 "p_unsafe": self.p_unsafe, "lower": self.lower, "upper": self.upper,
                 "ci_low": self.ci_low, "ci_high": self.ci_high, "action": self.action,
-                "threshold": self.threshold, "path": self.path, "path_probability": self.path_probability}
+                "threshold": self.threshold, "path": self.path, "path_probability": self.path_probability,
+                "markov_mismatch": self.mismatch}
 
 
 def most_likely_paths(matrix: sp.csr_matrix, targets: np.ndarray, absorbing: np.ndarray
@@ -106,6 +109,7 @@ def state_rows(model: GuardModel, guard: Guard | None = None) -> list[StateRow]:
     probability, successor = most_likely_paths(dtmc.matrix, dtmc.unsafe, dtmc.absorbing)
     rows_q = dtmc.monitor_states.tolist() if dtmc.monitor_states is not None else None
     rows: list[StateRow] = []
+    flagged = model.properties[0].mismatch
     for i, bits in enumerate(dtmc.states[:-1]):
         q = tuple(rows_q[i]) if rows_q is not None else ()
         memory = guard.memory
@@ -129,5 +133,6 @@ def state_rows(model: GuardModel, guard: Guard | None = None) -> list[StateRow]:
             # the statistical interval, for models and decisions that carry one
             ci_low=getattr(decision, "ci_low", None), ci_high=getattr(decision, "ci_high", None),
             action=decision.action.value, threshold=decision.threshold,
-            path=path, path_probability=None if path is None else float(probability[i])))
+            path=path, path_probability=None if path is None else float(probability[i]),
+            mismatch=bool(flagged is not None and flagged[i])))
     return rows

@@ -44,6 +44,46 @@ KNOWN_CHAINS: dict[str, Chain] = {
 }
 
 
+# Runs that misbehave: each fixture is a mixture of chains (weight, chain), one kind drawn per run.
+# The truth at a state is what a run there goes on to do: P(F unsafe after the first visit | visited).
+MIXTURES: dict[str, list[tuple[Fraction, Chain]]] = {
+    # a rare risk: 1.6 % from the start, so that many learnings from 50 runs see no unsafe run at all
+    "rare_risk": [(F(1), {NONE: {NONE: F(2, 5), A: F(1, 5), END: F(2, 5)},
+                          A: {NONE: F(1, 5), A: F(1, 5), AB: F(7, 200), END: F(113, 200)}})],
+    # two hidden kinds sharing abstract states: one intends the hazard (B, then A, then AB), one does
+    # not (A, then B, then the end); in A and B the chain mixes what the kinds do next
+    "two_types": [(F(1, 2), {NONE: {NONE: F(1, 5), B: F(4, 5)},
+                             B: {B: F(1, 10), A: F(4, 5), END: F(1, 10)},
+                             A: {A: F(1, 10), AB: F(4, 5), END: F(1, 10)}}),
+                  (F(1, 2), {NONE: {NONE: F(1, 5), A: F(4, 5)},
+                             A: {A: F(1, 10), B: F(4, 5), END: F(1, 10)},
+                             B: {B: F(1, 10), END: F(9, 10)}})],
+    # the safe kind lingers in the start state, the risky one moves on at once
+    "lingering": [(F(2, 5), {NONE: {A: F(1)}, A: {A: F(1, 4), AB: F(1, 2), END: F(1, 4)}}),
+                  (F(3, 5), {NONE: {NONE: F(4, 5), A: F(1, 10), END: F(1, 10)}, A: {A: F(1, 2), END: F(1, 2)}})],
+}
+MIXTURES.update({name: [(F(1), chain)] for name, chain in KNOWN_CHAINS.items()})
+
+
+def mixture_risk(kinds: list[tuple[Fraction, Chain]]) -> dict[int, Fraction]:
+    """Exact first-visit risk per abstract state a run can visit (from NONE), over the kinds."""
+    states = {s for _, chain in kinds for s in chain} - {AB, END}
+    out = {}
+    for x in states:
+        num, den = F(0), F(0)
+        for weight, chain in kinds:
+            rows: dict[int, dict[int, Fraction]] = {s: dict(row) for s, row in chain.items()}
+            rows.setdefault(x, {END: F(1)})
+            rows[AB] = {AB: F(1)}
+            rows[END] = {END: F(1)}
+            visit = reach_probabilities(rows, {x})[NONE]
+            num += weight * visit * reach_probabilities(rows, {AB})[x]
+            den += weight * visit
+        if den > 0:
+            out[x] = num / den
+    return out
+
+
 def true_risk(chain: Chain) -> dict[int, Fraction]:
     """Exact P(F unsafe) per abstract state of a known chain."""
     rows: dict[int, dict[int, Fraction]] = {s: dict(row) for s, row in chain.items()}
@@ -52,12 +92,18 @@ def true_risk(chain: Chain) -> dict[int, Fraction]:
     return reach_probabilities(rows, {AB})
 
 
-def simulate(chain: Chain, runs: int, rng: np.random.Generator, predicates: PredicateSet,
-             *, max_steps: int = 10_000, paths: Counter[tuple[int, ...]] | None = None) -> TransitionCounts:
-    """Counts of ``runs`` runs of the known chain, each starting in NONE (each run also into ``paths``)."""
-    tables = {s: (list(row), np.cumsum([float(p) for p in row.values()])) for s, row in chain.items()}
+def simulate(chain: Chain | list[tuple[Fraction, Chain]], runs: int, rng: np.random.Generator,
+             predicates: PredicateSet, *, max_steps: int = 10_000,
+             paths: Counter[tuple[int, ...]] | None = None) -> TransitionCounts:
+    """Counts of ``runs`` runs of the known chain (or mixture: a kind drawn per run), each starting in
+    NONE (each run also into ``paths``)."""
+    kinds = chain if isinstance(chain, list) else [(F(1), chain)]
+    all_tables = [{s: (list(row), np.cumsum([float(p) for p in row.values()])) for s, row in c.items()}
+                  for _, c in kinds]
+    drawn = rng.choice(len(kinds), size=runs, p=[float(w) for w, _ in kinds])
     counts = TransitionCounts()
-    for _ in range(runs):
+    for kind in drawn.tolist():
+        tables = all_tables[kind]
         state, path = NONE, [NONE]
         while len(path) < max_steps:
             targets, cumulative = tables[state]
@@ -84,6 +130,14 @@ class Coverage:
     state_misses: int = 0
     point_errors: list[float] = field(default_factory=list)  # |p_unsafe − true| per learned state
     widths: list[float] = field(default_factory=list)
+    start_covered: int = 0  # learnings in which the start state's true risk is inside its interval
+    start_errors: list[float] = field(default_factory=list)
+    no_unsafe_run: int = 0  # learnings whose runs never reached the unsafe state
+    flagged: int = 0  # states the Markov test flagged, over all learnings
+
+    @property
+    def start_rate(self) -> float:
+        return self.start_covered / self.learnings if self.learnings else float("nan")
 
     @property
     def rate(self) -> float:
@@ -94,7 +148,9 @@ class Coverage:
         return (f"{self.chain:9s} {self.method:16s} δ={self.delta}: all states covered in {self.covered}/"
                 f"{self.learnings} learnings ({self.rate:.3f}, needed ≥ {1 - self.delta:.3f}); "
                 f"state misses {self.state_misses}/{self.state_checks}; point error mean {errors.mean():.4f}, "
-                f"max {errors.max():.4f}; mean interval width {np.mean(self.widths):.3f}")
+                f"max {errors.max():.4f}; mean interval width {np.mean(self.widths):.3f}; start covered "
+                f"{self.start_rate:.3f}, start error mean {np.mean(self.start_errors):.4f}; "
+                f"no unsafe run in {self.no_unsafe_run}; flagged states {self.flagged}")
 
 
 def coverage(name: str, *, learnings: int, runs: int, delta: float = 0.05,
@@ -105,8 +161,8 @@ def coverage(name: str, *, learnings: int, runs: int, delta: float = 0.05,
     ``outcomes``: intersect the chain's interval with the runs' direct first-visit interval
     (as ``forewarn learn`` does, guard/outcomes.py); else the interval chain's alone.
     """
-    chain = KNOWN_CHAINS[name]
-    truth = true_risk(chain)
+    chain = MIXTURES[name]
+    truth = mixture_risk(chain)
     predicates = PredicateSet(parse_spec(TOY_SPEC))
     definition = PropertyDef(name="unsafe", formula='F "unsafe"')
     rng = np.random.default_rng(seed)
@@ -115,7 +171,9 @@ def coverage(name: str, *, learnings: int, runs: int, delta: float = 0.05,
     assert unsafe is not None
     for _ in range(learnings):
         paths: Counter[tuple[int, ...]] = Counter()
-        dtmc = learn_dtmc(simulate(chain, runs, rng, predicates, paths=paths), predicates, alpha=alpha)
+        counts = simulate(chain, runs, rng, predicates, paths=paths)
+        out.no_unsafe_run += counts.unsafe_runs == 0
+        dtmc = learn_dtmc(counts, predicates, alpha=alpha)
         labels = labels_of(dtmc)
         outcome = check_sparse_model(build_sparse_dtmc(dtmc.matrix, labels), definition.query,
                                      method=Method.TOPOLOGICAL)
@@ -126,20 +184,26 @@ def coverage(name: str, *, learnings: int, runs: int, delta: float = 0.05,
         (prop,), _ = with_intervals(dtmc, labels, [CheckedProperty(definition, outcome)], method=method,
                                     delta=delta, outcomes=direct)
         assert prop.ci_low is not None and prop.ci_high is not None
+        out.flagged += 0 if prop.mismatch is None else int(prop.mismatch.sum())
+        values = prop.outcome.values
         missed = 0
         for i, bits in enumerate(dtmc.states[:-1]):
             if dtmc.unsafe[i]:
                 continue
             exact = float(truth[bits])
             out.state_checks += 1
-            out.point_errors.append(abs(float(outcome.values[i]) - exact))
+            out.point_errors.append(abs(float(values[i]) - exact))
             out.widths.append(float(prop.ci_high[i] - prop.ci_low[i]))
-            if not prop.ci_low[i] - 1e-9 <= exact <= prop.ci_high[i] + 1e-9:
+            inside = prop.ci_low[i] - 1e-9 <= exact <= prop.ci_high[i] + 1e-9
+            if not inside:
                 missed += 1
+            if bits == NONE:
+                out.start_covered += inside
+                out.start_errors.append(abs(float(values[i]) - exact))
         out.state_misses += missed
         out.learnings += 1
         out.covered += missed == 0
     return out
 
 
-__all__ = ["KNOWN_CHAINS", "Coverage", "coverage", "simulate", "true_risk", "A", "B"]
+__all__ = ["KNOWN_CHAINS", "MIXTURES", "Coverage", "coverage", "mixture_risk", "simulate", "true_risk", "A", "B"]

@@ -120,8 +120,8 @@ def test_the_bundle_file_round_trips_as_one_file(bundle: GuardBundle, tmp_path: 
     assert guard.member("t1").predicates is guard.member("t2").predicates is guard.pooled.predicates
     a = {"a": True, "b": 0}
     assert guard.decide(a, {"task": "t1"}).p_unsafe == BundleGuard(bundle).decide(a, {"task": "t1"}).p_unsafe
-    # p_safe at the start as the default learning stores it (shrunk towards the observed frequency)
-    with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.77 at the start"):  # as Guard.load
+    # p_safe at the start as the default learning stores it: 10 of the 27 runs went wrong, and the chain says so
+    with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.63 at the start"):  # as Guard.load
         assert isinstance(load_guard(bundle.pooled.save(tmp_path / "single.json")), Guard)
     with pytest.raises(ModelFileError, match="a single model, not a bundle"):
         GuardBundle.load(tmp_path / "single.json")
@@ -298,6 +298,7 @@ def test_a_signed_bundle_round_trips_and_a_resealed_one_is_refused(bundle: Guard
     member["properties"][0]["values"] = [0.0] * len(member["properties"][0]["values"])  # every risk 0
     for key in ("lower", "upper", "ci_low", "ci_high"):  # whatever would betray the edit goes too
         member["properties"][0][key] = None
+    member["properties"][0].pop("markov_mismatch", None)  # flags need the intervals just removed
     member["checksum"] = model_checksum({**member, "spec": document["spec"]})  # every seal redone
     document["checksum"] = _checksum(document)
     path.write_bytes(orjson.dumps(document))

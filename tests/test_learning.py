@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -118,10 +119,12 @@ def test_a_state_never_seen_as_a_source_gets_the_uniform_row(alpha: Fraction,
     counts.counts[NONE, END] = 1
     counts.initial[NONE] = 3
     dtmc = learn_dtmc(counts, toy_predicates, alpha=float(alpha))
-    assert dtmc.states == [NONE, A, END]
+    # AB, the unsafe state, is in the model though no run reached it (docs/method.md)
+    assert dtmc.states == [NONE, A, AB, END]
     expected = {
-        NONE: eq1_row({A: 2, END: 1}, [NONE, A, END], alpha),
-        A: {NONE: Fraction(1, 3), A: Fraction(1, 3), END: Fraction(1, 3)},
+        NONE: eq1_row({A: 2, END: 1}, [NONE, A, AB, END], alpha),
+        A: {NONE: Fraction(1, 4), A: Fraction(1, 4), AB: Fraction(1, 4), END: Fraction(1, 4)},
+        AB: {AB: Fraction(1)},
         END: {END: Fraction(1)},
     }
     assert_rows(dtmc, expected)
@@ -246,6 +249,32 @@ def test_negative_alpha_is_rejected(toy_predicates: PredicateSet) -> None:
 
 # -- the vectorised learn_dtmc against eq. 1 written row by row ------------------------------
 
+def reference_unsafe(observed: list[int], predicates: PredicateSet, rule: Any) -> set[int]:
+    """The unseen unsafe states learning adds, by brute force: for each safe observed state without an
+    observed unsafe successor, the nearest unsafe valuation changing only predicates 'unsafe' reads."""
+    read = [b for b in range(predicates.width) if predicates.unsafe_mask >> b & 1]
+    width = predicates.width
+    seen_unsafe = [b for b in observed if predicates.is_unsafe(b)]
+    added: set[int] = set()
+    for s in observed:
+        if predicates.is_unsafe(s) or (rule is None and seen_unsafe):
+            continue
+        others = s & ~sum(1 << b for b in read)
+        candidates = [others | sum(1 << b for b, v in zip(read, values) if v)
+                      for values in product([False, True], repeat=len(read))]
+        candidates = sorted((c for c in candidates if predicates.is_unsafe(c)),
+                            key=lambda c: (bin(c ^ s).count("1"), c))
+        if rule is None:
+            return set(candidates[:1])
+        v = [tuple(bool(b >> k & 1) for k in range(width)) for b in [s, *seen_unsafe[:8]]]
+        if any(rule(v[0], u) for u in v[1:]):
+            continue
+        allowed = [c for c in candidates if rule(v[0], tuple(bool(c >> k & 1) for k in range(width)))]
+        if allowed and allowed[0] not in observed:
+            added.add(allowed[0])
+    return added
+
+
 def reference_learn(counts: TransitionCounts, predicates: PredicateSet, alpha: float,
                     rule: Any) -> tuple[list[int], list[list[int]], list[list[float]], list[list[float]], int]:
     """States, and per row the columns, probabilities and counts, computed one row at a time."""
@@ -254,6 +283,7 @@ def reference_learn(counts: TransitionCounts, predicates: PredicateSet, alpha: f
         observed.add(src)
         if dst != END:
             observed.add(dst)
+    observed |= reference_unsafe(sorted(observed), predicates, rule)
     states = sorted(observed) + [END]
     index = {bits: i for i, bits in enumerate(states)}
     end = len(states) - 1

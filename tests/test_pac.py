@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from _support import CLI, NONE, A, WriteRuns, expected_steps, toy_run
+from _support import AB, CLI, NONE, A, WriteRuns, expected_steps, toy_run
 from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, learn_dtmc
 from forewarn.guard.model import GuardModel
 from forewarn.guard.pac import amplification_factor, pac_report, tight_bound
@@ -53,17 +53,19 @@ def test_report_on_the_toy_chain_matches_the_formula_by_hand(toy_model: GuardMod
 
 
 def test_enough_visits_satisfy_the_requirement(write_runs: WriteRuns, toy_spec: Spec) -> None:
-    # NONE → end only. With ε = δ = 0.5: δ' = 0.25, bracket = 1/4 − (1/2 − 1/3)² = 2/9.
+    # NONE → end only. With ε = δ = 0.5 and |S| = 3 (NONE, the unreached AB, end): δ' = 1/6,
+    # bracket = 1/4 − (1/2 − 1/3)² = 2/9.
     many = learn_model([write_runs([toy_run(f"m{i}", [NONE]) for i in range(10)], "many.jsonl")], toy_spec,
                        epsilon=0.5, delta=0.5)
     few = learn_model([write_runs([toy_run(f"f{i}", [NONE]) for i in range(3)], "few.jsonl")], toy_spec,
                       epsilon=0.5, delta=0.5)
     for model, runs in ((many, 10), (few, 3)):
         alpha = Fraction(1, 10)
-        # expected steps from NONE: 1 / (1 − P(NONE, NONE)), P(NONE, NONE) = α / (runs + 2α)
-        b = 1 / (1 - alpha / (runs + 2 * alpha))
+        # expected steps from NONE: 1 / (1 − P(NONE, NONE)), P(NONE, NONE) = α / (runs + 3α): the valid
+        # successors are NONE, end and AB (unsafe: in the model though no run reached it)
+        b = 1 / (1 - alpha / (runs + 3 * alpha))
         assert b == hand_b(model.dtmc)
-        needed = (1.1 * float(b)) ** 2 * 2 / 0.5**2 * math.log(2 / 0.25) * (2 / 9)
+        needed = (1.1 * float(b)) ** 2 * 2 / 0.5**2 * math.log(2 / (0.5 / 3)) * (2 / 9)
         [entry] = model.pac.states
         assert entry.visits == runs
         assert entry.required == math.ceil(needed)
@@ -77,7 +79,7 @@ def test_states_that_never_absorb_make_b_infinite(toy_predicates: PredicateSet) 
     counts.counts[A, NONE] = 2
     counts.initial[NONE] = 1
     dtmc = learn_dtmc(counts, toy_predicates, alpha=0.0)  # a closed loop: nothing is ever absorbed
-    assert dtmc.states == [NONE, A, END]
+    assert dtmc.states == [NONE, A, AB, END]  # AB unreached: with α = 0 nothing leads there
     report = pac_report(dtmc, epsilon=0.1, delta=0.05)
     assert report.amplification == math.inf
     assert all(s.required is None and not s.satisfied for s in report.states)

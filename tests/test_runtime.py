@@ -115,8 +115,19 @@ def test_an_unseen_state_gets_the_configured_action(partial_model: GuardModel) -
     assert allow.action is Action.ALLOW and allow.p_unsafe is None
 
 
-def test_an_unsafe_state_never_seen_in_training_stops(partial_model: GuardModel) -> None:
-    assert AB not in partial_model.dtmc.states
+def test_an_unsafe_state_no_run_reached_is_in_the_model(partial_model: GuardModel) -> None:
+    ab = partial_model.dtmc.states.index(AB)  # the spec can reach it: in the model, never seen
+    assert partial_model.dtmc.unsafe[ab] and partial_model.visits[ab] == 0
+    start = partial_model.dtmc.states.index(NONE)
+    assert 0 < partial_model.outcome.values[start] < 0.2  # rare, not impossible
+    decision = Guard(partial_model).decide(toy_state(AB))
+    assert decision.unsafe_now and decision.action is Action.STOP
+
+
+def test_an_unsafe_state_never_seen_in_training_stops(write_runs: WriteRuns, toy_spec: Spec) -> None:
+    observed = parse_spec(toy_spec.text.replace("learning:", "learning:\n  structure: observed"))
+    partial_model = learn_model([write_runs([toy_run("q1", [NONE, A, NONE]), toy_run("q2", [NONE, A])])], observed)
+    assert AB not in partial_model.dtmc.states  # only observed successors: nothing adds AB
     decision = Guard(partial_model).decide(toy_state(AB))
     assert (decision.p_unsafe, decision.p_safe) == (1.0, 0.0)
     assert decision.action is Action.STOP

@@ -112,7 +112,8 @@ def test_restore_threads_the_runs_risk(risky: GuardModel) -> None:
 
 def test_unseen_states_follow_their_policy_and_keep_the_runs_risk(write_runs: WriteRuns) -> None:
     partial = learn_model([write_runs([toy_run("q", [NONE, A, NONE])], "q.jsonl")], parse_spec(TOY_SPEC))
-    session = increase(with_risk(partial, {NONE: Fraction(3, 10), A: Fraction(6, 10), END: Fraction(0)})).session()
+    risk = {NONE: Fraction(3, 10), A: Fraction(6, 10), AB: Fraction(1), END: Fraction(0)}  # AB: never reached
+    session = increase(with_risk(partial, risk)).session()
     session.observe(toy_state(NONE))
     unseen = session.observe(toy_state(B))
     assert (unseen.known, unseen.action) == (False, Action.ASK_HUMAN)

@@ -9,7 +9,7 @@ from ...errors import UsageError
 from ..bundle import GuardBundle
 from ..model import GuardModel
 
-__all__ = ["fmt", "state_words", "pac_words", "members_of", "pac_lines", "pac_document"]
+__all__ = ["fmt", "state_words", "pac_words", "members_of", "pac_lines", "pac_document", "MISMATCH_MARK", "mismatch_note"]
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -114,3 +114,16 @@ def pac_document(model: GuardModel) -> dict[str, Any]:
                                      for i in tight.initial_limiting]}},
     }
 
+
+
+MISMATCH_MARK = "(runs differ)"
+
+
+def mismatch_note(model: GuardModel) -> str:
+    """What a state marked :data:`MISMATCH_MARK` means, with the test's level."""
+    level = None if model.intervals is None else model.intervals.markov_level
+    at = "" if level is None else f" (a test at family-wise level {level:g})"
+    return (f"{MISMATCH_MARK}: runs here differ by more than the state shows: the chain's risk and what the runs "
+            f"that passed through the state went on to do disagree{at}, so the abstraction misses something "
+            "that matters here (a kind of run, some history); the value and interval there are the runs' own "
+            "first-visit frequency and its Clopper–Pearson interval, which need no Markov assumption")

@@ -2,6 +2,7 @@
 PRISM file checked with Storm; as a table or as JSON."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +22,7 @@ from ..storm import (
     labels_of,
     quantitative_form,
 )
-from ._model_text import fmt, members_of, pac_document, pac_lines, state_words
+from ._model_text import MISMATCH_MARK, fmt, members_of, mismatch_note, pac_document, pac_lines, state_words
 from ._options import Format, check_precision, out, print_json
 
 __all__ = ["check", "register"]
@@ -103,6 +104,7 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
 
         monitors = {m.name: m for m in build_monitors(loaded.spec)}
     first = outcomes[0][1]
+    near = near_bound(first, property or first.formula)
     rows = []
     for i, bits in enumerate(dtmc.states):
         row: dict[str, Any] = {
@@ -118,9 +120,11 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
             "ci_high": None if ci_high is None else float(ci_high[i]),
             "visits": int(visits[i]),
             "ctl": {name: bool(v[i]) for name, v in verdicts.items()},
+            "markov_mismatch": bool(checked[0].mismatch is not None and checked[0].mismatch[i]),
         }
         if first.verdicts is not None:  # a state formula with a bound: Storm's verdict in this state
             row["verdict"] = bool(first.verdicts[i])
+            row["near_bound"] = bool(near[i])
         if len(outcomes) > 1:
             row["properties"] = {p.name: {"value": _number(p.outcome.values[i]),
                                           "lower": None if p.outcome.lower is None else float(p.outcome.lower[i]),
@@ -155,7 +159,8 @@ def _print_check(loaded: GuardModel, outcomes: list[tuple[str, Any]], rows: list
         table.add_column(column, justify="left" if column in {"state", "monitors", "unsafe"} else "right",
                          min_width=5 if column == "holds" else None)  # "false" whole, however narrow
     for i, row in enumerate(rows):
-        cells = [str(i), "end" if row["kind"] == "end" else state_words(loaded, i)]
+        cells = [str(i), ("end" if row["kind"] == "end" else state_words(loaded, i))
+                 + (f" {MISMATCH_MARK}" if row["markov_mismatch"] else "")]
         if with_monitors:
             cells.append(", ".join(f"{k} {v}" for k, v in row["monitors"].items()))
         cells.append("yes" if row["unsafe"] else "")
@@ -175,8 +180,36 @@ def _print_check(loaded: GuardModel, outcomes: list[tuple[str, Any]], rows: list
     if narrow and len(outcomes) == 1 and first.lower is not None and not bounds:
         out.print(f"Storm's sound bounds lie within {spread:.1e} of every value; a wider terminal or --format "
                   "json shows them.", highlight=False)
+    if any(row["markov_mismatch"] for row in rows):
+        out.print(mismatch_note(loaded), soft_wrap=True, highlight=False)
+    close = [i for i, row in enumerate(rows) if row.get("near_bound")]
+    if close:
+        shown = ", ".join(f"#{i}" for i in close[:8]) + (", …" if len(close) > 8 else "")
+        out.print(f"{len(close)} state(s) ({shown}) have a value within the solver's precision of the bound: their "
+                  f"verdict may be the {first.method.value} solver's rounding, not the model's; re-check them with "
+                  "--method exact", soft_wrap=True, highlight=False)
     for line in pac_lines(loaded):
         out.print(line, highlight=False)
+
+
+_BOUND = re.compile(r"^\s*P\s*(?:<=|>=|<|>)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\[")
+
+
+def near_bound(outcome: Any, formula: str | None) -> np.ndarray:
+    """Per state, whether a bounded formula's probability (``P~b [...]``) lies within the solver's precision
+    of ``b`` (or Storm's bounds straddle it): the verdict there may be rounding. Never with ``exact``."""
+    n = len(outcome.values)
+    match = None if formula is None else _BOUND.match(formula)
+    if match is None or outcome.verdicts is None or outcome.method is Method.EXACT:
+        return np.zeros(n, dtype=bool)
+    bound = float(match.group(1))
+    values = np.asarray(outcome.values, dtype=float)
+    low = values if outcome.lower is None else outcome.lower
+    high = values if outcome.upper is None else outcome.upper
+    with np.errstate(invalid="ignore"):
+        near: np.ndarray = (np.abs(values - bound) <= max(outcome.precision, 1e-12)) | ((low <= bound) & (bound <= high))
+    out: np.ndarray = near & np.isfinite(values)
+    return out
 
 
 def _number(value: float) -> float | None:

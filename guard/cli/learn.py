@@ -206,9 +206,22 @@ def _degenerate(model: GuardModel) -> list[str]:
         found.append(f"'unsafe' ({model.spec.unsafe}) holds whatever the predicates are: every state is unsafe, "
                      "every risk is 1 and every decision the same")
     elif model.provenance.get("unsafe_runs") == 0:
-        found.append("no run reached an unsafe state: every risk in this model comes from smoothing alone")
+        runs = model.provenance.get("runs")
+        if model.dtmc.alpha == 0:
+            found.append(f"no training run was unsafe (0 of {runs}) and alpha is 0: every risk is exactly 0; "
+                         "set learning.alpha above 0 for risks and intervals that allow a rare violation")
+        else:
+            found.append(f"no training run was unsafe (0 of {runs}): the unsafe state is in the model, reached "
+                         "only through smoothing, so the risks are small estimates of a rare event; each "
+                         "interval's upper end says how rare the runs that passed show it to be")
     elif model.provenance.get("unsafe_runs") == model.provenance.get("runs"):
         found.append("every run reached an unsafe state: the model cannot tell a risky start from a safe one")
+    flagged = sorted({int(i) for p in model.properties if p.mismatch is not None for i in p.mismatch.nonzero()[0]})
+    if flagged:
+        shown = ", ".join(f"#{i}" for i in flagged[:8]) + (", …" if len(flagged) > 8 else "")
+        found.append(f"{len(flagged)} state(s) ({shown}): runs here differ by more than the state shows (the chain "
+                     "and the runs' outcomes disagree, docs/method.md): their risk and interval are the runs' own; "
+                     "a predicate that tells those runs apart, or learning.memory, would refine them")
     return found
 
 

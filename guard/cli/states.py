@@ -15,7 +15,7 @@ from ..bundle import GuardBundle
 from ..model import GuardModel
 from ..outputs import check_output, write_output
 from ..storm import export_drn, prism_text
-from ._model_text import fmt, members_of, state_words
+from ._model_text import MISMATCH_MARK, fmt, members_of, mismatch_note, state_words
 from ._options import MkdirOption, out, print_json
 
 __all__ = ["states", "export", "register", "StatesFormat", "ExportFormat"]
@@ -57,14 +57,15 @@ def states(
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow((["member"] if bundle else []) + ["index", "state", "monitors", "unsafe", "visits",
                         "runs_started", "p_unsafe", "lower", "upper", "ci_low", "ci_high", "action", "threshold",
-                        "path", "path_probability"])
+                        "path", "path_probability", "markov_mismatch"])
         for name, (m, rows) in tables.items():
             for r in rows:
                 writer.writerow(([name] if bundle else []) + [
                     r.index, state_words(m, r.index), "; ".join(f"{k} {v}" for k, v in r.monitors.items()),
                     str(r.unsafe).lower(), r.visits, r.runs_started, r.p_unsafe, _blank(r.lower), _blank(r.upper),
                     _blank(r.ci_low), _blank(r.ci_high), r.action, _blank(r.threshold),
-                    "" if r.path is None else " ".join(map(str, r.path)), _blank(r.path_probability)])
+                    "" if r.path is None else " ".join(map(str, r.path)), _blank(r.path_probability),
+                    str(r.mismatch).lower()])
         return
     for name, (m, rows) in tables.items():
         monitors = bool(m.dtmc.monitors)
@@ -76,7 +77,8 @@ def states(
         for column in columns:
             table.add_column(column, justify="right" if column in {"#", "visits", "p_unsafe"} else "left")
         for r in rows:
-            cells = [str(r.index), state_words(m, r.index) + (" (unsafe)" if r.unsafe else "")]
+            cells = [str(r.index), state_words(m, r.index) + (" (unsafe)" if r.unsafe else "")
+                     + (f" {MISMATCH_MARK}" if r.mismatch else "")]
             if monitors:
                 cells.append(", ".join(f"{k} {v}" for k, v in r.monitors.items()))
             path = "unreachable" if r.path is None else (
@@ -85,6 +87,8 @@ def states(
                       r.action, path]
             table.add_row(*cells)
         out.print(table)
+        if any(r.mismatch for r in rows):
+            out.print(mismatch_note(m), soft_wrap=True, highlight=False)
     out.print("visits: departures observed from the state; bounds: Storm's numerical bounds; interval: the "
               "statistical interval where the model has one; path: the single most probable sequence of "
               "transitions into an unsafe state (its probability, a lower bound of p_unsafe).", soft_wrap=True)

@@ -97,3 +97,15 @@ def test_the_frontier_is_ordered_by_exact_reach_probability_not_by_rounding() ->
         expanded = [s.text for s in model.states if s.depth == 2 and s.kind is StateKind.EXPANDED]
         cut = [s.text for s in model.states if s.depth == 2 and s.kind is StateKind.CUT]
         assert (expanded, cut) == (["zyy"], ["abc"])
+
+
+def test_the_mass_is_compared_with_alpha_exactly_as_the_docs_say() -> None:
+    """docs/llmcheck.md: 0.25 + 0.5 reaches 0.75; 0.3 + 0.25 does not reach 0.55, nor 0.3 + 0.3 + 0.2 0.8
+    (the floats as rationals), though floating-point sums say they do."""
+    assert 0.3 + 0.25 >= 0.55 and 0.3 + 0.3 + 0.2 >= 0.8
+    dyadic = [Candidate(1, 0.5, "a"), Candidate(2, 0.25, "b"), Candidate(3, 0.125, "c")]
+    assert [c.token for c in top_alpha_k(dyadic, 0.75, 5)] == [1, 2]
+    two = [Candidate(1, 0.3, "a"), Candidate(2, 0.25, "b"), Candidate(3, 0.2, "c")]
+    assert [c.token for c in top_alpha_k(two, 0.55, 5)] == [1, 2, 3]
+    three = [Candidate(1, 0.3, "a"), Candidate(2, 0.3, "b"), Candidate(3, 0.2, "c"), Candidate(4, 0.1, "d")]
+    assert [c.token for c in top_alpha_k(three, 0.8, 5)] == [1, 2, 3, 4]
