@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 from .calibration import Calibration, calibrate
 from .runtime import Guard
 from .spec import Action, Trigger
+from .thresholds import supported_increase
 from .traces import Run, abstract_run
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class RunReplay:
     monitor_states: tuple[MonitorStates, ...] = ()
     start_risk: float | None = None
     quiet: frozenset[int] = frozenset()
+    ci_low: tuple[float | None, ...] = ()  # per step, the lower end of p_unsafe's interval (when the model has them)
 
     @property
     def unsafe(self) -> bool:
@@ -103,7 +105,8 @@ class RunReplay:
             for i, p in enumerate(self.p_unsafe):
                 if p is None:
                     continue
-                if i != self.violation and base is not None and p - base <= min_increase:
+                low = self.ci_low[i] if i < len(self.ci_low) else None
+                if i != self.violation and base is not None and not supported_increase(base, p, low, min_increase):
                     quiet.add(i)
                 base = p
         return self if frozenset(quiet) == self.quiet else replace(self, quiet=frozenset(quiet))
@@ -287,6 +290,7 @@ def replay_run(guard: Guard | BundleGuard, run: Run) -> RunReplay:
     """
     guard = guard.for_metadata(run.meta)
     risks: list[float | None] = []
+    lows: list[float | None] = []
     abstract: list[int] = []
     monitor_states: list[MonitorStates] = []
     violation = None
@@ -295,6 +299,7 @@ def replay_run(guard: Guard | BundleGuard, run: Run) -> RunReplay:
         q = guard.first_monitor_states(bits) if q is None else guard.next_monitor_states(q, bits)
         decision = guard.decide_product(bits, q)
         risks.append(decision.p_unsafe)
+        lows.append(decision.ci_low)
         abstract.append(bits)
         monitor_states.append(q[:len(guard.monitors)])  # the monitors' alone (learning.memory rides after them)
         if decision.unsafe_now:
@@ -302,7 +307,7 @@ def replay_run(guard: Guard | BundleGuard, run: Run) -> RunReplay:
             break
     return RunReplay(run.id, risks, violation, run.times()[:len(risks)], meta=run.meta, length=len(run.steps),
                      abstract=tuple(abstract), monitor_states=tuple(monitor_states),
-                     start_risk=max(guard.start_risk))  # decisions report the property most at risk
+                     start_risk=max(guard.start_risk), ci_low=tuple(lows))  # decisions report the property most at risk
 
 
 def replay(guard: Guard | BundleGuard, runs: Iterable[Run], thetas: Sequence[float], *,

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .model import GuardModel
     from .policy import Policy
 
-__all__ = ["start_risk", "initial_crossings", "warn_initial_crossings", "with_default_trigger"]
+__all__ = ["start_risk", "initial_crossings", "supported_increase", "warn_initial_crossings", "with_default_trigger"]
 
 _CONSEQUENCE = {Action.REFLECT: "reflected", Action.ASK_HUMAN: "sent to a human for approval",
                 Action.STOP: "stopped"}
@@ -46,6 +46,14 @@ def start_risk(model: GuardModel) -> tuple[float, ...]:
         values = _p_unsafe([float(prop.outcome.values[i]) for i in initial], prop.definition.meaning)
         risks.append(sum(v * n for v, n in zip(values, initial.values())) / total)
     return tuple(risks)
+
+
+def supported_increase(base: float, p_unsafe: float, ci_low: float | None, min_increase: float) -> bool:
+    """Whether a step's risk ``p_unsafe`` rises over the run's current risk ``base`` by what the data
+    supports (the increase trigger acts only then): by more than ``min_increase``, and, when the model
+    has confidence intervals, beyond the new state's interval (``base`` below its ``ci_low``) — a rise
+    inside that interval is noise the learned runs cannot tell from no rise at all."""
+    return p_unsafe - base > min_increase and (ci_low is None or base < ci_low)
 
 
 def initial_crossings(model: GuardModel, policy: Policy) -> list[str]:

@@ -23,6 +23,7 @@ except ModuleNotFoundError as exc:
 
 from ..runtime import Decision
 from ..spec import Action
+from ..telemetry import record_decision
 from ..toolcalls.transcript import CallStatus, ToolStep
 from . import _explain as explain
 from ._lookahead import same_state
@@ -59,9 +60,11 @@ def after_tool(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest
     news = decision.action is not Action.ALLOW and not (
         not mw.judge_unchanged and decision.action is not Action.STOP and before is not None
         and before.action is not None and same_state(before.decision, decision)) and not (
-        # a human approved exactly this: the result showed nothing the approval did not cover
-        review is not None and review.type == "approve" and approved_decision is not None
-        and decision.action is not Action.STOP and same_state(approved_decision, decision))
+        # a human approved (or edited) this call: its consequences are theirs to take, no alarm to the model
+        # (the state it led to differs from the one previewed when the approval itself is part of it)
+        review is not None and decision.action is not Action.STOP)
+    record_decision(decision, tool=call["name"], phase="observed", session=run.id, call_id=call.get("id"),
+                    action=decision.action if news else Action.ALLOW)
     if not news and not approved:  # the common case: nothing to add to the result
         return result
     marks: dict[str, Any] = {"phase": "observed"}

@@ -103,8 +103,13 @@ def consequence(guard: Explained, decision: Decision, *, subject: str = "Running
         threshold = (f"; the probability of staying safe, {decision.p_safe:.1%}, is below the "
                      f"'{decision.action.value}' threshold {decision.threshold:g}")
     what = f"{unsafe}; property {decision.property}" if formula else unsafe
+    rise = ""
+    if decision.baseline_p_unsafe is not None and decision.increase is not None:  # the increase trigger acted
+        verb_now = "raised" if past else "raises"
+        rise = (f" This call {verb_now} the risk from {decision.baseline_p_unsafe:.1%} to "
+                f"{decision.p_unsafe:.1%}.")
     return (f"{subject} {verb} to a state where {state}. From there, the probability of eventually reaching "
-            f"an unsafe state ({what}) is {decision.p_unsafe:.1%}{evidence}{threshold}.")
+            f"an unsafe state ({what}) is {decision.p_unsafe:.1%}{evidence}{threshold}.{rise}")
 
 
 DEFAULT_REFLECTION = ("Forewarn held back your call to {call}; it was not executed. {consequence} Revise your "

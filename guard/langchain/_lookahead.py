@@ -20,6 +20,7 @@ except ModuleNotFoundError as exc:
 
 from ..runtime import Decision, Session
 from ..spec import Action
+from ..telemetry import record_decision
 from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
 from . import _explain as explain
 from ._messages import forewarn_data, mark
@@ -58,12 +59,15 @@ class Turn:
             # (against the committed state: a call earlier in this turn has not been judged by its result yet)
             if action is not Action.ALLOW and not self.mw.judge_unchanged and unchanged(self.run.session, decision):
                 action = Action.ALLOW
-            if action is Action.ALLOW and not self.mw.knows(call["name"]):  # never silently allowed
-                action, note = self.mw.unknown_tools, self.mw.unknown_note(call["name"])
+            if action is Action.ALLOW and not self.mw.places(call["name"], self.base.then(*accepted, step), step):
+                action, note = self.mw.unknown_tools, self.mw.unknown_note(call["name"])  # never silently allowed
             if action is Action.REFLECT and (count := reflections(self.messages)) >= self.mw.max_reflections:
                 action = self.mw.on_reflection_limit
                 note += (f" Forewarn already asked the model to revise its plan {count} time(s) since the "
                         f"user's last message, its limit.")
+            if self.record:  # one span per decision acted on (a no-op unless the application set up OpenTelemetry)
+                record_decision(decision, tool=call["name"], phase="proposed", session=self.run.id,
+                                call_id=call["id"], action=action)
             if action is Action.REFLECT:
                 self._record(call, decision, action, "held back")
                 text = explain.held_back(self.guard, decision, call["name"], call["args"],

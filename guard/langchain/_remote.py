@@ -50,6 +50,13 @@ class MirroredSession(Session):
     proposal: str | None = None  # the proposal the next committed step ran (set under the middleware's lock)
     _deferred: list[dict[str, Any]] = field(default_factory=list)
 
+    def end(self) -> None:
+        """Close the sidecar session, in the background (a run's end is not worth a round trip on the
+        agent's path); a session that could not be created, or is closed already, is left as it is."""
+        creating = self.creating
+        if creating is not None:
+            _CREATING.submit(_close, creating)
+
     @property
     def remote(self) -> RemoteSession:
         """The sidecar session (waits for its creation; raises what made it fail)."""
@@ -78,6 +85,13 @@ class MirroredSession(Session):
             decided = self.remote.observe(state, action=action, t=t, ask=False, proposal=proposal)
         super().observe(state, action=action, t=t)
         return decided
+
+
+def _close(creating: Future[RemoteSession]) -> None:
+    try:
+        creating.result().close()
+    except Exception:
+        pass
 
 
 class RemoteGuard:

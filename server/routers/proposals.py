@@ -84,6 +84,9 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
                                             Storage.insert_proposal(row)))
         if status == "pending":
             state.hub.created()
+        # what the agent is told to do: a pending proposal waits for a human, whatever the guard's action was
+        acted = {"pending": "ask_human", "allowed": "allow"}.get(status, decision.action.value)
+        state.metrics.decision(acted, "propose")
         return 201, answer
 
     code, payload = await idem.run(principal, work)
@@ -178,6 +181,7 @@ async def _settle(state: ServerState, entry: Entry | None, row: Any, status: str
         raise ApiError(409, "already_resolved", f"proposal {row['id']!r} is no longer pending",
                        field="path.proposal_id")
     state.hub.resolved([row["id"]])
+    state.metrics.approvals_resolved.labels(status).inc()
     return 200, answer
 
 
