@@ -96,10 +96,12 @@ class RunReplay:
         p = self.p_unsafe[i]
         return i not in self.quiet and ((p is None and unseen_alarms) or (p is not None and 1.0 - p < theta))
 
-    def under_trigger(self, min_increase: float | None) -> RunReplay:
+    def under_trigger(self, min_increase: float | None, *, acts_on_start: bool = True) -> RunReplay:
         """The run as a trigger sees it: ``None`` the level trigger (every step may alarm), else
-        the increase trigger with that ``min_increase``. The violation and unseen steps always may."""
-        quiet: set[int] = set()
+        the increase trigger with that ``min_increase``. The violation and unseen steps always may.
+        ``acts_on_start=False``: the run's first state (before any call) never alarms — a look-ahead
+        judges calls, and no call leads there (the LangChain middleware, the MCP proxy)."""
+        quiet: set[int] = set() if acts_on_start or self.violation == 0 else {0}
         if min_increase is not None:
             base = self.start_risk
             for i, p in enumerate(self.p_unsafe):
@@ -357,9 +359,13 @@ def summarize(replays: Sequence[RunReplay], thetas: Sequence[float], *, unseen_a
     violating step predicts nothing) whose risk is known, against whether the run goes
     on to violate (within ``horizon`` steps when the property is ``F<=horizon``); per
     run, the first step's risk against the run's outcome. ``min_increase``: None scores the
-    level trigger, a number the increase trigger (see :meth:`RunReplay.under_trigger`).
+    level trigger, a number the increase trigger (see :meth:`RunReplay.under_trigger`). Under
+    ``lookahead`` enforcement a run's first state raises no alarm: the look-ahead judges calls,
+    and no call leads there (so the middleware never acts on it).
     """
-    replays = [r.under_trigger(min_increase) for r in replays]
+    mode = Enforcement(enforcement)
+    lookahead = mode is Enforcement.LOOKAHEAD
+    replays = [r.under_trigger(min_increase, acts_on_start=not lookahead) for r in replays]
     steps = sum(len(r.p_unsafe) for r in replays)
     unseen = 0
     step_pairs: list[tuple[float, bool]] = []
@@ -378,8 +384,6 @@ def summarize(replays: Sequence[RunReplay], thetas: Sequence[float], *, unseen_a
     n_safe = len(replays) - n_unsafe
     with_success = [r for r in replays if r.success is not None]
     completed = sum(bool(r.success) for r in with_success)
-    mode = Enforcement(enforcement)
-    lookahead = mode is Enforcement.LOOKAHEAD
     reports = [_theta_report(replays, theta, unseen_alarms, n_unsafe, n_safe, with_success, lookahead)
                for theta in thetas]
     return ReplayReport(runs=len(replays), steps=steps, unseen_steps=unseen, brier=by_step.brier, thetas=reports,
