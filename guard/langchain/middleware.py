@@ -124,7 +124,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             and PCTL property only where a template asks for ``{unsafe}`` or ``{formula}``.
 
     Warns (:class:`~forewarn.errors.ThresholdWarning`) when, under the level trigger, a
-    threshold is already crossed in an initial state (of the pooled model, for a bundle).
+    threshold is already crossed where the learned runs' first calls led (of the pooled model,
+    for a bundle): those first calls will be acted on.
 
     Raises:
         ConfigError: for a setting out of range.
@@ -156,7 +157,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         effective = with_default_trigger(policy or guard.policy, trigger)  # unset in spec and policy: increase
         # One guard for all sessions, so its per-abstract-state decision cache is shared.
         self._session_guard = guard if effective == guard.policy else guard.with_policy(effective)
-        warn_initial_crossings(guard.model, effective, stacklevel=2)
+        # a look-ahead never acts on a run's initial state: the warning is about the states first calls lead to
+        warn_initial_crossings(guard.model, effective, stacklevel=2, first_calls=True)
         self.metadata = metadata
         settings = check_settings(max_reflections=max_reflections, on_reflection_limit=on_reflection_limit,
                                   on_extraction_error=on_extraction_error, allowed_decisions=allowed_decisions,

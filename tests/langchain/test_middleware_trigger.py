@@ -89,8 +89,8 @@ def test_a_call_that_raises_the_risk_is_held_back(chain_guard: Guard, log: ToolL
 def test_the_level_trigger_warns_and_holds_back_the_first_call(tool_guard: Guard, log: ToolLog) -> None:
     start = p_safe(tool_guard, USER, [])
     policy = thresholds(reflect=min(start + 0.05, 1.0))
-    with pytest.warns(ThresholdWarning, match=rf"^reflect θ {min(start + 0.05, 1.0):g} > p_safe .* every first "
-                                              r"call will be reflected"):
+    with pytest.warns(ThresholdWarning, match=rf"^reflect θ {min(start + 0.05, 1.0):g} > p_safe .* first calls "
+                                              r"led: such first calls will be reflected"):
         mw = ForewarnMiddleware(tool_guard, policy=policy, trigger="level")
     run(mw, log, tool_calls(README), tool_calls(README), tool_calls(README), "Gave up.")
     assert log.ran == []  # held back twice, then the reflection limit stops the run
