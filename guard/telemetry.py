@@ -37,10 +37,11 @@ if TYPE_CHECKING:
     from .runtime import Decision
     from .spec import Action
 
+_trace: Any
 try:
     from opentelemetry import trace as _trace
 except ModuleNotFoundError:  # opentelemetry-api absent: every call is a no-op
-    _trace = None  # type: ignore[assignment]
+    _trace = None
 
 __all__ = ["SPAN_NAME", "decision_attributes", "record_decision"]
 

@@ -84,8 +84,8 @@ def initial_crossings(model: GuardModel, policy: Policy, *, first_calls: bool = 
         return []
     dtmc = model.dtmc
     violated = np.any(dtmc.violations, axis=1)
-    where = _first_calls(model) if first_calls else list(dtmc.initial.items())
-    starts = [(i, n) for i, n in where if not dtmc.unsafe[i] and not violated[i]]
+    reached = _first_calls(model) if first_calls else list(dtmc.initial.items())
+    starts = [(i, n) for i, n in reached if not dtmc.unsafe[i] and not violated[i]]
     if not starts:
         return []
     runs = sum(n for _, n in starts)

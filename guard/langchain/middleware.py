@@ -267,7 +267,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         if end is not None:
             end()
 
-    def _ended(self, result: Any) -> Any:
+    def _ended(self, result: ModelCallResult[Any]) -> ModelCallResult[Any]:
         """``result`` of a model call; the run ends there when it is the final answer (no tool calls)."""
         if not self._remote:  # in process there is nothing to close: a run's session is memory only
             return result
