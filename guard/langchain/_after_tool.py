@@ -21,10 +21,10 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain._after_tool", exc) from None
 
-from ..runtime import Decision
+from ..runtime import Decision, StepRecord
 from ..spec import Action
 from ..telemetry import record_decision
-from ..toolcalls.transcript import CallStatus, ToolStep
+from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
 from . import _explain as explain
 from ._lookahead import same_state
 from ._messages import forewarn_data, mark, message_text
@@ -35,7 +35,7 @@ from .runs import GuardedRun, Intervention
 if TYPE_CHECKING:
     from .middleware import ForewarnMiddleware
 
-__all__ = ["ToolResult", "after_tool", "stopped_after_tool"]
+__all__ = ["ToolResult", "aafter_tool", "after_tool", "stopped_after_tool"]
 
 ToolResult = ToolMessage | Command[Any]
 
@@ -43,20 +43,44 @@ ToolResult = ToolMessage | Command[Any]
 def after_tool(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
                review: Review | None, approved_decision: Decision | None = None) -> ToolResult:
     """Commit the state the call led to; the tool's result, with what the model must know added."""
+    with mw._lock:
+        message, step, transcript, before = _ran(mw, run, request, result, review)
+        decision = mw._decide(run.session, transcript, step, commit=True)
+    return _annotated(mw, run, request, result, review, message, decision, before)
+
+
+async def aafter_tool(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+                      review: Review | None, approved_decision: Decision | None = None) -> ToolResult:
+    """:func:`after_tool` for the async hooks: the commit to a sidecar is awaited, not waited on."""
+    with mw._lock:
+        message, step, transcript, before = _ran(mw, run, request, result, review)
+    decision = await mw._adecide(run.session, transcript, step)
+    return _annotated(mw, run, request, result, review, message, decision, before)
+
+
+def _ran(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+         review: Review | None) -> tuple[ToolMessage | None, ToolStep, Transcript, StepRecord | None]:
+    """The call as it ran, the transcript it ends, the last step before it (under the middleware's lock)."""
     call = request.tool_call
     message = result if isinstance(result, ToolMessage) else _tool_message_in(result, call.get("id"))
     text = message_text(message.content) if message is not None else None
     error = message is not None and message.status == "error"
-    approved = review is not None
     step = ToolStep(call["name"], call["args"], CallStatus.ERROR if error else CallStatus.SUCCESS, text,
-                    id=call.get("id"), approved=approved)
-    with mw._lock:
-        run._verdicts.pop(call.get("id") or "", None)
-        if isinstance(run.session, MirroredSession):  # the step a sidecar proposal led to, linked to it
-            run.session.proposal = run._proposals.pop(call.get("id") or "", None)
-        transcript = run._transcripts.transcript(request.state["messages"]).then(step)
-        before = run.session.history[-1] if run.session.history else None
-        decision = mw._decide(run.session, transcript, step, commit=True)
+                    id=call.get("id"), approved=review is not None)
+    run._verdicts.pop(call.get("id") or "", None)
+    if isinstance(run.session, MirroredSession):  # the step a sidecar proposal led to, linked to it
+        run.session.proposal = run._proposals.pop(call.get("id") or "", None)
+    transcript = run._transcripts.transcript(request.state["messages"]).then(step)
+    before = run.session.history[-1] if run.session.history else None
+    return message, step, transcript, before
+
+
+def _annotated(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+               review: Review | None, message: ToolMessage | None, decision: Decision,
+               before: StepRecord | None) -> ToolResult:
+    """The tool's result with what the model must know added (nothing, usually)."""
+    call = request.tool_call
+    approved = review is not None
     news = decision.action is not Action.ALLOW and not (
         not mw.judge_unchanged and decision.action is not Action.STOP and before is not None
         and before.action is not None and same_state(before.decision, decision)) and not (

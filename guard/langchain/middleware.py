@@ -58,7 +58,7 @@ from ..thresholds import warn_initial_crossings, with_default_trigger
 from ..toolcalls.extractor import ToolStateExtractor
 from ..toolcalls.placement import Placement, trained_tools
 from ..toolcalls.transcript import ExtractionError, ToolStep, Transcript
-from ._after_tool import ToolResult, after_tool, stopped_after_tool
+from ._after_tool import ToolResult, aafter_tool, after_tool, stopped_after_tool
 from ._approval import review_call, unless_forewarn_asks
 from ._lookahead import Turn
 from ._messages import REVIEWED
@@ -267,24 +267,50 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         if end is not None:
             end()
 
-    def _ended(self, result: ModelCallResult[Any]) -> ModelCallResult[Any]:
-        """``result`` of a model call; the run ends there when it is the final answer (no tool calls)."""
-        if not self._remote:  # in process there is nothing to close: a run's session is memory only
-            return result
+    async def _aend(self, run: GuardedRun) -> None:
+        """:meth:`_end` for the async hooks: the sidecar session is closed before the hook returns."""
+        with self._lock:
+            if run.closed:
+                return
+            run.closed = True
+        aend = getattr(run.session, "aend", None)
+        if aend is not None:
+            await aend()
+
+    def _ending(self, result: ModelCallResult[Any]) -> GuardedRun | None:
+        """The run that ends with this model call's result: the final answer (no tool calls), on a sidecar
+        (in process there is nothing to close: a run's session is memory only)."""
+        if not self._remote:
+            return None
         messages = result.result if isinstance(result, ModelResponse) else [result]
         last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
-        if last is not None and not last.tool_calls:
-            run = self._runs.current()
-            if run is not None:
-                self._end(run)
+        return self._runs.current() if last is not None and not last.tool_calls else None
+
+    def _ended(self, result: ModelCallResult[Any]) -> ModelCallResult[Any]:
+        run = self._ending(result)
+        if run is not None:
+            self._end(run)
         return result
 
-    def _failed(self, exc: BaseException) -> None:
+    async def _aended(self, result: ModelCallResult[Any]) -> ModelCallResult[Any]:
+        run = self._ending(result)
+        if run is not None:
+            await self._aend(run)
+        return result
+
+    def _failing(self, exc: BaseException) -> GuardedRun | None:
         """A hook raised: the run ends there unless LangGraph is only pausing it (an interrupt)."""
-        if self._remote and not isinstance(exc, GraphBubbleUp):
-            run = self._runs.current()
-            if run is not None:
-                self._end(run)
+        return self._runs.current() if self._remote and not isinstance(exc, GraphBubbleUp) else None
+
+    def _failed(self, exc: BaseException) -> None:
+        run = self._failing(exc)
+        if run is not None:
+            self._end(run)
+
+    async def _afailed(self, exc: BaseException) -> None:
+        run = self._failing(exc)
+        if run is not None:
+            await self._aend(run)
 
     # -- hooks ----------------------------------------------------------------------
 
@@ -309,14 +335,14 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         messages = request.state["messages"]
         stopped = stopped_after_tool(messages)
         if stopped is not None:
-            return self._ended(stopped)
+            return await self._aended(stopped)
         self._check_tools(request)
         if self._remote:
             self._run_of(messages)
         try:
-            return self._ended(self._look_ahead(messages, await handler(request)))
+            return await self._aended(self._look_ahead(messages, await handler(request)))
         except BaseException as exc:
-            self._failed(exc)
+            await self._afailed(exc)
             raise
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
@@ -339,7 +365,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         try:
             return await self._atool_call(request, handler)
         except BaseException as exc:
-            self._failed(exc)
+            await self._afailed(exc)
             raise
 
     def _tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]) -> ToolResult:
@@ -360,7 +386,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                           handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]) -> ToolResult:
         run, verdict = self._verdict_for(request)
         if verdict is None or verdict.action is Action.ALLOW:
-            return after_tool(self, run, request, await handler(request), None)
+            return await aafter_tool(self, run, request, await handler(request), None)
         resolved = (await asyncio.to_thread(review_call, self, run, request, verdict) if self.approvals == "sidecar"
                     else review_call(self, run, request, verdict))  # a sidecar's approver may take minutes
         if isinstance(resolved, ToolMessage):
@@ -370,7 +396,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             result = await handler(resolved[0])
         finally:
             REVIEWED.reset(token)
-        return after_tool(self, run, resolved[0], result, resolved[1], resolved[2])
+        return await aafter_tool(self, run, resolved[0], result, resolved[1], resolved[2])
 
     # -- the look-ahead ---------------------------------------------------------------
 
@@ -439,6 +465,21 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                 return session.observe(concrete, action=action)
             return session.preview(concrete)
         except ForewarnError as exc:  # ExtractionError, or a PredicateError on the state
+            if self.on_extraction_error is None:
+                raise
+            return self._fallback(step.name, str(exc))
+
+    async def _adecide(self, session: Session, transcript: Transcript, step: ToolStep) -> Decision:
+        """:meth:`_decide` committing, for the async hooks: a sidecar's commit is awaited (``aobserve``)."""
+        try:
+            concrete = self._extract(transcript, step)
+            action = {"tool": step.name, "args": step.args} | ({"approved": True} if step.approved else {})
+            aobserve = getattr(session, "aobserve", None)
+            if aobserve is not None:
+                decided: Decision = await aobserve(concrete, action=action)
+                return decided
+            return session.observe(concrete, action=action)
+        except ForewarnError as exc:
             if self.on_extraction_error is None:
                 raise
             return self._fallback(step.name, str(exc))

@@ -249,3 +249,42 @@ def test_the_sidecar_expires_idle_sessions(tool_model: GuardModel, tmp_path: Any
         assert info["closed_at"] is not None and info["closed_by"] == "forewarn:idle"
         metrics = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {KEYS['admin']}"}).text
         assert "forewarn_sessions_open 0.0" in metrics
+
+
+# ------------------------------------------------------------------ 4. async all the way
+
+
+def test_the_async_hooks_commit_through_the_async_client(tool_sidecar: Any, log: ToolLog) -> None:
+    import asyncio
+
+    from _sidecar import KEYS
+    from forewarn.guard.client import AsyncClient
+
+    sent: list[str] = []
+
+    class Counting(httpx.AsyncHTTPTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            sent.append(f"{request.method} {request.url.path}")
+            return await super().handle_async_request(request)
+
+    async def main() -> tuple[Any, Any]:
+        async with AsyncClient(tool_sidecar.url, api_key=KEYS["agent"], transport=Counting()) as client:
+            mw = ForewarnMiddleware(client)
+            model = ScriptedChatModel(script=[tool_calls(("read_file", {"path": "README.md"})),
+                                              tool_calls(("write_file", {"path": "notes.md", "content": "x"})),
+                                              "Done."])
+            agent = create_agent(model, log.tools(), middleware=[mw])
+            await agent.ainvoke({"messages": [("user", "Summarize the readme.")]},
+                                {"configurable": {"thread_id": "t-async"}})
+            run = mw.get_run("t-async")
+            assert run is not None and run.closed
+            remote = await run.session.acreating  # type: ignore[attr-defined]
+            return remote.id, await client.get_session(remote.id)
+
+    session_id, info = asyncio.run(main())
+    # created, the first state batched with the first step, the second step, closed: all on the event loop
+    assert [s.split(" ")[1].replace(session_id, "ID") for s in sent[:4]] == [
+        "/v1/sessions", "/v1/batch", "/v1/sessions/ID/observe", "/v1/sessions/ID/close"]
+    assert info["closed_at"] is not None and [s["action"]["tool"] if s["action"] else None
+                                              for s in info["steps"]] == [None, "read_file", "write_file"]
+    assert log.names() == ["read_file", "write_file"]
