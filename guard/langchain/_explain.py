@@ -104,7 +104,8 @@ def consequence(guard: Explained, decision: Decision, *, subject: str = "Running
                      f"'{decision.action.value}' threshold {decision.threshold:g}")
     what = f"{unsafe}; property {decision.property}" if formula else unsafe
     rise = ""
-    if decision.baseline_p_unsafe is not None and decision.increase is not None:  # the increase trigger acted
+    if decision.baseline_p_unsafe is not None and decision.increase is not None and decision.increase > 0 \
+            and decision.action is not Action.ALLOW:  # the increase trigger acted
         verb_now = "raised" if past else "raises"
         rise = (f" This call {verb_now} the risk from {decision.baseline_p_unsafe:.1%} to "
                 f"{decision.p_unsafe:.1%}.")
