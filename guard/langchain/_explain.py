@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from ..model import GuardModel
     from ..policy import Policy
 
-__all__ = ["describe_call", "consequence", "held_back", "stopped_before", "approval_request", "after_call"]
+__all__ = ["describe_call", "consequence", "held_back", "stopped_before", "approval_request", "after_call",
+           "rule_at_stake"]
 
 
 class Explained(Protocol):
@@ -148,9 +149,23 @@ def stopped_before(guard: Explained, decision: Decision, name: str, args: Any) -
             f"{consequence(guard, decision)}")
 
 
+def rule_at_stake(guard: Explained, decision: Decision) -> str | None:
+    """The guarded property (rule) the decision is about, in its own words: its ``description``, else its name
+    (None for a spec with the single default property and no description)."""
+    name = next((p.name for p in decision.properties if p.formula == decision.property), None)
+    rule = next((d for d in guard.model.spec.guard.effective_properties() if d.name == name), None)
+    if rule is None:
+        return None
+    if rule.description:
+        return rule.description
+    return None if len(guard.model.spec.guard.effective_properties()) == 1 else rule.name
+
+
 def approval_request(guard: Explained, decision: Decision, name: str, args: Any) -> str:
-    """What a human reviewer reads before approving, editing or rejecting a call."""
-    return (f"Forewarn asks for approval of {describe_call(name, args)}. "
+    """What a human reviewer reads before approving, editing or rejecting a call: the rule at stake first."""
+    rule = rule_at_stake(guard, decision) if decision.abstract_state else None
+    stake = f" The rule at stake: {rule}." if rule else ""
+    return (f"Forewarn asks for approval of {describe_call(name, args)}.{stake} "
             f"{consequence(guard, decision, formula=True)}")
 
 

@@ -288,3 +288,35 @@ def test_the_async_hooks_commit_through_the_async_client(tool_sidecar: Any, log:
     assert info["closed_at"] is not None and [s["action"]["tool"] if s["action"] else None
                                               for s in info["steps"]] == [None, "read_file", "write_file"]
     assert log.names() == ["read_file", "write_file"]
+
+
+# ------------------------------------------------------------------ 8. per-rule actions, rules in words
+
+
+def test_one_rules_violations_go_to_a_human_while_anothers_stop(write_runs: Any) -> None:
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+    from _support import AB, NONE, TOY_SPEC, A, B, toy_run, toy_state
+
+    from forewarn.guard import learn_model
+    from forewarn.guard.langchain._explain import approval_request
+    from forewarn.guard.spec import Action, parse_spec
+
+    spec = parse_spec(TOY_SPEC.replace("  thresholds: {reflect: 0.9, ask_human: 0.5, stop: 0.2}\n", """\
+  properties:
+    - name: approval_to_delete
+      formula: 'F "b"'
+      description: an account is deleted only with a person's approval
+      thresholds: {ask_human: 0.99}
+    - {name: unsafe, formula: 'F "unsafe"', thresholds: {stop: 0.5}}
+"""))
+    runs = write_runs([toy_run("d", [NONE, B, NONE]), toy_run("s", [NONE, A, NONE]), toy_run("u", [NONE, A, AB])],
+                      "rules.jsonl")
+    guard = Guard(learn_model([runs], spec))
+    deleting = guard.decide(toy_state(B))
+    assert deleting.action is Action.ASK_HUMAN and not deleting.unsafe_now  # to a human, not stopped
+    assert guard.decide(toy_state(AB)).action is Action.STOP  # the other rule's violation stops the run
+    words = approval_request(guard, deleting, "delete_account", {"id": 7})
+    assert "The rule at stake: an account is deleted only with a person's approval." in words
