@@ -23,7 +23,7 @@ from .._steps import write
 from ..auth import Principal
 from ..deps import Agent, Anyone, Approver, AppState, Idempotency, live_session, step_context
 from ..idempotency import Entry
-from ..proposals import STATUS_OF, proposal_out, state_words
+from ..proposals import STATUS_OF, proposal_out, review_facts, state_words
 from ..state import ServerState
 from ..storage import Storage
 
@@ -68,6 +68,7 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
                            field="body.state") from exc
         document = decision.to_dict()
         document["_state_words"] = state_words(live.session.guard.model.spec, dict(decision.abstract_state))
+        document["_review"] = review_facts(live.session.guard.model.spec, decision, live.session.last)
         if body.edit_of is not None:
             document["_edit_of"] = _edited_one(state, body.edit_of, session_id, principal)
         status = STATUS_OF[decision.action] if body.ask is None else "pending" if body.ask else "allowed"
@@ -130,6 +131,11 @@ async def resolve_proposal(proposal_id: ProposalId, body: S.ProposalResolve, sta
             raise ApiError(409, "session_closed", f"the session of proposal {proposal_id!r} is closed",
                            field="path.proposal_id")
         _still_pending(row)
+        review = orjson.loads(row["decision"]).get("_review") or {}
+        if review.get("irreversible") and state.settings.require_reason_irreversible \
+                and not (body.reason or "").strip():
+            raise ApiError(422, "reason_required", "this call cannot be undone (it makes an irreversible condition "
+                           "hold): give a reason with the decision", field="body.reason")
         edited = None
         if body.decision == "edit":
             edited = await _edit(state, row, body, principal)

@@ -320,3 +320,29 @@ def test_one_rules_violations_go_to_a_human_while_anothers_stop(write_runs: Any)
     assert guard.decide(toy_state(AB)).action is Action.STOP  # the other rule's violation stops the run
     words = approval_request(guard, deleting, "delete_account", {"id": 7})
     assert "The rule at stake: an account is deleted only with a person's approval." in words
+
+
+def test_an_irreversible_call_needs_a_reason_and_the_proposal_says_why(tool_sidecar: Any) -> None:
+    from _sidecar import KEYS
+    from forewarn.guard.client import Client, ServerError
+
+    task = "Check the deploy config."
+    extract = ToolStateExtractor()
+    with Client(tool_sidecar.url, api_key=KEYS["agent"]) as agent, \
+            Client(tool_sidecar.url, api_key=KEYS["approver"]) as approver:
+        session = agent.session(metadata={"thread_id": "irreversible"})
+        session.observe(extract(Transcript.of(task)), ask=False)
+        state = extract(Transcript.of(task, [{"name": "read_file", "args": {"path": ".env"}, "status": "proposed"}]))
+        proposal = session.propose("read_file", {"path": ".env"}, state, ask=True)
+        review = proposal["review"]
+        assert review["irreversible"] and review["before"]["p_unsafe"] is not None
+        assert {"predicate": "secret_read", "holds": True,
+                "description": "the agent has read a credential or secret"} in review["changes"]
+        with pytest.raises(ServerError, match="reason") as refused:
+            approver.resolve_proposal(proposal["id"], "approve")
+        assert refused.value.code == "reason_required"
+        done = approver.resolve_proposal(proposal["id"], "approve", "the deploy needs the key; I watch it")
+        assert done["status"] == "approved"
+        metrics = httpx.get(f"{tool_sidecar.url}/metrics", headers={"Authorization": f"Bearer {KEYS['admin']}"}).text
+        assert 'forewarn_decisions_total{action="ask_human",op="propose"}' in metrics
+        assert 'forewarn_approvals_resolved_total{status="approved"}' in metrics
