@@ -212,15 +212,19 @@ def test_write_thresholds_keeps_the_rest(text: str, expected: str) -> None:
     assert parse_spec(written).guard.thresholds == Thresholds(reflect=0.7, stop=0.1)
 
 
-def test_tune_under_the_increase_trigger(generated: tuple[Path, Path], forewarn_here) -> None:
+def test_tune_under_the_increase_trigger(generated: tuple[Path, Path], forewarn_here, tmp_path: Path) -> None:
     traces, spec_path = generated
+    out = tmp_path / "tuned.yaml"
     result = forewarn_here("tune", traces, "--spec", spec_path, "--target", "false-alarms=0.1", "--folds", "3",
-                           "--trigger", "increase", "--format", "json")
+                           "--trigger", "increase", "--format", "json", "-o", out)
     assert result.returncode == 0, result.stderr
     summary = result.json()
     assert isinstance(summary, dict) and summary["trigger"] == "increase"
     theta, min_increase = summary["thresholds"]["reflect"], summary["min_increase"]
-    assert min_increase is not None  # tuned with θ
+    assert min_increase is not None  # tuned with θ, and written with the thresholds
+    written = load_spec(out).guard
+    assert (written.trigger.value, written.min_increase, written.thresholds.reflect) == ("increase", min_increase,
+                                                                                         theta)
     spec = load_spec(spec_path)
     spec = spec.model_copy(update={"guard": spec.guard.model_copy(update={"min_increase": min_increase})})
     cv = evaluate(list(read_runs(traces)), spec, [theta], folds=3, trigger="increase")
