@@ -30,7 +30,7 @@ def _value(value: dict[str, Any]) -> Any:
 class Receiver(BaseHTTPRequestHandler):
     out = ""
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server API
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.path != "/v1/traces":
             self.send_error(404)

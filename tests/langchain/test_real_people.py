@@ -16,8 +16,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from _lc_support import ToolLog, thresholds
-from forewarn.errors import ThresholdWarning
 from forewarn.domains.tools import ToolStateExtractor, Transcript
+from forewarn.errors import ThresholdWarning
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.langchain import ForewarnMiddleware, TraceRecorder
 from forewarn.guard.langchain.errors import UnknownToolWarning
@@ -299,7 +299,6 @@ def test_one_rules_violations_go_to_a_human_while_anothers_stop(write_runs: Any)
 
     _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
     from _support import AB, NONE, TOY_SPEC, A, B, toy_run, toy_state
-
     from forewarn.guard import learn_model
     from forewarn.guard.langchain._explain import approval_request
     from forewarn.guard.spec import Action, parse_spec
