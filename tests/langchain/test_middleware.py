@@ -12,6 +12,7 @@ from langgraph.types import Command
 
 from _lc_support import VIOLATIONS_ONLY, ToolLog, p_safe, thresholds, tool_messages, well_formed
 from forewarn.domains.tools import ExtractionError, ToolStateExtractor, Transcript
+from forewarn.errors import ThresholdWarning
 from forewarn.guard import Guard, PredicateError
 from forewarn.guard.langchain import ForewarnMiddleware
 from forewarn.guard.langchain.errors import UnknownToolWarning
@@ -412,7 +413,8 @@ def test_calls_that_leave_a_risky_state_unchanged_pass(tool_guard: Guard, log: T
     agent_for(ScriptedChatModel(script=list(script)), log, mw).invoke(ask(user))
     assert log.names() == ["read_inbox", "write_file"]
     # judging unchanged calls matters under the level trigger; under increase they never raise the risk
-    strict = ForewarnMiddleware(tool_guard, policy=policy, judge_unchanged=True, trigger="level")
+    with pytest.warns(ThresholdWarning, match="first calls led"):  # true under level: some first calls cross θ
+        strict = ForewarnMiddleware(tool_guard, policy=policy, judge_unchanged=True, trigger="level")
     strict_log = ToolLog()
     agent_for(ScriptedChatModel(script=list(script) + ["Noted."]), strict_log, strict).invoke(ask(user))
     assert strict_log.names() == ["read_inbox"]

@@ -14,7 +14,7 @@ import pytest
 from langchain.agents import create_agent
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -46,15 +46,35 @@ def receiver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pa
             process.stdout.close()
 
 
+class _WhileThisModuleRuns(SpanProcessor):
+    """A processor that hands spans on only until the module's tests are done: the global provider
+    outlives them (it can be set once per process), the receiver does not."""
+
+    def __init__(self, inner: SpanProcessor) -> None:
+        self.inner, self.active = inner, True
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.active:
+            self.inner.on_end(span)
+
+    def shutdown(self) -> None:
+        self.active = False
+        self.inner.shutdown()
+
+
 @pytest.fixture(scope="module")
-def exporter(receiver: tuple[str, Path]) -> InMemorySpanExporter:
+def exporter(receiver: tuple[str, Path]) -> Iterator[InMemorySpanExporter]:
     """The application's telemetry set-up: one global provider, exporting in memory and over OTLP/HTTP."""
     memory = InMemorySpanExporter()
+    processors = [_WhileThisModuleRuns(SimpleSpanProcessor(memory)),
+                  _WhileThisModuleRuns(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver[0])))]
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver[0])))
+    for processor in processors:
+        provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)  # once per process, as an application does
-    return memory
+    yield memory
+    for processor in processors:  # before the receiver stops: later tests export nothing
+        processor.shutdown()
 
 
 @pytest.fixture
