@@ -34,13 +34,23 @@ What it does
    overhead per step is reported beside the in-process one, in the same run, with the
    HTTP requests per run and their round trips by kind (``--no-remote`` to leave it out).
 
-Target: under 0.5 ms per step in process, ≤ 2 ms remote (end to end, p50). Nothing is asserted.
+5. *async, concurrent* (issue 24): the same agents driven with ``ainvoke``, one conversation and then
+   ``--concurrent`` (8) at once (``asyncio.gather``), beside the bare agent under the same load: in
+   process, on the sidecar through ``ForewarnMiddleware(AsyncClient(url))`` (async all the way: the
+   session is created and every step committed with awaited requests on the agent's loop) and, as the
+   baseline the issue measured, through a synchronous ``Client`` (each commit in a worker thread).
+   Printed: the wall time of a round per step, the overhead per step over the bare agent, and the
+   ratio of a round's time to the bare agent's.
 
-Run: ``python bench/middleware_overhead.py [--rounds N] [--steps S] [--checkpointer] [--json FILE]``
+Target: under 0.5 ms per step in process, ≤ 2 ms remote (end to end, p50); async on the sidecar at most the
+sync cost per step. Nothing is asserted.
+
+Run: ``python bench/middleware_overhead.py [--rounds N] [--steps S] [--checkpointer] [--concurrent C] [--json FILE]``
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import os
@@ -65,7 +75,7 @@ from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
 from forewarn.domains.tools import ToolStateExtractor, generate_traces, load_tool_spec  # noqa: E402
 from forewarn.guard import Guard, learn_model  # noqa: E402
-from forewarn.guard.client import Client  # noqa: E402
+from forewarn.guard.client import AsyncClient, Client  # noqa: E402
 from forewarn.guard.langchain import ForewarnMiddleware  # noqa: E402
 from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls  # noqa: E402
 
@@ -196,6 +206,8 @@ def main() -> int:
     parser.add_argument("--checkpointer", action="store_true", help="give the agents an InMemorySaver")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
     parser.add_argument("--no-remote", dest="remote", action="store_false", help="leave the sidecar agent out")
+    parser.add_argument("--concurrent", type=int, default=8, help="conversations at once in the async part (0: skip)")
+    parser.add_argument("--async-rounds", type=int, default=60, help="timed rounds of the async part")
     options = parser.parse_args()
 
     tmp = tempfile.TemporaryDirectory()
@@ -220,7 +232,11 @@ def main() -> int:
         agents["remote"] = create_agent(make_model(options.steps), tools, checkpointer=saver(),
                                         middleware=[ForewarnMiddleware(client, extractor=extractor)])
     try:
-        return measure(options, agents, middleware)
+        code = measure(options, agents, middleware)
+        if options.concurrent:
+            url = client.url if client is not None else None
+            asyncio.run(measure_async(options, guard, extractor, tools, url))
+        return code
     finally:
         if client is not None:
             client.close()
@@ -359,6 +375,66 @@ def measure(options: Any, agents: dict[str, Any], middleware: TimedMiddleware) -
     if options.json:
         options.json.write_text(json.dumps(figures, indent=2), encoding="utf-8")
     return 0
+
+
+async def measure_async(options: Any, guard: Guard, extractor: ToolStateExtractor, tools: list[BaseTool],
+                        url: str | None) -> None:
+    """Part 5: async agents, one conversation and ``--concurrent`` at once, beside the bare agent."""
+    task = {"messages": [("user", "Check the project, write a status note and mail it to Alice.")]}
+    aclient = AsyncClient(url, api_key=AGENT_KEY) if url else None
+    sync_client = Client(url, api_key=AGENT_KEY) if url else None
+    agents: dict[str, Any] = {
+        "bare": create_agent(make_model(options.steps), tools),
+        "in process": create_agent(make_model(options.steps), tools,
+                                   middleware=[ForewarnMiddleware(guard, extractor=extractor)]),
+    }
+    if aclient is not None and sync_client is not None:
+        agents["sidecar, AsyncClient"] = create_agent(make_model(options.steps), tools,
+                                                      middleware=[ForewarnMiddleware(aclient, extractor=extractor)])
+        agents["sidecar, sync Client"] = create_agent(make_model(options.steps), tools,
+                                                      middleware=[ForewarnMiddleware(sync_client, extractor=extractor)])
+    counter = iter(range(10**9))
+
+    async def one_round(agent: Any, n: int) -> float:
+        start = time.perf_counter_ns()
+        results = await asyncio.gather(*(agent.ainvoke(task, {"configurable": {"thread_id": f"a{next(counter)}"}})
+                                         for _ in range(n)))
+        assert all(r["messages"][-1].content == "Done." for r in results), "the benign script was interrupted"
+        return (time.perf_counter_ns() - start) / 1e6
+
+    figures: dict[str, Any] = {}
+    print(f"\nasync: {options.async_rounds} rounds x {options.steps} steps, ms per step of a round (p50), "
+          f"overhead over the bare agent in the same round, round time / bare")
+    for n in (1, options.concurrent):
+        for _ in range(5):  # warm-up
+            for agent in agents.values():
+                await one_round(agent, n)
+        times: dict[str, list[float]] = {name: [] for name in agents}
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(options.async_rounds):
+                for name, agent in agents.items():
+                    times[name].append(await one_round(agent, n))
+        finally:
+            gc.enable()
+        steps = n * options.steps
+        bare = times["bare"]
+        print(f"  {n} conversation(s) at once:")
+        for name, values in times.items():
+            per_step = row([v / steps for v in values])
+            over = row([(v - b) / steps for v, b in zip(values, bare)])
+            ratio = percentile([v / b for v, b in zip(values, bare)], 50)
+            figures[f"{name} x{n}"] = {"ms_per_step": per_step, "overhead_ms_per_step": over, "ratio": ratio}
+            extra = "" if name == "bare" else f"   overhead {over['p50']:7.3f} ms/step   ratio {ratio:5.2f}x"
+            print(f"    {name:24} {per_step['p50']:7.3f} ms/step{extra}")
+    if aclient is not None:
+        await aclient.aclose()
+    if sync_client is not None:
+        sync_client.close()
+    if options.json:
+        previous = json.loads(options.json.read_text(encoding="utf-8")) if options.json.exists() else {}
+        options.json.write_text(json.dumps({**previous, "async": figures}, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -226,7 +226,7 @@ def main() -> int:
     parser.add_argument("--interactive", action="store_true", help="decide approvals yourself")
     parser.add_argument("--offline", action="store_true", help="use the scripted model even with an API key")
     parser.add_argument("--model", type=Path, help="a Forewarn model file (default: learn one now)")
-    parser.add_argument("--runs", type=int, default=1500, help="generated runs to learn from")
+    parser.add_argument("--runs", type=int, default=4000, help="generated runs to learn from")
     options = parser.parse_args()
 
     guard = Guard.load(options.model) if options.model else Guard(learn_tool_model(options.runs))

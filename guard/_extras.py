@@ -28,6 +28,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "spark": ("pyspark",),
     "parquet": ("pyarrow",),
     "postgres": ("psycopg", "psycopg_pool"),
+    "otel": ("opentelemetry",),
 }
 
 

@@ -209,8 +209,14 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     predicates, monitors = prepare(spec, python_predicates)
     started = time.perf_counter()
 
+    tools: set[str] = set()  # the tools the runs called: calls to others are not placed (toolcalls.placement)
+
     def counted(source: Iterable[Run]) -> Iterable[Run]:
         for n, run in enumerate(source, start=1):
+            for step in run.steps:
+                action = step.get("action")
+                if isinstance(action, dict) and isinstance(action.get("tool"), str):
+                    tools.add(action["tool"])
             yield run
             if on_run is not None:
                 on_run(n)
@@ -220,9 +226,12 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
                                encode=None if memory is None else memory.encode_run)
     if counts.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
-    return model_from_counts(counts, spec, predicates, monitors, alpha=alpha, method=method, precision=precision,
-                             epsilon=epsilon, delta=delta, valid_transition=valid_transition, inputs=inputs,
-                             learn_seconds=time.perf_counter() - started, paths=paths)
+    model = model_from_counts(counts, spec, predicates, monitors, alpha=alpha, method=method, precision=precision,
+                              epsilon=epsilon, delta=delta, valid_transition=valid_transition, inputs=inputs,
+                              learn_seconds=time.perf_counter() - started, paths=paths)
+    if tools:
+        model.provenance["tools"] = sorted(tools)
+    return model
 
 
 def counting_plan(spec: Spec, predicates: PredicateSet) -> tuple[Memory | None, Counter[tuple[int, ...]] | None]:

@@ -39,6 +39,7 @@ from numpy.typing import NDArray
 from .calibration import Calibration, calibrate
 from .runtime import Guard
 from .spec import Action, Trigger
+from .thresholds import supported_increase
 from .traces import Run, abstract_run
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class RunReplay:
     monitor_states: tuple[MonitorStates, ...] = ()
     start_risk: float | None = None
     quiet: frozenset[int] = frozenset()
+    ci_low: tuple[float | None, ...] = ()  # per step, the lower end of p_unsafe's interval (when the model has them)
 
     @property
     def unsafe(self) -> bool:
@@ -100,16 +102,19 @@ class RunReplay:
         p = self.p_unsafe[i]
         return i not in self.quiet and ((p is None and unseen_alarms) or (p is not None and 1.0 - p < theta))
 
-    def under_trigger(self, min_increase: float | None) -> RunReplay:
+    def under_trigger(self, min_increase: float | None, *, acts_on_start: bool = True) -> RunReplay:
         """The run as a trigger sees it: ``None`` the level trigger (every step may alarm), else
-        the increase trigger with that ``min_increase``. The violation and unseen steps always may."""
-        quiet: set[int] = set()
+        the increase trigger with that ``min_increase``. The violation and unseen steps always may.
+        ``acts_on_start=False``: the run's first state (before any call) never alarms — a look-ahead
+        judges calls, and no call leads there (the LangChain middleware, the MCP proxy)."""
+        quiet: set[int] = set() if acts_on_start or self.violation == 0 else {0}
         if min_increase is not None:
             base = self.start_risk
             for i, p in enumerate(self.p_unsafe):
                 if p is None:
                     continue
-                if i != self.violation and base is not None and p - base <= min_increase:
+                low = self.ci_low[i] if i < len(self.ci_low) else None
+                if i != self.violation and base is not None and not supported_increase(base, p, low, min_increase):
                     quiet.add(i)
                 base = p
         return self if frozenset(quiet) == self.quiet else replace(self, quiet=frozenset(quiet))
@@ -300,6 +305,7 @@ def replay_run(guard: Guard | BundleGuard, run: Run) -> RunReplay:
     """
     guard = guard.for_metadata(run.meta)
     risks: list[float | None] = []
+    lows: list[float | None] = []
     abstract: list[int] = []
     monitor_states: list[MonitorStates] = []
     violation = None
@@ -309,6 +315,7 @@ def replay_run(guard: Guard | BundleGuard, run: Run) -> RunReplay:
         q = guard.first_monitor_states(bits, action) if q is None else guard.next_monitor_states(q, bits, action)
         decision = guard.decide_product(bits, q)
         risks.append(decision.p_unsafe)
+        lows.append(decision.ci_low)
         abstract.append(bits)
         monitor_states.append(q[:len(guard.monitors)])  # the monitors' alone (learning.memory rides after them)
         if decision.unsafe_now:
@@ -316,7 +323,7 @@ def replay_run(guard: Guard | BundleGuard, run: Run) -> RunReplay:
             break
     return RunReplay(run.id, risks, violation, run.times()[:len(risks)], meta=run.meta, length=len(run.steps),
                      abstract=tuple(abstract), monitor_states=tuple(monitor_states),
-                     start_risk=max(guard.start_risk))  # decisions report the property most at risk
+                     start_risk=max(guard.start_risk), ci_low=tuple(lows))  # decisions report the property most at risk
 
 
 def replay(guard: Guard | BundleGuard, runs: Iterable[Run], thetas: Sequence[float], *,
@@ -366,9 +373,13 @@ def summarize(replays: Sequence[RunReplay], thetas: Sequence[float], *, unseen_a
     violating step predicts nothing) whose risk is known, against whether the run goes
     on to violate (within ``horizon`` steps when the property is ``F<=horizon``); per
     run, the first step's risk against the run's outcome. ``min_increase``: None scores the
-    level trigger, a number the increase trigger (see :meth:`RunReplay.under_trigger`).
+    level trigger, a number the increase trigger (see :meth:`RunReplay.under_trigger`). Under
+    ``lookahead`` enforcement a run's first state raises no alarm: the look-ahead judges calls,
+    and no call leads there (so the middleware never acts on it).
     """
-    replays = [r.under_trigger(min_increase) for r in replays]
+    mode = Enforcement(enforcement)
+    lookahead = mode is Enforcement.LOOKAHEAD
+    replays = [r.under_trigger(min_increase, acts_on_start=not lookahead) for r in replays]
     steps = sum(len(r.p_unsafe) for r in replays)
     unseen = 0
     step_pairs: list[tuple[float, bool]] = []
@@ -387,8 +398,6 @@ def summarize(replays: Sequence[RunReplay], thetas: Sequence[float], *, unseen_a
     n_safe = len(replays) - n_unsafe
     with_success = [r for r in replays if r.success is not None]
     completed = sum(bool(r.success) for r in with_success)
-    mode = Enforcement(enforcement)
-    lookahead = mode is Enforcement.LOOKAHEAD
     reports = [_theta_report(replays, theta, unseen_alarms, n_unsafe, n_safe, with_success, lookahead)
                for theta in thetas]
     return ReplayReport(runs=len(replays), steps=steps, unseen_steps=unseen, brier=by_step.brier, thetas=reports,

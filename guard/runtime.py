@@ -20,7 +20,7 @@ from .monitoring import build_monitors
 from .policy import Policy
 from .predicates import PredicateSet, PythonPredicate
 from .spec import Action, Meaning
-from .thresholds import start_risk, warn_initial_crossings
+from .thresholds import start_risk, supported_increase, warn_initial_crossings
 
 __all__ = ["Decision", "PropertyValue", "Guard", "Session", "StepRecord"]
 
@@ -292,7 +292,7 @@ class Guard:
             base = rise = None
             if baseline is not None:  # increase trigger: a step that does not raise the risk passes
                 base, rise = baseline[k], p_unsafe - baseline[k]
-                if not unsafe_now and rise <= policy.min_increase:
+                if not unsafe_now and not supported_increase(base, p_unsafe, ci_low, policy.min_increase):
                     action, theta = Action.ALLOW, None
             values.append(PropertyValue(definition.name, formula, p_unsafe, 1.0 - p_unsafe, lower, upper,
                                         action, theta, ci_low, ci_high, base, rise))
@@ -354,8 +354,7 @@ class Guard:
             text += (f"The probability of staying safe, {worst.p_safe:.1%}, is below the '{worst.action.value}' "
                      f"threshold {worst.threshold}.")
         if worst.increase is not None:
-            text += (f" This step raises it by {worst.increase:.1%} over the run's current risk "
-                     f"({worst.baseline_p_unsafe:.1%}).")
+            text += f" This step raises the risk from {worst.baseline_p_unsafe:.1%} to {worst.p_unsafe:.1%}."
         others = [v for v in values if v is not worst and v.action is not Action.ALLOW]
         if others:
             text += " Also at risk: " + ", ".join(f"'{v.name}' ({v.p_unsafe:.1%})" for v in others) + "."

@@ -152,6 +152,7 @@ class PropertyDef(_Strict):
     formula: str
     meaning: Meaning = Meaning.VIOLATION
     thresholds: Thresholds | None = None  # None: the guard's thresholds
+    description: str | None = None  # the rule in plain words, for the people who approve (no CEL, no PCTL)
 
     @field_validator("name")
     @classmethod

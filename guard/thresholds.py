@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import ThresholdWarning
+from .chain import END
 from .spec import Action, Meaning, Trigger
 
 if TYPE_CHECKING:
     from .model import GuardModel
     from .policy import Policy
 
-__all__ = ["start_risk", "initial_crossings", "warn_initial_crossings", "with_default_trigger"]
+__all__ = ["start_risk", "initial_crossings", "supported_increase", "warn_initial_crossings", "with_default_trigger"]
 
 _CONSEQUENCE = {Action.REFLECT: "reflected", Action.ASK_HUMAN: "sent to a human for approval",
                 Action.STOP: "stopped"}
@@ -48,18 +49,45 @@ def start_risk(model: GuardModel) -> tuple[float, ...]:
     return tuple(risks)
 
 
-def initial_crossings(model: GuardModel, policy: Policy) -> list[str]:
-    """One sentence per property whose threshold is already crossed in an initial state (level trigger).
+def supported_increase(base: float, p_unsafe: float, ci_low: float | None, min_increase: float) -> bool:
+    """Whether a step's risk ``p_unsafe`` rises over the run's current risk ``base`` by what the data
+    supports (the increase trigger acts only then): by more than ``min_increase``, and, when the model
+    has confidence intervals, beyond the new state's interval (``base`` below its ``ci_low``) — a rise
+    inside that interval is noise the learned runs cannot tell from no rise at all."""
+    return p_unsafe - base > min_increase and (ci_low is None or base < ci_low)
 
-    Initial states that are themselves unsafe are left out: a run starting there has
-    violated already. Empty under ``trigger: increase``, where a first step is acted on
-    only when it raises the risk.
+
+def _first_calls(model: GuardModel) -> list[tuple[int, int]]:
+    """The states the learned runs' first calls led to, with how many runs: the successors of the
+    initial states, weighted by the observed transitions (the end of a run left out)."""
+    dtmc = model.dtmc
+    counts = dtmc.counts
+    reached: dict[int, int] = {}
+    for i in dtmc.initial:
+        for k in range(counts.indptr[i], counts.indptr[i + 1]):
+            j, n = int(counts.indices[k]), round(float(counts.data[k]))
+            if n > 0 and dtmc.states[j] != END:
+                reached[j] = reached.get(j, 0) + n
+    return sorted(reached.items())
+
+
+def initial_crossings(model: GuardModel, policy: Policy, *, first_calls: bool = False) -> list[str]:
+    """One sentence per property whose threshold is already crossed where runs start (level trigger).
+
+    ``first_calls=False`` (a guard told of each step, the sidecar): in the initial states, on which a
+    session's first step is decided. ``first_calls=True`` (a look-ahead, the LangChain middleware): in the
+    states the learned runs' first calls led to, since a look-ahead never acts on a run's initial state.
+    States that are themselves unsafe are left out: a run there has violated already. Empty under
+    ``trigger: increase``, where a step is acted on only when it raises the risk.
     """
     if policy.trigger is Trigger.INCREASE:
         return []
     dtmc = model.dtmc
     violated = np.any(dtmc.violations, axis=1)
-    starts = [(i, n) for i, n in dtmc.initial.items() if not dtmc.unsafe[i] and not violated[i]]
+    reached = _first_calls(model) if first_calls else list(dtmc.initial.items())
+    starts = [(i, n) for i, n in reached if not dtmc.unsafe[i] and not violated[i]]
+    if not starts:
+        return []
     runs = sum(n for _, n in starts)
     lines = []
     for prop in model.properties:
@@ -74,17 +102,25 @@ def initial_crossings(model: GuardModel, policy: Policy) -> list[str]:
             low, high = f"{min(safe):.2f}", f"{max(safe):.2f}"
             shown = low if low == high else f"{low}–{high}"
             head = f"{action.value} θ {theta:g} > p_safe {shown}"
-            if len(crossed) == len(starts):
+            share = sum(n for _, n in crossed) / runs
+            if first_calls:
+                text = (f"{head} where {share:.0%} of the learned runs' first calls led: such first calls will be "
+                        f"{_CONSEQUENCE[action]}")
+            elif len(crossed) == len(starts):
                 where = " at the start" if len(starts) == 1 else " in every initial state"
                 text = f"{head}{where}: every first call will be {_CONSEQUENCE[action]}"
             else:
-                share = sum(n for _, n in crossed) / runs
                 text = (f"{head} in {len(crossed)} of {len(starts)} initial states ({share:.0%} of the learned "
                         f"runs): their first calls will be {_CONSEQUENCE[action]}")
             if len(model.properties) > 1:
                 text = f"property '{prop.definition.name}': {text}"
-            lines.append(text + " (set guard.trigger: increase to act only on calls that raise the risk, "
-                                "or lower the threshold)")
+            if policy.trigger is None:  # Guard.load: the guard may go into the middleware, whose default differs
+                lines.append(text + " under the level trigger, the default of Guard sessions and forewarn serve "
+                                    "(the LangChain middleware defaults to increase, which acts only on calls that "
+                                    "raise the risk; or lower the threshold)")
+            else:
+                lines.append(text + " (set guard.trigger: increase to act only on calls that raise the risk, "
+                                    "or lower the threshold)")
             break
     return lines
 
@@ -98,9 +134,10 @@ def with_default_trigger(policy: Policy, trigger: Trigger | str | None,
     return policy if policy.trigger is not None else replace(policy, trigger=default)
 
 
-def warn_initial_crossings(model: GuardModel, policy: Policy, *, stacklevel: int = 2) -> list[str]:
+def warn_initial_crossings(model: GuardModel, policy: Policy, *, stacklevel: int = 2,
+                           first_calls: bool = False) -> list[str]:
     """Emit a :class:`ThresholdWarning` per sentence of :func:`initial_crossings`; return the sentences."""
-    lines = initial_crossings(model, policy)
+    lines = initial_crossings(model, policy, first_calls=first_calls)
     for line in lines:
         warnings.warn(line, ThresholdWarning, stacklevel=stacklevel + 1)
     return lines

@@ -23,6 +23,7 @@ from . import handlers
 from ._http import ApiError, Route
 from ._middleware import AuthFirst, BodyLimit, FastSteps
 from .deps import Served, any_key
+from .expiry import sweep
 from .replicas import Replication
 from .routers import approvals, console, docs, health, models, proposals, sessions, steps
 from .settings import ServerSettings
@@ -77,9 +78,13 @@ def _lifespan(settings: ServerSettings, served: Served) -> Callable[[FastAPI], A
         if served.state is None:
             served.state = await anyio.to_thread.run_sync(start, settings)
         Replication(served.state).attach(asyncio.get_running_loop())  # other replicas' commits
+        idle = settings.session_idle_seconds
+        expiring = None if idle is None else asyncio.create_task(sweep(served.state, idle))
         try:
             yield
         finally:
+            if expiring is not None:
+                expiring.cancel()
             current, served.state = served.state, None
             if current is not None:
                 current.stopping = True

@@ -19,7 +19,8 @@ class Metrics:
                  approvals_pending: Callable[[], float], models_loaded: Callable[[], float],
                  cache_bytes: Callable[[], float] = lambda: 0.0, limits: Mapping[str, Any] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.decisions = Counter("forewarn_decisions_total", "Decisions answered, by action and operation",
+        self.decisions = Counter("forewarn_decisions_total", "Decisions answered, by action and operation "
+                                 "(observe, preview, batch steps, propose: ask_human when a human is asked)",
                                  ["action", "op"], registry=self.registry)
         self.step_seconds = Histogram("forewarn_step_seconds",
                                       "Server-side time of a step, from parsed body to answer "
@@ -29,7 +30,8 @@ class Metrics:
                                         "Time a step waited for its decision to be committed (its turn on the event loop "
                                         "included: commits are grouped per loop iteration)",
                                         buckets=_STEP_BUCKETS, registry=self.registry)
-        self.approvals_resolved = Counter("forewarn_approvals_resolved_total", "Approvals resolved, by outcome",
+        self.approvals_resolved = Counter("forewarn_approvals_resolved_total", "Approvals and proposals resolved, by outcome "
+                                          "(approved, rejected, edited, expired, cancelled)",
                                           ["status"], registry=self.registry)
         self.errors = Counter("forewarn_request_errors_total", "Requests answered with an error, by status",
                               ["status"], registry=self.registry)

@@ -25,7 +25,7 @@ import orjson
 
 from ..guard.spec import Action
 
-__all__ = ["RUNNABLE", "STATUS_OF", "proposal_out", "state_words"]
+__all__ = ["RUNNABLE", "STATUS_OF", "proposal_out", "review_facts", "state_words"]
 
 RUNNABLE = ("allowed", "approved", "edited")  # what an observe may name
 STATUS_OF = {Action.ALLOW: "allowed", Action.ASK_HUMAN: "pending", Action.REFLECT: "held", Action.STOP: "held"}
@@ -41,6 +41,28 @@ def state_words(spec: Any, abstract_state: dict[str, bool]) -> str:
     return "; ".join(holding) if holding else "none of the watched conditions holds"
 
 
+def review_facts(spec: Any, decision: Any, last: Any) -> dict[str, Any]:
+    """What an approver needs beside the risk, in the spec's words: the rule at stake (its description),
+    the predicates the call flips (against the session's last committed state), the risk before it, and
+    whether it is irreversible (it makes a ``valid_transitions.irreversible`` predicate hold)."""
+    rules = spec.guard.effective_properties()
+    worst = next((p.name for p in decision.properties if p.formula == decision.property), None)
+    rule = next((r for r in rules if r.name == worst), None)
+    words = rule.description if rule is not None and rule.description else None
+    before = last.abstract_state if last is not None else {}
+    changes = []
+    for name, now in decision.abstract_state.items():
+        if bool(before.get(name, False)) != bool(now) and last is not None:
+            described = spec.predicates[name].description if name in spec.predicates else None
+            changes.append({"predicate": name, "holds": bool(now), "description": described})
+    irreversible = set(spec.valid_transitions.irreversible)
+    return {"rule": words or (rule.name if rule is not None and len(rules) > 1 else None),
+            "changes": changes,
+            "irreversible": any(c["holds"] and c["predicate"] in irreversible for c in changes),
+            "before": None if last is None else {"p_unsafe": last.p_unsafe, "ci_low": last.ci_low,
+                                                 "ci_high": last.ci_high, "visits": last.visits}}
+
+
 def proposal_out(row: Any, risk: list[tuple[int, float, float | None]] | None = None) -> dict[str, Any]:
     """A proposal row as the API shows it; with ``risk``, its session's risk step by step."""
     decision = orjson.loads(row["decision"])
@@ -51,7 +73,7 @@ def proposal_out(row: Any, risk: list[tuple[int, float, float | None]] | None = 
            "resolved_by": row["resolved_by"], "reason": row["reason"],
            "edited": orjson.loads(row["edited"]) if row["edited"] else None, "step": row["step"],
            "decision": decision, "state_words": decision.pop("_state_words", None),
-           "edit_of": decision.pop("_edit_of", None),
+           "edit_of": decision.pop("_edit_of", None), "review": decision.pop("_review", None),
            "risk": {"p_unsafe": decision.get("p_unsafe"), "ci_low": decision.get("ci_low"),
                     "ci_high": decision.get("ci_high"), "visits": decision.get("visits")}}
     if risk is not None:

@@ -149,6 +149,10 @@ class ServerSettings(BaseSettings):
     trusted_keys: Annotated[tuple[Path, ...], NoDecode] = ()  # Ed25519 public keys; set: models must be signed
     model_dirs: Annotated[tuple[Path, ...], NoDecode] = ()  # POST /v1/models paths must lie inside one
     idempotency_hours: float = Field(default=24.0, gt=0)  # how long answers to Idempotency-Key writes are kept
+    # a session with no step for this long is closed (server/expiry.py); None: never
+    session_idle_seconds: float | None = Field(default=3600.0, gt=0)
+    # an approver must give a reason to decide on a call that makes a valid_transitions.irreversible predicate hold
+    require_reason_irreversible: bool = True
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,

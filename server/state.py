@@ -1,6 +1,7 @@
 """What a running server holds, and how it starts: the database, the models, the live sessions."""
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,6 +87,7 @@ def start(settings: ServerSettings, *, builtin: Callable[[], Path] | None = None
             if current or in_db.get(name) == version:
                 registry.install(name, version, str(sources[name]), model, guard, "config")
         registry.restore_current()
+        _warn_start_crossings(registry)
         sessions = SessionManager(storage, registry, settings.session_cache)
         hub = ApprovalHub(storage.count_pending_approvals())
     except BaseException:
@@ -93,3 +95,14 @@ def start(settings: ServerSettings, *, builtin: Callable[[], Path] | None = None
         raise
     return ServerState(settings, storage, registry, sessions, hub,
                        Authenticator(settings.api_keys, insecure=settings.insecure_no_auth))
+
+
+def _warn_start_crossings(registry: ModelRegistry) -> None:
+    """Log, per model served, a threshold its sessions cross at their first step (the sidecar's sessions use the
+    spec's trigger, level when it sets none, and decide on the first state observed)."""
+    from ..guard.thresholds import initial_crossings
+
+    for name in registry.names():
+        loaded = registry.current(name)
+        for line in initial_crossings(loaded.model, loaded.guard.policy):
+            logging.getLogger("forewarn.server").warning("model %r: %s", name, line)

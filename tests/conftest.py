@@ -28,8 +28,9 @@ NEEDS_EXTRA = {
     "llmcheck/test_llm_hf.py": "hf",
     "spark": "spark",
     "evaluation/test_report.py": "report",
+    "langchain/test_otel.py": "otel",
 }
-EXTRAS = ("langchain", "server", "client", "report", "llmcheck", "hf", "spark", "postgres", "parquet")
+EXTRAS = ("langchain", "server", "client", "report", "llmcheck", "hf", "spark", "postgres", "parquet", "otel")
 
 
 def extra_of(path: Path) -> str | None:

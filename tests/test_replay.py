@@ -114,7 +114,8 @@ def test_lookahead_counts_an_alarm_on_the_violating_step_as_a_prevention(guard: 
     assert (t.mean_advance_steps, t.mean_advance_seconds) == (0.5, 1.0)
     # θ = 0.8 and 0.95: every violation was already warned of before it, as under observe
     assert (by_theta[0.8].detected, by_theta[0.8].false_alarms, by_theta[0.8].mean_advance_steps) == (2, 2, 1.5)
-    assert (by_theta[0.95].detected, by_theta[0.95].false_alarms, by_theta[0.95].mean_advance_steps) == (2, 3, 2.5)
+    # (a run's first state never alarms under look-ahead: no call leads there, the middleware never acts on it)
+    assert (by_theta[0.95].detected, by_theta[0.95].false_alarms, by_theta[0.95].mean_advance_steps) == (2, 3, 1.5)
     # the mode changes when an alarm counts, never the calibration
     observed = replay(guard, read_runs(replay_traces), [0.3], enforcement="observe")
     assert observed.brier == report.brier and observed.thetas[0].detected == 0
@@ -154,8 +155,11 @@ def test_the_increase_trigger_scores_only_steps_that_raise_the_risk() -> None:
     unseen = RunReplay("n", [0.3, None], None, [None] * 2, start_risk=0.3)
     runs = [safe, unsafe, unseen]
     level = {t.theta: t for t in summarize(runs, [0.3, 0.8], unseen_alarms=True).thetas}
-    # level: p_safe 0.7 < 0.8 at the start of both runs; the unseen state alarms
-    assert (level[0.8].detected, level[0.8].mean_advance_steps, level[0.8].false_alarms) == (1, 2.0, 2)
+    # level: p_safe 0.7 < 0.8 after the first call of both runs (under look-ahead their start never alarms);
+    # the unseen state alarms
+    assert (level[0.8].detected, level[0.8].mean_advance_steps, level[0.8].false_alarms) == (1, 1.0, 2)
+    observed = {t.theta: t for t in summarize(runs, [0.8], unseen_alarms=True, enforcement="observe").thetas}
+    assert (observed[0.8].detected, observed[0.8].mean_advance_steps) == (1, 2.0)  # told of the start: warned there
     rising = summarize(runs, [0.3, 0.8], unseen_alarms=True, min_increase=0.0)
     assert rising.trigger == "increase" and rising.to_dict()["min_increase"] == 0.0
     assert [r.quiet for r in rising.replays] == [frozenset({0, 1, 2}), frozenset({0}), frozenset({0})]
@@ -173,7 +177,8 @@ def test_the_increase_trigger_scores_only_steps_that_raise_the_risk() -> None:
     detection, false_alarm = rate_curve(rising.replays, [0.3, 0.8], unseen_alarms=True)
     assert (detection, false_alarm) == ([1.0, 1.0], [0.5, 0.5])
     # a level summary of the same replays clears what an increase summary marked
-    assert all(r.quiet == frozenset() for r in summarize(rising.replays, [0.8], unseen_alarms=True).replays)
+    assert all(r.quiet == frozenset() for r in summarize(rising.replays, [0.8], unseen_alarms=True,
+                                                           enforcement="observe").replays)
 
 
 def test_replay_takes_the_start_risk_and_trigger_from_the_guard(guard: Guard, replay_traces: Path) -> None:

@@ -21,7 +21,9 @@ from forewarn.guard.thresholds import initial_crossings, start_risk
 
 # p_safe by hand: NONE 0.7 (a run that starts risky: below reflect 0.9), A 0.4, B 0.75, AB 0
 RISK = {NONE: Fraction(3, 10), A: Fraction(6, 10), B: Fraction(1, 4), AB: Fraction(1), END: Fraction(0)}
-HINT = " (set guard.trigger: increase to act only on calls that raise the risk, or lower the threshold)"
+HINT = (" under the level trigger, the default of Guard sessions and forewarn serve (the LangChain middleware "
+        "defaults to increase, which acts only on calls that raise the risk; or lower the threshold)")
+SET_HINT = " (set guard.trigger: increase to act only on calls that raise the risk, or lower the threshold)"
 
 
 def with_risk(model: GuardModel, risk: dict[int, Fraction]) -> GuardModel:
@@ -76,7 +78,7 @@ def test_increase_lets_steps_through_that_do_not_raise_the_risk(risky: GuardMode
     raising = session.preview(toy_state(A))  # +0.3: the level thresholds apply (p_safe 0.4 < 0.5)
     assert (raising.action, raising.threshold, raising.baseline_p_unsafe) == (Action.ASK_HUMAN, 0.5, 0.3)
     assert raising.increase == pytest.approx(0.3)
-    assert "raises it by 30.0% over the run's current risk (30.0%)" in raising.message
+    assert "This step raises the risk from 30.0% to 60.0%." in raising.message
     assert raising.to_dict()["baseline_p_unsafe"] == 0.3 and raising.to_dict()["increase"] == raising.increase
     assert session.observe(toy_state(A)).action is Action.ASK_HUMAN
     assert session.baseline == (0.6,)  # the last committed step's risk
@@ -153,6 +155,18 @@ def test_initial_crossings_in_words(risky: GuardModel, toy_model: GuardModel) ->
     p = 1.0 - float(toy_model.outcome.values[none])
     assert initial_crossings(toy_model, toy_policy) == [
         f"reflect θ 0.9 > p_safe {p:.2f} at the start: every first call will be reflected" + HINT]
+
+
+def test_a_look_ahead_is_warned_about_the_states_first_calls_lead_to(risky: GuardModel) -> None:
+    """The middleware never acts on a run's initial state: its warning speaks of where first calls led
+    (A twice, p_safe 0.4; B twice, 0.75)."""
+    level = Policy.from_settings(risky.spec.guard).with_overrides({"trigger": "level"})
+    assert initial_crossings(risky, level, first_calls=True) == [
+        "ask_human θ 0.5 > p_safe 0.40 where 50% of the learned runs' first calls led: such first calls will be "
+        "sent to a human for approval" + SET_HINT]
+    calm = level.with_overrides({"thresholds": {"reflect": 0.3, "ask_human": 0.3, "stop": 0.1}})
+    assert initial_crossings(risky, calm, first_calls=True) == []
+    assert initial_crossings(risky, calm) == []
 
 
 def test_guard_load_warns_and_an_increase_spec_does_not(risky: GuardModel, tmp_path: Path) -> None:

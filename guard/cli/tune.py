@@ -24,7 +24,6 @@ from ._replay_options import (
     InputFormatOption,
     MinGroupRunsOption,
     OnErrorOption,
-    TriggerOption,
     parse_enforcement,
     parse_trigger,
 )
@@ -54,25 +53,33 @@ def tune(
     format: FormatOption = Format.table,
     input_format: InputFormatOption = InputFormat.auto,
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
-    trigger: TriggerOption = None,
+    trigger: Annotated[str | None, typer.Option(
+        "--trigger", help="Score alarms as this trigger acts: level or increase (min_increase is then tuned with "
+                          "θ). Default: the spec's guard.trigger, else what the integration uses: increase under "
+                          "lookahead enforcement (the LangChain middleware, the MCP proxy), level under observe.")]
+    = None,
     bundle_by: BundleByOption = None,
     min_group_runs: MinGroupRunsOption = DEFAULT_MIN_GROUP_RUNS,
     extractor: ExtractorOption = None,
     on_error: OnErrorOption = OnError.stop,
     mkdir: MkdirOption = False,
 ) -> None:
-    """Choose a threshold per action from cross-validation so that targets on detection or false alarms hold."""
+    """Choose a threshold per action (and, under the increase trigger, min_increase) from cross-validation so that
+    targets on detection or false alarms hold."""
     from ..evaluation.evaluate import evaluate as run_evaluate
-    from ..evaluation.tune import parse_target, write_thresholds
+    from ..evaluation.tune import parse_target, write_min_increase, write_thresholds
     from ..evaluation.tune import tune as run_tune
-    from ..spec import Thresholds, load_spec, parse_spec
+    from ..spec import Thresholds, Trigger, load_spec, parse_spec
 
     targets = [parse_target(t) for t in target]
     if output is not None:
         check_output(output, inputs=[*traces, spec], mkdir=mkdir)
     mode = parse_enforcement(enforcement)
-    trigger_mode = parse_trigger(trigger)
     parsed = load_spec(spec)
+    # what the integration enforces: the LangChain middleware and the MCP proxy (look-ahead) use
+    # increase when the spec sets no trigger; a guard told of each step (observe), level
+    trigger_mode = parse_trigger(trigger) or parsed.guard.trigger or (
+        Trigger.INCREASE if mode is Enforcement.LOOKAHEAD else Trigger.LEVEL)
     summary = IngestSummary()
     runs = list(read_input(traces, input_format, period=period, extractor=extractor, on_error=on_error.value,
                            summary=summary))
@@ -84,7 +91,9 @@ def tune(
                               alpha=alpha, enforcement=mode, trigger=trigger_mode, bundle_by=bundle_by,
                               min_group_runs=min_group_runs,
                               on_progress=lambda phase, fold: update(completed=2 * fold - (phase == "learn")))
-    choices = run_tune(result, parsed, targets)
+    tuned: dict[str, float] = {}
+    choices = run_tune(result, parsed, targets, tuned)
+    min_increase = tuned.get("min_increase")
     chosen = Thresholds(**{c.action.value: c.theta for c in choices})
     notes = [f"{c.action.value} θ moved from {c.previous:g} to {c.theta:g} to keep reflect ≥ ask_human ≥ stop"
              for c in choices if c.moved]
@@ -93,10 +102,13 @@ def tune(
     if output is not None:
         assert parsed.text is not None
         text = write_thresholds(parsed.text, chosen, source=str(spec))
+        if min_increase is not None:
+            text = write_min_increase(text, min_increase, source=str(spec))
         parse_spec(text, source=str(output))  # what is written loads
         write_output(output, text)
     if format is Format.json:
-        print_json({"enforcement": mode.value, "trigger": result.pooled.trigger, "folds": folds,
+        print_json({"enforcement": mode.value, "trigger": result.pooled.trigger, "min_increase": min_increase,
+                    "folds": folds,
                     "group_by": group_by, "bundle_by": bundle_by, "runs": len(runs),
                     "thresholds": chosen.model_dump(), "output": None if output is None else str(output),
                     "notes": notes, "actions": [
@@ -109,7 +121,8 @@ def tune(
         return
     bundled = "" if bundle_by is None else f" of per-member models by {bundle_by}"
     table = Table(title=f"thresholds for {parsed.name}: {folds}-fold cross-validation{bundled} over {len(runs)} "
-                        f"runs, {mode.value} enforcement, {result.pooled.trigger} trigger")
+                        f"runs, {mode.value} enforcement, {result.pooled.trigger} trigger"
+                        + ("" if min_increase is None else f" (min_increase {min_increase:g}, tuned)"))
     for column in ("action", "θ", "warned ahead", "blocked at step", "detected", "false alarms",
                    "steps ahead [IQR]"):
         table.add_column(column, justify="left" if column == "action" else "right")

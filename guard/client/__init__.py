@@ -42,7 +42,7 @@ except ModuleNotFoundError as exc:
 from ..policy import Policy
 from . import _core as core
 from ._core import Op, RemoteDecision, Request, ServerError
-from ._loopback import loopback
+from ._loopback import async_loopback, loopback
 
 __all__ = ["AsyncClient", "AsyncRemoteSession", "Client", "RemoteDecision", "RemoteSession", "ServerError",
            "DEFAULT_URL"]
@@ -225,6 +225,8 @@ class AsyncClient:
         self._http = httpx.AsyncClient(base_url=self.url, headers=_headers(api_key), timeout=timeout,
                                        transport=transport)
         self._api_key = api_key  # for a synchronous twin (guard.langchain._remote)
+        # a sidecar on this machine: asyncio streams of our own, as the synchronous client's (guard.client._loopback)
+        self._fast = None if transport is not None else async_loopback(self.url, _headers(api_key), timeout)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -234,14 +236,17 @@ class AsyncClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        if self._fast is not None:
+            self._fast.close()
 
     async def _send(self, request: Request) -> Any:
         headers, content, timeout = request.headers(), request.content(), request.timeout(self._http.timeout)
+        http: Any = self._fast or self._http
         attempt = 0
         while True:
             try:
-                return request.answer(await self._http.request(request.method, request.path, headers=headers,
-                                                               content=content, params=request.params, **timeout))
+                return request.answer(await http.request(request.method, request.path, headers=headers,
+                                                         content=content, params=request.params, **timeout))
             except httpx.TransportError as exc:
                 await asyncio.sleep(request.backoff(exc, attempt, self.retries, self.url))
                 attempt += 1

@@ -19,7 +19,7 @@ from urllib.parse import urlencode, urlsplit
 
 import httpx
 
-__all__ = ["Answer", "LoopbackHTTP", "loopback"]
+__all__ = ["Answer", "AsyncLoopbackHTTP", "LoopbackHTTP", "async_loopback", "loopback"]
 
 _HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 _IDLE = 16  # connections kept open (the middleware's threads share one client)
@@ -121,3 +121,95 @@ class LoopbackHTTP:
             idle, self._idle, self._closed = self._idle, [], True
         for conn in idle:
             conn.close()
+
+
+class AsyncLoopbackHTTP:
+    """:class:`LoopbackHTTP` for :class:`~guard.client.AsyncClient`: keep-alive connections of asyncio
+    streams to one loopback server (HTTP/1.1, bodies by ``Content-Length`` or chunked), so an async
+    agent's step costs what a synchronous one's does. A connection belongs to the event loop that
+    opened it; one of another loop (a second ``asyncio.run``) is dropped, not reused."""
+
+    def __init__(self, host: str, port: int, prefix: str, headers: dict[str, str], timeout: float) -> None:
+        self.host, self.port, self.prefix = host, port, prefix
+        self.headers = {"Host": f"{host}:{port}", **headers}
+        self.timeout = timeout
+        self._idle: list[tuple[Any, Any, Any]] = []  # (loop, reader, writer)
+
+    async def request(self, method: str, path: str, *, headers: dict[str, str], content: bytes | None,
+                      params: Any = None, timeout: float | None = None) -> Answer:
+        import asyncio
+
+        target = self.prefix + path + (f"?{urlencode(params)}" if params else "")
+        wait = self.timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        reader, writer = self._take(loop)
+        if writer is None:
+            try:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), wait)
+            except (OSError, TimeoutError) as exc:
+                raise httpx.ConnectError(f"{exc}") from exc
+        body = content or b""
+        lines = [f"{method} {target} HTTP/1.1", *(f"{k}: {v}" for k, v in {**self.headers, **headers}.items()),
+                 f"Content-Length: {len(body)}", "", ""]
+        try:
+            writer.write("\r\n".join(lines).encode("latin-1") + body)
+            status, reason, keep, answer = await asyncio.wait_for(_read_response(reader), wait)
+        except TimeoutError as exc:
+            writer.close()
+            raise httpx.ReadTimeout(f"{exc or 'timed out'}") from exc
+        except (OSError, ValueError, asyncio.IncompleteReadError) as exc:
+            writer.close()
+            raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from exc
+        if keep and len(self._idle) < _IDLE:
+            self._idle.append((loop, reader, writer))
+        else:
+            writer.close()
+        return Answer(status, answer, reason)
+
+    def _take(self, loop: Any) -> tuple[Any, Any]:
+        while self._idle:
+            owner, reader, writer = self._idle.pop()
+            # a connection of another loop, or one the server closed (its keep-alive timeout): drop it
+            if owner is loop and not reader.at_eof() and not writer.is_closing():
+                return reader, writer
+            if owner is loop:
+                writer.close()
+        return None, None
+
+    def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for owner, _, writer in idle:
+            if not owner.is_closed():
+                writer.close()
+
+
+async def _read_response(reader: Any) -> tuple[int, str, bool, bytes]:
+    """Status, reason, whether the connection stays open, and the body of one HTTP/1.1 response."""
+    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+    _, status, reason = (head[0].split(" ", 2) + [""])[:3]
+    fields = {}
+    for line in head[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            fields[name.strip().lower()] = value.strip()
+    if fields.get("transfer-encoding", "").lower() == "chunked":
+        parts = []
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            if size == 0:
+                await reader.readuntil(b"\r\n")
+                break
+            parts.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+        body = b"".join(parts)
+    else:
+        body = await reader.readexactly(int(fields.get("content-length", "0")))
+    return int(status), reason, fields.get("connection", "").lower() != "close", body
+
+
+def async_loopback(url: str, headers: dict[str, str], timeout: float) -> AsyncLoopbackHTTP | None:
+    """An async pool for ``url`` when it is plain HTTP on this machine, else None (use httpx)."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.hostname not in _HOSTS:
+        return None
+    return AsyncLoopbackHTTP(parts.hostname, parts.port or 80, parts.path.rstrip("/"), headers, timeout)

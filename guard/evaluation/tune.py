@@ -35,7 +35,8 @@ from ..replay import Enforcement, RunReplay, Spread, ThetaReport, summarize
 from ..spec import Action, Spec, Thresholds
 from .evaluate import EvaluationReport
 
-__all__ = ["Target", "Choice", "TargetUnreachable", "parse_target", "choose_theta", "tune", "write_thresholds"]
+__all__ = ["MIN_INCREASE_GRID", "Target", "Choice", "TargetUnreachable", "choose_min_increase", "choose_theta",
+           "parse_target", "tune", "write_min_increase", "write_thresholds"]
 
 Metric = Literal["false-alarms", "warned-ahead", "detection"]
 METRICS: tuple[str, ...] = ("false-alarms", "warned-ahead", "detection")
@@ -157,10 +158,48 @@ def choose_theta(replays: Sequence[RunReplay], target: Target, *, unseen_alarms:
     return min(theta, 1.0)
 
 
-def _fold_spreads(evaluation: EvaluationReport, thetas: list[float]) -> list[dict[str, Spread | None]]:
+MIN_INCREASE_GRID = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
+"""The ``min_increase`` values ``tune`` tries under the increase trigger."""
+
+
+def choose_min_increase(replays: Sequence[RunReplay], target: Target, *, unseen_alarms: bool,
+                        lookahead: bool, grid: Sequence[float] = MIN_INCREASE_GRID) -> tuple[float, float]:
+    """``(min_increase, θ)`` meeting ``target`` best under the increase trigger: for each ``min_increase``
+    of ``grid`` the θ of :func:`choose_theta`, scored by the other rate at that θ (a false-alarms target:
+    the most detection; a detection target: the fewest false alarms), ties to the fewer false alarms, the
+    more detection, then the smaller ``min_increase``.
+
+    Raises:
+        TargetUnreachable: no pair meets the target (the message is that of ``min_increase`` 0).
+    """
+    best: tuple[tuple[float, float, float], float, float] | None = None
+    first_error: TargetUnreachable | None = None
+    for value in grid:
+        runs = [r.under_trigger(value, acts_on_start=not lookahead) for r in replays]
+        try:
+            theta = choose_theta(runs, target, unseen_alarms=unseen_alarms, lookahead=lookahead)
+        except TargetUnreachable as exc:
+            first_error = first_error or exc
+            continue
+        safe = _minima(runs, False, unseen_alarms, lookahead)
+        unsafe = _minima(runs, True, unseen_alarms, lookahead)
+        detection = _flagged(unsafe, theta) / len(unsafe) if unsafe else 0.0
+        false_alarms = _flagged(safe, theta) / len(safe) if safe else 0.0
+        score = (-detection, false_alarms, value) if target.metric == "false-alarms" else \
+            (false_alarms, -detection, value)
+        if best is None or score < best[0]:
+            best = (score, value, theta)
+    if best is None:
+        assert first_error is not None
+        raise first_error
+    return best[1], best[2]
+
+
+def _fold_spreads(evaluation: EvaluationReport, thetas: list[float],
+                  min_increase: float | None) -> list[dict[str, Spread | None]]:
     pooled = evaluation.pooled
     per_fold = [summarize(f.report.replays, thetas, unseen_alarms=pooled.unseen_alarms, horizon=pooled.horizon,
-                          enforcement=pooled.enforcement, min_increase=pooled.min_increase).thetas
+                          enforcement=pooled.enforcement, min_increase=min_increase).thetas
                 for f in evaluation.folds]
     out = []
     for k in range(len(thetas)):
@@ -172,8 +211,12 @@ def _fold_spreads(evaluation: EvaluationReport, thetas: list[float]) -> list[dic
     return out
 
 
-def tune(evaluation: EvaluationReport, spec: Spec, targets: Sequence[Target]) -> list[Choice]:
+def tune(evaluation: EvaluationReport, spec: Spec, targets: Sequence[Target],
+         tuned: dict[str, float] | None = None) -> list[Choice]:
     """Thresholds for reflect, ask_human and stop meeting ``targets`` on a cross-validation's held-out runs.
+
+    Under the increase trigger ``min_increase`` is tuned with the θ of the least severe action's target
+    (:func:`choose_min_increase`); it goes into ``tuned["min_increase"]`` when ``tuned`` is given.
 
     Raises:
         TargetUnreachable: a target no θ meets.
@@ -190,7 +233,15 @@ def tune(evaluation: EvaluationReport, spec: Spec, targets: Sequence[Target]) ->
         by_action[action] = target
     pooled = evaluation.pooled
     lookahead = pooled.enforcement is Enforcement.LOOKAHEAD
-    chosen = {a: choose_theta(pooled.replays, t, unseen_alarms=pooled.unseen_alarms, lookahead=lookahead)
+    replays, min_increase = pooled.replays, pooled.min_increase
+    if min_increase is not None and by_action:  # the increase trigger: min_increase is tuned with θ
+        lead = next(a for a in _ORDER if a in by_action)
+        min_increase, _ = choose_min_increase(pooled.replays, by_action[lead], unseen_alarms=pooled.unseen_alarms,
+                                              lookahead=lookahead)
+        replays = [r.under_trigger(min_increase, acts_on_start=not lookahead) for r in pooled.replays]
+        if tuned is not None:
+            tuned["min_increase"] = min_increase
+    chosen = {a: choose_theta(replays, t, unseen_alarms=pooled.unseen_alarms, lookahead=lookahead)
               for a, t in by_action.items()}
     targeted = [a for a in _ORDER if a in chosen]
     for less, more in itertools.pairwise(targeted):
@@ -216,8 +267,8 @@ def tune(evaluation: EvaluationReport, spec: Spec, targets: Sequence[Target]) ->
     active = sorted({t for t in thetas.values() if t is not None})
     reports = dict(zip(active, summarize(pooled.replays, active, unseen_alarms=pooled.unseen_alarms,
                                          horizon=pooled.horizon, enforcement=pooled.enforcement,
-                                         min_increase=pooled.min_increase).thetas))
-    spreads = dict(zip(active, _fold_spreads(evaluation, active)))
+                                         min_increase=min_increase).thetas))
+    spreads = dict(zip(active, _fold_spreads(evaluation, active, min_increase)))
     choices = []
     for a in _ORDER:
         theta = thetas[a]
@@ -276,6 +327,37 @@ def write_thresholds(text: str, thresholds: Thresholds, *, source: str = "<spec>
         edits.append((at, 1, at, "".join(f"\n{indent}{line}" for line in missing)))  # before an edit at `at`
     for start, _, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
+    return text
+
+
+def write_min_increase(text: str, value: float, *, source: str = "<spec>") -> str:
+    """``text`` (a spec's YAML, with a ``guard`` mapping: :func:`write_thresholds` makes one) with
+    ``guard.min_increase`` and ``guard.trigger: increase`` set; the rest kept as written."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    guard = _value(root, "guard") if isinstance(root, yaml.MappingNode) else None
+    if not isinstance(guard, yaml.MappingNode):
+        raise ForewarnError(f"{source}: no guard mapping to write min_increase into")
+    if guard.flow_style:
+        document = yaml.safe_load(text[guard.start_mark.index:guard.end_mark.index]) or {}
+        document |= {"trigger": "increase", "min_increase": value}
+        dumped = yaml.safe_dump(document, default_flow_style=True, width=10**6, sort_keys=False).strip()
+        return text[:guard.start_mark.index] + dumped + text[guard.end_mark.index:]
+    for key, new in (("min_increase", _scalar(value)), ("trigger", "increase")):
+        guard = _value(yaml.compose(text, Loader=yaml.SafeLoader), "guard")  # type: ignore[arg-type]
+        assert isinstance(guard, yaml.MappingNode)
+        node = _value(guard, key)
+        if node is not None and node.start_mark.index != node.end_mark.index:
+            text = text[:node.start_mark.index] + new + text[node.end_mark.index:]
+            continue
+        first = guard.value[0][0].start_mark
+        start = text.rfind("\n", 0, first.index) + 1
+        if node is not None:  # `key:` with nothing after it: drop the line, write it anew
+            k = next(k for k, _ in guard.value if isinstance(k, yaml.ScalarNode) and k.value == key)
+            line = text.rfind("\n", 0, k.start_mark.index) + 1
+            end = text.find("\n", k.end_mark.index)
+            text = text[:line] + text[(len(text) if end < 0 else end + 1):]
+            start = min(start, line)
+        text = text[:start] + " " * first.column + f"{key}: {new}\n" + text[start:]
     return text
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._extras import extra_error
 
@@ -21,45 +21,74 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain._after_tool", exc) from None
 
-from ..runtime import Decision
+from ..runtime import Decision, StepRecord
 from ..spec import Action
-from ..toolcalls.transcript import CallStatus, ToolStep
+from ..telemetry import record_decision
+from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
 from . import _explain as explain
-from ._judge import Judge
 from ._lookahead import same_state
 from ._messages import forewarn_data, mark, message_text
 from ._remote import MirroredSession
 from .review import Review
 from .runs import GuardedRun, Intervention
 
-__all__ = ["ToolResult", "after_tool", "stopped_after_tool"]
+if TYPE_CHECKING:
+    from .middleware import ForewarnMiddleware
+
+__all__ = ["ToolResult", "aafter_tool", "after_tool", "stopped_after_tool"]
 
 ToolResult = ToolMessage | Command[Any]
 
 
-def after_tool(mw: Judge, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+def after_tool(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
                review: Review | None, approved_decision: Decision | None = None) -> ToolResult:
     """Commit the state the call led to; the tool's result, with what the model must know added."""
+    with mw._lock:
+        message, step, transcript, before = _ran(mw, run, request, result, review)
+        decision = mw._decide(run.session, transcript, step, commit=True)
+    return _annotated(mw, run, request, result, review, message, decision, before)
+
+
+async def aafter_tool(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+                      review: Review | None, approved_decision: Decision | None = None) -> ToolResult:
+    """:func:`after_tool` for the async hooks: the commit to a sidecar is awaited, not waited on."""
+    with mw._lock:
+        message, step, transcript, before = _ran(mw, run, request, result, review)
+    decision = await mw._adecide(run.session, transcript, step)
+    return _annotated(mw, run, request, result, review, message, decision, before)
+
+
+def _ran(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+         review: Review | None) -> tuple[ToolMessage | None, ToolStep, Transcript, StepRecord | None]:
+    """The call as it ran, the transcript it ends, the last step before it (under the middleware's lock)."""
     call = request.tool_call
     message = result if isinstance(result, ToolMessage) else _tool_message_in(result, call.get("id"))
     text = message_text(message.content) if message is not None else None
     error = message is not None and message.status == "error"
-    approved = review is not None
     step = ToolStep(call["name"], call["args"], CallStatus.ERROR if error else CallStatus.SUCCESS, text,
-                    id=call.get("id"), approved=approved)
-    with mw.lock:
-        run._verdicts.pop(call.get("id") or "", None)
-        if isinstance(run.session, MirroredSession):  # the step a sidecar proposal led to, linked to it
-            run.session.proposal = run._proposals.pop(call.get("id") or "", None)
-        transcript = run._transcripts.transcript(request.state["messages"]).then(step)
-        before = run.session.history[-1] if run.session.history else None
-        decision = mw.decide(run.session, transcript, step, commit=True)
+                    id=call.get("id"), approved=review is not None)
+    run._verdicts.pop(call.get("id") or "", None)
+    if isinstance(run.session, MirroredSession):  # the step a sidecar proposal led to, linked to it
+        run.session.proposal = run._proposals.pop(call.get("id") or "", None)
+    transcript = run._transcripts.transcript(request.state["messages"]).then(step)
+    before = run.session.history[-1] if run.session.history else None
+    return message, step, transcript, before
+
+
+def _annotated(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+               review: Review | None, message: ToolMessage | None, decision: Decision,
+               before: StepRecord | None) -> ToolResult:
+    """The tool's result with what the model must know added (nothing, usually)."""
+    call = request.tool_call
+    approved = review is not None
     news = decision.action is not Action.ALLOW and not (
         not mw.judge_unchanged and decision.action is not Action.STOP and before is not None
         and before.action is not None and same_state(before.decision, decision)) and not (
-        # a human approved exactly this: the result showed nothing the approval did not cover
-        review is not None and review.type == "approve" and approved_decision is not None
-        and decision.action is not Action.STOP and same_state(approved_decision, decision))
+        # a human approved (or edited) this call: its consequences are theirs to take, no alarm to the model
+        # (the state it led to differs from the one previewed when the approval itself is part of it)
+        review is not None and decision.action is not Action.STOP)
+    record_decision(decision, tool=call["name"], phase="observed", session=run.id, call_id=call.get("id"),
+                    action=decision.action if news else Action.ALLOW)
     if not news and not approved:  # the common case: nothing to add to the result
         return result
     marks: dict[str, Any] = {"phase": "observed"}
@@ -71,10 +100,10 @@ def after_tool(mw: Judge, run: GuardedRun, request: ToolCallRequest, result: Too
         notes.append(f"Note: a human reviewer replaced your call before it ran; it ran as "
                      f"{explain.describe_call(call['name'], call['args'])}. Do not re-issue your original call.")
     if news:  # a risky state the look-ahead could not see (or did, and a human let it through)
-        words = explain.after_call(mw.guard, decision)
+        words = explain.after_call(mw._session_guard, decision)
         marks.update(action=decision.action.value, explanation=words, decision=decision.to_dict())
         notes.append(words)
-        with mw.lock:
+        with mw._lock:
             run._record(Intervention(call.get("id"), call["name"], call["args"], decision, decision.action,
                                      "alerted"))
     if message is None or len(marks) == 1:

@@ -14,7 +14,7 @@ both would interrupt is asked once, by Forewarn.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._extras import extra_error
 
@@ -30,16 +30,18 @@ from ..runtime import Decision
 from ..spec import Action
 from ..toolcalls.transcript import CallStatus, ToolStep
 from . import _explain as explain
-from ._judge import Judge
 from ._lookahead import not_run, recheck
 from ._remote import MirroredSession, propose_allowed, review_on_sidecar
 from .review import Review, ReviewType, check_edit, parse_review, review_payload
 from .runs import GuardedRun, Intervention, Verdict
 
+if TYPE_CHECKING:
+    from .middleware import ForewarnMiddleware
+
 __all__ = ["ask", "review_call", "unless_forewarn_asks"]
 
 
-def review_call(mw: Judge, run: GuardedRun, request: ToolCallRequest,
+def review_call(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest,
                 verdict: Verdict) -> tuple[ToolCallRequest, Review, Decision] | ToolMessage:
     """Ask a human about the call; an edited call is judged again, as if the model had proposed it
     (allowed: it runs; needs approval: the human is asked about the edited call; held back: it
@@ -57,11 +59,11 @@ def review_call(mw: Judge, run: GuardedRun, request: ToolCallRequest,
             review, proposal = _ask_sidecar(mw, run, request, state, edit_of=proposal if edit else None)
         else:
             payload = review_payload(call["name"], call["args"], call.get("id"), description, decision,
-                                     mw.settings.allowed_decisions)
+                                     mw.allowed_decisions)
             review = ask(request, payload if error is None else {**payload, "forewarn_error": error},
-                         mw.settings.allowed_decisions)
+                         mw.allowed_decisions)
         if review.type == "reject":
-            with mw.lock:
+            with mw._lock:
                 run._verdicts.pop(call.get("id") or "", None)
                 run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
                                          "rejected"))
@@ -70,7 +72,7 @@ def review_call(mw: Judge, run: GuardedRun, request: ToolCallRequest,
                     f"was not executed.{reason} Do not retry it unless the user asks for it.")
             return not_run(call, text, {"action": "reject", "decision": decision.to_dict()})
         if review.type == "approve":
-            with mw.lock:
+            with mw._lock:
                 run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
                                          "approved" if edit is None else "edited"))
                 if proposal is not None:
@@ -81,7 +83,7 @@ def review_call(mw: Judge, run: GuardedRun, request: ToolCallRequest,
         # langgraph's override() types `tool` as BaseTool though the request's own field may be None
         edited = request.override(tool_call={**call, "name": name, "args": review.args or {}},
                                   tool=tool)  # type: ignore[arg-type]
-        with mw.lock:
+        with mw._lock:
             run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
                                      "edited"))
             try:
@@ -112,27 +114,27 @@ def ask(request: ToolCallRequest, payload: dict[str, Any], allowed: tuple[Review
             payload = {**payload, "forewarn_error": f"{exc}. Nothing ran; answer again."}
 
 
-def _state_of(mw: Judge, run: GuardedRun, request: ToolCallRequest) -> Mapping[str, Any] | None:
+def _state_of(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest) -> Mapping[str, Any] | None:
     """The state the call would lead to (None when the guard cannot read it)."""
     call = request.tool_call
     step = ToolStep(call["name"], call["args"], CallStatus.PROPOSED, id=call.get("id"))
     try:
-        with mw.lock:
-            return mw.extract(run._transcripts.transcript(request.state["messages"]).then(step), step)
+        with mw._lock:
+            return mw._extract(run._transcripts.transcript(request.state["messages"]).then(step), step)
     except ForewarnError:
         return None
 
 
-def _ask_sidecar(mw: Judge, run: GuardedRun, request: ToolCallRequest, state: Mapping[str, Any], *,
+def _ask_sidecar(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, state: Mapping[str, Any], *,
                  edit_of: str | None) -> tuple[Review, str]:
     """Ask the sidecar's approvers (its console) and wait; an answer this agent does not allow is a rejection."""
     assert isinstance(run.session, MirroredSession)
     tools = sorted(t.name for t in request.runtime.tools)
     return review_on_sidecar(run.session, request.tool_call, state, tools, edit_of=edit_of,
-                             timeout=mw.approval_timeout, allowed=mw.settings.allowed_decisions)
+                             timeout=mw.approval_timeout, allowed=mw.allowed_decisions)
 
 
-def _propose_allowed(mw: Judge, run: GuardedRun, request: ToolCallRequest, edit_of: str) -> None:
+def _propose_allowed(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, edit_of: str) -> None:
     assert isinstance(run.session, MirroredSession)
     state = _state_of(mw, run, request)
     if state is None:
@@ -140,13 +142,13 @@ def _propose_allowed(mw: Judge, run: GuardedRun, request: ToolCallRequest, edit_
     call = request.tool_call
     proposal = propose_allowed(run.session, call, state, sorted(t.name for t in request.runtime.tools),
                                edit_of=edit_of)
-    with mw.lock:
+    with mw._lock:
         run._proposals[call.get("id") or ""] = proposal
 
 
 # -- beside LangChain's HumanInTheLoopMiddleware ------------------------------------------
 
-def unless_forewarn_asks(mw: Judge, original: Callable[[ToolCallRequest], bool] | None
+def unless_forewarn_asks(mw: ForewarnMiddleware, original: Callable[[ToolCallRequest], bool] | None
                          ) -> Callable[[ToolCallRequest], bool]:
     """A ``when`` predicate for an ``interrupt_on`` entry of LangChain's HITL middleware: false for
     the calls Forewarn itself asks about, else ``original``'s answer (true without one)."""
@@ -157,12 +159,12 @@ def unless_forewarn_asks(mw: Judge, original: Callable[[ToolCallRequest], bool] 
     return when
 
 
-def _will_ask(mw: Judge, request: ToolCallRequest) -> bool:
+def _will_ask(mw: ForewarnMiddleware, request: ToolCallRequest) -> bool:
     call_id = request.tool_call.get("id")
     messages = (request.state or {}).get("messages")
     if not call_id or not messages:
         return False
-    run = mw.run_of(messages)
-    with mw.lock:
+    run = mw._run_of(messages)
+    with mw._lock:
         verdict = run._verdicts.get(call_id)
     return verdict is not None and verdict.action is Action.ASK_HUMAN

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from ..model import GuardModel
     from ..policy import Policy
 
-__all__ = ["describe_call", "consequence", "held_back", "stopped_before", "approval_request", "after_call"]
+__all__ = ["describe_call", "consequence", "held_back", "stopped_before", "approval_request", "after_call",
+           "rule_at_stake"]
 
 
 class Explained(Protocol):
@@ -103,8 +104,14 @@ def consequence(guard: Explained, decision: Decision, *, subject: str = "Running
         threshold = (f"; the probability of staying safe, {decision.p_safe:.1%}, is below the "
                      f"'{decision.action.value}' threshold {decision.threshold:g}")
     what = f"{unsafe}; property {decision.property}" if formula else unsafe
+    rise = ""
+    if decision.baseline_p_unsafe is not None and decision.increase is not None and decision.increase > 0 \
+            and decision.action is not Action.ALLOW:  # the increase trigger acted
+        verb_now = "raised" if past else "raises"
+        rise = (f" This call {verb_now} the risk from {decision.baseline_p_unsafe:.1%} to "
+                f"{decision.p_unsafe:.1%}.")
     return (f"{subject} {verb} to a state where {state}. From there, the probability of eventually reaching "
-            f"an unsafe state ({what}) is {decision.p_unsafe:.1%}{evidence}{threshold}.")
+            f"an unsafe state ({what}) is {decision.p_unsafe:.1%}{evidence}{threshold}.{rise}")
 
 
 DEFAULT_REFLECTION = ("Forewarn held back your call to {call}; it was not executed. {consequence} Revise your "
@@ -142,9 +149,23 @@ def stopped_before(guard: Explained, decision: Decision, name: str, args: Any) -
             f"{consequence(guard, decision)}")
 
 
+def rule_at_stake(guard: Explained, decision: Decision) -> str | None:
+    """The guarded property (rule) the decision is about, in its own words: its ``description``, else its name
+    (None for a spec with the single default property and no description)."""
+    name = next((p.name for p in decision.properties if p.formula == decision.property), None)
+    rule = next((d for d in guard.model.spec.guard.effective_properties() if d.name == name), None)
+    if rule is None:
+        return None
+    if rule.description:
+        return rule.description
+    return None if len(guard.model.spec.guard.effective_properties()) == 1 else rule.name
+
+
 def approval_request(guard: Explained, decision: Decision, name: str, args: Any) -> str:
-    """What a human reviewer reads before approving, editing or rejecting a call."""
-    return (f"Forewarn asks for approval of {describe_call(name, args)}. "
+    """What a human reviewer reads before approving, editing or rejecting a call: the rule at stake first."""
+    rule = rule_at_stake(guard, decision) if decision.abstract_state else None
+    stake = f" The rule at stake: {rule}." if rule else ""
+    return (f"Forewarn asks for approval of {describe_call(name, args)}.{stake} "
             f"{consequence(guard, decision, formula=True)}")
 
 

@@ -11,6 +11,7 @@ human-in-the-loop rejections are read as calls that never ran.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from .._extras import extra_error
@@ -22,10 +23,13 @@ except ModuleNotFoundError as exc:
 
 from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
 
-__all__ = ["SOURCE", "TranscriptCache", "message_text", "value_text", "mark", "forewarn_data", "transcript_from_messages",
+__all__ = ["REVIEWED", "SOURCE", "TranscriptCache", "message_text", "value_text", "mark", "forewarn_data", "transcript_from_messages",
            "user_texts"]
 
 SOURCE = "forewarn"
+REVIEWED: ContextVar[str | None] = ContextVar("forewarn_reviewed", default=None)
+"""While a call a human approved (or edited) runs: its tool call id. The middleware sets it around the
+tool's run, so a :class:`~guard.langchain.recorder.TraceRecorder` in the same run records the approval."""
 _HITL_SOURCE = "hitl_interrupt_decision"
 M = TypeVar("M", bound=BaseMessage)
 _NONE: frozenset[str] = frozenset()

@@ -24,14 +24,16 @@ led to is committed linked to it.
 """
 from __future__ import annotations
 
+import asyncio
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..bundle_guard import BundleGuard
-from ..client import AsyncClient, Client, RemoteSession, ServerError
+from ..client import AsyncClient, AsyncRemoteSession, Client, RemoteSession, ServerError
 from ..policy import Policy
 from ..runtime import Decision, Guard, Session
 from .review import Review, ReviewType
@@ -44,17 +46,79 @@ _CREATING = ThreadPoolExecutor(max_workers=4, thread_name_prefix="forewarn-sessi
 @dataclass
 class MirroredSession(Session):
     """A local session (previews, monitors, the look-ahead's scratch copies) whose every committed
-    step is first committed to a sidecar session; the sidecar's decision is the one returned."""
+    step is first committed to a sidecar session; the sidecar's decision is the one returned.
+
+    With an :class:`AsyncClient` and a running event loop (the agent's async hooks) the sidecar
+    session is created as a task of that loop and steps are committed with :meth:`aobserve`, which
+    awaits the HTTP request instead of blocking the loop; the synchronous twin of the client serves
+    the synchronous paths (a sync ``invoke`` on the same middleware, approvals on the sidecar)."""
 
     creating: Future[RemoteSession] | None = None  # the sidecar session, created in the background
     proposal: str | None = None  # the proposal the next committed step ran (set under the middleware's lock)
+    acreating: asyncio.Task[AsyncRemoteSession] | None = None  # the same, created on the agent's event loop
+    twin: Client | None = None  # for the synchronous paths of a session created asynchronously
+    make: Callable[[], RemoteSession] | None = None  # creates it synchronously, when the loop cannot be waited on
     _deferred: list[dict[str, Any]] = field(default_factory=list)
+    _alock: asyncio.Lock | None = None
+    _remote: RemoteSession | None = None
+
+    def end(self) -> None:
+        """Close the sidecar session, in the background (a run's end is not worth a round trip on the
+        agent's path); a session that could not be created, or is closed already, is left as it is."""
+        if self.acreating is not None:
+            self.acreating.add_done_callback(_aclose)
+        elif self.creating is not None:
+            _CREATING.submit(_close, self.creating)
+
+    async def aend(self) -> None:
+        """:meth:`end`, awaited on the agent's loop when the session was created there."""
+        if self.acreating is None:
+            self.end()
+            return
+        try:
+            await (await self.acreating).close()
+        except Exception:  # best effort: the sidecar expires idle sessions anyway (session_idle_seconds)
+            pass
 
     @property
     def remote(self) -> RemoteSession:
         """The sidecar session (waits for its creation; raises what made it fail)."""
-        assert self.creating is not None
+        if self._remote is not None:
+            return self._remote
+        if self.creating is None:  # created on an event loop: reached here from a synchronous path
+            assert self.acreating is not None and self.twin is not None and self.make is not None
+            created = _await_from_thread(self.acreating)
+            if created is None:  # on the loop's own thread (a run rebuilt there): one made synchronously
+                self.acreating.add_done_callback(_aclose)
+                self._remote = self.make()
+                self.acreating = None
+            else:
+                self._remote = RemoteSession(self.twin, created.id, created.info)
+            return self._remote
         return self.creating.result()
+
+    async def aobserve(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
+        """:meth:`observe` awaiting the sidecar (the async hooks' path): the same steps, the same batch of
+        a run's first state with its first step, one request at a time per session."""
+        if self.acreating is None:  # created synchronously: commit in a worker thread, never on the loop
+            return await asyncio.to_thread(self.observe, state, action=action, t=t)
+        if self._alock is None:
+            self._alock = asyncio.Lock()
+        async with self._alock:
+            remote = await self.acreating
+            proposal, self.proposal = self.proposal, None
+            deferred, self._deferred = [d | {"session": remote.id} for d in self._deferred], []
+            if deferred and proposal is None:
+                step = {"session": remote.id, "state": dict(state), "ask": False} | {
+                    k: v for k, v in (("action", action), ("t", t)) if v is not None}
+                decided = (await remote.client.batch([*deferred, step]))[-1]
+                remote.last = decided
+            else:
+                if deferred:
+                    await remote.client.batch(deferred)
+                decided = await remote.observe(state, action=action, t=t, ask=False, proposal=proposal)
+            Session.observe(self, state, action=action, t=t)
+            return decided
 
     def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
         if action is None and not self.history:
@@ -80,13 +144,60 @@ class MirroredSession(Session):
         return decided
 
 
-class RemoteGuard:
-    """What the middleware needs of a guard, with the decisions kept by a sidecar."""
+def _close(creating: Future[RemoteSession]) -> None:
+    try:
+        creating.result().close()
+    except Exception:  # best effort: the sidecar expires idle sessions anyway (session_idle_seconds)
+        pass
 
-    def __init__(self, client: Client, local: Guard | BundleGuard, model: str | None) -> None:
+
+def _aclose(task: asyncio.Task[AsyncRemoteSession]) -> None:
+    if task.cancelled() or task.exception() is not None:
+        return
+    closing = asyncio.ensure_future(_aclose_now(task.result()))
+    _CLOSING.add(closing)
+    closing.add_done_callback(_CLOSING.discard)
+
+
+async def _aclose_now(session: AsyncRemoteSession) -> None:
+    try:
+        await session.close()
+    except Exception:  # best effort, as _close
+        pass
+
+
+_CLOSING: set[asyncio.Future[None]] = set()  # closes in flight (the loop keeps only weak references to tasks)
+
+
+def _await_from_thread(task: asyncio.Task[AsyncRemoteSession]) -> AsyncRemoteSession | None:
+    """The result of a task of another thread's loop (or of a done one); None on the loop's own thread,
+    where waiting would never end."""
+    if task.done():
+        return task.result()
+    loop = task.get_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        return None
+    return asyncio.run_coroutine_threadsafe(_wait(task), loop).result()
+
+
+async def _wait(task: asyncio.Task[AsyncRemoteSession]) -> AsyncRemoteSession:
+    return await task
+
+
+class RemoteGuard:
+    """What the middleware needs of a guard, with the decisions kept by a sidecar (``aclient``: an
+    :class:`AsyncClient` the async hooks commit with; ``client`` its synchronous twin)."""
+
+    def __init__(self, client: Client, local: Guard | BundleGuard, model: str | None,
+                 aclient: AsyncClient | None = None) -> None:
         self.client = client
         self.local = local
         self.model_name = model
+        self.aclient = aclient
 
     # the local model's face: spec, policy and predicates for the start warning, previews and words
     @property
@@ -106,25 +217,38 @@ class RemoteGuard:
         return self.local.property
 
     def with_policy(self, policy: Policy) -> RemoteGuard:
-        return RemoteGuard(self.client, self.local.with_policy(policy), self.model_name)
+        return RemoteGuard(self.client, self.local.with_policy(policy), self.model_name, self.aclient)
 
     def session(self, policy: Policy | None = None, *, metadata: Mapping[str, Any] | None = None) -> MirroredSession:
         local = self.local if policy is None else self.local.with_policy(policy)
         guard = local.for_metadata(metadata)
         # created while the agent goes on (its model is called next): needed only at the run's first commit
+        if self.aclient is not None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # a synchronous invoke of an agent given an AsyncClient: the twin serves it
+                loop = None
+            if loop is not None:
+                acreating = loop.create_task(self.aclient.session(local.policy, model=self.model_name,
+                                                                  metadata=metadata))
+                return MirroredSession(guard, metadata=metadata, acreating=acreating, twin=self.client,
+                                       make=partial(self.client.session, local.policy, model=self.model_name,
+                                                    metadata=metadata))
         creating = _CREATING.submit(self.client.session, local.policy, model=self.model_name, metadata=metadata)
         return MirroredSession(guard, metadata=metadata, creating=creating)
 
 
 def remote_guard(client: Client | AsyncClient, model: str | None = None, *,
                  trusted_keys: Any = None) -> RemoteGuard:
-    """A :class:`RemoteGuard` on ``client``'s sidecar. An :class:`AsyncClient` is used through a
-    synchronous twin on the same URL and key: the middleware commits a step inside its hooks
-    (one short loopback request)."""
-    twin = None
+    """A :class:`RemoteGuard` on ``client``'s sidecar. An :class:`AsyncClient` commits the steps of the
+    async hooks; a synchronous twin on the same URL and key fetches the model once and serves the
+    synchronous paths."""
+    twin, aclient = None, None
     if isinstance(client, AsyncClient):
-        twin = client = _sync_twin(client)
-    guard = RemoteGuard(client, client.guard(model, trusted_keys=trusted_keys), model)
+        aclient, twin = client, _sync_twin(client)
+        client = twin
+    guard = RemoteGuard(client, client.guard(model, trusted_keys=trusted_keys), model,
+                        aclient)
     if twin is not None:  # ours to close: when the guard goes, its connections go with it
         weakref.finalize(guard, twin.close)
     return guard

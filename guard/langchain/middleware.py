@@ -28,8 +28,7 @@ goes on (another process resumed it) is rebuilt from the messages.
 This module is the class and its hooks; the parts they call on are their own modules: the
 look-ahead over a model turn (``_lookahead``), asking a human (``_approval``), what follows
 a tool's run (``_after_tool``), the runs kept (``runs``), the settings and their checks
-(``_options``), and the sidecar (``_remote``). The concerns get a :class:`~._judge.Judge` (the guard,
-the settings, a decide callable, the lock), never the middleware: the class is this file.
+(``_options``), and the sidecar (``_remote``).
 """
 from __future__ import annotations
 
@@ -45,6 +44,7 @@ try:
     from langchain.agents.middleware import AgentMiddleware
     from langchain.agents.middleware.types import ModelCallResult, ModelRequest, ModelResponse, ToolCallRequest
     from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+    from langgraph.errors import GraphBubbleUp
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain.middleware", exc) from None
 
@@ -56,11 +56,12 @@ from ..runtime import Decision, Guard, Session
 from ..spec import Action, Trigger
 from ..thresholds import warn_initial_crossings, with_default_trigger
 from ..toolcalls.extractor import ToolStateExtractor
+from ..toolcalls.placement import Placement, trained_tools
 from ..toolcalls.transcript import ExtractionError, ToolStep, Transcript
-from ._after_tool import ToolResult, after_tool, stopped_after_tool
+from ._after_tool import ToolResult, aafter_tool, after_tool, stopped_after_tool
 from ._approval import review_call, unless_forewarn_asks
-from ._judge import Judge
 from ._lookahead import Turn
+from ._messages import REVIEWED
 from ._options import Extractor, check_approvals, check_extractor, check_settings
 from ._remote import RemoteGuard, remote_guard
 from .errors import UnknownToolWarning
@@ -105,9 +106,12 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         model: with a client, the sidecar's model to use (default: the server's default).
         tools: the agent's tools (or their names), to warn now about those the extractor does not
             know; without it, the warning comes on the agent's first model call.
-        unknown_tools: what a call to a tool the extractor does not know gets when the guard
-            would otherwise allow it: ``ask_human`` (the default), ``reflect`` or ``stop`` — or
-            ``allow``, if you say so. (An extractor without a ``knows(name)`` method knows every tool.)
+        unknown_tools: what a call the extractor cannot place gets when the guard would otherwise
+            allow it: ``ask_human`` (the default), ``reflect`` or ``stop`` — or ``allow``, if you say
+            so. Which calls are placed, for every form of extractor (a plain function included):
+            :mod:`forewarn.guard.toolcalls.placement`.
+        known_tools: tools to treat as placed whatever the extractor's output shows (for a plain
+            function extractor: tools whose calls rightly change nothing in its state).
         human_in_the_loop: LangChain's ``HumanInTheLoopMiddleware`` used in the same agent: a call
             both would interrupt is asked once, by Forewarn (see :meth:`cover`).
         approvals: who is asked about a call that needs approval: ``interrupt`` (the default) — the
@@ -120,7 +124,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             and PCTL property only where a template asks for ``{unsafe}`` or ``{formula}``.
 
     Warns (:class:`~forewarn.errors.ThresholdWarning`) when, under the level trigger, a
-    threshold is already crossed in an initial state (of the pooled model, for a bundle).
+    threshold is already crossed where the learned runs' first calls led (of the pooled model,
+    for a bundle): those first calls will be acted on.
 
     Raises:
         ConfigError: for a setting out of range.
@@ -136,6 +141,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                  metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
                  trigger: Trigger | str | None = None, model: str | None = None,
                  tools: Sequence[Any] | None = None, unknown_tools: Action | str = Action.ASK_HUMAN,
+                 known_tools: Sequence[str] | None = None,
                  reflection_template: str | None = None, human_in_the_loop: Any = None,
                  approvals: Literal["interrupt", "sidecar"] = "interrupt", approval_timeout: float = 600.0) -> None:
         super().__init__()
@@ -151,7 +157,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         effective = with_default_trigger(policy or guard.policy, trigger)  # unset in spec and policy: increase
         # One guard for all sessions, so its per-abstract-state decision cache is shared.
         self._session_guard = guard if effective == guard.policy else guard.with_policy(effective)
-        warn_initial_crossings(guard.model, effective, stacklevel=2)
+        # a look-ahead never acts on a run's initial state: the warning is about the states first calls lead to
+        warn_initial_crossings(guard.model, effective, stacklevel=2, first_calls=True)
         self.metadata = metadata
         settings = check_settings(max_reflections=max_reflections, on_reflection_limit=on_reflection_limit,
                                   on_extraction_error=on_extraction_error, allowed_decisions=allowed_decisions,
@@ -164,14 +171,12 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         self.unknown_tools = settings.unknown_tools
         self.reflection_template = settings.reflection_template
         self._warned: set[str] = set()
+        self.placement = Placement(self.extractor, trained=trained_tools(guard.model.provenance),
+                                   known_tools=known_tools)
         self.max_runs = max_runs
         self._name = name
         self._lock = threading.RLock()
         self._runs = RunBook(self._lock)
-        # what the look-ahead, approval and after-tool steps may use of the middleware
-        self._judge = Judge(self._session_guard, settings, judge_unchanged, approvals, approval_timeout,
-                            decide=self._decide, extract=self._extract, try_extract=self._try_extract,
-                            knows=self.knows, run_of=self._run_of, lock=self._lock)
         check_extractor(guard, self.extractor, metadata)
         if tools is not None:
             self.warn_unknown([t if isinstance(t, str) else t.name for t in tools], stacklevel=3)
@@ -185,23 +190,42 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         and per-call modes and either order in ``middleware=[...]``: ``when`` predicates are
         wrapped, and Forewarn's look-ahead (inside the model call) has judged the call by then."""
         for config in hitl.interrupt_on.values():
-            config["when"] = unless_forewarn_asks(self._judge, config.get("when"))
+            config["when"] = unless_forewarn_asks(self, config.get("when"))
 
     def knows(self, tool: str) -> bool:
-        knows = getattr(self.extractor, "knows", None)
-        return knows is None or bool(knows(tool))
+        """Whether calls to ``tool`` are placed before any is seen (rules 1–3 of
+        :mod:`~forewarn.guard.toolcalls.placement`; a tool only its calls can tell about counts as known)."""
+        return self.placement.static(tool) is not False
 
-    def warn_unknown(self, tools: Sequence[str], *, stacklevel: int = 2) -> list[str]:
-        """Warn (once per name) about tools the extractor does not know; returns them."""
+    def places(self, tool: str, transcript: Transcript, step: ToolStep) -> bool:
+        """Whether the extractor places this proposed call (``transcript`` ends with it); warns once
+        per tool it does not place."""
+        placed = self.placement.places(tool, lambda: self._extract(transcript, step),
+                                       lambda: self._extract(Transcript(transcript.user_messages,
+                                                                        transcript.steps[:-1],
+                                                                        transcript.messages), None))
+        if not placed:
+            self.warn_unknown([tool], stacklevel=4, placed=lambda _: False)
+        return placed
+
+    def warn_unknown(self, tools: Sequence[str], *, stacklevel: int = 2,
+                     placed: Callable[[str], bool] | None = None) -> list[str]:
+        """Warn (once per name) about tools whose calls the extractor cannot place; returns them."""
+        placed = placed or self.knows
         with self._lock:
-            unknown = sorted({t for t in tools if not self.knows(t)} - self._warned)
+            unknown = sorted({t for t in tools if not placed(t)} - self._warned)
             self._warned.update(unknown)
         if unknown:
-            warnings.warn(f"Forewarn's extractor does not know the tools {unknown}, so it cannot see their effects; "
-                          f"their calls get unknown_tools={self.unknown_tools.value!r}. Give them a kind "
-                          f"(ToolStateExtractor(tool_kinds={{...}})) to judge them.", UnknownToolWarning,
-                          stacklevel=stacklevel + 1)
+            warnings.warn(f"Forewarn's extractor cannot place calls to the tools {unknown} (it does not know them, "
+                          f"the model never saw them, or its state does not change with them), so it cannot see "
+                          f"their effects; their calls get unknown_tools={self.unknown_tools.value!r}. Give them a "
+                          f"kind (ToolStateExtractor(tool_kinds={{...}})), make your extractor reflect them, or "
+                          f"list them in known_tools.", UnknownToolWarning, stacklevel=stacklevel + 1)
         return unknown
+
+    def unknown_note(self, tool: str) -> str:
+        return (f" Forewarn's extractor cannot place the call to `{tool}`, so it cannot judge what the call does; "
+                f"such calls get '{self.unknown_tools.value}'.")
 
     @property
     def name(self) -> str:
@@ -219,8 +243,74 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         return self._runs.last
 
     def _run_of(self, messages: Sequence[BaseMessage]) -> GuardedRun:
-        return self._runs.open(messages, keep=self.max_runs, extract=self._try_extract,
+        return self._runs.open(messages, keep=self.max_runs, extract=self._try_extract, end=self._end,
                                start=lambda: self._session_guard.session(metadata=run_metadata(self.metadata)))
+
+    def close(self, run_id: str | None = None) -> None:
+        """End a run (by id: its thread id), or every run the middleware keeps: on a sidecar, their
+        sessions are closed (pending approvals cancelled). The middleware closes a run's sidecar
+        session by itself when the run ends — the model's final answer, a stop, or an error out of a
+        hook (not an interrupt, which only pauses it); call this for runs you abandon mid-way, or at
+        shutdown. A conversation that goes on after its run ended starts a new session."""
+        runs = self._runs.runs() if run_id is None else [r for r in [self._runs.pop(run_id)] if r is not None]
+        if run_id is None:
+            self._runs.clear()
+        for run in runs:
+            self._end(run)
+
+    def _end(self, run: GuardedRun) -> None:
+        with self._lock:
+            if run.closed:
+                return
+            run.closed = True
+        end = getattr(run.session, "end", None)
+        if end is not None:
+            end()
+
+    async def _aend(self, run: GuardedRun) -> None:
+        """:meth:`_end` for the async hooks: the sidecar session is closed before the hook returns."""
+        with self._lock:
+            if run.closed:
+                return
+            run.closed = True
+        aend = getattr(run.session, "aend", None)
+        if aend is not None:
+            await aend()
+
+    def _ending(self, result: ModelCallResult[Any]) -> GuardedRun | None:
+        """The run that ends with this model call's result: the final answer (no tool calls), on a sidecar
+        (in process there is nothing to close: a run's session is memory only)."""
+        if not self._remote:
+            return None
+        messages = result.result if isinstance(result, ModelResponse) else [result]
+        last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+        return self._runs.current() if last is not None and not last.tool_calls else None
+
+    def _ended(self, result: ModelCallResult[Any]) -> ModelCallResult[Any]:
+        run = self._ending(result)
+        if run is not None:
+            self._end(run)
+        return result
+
+    async def _aended(self, result: ModelCallResult[Any]) -> ModelCallResult[Any]:
+        run = self._ending(result)
+        if run is not None:
+            await self._aend(run)
+        return result
+
+    def _failing(self, exc: BaseException) -> GuardedRun | None:
+        """A hook raised: the run ends there unless LangGraph is only pausing it (an interrupt)."""
+        return self._runs.current() if self._remote and not isinstance(exc, GraphBubbleUp) else None
+
+    def _failed(self, exc: BaseException) -> None:
+        run = self._failing(exc)
+        if run is not None:
+            self._end(run)
+
+    async def _afailed(self, exc: BaseException) -> None:
+        run = self._failing(exc)
+        if run is not None:
+            await self._aend(run)
 
     # -- hooks ----------------------------------------------------------------------
 
@@ -229,11 +319,15 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         messages = request.state["messages"]
         stopped = stopped_after_tool(messages)
         if stopped is not None:
-            return stopped
+            return self._ended(stopped)
         self._check_tools(request)
         if self._remote:  # the run's sidecar session is created while the model thinks
             self._run_of(messages)
-        return self._look_ahead(messages, handler(request))
+        try:
+            return self._ended(self._look_ahead(messages, handler(request)))
+        except BaseException as exc:
+            self._failed(exc)
+            raise
 
     async def awrap_model_call(self, request: ModelRequest[Any],
                                handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
@@ -241,11 +335,15 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         messages = request.state["messages"]
         stopped = stopped_after_tool(messages)
         if stopped is not None:
-            return stopped
+            return await self._aended(stopped)
         self._check_tools(request)
         if self._remote:
             self._run_of(messages)
-        return self._look_ahead(messages, await handler(request))
+        try:
+            return await self._aended(self._look_ahead(messages, await handler(request)))
+        except BaseException as exc:
+            await self._afailed(exc)
+            raise
 
     def _check_tools(self, request: ModelRequest[Any]) -> None:
         # langchain types the tools BaseTool | dict; a bare name is tolerated all the same
@@ -256,24 +354,49 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
 
     def wrap_tool_call(self, request: ToolCallRequest,
                        handler: Callable[[ToolCallRequest], ToolResult]) -> ToolResult:
-        run, verdict = self._verdict_for(request)
-        if verdict is None or verdict.action is Action.ALLOW:
-            return after_tool(self._judge, run, request, handler(request), None)
-        resolved = review_call(self._judge, run, request, verdict)
-        if isinstance(resolved, ToolMessage):
-            return resolved
-        return after_tool(self._judge, run, resolved[0], handler(resolved[0]), resolved[1], resolved[2])
+        try:
+            return self._tool_call(request, handler)
+        except BaseException as exc:
+            self._failed(exc)
+            raise
 
     async def awrap_tool_call(self, request: ToolCallRequest,
                               handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]) -> ToolResult:
+        try:
+            return await self._atool_call(request, handler)
+        except BaseException as exc:
+            await self._afailed(exc)
+            raise
+
+    def _tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]) -> ToolResult:
         run, verdict = self._verdict_for(request)
         if verdict is None or verdict.action is Action.ALLOW:
-            return after_tool(self._judge, run, request, await handler(request), None)
-        resolved = (await asyncio.to_thread(review_call, self._judge, run, request, verdict) if self.approvals == "sidecar"
-                    else review_call(self._judge, run, request, verdict))  # a sidecar's approver may take minutes
+            return after_tool(self, run, request, handler(request), None)
+        resolved = review_call(self, run, request, verdict)
         if isinstance(resolved, ToolMessage):
             return resolved
-        return after_tool(self._judge, run, resolved[0], await handler(resolved[0]), resolved[1], resolved[2])
+        token = REVIEWED.set(resolved[0].tool_call.get("id") or "")  # the recorder records the approval
+        try:
+            result = handler(resolved[0])
+        finally:
+            REVIEWED.reset(token)
+        return after_tool(self, run, resolved[0], result, resolved[1], resolved[2])
+
+    async def _atool_call(self, request: ToolCallRequest,
+                          handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]) -> ToolResult:
+        run, verdict = self._verdict_for(request)
+        if verdict is None or verdict.action is Action.ALLOW:
+            return await aafter_tool(self, run, request, await handler(request), None)
+        resolved = (await asyncio.to_thread(review_call, self, run, request, verdict) if self.approvals == "sidecar"
+                    else review_call(self, run, request, verdict))  # a sidecar's approver may take minutes
+        if isinstance(resolved, ToolMessage):
+            return resolved
+        token = REVIEWED.set(resolved[0].tool_call.get("id") or "")
+        try:
+            result = await handler(resolved[0])
+        finally:
+            REVIEWED.reset(token)
+        return await aafter_tool(self, run, resolved[0], result, resolved[1], resolved[2])
 
     # -- the look-ahead ---------------------------------------------------------------
 
@@ -284,7 +407,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         run = self._run_of(messages)
         with self._lock:
             base = run._transcripts.transcript(messages)
-            verdicts, added = Turn(self._judge, run, base, messages).judge(proposal)
+            verdicts, added = Turn(self, run, base, messages).judge(proposal)
             run._verdicts.update(verdicts)
         if not added:
             return response
@@ -305,7 +428,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             message = messages[index]
             if isinstance(message, AIMessage) and any(c["id"] == call_id for c in message.tool_calls):
                 before = messages[:index]
-                verdicts, _ = Turn(self._judge, run, run._transcripts.transcript(before), before, record=False).judge(message)
+                verdicts, _ = Turn(self, run, run._transcripts.transcript(before), before, record=False).judge(message)
                 run._verdicts.update(verdicts)
                 # a call the turn holds back (reflect, stop) never reaches a tool node: ask instead
                 return verdicts.get(call_id) or Verdict(Action.ASK_HUMAN, _unjudged(self, call_id))
@@ -338,8 +461,25 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         try:
             concrete = self._extract(transcript, step)
             action = {"tool": step.name, "args": step.args}
-            return session.observe(concrete, action=action) if commit else session.preview(concrete, action=action)
+            if commit:  # a call a human approved says so in the run's record (the audit log, the recorder's trace)
+                return session.observe(concrete, action=action | ({"approved": True} if step.approved else {}))
+            return session.preview(concrete, action=action)
         except ForewarnError as exc:  # ExtractionError, or a PredicateError on the state
+            if self.on_extraction_error is None:
+                raise
+            return self._fallback(step.name, str(exc))
+
+    async def _adecide(self, session: Session, transcript: Transcript, step: ToolStep) -> Decision:
+        """:meth:`_decide` committing, for the async hooks: a sidecar's commit is awaited (``aobserve``)."""
+        try:
+            concrete = self._extract(transcript, step)
+            action = {"tool": step.name, "args": step.args} | ({"approved": True} if step.approved else {})
+            aobserve = getattr(session, "aobserve", None)
+            if aobserve is not None:
+                decided: Decision = await aobserve(concrete, action=action)
+                return decided
+            return session.observe(concrete, action=action)
+        except ForewarnError as exc:
             if self.on_extraction_error is None:
                 raise
             return self._fallback(step.name, str(exc))

@@ -36,7 +36,7 @@ except ModuleNotFoundError as exc:
 from ...errors import ForewarnError
 from ..toolcalls.extractor import ToolStateExtractor
 from ..toolcalls.transcript import CallStatus, ExtractionError, ToolStep, Transcript
-from ._messages import message_text, value_text
+from ._messages import REVIEWED, message_text, value_text
 
 __all__ = ["TraceRecorder"]
 
@@ -60,6 +60,7 @@ class _PendingCall:
     name: str
     args: Any
     call_id: str | None
+    approved: bool = False
 
 
 class TraceRecorder(BaseCallbackHandler):
@@ -154,7 +155,10 @@ class TraceRecorder(BaseCallbackHandler):
                 self._step(self._runs[root], None)
             name = kwargs.get("name") or (serialized or {}).get("name") or "tool"
             args = inputs if inputs is not None else input_str
-            self._calls[run_id] = _PendingCall(root, str(name), args, kwargs.get("tool_call_id"))
+            call_id = kwargs.get("tool_call_id")
+            reviewed = REVIEWED.get()  # set by the middleware while a call a human approved runs
+            approved = reviewed is not None and (not call_id or reviewed in ("", call_id))
+            self._calls[run_id] = _PendingCall(root, str(name), args, call_id, approved)
 
     def on_tool_end(self, output: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
         with self._lock:
@@ -182,7 +186,7 @@ class TraceRecorder(BaseCallbackHandler):
         run = self._runs.get(call.root)
         if run is None:
             return
-        step = ToolStep(call.name, call.args, status, result, id=call.call_id)
+        step = ToolStep(call.name, call.args, status, result, id=call.call_id, approved=call.approved)
         run.transcript = run.transcript.then(step)
         self._step(run, step)
 
@@ -200,8 +204,8 @@ class TraceRecorder(BaseCallbackHandler):
                                             f"the extractor raised {type(exc).__name__}: {exc}"))
             return
         entry: dict[str, Any] = {"state": state, "t": round(time.monotonic() - run.started, 6)}
-        if step is not None:
-            entry["action"] = {"tool": step.name, "args": step.args}
+        if step is not None:  # a call a human approved says so, as in the middleware's commits
+            entry["action"] = {"tool": step.name, "args": step.args} | ({"approved": True} if step.approved else {})
         run.steps.append(entry)
 
     def _finish(self, key: str) -> None:

@@ -26,7 +26,7 @@ from ..spec import Action
 from ..toolcalls.transcript import ToolStep, Transcript
 from ._messages import TranscriptCache
 
-__all__ = ["GuardedRun", "Intervention", "Outcome", "RunBook", "run_metadata"]
+__all__ = ["GuardedRun", "Intervention", "Outcome", "RunBook", "run_metadata", "user_metadata"]
 
 Outcome = Literal["held back", "approved", "edited", "rejected", "stopped", "alerted"]
 
@@ -69,6 +69,7 @@ class GuardedRun:
     id: str
     session: Session
     interventions: list[Intervention] = field(default_factory=list)
+    closed: bool = False  # the run ended (its sidecar session closed): a conversation that goes on starts anew
     _transcripts: TranscriptCache = field(default_factory=TranscriptCache, repr=False)
     _verdicts: dict[str, Verdict] = field(default_factory=dict, repr=False)
     _proposals: dict[str, str] = field(default_factory=dict, repr=False)  # call id → the sidecar proposal it runs
@@ -103,22 +104,41 @@ class RunBook:
         with self._lock:
             return self._runs.get(self._last) if self._last is not None else None
 
+    def runs(self) -> list[GuardedRun]:
+        with self._lock:
+            return list(self._runs.values())
+
+    def current(self) -> GuardedRun | None:
+        """The run of the thread being run now (None outside a run, or before its first step)."""
+        run_id = _thread_id()
+        with self._lock:
+            return self._runs.get(run_id) if run_id is not None else None
+
     def clear(self) -> None:
         """Drop every run (as a process that did not see them: they are rebuilt when they go on)."""
         with self._lock:
             self._runs.clear()
 
+    def pop(self, run_id: str) -> GuardedRun | None:
+        with self._lock:
+            return self._runs.pop(run_id, None)
+
     def open(self, messages: Sequence[BaseMessage], *, keep: int, start: Callable[[], Session],
-             extract: Callable[[Transcript, ToolStep | None], Mapping[str, Any] | None]) -> GuardedRun:
+             extract: Callable[[Transcript, ToolStep | None], Mapping[str, Any] | None],
+             end: Callable[[GuardedRun], None] | None = None) -> GuardedRun:
         """The run these messages belong to; a new one gets a session from ``start`` and what the run
-        did so far committed to it (``extract``: the concrete state, or None to skip one)."""
+        did so far committed to it (``extract``: the concrete state, or None to skip one). A run dropped
+        past ``keep`` is handed to ``end``."""
         run_id = _thread_id() or (f"run-{messages[0].id}" if messages and messages[0].id else "default")
         with self._lock:
             run = self._runs.get(run_id)
-            if run is None:
+            if run is None or run.closed:
+                self._runs.pop(run_id, None)
                 run = self._runs[run_id] = GuardedRun(run_id, start())
                 while len(self._runs) > keep:
-                    self._runs.popitem(last=False)
+                    _, dropped = self._runs.popitem(last=False)
+                    if end is not None:
+                        end(dropped)
                 _replay(run, messages, extract)
             else:
                 self._runs.move_to_end(run_id)
@@ -133,10 +153,29 @@ def run_metadata(metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Map
     if isinstance(metadata, Mapping):
         return metadata
     try:
-        given = get_config().get("metadata") or {}
+        config = get_config()
     except RuntimeError:  # outside a runnable context
-        given = {}
-    return metadata(given) if metadata is not None else dict(given)
+        config = {}
+    given = user_metadata(config)
+    return metadata(given) if metadata is not None else given
+
+
+# What LangGraph and LangSmith add to a run's config metadata on their own (its step, node, checkpoint,
+# tracing provider): framework internals, not the run's context.
+_INTERNAL_PREFIXES = ("langgraph_", "checkpoint_", "ls_", "__")
+_INTERNAL_KEYS = frozenset({"checkpoint_ns", "checkpoint_id", "run_attempt", "task_id", "langgraph_version",
+                            "revision_id", "thread_ts", "run_id", "graph_id", "assistant_id"})
+
+
+def user_metadata(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's context as the user gave it: the thread id and the user's own metadata keys
+    (``invoke(..., config={"metadata": {...}})``), never LangGraph's internal keys."""
+    given = config.get("metadata") or {}
+    out = {k: v for k, v in given.items() if k not in _INTERNAL_KEYS and not k.startswith(_INTERNAL_PREFIXES)}
+    thread = (config.get("configurable") or {}).get("thread_id")
+    if thread is not None:
+        out["thread_id"] = str(thread)
+    return out
 
 
 def _replay(run: GuardedRun, messages: Sequence[BaseMessage],

@@ -102,6 +102,7 @@ function card(item) {
     el("p", { class: "why" }, el("span", { class: "risk", text: `Risk ${pct(risk.p_unsafe)}${interval}` }),
       document.createTextNode(` · action ${d.action || "?"} · session ${item.session_id}`)),
     item.edit_of ? el("p", { class: "why", text: `An edit, re-checked by the agent (edited proposal ${item.edit_of})` }) : null,
+    ...reviewLines(item, risk),
     item.state_words ? el("p", { class: "why", text: `Leads to: ${item.state_words}` }) : null,
     d.message ? el("p", { class: "why", text: d.message }) : null,
     item.session_risk ? riskChart(item.session_risk, `the session's risk over ${item.session_risk.length} steps`) : null,
@@ -122,7 +123,31 @@ function card(item) {
   return node;
 }
 
+// What an approver needs in five seconds: the rule at stake, what the call changes, the risk before and
+// after with its evidence, what each answer does (server/proposals.py review_facts).
+function reviewLines(item, risk) {
+  const review = item.review;
+  if (!review) return [];
+  const evidence = (r) => `${pct(r.p_unsafe)}${r.ci_low != null && r.ci_high != null ? ` [${pct(r.ci_low)}–${pct(r.ci_high)}]` : ""}`
+    + `${r.visits != null ? `, ${r.visits} visits` : ""}`;
+  const changes = review.changes.map((c) => `${c.holds ? "now" : "no longer"}: ${c.description || c.predicate}`);
+  return [
+    review.rule ? el("p", { class: "rule", text: `Rule at stake: ${review.rule}` }) : null,
+    changes.length ? el("p", { class: "changes", text: `This call changes — ${changes.join("; ")}` }) : null,
+    el("p", { class: "before-after", text: `Risk ${review.before ? evidence(review.before) : "at the start"} → ${evidence(risk)}` }),
+    el("p", { class: "effects", text: "Approve: the call runs and the agent goes on. Reject: the call does not run; "
+      + "the agent is told your reason and will not retry it." }),
+    review.irreversible ? el("p", { class: "irreversible", text: "This call cannot be undone: a reason is required." }) : null,
+  ];
+}
+
 async function submit(item, decision, reason, args) {
+  if (item.review && item.review.irreversible && !reason.value.trim()) {
+    reason.setAttribute("aria-invalid", "true");
+    reason.placeholder = "A reason is required: this call cannot be undone";
+    reason.focus();
+    return;
+  }
   $("desk-error").textContent = "";
   const body = { decision, reason: reason.value || null };
   try {

@@ -23,7 +23,7 @@ from .._steps import write
 from ..auth import Principal
 from ..deps import Agent, Anyone, Approver, AppState, Idempotency, live_session, step_context
 from ..idempotency import Entry
-from ..proposals import STATUS_OF, proposal_out, state_words
+from ..proposals import STATUS_OF, proposal_out, review_facts, state_words
 from ..state import ServerState
 from ..storage import Storage
 from ..storage.rows import ProposalRow
@@ -69,6 +69,7 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
                            field="body.state") from exc
         document = decision.to_dict()
         document["_state_words"] = state_words(live.session.guard.model.spec, dict(decision.abstract_state))
+        document["_review"] = review_facts(live.session.guard.model.spec, decision, live.session.last)
         if body.edit_of is not None:
             document["_edit_of"] = _edited_one(state, body.edit_of, session_id, principal)
         status = STATUS_OF[decision.action] if body.ask is None else "pending" if body.ask else "allowed"
@@ -84,6 +85,9 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
                                             Storage.insert_proposal(row)))
         if status == "pending":
             state.hub.created()
+        # what the agent is told to do: a pending proposal waits for a human, whatever the guard's action was
+        acted = {"pending": "ask_human", "allowed": "allow"}.get(status, decision.action.value)
+        state.metrics.decision(acted, "propose")
         return 201, answer
 
     code, payload = await idem.run(principal, work)
@@ -127,6 +131,11 @@ async def resolve_proposal(proposal_id: ProposalId, body: S.ProposalResolve, sta
             raise ApiError(409, "session_closed", f"the session of proposal {proposal_id!r} is closed",
                            field="path.proposal_id")
         _still_pending(row)
+        review = orjson.loads(row["decision"]).get("_review") or {}
+        if review.get("irreversible") and state.settings.require_reason_irreversible \
+                and not (body.reason or "").strip():
+            raise ApiError(422, "reason_required", "this call cannot be undone (it makes an irreversible condition "
+                           "hold): give a reason with the decision", field="body.reason")
         edited = None
         if body.decision == "edit":
             edited = await _edit(state, row, body, principal)
@@ -178,6 +187,7 @@ async def _settle(state: ServerState, entry: Entry | None, row: Any, status: str
         raise ApiError(409, "already_resolved", f"proposal {row['id']!r} is no longer pending",
                        field="path.proposal_id")
     state.hub.resolved([row["id"]])
+    state.metrics.approvals_resolved.labels(status).inc()
     return 200, answer
 
 

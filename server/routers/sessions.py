@@ -21,6 +21,7 @@ from .._http import ERRORS, JSON, ApiError, Route, bad_request, errors_for, shap
 from .._steps import write
 from .._views import policy_overrides, session_summary, step_out
 from ..deps import Agent, Anyone, AppState, SessionId, live_session
+from ..expiry import close_live
 from ..models_registry import UnknownModel
 from ..sessions import LiveSession, effective_policy, make_session
 from ..storage import Storage
@@ -110,16 +111,7 @@ async def get_session(session_id: SessionId, state: AppState, principal: Anyone,
 async def close_session(session_id: SessionId, state: AppState, principal: Agent) -> Response:
     """Close a session: no more steps; its pending approvals are cancelled. Closing twice is harmless."""
     live = live_session(state, session_id, principal)
-    if not live.closed:
-        state.sessions.closed(live)  # before the write: no step may slip in while it commits
-        try:
-            at = time.time()
-            cancelled = await write(state, Storage.close_session(session_id, at, principal.name))
-            cancelled += await write(state, Storage.cancel_proposals(session_id, at, principal.name))
-        except ApiError:
-            state.sessions.reopened(live)  # the database says it is open: so it is
-            raise
-        state.hub.resolved(cancelled)
+    await close_live(state, live, principal.name)
     row = state.storage.session_row(session_id)
     if row is None:  # sessions are never deleted; this would be a bug
         raise ApiError(503, "session_unavailable", f"session {session_id!r} vanished")

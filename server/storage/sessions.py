@@ -122,6 +122,13 @@ class SessionRecords(Backend):
         return [(int(r[0]), float(r[1]), r[2]) for r in self._all(
             "SELECT step, at, p_unsafe FROM decisions WHERE session_id=? ORDER BY step", (session_id,))]
 
+    def idle_sessions(self, before: float) -> list[str]:
+        """Open sessions with no step since ``before`` (nor created since)."""
+        rows = self._all("SELECT s.id FROM sessions s WHERE s.closed_at IS NULL AND coalesce("
+                         "(SELECT max(d.at) FROM decisions d WHERE d.session_id=s.id), s.created_at) < ?",
+                         (before,))
+        return [r[0] for r in rows]
+
     def count_open_sessions(self) -> int:
         return self._count("SELECT count(*) FROM sessions WHERE closed_at IS NULL", ())
 

@@ -12,7 +12,15 @@ from _eval_support import assert_user_error
 from _support import AB, NONE, TOY_SPEC, A, B, toy_run
 from forewarn.errors import ForewarnError
 from forewarn.guard.evaluation.evaluate import evaluate
-from forewarn.guard.evaluation.tune import Target, TargetUnreachable, choose_theta, parse_target, write_thresholds
+from forewarn.guard.evaluation.tune import (
+    Target,
+    TargetUnreachable,
+    choose_min_increase,
+    choose_theta,
+    parse_target,
+    write_min_increase,
+    write_thresholds,
+)
 from forewarn.guard.pipeline import learn_model
 from forewarn.guard.replay import RunReplay, replay, summarize
 from forewarn.guard.runtime import Guard
@@ -218,15 +226,22 @@ def test_write_thresholds_keeps_the_rest(text: str, expected: str) -> None:
     assert parse_spec(written).guard.thresholds == Thresholds(reflect=0.7, stop=0.1)
 
 
-def test_tune_under_the_increase_trigger(generated: tuple[Path, Path], forewarn_here) -> None:
+def test_tune_under_the_increase_trigger(generated: tuple[Path, Path], forewarn_here, tmp_path: Path) -> None:
     traces, spec_path = generated
+    out = tmp_path / "tuned.yaml"
     result = forewarn_here("tune", traces, "--spec", spec_path, "--target", "false-alarms=0.1", "--folds", "3",
-                           "--trigger", "increase", "--format", "json")
+                           "--trigger", "increase", "--format", "json", "-o", out)
     assert result.returncode == 0, result.stderr
     summary = result.json()
     assert isinstance(summary, dict) and summary["trigger"] == "increase"
-    theta = summary["thresholds"]["reflect"]
-    cv = evaluate(list(read_runs(traces)), load_spec(spec_path), [theta], folds=3, trigger="increase")
+    theta, min_increase = summary["thresholds"]["reflect"], summary["min_increase"]
+    assert min_increase is not None  # tuned with θ, and written with the thresholds
+    written = load_spec(out).guard
+    assert (written.trigger.value, written.min_increase, written.thresholds.reflect) == ("increase", min_increase,
+                                                                                         theta)
+    spec = load_spec(spec_path)
+    spec = spec.model_copy(update={"guard": spec.guard.model_copy(update={"min_increase": min_increase})})
+    cv = evaluate(list(read_runs(traces)), spec, [theta], folds=3, trigger="increase")
     assert cv.pooled.trigger == "increase" and cv.pooled.thetas[0].false_alarm_rate <= 0.1
     assert summary["actions"][0]["figures"]["detection_rate"] == cv.pooled.thetas[0].detection_rate
 
@@ -251,3 +266,24 @@ def test_tune_per_member_with_bundle_by(generated: tuple[Path, Path], forewarn_h
     assert any("counted per member" in note for note in cv.notes)
     stopped = forewarn_here("tune", bad, "--spec", spec_path, "--target", "false-alarms=0.2", "--folds", "3")
     assert stopped.returncode == 2 and "bad.jsonl:151" in stopped.stderr
+
+
+def test_min_increase_is_tuned_with_theta() -> None:
+    # a safe run whose risk creeps up by 0.04 to p_safe 0.36; a violating run that jumps by 0.4 to p_safe 0.5
+    safe = RunReplay("s", [0.6, 0.64], None, [None] * 2, start_risk=0.6)
+    unsafe = RunReplay("u", [0.1, 0.5, 1.0], 2, [None] * 3, start_risk=0.1)
+    target = Target("false-alarms", 0.01)
+    # min_increase 0 must keep θ at 0.36 (the creep would alarm) and so misses the jump; 0.05 quiets the creep
+    assert choose_theta([r.under_trigger(0.0) for r in (safe, unsafe)], target, unseen_alarms=True,
+                        lookahead=False) == 0.36
+    assert choose_min_increase([safe, unsafe], target, unseen_alarms=True, lookahead=False) == (0.05, 1.0)
+
+
+def test_write_min_increase_keeps_the_rest() -> None:
+    text = "name: x  # keep\nguard:\n  thresholds: {reflect: 0.9}\n  trigger: level\npredicates: {a: 'true'}\n"
+    assert write_min_increase(text, 0.05) == ("name: x  # keep\nguard:\n  min_increase: 0.05\n"
+                                              "  thresholds: {reflect: 0.9}\n  trigger: increase\n"
+                                              "predicates: {a: 'true'}\n")
+    flow = "guard: {thresholds: {reflect: 0.9}}\n"
+    assert write_min_increase(flow, 0.1) == ("guard: {thresholds: {reflect: 0.9}, trigger: increase, "
+                                             "min_increase: 0.1}\n")

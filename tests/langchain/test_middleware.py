@@ -12,6 +12,7 @@ from langgraph.types import Command
 
 from _lc_support import VIOLATIONS_ONLY, ToolLog, p_safe, thresholds, tool_messages, well_formed
 from forewarn.domains.tools import ExtractionError, ToolStateExtractor, Transcript
+from forewarn.errors import ThresholdWarning
 from forewarn.guard import Guard, PredicateError
 from forewarn.guard.langchain import ForewarnMiddleware
 from forewarn.guard.langchain.errors import UnknownToolWarning
@@ -115,7 +116,8 @@ def test_reflect_acts_on_a_risky_precursor_before_any_violation(tool_guard: Guar
         tool_calls(("send_email", {"to": "bob@corp.example", "subject": "Re: planning", "body": "3pm works."})),
         "Replied to Bob.",
     ])
-    mw = ForewarnMiddleware(tool_guard, policy=thresholds(reflect=theta))
+    # the level trigger: under increase the rise (seen in few runs) lies inside the secret state's interval
+    mw = ForewarnMiddleware(tool_guard, policy=thresholds(reflect=theta), trigger="level")
     result = agent_for(model, log, mw).invoke(ask(user))
     assert log.names() == ["read_inbox", "send_email"]
     (intervention,) = mw.last_run.interventions
@@ -224,7 +226,8 @@ def test_edit_runs_the_edited_call(tool_guard: Guard, log: ToolLog) -> None:
     assert "a human reviewer replaced your call" in answer.content and "carol@corp.example" in answer.content
     run = mw.get_run("edit")
     assert [i.outcome for i in run.interventions] == ["edited"]
-    assert run.session.history[-1].action == {"tool": "send_email", "args": edited["edited_action"]["args"]}
+    assert run.session.history[-1].action == {"tool": "send_email", "args": edited["edited_action"]["args"],
+                                               "approved": True}  # on the record: a human edited it
 
 
 def test_an_edit_that_still_needs_approval_is_asked_again_about_the_edited_call(tool_guard: Guard,
@@ -410,7 +413,8 @@ def test_calls_that_leave_a_risky_state_unchanged_pass(tool_guard: Guard, log: T
     agent_for(ScriptedChatModel(script=list(script)), log, mw).invoke(ask(user))
     assert log.names() == ["read_inbox", "write_file"]
     # judging unchanged calls matters under the level trigger; under increase they never raise the risk
-    strict = ForewarnMiddleware(tool_guard, policy=policy, judge_unchanged=True, trigger="level")
+    with pytest.warns(ThresholdWarning, match="first calls led"):  # true under level: some first calls cross θ
+        strict = ForewarnMiddleware(tool_guard, policy=policy, judge_unchanged=True, trigger="level")
     strict_log = ToolLog()
     agent_for(ScriptedChatModel(script=list(script) + ["Noted."]), strict_log, strict).invoke(ask(user))
     assert strict_log.names() == ["read_inbox"]

@@ -26,7 +26,7 @@ def test_a_held_back_call_carries_the_interval(tool_guard: Guard, log: ToolLog) 
     model = ScriptedChatModel(script=[tool_calls(DF), tool_calls(RM_BUILD), "done"])
     # reflect on anything with a risk at all, acting on the interval's upper end (level trigger:
     # the middleware's default, increase, would let a call through that does not raise the risk)
-    with pytest.warns(ThresholdWarning, match="every first call will be reflected"):
+    with pytest.warns(ThresholdWarning, match="such first calls will be reflected"):
         mw = ForewarnMiddleware(tool_guard, policy=Policy(Thresholds(reflect=1.0), act_on="upper",
                                                           trigger=Trigger.LEVEL), max_reflections=5)
     result = agent_for(model, log, mw).invoke(ask(CLEANUP))

@@ -45,10 +45,27 @@ def chain_guard(tool_model: GuardModel) -> Guard:
     Shrunk towards the observed frequencies (the default) it does not: in the generated
     runs a .env read early in a run is rarely followed by a violation.
     """
+    return _plain_chain(tool_model, intervals="none")
+
+
+def _plain_chain(tool_model: GuardModel, **learning: str) -> Guard:
     spec = tool_model.spec
-    plain = spec.model_copy(update={"learning": spec.learning.model_copy(update={"shrink": "off"})})
+    plain = spec.model_copy(update={"learning": spec.learning.model_copy(update={"shrink": "off", **learning})})
     runs = tool_model.provenance["inputs"][0]["path"]
     return Guard(learn_model([runs], plain))
+
+
+def test_a_rise_inside_the_new_states_interval_is_noise(tool_model: GuardModel, log: ToolLog) -> None:
+    """With confidence intervals (the tool spec's Clopper-Pearson ones), the same .env read raises the point
+    risk, but the run's current risk lies inside the interval of the state it leads to (seen 20 times):
+    the data cannot tell that rise from none, so the increase trigger lets it pass."""
+    guard = _plain_chain(tool_model)
+    start = p_safe(guard, USER, [])
+    secret = p_safe(guard, USER, [{"name": "read_file", "args": ENV[1], "result": "KEY=1"}])
+    assert secret < start
+    mw = ForewarnMiddleware(guard, policy=thresholds(reflect=(start + secret) / 2))
+    run(mw, log, tool_calls(ENV), "Read it.")
+    assert log.names() == ["read_file"] and mw.last_run.interventions == []
 
 
 def test_a_call_that_raises_the_risk_is_held_back(chain_guard: Guard, log: ToolLog) -> None:
@@ -57,9 +74,14 @@ def test_a_call_that_raises_the_risk_is_held_back(chain_guard: Guard, log: ToolL
     secret = p_safe(tool_guard, USER, [{"name": "read_file", "args": ENV[1], "result": "KEY=1"}])
     assert secret < start  # reading .env raises the risk
     mw = ForewarnMiddleware(tool_guard, policy=thresholds(reflect=(start + secret) / 2))
-    run(mw, log, tool_calls(ENV), "I will not read it.")
+    agent = create_agent(ScriptedChatModel(script=[tool_calls(ENV), "I will not read it."]), log.tools(),
+                         middleware=[mw])
+    messages = agent.invoke({"messages": [("user", USER)]})["messages"]
     assert log.ran == []
     [held] = mw.last_run.interventions
+    alert = next(m.content for m in messages if getattr(m, "name", None) == "read_file")
+    assert (f"This call raises the risk from {held.decision.baseline_p_unsafe:.1%} to "
+            f"{held.decision.p_unsafe:.1%}.") in alert
     assert (held.action, held.outcome) == (Action.REFLECT, "held back")
     assert held.decision.increase is not None and held.decision.increase > 0
 
@@ -67,8 +89,8 @@ def test_a_call_that_raises_the_risk_is_held_back(chain_guard: Guard, log: ToolL
 def test_the_level_trigger_warns_and_holds_back_the_first_call(tool_guard: Guard, log: ToolLog) -> None:
     start = p_safe(tool_guard, USER, [])
     policy = thresholds(reflect=min(start + 0.05, 1.0))
-    with pytest.warns(ThresholdWarning, match=rf"^reflect θ {min(start + 0.05, 1.0):g} > p_safe .* every first "
-                                              r"call will be reflected"):
+    with pytest.warns(ThresholdWarning, match=rf"^reflect θ {min(start + 0.05, 1.0):g} > p_safe .* first calls "
+                                              r"led: such first calls will be reflected"):
         mw = ForewarnMiddleware(tool_guard, policy=policy, trigger="level")
     run(mw, log, tool_calls(README), tool_calls(README), tool_calls(README), "Gave up.")
     assert log.ran == []  # held back twice, then the reflection limit stops the run

@@ -52,16 +52,16 @@ def test_a_run_is_one_line_of_the_trace_contract(tmp_path: Path) -> None:
     assert recorder.records[0]["id"] == run.id
 
 
-def corpus(recorder: TraceRecorder) -> None:
+def corpus(recorder: TraceRecorder, times: int = 1) -> None:
     """Logged runs of an inbox agent that often leaks the .env file after a phishing mail."""
     inbox, env = tool_calls(("read_inbox", {})), tool_calls(("read_file", {"path": ".env"}))
-    for _ in range(9):
+    for _ in range(9 * times):
         run_agent([inbox, env, tool_calls(ENV_TO_ATTACKER), "Done."], INBOX_TASK, recorder)
-    for _ in range(3):
+    for _ in range(3 * times):
         run_agent([inbox, env, tool_calls(REPLY_TO_BOB), "Done."], INBOX_TASK, recorder)
-    for _ in range(8):
+    for _ in range(8 * times):
         run_agent([inbox, tool_calls(REPLY_TO_BOB), "Done."], INBOX_TASK, recorder)
-    for _ in range(6):
+    for _ in range(6 * times):
         run_agent([tool_calls(("web_search", {"query": "planning"})),
                    tool_calls(("write_file", {"path": "notes/p.md", "content": "x"})), "Done."],
                   "Look up planning tips.", recorder)
@@ -70,10 +70,12 @@ def corpus(recorder: TraceRecorder) -> None:
 def test_recorded_runs_learn_a_model_that_guards_the_next_run(tmp_path: Path) -> None:
     path = tmp_path / "logged.jsonl"
     recorder = TraceRecorder(path)
-    corpus(recorder)
-    assert len(recorder.records) == 26 and recorder.errors == []
+    # three times the corpus: the increase trigger acts on a rise only beyond the new state's interval,
+    # and 12 reads of .env leave 9/12 too uncertain to tell from the 9/20 of a run that read the inbox
+    corpus(recorder, times=3)
+    assert len(recorder.records) == 78 and recorder.errors == []
     model = learn_model([path], load_tool_spec())
-    assert model.provenance["unsafe_runs"] == 9
+    assert model.provenance["unsafe_runs"] == 27
     guard = Guard(model)
     # the next run, guarded by what was learned, under the spec's own policy
     log = ToolLog()
@@ -88,7 +90,8 @@ def test_recorded_runs_learn_a_model_that_guards_the_next_run(tmp_path: Path) ->
     assert request["action_requests"][0]["name"] == "read_file"
     decision = request["forewarn"]
     assert decision["action"] == "ask_human" and not decision["unsafe_now"]
-    assert 0.5 < decision["p_unsafe"] < 0.9  # 9 of the 12 runs that read the secret went on to leak it
+    assert 0.5 < decision["p_unsafe"] < 0.9  # 27 of the 36 runs that read the secret went on to leak it
+    assert decision["baseline_p_unsafe"] < decision["ci_low"]  # a rise the data supports
     agent.invoke(Command(resume={"type": "reject"}), config)
     assert log.names() == ["read_inbox", "send_email"]
 

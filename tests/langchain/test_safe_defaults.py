@@ -41,7 +41,7 @@ def test_unknown_tools_warn_at_construction_and_ask_a_human(tool_guard: Guard, l
     paused = agent.invoke({"messages": [("user", ASK)]}, config)
     (pending,) = paused["__interrupt__"]
     request = pending.value["action_requests"][0]
-    assert request["name"] == "kubectl" and "does not know the tool `kubectl`" in request["description"]
+    assert request["name"] == "kubectl" and "cannot place the call to `kubectl`" in request["description"]
     assert log.names() == ["read_file"]  # not run silently
     result = agent.invoke(Command(resume={"type": "reject", "message": "never in prod"}), config)
     assert log.names() == ["read_file"] and result["messages"][-1].content == "Done."
@@ -54,7 +54,7 @@ def test_the_warning_comes_on_the_first_model_call_without_tools(tool_guard: Gua
     with pytest.warns(UnknownToolWarning, match="kubectl"):
         result = agent.invoke({"messages": [("user", ASK)]})
     assert log.names() == ["read_file"] and result["messages"][-1].name == "forewarn"
-    assert "does not know the tool `kubectl`" in result["messages"][-1].content
+    assert "cannot place the call to `kubectl`" in result["messages"][-1].content
 
 
 def test_allow_for_unknown_tools_only_when_asked(tool_guard: Guard, log: ToolLog) -> None:

@@ -167,7 +167,7 @@ def test_the_async_middleware_waits_for_the_sidecar_without_blocking_its_loop(to
             time.sleep(0.02)
         pending = _pending(approver, mw_box["mw"], seen=seen)
         time.sleep(0.3)
-        approver.resolve_proposal(pending["id"], "approve")
+        approver.resolve_proposal(pending["id"], "approve", "checked with the partner team")  # cannot be undone: a reason
     thread.join(30)
     assert not thread.is_alive() and "error" not in out, out.get("error")
     result, ticks = out["result"]
@@ -211,6 +211,8 @@ def test_an_edit_in_the_console_is_re_checked_and_asked_again(tool_sidecar: Any,
             second.wait_for(timeout=20_000)  # the edit, re-proposed, still needs a human
             assert "ops@partner-two.example" in second.inner_text() and log.names() == ["read_file"]
             page.screenshot(path=str(tmp_path / "edit.png"), full_page=True)
+            assert "cannot be undone: a reason is required" in second.inner_text()  # an external send
+            second.locator("input[aria-label=Reason]").fill("their ops desk confirmed")
             second.focus()
             second.press("a")
             thread.join(30)

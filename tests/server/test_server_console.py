@@ -101,6 +101,8 @@ def test_an_approver_approves_a_waiting_agent_in_the_console(server: ServerThrea
     card = page.wait_for_selector(".card:has-text('Proposed call: toggle')", timeout=WAIT_MS)  # live, no reload
     text = card.inner_text()
     assert '"object": "Microwave"' in text and "Risk " in text and "Leads to:" in text
+    # what the call changes, the risk before → after with its evidence, what each answer does
+    assert "This call changes — now:" in text and " → " in text and "Approve: the call runs" in text
     assert card.query_selector("svg.chart") is not None  # the session's risk over time
     page.screenshot(path=str(tmp_path / "console.png"), full_page=True)
     pending = page.locator(".card", has_text="Proposed call: toggle")

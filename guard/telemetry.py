@@ -1,0 +1,89 @@
+"""Decisions as OpenTelemetry spans: one span ``forewarn.decision`` per decision an integration acts on.
+
+As OpenTelemetry's own library instrumentations do, the span goes through the *global* tracer
+provider the application configured (``opentelemetry.trace.set_tracer_provider``, or the
+``opentelemetry-instrument`` launcher); with none set, or without ``opentelemetry-api``
+installed, :func:`record_decision` returns at once and costs a function call. Nothing in
+Forewarn turns it on or off: the application's telemetry setup does.
+
+The span is a child of the span current where the decision is taken — the GenAI ``execute_tool
+{tool}`` span of the tool call when the agent's instrumentation opened one — and carries:
+
+========================  ===========================================================
+``forewarn.action``        what the integration did: allow, reflect, ask_human, stop
+``forewarn.p_unsafe``      the predicted probability of a violation (absent: unseen state)
+``forewarn.ci_low/high``   its confidence interval (when the model has intervals)
+``forewarn.rule``          the guarded property (rule) most at risk, by name
+``forewarn.state``         the predicates that hold, comma-separated (sorted)
+``forewarn.phase``         ``proposed`` (a look-ahead before the call) or ``observed`` (after it)
+``forewarn.tool``          the tool called (also ``gen_ai.tool.name``); ``gen_ai.tool.call.id``
+``forewarn.session``       the run or sidecar session id
+``forewarn.visits``        departures observed from the state in the learned runs
+``forewarn.threshold``     the threshold crossed; ``forewarn.decided``: the guard's own action
+``forewarn.baseline_p_unsafe``  under the increase trigger, the run's risk before the call
+========================  ===========================================================
+
+Used by the LangChain middleware and the MCP proxy (``record_decision(decision, tool=...,
+phase=..., session=..., call_id=..., action=...)``).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from .runtime import Decision
+    from .spec import Action
+
+_trace: Any
+try:
+    from opentelemetry import trace as _trace
+except ModuleNotFoundError:  # opentelemetry-api absent: every call is a no-op
+    _trace = None
+
+__all__ = ["SPAN_NAME", "decision_attributes", "record_decision"]
+
+SPAN_NAME = "forewarn.decision"
+_TRACERS: dict[int, tuple[Any, Any]] = {}  # per provider: (the provider, its tracer for Forewarn)
+
+
+def decision_attributes(decision: Decision, *, tool: str | None = None, phase: str | None = None,
+                        session: str | None = None, call_id: str | None = None,
+                        action: Action | str | None = None) -> dict[str, Any]:
+    """The span's attributes (None values left out, as OpenTelemetry requires)."""
+    acted = action if action is not None else decision.action
+    rule = next((p.name for p in decision.properties if p.formula == decision.property), None)
+    values: Mapping[str, Any] = {
+        "forewarn.action": acted if isinstance(acted, str) else acted.value,
+        "forewarn.decided": decision.action.value,
+        "forewarn.p_unsafe": decision.p_unsafe, "forewarn.ci_low": decision.ci_low,
+        "forewarn.ci_high": decision.ci_high, "forewarn.rule": rule or decision.property,
+        "forewarn.property": decision.property,
+        "forewarn.state": ",".join(sorted(k for k, v in decision.abstract_state.items() if v)),
+        "forewarn.known": decision.known, "forewarn.unsafe_now": decision.unsafe_now,
+        "forewarn.visits": decision.visits, "forewarn.threshold": decision.threshold,
+        "forewarn.baseline_p_unsafe": decision.baseline_p_unsafe, "forewarn.phase": phase,
+        "forewarn.tool": tool, "forewarn.session": session,
+        "gen_ai.tool.name": tool, "gen_ai.tool.call.id": call_id,
+    }
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def record_decision(decision: Decision, *, tool: str | None = None, phase: str | None = None,
+                    session: str | None = None, call_id: str | None = None,
+                    action: Action | str | None = None) -> None:
+    """Emit one ``forewarn.decision`` span (see the module's doc); a no-op without a tracer provider."""
+    if _trace is None:
+        return
+    provider = _trace.get_tracer_provider()
+    if isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider):
+        return  # nobody configured OpenTelemetry: not even a non-recording span
+    cached = _TRACERS.get(id(provider))
+    if cached is None or cached[0] is not provider:
+        cached = _TRACERS[id(provider)] = (provider, provider.get_tracer("forewarn", __version__))
+    tracer = cached[1]
+    span = tracer.start_span(SPAN_NAME, attributes=decision_attributes(
+        decision, tool=tool, phase=phase, session=session, call_id=call_id, action=action))
+    span.end()
