@@ -17,7 +17,7 @@ from .. import schemas as S
 from .._http import ERRORS, JSON, ApiError, Route, errors_for
 from .._steps import write
 from ..deps import Admin, Anyone, AppState, ModelName
-from ..models_registry import LoadedModel, UnknownModel, parse_model, read_model
+from ..models_registry import LoadedModel, UnknownModel, parse_model, read_confined
 from ..settings import Role
 from ..state import ServerState
 from ..storage import Storage
@@ -73,8 +73,7 @@ async def load_model(body: S.ModelLoad, state: AppState, principal: Admin) -> Re
     field_name = "body.path" if body.path is not None else "body.document"
     try:
         if body.path is not None:
-            real = rules.confine(body.path)
-            raw, version, model, guard = await anyio.to_thread.run_sync(read_model, real, rules)
+            raw, version, model, guard = await anyio.to_thread.run_sync(read_confined, body.path, rules)
         else:
             raw = orjson.dumps(body.document)
             raw, version, model, guard = await anyio.to_thread.run_sync(parse_model, raw, source, rules)

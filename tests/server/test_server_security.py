@@ -167,3 +167,63 @@ def test_serve_refuses_such_models_before_binding(forewarn_here: CLI, rce_path: 
     result = forewarn_here("serve", "--model", toy_path, "--trusted-key", keys[1], *common)
     assert result.returncode == 2 and "the model is not signed" in result.stderr
     assert not (tmp_path / "x.db").exists()
+
+
+def test_a_directory_swapped_for_a_symlink_never_lets_a_load_out(tmp_path: Path, toy_path: Path,
+                                                                 builtin_path: Path) -> None:
+    """The race of issue 22: a folder on the path swapped for a symbolic link (and back) while loads
+    run. Every load either reads the file inside or is refused; none reads the file outside."""
+    import errno
+    import os
+    import threading
+
+    from forewarn.errors import ModelFileError
+    from forewarn.server.models_registry import LoadRules, read_confined
+
+    models, outside = tmp_path / "models", tmp_path / "outside"
+    (models / "sub").mkdir(parents=True)
+    outside.mkdir()
+    inside_bytes, outside_bytes = toy_path.read_bytes(), builtin_path.read_bytes()
+    (models / "sub" / "m.json").write_bytes(inside_bytes)
+    (outside / "m.json").write_bytes(outside_bytes)
+    rules = LoadRules(model_dirs=(models,))
+    target, held = models / "sub", models / "held"
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            os.rename(target, held)
+            os.symlink(outside, target)
+            os.unlink(target)
+            os.rename(held, target)
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    swapper.start()
+    seen = {"inside": 0, "link": 0, "missing": 0}
+    try:
+        for _ in range(200_000):
+            try:
+                fd = rules.open_confined(str(target / "m.json"))
+            except ModelFileError as exc:
+                cause = exc.__cause__
+                assert isinstance(cause, OSError), exc
+                if cause.errno in (errno.ELOOP, errno.ENOTDIR):
+                    assert "symbolic links are not followed" in str(exc)
+                    seen["link"] += 1
+                else:
+                    assert cause.errno == errno.ENOENT, exc
+                    seen["missing"] += 1
+                continue
+            with os.fdopen(fd, "rb") as handle:
+                assert handle.read() == inside_bytes  # never the file outside
+            seen["inside"] += 1
+            if seen["inside"] >= 50 and seen["link"] >= 50:
+                break
+    finally:
+        stop.set()
+        swapper.join(10)
+    assert seen["inside"] >= 50 and seen["link"] >= 50, seen  # both sides of the race were hit
+    if held.exists():
+        os.rename(held, target)
+    # the whole load (parse, compile) goes through the same descriptor
+    assert read_confined(str(target / "m.json"), rules)[0] == inside_bytes
