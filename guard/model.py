@@ -197,6 +197,7 @@ class GuardModel:
         self.pac_valuations = pac_valuations
         self.intervals = intervals
         self.visits = visits(dtmc)  # observed departures per state (the product's: its chain state's)
+        self.signed_at: float | None = None  # the signature's time, as the file says (guard.signing)
 
     @property
     def outcome(self) -> CheckOutcome:
@@ -318,7 +319,7 @@ class GuardModel:
                                  "guard.load_guard (or BundleGuard.load)")
         if not isinstance(document, dict) or document.get("format") != "forewarn-model":
             raise ModelFileError(f"{source}: not a Forewarn model file (no \"format\": \"forewarn-model\")")
-        from .signing import trusted_keys_from_env, verify_document
+        from .signing import signing_time, trusted_keys_from_env, verify_document
 
         keys = trusted_keys_from_env() if trusted_keys is None else trusted_keys
         if keys:  # before anything else reads the file: an unsigned one is not parsed further
@@ -351,7 +352,9 @@ class GuardModel:
             IntervalMethod(i.method.split("+")[0]), i.delta, i.delta_per_entry, i.entries, i.seconds,
             i.outcomes if i.method.endswith("+outcomes") else None,
             i.delta_per_outcome if i.method.endswith("+outcomes") else None)
-        return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
+        model = cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
+        model.signed_at = signing_time(document)
+        return model
 
 
 def _tight_document(tight: TightPAC) -> dict[str, Any]:

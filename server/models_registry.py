@@ -32,7 +32,8 @@ from ..guard.runtime import Guard
 from ._confined import open_beneath
 from .storage import StorageBase
 
-__all__ = ["LoadRules", "LoadedModel", "ModelRegistry", "UnknownModel", "parse_model", "read_confined", "read_model"]
+__all__ = ["LoadRules", "LoadedModel", "ModelRegistry", "UnknownModel", "parse_model", "read_confined", "read_model",
+           "signed_at"]
 
 log = logging.getLogger("forewarn.server")
 
@@ -53,6 +54,10 @@ class LoadedModel:
     loaded_by: str
     model: GuardModel  # for a bundle: its pooled model
     guard: Guard | BundleGuard  # the model with its spec's policy; sessions with overrides clone it
+
+    @property
+    def signed_at(self) -> float | None:
+        return signed_at(self.guard)
 
     def describe(self, name: str, *, default: bool, full_pac: bool = False) -> dict[str, Any]:
         """The model as ``GET /v1/models`` shows it, under ``name`` (one file may serve two names)."""
@@ -77,6 +82,7 @@ class LoadedModel:
             "intervals": None if model.intervals is None else model.intervals.to_document(),
             "provenance": _jsonable(model.provenance),
             "bundle": _bundle_summary(self.guard),
+            "signed_at": self.signed_at,
             "pac": {
                 "epsilon": pac.epsilon,
                 "delta": pac.delta,
@@ -91,6 +97,11 @@ class LoadedModel:
                            for s in pac.states] if full_pac else None,
             },
         }
+
+
+def signed_at(guard: Guard | BundleGuard) -> float | None:
+    """When the served file was signed (its signature's ``signed_at``; None: unsigned or untimed)."""
+    return guard.bundle.signed_at if isinstance(guard, BundleGuard) else guard.model.signed_at
 
 
 def _bundle_summary(guard: Guard | BundleGuard) -> dict[str, Any] | None:

@@ -7,6 +7,8 @@ replacement is written to the database first, then swapped in with one assignmen
 """
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import anyio
 import orjson
 from fastapi import APIRouter
@@ -17,7 +19,7 @@ from .. import schemas as S
 from .._http import ERRORS, JSON, ApiError, Route, errors_for
 from .._steps import write
 from ..deps import Admin, Anyone, AppState, ModelName
-from ..models_registry import LoadedModel, UnknownModel, parse_model, read_confined
+from ..models_registry import LoadedModel, UnknownModel, parse_model, read_confined, signed_at
 from ..settings import Role
 from ..state import ServerState
 from ..storage import Storage
@@ -32,6 +34,23 @@ def _current(state: ServerState, name: str) -> LoadedModel:
         return state.registry.current(name)
     except UnknownModel as exc:
         raise ApiError(404, "unknown_model", str(exc), field="path.name") from None
+
+
+def _refuse_rollback(name: str, served: LoadedModel, new: float | None, version: str) -> None:
+    """Rollback protection: with signatures required, a model signed before the one served under
+    ``name`` replaces it only when the admin says so (``allow_rollback``)."""
+    old = served.signed_at
+    if old is None or version == served.version:
+        return
+    if new is None or new < old:
+        when = "without a signing time" if new is None else f"at {_utc(new)}"
+        raise ApiError(409, "older_model", f"model {name!r}: the upload was signed {when}, before the version "
+                       f"served ({served.version}, signed at {_utc(old)}); set allow_rollback: true to serve it "
+                       "anyway", field="body.allow_rollback")
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=UTC).isoformat(timespec="seconds")
 
 
 @router.get("/v1/models", response_model=S.ModelList)
@@ -64,7 +83,8 @@ async def get_model_document(name: ModelName, state: AppState, _: Anyone) -> Res
 
 
 @router.post("/v1/models", response_model=S.ModelLoaded,
-             responses=errors_for((409, "The open sessions cannot move to this model")))
+             responses=errors_for((409, "The open sessions cannot move to this model, or it was signed before "
+                                        "the version served (allow_rollback)")))
 async def load_model(body: S.ModelLoad, state: AppState, principal: Admin) -> Response:
     """Load a model file under a name, or atomically replace the model of that name. New sessions
     get it; open sessions keep theirs unless ``migrate_sessions`` is set."""
@@ -81,6 +101,8 @@ async def load_model(body: S.ModelLoad, state: AppState, principal: Admin) -> Re
         raise ApiError(422, "invalid_model", str(exc), field=field_name) from exc
     names = state.registry.names()
     previous = state.registry.current(body.name).version if body.name in names else None
+    if previous is not None and rules.trusted_keys and not body.allow_rollback:
+        _refuse_rollback(body.name, state.registry.current(body.name), signed_at(guard), version)
     to_move: list[str] = []
     if body.migrate_sessions:
         to_move = state.storage.open_sessions(body.name)

@@ -227,3 +227,50 @@ def test_a_directory_swapped_for_a_symlink_never_lets_a_load_out(tmp_path: Path,
         os.rename(held, target)
     # the whole load (parse, compile) goes through the same descriptor
     assert read_confined(str(target / "m.json"), rules)[0] == inside_bytes
+
+
+def test_rollback_protection(tmp_path: Path, toy_path: Path, keys: tuple[Path, Path]) -> None:
+    """With trusted keys, a model signed before the one served under a name is refused (409) unless the
+    admin sets allow_rollback; the signing time is signed, and survives a restart."""
+    import base64
+
+    from forewarn.guard.signing import canonical_body, sign_document
+
+    private, public = keys
+    key = load_private_key(private)
+    body = orjson.loads(toy_path.read_bytes())
+    older, newer = sign_document(body, key, signed_at=1_700_000_000), sign_document(body, key, signed_at=1_800_000_000)
+    untimed = {**body, "signature": {**older["signature"], "value": base64.b64encode(
+        key.sign(canonical_body(body))).decode()}}  # as Forewarn 0.1 signed: no time
+    del untimed["signature"]["signed_at"]
+    forged = {**older, "signature": {**older["signature"], "signed_at": 1_900_000_000}}  # the time edited
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "newer.json").write_bytes(orjson.dumps(newer))
+    config = settings(tmp_path / "forewarn.db", {"toy": models / "newer.json"}, trusted_keys=(public,),
+                      model_dirs=(models,))
+
+    def load(http: httpx.Client, document: dict[str, Any], **extra: Any) -> httpx.Response:
+        return http.post("/v1/models", json={"name": "toy", "document": document, **extra}, headers=auth("admin"))
+
+    with ServerThread(config) as server, httpx.Client(base_url=server.url) as http:
+        assert http.get("/v1/models/toy", headers=auth("admin")).json()["signed_at"] == 1_800_000_000
+        for document in (older, untimed):
+            refused = load(http, document)
+            assert refused.status_code == 409, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "older_model" and "\n" not in error["message"]
+            assert "before the version served" in error["message"] and "allow_rollback: true" in error["message"]
+        assert "signed without a signing time" in load(http, untimed).json()["error"]["message"]
+        assert "signed at 2023-11-14T22:13:20+00:00" in load(http, older).json()["error"]["message"]
+        forged_answer = load(http, forged)
+        assert forged_answer.status_code == 422 and "modified after it was signed" in forged_answer.text
+        assert load(http, newer).status_code == 200  # the same version again: no rollback
+        assert load(http, older, allow_rollback=True).status_code == 200  # the admin says so
+        assert http.get("/v1/models/toy", headers=auth("admin")).json()["signed_at"] == 1_700_000_000
+        assert load(http, newer).status_code == 200  # forward again
+    with ServerThread(config) as server, httpx.Client(base_url=server.url) as http:  # restarted: still protected
+        assert load(http, older).status_code == 409
+    unsigned_server = settings(tmp_path / "plain.db", {"toy": toy_path})
+    with ServerThread(unsigned_server) as server, httpx.Client(base_url=server.url) as http:
+        assert load(http, newer).status_code == 200 and load(http, older).status_code == 200  # no keys: no check
