@@ -426,9 +426,13 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
     if monitor_states is not None:
         expected[:-1] = (monitor_states[:-1] == -1).any(axis=1)
     if spec.unsafe is not None:
-        condition = cel.compile(spec.unsafe)
-        for i, entry in enumerate(doc.states[:-1]):
-            expected[i] |= bool(condition.execute(dict(zip(doc.predicates, entry.valuation or []))))
+        try:  # the embedded spec is data like the rest: a condition that does not compile is the file's fault
+            condition = cel.compile(spec.unsafe)
+            for i, entry in enumerate(doc.states[:-1]):
+                expected[i] |= bool(condition.execute(dict(zip(doc.predicates, entry.valuation or []))))
+        except (ValueError, TypeError, RuntimeError) as exc:
+            first = " ".join(str(exc).split())[:200]
+            raise bad(f"the embedded spec's unsafe condition {spec.unsafe!r} cannot be evaluated: {first}") from exc
     mismatch = np.flatnonzero(expected != unsafe)
     if mismatch.size:
         raise bad(f"state {int(mismatch[0])} is marked {'unsafe' if unsafe[mismatch[0]] else 'safe'}, but the "

@@ -36,6 +36,16 @@ def _current(state: ServerState, name: str) -> LoadedModel:
         raise ApiError(404, "unknown_model", str(exc), field="path.name") from None
 
 
+def _document_bytes(document: object) -> bytes:
+    """The uploaded document as the bytes stored and parsed; JSON Python reads but orjson cannot write
+    (nested past 254 levels, integers past 64 bits) is no model file: one line, 422."""
+    try:
+        return orjson.dumps(document)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise ApiError(422, "invalid_model", f"document: not a model file: {exc} (a model nests at most 254 levels "
+                       "and holds 64-bit integers)", field="body.document") from exc
+
+
 def _refuse_rollback(name: str, served: LoadedModel, new: float | None, version: str) -> None:
     """Rollback protection: with signatures required, a model signed before the one served under
     ``name`` replaces it only when the admin says so (``allow_rollback``)."""
@@ -95,7 +105,7 @@ async def load_model(body: S.ModelLoad, state: AppState, principal: Admin) -> Re
         if body.path is not None:
             raw, version, model, guard = await anyio.to_thread.run_sync(read_confined, body.path, rules)
         else:
-            raw = orjson.dumps(body.document)
+            raw = _document_bytes(body.document)
             raw, version, model, guard = await anyio.to_thread.run_sync(parse_model, raw, source, rules)
     except ForewarnError as exc:
         raise ApiError(422, "invalid_model", str(exc), field=field_name) from exc
