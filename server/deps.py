@@ -105,7 +105,7 @@ class Idempotent:
     async def run(self, principal: Principal,
                   work: Callable[[Entry | None], Awaitable[tuple[int, bytes]]]) -> tuple[int, bytes]:
         """``work(entry)`` once per (caller, key); ``work`` commits ``entry(status, body)`` with its write."""
-        return await self.keys.run(principal.name, self.key, self.fingerprint, work)
+        return await self.keys.run(principal.identity, self.key, self.fingerprint, work)
 
 
 async def _idempotent(request: Request, state: AppState) -> Idempotent:

@@ -111,7 +111,7 @@ async def observe_core(state: ServerState, session_id: str, authorization: str |
         state.metrics.decision(row[11], "observe")
         return 200, payload
 
-    _, payload = await state.idempotency.run(principal.name, idempotency_key, request_hash(
+    _, payload = await state.idempotency.run(principal.identity, idempotency_key, request_hash(
         "POST", f"/v1/sessions/{session_id}/observe", raw), work)
     state.metrics.observe_seconds.observe(time.perf_counter() - started)
     return payload
