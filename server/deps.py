@@ -90,7 +90,10 @@ Admin = Annotated[Principal, Depends(_caller(ADMIN))]
 Anyone = Annotated[Principal, Depends(_caller(ANY))]
 """A caller with any valid key."""
 any_key = Depends(_caller(ANY))
-"""The :data:`Anyone` check as a route or router dependency (``/metrics``, unless public)."""
+"""The :data:`Anyone` check as a route or router dependency."""
+admin_key = Depends(_caller(ADMIN))
+"""The :data:`Admin` check as a router dependency (``/metrics``, unless public: its totals and timings
+are every tenant's, so a tenant's key does not read them)."""
 
 
 @dataclass(frozen=True, slots=True)

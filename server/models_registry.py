@@ -59,8 +59,9 @@ class LoadedModel:
     def signed_at(self) -> float | None:
         return signed_at(self.guard)
 
-    def describe(self, name: str, *, default: bool, full_pac: bool = False) -> dict[str, Any]:
-        """The model as ``GET /v1/models`` shows it, under ``name`` (one file may serve two names)."""
+    def describe(self, name: str, *, default: bool, full_pac: bool = False, admin: bool = True) -> dict[str, Any]:
+        """The model as ``GET /v1/models`` shows it, under ``name`` (one file may serve two names).
+        Where it came from (a path on the server, who loaded it) is for admins only (``admin``)."""
         model, spec = self.model, self.model.spec
         pac = model.pac
         worst = pac.worst
@@ -69,9 +70,9 @@ class LoadedModel:
             "name": name,
             "version": self.version,
             "default": default,
-            "source": self.source,
+            "source": self.source if admin else None,
             "loaded_at": self.loaded_at,
-            "loaded_by": self.loaded_by,
+            "loaded_by": self.loaded_by if admin else None,
             "spec": spec.name,
             "predicates": list(spec.predicate_names),
             "unsafe": spec.unsafe,

@@ -285,9 +285,9 @@ class ModelOut(_Out):
     name: str
     version: str
     default: bool
-    source: str
+    source: str | None = Field(description="The file or upload it came from; admins only (null for other keys).")
     loaded_at: float
-    loaded_by: str
+    loaded_by: str | None = Field(description="Who loaded it; admins only (null for other keys).")
     spec: str
     predicates: list[str]
     unsafe: str | None

@@ -83,7 +83,7 @@ async def resolve_approval(approval_id: ApprovalId, body: S.ApprovalResolve, sta
             current = state.storage.approval(approval_id)
             raise ApiError(409, "already_resolved", f"approval {approval_id!r} is already "
                            f"{current['status'] if current else 'gone'}", field="path.approval_id")
-        state.hub.resolved([approval_id])
+        state.hub.resolved([approval_id], row["tenant"])
         state.metrics.approvals_resolved.labels(status).inc()
         return 200, answer
 

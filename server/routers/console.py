@@ -48,10 +48,11 @@ async def console_styles() -> Response:
 
 
 @router.get("/v1/changes", tags=["approvals"])
-async def changes(state: AppState, _: Approver,
+async def changes(state: AppState, principal: Approver,
                   since: Annotated[int, Query(ge=-1, le=2**62)] = -1,
                   wait: Annotated[float, Query(ge=0, le=3600)] = 0.0) -> Response:
-    """Long poll for the console: answers when approvals or proposals were created or resolved
-    since generation ``since`` (or after ``wait`` seconds) with the current generation."""
-    generation = await state.hub.changes(since, min(wait, state.settings.limits.max_wait_seconds))
+    """Long poll for the console: answers when approvals or proposals of the caller's tenants were
+    created or resolved since generation ``since`` (or after ``wait`` seconds) with the current
+    generation; another tenant's changes neither wake it nor show in the number."""
+    generation = await state.hub.changes(since, min(wait, state.settings.limits.max_wait_seconds), principal.tenants)
     return Response(orjson.dumps({"generation": generation}), media_type=JSON)

@@ -68,15 +68,17 @@ async def list_models(state: AppState, principal: Anyone) -> Response:
     """The models served: provenance, policy and PAC summary of each; for admins, also the models
     the database holds as current that this server refused (at start or from another replica)."""
     default = state.settings.default
-    models = [state.registry.current(n).describe(n, default=n == default) for n in state.registry.names()]
-    refused = state.registry.describe_refused() if principal.role is Role.ADMIN else []
+    admin = principal.role is Role.ADMIN
+    models = [state.registry.current(n).describe(n, default=n == default, admin=admin) for n in state.registry.names()]
+    refused = state.registry.describe_refused() if admin else []
     return Response(orjson.dumps({"models": models, "default": default, "refused": refused}), media_type=JSON)
 
 
 @router.get("/v1/models/{name}", response_model=S.ModelOut, responses=errors_for((404, "Unknown model")))
-async def get_model(name: ModelName, state: AppState, _: Anyone) -> Response:
+async def get_model(name: ModelName, state: AppState, principal: Anyone) -> Response:
     """One model, with its full PAC report (every state's visits)."""
-    out = _current(state, name).describe(name, default=name == state.settings.default, full_pac=True)
+    out = _current(state, name).describe(name, default=name == state.settings.default, full_pac=True,
+                                         admin=principal.role is Role.ADMIN)
     return Response(orjson.dumps(out), media_type=JSON)
 
 

@@ -83,7 +83,7 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
         await write(state, Storage.remember(None if entry is None else entry(201, answer),
                                             Storage.insert_proposal(row)))
         if status == "pending":
-            state.hub.created()
+            state.hub.created(live.tenant)
         return 201, answer
 
     code, payload = await idem.run(principal, work)
@@ -177,7 +177,7 @@ async def _settle(state: ServerState, entry: Entry | None, row: Any, status: str
     if not await write(state, job):
         raise ApiError(409, "already_resolved", f"proposal {row['id']!r} is no longer pending",
                        field="path.proposal_id")
-    state.hub.resolved([row["id"]])
+    state.hub.resolved([row["id"]], row["tenant"])
     return 200, answer
 
 

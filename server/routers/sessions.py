@@ -131,7 +131,7 @@ async def close_session(session_id: SessionId, state: AppState, principal: Agent
             except ApiError:
                 state.sessions.reopened(live)  # the database says it is open: so it is
                 raise
-            state.hub.resolved(cancelled)
+            state.hub.resolved(cancelled, live.tenant)
             return 200, answer
         stored = state.storage.session_row(session_id)
         if stored is None:  # sessions are never deleted; this would be a bug

@@ -13,6 +13,7 @@ handlers, for the requests the fast path passes on (a query string, another medi
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -107,7 +108,7 @@ async def observe_core(state: ServerState, session_id: str, authorization: str |
                           None if entry is None else entry(200, payload), [prev] if prev else None,
                           None if body.proposal is None else Storage.execute_proposal(body.proposal, row[1]))
         if approval:
-            state.hub.created()
+            state.hub.created(live.tenant)
         state.metrics.decision(row[11], "observe")
         return 200, payload
 
@@ -179,6 +180,7 @@ async def _batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
     payloads: list[bytes] = []
     rows: list[tuple[Any, ...]] = []
     approvals: list[tuple[Any, ...]] = []
+    approval_tenants: list[str] = []
     committed: list[LiveSession] = []
     chains: list[tuple[str, int, int, str | None]] = []
     chained: set[str] = set()
@@ -198,11 +200,13 @@ async def _batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
         committed.append(live)
         if approval:
             approvals.append(approval)
+            approval_tenants.append(live.tenant)
     answer = b'{"results":[' + b",".join(payloads) + b"]}"
     if rows:
         await write_steps(state, committed, rows, approvals, None if entry is None else entry(200, answer),
                           chains)
-        state.hub.created(len(approvals))
+        for tenant, count in Counter(approval_tenants).items():
+            state.hub.created(tenant, count)
         for row in rows:
             state.metrics.decision(row[11], "observe")
     return 200, answer
