@@ -174,8 +174,10 @@ async def _settle(state: ServerState, entry: Entry | None, row: Any, status: str
                                         "resolved_by": principal.name, "reason": reason, "edited": edited}))
     job = Storage.remember(None if entry is None else entry(200, answer),
                            Storage.resolve_proposal(row["id"], status, at, principal.name, reason, edited))
-    if not await write(state, job):
-        raise ApiError(409, "already_resolved", f"proposal {row['id']!r} is no longer pending",
+    if not await write(state, job):  # another caller won the compare-and-set: say what they answered
+        winner = state.storage.proposal(row["id"])
+        won = "gone" if winner is None else f"{winner['status']} (by {winner['resolved_by']})"
+        raise ApiError(409, "already_resolved", f"proposal {row['id']!r} is already {won}",
                        field="path.proposal_id")
     state.hub.resolved([row["id"]], row["tenant"])
     return 200, answer
