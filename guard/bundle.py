@@ -87,6 +87,7 @@ class GuardBundle:
     group_runs: dict[str, int]  # runs per group seen in learning, with or without a model
     runs_without_group: int = 0
     provenance: dict[str, Any] = field(default_factory=dict)
+    signed_at: float | None = None  # the signature's time, as the file says (guard.signing)
 
     def member(self, name: str) -> GuardModel:
         """A member by name: a group's value, or ``pooled``.
@@ -154,7 +155,7 @@ class GuardBundle:
         """
         if not isinstance(document, dict) or document.get("format") != "forewarn-bundle":
             raise ModelFileError(f"{source}: not a Forewarn model bundle (no \"format\": \"forewarn-bundle\")")
-        from .signing import trusted_keys_from_env, verify_document
+        from .signing import signing_time, trusted_keys_from_env, verify_document
 
         keys = trusted_keys_from_env() if trusted_keys is None else trusted_keys
         if keys:  # one signature covers the bundle and every member in it
@@ -189,7 +190,8 @@ class GuardBundle:
         pooled = member(POOLED, doc.pooled)
         members = {name: member(name, body) for name, body in doc.members.items()}
         return cls(spec, doc.group_by, doc.min_group_runs, pooled, members,
-                   {g.group: g.runs for g in doc.groups}, doc.runs_without_group, dict(doc.provenance))
+                   {g.group: g.runs for g in doc.groups}, doc.runs_without_group, dict(doc.provenance),
+                   signing_time(document))
 
     @classmethod
     def load(cls, path: str | Path) -> GuardBundle:

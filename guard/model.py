@@ -204,6 +204,7 @@ class GuardModel:
         self.pac_valuations = pac_valuations
         self.intervals = intervals
         self.visits = visits(dtmc)  # observed departures per state (the product's: its chain state's)
+        self.signed_at: float | None = None  # the signature's time, as the file says (guard.signing)
 
     @property
     def outcome(self) -> CheckOutcome:
@@ -327,7 +328,7 @@ class GuardModel:
                                  "guard.load_guard (or BundleGuard.load)")
         if not isinstance(document, dict) or document.get("format") != "forewarn-model":
             raise ModelFileError(f"{source}: not a Forewarn model file (no \"format\": \"forewarn-model\")")
-        from .signing import trusted_keys_from_env, verify_document
+        from .signing import signing_time, trusted_keys_from_env, verify_document
 
         keys = trusted_keys_from_env() if trusted_keys is None else trusted_keys
         if keys:  # before anything else reads the file: an unsigned one is not parsed further
@@ -364,7 +365,9 @@ class GuardModel:
         for index, prop in enumerate(properties):
             if prop.mismatch is not None and not tested:
                 raise ModelFileError(f"{source}: properties[{index}].markov_mismatch needs intervals.markov_level")
-        return cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
+        model = cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
+        model.signed_at = signing_time(document)
+        return model
 
 
 def _tight_document(tight: TightPAC) -> dict[str, Any]:
@@ -429,9 +432,13 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
     if monitor_states is not None:
         expected[:-1] = (monitor_states[:-1] == -1).any(axis=1)
     if spec.unsafe is not None:
-        condition = cel.compile(spec.unsafe)
-        for i, entry in enumerate(doc.states[:-1]):
-            expected[i] |= bool(condition.execute(dict(zip(doc.predicates, entry.valuation or []))))
+        try:  # the embedded spec is data like the rest: a condition that does not compile is the file's fault
+            condition = cel.compile(spec.unsafe)
+            for i, entry in enumerate(doc.states[:-1]):
+                expected[i] |= bool(condition.execute(dict(zip(doc.predicates, entry.valuation or []))))
+        except (ValueError, TypeError, RuntimeError) as exc:
+            first = " ".join(str(exc).split())[:200]
+            raise bad(f"the embedded spec's unsafe condition {spec.unsafe!r} cannot be evaluated: {first}") from exc
     mismatch = np.flatnonzero(expected != unsafe)
     if mismatch.size:
         raise bad(f"state {int(mismatch[0])} is marked {'unsafe' if unsafe[mismatch[0]] else 'safe'}, but the "

@@ -5,10 +5,13 @@ recompute it after editing the file. A signature cannot be recomputed without th
 private key: ``forewarn learn --sign KEY`` (or ``$FOREWARN_SIGNING_KEY``) adds
 
     "signature": {"algorithm": "ed25519", "key_id": "<sha256 of the public key, 16 hex>",
-                  "value": "<base64 of the 64-byte signature>"}
+                  "signed_at": <Unix time in seconds>, "value": "<base64 of the 64-byte signature>"}
 
 over the same canonical bytes the checksum covers (the body without ``checksum`` and
-``signature``, keys sorted, orjson). Whoever loads the model with trusted public keys
+``signature``, keys sorted, orjson), followed by the signing time: the time is signed too,
+so a server can refuse to go back to an older model under a name (rollback protection,
+docs/security.md). Signatures of 0.1, without ``signed_at``, cover the body alone and
+count as older than any signature with a time. Whoever loads the model with trusted public keys
 (``trusted_keys=``, ``forewarn check --trusted-key``, ``$FOREWARN_TRUSTED_KEYS``, the
 server's ``trusted_keys``) refuses unsigned files, files signed by another key and
 files changed after signing. Keys are PEM files (``openssl genpkey -algorithm ed25519``,
@@ -19,7 +22,9 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import math
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +35,8 @@ import orjson
 from ..errors import ModelFileError
 
 __all__ = ["ENV_SIGNING_KEY", "ENV_TRUSTED_KEYS", "SignatureError", "TrustedKey", "canonical_body",
-           "generate_keypair", "load_private_key", "load_trusted_keys", "sign_document", "trusted_keys_from_env",
-           "verify_document"]
+           "generate_keypair", "load_private_key", "load_trusted_keys", "sign_document", "signing_time",
+           "trusted_keys_from_env", "verify_document"]
 
 ENV_SIGNING_KEY = "FOREWARN_SIGNING_KEY"
 ENV_TRUSTED_KEYS = "FOREWARN_TRUSTED_KEYS"
@@ -115,12 +120,28 @@ def trusted_keys_from_env() -> tuple[TrustedKey, ...]:
     return load_trusted_keys(p.strip() for p in value.split(",") if p.strip())
 
 
-def sign_document(document: dict[str, Any], private_key: Any) -> dict[str, Any]:
-    """``document`` with a ``signature`` over its canonical body (the checksum is left as it is)."""
-    value = private_key.sign(canonical_body(document))
+def _message(body: bytes, signed_at: float | None) -> bytes:
+    """What the signature covers: the canonical body, then the signing time (when there is one)."""
+    return body if signed_at is None else body + b"\x00forewarn-signed-at:" + orjson.dumps(signed_at)
+
+
+def signing_time(document: dict[str, Any]) -> float | None:
+    """The ``signed_at`` of ``document``'s signature (None: unsigned, or signed without a time)."""
+    signature = document.get("signature")
+    value = signature.get("signed_at") if isinstance(signature, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def sign_document(document: dict[str, Any], private_key: Any, *, signed_at: float | None = None) -> dict[str, Any]:
+    """``document`` with a ``signature`` over its canonical body and the signing time (now, unless
+    ``signed_at`` is given); the checksum is left as it is."""
+    when = round(time.time(), 6) if signed_at is None else float(signed_at)
+    value = private_key.sign(_message(canonical_body(document), when))
     signed = {k: v for k, v in document.items() if k != "signature"}
     signed["signature"] = {"algorithm": ALGORITHM, "key_id": _key_id(private_key.public_key()),
-                           "value": base64.b64encode(value).decode("ascii")}
+                           "signed_at": when, "value": base64.b64encode(value).decode("ascii")}
     return signed
 
 
@@ -148,7 +169,10 @@ def verify_document(document: dict[str, Any], keys: Sequence[TrustedKey], *, sou
         value = base64.b64decode(str(signature.get("value", "")), validate=True)
     except (binascii.Error, ValueError) as exc:
         raise SignatureError(f"{source}: the signature is not valid base64") from exc
-    body = canonical_body(document)
+    signed_at = signature.get("signed_at")
+    if "signed_at" in signature and signing_time(document) is None:
+        raise SignatureError(f"{source}: signed_at {signed_at!r} is not a time (Unix seconds)")
+    body = _message(canonical_body(document), signing_time(document))
     for key in matching:
         try:
             key.key.verify(value, body)

@@ -199,7 +199,7 @@ class AuthFirst:
             return api_error(ApiError(
                 401, "unauthorized", "a valid API key is required: 'Authorization: Bearer KEY'",
                 field="header.authorization", headers={"WWW-Authenticate": "Bearer"}))
-        if self.rate is not None and not self._take(principal.name):
+        if self.rate is not None and not self._take(principal.identity):
             return api_error(ApiError(429, "rate_limited", f"more than {self.rate:g} requests a "
                                       "second from this key", headers={"Retry-After": "1"}))
         return None

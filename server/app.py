@@ -22,7 +22,7 @@ from ..guard._version import __version__
 from . import handlers
 from ._http import ApiError, Route
 from ._middleware import AuthFirst, BodyLimit, FastSteps
-from .deps import Served, any_key
+from .deps import Served, admin_key
 from .expiry import sweep
 from .replicas import Replication
 from .routers import approvals, console, docs, health, models, proposals, sessions, steps
@@ -49,7 +49,7 @@ def create_app(settings: ServerSettings, *, state: ServerState | None = None) ->
     app.router.route_class = Route  # for routes added to the app itself
 
     app.include_router(health.router)  # /healthz, /readyz
-    app.include_router(health.metrics_router, dependencies=[] if settings.metrics_public else [any_key])
+    app.include_router(health.metrics_router, dependencies=[] if settings.metrics_public else [admin_key])
     app.include_router(steps.router)  # observe, preview, batch: first, the router tries routes in order
     app.include_router(sessions.router)
     app.include_router(approvals.router)

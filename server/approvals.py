@@ -7,6 +7,8 @@ another replica sharing the database arrives as a notification (:mod:`server.rep
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -22,33 +24,44 @@ class ApprovalHub:
         self.pending = pending
         self._events: dict[str, _Waiters] = {}
         self.generation = 0  # bumped on every creation or resolution: what the console long-polls on
+        # the same, per tenant: a caller sees the changes of its own tenants only (not others' timings)
+        self._by_tenant: Counter[str] = Counter()
         self._changed: asyncio.Event | None = None
 
-    def _bump(self) -> None:
-        self.generation += 1
+    def _bump(self, tenant: str, count: int = 1) -> None:
+        self.generation += count
+        self._by_tenant[tenant] += count
         if self._changed is not None:
             self._changed.set()
             self._changed = None
 
-    async def changes(self, since: int, timeout: float) -> int:
-        """Wait until the generation differs from ``since`` (or ``timeout`` passes); return it."""
-        if self.generation != since:
-            return self.generation
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
-        except TimeoutError:
-            pass
-        return self.generation
+    def generation_of(self, tenants: frozenset[str] | None) -> int:
+        """The generation ``tenants`` see (None: every tenant's, for admins)."""
+        return self.generation if tenants is None else sum(self._by_tenant[t] for t in tenants)
 
-    def created(self, count: int = 1) -> None:
-        self.pending += count
-        self._bump()
+    async def changes(self, since: int, timeout: float, tenants: frozenset[str] | None = None) -> int:
+        """Wait until the generation ``tenants`` see differs from ``since`` (or ``timeout`` passes);
+        return it. Another tenant's change wakes the wait, which then goes on waiting."""
+        deadline = time.monotonic() + timeout
+        while (seen := self.generation_of(tenants)) == since and (left := deadline - time.monotonic()) > 0:
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except TimeoutError:
+                break
+        return seen if seen != since else self.generation_of(tenants)
 
-    def resolved(self, approval_ids: Iterable[str]) -> None:
-        """Wake everyone waiting on these approvals (call after the resolution is committed)."""
-        self._bump()
+    def created(self, tenant: str, count: int = 1) -> None:
+        if count:
+            self.pending += count
+            self._bump(tenant, count)
+
+    def resolved(self, approval_ids: Iterable[str], tenant: str) -> None:
+        """Wake everyone waiting on these approvals of ``tenant`` (call after the resolution is committed)."""
+        approval_ids = list(approval_ids)
+        if approval_ids:
+            self._bump(tenant, len(approval_ids))
         for approval_id in approval_ids:
             self.pending = max(0, self.pending - 1)
             waiters = self._events.pop(approval_id, None)

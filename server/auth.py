@@ -40,13 +40,16 @@ class Principal:
     role: Role
     tenant: str = ""  # the tenant new sessions of this key belong to
     tenants: frozenset[str] | None = None
+    # what per-caller state (idempotency records, rate buckets) is keyed by: the tenant and a digest
+    # of the key itself, never the display name, which two keys of two tenants may share
+    identity: str = ""
 
     def sees(self, tenant: str | None) -> bool:
         """Whether a session (or its approvals) of ``tenant`` is visible to this caller."""
         return self.tenants is None or tenant in self.tenants
 
 
-_ANONYMOUS_ADMIN = Principal("anonymous", Role.ADMIN, "anonymous")
+_ANONYMOUS_ADMIN = Principal("anonymous", Role.ADMIN, "anonymous", identity="anonymous")
 
 
 def _principal(key: ApiKey) -> Principal:
@@ -56,7 +59,8 @@ def _principal(key: ApiKey) -> Principal:
         scope = None if key.tenants is None else frozenset(key.tenants)
     else:
         scope = frozenset({key.own_tenant})
-    return Principal(key.principal, key.role, key.own_tenant, scope)
+    digest = hashlib.sha256(key.key.get_secret_value().encode()).hexdigest()[:32]
+    return Principal(key.principal, key.role, key.own_tenant, scope, identity=f"{key.own_tenant}/{digest}")
 
 
 class Authenticator:

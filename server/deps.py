@@ -90,7 +90,10 @@ Admin = Annotated[Principal, Depends(_caller(ADMIN))]
 Anyone = Annotated[Principal, Depends(_caller(ANY))]
 """A caller with any valid key."""
 any_key = Depends(_caller(ANY))
-"""The :data:`Anyone` check as a route or router dependency (``/metrics``, unless public)."""
+"""The :data:`Anyone` check as a route or router dependency."""
+admin_key = Depends(_caller(ADMIN))
+"""The :data:`Admin` check as a router dependency (``/metrics``, unless public: its totals and timings
+are every tenant's, so a tenant's key does not read them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +108,7 @@ class Idempotent:
     async def run(self, principal: Principal,
                   work: Callable[[Entry | None], Awaitable[tuple[int, bytes]]]) -> tuple[int, bytes]:
         """``work(entry)`` once per (caller, key); ``work`` commits ``entry(status, body)`` with its write."""
-        return await self.keys.run(principal.name, self.key, self.fingerprint, work)
+        return await self.keys.run(principal.identity, self.key, self.fingerprint, work)
 
 
 async def _idempotent(request: Request, state: AppState) -> Idempotent:

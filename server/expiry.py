@@ -37,7 +37,7 @@ async def close_live(state: ServerState, live: LiveSession, by: str) -> None:
     except ApiError:
         state.sessions.reopened(live)  # the database says it is open: so it is
         raise
-    state.hub.resolved(cancelled)
+    state.hub.resolved(cancelled, live.tenant)
     if cancelled:
         state.metrics.approvals_resolved.labels("cancelled").inc(len(cancelled))
 

@@ -29,9 +29,11 @@ from ..guard.bundle import GuardBundle, parse_model_or_bundle
 from ..guard.bundle_guard import BundleGuard
 from ..guard.model import GuardModel
 from ..guard.runtime import Guard
+from ._confined import open_beneath
 from .storage import StorageBase
 
-__all__ = ["LoadRules", "LoadedModel", "ModelRegistry", "UnknownModel", "parse_model", "read_model"]
+__all__ = ["LoadRules", "LoadedModel", "ModelRegistry", "UnknownModel", "parse_model", "read_confined", "read_model",
+           "signed_at"]
 
 log = logging.getLogger("forewarn.server")
 
@@ -53,8 +55,13 @@ class LoadedModel:
     model: GuardModel  # for a bundle: its pooled model
     guard: Guard | BundleGuard  # the model with its spec's policy; sessions with overrides clone it
 
-    def describe(self, name: str, *, default: bool, full_pac: bool = False) -> dict[str, Any]:
-        """The model as ``GET /v1/models`` shows it, under ``name`` (one file may serve two names)."""
+    @property
+    def signed_at(self) -> float | None:
+        return signed_at(self.guard)
+
+    def describe(self, name: str, *, default: bool, full_pac: bool = False, admin: bool = True) -> dict[str, Any]:
+        """The model as ``GET /v1/models`` shows it, under ``name`` (one file may serve two names).
+        Where it came from (a path on the server, who loaded it) is for admins only (``admin``)."""
         model, spec = self.model, self.model.spec
         pac = model.pac
         worst = pac.worst
@@ -63,9 +70,9 @@ class LoadedModel:
             "name": name,
             "version": self.version,
             "default": default,
-            "source": self.source,
+            "source": self.source if admin else None,
             "loaded_at": self.loaded_at,
-            "loaded_by": self.loaded_by,
+            "loaded_by": self.loaded_by if admin else None,
             "spec": spec.name,
             "predicates": list(spec.predicate_names),
             "unsafe": spec.unsafe,
@@ -76,6 +83,7 @@ class LoadedModel:
             "intervals": None if model.intervals is None else model.intervals.to_document(),
             "provenance": _jsonable(model.provenance),
             "bundle": _bundle_summary(self.guard),
+            "signed_at": self.signed_at,
             "pac": {
                 "epsilon": pac.epsilon,
                 "delta": pac.delta,
@@ -90,6 +98,11 @@ class LoadedModel:
                            for s in pac.states] if full_pac else None,
             },
         }
+
+
+def signed_at(guard: Guard | BundleGuard) -> float | None:
+    """When the served file was signed (its signature's ``signed_at``; None: unsigned or untimed)."""
+    return guard.bundle.signed_at if isinstance(guard, BundleGuard) else guard.model.signed_at
 
 
 def _bundle_summary(guard: Guard | BundleGuard) -> dict[str, Any] | None:
@@ -122,20 +135,10 @@ class LoadRules:
         return cls(load_trusted_keys(settings.trusted_keys),
                    tuple(Path(d) for d in settings.model_dirs), settings.limits.memo_bytes)
 
-    def confine(self, path: str) -> Path:
-        """``path`` resolved (symlinks followed), if it lies inside a configured model folder."""
-        if not self.model_dirs:
-            raise ModelFileError("loading a model by path is disabled: no model_dirs are configured "
-                                 "(set model_dirs, or upload the model file as 'document')")
-        try:
-            real = Path(os.path.realpath(path))
-            roots = [Path(os.path.realpath(d)) for d in self.model_dirs]
-        except (OSError, ValueError) as exc:
-            raise ModelFileError(f"{path!r}: not a usable path: {exc}") from exc
-        if not any(real == root or root in real.parents for root in roots):
-            raise ModelFileError(f"{path}: outside the configured model folders ({', '.join(map(str, roots))}); "
-                                 "symbolic links are followed before this check")
-        return real
+    def open_confined(self, path: str) -> int:
+        """A descriptor of ``path``, opened beneath a configured model folder with no symbolic link
+        followed on the way (:func:`server._confined.open_beneath`: no check-then-open window)."""
+        return open_beneath(path, self.model_dirs)
 
 
 def read_model(path: str | Path, rules: LoadRules | None = None
@@ -148,27 +151,36 @@ def read_model(path: str | Path, rules: LoadRules | None = None
     """
     path = Path(path)
     try:
-        # O_NOFOLLOW: the path was resolved already, a symlink swapped in since is not followed
+        # O_NOFOLLOW: a configured model file is the operator's, but a symlink swapped in is not followed
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-        try:
-            info = os.fstat(fd)
-            # only regular files of sane size: an admin's typo must not make the server read /dev/zero
-            if not stat.S_ISREG(info.st_mode):
-                raise ModelFileError(f"{path}: not a regular file")
-            if info.st_size > MAX_MODEL_BYTES:
-                raise ModelFileError(f"{path}: {info.st_size} bytes is larger than a model file may be "
-                                     f"({MAX_MODEL_BYTES} bytes)")
-            with os.fdopen(fd, "rb", closefd=False) as handle:
-                raw = handle.read(MAX_MODEL_BYTES + 1)
-        finally:
-            os.close(fd)
-    except ModelFileError:
-        raise
     except OSError as exc:
         raise ModelFileError(f"{path}: cannot read model file: {exc.strerror}") from exc
     except ValueError as exc:  # e.g. a NUL byte in the path
         raise ModelFileError(f"{str(path)!r}: not a usable path: {exc}") from exc
-    return parse_model(raw, str(path), rules)
+    return parse_model(_read_fd(fd, str(path)), str(path), rules)
+
+
+def read_confined(path: str, rules: LoadRules) -> tuple[bytes, str, GuardModel, Guard | BundleGuard]:
+    """:func:`read_model` for a path ``POST /v1/models`` names: opened beneath ``rules.model_dirs``."""
+    return parse_model(_read_fd(rules.open_confined(path), path), path, rules)
+
+
+def _read_fd(fd: int, shown: str) -> bytes:
+    """The bytes of the regular file open on ``fd`` (closed here), at most :data:`MAX_MODEL_BYTES`."""
+    try:
+        info = os.fstat(fd)
+        # only regular files of sane size: an admin's typo must not make the server read /dev/zero
+        if not stat.S_ISREG(info.st_mode):
+            raise ModelFileError(f"{shown}: not a regular file")
+        if info.st_size > MAX_MODEL_BYTES:
+            raise ModelFileError(f"{shown}: {info.st_size} bytes is larger than a model file may be "
+                                 f"({MAX_MODEL_BYTES} bytes)")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read(MAX_MODEL_BYTES + 1)
+    except OSError as exc:
+        raise ModelFileError(f"{shown}: cannot read model file: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
 
 
 def parse_model(raw: bytes, source: str, rules: LoadRules | None = None

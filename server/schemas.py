@@ -130,6 +130,8 @@ class ModelLoad(_In):
     document: dict[str, Any] | None = Field(default=None, description="The model file's JSON itself (an upload).")
     migrate_sessions: bool = Field(default=False, description="Move the open sessions of this name to the new "
                                                               "version too (their predicates must be the same).")
+    allow_rollback: bool = Field(default=False, description="With trusted_keys: serve this model even though it "
+                                 "was signed before the version served under this name (rollback protection).")
 
     @model_validator(mode="after")  # a plain ValueError, as pydantic requires: answered as 422
     def _one_source(self) -> ModelLoad:
@@ -283,9 +285,9 @@ class ModelOut(_Out):
     name: str
     version: str
     default: bool
-    source: str
+    source: str | None = Field(description="The file or upload it came from; admins only (null for other keys).")
     loaded_at: float
-    loaded_by: str
+    loaded_by: str | None = Field(description="Who loaded it; admins only (null for other keys).")
     spec: str
     predicates: list[str]
     unsafe: str | None
@@ -298,6 +300,8 @@ class ModelOut(_Out):
     pac: PACOut
     bundle: dict[str, Any] | None = Field(default=None, description="For a bundle: its grouping key and members; "
                                           "states, property and pac are the pooled model's.")
+    signed_at: float | None = Field(default=None, description="When the model file was signed (Unix seconds), as "
+                                    "its signature says; null for an unsigned file (or one signed by Forewarn 0.1).")
 
 
 class RefusedModel(_Out):

@@ -6,6 +6,8 @@ never a hang (hypothesis' deadline is the per-case limit), never another exit co
 from __future__ import annotations
 
 import copy
+import json
+import re
 import resource
 import tempfile
 from pathlib import Path
@@ -33,6 +35,13 @@ _SPEC_EDITS = st.sampled_from([
 ])
 
 
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     out = [prefix]
     if isinstance(node, dict):
@@ -54,7 +63,7 @@ def mutated(draw: st.DrawFn, document: dict[str, Any]) -> dict[str, Any]:
         try:
             for key in path[:-1]:
                 parent = parent[key]
-            action = draw(st.sampled_from(["set", "set", "delete", "grow", "spec"]))
+            action = draw(st.sampled_from(["set", "set", "delete", "grow", "spec", "unsafe", "deep", "index"]))
             if action == "set":
                 parent[path[-1]] = draw(_VALUE)
             elif action == "delete":
@@ -63,6 +72,13 @@ def mutated(draw: st.DrawFn, document: dict[str, Any]) -> dict[str, Any]:
                 parent.extend([copy.deepcopy(parent[path[-1]])] * draw(st.integers(1, 3)))
             elif action == "spec":
                 doc["spec"] = draw(_SPEC_EDITS)
+            elif action == "unsafe":  # the embedded spec's condition no longer parses (or names nothing)
+                doc["spec"] = re.sub(r"(?m)^unsafe:.*$", draw(st.sampled_from(
+                    ["unsafe: 'a &&'", "unsafe: ')('", "unsafe: 'nothing_named_so'", "unsafe: '1 + '"])), doc["spec"])
+            elif action == "deep":  # a value nested deeper than orjson writes or reads (254 levels)
+                parent[path[-1]] = _nested(draw(st.integers(250, 400)))
+            elif action == "index":  # an index into the model's arrays out of their range
+                parent[path[-1]] = draw(st.sampled_from([-1, 10**6, 2**63 - 1, -(2**63)]))
         except (KeyError, IndexError, TypeError):
             pass
     if draw(st.booleans()):  # the checksum an attacker recomputes, or the one left stale
@@ -90,14 +106,18 @@ def test_crafted_model_files_fail_cleanly(real_model: dict[str, Any], forewarn_h
         path = Path(folder) / "model.json"
         try:
             path.write_bytes(orjson.dumps(document))
-        except (TypeError, orjson.JSONEncodeError):
-            return  # not writable as JSON: not a file anyone can hand over
+        except (TypeError, orjson.JSONEncodeError):  # nested past orjson's limit: Python's json still writes it
+            try:
+                path.write_text(json.dumps(document), encoding="utf-8")
+            except (TypeError, ValueError, RecursionError):
+                return  # not writable as JSON: not a file anyone can hand over
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        result = forewarn_here("check", path, "--format", "json")
-        assert result.returncode in (0, 2), result.stderr
-        assert "Traceback" not in result.stderr
-        if result.returncode == 2:
-            assert result.stderr.strip().startswith("error:") and result.stderr.count("\n") == 1, result.stderr
+        for command in (["check", path, "--format", "json"], ["states", path, "--format", "json"]):
+            result = forewarn_here(*command)
+            assert result.returncode in (0, 2), result.stderr
+            assert "Traceback" not in result.stderr
+            if result.returncode == 2:
+                assert result.stderr.strip().startswith("error:") and result.stderr.count("\n") == 1, result.stderr
         try:
             Guard(GuardModel.load(path))
         except ForewarnError:

@@ -81,9 +81,10 @@ async def resolve_approval(approval_id: ApprovalId, body: S.ApprovalResolve, sta
                                        remember=None if entry is None else entry(200, answer))
         if not await write(state, job):
             current = state.storage.approval(approval_id)
-            raise ApiError(409, "already_resolved", f"approval {approval_id!r} is already "
-                           f"{current['status'] if current else 'gone'}", field="path.approval_id")
-        state.hub.resolved([approval_id])
+            won = f"{current['status']} (by {current['resolved_by']})" if current else "gone"
+            raise ApiError(409, "already_resolved", f"approval {approval_id!r} is already {won}",
+                           field="path.approval_id")
+        state.hub.resolved([approval_id], row["tenant"])
         state.metrics.approvals_resolved.labels(status).inc()
         return 200, answer
 

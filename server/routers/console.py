@@ -18,13 +18,13 @@ from starlette.responses import Response
 from .._http import ERRORS, JSON, Route
 from ..deps import Approver, AppState
 
-__all__ = ["router"]
+__all__ = ["SECURITY_HEADERS", "router"]
 
 _ASSETS = Path(__file__).parent.parent / "console"
 # the page's own script and styles only; no frame, no form posted elsewhere, no external fetch
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-_HEADERS = {"Content-Security-Policy": _CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+SECURITY_HEADERS = {"Content-Security-Policy": _CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
 _PAGE = (_ASSETS / "index.html").read_bytes()
 _SCRIPT = (_ASSETS / "app.js").read_bytes()
 _STYLES = (_ASSETS / "console.css").read_bytes()
@@ -34,24 +34,25 @@ router = APIRouter(route_class=Route, responses=dict(ERRORS))
 
 @router.get("/console", include_in_schema=False)
 async def console() -> Response:
-    return Response(_PAGE, media_type="text/html; charset=utf-8", headers=_HEADERS)
+    return Response(_PAGE, media_type="text/html; charset=utf-8", headers=SECURITY_HEADERS)
 
 
 @router.get("/console/app.js", include_in_schema=False)
 async def console_script() -> Response:
-    return Response(_SCRIPT, media_type="text/javascript; charset=utf-8", headers=_HEADERS)
+    return Response(_SCRIPT, media_type="text/javascript; charset=utf-8", headers=SECURITY_HEADERS)
 
 
 @router.get("/console/console.css", include_in_schema=False)
 async def console_styles() -> Response:
-    return Response(_STYLES, media_type="text/css; charset=utf-8", headers=_HEADERS)
+    return Response(_STYLES, media_type="text/css; charset=utf-8", headers=SECURITY_HEADERS)
 
 
 @router.get("/v1/changes", tags=["approvals"])
-async def changes(state: AppState, _: Approver,
+async def changes(state: AppState, principal: Approver,
                   since: Annotated[int, Query(ge=-1, le=2**62)] = -1,
                   wait: Annotated[float, Query(ge=0, le=3600)] = 0.0) -> Response:
-    """Long poll for the console: answers when approvals or proposals were created or resolved
-    since generation ``since`` (or after ``wait`` seconds) with the current generation."""
-    generation = await state.hub.changes(since, min(wait, state.settings.limits.max_wait_seconds))
+    """Long poll for the console: answers when approvals or proposals of the caller's tenants were
+    created or resolved since generation ``since`` (or after ``wait`` seconds) with the current
+    generation; another tenant's changes neither wake it nor show in the number."""
+    generation = await state.hub.changes(since, min(wait, state.settings.limits.max_wait_seconds), principal.tenants)
     return Response(orjson.dumps({"generation": generation}), media_type=JSON)

@@ -1,7 +1,8 @@
 """Health and metrics: ``GET /healthz``, ``GET /readyz`` (no key needed) and ``GET /metrics``.
 
 the :data:`router` holds the two probes; :data:`metrics_router` holds ``/metrics``, which ``create_app``
-includes behind :data:`server.deps.any_key` unless the settings make it public.
+includes behind :data:`server.deps.admin_key` unless the settings make it public (its figures are
+every tenant's).
 """
 from __future__ import annotations
 

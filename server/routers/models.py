@@ -7,6 +7,8 @@ replacement is written to the database first, then swapped in with one assignmen
 """
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import anyio
 import orjson
 from fastapi import APIRouter
@@ -17,7 +19,7 @@ from .. import schemas as S
 from .._http import ERRORS, JSON, ApiError, Route, errors_for
 from .._steps import write
 from ..deps import Admin, Anyone, AppState, ModelName
-from ..models_registry import LoadedModel, UnknownModel, parse_model, read_model
+from ..models_registry import LoadedModel, UnknownModel, parse_model, read_confined, signed_at
 from ..settings import Role
 from ..state import ServerState
 from ..storage import Storage
@@ -34,20 +36,49 @@ def _current(state: ServerState, name: str) -> LoadedModel:
         raise ApiError(404, "unknown_model", str(exc), field="path.name") from None
 
 
+def _document_bytes(document: object) -> bytes:
+    """The uploaded document as the bytes stored and parsed; JSON Python reads but orjson cannot write
+    (nested past 254 levels, integers past 64 bits) is no model file: one line, 422."""
+    try:
+        return orjson.dumps(document)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise ApiError(422, "invalid_model", f"document: not a model file: {exc} (a model nests at most 254 levels "
+                       "and holds 64-bit integers)", field="body.document") from exc
+
+
+def _refuse_rollback(name: str, served: LoadedModel, new: float | None, version: str) -> None:
+    """Rollback protection: with signatures required, a model signed before the one served under
+    ``name`` replaces it only when the admin says so (``allow_rollback``)."""
+    old = served.signed_at
+    if old is None or version == served.version:
+        return
+    if new is None or new < old:
+        when = "without a signing time" if new is None else f"at {_utc(new)}"
+        raise ApiError(409, "older_model", f"model {name!r}: the upload was signed {when}, before the version "
+                       f"served ({served.version}, signed at {_utc(old)}); set allow_rollback: true to serve it "
+                       "anyway", field="body.allow_rollback")
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=UTC).isoformat(timespec="seconds")
+
+
 @router.get("/v1/models", response_model=S.ModelList)
 async def list_models(state: AppState, principal: Anyone) -> Response:
     """The models served: provenance, policy and PAC summary of each; for admins, also the models
     the database holds as current that this server refused (at start or from another replica)."""
     default = state.settings.default
-    models = [state.registry.current(n).describe(n, default=n == default) for n in state.registry.names()]
-    refused = state.registry.describe_refused() if principal.role is Role.ADMIN else []
+    admin = principal.role is Role.ADMIN
+    models = [state.registry.current(n).describe(n, default=n == default, admin=admin) for n in state.registry.names()]
+    refused = state.registry.describe_refused() if admin else []
     return Response(orjson.dumps({"models": models, "default": default, "refused": refused}), media_type=JSON)
 
 
 @router.get("/v1/models/{name}", response_model=S.ModelOut, responses=errors_for((404, "Unknown model")))
-async def get_model(name: ModelName, state: AppState, _: Anyone) -> Response:
+async def get_model(name: ModelName, state: AppState, principal: Anyone) -> Response:
     """One model, with its full PAC report (every state's visits)."""
-    out = _current(state, name).describe(name, default=name == state.settings.default, full_pac=True)
+    out = _current(state, name).describe(name, default=name == state.settings.default, full_pac=True,
+                                         admin=principal.role is Role.ADMIN)
     return Response(orjson.dumps(out), media_type=JSON)
 
 
@@ -64,7 +95,8 @@ async def get_model_document(name: ModelName, state: AppState, _: Anyone) -> Res
 
 
 @router.post("/v1/models", response_model=S.ModelLoaded,
-             responses=errors_for((409, "The open sessions cannot move to this model")))
+             responses=errors_for((409, "The open sessions cannot move to this model, or it was signed before "
+                                        "the version served (allow_rollback)")))
 async def load_model(body: S.ModelLoad, state: AppState, principal: Admin) -> Response:
     """Load a model file under a name, or atomically replace the model of that name. New sessions
     get it; open sessions keep theirs unless ``migrate_sessions`` is set."""
@@ -73,15 +105,16 @@ async def load_model(body: S.ModelLoad, state: AppState, principal: Admin) -> Re
     field_name = "body.path" if body.path is not None else "body.document"
     try:
         if body.path is not None:
-            real = rules.confine(body.path)
-            raw, version, model, guard = await anyio.to_thread.run_sync(read_model, real, rules)
+            raw, version, model, guard = await anyio.to_thread.run_sync(read_confined, body.path, rules)
         else:
-            raw = orjson.dumps(body.document)
+            raw = _document_bytes(body.document)
             raw, version, model, guard = await anyio.to_thread.run_sync(parse_model, raw, source, rules)
     except ForewarnError as exc:
         raise ApiError(422, "invalid_model", str(exc), field=field_name) from exc
     names = state.registry.names()
     previous = state.registry.current(body.name).version if body.name in names else None
+    if previous is not None and rules.trusted_keys and not body.allow_rollback:
+        _refuse_rollback(body.name, state.registry.current(body.name), signed_at(guard), version)
     to_move: list[str] = []
     if body.migrate_sessions:
         to_move = state.storage.open_sessions(body.name)

@@ -84,7 +84,7 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
         await write(state, Storage.remember(None if entry is None else entry(201, answer),
                                             Storage.insert_proposal(row)))
         if status == "pending":
-            state.hub.created()
+            state.hub.created(live.tenant)
         # what the agent is told to do: a pending proposal waits for a human, whatever the guard's action was
         acted = {"pending": "ask_human", "allowed": "allow"}.get(status, decision.action.value)
         state.metrics.decision(acted, "propose")
@@ -183,10 +183,12 @@ async def _settle(state: ServerState, entry: Entry | None, row: Any, status: str
                                         "resolved_by": principal.name, "reason": reason, "edited": edited}))
     job = Storage.remember(None if entry is None else entry(200, answer),
                            Storage.resolve_proposal(row["id"], status, at, principal.name, reason, edited))
-    if not await write(state, job):
-        raise ApiError(409, "already_resolved", f"proposal {row['id']!r} is no longer pending",
+    if not await write(state, job):  # another caller won the compare-and-set: say what they answered
+        winner = state.storage.proposal(row["id"])
+        won = "gone" if winner is None else f"{winner['status']} (by {winner['resolved_by']})"
+        raise ApiError(409, "already_resolved", f"proposal {row['id']!r} is already {won}",
                        field="path.proposal_id")
-    state.hub.resolved([row["id"]])
+    state.hub.resolved([row["id"]], row["tenant"])
     state.metrics.approvals_resolved.labels(status).inc()
     return 200, answer
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Query
@@ -20,8 +21,8 @@ from .. import schemas as S
 from .._http import ERRORS, JSON, ApiError, Route, bad_request, errors_for, shape_error
 from .._steps import write
 from .._views import policy_overrides, session_summary, step_out
-from ..deps import Agent, Anyone, AppState, SessionId, live_session
-from ..expiry import close_live
+from ..deps import Agent, Anyone, AppState, Idempotency, SessionId, live_session
+from ..idempotency import Entry
 from ..models_registry import UnknownModel
 from ..sessions import LiveSession, effective_policy, make_session
 from ..storage import Storage
@@ -34,8 +35,9 @@ router = APIRouter(route_class=Route, tags=["sessions"], responses=dict(ERRORS))
 
 @router.post("/v1/sessions", response_model=S.SessionCreated, status_code=201,
              responses=errors_for((404, "Unknown model")))
-async def create_session(body: S.SessionCreate, state: AppState, principal: Agent) -> Response:
-    """Start a session on a model (the default one unless named), with optional policy overrides."""
+async def create_session(body: S.SessionCreate, state: AppState, principal: Agent, idem: Idempotency) -> Response:
+    """Start a session on a model (the default one unless named), with optional policy overrides
+    (``Idempotency-Key`` honoured: a retry gets the same session, and no second one is made)."""
     name = body.model or state.settings.default
     try:
         loaded = state.registry.current(name)
@@ -53,16 +55,21 @@ async def create_session(body: S.SessionCreate, state: AppState, principal: Agen
         session = make_session(loaded, overrides, body.metadata)
     except (ValueError, TypeError) as exc:
         raise bad_request(f"policy: {exc}", "body.policy") from exc
-    session_id = "s_" + secrets.token_urlsafe(15)
-    now = time.time()
-    row = SessionRow(session_id, name, loaded.version, orjson.dumps(overrides).decode() if overrides else None,
-                     metadata, now, principal.name, principal.tenant)
-    await write(state, Storage.insert_session(row))
-    state.sessions.add(LiveSession(session_id, name, loaded, overrides, session, closed=False, next_step=0,
-                                   tenant=principal.tenant))
-    out = {"id": session_id, "model": {"name": name, "version": loaded.version},
-           "policy": effective_policy(session.guard.policy), "created_at": now}
-    return Response(orjson.dumps(out), status_code=201, media_type=JSON)
+
+    async def work(entry: Entry | None) -> tuple[int, bytes]:
+        session_id = "s_" + secrets.token_urlsafe(15)
+        now = time.time()
+        row = SessionRow(session_id, name, loaded.version, orjson.dumps(overrides).decode() if overrides else None,
+                         metadata, now, principal.name, principal.tenant)
+        out = orjson.dumps({"id": session_id, "model": {"name": name, "version": loaded.version},
+                            "policy": effective_policy(session.guard.policy), "created_at": now})
+        await write(state, Storage.remember(None if entry is None else entry(201, out), Storage.insert_session(row)))
+        state.sessions.add(LiveSession(session_id, name, loaded, overrides, session, closed=False, next_step=0,
+                                       tenant=principal.tenant))
+        return 201, out
+
+    code, payload = await idem.run(principal, work)
+    return Response(payload, status_code=code, media_type=JSON)
 
 
 @router.get("/v1/sessions", response_model=S.SessionList)
@@ -108,11 +115,42 @@ async def get_session(session_id: SessionId, state: AppState, principal: Anyone,
 
 @router.post("/v1/sessions/{session_id}/close", response_model=S.SessionSummary,
              responses=errors_for((404, "Unknown session")))
-async def close_session(session_id: SessionId, state: AppState, principal: Agent) -> Response:
-    """Close a session: no more steps; its pending approvals are cancelled. Closing twice is harmless."""
+async def close_session(session_id: SessionId, state: AppState, principal: Agent, idem: Idempotency) -> Response:
+    """Close a session: no more steps; its pending approvals are cancelled. Closing twice is harmless
+    (``Idempotency-Key`` honoured: a retry gets the first answer's very bytes)."""
     live = live_session(state, session_id, principal)
-    await close_live(state, live, principal.name)
-    row = state.storage.session_row(session_id)
-    if row is None:  # sessions are never deleted; this would be a bug
-        raise ApiError(503, "session_unavailable", f"session {session_id!r} vanished")
-    return Response(orjson.dumps(session_summary(row, steps_total=live.next_step)), media_type=JSON)
+
+    async def work(entry: Entry | None) -> tuple[int, bytes]:
+        if not live.closed:
+            state.sessions.closed(live)  # before the write: no step may slip in while it commits
+            try:
+                at = time.time()
+                # the answer is known before the write, so it commits with it (a retry gets these very bytes)
+                row = {**dict(state.storage.session_row(session_id) or {}), "closed_at": at,
+                       "closed_by": principal.name}
+                answer = orjson.dumps(session_summary(row, steps_total=live.next_step))
+                closing = _both(Storage.close_session(session_id, at, principal.name),
+                                Storage.cancel_proposals(session_id, at, principal.name))
+                cancelled = await write(state, Storage.remember(None if entry is None else entry(200, answer), closing))
+            except ApiError:
+                state.sessions.reopened(live)  # the database says it is open: so it is
+                raise
+            state.hub.resolved(cancelled, live.tenant)
+            if cancelled:
+                state.metrics.approvals_resolved.labels("cancelled").inc(len(cancelled))
+            return 200, answer
+        stored = state.storage.session_row(session_id)
+        if stored is None:  # sessions are never deleted; this would be a bug
+            raise ApiError(503, "session_unavailable", f"session {session_id!r} vanished")
+        answer = orjson.dumps(session_summary(stored, steps_total=live.next_step))
+        if entry is not None:  # already closed: the answer is remembered all the same
+            await write(state, Storage.remember(entry(200, answer), lambda conn: None))
+        return 200, answer
+
+    _, payload = await idem.run(principal, work)
+    return Response(payload, media_type=JSON)
+
+
+def _both(first: Callable[[Any], list[str]], second: Callable[[Any], list[str]]) -> Callable[[Any], list[str]]:
+    """One transaction doing ``first`` then ``second``: the ids both return."""
+    return lambda conn: first(conn) + second(conn)

@@ -13,6 +13,7 @@ handlers, for the requests the fast path passes on (a query string, another medi
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -112,11 +113,11 @@ async def observe_core(state: ServerState, session_id: str, authorization: str |
                           None if entry is None else entry(200, payload), [prev] if prev else None,
                           None if body.proposal is None else Storage.execute_proposal(body.proposal, row.step))
         if approval:
-            state.hub.created()
+            state.hub.created(live.tenant)
         state.metrics.decision(row.action, "observe")
         return 200, payload
 
-    _, payload = await state.idempotency.run(principal.name, idempotency_key, request_hash(
+    _, payload = await state.idempotency.run(principal.identity, idempotency_key, request_hash(
         "POST", f"/v1/sessions/{session_id}/observe", raw), work)
     state.metrics.observe_seconds.observe(time.perf_counter() - started)
     return payload
@@ -184,6 +185,7 @@ async def _batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
     payloads: list[bytes] = []
     rows: list[StepRow] = []
     approvals: list[ApprovalRow] = []
+    approval_tenants: list[str] = []
     committed: list[LiveSession] = []
     chains: list[PrevStep] = []
     chained: set[str] = set()
@@ -203,11 +205,13 @@ async def _batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
         committed.append(live)
         if approval:
             approvals.append(approval)
+            approval_tenants.append(live.tenant)
     answer = b'{"results":[' + b",".join(payloads) + b"]}"
     if rows:
         await write_steps(state, committed, rows, approvals, None if entry is None else entry(200, answer),
                           chains)
-        state.hub.created(len(approvals))
+        for tenant, count in Counter(approval_tenants).items():
+            state.hub.created(tenant, count)
         for row in rows:
             state.metrics.decision(row.action, "observe")
     return 200, answer

@@ -36,7 +36,10 @@ class StorageBase(SessionRecords, ApprovalRecords):
 
         def both(conn: _SqliteConn) -> Any:
             result = job(conn)
-            conn.execute("INSERT INTO idempotency VALUES (?,?,?,?,?,?)", entry)
+            # a compare-and-set that lost (the job says False: nothing changed) commits no answer: the
+            # caller answers 409, and a retry must see that too, not a success it never had
+            if result is not False:
+                conn.execute("INSERT INTO idempotency VALUES (?,?,?,?,?,?)", entry)
             return result
         return both
 

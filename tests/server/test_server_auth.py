@@ -37,7 +37,7 @@ MATRIX = [
     ("GET", "/v1/models/{name}", None, EVERYONE),
     ("GET", "/v1/models/{name}/document", None, EVERYONE),
     ("POST", "/v1/models", {"name": "builtin", "path": "{model}"}, {ADMIN}),
-    ("GET", "/metrics", None, EVERYONE),
+    ("GET", "/metrics", None, {ADMIN}),  # every tenant's totals and timings: not a tenant's to read
 ]
 PUBLIC = [("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/console"),
           ("GET", "/console/app.js"), ("GET", "/docs-assets/swagger-ui-bundle.js")]

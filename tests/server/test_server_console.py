@@ -163,3 +163,30 @@ def test_docs_render_offline(server: ServerThread, browser: Any) -> None:
         raise AssertionError((logs, outside, page.content()[:1500])) from None
     assert "Forewarn sidecar" in page.inner_text("#swagger-ui .info .title")
     assert outside == []  # no CDN
+
+
+def test_docs_render_under_the_console_policy_and_cannot_be_framed(server: ServerThread, browser: Any) -> None:
+    """/docs carries the console's Content-Security-Policy (frame-ancestors 'none', no inline script)
+    and Swagger UI still renders the API in Chromium, with no policy violation; a page of another
+    origin cannot frame it."""
+    for path in ("/docs", "/docs/init.js"):
+        headers = httpx.get(f"{server.url}{path}").headers
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert "script-src 'self'" in headers["content-security-policy"]
+        assert headers["x-content-type-options"] == "nosniff"
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    outside = _local_only(page, server.url)
+    violations: list[str] = []
+    page.on("console", lambda message: violations.append(message.text)
+            if "Content Security Policy" in message.text else None)
+    page.on("pageerror", lambda exc: violations.append(str(exc)))
+    page.goto(f"{server.url}/docs")
+    playwright_api.expect(page.locator(".swagger-ui .info .title")).to_contain_text("Forewarn", timeout=WAIT_MS)
+    playwright_api.expect(page.locator(".opblock").first).to_be_visible(timeout=WAIT_MS)
+    assert violations == [] and outside == []
+    # framed by a page of another origin: the browser refuses, and says it is frame-ancestors
+    framer = browser.new_page()
+    with framer.expect_console_message(lambda m: "frame-ancestors 'none'" in m.text, timeout=WAIT_MS) as refused:
+        framer.set_content(f'<iframe id="f" src="{server.url}/docs"></iframe>')
+    assert server.url in refused.value.text
+    playwright_api.expect(framer.frame_locator("#f").locator(".swagger-ui")).to_have_count(0, timeout=WAIT_MS)

@@ -215,7 +215,8 @@ def test_health_and_metrics(http: httpx.Client, agent: Client, server: ServerThr
     session.observe(egg_state())
     session.observe(egg_state(in_microwave=True, closed=True))
     session.preview(egg_state())
-    text = http.get("/metrics", headers=auth("approver")).text
+    assert http.get("/metrics", headers=auth("approver")).status_code == 403  # every tenant's figures: admins only
+    text = http.get("/metrics", headers=auth("admin")).text
     assert 'forewarn_decisions_total{action="allow",op="observe"} 1.0' in text
     assert 'forewarn_decisions_total{action="ask_human",op="observe"} 1.0' in text
     assert 'forewarn_decisions_total{action="allow",op="preview"} 1.0' in text
@@ -333,7 +334,7 @@ def test_evicted_sessions_resume_from_the_database(tmp_path, builtin_path) -> No
         assert running.app is not None
         history = sessions[0].history()
         assert history["steps"][1]["state"] == egg_state(in_microwave=True, closed=True, toggled=True)
-        text = httpx.get(f"{running.url}/metrics", headers=auth("agent")).text
+        text = httpx.get(f"{running.url}/metrics", headers=auth("admin")).text
         assert "forewarn_sessions_in_memory 2.0" in text and "forewarn_sessions_open 4.0" in text
 
 

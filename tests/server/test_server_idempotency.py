@@ -137,3 +137,38 @@ def test_old_answers_are_forgotten_at_start(tmp_path: Path, builtin_path: Path) 
         assert state.storage.idempotent("agent-bob", "new") is not None
     finally:
         state.close()
+
+
+def test_session_create_and_close_honour_the_key(http: httpx.Client, server: ServerThread) -> None:
+    created = [http.post("/v1/sessions", json={"metadata": {"task": "t"}},
+                         headers={**auth("agent"), "Idempotency-Key": "open-1"}) for _ in range(3)]
+    assert {r.status_code for r in created} == {201}
+    assert created[0].content == created[1].content == created[2].content  # one session, the same answer
+    sid = created[0].json()["id"]
+    with sqlite3.connect(f"file:{server.settings.db}?mode=ro", uri=True) as conn:
+        assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 1
+    other = http.post("/v1/sessions", json={}, headers={**auth("agent"), "Idempotency-Key": "open-1"})
+    assert other.status_code == 422 and other.json()["error"]["code"] == "idempotency_key_reused"
+    closed = [http.post(f"/v1/sessions/{sid}/close", headers={**auth("agent"), "Idempotency-Key": "close-1"})
+              for _ in range(2)]
+    assert closed[0].status_code == closed[1].status_code == 200
+    assert closed[0].content == closed[1].content and closed[0].json()["status"] == "closed"
+    again = http.post(f"/v1/sessions/{sid}/close", headers={**auth("agent"), "Idempotency-Key": "close-2"})
+    assert again.status_code == 200 and again.json()["closed_at"] == closed[0].json()["closed_at"]
+
+
+def test_keys_of_the_same_name_in_two_tenants_share_nothing(tmp_path: Path, builtin_path: Path) -> None:
+    """Idempotency records (and rate buckets) are keyed by tenant and key, not by the key's display name."""
+    keys = "alpha-key-0123456789:agent:bob:t1,beta-key-0123456789:agent:bob:t2,admin-key-0123456789:admin"
+    config = settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, api_keys=keys)
+    alpha, beta = {"Authorization": "Bearer alpha-key-0123456789"}, {"Authorization": "Bearer beta-key-0123456789"}
+    with ServerThread(config) as server, httpx.Client(base_url=server.url) as http:
+        key = {"Idempotency-Key": "open-1"}
+        first = http.post("/v1/sessions", json={"metadata": {"iban": "DE89370400440532013000"}},
+                          headers={**alpha, **key})
+        assert first.status_code == 201, first.text
+        second = http.post("/v1/sessions", json={"metadata": {"task": "other"}}, headers={**beta, **key})
+        assert second.status_code == 201, second.text  # its own write, not t1's stored answer, nor a 422
+        assert second.json()["id"] != first.json()["id"] and b"DE89" not in second.content
+        retry = http.post("/v1/sessions", json={"metadata": {"task": "other"}}, headers={**beta, **key})
+        assert retry.content == second.content

@@ -208,3 +208,50 @@ def test_the_async_client_has_the_same_proposals(server: ServerThread) -> None:
             assert (await session.history())["steps_total"] == 2  # nothing committed but the runs
 
     asyncio.run(run())
+
+
+@pytest.mark.backends
+def test_one_racer_wins_a_resolution_the_others_get_409(server: ServerThread, http: httpx.Client) -> None:
+    """Approve against reject, and cancel against approve, at once: exactly one caller gets 200, the
+    other 409 naming the winner's answer, the database holds the winner's answer, and a retry of the
+    loser with its Idempotency-Key is still a 409 — with keys (as the console sends) and without."""
+    rounds = 200
+    tally = {"first": 0, "second": 0}
+    with httpx.Client(base_url=server.url, timeout=60) as one, httpx.Client(base_url=server.url, timeout=60) as two:
+        for round_ in range(rounds):
+            sid = _session(http)
+            pid = _propose(http, sid).json()["id"]
+            cancel_race, keyed = round_ % 2 == 1, round_ % 4 >= 2
+            racers: list[tuple[httpx.Client, str, dict[str, Any], dict[str, str], str]] = [
+                (one, f"/v1/proposals/{pid}", {"decision": "approve", "reason": "ok"}, auth("approver"), "approved"),
+                (two, f"/v1/proposals/{pid}/cancel", {}, auth("agent"), "cancelled") if cancel_race else
+                (two, f"/v1/proposals/{pid}", {"decision": "reject", "reason": "no"}, auth("admin"), "rejected")]
+            barrier = threading.Barrier(2)
+            answers: list[httpx.Response | None] = [None, None]
+
+            def race(i: int, keys: dict[str, str], racers: list[Any], barrier: threading.Barrier,
+                     answers: list[httpx.Response | None]) -> None:
+                client, path, body, headers, _ = racers[i]
+                barrier.wait()
+                answers[i] = client.post(path, json=body, headers={**headers, **keys})
+
+            keys = [{"Idempotency-Key": f"r{round_}-{i}"} if keyed else {} for i in range(2)]
+            threads = [threading.Thread(target=race, args=(i, keys[i], racers, barrier, answers)) for i in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            codes = [a.status_code if a is not None else None for a in answers]
+            assert sorted(codes) == [200, 409], (round_, codes, [a.text if a else None for a in answers])
+            winner = codes.index(200)
+            loser = 1 - winner
+            won_status = racers[winner][4]
+            assert answers[winner].json()["status"] == won_status  # type: ignore[union-attr]
+            message = answers[loser].json()["error"]["message"]  # type: ignore[union-attr]
+            assert f"is already {won_status}" in message or f"is {won_status}, not pending" in message, message
+            assert http.get(f"/v1/proposals/{pid}", headers=auth("admin")).json()["status"] == won_status
+            if keyed:  # the loser's retry is answered as the loser, never as a success
+                client, path, body, headers, _ = racers[loser]
+                assert client.post(path, json=body, headers={**headers, **keys[loser]}).status_code == 409
+            tally["first" if winner == 0 else "second"] += 1
+    assert tally["first"] + tally["second"] == rounds

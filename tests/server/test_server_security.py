@@ -2,6 +2,7 @@
 test_server_registered_code.py)."""
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +169,159 @@ def test_serve_refuses_such_models_before_binding(forewarn_here: CLI, rce_path: 
     result = forewarn_here("serve", "--model", toy_path, "--trusted-key", keys[1], *common)
     assert result.returncode == 2 and "the model is not signed" in result.stderr
     assert not (tmp_path / "x.db").exists()
+
+
+def test_a_directory_swapped_for_a_symlink_never_lets_a_load_out(tmp_path: Path, toy_path: Path,
+                                                                 builtin_path: Path) -> None:
+    """The race of issue 22: a folder on the path swapped for a symbolic link (and back) while loads
+    run. Every load either reads the file inside or is refused; none reads the file outside."""
+    import errno
+    import os
+    import threading
+
+    from forewarn.errors import ModelFileError
+    from forewarn.server.models_registry import LoadRules, read_confined
+
+    models, outside = tmp_path / "models", tmp_path / "outside"
+    (models / "sub").mkdir(parents=True)
+    outside.mkdir()
+    inside_bytes, outside_bytes = toy_path.read_bytes(), builtin_path.read_bytes()
+    (models / "sub" / "m.json").write_bytes(inside_bytes)
+    (outside / "m.json").write_bytes(outside_bytes)
+    rules = LoadRules(model_dirs=(models,))
+    target, held = models / "sub", models / "held"
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            os.rename(target, held)
+            os.symlink(outside, target)
+            os.unlink(target)
+            os.rename(held, target)
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    swapper.start()
+    seen = {"inside": 0, "link": 0, "missing": 0}
+    try:
+        for _ in range(200_000):
+            try:
+                fd = rules.open_confined(str(target / "m.json"))
+            except ModelFileError as exc:
+                cause = exc.__cause__
+                assert isinstance(cause, OSError), exc
+                if cause.errno in (errno.ELOOP, errno.ENOTDIR):
+                    assert "symbolic links are not followed" in str(exc)
+                    seen["link"] += 1
+                else:
+                    assert cause.errno == errno.ENOENT, exc
+                    seen["missing"] += 1
+                continue
+            with os.fdopen(fd, "rb") as handle:
+                assert handle.read() == inside_bytes  # never the file outside
+            seen["inside"] += 1
+            if seen["inside"] >= 50 and seen["link"] >= 50:
+                break
+    finally:
+        stop.set()
+        swapper.join(10)
+    assert seen["inside"] >= 50 and seen["link"] >= 50, seen  # both sides of the race were hit
+    if held.exists():
+        os.rename(held, target)
+    # the whole load (parse, compile) goes through the same descriptor
+    assert read_confined(str(target / "m.json"), rules)[0] == inside_bytes
+
+
+def test_rollback_protection(tmp_path: Path, toy_path: Path, keys: tuple[Path, Path]) -> None:
+    """With trusted keys, a model signed before the one served under a name is refused (409) unless the
+    admin sets allow_rollback; the signing time is signed, and survives a restart."""
+    import base64
+
+    from forewarn.guard.signing import canonical_body, sign_document
+
+    private, public = keys
+    key = load_private_key(private)
+    body = orjson.loads(toy_path.read_bytes())
+    older, newer = sign_document(body, key, signed_at=1_700_000_000), sign_document(body, key, signed_at=1_800_000_000)
+    untimed = {**body, "signature": {**older["signature"], "value": base64.b64encode(
+        key.sign(canonical_body(body))).decode()}}  # as Forewarn 0.1 signed: no time
+    del untimed["signature"]["signed_at"]
+    forged = {**older, "signature": {**older["signature"], "signed_at": 1_900_000_000}}  # the time edited
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "newer.json").write_bytes(orjson.dumps(newer))
+    config = settings(tmp_path / "forewarn.db", {"toy": models / "newer.json"}, trusted_keys=(public,),
+                      model_dirs=(models,))
+
+    def load(http: httpx.Client, document: dict[str, Any], **extra: Any) -> httpx.Response:
+        return http.post("/v1/models", json={"name": "toy", "document": document, **extra}, headers=auth("admin"))
+
+    with ServerThread(config) as server, httpx.Client(base_url=server.url) as http:
+        assert http.get("/v1/models/toy", headers=auth("admin")).json()["signed_at"] == 1_800_000_000
+        for document in (older, untimed):
+            refused = load(http, document)
+            assert refused.status_code == 409, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "older_model" and "\n" not in error["message"]
+            assert "before the version served" in error["message"] and "allow_rollback: true" in error["message"]
+        assert "signed without a signing time" in load(http, untimed).json()["error"]["message"]
+        assert "signed at 2023-11-14T22:13:20+00:00" in load(http, older).json()["error"]["message"]
+        forged_answer = load(http, forged)
+        assert forged_answer.status_code == 422 and "modified after it was signed" in forged_answer.text
+        assert load(http, newer).status_code == 200  # the same version again: no rollback
+        assert load(http, older, allow_rollback=True).status_code == 200  # the admin says so
+        assert http.get("/v1/models/toy", headers=auth("admin")).json()["signed_at"] == 1_700_000_000
+        assert load(http, newer).status_code == 200  # forward again
+    with ServerThread(config) as server, httpx.Client(base_url=server.url) as http:  # restarted: still protected
+        assert load(http, older).status_code == 409
+    unsigned_server = settings(tmp_path / "plain.db", {"toy": toy_path})
+    with ServerThread(unsigned_server) as server, httpx.Client(base_url=server.url) as http:
+        assert load(http, newer).status_code == 200 and load(http, older).status_code == 200  # no keys: no check
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_malformed_uploads_are_one_line_4xx(http: httpx.Client, toy_path: Path, tmp_path: Path,
+                                            forewarn_here: CLI) -> None:
+    """Each kind of malformed upload of issue 22 is a 422 with one line over HTTP (by document and by
+    path), and one line with exit 2 on the CLI: never a 500, never a traceback."""
+    import json
+
+    good = orjson.loads(toy_path.read_bytes())
+
+    def variant(edit: Any) -> dict[str, Any]:
+        document = copy.deepcopy(good)
+        edit(document)
+        try:
+            document["checksum"] = _checksum(document)
+        except TypeError:
+            pass  # past what orjson writes: the checksum stays stale, as an attacker's would
+        return document
+
+    cases = {
+        "unparseable unsafe": variant(lambda d: d.__setitem__("spec", d["spec"].replace("unsafe: 'a && b'",
+                                                                                        "unsafe: 'a &&'"))),
+        "300-deep value": variant(lambda d: d["provenance"].__setitem__("deep", _nested(300))),
+        "300-deep top level": variant(lambda d: d.__setitem__("pac", _nested(300))),
+        "integer past 64 bits": variant(lambda d: d.__setitem__("initial", [2**70])),
+        "out-of-range PAC index": variant(lambda d: d["pac"]["states"][0].__setitem__("state", 10**6)),
+        "negative PAC index": variant(lambda d: d["pac"]["states"][0].__setitem__("state", -1)),
+        "PAC chain states past the model": variant(lambda d: d["pac"].__setitem__("chain_states", 10**9)),
+    }
+    for name, document in cases.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.json"
+        path.write_text(json.dumps(document), encoding="utf-8")
+        for body in ({"name": "m", "document": document}, {"name": "m", "path": str(path)}):
+            response = http.post("/v1/models", content=json.dumps(body), headers={
+                **auth("admin"), "Content-Type": "application/json"})
+            assert 400 <= response.status_code < 500, (name, response.status_code, response.text[:300])
+            message = response.json()["error"]["message"]
+            assert "\n" not in message and len(message) < 2000, (name, message)
+        for command in ("check", "states"):
+            result = forewarn_here(command, path)
+            assert result.returncode == 2 and "Traceback" not in result.stderr, (name, result.stderr[-500:])
+            assert result.stderr.startswith("error:") and result.stderr.count("\n") == 1, (name, result.stderr)

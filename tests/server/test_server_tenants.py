@@ -88,3 +88,26 @@ def test_an_agent_of_another_tenant_cannot_cancel_approvals(http: httpx.Client) 
     assert [s["id"] for s in http.get("/v1/sessions", headers=h("agent_globex")).json()["sessions"]] == [globex]
     assert http.get(f"/v1/sessions/{globex}", headers=h("approver_globex")).status_code == 200
     assert http.get(f"/v1/sessions/{globex}", headers=h("approver_acme")).status_code == 404
+
+
+def test_changes_metrics_and_model_sources_stay_within_a_tenant(http: httpx.Client) -> None:
+    """Another tenant's approvals neither move nor wake the console's /v1/changes; /metrics (every
+    tenant's totals) is an admin's; a model's source path and loader are an admin's."""
+    acme, globex, everyone = (http.get("/v1/changes", headers=h(who)).json()["generation"]
+                              for who in ("approver_acme", "approver_globex", "admin"))
+    _acme_session(http)  # acme's agent asks: one approval of tenant acme
+    assert http.get("/v1/changes", headers=h("approver_globex")).json()["generation"] == globex
+    waited = http.get("/v1/changes", params={"since": globex, "wait": 0.2}, headers=h("approver_globex")).json()
+    assert waited["generation"] == globex  # woken by acme's change, it went on waiting and answers unchanged
+    assert http.get("/v1/changes", headers=h("approver_acme")).json()["generation"] == acme + 1
+    assert http.get("/v1/changes", headers=h("admin")).json()["generation"] == everyone + 1
+    assert http.get("/v1/changes", headers=h("approver_all")).json()["generation"] == everyone + 1
+    for who in ("agent_acme", "approver_acme", "approver_all"):
+        assert http.get("/metrics", headers=h(who)).status_code == 403
+    assert "forewarn_decisions_total" in http.get("/metrics", headers=h("admin")).text
+    for who in ("agent_globex", "approver_acme"):
+        for model in [*http.get("/v1/models", headers=h(who)).json()["models"],
+                      http.get("/v1/models/builtin", headers=h(who)).json()]:
+            assert model["source"] is None and model["loaded_by"] is None
+    shown = http.get("/v1/models/builtin", headers=h("admin")).json()
+    assert shown["source"].endswith(".json") and shown["loaded_by"] == "config"

@@ -1,6 +1,7 @@
 """Replay on Spark gives the single-process figures, to the last digit."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +65,28 @@ def test_replay_command_on_spark(spark: Any, tools: tuple[Path, Path, Path], for
     assert failed.stderr.strip() == f"error: {bad}:2: steps[0].state: expected a JSON object, got a list"
     with pytest.raises(TraceError, match=r"bad.jsonl:2: "):
         replay(Guard.load(model), read_runs(bad), THETAS)
+
+
+def test_a_registered_python_predicate_reaches_the_workers(spark: Any, tmp_path: Path) -> None:
+    """Resolved on the driver, shipped as a function: the executors need not have registered it."""
+    import forewarn
+    from _support import TOY_SPEC, toy_run
+    from forewarn.guard.pipeline import learn_model
+    from forewarn.guard.spark import learn_model_spark, replay_spark
+    from forewarn.guard.spec import parse_spec
+
+    @forewarn.predicate("spark_test.b_high")
+    def b_high(state: dict[str, Any]) -> bool:
+        return bool(state["b"] > 2)
+
+    spec = parse_spec(TOY_SPEC.replace("cel: 'state.b > 2'", "python: spark_test.b_high"))
+    runs = [toy_run(f"r{i}", bits) for i, bits in enumerate([[0, 1, 3], [0, 2, 2], [0, 1, 0], [2, 3]] * 5)]
+    traces = tmp_path / "runs.jsonl"
+    traces.write_text("".join(f"{json.dumps(r)}\n" for r in runs), encoding="utf-8")
+    local = learn_model([traces], spec)
+    distributed = learn_model_spark([str(traces)], spec, spark=spark)
+    assert distributed.dtmc.size == local.dtmc.size
+    assert distributed.to_document()["transitions"] == local.to_document()["transitions"]
+    guard = Guard(local)
+    assert replay_spark([str(traces)], guard, THETAS, spark=spark).replays == replay(guard, read_runs(traces),
+                                                                                      THETAS).replays
