@@ -27,6 +27,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "hf": ("torch", "transformers"),
     "spark": ("pyspark",),
     "postgres": ("psycopg", "psycopg_pool"),
+    "mcp": ("mcp", "anyio", "uvicorn", "httpx"),
 }
 
 

@@ -28,8 +28,9 @@ NEEDS_EXTRA = {
     "llmcheck/test_llm_hf.py": "hf",
     "spark": "spark",
     "evaluation/test_report.py": "report",
+    "mcp": "mcp",
 }
-EXTRAS = ("langchain", "server", "client", "report", "llmcheck", "hf", "spark", "postgres")
+EXTRAS = ("langchain", "server", "client", "report", "llmcheck", "hf", "spark", "postgres", "mcp")
 
 
 def extra_of(path: Path) -> str | None:

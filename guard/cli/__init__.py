@@ -94,6 +94,12 @@ def _register_plugins() -> None:
 
         register_server(app, builtin=_builtin_model)
     register_llmcheck(app)
+    if missing("mcp"):
+        register_missing(app, "mcp", "mcp", "Guard any MCP server: a proxy that judges every tool call.")
+    else:
+        from .mcp import register as register_mcp
+
+        register_mcp(app)
 
 
 _register_plugins()
