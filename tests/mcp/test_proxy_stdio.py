@@ -70,12 +70,12 @@ def test_allowed_calls_run_and_the_reset_over_uncommitted_work_is_stopped(mcp_mo
 
 def test_reflect_returns_the_reason_as_an_error_result_without_calling_upstream(mcp_model: GuardModel,
                                                                                 repo: Path) -> None:
-    # every state above 20 % risk is reflected: staging work is held back, reading the log is not
+    # a call that raises the risk above 20 % is reflected: staging work is held back, reading the log is not
     policy = Policy(thresholds=Thresholds(reflect=0.8), unseen_state=Action.REFLECT)
     guard = Guard(mcp_model, policy=policy)
 
     async def scenario() -> tuple[Any, Any]:
-        proxy = proxy_for(guard, git_upstream(repo), trigger="level")
+        proxy = proxy_for(guard, git_upstream(repo))  # the increase trigger: what does not raise the risk passes
         async with proxy.running() as server, connected(server) as client:
             held = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
             fine = await client.call_tool("git_log", {"repo_path": str(repo), "max_count": 1})
@@ -91,7 +91,7 @@ def test_an_unknown_tool_fails_closed_and_a_tool_no_upstream_lists_is_an_error(m
                                                                                repo: Path) -> None:
     async def scenario() -> tuple[Any, MCPError]:
         # mcp-server-time's tools have kinds in proxy.yaml; drop one so it is unknown to the extractor
-        proxy = proxy_for(Guard(mcp_model), UpstreamSpec("time", command=TIME_SERVER), tool_kinds={})
+        proxy = proxy_for(Guard(mcp_model), UpstreamSpec("time", command=TIME_SERVER))
         proxy.extractor.tool_kinds.pop("get_current_time", None)
         async with proxy.running() as server, connected(server) as client:
             unknown = await client.call_tool("get_current_time", {"timezone": "UTC"})
