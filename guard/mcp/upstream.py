@@ -59,39 +59,44 @@ class Upstream:
         started = False
         failures = 0
         while True:
+            connected = False
             try:
                 async with AsyncExitStack() as stack:
                     session = await self._connect(stack)
-                    self._session, self._down = session, None
+                    broken = self._broken = anyio.Event()
+                    self._session, self._down, connected = session, None, True
                     self.connections += 1
-                    self._broken = anyio.Event()
+                    failures = 0
                     self._ready.set()
                     if not started:
                         task_status.started()
                         started = True
-                    await self._broken.wait()
+                    await broken.wait()  # set by _mark_broken, which also made callers wait anew
                     log.warning("upstream %r lost its connection; reconnecting", self.name)
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:  # a server that cannot start, or a transport that broke on the way out
-                reason = _reason(exc)
-                log.warning("upstream %r: %s", self.name, reason)
-                if self._session is None or not self._ready.is_set():
+                log.warning("upstream %r: %s", self.name, _reason(exc))
+                if not connected:
                     failures += 1
                     if failures > self.restarts:
                         self._give_up(f"upstream {self.name!r} ({self.spec.describe()}) could not be started: "
-                                      f"{reason}")
+                                      f"{_reason(exc)}")
                         if not started:
                             task_status.started()
-                            started = True
                         return
-            self._session = None
-            self._ready = anyio.Event()
             if self.connections > self.restarts:
                 self._give_up(f"upstream {self.name!r} ({self.spec.describe()}) crashed and was restarted "
                               f"{self.restarts} time(s), its limit; it is down")
                 return
             await anyio.sleep(min(0.1 * 2 ** failures, 2.0))
+
+    def _mark_broken(self, session: ClientSession) -> None:
+        """The connection ``session`` is gone: later callers wait for the reconnection."""
+        if self._session is session:
+            self._session = None
+            self._ready = anyio.Event()
+            self._broken.set()
 
     def _give_up(self, reason: str) -> None:
         self._down = reason
@@ -146,12 +151,12 @@ class Upstream:
                                              f"(the call may still run there)") from None
         except MCPError as exc:
             if exc.error.code == types.CONNECTION_CLOSED:
-                self._broken.set()
+                self._mark_broken(session)
                 raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} closed the connection during {what} "
                                               f"({exc.error.message}); restarting it") from None
             raise
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
-            self._broken.set()
+            self._mark_broken(session)
             raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} failed during {what} ({_reason(exc)}); "
                                           f"restarting it") from None
 

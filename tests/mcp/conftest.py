@@ -96,3 +96,7 @@ async def connected(server: Any, **client: Any) -> AsyncIterator[ClientSession]:
 
 def text_of(result: Any) -> str:
     return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+def flaky_upstream(**settings: Any) -> UpstreamSpec:
+    return UpstreamSpec("flaky", command=sys.executable, args=(str(SERVERS), "flaky"), **settings)
