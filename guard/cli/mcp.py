@@ -19,7 +19,7 @@ def mcp(
         help="The upstream MCP server to launch (stdio), after '--'.", show_default=False)] = None,
     model: Annotated[str, typer.Option(
         "--model", "-m", help="A model file (forewarn learn); with --serve-url, the name of a model the "
-                              "sidecar serves ('default': its default).")] = "",
+                              "sidecar serves ('default': its default). Without it, --record only records.")] = "",
     upstream_url: Annotated[str | None, typer.Option(
         "--upstream-url", help="The upstream MCP server's streamable HTTP URL (instead of a command).")] = None,
     config: Annotated[Path | None, typer.Option(
@@ -52,8 +52,8 @@ def mcp(
 
     from ..mcp import GuardedProxy, UpstreamSpec, config_from, load_config, serve_http, serve_stdio
 
-    if not model:
-        raise UsageError("forewarn mcp needs --model MODEL")
+    if not model and record is None:
+        raise UsageError("forewarn mcp needs --model MODEL (or --record FILE alone, to record sessions to learn from)")
     upstreams: list[UpstreamSpec] = []
     if upstream_command:
         upstreams.append(UpstreamSpec("upstream", command=upstream_command[0], args=tuple(upstream_command[1:])))
@@ -67,7 +67,7 @@ def mcp(
         from dataclasses import replace
 
         proxy_config = replace(proxy_config, tool_kinds={**proxy_config.tool_kinds, **kinds})
-    guard, sidecar, name = _guard(model, serve_url, api_key)
+    guard, sidecar, name = _guard(model, serve_url, api_key) if model else (None, None, None)
     proxy = GuardedProxy(guard, proxy_config, record=str(record) if record else None, sidecar=sidecar,
                          model_name=name)
     if http is None:

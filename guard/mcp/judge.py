@@ -44,7 +44,7 @@ class GuardedSession:
     """One MCP client session: its calls so far, its guard session, and whether it was stopped."""
 
     id: str
-    session: Session
+    session: Session | None  # None: recording only (no model), every call is allowed
     extractor: ToolStateExtractor
     transcript: Transcript = field(default_factory=Transcript)
     stopped: Verdict | None = None
@@ -57,7 +57,8 @@ class GuardedSession:
         """Commit a call that ran: the state it led to, and the guard's decision there."""
         self.transcript = self.transcript.then(step)
         state = self.extractor(self.transcript)
-        decision = self.session.observe(state, action={"tool": step.name, "args": step.args})
+        decision = (_RECORDING if self.session is None
+                    else self.session.observe(state, action={"tool": step.name, "args": step.args}))
         if self.log is not None:
             self.log.add(state, step.name, step.args)
         return state, decision
@@ -68,6 +69,8 @@ def judge(guarded: GuardedSession, name: str, args: Any, *, unknown_tools: Actio
     """The verdict on calling ``name`` with ``args`` next, and the state it would lead to (None when
     the call cannot be read: such a call is held back, never waved through)."""
     step = ToolStep(name, args, CallStatus.PROPOSED)
+    if guarded.session is None:
+        return Verdict(Action.ALLOW, _RECORDING), None
     try:
         state = guarded.extractor(guarded.transcript.then(step))
         decision = guarded.session.preview(state)
@@ -83,6 +86,9 @@ def judge(guarded: GuardedSession, name: str, args: Any, *, unknown_tools: Actio
         note = (f" Forewarn's extractor does not know the tool `{name}`, so it cannot judge what the call does; "
                 f"calls to unknown tools get '{unknown_tools.value}'.")
     return Verdict(action, decision, note), state
+
+
+_RECORDING = Decision(Action.ALLOW, None, None, "", {}, "recording only: no model judges the calls", known=False)
 
 
 def _unchanged(session: Session, decision: Decision) -> bool:

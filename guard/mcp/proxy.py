@@ -74,11 +74,13 @@ class GuardedProxy:
             place for an OpenTelemetry ``forewarn.decision`` span.
     """
 
-    def __init__(self, guard: Any, config: ProxyConfig, *, policy: Policy | None = None,
+    def __init__(self, guard: Any | None, config: ProxyConfig, *, policy: Policy | None = None,
                  trigger: Trigger | str | None = None, record: str | None = None, sidecar: Any = None,
                  model_name: str | None = None, on_decision: DecisionHook | None = None) -> None:
-        effective = with_default_trigger(policy or guard.policy, trigger)
-        self.guard = guard if effective == guard.policy else guard.with_policy(effective)
+        if guard is not None:
+            effective = with_default_trigger(policy or guard.policy, trigger)
+            guard = guard if effective == guard.policy else guard.with_policy(effective)
+        self.guard = guard
         self.config = config
         self.extractor = ToolStateExtractor(tool_kinds=dict(config.tool_kinds),
                                             argument_aliases={k: dict(v) for k, v in config.argument_aliases.items()})
@@ -95,8 +97,10 @@ class GuardedProxy:
         self._locks: dict[int, anyio.Lock] = {}
         self._counter = itertools.count(1)
         self.server: Server[Any] | None = None
-        # fail now, not at the first call, when the guard's predicates cannot read the extractor's states
-        self.guard.session().preview(self.extractor(Transcript()))
+        if guard is not None:  # fail now, not at the first call, when the predicates cannot read the states
+            guard.session().preview(self.extractor(Transcript()))
+        elif record is None:
+            raise ConfigError("the proxy needs a model (--model), or --record to only record sessions")
 
     # -- running ------------------------------------------------------------------------
 
@@ -138,9 +142,10 @@ class GuardedProxy:
         guarded = self._sessions.get(key)
         if guarded is None:
             name = getattr(connection, "session_id", None) or f"mcp-{uuid.uuid4().hex[:12]}"
-            guarded = GuardedSession(name, self.guard.session(), self.extractor)
+            guarded = GuardedSession(name, None if self.guard is None else self.guard.session(), self.extractor)
             initial = guarded.initial = guarded.extractor(guarded.transcript)
-            guarded.session.observe(initial)
+            if guarded.session is not None:
+                guarded.session.observe(initial)
             if self.writer is not None:
                 client = ctx.session.client_params
                 meta = {"client": client.client_info.name} if client is not None else {}
@@ -282,7 +287,7 @@ class GuardedProxy:
                                timeout=self.config.approval_timeout)
 
     def _fallback(self, tool: str, reason: str) -> Decision:
-        return Decision(Action.REFLECT, None, None, self.guard.property, {},
+        return Decision(Action.REFLECT, None, None, "", {},
                         f"Forewarn cannot read the call to `{tool}` ({reason}).", known=False)
 
     def _emit(self, guarded: GuardedSession, name: str, args: Any, verdict: Verdict) -> None:
