@@ -69,8 +69,7 @@ async def _elicit(ctx: ServerRequestContext[Any, Any], name: str, question: str,
     answer: types.ElicitResult | None = None
     try:
         with anyio.move_on_after(timeout):
-            answer = await ctx.session.elicit_form(question, APPROVAL_SCHEMA,  # type: ignore[arg-type]
-                                                   related_request_id=ctx.request_id)
+            answer = await ctx.session.elicit_form(question, APPROVAL_SCHEMA, related_request_id=ctx.request_id)
     except MCPError as exc:
         return Approval(False, f"Forewarn asked the user about the call to `{name}`, and asking failed "
                                f"({exc.error.message}); the call did not run.", "elicitation")

@@ -37,7 +37,7 @@ from mcp.shared.exceptions import MCPError
 from ...errors import ConfigError
 from .._version import __version__
 from ..policy import Policy
-from ..runtime import Decision, Guard
+from ..runtime import Decision
 from ..spec import Action, Trigger
 from ..thresholds import with_default_trigger
 from ..toolcalls.extractor import ToolStateExtractor
@@ -275,6 +275,7 @@ class GuardedProxy:
     async def _remote(self, guarded: GuardedSession) -> Any:
         """The session's twin on the sidecar (created at its first commit, with its first state)."""
         if guarded.remote is None:
+            assert self.guard is not None  # (a sidecar comes with its model)
             guarded.remote = await self.sidecar.session(self.guard.policy, model=self.model_name,
                                                         metadata={"source": "mcp", "session": guarded.id})
             await guarded.remote.observe(dict(guarded.initial), ask=False)  # the state before any call
@@ -309,10 +310,14 @@ class GuardedProxy:
             return await owners[0].request(what, lambda s: call(s, params))
         items: list[Any] = []
         for upstream in owners:
-            cursor = None
+            cursor: str | None = None
             while True:
-                page_params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-                page = await upstream.request(what, lambda s, p=page_params: call(s, p))
+                page_params: types.PaginatedRequestParams | None = (
+                    types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+
+                async def page_of(session: Any, p: Any = page_params) -> Any:
+                    return await call(session, p)
+                page = await upstream.request(what, page_of)
                 items.extend(getattr(page, field))
                 cursor = page.next_cursor
                 if not cursor:

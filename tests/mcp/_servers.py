@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
+
+import anyio
 
 
 def main() -> None:
@@ -30,9 +31,9 @@ def main() -> None:
         return text
 
     @server.tool()
-    def hang(seconds: float = 3600.0) -> str:
-        """Never answer (sleeps)."""
-        time.sleep(seconds)
+    async def hang(seconds: float = 3600.0) -> str:
+        """Never answer (sleeps; other calls are still served)."""
+        await anyio.sleep(seconds)
         return "late"
 
     @server.tool()

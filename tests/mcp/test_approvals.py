@@ -9,8 +9,8 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-
 from conftest import connected, git, git_upstream, proxy_for, text_of
+
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import APPROVAL_SCHEMA
 from forewarn.guard.policy import Policy
@@ -67,7 +67,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # tests
 @pytest.mark.server
 def test_console_approval_on_a_real_sidecar(mcp_model: GuardModel, repo: Path, tmp_path: Path) -> None:
     from _sidecar import KEYS, ServerThread, settings
-
     from forewarn.guard.client import AsyncClient, Client
 
     model = tmp_path / "mcp-model.json"
@@ -82,7 +81,7 @@ def test_console_approval_on_a_real_sidecar(mcp_model: GuardModel, repo: Path, t
                 pending = await anyio.to_thread.run_sync(approver.proposals)
                 if pending:
                     return await anyio.to_thread.run_sync(
-                        lambda: approver.resolve_proposal(pending[0]["id"], decision, "seen in the console"))
+                        approver.resolve_proposal, pending[0]["id"], decision, "seen in the console")
                 await anyio.sleep(0.05)
 
         async def scenario() -> tuple[Any, Any]:

@@ -10,10 +10,10 @@ from typing import Any
 import anyio
 import orjson
 import pytest
+from conftest import GIT_SERVER, git, text_of
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
-from conftest import GIT_SERVER, git, text_of
 from forewarn.domains.mcp import PROXY_CONFIG, SPEC_PATH
 from forewarn.guard.mcp import SESSION_STOPPED
 

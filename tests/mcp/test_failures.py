@@ -5,9 +5,9 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import connected, flaky_upstream, proxy_for, text_of
 from mcp.shared.exceptions import MCPError
 
-from conftest import connected, flaky_upstream, proxy_for, text_of
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import ARGUMENTS_TOO_LARGE, UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 

@@ -8,9 +8,9 @@ from typing import Any
 import anyio
 import orjson
 import pytest
+from conftest import GIT_SERVER, TIME_SERVER, connected, git, git_upstream, proxy_for, text_of
 from mcp.shared.exceptions import MCPError
 
-from conftest import GIT_SERVER, TIME_SERVER, connected, git, git_upstream, proxy_for, text_of
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import SESSION_STOPPED, UpstreamSpec
 from forewarn.guard.policy import Policy
@@ -42,16 +42,15 @@ def test_allowed_calls_run_and_the_reset_over_uncommitted_work_is_stopped(mcp_mo
 
     async def scenario() -> tuple[str, str, str, str]:
         proxy = proxy_for(Guard(mcp_model), git_upstream(repo), record=str(record))
-        async with proxy.running() as server:
-            async with connected(server) as client:
-                status = await client.call_tool("git_status", {"repo_path": str(repo)})
-                added = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
-                with pytest.raises(MCPError) as stopped:
-                    await client.call_tool("git_reset", {"repo_path": str(repo)})
-                with pytest.raises(MCPError) as later:
-                    await client.call_tool("git_log", {"repo_path": str(repo)})
-                assert stopped.value.error.code == later.value.error.code == SESSION_STOPPED
-                return text_of(status), text_of(added), stopped.value.error.message, later.value.error.message
+        async with proxy.running() as server, connected(server) as client:
+            status = await client.call_tool("git_status", {"repo_path": str(repo)})
+            added = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
+            with pytest.raises(MCPError) as stopped:
+                await client.call_tool("git_reset", {"repo_path": str(repo)})
+            with pytest.raises(MCPError) as later:
+                await client.call_tool("git_log", {"repo_path": str(repo)})
+            assert stopped.value.error.code == later.value.error.code == SESSION_STOPPED
+            return text_of(status), text_of(added), stopped.value.error.message, later.value.error.message
 
     status, added, stopped, later = anyio.run(scenario)
     assert "notes.txt" in status and "staged" in added.lower()
