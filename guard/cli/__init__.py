@@ -49,7 +49,8 @@ _members = members_of  # the name this module had for it before the commands mov
 
 @app.command()
 def demo(
-    domain: Annotated[str, typer.Option(help="Built-in domain.")] = "embodied",
+    domain: Annotated[str, typer.Option(
+        help="Built-in domain: embodied, driving, or mcp (the MCP proxy before a real git server).")] = "embodied",
     out_dir: Annotated[Path, typer.Option("--out", help="Where traces, specs and models go.")]
     = Path("forewarn-demo"),
     runs: Annotated[int, typer.Option(help="Logged runs per task to learn from.")] = 150,

@@ -18,7 +18,7 @@ from .config import ProxyConfig, UpstreamSpec, config_from, load_config
 from .judge import DecisionHook, GuardedSession, Verdict
 from .proxy import ARGUMENTS_TOO_LARGE, SESSION_STOPPED, GuardedProxy
 from .recording import SessionLog, TraceWriter
-from .serve import serve_http, serve_stdio
+from .serve import in_process, serve_http, serve_stdio
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT, Upstream
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "config_from",
     "serve_stdio",
     "serve_http",
+    "in_process",
     "Verdict",
     "DecisionHook",
     "GuardedSession",

@@ -2,16 +2,19 @@
 (many clients, one session each; remote agents)."""
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp import ClientSession
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from .proxy import GuardedProxy
 
-__all__ = ["serve_stdio", "serve_http"]
+__all__ = ["serve_stdio", "serve_http", "in_process"]
 
 
 async def serve_stdio(proxy: GuardedProxy) -> None:
@@ -61,3 +64,18 @@ async def serve_http(proxy: GuardedProxy, *, host: str = "127.0.0.1", port: int 
             tasks.start_soon(watch)
             await web.serve()
             tasks.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def in_process(server: Any, **client: Any) -> AsyncIterator[ClientSession]:
+    """A ``ClientSession`` connected to ``server`` (``async with proxy.running() as server``) in this
+    process, over memory streams: one more MCP session, as a scripted agent or a benchmark wants it.
+    ``client``: ``ClientSession`` arguments (``elicitation_callback=...``)."""
+    to_server, server_reads = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    server_writes, from_server = anyio.create_memory_object_stream[SessionMessage](16)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(server.run, server_reads, server_writes, server.create_initialization_options())
+        async with ClientSession(from_server, to_server, **client) as session:
+            await session.initialize()
+            yield session
+        tasks.cancel_scope.cancel()

@@ -6,28 +6,25 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import orjson
 import pytest
-from mcp import ClientSession
-from mcp.shared.message import SessionMessage
 
 from forewarn.domains.mcp import PROXY_CONFIG, SPEC_PATH, synthetic_runs
 from forewarn.guard import GuardModel, learn_model, load_spec
-from forewarn.guard.mcp import GuardedProxy, UpstreamSpec, load_config
+from forewarn.guard.mcp import GuardedProxy, UpstreamSpec, in_process, load_config
 
 BIN = Path(sys.executable).parent
 GIT_SERVER = str(BIN / "mcp-server-git")
 TIME_SERVER = str(BIN / "mcp-server-time")
 SERVERS = Path(__file__).with_name("_servers.py")
 
-needs_node = pytest.mark.skipif(shutil.which("npx") is None or shutil.which("node") is None,
-                                reason="Node (npx) is not installed: the npm filesystem server cannot run")
+FILES_SERVER = shutil.which("mcp-server-filesystem")
+needs_node = pytest.mark.skipif(FILES_SERVER is None or shutil.which("node") is None,
+                                reason="Node or the npm package @modelcontextprotocol/server-filesystem is not "
+                                       "installed (.ci/run installs it where npm is present)")
 
 
 def git(repo: Path, *args: str) -> str:
@@ -81,21 +78,16 @@ def proxy_for(guard: Any, *upstreams: UpstreamSpec, **settings: Any) -> GuardedP
     return GuardedProxy(guard, config, record=record, sidecar=sidecar, on_decision=on_decision, trigger=trigger)
 
 
-@asynccontextmanager
-async def connected(server: Any, **client: Any) -> AsyncIterator[ClientSession]:
-    """A ClientSession talking to ``server`` (the proxy's MCP server) over in-memory streams."""
-    to_server, server_reads = anyio.create_memory_object_stream[SessionMessage | Exception](16)
-    server_writes, from_server = anyio.create_memory_object_stream[SessionMessage](16)
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(server.run, server_reads, server_writes, server.create_initialization_options())
-        async with ClientSession(from_server, to_server, **client) as session:
-            await session.initialize()
-            yield session
-        tasks.cancel_scope.cancel()
+connected = in_process  # a ClientSession on the proxy's server, over memory streams
 
 
 def text_of(result: Any) -> str:
     return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+def files_upstream(root: Path) -> UpstreamSpec:
+    assert FILES_SERVER is not None
+    return UpstreamSpec("files", command=FILES_SERVER, args=(str(root),))
 
 
 def flaky_upstream(**settings: Any) -> UpstreamSpec:
