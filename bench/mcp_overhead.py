@@ -99,8 +99,11 @@ async def interleaved(direct: ClientSession, proxied: ClientSession, calls: int)
     return times
 
 
+def q(values: list[float], percent: int) -> float:
+    return statistics.quantiles(values, n=100)[percent - 1]
+
+
 def summary(direct: list[float], proxied: list[float]) -> dict[str, float]:
-    q = lambda xs, p: statistics.quantiles(xs, n=100)[p - 1]  # noqa: E731
     return {"direct_p50_ms": statistics.median(direct), "proxied_p50_ms": statistics.median(proxied),
             "added_p50_ms": statistics.median(proxied) - statistics.median(direct),
             "direct_p95_ms": q(direct, 95), "proxied_p95_ms": q(proxied, 95),
@@ -145,8 +148,9 @@ def decisions_per_second(guard: Guard, seconds: float = 2.0) -> float:
     proxy = GuardedProxy(guard, load_config(PROXY_CONFIG, upstreams=[UpstreamSpec("time", command=TIME_SERVER)]))
     from forewarn.guard.toolcalls import ToolStep
 
-    guarded = GuardedSession("bench", proxy.guard.session(), proxy.extractor)
-    guarded.session.observe(proxy.extractor(guarded.transcript))
+    session = guard.session()
+    guarded = GuardedSession("bench", session, proxy.extractor)
+    session.observe(proxy.extractor(guarded.transcript))
     count, deadline = 0, time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         judge(guarded, "get_current_time", ARGS, unknown_tools=proxy.config.unknown_tools,

@@ -64,7 +64,7 @@ def run_demo(*, domain: str = "embodied", out_dir: Path = Path("forewarn-demo"),
         return run_driving_demo(out_dir=Path(out_dir), runs=runs, episodes=episodes, seed=seed, heed=heed,
                                 console=console or Console())
     if domain == "mcp":
-        from .._extras import require
+        from ..guard._extras import require
         from .mcp.demo import run_mcp_demo
 
         require("mcp", "forewarn demo --domain mcp")

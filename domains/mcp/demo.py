@@ -114,10 +114,11 @@ def run_mcp_demo(*, out_dir: Path, console: Console) -> list[dict[str, Any]]:
     proxy = GuardedProxy(Guard(GuardModel.load(MODEL_PATH)), load_config(PROXY_CONFIG, upstreams=_servers(repo)[:1]),
                          on_decision=seen)
     r = str(repo)
-    sessions = {"careful": [("git_status", {"repo_path": r}), ("git_add", {"repo_path": r, "files": ["notes.txt"]}),
-                            ("git_commit", {"repo_path": r, "message": "Save notes"})],
-                "careless": [("git_status", {"repo_path": r}), ("git_diff_unstaged", {"repo_path": r}),
-                             ("git_add", {"repo_path": r, "files": ["README.md"]}), ("git_reset", {"repo_path": r})]}
+    sessions: dict[str, list[tuple[str, dict[str, Any]]]] = {
+        "careful": [("git_status", {"repo_path": r}), ("git_add", {"repo_path": r, "files": ["notes.txt"]}),
+                    ("git_commit", {"repo_path": r, "message": "Save notes"})],
+        "careless": [("git_status", {"repo_path": r}), ("git_diff_unstaged", {"repo_path": r}),
+                     ("git_add", {"repo_path": r, "files": ["README.md"]}), ("git_reset", {"repo_path": r})]}
     rows: list[dict[str, Any]] = []
 
     async def main() -> None:

@@ -72,7 +72,6 @@ def test_console_approval_on_a_real_sidecar(mcp_model: GuardModel, repo: Path, t
     model = tmp_path / "mcp-model.json"
     mcp_model.save(model)
     with ServerThread(settings(tmp_path / "db.sqlite", {"mcp": model})) as sidecar:
-        agent = Client(sidecar.url, api_key=KEYS["agent"])
         guard = Guard(mcp_model, policy=ASKING)  # the same model the sidecar serves (as Client.guard gives)
         approver = Client(sidecar.url, api_key=KEYS["approver"])
 
@@ -96,7 +95,7 @@ def test_console_approval_on_a_real_sidecar(mcp_model: GuardModel, repo: Path, t
             return results[0], results[1]
 
         approved, rejected = anyio.run(scenario)
-        history = agent.proposals(status="approved") + agent.proposals(status="rejected")
+        history = approver.proposals(status="approved") + approver.proposals(status="rejected")
     assert not approved.is_error and git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]
     assert rejected.is_error and "An approver rejected the call to `git_add`: seen in the console" in text_of(rejected)
     assert {p["tool"] for p in history} == {"git_add"} and len(history) == 2

@@ -95,7 +95,8 @@ def test_malformed_json_rpc_gets_one_error_and_the_proxy_goes_on(model_file: Pat
         second = orjson.loads(proc.stdout.readline())
     finally:
         proc.stdin.close()
-        proc.wait(timeout=60)
+        proc.wait(timeout=120)
+        proc.stdout.close()
     assert first["error"]["code"] == -32700  # parse error, once
     assert second["id"] == 1 and second["result"]["serverInfo"]["name"] == "forewarn-mcp"
 

@@ -85,6 +85,7 @@ def test_sessions_over_http_are_guarded_apart_before_an_http_upstream(mcp_model:
         proxy = proxy_for(Guard(mcp_model), UpstreamSpec("git", url=git_over_http))
         async with serving(proxy) as url, http_client(url) as careless, http_client(url) as other:
             seen["tools"] = {t.name for t in (await other.list_tools()).tools}
+            await careless.call_tool("git_status", {"repo_path": r})
             await careless.call_tool("git_add", {"repo_path": r, "files": ["notes.txt"]})
             with pytest.raises(MCPError) as stopped:
                 await careless.call_tool("git_reset", {"repo_path": r})
