@@ -116,7 +116,11 @@ class GuardedProxy:
                 yield self.server
             finally:
                 self.close_sessions("proxy shut down")
-                tasks.cancel_scope.cancel()
+                for upstream in self.upstreams:
+                    upstream.close()
+                # the supervisors close their connections themselves (an HTTP session is deleted, a
+                # process ends); one that takes longer than this is cancelled
+                tasks.cancel_scope.deadline = anyio.current_time() + 10
 
     def close_sessions(self, why: str) -> None:
         for key in list(self._sessions):

@@ -49,6 +49,7 @@ class Upstream:
         self._ready = anyio.Event()
         self._broken = anyio.Event()
         self._down: str | None = None  # why the upstream is given up on
+        self._closing = False
         self.connections = 0  # how many times it was (re)connected
 
     # -- the supervisor -----------------------------------------------------------------
@@ -71,7 +72,9 @@ class Upstream:
                     if not started:
                         task_status.started()
                         started = True
-                    await broken.wait()  # set by _mark_broken, which also made callers wait anew
+                    await broken.wait()  # set by _mark_broken (callers then wait anew) or close()
+                    if self._closing:
+                        return  # (leaving the stack closes the connection cleanly: DELETE, process ended)
                     log.warning("upstream %r lost its connection; reconnecting", self.name)
             except anyio.get_cancelled_exc_class():
                 raise
@@ -90,6 +93,12 @@ class Upstream:
                               f"{self.restarts} time(s), its limit; it is down")
                 return
             await anyio.sleep(min(0.1 * 2 ** failures, 2.0))
+
+    def close(self) -> None:
+        """Ask the supervisor to close the connection and return (the proxy is shutting down)."""
+        self._closing = True
+        self._give_up(f"upstream {self.name!r}: the proxy is shutting down")
+        self._broken.set()
 
     def _mark_broken(self, session: ClientSession) -> None:
         """The connection ``session`` is gone: later callers wait for the reconnection."""

@@ -95,7 +95,7 @@ def test_console_approval_on_a_real_sidecar(mcp_model: GuardModel, repo: Path, t
             return results[0], results[1]
 
         approved, rejected = anyio.run(scenario)
-        history = approver.proposals(status="approved") + approver.proposals(status="rejected")
+        rejected_there = approver.proposals(status="rejected")
     assert not approved.is_error and git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]
     assert rejected.is_error and "An approver rejected the call to `git_add`: seen in the console" in text_of(rejected)
-    assert {p["tool"] for p in history} == {"git_add"} and len(history) == 2
+    assert [p["tool"] for p in rejected_there] == ["git_add"]

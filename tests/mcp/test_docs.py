@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -40,8 +41,13 @@ def executable(name: str) -> str:
     return shutil.which(name) or str(BIN / name)
 
 
+def launch_environment() -> dict[str, str]:
+    """What the launched proxy must import this checkout (a host passes only a few variables on)."""
+    return {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
+
+
 async def status_through(command: str, args: list[str], repo: Path) -> str:
-    params = StdioServerParameters(command=executable(command), args=args)
+    params = StdioServerParameters(command=executable(command), args=args, env=launch_environment())
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         result = await session.call_tool("git_status", {"repo_path": str(repo)})
@@ -76,6 +82,7 @@ def test_the_openai_agents_sdk_snippet_runs_as_written(model_file: Path, repo: P
     namespace: dict[str, Any] = {}
     exec(compile(code, str(DOC), "exec"), namespace)
     server = namespace["git"]
+    server.params.env = launch_environment()
 
     async def scenario() -> tuple[set[str], str]:
         async with server:

@@ -14,6 +14,8 @@ from mcp.shared.exceptions import MCPError
 from forewarn.domains.mcp import PROXY_CONFIG
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import SESSION_STOPPED, GuardedProxy, load_config
+from forewarn.guard.policy import Policy
+from forewarn.guard.spec import Thresholds
 
 pytestmark = [pytest.mark.mcp, needs_node]
 
@@ -31,7 +33,9 @@ def test_overwriting_a_secret_just_read_is_stopped_across_two_upstreams(mcp_mode
                                                                         tmp_path: Path) -> None:
     async def scenario() -> dict[str, Any]:
         seen: dict[str, Any] = {}
-        proxy = GuardedProxy(Guard(mcp_model), load_config(two_servers(repo, tmp_path)))
+        # only stop acts (reading the secret raises the risk, and is let through): what is unsafe is stopped
+        guard = Guard(mcp_model, policy=Policy(thresholds=Thresholds(stop=0.15)))
+        proxy = GuardedProxy(guard, load_config(two_servers(repo, tmp_path)))
         async with proxy.running() as server, connected(server) as client:
             seen["tools"] = {t.name for t in (await client.list_tools()).tools}
             seen["status"] = await client.call_tool("git_status", {"repo_path": str(repo)})
