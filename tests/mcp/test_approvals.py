@@ -74,6 +74,7 @@ def test_console_approval_on_a_real_sidecar(mcp_model: GuardModel, repo: Path, t
     with ServerThread(settings(tmp_path / "db.sqlite", {"mcp": model})) as sidecar:
         guard = Guard(mcp_model, policy=ASKING)  # the same model the sidecar serves (as Client.guard gives)
         approver = Client(sidecar.url, api_key=KEYS["approver"])
+        agent = AsyncClient(sidecar.url, api_key=KEYS["agent"])
 
         async def answer_when_pending(decision: str) -> dict[str, Any]:
             while True:
@@ -84,7 +85,7 @@ def test_console_approval_on_a_real_sidecar(mcp_model: GuardModel, repo: Path, t
                 await anyio.sleep(0.05)
 
         async def scenario() -> tuple[Any, Any]:
-            proxy = proxy_for(guard, git_upstream(repo), sidecar=AsyncClient(sidecar.url, api_key=KEYS["agent"]))
+            proxy = proxy_for(guard, git_upstream(repo), sidecar=agent)
             proxy.model_name = "mcp"
             results = []
             async with proxy.running() as server:
@@ -92,10 +93,12 @@ def test_console_approval_on_a_real_sidecar(mcp_model: GuardModel, repo: Path, t
                     async with anyio.create_task_group() as tasks, connected(server) as client:
                         tasks.start_soon(answer_when_pending, decision)
                         results.append(await client.call_tool("git_add", {"repo_path": str(repo), "files": files}))
+            await agent.aclose()
             return results[0], results[1]
 
         approved, rejected = anyio.run(scenario)
         rejected_there = approver.proposals(status="rejected")
+        approver.close()
     assert not approved.is_error and git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]
     assert rejected.is_error and "An approver rejected the call to `git_add`: seen in the console" in text_of(rejected)
     assert [p["tool"] for p in rejected_there] == ["git_add"]

@@ -42,8 +42,12 @@ def executable(name: str) -> str:
 
 
 def launch_environment() -> dict[str, str]:
-    """What the launched proxy must import this checkout (a host passes only a few variables on)."""
-    return {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
+    """The host's environment: the servers' commands on PATH (this virtualenv's bin), and the checkout
+    under test importable (a host passes only a few variables on to the servers it launches)."""
+    env = {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
 
 
 async def status_through(command: str, args: list[str], repo: Path) -> str:
