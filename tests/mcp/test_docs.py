@@ -87,6 +87,21 @@ def test_the_openai_agents_sdk_snippet_runs_as_written(model_file: Path, repo: P
     exec(compile(code, str(DOC), "exec"), namespace)
     server = namespace["git"]
     server.params.env = launch_environment()
+    direct = type(server)(params={"command": executable("mcp-server-git"), "args": ["--repository", str(repo)]})
+
+    async def talks_to_the_server_itself() -> str | None:
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            async with direct:
+                await direct.call_tool("git_status", {"repo_path": str(repo)})
+        except MCPError as exc:
+            return exc.error.message
+        return None
+
+    problem = anyio.run(talks_to_the_server_itself)
+    if problem is not None:  # not the proxy's doing: the same client fails on mcp-server-git itself
+        pytest.skip(f"this openai-agents cannot call mcp-server-git directly either ({problem})")
 
     async def scenario() -> tuple[set[str], str]:
         async with server:
