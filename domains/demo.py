@@ -63,8 +63,15 @@ def run_demo(*, domain: str = "embodied", out_dir: Path = Path("forewarn-demo"),
     if domain == "driving":
         return run_driving_demo(out_dir=Path(out_dir), runs=runs, episodes=episodes, seed=seed, heed=heed,
                                 console=console or Console())
+    if domain == "mcp":
+        from ..guard._extras import require
+        from .mcp.demo import run_mcp_demo
+
+        require("mcp", "forewarn demo --domain mcp")
+        run_mcp_demo(out_dir=Path(out_dir), console=console or Console())
+        return []
     if domain != "embodied":
-        raise ConfigError(f"unknown demo domain {domain!r}; available: embodied, driving")
+        raise ConfigError(f"unknown demo domain {domain!r}; available: embodied, driving, mcp")
     if runs < 1 or episodes < 1:
         raise ConfigError("--runs and --episodes must be at least 1")
     from dataclasses import replace

@@ -29,6 +29,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "parquet": ("pyarrow",),
     "postgres": ("psycopg", "psycopg_pool"),
     "otel": ("opentelemetry",),
+    "mcp": ("mcp", "anyio", "uvicorn", "httpx"),
 }
 
 

@@ -29,8 +29,9 @@ NEEDS_EXTRA = {
     "spark": "spark",
     "evaluation/test_report.py": "report",
     "langchain/test_otel.py": "otel",
+    "mcp": "mcp",
 }
-EXTRAS = ("langchain", "server", "client", "report", "llmcheck", "hf", "spark", "postgres", "parquet", "otel")
+EXTRAS = ("langchain", "server", "client", "report", "llmcheck", "hf", "spark", "postgres", "parquet", "otel", "mcp")
 
 
 def extra_of(path: Path) -> str | None:

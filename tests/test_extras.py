@@ -139,5 +139,5 @@ def test_the_extras_table_is_pyprojects() -> None:
     optional = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
         "optional-dependencies"]
     assert set(optional) - {"all", "test", "dev"} == set(EXTRAS)
-    assert optional["all"] == ["forewarn[langchain,server,client,report,llmcheck,postgres,parquet]"]
+    assert optional["all"] == ["forewarn[langchain,server,client,report,llmcheck,postgres,parquet,mcp]"]
     assert optional["test"][0] == "forewarn[all,hf,spark,dev]"

@@ -70,7 +70,8 @@ _members = members_of  # the name this module had for it before the commands mov
 
 @app.command()
 def demo(
-    domain: Annotated[str, typer.Option(help="Built-in domain.")] = "embodied",
+    domain: Annotated[str, typer.Option(
+        help="Built-in domain: embodied, driving, or mcp (the MCP proxy before a real git server).")] = "embodied",
     out_dir: Annotated[Path, typer.Option("--out", help="Where traces, specs and models go.")]
     = Path("forewarn-demo"),
     runs: Annotated[int, typer.Option(help="Logged runs per task to learn from.")] = 150,
@@ -106,6 +107,7 @@ def _household_world() -> HouseholdWorld:
 
 def _register_plugins() -> None:
     """Commands that live with their subsystems (imported lazily: heavy back-ends load on use)."""
+    from .._extras import missing, register_missing
     from ..ingest import use_world
     from . import discover, evaluate, ingest, replay, tune
     from .llmcheck import register as register_llmcheck
@@ -117,6 +119,12 @@ def _register_plugins() -> None:
 
     register_server(app, builtin=_builtin_model)
     register_llmcheck(app)
+    if missing("mcp"):
+        register_missing(app, "mcp", "mcp", "Guard any MCP server: a proxy that judges every tool call.")
+    else:
+        from .mcp import register as register_mcp
+
+        register_mcp(app)
 
 
 _register_plugins()

@@ -1,0 +1,212 @@
+"""Latency ``forewarn mcp`` adds per tool call, against the same client talking to the upstream directly.
+
+What it does
+------------
+1. Learns the MCP domain's model from 600 planned sessions (``domains.mcp.synthetic_runs``).
+2. *stdio*: opens two SDK ``ClientSession`` s over stdio, one to ``mcp-server-time`` (PyPI) directly,
+   one to ``forewarn mcp --model ... -- mcp-server-time`` (a real process, the path a desktop host
+   takes), and times ``get_current_time`` on each, interleaved (direct, proxied, direct, ...),
+   ``--calls`` times. Every proxied call goes through the whole path: extract, preview, forward,
+   extract, commit.
+3. *streamable HTTP*: the same with mcp-server-time's server served over streamable HTTP in its own
+   process, and ``forewarn mcp --upstream-url ... --http`` in front of it; the client speaks HTTP to both.
+4. *saturation*: decisions per second — the decision path alone (``judge`` on a growing session, in
+   this process), and whole calls through an in-process proxy with ``--sessions`` concurrent sessions.
+
+Target: added p50 ≤ 1 ms over stdio, ≤ 2 ms over streamable HTTP. Nothing is asserted; figures are
+printed beside their targets.
+
+Run: ``python bench/mcp_overhead.py [--calls N] [--sessions S] [--json FILE]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run from anywhere
+    sys.path.insert(0, str(ROOT))
+
+import anyio  # noqa: E402
+import orjson  # noqa: E402
+from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+from forewarn.domains.mcp import PROXY_CONFIG, SPEC_PATH, synthetic_runs  # noqa: E402
+from forewarn.guard import Guard, learn_model, load_spec  # noqa: E402
+from forewarn.guard.mcp import GuardedProxy, UpstreamSpec, in_process, load_config  # noqa: E402
+from forewarn.guard.mcp.judge import GuardedSession, judge  # noqa: E402
+
+BIN = Path(sys.executable).parent
+TIME_SERVER = str(BIN / "mcp-server-time")
+ARGS = {"timezone": "UTC"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"nothing listens on port {port}") from None
+            time.sleep(0.1)
+
+
+@asynccontextmanager
+async def stdio_session(command: str, args: list[str]) -> AsyncIterator[ClientSession]:
+    async with stdio_client(StdioServerParameters(command=command, args=args)) as (r, w), \
+            ClientSession(r, w) as session:
+        await session.initialize()
+        yield session
+
+
+@asynccontextmanager
+async def http_session(url: str) -> AsyncIterator[ClientSession]:
+    async with streamable_http_client(url) as (r, w), ClientSession(r, w) as session:
+        await session.initialize()
+        yield session
+
+
+async def interleaved(direct: ClientSession, proxied: ClientSession, calls: int) -> tuple[list[float], list[float]]:
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(20):  # warm both paths
+        await direct.call_tool("get_current_time", ARGS)
+        await proxied.call_tool("get_current_time", ARGS)
+    for _ in range(calls):
+        for index, session in enumerate((direct, proxied)):
+            start = time.perf_counter_ns()
+            result = await session.call_tool("get_current_time", ARGS)
+            times[index].append((time.perf_counter_ns() - start) / 1e6)
+            assert not result.is_error, result
+    return times
+
+
+def q(values: list[float], percent: int) -> float:
+    return statistics.quantiles(values, n=100)[percent - 1]
+
+
+def summary(direct: list[float], proxied: list[float]) -> dict[str, float]:
+    return {"direct_p50_ms": statistics.median(direct), "proxied_p50_ms": statistics.median(proxied),
+            "added_p50_ms": statistics.median(proxied) - statistics.median(direct),
+            "direct_p95_ms": q(direct, 95), "proxied_p95_ms": q(proxied, 95),
+            "added_median_of_pairs_ms": statistics.median(p - d for d, p in zip(direct, proxied))}
+
+
+def proxy_args(model: Path) -> list[str]:
+    return ["-m", "forewarn", "mcp", "--model", str(model), "--config", str(PROXY_CONFIG)]
+
+
+async def bench_stdio(model: Path, calls: int) -> dict[str, float]:
+    upstream = ["--local-timezone", "UTC"]
+    async with stdio_session(TIME_SERVER, upstream) as direct, \
+            stdio_session(sys.executable, [*proxy_args(model), "--", TIME_SERVER, *upstream]) as proxied:
+        return summary(*await interleaved(direct, proxied, calls))
+
+
+async def bench_http(model: Path, calls: int) -> dict[str, float]:
+    up_port, proxy_port = free_port(), free_port()
+    upstream = subprocess.Popen([sys.executable, "-c", "from mcp_server_time.server import create_server; "
+                                 f"create_server('UTC').run('streamable-http', host='127.0.0.1', port={up_port})"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proxy = None
+    try:
+        wait_for(up_port, upstream)
+        url = f"http://127.0.0.1:{up_port}/mcp"
+        proxy = subprocess.Popen([sys.executable, *proxy_args(model), "--upstream-url", url,
+                                  "--http", f"127.0.0.1:{proxy_port}"], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        wait_for(proxy_port, proxy)
+        async with http_session(url) as direct, http_session(f"http://127.0.0.1:{proxy_port}/mcp") as proxied:
+            return summary(*await interleaved(direct, proxied, calls))
+    finally:
+        for proc in (proxy, upstream):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+def decisions_per_second(guard: Guard, seconds: float = 2.0) -> float:
+    """The decision path alone: judge a call on a session that grows (extract the state, preview it)."""
+    proxy = GuardedProxy(guard, load_config(PROXY_CONFIG, upstreams=[UpstreamSpec("time", command=TIME_SERVER)]))
+    from forewarn.guard.toolcalls import ToolStep
+
+    session = guard.session()
+    guarded = GuardedSession("bench", session, proxy.extractor)
+    session.observe(proxy.extractor(guarded.transcript))
+    count, deadline = 0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        judge(guarded, "get_current_time", ARGS, unknown_tools=proxy.config.unknown_tools,
+              fallback=proxy._fallback)
+        count += 1
+        if count % 8 == 0:  # the session goes on: every 8th call runs
+            guarded.ran(ToolStep("get_current_time", ARGS, result="{}"))
+    return count / seconds
+
+
+async def calls_per_second(guard: Guard, sessions: int, seconds: float = 5.0) -> float:
+    """Whole calls through an in-process proxy (stdio upstream), ``sessions`` clients at once."""
+    proxy = GuardedProxy(guard, load_config(PROXY_CONFIG, upstreams=[
+        UpstreamSpec("time", command=TIME_SERVER, args=("--local-timezone", "UTC"))]))
+    done = 0
+    async with proxy.running() as server:
+        async def client() -> None:
+            nonlocal done
+            async with in_process(server) as session:
+                deadline = time.perf_counter() + seconds
+                while time.perf_counter() < deadline:
+                    await session.call_tool("get_current_time", ARGS)
+                    done += 1
+        async with anyio.create_task_group() as tasks:
+            for _ in range(sessions):
+                tasks.start_soon(client)
+    return done / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--json", type=Path)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        traces, model_path = Path(tmp) / "runs.jsonl", Path(tmp) / "model.json"
+        traces.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in synthetic_runs(600, seed=1)))
+        model = learn_model([traces], load_spec(SPEC_PATH))
+        model.save(model_path)
+        guard = Guard(model)
+        results: dict[str, Any] = {"calls": options.calls}
+        results["stdio"] = anyio.run(bench_stdio, model_path, options.calls)
+        results["http"] = anyio.run(bench_http, model_path, options.calls)
+        results["decisions_per_s"] = decisions_per_second(guard)
+        results["proxied_calls_per_s"] = anyio.run(calls_per_second, guard, options.sessions)
+    for transport, target in (("stdio", 1.0), ("http", 2.0)):
+        r = results[transport]
+        print(f"{transport:5}  direct p50 {r['direct_p50_ms']:.3f} ms  proxied p50 {r['proxied_p50_ms']:.3f} ms  "
+              f"added p50 {r['added_p50_ms']:.3f} ms (target ≤ {target:g} ms)  "
+              f"p95 {r['direct_p95_ms']:.3f} / {r['proxied_p95_ms']:.3f} ms")
+    print(f"decision path alone: {results['decisions_per_s']:,.0f} decisions/s; whole calls through the proxy "
+          f"({options.sessions} sessions): {results['proxied_calls_per_s']:,.0f} calls/s")
+    if options.json:
+        options.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""``forewarn mcp``: the guarding MCP proxy (the mcp extra). ``register(app)`` adds it to a typer app.
+
+    forewarn mcp --model MODEL [--record FILE] [--serve-url URL] -- UPSTREAM_CMD ARGS...
+    forewarn mcp --model MODEL --upstream-url URL
+    forewarn mcp --model MODEL --config proxy.yaml [--http 127.0.0.1:8765]
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ...errors import ConfigError, UsageError
+
+
+def mcp(
+    upstream_command: Annotated[list[str] | None, typer.Argument(
+        help="The upstream MCP server to launch (stdio), after '--'.", show_default=False)] = None,
+    model: Annotated[str, typer.Option(
+        "--model", "-m", help="A model file (forewarn learn); with --serve-url, the name of a model the "
+                              "sidecar serves ('default': its default). Without it, --record only records.")] = "",
+    upstream_url: Annotated[str | None, typer.Option(
+        "--upstream-url", help="The upstream MCP server's streamable HTTP URL (instead of a command).")] = None,
+    config: Annotated[Path | None, typer.Option(
+        "--config", "-c", help="A proxy config file (YAML or JSON): several upstreams, tool kinds, timeouts.")] = None,
+    record: Annotated[Path | None, typer.Option(
+        "--record", help="Append every session to this JSONL file as a contract trace (forewarn learn/ingest).")]
+    = None,
+    serve_url: Annotated[str | None, typer.Option(
+        "--serve-url", help="A `forewarn serve` sidecar: its model decides, its audit log keeps every step, and "
+                            "its /console is asked when the client cannot be (no elicitation).")] = None,
+    api_key: Annotated[str | None, typer.Option(
+        "--api-key", envvar="FOREWARN_API_KEY", help="The sidecar's API key (FOREWARN_API_KEY).")] = None,
+    http: Annotated[str | None, typer.Option(
+        "--http", help="Serve streamable HTTP on HOST:PORT (path /mcp) instead of stdio.")] = None,
+    tool_kind: Annotated[list[str] | None, typer.Option(
+        "--tool-kind", help="NAME=KIND for the state extractor (e.g. git_status=other); repeatable.")] = None,
+    unknown_tools: Annotated[str | None, typer.Option(
+        "--unknown-tools", help="What a call to a tool with no kind gets: ask_human (default), reflect, stop, allow.")]
+    = None,
+    call_timeout: Annotated[float | None, typer.Option(
+        "--call-timeout", help="Seconds a forwarded call may take (default 60).")] = None,
+    approval_timeout: Annotated[float | None, typer.Option(
+        "--approval-timeout", help="Seconds a call waits for a human (default 300); then it is refused.")] = None,
+) -> None:
+    """Guard any MCP server: a proxy that judges every tool call before it is forwarded."""
+    from .._extras import require
+
+    require("mcp", "forewarn mcp")
+    import anyio
+
+    from ..mcp import GuardedProxy, UpstreamSpec, config_from, load_config, serve_http, serve_stdio
+
+    if not model and record is None:
+        raise UsageError("forewarn mcp needs --model MODEL (or --record FILE alone, to record sessions to learn from)")
+    upstreams: list[UpstreamSpec] = []
+    if upstream_command:
+        upstreams.append(UpstreamSpec("upstream", command=upstream_command[0], args=tuple(upstream_command[1:])))
+    if upstream_url:
+        upstreams.append(UpstreamSpec("upstream-http" if upstreams else "upstream", url=upstream_url))
+    overrides: dict[str, Any] = {"upstreams": upstreams, "unknown_tools": unknown_tools,
+                                 "call_timeout": call_timeout, "approval_timeout": approval_timeout}
+    kinds = _tool_kinds(tool_kind or [])
+    proxy_config = load_config(config, **overrides) if config is not None else config_from({}, **overrides)
+    if kinds:
+        from dataclasses import replace
+
+        proxy_config = replace(proxy_config, tool_kinds={**proxy_config.tool_kinds, **kinds})
+    guard, sidecar, name = _guard(model, serve_url, api_key) if model else (None, None, None)
+    proxy = GuardedProxy(guard, proxy_config, record=str(record) if record else None, sidecar=sidecar,
+                         model_name=name)
+    if http is None:
+        anyio.run(serve_stdio, proxy)
+        return
+    host, _, port = http.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--http {http!r}: expected HOST:PORT, e.g. 127.0.0.1:8765")
+
+    async def main() -> None:
+        await serve_http(proxy, host=host, port=int(port))
+
+    anyio.run(main)
+
+
+def _tool_kinds(items: list[str]) -> dict[str, str]:
+    kinds: dict[str, str] = {}
+    for item in items:
+        name, sep, kind = item.partition("=")
+        if not sep or not name or not kind:
+            raise UsageError(f"--tool-kind {item!r}: expected NAME=KIND, e.g. git_status=other")
+        kinds[name] = kind
+    return kinds
+
+
+def _guard(model: str, serve_url: str | None, api_key: str | None) -> tuple[Any, Any, str | None]:
+    """The guard that previews, the sidecar's async client (or None), and the sidecar's model name."""
+    if serve_url is None:
+        from ..bundle_guard import load_guard
+
+        if not Path(model).is_file():
+            raise ConfigError(f"--model {model}: no such model file (with --serve-url, MODEL names a model the "
+                              f"sidecar serves)")
+        return load_guard(model), None, None
+    from ..client import AsyncClient, Client
+
+    name = None if model == "default" else model
+    with Client(serve_url, api_key=api_key) as client:
+        guard = client.guard(name)  # a local copy of the sidecar's model: previews cost no round trip
+    return guard, AsyncClient(serve_url, api_key=api_key), name
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``mcp`` to a typer app (``forewarn.guard.cli`` does this for ``forewarn``)."""
+    app.command("mcp", context_settings={"allow_interspersed_args": False})(mcp)

@@ -1,0 +1,117 @@
+"""``ask_human`` in the proxy: MCP elicitation, else the sidecar's console, else a refusal.
+
+Outcomes (docs/mcp.md, "Asking a human"):
+
+* the client declared ``elicitation``: it is sent a form with one boolean, ``approve``. ``accept``
+  with ``approve: true`` runs the call; ``accept`` with false, ``decline`` or ``cancel`` refuses it;
+* else, with ``--serve-url``, the call becomes a pending proposal in that server's ``/console``
+  (the approvers' queue); ``approved`` runs it, ``rejected`` refuses it, an edit is refused too (the
+  proxy does not rewrite a client's call; the approver's edit is quoted back to the model);
+* else nobody can be asked, and the call is refused, saying so.
+
+No answer within ``approval_timeout`` seconds refuses the call (a console proposal is withdrawn).
+A refused call does not run; the model gets the reason as an ``isError`` tool result.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from ..client import ServerError
+from .judge import Verdict, approval_text
+
+__all__ = ["Approval", "ask_human", "APPROVAL_SCHEMA"]
+
+APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"approve": {"type": "boolean", "title": "Run this call?",
+                               "description": "true runs the call; false refuses it"}},
+    "required": ["approve"],
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """A human's answer: ``approved`` runs the call; ``message`` is what the model reads otherwise."""
+
+    approved: bool
+    message: str = ""
+    via: str = "nobody"  # elicitation, console, nobody
+    proposal: str | None = None  # the console proposal the step is linked to
+
+
+def can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
+    caps = ctx.session.client_capabilities
+    return caps is not None and caps.elicitation is not None and ctx.session.can_send_request
+
+
+async def ask_human(ctx: ServerRequestContext[Any, Any], name: str, args: Mapping[str, Any], verdict: Verdict,
+                    state: Mapping[str, Any] | None, *, remote: Any, tools: list[str],
+                    timeout: float) -> Approval:
+    """Ask about one call and wait (at most ``timeout`` seconds) for the answer."""
+    question = approval_text(name, args, verdict)
+    if can_elicit(ctx):
+        return await _elicit(ctx, name, question, timeout)
+    if remote is not None and state is not None:
+        return await _console(remote, name, args, state, tools, timeout)
+    return Approval(False, f"Forewarn would ask a human before the call to `{name}`, but this client does not "
+                           f"support elicitation and the proxy has no console (--serve-url); the call did not "
+                           f"run. {question.removesuffix(' Approve this call?')}")
+
+
+async def _elicit(ctx: ServerRequestContext[Any, Any], name: str, question: str, timeout: float) -> Approval:
+    answer: types.ElicitResult | None = None
+    try:
+        with anyio.move_on_after(timeout):
+            answer = await ctx.session.elicit_form(question, APPROVAL_SCHEMA, related_request_id=ctx.request_id)
+    except MCPError as exc:
+        return Approval(False, f"Forewarn asked the user about the call to `{name}`, and asking failed "
+                               f"({exc.error.message}); the call did not run.", "elicitation")
+    if answer is None:
+        return Approval(False, f"Forewarn asked the user about the call to `{name}` and got no answer within "
+                               f"{timeout:g} s; the call did not run.", "elicitation")
+    if answer.action == "accept" and (answer.content or {}).get("approve") is True:
+        return Approval(True, via="elicitation")
+    how = {"accept": "refused it", "decline": "declined it", "cancel": "dismissed the question"}[answer.action]
+    return Approval(False, f"Forewarn asked the user about the call to `{name}` and the user {how}; the call did "
+                           f"not run. Do not retry it; ask the user how to go on.", "elicitation")
+
+
+async def _console(remote: Any, name: str, args: Mapping[str, Any], state: Mapping[str, Any], tools: list[str],
+                   timeout: float) -> Approval:
+    client = remote.client
+    try:
+        answer = await remote.propose(name, dict(args), dict(state), tools=tools, ask=True)
+        if answer["status"] == "pending":
+            answer = await client.wait_for_proposal(answer["id"], timeout, poll=min(timeout, 30.0))
+        if answer["status"] == "pending":
+            try:
+                answer = await client.cancel_proposal(answer["id"], f"the proxy stopped waiting after {timeout:g} s")
+                return Approval(False, f"Forewarn asked the approvers (console) about the call to `{name}` and "
+                                       f"nobody answered within {timeout:g} s; the call did not run.", "console",
+                                answer["id"])
+            except ServerError as exc:
+                if exc.code != "already_resolved":
+                    raise
+                answer = await client.proposal(answer["id"])
+    except ServerError as exc:
+        return Approval(False, f"Forewarn could not ask the approvers about the call to `{name}` ({exc}); the "
+                               f"call did not run.", "console")
+    status, reason = answer["status"], answer.get("reason")
+    if status in ("approved", "allowed"):
+        return Approval(True, via="console", proposal=answer["id"])
+    why = f": {reason}" if reason else ""
+    if status == "edited":
+        edited = answer.get("edited") or {}
+        return Approval(False, f"An approver edited the call to `{name}` instead of approving it (to "
+                               f"`{edited.get('tool', name)}` with arguments {edited.get('arguments')}){why}. The "
+                               f"call did not run; call the edited version if it serves the task.", "console",
+                        answer["id"])
+    return Approval(False, f"An approver {status} the call to `{name}`{why}; the call did not run.", "console",
+                    answer["id"])

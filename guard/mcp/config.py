@@ -1,0 +1,191 @@
+"""What the proxy fronts and how it judges: upstream servers, tool kinds, timeouts.
+
+One upstream comes from the command line (``-- COMMAND ARGS`` or ``--upstream-url URL``);
+several come from a config file (``--config FILE``, YAML or JSON)::
+
+    servers:                      # also read under "mcpServers", the desktop hosts' key
+      git:
+        command: uvx
+        args: [mcp-server-git, --repository, /work/repo]
+      files:
+        command: npx
+        args: [-y, "@modelcontextprotocol/server-filesystem", /work/repo]
+      remote:
+        url: http://127.0.0.1:9000/mcp
+        timeout: 30              # seconds a tools/call may take (default: call_timeout)
+    tool_kinds:                   # tool → kind for the state extractor (guard/toolcalls/kinds.py)
+      git_status: other
+      write_file: write_file
+    argument_aliases: {}          # per tool: its argument names → the ones its kind reads
+    unknown_tools: ask_human      # a tool with no kind: ask_human (default), reflect, stop or allow
+    call_timeout: 60
+    approval_timeout: 300
+
+Every tool name must be listed by one upstream only (two servers offering ``read_file`` is an
+error naming both, not a silent pick).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ...errors import ConfigError
+from ..spec import Action
+from ..toolcalls.kinds import ToolKind
+
+__all__ = ["ProxyConfig", "UpstreamSpec", "load_config"]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSpec:
+    """One upstream MCP server: a command to launch (stdio) or a URL (streamable HTTP)."""
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] | None = None
+    cwd: str | None = None
+    url: str | None = None
+    timeout: float | None = None  # a tools/call's limit; None: the proxy's call_timeout
+
+    def __post_init__(self) -> None:
+        if (self.command is None) == (self.url is None):
+            raise ConfigError(f"upstream {self.name!r}: give exactly one of 'command' (stdio) and 'url' "
+                              f"(streamable HTTP)")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ConfigError(f"upstream {self.name!r}: url {self.url!r} is not an http(s) URL")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ConfigError(f"upstream {self.name!r}: timeout must be a positive number of seconds, "
+                              f"got {self.timeout!r}")
+
+    def describe(self) -> str:
+        return self.url if self.url is not None else " ".join((self.command or "", *self.args))
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    """How the proxy runs: its upstreams and the guard's settings for tool calls.
+
+    Attributes:
+        upstreams: the servers fronted (one name per server).
+        tool_kinds: tool name → kind, on top of the extractor's defaults; a tool listed as
+            ``other`` is known and harmless, one not listed anywhere is unknown.
+        argument_aliases: per tool, its argument names → the canonical ones its kind reads.
+        unknown_tools: what a call to an unknown tool gets when the guard would allow it.
+        call_timeout: seconds a forwarded tools/call may take before it is an MCP error.
+        approval_timeout: seconds a call waits for a human (elicitation or the console);
+            no answer by then is a rejection.
+        max_argument_bytes: a call whose arguments encode to more bytes is refused unread.
+        restarts: how many times a crashed stdio upstream is restarted before it is reported down.
+    """
+
+    upstreams: tuple[UpstreamSpec, ...]
+    tool_kinds: Mapping[str, str] = field(default_factory=dict)
+    argument_aliases: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    unknown_tools: Action = Action.ASK_HUMAN
+    call_timeout: float = 60.0
+    approval_timeout: float = 300.0
+    max_argument_bytes: int = 1 << 20
+    restarts: int = 3
+
+    def __post_init__(self) -> None:
+        if not self.upstreams:
+            raise ConfigError("the proxy needs an upstream server: '-- COMMAND ARGS', --upstream-url URL, "
+                              "or 'servers' in --config")
+        names = [u.name for u in self.upstreams]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"upstream names must differ; repeated: {twice}")
+        for label, value in (("call_timeout", self.call_timeout), ("approval_timeout", self.approval_timeout)):
+            if not value > 0:
+                raise ConfigError(f"{label} must be a positive number of seconds, got {value!r}")
+        if self.max_argument_bytes < 1:
+            raise ConfigError(f"max_argument_bytes must be at least 1, got {self.max_argument_bytes!r}")
+        if self.restarts < 0:
+            raise ConfigError(f"restarts must not be negative, got {self.restarts!r}")
+        for tool, kind in self.tool_kinds.items():
+            if kind not in {k.value for k in ToolKind}:
+                known = ", ".join(k.value for k in ToolKind)
+                raise ConfigError(f"tool_kinds[{tool!r}] = {kind!r} is not a tool kind; known: {known}")
+
+
+def load_config(path: str | Path, **overrides: Any) -> ProxyConfig:
+    """Read a proxy config file (YAML or JSON); ``overrides`` (not None) win over its settings.
+
+    Raises:
+        ConfigError: the file cannot be read, or a field is wrong (named with the file).
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the proxy config: {exc.strerror}") from exc
+    try:
+        data = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{source}: not valid {'JSON' if source.endswith('.json') else 'YAML'}: "
+                          f"{' '.join(str(exc).split())}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the proxy config must be a mapping, got {type(data).__name__}")
+    try:
+        return config_from(data, **overrides)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+_KEYS = {"servers", "mcpServers", "tool_kinds", "argument_aliases", "unknown_tools", "call_timeout",
+         "approval_timeout", "max_argument_bytes", "restarts"}
+
+
+def config_from(data: Mapping[str, Any], **overrides: Any) -> ProxyConfig:
+    """A :class:`ProxyConfig` from a decoded config document."""
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise ConfigError(f"unknown field(s) {unknown}; known: {sorted(_KEYS)}")
+    servers = data.get("servers", data.get("mcpServers")) or {}
+    if not isinstance(servers, dict):
+        raise ConfigError(f"field 'servers': expected a mapping of name → server, got {type(servers).__name__}")
+    upstreams = tuple(_upstream(str(name), entry) for name, entry in servers.items())
+    settings: dict[str, Any] = {k: v for k, v in data.items() if k in _KEYS - {"servers", "mcpServers"}}
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    if "upstreams" in settings:
+        upstreams = tuple(settings.pop("upstreams")) + upstreams
+    if "unknown_tools" in settings:
+        try:
+            settings["unknown_tools"] = Action(settings["unknown_tools"])
+        except ValueError:
+            raise ConfigError(f"field 'unknown_tools': {settings['unknown_tools']!r} is not an action; "
+                              f"one of {[a.value for a in Action]}") from None
+    for key in ("tool_kinds", "argument_aliases"):
+        if key in settings and not isinstance(settings[key], dict):
+            raise ConfigError(f"field {key!r}: expected a mapping, got {type(settings[key]).__name__}")
+    for key in ("call_timeout", "approval_timeout"):
+        if key in settings and (not isinstance(settings[key], (int, float)) or isinstance(settings[key], bool)):
+            raise ConfigError(f"field {key!r}: expected a number of seconds, got {settings[key]!r}")
+    return ProxyConfig(upstreams=upstreams, **settings)
+
+
+def _upstream(name: str, entry: Any) -> UpstreamSpec:
+    where = f"servers.{name}"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"field {where!r}: expected a mapping with 'command' or 'url', got {type(entry).__name__}")
+    extra = sorted(set(entry) - {"command", "args", "env", "cwd", "url", "timeout", "type", "transport"})
+    if extra:
+        raise ConfigError(f"field {where!r}: unknown field(s) {extra}")
+    args = entry.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
+        raise ConfigError(f"field '{where}.args': expected a list of strings, got {args!r}")
+    env = entry.get("env")
+    if env is not None and not isinstance(env, dict):
+        raise ConfigError(f"field '{where}.env': expected a mapping, got {type(env).__name__}")
+    try:
+        return UpstreamSpec(name=name, command=entry.get("command"), args=tuple(str(a) for a in args),
+                            env=None if env is None else {str(k): str(v) for k, v in env.items()},
+                            cwd=entry.get("cwd"), url=entry.get("url"), timeout=entry.get("timeout"))
+    except TypeError as exc:
+        raise ConfigError(f"field {where!r}: {exc}") from None

@@ -1,0 +1,138 @@
+"""One MCP client session under the guard, and the verdict on one proposed ``tools/call``.
+
+Pure of the protocol: a :class:`GuardedSession` holds what the session did (a
+:class:`~forewarn.guard.toolcalls.Transcript`), its guard session and whether it was stopped;
+:func:`judge` previews a proposed call on the state it would lead to — the same extractor,
+look-ahead rules and unknown-tool rule as the LangChain middleware — and :meth:`GuardedSession.ran`
+commits a call that ran. The proxy (``proxy.py``) does the I/O around them.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ...errors import ForewarnError
+from ..runtime import Decision, Session
+from ..spec import Action
+from ..toolcalls.extractor import ToolStateExtractor
+from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
+from .recording import SessionLog
+
+__all__ = ["DecisionHook", "GuardedSession", "Verdict", "judge", "held_back_text", "stopped_text", "approval_text"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the proxy does with a proposed call: ``action`` (after the proxy's own rules) on ``decision``."""
+
+    action: Action
+    decision: Decision
+    note: str = ""  # why the proxy's rules changed the guard's action (an unknown tool, an unreadable call)
+
+
+class DecisionHook(Protocol):
+    """Called once per judged call (the place for a ``forewarn.decision`` span or an audit line):
+    the session's id, the tool, its arguments, the verdict."""
+
+    def __call__(self, session_id: str, tool: str, args: Any, verdict: Verdict) -> None: ...
+
+
+@dataclass
+class GuardedSession:
+    """One MCP client session: its calls so far, its guard session, and whether it was stopped."""
+
+    id: str
+    session: Session | None  # None: recording only (no model), every call is allowed
+    extractor: ToolStateExtractor
+    transcript: Transcript = field(default_factory=Transcript)
+    stopped: Verdict | None = None
+    log: SessionLog | None = None
+    remote: Any = None  # the sidecar's AsyncRemoteSession, with --serve-url
+    calls: int = 0
+    initial: Mapping[str, Any] = field(default_factory=dict)  # the state before any call
+
+    def ran(self, step: ToolStep) -> tuple[Mapping[str, Any], Decision]:
+        """Commit a call that ran: the state it led to, and the guard's decision there."""
+        self.transcript = self.transcript.then(step)
+        state = self.extractor(self.transcript)
+        decision = (_RECORDING if self.session is None
+                    else self.session.observe(state, action={"tool": step.name, "args": step.args}))
+        if self.log is not None:
+            self.log.add(state, step.name, step.args)
+        return state, decision
+
+
+def judge(guarded: GuardedSession, name: str, args: Any, *, unknown_tools: Action,
+          fallback: Callable[[str, str], Decision]) -> tuple[Verdict, Mapping[str, Any] | None]:
+    """The verdict on calling ``name`` with ``args`` next, and the state it would lead to (None when
+    the call cannot be read: such a call is held back, never waved through)."""
+    step = ToolStep(name, args, CallStatus.PROPOSED)
+    if guarded.session is None:
+        return Verdict(Action.ALLOW, _RECORDING), None
+    try:
+        state = guarded.extractor(guarded.transcript.then(step))
+        decision = guarded.session.preview(state)
+    except ForewarnError as exc:  # ExtractionError on the arguments, PredicateError on the state
+        return Verdict(Action.REFLECT, fallback(name, str(exc)), " The call cannot be judged, so it did not run."), None
+    action, note = decision.action, ""
+    # A call that leaves the watched state as the last committed step left it passes: the guard
+    # spoke when the run entered that state (as the middleware's judge_unchanged=False).
+    if action is not Action.ALLOW and _unchanged(guarded.session, decision):
+        action = Action.ALLOW
+    if action is Action.ALLOW and not guarded.extractor.knows(name):  # never silently allowed
+        action = unknown_tools
+        note = (f" Forewarn's extractor does not know the tool `{name}`, so it cannot judge what the call does; "
+                f"calls to unknown tools get '{unknown_tools.value}'.")
+    return Verdict(action, decision, note), state
+
+
+_RECORDING = Decision(Action.ALLOW, None, None, "", {}, "recording only: no model judges the calls", known=False)
+
+
+def _unchanged(session: Session, decision: Decision) -> bool:
+    if not session.history or not decision.abstract_state:
+        return False
+    last = session.history[-1]
+    return (last.action is not None and last.decision.abstract_state == decision.abstract_state
+            and last.decision.monitors == decision.monitors)
+
+
+# -- words -------------------------------------------------------------------------------------
+
+def describe_call(name: str, args: Any) -> str:
+    try:
+        shown = json.dumps(args, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        shown = repr(args)
+    if len(shown) > 300:
+        shown = shown[:297] + "..."
+    return f"`{name}` with arguments {shown}"
+
+
+def _risk(decision: Decision) -> str:
+    if decision.p_unsafe is None:
+        return decision.message or "its risk is unknown"
+    return decision.message or f"the probability of a violation from there is {decision.p_unsafe:.1%}"
+
+
+def held_back_text(name: str, args: Any, verdict: Verdict) -> str:
+    """The tool result the model gets in place of a call held back (reflect)."""
+    return (f"Forewarn held back the call {describe_call(name, args)}: it did not run. {_risk(verdict.decision)}"
+            f"{verdict.note} Revise the plan and try a safer step.")
+
+
+def stopped_text(name: str, verdict: Verdict, *, later: bool = False) -> str:
+    """The error for a call refused because the guard stopped the session."""
+    if later:
+        return (f"Forewarn stopped this session earlier; the call to `{name}` was refused, as is every later "
+                f"call of the session. {_risk(verdict.decision)}")
+    return (f"Forewarn stopped this session before the call to `{name}`: it did not run, and every later call "
+            f"of the session is refused. {_risk(verdict.decision)}{verdict.note}")
+
+
+def approval_text(name: str, args: Any, verdict: Verdict) -> str:
+    """What a human is asked (elicitation message, console proposal)."""
+    return (f"Forewarn asks before the agent calls {describe_call(name, args)}. {_risk(verdict.decision)}"
+            f"{verdict.note} Approve this call?")

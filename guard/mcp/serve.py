@@ -1,0 +1,81 @@
+"""Serving the proxy: over stdio (one client: a desktop or IDE host launches it) or streamable HTTP
+(many clients, one session each; remote agents)."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import ClientSession
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+
+from .proxy import GuardedProxy
+
+__all__ = ["serve_stdio", "serve_http", "in_process"]
+
+
+async def serve_stdio(proxy: GuardedProxy) -> None:
+    """Serve one client on this process's standard input and output until it closes them."""
+    async with proxy.running() as server, stdio_server() as (read, write):
+        checked_write, checked_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_answer_parse_errors, read, checked_write, write)
+            await server.run(checked_read, write, server.create_initialization_options())
+            tasks.cancel_scope.cancel()
+
+
+async def _answer_parse_errors(read: Any, forward: Any, write: Any) -> None:
+    """Pass the client's messages on; answer a line that is not JSON-RPC with one parse error (JSON-RPC
+    2.0: code -32700, id null), which the SDK would only log, leaving the client waiting."""
+    async with forward:
+        async for item in read:
+            if isinstance(item, Exception):
+                error = types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
+                    code=types.PARSE_ERROR, message=f"Parse error: the line is not a JSON-RPC message "
+                                                    f"({' '.join(str(item).split())[:200]})"))
+                await write.send(SessionMessage(error))
+                continue
+            await forward.send(item)
+
+
+async def serve_http(proxy: GuardedProxy, *, host: str = "127.0.0.1", port: int = 8765, path: str = "/mcp",
+                     started: anyio.Event | None = None, stop: anyio.Event | None = None) -> None:
+    """Serve streamable HTTP on ``http://host:port/path`` (uvicorn in this event loop) until interrupted,
+    or until ``stop`` is set; ``started`` is set once the port accepts connections."""
+    import uvicorn
+
+    async with proxy.running() as server:
+        app = server.streamable_http_app(streamable_http_path=path, host=host)
+        web = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+
+        async def watch() -> None:
+            while not web.started:
+                await anyio.sleep(0.01)
+            if started is not None:
+                started.set()
+            if stop is not None:
+                await stop.wait()
+                web.should_exit = True
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watch)
+            await web.serve()
+            tasks.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def in_process(server: Any, **client: Any) -> AsyncIterator[ClientSession]:
+    """A ``ClientSession`` connected to ``server`` (``async with proxy.running() as server``) in this
+    process, over memory streams: one more MCP session, as a scripted agent or a benchmark wants it.
+    ``client``: ``ClientSession`` arguments (``elicitation_callback=...``)."""
+    to_server, server_reads = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    server_writes, from_server = anyio.create_memory_object_stream[SessionMessage](16)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(server.run, server_reads, server_writes, server.create_initialization_options())
+        async with ClientSession(from_server, to_server, **client) as session:
+            await session.initialize()
+            yield session
+        tasks.cancel_scope.cancel()

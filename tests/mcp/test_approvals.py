@@ -1,0 +1,104 @@
+"""ask_human: MCP elicitation when the client declares it; else a proposal in the /console of a real
+``forewarn serve`` (uvicorn on 127.0.0.1) that an approver answers; no answer in time refuses."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from conftest import connected, git, git_upstream, proxy_for, text_of
+
+from forewarn.guard import Guard, GuardModel
+from forewarn.guard.mcp import APPROVAL_SCHEMA
+from forewarn.guard.policy import Policy
+from forewarn.guard.spec import Action, Thresholds
+
+pytestmark = pytest.mark.mcp
+
+# staging work raises the risk above 20 %: a human is asked (the increase trigger; reading does not)
+ASKING = Policy(thresholds=Thresholds(ask_human=0.8), unseen_state=Action.ASK_HUMAN)
+
+
+def test_elicitation_approves_one_call_and_refuses_another(mcp_model: GuardModel, repo: Path) -> None:
+    asked: list[types.ElicitRequestParams] = []
+    answers = iter([{"approve": True}, {"approve": False}])
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept", content=next(answers))
+
+    async def scenario() -> tuple[Any, Any]:
+        proxy = proxy_for(Guard(mcp_model, policy=ASKING), git_upstream(repo))
+        async with proxy.running() as server:
+            async with connected(server, elicitation_callback=elicit) as client:
+                approved = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
+            async with connected(server, elicitation_callback=elicit) as client:
+                refused = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["README.md"]})
+        return approved, refused
+
+    approved, refused = anyio.run(scenario)
+    assert len(asked) == 2 and "Forewarn asks before the agent calls `git_add`" in asked[0].message
+    assert asked[0].requested_schema == APPROVAL_SCHEMA
+    assert not approved.is_error and git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]
+    assert refused.is_error and "the user refused it; the call did not run" in text_of(refused)
+
+
+def test_no_answer_within_the_timeout_refuses_the_call(mcp_model: GuardModel, repo: Path) -> None:
+    async def silent(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        await anyio.sleep(60)
+        return types.ElicitResult(action="cancel")
+
+    async def scenario() -> Any:
+        proxy = proxy_for(Guard(mcp_model, policy=ASKING), git_upstream(repo), approval_timeout=0.5)
+        async with proxy.running() as server, connected(server, elicitation_callback=silent) as client:
+            return await client.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
+
+    result = anyio.run(scenario)
+    assert result.is_error and "got no answer within 0.5 s; the call did not run" in text_of(result)
+    assert git(repo, "diff", "--cached", "--name-only") == ""
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # tests/server/_sidecar.py
+
+
+@pytest.mark.server
+def test_console_approval_on_a_real_sidecar(mcp_model: GuardModel, repo: Path, tmp_path: Path) -> None:
+    from _sidecar import KEYS, ServerThread, settings
+    from forewarn.guard.client import AsyncClient, Client
+
+    model = tmp_path / "mcp-model.json"
+    mcp_model.save(model)
+    with ServerThread(settings(tmp_path / "db.sqlite", {"mcp": model})) as sidecar:
+        guard = Guard(mcp_model, policy=ASKING)  # the same model the sidecar serves (as Client.guard gives)
+        approver = Client(sidecar.url, api_key=KEYS["approver"])
+        agent = AsyncClient(sidecar.url, api_key=KEYS["agent"])
+
+        async def answer_when_pending(decision: str) -> dict[str, Any]:
+            while True:
+                pending = await anyio.to_thread.run_sync(approver.proposals)
+                if pending:
+                    return await anyio.to_thread.run_sync(
+                        approver.resolve_proposal, pending[0]["id"], decision, "seen in the console")
+                await anyio.sleep(0.05)
+
+        async def scenario() -> tuple[Any, Any]:
+            proxy = proxy_for(guard, git_upstream(repo), sidecar=agent)
+            proxy.model_name = "mcp"
+            results = []
+            async with proxy.running() as server:
+                for decision, files in (("approve", ["notes.txt"]), ("reject", ["README.md"])):
+                    async with anyio.create_task_group() as tasks, connected(server) as client:
+                        tasks.start_soon(answer_when_pending, decision)
+                        results.append(await client.call_tool("git_add", {"repo_path": str(repo), "files": files}))
+            await agent.aclose()
+            return results[0], results[1]
+
+        approved, rejected = anyio.run(scenario)
+        rejected_there = approver.proposals(status="rejected")
+        approver.close()
+    assert not approved.is_error and git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]
+    assert rejected.is_error and "An approver rejected the call to `git_add`: seen in the console" in text_of(rejected)
+    assert [p["tool"] for p in rejected_there] == ["git_add"]
