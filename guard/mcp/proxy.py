@@ -39,6 +39,7 @@ from .._version import __version__
 from ..policy import Policy
 from ..runtime import Decision
 from ..spec import Action, Trigger
+from ..telemetry import record_decision
 from ..thresholds import with_default_trigger
 from ..toolcalls.extractor import ToolStateExtractor
 from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
@@ -296,6 +297,8 @@ class GuardedProxy:
                         f"Forewarn cannot read the call to `{tool}` ({reason}).", known=False)
 
     def _emit(self, guarded: GuardedSession, name: str, args: Any, verdict: Verdict) -> None:
+        # a forewarn.decision span, as the middleware's (a no-op unless the application configured OpenTelemetry)
+        record_decision(verdict.decision, tool=name, phase="proposed", session=guarded.id, action=verdict.action)
         if self.on_decision is not None:
             try:
                 self.on_decision(guarded.id, name, args, verdict)
