@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import ForewarnError
 from ._http import ApiError, log
@@ -24,16 +26,18 @@ __all__ = ["IDLE_PRINCIPAL", "close_live", "expire_idle", "sweep"]
 IDLE_PRINCIPAL = "forewarn:idle"
 
 
-async def close_live(state: ServerState, live: LiveSession, by: str) -> None:
+async def close_live(state: ServerState, live: LiveSession, by: str,
+                     remember: Callable[[float], Any] | None = None) -> None:
     """Close an open session (no more steps; pending approvals and proposals cancelled). Closing twice is
-    harmless."""
+    harmless. ``remember``: given the closing time, the idempotency record to commit with the close."""
     if live.closed:
         return
     state.sessions.closed(live)  # before the write: no step may slip in while it commits
     try:
         at = time.time()
-        cancelled = await write(state, Storage.close_session(live.id, at, by))
-        cancelled += await write(state, Storage.cancel_proposals(live.id, at, by))
+        close, cancel = Storage.close_session(live.id, at, by), Storage.cancel_proposals(live.id, at, by)
+        cancelled = await write(state, Storage.remember(None if remember is None else remember(at),
+                                                        lambda conn: close(conn) + cancel(conn)))
     except ApiError:
         state.sessions.reopened(live)  # the database says it is open: so it is
         raise

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable
 from typing import Annotated, Any
 
 import orjson
@@ -22,6 +21,7 @@ from .._http import ERRORS, JSON, ApiError, Route, bad_request, errors_for, shap
 from .._steps import write
 from .._views import policy_overrides, session_summary, step_out
 from ..deps import Agent, Anyone, AppState, Idempotency, SessionId, live_session
+from ..expiry import close_live
 from ..idempotency import Entry
 from ..models_registry import UnknownModel
 from ..sessions import LiveSession, effective_policy, make_session
@@ -122,22 +122,17 @@ async def close_session(session_id: SessionId, state: AppState, principal: Agent
 
     async def work(entry: Entry | None) -> tuple[int, bytes]:
         if not live.closed:
-            state.sessions.closed(live)  # before the write: no step may slip in while it commits
-            try:
-                at = time.time()
+            answer = b""
+
+            def remember(at: float) -> Any:
                 # the answer is known before the write, so it commits with it (a retry gets these very bytes)
+                nonlocal answer
                 row = {**dict(state.storage.session_row(session_id) or {}), "closed_at": at,
                        "closed_by": principal.name}
                 answer = orjson.dumps(session_summary(row, steps_total=live.next_step))
-                closing = _both(Storage.close_session(session_id, at, principal.name),
-                                Storage.cancel_proposals(session_id, at, principal.name))
-                cancelled = await write(state, Storage.remember(None if entry is None else entry(200, answer), closing))
-            except ApiError:
-                state.sessions.reopened(live)  # the database says it is open: so it is
-                raise
-            state.hub.resolved(cancelled, live.tenant)
-            if cancelled:
-                state.metrics.approvals_resolved.labels("cancelled").inc(len(cancelled))
+                return None if entry is None else entry(200, answer)
+
+            await close_live(state, live, principal.name, remember)
             return 200, answer
         stored = state.storage.session_row(session_id)
         if stored is None:  # sessions are never deleted; this would be a bug
@@ -150,7 +145,3 @@ async def close_session(session_id: SessionId, state: AppState, principal: Agent
     _, payload = await idem.run(principal, work)
     return Response(payload, media_type=JSON)
 
-
-def _both(first: Callable[[Any], list[str]], second: Callable[[Any], list[str]]) -> Callable[[Any], list[str]]:
-    """One transaction doing ``first`` then ``second``: the ids both return."""
-    return lambda conn: first(conn) + second(conn)
