@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from conftest import connected, git, git_upstream, proxy_for, text_of
+from _mcp_support import connected, git, git_upstream, proxy_for, text_of
 
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import APPROVAL_SCHEMA

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import BIN, text_of
+from _mcp_support import BIN, text_of
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from forewarn.domains.mcp import PROXY_CONFIG

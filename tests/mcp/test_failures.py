@@ -5,7 +5,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import connected, flaky_upstream, proxy_for, text_of
+from _mcp_support import connected, flaky_upstream, proxy_for, text_of
 from mcp.shared.exceptions import MCPError
 
 from forewarn.guard import Guard, GuardModel

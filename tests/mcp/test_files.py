@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
-from conftest import FILES_SERVER, GIT_SERVER, connected, needs_node, text_of
+from _mcp_support import FILES_SERVER, GIT_SERVER, connected, needs_node, text_of
 from mcp.shared.exceptions import MCPError
 
 from forewarn.domains.mcp import PROXY_CONFIG

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import SERVERS, flaky_upstream, git, proxy_for, text_of
+from _mcp_support import SERVERS, flaky_upstream, git, proxy_for, text_of
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError

@@ -6,7 +6,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import TIME_SERVER, connected, proxy_for
+from _mcp_support import TIME_SERVER, connected, proxy_for
 
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import UpstreamSpec

@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import orjson
 import pytest
-from conftest import GIT_SERVER, TIME_SERVER, connected, git, git_upstream, proxy_for, text_of
+from _mcp_support import GIT_SERVER, TIME_SERVER, connected, git, git_upstream, proxy_for, text_of
 from mcp.shared.exceptions import MCPError
 
 from forewarn.guard import Guard, GuardModel

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import git
+from _mcp_support import git
 from rich.console import Console
 
 from forewarn.domains.mcp.demo import MODEL_PATH, run_mcp_demo

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import orjson
 import pytest
-from conftest import GIT_SERVER, git, text_of
+from _mcp_support import GIT_SERVER, git, text_of
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
