@@ -14,7 +14,7 @@ from _mcp_support import connected, git, git_upstream, proxy_for, text_of
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import APPROVAL_SCHEMA
 from forewarn.guard.policy import Policy
-from forewarn.guard.spec import Action, Thresholds
+from forewarn.guard.spec import Action, Thresholds, Trigger
 
 pytestmark = pytest.mark.mcp
 
@@ -31,7 +31,7 @@ def test_elicitation_approves_one_call_and_refuses_another(mcp_model: GuardModel
         return types.ElicitResult(action="accept", content=next(answers))
 
     async def scenario() -> tuple[Any, Any]:
-        proxy = proxy_for(Guard(mcp_model, policy=ASKING), git_upstream(repo))
+        proxy = proxy_for(Guard(mcp_model, policy=ASKING), git_upstream(repo), trigger=Trigger.LEVEL)
         async with proxy.running() as server:
             async with connected(server, elicitation_callback=elicit) as client:
                 approved = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
@@ -52,7 +52,7 @@ def test_no_answer_within_the_timeout_refuses_the_call(mcp_model: GuardModel, re
         return types.ElicitResult(action="cancel")
 
     async def scenario() -> Any:
-        proxy = proxy_for(Guard(mcp_model, policy=ASKING), git_upstream(repo), approval_timeout=0.5)
+        proxy = proxy_for(Guard(mcp_model, policy=ASKING), git_upstream(repo), trigger=Trigger.LEVEL, approval_timeout=0.5)
         async with proxy.running() as server, connected(server, elicitation_callback=silent) as client:
             return await client.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
 
@@ -77,15 +77,18 @@ def test_console_approval_on_a_real_sidecar(mcp_model: GuardModel, repo: Path, t
         agent = AsyncClient(sidecar.url, api_key=KEYS["agent"])
 
         async def answer_when_pending(decision: str) -> dict[str, Any]:
-            while True:
-                pending = await anyio.to_thread.run_sync(approver.proposals)
-                if pending:
-                    return await anyio.to_thread.run_sync(
-                        approver.resolve_proposal, pending[0]["id"], decision, "seen in the console")
-                await anyio.sleep(0.05)
+            with anyio.fail_after(60):  # a call that is never proposed fails the test, never hangs it
+                while True:
+                    pending = await anyio.to_thread.run_sync(approver.proposals)
+                    if pending:
+                        return await anyio.to_thread.run_sync(
+                            approver.resolve_proposal, pending[0]["id"], decision, "seen in the console")
+                    await anyio.sleep(0.05)
 
         async def scenario() -> tuple[Any, Any]:
-            proxy = proxy_for(guard, git_upstream(repo), sidecar=agent)
+            # the level trigger: every call under the asking threshold goes to a human (the proxy's
+            # default, increase, asks only where a call raises the risk beyond its state's interval)
+            proxy = proxy_for(guard, git_upstream(repo), sidecar=agent, trigger=Trigger.LEVEL)
             proxy.model_name = "mcp"
             results = []
             async with proxy.running() as server:
