@@ -18,6 +18,7 @@ def test_the_example_reflects_asks_and_stops(monkeypatch: pytest.MonkeyPatch,
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "Forewarn: reflect on read_file (held back)" in out
-    assert "Forewarn: ask_human on read_file (rejected)" in out
+    assert "Forewarn: ask_human on read_inbox (alerted)" in out  # the phishing mail read: the human is warned
+    assert "Forewarn: stop on send_email (stopped)" in out  # ... and the reply it asks for is stopped
     assert "Forewarn: stop on shell (stopped)" in out
-    assert "rm -rf" in out and "Replied to Bob" in out and "Saved a summary" in out
+    assert "rm -rf" in out and "Saved a summary" in out

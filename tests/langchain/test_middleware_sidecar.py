@@ -53,8 +53,10 @@ def test_the_same_messages_and_interrupts_as_in_process(tool_model: GuardModel, 
         remote, remote_pause, mw = _run(client, "same")
     assert _words(remote) == _words(local)
     assert len(local_pause) == 2 and remote_pause == local_pause  # the same interrupts, word for word
+    approved = {request["name"] for pause in local_pause for request in pause["action_requests"]}
     alerts = [m for m in remote if "[Forewarn] Risk alert" in str(m.content)]
-    assert not alerts  # every call that ran was approved: no alarm for what a human approved
+    assert approved == {"shell", "send_email"}
+    assert not [m for m in alerts if m.name in approved]  # no alarm for what a human approved
     # the sidecar kept the audit log: every committed step, the human-approved send included
     session_id = mw.last_run.session.remote.id  # type: ignore[union-attr]
     steps = httpx.get(f"{tool_sidecar.url}/v1/sessions/{session_id}", headers=auth("agent")).json()["steps"]
