@@ -30,13 +30,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ..errors import ConfigError
 from .actions import ActionClass, action_class, action_view
-from .learning import END, TransitionCounts
+from .chain import END
+
+if TYPE_CHECKING:
+    from .learning import TransitionCounts
 from .spec import MemorySettings
 
 __all__ = ["Memory", "build_memory", "run_actions"]
@@ -168,6 +171,8 @@ class Memory:
                 history = orjson.loads(portable.to_bytes((portable.bit_length() + 7) // 8, "big"))
                 found = decoded[state] = (state & mask, old, history)
             return found
+
+        from .learning import TransitionCounts  # learning time only: loading a model imports no scipy
 
         counted = set(counts.initial) | counts.unsafe | {s for pair in counts.counts for s in pair if s != END}
         classes = {c for s in counted for c in decode(s)[2] if c is not None}
