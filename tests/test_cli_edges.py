@@ -54,6 +54,7 @@ def test_theta_lists(forewarn_here: CLI, toy_traces: Path, toy_model_path: Path,
     user_error(forewarn_here("replay", toy_traces, "-m", toy_model_path, "--theta", theta), message)
 
 
+@pytest.mark.report  # a --report/--plots case needs the report extra
 def test_replay_warns_of_an_empty_file_and_checks_run_before_printing(forewarn_here: CLI, toy_traces: Path,
                                                                      toy_model_path: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty.jsonl"

@@ -216,6 +216,7 @@ def test_the_cli_with_a_registered_predicate(forewarn_here: CLI, operator_packag
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.server  # the serve case needs the server extra
 def test_the_cli_refuses_the_retired_allow_list(forewarn_here: CLI, toy_spec_path: Path, toy_traces: Path,
                                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     traces = toy_traces

@@ -108,6 +108,7 @@ def test_ingest_writes_the_contract(forewarn_cli: CLI, toy_traces: Path, tmp_pat
     assert not failed.exists() and not list(tmp_path.glob(".failed.jsonl*"))
 
 
+@pytest.mark.report  # a --report/--plots case needs the report extra
 @pytest.mark.parametrize(("args", "fragments"), [
     (["--theta", "0.5,2"], ("thresholds must lie in [0, 1]",)),
     (["--run", "nobody", "--plots", "PLOTS"], ("--run: no replayed run has the id 'nobody'",)),
