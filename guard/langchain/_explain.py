@@ -6,7 +6,6 @@ the proposed call would lead to (a look-ahead), so the text says so.
 """
 from __future__ import annotations
 
-import json
 import re
 import string
 from typing import TYPE_CHECKING, Any, Protocol
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ...errors import ConfigError
 from ..runtime import Decision
 from ..spec import Action
+from ..toolcalls.transcript import describe_call
 
 if TYPE_CHECKING:
     from ..model import GuardModel
@@ -31,16 +31,6 @@ class Explained(Protocol):
 
     @property
     def policy(self) -> Policy: ...
-
-
-def describe_call(name: str, args: Any) -> str:
-    try:
-        shown = json.dumps(args, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        shown = repr(args)
-    if len(shown) > 300:
-        shown = shown[:297] + "..."
-    return f"`{name}` with arguments {shown}"
 
 
 def _state_words(guard: Explained, decision: Decision) -> str:

@@ -8,7 +8,6 @@ commits a call that ran. The proxy (``proxy.py``) does the I/O around them.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,7 +16,7 @@ from ...errors import ForewarnError
 from ..runtime import Decision, Session
 from ..spec import Action
 from ..toolcalls.extractor import ToolStateExtractor
-from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
+from ..toolcalls.transcript import CallStatus, ToolStep, Transcript, describe_call
 from .recording import SessionLog
 
 __all__ = ["DecisionHook", "GuardedSession", "Verdict", "judge", "held_back_text", "stopped_text", "approval_text"]
@@ -100,16 +99,6 @@ def _unchanged(session: Session, decision: Decision) -> bool:
 
 
 # -- words -------------------------------------------------------------------------------------
-
-def describe_call(name: str, args: Any) -> str:
-    try:
-        shown = json.dumps(args, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        shown = repr(args)
-    if len(shown) > 300:
-        shown = shown[:297] + "..."
-    return f"`{name}` with arguments {shown}"
-
 
 def _risk(decision: Decision) -> str:
     if decision.p_unsafe is None:

@@ -11,6 +11,7 @@ from generated runs valid for a real agent.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -18,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ...errors import ForewarnError
 
-__all__ = ["CallStatus", "ExtractionError", "StateExtractor", "ToolStep", "Transcript"]
+__all__ = ["CallStatus", "ExtractionError", "StateExtractor", "ToolStep", "Transcript", "describe_call"]
 
 
 class CallStatus(str, Enum):
@@ -131,3 +132,14 @@ def _short(value: Any, limit: int = 160) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
+
+def describe_call(name: str, args: Any) -> str:
+    """A call as a person or a model reads it: the tool and its arguments as JSON, cut at 300 characters
+    (the LangChain middleware's and the MCP proxy's messages say it the same way)."""
+    try:
+        shown = json.dumps(args, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        shown = repr(args)
+    if len(shown) > 300:
+        shown = shown[:297] + "..."
+    return f"`{name}` with arguments {shown}"
