@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from _support import CLI, TOY_SPEC, WriteRuns, toy_run
@@ -69,7 +68,7 @@ def test_the_spec_reads_member_thresholds_over_the_guards() -> None:
      "      t1: {thresholds: {}, min_increase: 0.1}\n", "'min_increase' applies to 'trigger: increase'"),
 ])
 def test_bad_member_thresholds_are_one_line_naming_the_entry(extra: str, message: str) -> None:
-    with pytest.raises(SpecError, match="^toy.yaml") as caught:
+    with pytest.raises(SpecError, match=r"^toy\.yaml") as caught:
         parse_spec(TOY_SPEC + extra, source="toy.yaml")
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
@@ -129,7 +128,7 @@ def test_learn_refuses_member_thresholds_of_another_key(runs_path: Path, tmp_pat
     from forewarn.guard.bundle import _checksum
 
     document["checksum"] = _checksum(document)
-    with pytest.raises(ModelFileError, match="members by meta.team"):
+    with pytest.raises(ModelFileError, match=r"members by meta\.team"):
         GuardBundle.from_document(document, source="b.json", trusted_keys=())
 
 
