@@ -61,8 +61,8 @@ import scipy.sparse.linalg as spla
 from .learning import LearnedDTMC
 from .results import PACReport, StatePAC, TightPAC, TightStatePAC
 
-__all__ = ["StatePAC", "PACReport", "TightStatePAC", "TightPAC", "amplification_factor", "pac_report", "solve_nonnegative",
-           "tight_bound"]
+__all__ = ["EMPIRICAL_SHARE", "StatePAC", "PACReport", "TightStatePAC", "TightPAC", "amplification_factor",
+           "empirical_bound", "pac_report", "solve_nonnegative", "tight_bound"]
 
 
 def amplification_factor(dtmc: LearnedDTMC) -> float:
@@ -157,7 +157,8 @@ def pac_report(dtmc: LearnedDTMC, *, epsilon: float, delta: float) -> PACReport:
         out.append(StatePAC(state=i, visits=visits, required=required, satisfied=satisfied))
     return PACReport(epsilon=epsilon, delta=delta, delta_per_state=delta_prime,
                      amplification=amplification, states=out,
-                     tight=tight_bound(dtmc, epsilon=epsilon, delta_per_state=delta_prime))
+                     tight=tight_bound(dtmc, epsilon=epsilon, delta_per_state=delta_prime),
+                     empirical=empirical_bound(dtmc, epsilon=epsilon, delta=delta))
 
 
 def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, limiting: int = 5,
@@ -199,9 +200,19 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
         bound = narrower
         if done:
             break
-    worst = float(bound.max(initial=0.0))
     projection = _projection(system, seen, n1, hoeffding, variance, shift,
                              np.diff(matrix.indptr)[transient] * dtmc.alpha, log_term)
+    return _tight_report(dtmc, transient, departures, system, learned, bound, radius, projection, epsilon=epsilon,
+                         log_term=log_term, limiting=limiting, rounds=rounds)
+
+
+def _tight_report(dtmc: LearnedDTMC, transient: np.ndarray, departures: np.ndarray, system: sp.csr_matrix,
+                  learned: np.ndarray, bound: np.ndarray, radius: np.ndarray,
+                  projection: tuple[np.ndarray, np.ndarray] | None, *, epsilon: float, log_term: float,
+                  limiting: int, rounds: int) -> TightPAC:
+    """From per-state bounds ε̂ (and their radii r, and the (A, C) forecast): the runs factor, the limiting
+    states, and the bound from the first state (shared by the tighter and the empirical-Bernstein bounds)."""
+    worst = float(bound.max(initial=0.0))
     factor = 1.0 if worst <= epsilon else None if projection is None else \
         _finite(max(1.0, float(np.max(_growth(projection[0], projection[1], epsilon)))))
     states = [TightStatePAC(int(i), float(bound[k]),
@@ -238,6 +249,98 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
             np.array([mu @ projection[0] + start_hoeffding]), np.array([mu @ projection[1]]), epsilon)[0])))
     return TightPAC(worst <= epsilon, worst, factor, _limiting(system, pick, radius, transient, limiting), states,
                     initial, initial <= epsilon, initial_factor, _limiting(system, mu, radius, transient, limiting))
+
+
+EMPIRICAL_SHARE = 0.8
+"""The share of δ the empirical-Bernstein bound gives its mean deviations; the rest bounds the variances."""
+
+
+def empirical_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting: int = 5,
+                    rounds: int = 12) -> TightPAC:
+    """The empirical-Bernstein bound ε̂ = (I − Q̂)⁻¹ r on |learned − true| P(F unsafe), per state and from
+    the first state (docs/method.md, "The empirical-Bernstein bound").
+
+    As :func:`tight_bound`, with each radius r_i from the spread of the true risks over state i's
+    *successors* rather than from x_i(1 − x_i): Bernstein with the successors' range R_i and a variance
+    bounded by Maurer and Pontil's empirical-variance inequality. δ is split once: ``EMPIRICAL_SHARE``·δ over
+    the m transient states' mean deviations and the start's, the rest over their variances.
+    """
+    transient = np.flatnonzero(~dtmc.absorbing)
+    m = transient.size
+    if m == 0:
+        return TightPAC(True, 0.0, 1.0, [], [], 0.0, True, 1.0, [])
+    departures = np.asarray(dtmc.counts.sum(axis=1)).ravel()[transient]
+    jump = _jump_chain(dtmc)
+    rows = jump.counts.tocsr()[transient]
+    n = np.asarray(rows.sum(axis=1)).ravel()  # departures to another state
+    seen = n > 0
+    n1 = np.maximum(n, 1)
+    shift = _smoothing_shift(jump)[transient]
+    system = _system(jump, transient)
+    unsafe = np.flatnonzero(jump.unsafe)
+    learned = solve_nonnegative(system, np.asarray(jump.matrix[transient][:, unsafe].sum(axis=1)).ravel())
+    if learned is None:
+        return TightPAC(False, math.inf, None, [], [TightStatePAC(int(i), math.inf, None, False)
+                                                    for i in transient.tolist()])
+    log_mean = math.log(2.0 * (m + 1) / (EMPIRICAL_SHARE * delta))  # m states and the start, two-sided
+    log_var = math.log(m / ((1.0 - EMPIRICAL_SHARE) * delta))  # m upper bounds on a standard deviation
+    values = np.zeros(jump.size)
+    values[transient], values[unsafe] = learned, 1.0  # the learned risk of every state (end: 0)
+    row = np.repeat(np.arange(m), np.diff(rows.indptr))
+    share = rows.data / n1[row]  # the empirical jump row p̃_i
+    successor = rows.indices
+    mean = np.bincount(row, share * values[successor], minlength=m)
+    spread = np.sqrt(np.maximum(np.bincount(row, share * (values[successor] - mean[row]) ** 2, minlength=m), 0.0))
+    unbiased = np.sqrt(n1 / np.maximum(n1 - 1, 1))
+    bound = np.ones(m)
+    sigma = range_ = np.ones(m)
+    radius = np.ones(m)
+    for _ in range(rounds):
+        width = np.zeros(jump.size)
+        width[transient] = bound
+        low, high = np.clip(values - width, 0.0, 1.0)[successor], np.clip(values + width, 0.0, 1.0)[successor]
+        range_ = np.clip(_row_max(high, rows.indptr) - _row_min(low, rows.indptr), 0.0, 1.0)
+        # the sample deviation of the true risks over the successors: that of the learned ones, plus
+        # at most the successors' bounds (a standard deviation is a seminorm); Maurer–Pontil on top
+        box = np.sqrt(np.bincount(row, share * width[successor] ** 2, minlength=m))
+        upper = unbiased * (spread + box) + range_ * np.sqrt(2.0 * log_var / np.maximum(n1 - 1, 1))
+        sigma = np.minimum(np.where(n >= 2, upper, 1.0), range_ / 2)
+        sigma = np.minimum(sigma, np.sqrt(_variance_bound(learned - bound, learned + bound)))
+        reach = range_ * log_mean / 3.0
+        radius = np.where(seen, np.minimum(1.0, (reach + np.sqrt(reach**2 + 2.0 * n1 * log_mean * sigma**2)) / n1
+                                           + shift), 1.0)
+        step = solve_nonnegative(system, radius)
+        if step is None:
+            break
+        narrower = np.minimum(bound, step)
+        done = float(np.max(bound - narrower, initial=0.0)) < 1e-9
+        bound = narrower
+        if done:
+            break
+    # forecast: radii a/√k + c/k if every state's departures grew k-fold (σ and R as now: they only shrink)
+    k_alpha = np.diff(jump.matrix.indptr)[transient] * jump.alpha
+    a = np.where(seen, np.sqrt(2.0 * log_mean * sigma**2 / n1), math.sqrt(2.0 * log_mean * 0.25))
+    c = np.where(seen, 2.0 * range_ * log_mean / (3.0 * n1), 2.0 * log_mean / 3.0) + shift * (n1 + k_alpha) / n1
+    big_a, big_c = solve_nonnegative(system, a), solve_nonnegative(system, c)
+    projection = None if big_a is None or big_c is None else (big_a, big_c)
+    return _tight_report(jump, transient, departures, system, learned, bound, radius, projection, epsilon=epsilon,
+                         log_term=log_mean, limiting=limiting, rounds=rounds)
+
+
+def _row_max(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(indptr) - 1)
+    full = np.diff(indptr) > 0
+    if values.size:
+        out[full] = np.maximum.reduceat(values, indptr[:-1][full])
+    return out
+
+
+def _row_min(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(indptr) - 1)
+    full = np.diff(indptr) > 0
+    if values.size:
+        out[full] = np.minimum.reduceat(values, indptr[:-1][full])
+    return out
 
 
 def _jump_chain(dtmc: LearnedDTMC) -> LearnedDTMC:

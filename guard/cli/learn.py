@@ -317,6 +317,13 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         "pac_tight_initial_bound": None if pac.tight is None or not math.isfinite(pac.tight.initial_bound)
         else round(pac.tight.initial_bound, 6),
         "pac_tight_initial_runs_factor": None if pac.tight is None else pac.tight.initial_runs_factor,
+        # the empirical-Bernstein bound (guard/pac.py, docs/method.md)
+        "pac_empirical_worst_bound": None if pac.empirical is None or not math.isfinite(pac.empirical.worst_bound)
+        else round(pac.empirical.worst_bound, 6),
+        "pac_empirical_runs_factor": None if pac.empirical is None else pac.empirical.runs_factor,
+        "pac_empirical_initial_bound": None if pac.empirical is None or not math.isfinite(pac.empirical.initial_bound)
+        else round(pac.empirical.initial_bound, 6),
+        "pac_empirical_initial_runs_factor": None if pac.empirical is None else pac.empirical.initial_runs_factor,
         "pac_worst": None if worst is None else {
             "state": worst.state, "visits": worst.visits, "required": worst.required,
             "predicates": pac_words(model, worst.state)},

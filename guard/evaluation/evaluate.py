@@ -225,7 +225,14 @@ def fold_result(index: int, model: Any, replays: list[RunReplay], train: list[Ru
                  "runs_factor": pac.tight.runs_factor, "limiting": pac.tight.limiting,
                  "initial_satisfied": pac.tight.initial_satisfied,
                  "initial_bound": pac.tight.initial_bound if math.isfinite(pac.tight.initial_bound) else None,
-                 "initial_runs_factor": pac.tight.initial_runs_factor}},
+                 "initial_runs_factor": pac.tight.initial_runs_factor},
+             "empirical": None if pac.empirical is None else {  # the empirical-Bernstein bound
+                 "satisfied": pac.empirical.satisfied,
+                 "worst_bound": pac.empirical.worst_bound if math.isfinite(pac.empirical.worst_bound) else None,
+                 "runs_factor": pac.empirical.runs_factor,
+                 "initial_bound": pac.empirical.initial_bound if math.isfinite(pac.empirical.initial_bound)
+                 else None,
+                 "initial_runs_factor": pac.empirical.initial_runs_factor}},
         report=report)
 
 
