@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -209,12 +210,15 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
 def _tight_report(dtmc: LearnedDTMC, transient: np.ndarray, departures: np.ndarray, system: sp.csr_matrix,
                   learned: np.ndarray, bound: np.ndarray, radius: np.ndarray,
                   projection: tuple[np.ndarray, np.ndarray] | None, *, epsilon: float, log_term: float,
-                  limiting: int, rounds: int) -> TightPAC:
+                  limiting: int, rounds: int,
+                  factors: tuple[float | None, float | None] | None = None) -> TightPAC:
     """From per-state bounds ε̂ (and their radii r, and the (A, C) forecast): the runs factor, the limiting
     states, and the bound from the first state (shared by the tighter and the empirical-Bernstein bounds)."""
     worst = float(bound.max(initial=0.0))
     factor = 1.0 if worst <= epsilon else None if projection is None else \
         _finite(max(1.0, float(np.max(_growth(projection[0], projection[1], epsilon)))))
+    if factors is not None:  # forecast by the caller
+        factor = 1.0 if worst <= epsilon else factors[0]
     states = [TightStatePAC(int(i), float(bound[k]),
                             None if factor is None else math.ceil(factor * departures[k] - 1e-9),
                             bool(bound[k] <= epsilon)) for k, i in enumerate(transient.tolist())]
@@ -244,7 +248,9 @@ def _tight_report(dtmc: LearnedDTMC, transient: np.ndarray, departures: np.ndarr
                                                np.array([risk + carried + start_radius]))[0])
     initial = min(1.0, carried + start_radius)
     initial_factor: float | None = 1.0
-    if initial > epsilon:
+    if initial > epsilon and factors is not None:
+        initial_factor = factors[1]
+    elif initial > epsilon:
         initial_factor = None if projection is None or not runs else _finite(max(1.0, float(_growth(
             np.array([mu @ projection[0] + start_hoeffding]), np.array([mu @ projection[1]]), epsilon)[0])))
     return TightPAC(worst <= epsilon, worst, factor, _limiting(system, pick, radius, transient, limiting), states,
@@ -291,40 +297,69 @@ def empirical_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting
     successor = rows.indices
     mean = np.bincount(row, share * values[successor], minlength=m)
     spread = np.sqrt(np.maximum(np.bincount(row, share * (values[successor] - mean[row]) ** 2, minlength=m), 0.0))
-    unbiased = np.sqrt(n1 / np.maximum(n1 - 1, 1))
-    bound = np.ones(m)
-    sigma = range_ = np.ones(m)
-    radius = np.ones(m)
-    for _ in range(rounds):
-        width = np.zeros(jump.size)
-        width[transient] = bound
-        low, high = np.clip(values - width, 0.0, 1.0)[successor], np.clip(values + width, 0.0, 1.0)[successor]
-        range_ = np.clip(_row_max(high, rows.indptr) - _row_min(low, rows.indptr), 0.0, 1.0)
-        # the sample deviation of the true risks over the successors: that of the learned ones, plus
-        # at most the successors' bounds (a standard deviation is a seminorm); Maurer–Pontil on top
-        box = np.sqrt(np.bincount(row, share * width[successor] ** 2, minlength=m))
-        upper = unbiased * (spread + box) + range_ * np.sqrt(2.0 * log_var / np.maximum(n1 - 1, 1))
-        sigma = np.minimum(np.where(n >= 2, upper, 1.0), range_ / 2)
-        sigma = np.minimum(sigma, np.sqrt(_variance_bound(learned - bound, learned + bound)))
-        reach = range_ * log_mean / 3.0
-        radius = np.where(seen, np.minimum(1.0, (reach + np.sqrt(reach**2 + 2.0 * n1 * log_mean * sigma**2)) / n1
-                                           + shift), 1.0)
-        step = solve_nonnegative(system, radius)
-        if step is None:
-            break
-        narrower = np.minimum(bound, step)
-        done = float(np.max(bound - narrower, initial=0.0)) < 1e-9
-        bound = narrower
-        if done:
-            break
-    # forecast: radii a/√k + c/k if every state's departures grew k-fold (σ and R as now: they only shrink)
     k_alpha = np.diff(jump.matrix.indptr)[transient] * jump.alpha
-    a = np.where(seen, np.sqrt(2.0 * log_mean * sigma**2 / n1), math.sqrt(2.0 * log_mean * 0.25))
-    c = np.where(seen, 2.0 * range_ * log_mean / (3.0 * n1), 2.0 * log_mean / 3.0) + shift * (n1 + k_alpha) / n1
-    big_a, big_c = solve_nonnegative(system, a), solve_nonnegative(system, c)
-    projection = None if big_a is None or big_c is None else (big_a, big_c)
-    return _tight_report(jump, transient, departures, system, learned, bound, radius, projection, epsilon=epsilon,
-                         log_term=log_mean, limiting=limiting, rounds=rounds)
+
+    def widths(scale: float, rounds: int) -> tuple[np.ndarray, np.ndarray]:
+        """ε̂ and r with every state's departures ``scale`` times as many (1: as learned; more: the
+        forecast, the successors' spread kept, the smoothing shift shrunk as 1/scale)."""
+        count = n1 * scale
+        known = seen | (scale > 1)  # a state not seen leaving counts as one departure in a forecast
+        moved = shift if scale == 1 else shift * (n1 + k_alpha) / count
+        unbiased = np.sqrt(count / np.maximum(count - 1, 1))
+        bound, radius = np.ones(m), np.ones(m)
+        for _ in range(rounds):
+            width = np.zeros(jump.size)
+            width[transient] = bound
+            low, high = np.clip(values - width, 0.0, 1.0)[successor], np.clip(values + width, 0.0, 1.0)[successor]
+            range_ = np.where(seen, np.clip(_row_max(high, rows.indptr) - _row_min(low, rows.indptr), 0.0, 1.0), 1.0)
+            # the sample deviation of the true risks over the successors: that of the learned ones, plus at
+            # most the successors' bounds (a standard deviation is a seminorm); Maurer–Pontil on top
+            box = np.sqrt(np.bincount(row, share * width[successor] ** 2, minlength=m))
+            upper = unbiased * (spread + box) + range_ * np.sqrt(2.0 * log_var / np.maximum(count - 1, 1))
+            sigma = np.minimum(np.where(seen & (count >= 2), upper, 1.0), range_ / 2)
+            sigma = np.minimum(sigma, np.sqrt(_variance_bound(learned - bound, learned + bound)))
+            reach = range_ * log_mean / 3.0
+            bernstein = (reach + np.sqrt(reach**2 + 2.0 * count * log_mean * sigma**2)) / count
+            hoeffding = range_ * np.sqrt(log_mean / (2.0 * count))  # both bound one moment generating function
+            radius = np.where(known, np.minimum(1.0, np.minimum(bernstein, hoeffding) + moved), 1.0)
+            step = solve_nonnegative(system, radius)
+            if step is None:
+                break
+            narrower = np.minimum(bound, step)
+            done = float(np.max(bound - narrower, initial=0.0)) < 1e-9
+            bound = narrower
+            if done:
+                break
+        return bound, radius
+
+    bound, radius = widths(1.0, rounds)
+    runs = sum(jump.initial.values())
+    position = {int(i): k for k, i in enumerate(transient.tolist())}
+    mu = np.zeros(m)
+    for i, count in jump.initial.items():
+        if int(i) in position:
+            mu[position[int(i)]] += count / max(runs, 1)
+
+    def start(scale: float) -> float:  # the start bound at a forecast, its own radius by Hoeffding
+        return float(mu @ widths(scale, 6)[0]) + math.sqrt(log_mean / (2.0 * max(runs, 1) * scale))
+
+    factors = (_smallest_scale(lambda k: float(widths(k, 6)[0].max(initial=0.0)) <= epsilon),
+               _smallest_scale(lambda k: start(k) <= epsilon) if runs else None)
+    return _tight_report(jump, transient, departures, system, learned, bound, radius, None, epsilon=epsilon,
+                         log_term=log_mean, limiting=limiting, rounds=rounds, factors=factors)
+
+
+def _smallest_scale(met: Callable[[float], bool], top: float = 1e8) -> float | None:
+    """The smallest k ≥ 1 (to 1 %) with ``met(k)``, for a ``met`` that only turns true as k grows; None past ``top``."""
+    if met(1.0):
+        return 1.0
+    if not met(top):
+        return None
+    low, high = 1.0, top
+    while high > low * 1.01:
+        mid = math.sqrt(low * high)
+        low, high = (low, mid) if met(mid) else (mid, high)
+    return high
 
 
 def _row_max(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
