@@ -267,8 +267,8 @@ def empirical_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting
     the first state (docs/method.md, "The empirical-Bernstein bound").
 
     As :func:`tight_bound`, with each radius r_i from the spread of the true risks over state i's
-    *successors* rather than from x_i(1 − x_i): Bernstein with the successors' range R_i and a variance
-    bounded by Maurer and Pontil's empirical-variance inequality. δ is split once: ``EMPIRICAL_SHARE``·δ over
+    *successors* rather than from x_i(1 − x_i): Bernstein with a variance bounded by Maurer and Pontil's
+    empirical-variance inequality. δ is split once: ``EMPIRICAL_SHARE``·δ over
     the m transient states' mean deviations and the start's, the rest over their variances.
     """
     transient = np.flatnonzero(~dtmc.absorbing)
@@ -310,17 +310,14 @@ def empirical_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting
         for _ in range(rounds):
             width = np.zeros(jump.size)
             width[transient] = bound
-            low, high = np.clip(values - width, 0.0, 1.0)[successor], np.clip(values + width, 0.0, 1.0)[successor]
-            range_ = np.where(seen, np.clip(_row_max(high, rows.indptr) - _row_min(low, rows.indptr), 0.0, 1.0), 1.0)
             # the sample deviation of the true risks over the successors: that of the learned ones, plus at
             # most the successors' bounds (a standard deviation is a seminorm); Maurer–Pontil on top
             box = np.sqrt(np.bincount(row, share * width[successor] ** 2, minlength=m))
-            upper = unbiased * (spread + box) + range_ * np.sqrt(2.0 * log_var / np.maximum(count - 1, 1))
-            sigma = np.minimum(np.where(seen & (count >= 2), upper, 1.0), range_ / 2)
+            upper = unbiased * (spread + box) + np.sqrt(2.0 * log_var / np.maximum(count - 1, 1))
+            sigma = np.minimum(np.where(seen & (count >= 2), upper, 0.5), 0.5)
             sigma = np.minimum(sigma, np.sqrt(_variance_bound(learned - bound, learned + bound)))
-            reach = range_ * log_mean / 3.0
-            bernstein = (reach + np.sqrt(reach**2 + 2.0 * count * log_mean * sigma**2)) / count
-            hoeffding = range_ * np.sqrt(log_mean / (2.0 * count))  # both bound one moment generating function
+            bernstein = (log_mean / 3.0 + np.sqrt(log_mean**2 / 9.0 + 2.0 * count * log_mean * sigma**2)) / count
+            hoeffding = np.sqrt(log_mean / (2.0 * count))  # both bound one moment generating function
             radius = np.where(known, np.minimum(1.0, np.minimum(bernstein, hoeffding) + moved), 1.0)
             step = solve_nonnegative(system, radius)
             if step is None:
@@ -360,22 +357,6 @@ def _smallest_scale(met: Callable[[float], bool], top: float = 1e8) -> float | N
         mid = math.sqrt(low * high)
         low, high = (low, mid) if met(mid) else (mid, high)
     return high
-
-
-def _row_max(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(indptr) - 1)
-    full = np.diff(indptr) > 0
-    if values.size:
-        out[full] = np.maximum.reduceat(values, indptr[:-1][full])
-    return out
-
-
-def _row_min(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(indptr) - 1)
-    full = np.diff(indptr) > 0
-    if values.size:
-        out[full] = np.minimum.reduceat(values, indptr[:-1][full])
-    return out
 
 
 def _jump_chain(dtmc: LearnedDTMC) -> LearnedDTMC:
