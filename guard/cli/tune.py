@@ -17,12 +17,10 @@ from ..replay import Enforcement
 from ..storm import Method
 from ._options import Format, MkdirOption, OnError, err, out, print_json
 from ._replay_options import (
-    BundleByOption,
     EnforcementOption,
     ExtractorOption,
     FormatOption,
     InputFormatOption,
-    MinGroupRunsOption,
     OnErrorOption,
     parse_enforcement,
     parse_trigger,
@@ -61,8 +59,14 @@ def tune(
                           "θ). Default: the spec's guard.trigger, else what the integration uses: increase under "
                           "lookahead enforcement (the LangChain middleware, the MCP proxy), level under observe.")]
     = None,
-    bundle_by: BundleByOption = None,
-    min_group_runs: MinGroupRunsOption = DEFAULT_MIN_GROUP_RUNS,
+    bundle_by: Annotated[str | None, typer.Option(
+        "--bundle-by", help="Learn each fold's model as a bundle grouped by this metadata key (e.g. meta.task), as "
+                            "`learn --group-by` does, and choose thresholds per member too (-o writes them as "
+                            "guard.member_thresholds).")] = None,
+    min_group_runs: Annotated[int, typer.Option(
+        "--min-group-runs", help="With --bundle-by: runs a group needs in a fold for a model of its own, and "
+                                 "held-out runs its own model must have replayed for thresholds of its own.")]
+    = DEFAULT_MIN_GROUP_RUNS,
     extractor: ExtractorOption = None,
     on_error: OnErrorOption = OnError.stop,
     mkdir: MkdirOption = False,
