@@ -48,15 +48,15 @@ DEFAULT_MIN_GROUP_RUNS = 10
 POOLED = "pooled"  # the pooled member's name in decisions and on the command line
 
 
-def group_path(group_by: str) -> tuple[str, ...]:
+def group_path(group_by: str, option: str = "--group-by") -> tuple[str, ...]:
     """``meta.task`` → ``("task",)``; the key may be nested (``meta.task.kind``).
 
     Raises:
-        ForewarnError: the path does not start with ``meta.`` or has an empty part.
+        ForewarnError: the path does not start with ``meta.`` or has an empty part (named as ``option``).
     """
     parts = group_by.split(".")
     if len(parts) < 2 or parts[0] != "meta" or not all(p.strip() for p in parts[1:]):
-        raise ForewarnError(f"--group-by {group_by!r}: expected a path into the runs' metadata such as "
+        raise ForewarnError(f"{option} {group_by!r}: expected a path into the runs' metadata such as "
                             "'meta.task' (it must start with 'meta.')")
     return tuple(parts[1:])
 

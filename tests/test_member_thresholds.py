@@ -222,3 +222,16 @@ def test_tune_falls_back_to_the_pooled_choice_and_says_why(write_runs: WriteRuns
         in text
     assert "t5: keeps the pooled thresholds: target false-alarms=0.1: no held-out run stays safe" in text
     assert "2 of 4 members get thresholds of their own" in text
+
+
+def test_bundle_by_errors_name_the_option_and_every_run(runs_path: Path, toy_spec_path: Path,
+                                                         forewarn_here: CLI) -> None:
+    for command in ("tune", "evaluate"):
+        extra = ("--target", "false-alarms=0.1") if command == "tune" else ()
+        bad = forewarn_here(command, runs_path, "--spec", toy_spec_path, *extra, "--bundle-by", "task")
+        assert bad.returncode == 2 and bad.stderr.startswith("error: --bundle-by 'task': expected a path")
+        absent = forewarn_here(command, runs_path, "--spec", toy_spec_path, *extra, "--bundle-by", "meta.team",
+                               "--folds", "3")
+        assert absent.returncode == 2, absent.stderr
+        assert "--bundle-by meta.team: none of the 62 runs has it in its metadata (keys the runs have: meta.task)" \
+            in absent.stderr
