@@ -237,3 +237,20 @@ def test_bundle_by_errors_name_the_option_and_every_run(runs_path: Path, toy_spe
         assert absent.returncode == 2, absent.stderr
         assert "--bundle-by meta.team: none of the 62 runs has it in its metadata (keys the runs have: meta.task)" \
             in absent.stderr
+
+
+def test_states_shows_each_members_own_thresholds_and_actions(runs_path: Path, tmp_path: Path,
+                                                               forewarn_here: CLI) -> None:
+    path = bundle_of(runs_path, OWN).save(tmp_path / "own.json")
+    shown = forewarn_here("states", path, "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    document = shown.json()
+    assert isinstance(document, dict)
+    members = document["members"]
+    assert members["t2"]["thresholds"] == {"reflect": 0.99, "ask_human": 0.85, "stop": 0.2}
+    assert members["pooled"]["thresholds"] == {"reflect": 0.9, "ask_human": 0.5, "stop": 0.2}
+    guard = BundleGuard.load(path)
+    for name in ("t1", "t2"):
+        row = next(r for r in members[name]["states"] if r["predicates"] == {"a": True, "b": False})
+        assert row["action"] == guard.session(metadata={"task": name}).observe(A).action.value
+    assert "t2: " in forewarn_here("states", path, "--group", "t2").stdout
