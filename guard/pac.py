@@ -337,26 +337,34 @@ def empirical_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting
         if int(i) in position:
             mu[position[int(i)]] += count / max(runs, 1)
 
-    def start(scale: float) -> float:  # the start bound at a forecast, its own radius by Hoeffding
-        return float(mu @ widths(scale, 6)[0]) + math.sqrt(log_mean / (2.0 * max(runs, 1) * scale))
+    seen_widths: dict[float, np.ndarray] = {}
 
-    factors = (_smallest_scale(lambda k: float(widths(k, 6)[0].max(initial=0.0)) <= epsilon),
+    def forecast(scale: float) -> np.ndarray:  # a few rounds: a forecast, not a guarantee
+        if scale not in seen_widths:
+            seen_widths[scale] = widths(scale, 4)[0]
+        return seen_widths[scale]
+
+    def start(scale: float) -> float:  # the start bound at a forecast, its own radius by Hoeffding
+        return float(mu @ forecast(scale)) + math.sqrt(log_mean / (2.0 * max(runs, 1) * scale))
+
+    factors = (_smallest_scale(lambda k: float(forecast(k).max(initial=0.0)) <= epsilon),
                _smallest_scale(lambda k: start(k) <= epsilon) if runs else None)
     return _tight_report(jump, transient, departures, system, learned, bound, radius, None, epsilon=epsilon,
                          log_term=log_mean, limiting=limiting, rounds=rounds, factors=factors)
 
 
 def _smallest_scale(met: Callable[[float], bool], top: float = 1e8) -> float | None:
-    """The smallest k ≥ 1 (to 1 %) with ``met(k)``, for a ``met`` that only turns true as k grows; None past ``top``."""
+    """The smallest k ≥ 1 (to 3 %) with ``met(k)``, for a ``met`` that only turns true as k grows; None past ``top``.
+    The probes are powers of 1.03, so two searches share most of them."""
     if met(1.0):
         return 1.0
-    if not met(top):
+    low, high = 0, math.ceil(math.log(top) / math.log(1.03))
+    if not met(1.03**high):
         return None
-    low, high = 1.0, top
-    while high > low * 1.01:
-        mid = math.sqrt(low * high)
-        low, high = (low, mid) if met(mid) else (mid, high)
-    return high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if met(1.03**mid) else (mid, high)
+    return float(1.03**high)
 
 
 def _jump_chain(dtmc: LearnedDTMC) -> LearnedDTMC:
