@@ -1,4 +1,7 @@
-"""PAC reports: the paper's sample-size bound, and a tighter per-state bound.
+"""PAC reports: the paper's sample-size bound, a tighter per-state bound, and an empirical-Bernstein one.
+
+The empirical-Bernstein bound (:func:`empirical_bound`) is the tighter one with each state's
+radius from the spread of the true risks over its successors (docs/method.md derives it).
 
 **The paper's bound** (Pro2Guard Algorithm 1 line 11; Bazille et al., CAV 2020). For a
 state p with n_p observed departures, the learned chain is (ε, δ)-PAC-correct once, for
