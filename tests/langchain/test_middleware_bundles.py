@@ -1,7 +1,6 @@
 """ForewarnMiddleware on a model bundle: each run's metadata picks its member."""
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -83,6 +82,8 @@ def test_tool_guard_takes_the_runs_metadata(tool_bundle: BundleGuard) -> None:
 
 def test_members_keep_their_own_thresholds_under_the_middlewares_default_trigger(tool_bundle: BundleGuard,
                                                                                    log: ToolLog) -> None:
+    from dataclasses import replace
+
     from forewarn.guard.evaluation.member_tune import write_member_thresholds
     from forewarn.guard.langchain import ToolGuard
     from forewarn.guard.spec import Thresholds, Trigger, parse_spec
