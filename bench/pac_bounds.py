@@ -36,7 +36,7 @@ for folder in (ROOT, ROOT / "tests"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from _pac_sim import CHAINS, learned_reach, simulate, true_reach  # noqa: E402  (tests/ helpers)
+from _pac_sim import CHAINS, Chain, learned_reach, simulate, true_reach  # noqa: E402  (tests/ helpers)
 from _support import TOY_SPEC  # noqa: E402
 from forewarn.guard.pac import pac_report  # noqa: E402
 from forewarn.guard.predicates import PredicateSet  # noqa: E402
@@ -87,7 +87,7 @@ def main() -> None:
         started = time.perf_counter()
         truth = true_reach(chain)
 
-        def within(runs: int, initial: dict[int, float] = initial, chain: dict = chain,  # type: ignore[type-arg]
+        def within(runs: int, initial: dict[int, float] = initial, chain: Chain = chain,
                    truth: dict[int, float] = truth) -> bool:
             good = 0
             for _ in range(learnings):
@@ -100,7 +100,7 @@ def main() -> None:
         asks: dict[str, int | None] = {}
         for label, read in BOUNDS.items():
             def met(runs: int, read: Callable[[PACReport], tuple[float, float | None]] = read,
-                    initial: dict[int, float] = initial, chain: dict = chain) -> bool:  # type: ignore[type-arg]
+                    initial: dict[int, float] = initial, chain: Chain = chain) -> bool:
                 worst = sorted(read(pac_report(simulate(chain, initial, runs, rng, predicates, ALPHA),
                                                epsilon=eps, delta=delta))[0] for _ in range(probes))
                 return bool(worst[len(worst) // 2] <= eps)

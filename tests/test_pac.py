@@ -233,7 +233,9 @@ def test_the_model_file_and_check_carry_the_empirical_bound(toy_model: GuardMode
         forewarn_here("check", tmp_path / "old.json").stdout.split())
     model = GuardModel.load(toy_model_path)
     assert model.pac.empirical is not None
-    pac = forewarn_here("check", toy_model_path, "--format", "json").json()["pac"]  # type: ignore[index]
+    checked = forewarn_here("check", toy_model_path, "--format", "json").json()
+    assert isinstance(checked, dict)
+    pac = checked["pac"]
     assert pac["empirical"]["worst_bound"] == model.pac.empirical.worst_bound
     assert pac["empirical"]["initial"]["bound"] == model.pac.empirical.initial_bound
     assert "empirical-Bernstein bound (95% confidence)" in " ".join(forewarn_here("check", toy_model_path).stdout.split())
