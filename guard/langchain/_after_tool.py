@@ -65,10 +65,10 @@ def _ran(run: GuardedRun, request: ToolCallRequest, result: ToolResult,
     error = message is not None and message.status == "error"
     step = ToolStep(call["name"], call["args"], CallStatus.ERROR if error else CallStatus.SUCCESS, text,
                     id=call.get("id"), approved=review is not None)
-    run._verdicts.pop(call.get("id") or "", None)
+    run.verdicts.pop(call.get("id") or "", None)
     if isinstance(run.session, MirroredSession):  # the step a sidecar proposal led to, linked to it
-        run.session.proposal = run._proposals.pop(call.get("id") or "", None)
-    transcript = run._transcripts.transcript(request.state["messages"]).then(step)
+        run.session.proposal = run.proposals.pop(call.get("id") or "", None)
+    transcript = run.transcripts.transcript(request.state["messages"]).then(step)
     before = run.session.history[-1] if run.session.history else None
     return message, step, transcript, before
 
@@ -102,7 +102,7 @@ def _annotated(judge: Judge, run: GuardedRun, request: ToolCallRequest, result: 
         marks.update(action=decision.action.value, explanation=words, decision=decision.to_dict())
         notes.append(words)
         with judge.lock:
-            run._record(Intervention(call.get("id"), call["name"], call["args"], decision, decision.action,
+            run.record(Intervention(call.get("id"), call["name"], call["args"], decision, decision.action,
                                      "alerted"))
     if message is None or len(marks) == 1:
         return result

@@ -62,8 +62,8 @@ def review_call(judge: Judge, run: GuardedRun, request: ToolCallRequest,
                          judge.settings.allowed_decisions)
         if review.type == "reject":
             with judge.lock:
-                run._verdicts.pop(call.get("id") or "", None)
-                run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
+                run.verdicts.pop(call.get("id") or "", None)
+                run.record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
                                          "rejected"))
             reason = f" The user's reason: {review.message}" if review.message else ""
             text = (f"The user rejected the call to {explain.describe_call(call['name'], call['args'])}; it "
@@ -71,10 +71,10 @@ def review_call(judge: Judge, run: GuardedRun, request: ToolCallRequest,
             return not_run(call, text, {"action": "reject", "decision": decision.to_dict()})
         if review.type == "approve":
             with judge.lock:
-                run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
+                run.record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
                                          "approved" if edit is None else "edited"))
                 if proposal is not None:
-                    run._proposals[call.get("id") or ""] = proposal
+                    run.proposals[call.get("id") or ""] = proposal
             return request, edit or review, decision
         name = review.name or call["name"]
         tool = request.tool if name == call["name"] else next(t for t in request.runtime.tools if t.name == name)
@@ -82,7 +82,7 @@ def review_call(judge: Judge, run: GuardedRun, request: ToolCallRequest,
         edited = request.override(tool_call={**call, "name": name, "args": review.args or {}},
                                   tool=tool)  # type: ignore[arg-type]
         with judge.lock:
-            run._record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
+            run.record(Intervention(call.get("id"), call["name"], call["args"], decision, Action.ASK_HUMAN,
                                      "edited"))
             try:
                 again = recheck(judge, run, edited.tool_call, request.state["messages"])
@@ -118,7 +118,7 @@ def _state_of(judge: Judge, run: GuardedRun, request: ToolCallRequest) -> Mappin
     step = ToolStep(call["name"], call["args"], CallStatus.PROPOSED, id=call.get("id"))
     try:
         with judge.lock:
-            return judge.extract(run._transcripts.transcript(request.state["messages"]).then(step), step)
+            return judge.extract(run.transcripts.transcript(request.state["messages"]).then(step), step)
     except ForewarnError:
         return None
 
@@ -141,7 +141,7 @@ def _propose_allowed(judge: Judge, run: GuardedRun, request: ToolCallRequest, ed
     proposal = propose_allowed(run.session, call, state, sorted(t.name for t in request.runtime.tools),
                                edit_of=edit_of)
     with judge.lock:
-        run._proposals[call.get("id") or ""] = proposal
+        run.proposals[call.get("id") or ""] = proposal
 
 
 # -- beside LangChain's HumanInTheLoopMiddleware ------------------------------------------
@@ -164,5 +164,5 @@ def _will_ask(judge: Judge, request: ToolCallRequest) -> bool:
         return False
     run = judge.run_of(messages)
     with judge.lock:
-        verdict = run._verdicts.get(call_id)
+        verdict = run.verdicts.get(call_id)
     return verdict is not None and verdict.action is Action.ASK_HUMAN

@@ -96,7 +96,7 @@ class Turn:
 
     def _record(self, call: Mapping[str, Any], decision: Decision, action: Action, outcome: Outcome) -> None:
         if self.record:
-            self.run._record(Intervention(call.get("id"), call["name"], call["args"], decision, action, outcome))
+            self.run.record(Intervention(call.get("id"), call["name"], call["args"], decision, action, outcome))
 
     @staticmethod
     def _hold_back(calls: Sequence[Mapping[str, Any]], text: str, kind: str, decision: Decision) -> list[BaseMessage]:
@@ -131,7 +131,7 @@ def recheck(judge: Judge, run: GuardedRun, call: Mapping[str, Any],
     Raises:
         ForewarnError: the edited call cannot be read (and no fallback action is configured).
     """
-    turn = Turn(judge, run, run._transcripts.transcript(messages), messages)
+    turn = Turn(judge, run, run.transcripts.transcript(messages), messages)
     verdicts, added = turn.judge(AIMessage(content="", tool_calls=[dict(call)]))
     if not added:
         return verdicts[call.get("id") or ""]

@@ -409,9 +409,9 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             return response
         run = self._run_of(messages)
         with self._lock:
-            base = run._transcripts.transcript(messages)
+            base = run.transcripts.transcript(messages)
             verdicts, added = Turn(self._judge, run, base, messages).judge(proposal)
-            run._verdicts.update(verdicts)
+            run.verdicts.update(verdicts)
         if not added:
             return response
         return ModelResponse(result=[*response.result, *added], structured_response=response.structured_response)
@@ -421,7 +421,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         run = self._run_of(messages)
         call_id = request.tool_call.get("id") or ""
         with self._lock:
-            verdict = run._verdicts.get(call_id)
+            verdict = run.verdicts.get(call_id)
             if verdict is None:  # judged in another process, or never: judge the turn again
                 verdict = self._rejudge(run, messages, call_id)
             return run, verdict
@@ -431,8 +431,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             message = messages[index]
             if isinstance(message, AIMessage) and any(c["id"] == call_id for c in message.tool_calls):
                 before = messages[:index]
-                verdicts, _ = Turn(self._judge, run, run._transcripts.transcript(before), before, record=False).judge(message)
-                run._verdicts.update(verdicts)
+                verdicts, _ = Turn(self._judge, run, run.transcripts.transcript(before), before, record=False).judge(message)
+                run.verdicts.update(verdicts)
                 # a call the turn holds back (reflect, stop) never reaches a tool node: ask instead
                 return verdicts.get(call_id) or Verdict(Action.ASK_HUMAN, _unjudged(self, call_id))
         return None
