@@ -69,9 +69,9 @@ from ._options import Extractor, check_approvals, check_extractor, check_setting
 from ._remote import RemoteGuard, remote_guard
 from .errors import UnknownToolWarning
 from .review import REVIEW_TYPES, ReviewType
-from .runs import GuardedRun, Intervention, Outcome, RunBook, Verdict, run_metadata
+from .runs import GuardedRun, RunBook, Verdict, run_metadata
 
-__all__ = ["Extractor", "ForewarnMiddleware", "GuardedRun", "Intervention", "Outcome"]
+__all__ = ["ForewarnMiddleware"]
 
 
 class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
