@@ -180,7 +180,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         self._name = name
         self._lock = threading.RLock()
         self._runs = RunBook(self._lock)
-        # what the look-ahead, approval and after-tool steps may use of the middleware
+        # what the look-ahead, approval and after-tool steps may use of the middleware (its bound methods: a
+        # reference cycle, as the agent's graph already makes with the middleware; the collector frees both)
         self._judge = Judge(self._session_guard, settings, judge_unchanged, approvals, approval_timeout,
                             decide=self._decide, adecide=self._adecide, extract=self._extract,
                             try_extract=self._try_extract, places=self.places, run_of=self._run_of, lock=self._lock)
