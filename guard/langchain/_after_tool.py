@@ -39,7 +39,7 @@ ToolResult = ToolMessage | Command[Any]
 
 
 def after_tool(judge: Judge, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
-               review: Review | None, approved_decision: Decision | None = None) -> ToolResult:
+               review: Review | None) -> ToolResult:
     """Commit the state the call led to; the tool's result, with what the model must know added."""
     with judge.lock:
         message, step, transcript, before = _ran(run, request, result, review)
@@ -48,7 +48,7 @@ def after_tool(judge: Judge, run: GuardedRun, request: ToolCallRequest, result: 
 
 
 async def aafter_tool(judge: Judge, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
-                      review: Review | None, approved_decision: Decision | None = None) -> ToolResult:
+                      review: Review | None) -> ToolResult:
     """:func:`after_tool` for the async hooks: the commit to a sidecar is awaited, not waited on."""
     with judge.lock:
         message, step, transcript, before = _ran(run, request, result, review)

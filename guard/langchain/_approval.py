@@ -26,7 +26,6 @@ except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain._approval", exc) from None
 
 from ...errors import ForewarnError
-from ..runtime import Decision
 from ..spec import Action
 from ..toolcalls.transcript import CallStatus, ToolStep
 from . import _explain as explain
@@ -40,12 +39,12 @@ __all__ = ["ask", "review_call", "unless_forewarn_asks"]
 
 
 def review_call(judge: Judge, run: GuardedRun, request: ToolCallRequest,
-                verdict: Verdict) -> tuple[ToolCallRequest, Review, Decision] | ToolMessage:
+                verdict: Verdict) -> tuple[ToolCallRequest, Review] | ToolMessage:
     """Ask a human about the call; an edited call is judged again, as if the model had proposed it
     (allowed: it runs; needs approval: the human is asked about the edited call; held back: it
     does not run), and an edit the guard cannot read is asked again with the error.
 
-    Returns the call to run (as edited), the review and the decision it was approved on; or the
+    Returns the call to run (as edited) and the review; or the
     tool message a call that does not run gets instead.
     """
     decision, description, edit, error = verdict.decision, verdict.description, None, None
@@ -75,7 +74,7 @@ def review_call(judge: Judge, run: GuardedRun, request: ToolCallRequest,
                                          "approved" if edit is None else "edited"))
                 if proposal is not None:
                     run.proposals[call.get("id") or ""] = proposal
-            return request, edit or review, decision
+            return request, edit or review
         name = review.name or call["name"]
         tool = request.tool if name == call["name"] else next(t for t in request.runtime.tools if t.name == name)
         # langgraph's override() types `tool` as BaseTool though the request's own field may be None
@@ -95,7 +94,7 @@ def review_call(judge: Judge, run: GuardedRun, request: ToolCallRequest,
         if again.action is Action.ALLOW:
             if proposal is not None:  # the edit, re-checked, is recorded on the sidecar too
                 _propose_allowed(judge, run, request, proposal)
-            return request, review, again.decision
+            return request, review
         decision, description = again.decision, again.description  # still needs approval: ask about the edit
 
 

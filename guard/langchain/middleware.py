@@ -379,12 +379,13 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         resolved = review_call(self._judge, run, request, verdict)
         if isinstance(resolved, ToolMessage):
             return resolved
-        token = REVIEWED.set(resolved[0].tool_call.get("id") or "")  # the recorder records the approval
+        approved, review = resolved
+        token = REVIEWED.set(approved.tool_call.get("id") or "")  # the recorder records the approval
         try:
-            result = handler(resolved[0])
+            result = handler(approved)
         finally:
             REVIEWED.reset(token)
-        return after_tool(self._judge, run, resolved[0], result, resolved[1], resolved[2])
+        return after_tool(self._judge, run, approved, result, review)
 
     async def _atool_call(self, request: ToolCallRequest,
                           handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]) -> ToolResult:
@@ -395,12 +396,13 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                     else review_call(self._judge, run, request, verdict))  # a sidecar's approver may take minutes
         if isinstance(resolved, ToolMessage):
             return resolved
-        token = REVIEWED.set(resolved[0].tool_call.get("id") or "")
+        approved, review = resolved
+        token = REVIEWED.set(approved.tool_call.get("id") or "")
         try:
-            result = await handler(resolved[0])
+            result = await handler(approved)
         finally:
             REVIEWED.reset(token)
-        return await aafter_tool(self._judge, run, resolved[0], result, resolved[1], resolved[2])
+        return await aafter_tool(self._judge, run, approved, result, review)
 
     # -- the look-ahead ---------------------------------------------------------------
 
