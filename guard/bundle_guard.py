@@ -61,6 +61,11 @@ class BundleGuard:
         return self.pooled.policy
 
     @property
+    def policy_override(self) -> Policy | None:
+        """The policy every member decides under, or None: each member's spec's."""
+        return self._policy
+
+    @property
     def monitors(self) -> list[Any]:
         return self.pooled.monitors
 

@@ -95,6 +95,8 @@ def test_a_session_takes_its_groups_model_and_falls_back_saying_so(bundle: Guard
     calm = Policy(Thresholds(reflect=0.0), Action.ALLOW)
     assert guard.session(calm, metadata={"task": "t1"}).observe(a).action is Action.ALLOW
     assert guard.with_policy(calm).decide(a, {"task": "t1"}).member == "t1"
+    # the override every member decides under (what the Spark replay ships to its workers); none by default
+    assert guard.with_policy(calm).policy_override == calm and guard.policy_override is None
 
 
 def test_group_values_are_text() -> None:

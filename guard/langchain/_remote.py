@@ -245,18 +245,13 @@ def remote_guard(client: Client | AsyncClient, model: str | None = None, *,
     synchronous paths."""
     twin, aclient = None, None
     if isinstance(client, AsyncClient):
-        aclient, twin = client, _sync_twin(client)
+        aclient, twin = client, client.synchronous()
         client = twin
     guard = RemoteGuard(client, client.guard(model, trusted_keys=trusted_keys), model,
                         aclient)
     if twin is not None:  # ours to close: when the guard goes, its connections go with it
         weakref.finalize(guard, twin.close)
     return guard
-
-
-def _sync_twin(client: AsyncClient) -> Client:
-    return Client(client.url, api_key=client._api_key, timeout=client._http.timeout.read or 30.0,
-                  retries=client.retries)
 
 
 def review_on_sidecar(session: MirroredSession, call: Mapping[str, Any], state: Mapping[str, Any],

@@ -115,7 +115,7 @@ def test_driving_domain_resampled_with_its_transition_rule(spark: Any, tmp_path:
 def test_embodied_domain(spark: Any, tmp_path: Path) -> None:
     from forewarn.domains.embodied.episodes import generate_traces
     from forewarn.domains.embodied.spec import write_spec
-    from forewarn.domains.embodied.tasks import hazard_tasks
+    from forewarn.domains.embodied.support import hazard_tasks
 
     task = hazard_tasks()[0]
     path = tmp_path / "embodied.jsonl"
