@@ -69,11 +69,12 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
                            field="body.state") from exc
         document = decision.to_dict()
         document["_state_words"] = state_words(live.session.guard.model.spec, dict(decision.abstract_state))
-        document["_review"] = review_facts(live.session.guard.model.spec, decision, live.session.last)
+        now = time.time()
+        document["_review"] = {**review_facts(live.session.guard.model, decision, live.session.last),
+                               "deadline": None if body.timeout is None else now + body.timeout}
         if body.edit_of is not None:
             document["_edit_of"] = _edited_one(state, body.edit_of, session_id, principal)
         status = STATUS_OF[decision.action] if body.ask is None else "pending" if body.ask else "allowed"
-        now = time.time()
         row = ProposalRow("p_" + secrets.token_urlsafe(15), session_id, now, principal.name, body.tool,
                orjson.dumps(body.arguments).decode(),
                None if body.tools is None else orjson.dumps(body.tools).decode(),
