@@ -241,7 +241,7 @@ def test_an_irreversible_call_is_not_approved_without_a_reason(tools_server: Ser
                                                                tmp_path: Path) -> None:
     from PIL import ImageChops
 
-    session_id, proposal = _secret_read_proposal(tools_server)
+    _, proposal = _secret_read_proposal(tools_server)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     outside = _local_only(page, tools_server.url)
     errors: list[str] = []
