@@ -87,6 +87,9 @@ class Decision:
     fallback: bool = False  # in a bundle: no model for the session's group, the pooled one decided
     baseline_p_unsafe: float | None = None
     increase: float | None = None
+    # the learned chain's state the figures were read from (None: never seen, or a history the runs never
+    # showed); what `forewarn states` numbers it, for the likeliest path from here (guard/states.py)
+    index: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -133,6 +136,7 @@ class Guard:
                           None if p.ci_high is None else p.ci_high.tolist())
                          for p in model.properties]
         self._visits = model.visits.tolist()
+        self._size = len(self._visits)  # the chain's states; history fallbacks are appended past them
         self._confidence = 1.0 - model.intervals.delta if model.intervals is not None else None
         self.start_risk = start_risk(model)  # per property: what a session's first step is compared with
         self._decisions: dict[tuple[Any, ...], Decision] = {}
@@ -307,7 +311,8 @@ class Guard:
                         lower=worst.lower, upper=worst.upper, threshold=threshold, known=index is not None,
                         unsafe_now=unsafe_now, properties=tuple(values), monitors=monitor_words,
                         ci_low=worst.ci_low, ci_high=worst.ci_high, visits=visits,
-                        baseline_p_unsafe=worst.baseline_p_unsafe, increase=worst.increase)
+                        baseline_p_unsafe=worst.baseline_p_unsafe, increase=worst.increase,
+                        index=index if index is not None and index < self._size else None)
 
     def _describe(self, bits: int, monitor_words: dict[str, str]) -> str:
         words = self.predicates.describe(bits)

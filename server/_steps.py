@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -13,6 +13,7 @@ import orjson
 from ..errors import ForewarnError
 from ..guard.runtime import Decision
 from ..guard.spec import Action
+from ..guard.telemetry import record_decision, tracing
 from . import schemas as S
 from ._http import ApiError, log
 from .auth import Principal
@@ -21,7 +22,9 @@ from .state import ServerState
 from .storage import Conflict, Storage
 from .storage.rows import ApprovalRow, IdempotencyRow, PrevStep, StepRow
 
-__all__ = ["chain_step", "decision_json", "write", "write_steps"]
+__all__ = ["chain_step", "decision_json", "trace_decision", "write", "write_steps"]
+
+Headers = Sequence[tuple[bytes, bytes]]  # a request's headers as ASGI has them
 
 
 async def write(state: ServerState, job: Callable[..., Any]) -> Any:
@@ -120,3 +123,16 @@ def decision_json(decision: Decision, live: LiveSession, *, step: int | None, ap
     tail = orjson.dumps({"approval_id": approval_id, "session_id": live.id, "step": step, "committed": committed,
                          "model": {"name": live.model_name, "version": live.loaded.version}, "at": at})
     return cached[1] + b"," + tail[1:]
+
+
+def trace_decision(decision: Decision, session_id: str, tool_of: Any, phase: str, headers: Headers,
+                   action: Action | str | None = None) -> None:
+    """The sidecar's decision as a ``forewarn.decision`` span (:mod:`forewarn.guard.telemetry`), a child
+    of the caller's span when its request carries a ``traceparent``; nothing at all (not even the
+    headers read) unless the application configured OpenTelemetry."""
+    if not tracing():
+        return
+    carrier = {name.decode("latin-1"): value.decode("latin-1") for name, value in headers}
+    tool = tool_of.get("tool") if isinstance(tool_of, dict) else tool_of
+    record_decision(decision, tool=tool if isinstance(tool, str) else None, phase=phase, session=session_id,
+                    action=action, carrier=carrier)

@@ -261,7 +261,8 @@ def review_on_sidecar(session: MirroredSession, call: Mapping[str, Any], state: 
     the review, and the proposal's id. No answer within ``timeout`` seconds, or a session closed
     meanwhile, is a rejection (the call does not run); so is an answer the agent does not allow."""
     assert session.remote is not None
-    answer = session.remote.propose(call["name"], call["args"], state, tools=tools, ask=True, edit_of=edit_of)
+    answer = session.remote.propose(call["name"], call["args"], state, tools=tools, ask=True, edit_of=edit_of,
+                                    timeout=timeout)
     client = session.remote.client
     if answer["status"] == "pending":
         answer = client.wait_for_proposal(answer["id"], timeout)

@@ -87,7 +87,7 @@ async def _console(remote: Any, name: str, args: Mapping[str, Any], state: Mappi
                    timeout: float) -> Approval:
     client = remote.client
     try:
-        answer = await remote.propose(name, dict(args), dict(state), tools=tools, ask=True)
+        answer = await remote.propose(name, dict(args), dict(state), tools=tools, ask=True, timeout=timeout)
         if answer["status"] == "pending":
             answer = await client.wait_for_proposal(answer["id"], timeout, poll=min(timeout, 30.0))
         if answer["status"] == "pending":

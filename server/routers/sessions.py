@@ -1,5 +1,6 @@
-"""Sessions: ``POST /v1/sessions`` (create), ``GET /v1/sessions`` (list), ``GET /v1/sessions/{id}``
-(with its committed steps) and ``POST /v1/sessions/{id}/close``.
+"""Sessions: ``POST /v1/sessions`` (create), ``GET /v1/sessions`` (list and search), ``GET
+/v1/sessions/{id}`` (with its committed steps), ``GET /v1/sessions/{id}/trail`` (everything that
+happened in it, in order) and ``POST /v1/sessions/{id}/close``.
 
 A session belongs to the tenant of the agent key that opened it; a key that may not see it gets
 404, as if it did not exist (:func:`server.deps.live_session`). Its steps are in :mod:`.steps`,
@@ -27,6 +28,8 @@ from ..models_registry import UnknownModel
 from ..sessions import LiveSession, effective_policy, make_session
 from ..storage import Storage
 from ..storage.rows import SessionRow
+from ..storage.sessions import SessionSearch
+from ..trail import trail_events
 
 __all__ = ["router"]
 
@@ -72,14 +75,34 @@ async def create_session(body: S.SessionCreate, state: AppState, principal: Agen
     return Response(payload, status_code=code, media_type=JSON)
 
 
+_DECISIONS = "^(allow|reflect|ask_human|stop|approved|rejected|edited|cancelled)$"
+
+
 @router.get("/v1/sessions", response_model=S.SessionList)
 async def list_sessions(state: AppState, principal: Anyone,
                         status: Annotated[str | None, Query(pattern="^(open|closed)$")] = None,
+                        session_id: Annotated[str | None, Query(pattern=S.ID_PATTERN, description=(
+                            "A part of the session's id."))] = None,
+                        tool: Annotated[str | None, Query(min_length=1, max_length=200, description=(
+                            "A tool the session proposed or called."))] = None,
+                        decision: Annotated[str | None, Query(pattern=_DECISIONS, description=(
+                            "A guard action one of its steps or proposals got (allow, reflect, ask_human, stop), "
+                            "or an answer a proposal or approval got (approved, rejected, edited, cancelled)."))]
+                        = None,
+                        since: Annotated[float | None, Query(ge=0, le=1e11, description=(
+                            "Open at or after this time (epoch seconds)."))] = None,
+                        until: Annotated[float | None, Query(ge=0, le=1e11, description=(
+                            "Opened at or before this time (epoch seconds)."))] = None,
                         offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
-    """Sessions the caller may see (its tenant's, an approver's tenants', all for admin), newest first."""
+    """Sessions the caller may see (its tenant's, an approver's tenants', all for admin), newest first;
+    searched by a part of their id, a tool, a decision or answer, and the time they were open."""
+    if since is not None and until is not None and since > until:
+        raise bad_request(f"since ({since}) is after until ({until})", "query.since")
+    search = SessionSearch(session_id, tool, decision, since, until)
     rows = state.storage.list_sessions(status=status, limit=min(limit, state.settings.limits.max_page),
-                                       offset=offset, tenants=principal.tenants)
+                                       offset=offset, tenants=principal.tenants,
+                                       search=None if search == SessionSearch() else search)
     out = {"sessions": [session_summary(r) for r in rows], "offset": offset, "limit": limit}
     return Response(orjson.dumps(out), media_type=JSON)
 
@@ -110,6 +133,32 @@ async def get_session(session_id: SessionId, state: AppState, principal: Anyone,
         "offset": offset, "limit": limit,
         "steps": [step_out(r, names) for r in steps],
     }
+    return Response(orjson.dumps(out), media_type=JSON)
+
+
+@router.get("/v1/sessions/{session_id}/trail", response_model=S.Trail,
+            responses=errors_for((404, "Unknown session")))
+async def session_trail(session_id: SessionId, state: AppState, principal: Anyone,
+                        offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+                        limit: Annotated[int, Query(ge=1, le=1000)] = 1000) -> Response:
+    """Everything that happened in a session, oldest first, with who did it: opened, each proposal
+    (a call asked about before it ran) and its answer (approved, rejected, edited, cancelled), each
+    committed step with the guard's decision, each approval a step asked for and its answer, closed
+    (paged: ``offset``, ``limit``)."""
+    row = state.storage.session_row(session_id)
+    if row is None or not principal.sees(row["tenant"] or row["created_by"]):
+        raise ApiError(404, "not_found", f"no session {session_id!r}", field="path.session_id")
+    limit = min(limit, state.settings.limits.max_page)
+    # the first `upto` events are among the first `upto` steps, proposals and approvals, each in time
+    # order (an answer comes after its request): a page reads no more than it shows, and what precedes it
+    upto = offset + limit
+    storage = state.storage
+    events = trail_events(row, storage.trail_steps(session_id, upto),
+                          storage.proposals(status=None, session_id=session_id, limit=upto, offset=0),
+                          storage.approvals(status=None, session_id=session_id, limit=upto, offset=0))
+    out = {"session": session_summary(row, steps_total=storage.step_count(session_id)),
+           "events": events[offset:upto], "events_total": storage.trail_size(session_id), "offset": offset,
+           "limit": limit}
     return Response(orjson.dumps(out), media_type=JSON)
 
 

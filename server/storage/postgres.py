@@ -179,6 +179,7 @@ class PgStorage(StorageBase):
     """The database of any number of replicas. Open with :meth:`open`, close with :meth:`close`."""
 
     shared = True
+    POSITION = "strpos({}, ?)"
 
     def __init__(self, url: str, pool: Any, writers: list[_ThreadWriter], listener: _Listener) -> None:
         self.path = url

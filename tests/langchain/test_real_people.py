@@ -345,3 +345,44 @@ def test_an_irreversible_call_needs_a_reason_and_the_proposal_says_why(tool_side
         metrics = httpx.get(f"{tool_sidecar.url}/metrics", headers={"Authorization": f"Bearer {KEYS['admin']}"}).text
         assert 'forewarn_decisions_total{action="ask_human",op="propose"}' in metrics
         assert 'forewarn_approvals_resolved_total{status="approved"}' in metrics
+
+
+def test_the_approver_sees_the_likeliest_path_and_when_the_agent_gives_up(tool_sidecar: Any,
+                                                                          tool_model: GuardModel) -> None:
+    """The proposal's path is `forewarn states`'s "most likely path to unsafe" from the state the call
+    leads to, told as what each step flips; its deadline is the agent's timeout from its creation."""
+    import math
+    from itertools import pairwise
+
+    from _sidecar import KEYS
+    from forewarn.guard.client import Client
+    from forewarn.guard.states import state_rows
+
+    task = "Check the deploy config."
+    extract = ToolStateExtractor()
+    start = extract(Transcript.of(task))
+    reading = extract(Transcript.of(task, [{"name": "read_file", "args": {"path": ".env"}, "status": "proposed"}]))
+    with Client(tool_sidecar.url, api_key=KEYS["agent"]) as agent:
+        session = agent.session(metadata={"thread_id": "path"})
+        session.observe(start, ask=False)
+        proposal = session.propose("read_file", {"path": ".env"}, reading, ask=True, timeout=90)
+        agent.cancel_proposal(proposal["id"], "done looking")
+    local = Guard(tool_model).session()
+    local.observe(start)
+    decision = local.preview(reading)
+    assert decision.index is not None
+    rows = state_rows(tool_model)
+    row = rows[decision.index]
+    assert row.path is not None and row.path_probability is not None
+    expected = []
+    for here, there in pairwise(row.path):
+        flips = [{"predicate": name, "holds": rows[there].predicates[name],
+                  "description": tool_model.spec.predicates[name].description}
+                 for name in rows[there].predicates if rows[here].predicates[name] != rows[there].predicates[name]]
+        if flips or rows[there].unsafe:
+            expected.append({"changes": flips, "unsafe": rows[there].unsafe})
+    review = proposal["review"]
+    assert review["path"] == {"probability": row.path_probability, "steps": expected}
+    assert expected and expected[-1]["unsafe"]
+    assert review["path"]["probability"] <= proposal["risk"]["p_unsafe"]  # one path of all that lead there
+    assert math.isclose(review["deadline"] - proposal["created_at"], 90, abs_tol=1e-6)

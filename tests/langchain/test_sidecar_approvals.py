@@ -139,6 +139,8 @@ def test_a_call_nobody_answers_is_withdrawn_and_does_not_run(tool_sidecar: Any) 
         assert approver.proposals(session_id=session_id) == []  # withdrawn: no stale card for an approver
         (withdrawn,) = approver.proposals("cancelled", session_id=session_id)
         assert withdrawn["tool"] == "send_email" and withdrawn["reason"] == "the agent stopped waiting after 0.5 s"
+        # the approver was shown when the agent would give up: its approval_timeout from the proposal
+        assert abs(withdrawn["review"]["deadline"] - withdrawn["created_at"] - 0.5) < 1e-6
 
 
 def test_the_async_middleware_waits_for_the_sidecar_without_blocking_its_loop(tool_sidecar: Any) -> None:

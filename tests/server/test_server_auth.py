@@ -20,6 +20,7 @@ MATRIX = [
     ("POST", "/v1/sessions", {}, {AGENT, ADMIN}),
     ("GET", "/v1/sessions", None, EVERYONE),
     ("GET", "/v1/sessions/{sid}", None, EVERYONE),
+    ("GET", "/v1/sessions/{sid}/trail", None, EVERYONE),
     ("POST", "/v1/sessions/{sid}/observe", {"state": egg_state()}, {AGENT, ADMIN}),
     ("POST", "/v1/sessions/{sid}/preview", {"state": egg_state()}, {AGENT, ADMIN}),
     ("POST", "/v1/sessions/{sid}/proposals", {"tool": "t", "state": egg_state()}, {AGENT, ADMIN}),
