@@ -230,6 +230,7 @@ def test_sessions_advance_the_memory_as_learning_encodes_it(write_runs: WriteRun
             previewed = session.preview(state)
             decision = session.observe(state)
             assert previewed == decision
+            assert session.monitor_states is not None
             assert memory.encode(bits, session.monitor_states[-1]) == chain_state
             assert decision.abstract_state == {"a": bool(bits & 1), "b": bool(bits & 2)}
             i = index[(chain_state, ())]
