@@ -101,14 +101,16 @@ def test_every_endpoint_and_role(server: ServerThread, http: httpx.Client, built
 def test_bearer_parsing() -> None:
     keys = load_settings(api_keys="k1:agent,k2:admin:root").api_keys
     checker = Authenticator(keys)
-    assert checker.principal("Bearer k1").role.value == "agent"
-    assert checker.principal("bearer k2").name == "root"
+    agent, root = checker.principal("Bearer k1"), checker.principal("bearer k2")
+    assert agent is not None and root is not None
+    assert agent.role.value == "agent"
+    assert root.name == "root"
     assert checker.principal("Bearer k1x") is None
     assert checker.principal("k1") is None
     assert checker.principal("Basic k1") is None
     assert checker.principal("Bearer ") is None
     assert checker.principal(None) is None
-    assert checker.principal("Bearer k1").name.startswith("key-")  # a fingerprint, never the key
+    assert agent.name.startswith("key-")  # a fingerprint, never the key
 
 
 def test_keys_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
