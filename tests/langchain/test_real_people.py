@@ -197,8 +197,8 @@ def test_the_sidecar_session_is_closed_when_the_run_ends(tool_sidecar: Any, log:
         agent.invoke({"messages": [HumanMessage("Read the readme.")]},
                      {"configurable": {"thread_id": "t-close"}, "metadata": {"customer": "ann"}})
         run = mw.get_run("t-close")
-        assert run is not None and run.closed
-        info = _closed(client, run.session.remote.id)  # type: ignore[attr-defined]
+        assert run is not None and run.closed and isinstance(run.session, MirroredSession)
+        info = _closed(client, run.session.remote.id)
         assert info["closed_at"] is not None and info["metadata"] == {"customer": "ann", "thread_id": "t-close"}
 
 
@@ -218,8 +218,8 @@ def test_the_session_is_closed_when_a_tool_fails(tool_sidecar: Any, log: ToolLog
         with pytest.raises(RuntimeError, match="disk on fire"):
             agent.invoke({"messages": [HumanMessage("Read the readme.")]}, {"configurable": {"thread_id": "t-fail"}})
         run = mw.get_run("t-fail")
-        assert run is not None and run.closed
-        assert _closed(client, run.session.remote.id)["closed_at"] is not None  # type: ignore[attr-defined]
+        assert run is not None and run.closed and isinstance(run.session, MirroredSession)
+        assert _closed(client, run.session.remote.id)["closed_at"] is not None
 
 
 def test_an_interrupt_does_not_end_the_run_and_close_ends_it(tool_sidecar: Any, log: ToolLog) -> None:
@@ -281,8 +281,9 @@ def test_the_async_hooks_commit_through_the_async_client(tool_sidecar: Any, log:
             await agent.ainvoke({"messages": [HumanMessage("Summarize the readme.")]},
                                 {"configurable": {"thread_id": "t-async"}})
             run = mw.get_run("t-async")
-            assert run is not None and run.closed
-            remote = await run.session.acreating  # type: ignore[attr-defined]
+            assert run is not None and run.closed and isinstance(run.session, MirroredSession)
+            assert run.session.acreating is not None
+            remote = await run.session.acreating
             return remote.id, await client.get_session(remote.id)
 
     session_id, info = asyncio.run(main())

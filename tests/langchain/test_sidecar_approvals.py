@@ -19,6 +19,7 @@ from _sidecar import KEYS
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.client import AsyncClient, Client
 from forewarn.guard.langchain import ForewarnMiddleware
+from forewarn.guard.langchain._remote import MirroredSession
 from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
 
 SHARE = "Share the customer churn analysis with the partner team."
@@ -53,7 +54,8 @@ def _pending(approver: Client, mw: ForewarnMiddleware, *, seen: set[str]) -> dic
     while time.monotonic() < deadline:
         run = mw.last_run
         if run is not None:
-            session_id = run.session.remote.id  # type: ignore[attr-defined]
+            assert isinstance(run.session, MirroredSession)
+            session_id = run.session.remote.id
             fresh = [p for p in approver.proposals(session_id=session_id) if p["id"] not in seen]
             if fresh:
                 seen.add(fresh[0]["id"])

@@ -46,7 +46,7 @@ def _db_rows(url: str, sql: str, *params: object) -> list[tuple[Any, ...]]:
         return conn.execute(sql, params).fetchall()
 
 
-def _check_against_guard(guard: Guard, states: list[dict[str, object]], answers: list[dict[str, object]]) -> None:
+def _check_against_guard(guard: Guard, states: list[dict[str, object]], answers: list[dict[str, Any]]) -> None:
     local = guard.session()
     for step, (state, got) in enumerate(zip(states, answers)):
         expected = local.observe(state)
@@ -55,7 +55,7 @@ def _check_against_guard(guard: Guard, states: list[dict[str, object]], answers:
         if expected.p_unsafe is None:  # a state the model never saw
             assert got["p_unsafe"] is None
         else:
-            assert math.isclose(got["p_unsafe"], expected.p_unsafe)  # type: ignore[arg-type]
+            assert math.isclose(got["p_unsafe"], expected.p_unsafe)
 
 
 def test_steps_spread_over_replicas_match_the_guard(replicas: list[ServerProcess], postgres_db: str,
