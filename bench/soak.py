@@ -277,7 +277,7 @@ def hostile(tmp: Path, connections: int, seconds: float) -> list[dict[str, Any]]
     finally:
         uncapped.stop()
     sys.path.insert(0, str(C.ROOT / "tests" / "server"))
-    from _nginx import Nginx, nginx_binary  # type: ignore[import-not-found]  # tests/server: on the path above
+    from _nginx import Nginx, nginx_binary  # tests/server: on the path above
 
     if nginx_binary() is None:
         print("nginx is not installed: the phases behind it are left out (apt-get install nginx-light)")

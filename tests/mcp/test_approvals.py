@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ ASKING = Policy(thresholds=Thresholds(ask_human=0.8), unseen_state=Action.ASK_HU
 
 def test_elicitation_approves_one_call_and_refuses_another(mcp_model: GuardModel, repo: Path) -> None:
     asked: list[types.ElicitRequestParams] = []
-    answers = iter([{"approve": True}, {"approve": False}])
+    answers: Iterator[dict[str, str | int | float | bool | list[str] | None]] = iter([{"approve": True},
+                                                                                      {"approve": False}])
 
     async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         asked.append(params)
@@ -41,7 +43,7 @@ def test_elicitation_approves_one_call_and_refuses_another(mcp_model: GuardModel
 
     approved, refused = anyio.run(scenario)
     assert len(asked) == 2 and "Forewarn asks before the agent calls `git_add`" in asked[0].message
-    assert asked[0].requested_schema == APPROVAL_SCHEMA
+    assert isinstance(asked[0], types.ElicitRequestFormParams) and asked[0].requested_schema == APPROVAL_SCHEMA
     assert not approved.is_error and git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]
     assert refused.is_error and "the user refused it; the call did not run" in text_of(refused)
 

@@ -46,10 +46,12 @@ def test_record_then_learn_then_guard(repo: Path, tmp_path: Path) -> None:
     record = tmp_path / "runs.jsonl"
     r = str(repo)
     upstream = ["--", GIT_SERVER, "--repository", r]
-    careless = [("git_status", {"repo_path": r}), ("git_add", {"repo_path": r, "files": ["notes.txt"]}),
-                ("git_reset", {"repo_path": r})]
-    careful = [("git_add", {"repo_path": r, "files": ["notes.txt"]}),
-               ("git_commit", {"repo_path": r, "message": "notes"}), ("git_log", {"repo_path": r})]
+    careless: list[tuple[str, dict[str, Any]]] = [
+        ("git_status", {"repo_path": r}), ("git_add", {"repo_path": r, "files": ["notes.txt"]}),
+        ("git_reset", {"repo_path": r})]
+    careful: list[tuple[str, dict[str, Any]]] = [
+        ("git_add", {"repo_path": r, "files": ["notes.txt"]}), ("git_commit", {"repo_path": r, "message": "notes"}),
+        ("git_log", {"repo_path": r})]
 
     async def record_sessions() -> None:
         for calls in (careless, careful):

@@ -9,7 +9,7 @@ import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -132,7 +132,7 @@ def test_an_approver_approves_a_waiting_agent_in_the_console(server: ServerThrea
 
     with Image.open(tmp_path / "console.png") as shot:
         gray = shot.convert("L")
-        low, high = gray.getextrema()
+        low, high = cast(tuple[int, int], gray.getextrema())  # one band ("L"): one (min, max) pair
         assert shot.size[0] >= 1000 and high - low > 100 and len(gray.getcolors(1 << 16) or []) > 20  # not blank
 
 

@@ -38,7 +38,7 @@ def same_counts(a: TransitionCounts, b: TransitionCounts) -> None:
 
 def document(model: GuardModel, tmp_path: Path, name: str) -> dict[str, Any]:
     """The model file as written, without what may differ (provenance, timings, the checksum over them)."""
-    doc = json.loads(model.save(tmp_path / name).read_text())
+    doc: dict[str, Any] = json.loads(model.save(tmp_path / name).read_text())
     for key in ("provenance", "checksum"):
         doc.pop(key)
     doc["check"].pop("seconds")
