@@ -23,20 +23,22 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from decision_latency import stream_runs, time_observe
 
 import _common as C
 from _common import ROOT, write_json
-from decision_latency import stream_runs, time_observe
 from forewarn.guard import Guard, learn_model, parse_spec
 
 sys.path.insert(0, str(ROOT / "tests"))  # the coverage harness lives with the tests that use it
-from _coverage import MIXTURES, coverage, kinds_coverage, simulate  # noqa: E402
-from _support import AB, END, NONE, TOY_SPEC, reach_probabilities, toy_state  # noqa: E402
+from _coverage import MIXTURES, Coverage, coverage, kinds_coverage, simulate
+from _support import AB, TOY_SPEC, reach_probabilities, toy_state
+from forewarn.guard.learning import END
 
 
 def session_coverage(learnings: int, runs: int, seed: int) -> dict[str, float]:
@@ -112,12 +114,12 @@ def main() -> None:
     learnings = args.learnings or (40 if args.quick else 200)
     results: dict[str, Any] = {}
     rows = []
-    for label, run in (("chain (default learn)", lambda: coverage("two_types", learnings=learnings, runs=args.runs,
-                                                                   seed=23)),
-                       ("kinds: 2", lambda: kinds_coverage("two_types", learnings=learnings, runs=args.runs,
-                                                           kinds=2, seed=23)),
-                       ("kinds: auto", lambda: kinds_coverage("two_types", learnings=max(learnings // 4, 10),
-                                                              runs=args.runs, kinds="auto", seed=23))):
+    plans: list[tuple[str, Callable[[], Coverage]]] = [
+        ("chain (default learn)", lambda: coverage("two_types", learnings=learnings, runs=args.runs, seed=23)),
+        ("kinds: 2", lambda: kinds_coverage("two_types", learnings=learnings, runs=args.runs, kinds=2, seed=23)),
+        ("kinds: auto", lambda: kinds_coverage("two_types", learnings=max(learnings // 4, 10), runs=args.runs,
+                                               kinds="auto", seed=23))]
+    for label, run in plans:
         started = time.perf_counter()
         result = run()
         seconds = time.perf_counter() - started

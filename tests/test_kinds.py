@@ -232,7 +232,7 @@ def test_the_kinds_cover_the_true_rates_of_the_two_types() -> None:
 
 def two_type_runs(count: int, seed: int) -> list[dict[str, Any]]:
     _, paths, _ = simulated("two_types", count, seed)
-    runs = []
+    runs: list[dict[str, Any]] = []
     for path, copies in sorted(paths.items()):
         runs += [toy_run(f"r{len(runs) + c}", list(path)) for c in range(copies)]
     return runs
