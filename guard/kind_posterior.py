@@ -38,15 +38,32 @@ _TOLERANCE = 1e-9
 
 @dataclass(frozen=True, slots=True)
 class Belief:
-    """A session's posterior over kinds: log weights (normalised), and the product state it is at
-    (None: the last step was one the model could not place)."""
+    """A session's posterior over kinds: log weights (normalised); the product state it is at (None: the
+    last step was one the model could not place); and, with intervals, bounds on each kind's
+    log-likelihood of the prefix (unnormalised), from which the posterior's own bounds follow."""
 
     log_weights: tuple[float, ...]
     index: int | None
+    log_low: tuple[float, ...] | None = None
+    log_high: tuple[float, ...] | None = None
 
     @property
     def weights(self) -> tuple[float, ...]:
         return tuple(math.exp(x) for x in self.log_weights)
+
+    def weight_bounds(self) -> tuple[list[float], list[float]] | None:
+        """Per kind, the lowest and highest posterior weight any parameters inside the intervals give:
+        ``L_k^low / (L_k^low + Σ_{j≠k} L_j^high)`` and ``L_k^high / (L_k^high + Σ_{j≠k} L_j^low)``."""
+        if self.log_low is None or self.log_high is None:
+            return None
+        low, high = self.log_low, self.log_high
+        lows, highs = [], []
+        for k in range(len(low)):
+            others_high = [h for j, h in enumerate(high) if j != k]
+            others_low = [lo for j, lo in enumerate(low) if j != k]
+            lows.append(_share(low[k], others_high))
+            highs.append(_share(high[k], others_low))
+        return lows, highs
 
 
 @dataclass(frozen=True)
@@ -68,7 +85,9 @@ class KindMixture:
     the order of the model's ``transitions`` (same ``indptr``/``indices``); ``initial[k]``: its start
     probability per product state (0 where no training run started); ``columns[k][p]``: property
     ``p``'s values in kind ``k``; ``chosen``: how K was set (``"auto"`` or the spec's number) and, for
-    auto, the held-out log-likelihood per run of each candidate.
+    auto, the held-out log-likelihood per run of each candidate. With intervals, ``transition_bounds``
+    (K × entries, low and high) are each kind's transition intervals and ``start_bounds`` (K × states)
+    intervals of ``w_k·π_k(x)``, the share of runs of kind ``k`` that start in ``x``.
     """
 
     weights: np.ndarray
@@ -80,19 +99,31 @@ class KindMixture:
     indices: np.ndarray
     chosen: str = "auto"
     scores: dict[int, float] | None = None
+    transition_bounds: tuple[np.ndarray, np.ndarray] | None = None
+    start_bounds: tuple[np.ndarray, np.ndarray] | None = None
     # the same as plain lists, for the per-step path (a list index is several times cheaper than numpy's)
     _log_w: list[float] = field(init=False, repr=False, compare=False)
     _log_pi: list[list[float]] = field(init=False, repr=False, compare=False)  # per state: K values
     _log_p: list[list[float]] = field(init=False, repr=False, compare=False)  # per entry: K values
+    _log_bounds: tuple[list[list[float]], list[list[float]]] | None = field(init=False, repr=False, compare=False)
+    _log_starts: tuple[list[list[float]], list[list[float]]] | None = field(init=False, repr=False, compare=False)
     _indptr: list[int] = field(init=False, repr=False, compare=False)
     _indices: list[int] = field(init=False, repr=False, compare=False)
     _lists: list[list[tuple[list[float] | None, ...]]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        def logs(a: np.ndarray) -> list[list[float]]:
+            with np.errstate(divide="ignore"):
+                out: list[list[float]] = np.log(a).T.tolist()
+            return out
+
         with np.errstate(divide="ignore"):
             object.__setattr__(self, "_log_w", np.log(self.weights).tolist())
-            object.__setattr__(self, "_log_pi", np.log(self.initial).T.tolist())
-            object.__setattr__(self, "_log_p", np.log(self.probabilities).T.tolist())
+        object.__setattr__(self, "_log_pi", logs(self.initial))
+        object.__setattr__(self, "_log_p", logs(self.probabilities))
+        bounds, starts = self.transition_bounds, self.start_bounds
+        object.__setattr__(self, "_log_bounds", None if bounds is None else (logs(bounds[0]), logs(bounds[1])))
+        object.__setattr__(self, "_log_starts", None if starts is None else (logs(starts[0]), logs(starts[1])))
         object.__setattr__(self, "_indptr", self.indptr.tolist())
         object.__setattr__(self, "_indices", self.indices.tolist())
         object.__setattr__(self, "_lists", [[_as_lists(c) for c in kind] for kind in self.columns])
@@ -102,51 +133,80 @@ class KindMixture:
         return len(self.weights)
 
     def prior(self) -> Belief:
-        """The belief before any step: the kinds' weights."""
-        return Belief(tuple(self._log_w), None)
+        """The belief before any step: the kinds' weights (and, with intervals, nothing known of the bounds)."""
+        unknown = self._log_starts is not None
+        return Belief(tuple(self._log_w), None, (-math.inf,) * self.kinds if unknown else None,
+                      (0.0,) * self.kinds if unknown else None)
 
     def start(self, index: int | None) -> Belief:
         """The belief after a run's first state (product index, None when unseen)."""
-        prior = self._log_w
         if index is None:
-            return Belief(tuple(prior), None)
-        start = self._log_pi[index]
-        return _updated(prior, start, index)
+            return self.prior()
+        low = high = None
+        if self._log_starts is not None:
+            low, high = tuple(self._log_starts[0][index]), tuple(self._log_starts[1][index])
+        return _updated(self._log_w, self._log_pi[index], index, low, high)
 
     def step(self, belief: Belief, index: int | None) -> Belief:
         """The belief after a step into product state ``index`` (None when unseen)."""
-        if index is None:
-            return Belief(belief.log_weights, None)
-        if belief.index is None:  # the step before was not placed: this one cannot be scored
-            return Belief(belief.log_weights, index)
-        indptr = self._indptr
-        indices = self._indices
+        if index is None or belief.index is None:  # this step, or the one before, was not placed: not scored
+            return Belief(belief.log_weights, index, belief.log_low, belief.log_high)
+        indptr, indices = self._indptr, self._indices
         begin, stop = indptr[belief.index], indptr[belief.index + 1]
         position = bisect.bisect_left(indices, index, begin, stop)
         if position == stop or indices[position] != index:  # outside the model's sparsity
-            return Belief(belief.log_weights, index)
-        step = self._log_p[position]
-        return _updated(list(belief.log_weights), step, index)
+            return Belief(belief.log_weights, index, belief.log_low, belief.log_high)
+        low, high = belief.log_low, belief.log_high
+        if self._log_bounds is not None and low is not None and high is not None:
+            low = tuple(a + b for a, b in zip(low, self._log_bounds[0][position]))
+            high = tuple(a + b for a, b in zip(high, self._log_bounds[1][position]))
+        return _updated(list(belief.log_weights), self._log_p[position], index, low, high)
 
     def mix(self, belief: Belief, prop: int, index: int) -> tuple[float, float | None, float | None,
                                                                 float | None, float | None]:
-        """Property ``prop`` at product state ``index`` under ``belief``: the posterior-weighted value,
-        Storm's bounds and confidence interval (None where the kinds have none)."""
+        """Property ``prop`` at product state ``index`` under ``belief``: the posterior-weighted value and
+        Storm's bounds; the confidence interval is the lowest (highest) weighted end over the posterior
+        weights the likelihood bounds allow (posterior-weighted ends when the model has no bounds)."""
         weights = belief.weights
-        lists = self._lists
+        columns = [self._lists[k][prop] for k in range(len(weights))]
         out: list[float | None] = []
+        ends: list[list[float] | None] = []  # per field, each kind's value at the state
         for which in range(5):
-            total = 0.0
-            for k, w in enumerate(weights):
-                column = lists[k][prop][which]
-                if column is None:
-                    total = math.nan
-                    break
-                total += w * column[index]
-            out.append(None if math.isnan(total) else min(max(total, 0.0), 1.0))
-        value = out[0]
+            at = [c[which] for c in columns]
+            kinds = [a[index] for a in at if a is not None]
+            ends.append(kinds if len(kinds) == len(at) else None)
+            out.append(None if len(kinds) < len(at) else
+                       min(max(sum(w * x for w, x in zip(weights, kinds)), 0.0), 1.0))
+        value, lower, upper, ci_low, ci_high = out
         assert value is not None
-        return value, out[1], out[2], out[3], out[4]
+        box = belief.weight_bounds()
+        lows, highs = ends[3], ends[4]
+        if box is not None and lows is not None and highs is not None:
+            ci_low = min(_extreme(lows, *box, largest=False), value)
+            ci_high = max(_extreme(highs, *box, largest=True), value)
+        return value, lower, upper, ci_low, ci_high
+
+
+def _share(own: float, others: list[float]) -> float:
+    """``e^own / (e^own + Σ e^others)``, in log space; 0 when ``own`` is −∞, and 1 when every other is."""
+    if own == -math.inf:
+        return 0.0
+    top = max([own, *others])
+    total = sum(math.exp(x - top) for x in [own, *others])
+    return math.exp(own - top) / total
+
+
+def _extreme(values: list[float], low: list[float], high: list[float], *, largest: bool) -> float:
+    """min (max) of ``Σ ω_k·values_k`` over ``low ≤ ω ≤ high``, ``Σ ω = 1`` (the greedy fill of
+    guard/kinds_check.py's ``simplex_extreme``, for one state)."""
+    order = sorted(range(len(values)), key=lambda k: values[k], reverse=largest)
+    room = max(1.0 - sum(low), 0.0)
+    total = 0.0
+    for k in order:
+        extra = min(max(high[k] - low[k], 0.0), room)
+        room -= extra
+        total += values[k] * (low[k] + extra)
+    return total
 
 
 def _as_lists(c: KindColumns) -> tuple[list[float] | None, ...]:
@@ -162,11 +222,12 @@ def logsumexp_normalise(log_weights: Sequence[float]) -> tuple[float, ...] | Non
     return tuple(x - z for x in log_weights)
 
 
-def _updated(log_weights: list[float], factor: list[float], index: int) -> Belief:
+def _updated(log_weights: list[float], factor: list[float], index: int, low: tuple[float, ...] | None,
+             high: tuple[float, ...] | None) -> Belief:
     normalised = logsumexp_normalise([a + b for a, b in zip(log_weights, factor)])
     if normalised is None:  # every kind calls the step impossible: it says nothing about which kind
-        return Belief(tuple(log_weights), index)
-    return Belief(normalised, index)
+        return Belief(tuple(log_weights), index, low, high)
+    return Belief(normalised, index, low, high)
 
 
 # -- the model file's "kinds" block (absent from a model of one kind, which loads as before) ------
@@ -189,6 +250,10 @@ class KindEntry(_Doc):
     probabilities: list[float]  # in the order of the model's transitions
     counts: list[float]  # weighted counts (responsibilities × counts), same order
     properties: list[KindPropertyEntry]
+    # with intervals: the kind's transition intervals (same order), and (state, low, high) of w_k·π_k(state)
+    transition_low: list[float] | None = None
+    transition_high: list[float] | None = None
+    start_bounds: list[tuple[int, float, float]] | None = None
 
 
 class KindsEntry(_Doc):
@@ -202,6 +267,8 @@ def kinds_document(mixture: KindMixture) -> dict[str, Any]:
     def column(a: np.ndarray | None) -> list[float] | None:
         return None if a is None else a.tolist()
 
+    bounds, starts = mixture.transition_bounds, mixture.start_bounds
+
     return {
         "chosen": mixture.chosen,
         "scores": None if mixture.scores is None else {str(k): v for k, v in mixture.scores.items()},
@@ -212,6 +279,10 @@ def kinds_document(mixture: KindMixture) -> dict[str, Any]:
             "counts": mixture.counts[k].tolist(),
             "properties": [{"values": c.values.tolist(), "lower": column(c.lower), "upper": column(c.upper),
                             "ci_low": column(c.ci_low), "ci_high": column(c.ci_high)} for c in mixture.columns[k]],
+            **({} if bounds is None or starts is None else {
+                "transition_low": bounds[0][k].tolist(), "transition_high": bounds[1][k].tolist(),
+                "start_bounds": [[int(i), float(starts[0][k, i]), float(starts[1][k, i])]
+                                 for i in np.flatnonzero(starts[1][k] > 0)]}),
         } for k in range(mixture.kinds)],
     }
 
@@ -230,6 +301,11 @@ def read_kinds(entry: KindsEntry, *, source: str, indptr: np.ndarray, indices: n
     probabilities = np.zeros((len(weights), entries))
     counts = np.zeros((len(weights), entries))
     columns: list[list[KindColumns]] = []
+    bounded = [c.transition_low is not None for c in entry.components]
+    if any(bounded) and not all(bounded):
+        raise bad("components", "give every kind its transition intervals, or none")
+    t_low, t_high = np.zeros((len(weights), entries)), np.ones((len(weights), entries))
+    s_low, s_high = np.zeros((len(weights), n)), np.zeros((len(weights), n))
     for k, c in enumerate(entry.components):
         where = f"components[{k}]"
         for i, start in c.initial:
@@ -248,11 +324,25 @@ def read_kinds(entry: KindsEntry, *, source: str, indptr: np.ndarray, indices: n
         if np.any(p[indptr[np.flatnonzero(absorbing)]] != 1.0):
             raise bad(f"{where}.probabilities", "an absorbing state must stay where it is")
         probabilities[k], counts[k] = p, np.array(c.counts, dtype=float)
+        if c.transition_low is not None:
+            if c.transition_high is None or c.start_bounds is None \
+                    or len(c.transition_low) != entries or len(c.transition_high) != entries:
+                raise bad(where, f"transition_low/high need one value per transition ({entries}), and start_bounds")
+            t_low[k], t_high[k] = c.transition_low, c.transition_high
+            if np.any(t_low[k] < -_TOLERANCE) or np.any(t_high[k] > 1 + _TOLERANCE) \
+                    or np.any(t_low[k] > np.array(c.probabilities) + _TOLERANCE) \
+                    or np.any(np.array(c.probabilities) > t_high[k] + _TOLERANCE):
+                raise bad(where, "transition intervals must lie in [0, 1] around the probabilities")
+            for i, low, high in c.start_bounds:
+                if not 0 <= i < n or not 0.0 <= low <= high <= 1.0 + _TOLERANCE:
+                    raise bad(f"{where}.start_bounds", f"entry ({i}, {low}, {high}) is out of range")
+                s_low[k, i], s_high[k, i] = low, high
         if len(c.properties) != properties:
             raise bad(f"{where}.properties", f"needs one entry per guarded property ({properties})")
         columns.append([_column(prop, n, f"{where}.properties[{t}]", bad) for t, prop in enumerate(c.properties)])
     scores = None if entry.scores is None else {int(k): v for k, v in entry.scores.items()}
-    return KindMixture(weights, initial, probabilities, counts, columns, indptr, indices, entry.chosen, scores)
+    return KindMixture(weights, initial, probabilities, counts, columns, indptr, indices, entry.chosen, scores,
+                       (t_low, t_high) if all(bounded) else None, (s_low, s_high) if all(bounded) else None)
 
 
 def _column(prop: KindPropertyEntry, n: int, where: str, bad: Any) -> KindColumns:

@@ -19,7 +19,8 @@ chain itself, bit for bit (the same floating-point operations as :func:`learn_dt
 from :data:`RESTARTS` random starts (a seeded generator: the same runs give the same mixture) and
 the fit of highest likelihood is kept, its kinds ordered by weight.
 
-``kinds: auto`` chooses ``K`` among 1..:data:`MAX_KINDS` on held-out likelihood: the distinct runs
+``kinds: auto`` chooses ``K`` among 1..:data:`MAX_KINDS` (stopping at the first that does not improve on
+the one before) on held-out likelihood: the distinct runs
 in sorted order are dealt round-robin into :data:`FOLDS` folds (copies of one run stay in one fold,
 as ``shrink: auto``'s folds), each fold scored under the mixture fitted on the others. One kind is
 the default; more are taken only when their per-run improvement over one kind is significant
@@ -46,6 +47,7 @@ MAX_KINDS = 4
 FOLDS = 5
 RESTARTS = 5
 CV_RESTARTS = 3  # per fold and candidate, when choosing K
+CV_RUNS = 1000  # at most this many distinct runs take part in choosing K
 Z_IMPROVE = 1.645
 ITERATIONS = 300
 DENSE_CELLS = 4_000_000
@@ -225,30 +227,47 @@ def fit_mixture(table: PathTable, chain: LearnedDTMC | _Pattern, kinds: int, alp
 
 def choose_kinds(table: PathTable, chain: LearnedDTMC, alpha: float, *, max_kinds: int = MAX_KINDS,
                  seed: int = 0) -> tuple[int, dict[int, float]]:
-    """``K`` for ``kinds: auto`` and each candidate's held-out log-likelihood per run (module docstring)."""
+    """``K`` for ``kinds: auto`` and each candidate's held-out log-likelihood per run (module docstring).
+
+    Candidates are tried in increasing order, and the search stops at the first that does not improve on the
+    one before (a mixture that cannot use a third kind will not use a fourth). Beyond :data:`CV_RUNS` distinct
+    runs every m-th (in sorted order) takes part, which bounds the cost on large inputs.
+    """
+    if table.counts.shape[0] > CV_RUNS:
+        table = table.rows(np.arange(0, table.counts.shape[0], math.ceil(table.counts.shape[0] / CV_RUNS)))
     runs = table.counts.shape[0]
     candidates = [k for k in range(1, max_kinds + 1) if k == 1 or k <= runs // 2]
     if runs < 2 * FOLDS or len(candidates) == 1:
         return 1, {}
-    scores = np.zeros((len(candidates), runs))
     pattern = _Pattern.of(chain)
-    for fold in range(FOLDS):
-        test = np.arange(runs) % FOLDS == fold
-        train, held = table.rows(~test), table.rows(test)
-        for c, kinds in enumerate(candidates):
-            fitted = fit_mixture(train, pattern, kinds, alpha, seed=seed, restarts=CV_RESTARTS)
-            _, ll = _normalise(score_runs(held, fitted.weights, fitted.probabilities, fitted.initial))
-            scores[c, test] = ll
-    usable = np.isfinite(scores).all(axis=0)  # a run no fit can produce (α = 0) says nothing about K
+    folds = np.arange(runs) % FOLDS
+    scores: dict[int, np.ndarray] = {}
+    for kinds in candidates:
+        held = np.zeros(runs)
+        for fold in range(FOLDS):
+            test = folds == fold
+            fitted = fit_mixture(table.rows(~test), pattern, kinds, alpha, seed=seed, restarts=CV_RESTARTS)
+            _, ll = _normalise(score_runs(table.rows(test), fitted.weights, fitted.probabilities, fitted.initial))
+            held[test] = ll
+        scores[kinds] = held
+        if kinds > 1 and _mean(held, scores[kinds - 1], table.weight) <= _mean(scores[kinds - 1], held, table.weight):
+            break
+    usable = np.all([np.isfinite(v) for v in scores.values()], axis=0)  # a run no fit can produce (α = 0)
     weight = table.weight[usable]
     total = max(float(weight.sum()), 1.0)
-    means = {k: float(scores[c, usable] @ weight / total) for c, k in enumerate(candidates)}
-    best = max(candidates, key=lambda k: (means[k], -k))
+    means = {k: float(v[usable] @ weight / total) for k, v in scores.items()}
+    best = max(means, key=lambda k: (means[k], -k))
     if best == 1:
         return 1, means
-    gain = scores[candidates.index(best), usable] - scores[0, usable]  # per distinct run, paired
+    gain = scores[best][usable] - scores[1][usable]  # per distinct run, paired
     mean = float(gain @ weight / total)
     spread = float(((gain - mean) ** 2) @ weight / max(total - 1.0, 1.0))
     if mean > Z_IMPROVE * math.sqrt(spread / total):
         return best, means
     return 1, means
+
+
+def _mean(scores: np.ndarray, other: np.ndarray, weight: np.ndarray) -> float:
+    """Mean held-out log-likelihood per run, over the runs both candidates can score."""
+    both = np.isfinite(scores) & np.isfinite(other)
+    return float(scores[both] @ weight[both] / max(float(weight[both].sum()), 1.0))

@@ -113,8 +113,9 @@ def learn_kinds(setting: int | str, *, paths: Mapping[tuple[int, ...], int], cha
     kind_method = Method.SOUND if method is Method.EXACT else method  # weighted counts are not integers
     each = delta / (2 * kinds)
     columns: list[list[KindColumns]] = []
-    probabilities, counts = [], []
+    probabilities, counts, transition_low, transition_high = [], [], [], []
     report = None
+    start_counts = _start_counts(table, mixture, ambiguity_starts(table, mixture), product, chain)
     for k in range(kinds):
         part = _kind_chain(chain, mixture, k)
         kind_product = build_product(part, monitors)
@@ -126,8 +127,11 @@ def learn_kinds(setting: int | str, *, paths: Mapping[tuple[int, ...], int], cha
         bounds: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(outcomes)
         if intervals is not IntervalMethod.NONE:
             ambiguous = build_product(_kind_chain(chain, mixture, k, counts=ambiguity[k]), monitors).counts.data
+            # the union bound runs over the kind's estimated transitions and its start shares
             lower, upper, per_entry, entries = kind_intervals(kind_product, ambiguous, each, intervals,
-                                                              estimated_entries(part))
+                                                              estimated_entries(part) + len(table.starts))
+            transition_low.append(lower)
+            transition_high.append(upper)
             interval_model = build_interval_dtmc(kind_product.matrix, lower, upper, labels)
             bounds = [_contain(interval_bounds(interval_model, o.formula, precision=precision), o) for o in outcomes]
             report = IntervalReport(intervals, float(delta), per_entry, entries)
@@ -138,14 +142,58 @@ def learn_kinds(setting: int | str, *, paths: Mapping[tuple[int, ...], int], cha
     runs, mass = visit_shares(table, mixture, paths, predicates, monitors, product)
     stored = _per_state(properties, columns, mixture, runs, mass, delta)
     initial = _product_initial(mixture, product, chain)
+    transition_bounds = start_bounds = None
+    if transition_low:
+        transition_bounds = (np.array(transition_low), np.array(transition_high))
+        start_bounds = _start_bounds(start_counts, table, initial, each, intervals, report)
     kept = KindMixture(mixture.weights, initial, np.array(probabilities), np.array(counts), columns,
-                       product.matrix.indptr, product.matrix.indices, str(setting), scores)
+                       product.matrix.indptr, product.matrix.indices, str(setting), scores, transition_bounds,
+                       start_bounds)
     seconds = round(time.perf_counter() - started, 6)
     lever.update(weights=[round(float(w), 6) for w in mixture.weights], seconds=seconds,
                  log_likelihood=round(mixture.log_likelihood, 6))
     if report is not None:
         report = IntervalReport(report.method, report.delta, report.delta_per_entry, report.entries, seconds)
     return KindsFit(kept, stored, report, lever)
+
+
+def ambiguity_starts(table: PathTable, mixture: Mixture) -> np.ndarray:
+    """Per kind and start state of S₀ (K × S₀): the runs starting there, weighted by ``min(γ, 1 − γ)``."""
+    doubt = np.minimum(mixture.responsibilities, 1.0 - mixture.responsibilities) * table.weight[:, None]
+    out: np.ndarray = np.asarray(doubt.T @ table.starting)
+    return out
+
+
+def _start_counts(table: PathTable, mixture: Mixture, doubt: np.ndarray, product: LearnedDTMC, chain: LearnedDTMC
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per kind and product state (K × states): the runs of the kind that started there (responsibilities),
+    and their doubtful part; 0 off the start states."""
+    mass = np.asarray((mixture.responsibilities * table.weight[:, None]).T @ table.starting)  # K × S₀
+    column = {int(s): c for c, s in enumerate(table.starts.tolist())}
+    index = chain.index()
+    runs, doubtful = np.zeros((mixture.kinds, product.size)), np.zeros((mixture.kinds, product.size))
+    for i, bits in enumerate(product.states[:-1]):
+        c = column.get(index[bits])
+        if c is not None and (i in product.initial or not product.monitors):
+            runs[:, i], doubtful[:, i] = mass[:, c], doubt[:, c]
+    return runs, doubtful
+
+
+def _start_bounds(start_counts: tuple[np.ndarray, np.ndarray], table: PathTable, initial: np.ndarray, each: float,
+                  method: IntervalMethod, report: IntervalReport | None) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals of ``w_k·π_k(x)`` (K × states): the share of all runs that are of kind ``k`` and start in
+    ``x``, from the responsibilities, widened by the doubtful runs as :func:`kind_intervals` does."""
+    runs, doubtful = start_counts
+    total = float(table.weight.sum())
+    per = report.delta_per_entry if report is not None else each
+    bound = clopper_pearson if method is IntervalMethod.CLOPPER_PEARSON else hoeffding
+    where = runs > 0
+    low, high = np.zeros_like(runs), np.zeros_like(runs)
+    n = np.full(int(where.sum()), total)
+    low[where] = bound(np.floor(np.maximum(runs[where] - doubtful[where], 0.0)), n, per)[0]
+    high[where] = bound(np.minimum(np.ceil(runs[where] + doubtful[where]), total), n, per)[1]
+    point = initial * (runs.sum(axis=1, keepdims=True) / total)  # w_k·π_k(x), as the model's own estimate holds it
+    return np.minimum(low, point), np.maximum(high, point)
 
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:

@@ -336,3 +336,46 @@ def test_kinds_with_memory_is_refused_in_the_spec() -> None:
         parse_spec(TOY_SPEC.replace("  delta: 0.05\n", "  delta: 0.05\n  kinds: 2\n  memory: {previous: true}\n"))
     with pytest.raises(SpecError, match=r"learning\.kinds: expected 'auto' or a whole number"):
         kinds_spec(0)
+
+
+def test_the_session_interval_allows_for_the_posterior_hand_computed() -> None:
+    """Likelihood bounds along the prefix give the posterior's bounds; the interval is the extreme weighted end
+    over them (Fractions for the bounds, both ends of the feasible ω₁ segment for the extremes)."""
+    mixture, initial, transitions, weights = hand_mixture()
+    t_low = [[p * F(9, 10) for p in row] for row in transitions]
+    t_high = [[min(p * F(11, 10), F(1)) for p in row] for row in transitions]
+    s_low = [[w * p * F(4, 5) for p in row] for w, row in zip(weights, initial)]
+    s_high = [[w * p * F(6, 5) for p in row] for w, row in zip(weights, initial)]
+
+    def arr(rows: list[list[Fraction]]) -> np.ndarray:
+        return np.array([[float(x) for x in r] for r in rows])
+
+    bounded = KindMixture(mixture.weights, mixture.initial, mixture.probabilities, mixture.counts, mixture.columns,
+                          mixture.indptr, mixture.indices, transition_bounds=(arr(t_low), arr(t_high)),
+                          start_bounds=(arr(s_low), arr(s_high)))
+    entry = {(0, 0): 0, (0, 1): 1, (1, 0): 2, (1, 2): 3}
+    prefix = [0, 1, 0, 0]
+    belief = bounded.start(prefix[0])
+    low = [s_low[k][prefix[0]] for k in range(2)]
+    high = [s_high[k][prefix[0]] for k in range(2)]
+    for a, b in itertools.pairwise(prefix):
+        belief = bounded.step(belief, b)
+        low = [x * t_low[k][entry[a, b]] for k, x in enumerate(low)]
+        high = [x * t_high[k][entry[a, b]] for k, x in enumerate(high)]
+    box = belief.weight_bounds()
+    assert box is not None
+    want_low = [low[0] / (low[0] + high[1]), low[1] / (low[1] + high[0])]
+    want_high = [high[0] / (high[0] + low[1]), high[1] / (high[1] + low[0])]
+    for got, want in zip([*box[0], *box[1]], [*want_low, *want_high]):
+        assert math.isclose(got, float(want), rel_tol=1e-12)
+    value, _, _, ci_low, ci_high = bounded.mix(belief, 0, 0)
+    ends_low = [0.125, 0.375]  # each kind's ci_low at state 0 (hand_mixture: half the value)
+    ends_high = [0.375, 1.0]  # and ci_high (1.5 × the value, at most 1)
+    # ω₁ ranges over its bounds and 1 − ω₂'s; the linear objective is extreme at the segment's ends
+    first = max(want_low[0], 1 - want_high[1]), min(want_high[0], 1 - want_low[1])
+    lows = [float(w) * ends_low[0] + (1 - float(w)) * ends_low[1] for w in first]
+    highs = [float(w) * ends_high[0] + (1 - float(w)) * ends_high[1] for w in first]
+    assert ci_low is not None and ci_high is not None
+    assert math.isclose(ci_low, min(*lows, value), rel_tol=1e-12)
+    assert math.isclose(ci_high, max(*highs, value), rel_tol=1e-12)
+    assert ci_low < value < ci_high
