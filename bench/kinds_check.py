@@ -79,7 +79,8 @@ def session_coverage(learnings: int, runs: int, seed: int) -> dict[str, float]:
             steps += 1
             assert decision.p_unsafe is not None and decision.ci_low is not None and decision.ci_high is not None
             errors.append(abs(decision.p_unsafe - truth))
-            inside = decision.ci_low - 1e-9 <= truth <= decision.ci_high + 1e-9
+            # within Storm's precision (1e-6): robust value iteration leaves ~1e-9 where the exact minimum is 0
+            inside = decision.ci_low - 1e-6 <= truth <= decision.ci_high + 1e-6
             missed_steps += not inside
             ok &= inside
         covered += ok
