@@ -110,6 +110,8 @@ class KindMixture:
     _indptr: list[int] = field(init=False, repr=False, compare=False)
     _indices: list[int] = field(init=False, repr=False, compare=False)
     _lists: list[list[tuple[list[float] | None, ...]]] = field(init=False, repr=False, compare=False)
+    _ends: dict[tuple[int, int], tuple[tuple[float, ...] | None, ...]] = field(
+        init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         def logs(a: np.ndarray) -> list[list[float]]:
@@ -168,23 +170,27 @@ class KindMixture:
         Storm's bounds; the confidence interval is the lowest (highest) weighted end over the posterior
         weights the likelihood bounds allow (posterior-weighted ends when the model has no bounds)."""
         weights = belief.weights
-        columns = [self._lists[k][prop] for k in range(len(weights))]
-        out: list[float | None] = []
-        ends: list[list[float] | None] = []  # per field, each kind's value at the state
-        for which in range(5):
-            at = [c[which] for c in columns]
-            kinds = [a[index] for a in at if a is not None]
-            ends.append(kinds if len(kinds) == len(at) else None)
-            out.append(None if len(kinds) < len(at) else
-                       min(max(sum(w * x for w, x in zip(weights, kinds)), 0.0), 1.0))
-        value, lower, upper, ci_low, ci_high = out
+        ends = self._ends.get((prop, index))
+        if ends is None:  # each field's K values at the state, gathered once per (property, state)
+            columns = [self._lists[k][prop] for k in range(len(weights))]
+            at = [[c[which] for c in columns] for which in range(5)]
+            ends = self._ends[prop, index] = tuple(
+                None if any(a is None for a in kinds) else tuple(a[index] for a in kinds if a is not None)
+                for kinds in at)
+
+        def weigh(xs: tuple[float, ...] | None) -> float | None:
+            return None if xs is None else min(max(sum(w * x for w, x in zip(weights, xs)), 0.0), 1.0)
+
+        value = weigh(ends[0])
         assert value is not None
-        box = belief.weight_bounds()
         lows, highs = ends[3], ends[4]
+        box = belief.weight_bounds() if lows is not None and highs is not None else None
         if box is not None and lows is not None and highs is not None:
-            ci_low = min(_extreme(lows, *box, largest=False), value)
-            ci_high = max(_extreme(highs, *box, largest=True), value)
-        return value, lower, upper, ci_low, ci_high
+            ci_low: float | None = min(_extreme(lows, *box, largest=False), value)
+            ci_high: float | None = max(_extreme(highs, *box, largest=True), value)
+        else:
+            ci_low, ci_high = weigh(lows), weigh(highs)
+        return value, weigh(ends[1]), weigh(ends[2]), ci_low, ci_high
 
 
 def _share(own: float, others: list[float]) -> float:
@@ -196,7 +202,7 @@ def _share(own: float, others: list[float]) -> float:
     return math.exp(own - top) / total
 
 
-def _extreme(values: list[float], low: list[float], high: list[float], *, largest: bool) -> float:
+def _extreme(values: Sequence[float], low: list[float], high: list[float], *, largest: bool) -> float:
     """min (max) of ``Σ ω_k·values_k`` over ``low ≤ ω ≤ high``, ``Σ ω = 1`` (the greedy fill of
     guard/kinds_check.py's ``simplex_extreme``, for one state)."""
     order = sorted(range(len(values)), key=lambda k: values[k], reverse=largest)
