@@ -379,3 +379,22 @@ def test_the_session_interval_allows_for_the_posterior_hand_computed() -> None:
     assert math.isclose(ci_low, min(*lows, value), rel_tol=1e-12)
     assert math.isclose(ci_high, max(*highs, value), rel_tol=1e-12)
     assert ci_low < value < ci_high
+
+
+@pytest.mark.parametrize("intervals", ["clopper_pearson", "none"])
+def test_kinds_with_a_monitor_and_without_intervals(tmp_path: Path, intervals: str) -> None:
+    monitor = "monitors:\n  - name: b_after_a\n    kind: bounded_response\n    trigger: a\n    response: b\n    within: 2\n"
+    text = TOY_SPEC.replace("  delta: 0.05\n", f"  delta: 0.05\n  kinds: 2\n  intervals: {intervals}\n") + monitor
+    traces = tmp_path / "runs.jsonl"
+    traces.write_bytes(b"\n".join(orjson.dumps(r) for r in two_type_runs(200, seed=9)) + b"\n")
+    model = GuardModel.load(learn_model([traces], parse_spec(text), method=Method.TOPOLOGICAL).save(tmp_path / "m.json"))
+    assert model.kinds is not None and model.dtmc.monitors == ["b_after_a"]
+    assert model.kinds.probabilities.shape[1] == model.dtmc.matrix.nnz  # the kinds on the product's sparsity
+    session = Guard(model).session()
+    decisions = [session.observe(toy_state(bits)) for bits in (NONE, B, A)]
+    assert all(d.p_unsafe is not None for d in decisions)
+    if intervals == "none":
+        assert all(d.ci_low is None and d.ci_high is None for d in decisions)
+    else:
+        assert all(d.ci_low is not None and d.ci_high is not None and d.ci_low <= d.p_unsafe <= d.ci_high
+                   for d in decisions if d.p_unsafe is not None)
