@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .chain import count_totals
+from .kind_posterior import Belief
 from .memory import build_memory
 from .model import GuardModel
 from .monitoring import build_monitors
@@ -141,6 +142,7 @@ class Guard:
         self.start_risk = start_risk(model)  # per property: what a session's first step is compared with
         self._decisions: dict[tuple[Any, ...], Decision] = {}
         self._origin: tuple[str | None, str | None, bool, str] = (None, None, False, "")  # see with_origin
+        self.kinds = model.kinds  # learning.kinds: sessions weigh the kinds by their posterior
         if self.memory is not None:
             self._add_history_fallback()
 
@@ -233,34 +235,51 @@ class Guard:
         """The decision for an abstract state (with the monitors' first-step states by default)."""
         return self.decide_product(bits, self.first_monitor_states(bits) if q is None else q)
 
-    def decide_product(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None) -> Decision:
+    def decide_product(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None,
+                       belief: Belief | None = None) -> Decision:
         """The decision for a product state (cached); ``baseline``: the run's risk per property,
-        under the increase trigger."""
+        under the increase trigger; ``belief``: the session's posterior over kinds (learning.kinds), which
+        weighs the kinds' values (not cached: it moves with every step)."""
+        if belief is not None and self.kinds is not None:
+            return self._originated(self._make_decision(bits, q, baseline, belief))
         key = (bits, q) if baseline is None else (bits, q, baseline)
         decision = self._decisions.get(key)
         if decision is None:
-            decision = self._make_decision(bits, q, baseline)
-            member, group, fallback, note = self._origin
-            if member is not None:
-                decision = replace(decision, member=member, group=group, fallback=fallback,
-                                   message=f"{decision.message} {note}" if decision.message and note
-                                   else decision.message)
-            self._decisions[key] = decision
+            decision = self._decisions[key] = self._originated(self._make_decision(bits, q, baseline))
         return decision
 
-    def _make_decision(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None) -> Decision:
+    def _originated(self, decision: Decision) -> Decision:
+        member, group, fallback, note = self._origin
+        if member is None:
+            return decision
+        return replace(decision, member=member, group=group, fallback=fallback,
+                       message=f"{decision.message} {note}" if decision.message and note else decision.message)
+
+    def state_index(self, bits: int, q: MonitorStates) -> int | None:
+        """The product state's index in the model (None: never seen)."""
+        if self.memory is None:
+            return self._index.get((bits, q))
+        # the chain state carries the memory's label; an unseen history borrows its abstract state's
+        n = len(self.monitors)
+        index = self._index.get((self.memory.encode(bits, q[n]), q[:n]))
+        return self._fallback.get((bits, q[:n])) if index is None else index
+
+    def believe(self, belief: Belief | None, bits: int, q: MonitorStates) -> Belief | None:
+        """The posterior over kinds after a step into (bits, q), from the one before it (None: the run's first
+        step); None for a model of one kind."""
+        if self.kinds is None:
+            return None
+        index = self.state_index(bits, q)
+        return self.kinds.start(index) if belief is None else self.kinds.step(belief, index)
+
+    def _make_decision(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None,
+                       belief: Belief | None = None) -> Decision:
         predicates = self.predicates
         abstract = predicates.as_context(bits)
         monitor_words = {m.name: m.describe(qk) for m, qk in zip(self.monitors, q)}
         violated = [m.name for m, qk in zip(self.monitors, q) if qk == -1]
         unsafe_now = predicates.is_unsafe(bits) or bool(violated)
-        if self.memory is None:
-            index = self._index.get((bits, q))
-        else:  # the chain state carries the memory's label; an unseen history borrows its abstract state's
-            n = len(self.monitors)
-            index = self._index.get((self.memory.encode(bits, q[n]), q[:n]))
-            if index is None:
-                index = self._fallback.get((bits, q[:n]))
+        index = self.state_index(bits, q)
         if index is None and not unsafe_now:
             action = self.policy.unseen_state
             message = (f"The current state ({self._describe(bits, monitor_words)}) never occurred in the runs this "
@@ -280,11 +299,14 @@ class Guard:
             if index is None:  # unsafe but never observed: a violation has happened
                 p_unsafe, lower, upper, ci_low, ci_high = 1.0, 1.0, 1.0, 1.0, 1.0
             else:
-                p_unsafe = column[index]
-                lower = lower_col[index] if lower_col is not None else None
-                upper = upper_col[index] if upper_col is not None else None
-                ci_low = low_col[index] if low_col is not None else None
-                ci_high = high_col[index] if high_col is not None else None
+                if belief is not None and self.kinds is not None:
+                    p_unsafe, lower, upper, ci_low, ci_high = self.kinds.mix(belief, k, index)
+                else:
+                    p_unsafe = column[index]
+                    lower = lower_col[index] if lower_col is not None else None
+                    upper = upper_col[index] if upper_col is not None else None
+                    ci_low = low_col[index] if low_col is not None else None
+                    ci_high = high_col[index] if high_col is not None else None
                 if definition.meaning is Meaning.SATISFACTION:
                     p_unsafe = 1.0 - p_unsafe
                     lower, upper = (None if upper is None else 1.0 - upper), (None if lower is None else 1.0 - lower)
@@ -389,6 +411,7 @@ class Session:
     monitor_states: MonitorStates | None = None  # None before the first step
     metadata: Mapping[str, Any] | None = None  # the run's context: predicates read it as `meta`
     baseline: tuple[float, ...] | None = None
+    belief: Belief | None = None  # learning.kinds: the posterior over kinds given the committed steps
 
     def __post_init__(self) -> None:
         if self.baseline is None and self.guard.policy.increase is not None:
@@ -407,8 +430,9 @@ class Session:
         return self._commit(bits, q, action, t)
 
     def _commit(self, bits: int, q: MonitorStates, action: Any = None, t: float | None = None) -> Decision:
-        decision = self.guard.decide_product(bits, q, self.baseline)
-        self.monitor_states = q
+        belief = self.guard.believe(self.belief if self.history else None, bits, q)
+        decision = self.guard.decide_product(bits, q, self.baseline, belief)
+        self.monitor_states, self.belief = q, belief
         self.history.append(StepRecord(len(self.history), bits, q, decision, action, t))
         if self.baseline is not None and decision.p_unsafe is not None:
             self.baseline = tuple(p.p_unsafe for p in decision.properties)  # type: ignore[misc]
@@ -417,11 +441,12 @@ class Session:
     def preview(self, state: Mapping[str, Any], *, action: Any = None) -> Decision:
         """Decide on a state the agent might move to by ``action``, committing nothing (look-ahead)."""
         bits, q = self._next(state, action)
-        return self.guard.decide_product(bits, q, self.baseline)
+        belief = self.guard.believe(self.belief if self.history else None, bits, q)
+        return self.guard.decide_product(bits, q, self.baseline, belief)
 
     def restore(self, abstract_history: list[tuple[int, MonitorStates]]) -> None:
         """Resume a session from its committed (abstract state, monitor states) history."""
-        self.history, self.monitor_states, self.baseline = [], None, None
+        self.history, self.monitor_states, self.baseline, self.belief = [], None, None, None
         self.__post_init__()
         for bits, q in abstract_history:
             self._commit(bits, q)
