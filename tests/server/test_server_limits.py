@@ -263,3 +263,20 @@ def test_states_actions_and_metadata_are_bounded_and_never_echoed(tmp_path: Path
         metrics = http.get("/metrics", headers=admin).text
         assert 'forewarn_limit{name="max_state_items"} 2000.0' in metrics
         assert 'forewarn_limit{name="max_metadata_bytes"} 1000.0' in metrics
+
+
+def test_rate_buckets_are_per_tenant_and_key_never_per_display_name(tmp_path: Path, builtin_path: Path) -> None:
+    """Three agent keys all named 'bob': two in tenant t1, one in t2. Each has a bucket of its own, so one
+    key's burst spent leaves the others theirs (keyed by name, the three would share one bucket)."""
+    keys = ("alpha-key-0123456789:agent:bob:t1,gamma-key-0123456789:agent:bob:t1,"
+            "beta-key-0123456789:agent:bob:t2,admin-key-0123456789:admin")
+    limits = Limits(rate_per_key=0.01, rate_burst=3)  # no token comes back during the test
+    config = settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, api_keys=keys, limits=limits)
+    bearer = {name: {"Authorization": f"Bearer {name}-key-0123456789"} for name in ("alpha", "gamma", "beta")}
+    with ServerThread(config) as server, httpx.Client(base_url=server.url) as http:
+        codes = {name: [http.get("/v1/models", headers=headers).status_code for _ in range(4)]
+                 for name, headers in bearer.items()}
+        refused = http.get("/v1/models", headers=bearer["alpha"])
+    assert codes == {name: [200, 200, 200, 429] for name in bearer}, codes
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
+    assert "bob" not in refused.text and "t1" not in refused.text
