@@ -18,7 +18,7 @@ from ._http import ApiError, log
 from .auth import Principal
 from .sessions import LiveSession
 from .state import ServerState
-from .storage import Conflict, Storage
+from .storage import Conflict, OverBudget, Storage
 from .storage.rows import ApprovalRow, IdempotencyRow, PrevStep, StepRow
 
 __all__ = ["chain_step", "decision_json", "write", "write_steps"]
@@ -29,6 +29,9 @@ async def write(state: ServerState, job: Callable[..., Any]) -> Any:
         return await state.storage.write(job)
     except Conflict:
         raise  # another replica got there first: the caller reloads and tries again
+    except OverBudget as exc:  # the tenant holds what it may: nothing was written
+        state.metrics.limit_exceeded(exc.limit)
+        raise ApiError(409, "tenant_limit", str(exc), field="body.metadata") from None
     except ForewarnError as exc:
         raise ApiError(503, "storage_unavailable", f"the database refused the write: {exc}") from exc
     except Exception as exc:

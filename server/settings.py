@@ -68,6 +68,9 @@ class Limits(BaseModel):
     max_state_items: int = Field(default=50_000, ge=10)
     max_action_items: int = Field(default=10_000, ge=10)
     max_metadata_bytes: int = Field(default=16 << 10, ge=256)  # a session's metadata, as JSON
+    # the metadata of a tenant's open sessions together, as JSON (a closed or expired session's is released):
+    # live sessions hold theirs in memory, about ten times its JSON size
+    max_tenant_metadata_bytes: int = Field(default=16 << 20, ge=1024)
     max_batch: int = Field(default=1000, ge=1)
     max_wait_seconds: float = Field(default=60.0, gt=0)
     max_page: int = Field(default=1000, ge=1)

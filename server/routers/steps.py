@@ -57,11 +57,14 @@ def check_state(state: ServerState, body: S.StepIn, prefix: str) -> None:
     limits = state.settings.limits
     found = shape_error(body.state, limits.max_state_depth, limits.max_state_items)
     if found is not None:
+        state.metrics.limit_exceeded("max_state_depth" if "nested" in found[0] else "max_state_items")
         raise bad_request(f"state {found[0]}", f"{prefix}.state{found[1]}")
     if isinstance(body.action, dict | list) and (
             found := shape_error(body.action, limits.max_state_depth, limits.max_action_items)) is not None:
+        state.metrics.limit_exceeded("max_state_depth" if "nested" in found[0] else "max_action_items")
         raise bad_request(f"action {found[0]}", f"{prefix}.action{found[1]}")
     elif isinstance(body.action, str) and len(body.action) > limits.max_action_items:
+        state.metrics.limit_exceeded("max_action_items")
         raise bad_request(f"action is longer than {limits.max_action_items} characters", f"{prefix}.action")
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import socket
 import time
 import tracemalloc
@@ -263,6 +264,10 @@ def test_states_actions_and_metadata_are_bounded_and_never_echoed(tmp_path: Path
         metrics = http.get("/metrics", headers=admin).text
         assert 'forewarn_limit{name="max_state_items"} 2000.0' in metrics
         assert 'forewarn_limit{name="max_metadata_bytes"} 1000.0' in metrics
+        # each refusal counted by the limit it met
+        assert 'forewarn_limit_exceeded_total{name="max_state_items"} 1.0' in metrics
+        assert 'forewarn_limit_exceeded_total{name="max_action_items"} 1.0' in metrics
+        assert 'forewarn_limit_exceeded_total{name="max_metadata_bytes"} 1.0' in metrics
 
 
 def test_rate_buckets_are_per_tenant_and_key_never_per_display_name(tmp_path: Path, builtin_path: Path) -> None:
@@ -280,3 +285,47 @@ def test_rate_buckets_are_per_tenant_and_key_never_per_display_name(tmp_path: Pa
     assert codes == {name: [200, 200, 200, 429] for name in bearer}, codes
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
     assert "bob" not in refused.text and "t1" not in refused.text
+
+
+@pytest.mark.parametrize("db_kind", ["sqlite", "postgresql"])
+def test_a_tenant_holds_at_most_its_metadata_budget(tmp_path: Path, builtin_path: Path, db_kind: str,
+                                                    request: pytest.FixtureRequest) -> None:
+    """The metadata of a tenant's open sessions is bounded in total (limits.max_tenant_metadata_bytes): a
+    create past it is a one-line 409 naming the limit, another tenant is unaffected, and closing or expiring
+    sessions gives the bytes back."""
+    db: Path | str = tmp_path / "forewarn.db" if db_kind == "sqlite" else request.getfixturevalue("postgres_db")
+    keys = "alpha-key-0123456789:agent:alpha:t1,beta-key-0123456789:agent:beta:t2,admin-key-0123456789:admin"
+    limits = Limits(max_metadata_bytes=1_000, max_tenant_metadata_bytes=4_000)
+    config = settings(db, {"builtin": builtin_path}, api_keys=keys, limits=limits, session_idle_seconds=5.0)
+    alpha, beta = {"Authorization": "Bearer alpha-key-0123456789"}, {"Authorization": "Bearer beta-key-0123456789"}
+    secret = "IBAN-DE89370400440532013000-"
+    metadata = {"note": secret + "x" * (900 - len(secret))}  # 913 bytes as JSON: four fit in 4,000
+    with ServerThread(config) as server, httpx.Client(base_url=server.url) as http:
+        opened = [http.post("/v1/sessions", json={"metadata": metadata}, headers=alpha) for _ in range(4)]
+        assert [r.status_code for r in opened] == [201] * 4
+        assert http.post("/v1/sessions", json={"metadata": {"n": 1}}, headers=alpha).status_code == 201  # 8 bytes fit
+        over = http.post("/v1/sessions", json={"metadata": metadata}, headers={**alpha, "Idempotency-Key": "k1"})
+        assert over.status_code == 409, over.text
+        error = over.json()["error"]
+        assert error["code"] == "tenant_limit" and error["field"] == "body.metadata"
+        assert "limits.max_tenant_metadata_bytes (4000)" in error["message"] and "\n" not in error["message"]
+        assert secret not in over.text and len(over.content) < 400
+        # without metadata, or as another tenant, sessions still open
+        assert http.post("/v1/sessions", json={}, headers=alpha).status_code == 201
+        assert http.post("/v1/sessions", json={"metadata": metadata}, headers=beta).status_code == 201
+        # closing one gives its bytes back; the refused request, retried with its key, now succeeds
+        first = opened[0].json()["id"]
+        assert http.post(f"/v1/sessions/{first}/close", headers=alpha).status_code == 200
+        retried = http.post("/v1/sessions", json={"metadata": metadata}, headers={**alpha, "Idempotency-Key": "k1"})
+        assert retried.status_code == 201, retried.text
+        assert http.post("/v1/sessions", json={"metadata": metadata}, headers=alpha).status_code == 409
+        # idle sessions expire (session_idle_seconds) and give theirs back too
+        deadline = time.monotonic() + 30
+        while (again := http.post("/v1/sessions", json={"metadata": metadata}, headers=alpha)).status_code == 409:
+            assert time.monotonic() < deadline, "the expired sessions' metadata was never released"
+            time.sleep(0.25)
+        assert again.status_code == 201
+        metrics = http.get("/metrics", headers={"Authorization": "Bearer admin-key-0123456789"}).text
+    assert 'forewarn_limit{name="max_tenant_metadata_bytes"} 4000.0' in metrics
+    refused = re.search(r'^forewarn_limit_exceeded_total\{name="max_tenant_metadata_bytes"\} (\S+)$', metrics, re.M)
+    assert refused is not None and float(refused.group(1)) >= 2.0  # and the polls while waiting
