@@ -329,3 +329,47 @@ def test_a_tenant_holds_at_most_its_metadata_budget(tmp_path: Path, builtin_path
     assert 'forewarn_limit{name="max_tenant_metadata_bytes"} 4000.0' in metrics
     refused = re.search(r'^forewarn_limit_exceeded_total\{name="max_tenant_metadata_bytes"\} (\S+)$', metrics, re.M)
     assert refused is not None and float(refused.group(1)) >= 2.0  # and the polls while waiting
+
+
+def test_a_state_past_the_cpu_budget_is_answered_as_unseen(tmp_path: Path, builtin_path: Path) -> None:
+    """The issue's preview: a 428 KB map where a predicate reads a Boolean stalled the server for 6.5 s of
+    CPU and echoed 488 KB. Now observe, preview, batch and proposals answer it at once with the unseen-state
+    action and a one-line reason; the session goes on; /metrics counts it."""
+    big = egg_state()
+    big["objects"]["Microwave"]["isToggled"] = {f"k{i}": "v" * 10 for i in range(18_600)}
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path})) as server, \
+            httpx.Client(base_url=server.url, timeout=60) as http:
+        agent = auth("agent")
+        sid = http.post("/v1/sessions", json={}, headers=agent).json()["id"]
+        first = http.post(f"/v1/sessions/{sid}/observe", json={"state": egg_state(toggled=True)}, headers=agent).json()
+        unseen = http.get("/v1/models/builtin", headers=agent).json()
+        answers = [http.post(f"/v1/sessions/{sid}/preview", json={"state": big}, headers=agent),
+                   http.post(f"/v1/sessions/{sid}/observe", json={"state": big}, headers=agent),
+                   http.post("/v1/batch", json={"steps": [{"session": sid, "state": big, "op": "preview"}]},
+                             headers=agent),
+                   http.post(f"/v1/sessions/{sid}/proposals", json={"tool": "poke", "state": big}, headers=agent)]
+        assert [a.status_code for a in answers] == [200, 200, 200, 201], [a.text[:300] for a in answers]
+        decisions = [answers[0].json(), answers[1].json(), answers[2].json()["results"][0]]
+        for decision in decisions:
+            assert decision["known"] is False and decision["p_unsafe"] is None and decision["abstract_state"] == {}
+            assert "CPU budget of 50 ms" in decision["message"] and "\n" not in decision["message"]
+        assert {d["action"] for d in decisions} == {unseen["policy"]["unseen_state"]}
+        assert all(len(a.content) < 4_000 and b"vvvv" not in a.content for a in answers)
+        # the observed step is recorded; the session's state is where it was, so the next step is as before
+        after = http.post(f"/v1/sessions/{sid}/observe", json={"state": egg_state(toggled=True)}, headers=agent).json()
+        assert (after["step"], after["action"], after["abstract_state"]) == (2, first["action"], first["abstract_state"])
+        assert http.get("/healthz").status_code == 200
+        metrics = http.get("/metrics", headers=auth("admin")).text
+    assert 'forewarn_limit{name="predicate_cpu_seconds"} 0.05' in metrics
+    assert 'forewarn_limit_exceeded_total{name="predicate_cpu_seconds"} 4.0' in metrics
+
+
+def test_without_a_cpu_budget_the_map_is_read_and_refused_as_before(tmp_path: Path, builtin_path: Path) -> None:
+    big = egg_state()
+    big["objects"]["Microwave"]["isToggled"] = {f"k{i}": "v" * 10 for i in range(2_000)}
+    config = settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, limits=Limits(predicate_cpu_seconds=None))
+    with ServerThread(config) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        sid = http.post("/v1/sessions", json={}, headers=auth("agent")).json()["id"]
+        answer = http.post(f"/v1/sessions/{sid}/preview", json={"state": big}, headers=auth("agent"))
+        assert answer.status_code == 422 and answer.json()["error"]["predicate"] == "microwave_toggled"
+        assert len(answer.content) < 1_000
