@@ -41,6 +41,7 @@ from ._cel_fields import (
     MEMO_LIMIT,
     PROGRAM_LIMIT,
     Leaves,
+    _freeze,
     build_trie,
     compile_key,
     compile_leaves,
@@ -58,6 +59,7 @@ __all__ = ["CodeNotAllowed", "PredicateBudgetExceeded", "PredicateSet", "registe
 
 PythonPredicate = Callable[[Mapping[str, Any]], bool]
 MEMO_BYTES = 64 << 20  # default budget of a predicate set's memo tables (``memo_limit`` changes it)
+_CONTAINERS = frozenset({dict, list, tuple})
 _NO_META: dict[str, Any] = {}  # a run without metadata (never mutated: CEL only reads it)
 
 
@@ -105,7 +107,7 @@ class PredicateSet:
         self._program = list_program([expr for _, _, expr in cel_items]) if cel_items else None
         paths = [selected_paths(expr) for _, _, expr in cel_items]
         self._trie = build_trie([p for item_paths in paths for p in item_paths])
-        self._fast_key = compile_key(self._trie)
+        self._fast_key = compile_key(self._trie, self._freeze_within_budget)
         self._memo: dict[tuple[Any, ...], int] = {}
         self._memo_bytes = 0
         self.memo_limit = MEMO_BYTES
@@ -139,6 +141,17 @@ class PredicateSet:
         if unknown:
             raise spec.error(f"'unsafe' names unknown predicate(s) {unknown}; known: {self.names}", "unsafe")
         return program
+
+    def _freeze_within_budget(self, value: Any) -> Any:
+        """A memo key's image of a container leaf; first, with a CPU budget, a container with more
+        entries than the budget has units is refused at once: imaging it (a pass in Python over every
+        value) would cost as much as the budget, and its predicates could not be evaluated anyway."""
+        if self.cpu_budget is not None and value.__class__ in _CONTAINERS \
+                and len(value) > self.cpu_budget / UNIT_SECONDS:
+            raise PredicateBudgetExceeded(
+                f"a field the predicates read holds more than {self.cpu_budget / UNIT_SECONDS:.0f} values, more "
+                f"than the CPU budget of {self.cpu_budget * 1e3:g} ms per step can evaluate")
+        return _freeze(value)
 
     # -- evaluation ---------------------------------------------------------------
 
