@@ -32,7 +32,7 @@ What it does
 
 5. **abuse within an agent key's rights** (``--abusers`` concurrent loops, another tenant's agent
    key): sessions with 16 KiB of metadata (1,300 small values) opened and never closed, given a
-   head start of twice the phase so that they can fill the tenant's metadata budget; then
+   head start of four phases so that they can fill the tenant's metadata budget; then
    previews of the issue's CPU-heavy state (a 428 KB map where a predicate reads a Boolean).
    With the shipped limits, then without ``max_tenant_metadata_bytes`` and
    ``predicate_cpu_seconds`` (before). Rows as in 3, with the abuser's answers by status.
@@ -337,8 +337,8 @@ def abuse(tmp: Path, seconds: float, workers: int) -> list[dict[str, Any]]:
             abuser_session = _session(server.port, ABUSER)
             for name, path, body, lead in (
                     ("quiet", None, b"", 0.0),
-                    # the creates get a head start of twice the phase: long enough to fill the tenant's budget
-                    ("huge metadata: sessions of 16 KiB, never closed", "/v1/sessions", metadata, 2 * seconds),
+                    # the creates get a head start of four phases: long enough, here, to fill the tenant's budget
+                    ("huge metadata: sessions of 16 KiB, never closed", "/v1/sessions", metadata, 4 * seconds),
                     ("CPU-heavy states: the issue's 428 KB map", f"/v1/sessions/{abuser_session}/preview", heavy,
                      min(2.0, seconds / 4))):
                 flood = None if path is None else H.RequestFlood(url, ABUSER, path, body, workers, seconds + lead)

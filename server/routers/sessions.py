@@ -51,7 +51,7 @@ async def create_session(body: S.SessionCreate, state: AppState, principal: Agen
         if (found := shape_error(body.metadata, limits.max_state_depth, None)) is not None:
             state.metrics.limit_exceeded("max_state_depth")
             raise bad_request(f"metadata {found[0]}", f"body.metadata{found[1]}")
-        if len(metadata or "") > limits.max_metadata_bytes:
+        if len((metadata or "").encode()) > limits.max_metadata_bytes:
             state.metrics.limit_exceeded("max_metadata_bytes")
             raise bad_request(f"metadata is larger than {limits.max_metadata_bytes} bytes as JSON", "body.metadata")
     try:

@@ -261,12 +261,19 @@ def test_states_actions_and_metadata_are_bounded_and_never_echoed(tmp_path: Path
         answer = http.post(f"/v1/sessions/{sid}/preview", json={"state": odd}, headers=agent)
         assert answer.status_code == 422 and answer.json()["error"]["code"] == "predicate_error", answer.text
         assert len(answer.content) < 1_000, len(answer.content)
+        # a proposal's state and arguments are held to the same bounds as a step's state and action
+        proposed = http.post(f"/v1/sessions/{sid}/proposals", json={"tool": "t", "state": wide}, headers=agent)
+        assert proposed.status_code == 422 and proposed.json()["error"]["field"] == "body.state", proposed.text
+        proposed = http.post(f"/v1/sessions/{sid}/proposals", headers=agent,
+                             json={"tool": "t", "state": egg_state(), "arguments": {"xs": list(range(200))}})
+        assert proposed.status_code == 422 and proposed.json()["error"]["field"] == "body.arguments", proposed.text
+        assert proposed.json()["error"]["message"] == "arguments holds more than 100 values"
         metrics = http.get("/metrics", headers=admin).text
         assert 'forewarn_limit{name="max_state_items"} 2000.0' in metrics
         assert 'forewarn_limit{name="max_metadata_bytes"} 1000.0' in metrics
         # each refusal counted by the limit it met
-        assert 'forewarn_limit_exceeded_total{name="max_state_items"} 1.0' in metrics
-        assert 'forewarn_limit_exceeded_total{name="max_action_items"} 1.0' in metrics
+        assert 'forewarn_limit_exceeded_total{name="max_state_items"} 2.0' in metrics
+        assert 'forewarn_limit_exceeded_total{name="max_action_items"} 2.0' in metrics
         assert 'forewarn_limit_exceeded_total{name="max_metadata_bytes"} 1.0' in metrics
 
 
