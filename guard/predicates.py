@@ -41,7 +41,6 @@ from ._cel_fields import (
     MEMO_LIMIT,
     PROGRAM_LIMIT,
     Leaves,
-    _freeze,
     build_trie,
     compile_key,
     compile_leaves,
@@ -59,7 +58,6 @@ __all__ = ["CodeNotAllowed", "PredicateBudgetExceeded", "PredicateSet", "registe
 
 PythonPredicate = Callable[[Mapping[str, Any]], bool]
 MEMO_BYTES = 64 << 20  # default budget of a predicate set's memo tables (``memo_limit`` changes it)
-_CONTAINERS = frozenset({dict, list, tuple})
 _NO_META: dict[str, Any] = {}  # a run without metadata (never mutated: CEL only reads it)
 
 
@@ -107,7 +105,8 @@ class PredicateSet:
         self._program = list_program([expr for _, _, expr in cel_items]) if cel_items else None
         paths = [selected_paths(expr) for _, _, expr in cel_items]
         self._trie = build_trie([p for item_paths in paths for p in item_paths])
-        self._fast_key = compile_key(self._trie, self._freeze_within_budget)
+        self._cap = [float("inf")]  # the budget in units, read by the memo key (a list: changed in place)
+        self._fast_key = compile_key(self._trie, self._cap, self._refuse_large)
         self._memo: dict[tuple[Any, ...], int] = {}
         self._memo_bytes = 0
         self.memo_limit = MEMO_BYTES
@@ -121,9 +120,11 @@ class PredicateSet:
         self._all_items = (1 << len(cel_items)) - 1
         # the CPU budget of one step's CEL evaluation (guard/_cel_cost.py): None, unbounded (learning
         # reads the operator's own traces); a Guard sets it for the steps agents send
-        self.cpu_budget: float | None = None
-        # per CEL item: how many times a read may repeat under comprehension macros (1: linear)
-        self._degrees = [comprehension_degree(expr) for _, _, expr in cel_items]
+        self._cpu_budget: float | None = None
+        self._budget_units: float | None = None
+        # per CEL item whose reads repeat under comprehension macros: (its index, degree); usually none
+        self._nested = [(c, degree) for c, (_, _, expr) in enumerate(cel_items)
+                        if (degree := comprehension_degree(expr)) > 1]
         self._unsafe_program = self._compile_unsafe(spec)
         self._unsafe_memo: dict[int, bool] = {}
         # bits the unsafe condition reads: its value depends on nothing else
@@ -142,16 +143,25 @@ class PredicateSet:
             raise spec.error(f"'unsafe' names unknown predicate(s) {unknown}; known: {self.names}", "unsafe")
         return program
 
-    def _freeze_within_budget(self, value: Any) -> Any:
-        """A memo key's image of a container leaf; first, with a CPU budget, a container with more
-        entries than the budget has units is refused at once: imaging it (a pass in Python over every
-        value) would cost as much as the budget, and its predicates could not be evaluated anyway."""
-        if self.cpu_budget is not None and value.__class__ in _CONTAINERS \
-                and len(value) > self.cpu_budget / UNIT_SECONDS:
-            raise PredicateBudgetExceeded(
-                f"a field the predicates read holds more than {self.cpu_budget / UNIT_SECONDS:.0f} values, more "
-                f"than the CPU budget of {self.cpu_budget * 1e3:g} ms per step can evaluate")
-        return _freeze(value)
+    @property
+    def cpu_budget(self) -> float | None:
+        """Seconds of CPU one step's CEL predicates may cost (None: unbounded); see :meth:`evaluate`."""
+        return self._cpu_budget
+
+    @cpu_budget.setter
+    def cpu_budget(self, seconds: float | None) -> None:
+        self._cpu_budget = seconds
+        self._budget_units = None if seconds is None else seconds / UNIT_SECONDS
+        self._cap[0] = float("inf") if self._budget_units is None else self._budget_units
+
+    def _refuse_large(self) -> None:
+        """With a CPU budget, a list or map leaf with more entries than the budget has units is refused
+        before the memo key images it: imaging it (a pass in Python over every value) would cost as much
+        as the budget, and its predicates could not be evaluated on it anyway."""
+        units = self._cap[0]
+        raise PredicateBudgetExceeded(
+            f"a field the predicates read holds more than {units:.0f} values, more than the CPU budget "
+            f"of {units * UNIT_SECONDS * 1e3:g} ms per step can evaluate")
 
     # -- evaluation ---------------------------------------------------------------
 
@@ -192,7 +202,7 @@ class PredicateSet:
             except TypeError:  # an unhashable leaf (e.g. a set from Python code): no memo
                 cached, key, fast = None, None, False
             if cached is None:
-                budget = None if self.cpu_budget is None else [self.cpu_budget / UNIT_SECONDS]
+                budget = None if self._budget_units is None else [self._budget_units]
                 cached = self._evaluate_missed(root, key, budget) if fast and key is not None \
                     else self._evaluate_cel(root, budget)
                 if key is not None:
@@ -279,8 +289,8 @@ class PredicateSet:
         """Take a program's estimated work from the step's ``budget`` (units left), before it runs:
         ``size`` units of values bound, and the repeated reads of the items (a bit mask) that nest."""
         work = size
-        for c, degree in enumerate(self._degrees):
-            if degree > 1 and items >> c & 1:
+        for c, degree in self._nested:
+            if items >> c & 1:
                 work += size ** degree / 4
         budget[0] -= work
         if budget[0] < 0:
