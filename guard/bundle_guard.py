@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ._cel_cost import DEFAULT_CPU_BUDGET
 from .bundle import POOLED, GuardBundle, group_path, group_value, load_model_or_bundle
 from .model import GuardModel
 from .policy import Policy
@@ -33,14 +34,17 @@ class BundleGuard:
         bundle: a learned bundle.
         policy: overrides the spec's thresholds and unseen-state action for every member.
         python_predicates: predicates defined in code, by name.
+        cpu_budget: as :class:`Guard`'s, for the members' shared predicates.
     """
 
     def __init__(self, bundle: GuardBundle, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
-                 predicates: PredicateSet | None = None) -> None:
+                 predicates: PredicateSet | None = None, cpu_budget: float | None = DEFAULT_CPU_BUDGET) -> None:
         self.bundle = bundle
-        self.predicates = predicates if predicates is not None else PredicateSet(
-            bundle.spec, python_predicates)
+        if predicates is None:
+            predicates = PredicateSet(bundle.spec, python_predicates)
+            predicates.cpu_budget = cpu_budget
+        self.predicates = predicates
         self._policy = policy
         self._path = group_path(bundle.group_by)
         self.pooled = Guard(bundle.pooled, policy=policy, predicates=self.predicates)

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import PredicateBudgetExceeded
+from ._cel_cost import DEFAULT_CPU_BUDGET
 from .chain import count_totals
 from .kind_posterior import Belief
 from .memory import build_memory
@@ -91,6 +93,8 @@ class Decision:
     # the learned chain's state the figures were read from (None: never seen, or a history the runs never
     # showed); what `forewarn states` numbers it, for the likeliest path from here (guard/states.py)
     index: int | None = None
+    # the predicates could not read the state within their CPU budget (Guard.over_budget); said in the message
+    over_budget: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,15 +119,20 @@ class Guard:
         python_predicates: predicates defined in code, by name.
         predicates: compiled predicates of the same spec to share (the members of a bundle
             share one set, and so its memo).
+        cpu_budget: seconds of CPU the CEL predicates of one step may cost, estimated before
+            they run (``guard/_cel_cost.py``); a step past it is decided as an unseen state.
+            None: unbounded. Applies to predicates built here (shared ones keep theirs).
     """
 
     def __init__(self, model: GuardModel, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
-                 predicates: PredicateSet | None = None) -> None:
+                 predicates: PredicateSet | None = None, cpu_budget: float | None = DEFAULT_CPU_BUDGET) -> None:
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
-        self.predicates = predicates if predicates is not None else PredicateSet(
-            model.spec, python_predicates)
+        if predicates is None:
+            predicates = PredicateSet(model.spec, python_predicates)
+            predicates.cpu_budget = cpu_budget
+        self.predicates = predicates
         self.monitors = build_monitors(model.spec)
         # learning.memory (guard/memory.py) rides along as one more automaton state after the monitors'
         self.memory = build_memory(model.spec.learning.memory, self.predicates.width, model.dtmc.actions)
@@ -228,8 +237,19 @@ class Guard:
 
     def decide(self, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None, action: Any = None) -> Decision:
         """The decision for a concrete state (reached by ``action``) taken as the first step of a run."""
-        bits = self.predicates.evaluate(state, metadata, action)
+        try:
+            bits = self.predicates.evaluate(state, metadata, action)
+        except PredicateBudgetExceeded as exc:
+            return self.over_budget(exc)
         return self.decide_product(bits, self.first_monitor_states(bits, action))
+
+    def over_budget(self, exc: PredicateBudgetExceeded) -> Decision:
+        """The decision for a state the predicates could not read within their CPU budget: its abstract
+        state is unknown, so the policy's unseen-state action, and a one-line reason (never the state)."""
+        action = self.policy.unseen_state
+        message = (f"The predicates could not be evaluated within their CPU budget: {exc}; the state is treated "
+                   f"as unseen and the policy for unseen states is '{action.value}'.")
+        return Decision(action, None, None, self.property, {}, message, known=False, visits=0, over_budget=True)
 
     def decide_bits(self, bits: int, q: MonitorStates | None = None) -> Decision:
         """The decision for an abstract state (with the monitors' first-step states by default)."""
@@ -425,9 +445,29 @@ class Session:
         return bits, guard.next_monitor_states(self.monitor_states, bits, action)
 
     def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
-        """Commit the agent's new state (reached by ``action``, which predicates read) and decide on it."""
-        bits, q = self._next(state, action)
+        """Commit the agent's new state (reached by ``action``, which predicates read) and decide on it.
+
+        A state the predicates cannot read within their CPU budget gets :meth:`Guard.over_budget`'s
+        decision; the step is recorded, but the session's abstract and monitor states stay where they
+        were (the all-false state before a first step): nothing was learned of it.
+        """
+        try:
+            bits, q = self._next(state, action)
+        except PredicateBudgetExceeded as exc:
+            return self._commit_unread(exc, action, t)
         return self._commit(bits, q, action, t)
+
+    def _commit_unread(self, exc: PredicateBudgetExceeded, action: Any, t: float | None) -> Decision:
+        guard = self.guard
+        decision = guard.over_budget(exc)
+        if self.history:
+            bits, q = self.history[-1].abstract, self.history[-1].monitors
+        else:
+            bits = 0
+            q = self.monitor_states if self.monitor_states is not None else guard.first_monitor_states(0)
+        self.monitor_states = q
+        self.history.append(StepRecord(len(self.history), bits, q, decision, action, t))
+        return decision
 
     def _commit(self, bits: int, q: MonitorStates, action: Any = None, t: float | None = None) -> Decision:
         belief = self.guard.believe(self.belief if self.history else None, bits, q)
@@ -440,7 +480,10 @@ class Session:
 
     def preview(self, state: Mapping[str, Any], *, action: Any = None) -> Decision:
         """Decide on a state the agent might move to by ``action``, committing nothing (look-ahead)."""
-        bits, q = self._next(state, action)
+        try:
+            bits, q = self._next(state, action)
+        except PredicateBudgetExceeded as exc:
+            return self.guard.over_budget(exc)
         belief = self.guard.believe(self.belief if self.history else None, bits, q)
         return self.guard.decide_product(bits, q, self.baseline, belief)
 

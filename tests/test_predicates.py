@@ -370,7 +370,7 @@ def test_a_miss_evaluates_only_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
                       "unsafe: in_mw && switched\n")
     predicates = PredicateSet(spec)
 
-    def original(state: Any) -> int:
+    def original(state: Any, *budget: Any) -> int:
         raise AssertionError("the original program ran")
 
     monkeypatch.setattr(predicates, "_evaluate_original", original)
@@ -506,9 +506,9 @@ def test_a_new_combination_of_known_values_needs_no_cel(monkeypatch: pytest.Monk
     calls: list[int] = []
     run_leaves = predicates._run_leaves
 
-    def counted(items: int, state: Any) -> Any:
+    def counted(items: int, state: Any, *budget: Any) -> Any:
         calls.append(items)
-        return run_leaves(items, state)
+        return run_leaves(items, state, *budget)
 
     monkeypatch.setattr(predicates, "_run_leaves", counted)
 

@@ -18,8 +18,8 @@ from fastapi import Path as PathParam
 from starlette.responses import Response
 
 from .. import schemas as S
-from .._http import ERRORS, JSON, ApiError, Route, errors_for
-from .._steps import trace_decision, write
+from .._http import ERRORS, JSON, ApiError, Route, errors_for, short
+from .._steps import check_values, trace_decision, write
 from ..auth import Principal
 from ..deps import Agent, Anyone, Approver, AppState, Idempotency, live_session, step_context
 from ..idempotency import Entry
@@ -59,14 +59,17 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
                   request: Request, state: AppState, principal: Agent, idem: Idempotency) -> Response:
     """Judge a tool call before it runs (nothing is committed); ``ask_human`` opens one pending approval."""
     step_context(state, session_id, principal)
+    check_values(state, body.state, body.arguments, "body", "arguments")
 
     async def work(entry: Entry | None) -> tuple[int, bytes]:
         live = step_context(state, session_id, principal)
         try:
             decision = live.session.preview(body.state, action={"tool": body.tool, "args": body.arguments})
-        except Exception as exc:
-            raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {exc}",
+        except Exception as exc:  # a message cut short: an error never echoes the input
+            raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {short(str(exc))}",
                            field="body.state") from exc
+        if decision.over_budget:
+            state.metrics.limit_exceeded("predicate_cpu_seconds")
         document = decision.to_dict()
         document["_state_words"] = state_words(live.session.guard.model.spec, dict(decision.abstract_state))
         now = time.time()
@@ -207,9 +210,12 @@ async def _edit(state: ServerState, row: Any, body: S.ProposalResolve, principal
                               else orjson.loads(row["arguments"])}
     if body.state is not None:  # the edit re-checked: the guard's decision on where it leads
         live = live_session(state, row["session_id"], principal)
+        check_values(state, body.state, edited["arguments"], "body", "arguments")
         try:
             edited["decision"] = live.session.preview(body.state, action={"tool": tool, "args": edited["arguments"]}).to_dict()
         except Exception as exc:
-            raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {exc}",
+            raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {short(str(exc))}",
                            field="body.state") from exc
+    elif body.arguments is not None:
+        check_values(state, {}, body.arguments, "body", "arguments")
     return edited

@@ -37,7 +37,8 @@ router = APIRouter(route_class=Route, tags=["sessions"], responses=dict(ERRORS))
 
 
 @router.post("/v1/sessions", response_model=S.SessionCreated, status_code=201,
-             responses=errors_for((404, "Unknown model")))
+             responses=errors_for((404, "Unknown model"), (409, "The tenant's open sessions hold "
+                                                             "limits.max_tenant_metadata_bytes of metadata")))
 async def create_session(body: S.SessionCreate, state: AppState, principal: Agent, idem: Idempotency) -> Response:
     """Start a session on a model (the default one unless named), with optional policy overrides
     (``Idempotency-Key`` honoured: a retry gets the same session, and no second one is made)."""
@@ -51,8 +52,10 @@ async def create_session(body: S.SessionCreate, state: AppState, principal: Agen
     if body.metadata is not None:  # held in memory with every live session: small, and bounded
         limits = state.settings.limits
         if (found := shape_error(body.metadata, limits.max_state_depth, None)) is not None:
+            state.metrics.limit_exceeded("max_state_depth")
             raise bad_request(f"metadata {found[0]}", f"body.metadata{found[1]}")
-        if len(metadata or "") > limits.max_metadata_bytes:
+        if len((metadata or "").encode()) > limits.max_metadata_bytes:
+            state.metrics.limit_exceeded("max_metadata_bytes")
             raise bad_request(f"metadata is larger than {limits.max_metadata_bytes} bytes as JSON", "body.metadata")
     try:
         session = make_session(loaded, overrides, body.metadata)
@@ -66,7 +69,8 @@ async def create_session(body: S.SessionCreate, state: AppState, principal: Agen
                          metadata, now, principal.name, principal.tenant)
         out = orjson.dumps({"id": session_id, "model": {"name": name, "version": loaded.version},
                             "policy": effective_policy(session.guard.policy), "created_at": now})
-        await write(state, Storage.remember(None if entry is None else entry(201, out), Storage.insert_session(row)))
+        job = Storage.insert_session(row, state.settings.limits.max_tenant_metadata_bytes)
+        await write(state, Storage.remember(None if entry is None else entry(201, out), job))
         state.sessions.add(LiveSession(session_id, name, loaded, overrides, session, closed=False, next_step=0,
                                        tenant=principal.tenant))
         return 201, out

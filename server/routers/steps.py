@@ -18,7 +18,7 @@ from collections import Counter
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from ...errors import PredicateError
+from ...errors import PredicateBudgetExceeded, PredicateError
 from ...guard.runtime import Decision
 from .. import schemas as S
 from .._http import (
@@ -31,11 +31,10 @@ from .._http import (
     check_id,
     errors_for,
     parse_json,
-    shape_error,
     short,
     step_openapi,
 )
-from .._steps import Headers, chain_step, decision_json, trace_decision, write_steps
+from .._steps import Headers, chain_step, check_values, decision_json, trace_decision, write_steps
 from ..auth import AGENT, Principal
 from ..deps import Agent, AppState, Idempotency, step_context
 from ..idempotency import Entry, request_hash
@@ -55,21 +54,16 @@ _STEP_ERRORS = errors_for((404, "Unknown session"), (409, "The session is closed
 def check_state(state: ServerState, body: S.StepIn, prefix: str) -> None:
     """422 for a state or action nested deeper than ``limits.max_state_depth`` or holding more values
     than ``limits.max_state_items`` (``max_action_items``): the predicates' work is bounded by them."""
-    limits = state.settings.limits
-    found = shape_error(body.state, limits.max_state_depth, limits.max_state_items)
-    if found is not None:
-        raise bad_request(f"state {found[0]}", f"{prefix}.state{found[1]}")
-    if isinstance(body.action, dict | list) and (
-            found := shape_error(body.action, limits.max_state_depth, limits.max_action_items)) is not None:
-        raise bad_request(f"action {found[0]}", f"{prefix}.action{found[1]}")
-    elif isinstance(body.action, str) and len(body.action) > limits.max_action_items:
-        raise bad_request(f"action is longer than {limits.max_action_items} characters", f"{prefix}.action")
+    check_values(state, body.state, body.action, prefix)
 
 
-def evaluate(live: LiveSession, body: S.StepIn, prefix: str) -> int:
-    """The abstract state of the body's state, or a 422 naming the predicate that failed."""
+def evaluate(live: LiveSession, body: S.StepIn, prefix: str) -> int | None:
+    """The abstract state of the body's state, or a 422 naming the predicate that failed; None for a state
+    past the predicates' CPU budget (not the request's fault: the step is decided as an unseen state)."""
     try:
         return live.session.guard.predicates.evaluate(body.state, live.session.metadata, body.action)
+    except PredicateBudgetExceeded:
+        return None
     except PredicateError as exc:
         field = {"meta": "session.metadata", "action": f"{prefix}.action"}.get(exc.where, f"{prefix}.state")
         raise ApiError(422, "predicate_error", str(exc), field=field, predicate=exc.predicate) from exc
@@ -143,6 +137,8 @@ async def preview_core(state: ServerState, session_id: str, authorization: str |
     payload = decision_json(decision, live, step=None, approval_id=None, at=time.time(), committed=False)
     state.metrics.decision(decision.action.value, "preview")
     trace_decision(decision, session_id, body.action, "proposed", headers)
+    if decision.over_budget:
+        state.metrics.limit_exceeded("predicate_cpu_seconds")
     state.metrics.preview_seconds.observe(time.perf_counter() - started)
     return payload
 
@@ -204,6 +200,8 @@ async def _batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
                                           committed=False))
             state.metrics.decision(decision.action.value, "preview")
             traced.append((decision, live.id, item.action, "proposed"))
+            if decision.over_budget:
+                state.metrics.limit_exceeded("predicate_cpu_seconds")
             continue
         payload, row, approval, prev = chain_step(state, live, item, principal)
         if (last := live.session.last) is not None:

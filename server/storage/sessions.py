@@ -15,7 +15,7 @@ import orjson
 
 from .backend import Backend, Job, _SqliteConn
 from .rows import ApprovalRow, PrevStep, SessionRow, StepRow
-from .schema import CHANNEL_APPROVALS, CHANNEL_SESSIONS, Conflict
+from .schema import CHANNEL_APPROVALS, CHANNEL_SESSIONS, Conflict, OverBudget
 
 __all__ = ["ANSWERS", "SessionRecords", "SessionSearch"]
 
@@ -44,8 +44,12 @@ class SessionRecords(Backend):
         return job
 
     @staticmethod
-    def insert_session(row: SessionRow) -> Job:
+    def insert_session(row: SessionRow, tenant_metadata_bytes: int | None = None) -> Job:
+        """Insert a session row; with ``tenant_metadata_bytes``, only if the metadata of its tenant's open
+        sessions, this one's included, stays within that many bytes (JSON), else :class:`OverBudget`."""
         def job(conn: _SqliteConn) -> None:
+            if tenant_metadata_bytes is not None and row.metadata:
+                _check_metadata_budget(conn, row, tenant_metadata_bytes)
             conn.execute("INSERT INTO sessions (id, model_name, model_version, policy, metadata, created_at,"
                          " created_by, tenant) VALUES (?,?,?,?,?,?,?,?)", row)
         return job
@@ -213,6 +217,25 @@ class SessionSearch:
             clauses.append("(s.closed_at IS NULL OR s.closed_at >= ?)")
             params.append(self.since)
         return clauses, params
+
+
+def _check_metadata_budget(conn: Any, row: SessionRow, bound: int) -> None:
+    """Raise :class:`OverBudget` if ``row``'s metadata would take its tenant's open sessions past ``bound``
+    bytes. In the writer's transaction: on SQLite the one writer orders the creates; on PostgreSQL a lock
+    per tenant makes replicas creating sessions of one tenant wait for each other's commit."""
+    tenant = row.tenant or row.created_by
+    if conn.shared:
+        conn.execute("SELECT pg_advisory_xact_lock(7461637, hashtext(?))", (tenant,))
+        size = "octet_length(metadata)"
+    else:
+        size = "length(CAST(metadata AS BLOB))"
+    held = int(conn.execute(f"SELECT coalesce(sum({size}), 0) FROM sessions WHERE coalesce(tenant, created_by)=?"
+                            " AND closed_at IS NULL AND metadata IS NOT NULL", (tenant,)).fetchone()[0])
+    adding = len(row.metadata.encode()) if row.metadata else 0
+    if held + adding > bound:
+        raise OverBudget(f"the open sessions of this tenant hold {held} bytes of metadata; {adding} more would "
+                         f"exceed limits.max_tenant_metadata_bytes ({bound}): close sessions first",
+                         "max_tenant_metadata_bytes")
 
 
 def _check_chain(conn: Any, versions: dict[str, str], prev: Sequence[PrevStep]) -> None:
