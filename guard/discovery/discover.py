@@ -40,6 +40,7 @@ from .candidates import generate
 from .columns import Skipped, build_table
 from .scoring import HeldOut, Score
 from .search import Literal_, SearchResult, Step, search
+from .valuesets import ValueSets
 from .write import NewPredicate, insert_predicates, unique_name
 
 __all__ = ["Figures", "DiscoveryReport", "discover", "held_out_figures"]
@@ -197,10 +198,12 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     scored_idx = np.asarray(scored, dtype=np.int64)
     unsafe_arr = np.array([t.unsafe for t in traced], dtype=np.bool_)
     outcome = unsafe_arr[np.asarray(run_of_scored, dtype=np.int64)].astype(np.float64)
-    candidates = generate(table.columns, scored_idx, max(min_visits // 2, 3), outcome)
-    progress(f"searching {len(candidates)} candidates")
     group_ids: dict[str, int] = {}
     group_of_run = np.array([group_ids.setdefault(g, len(group_ids)) for g in groups], dtype=np.int64)
+    run_scored = np.asarray(run_of_scored, dtype=np.int64)
+    sets = ValueSets(scored_idx, outcome, fold_of_run[run_scored], group_of_run[run_scored])
+    candidates = generate(table.columns, scored_idx, max(min_visits // 2, 3), outcome, sets)
+    progress(f"searching {len(candidates)} candidates")
     # the counting scorer only ever counts alarms strictly before the violation: detection is warned-ahead here
     metric = "detection" if target.metric == "warned-ahead" else target.metric
     scorer = HeldOut(np.asarray(run_of_scored, dtype=np.int64), fold_of_run, unsafe_arr, metric=metric,
