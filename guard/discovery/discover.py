@@ -38,10 +38,11 @@ from ..traces import Run, abstract_run
 from .actions import action_columns
 from .candidates import generate
 from .columns import Skipped, build_table
+from .recent import ActionMemory, propose_actions
 from .scoring import HeldOut, Score
 from .search import Literal_, SearchResult, Step, search
 from .valuesets import ValueSets
-from .write import NewPredicate, insert_predicates, unique_name
+from .write import NewPredicate, insert_action_memory, insert_predicates, memory_slot, unique_name
 
 __all__ = ["Figures", "DiscoveryReport", "discover", "held_out_figures"]
 
@@ -92,6 +93,8 @@ class DiscoveryReport:
     seconds: float
     notes: list[str] = field(default_factory=list)
     not_helping: list[tuple[str, float, float]] = field(default_factory=list)
+    memory: ActionMemory | None = None  # the action memory added to learning.memory
+    memory_options: list[tuple[str, Score]] = field(default_factory=list)  # every option scored
 
 
 def _figures(score: Score) -> Figures:
@@ -131,7 +134,7 @@ def _objective(f: Figures, base_brier: float | None, target: Target) -> float:
 def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates: int = 8,
              time_limit: float = 600.0, folds: int = 5, group_by: str | None = None, seed: int = 0,
              min_visits: int = MIN_VISITS, confirm: bool = True, exclude: Sequence[str] = (),
-             on_progress: Callable[[str], None] | None = None) -> DiscoveryReport:
+             action_memory: bool = True, on_progress: Callable[[str], None] | None = None) -> DiscoveryReport:
     """Predicates found in ``runs`` that improve held-out prediction over ``spec``'s (see the module's doc).
 
     Args:
@@ -143,6 +146,9 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         folds, group_by, seed: the folds, as ``forewarn evaluate``'s.
         min_visits: visits below which a state counts as rare (the visit penalty).
         confirm: confirm with the real learner (grouped k-fold evaluation, before and after).
+        exclude: dotted fields to propose nothing on (the ``group_by`` field is never proposed: a value
+            of the grouping key sits in one fold only, so it cannot tell held-out runs anything).
+        action_memory: also propose ``learning.memory.actions`` (:mod:`.recent`) when the spec sets none.
 
     Raises:
         ForewarnError: runs that all end the same way, too few groups for the folds, a bad spec or trace.
@@ -193,8 +199,9 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     progress(f"reading the fields of {len(states)} steps")
     table = build_table(states, [run.meta for run in runs], action_columns(actions),
                         np.asarray(run_of_all, dtype=np.int64))
-    if exclude:
-        table.columns[:] = [c for c in table.columns if not any(_under(c.path, e) for e in exclude)]
+    excluded = [*exclude, *([group_by] if group_by and group_by.startswith("meta.") else [])]
+    if excluded:
+        table.columns[:] = [c for c in table.columns if not any(_under(c.path, e) for e in excluded)]
     scored_idx = np.asarray(scored, dtype=np.int64)
     unsafe_arr = np.array([t.unsafe for t in traced], dtype=np.bool_)
     outcome = unsafe_arr[np.asarray(run_of_scored, dtype=np.int64)].astype(np.float64)
@@ -221,7 +228,16 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         skipped=table.skipped, folds=folds, group_by=group_by, target=target, stopped=result.stopped,
         seconds=0.0, not_helping=result.rejected)
     steps = _checked(result, runs, spec, scored_idx, report.notes)
-    if not steps:
+    memory = None
+    if action_memory and spec.learning.memory.actions == 0 and memory_slot(spec.text):
+        if len(steps) == len(result.steps):
+            progress("scoring action memory")
+            memory, report.memory_options = propose_actions(
+                scorer, result.key, result.final, actions, np.asarray(run_of_all, dtype=np.int64), scored_idx,
+                min_gain=MIN_GAIN, min_brier_gain=MIN_BRIER_GAIN, min_z=MIN_Z)
+        else:
+            report.notes.append("action memory not scored: a discovered predicate was left out")
+    if not steps and memory is None:
         report.notes.append("nothing found improves held-out prediction over the spec's predicates: "
                             "the spec is unchanged")
         report.seconds = time.monotonic() - started
@@ -231,8 +247,11 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
             report.notes.append(f"{s.cel!r} reads the run's meta: make sure that field is known when a run starts "
                                 "(not an outcome written after it ended; leave such fields out with --exclude)")
     text, names = _written(spec, steps, target, folds, group_by)
+    if memory is not None:
+        text = insert_action_memory(text, memory.actions, memory.action_class,
+                                    "discovered: remembering the last actions, " + _change(memory, target, folds))
     discovered = parse_spec(text, source=spec.source or "<discovered>")
-    report.counting_after = _figures(steps[-1].after)
+    report.counting_after = _figures(memory.after if memory is not None else steps[-1].after)
     if confirm:
         progress("confirming with the real learner (grouped k-fold, before and after)")
         before, after = (_learner(runs, s, target, folds, group_by, seed) for s in (spec, discovered))
@@ -245,8 +264,19 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
             return report
         text = _with_confirmation(text, before, after, target)
     report.text, report.changed, report.added, report.names = text, True, steps, names
+    report.memory = memory
     report.seconds = time.monotonic() - started
     return report
+
+
+def _change(memory: ActionMemory, target: Target, folds: int) -> str:
+    before, after = memory.before, memory.after
+    if target.metric == "false-alarms":
+        detail = f"detection {before.detection:.1%} -> {after.detection:.1%} at <= {target.value:.0%} false alarms"
+    else:
+        detail = (f"false alarms {before.false_alarms:.1%} -> {after.false_alarms:.1%} at >= {target.value:.0%} "
+                  "detection")
+    return f"held-out Brier {before.brier:.4f} -> {after.brier:.4f}, {detail} (counting, {folds} folds)"
 
 
 def _under(path: tuple[str, ...], dotted: str) -> bool:

@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 from .candidates import Candidate
 from .scoring import HeldOut, Score
 
-__all__ = ["Literal_", "Offer", "Step", "SearchResult", "search"]
+__all__ = ["Literal_", "Offer", "Step", "SearchResult", "pays_off", "search"]
 
 SHORTLIST = 32  # global candidates scored held-out per round
 PREFILTER_STEPS = 40_000  # steps the in-sample ranking reads (a fixed random sample beyond that)
@@ -75,6 +75,8 @@ class SearchResult:
     stopped: str  # why the search stopped
     rounds: int = 0
     rejected: list[tuple[str, float, float]] = field(default_factory=list)  # (cel, Brier, detection) of the best loser
+    key: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # final state of each step
+    states: int = 0
 
 
 def _impurity(n: NDArray[np.float64], u: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -174,16 +176,11 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
                 break
             scored_offers.append((scorer.score(key * 2 + offer.scored, 2 * states, current.risk), offer))
         scored_offers.sort(key=lambda pair: pair[0].objective)
-        current_folds = _fold_briers(scorer, current.risk)
-        required = scorer.folds - 1 if scorer.folds >= 3 else scorer.folds
         accepted = None
         for refined, offer in scored_offers:
             if current.objective - refined.objective < min_gain:
                 break
-            # the held-out Brier must fall in (nearly) every fold, not on average only
-            improved = int(np.sum(_fold_briers(scorer, refined.risk) < current_folds))
-            z = scorer.paired_z(current.risk, refined.risk)
-            if refined.brier < current.brier * (1.0 - min_brier_gain) and improved >= required and z >= min_z:
+            if pays_off(scorer, current, refined, min_brier_gain=min_brier_gain, min_z=min_z):
                 accepted = (refined, offer)
                 break
             result.rejected.append((offer.cel, refined.brier, refined.detection))
@@ -199,7 +196,17 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
         literal_pool.append(Literal_(offer.cel, offer.scored, offer.final))
         pool = [c for c in pool if c.cel != offer.cel]
     result.final = current
+    result.key, result.states = key, states
     return result
+
+
+def pays_off(scorer: HeldOut, current: Score, refined: Score, *, min_brier_gain: float, min_z: float) -> bool:
+    """Whether a refinement's held-out gain is real: the Brier score falls by ``min_brier_gain`` (relative),
+    in every fold but one (every fold, with two), and significantly over the groups of runs."""
+    required = scorer.folds - 1 if scorer.folds >= 3 else scorer.folds
+    improved = int(np.sum(_fold_briers(scorer, refined.risk) < _fold_briers(scorer, current.risk)))
+    return (refined.brier < current.brier * (1.0 - min_brier_gain) and improved >= required
+            and scorer.paired_z(current.risk, refined.risk) >= min_z)
 
 
 @dataclass(frozen=True)
