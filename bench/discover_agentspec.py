@@ -189,8 +189,12 @@ def cross_validate(runs: Sequence[Run], spec: Spec, extend: Callable[[list[Run]]
         fold_spec = spec if extend is None else extend(train)
         if extend is not None:
             added = len(fold_spec.predicates) - len(spec.predicates)
+            memory = fold_spec.learning.memory
+            remembered = (f"; learning.memory actions: {memory.actions}, action_class: {memory.action_class}"
+                          if memory.actions else "")
             notes.append(f"fold {k + 1}: {added} predicate(s): "
-                         + "; ".join(d.cel or "" for d in list(fold_spec.predicates.values())[len(spec.predicates):]))
+                         + "; ".join(d.cel or "" for d in list(fold_spec.predicates.values())[len(spec.predicates):])
+                         + remembered)
         a, b = replays_of(fold_spec, train, [runs[i] for i in test])
         model += a
         counting += b

@@ -247,6 +247,7 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
             report.notes.append(f"{s.cel!r} reads the run's meta: make sure that field is known when a run starts "
                                 "(not an outcome written after it ended; leave such fields out with --exclude)")
     text, names = _written(spec, steps, target, folds, group_by)
+    predicates_only = text
     if memory is not None:
         text = insert_action_memory(text, memory.actions, memory.action_class,
                                     "discovered: remembering the last actions, " + _change(memory, target, folds))
@@ -255,6 +256,17 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     if confirm:
         progress("confirming with the real learner (grouped k-fold, before and after)")
         before, after = (_learner(runs, s, target, folds, group_by, seed) for s in (spec, discovered))
+        if memory is not None and steps:
+            # the chain, not counting, decides whether remembering actions pays: with the predicates alone?
+            plain = _learner(runs, parse_spec(predicates_only, source=spec.source or "<discovered>"), target,
+                             folds, group_by, seed)
+            if _objective(after, before.brier, target) > _objective(plain, before.brier, target):
+                report.notes.append(f"the real learner does not confirm {memory.text()} ({after.text(target)} "
+                                    f"against {plain.text(target)} without it): not added")
+                report.not_helping.insert(0, (f"learning.memory {memory.text()}", after.brier or math.nan,
+                                              after.detection))
+                memory, text, after = None, predicates_only, plain
+                report.counting_after = _figures(steps[-1].after)
         report.learner_before, report.learner_after = before, after
         if _objective(after, before.brier, target) > _objective(before, before.brier, target):
             report.notes.append(f"the real learner does not confirm the discovered predicates ({after.text(target)} "

@@ -43,6 +43,9 @@ class ActionMemory:
     before: Score
     after: Score
 
+    def text(self) -> str:
+        return f"actions: {self.actions}, action_class: {self.action_class}"
+
 
 def _classes(actions: Sequence[Any], of: ActionClass) -> NDArray[np.int64]:
     """Each step's action class as a code (0: no action)."""
@@ -92,7 +95,7 @@ def propose_actions(scorer: HeldOut, key: NDArray[np.int64], current: Score, act
             combined = key.astype(np.int64) * (int(history.max(initial=0)) + 1) + history
             values, compact = np.unique(combined, return_inverse=True)
             refined = scorer.score(compact.reshape(-1).astype(np.int64), len(values), current.risk)
-            options.append((f"actions: {depth}, action_class: {of}", refined))
+            options.append((ActionMemory(depth, of, current, refined).text(), refined))
             if current.objective - refined.objective < min_gain:
                 continue
             if not pays_off(scorer, current, refined, min_brier_gain=min_brier_gain, min_z=min_z):
