@@ -2,16 +2,21 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
+from _support import CLI
 from forewarn.guard.discovery.discover import discover
 from forewarn.guard.discovery.valuesets import ValueSets
 from forewarn.guard.discovery.write import insert_action_memory, memory_slot
 from forewarn.guard.evaluation.tune import parse_target
-from forewarn.guard.spec import parse_spec
+from forewarn.guard.pipeline import learn_model
+from forewarn.guard.runtime import Guard
+from forewarn.guard.spec import load_spec, parse_spec
 from forewarn.guard.traces import Run
 
 SPEC = """\
@@ -128,3 +133,33 @@ def test_action_memory_written_into_the_users_yaml(text: str, slot: bool) -> Non
         assert after.learning.memory.dwell == before.learning.memory.dwell
         assert after.learning.alpha == before.learning.alpha
         assert after.guard == before.guard
+
+
+def test_cli_writes_action_memory_the_learner_uses(tmp_path: Path, forewarn_here: CLI) -> None:
+    runs = _action_runs(6)
+    traces = tmp_path / "runs.jsonl"
+    traces.write_bytes(b"".join(orjson.dumps({"id": r.id, "steps": r.steps, "meta": r.meta}) + b"\n" for r in runs))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    out = tmp_path / "found.yaml"
+    result = forewarn_here("discover", traces, "--spec", spec, "-o", out, "--group-by", "meta.task",
+                           "--exclude", "action", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    figures = result.json()
+    assert isinstance(figures, dict)
+    memory = figures["action_memory"]
+    assert isinstance(memory, dict) and memory["actions"] in (1, 2)
+    found = load_spec(out)
+    assert found.learning.memory.actions == memory["actions"]
+    # the chain remembers the knife two steps back: after "walk on", the knife run is the risky one
+    session_knife, session_spoon = (Guard(learn_model([traces], found)).session() for _ in range(2))
+    for session, picked in ((session_knife, "pick knife"), (session_spoon, "pick spoon")):
+        for action in ("look", "wait", picked):
+            session.observe({"broken": False, "noise": False}, action=action)
+    knife = session_knife.observe({"broken": False, "noise": False}, action="walk on").p_unsafe
+    spoon = session_spoon.observe({"broken": False, "noise": False}, action="walk on").p_unsafe
+    assert knife > 2 * spoon
+    off = forewarn_here("discover", traces, "--spec", spec, "-o", tmp_path / "off.yaml", "--group-by", "meta.task",
+                        "--exclude", "action", "--no-action-memory", "--no-confirm")
+    assert off.returncode == 0, off.stderr
+    assert (tmp_path / "off.yaml").read_text() == SPEC
