@@ -158,7 +158,7 @@ def test_cli_writes_action_memory_the_learner_uses(tmp_path: Path, forewarn_here
             session.observe({"broken": False, "noise": False}, action=action)
     knife = session_knife.observe({"broken": False, "noise": False}, action="walk on").p_unsafe
     spoon = session_spoon.observe({"broken": False, "noise": False}, action="walk on").p_unsafe
-    assert knife > 2 * spoon
+    assert knife is not None and spoon is not None and knife > 2 * spoon
     off = forewarn_here("discover", traces, "--spec", spec, "-o", tmp_path / "off.yaml", "--group-by", "meta.task",
                         "--exclude", "action", "--no-action-memory", "--no-confirm")
     assert off.returncode == 0, off.stderr
