@@ -7,7 +7,9 @@ What is proposed, per kind of field (:mod:`.columns`):
   deciles;
 * a string — ``x == v`` for its frequent values (and, with many, the values whose steps' outcome
   differs most from the rest); an identifier offers nothing: no value has the support;
-* a list — ``v in x`` for its frequent (and most telling) elements, and ``size(x) > 0``.
+* a list — ``v in x`` for its frequent (and most telling) elements, and ``size(x) > 0``;
+* a text field (or list of text) of at least three values — also *value sets*, the values whose
+  runs violate far more often pooled into one bit, scored held out (:mod:`.valuesets`).
 
 A candidate true (or false) on fewer than ``min_support`` scored steps cannot be learned
 from, and two candidates with the same values on every step are one: the first (the
