@@ -246,8 +246,8 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         if "meta." in s.cel:
             report.notes.append(f"{s.cel!r} reads the run's meta: make sure that field is known when a run starts "
                                 "(not an outcome written after it ended; leave such fields out with --exclude)")
-    text, names = _written(spec, steps, target, folds, group_by)
-    predicates_only = text
+    text, names = _written(spec, steps, target, folds, group_by, memory)
+    predicates_only = _written(spec, steps, target, folds, group_by, None)[0] if memory is not None else text
     if memory is not None:
         text = insert_action_memory(text, memory.actions, memory.action_class,
                                     "discovered: remembering the last actions, " + _change(memory, target, folds))
@@ -335,8 +335,8 @@ def _learner(runs: Sequence[Run], spec: Spec, target: Target, folds: int, group_
     return held_out_figures(report.pooled.replays, target, unseen_alarms=spec.guard.unseen_state is not Action.ALLOW)
 
 
-def _written(spec: Spec, steps: Sequence[Step], target: Target, folds: int,
-             group_by: str | None) -> tuple[str, list[str]]:
+def _written(spec: Spec, steps: Sequence[Step], target: Target, folds: int, group_by: str | None,
+             memory: ActionMemory | None) -> tuple[str, list[str]]:
     taken = set(spec.predicates)
     new = []
     for s in steps:
@@ -349,8 +349,9 @@ def _written(spec: Spec, steps: Sequence[Step], target: Target, folds: int,
                    + f" (counting, {folds} folds)")
         new.append(NewPredicate(name, s.cel, f"discovered: {s.description}", comment))
     grouping = f"grouped by {group_by}" if group_by else "each run its own group"
-    header = [f"forewarn discover added {len(steps)} predicate(s) below the spec's own ({folds}-fold, {grouping}, "
-              f"target {target})"]
+    what = f"{len(steps)} predicate(s) below the spec's own" + (
+        f" and learning.memory {memory.text()}" if memory is not None else "")
+    header = [f"forewarn discover added {what} ({folds}-fold, {grouping}, target {target})"]
     text = insert_predicates(spec.text or "", new, header, source=spec.source or "<spec>")
     return text, [p.name for p in new]
 
