@@ -19,6 +19,7 @@ on an upstream longer than its call timeout. A session is one MCP client connect
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import uuid
@@ -147,7 +148,10 @@ class GuardedProxy:
         guarded = self._sessions.get(key)
         if guarded is None:
             name = getattr(connection, "session_id", None) or f"mcp-{uuid.uuid4().hex[:12]}"
-            guarded = GuardedSession(name, None if self.guard is None else self.guard.session(), self.extractor)
+            # a session of its own extractor: it resumes the fold where this session's last call left it
+            # (one extractor shared by concurrent sessions would fold every transcript from its start)
+            guarded = GuardedSession(name, None if self.guard is None else self.guard.session(),
+                                     copy.copy(self.extractor))
             initial = guarded.initial = guarded.extractor(guarded.transcript)
             if guarded.session is not None:
                 guarded.session.observe(initial)
@@ -201,7 +205,7 @@ class GuardedProxy:
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         if len(self.upstreams) == 1:  # unchanged, cursor and all
             upstream = self.upstreams[0]
-            result = await upstream.request("tools/list", lambda s: s.list_tools(params=params))
+            result = await upstream.request("tools/list", lambda s: s.list_tools(params=_page(params)))
             for tool in result.tools:
                 self._routes[tool.name] = upstream
             return result
@@ -314,7 +318,7 @@ class GuardedProxy:
                       params: Any, field: str, result_type: Any) -> Any:
         owners = self._with(capability)
         if len(owners) == 1:
-            return await owners[0].request(what, lambda s: call(s, params))
+            return await owners[0].request(what, lambda s: call(s, _page(params)))
         items: list[Any] = []
         for upstream in owners:
             cursor: str | None = None
@@ -382,6 +386,14 @@ class GuardedProxy:
         result: types.GetPromptResult = await upstream.request(
             "prompts/get", lambda s: s.get_prompt(params.name, params.arguments))
         return result
+
+
+def _page(params: types.PaginatedRequestParams | None) -> types.PaginatedRequestParams | None:
+    """A client's page request as the proxy makes it of an upstream: its cursor only. The request's
+    ``_meta`` belongs to the client's connection with the proxy — a 2026-07-28 client stamps its
+    protocol envelope there — not to the proxy's connection with the upstream, which may serve the
+    handshake era and would refuse the envelope."""
+    return None if params is None or params.cursor is None else types.PaginatedRequestParams(cursor=params.cursor)
 
 
 def _error_result(text: str) -> types.CallToolResult:
