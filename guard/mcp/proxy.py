@@ -43,7 +43,7 @@ from ..spec import Action, Trigger
 from ..telemetry import record_decision
 from ..thresholds import with_default_trigger
 from ..toolcalls.extractor import ToolStateExtractor
-from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
+from ..toolcalls.transcript import CallStatus, ToolStep, Transcript, describe_call
 from .approval import Approval, ask_human
 from .config import ProxyConfig
 from .judge import DecisionHook, GuardedSession, Verdict, held_back_text, judge, stopped_text
@@ -56,6 +56,7 @@ log = logging.getLogger("forewarn.mcp")
 
 SESSION_STOPPED = -32020
 ARGUMENTS_TOO_LARGE = -32021
+_MAX_EDITS = 5  # edits of one call judged again; past that the approvers' answer is a refusal
 
 
 class GuardedProxy:
@@ -226,26 +227,52 @@ class GuardedProxy:
                 raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name} (no upstream of this proxy lists it)")
         guarded, lock = self._session_of(ctx)
         async with lock:
-            if guarded.stopped is not None:
-                raise MCPError(SESSION_STOPPED, stopped_text(name, guarded.stopped, later=True))
-            verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools,
-                                   fallback=self._fallback)
-            self._emit(guarded, name, args, verdict)
-            if verdict.action is Action.STOP:
-                guarded.stopped = verdict
-                guarded.calls += 1
-                raise MCPError(SESSION_STOPPED, stopped_text(name, verdict))
-            if verdict.action is Action.REFLECT:
-                guarded.calls += 1
-                return _error_result(held_back_text(name, args, verdict))
-            approved = False
-            if verdict.action is Action.ASK_HUMAN:
-                answer = await self._ask(ctx, guarded, name, args, verdict, state)
-                if not answer.approved:
+            edit_of: str | None = None  # the console proposal an approver edited into this call
+            edits: list[str] = []  # what the approvers changed, told to the model with the result
+            while True:
+                if guarded.stopped is not None:
+                    raise MCPError(SESSION_STOPPED, stopped_text(name, guarded.stopped, later=True))
+                verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools,
+                                       fallback=self._fallback)
+                self._emit(guarded, name, args, verdict)
+                if verdict.action is Action.STOP:
+                    guarded.stopped = verdict
                     guarded.calls += 1
-                    return _error_result(answer.message)
-                approved = True
-            return await self._forward(guarded, upstream, name, args, approved, answer.proposal if approved else None)
+                    raise MCPError(SESSION_STOPPED, " ".join([*edits, stopped_text(name, verdict)]))
+                if verdict.action is Action.REFLECT:
+                    guarded.calls += 1
+                    return _error_result(" ".join([*edits, held_back_text(name, args, verdict)]))
+                proposal: str | None = None
+                if verdict.action is Action.ASK_HUMAN:
+                    answer = await self._ask(ctx, guarded, name, args, verdict, state, edit_of=edit_of)
+                    if answer.edit is not None and len(edits) < _MAX_EDITS:
+                        # judged again, as if the client had proposed the edited call
+                        edited, edited_args = answer.edit
+                        edits.append(f"{answer.message} Forewarn judged the edited call "
+                                     f"{describe_call(edited, edited_args)} in its place.")
+                        name, args, edit_of = edited, edited_args, answer.proposal
+                        upstream = self._routes.get(name)
+                        if upstream is None:
+                            guarded.calls += 1
+                            return _error_result(" ".join([*edits, f"No upstream of this proxy lists `{name}`; "
+                                                                   f"the call did not run."]))
+                        continue
+                    if not answer.approved:
+                        guarded.calls += 1
+                        return _error_result(" ".join([*edits, answer.message]))
+                    proposal = answer.proposal
+                elif edit_of is not None and guarded.remote is not None and state is not None:
+                    # an edit the guard allows: on the sidecar too, linked to the proposal it edits
+                    allowed = await guarded.remote.propose(name, dict(args), dict(state), tools=list(self._routes),
+                                                           ask=False, edit_of=edit_of)
+                    proposal = allowed["id"]
+                # a call a human approved or edited is theirs: marked approved, as the middleware marks it
+                result = await self._forward(guarded, upstream, name, args,
+                                             verdict.action is Action.ASK_HUMAN or bool(edits), proposal)
+                if edits:
+                    result = result.model_copy(update={"content": [
+                        types.TextContent(type="text", text=" ".join(edits)), *result.content]})
+                return result
 
     async def _forward(self, guarded: GuardedSession, upstream: Upstream, name: str, args: dict[str, Any],
                        approved: bool, proposal: str | None) -> types.CallToolResult:
@@ -291,10 +318,11 @@ class GuardedProxy:
         return guarded.remote
 
     async def _ask(self, ctx: ServerRequestContext[Any, Any], guarded: GuardedSession, name: str,
-                   args: dict[str, Any], verdict: Verdict, state: Mapping[str, Any] | None) -> Approval:
+                   args: dict[str, Any], verdict: Verdict, state: Mapping[str, Any] | None, *,
+                   edit_of: str | None) -> Approval:
         remote = await self._remote(guarded) if self.sidecar is not None else None
         return await ask_human(ctx, name, args, verdict, state, remote=remote, tools=list(self._routes),
-                               timeout=self.config.approval_timeout)
+                               timeout=self.config.approval_timeout, edit_of=edit_of)
 
     def _fallback(self, tool: str, reason: str) -> Decision:
         return Decision(Action.REFLECT, None, None, "", {},
