@@ -45,6 +45,7 @@ from ..thresholds import with_default_trigger
 from ..toolcalls.extractor import ToolStateExtractor
 from ..toolcalls.transcript import CallStatus, ToolStep, Transcript, describe_call
 from .approval import Approval, ask_human
+from .audit import AuditStore
 from .config import ProxyConfig
 from .judge import DecisionHook, GuardedSession, Verdict, held_back_text, judge, stopped_text
 from .recording import SessionLog, TraceWriter
@@ -56,6 +57,8 @@ log = logging.getLogger("forewarn.mcp")
 
 SESSION_STOPPED = -32020
 ARGUMENTS_TOO_LARGE = -32021
+_AUDIT_STATUS = {Action.ALLOW: ("allowed", ""), Action.REFLECT: ("held", "reflect: "),
+                 Action.STOP: ("held", "stop (the session is stopped): "), Action.ASK_HUMAN: ("pending", "")}
 _MAX_EDITS = 5  # edits of one call judged again; past that the approvers' answer is a refusal
 
 
@@ -75,11 +78,14 @@ class GuardedProxy:
         model_name: the sidecar's model to use.
         on_decision: called once per judged call (see :class:`.judge.DecisionHook`); the
             place for an OpenTelemetry ``forewarn.decision`` span.
+        audit: a local audit store (:class:`.audit.AuditStore`): every session, judged call and
+            committed step, in the tables of ``forewarn serve``'s database. Its owner closes it.
     """
 
     def __init__(self, guard: Any | None, config: ProxyConfig, *, policy: Policy | None = None,
                  trigger: Trigger | str | None = None, record: str | None = None, sidecar: Any = None,
-                 model_name: str | None = None, on_decision: DecisionHook | None = None) -> None:
+                 model_name: str | None = None, on_decision: DecisionHook | None = None,
+                 audit: AuditStore | None = None) -> None:
         if guard is not None:
             effective = with_default_trigger(policy or guard.policy, trigger)
             guard = guard if effective == guard.policy else guard.with_policy(effective)
@@ -91,6 +97,7 @@ class GuardedProxy:
         self.sidecar = sidecar
         self.model_name = model_name
         self.on_decision = on_decision
+        self.audit = audit if guard is not None else None  # (recording only: nothing is judged)
         self.upstreams = [Upstream(spec, call_timeout=config.call_timeout, restarts=config.restarts)
                           for spec in config.upstreams]
         self._routes: dict[str, Upstream] = {}
@@ -154,11 +161,13 @@ class GuardedProxy:
             guarded = GuardedSession(name, None if self.guard is None else self.guard.session(),
                                      copy.copy(self.extractor))
             initial = guarded.initial = guarded.extractor(guarded.transcript)
+            client = ctx.session.client_params
+            meta = {"client": client.client_info.name} if client is not None else {}
             if guarded.session is not None:
                 guarded.session.observe(initial)
+                if self.audit is not None:
+                    self.audit.session(name, {"source": "mcp", **meta}, initial, guarded.session.history[-1])
             if self.writer is not None:
-                client = ctx.session.client_params
-                meta = {"client": client.client_info.name} if client is not None else {}
                 guarded.log = SessionLog(f"{name}-{next(self._counter)}", initial, meta)
             self._sessions[key] = guarded
             self._locks[key] = anyio.Lock()
@@ -171,6 +180,8 @@ class GuardedProxy:
         self._locks.pop(key, None)
         if guarded is None:
             return
+        if self.audit is not None and guarded.session is not None:
+            self.audit.close_session(guarded.id, why)
         if self.writer is not None and guarded.log is not None and guarded.calls:
             outcome = "stopped" if guarded.stopped is not None else "ended"
             self.writer.write(guarded.log, outcome=outcome, ended=why)
@@ -235,6 +246,7 @@ class GuardedProxy:
                 verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools,
                                        fallback=self._fallback)
                 self._emit(guarded, name, args, verdict)
+                audited = self._audit_judged(guarded, name, args, verdict)
                 if verdict.action is Action.STOP:
                     guarded.stopped = verdict
                     guarded.calls += 1
@@ -245,6 +257,9 @@ class GuardedProxy:
                 proposal: str | None = None
                 if verdict.action is Action.ASK_HUMAN:
                     answer = await self._ask(ctx, guarded, name, args, verdict, state, edit_of=edit_of)
+                    if self.audit is not None and audited is not None:
+                        status = "edited" if answer.edit is not None else "approved" if answer.approved else "rejected"
+                        self.audit.resolved(audited, status, answer.via, answer.message, answer.edit)
                     if answer.edit is not None and len(edits) < _MAX_EDITS:
                         # judged again, as if the client had proposed the edited call
                         edited, edited_args = answer.edit
@@ -268,25 +283,25 @@ class GuardedProxy:
                     proposal = allowed["id"]
                 # a call a human approved or edited is theirs: marked approved, as the middleware marks it
                 result = await self._forward(guarded, upstream, name, args,
-                                             verdict.action is Action.ASK_HUMAN or bool(edits), proposal)
+                                             verdict.action is Action.ASK_HUMAN or bool(edits), proposal, audited)
                 if edits:
                     result = result.model_copy(update={"content": [
                         types.TextContent(type="text", text=" ".join(edits)), *result.content]})
                 return result
 
     async def _forward(self, guarded: GuardedSession, upstream: Upstream, name: str, args: dict[str, Any],
-                       approved: bool, proposal: str | None) -> types.CallToolResult:
+                       approved: bool, proposal: str | None, audited: str | None = None) -> types.CallToolResult:
         guarded.calls += 1
         try:
             result = await upstream.call_tool(name, args)
         except MCPError as exc:
             # it may have run in part: an error step (no effect but an attempted destructive command)
             await self._commit(guarded, ToolStep(name, args, CallStatus.ERROR, exc.error.message, approved=approved),
-                               proposal)
+                               proposal, audited)
             raise
         step = ToolStep(name, args, CallStatus.ERROR if result.is_error else CallStatus.SUCCESS,
                         _text_of(result), approved=approved)
-        after = await self._commit(guarded, step, proposal)
+        after = await self._commit(guarded, step, proposal, audited)
         if after is not None and after.action in (Action.STOP, Action.REFLECT) and after.known:
             words = f"Forewarn: after this call, {after.message or 'the run is at risk'}"
             if after.action is Action.STOP:
@@ -296,12 +311,16 @@ class GuardedProxy:
                                                                                                text=words)]})
         return result
 
-    async def _commit(self, guarded: GuardedSession, step: ToolStep, proposal: str | None) -> Decision | None:
+    async def _commit(self, guarded: GuardedSession, step: ToolStep, proposal: str | None,
+                      audited: str | None = None) -> Decision | None:
         try:
             state, decision = guarded.ran(step)
         except Exception as exc:  # a result the extractor cannot read: the call ran, the state is unknown
             log.warning("session %s: cannot read the state after %r: %s", guarded.id, step.name, exc)
             return None
+        if self.audit is not None and guarded.session is not None:
+            self.audit.step(guarded.id, state, {"tool": step.name, "args": step.args}, guarded.session.history[-1],
+                            audited)
         if self.sidecar is not None:
             remote = await self._remote(guarded)
             decision = await remote.observe(state, action={"tool": step.name, "args": step.args}, ask=False,
@@ -323,6 +342,14 @@ class GuardedProxy:
         remote = await self._remote(guarded) if self.sidecar is not None else None
         return await ask_human(ctx, name, args, verdict, state, remote=remote, tools=list(self._routes),
                                timeout=self.config.approval_timeout, edit_of=edit_of)
+
+    def _audit_judged(self, guarded: GuardedSession, name: str, args: Any, verdict: Verdict) -> str | None:
+        """The judged call's row in the local audit store (its proposal id), or None without one."""
+        if self.audit is None or guarded.session is None:
+            return None
+        status, reason = _AUDIT_STATUS[verdict.action]
+        return self.audit.judged(guarded.id, name, args, verdict.decision, status,
+                                 reason + (verdict.decision.message or "") + verdict.note)
 
     def _fallback(self, tool: str, reason: str) -> Decision:
         return Decision(Action.REFLECT, None, None, "", {},
