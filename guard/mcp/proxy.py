@@ -37,6 +37,7 @@ from mcp.shared.exceptions import MCPError
 
 from ...errors import ConfigError
 from .._version import __version__
+from ..client import ServerError
 from ..policy import Policy
 from ..runtime import Decision
 from ..spec import Action, Trigger
@@ -278,9 +279,12 @@ class GuardedProxy:
                     proposal = answer.proposal
                 elif edit_of is not None and guarded.remote is not None and state is not None:
                     # an edit the guard allows: on the sidecar too, linked to the proposal it edits
-                    allowed = await guarded.remote.propose(name, dict(args), dict(state), tools=list(self._routes),
-                                                           ask=False, edit_of=edit_of)
-                    proposal = allowed["id"]
+                    try:
+                        allowed = await guarded.remote.propose(name, dict(args), dict(state),
+                                                               tools=list(self._routes), ask=False, edit_of=edit_of)
+                        proposal = allowed["id"]
+                    except ServerError as exc:  # the call runs all the same; its step is not linked
+                        log.warning("session %s: the sidecar did not record the edited call: %s", guarded.id, exc)
                 # a call a human approved or edited is theirs: marked approved, as the middleware marks it
                 result = await self._forward(guarded, upstream, name, args,
                                              verdict.action is Action.ASK_HUMAN or bool(edits), proposal, audited)

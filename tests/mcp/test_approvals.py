@@ -24,7 +24,8 @@ ASKING = Policy(thresholds=Thresholds(ask_human=0.8), unseen_state=Action.ASK_HU
 
 def test_elicitation_approves_one_call_and_refuses_another(mcp_model: GuardModel, repo: Path) -> None:
     asked: list[types.ElicitRequestParams] = []
-    answers = iter([{"approve": True}, {"approve": False}])
+    Content = dict[str, str | int | float | bool | list[str] | None]
+    answers = iter([Content(approve=True), Content(approve=False)])
 
     async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         asked.append(params)
@@ -41,7 +42,7 @@ def test_elicitation_approves_one_call_and_refuses_another(mcp_model: GuardModel
 
     approved, refused = anyio.run(scenario)
     assert len(asked) == 2 and "Forewarn asks before the agent calls `git_add`" in asked[0].message
-    assert asked[0].requested_schema == APPROVAL_SCHEMA
+    assert isinstance(asked[0], types.ElicitRequestFormParams) and asked[0].requested_schema == APPROVAL_SCHEMA
     assert not approved.is_error and git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]
     assert refused.is_error and "the user refused it; the call did not run" in text_of(refused)
 
@@ -128,8 +129,10 @@ def test_a_console_edit_is_judged_again_and_asked_about_again(mcp_model: GuardMo
                 while True:
                     pending = await anyio.to_thread.run_sync(approver.proposals)
                     if pending:
-                        def resolve() -> dict[str, Any]:
-                            return approver.resolve_proposal(pending[0]["id"], decision, "not that file", **edit)
+                        first: str = pending[0]["id"]
+
+                        def resolve(proposal: str = first) -> dict[str, Any]:
+                            return approver.resolve_proposal(proposal, decision, "not that file", **edit)
                         return await anyio.to_thread.run_sync(resolve)
                     await anyio.sleep(0.05)
 
@@ -141,10 +144,9 @@ def test_a_console_edit_is_judged_again_and_asked_about_again(mcp_model: GuardMo
             proxy = proxy_for(Guard(mcp_model, policy=ASKING), git_upstream(repo), sidecar=agent,
                               trigger=Trigger.LEVEL)
             proxy.model_name = "mcp"
-            async with proxy.running() as server:
-                async with anyio.create_task_group() as tasks, connected(server) as client:
-                    tasks.start_soon(approver_edits_then_approves)
-                    result = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["README.md"]})
+            async with proxy.running() as server, anyio.create_task_group() as tasks, connected(server) as client:
+                tasks.start_soon(approver_edits_then_approves)
+                result = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["README.md"]})
             await agent.aclose()
             return result
 

@@ -18,6 +18,7 @@ from forewarn.domains.mcp import PROXY_CONFIG, SPEC_PATH
 from forewarn.guard.mcp import SESSION_STOPPED
 
 pytestmark = pytest.mark.mcp
+Calls = list[tuple[str, dict[str, Any]]]
 
 
 def forewarn_mcp(*args: str) -> StdioServerParameters:
@@ -42,10 +43,10 @@ def test_record_then_learn_then_guard(repo: Path, tmp_path: Path) -> None:
     record = tmp_path / "runs.jsonl"
     r = str(repo)
     upstream = ["--", GIT_SERVER, "--repository", r]
-    careless = [("git_status", {"repo_path": r}), ("git_add", {"repo_path": r, "files": ["notes.txt"]}),
-                ("git_reset", {"repo_path": r})]
-    careful = [("git_add", {"repo_path": r, "files": ["notes.txt"]}),
-               ("git_commit", {"repo_path": r, "message": "notes"}), ("git_log", {"repo_path": r})]
+    careless: Calls = [("git_status", {"repo_path": r}), ("git_add", {"repo_path": r, "files": ["notes.txt"]}),
+                       ("git_reset", {"repo_path": r})]
+    careful: Calls = [("git_add", {"repo_path": r, "files": ["notes.txt"]}),
+                      ("git_commit", {"repo_path": r, "message": "notes"}), ("git_log", {"repo_path": r})]
 
     async def record_sessions() -> None:
         for calls in (careless, careful):
