@@ -43,11 +43,13 @@ core-test: | $(CORE_VENV)/bin/python
 	    present = [e for e in EXTRAS if not missing(e)]; assert not present, f'{present} installed in the core env'"
 	env -u PYTHONPATH $(CORE_VENV)/bin/pytest -q -p no:cacheprovider --core
 
-# Static checks CI runs after the tests (each issue-11 part adds its line here).
+# Static checks CI runs after the tests (each issue-11 part adds its line here). mypy checks the package,
+# bench, examples and tests; each test folder's conftest.py on its own (all share the module name conftest).
 check: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	for conftest in tests/*/conftest.py; do $(VENV)/bin/mypy $$conftest || exit 1; done
 	$(MAKE) core-test
 
 bench: $(VENV)/.installed

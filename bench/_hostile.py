@@ -11,6 +11,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -105,6 +106,54 @@ def legitimate(url: str, key: str, state: dict[str, Any], seconds: float, every:
             "p50_ms": ms(0.50), "p99_ms": ms(0.99)}
 
 
+async def _requests(url: str, key: str, path: str, body: bytes, workers: int, seconds: float) -> dict[str, int]:
+    """``workers`` loops sending the same request, each as soon as the last was answered; counts by status."""
+    import httpx
+
+    counts: dict[str, int] = {}
+    stop_at = asyncio.get_running_loop().time() + seconds
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    async with httpx.AsyncClient(base_url=url, timeout=30.0, headers=headers) as http:
+        async def loop() -> None:
+            while asyncio.get_running_loop().time() < stop_at:
+                try:
+                    status = str((await http.post(path, content=body)).status_code)
+                except httpx.HTTPError:
+                    status = "error"
+                counts[status] = counts.get(status, 0) + 1
+
+        await asyncio.gather(*(loop() for _ in range(workers)))
+    return counts
+
+
+class RequestFlood:
+    """An agent key's abuse within its rights: ``workers`` concurrent loops posting ``body`` to ``path``
+    for ``seconds`` (sessions with the largest metadata allowed, states that are costly to read), in a
+    process of its own."""
+
+    def __init__(self, url: str, key: str, path: str, body: bytes, workers: int, seconds: float) -> None:
+        # the body through a file: a state of 428 KB is past the longest argument the kernel takes
+        self.body = tempfile.NamedTemporaryFile(suffix=".json")  # noqa: SIM115  # closed in counts()
+        self.body.write(body)
+        self.body.flush()
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "requests", json.dumps([url, key, path, self.body.name, workers, seconds])],
+            stdout=subprocess.PIPE, text=True)
+
+    def counts(self, timeout: float) -> dict[str, int]:
+        try:
+            out, _ = self.process.communicate(timeout=timeout)
+        finally:
+            self.body.close()
+        return dict(json.loads(out)) if out.strip() else {}
+
+
 if __name__ == "__main__":
-    port, connections, addresses, payload, drip_every, seconds = json.loads(sys.argv[1])
-    print(json.dumps(asyncio.run(_attack(port, connections, addresses, payload.encode(), drip_every, seconds))))
+    if sys.argv[1] == "requests":
+        url, key, path, body_file, workers, seconds = json.loads(sys.argv[2])
+        with open(body_file, "rb") as file:
+            body = file.read()
+        print(json.dumps(asyncio.run(_requests(url, key, path, body, workers, seconds))))
+    else:
+        port, connections, addresses, payload, drip_every, seconds = json.loads(sys.argv[1])
+        print(json.dumps(asyncio.run(_attack(port, connections, addresses, payload.encode(), drip_every, seconds))))

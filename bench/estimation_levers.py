@@ -67,6 +67,8 @@ LEVERS: dict[str, dict[str, Any]] = {
     "memory: actions 2": {"memory": {"actions": 2}},
     "memory: actions 2, verb": {"memory": {"actions": 2, "action_class": "verb"}},
     "memory: actions 2 + dwell 64 + previous": {"memory": {"actions": 2, "dwell": 64, "previous": True}},
+    "kinds: auto": {"kinds": "auto"},
+    "kinds: 2": {"kinds": 2},
 }
 
 

@@ -16,12 +16,15 @@ What it does
 Target: added p50 ≤ 1 ms over stdio, ≤ 2 ms over streamable HTTP. Nothing is asserted; figures are
 printed beside their targets.
 
-Run: ``python bench/mcp_overhead.py [--calls N] [--sessions S] [--json FILE]``
+Run: ``python bench/mcp_overhead.py [--calls N] [--sessions S] [--only stdio|http|saturation] [--json FILE]``;
+the load average before and after is printed beside the figures (on a busy machine every process
+hop waits for a CPU, and the direct path's own figure shows how much).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -85,26 +88,56 @@ async def http_session(url: str) -> AsyncIterator[ClientSession]:
         yield session
 
 
-async def interleaved(direct: ClientSession, proxied: ClientSession, calls: int) -> tuple[list[float], list[float]]:
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) a process has used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def child_pid(word: str) -> int:
+    """This process's child whose command line contains ``word`` (the stdio client does not say its pid)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and word in cmdline:
+            return int(entry.name)
+    raise RuntimeError(f"no child process runs {word!r}")
+
+
+async def interleaved(direct: ClientSession, proxied: ClientSession, calls: int,
+                      pids: dict[str, int]) -> tuple[list[float], list[float], dict[str, float]]:
+    """Both paths' latencies (ms), and the CPU seconds each process in ``pids`` used meanwhile."""
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(20):  # warm both paths
         await direct.call_tool("get_current_time", ARGS)
         await proxied.call_tool("get_current_time", ARGS)
+    cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
     for _ in range(calls):
         for index, session in enumerate((direct, proxied)):
             start = time.perf_counter_ns()
             result = await session.call_tool("get_current_time", ARGS)
             times[index].append((time.perf_counter_ns() - start) / 1e6)
             assert not result.is_error, result
-    return times
+    return times[0], times[1], {name: cpu_seconds(pid) - cpu[name] for name, pid in pids.items()}
 
 
 def q(values: list[float], percent: int) -> float:
     return statistics.quantiles(values, n=100)[percent - 1]
 
 
-def summary(direct: list[float], proxied: list[float]) -> dict[str, float]:
-    return {"direct_p50_ms": statistics.median(direct), "proxied_p50_ms": statistics.median(proxied),
+def summary(direct: list[float], proxied: list[float], cpu: dict[str, float], upstream_calls: int
+            ) -> dict[str, float]:
+    """Latency figures, and CPU per call: the proxy's own process against the upstream server's (which,
+    over HTTP, serves both paths: ``upstream_calls`` calls)."""
+    calls = len(direct)
+    return {"proxy_cpu_ms_per_call": cpu["proxy"] / calls * 1e3,
+            "upstream_cpu_ms_per_call": cpu["upstream"] / upstream_calls * 1e3,
+            "direct_p50_ms": statistics.median(direct), "proxied_p50_ms": statistics.median(proxied),
             "added_p50_ms": statistics.median(proxied) - statistics.median(direct),
             "direct_p95_ms": q(direct, 95), "proxied_p95_ms": q(proxied, 95),
             "added_median_of_pairs_ms": statistics.median(p - d for d, p in zip(direct, proxied))}
@@ -118,7 +151,8 @@ async def bench_stdio(model: Path, calls: int) -> dict[str, float]:
     upstream = ["--local-timezone", "UTC"]
     async with stdio_session(TIME_SERVER, upstream) as direct, \
             stdio_session(sys.executable, [*proxy_args(model), "--", TIME_SERVER, *upstream]) as proxied:
-        return summary(*await interleaved(direct, proxied, calls))
+        pids = {"upstream": child_pid("mcp-server-time"), "proxy": child_pid("forewarn mcp")}
+        return summary(*await interleaved(direct, proxied, calls, pids), upstream_calls=calls)
 
 
 async def bench_http(model: Path, calls: int) -> dict[str, float]:
@@ -135,7 +169,8 @@ async def bench_http(model: Path, calls: int) -> dict[str, float]:
                                  stderr=subprocess.DEVNULL)
         wait_for(proxy_port, proxy)
         async with http_session(url) as direct, http_session(f"http://127.0.0.1:{proxy_port}/mcp") as proxied:
-            return summary(*await interleaved(direct, proxied, calls))
+            pids = {"upstream": upstream.pid, "proxy": proxy.pid}
+            return summary(*await interleaved(direct, proxied, calls, pids), upstream_calls=2 * calls)
     finally:
         for proc in (proxy, upstream):
             if proc is not None:
@@ -184,26 +219,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--only", choices=("stdio", "http", "saturation"))
     parser.add_argument("--json", type=Path)
     options = parser.parse_args()
+    parts = {options.only} if options.only else {"stdio", "http", "saturation"}
     with tempfile.TemporaryDirectory() as tmp:
         traces, model_path = Path(tmp) / "runs.jsonl", Path(tmp) / "model.json"
         traces.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in synthetic_runs(600, seed=1)))
         model = learn_model([traces], load_spec(SPEC_PATH))
         model.save(model_path)
         guard = Guard(model)
-        results: dict[str, Any] = {"calls": options.calls}
-        results["stdio"] = anyio.run(bench_stdio, model_path, options.calls)
-        results["http"] = anyio.run(bench_http, model_path, options.calls)
-        results["decisions_per_s"] = decisions_per_second(guard)
-        results["proxied_calls_per_s"] = anyio.run(calls_per_second, guard, options.sessions)
+        results: dict[str, Any] = {"calls": options.calls, "load_before": os.getloadavg()[0]}
+        if "stdio" in parts:
+            results["stdio"] = anyio.run(bench_stdio, model_path, options.calls)
+        if "http" in parts:
+            results["http"] = anyio.run(bench_http, model_path, options.calls)
+        if "saturation" in parts:
+            results["decisions_per_s"] = decisions_per_second(guard)
+            results["proxied_calls_per_s"] = anyio.run(calls_per_second, guard, options.sessions)
+        results["load_after"] = os.getloadavg()[0]
+    print(f"load average (1 min): {results['load_before']:.2f} before, {results['load_after']:.2f} after, "
+          f"on {os.cpu_count()} CPUs")
     for transport, target in (("stdio", 1.0), ("http", 2.0)):
+        if transport not in results:
+            continue
         r = results[transport]
         print(f"{transport:5}  direct p50 {r['direct_p50_ms']:.3f} ms  proxied p50 {r['proxied_p50_ms']:.3f} ms  "
               f"added p50 {r['added_p50_ms']:.3f} ms (target ≤ {target:g} ms)  "
               f"p95 {r['direct_p95_ms']:.3f} / {r['proxied_p95_ms']:.3f} ms")
-    print(f"decision path alone: {results['decisions_per_s']:,.0f} decisions/s; whole calls through the proxy "
-          f"({options.sessions} sessions): {results['proxied_calls_per_s']:,.0f} calls/s")
+        print(f"       CPU per call: the proxy's process {r['proxy_cpu_ms_per_call']:.3f} ms, the upstream "
+              f"server's {r['upstream_cpu_ms_per_call']:.3f} ms")
+    if "saturation" in parts:
+        print(f"decision path alone: {results['decisions_per_s']:,.0f} decisions/s; whole calls through the proxy "
+              f"({options.sessions} sessions): {results['proxied_calls_per_s']:,.0f} calls/s")
     if options.json:
         options.json.write_text(json.dumps(results, indent=2))
 

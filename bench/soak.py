@@ -30,10 +30,18 @@ What it does
    (``limits.memo_bytes`` 1 TiB: what the memo held before it was counted in bytes) is the
    baseline beside it.
 
+5. **abuse within an agent key's rights** (``--abusers`` concurrent loops, another tenant's agent
+   key): sessions with 16 KiB of metadata (1,300 small values) opened and never closed, given a
+   head start of four phases so that they can fill the tenant's metadata budget; then
+   previews of the issue's CPU-heavy state (a 428 KB map where a predicate reads a Boolean).
+   With the shipped limits, then without ``max_tenant_metadata_bytes`` and
+   ``predicate_cpu_seconds`` (before). Rows as in 3, with the abuser's answers by status.
+
 Only 127.0.0.1 is contacted; servers are stopped at the end; nothing is asserted.
 
 Run: ``python bench/soak.py [--cycles 20] [--workers 4] [--interval 1.0] [--slow 300] [--hostile 1100]
-[--hostile-seconds 20] [--flood 300] [--json FILE]`` (``--only hostile`` runs one phase)
+[--hostile-seconds 20] [--abusers 8] [--flood 300] [--json FILE]`` (``--only hostile`` or ``--only abuse``
+runs one phase)
 """
 from __future__ import annotations
 
@@ -57,6 +65,7 @@ import _common as C
 
 KEY = "soak-agent-key-0123456789abcdef"
 ADMIN = "soak-admin-key-0123456789abcdef"
+ABUSER = "soak-abuser-key-0123456789abcdef"  # an agent key of another tenant, abusing what it may do
 
 
 def serve(port: int, db: Path, memo_bytes: int, profile: str = "soak") -> None:
@@ -65,7 +74,7 @@ def serve(port: int, db: Path, memo_bytes: int, profile: str = "soak") -> None:
     from forewarn.server.run import serve_app
     from forewarn.server.settings import ServerSettings
 
-    keys: Any = f"{KEY}:agent,{ADMIN}:admin"  # parsed by the settings, as FOREWARN_API_KEYS is
+    keys: Any = f"{KEY}:agent,{ADMIN}:admin,{ABUSER}:agent:abuser"  # parsed as FOREWARN_API_KEYS is
     settings = ServerSettings(host="127.0.0.1", port=port, db=db, models={"builtin": builtin_model_path()},
                               api_keys=keys, log_level="error",
                               limits=_limits(profile, memo_bytes))
@@ -74,11 +83,14 @@ def serve(port: int, db: Path, memo_bytes: int, profile: str = "soak") -> None:
 
 def _limits(profile: str, memo_bytes: int) -> Any:
     """``soak``: short deadlines for the slow-client phase; ``default``: the shipped limits;
-    ``proxied``: the shipped limits as docs/security.md says to run behind a proxy."""
+    ``proxied``: the shipped limits as docs/security.md says to run behind a proxy; ``unbudgeted``: the
+    shipped limits without the tenant metadata and predicate CPU budgets (what the sidecar did before)."""
     from forewarn.server.settings import Limits
 
     if profile == "default":
         return Limits(memo_bytes=memo_bytes)
+    if profile == "unbudgeted":
+        return Limits(memo_bytes=memo_bytes, max_tenant_metadata_bytes=1 << 40, predicate_cpu_seconds=None)
     if profile == "proxied":
         return Limits(memo_bytes=memo_bytes, max_connections_per_client=0)
     return Limits(header_timeout=2.0, body_timeout=2.0, memo_bytes=memo_bytes, max_body_bytes=4 << 20)
@@ -277,7 +289,7 @@ def hostile(tmp: Path, connections: int, seconds: float) -> list[dict[str, Any]]
     finally:
         uncapped.stop()
     sys.path.insert(0, str(C.ROOT / "tests" / "server"))
-    from _nginx import Nginx, nginx_binary  # type: ignore[import-not-found]  # tests/server: on the path above
+    from _nginx import Nginx, nginx_binary  # tests/server: on the path above
 
     if nginx_binary() is None:
         print("nginx is not installed: the phases behind it are left out (apt-get install nginx-light)")
@@ -295,11 +307,50 @@ def hostile(tmp: Path, connections: int, seconds: float) -> list[dict[str, Any]]
     return rows
 
 
-def _session(port: int) -> str:
+def _session(port: int, key: str = KEY) -> str:
     import httpx
 
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {KEY}"}) as http:
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}) as http:
         return str(http.post("/v1/sessions", json={}).raise_for_status().json()["id"])
+
+
+def issue_map_state() -> dict[str, Any]:
+    """The issue's CPU-heavy state: a 428 KB map where a predicate reads a Boolean (6.5 s of CPU then)."""
+    return {"objects": {"Egg": {"parentReceptacles": ["Fridge"], "isPickedUp": False},
+                        "Microwave": {"isOpen": True, "isToggled": {f"k{i}": "v" * 10 for i in range(18_600)}}}}
+
+
+def abuse(tmp: Path, seconds: float, workers: int) -> list[dict[str, Any]]:
+    """An agent key of another tenant abusing what it may do, while the legitimate agent observes: sessions
+    with the largest metadata allowed (16 KiB) opened and never closed, and previews of the issue's
+    CPU-heavy state; with the shipped limits, then without the two budgets (before)."""
+    rows: list[dict[str, Any]] = []
+    # metadata of many small values (what costs memory: about 10 bytes held per byte of JSON), under 16 KiB
+    metadata = orjson.dumps({"metadata": {f"k{i}": i for i in range(1_300)}})
+    assert len(metadata) < 16 << 10
+    heavy = orjson.dumps({"state": issue_map_state()})
+    for profile, note in (("default", ""), ("unbudgeted", " (before: no budgets)")):
+        server = Server(free_port(), tmp / f"abuse-{profile}.db", profile=profile)
+        server.start()
+        url = f"http://127.0.0.1:{server.port}"
+        try:
+            abuser_session = _session(server.port, ABUSER)
+            for name, path, body, lead in (
+                    ("quiet", None, b"", 0.0),
+                    # the creates get a head start of four phases: long enough, here, to fill the tenant's budget
+                    ("huge metadata: sessions of 16 KiB, never closed", "/v1/sessions", metadata, 4 * seconds),
+                    ("CPU-heavy states: the issue's 428 KB map", f"/v1/sessions/{abuser_session}/preview", heavy,
+                     min(2.0, seconds / 4))):
+                flood = None if path is None else H.RequestFlood(url, ABUSER, path, body, workers, seconds + lead)
+                time.sleep(lead)
+                figures = H.legitimate(url, KEY, kitchen(0, 0), seconds / 2 if flood else seconds / 4)
+                if flood is not None:
+                    figures["abuser_answers"] = flood.counts(seconds + lead + 60)
+                rows.append({"phase": f"sidecar{note}: {name}", "attackers": workers if flood else 0,
+                             "addresses": 1, "rss_mib": server.rss_mib(), **figures})
+        finally:
+            server.stop()
+    return rows
 
 
 def flood(tmp: Path, count: int, kb: int, memo_bytes: int) -> dict[str, Any]:
@@ -341,17 +392,21 @@ def main() -> None:
     parser.add_argument("--flood-kb", type=int, default=200, help="size of each flooding state")
     parser.add_argument("--hostile", type=int, default=1100, help="hostile connections in each hostile phase")
     parser.add_argument("--hostile-seconds", type=float, default=20.0, help="length of each hostile phase")
-    parser.add_argument("--only", choices=["hostile"], help="run this phase alone")
+    parser.add_argument("--abusers", type=int, default=8, help="concurrent loops of the abusing agent key")
+    parser.add_argument("--only", choices=["hostile", "abuse"], help="run this phase alone")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     machine = C.machine()
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
-        hostile_rows = hostile(tmp, args.hostile, args.hostile_seconds)
+        hostile_rows = [] if args.only == "abuse" else hostile(tmp, args.hostile, args.hostile_seconds)
+        abuse_rows = abuse(tmp, args.hostile_seconds, args.abusers)
         print(f"forewarn sidecar soak; machine: {machine['cpus']} cpus, load average {machine['loadavg']}\n")
-        _print_hostile(hostile_rows, args.hostile)
-        if args.only == "hostile":
-            C.write_json(args.json, {"hostile": hostile_rows})
+        if hostile_rows:
+            _print_hostile(hostile_rows, args.hostile)
+        _print_abuse(abuse_rows)
+        if args.only is not None:
+            C.write_json(args.json, {"hostile": hostile_rows, "abuse": abuse_rows})
             return
         kills = kill_cycles(tmp, args.cycles, args.workers, args.interval)
         slow = slow_clients(tmp, args.slow)
@@ -378,7 +433,7 @@ def main() -> None:
     held_ok = slow["closed_headers"] + slow["closed_bodies"] == slow["held"]
     print(f"target every slow connection closed -> {C.verdict(held_ok)}")
     C.write_json(args.json, {"kill_cycles": kills, "slow_clients": slow, "flood": [bounded, unbounded],
-                             "hostile": hostile_rows})
+                             "hostile": hostile_rows, "abuse": abuse_rows})
 
 
 def _print_hostile(rows: list[dict[str, Any]], connections: int) -> None:
@@ -390,6 +445,18 @@ def _print_hostile(rows: list[dict[str, Any]], connections: int) -> None:
         if r["attackers"]:
             ok = r["success_rate"] >= 0.95 and r["p99_ms"] <= 250
             print(f"target ≥ 95 % succeeded and p99 ≤ 250 ms, {r['phase']} -> {C.verdict(ok)}")
+    print()
+
+
+def _print_abuse(rows: list[dict[str, Any]]) -> None:
+    print(C.table(["phase", "abusing loops", "legit requests", "succeeded %", "p50 ms", "p99 ms", "RSS MiB"],
+                  [[r["phase"], r["attackers"], r["requests"], 100 * r["success_rate"], r["p50_ms"], r["p99_ms"],
+                    r["rss_mib"]] for r in rows],
+                  title="a legitimate agent while another tenant's agent key abuses its rights (quiet rows: the baseline)"))
+    for r in rows:
+        if r["attackers"]:
+            answers = ", ".join(f"{status}: {n}" for status, n in sorted(r["abuser_answers"].items()))
+            print(f"  {r['phase']}: the abuser's answers by status: {answers}")
     print()
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "SpecError",
     "TraceError",
     "PredicateError",
+    "PredicateBudgetExceeded",
     "ModelFileError",
     "CheckError",
     "ConfigError",
@@ -84,6 +85,11 @@ class PredicateError(ForewarnError):
         super().__init__(message)
         self.predicate = predicate
         self.where = where  # "state", "meta" or "action": which one lacks what the predicate reads
+
+
+class PredicateBudgetExceeded(PredicateError):
+    """Evaluating the predicates on a state would cost more CPU than their budget allows (estimated
+    before anything runs). A guard answers such a step with the policy's unseen-state action."""
 
 
 class ModelFileError(ForewarnError):

@@ -216,8 +216,12 @@ def _compile_function(lines: list[str], name: str, scope: dict[str, Any]) -> Cal
     return function
 
 
-def compile_key(trie: dict[str, Any] | None) -> Callable[[Any], tuple[Any, ...] | None] | None:
+def compile_key(trie: dict[str, Any] | None, cap: list[float] | None = None,
+                refuse: Callable[[], Any] | None = None) -> Callable[[Any], tuple[Any, ...] | None] | None:
     """The memo key of a state as straight-line code: what ``walk_key`` gives, or None.
+
+    With ``cap`` (a one-element list, read at each call) and ``refuse``: a list or map leaf with
+    more entries than ``cap[0]`` is not imaged; ``refuse()`` is called instead (it raises).
 
     None when a selected field is missing or a map on the way is not a dict; the
     caller then walks the trie with ``walk_key`` (same leaf order, so the same keys).
@@ -240,9 +244,15 @@ def compile_key(trie: dict[str, Any] | None) -> Callable[[Any], tuple[Any, ...] 
 
     emit("s", trie, "        ")
     lines += ["    except KeyError:", "        return None"]
+    if cap is not None:  # checked inline, so that a small list costs no call more
+        for v in leaves:
+            lines.append(f"    if {v}.__class__ in _sized and len({v}) > _cap[0]:")
+            lines.append("        _refuse()")
     images = ", ".join(f"{v} if {v}.__class__ in _self else _freeze({v})" for v in leaves)
     lines.append(f"    return ({images},)")
-    return _compile_function(lines, "key", {"_dict": dict, "_self": _SELF_IMAGED, "_freeze": _freeze})
+    return _compile_function(lines, "key", {"_dict": dict, "_self": _SELF_IMAGED, "_freeze": _freeze,
+                                            "_sized": frozenset({dict, list, tuple}), "_cap": cap,
+                                            "_refuse": refuse})
 
 
 def _compile_binder(variables: dict[tuple[str, ...], str]) -> Callable[[Any], dict[str, Any] | None] | None:

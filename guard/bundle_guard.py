@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ._cel_cost import DEFAULT_CPU_BUDGET
 from .bundle import POOLED, GuardBundle, group_path, group_value, load_model_or_bundle
 from .model import GuardModel
 from .policy import Policy
@@ -38,15 +39,19 @@ class BundleGuard:
         bundle: a learned bundle.
         policy: overrides the spec's thresholds and unseen-state action for every member.
         python_predicates: predicates defined in code, by name.
+        cpu_budget: as :class:`Guard`'s, for the members' shared predicates.
+        adjust: applied to each member's own policy (:meth:`with_member_policies`).
     """
 
     def __init__(self, bundle: GuardBundle, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
-                 predicates: PredicateSet | None = None,
+                 predicates: PredicateSet | None = None, cpu_budget: float | None = DEFAULT_CPU_BUDGET,
                  adjust: Callable[[Policy], Policy] | None = None) -> None:
         self.bundle = bundle
-        self.predicates = predicates if predicates is not None else PredicateSet(
-            bundle.spec, python_predicates)
+        if predicates is None:
+            predicates = PredicateSet(bundle.spec, python_predicates)
+            predicates.cpu_budget = cpu_budget
+        self.predicates = predicates
         self._policy = policy
         self._adjust = adjust
         self._path = group_path(bundle.group_by)
@@ -76,6 +81,11 @@ class BundleGuard:
     @property
     def policy(self) -> Policy:
         return self.pooled.policy
+
+    @property
+    def policy_override(self) -> Policy | None:
+        """The policy every member decides under, or None: each member's spec's."""
+        return self._policy
 
     @property
     def monitors(self) -> list[Any]:

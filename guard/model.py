@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ForewarnError, ModelFileError, UsageError
 from .chain import END, CsrArrays, LearnedDTMC, visits
+from .kind_posterior import KindMixture, KindsEntry, kinds_document, read_kinds
 from .outputs import is_special, write_output
 from .results import (
     CheckOutcome,
@@ -157,6 +158,7 @@ class ModelDocument(_Doc):
     pac: PACEntry
     intervals: IntervalsEntry | None = None  # None: a model without confidence intervals
     visits: list[int] | None = None  # observed departures per state (written since intervals)
+    kinds: KindsEntry | None = None  # learning.kinds: the mixture's kinds (absent with one kind)
     provenance: dict[str, Any]
     checksum: str = ""
     signature: dict[str, Any] | None = None  # Ed25519 over the canonical body (guard.signing)
@@ -192,7 +194,7 @@ class GuardModel:
 
     def __init__(self, spec: Spec, dtmc: LearnedDTMC, properties: list[CheckedProperty] | CheckOutcome,
                  pac: PACReport, provenance: dict[str, Any], *, pac_valuations: list[list[bool]] | None = None,
-                 intervals: IntervalReport | None = None) -> None:
+                 intervals: IntervalReport | None = None, kinds: KindMixture | None = None) -> None:
         if isinstance(properties, CheckOutcome):  # one default property
             properties = [CheckedProperty(spec.guard.effective_properties()[0], properties)]
         if not properties:
@@ -204,6 +206,7 @@ class GuardModel:
         self.provenance = provenance
         self.pac_valuations = pac_valuations
         self.intervals = intervals
+        self.kinds = kinds  # learning.kinds: the kinds a session weighs by its posterior (guard/kind_posterior.py)
         self.visits = visits(dtmc)  # observed departures per state (the product's: its chain state's)
         self.signed_at: float | None = None  # the signature's time, as the file says (guard.signing)
 
@@ -276,6 +279,7 @@ class GuardModel:
             },
             "intervals": None if self.intervals is None else self.intervals.to_document(),
             "visits": self.visits.tolist(),
+            **({} if self.kinds is None else {"kinds": kinds_document(self.kinds)}),
             "provenance": self.provenance,
         }
         body["checksum"] = _checksum(body)
@@ -368,7 +372,16 @@ class GuardModel:
         for index, prop in enumerate(properties):
             if prop.mismatch is not None and not tested:
                 raise ModelFileError(f"{source}: properties[{index}].markov_mismatch needs intervals.markov_level")
-        model = cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
+        kinds = None
+        if doc.kinds is not None:
+            if spec.learning.kinds == 1:
+                raise ModelFileError(f"{source}: kinds: the file stores kinds, but the embedded spec's learning.kinds is 1")
+            matrix = dtmc.arrays("matrix")
+            kinds = read_kinds(doc.kinds, source=source, indptr=np.asarray(matrix.indptr),
+                               indices=np.asarray(matrix.indices), absorbing=dtmc.absorbing,
+                               properties=len(properties))
+        model = cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report,
+                    kinds=kinds)
         model.signed_at = signing_time(document)
         return model
 

@@ -19,6 +19,7 @@ from ._version import __version__
 from .backoff import learn_memory_dtmc
 from .crossval import path_transitions
 from .intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
+from .kinds_check import KindsFit, learn_kinds
 from .learning import (
     LearnedDTMC,
     TransitionCounts,
@@ -240,7 +241,7 @@ def counting_plan(spec: Spec, predicates: PredicateSet) -> tuple[Memory | None, 
     settings = spec.learning
     memory = build_memory(settings.memory, predicates.width)
     # intervals need the runs too: their outcomes give each reach property a direct interval
-    wanted = (settings.shrink != "off" or settings.intervals != "none"
+    wanted = (settings.shrink != "off" or settings.intervals != "none" or settings.kinds != 1
               or (memory is not None and settings.memory.backoff == "auto"))
     return memory, (Counter() if wanted else None)
 
@@ -316,7 +317,21 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
         firsts = first_visit_counts(summaries.values(), len(reach), dtmc.product_index(), dtmc.size)
         outcomes = dict(zip(reach, firsts))
     chain_values = {i: p.outcome.values for i, p in enumerate(properties)}  # the chain's own, for the Markov test
-    if settings.shrink != "off":
+    kinds = None
+    if settings.kinds != 1:  # a mixture of kinds (guard/kinds_check.py) replaces shrinking and the chain's intervals
+        if paths is None:
+            levers["kinds"] = "skipped: no runs to fit kinds on"
+        else:
+            fitted = learn_kinds(settings.kinds, paths=paths, chain=chain, product=dtmc, predicates=predicates,
+                                 monitors=monitors, properties=properties, alpha=float(alpha), method=method,
+                                 precision=precision, delta=delta, intervals=IntervalMethod(settings.intervals))
+            kinds = fitted if isinstance(fitted, KindsFit) else None
+            levers["kinds"] = fitted.lever if isinstance(fitted, KindsFit) else fitted
+    if kinds is not None:
+        properties, report = kinds.properties, kinds.intervals
+        if settings.shrink != "off":
+            levers["shrink"] = "off: learning.kinds weighs the kinds instead"
+    elif settings.shrink != "off":
         if paths is None:
             levers["shrink"] = "skipped: no runs to count outcomes on"
         else:  # before the intervals: the blended value is the point estimate they must contain
@@ -325,9 +340,10 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
                 fit=_refit(counts, predicates, monitors, definitions, memory, float(alpha),
                            levers.get("backoff", {}).get("chosen"), rule, settings.structure, method, precision),
                 summaries=summaries)
-    properties, report = with_intervals(dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
-                                        delta=delta, entries=estimated_entries(chain), precision=precision,
-                                        outcomes=outcomes, chain_values=chain_values)
+    if kinds is None:
+        properties, report = with_intervals(dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
+                                            delta=delta, entries=estimated_entries(chain), precision=precision,
+                                            outcomes=outcomes, chain_values=chain_values)
     pac = pac_report(chain, epsilon=epsilon, delta=delta)
     width = predicates.width
     valuations = [[bool(bits >> b & 1) for b in range(width)] for bits in chain.states[:-1]] + [[False] * width]
@@ -348,7 +364,8 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     }
     if levers:
         provenance["levers"] = levers
-    return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report)
+    return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report,
+                      kinds=None if kinds is None else kinds.mixture)
 
 
 def _put(values: np.ndarray, where: np.ndarray, new: np.ndarray) -> np.ndarray:

@@ -35,7 +35,8 @@ from typing import Any
 
 import cel
 
-from ..errors import PredicateError
+from ..errors import PredicateBudgetExceeded, PredicateError
+from ._cel_cost import UNIT_SECONDS, bound_units, comprehension_degree, work_units
 from ._cel_fields import (
     MEMO_LIMIT,
     PROGRAM_LIMIT,
@@ -53,7 +54,7 @@ from .actions import NO_ACTION, action_view
 from .spec import Spec
 from .trust import CodeNotAllowed, registered_callable
 
-__all__ = ["CodeNotAllowed", "PredicateSet", "registered_callable"]
+__all__ = ["CodeNotAllowed", "PredicateBudgetExceeded", "PredicateSet", "registered_callable"]
 
 PythonPredicate = Callable[[Mapping[str, Any]], bool]
 MEMO_BYTES = 64 << 20  # default budget of a predicate set's memo tables (``memo_limit`` changes it)
@@ -104,7 +105,8 @@ class PredicateSet:
         self._program = list_program([expr for _, _, expr in cel_items]) if cel_items else None
         paths = [selected_paths(expr) for _, _, expr in cel_items]
         self._trie = build_trie([p for item_paths in paths for p in item_paths])
-        self._fast_key = compile_key(self._trie)
+        self._cap = [float("inf")]  # the budget in units, read by the memo key (a list: changed in place)
+        self._fast_key = compile_key(self._trie, self._cap, self._refuse_large)
         self._memo: dict[tuple[Any, ...], int] = {}
         self._memo_bytes = 0
         self.memo_limit = MEMO_BYTES
@@ -116,6 +118,13 @@ class PredicateSet:
         self._item_variables = item_variables
         self._leaf_programs: dict[int, Leaves | None] = {}  # by set of CEL items (a bit mask)
         self._all_items = (1 << len(cel_items)) - 1
+        # the CPU budget of one step's CEL evaluation (guard/_cel_cost.py): None, unbounded (learning
+        # reads the operator's own traces); a Guard sets it for the steps agents send
+        self._cpu_budget: float | None = None
+        self._budget_units: float | None = None
+        # per CEL item whose reads repeat under comprehension macros: (its index, degree); usually none
+        self._nested = [(c, degree) for c, (_, _, expr) in enumerate(cel_items)
+                        if (degree := comprehension_degree(expr)) > 1]
         self._unsafe_program = self._compile_unsafe(spec)
         self._unsafe_memo: dict[int, bool] = {}
         # bits the unsafe condition reads: its value depends on nothing else
@@ -134,6 +143,26 @@ class PredicateSet:
             raise spec.error(f"'unsafe' names unknown predicate(s) {unknown}; known: {self.names}", "unsafe")
         return program
 
+    @property
+    def cpu_budget(self) -> float | None:
+        """Seconds of CPU one step's CEL predicates may cost (None: unbounded); see :meth:`evaluate`."""
+        return self._cpu_budget
+
+    @cpu_budget.setter
+    def cpu_budget(self, seconds: float | None) -> None:
+        self._cpu_budget = seconds
+        self._budget_units = None if seconds is None else seconds / UNIT_SECONDS
+        self._cap[0] = float("inf") if self._budget_units is None else self._budget_units
+
+    def _refuse_large(self) -> None:
+        """With a CPU budget, a list or map leaf with more entries than the budget has units is refused
+        before the memo key images it: imaging it (a pass in Python over every value) would cost as much
+        as the budget, and its predicates could not be evaluated on it anyway."""
+        units = self._cap[0]
+        raise PredicateBudgetExceeded(
+            f"a field the predicates read holds more than {units:.0f} values, more than the CPU budget "
+            f"of {units * UNIT_SECONDS * 1e3:g} ms per step can evaluate")
+
     # -- evaluation ---------------------------------------------------------------
 
     def evaluate(self, state: Mapping[str, Any], meta: Mapping[str, Any] | None = None, action: Any = None) -> int:
@@ -147,6 +176,9 @@ class PredicateSet:
         Raises:
             PredicateError: naming the predicate and the field it could not read, or a
                 state nested too deeply to read.
+            PredicateBudgetExceeded: (a PredicateError) with ``cpu_budget`` set, evaluating the
+                CEL predicates on this state would cost more CPU than that; nothing was evaluated
+                past the estimate (:mod:`guard._cel_cost`).
         """
         try:
             return self._evaluate(state, meta, action)
@@ -170,8 +202,9 @@ class PredicateSet:
             except TypeError:  # an unhashable leaf (e.g. a set from Python code): no memo
                 cached, key, fast = None, None, False
             if cached is None:
-                cached = self._evaluate_missed(root, key) if fast and key is not None \
-                    else self._evaluate_cel(root)
+                budget = None if self._budget_units is None else [self._budget_units]
+                cached = self._evaluate_missed(root, key, budget) if fast and key is not None \
+                    else self._evaluate_cel(root, budget)
                 if key is not None:
                     if len(self._memo) >= MEMO_LIMIT:
                         self._memo.clear()
@@ -191,7 +224,7 @@ class PredicateSet:
                 bits |= 1 << index
         return bits
 
-    def _evaluate_missed(self, root: dict[str, Any], key: tuple[Any, ...]) -> int:
+    def _evaluate_missed(self, root: dict[str, Any], key: tuple[Any, ...], budget: list[float] | None = None) -> int:
         """Bits for a new fast key: per-predicate memo, then one program for the predicates it lacks."""
         assert self._sub_keys is not None
         bits = missed = 0
@@ -205,9 +238,9 @@ class PredicateSet:
             elif value:
                 bits |= 1 << self._cel_items[c][0]
         if missed:
-            values = self._run_leaves(missed, root)
+            values = self._run_leaves(missed, root, budget)
             if values is None:
-                return self._evaluate_original(root)
+                return self._evaluate_original(root, budget)
             for c, value in zip((c for c in range(len(subs)) if missed >> c & 1), values):
                 memo = self._item_memos[c]
                 if len(memo) >= MEMO_LIMIT:
@@ -241,18 +274,34 @@ class PredicateSet:
         """About how many bytes the memo tables hold (their keys and entries)."""
         return self._memo_bytes
 
-    def _evaluate_cel(self, root: dict[str, Any]) -> int:
+    def _evaluate_cel(self, root: dict[str, Any], budget: list[float] | None = None) -> int:
         """The CEL predicates' bits, without the memos: leaf variables, else the original program."""
-        values = self._run_leaves(self._all_items, root)
+        values = self._run_leaves(self._all_items, root, budget)
         if values is None:
-            return self._evaluate_original(root)
+            return self._evaluate_original(root, budget)
         bits = 0
         for (index, _, _), value in zip(self._cel_items, values):
             if value:
                 bits |= 1 << index
         return bits
 
-    def _run_leaves(self, items: int, root: dict[str, Any]) -> list[bool] | None:
+    def _charge(self, budget: list[float], size: float, items: int, predicate: str | None = None) -> None:
+        """Take a program's estimated work from the step's ``budget`` (units left), before it runs:
+        ``size`` units of values bound, and the repeated reads of the items (a bit mask) that nest."""
+        work = size
+        for c, degree in self._nested:
+            if items >> c & 1:
+                work += size ** degree / 4
+        budget[0] -= work
+        if budget[0] < 0:
+            assert self.cpu_budget is not None
+            what = "the CEL predicates" if predicate is None else f"predicate {predicate!r}"
+            raise PredicateBudgetExceeded(
+                f"evaluating {what} on this step would cost more than the CPU budget of "
+                f"{self.cpu_budget * 1e3:g} ms per step (an estimated {work:.3g} units of work, about "
+                f"{work * UNIT_SECONDS * 1e3:.3g} ms)", predicate=predicate)
+
+    def _run_leaves(self, items: int, root: dict[str, Any], budget: list[float] | None = None) -> list[bool] | None:
         """The values of some CEL predicates (a bit mask over them) in one call on leaf variables.
 
         None when that cannot be done exactly or fails in any way: the caller then runs the
@@ -273,6 +322,8 @@ class PredicateSet:
             return None
         if leaves.reads_state:
             context.update(project(root, leaves.state_trie))
+        if budget is not None:
+            self._charge(budget, bound_units(context.values(), budget[0]), items)
         try:
             values: list[Any] = leaves.program.execute(context)  # CEL may return any value: checked below
         except Exception:  # report it as the original expressions would
@@ -282,13 +333,17 @@ class PredicateSet:
                 return None
         return values
 
-    def _evaluate_original(self, root: dict[str, Any]) -> int:
+    def _evaluate_original(self, root: dict[str, Any], budget: list[float] | None = None) -> int:
         assert self._program is not None
         projected = project(root, self._trie)
+        size = 0.0
+        if budget is not None:
+            size = work_units(projected, budget[0])
+            self._charge(budget, size, self._all_items)
         try:
             values = self._program.execute(projected)
         except Exception:  # find which predicate failed, and why, one at a time
-            self._raise_for_culprit(projected)
+            self._raise_for_culprit(projected, budget, size)
             raise
         bits = 0
         for (index, name, _), value in zip(self._cel_items, values):
@@ -299,8 +354,10 @@ class PredicateSet:
                 bits |= 1 << index
         return bits
 
-    def _raise_for_culprit(self, projected: Any) -> None:
-        for _, name, expression in self._cel_items:
+    def _raise_for_culprit(self, projected: Any, budget: list[float] | None = None, size: float = 0.0) -> None:
+        for c, (_, name, expression) in enumerate(self._cel_items):
+            if budget is not None:  # each program converts the projected state again
+                self._charge(budget, size, 1 << c, name)
             try:
                 cel.compile(expression).execute(projected)
             except KeyError as exc:

@@ -311,10 +311,12 @@ def replay_run(guard: Guard | BundleGuard, run: Run) -> RunReplay:
     monitor_states: list[MonitorStates] = []
     violation = None
     q = None
+    belief = None  # learning.kinds: the posterior over kinds, as a session keeps it
     for i, (bits, step) in enumerate(zip(abstract_run(run, guard.predicates), run.steps)):
         action = step.get("action")
         q = guard.first_monitor_states(bits, action) if q is None else guard.next_monitor_states(q, bits, action)
-        decision = guard.decide_product(bits, q)
+        belief = guard.believe(belief, bits, q)
+        decision = guard.decide_product(bits, q, belief=belief)
         risks.append(decision.p_unsafe)
         lows.append(decision.ci_low)
         abstract.append(bits)

@@ -13,7 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import PredicateBudgetExceeded
+from ._cel_cost import DEFAULT_CPU_BUDGET
 from .chain import count_totals
+from .kind_posterior import Belief
 from .memory import build_memory
 from .model import GuardModel
 from .monitoring import build_monitors
@@ -87,6 +90,11 @@ class Decision:
     fallback: bool = False  # in a bundle: no model for the session's group, the pooled one decided
     baseline_p_unsafe: float | None = None
     increase: float | None = None
+    # the learned chain's state the figures were read from (None: never seen, or a history the runs never
+    # showed); what `forewarn states` numbers it, for the likeliest path from here (guard/states.py)
+    index: int | None = None
+    # the predicates could not read the state within their CPU budget (Guard.over_budget); said in the message
+    over_budget: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -111,15 +119,20 @@ class Guard:
         python_predicates: predicates defined in code, by name.
         predicates: compiled predicates of the same spec to share (the members of a bundle
             share one set, and so its memo).
+        cpu_budget: seconds of CPU the CEL predicates of one step may cost, estimated before
+            they run (``guard/_cel_cost.py``); a step past it is decided as an unseen state.
+            None: unbounded. Applies to predicates built here (shared ones keep theirs).
     """
 
     def __init__(self, model: GuardModel, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
-                 predicates: PredicateSet | None = None) -> None:
+                 predicates: PredicateSet | None = None, cpu_budget: float | None = DEFAULT_CPU_BUDGET) -> None:
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
-        self.predicates = predicates if predicates is not None else PredicateSet(
-            model.spec, python_predicates)
+        if predicates is None:
+            predicates = PredicateSet(model.spec, python_predicates)
+            predicates.cpu_budget = cpu_budget
+        self.predicates = predicates
         self.monitors = build_monitors(model.spec)
         # learning.memory (guard/memory.py) rides along as one more automaton state after the monitors'
         self.memory = build_memory(model.spec.learning.memory, self.predicates.width, model.dtmc.actions)
@@ -133,10 +146,12 @@ class Guard:
                           None if p.ci_high is None else p.ci_high.tolist())
                          for p in model.properties]
         self._visits = model.visits.tolist()
+        self._size = len(self._visits)  # the chain's states; history fallbacks are appended past them
         self._confidence = 1.0 - model.intervals.delta if model.intervals is not None else None
         self.start_risk = start_risk(model)  # per property: what a session's first step is compared with
         self._decisions: dict[tuple[Any, ...], Decision] = {}
         self._origin: tuple[str | None, str | None, bool, str] = (None, None, False, "")  # see with_origin
+        self.kinds = model.kinds  # learning.kinds: sessions weigh the kinds by their posterior
         if self.memory is not None:
             self._add_history_fallback()
 
@@ -228,41 +243,69 @@ class Guard:
 
     def decide(self, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None, action: Any = None) -> Decision:
         """The decision for a concrete state (reached by ``action``) taken as the first step of a run."""
-        bits = self.predicates.evaluate(state, metadata, action)
+        try:
+            bits = self.predicates.evaluate(state, metadata, action)
+        except PredicateBudgetExceeded as exc:
+            return self.over_budget(exc)
         return self.decide_product(bits, self.first_monitor_states(bits, action))
+
+    def over_budget(self, exc: PredicateBudgetExceeded) -> Decision:
+        """The decision for a state the predicates could not read within their CPU budget: its abstract
+        state is unknown, so the policy's unseen-state action, and a one-line reason (never the state)."""
+        action = self.policy.unseen_state
+        message = (f"The predicates could not be evaluated within their CPU budget: {exc}; the state is treated "
+                   f"as unseen and the policy for unseen states is '{action.value}'.")
+        return Decision(action, None, None, self.property, {}, message, known=False, visits=0, over_budget=True)
 
     def decide_bits(self, bits: int, q: MonitorStates | None = None) -> Decision:
         """The decision for an abstract state (with the monitors' first-step states by default)."""
         return self.decide_product(bits, self.first_monitor_states(bits) if q is None else q)
 
-    def decide_product(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None) -> Decision:
+    def decide_product(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None,
+                       belief: Belief | None = None) -> Decision:
         """The decision for a product state (cached); ``baseline``: the run's risk per property,
-        under the increase trigger."""
+        under the increase trigger; ``belief``: the session's posterior over kinds (learning.kinds), which
+        weighs the kinds' values (not cached: it moves with every step)."""
+        if belief is not None and self.kinds is not None:
+            return self._originated(self._make_decision(bits, q, baseline, belief))
         key = (bits, q) if baseline is None else (bits, q, baseline)
         decision = self._decisions.get(key)
         if decision is None:
-            decision = self._make_decision(bits, q, baseline)
-            member, group, fallback, note = self._origin
-            if member is not None:
-                decision = replace(decision, member=member, group=group, fallback=fallback,
-                                   message=f"{decision.message} {note}" if decision.message and note
-                                   else decision.message)
-            self._decisions[key] = decision
+            decision = self._decisions[key] = self._originated(self._make_decision(bits, q, baseline))
         return decision
 
-    def _make_decision(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None) -> Decision:
+    def _originated(self, decision: Decision) -> Decision:
+        member, group, fallback, note = self._origin
+        if member is None:
+            return decision
+        return replace(decision, member=member, group=group, fallback=fallback,
+                       message=f"{decision.message} {note}" if decision.message and note else decision.message)
+
+    def state_index(self, bits: int, q: MonitorStates) -> int | None:
+        """The product state's index in the model (None: never seen)."""
+        if self.memory is None:
+            return self._index.get((bits, q))
+        # the chain state carries the memory's label; an unseen history borrows its abstract state's
+        n = len(self.monitors)
+        index = self._index.get((self.memory.encode(bits, q[n]), q[:n]))
+        return self._fallback.get((bits, q[:n])) if index is None else index
+
+    def believe(self, belief: Belief | None, bits: int, q: MonitorStates) -> Belief | None:
+        """The posterior over kinds after a step into (bits, q), from the one before it (None: the run's first
+        step); None for a model of one kind."""
+        if self.kinds is None:
+            return None
+        index = self.state_index(bits, q)
+        return self.kinds.start(index) if belief is None else self.kinds.step(belief, index)
+
+    def _make_decision(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None,
+                       belief: Belief | None = None) -> Decision:
         predicates = self.predicates
         abstract = predicates.as_context(bits)
         monitor_words = {m.name: m.describe(qk) for m, qk in zip(self.monitors, q)}
         violated = [m.name for m, qk in zip(self.monitors, q) if qk == -1]
         unsafe_now = predicates.is_unsafe(bits) or bool(violated)
-        if self.memory is None:
-            index = self._index.get((bits, q))
-        else:  # the chain state carries the memory's label; an unseen history borrows its abstract state's
-            n = len(self.monitors)
-            index = self._index.get((self.memory.encode(bits, q[n]), q[:n]))
-            if index is None:
-                index = self._fallback.get((bits, q[:n]))
+        index = self.state_index(bits, q)
         if index is None and not unsafe_now:
             action = self.policy.unseen_state
             message = (f"The current state ({self._describe(bits, monitor_words)}) never occurred in the runs this "
@@ -282,11 +325,14 @@ class Guard:
             if index is None:  # unsafe but never observed: a violation has happened
                 p_unsafe, lower, upper, ci_low, ci_high = 1.0, 1.0, 1.0, 1.0, 1.0
             else:
-                p_unsafe = column[index]
-                lower = lower_col[index] if lower_col is not None else None
-                upper = upper_col[index] if upper_col is not None else None
-                ci_low = low_col[index] if low_col is not None else None
-                ci_high = high_col[index] if high_col is not None else None
+                if belief is not None and self.kinds is not None:
+                    p_unsafe, lower, upper, ci_low, ci_high = self.kinds.mix(belief, k, index)
+                else:
+                    p_unsafe = column[index]
+                    lower = lower_col[index] if lower_col is not None else None
+                    upper = upper_col[index] if upper_col is not None else None
+                    ci_low = low_col[index] if low_col is not None else None
+                    ci_high = high_col[index] if high_col is not None else None
                 if definition.meaning is Meaning.SATISFACTION:
                     p_unsafe = 1.0 - p_unsafe
                     lower, upper = (None if upper is None else 1.0 - upper), (None if lower is None else 1.0 - lower)
@@ -313,7 +359,8 @@ class Guard:
                         lower=worst.lower, upper=worst.upper, threshold=threshold, known=index is not None,
                         unsafe_now=unsafe_now, properties=tuple(values), monitors=monitor_words,
                         ci_low=worst.ci_low, ci_high=worst.ci_high, visits=visits,
-                        baseline_p_unsafe=worst.baseline_p_unsafe, increase=worst.increase)
+                        baseline_p_unsafe=worst.baseline_p_unsafe, increase=worst.increase,
+                        index=index if index is not None and index < self._size else None)
 
     def _describe(self, bits: int, monitor_words: dict[str, str]) -> str:
         words = self.predicates.describe(bits)
@@ -390,6 +437,7 @@ class Session:
     monitor_states: MonitorStates | None = None  # None before the first step
     metadata: Mapping[str, Any] | None = None  # the run's context: predicates read it as `meta`
     baseline: tuple[float, ...] | None = None
+    belief: Belief | None = None  # learning.kinds: the posterior over kinds given the committed steps
 
     def __post_init__(self) -> None:
         if self.baseline is None and self.guard.policy.increase is not None:
@@ -403,13 +451,34 @@ class Session:
         return bits, guard.next_monitor_states(self.monitor_states, bits, action)
 
     def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
-        """Commit the agent's new state (reached by ``action``, which predicates read) and decide on it."""
-        bits, q = self._next(state, action)
+        """Commit the agent's new state (reached by ``action``, which predicates read) and decide on it.
+
+        A state the predicates cannot read within their CPU budget gets :meth:`Guard.over_budget`'s
+        decision; the step is recorded, but the session's abstract and monitor states stay where they
+        were (the all-false state before a first step): nothing was learned of it.
+        """
+        try:
+            bits, q = self._next(state, action)
+        except PredicateBudgetExceeded as exc:
+            return self._commit_unread(exc, action, t)
         return self._commit(bits, q, action, t)
 
-    def _commit(self, bits: int, q: MonitorStates, action: Any = None, t: float | None = None) -> Decision:
-        decision = self.guard.decide_product(bits, q, self.baseline)
+    def _commit_unread(self, exc: PredicateBudgetExceeded, action: Any, t: float | None) -> Decision:
+        guard = self.guard
+        decision = guard.over_budget(exc)
+        if self.history:
+            bits, q = self.history[-1].abstract, self.history[-1].monitors
+        else:
+            bits = 0
+            q = self.monitor_states if self.monitor_states is not None else guard.first_monitor_states(0)
         self.monitor_states = q
+        self.history.append(StepRecord(len(self.history), bits, q, decision, action, t))
+        return decision
+
+    def _commit(self, bits: int, q: MonitorStates, action: Any = None, t: float | None = None) -> Decision:
+        belief = self.guard.believe(self.belief if self.history else None, bits, q)
+        decision = self.guard.decide_product(bits, q, self.baseline, belief)
+        self.monitor_states, self.belief = q, belief
         self.history.append(StepRecord(len(self.history), bits, q, decision, action, t))
         if self.baseline is not None and decision.p_unsafe is not None:
             self.baseline = tuple(p.p_unsafe for p in decision.properties)  # type: ignore[misc]
@@ -417,12 +486,16 @@ class Session:
 
     def preview(self, state: Mapping[str, Any], *, action: Any = None) -> Decision:
         """Decide on a state the agent might move to by ``action``, committing nothing (look-ahead)."""
-        bits, q = self._next(state, action)
-        return self.guard.decide_product(bits, q, self.baseline)
+        try:
+            bits, q = self._next(state, action)
+        except PredicateBudgetExceeded as exc:
+            return self.guard.over_budget(exc)
+        belief = self.guard.believe(self.belief if self.history else None, bits, q)
+        return self.guard.decide_product(bits, q, self.baseline, belief)
 
     def restore(self, abstract_history: list[tuple[int, MonitorStates]]) -> None:
         """Resume a session from its committed (abstract state, monitor states) history."""
-        self.history, self.monitor_states, self.baseline = [], None, None
+        self.history, self.monitor_states, self.baseline, self.belief = [], None, None, None
         self.__post_init__()
         for bits, q in abstract_history:
             self._commit(bits, q)

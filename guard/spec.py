@@ -344,6 +344,9 @@ ALPHA_AUTO_REMOVED = ("'auto' was removed: choosing α by cross-validation moved
                       "give a number (the default is 0.1)")
 
 
+MAX_KINDS = 8  # learning.kinds: N (auto tries 1 to guard.kinds.MAX_KINDS)
+
+
 class LearningSettings(_Strict):
     """How counts become a chain and a chain's values become the stored risk (docs/method.md, "Levers")."""
 
@@ -356,6 +359,23 @@ class LearningSettings(_Strict):
     # blend towards the observed outcome frequency with strength κ: a number >= 0, auto (CV) or off
     shrink: float | Literal["auto", "off"] = "auto"
     memory: MemorySettings = MemorySettings()
+    # latent run kinds: a mixture of this many chains (1: the single chain), or chosen on held-out runs
+    kinds: int | Literal["auto"] = 1
+
+    @field_validator("kinds", mode="before")
+    @classmethod
+    def _kinds(cls, value: Any) -> Any:
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_KINDS:
+            raise ValueError(f"expected 'auto' or a whole number of kinds from 1 to {MAX_KINDS}, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _kinds_without_memory(self) -> LearningSettings:
+        if self.kinds != 1 and self.memory.enabled:
+            raise ValueError("kinds mixes memoryless chains: turn learning.memory off, or set kinds: 1")
+        return self
 
     @field_validator("memory", mode="before")
     @classmethod

@@ -24,7 +24,9 @@ import scipy.sparse as sp
 from .model import GuardModel
 from .runtime import Guard
 
-__all__ = ["StateRow", "most_likely_paths", "state_rows"]
+__all__ = ["StateRow", "most_likely_paths", "path_to_unsafe", "state_rows"]
+
+_PATHS: dict[int, tuple[GuardModel, np.ndarray, np.ndarray]] = {}  # per model: its most likely paths
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,27 @@ def most_likely_paths(matrix: sp.csr_matrix, targets: np.ndarray, absorbing: np.
     return np.exp(-cost), successor
 
 
+def _walk(successor: np.ndarray, start: int) -> list[int]:
+    path = [start]
+    while successor[path[-1]] >= 0:
+        path.append(int(successor[path[-1]]))
+    return path
+
+
+def path_to_unsafe(model: GuardModel, index: int) -> tuple[list[int], float] | None:
+    """The most likely path from chain state ``index`` into an unsafe state — what ``forewarn
+    states`` prints as "most likely path to unsafe" — as (state indices, this one first; its
+    probability); None where no unsafe state is reachable. The search runs once per model."""
+    cached = _PATHS.get(id(model))
+    if cached is None or cached[0] is not model:
+        dtmc = model.dtmc
+        cached = _PATHS[id(model)] = (model, *most_likely_paths(dtmc.matrix, dtmc.unsafe, dtmc.absorbing))
+    _, probability, successor = cached
+    if probability[index] <= 0.0:
+        return None
+    return _walk(successor, index), float(probability[index])
+
+
 def state_rows(model: GuardModel, guard: Guard | None = None) -> list[StateRow]:
     """Every state of the model except ``end``, in the model's order.
 
@@ -119,11 +142,7 @@ def state_rows(model: GuardModel, guard: Guard | None = None) -> list[StateRow]:
             width = memory.width
             predicates = bits & ((1 << width) - 1)
             decision = guard.decide_product(predicates, (*q, memory.state_for(predicates, bits >> width)))
-        path: list[int] | None = None
-        if probability[i] > 0.0:
-            path = [i]
-            while successor[path[-1]] >= 0:
-                path.append(int(successor[path[-1]]))
+        path = _walk(successor, i) if probability[i] > 0.0 else None
         rows.append(StateRow(
             index=i, predicates={n: bool(bits >> b & 1) for b, n in enumerate(dtmc.predicates)},
             monitors=dict(decision.monitors), unsafe=bool(dtmc.unsafe[i]), visits=int(visits[i]),

@@ -23,8 +23,11 @@ The span is a child of the span current where the decision is taken — the GenA
 ``forewarn.baseline_p_unsafe``  under the increase trigger, the run's risk before the call
 ========================  ===========================================================
 
-Used by the LangChain middleware and the MCP proxy (``record_decision(decision, tool=...,
-phase=..., session=..., call_id=..., action=...)``).
+Used by the LangChain middleware, the MCP proxy and the sidecar (``record_decision(decision,
+tool=..., phase=..., session=..., call_id=..., action=..., carrier=...)``). The sidecar passes its
+request's headers as ``carrier``: where no span is current (the server itself is not instrumented),
+the span's parent is the caller's, read from the W3C ``traceparent`` header by the propagator the
+application configured — so a decision the sidecar takes sits in the agent's own trace.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ try:
 except ModuleNotFoundError:  # opentelemetry-api absent: every call is a no-op
     _trace = None
 
-__all__ = ["SPAN_NAME", "decision_attributes", "record_decision"]
+__all__ = ["SPAN_NAME", "decision_attributes", "record_decision", "tracing"]
 
 SPAN_NAME = "forewarn.decision"
 _TRACERS: dict[int, tuple[Any, Any]] = {}  # per provider: (the provider, its tracer for Forewarn)
@@ -71,19 +74,37 @@ def decision_attributes(decision: Decision, *, tool: str | None = None, phase: s
     return {k: v for k, v in values.items() if v is not None}
 
 
+def tracing() -> bool:
+    """Whether the application configured a tracer provider (else :func:`record_decision` does nothing):
+    a caller checks it before building what only a span needs (the sidecar's header carrier)."""
+    if _trace is None:
+        return False
+    return not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider | _trace.NoOpTracerProvider)
+
+
 def record_decision(decision: Decision, *, tool: str | None = None, phase: str | None = None,
                     session: str | None = None, call_id: str | None = None,
-                    action: Action | str | None = None) -> None:
-    """Emit one ``forewarn.decision`` span (see the module's doc); a no-op without a tracer provider."""
+                    action: Action | str | None = None, carrier: Mapping[str, str] | None = None) -> None:
+    """Emit one ``forewarn.decision`` span (see the module's doc); a no-op without a tracer provider.
+
+    Args:
+        carrier: a request's headers (lower-case names); when no span is current, the span's parent
+            is the context they carry (``traceparent``), as the configured propagator reads it.
+    """
     if _trace is None:
         return
     provider = _trace.get_tracer_provider()
     if isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider):
         return  # nobody configured OpenTelemetry: not even a non-recording span
+    parent = None
+    if carrier is not None and not _trace.get_current_span().get_span_context().is_valid:
+        from opentelemetry import propagate
+
+        parent = propagate.extract(carrier)
     cached = _TRACERS.get(id(provider))
     if cached is None or cached[0] is not provider:
         cached = _TRACERS[id(provider)] = (provider, provider.get_tracer("forewarn", __version__))
     tracer = cached[1]
-    span = tracer.start_span(SPAN_NAME, attributes=decision_attributes(
+    span = tracer.start_span(SPAN_NAME, context=parent, attributes=decision_attributes(
         decision, tool=tool, phase=phase, session=session, call_id=call_id, action=action))
     span.end()

@@ -132,7 +132,7 @@ class FastSteps:
                 if not message.get("more_body", False):
                     break
             state = handlers["state"]()
-            payload = await handlers[op](state, session_id, authorization, body, idempotency_key)
+            payload = await handlers[op](state, session_id, authorization, body, idempotency_key, scope["headers"])
             response = Response(payload, media_type=JSON)
         except ApiError as exc:
             response = handlers["api_error"](exc)

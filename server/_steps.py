@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -13,15 +13,18 @@ import orjson
 from ..errors import ForewarnError
 from ..guard.runtime import Decision
 from ..guard.spec import Action
+from ..guard.telemetry import record_decision, tracing
 from . import schemas as S
-from ._http import ApiError, log
+from ._http import ApiError, bad_request, log, shape_error
 from .auth import Principal
 from .sessions import LiveSession
 from .state import ServerState
-from .storage import Conflict, Storage
+from .storage import Conflict, OverBudget, Storage
 from .storage.rows import ApprovalRow, IdempotencyRow, PrevStep, StepRow
 
-__all__ = ["chain_step", "decision_json", "write", "write_steps"]
+__all__ = ["chain_step", "check_values", "decision_json", "trace_decision", "write", "write_steps"]
+
+Headers = Sequence[tuple[bytes, bytes]]  # a request's headers as ASGI has them
 
 
 async def write(state: ServerState, job: Callable[..., Any]) -> Any:
@@ -29,6 +32,9 @@ async def write(state: ServerState, job: Callable[..., Any]) -> Any:
         return await state.storage.write(job)
     except Conflict:
         raise  # another replica got there first: the caller reloads and tries again
+    except OverBudget as exc:  # the tenant holds what it may: nothing was written
+        state.metrics.limit_exceeded(exc.limit)
+        raise ApiError(409, "tenant_limit", str(exc), field="body.metadata") from None
     except ForewarnError as exc:
         raise ApiError(503, "storage_unavailable", f"the database refused the write: {exc}") from exc
     except Exception as exc:
@@ -81,6 +87,8 @@ def chain_step(state: ServerState, live: LiveSession, body: S.StepIn, principal:
                        f"{state.settings.limits.max_session_steps} steps (limits.max_session_steps); "
                        "start a new session", field="path.session_id")
     decision = live.session.observe(body.state, action=body.action, t=body.t)
+    if decision.over_budget:
+        state.metrics.limit_exceeded("predicate_cpu_seconds")
     history = live.session.history
     if len(history) > 1:  # a live session keeps its last step only: memory does not grow with its length
         del history[0]
@@ -120,3 +128,34 @@ def decision_json(decision: Decision, live: LiveSession, *, step: int | None, ap
     tail = orjson.dumps({"approval_id": approval_id, "session_id": live.id, "step": step, "committed": committed,
                          "model": {"name": live.model_name, "version": live.loaded.version}, "at": at})
     return cached[1] + b"," + tail[1:]
+
+
+def trace_decision(decision: Decision, session_id: str, tool_of: Any, phase: str, headers: Headers,
+                   action: Action | str | None = None) -> None:
+    """The sidecar's decision as a ``forewarn.decision`` span (:mod:`forewarn.guard.telemetry`), a child
+    of the caller's span when its request carries a ``traceparent``; nothing at all (not even the
+    headers read) unless the application configured OpenTelemetry."""
+    if not tracing():
+        return
+    carrier = {name.decode("latin-1"): value.decode("latin-1") for name, value in headers}
+    tool = tool_of.get("tool") if isinstance(tool_of, dict) else tool_of
+    record_decision(decision, tool=tool if isinstance(tool, str) else None, phase=phase, session=session_id,
+                    action=action, carrier=carrier)
+
+
+def check_values(state: ServerState, concrete: dict[str, Any], action: Any, prefix: str,
+                 action_field: str = "action") -> None:
+    """:func:`check_state` for any route that hands a state (and an action) to the predicates."""
+    limits = state.settings.limits
+    found = shape_error(concrete, limits.max_state_depth, limits.max_state_items)
+    if found is not None:
+        state.metrics.limit_exceeded("max_state_depth" if "nested" in found[0] else "max_state_items")
+        raise bad_request(f"state {found[0]}", f"{prefix}.state{found[1]}")
+    if isinstance(action, dict | list) and (
+            found := shape_error(action, limits.max_state_depth, limits.max_action_items)) is not None:
+        state.metrics.limit_exceeded("max_state_depth" if "nested" in found[0] else "max_action_items")
+        raise bad_request(f"{action_field} {found[0]}", f"{prefix}.{action_field}{found[1]}")
+    elif isinstance(action, str) and len(action) > limits.max_action_items:
+        state.metrics.limit_exceeded("max_action_items")
+        raise bad_request(f"{action_field} is longer than {limits.max_action_items} characters",
+                          f"{prefix}.{action_field}")

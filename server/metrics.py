@@ -50,6 +50,9 @@ class Metrics:
         for name, value in (limits or {}).items():
             if isinstance(value, int | float) and not isinstance(value, bool):
                 limit.labels(name).set(value)
+        self._exceeded = Counter("forewarn_limit_exceeded_total", "Requests or steps that met a configured bound "
+                                 "(limits.NAME) and were refused or, for predicate_cpu_seconds, answered with the "
+                                 "unseen-state action", ["name"], registry=self.registry)
         # Bound children: .labels() looks up a dict each call; the step path should not.
         self._decision_children: dict[tuple[str, str], Counter] = {}
         self.observe_seconds = self.step_seconds.labels("observe")
@@ -61,6 +64,9 @@ class Metrics:
         if child is None:
             child = self._decision_children[(action, op)] = self.decisions.labels(action, op)
         child.inc()
+
+    def limit_exceeded(self, name: str) -> None:
+        self._exceeded.labels(name).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from ..errors import ForewarnError, ModelFileError
+from ..guard._cel_cost import DEFAULT_CPU_BUDGET
 from ..guard.bundle import GuardBundle, parse_model_or_bundle
 from ..guard.bundle_guard import BundleGuard
 from ..guard.model import GuardModel
@@ -131,13 +132,15 @@ class LoadRules:
     trusted_keys: tuple[Any, ...] = ()
     model_dirs: tuple[Path, ...] = ()
     memo_bytes: int | None = None  # the predicates' memo budget per model version
+    cpu_budget: float | None = DEFAULT_CPU_BUDGET  # seconds of CPU one step's predicates may cost
 
     @classmethod
     def from_settings(cls, settings: Any) -> LoadRules:
         from ..guard.signing import load_trusted_keys
 
         return cls(load_trusted_keys(settings.trusted_keys),
-                   tuple(Path(d) for d in settings.model_dirs), settings.limits.memo_bytes)
+                   tuple(Path(d) for d in settings.model_dirs), settings.limits.memo_bytes,
+                   settings.limits.predicate_cpu_seconds)
 
     def open_confined(self, path: str) -> int:
         """A descriptor of ``path``, opened beneath a configured model folder with no symbolic link
@@ -205,6 +208,7 @@ def _parse(raw: bytes, source: str, rules: LoadRules) -> tuple[GuardModel, Guard
         model, guard = loaded, Guard(loaded)
     if rules.memo_bytes is not None:
         guard.predicates.memo_limit = rules.memo_bytes
+    guard.predicates.cpu_budget = rules.cpu_budget
     return model, guard
 
 

@@ -19,10 +19,12 @@ This module holds what a proposal is and how it is shown; its routes are in
 """
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import orjson
 
+from ..guard.model import GuardModel
 from ..guard.spec import Action
 
 __all__ = ["RUNNABLE", "STATUS_OF", "proposal_out", "review_facts", "state_words"]
@@ -41,26 +43,62 @@ def state_words(spec: Any, abstract_state: dict[str, bool]) -> str:
     return "; ".join(holding) if holding else "none of the watched conditions holds"
 
 
-def review_facts(spec: Any, decision: Any, last: Any) -> dict[str, Any]:
+def _flips(spec: Any, before: dict[str, bool], after: dict[str, bool]) -> list[dict[str, Any]]:
+    """The predicates whose truth differs between two abstract states, in the spec's words."""
+    out = []
+    for name, now in after.items():
+        if bool(before.get(name, False)) != bool(now):
+            described = spec.predicates[name].description if name in spec.predicates else None
+            out.append({"predicate": name, "holds": bool(now), "description": described})
+    return out
+
+
+def likeliest_path(model: GuardModel, decision: Any) -> dict[str, Any] | None:
+    """The most likely way from the state a call leads to into a violation (``forewarn states``'s
+    "most likely path to unsafe"), as the conditions each step flips: ``{"probability", "steps":
+    [{"changes": [...], "unsafe"}]}`` (no steps: the state is itself a violation). None where the
+    state was never seen or the learned runs never went from it to a violation."""
+    if decision.index is None:
+        return None
+    from ..guard.states import path_to_unsafe  # scipy: on the first proposal, not at start-up
+
+    found = path_to_unsafe(model, decision.index)
+    if found is None:
+        return None
+    indices, probability = found
+    dtmc = model.dtmc
+    mask = (1 << len(dtmc.predicates)) - 1  # above the predicates, a chain state may carry its memory's label
+
+    def holds(i: int) -> dict[str, bool]:
+        bits = int(dtmc.states[i]) & mask
+        return {name: bool(bits >> b & 1) for b, name in enumerate(dtmc.predicates)}
+
+    steps = []
+    for here, there in pairwise(indices):
+        changes = _flips(model.spec, holds(here), holds(there))
+        if changes or bool(dtmc.unsafe[there]):  # a step only a monitor or the memory sees says nothing here
+            steps.append({"changes": changes, "unsafe": bool(dtmc.unsafe[there])})
+    return {"probability": probability, "steps": steps}
+
+
+def review_facts(model: GuardModel, decision: Any, last: Any) -> dict[str, Any]:
     """What an approver needs beside the risk, in the spec's words: the rule at stake (its description),
-    the predicates the call flips (against the session's last committed state), the risk before it, and
-    whether it is irreversible (it makes a ``valid_transitions.irreversible`` predicate hold)."""
+    the predicates the call flips (against the session's last committed state), the risk before it,
+    whether it is irreversible (it makes a ``valid_transitions.irreversible`` predicate hold), and the
+    likeliest path from there to a violation."""
+    spec = model.spec
     rules = spec.guard.effective_properties()
     worst = next((p.name for p in decision.properties if p.formula == decision.property), None)
     rule = next((r for r in rules if r.name == worst), None)
     words = rule.description if rule is not None and rule.description else None
-    before = last.abstract_state if last is not None else {}
-    changes = []
-    for name, now in decision.abstract_state.items():
-        if bool(before.get(name, False)) != bool(now) and last is not None:
-            described = spec.predicates[name].description if name in spec.predicates else None
-            changes.append({"predicate": name, "holds": bool(now), "description": described})
+    changes = [] if last is None else _flips(spec, last.abstract_state, decision.abstract_state)
     irreversible = set(spec.valid_transitions.irreversible)
     return {"rule": words or (rule.name if rule is not None and len(rules) > 1 else None),
             "changes": changes,
             "irreversible": any(c["holds"] and c["predicate"] in irreversible for c in changes),
             "before": None if last is None else {"p_unsafe": last.p_unsafe, "ci_low": last.ci_low,
-                                                 "ci_high": last.ci_high, "visits": last.visits}}
+                                                 "ci_high": last.ci_high, "visits": last.visits},
+            "path": likeliest_path(model, decision)}
 
 
 def proposal_out(row: Any, risk: list[tuple[int, float, float | None]] | None = None) -> dict[str, Any]:

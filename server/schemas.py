@@ -17,7 +17,8 @@ from .settings import MODEL_NAME_PATTERN
 __all__ = [
     "ApprovalList", "ApprovalOut", "ApprovalResolve", "BatchIn", "BatchItem", "BatchOut", "DecisionOut",
     "ErrorBody", "Health", "ModelList", "ModelLoad", "ModelLoaded", "ModelOut", "PolicyOverrides",
-    "Ready", "SessionCreate", "SessionCreated", "SessionList", "SessionOut", "StepIn", "StepOut",
+    "Ready", "SessionCreate", "SessionCreated", "SessionList", "SessionOut", "StepIn", "StepOut", "Trail",
+    "TrailEvent",
 ]
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -93,6 +94,9 @@ class ProposalIn(_In):
     edit_of: str | None = Field(default=None, pattern=ID_PATTERN, description=(
         "The edited proposal this one re-checks: the same session's, resolved as 'edited'; the agent "
         "re-proposes the edited call with the state it leads to."))
+    timeout: float | None = Field(default=None, gt=0, le=7 * 86400, allow_inf_nan=False, description=(
+        "Seconds the agent waits for a human before it gives up (withdraws the proposal: the call does not "
+        "run). The approver is shown the deadline (review.deadline)."))
 
 
 class ProposalResolve(_In):
@@ -246,6 +250,35 @@ class SessionSummary(_Out):
 
 class SessionList(_Out):
     sessions: list[SessionSummary]
+    offset: int
+    limit: int
+
+
+class TrailEvent(_Out):
+    """One thing that happened in a session, as its trail lists them (``GET /v1/sessions/{id}/trail``)."""
+
+    at: float = Field(description="When (epoch seconds).")
+    kind: Literal["opened", "proposed", "step", "approval_requested", "approved", "rejected", "edited",
+                  "cancelled", "closed"] = Field(description=(
+        "opened/closed: the session; proposed: the agent asked about a call before running it; step: a "
+        "committed step (the guard's decision on it); approval_requested: a step's ask_human queued an "
+        "approval; approved, rejected, edited, cancelled: the answer to a proposal or approval."))
+    by: str | None = Field(default=None, description="Who: the key's name that posted it, or that answered.")
+    tool: str | None = Field(default=None, description="The call's tool (a proposal, or a step's action).")
+    arguments: Any = Field(default=None, description="A proposal's arguments; an edit's new ones.")
+    action: str | None = Field(default=None, description="The guard's action (proposed, step).")
+    p_unsafe: float | None = Field(default=None, description="The guard's risk (proposed, step).")
+    step: int | None = Field(default=None, description="The committed step it is, or that ran the proposal.")
+    proposal: str | None = Field(default=None, description="The proposal it concerns.")
+    approval: str | None = Field(default=None, description="The approval it concerns.")
+    reason: str | None = Field(default=None, description="An answer's reason.")
+    waited: bool | None = Field(default=None, description="proposed: whether it waited for a human.")
+
+
+class Trail(_Out):
+    session: SessionSummary
+    events: list[TrailEvent]
+    events_total: int
     offset: int
     limit: int
 

@@ -126,7 +126,8 @@ class SessionManager:
         session = make_session(loaded, live.overrides, _metadata(live.session.metadata))
         # the whole history, from the database (a rare admin action): monitors may differ between versions
         rows = self._storage.history(live.id)
-        session.restore(_replay(session, [(abstract, None, _action(a)) for _step, abstract, _m, a, _t in rows])[-1:])
+        history = _replay(session, [(abstract, None, _action(a)) for _step, abstract, _m, a, _t in rows])
+        session.restore(history if session.guard.kinds is not None else history[-1:])
         live.session = session
         live.loaded = loaded
 
@@ -152,7 +153,10 @@ class SessionManager:
         if last is not None:
             step, abstract, monitors = last
             next_step = step + 1
-            if monitors is not None:
+            if session.guard.kinds is not None:  # the posterior over kinds rests on every step: replay them all
+                rows = self._storage.history(session_id)
+                session.restore(_replay(session, [(a, None, _action(x)) for _s, a, _m, x, _t in rows]))
+            elif monitors is not None:
                 session.restore([(abstract, tuple(orjson.loads(monitors)))])
             elif not session.guard.monitors:
                 session.restore([(abstract, ())])

@@ -68,11 +68,17 @@ class Limits(BaseModel):
     max_state_items: int = Field(default=50_000, ge=10)
     max_action_items: int = Field(default=10_000, ge=10)
     max_metadata_bytes: int = Field(default=16 << 10, ge=256)  # a session's metadata, as JSON
+    # the metadata of a tenant's open sessions together, as JSON (a closed or expired session's is released):
+    # live sessions hold theirs in memory, about ten times its JSON size
+    max_tenant_metadata_bytes: int = Field(default=16 << 20, ge=1024)
     max_batch: int = Field(default=1000, ge=1)
     max_wait_seconds: float = Field(default=60.0, gt=0)
     max_page: int = Field(default=1000, ge=1)
     max_session_steps: int = Field(default=1_000_000, ge=1)
     memo_bytes: int = Field(default=64 << 20, ge=1 << 16)  # per model: the predicates' memo tables
+    # seconds of CPU one step's CEL predicates may cost, estimated before they run (guard/_cel_cost.py);
+    # a step past it is answered with the unseen-state action. null: unbounded
+    predicate_cpu_seconds: float | None = Field(default=0.05, gt=0, le=60)
     header_timeout: float = Field(default=10.0, gt=0)  # seconds to send a request's headers
     body_timeout: float = Field(default=30.0, gt=0)  # seconds to send a whole body, from its headers
     max_connections: int = Field(default=1000, ge=1)

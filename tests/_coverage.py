@@ -19,7 +19,7 @@ from forewarn.guard.intervals import IntervalMethod
 from forewarn.guard.learning import END, TransitionCounts, learn_dtmc
 from forewarn.guard.model import CheckedProperty
 from forewarn.guard.outcomes import first_visit_counts
-from forewarn.guard.pipeline import with_intervals
+from forewarn.guard.pipeline import model_from_counts, prepare, with_intervals
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.shrinkage import label_test, summarize_paths
 from forewarn.guard.spec import PropertyDef, parse_spec
@@ -206,4 +206,43 @@ def coverage(name: str, *, learnings: int, runs: int, delta: float = 0.05,
     return out
 
 
-__all__ = ["KNOWN_CHAINS", "MIXTURES", "Coverage", "coverage", "mixture_risk", "simulate", "true_risk", "A", "B"]
+def kinds_coverage(name: str, *, learnings: int, runs: int, kinds: int | str = 2, delta: float = 0.05,
+                   seed: int = 0) -> Coverage:
+    """As :func:`coverage`, learning with ``learning.kinds`` through the pipeline (guard/kinds_check.py): each
+    learned state's stored interval (the kinds weighed by their share among the runs that visited it) against
+    the true first-visit risk."""
+    chain = MIXTURES[name]
+    truth = mixture_risk(chain)
+    spec = parse_spec(TOY_SPEC.replace("  delta: 0.05\n", f"  delta: {delta}\n  kinds: {kinds}\n"))
+    predicates, monitors = prepare(spec)
+    rng = np.random.default_rng(seed)
+    out = Coverage(name, f"kinds: {kinds}", delta)
+    for _ in range(learnings):
+        paths: Counter[tuple[int, ...]] = Counter()
+        counts = simulate(chain, runs, rng, predicates, paths=paths)
+        out.no_unsafe_run += counts.unsafe_runs == 0
+        model = model_from_counts(counts, spec, predicates, monitors, method=Method.TOPOLOGICAL, paths=paths)
+        (prop,) = model.properties
+        assert prop.ci_low is not None and prop.ci_high is not None
+        missed = 0
+        for i, bits in enumerate(model.dtmc.states[:-1]):
+            if model.dtmc.unsafe[i] or bits not in truth:
+                continue
+            exact = float(truth[bits])
+            value = float(prop.outcome.values[i])
+            out.state_checks += 1
+            out.point_errors.append(abs(value - exact))
+            out.widths.append(float(prop.ci_high[i] - prop.ci_low[i]))
+            inside = prop.ci_low[i] - 1e-9 <= exact <= prop.ci_high[i] + 1e-9
+            missed += not inside
+            if bits == NONE:
+                out.start_covered += inside
+                out.start_errors.append(abs(value - exact))
+        out.state_misses += missed
+        out.learnings += 1
+        out.covered += missed == 0
+        out.flagged += model.kinds is not None  # here: learnings that kept more than one kind
+    return out
+
+
+__all__ = ["KNOWN_CHAINS", "kinds_coverage", "MIXTURES", "Coverage", "coverage", "mixture_risk", "simulate", "true_risk", "A", "B"]

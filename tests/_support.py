@@ -148,7 +148,7 @@ class Result:
     stdout: str
     stderr: str
 
-    def json(self) -> object:
+    def json(self) -> Any:  # parsed JSON, as httpx's Response.json()
         return orjson.loads(self.stdout)
 
 

@@ -70,7 +70,9 @@ def counted(spec_text: str = SPEC) -> tuple[Memory, TransitionCounts, Counter[tu
     paths: Counter[tuple[int, ...]] = Counter()
     runs = [parse_document(r) for r in hand_runs()]
     counts = count_transitions(runs, predicates, paths=paths, encode=memory.encode_run)
-    return memory.compact(counts, paths)
+    compacted, recounted, kept = memory.compact(counts, paths)
+    assert kept is not None  # paths were given
+    return compacted, recounted, kept
 
 
 def test_spec_settings() -> None:
@@ -146,13 +148,13 @@ def _row(dtmc: Any, i: int) -> tuple[list[int], list[float]]:
 
 
 def test_backoff_strength_moves_a_row_between_its_counts_and_the_memoryless_row(traces: Path) -> None:
-    rows = {}
+    rows: dict[float, float] = {}
     for beta in (0.3, 1000.0):
         dtmc = learn_model([traces], parse_spec(SPEC.replace("backoff: 1.0", f"backoff: {beta}"))).dtmc
         i = dtmc.states.index(C_PICK)
-        rows[beta] = dict(zip(*_row(dtmc, i)))
+        row = dict(zip(*_row(dtmc, i)))
         hot = dtmc.states.index(H_FIND)
-        rows[beta] = rows[beta].get(hot, 0.0)
+        rows[beta] = row.get(hot, 0.0)
     assert rows[0.3] > 0.7  # near its own 3 in 4
     assert abs(rows[1000.0] - 3 / 17) < 0.01  # near the memoryless cold → hot
 
@@ -192,7 +194,8 @@ def test_replay_and_sessions_reach_the_states_learning_counted(traces: Path) -> 
         for k, step in enumerate(run.steps):
             decision = session.observe(step["state"], action=step.get("action"))
             assert decision.p_unsafe == replayed.p_unsafe[k]
-            chain = guard.memory.encode(replayed.abstract[k], session.monitor_states[-1])  # type: ignore[union-attr]
+            assert guard.memory is not None and session.monitor_states is not None
+            chain = guard.memory.encode(replayed.abstract[k], session.monitor_states[-1])
             assert model.outcome.values[index[(chain, ())]] == decision.p_unsafe
 
 
@@ -203,6 +206,7 @@ def test_evaluate_with_action_memory_beats_the_memoryless_chain() -> None:
     with_memory = evaluate(runs, parse_spec(spec), thetas, folds=4, group_by="meta.task", seed=0)
     plain = evaluate(runs, parse_spec(spec.replace("memory: {actions: 1, backoff: 1.0}", "memory: off")), thetas,
                      folds=4, group_by="meta.task", seed=0)
+    assert with_memory.pooled.brier is not None and plain.pooled.brier is not None
     assert with_memory.pooled.brier < plain.pooled.brier
     ahead, late = with_memory.pooled.thetas[0], plain.pooled.thetas[0]
     assert ahead.detected == late.detected == 9  # the plain chain only by looking at the violating step itself

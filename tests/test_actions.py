@@ -150,7 +150,8 @@ def test_runtime_reads_the_action_on_observe_and_preview(tmp_path: Any) -> None:
     ahead = session.preview({"hot": False}, action="pick X")
     assert ahead.abstract_state == {"picked": True, "hot": False} and ahead.p_unsafe == 1.0
     # "look" leaves the predicates as at the start: from there 3 of 9 departures pick, 3 stay, 3 end (p = 1/2)
-    assert math.isclose(session.preview({"hot": False}, action="look").p_unsafe, 0.5)
+    look = session.preview({"hot": False}, action="look").p_unsafe
+    assert look is not None and math.isclose(look, 0.5)
     assert session.preview({"hot": False}).abstract_state == {"picked": False, "hot": False}
     assert len(session.history) == 1
     committed = session.observe({"hot": False}, action="pick X")

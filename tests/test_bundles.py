@@ -95,6 +95,8 @@ def test_a_session_takes_its_groups_model_and_falls_back_saying_so(bundle: Guard
     calm = Policy(Thresholds(reflect=0.0), Action.ALLOW)
     assert guard.session(calm, metadata={"task": "t1"}).observe(a).action is Action.ALLOW
     assert guard.with_policy(calm).decide(a, {"task": "t1"}).member == "t1"
+    # the override every member decides under (what the Spark replay ships to its workers); none by default
+    assert guard.with_policy(calm).policy_override == calm and guard.policy_override is None
 
 
 def test_group_values_are_text() -> None:
@@ -154,7 +156,7 @@ def test_learn_group_by_writes_a_bundle_that_the_commands_accept(grouped: tuple[
     assert summary["groups_without_model"] == {"t3": 2}
     checked = forewarn_here("check", out, "--format", "json")
     assert checked.returncode == 0, checked.stderr
-    members = checked.json()["members"]  # type: ignore[index]
+    members = checked.json()["members"]
     assert list(members) == [POOLED, "t1", "t2"]
     bundle = GuardBundle.load(out)
     assert [s["value"] for s in members["t1"]["states"]] == bundle.members["t1"].outcome.values.tolist()
@@ -163,7 +165,7 @@ def test_learn_group_by_writes_a_bundle_that_the_commands_accept(grouped: tuple[
     replayed = forewarn_here("replay", traces, "--model", out, "--theta", "0.5", "--format", "json")
     assert replayed.returncode == 0, replayed.stderr
     expected = replay(BundleGuard(bundle), [parse_run(orjson.dumps(r)) for r in lines()], [0.5])
-    entry = replayed.json()[0]  # type: ignore[index]
+    entry = replayed.json()[0]
     assert entry["detection_rate"] == expected.thetas[0].detection_rate
     assert math.isclose(entry["brier"], expected.brier or 0.0)
     # the baseline beside a bundle is counted per member, as the bundle's models were learned
@@ -264,7 +266,7 @@ def test_evaluate_learns_a_bundle_per_fold(grouped: tuple[Path, Path], forewarn_
     result = forewarn_here("evaluate", traces, "--spec", spec, "--folds", "3", "--bundle-by", "meta.task",
                            "--min-group-runs", "3", "--theta", "0.5", "--format", "json")
     assert result.returncode == 0, result.stderr
-    assert result.json()["bundle_by"] == "meta.task"  # type: ignore[index]
+    assert result.json()["bundle_by"] == "meta.task"
     bad = forewarn_here("evaluate", traces, "--spec", spec, "--bundle-by", "task")
     assert bad.returncode == 2 and "must start with 'meta.'" in bad.stderr
 

@@ -257,6 +257,7 @@ DOCUMENTED = [  # (module, name, extra base besides ForewarnError) as docs/error
     ("forewarn.errors", "SpecError", None),
     ("forewarn.errors", "TraceError", None),
     ("forewarn.errors", "PredicateError", None),
+    ("forewarn.errors", "PredicateBudgetExceeded", family.PredicateError),
     ("forewarn.errors", "ModelFileError", None),
     ("forewarn.errors", "CheckError", None),
     ("forewarn.errors", "ConfigError", None),
@@ -289,6 +290,7 @@ WITH_EXTRAS = [  # (module, name, extra base, the extra the module needs)
     ("forewarn.server.storage", "StorageError", None, "server"),
     ("forewarn.server.storage", "DatabaseLocked", None, "server"),
     ("forewarn.server.storage", "Conflict", None, "server"),
+    ("forewarn.server.storage", "OverBudget", None, "server"),
     ("forewarn.server.models_registry", "UnknownModel", None, "server"),
     ("forewarn.server.sessions", "SessionNotFound", KeyError, "server"),
 ]

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ CORE_COMMANDS = ["learn", "check", "states", "export", "demo", "replay", "evalua
                  "llmcheck"]
 
 
-def without(modules: list[str], code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def without(modules: Sequence[str], code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter in which ``modules`` cannot be imported."""
     prelude = f"import sys\nfor _m in {modules!r}:\n    sys.modules[_m] = None\n"
     return subprocess.run([sys.executable, "-c", prelude + code], cwd=cwd, capture_output=True, text=True,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -13,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 
 from _coverage import coverage
-from _support import AB, NONE, TOY_SPEC, A, B, reach_probabilities, toy_run, toy_state
+from _support import AB, CLI, NONE, TOY_SPEC, A, B, reach_probabilities, toy_run, toy_state
 from forewarn.errors import ForewarnError, ModelFileError, SpecError
 from forewarn.guard import Guard
 from forewarn.guard.intervals import (
@@ -130,7 +132,7 @@ def _vertices(low: list[Fraction], high: list[Fraction]) -> list[list[Fraction]]
             p = [F(0)] * k
             for j, e in zip(others, ends):
                 p[j] = high[j] if e else low[j]
-            p[free] = 1 - sum(p)
+            p[free] = 1 - sum(p, F(0))
             if low[free] <= p[free] <= high[free]:
                 out.append(p)
     return out
@@ -245,7 +247,8 @@ def test_a_learned_model_carries_intervals_that_hold_its_values(learned: GuardMo
 def test_model_file_round_trip_and_older_files(learned: GuardModel, tmp_path: Path) -> None:
     path = learned.save(tmp_path / "m.json")
     again = GuardModel.load(path)
-    assert again.properties[0].ci_low.tolist() == learned.properties[0].ci_low.tolist()
+    again_low, learned_low = again.properties[0].ci_low, learned.properties[0].ci_low
+    assert again_low is not None and learned_low is not None and again_low.tolist() == learned_low.tolist()
     assert again.intervals == learned.intervals
     document = orjson.loads(path.read_bytes())
     assert document["visits"] == learned.visits.tolist()
@@ -262,7 +265,7 @@ def test_model_file_round_trip_and_older_files(learned: GuardModel, tmp_path: Pa
     assert decision.ci_low is None and decision.ci_high is None and decision.visits == 28
 
 
-def _tampered(learned: GuardModel, change) -> dict:
+def _tampered(learned: GuardModel, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     document = learned.to_document()
     change(document)
     document["checksum"] = _checksum(document)
@@ -272,26 +275,26 @@ def _tampered(learned: GuardModel, change) -> dict:
 def test_intervals_that_miss_the_value_are_rejected(learned: GuardModel) -> None:
     state = learned.dtmc.index()[A]
 
-    def shrink(document: dict) -> None:
+    def shrink(document: dict[str, Any]) -> None:
         prop = document["properties"][0]
         prop["ci_low"][state] = prop["values"][state] + 0.01
 
     with pytest.raises(ModelFileError, match=rf"properties\[0\] \(unsafe\): state {state}'s confidence interval"):
         GuardModel.from_document(_tampered(learned, shrink))
 
-    def outside(document: dict) -> None:
+    def outside(document: dict[str, Any]) -> None:
         document["properties"][0]["ci_high"][state] = 1.5
 
     with pytest.raises(ModelFileError, match=rf"ci_high: probabilities must lie in \[0, 1\] \(state {state}"):
         GuardModel.from_document(_tampered(learned, outside))
 
-    def half(document: dict) -> None:
+    def half(document: dict[str, Any]) -> None:
         document["properties"][0]["ci_high"] = None
 
     with pytest.raises(ModelFileError, match="give both ci_low and ci_high"):
         GuardModel.from_document(_tampered(learned, half))
 
-    def miscount(document: dict) -> None:
+    def miscount(document: dict[str, Any]) -> None:
         document["visits"][state] += 1
 
     with pytest.raises(ModelFileError, match="visits must give"):
@@ -303,9 +306,11 @@ def test_decisions_carry_the_interval_and_the_visits(learned: GuardModel) -> Non
     decision = guard.decide(toy_state(A))
     index = learned.dtmc.index()[A]
     prop = learned.properties[0]
+    assert prop.ci_low is not None and prop.ci_high is not None
     assert decision.ci_low == prop.ci_low[index] and decision.ci_high == prop.ci_high[index]
     assert decision.visits == learned.visits[index] == 12
-    assert decision.lower is not None and decision.upper - decision.lower < 1e-5  # Storm's, unchanged
+    assert decision.lower is not None and decision.upper is not None
+    assert decision.upper - decision.lower < 1e-5  # Storm's, unchanged
     data = decision.to_dict()
     assert data["ci_low"] == decision.ci_low and data["ci_high"] == decision.ci_high and data["visits"] == 12
     assert data["properties"][0]["ci_low"] == decision.ci_low
@@ -317,6 +322,7 @@ def test_decisions_carry_the_interval_and_the_visits(learned: GuardModel) -> Non
 def test_act_on_the_upper_end(learned: GuardModel) -> None:
     index = learned.dtmc.index()[B]
     prop = learned.properties[0]
+    assert prop.ci_high is not None
     p, high = prop.outcome.values[index], prop.ci_high[index]
     theta = 1 - (p + high) / 2  # p_safe is above it, the pessimistic p_safe below
     point = Guard(learned, policy=Policy(Thresholds(stop=theta))).decide(toy_state(B))
@@ -345,7 +351,7 @@ def test_satisfaction_properties_flip_their_interval(tmp_path: Path) -> None:
     traces.write_bytes(b"\n".join(orjson.dumps(r) for r in RUNS) + b"\n")
     model = learn_model([traces], spec)
     prop = model.properties[0]
-    assert prop.ci_low is not None  # G is checked as 1 − F ¬
+    assert prop.ci_low is not None and prop.ci_high is not None  # G is checked as 1 − F ¬
     index = model.dtmc.index()[A]
     decision = Guard(model).decide(toy_state(A))
     assert decision.p_unsafe == pytest.approx(1 - prop.outcome.values[index])
@@ -363,7 +369,9 @@ def test_interval_method_none_and_hoeffding(tmp_path: Path) -> None:
     hf = learn_model([traces], parse_spec(TOY_SPEC.replace("  delta: 0.05\n", "  delta: 0.05\n  intervals: hoeffding\n")))
     assert hf.intervals is not None and hf.intervals.method is IntervalMethod.HOEFFDING
     i = hf.dtmc.index()[A]
-    assert hf.properties[0].ci_high[i] - hf.properties[0].ci_low[i] >= cp.properties[0].ci_high[i] - cp.properties[0].ci_low[i]
+    (hf_low, hf_high), (cp_low, cp_high) = [(m.properties[0].ci_low, m.properties[0].ci_high) for m in (hf, cp)]
+    assert hf_low is not None and hf_high is not None and cp_low is not None and cp_high is not None
+    assert hf_high[i] - hf_low[i] >= cp_high[i] - cp_low[i]
 
 
 def test_products_with_monitors_inherit_their_chain_intervals(tmp_path: Path) -> None:
@@ -381,6 +389,7 @@ def test_products_with_monitors_inherit_their_chain_intervals(tmp_path: Path) ->
     for i, bits in enumerate(product.states[:-1]):
         if not product.unsafe[i]:
             assert model.visits[i] == chain_model.visits[chain_index[bits]]
+    assert model.intervals is not None and chain_model.intervals is not None
     assert model.intervals.entries == chain_model.intervals.entries
     # every product transition has exactly its chain transition's interval
     ours = transition_intervals(product, delta=0.05, entries=model.intervals.entries)
@@ -422,7 +431,7 @@ def test_bad_settings_in_the_spec(text: str, where: str) -> None:
     ({"min_visits": 1.5}, "min_visits must be a whole number >= 0"),
     ({"act_on": "lower"}, "act_on must be 'point' or 'upper'"),
 ])
-def test_bad_policy_overrides(overrides: dict, problem: str) -> None:
+def test_bad_policy_overrides(overrides: dict[str, Any], problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         Policy(Thresholds(stop=0.2)).with_overrides(overrides)
 
@@ -437,7 +446,8 @@ def test_bad_delta_from_a_caller(tmp_path: Path) -> None:
 # -- surfaces: CLI, HTTP, middleware -------------------------------------------------------
 
 
-def test_cli_check_and_learn_show_the_intervals(tmp_path: Path, forewarn_here, monkeypatch) -> None:
+def test_cli_check_and_learn_show_the_intervals(tmp_path: Path, forewarn_here: CLI,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     traces = tmp_path / "t.jsonl"
     traces.write_bytes(b"\n".join(orjson.dumps(r) for r in RUNS) + b"\n")
     spec = tmp_path / "toy.yaml"
@@ -455,6 +465,7 @@ def test_cli_check_and_learn_show_the_intervals(tmp_path: Path, forewarn_here, m
     assert checked.returncode == 0 and checked.stderr == ""  # Storm's notices stay off both streams
     document = orjson.loads(checked.stdout)
     loaded = GuardModel.load(model)
+    assert loaded.properties[0].ci_low is not None and loaded.properties[0].ci_high is not None
     for i, row in enumerate(document["states"]):
         assert row["ci_low"] == loaded.properties[0].ci_low[i] and row["ci_high"] == loaded.properties[0].ci_high[i]
         assert row["visits"] == loaded.visits[i]
@@ -471,12 +482,12 @@ def test_cli_check_and_learn_show_the_intervals(tmp_path: Path, forewarn_here, m
     from forewarn.guard.cli._options import out
 
     monkeypatch.setattr(out, "width", 200)
-    table = forewarn_here("check", model).stdout
+    text = forewarn_here("check", model).stdout
     i = loaded.dtmc.index()[A]
-    assert "95% interval" in table and f"[{loaded.properties[0].ci_low[i]:.3f}, " in table
+    assert "95% interval" in text and f"[{loaded.properties[0].ci_low[i]:.3f}, " in text
 
 
-def test_cli_refuses_a_bad_delta_in_one_line(tmp_path: Path, forewarn_here) -> None:
+def test_cli_refuses_a_bad_delta_in_one_line(tmp_path: Path, forewarn_here: CLI) -> None:
     traces = tmp_path / "t.jsonl"
     traces.write_bytes(b"\n".join(orjson.dumps(r) for r in RUNS) + b"\n")
     spec = tmp_path / "toy.yaml"
@@ -493,7 +504,7 @@ def test_cli_refuses_a_bad_delta_in_one_line(tmp_path: Path, forewarn_here) -> N
     assert result.returncode == 2 and "bad.yaml:15: guard.min_visits" in result.stderr
 
 
-def test_an_ltl_property_storm_cannot_bound_has_no_interval(tmp_path: Path, forewarn_here) -> None:
+def test_an_ltl_property_storm_cannot_bound_has_no_interval(tmp_path: Path, forewarn_here: CLI) -> None:
     """Storm checks LTL on point chains but not on interval chains: that property gets no interval,
     the others do, and Storm's notice stays out of the CLI's JSON."""
     spec = tmp_path / "ltl.yaml"

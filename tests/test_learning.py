@@ -296,7 +296,9 @@ def reference_learn(counts: TransitionCounts, predicates: PredicateSet, alpha: f
     all_cols, all_probs, all_counts, invalid = [], [], [], 0
     for i in range(len(states)):
         if i == end or unsafe[i]:
-            all_cols.append([i]), all_probs.append([1.0]), all_counts.append([0.0])
+            all_cols.append([i])
+            all_probs.append([1.0])
+            all_counts.append([0.0])
             continue
         if rule is None:
             valid = set(range(len(states)))
@@ -314,7 +316,9 @@ def reference_learn(counts: TransitionCounts, predicates: PredicateSet, alpha: f
             if alpha == 0:
                 keep = row_counts > 0
                 cols, probs, row_counts = [c for c, q in zip(cols, keep) if q], probs[keep], row_counts[keep]
-        all_cols.append(list(cols)), all_probs.append(probs.tolist()), all_counts.append(row_counts.tolist())
+        all_cols.append(list(cols))
+        all_probs.append(probs.tolist())
+        all_counts.append(row_counts.tolist())
     return states, all_cols, all_probs, all_counts, invalid
 
 
@@ -387,7 +391,12 @@ def test_unsafe_is_evaluated_once_per_valuation_it_reads(monkeypatch: pytest.Mon
     predicates = PredicateSet(bits_spec(6, "p0 && !p1"))
     calls: list[int] = []
     is_unsafe = predicates.is_unsafe
-    monkeypatch.setattr(predicates, "is_unsafe", lambda bits: calls.append(bits) or is_unsafe(bits))
+
+    def counted(bits: int) -> bool:
+        calls.append(bits)
+        return is_unsafe(bits)
+
+    monkeypatch.setattr(predicates, "is_unsafe", counted)
     counts = TransitionCounts()
     for src in range(64):
         counts.counts[src, END] += 1
@@ -408,7 +417,7 @@ def test_exact_row_of_a_hand_built_chain_with_other_count_sparsity() -> None:
     assert dtmc.exact_row(1) == [(1, Fraction(1))]
 
 
-def test_provenance_hashes_each_input_while_learning_reads_it(toy_spec, toy_traces) -> None:
+def test_provenance_hashes_each_input_while_learning_reads_it(toy_spec: Spec, toy_traces: Path) -> None:
     from forewarn.guard.pipeline import learn_model
     from forewarn.guard.traces import file_digest
 

@@ -15,7 +15,7 @@ import pytest
 
 from _support import AB, CLI, NONE, TOY_SPEC, A, B, WriteRuns, reach_probabilities, toy_run, toy_state
 from forewarn.guard import Guard
-from forewarn.guard.learning import END
+from forewarn.guard.learning import END, LearnedDTMC
 from forewarn.guard.memory import Memory
 from forewarn.guard.pipeline import learn_model
 from forewarn.guard.shrinkage import KAPPA_GRID, reach_label
@@ -31,7 +31,7 @@ def toy_with(learning: str) -> Spec:
     return parse_spec(text)
 
 
-def rows_exact(dtmc) -> dict[int, dict[int, Fraction]]:  # type: ignore[no-untyped-def]
+def rows_exact(dtmc: LearnedDTMC) -> dict[int, dict[int, Fraction]]:
     return {dtmc.states[i]: {dtmc.states[j]: p for j, p in dtmc.exact_row(i)} for i in range(dtmc.size)}
 
 
@@ -230,6 +230,7 @@ def test_sessions_advance_the_memory_as_learning_encodes_it(write_runs: WriteRun
             previewed = session.preview(state)
             decision = session.observe(state)
             assert previewed == decision
+            assert session.monitor_states is not None
             assert memory.encode(bits, session.monitor_states[-1]) == chain_state
             assert decision.abstract_state == {"a": bool(bits & 1), "b": bool(bits & 2)}
             i = index[(chain_state, ())]

@@ -34,6 +34,7 @@ print(sorted(m for m in sys.modules if m.startswith({heavy!r})))
 
 MONITORS = "monitors:\n  - name: b_after_a\n    kind: bounded_response\n    trigger: a\n    response: b\n    within: 2\n"
 MEMORY = "  memory: {dwell: 2, previous: true}\n"
+KINDS = "  kinds: 2\n"
 
 
 def _runs(tmp_path: Path) -> Path:
@@ -58,10 +59,14 @@ def _decide(tmp_path: Path, loader: str, path: Path) -> list[str]:
     return done.stdout.splitlines()
 
 
-@pytest.mark.parametrize("extra", ["", MONITORS, "learning:\n  alpha: 0.1\n" + MEMORY])
+@pytest.mark.parametrize("extra", ["", MONITORS, "learning:\n  alpha: 0.1\n" + MEMORY, KINDS])
 def test_guard_load_and_decisions_import_neither_storm_nor_scipy(tmp_path: Path, extra: str) -> None:
     text = TOY_SPEC + extra if not extra.startswith("learning:") else TOY_SPEC.replace("  alpha: 0.1\n", MEMORY)
-    model = learn_model([_runs(tmp_path)], parse_spec(text)).save(tmp_path / "model.json")
+    if extra == KINDS:  # a session weighing the kinds by its posterior: still no scipy
+        text = TOY_SPEC.replace("  alpha: 0.1\n", "  alpha: 0.1\n" + KINDS)
+    learned = learn_model([_runs(tmp_path)], parse_spec(text))
+    assert (learned.kinds is not None) == (extra == KINDS)
+    model = learned.save(tmp_path / "model.json")
     decisions, loaded = _decide(tmp_path, "Guard.load", model)
     assert loaded == "[]"
     # the same decisions as in this process, where everything is loaded

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from _coverage import MIXTURES, coverage, mixture_risk, simulate
-from _support import AB, NONE, TOY_SPEC, A, B, toy_run
+from _support import AB, CLI, NONE, TOY_SPEC, A, B, toy_run
 from forewarn.errors import ModelFileError
 from forewarn.guard.learning import TransitionCounts
 from forewarn.guard.markov import markov_test
@@ -74,7 +74,7 @@ def test_fifty_safe_runs_leave_a_rare_risk_with_an_honest_upper_end(tmp_path: Pa
     assert prop.ci_high[start] < 0.2
 
 
-def test_learn_says_plainly_that_no_run_was_unsafe(tmp_path: Path, forewarn_here) -> None:
+def test_learn_says_plainly_that_no_run_was_unsafe(tmp_path: Path, forewarn_here: CLI) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(TOY_SPEC)
     traces = _write(tmp_path, [[NONE, A], [NONE, B, NONE]] * 10)
@@ -182,7 +182,7 @@ def test_the_160000_run_lingering_example_is_not_biased() -> None:
 # -- check: verdicts at the bound --------------------------------------------------------------
 
 
-def test_check_says_when_a_verdict_sits_at_its_bound(tmp_path: Path, forewarn_here) -> None:
+def test_check_says_when_a_verdict_sits_at_its_bound(tmp_path: Path, forewarn_here: CLI) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(TOY_SPEC.replace("alpha: 0.1", "alpha: 0"))
     traces = _write(tmp_path, [[NONE, AB]] * 2 + [[NONE]] * 3)  # P(F unsafe) from NONE: exactly 2/5
@@ -221,7 +221,7 @@ def test_shrinking_on_the_lingering_kind_stays_within_the_interval(runs: int) ->
     assert followed / visits < truth - width  # what counting every visit would have been pulled towards
 
 
-def test_learn_and_states_name_the_flagged_states(tmp_path: Path, forewarn_here) -> None:
+def test_learn_and_states_name_the_flagged_states(tmp_path: Path, forewarn_here: CLI) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(TOY_SPEC)
     traces = _write(tmp_path, [[NONE, B, A, AB], [NONE, A, B]] * 150)

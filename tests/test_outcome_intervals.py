@@ -52,8 +52,9 @@ def _assert_clopper_pearson(low: float, high: float, k: int, n: int, delta: floa
 def test_a_run_that_revisits_a_state_counts_once_with_its_first_visits_outcome() -> None:
     predicates = PredicateSet(parse_spec(TOY_SPEC))
     unsafe = label_test("unsafe", predicates, [])
+    assert unsafe is not None
     paths = Counter({(NONE, A, NONE, A, AB): 1, (NONE, B, B): 2, (NONE, A): 1})
-    index = {(bits, ()): i for i, bits in enumerate([NONE, A, B, AB])}
+    index: dict[tuple[int, tuple[int, ...]], int] = {(bits, ()): i for i, bits in enumerate([NONE, A, B, AB])}
     # F "unsafe": NONE in 4 runs (5 visits), 1 reaches; A in 2 runs (3 visits), 1 reaches; B in 2 runs
     summaries = summarize_paths(paths, predicates, [], [(unsafe, None), (unsafe, 2)])
     eventually, within2 = first_visit_counts(summaries.values(), 2, index, 4)
@@ -102,12 +103,14 @@ def test_a_learned_model_intersects_the_chain_interval_with_the_runs_outcomes(le
     # runs through NONE: all 20, 8 reach AB (r1, r4); A: r1, r3, r4 → 8 of 12; B: r2, r4, r5 → 4 of 12
     assert report.outcomes == 3 and report.delta_per_outcome == pytest.approx(0.05 / 2 / 3)
     dtmc, prop = learned.dtmc, learned.properties[0]
+    assert prop.ci_low is not None and prop.ci_high is not None
     index = dtmc.index()
     # the chain's own interval at δ/2, as with_intervals computes it without outcomes
     bare = CheckedProperty(prop.definition, prop.outcome)
     (chain,), chain_report = with_intervals(dtmc, labels_of(dtmc), [bare], method=IntervalMethod.CLOPPER_PEARSON,
                                             delta=0.025, entries=report.entries)
-    assert chain_report.delta_per_entry == report.delta_per_entry
+    assert chain_report is not None and chain_report.delta_per_entry == report.delta_per_entry
+    assert chain.ci_low is not None and chain.ci_high is not None
     for bits, k, n in [(NONE, 8, 20), (A, 8, 12), (B, 4, 12)]:
         s = index[bits]
         low, high = clopper_pearson(np.array([k]), np.array([n]), 0.05 / 6)
@@ -127,7 +130,8 @@ def test_model_file_round_trip_and_files_without_outcomes(learned: GuardModel, t
     assert entry["method"] == "clopper_pearson+outcomes" and entry["outcomes"] == 3
     again = GuardModel.load(path)
     assert again.intervals == learned.intervals
-    assert again.properties[0].ci_low.tolist() == learned.properties[0].ci_low.tolist()
+    again_low, learned_low = again.properties[0].ci_low, learned.properties[0].ci_low
+    assert again_low is not None and learned_low is not None and again_low.tolist() == learned_low.tolist()
     # a file from before outcome intervals: the chain's method, no outcome fields
     entry["method"] = "clopper_pearson"
     del entry["outcomes"], entry["delta_per_outcome"]
@@ -142,6 +146,7 @@ def test_decisions_carry_the_intersected_interval(learned: GuardModel) -> None:
     decision = Guard(learned).decide(toy_state(NONE))
     s = learned.dtmc.index()[NONE]
     prop = learned.properties[0]
+    assert prop.ci_low is not None and prop.ci_high is not None
     assert (decision.ci_low, decision.ci_high, decision.visits) == (prop.ci_low[s], prop.ci_high[s], 28)
 
 
@@ -152,11 +157,13 @@ def test_a_non_reach_property_keeps_the_chain_interval(tmp_path: Path) -> None:
                                        "    - {name: unsafe, formula: 'F \"unsafe\"'}\n"
                                        "    - {name: stay, formula: '\"a\" U \"unsafe\"'}\n"))
     model = learn_model([traces], spec)
-    assert model.intervals.outcomes == 3  # only the reach property's states
+    assert model.intervals is not None and model.intervals.outcomes == 3  # only the reach property's states
     dtmc, (_, until) = model.dtmc, model.properties
     (chain_until,), _ = with_intervals(dtmc, labels_of(dtmc), [CheckedProperty(until.definition, until.outcome)],
                                        method=IntervalMethod.CLOPPER_PEARSON, delta=0.025,
                                        entries=model.intervals.entries)
+    assert until.ci_low is not None and until.ci_high is not None
+    assert chain_until.ci_low is not None and chain_until.ci_high is not None
     assert until.ci_low.tolist() == chain_until.ci_low.tolist()
     assert until.ci_high.tolist() == chain_until.ci_high.tolist()
 
@@ -170,10 +177,11 @@ def test_products_with_a_monitor_count_outcomes_per_product_state(tmp_path: Path
     traces = tmp_path / "t.jsonl"
     traces.write_bytes(b"\n".join(orjson.dumps(r) for r in RUNS) + b"\n")
     model = learn_model([traces], spec)
-    assert model.intervals.construction == "clopper_pearson+outcomes"
+    assert model.intervals is not None and model.intervals.construction == "clopper_pearson+outcomes"
     # every run starts in the same product state; r1, r4 reach AB and r3 violates the monitor
     (start,) = model.dtmc.initial
     prop = model.properties[0]
+    assert model.intervals.delta_per_outcome is not None and prop.ci_low is not None and prop.ci_high is not None
     low, high = clopper_pearson(np.array([12]), np.array([20]), model.intervals.delta_per_outcome)
     value = prop.outcome.values[start]
     assert prop.ci_low[start] >= min(low[0], value) and prop.ci_high[start] <= max(high[0], value)
@@ -199,8 +207,10 @@ def test_memory_states_get_their_own_outcome_counts(tmp_path: Path) -> None:
             n[c] += 1
             k[c] += AB in bits_run
     index = model.dtmc.product_index()
-    assert model.intervals.outcomes == len(n)
+    assert model.intervals is not None and model.intervals.outcomes == len(n)
+    assert model.intervals.delta_per_outcome is not None
     prop = model.properties[0]
+    assert prop.ci_low is not None and prop.ci_high is not None
     for c in n:
         s = index[(c, ())]
         low, high = clopper_pearson(np.array([k[c]]), np.array([n[c]]), model.intervals.delta_per_outcome)
@@ -210,6 +220,7 @@ def test_memory_states_get_their_own_outcome_counts(tmp_path: Path) -> None:
     session = guard.session()
     decision = session.observe(toy_state(NONE))
     decision = session.observe(toy_state(NONE))
+    assert session.monitor_states is not None
     s = index[(memory.encode(NONE, session.monitor_states[-1]), ())]
     assert (decision.ci_low, decision.ci_high) == (prop.ci_low[s], prop.ci_high[s])
 
@@ -230,9 +241,11 @@ def test_with_intervals_without_outcomes_is_the_chain_alone(learned: GuardModel)
     bare = CheckedProperty(prop.definition, prop.outcome)
     (plain,), report = with_intervals(learned.dtmc, labels_of(learned.dtmc), [bare],
                                       method=IntervalMethod.CLOPPER_PEARSON, delta=0.05)
-    assert report.outcomes is None and report.construction == "clopper_pearson"
+    assert report is not None and report.outcomes is None and report.construction == "clopper_pearson"
     empty = OutcomeCounts(np.zeros(learned.dtmc.size, dtype=np.int64), np.zeros(learned.dtmc.size, dtype=np.int64))
     (none_seen,), r2 = with_intervals(learned.dtmc, labels_of(learned.dtmc), [replace(bare)],
                                       method=IntervalMethod.CLOPPER_PEARSON, delta=0.05, outcomes={0: empty})
-    assert r2.outcomes is None  # nothing visited: no direct interval, so the chain keeps all of δ
+    assert r2 is not None and r2.outcomes is None  # nothing visited: no direct interval, so the chain keeps all of δ
+    assert none_seen.ci_low is not None and none_seen.ci_high is not None
+    assert plain.ci_low is not None and plain.ci_high is not None
     assert none_seen.ci_low.tolist() == plain.ci_low.tolist() and none_seen.ci_high.tolist() == plain.ci_high.tolist()

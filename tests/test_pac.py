@@ -140,6 +140,7 @@ def test_smoothing_moves_the_bound_by_exactly_its_shift(write_runs: WriteRuns, t
 def test_the_report_says_how_many_runs_and_which_states(toy_model: GuardModel) -> None:
     tight = toy_model.pac.tight
     assert tight is not None and not tight.satisfied and tight.runs_factor is not None
+    assert toy_model.pac.runs_factor is not None
     assert tight.runs_factor < toy_model.pac.runs_factor  # below the paper's, on this chain too
     visits = {s.state: s.visits for s in toy_model.pac.states}
     for entry in tight.states:

@@ -370,11 +370,11 @@ def test_a_miss_evaluates_only_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
                       "unsafe: in_mw && switched\n")
     predicates = PredicateSet(spec)
 
-    def original(state: Any) -> int:
+    def original(state: Any, *budget: Any) -> int:
         raise AssertionError("the original program ran")
 
     monkeypatch.setattr(predicates, "_evaluate_original", original)
-    state = {"objects": {"Fork": {"parentReceptacles": ["Microwave"], "isPickedUp": False},
+    state: dict[str, Any] = {"objects": {"Fork": {"parentReceptacles": ["Microwave"], "isPickedUp": False},
                          "Microwave": {"isToggled": True}, "Pan": {"temperature": 95.0}}, "agent": {"x": 1}}
     assert predicates.evaluate(state) == 0b111
     state["objects"]["Pan"]["temperature"] = 21
@@ -440,7 +440,7 @@ def test_the_generated_key_matches_the_trie_walk() -> None:
         walk_key(root, predicates._trie, parts)
         assert predicates._fast_key is not None and predicates._fast_key(root) == tuple(parts)
     # missing fields: the caller walks the trie
-    assert predicates._fast_key({"state": {"a": True}, "meta": {}}) is None
+    assert predicates._fast_key is not None and predicates._fast_key({"state": {"a": True}, "meta": {}}) is None
 
 
 def test_unsafe_is_evaluated_per_valuation_of_the_bits_it_reads() -> None:
@@ -506,9 +506,9 @@ def test_a_new_combination_of_known_values_needs_no_cel(monkeypatch: pytest.Monk
     calls: list[int] = []
     run_leaves = predicates._run_leaves
 
-    def counted(items: int, state: Any) -> Any:
+    def counted(items: int, state: Any, *budget: Any) -> Any:
         calls.append(items)
-        return run_leaves(items, state)
+        return run_leaves(items, state, *budget)
 
     monkeypatch.setattr(predicates, "_run_leaves", counted)
 

@@ -1,6 +1,7 @@
 """`P~b` queries (a bound instead of `=?`): a per-state verdict, for learned models and PRISM files."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
@@ -22,10 +23,10 @@ def test_a_bounded_query_on_a_learned_model_gives_a_verdict_per_state(toy_model_
                                                                     forewarn_here: CLI) -> None:
     exact = exact_reach(toy_model_path)
     assert any(v > Fraction(9, 20) for v in exact.values()) and any(0 < v <= Fraction(9, 20) for v in exact.values())
-    for query, holds in [('P>0.45 [F "unsafe"]', lambda v: v > Fraction(9, 20)),
-                         ('P<=0.45 [F "unsafe"]', lambda v: v <= Fraction(9, 20)),
-                         ('P>=1 [F "unsafe"]', lambda v: v == 1),
-                         ('P>0 [F "unsafe"]', lambda v: v > 0)]:
+    queries: list[tuple[str, Callable[[Fraction], bool]]] = [
+        ('P>0.45 [F "unsafe"]', lambda v: v > Fraction(9, 20)), ('P<=0.45 [F "unsafe"]', lambda v: v <= Fraction(9, 20)),
+        ('P>=1 [F "unsafe"]', lambda v: v == 1), ('P>0 [F "unsafe"]', lambda v: v > 0)]
+    for query, holds in queries:
         result = forewarn_here("check", toy_model_path, "--property", query, "--method", "exact", "--format", "json")
         assert result.returncode == 0, result.stderr
         document = result.json()
@@ -46,7 +47,7 @@ def test_a_boolean_combination_has_verdicts_and_no_single_value(toy_model_path: 
     result = forewarn_here("check", toy_model_path, "--property", query, "--method", "exact", "--format", "json")
     assert result.returncode == 0, result.stderr
     unsafe, end = exact_reach(toy_model_path), exact_reach(toy_model_path, "end")
-    states = result.json()["states"]  # type: ignore[index]
+    states = result.json()["states"]
     assert [s["verdict"] for s in states] == [unsafe[i] <= Fraction(9, 20) and end[i] > 0 for i in range(len(states))]
     assert all(s["value"] is None for s in states)
     assert forewarn_here("check", toy_model_path, "--property", query).returncode == 0
@@ -100,7 +101,7 @@ def test_prism_files_report_the_initial_states_verdicts(tmp_path: Path, forewarn
     # within two steps: go, then win with probability 2/3
     soon = forewarn_here("check", leader, "--property", 'P>0.7 [F<=2 "elected"]', "--method", "exact",
                          "--format", "json").json()
-    assert soon["verdict"] is False and soon["initial"] == float(Fraction(2, 3))  # type: ignore[index]
+    assert soon["verdict"] is False and soon["initial"] == float(Fraction(2, 3))
     table = forewarn_here("check", leader, "--property", 'P>=1 [F "elected"]')
     assert table.returncode == 0 and 'P>=1 [F "elected"] is true (probability 1) in the initial state' \
         in table.stdout
@@ -110,12 +111,12 @@ def test_prism_files_report_the_initial_states_verdicts(tmp_path: Path, forewarn
     walk.write_text(WALK, encoding="utf-8")
     half = forewarn_here("check", walk, "--property", 'P>0.5 [F "goal"]', "--const", "N=3", "--method", "exact",
                          "--format", "json").json()
-    assert half["verdict"] is True  # type: ignore[index]
+    assert half["verdict"] is True
     most = forewarn_here("check", walk, "--property", 'P>0.8 [F "goal"]', "--const", "N=3", "--method", "exact",
                          "--format", "json").json()
-    assert most["verdict"] is False  # type: ignore[index]
-    assert sorted(s["verdict"] for s in most["initial_states"]) == [False, True]  # type: ignore[index]
-    by_index = {s["index"]: s for s in most["states"]}  # type: ignore[index]
-    assert {by_index[s["index"]]["value"] for s in most["initial_states"]} == {4 / 7, 6 / 7}  # type: ignore[index]
+    assert most["verdict"] is False
+    assert sorted(s["verdict"] for s in most["initial_states"]) == [False, True]
+    by_index = {s["index"]: s for s in most["states"]}
+    assert {by_index[s["index"]]["value"] for s in most["initial_states"]} == {4 / 7, 6 / 7}
     text = forewarn_here("check", walk, "--property", 'P>0.8 [F "goal"]', "--const", "N=3")
     assert text.returncode == 0 and "is false" in text.stdout and "1 of 2 initial states" in text.stdout

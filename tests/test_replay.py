@@ -106,7 +106,7 @@ def test_lookahead_counts_an_alarm_on_the_violating_step_as_a_prevention(guard: 
     t = by_theta[0.3]
     assert (t.detected, t.false_alarms, t.unsafe_at_start) == (2, 0, 1)
     assert (t.mean_advance_steps, t.mean_advance_seconds) == (0.0, 0.0)
-    assert (t.stop.prevented, t.stop.still_unsafe) == (2, 1)
+    assert t.stop is not None and (t.stop.prevented, t.stop.still_unsafe) == (2, 1)
     assert t.prompts_per_run == 2 / 6  # one alarm step each on u1 and u2, counted at the violation
     # θ = 0.5: u1 at A (1 step, 2 s ahead), u2 at its violating step (0, 0 s); s3 a false alarm
     t = by_theta[0.5]

@@ -39,7 +39,7 @@ def test_observe_looks_up_the_cached_value(toy_model_path: Path) -> None:
         assert decision.known and not decision.unsafe_now
         assert decision.lower is not None and decision.upper is not None
         assert decision.lower <= risk[bits] <= decision.upper  # certified bounds hold the exact value
-        assert math.isclose(decision.p_unsafe, risk[bits], abs_tol=1e-5)
+        assert decision.p_unsafe is not None and math.isclose(decision.p_unsafe, risk[bits], abs_tol=1e-5)
         assert decision.p_safe == 1.0 - decision.p_unsafe
         assert decision.property == 'P=? [F "unsafe"]'
         assert decision.abstract_state == {"a": bool(bits & 1), "b": bool(bits & 2)}
@@ -52,7 +52,8 @@ def test_observe_looks_up_the_cached_value(toy_model_path: Path) -> None:
 
 def test_preview_commits_nothing(toy_model_path: Path) -> None:
     session = Guard(GuardModel.load(toy_model_path)).session()  # the constructor does not warn; load does
-    assert session.last is None
+    before = session.last  # a local: mypy would keep `session.last` narrowed to None past observe()
+    assert before is None
     first = session.observe(toy_state(NONE))
     what_if = session.preview(toy_state(A))
     assert len(session.history) == 1 and session.last is first
@@ -85,8 +86,8 @@ def test_the_guard_acts_at_the_boundary_of_each_threshold(toy_model: GuardModel)
     p_safe = guard.decide(toy_state(A)).p_safe
     assert p_safe is not None and 0 < p_safe < 1
     for action in (Action.REFLECT, Action.ASK_HUMAN, Action.STOP):
-        at = guard.session(policy(**{action.value: p_safe})).preview(toy_state(A))
-        above = guard.session(policy(**{action.value: math.nextafter(p_safe, 1)})).preview(toy_state(A))
+        at = guard.session(Policy(Thresholds(**{action.value: p_safe}))).preview(toy_state(A))
+        above = guard.session(Policy(Thresholds(**{action.value: math.nextafter(p_safe, 1)}))).preview(toy_state(A))
         assert (at.action, at.threshold, at.message) == (Action.ALLOW, None, "")
         assert (above.action, above.threshold) == (action, math.nextafter(p_safe, 1))
     # the guard's own policy is untouched by per-session policies
@@ -125,6 +126,7 @@ def test_an_unsafe_state_no_run_reached_is_in_the_model(partial_model: GuardMode
 
 
 def test_an_unsafe_state_never_seen_in_training_stops(write_runs: WriteRuns, toy_spec: Spec) -> None:
+    assert toy_spec.text is not None
     observed = parse_spec(toy_spec.text.replace("learning:", "learning:\n  structure: observed"))
     partial_model = learn_model([write_runs([toy_run("q1", [NONE, A, NONE]), toy_run("q2", [NONE, A])])], observed)
     assert AB not in partial_model.dtmc.states  # only observed successors: nothing adds AB
@@ -215,11 +217,12 @@ def test_several_properties_each_with_its_own_thresholds(toy_traces: Path) -> No
     decision = guard.decide(toy_state(A))
     reach, stay, soon = decision.properties
     # every run ends, so staying safe forever is the complement of reaching unsafe
-    assert math.isclose(reach.p_unsafe, risk[A], abs_tol=1e-5)
-    assert math.isclose(stay.p_unsafe, risk[A], abs_tol=1e-5)
+    assert reach.p_unsafe is not None and math.isclose(reach.p_unsafe, risk[A], abs_tol=1e-5)
+    assert stay.p_unsafe is not None and math.isclose(stay.p_unsafe, risk[A], abs_tol=1e-5)
     assert stay.lower is not None and stay.upper is not None and stay.lower <= risk[A] <= stay.upper
-    assert math.isclose(soon.p_unsafe, one_step, rel_tol=1e-9)
+    assert soon.p_unsafe is not None and math.isclose(soon.p_unsafe, one_step, rel_tol=1e-9)
     assert soon.action is Action.STOP and soon.threshold == 0.99  # its own thresholds: p_safe < 0.99
+    assert reach.p_safe is not None
     assert (reach.action, reach.threshold) == Policy.from_settings(spec.guard).act(reach.p_safe)
     # the decision reports the property calling for the most severe action
     assert (decision.action, decision.p_unsafe, decision.property) == (Action.STOP, soon.p_unsafe, soon.formula)

@@ -132,7 +132,7 @@ def independent_reach(matrix: sp.csr_matrix, unsafe: list[int]) -> tuple[np.ndar
     if maybe.size:
         dense = matrix.toarray()
         q = dense[np.ix_(maybe, maybe)]
-        b = dense[np.ix_(maybe, unsafe)].sum(axis=1)
+        b = dense[np.ix_(maybe, np.array(unsafe, dtype=int))].sum(axis=1)
         values[maybe] = np.linalg.solve(np.eye(maybe.size) - q, b)
     return values, reach
 

@@ -5,11 +5,12 @@ import re
 import warnings
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from _support import AB, NONE, TOY_SPEC, A, B, WriteRuns, toy_run, toy_state
+from _support import AB, CLI, NONE, TOY_SPEC, A, B, WriteRuns, toy_run, toy_state
 from forewarn.errors import ForewarnError, SpecError, ThresholdWarning
 from forewarn.guard import Guard, Policy
 from forewarn.guard.learning import END
@@ -96,10 +97,12 @@ def test_min_increase_and_per_session_overrides(risky: GuardModel) -> None:
     strict.observe(toy_state(NONE))
     assert strict.preview(toy_state(A)).action is Action.ASK_HUMAN
     assert guard.session().observe(toy_state(NONE)).action is Action.REFLECT  # the guard itself is unchanged
-    for bad, message in [({"trigger": "rising"}, "policy trigger 'rising': expected 'level' or 'increase'"),
-                         ({"min_increase": 1.5}, "policy min_increase 1.5: expected a number in [0, 1]"),
-                         ({"min_increase": True}, "policy min_increase True"),
-                         ({"trigger": "increase", "mode": 1}, "unknown policy setting(s) ['mode']")]:
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"trigger": "rising"}, "policy trigger 'rising': expected 'level' or 'increase'"),
+        ({"min_increase": 1.5}, "policy min_increase 1.5: expected a number in [0, 1]"),
+        ({"min_increase": True}, "policy min_increase True"),
+        ({"trigger": "increase", "mode": 1}, "unknown policy setting(s) ['mode']")]
+    for bad, message in cases:
         with pytest.raises(ForewarnError, match=re.escape(message)):
             guard.policy.with_overrides(bad)
 
@@ -184,7 +187,7 @@ def test_guard_load_warns_and_an_increase_spec_does_not(risky: GuardModel, tmp_p
         Guard.load(calm.save(tmp_path / "calm.json"))
 
 
-def test_learn_prints_the_warning(forewarn_here, toy_spec_path: Path, write_runs: WriteRuns,
+def test_learn_prints_the_warning(forewarn_here: CLI, toy_spec_path: Path, write_runs: WriteRuns,
                                   tmp_path: Path) -> None:
     runs = write_runs([toy_run("u", [NONE, A, AB]), toy_run("s", [NONE, B, NONE])], "learn.jsonl")
     result = forewarn_here("learn", runs, "--spec", toy_spec_path, "-o", tmp_path / "m.json", "--format", "json")
@@ -194,7 +197,7 @@ def test_learn_prints_the_warning(forewarn_here, toy_spec_path: Path, write_runs
     assert result.json()["threshold_warnings"] == [line.removeprefix("warning: ")]
 
 
-def test_replay_shows_the_warning_once_it_succeeded(forewarn_here, risky: GuardModel, write_runs: WriteRuns,
+def test_replay_shows_the_warning_once_it_succeeded(forewarn_here: CLI, risky: GuardModel, write_runs: WriteRuns,
                                                     tmp_path: Path) -> None:
     model = risky.save(tmp_path / "risky.json")
     runs = write_runs([toy_run("u", [NONE, A, AB]), toy_run("s", [NONE, B])], "replay.jsonl")

@@ -22,7 +22,7 @@ RUNS = [toy_run(f"r{i}", [i % 3, (i * 5) % 4, i % 2]) for i in range(40)]
 
 
 def model_only(path: Path) -> dict[str, Any]:
-    doc = json.loads(path.read_text())
+    doc: dict[str, Any] = json.loads(path.read_text())
     for key in ("provenance", "checksum"):
         doc.pop(key)
     doc["check"].pop("seconds")

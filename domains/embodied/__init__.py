@@ -19,15 +19,8 @@ from .objects import Kind, canonical_type, kind_of
 from .plans import canonical_plan, hazard_step, reference_plan, replay, safe_plan
 from .simulator import HouseholdSim
 from .spec import derive_spec, predicate_name, write_spec
-from .tasks import (
-    DEFAULT_APPLIANCES,
-    Task,
-    hazard_tasks,
-    load_tasks,
-    parse_tasks,
-    support_problem,
-    supported_tasks,
-)
+from .support import DEFAULT_APPLIANCES, hazard_tasks, support_problem, supported_tasks
+from .tasks import Task, load_tasks, parse_tasks
 from .world import HouseholdWorld
 
 __all__ = [

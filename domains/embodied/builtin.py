@@ -29,7 +29,9 @@ def builtin_model_path(directory: str | Path | None = None) -> Path:
     """Path of the built-in model, learning it first if it is not cached yet (about 1 s)."""
     import yaml
 
-    from . import derive_spec, generate_traces, load_tasks
+    from .episodes import generate_traces
+    from .spec import derive_spec
+    from .tasks import load_tasks
 
     folder = Path(directory) if directory is not None else _cache_dir()
     path = folder / f"builtin-{BUILTIN_TASK}.json"

@@ -79,7 +79,7 @@ def run_episode(task: Task, rng: random.Random, profile: AgentProfile | None = N
     """Run the simulated agent on a task, optionally guarded.
 
     Args:
-        task: a supported task (see ``supported_tasks``).
+        task: a supported task (see ``support.supported_tasks``).
         rng: all randomness of the episode (intent, noise, failures, durations).
         profile: agent behaviour; ``AgentProfile()`` when None.
         session: anything with ``observe(state) -> decision`` where ``decision.action``

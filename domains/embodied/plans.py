@@ -10,14 +10,12 @@ careful agent applies it online, :func:`safe_plan` applies it offline.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .actions import parse_action
 from .conditions import condition_holds, satisfied_atoms
 from .simulator import HouseholdSim
-
-if TYPE_CHECKING:
-    from .tasks import Task
+from .tasks import Task
 
 __all__ = ["canonical_plan", "reference_plan", "hazard_step", "safe_substitute", "safe_plan",
            "safe_continuation", "replay"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...errors import ConfigError
 from .actions import Action, parse_action
@@ -32,9 +32,7 @@ from .scene import (
     objects_json,
     settle,
 )
-
-if TYPE_CHECKING:
-    from .tasks import Task
+from .tasks import Task
 
 __all__ = ["HouseholdSim", "condition_holds", "initially_open"]
 

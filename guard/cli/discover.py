@@ -46,6 +46,9 @@ def discover(
     exclude: Annotated[list[str] | None, typer.Option(
         "--exclude", help="A field to propose nothing on, e.g. meta.outcome (a label written after the run); "
                           "repeatable.")] = None,
+    action_memory: Annotated[bool, typer.Option(
+        "--action-memory/--no-action-memory", help="Also propose remembering the last actions "
+                                                   "(learning.memory.actions), when the spec sets none.")] = True,
     format: FormatOption = Format.table,
     input_format: InputFormatOption = InputFormat.auto,
     mkdir: MkdirOption = False,
@@ -72,7 +75,7 @@ def discover(
     with progress("discovering") as update:
         report = run_discover(runs, parsed, target=chosen, max_predicates=max_predicates, time_limit=time_limit,
                               folds=folds, group_by=group_by, seed=seed, min_visits=min_visits, confirm=confirm,
-                              exclude=exclude or (), on_progress=lambda text: update(description=text))
+                              exclude=exclude or (), action_memory=action_memory, on_progress=lambda text: update(description=text))
     parse_spec(report.text, source=str(output))  # what is written loads
     write_output(output, report.text)
     if format is Format.json:
@@ -100,6 +103,12 @@ def _as_dict(report: object, output: Path) -> dict[str, object]:
                    "after": {"brier": s.after.brier, "detection": s.after.detection,
                              "false_alarms": s.after.false_alarms}}
                   for name, s in zip(report.names, report.added)],
+        "action_memory": None if report.memory is None else {
+            "actions": report.memory.actions, "action_class": report.memory.action_class,
+            "before": {"brier": report.memory.before.brier, "detection": report.memory.before.detection,
+                       "false_alarms": report.memory.before.false_alarms},
+            "after": {"brier": report.memory.after.brier, "detection": report.memory.after.detection,
+                      "false_alarms": report.memory.after.false_alarms}},
         "counting": {"before": asdict(report.counting_before), "after": asdict(report.counting_after)},
         "learner": None if report.learner_before is None or report.learner_after is None else {
             "before": asdict(report.learner_before), "after": asdict(report.learner_after)},
@@ -128,7 +137,13 @@ def _print(report: object) -> None:
             change = f"{s.before.false_alarms:.1%} → {s.after.false_alarms:.1%}"
         table.add_row(name + (" (local split)" if s.local else ""), s.cel,
                       f"{s.before.brier:.4f} → {s.after.brier:.4f}", change)
-    if report.added:
+    memory = report.memory
+    if memory is not None:
+        change = (f"{memory.before.detection:.1%} → {memory.after.detection:.1%}" if target.metric == "false-alarms"
+                  else f"{memory.before.false_alarms:.1%} → {memory.after.false_alarms:.1%}")
+        table.add_row("learning.memory", f"actions: {memory.actions}, action_class: {memory.action_class}",
+                      f"{memory.before.brier:.4f} → {memory.after.brier:.4f}", change)
+    if report.added or memory is not None:
         out.print(table)
     else:
         out.print(title, highlight=False, markup=False, soft_wrap=True)

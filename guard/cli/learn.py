@@ -153,6 +153,10 @@ def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Form
         warn(f"guard.member_thresholds apply to a bundle (learn with --group-by "
              f"{model.spec.guard.member_thresholds.by}); this single model decides under guard.thresholds")
     summary = _summary(model, output)
+    if model.spec.learning.kinds != 1:  # learning.kinds: how many kinds were kept, and their weights
+        kinds = model.kinds
+        summary["kinds"] = ("1 (held-out runs found no second kind)" if kinds is None else
+                            f"{kinds.kinds} (weights {', '.join(f'{w:.2f}' for w in kinds.weights)})")
     summary["read"] = read.to_dict()
     from ..policy import Policy
     from ..thresholds import initial_crossings

@@ -3,15 +3,20 @@
     forewarn mcp --model MODEL [--record FILE] [--serve-url URL] -- UPSTREAM_CMD ARGS...
     forewarn mcp --model MODEL --upstream-url URL
     forewarn mcp --model MODEL --config proxy.yaml [--http 127.0.0.1:8765]
+
+Without ``--serve-url``, a model file's decisions go to a local SQLite audit store (``--audit``;
+default ``$XDG_STATE_HOME/forewarn/mcp-audit.sqlite``, i.e. ``~/.local/state/forewarn/…``).
 """
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ...errors import ConfigError, UsageError
+from ...errors import ConfigError, ForewarnError, UsageError
 
 
 def mcp(
@@ -32,6 +37,11 @@ def mcp(
                             "its /console is asked when the client cannot be (no elicitation).")] = None,
     api_key: Annotated[str | None, typer.Option(
         "--api-key", envvar="FOREWARN_API_KEY", help="The sidecar's API key (FOREWARN_API_KEY).")] = None,
+    audit: Annotated[str | None, typer.Option(
+        "--audit", help="SQLite file for the audit log of every judged call and every step that ran, in the tables "
+                        "of `forewarn serve --db` (default without --serve-url: $XDG_STATE_HOME/forewarn/"
+                        "mcp-audit.sqlite, i.e. ~/.local/state/forewarn/mcp-audit.sqlite; 'off': none).",
+        show_default=False)] = None,
     http: Annotated[str | None, typer.Option(
         "--http", help="Serve streamable HTTP on HOST:PORT (path /mcp) instead of stdio.")] = None,
     tool_kind: Annotated[list[str] | None, typer.Option(
@@ -67,20 +77,48 @@ def mcp(
         from dataclasses import replace
 
         proxy_config = replace(proxy_config, tool_kinds={**proxy_config.tool_kinds, **kinds})
-    guard, sidecar, name = _guard(model, serve_url, api_key) if model else (None, None, None)
-    proxy = GuardedProxy(guard, proxy_config, record=str(record) if record else None, sidecar=sidecar,
-                         model_name=name)
-    if http is None:
-        anyio.run(serve_stdio, proxy)
-        return
-    host, _, port = http.rpartition(":")
-    if not host or not port.isdigit():
+    host, _, port = (http or "").rpartition(":")
+    if http is not None and (not host or not port.isdigit()):
         raise UsageError(f"--http {http!r}: expected HOST:PORT, e.g. 127.0.0.1:8765")
+    guard, sidecar, name = _guard(model, serve_url, api_key) if model else (None, None, None)
+    store = _audit_store(audit, model, serve_url) if guard is not None else None
+    proxy = GuardedProxy(guard, proxy_config, record=str(record) if record else None, sidecar=sidecar,
+                         model_name=name, audit=store)
 
     async def main() -> None:
-        await serve_http(proxy, host=host, port=int(port))
+        if http is None:
+            await serve_stdio(proxy)
+        else:
+            await serve_http(proxy, host=host, port=int(port))
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    except BaseExceptionGroup as group:  # the proxy's task groups wrap a bad upstream's ConfigError
+        mistakes = group.subgroup(lambda e: isinstance(e, ForewarnError))
+        if mistakes is None:
+            raise
+        first: BaseException = mistakes
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _audit_store(audit: str | None, model: str, serve_url: str | None) -> Any:
+    """The local audit store: ``--audit FILE``; by default, without a sidecar, the one in the user's state
+    folder; none with ``--audit off`` (or with a sidecar, whose audit log keeps the steps)."""
+    if audit == "off" or (audit is None and serve_url is not None):
+        return None
+    from ..mcp.audit import AuditStore
+
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    path = Path(audit) if audit is not None else Path(state) / "forewarn" / "mcp-audit.sqlite"
+    if serve_url is not None:  # the model is the sidecar's: name it as the sidecar does
+        return AuditStore(path, model_name=model, model_version="sidecar")
+    document = Path(model).read_bytes()
+    return AuditStore(path, model_name=Path(model).stem, model_version=hashlib.sha256(document).hexdigest()[:16])
 
 
 def _tool_kinds(items: list[str]) -> dict[str, str]:

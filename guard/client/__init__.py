@@ -224,9 +224,15 @@ class AsyncClient:
         self.retries = retries
         self._http = httpx.AsyncClient(base_url=self.url, headers=_headers(api_key), timeout=timeout,
                                        transport=transport)
-        self._api_key = api_key  # for a synchronous twin (guard.langchain._remote)
+        self._api_key = api_key  # for a synchronous twin (synchronous())
         # a sidecar on this machine: asyncio streams of our own, as the synchronous client's (guard.client._loopback)
         self._fast = None if transport is not None else async_loopback(self.url, _headers(api_key), timeout)
+
+    def synchronous(self) -> Client:
+        """A synchronous :class:`Client` of the same sidecar, key, timeout and retries (the caller closes
+        it): for the paths that cannot await, as the LangChain middleware's sync hooks and approvals."""
+        return Client(self.url, api_key=self._api_key, timeout=self._http.timeout.read or 30.0,
+                      retries=self.retries)
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -7,7 +7,9 @@ What is proposed, per kind of field (:mod:`.columns`):
   deciles;
 * a string — ``x == v`` for its frequent values (and, with many, the values whose steps' outcome
   differs most from the rest); an identifier offers nothing: no value has the support;
-* a list — ``v in x`` for its frequent (and most telling) elements, and ``size(x) > 0``.
+* a list — ``v in x`` for its frequent (and most telling) elements, and ``size(x) > 0``;
+* a text field (or list of text) of at least three values — also *value sets*, the values whose
+  runs violate far more often pooled into one bit, scored held out (:mod:`.valuesets`).
 
 A candidate true (or false) on fewer than ``min_support`` scored steps cannot be learned
 from, and two candidates with the same values on every step are one: the first (the
@@ -27,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .columns import _CEL_RESERVED, _IDENT, MISSING, Column, _quote, path_text
+from .valuesets import FACTORS, MIN_VALUES, ValueSets, set_expression
 
 __all__ = ["Candidate", "MAX_VALUES", "generate", "guard_of"]
 
@@ -47,9 +50,17 @@ class Candidate:
     root: str  # "state", "meta" or "action"
     packed: NDArray[np.uint8]
     support: int  # scored steps where it holds
+    # a value set's bit as each fold sees it, chosen without that fold (:mod:`.valuesets`); None: ``packed``
+    held_out: NDArray[np.uint8] | None = None
 
     def bits(self, count: int) -> NDArray[np.bool_]:
+        """The predicate's value on every scored step (what CEL computes)."""
         return np.unpackbits(self.packed, count=count).view(np.bool_)
+
+    def scored_bits(self, count: int) -> NDArray[np.bool_]:
+        """The value the search scores on each scored step: for a value set, the set its fold's training chose."""
+        packed = self.packed if self.held_out is None else self.held_out
+        return np.unpackbits(packed, count=count).view(np.bool_)
 
 
 def guard_of(path: tuple[str, ...]) -> str:
@@ -87,8 +98,10 @@ class _Builder:
         self.min_support = min_support
         self.seen: set[bytes] = set()
         self.out: list[Candidate] = []
+        self.sets: ValueSets | None = None
 
-    def add(self, column: Column, expr: str, name: str, description: str, bits_all: NDArray[np.bool_]) -> None:
+    def add(self, column: Column, expr: str, name: str, description: str, bits_all: NDArray[np.bool_],
+            held_out: NDArray[np.bool_] | None = None) -> None:
         bits = bits_all[self.scored]
         support = int(bits.sum())
         if support < self.min_support or self.count - support < self.min_support:
@@ -104,11 +117,12 @@ class _Builder:
             guard = guard_of(column.path)
             null = f"{path_text(column.path)} != null && " if column.kind in ("number", "list") else ""
             expr = f"{guard} && {null}{expr}"
-        self.out.append(Candidate(expr, name, description, column.path[0], packed, support))
+        self.out.append(Candidate(expr, name, description, column.path[0], packed, support,
+                                  None if held_out is None else np.packbits(held_out)))
 
 
 def generate(columns: list[Column], scored: NDArray[np.int64], min_support: int,
-             outcome: NDArray[np.float64] | None = None) -> list[Candidate]:
+             outcome: NDArray[np.float64] | None = None, sets: ValueSets | None = None) -> list[Candidate]:
     """The candidates of every column (see the module's doc), deduplicated by their values on scored steps.
 
     Args:
@@ -119,8 +133,11 @@ def generate(columns: list[Column], scored: NDArray[np.int64], min_support: int,
             list of many elements) offers its most frequent values *and* those whose steps' outcome
             differs most from the rest (a z-score), so a rare telling word is not crowded out by
             common ones.
+        sets: the folds and groups of the scored steps: text fields of many values also offer value
+            sets (:mod:`.valuesets`), scored with the sets each fold's training steps choose.
     """
     builder = _Builder(scored, min_support, outcome)
+    builder.sets = sets
     for column in columns:
         if column.kind == "bool":
             _bools(builder, column)
@@ -170,6 +187,10 @@ def _strings(b: _Builder, column: Column) -> None:
         assert isinstance(value, str)
         b.add(column, f"{text} == {_quote(value)}", _name(*_field_name(column.path), "is", value),
               f"{text} is {value!r}", codes == code)
+    if len(real) >= MIN_VALUES:
+        at = codes[b.scored]
+        text_steps = np.isin(at, np.asarray(real, dtype=np.int64))
+        _value_sets(b, column, np.flatnonzero(text_steps), at[text_steps], values, codes)
 
 
 def _chosen(b: _Builder, codes: list[int], counts: NDArray[np.int64],
@@ -221,6 +242,11 @@ def _lists(b: _Builder, column: Column) -> None:
         mask[row_array[scored_rows & (col_array == code)]] = True
         return np.asarray(mask[b.scored], dtype=np.bool_)
 
+    if len(elements) >= MIN_VALUES and all(e.__class__ is str for e in elements):
+        position = np.full(len(values), -1, dtype=np.int64)
+        position[b.scored] = np.arange(len(b.scored))
+        _value_sets(b, column, position[row_array[scored_rows]], col_array[scored_rows], elements, None,
+                    row_array, col_array)
     for code in _chosen(b, list(range(len(elements))), counts, steps_with):
         element = elements[code]
         literal = _quote(element) if isinstance(element, str) else (
@@ -229,6 +255,38 @@ def _lists(b: _Builder, column: Column) -> None:
         bits[row_array[col_array == code]] = True
         b.add(column, f"{literal} in {text}", _name(*_field_name(column.path), "has", str(element)),
               f"{text} contains {element!r}", bits)
+
+
+def _value_sets(b: _Builder, column: Column, rows: NDArray[np.int64], codes: NDArray[np.int64],
+                values: list[object], step_codes: NDArray[np.int64] | None,
+                all_rows: NDArray[np.int64] | None = None, all_codes: NDArray[np.int64] | None = None) -> None:
+    """One value-set candidate per factor (:mod:`.valuesets`). ``rows``/``codes``: the (scored-step position,
+    value code) pairs; ``step_codes`` (a string field) or ``all_rows``/``all_codes`` (a list field): the
+    values over all steps, for the final set's bit on every step."""
+    if b.sets is None:
+        return
+    text = path_text(column.path)
+    for factor in FACTORS:
+        chosen = b.sets.sets(rows, codes, values, factor, b.min_support)
+        if chosen is None:
+            continue
+        members, held = chosen
+        code_of = {v: i for i, v in enumerate(values)}
+        wanted = np.asarray([code_of[v] for v in members], dtype=np.int64)
+        if step_codes is not None:
+            bits_all = np.isin(step_codes, wanted)
+        else:
+            assert all_rows is not None and all_codes is not None
+            bits_all = np.zeros(len(column.values), dtype=np.bool_)
+            bits_all[all_rows[np.isin(all_codes, wanted)]] = True
+        held_out = np.zeros(len(b.scored), dtype=np.bool_)
+        for f, member in enumerate(held):
+            in_fold = b.sets.fold == f
+            held_out[in_fold] = member[in_fold]
+        shown = ", ".join(map(str, members[:4])) + (", …" if len(members) > 4 else "")
+        b.add(column, set_expression(column, members), _name(*_field_name(column.path), "risky", f"{factor:g}x"),
+              f"{text} holds one of {len(members)} values whose runs violate >= {factor:g}x as often ({shown})",
+              bits_all, held_out)
 
 
 def _numbers(b: _Builder, column: Column) -> None:

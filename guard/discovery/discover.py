@@ -38,9 +38,11 @@ from ..traces import Run, abstract_run
 from .actions import action_columns
 from .candidates import generate
 from .columns import Skipped, build_table
+from .recent import ActionMemory, propose_actions
 from .scoring import HeldOut, Score
 from .search import Literal_, SearchResult, Step, search
-from .write import NewPredicate, insert_predicates, unique_name
+from .valuesets import ValueSets
+from .write import NewPredicate, insert_action_memory, insert_predicates, memory_slot, unique_name
 
 __all__ = ["Figures", "DiscoveryReport", "discover", "held_out_figures"]
 
@@ -91,6 +93,8 @@ class DiscoveryReport:
     seconds: float
     notes: list[str] = field(default_factory=list)
     not_helping: list[tuple[str, float, float]] = field(default_factory=list)
+    memory: ActionMemory | None = None  # the action memory added to learning.memory
+    memory_options: list[tuple[str, Score]] = field(default_factory=list)  # every option scored
 
 
 def _figures(score: Score) -> Figures:
@@ -130,7 +134,7 @@ def _objective(f: Figures, base_brier: float | None, target: Target) -> float:
 def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates: int = 8,
              time_limit: float = 600.0, folds: int = 5, group_by: str | None = None, seed: int = 0,
              min_visits: int = MIN_VISITS, confirm: bool = True, exclude: Sequence[str] = (),
-             on_progress: Callable[[str], None] | None = None) -> DiscoveryReport:
+             action_memory: bool = True, on_progress: Callable[[str], None] | None = None) -> DiscoveryReport:
     """Predicates found in ``runs`` that improve held-out prediction over ``spec``'s (see the module's doc).
 
     Args:
@@ -142,6 +146,9 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         folds, group_by, seed: the folds, as ``forewarn evaluate``'s.
         min_visits: visits below which a state counts as rare (the visit penalty).
         confirm: confirm with the real learner (grouped k-fold evaluation, before and after).
+        exclude: dotted fields to propose nothing on (the ``group_by`` field is never proposed: a value
+            of the grouping key sits in one fold only, so it cannot tell held-out runs anything).
+        action_memory: also propose ``learning.memory.actions`` (:mod:`.recent`) when the spec sets none.
 
     Raises:
         ForewarnError: runs that all end the same way, too few groups for the folds, a bad spec or trace.
@@ -192,15 +199,18 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     progress(f"reading the fields of {len(states)} steps")
     table = build_table(states, [run.meta for run in runs], action_columns(actions),
                         np.asarray(run_of_all, dtype=np.int64))
-    if exclude:
-        table.columns[:] = [c for c in table.columns if not any(_under(c.path, e) for e in exclude)]
+    excluded = [*exclude, *([group_by] if group_by and group_by.startswith("meta.") else [])]
+    if excluded:
+        table.columns[:] = [c for c in table.columns if not any(_under(c.path, e) for e in excluded)]
     scored_idx = np.asarray(scored, dtype=np.int64)
     unsafe_arr = np.array([t.unsafe for t in traced], dtype=np.bool_)
     outcome = unsafe_arr[np.asarray(run_of_scored, dtype=np.int64)].astype(np.float64)
-    candidates = generate(table.columns, scored_idx, max(min_visits // 2, 3), outcome)
-    progress(f"searching {len(candidates)} candidates")
     group_ids: dict[str, int] = {}
     group_of_run = np.array([group_ids.setdefault(g, len(group_ids)) for g in groups], dtype=np.int64)
+    run_scored = np.asarray(run_of_scored, dtype=np.int64)
+    sets = ValueSets(scored_idx, outcome, fold_of_run[run_scored], group_of_run[run_scored])
+    candidates = generate(table.columns, scored_idx, max(min_visits // 2, 3), outcome, sets)
+    progress(f"searching {len(candidates)} candidates")
     # the counting scorer only ever counts alarms strictly before the violation: detection is warned-ahead here
     metric = "detection" if target.metric == "warned-ahead" else target.metric
     scorer = HeldOut(np.asarray(run_of_scored, dtype=np.int64), fold_of_run, unsafe_arr, metric=metric,
@@ -218,7 +228,16 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         skipped=table.skipped, folds=folds, group_by=group_by, target=target, stopped=result.stopped,
         seconds=0.0, not_helping=result.rejected)
     steps = _checked(result, runs, spec, scored_idx, report.notes)
-    if not steps:
+    memory = None
+    if action_memory and spec.learning.memory.actions == 0 and memory_slot(spec.text):
+        if len(steps) == len(result.steps):
+            progress("scoring action memory")
+            memory, report.memory_options = propose_actions(
+                scorer, result.key, result.final, actions, np.asarray(run_of_all, dtype=np.int64), scored_idx,
+                min_gain=MIN_GAIN, min_brier_gain=MIN_BRIER_GAIN, min_z=MIN_Z)
+        else:
+            report.notes.append("action memory not scored: a discovered predicate was left out")
+    if not steps and memory is None:
         report.notes.append("nothing found improves held-out prediction over the spec's predicates: "
                             "the spec is unchanged")
         report.seconds = time.monotonic() - started
@@ -227,12 +246,27 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         if "meta." in s.cel:
             report.notes.append(f"{s.cel!r} reads the run's meta: make sure that field is known when a run starts "
                                 "(not an outcome written after it ended; leave such fields out with --exclude)")
-    text, names = _written(spec, steps, target, folds, group_by)
+    text, names = _written(spec, steps, target, folds, group_by, memory)
+    predicates_only = _written(spec, steps, target, folds, group_by, None)[0] if memory is not None else text
+    if memory is not None:
+        text = insert_action_memory(text, memory.actions, memory.action_class,
+                                    "discovered: remembering the last actions, " + _change(memory, target, folds))
     discovered = parse_spec(text, source=spec.source or "<discovered>")
-    report.counting_after = _figures(steps[-1].after)
+    report.counting_after = _figures(memory.after if memory is not None else steps[-1].after)
     if confirm:
         progress("confirming with the real learner (grouped k-fold, before and after)")
         before, after = (_learner(runs, s, target, folds, group_by, seed) for s in (spec, discovered))
+        if memory is not None and steps:
+            # the chain, not counting, decides whether remembering actions pays: with the predicates alone?
+            plain = _learner(runs, parse_spec(predicates_only, source=spec.source or "<discovered>"), target,
+                             folds, group_by, seed)
+            if _objective(after, before.brier, target) > _objective(plain, before.brier, target):
+                report.notes.append(f"the real learner does not confirm {memory.text()} ({after.text(target)} "
+                                    f"against {plain.text(target)} without it): not added")
+                report.not_helping.insert(0, (f"learning.memory {memory.text()}", after.brier or math.nan,
+                                              after.detection))
+                memory, text, after = None, predicates_only, plain
+                report.counting_after = _figures(steps[-1].after)
         report.learner_before, report.learner_after = before, after
         if _objective(after, before.brier, target) > _objective(before, before.brier, target):
             report.notes.append(f"the real learner does not confirm the discovered predicates ({after.text(target)} "
@@ -242,8 +276,19 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
             return report
         text = _with_confirmation(text, before, after, target)
     report.text, report.changed, report.added, report.names = text, True, steps, names
+    report.memory = memory
     report.seconds = time.monotonic() - started
     return report
+
+
+def _change(memory: ActionMemory, target: Target, folds: int) -> str:
+    before, after = memory.before, memory.after
+    if target.metric == "false-alarms":
+        detail = f"detection {before.detection:.1%} -> {after.detection:.1%} at <= {target.value:.0%} false alarms"
+    else:
+        detail = (f"false alarms {before.false_alarms:.1%} -> {after.false_alarms:.1%} at >= {target.value:.0%} "
+                  "detection")
+    return f"held-out Brier {before.brier:.4f} -> {after.brier:.4f}, {detail} (counting, {folds} folds)"
 
 
 def _under(path: tuple[str, ...], dotted: str) -> bool:
@@ -290,8 +335,8 @@ def _learner(runs: Sequence[Run], spec: Spec, target: Target, folds: int, group_
     return held_out_figures(report.pooled.replays, target, unseen_alarms=spec.guard.unseen_state is not Action.ALLOW)
 
 
-def _written(spec: Spec, steps: Sequence[Step], target: Target, folds: int,
-             group_by: str | None) -> tuple[str, list[str]]:
+def _written(spec: Spec, steps: Sequence[Step], target: Target, folds: int, group_by: str | None,
+             memory: ActionMemory | None) -> tuple[str, list[str]]:
     taken = set(spec.predicates)
     new = []
     for s in steps:
@@ -304,8 +349,9 @@ def _written(spec: Spec, steps: Sequence[Step], target: Target, folds: int,
                    + f" (counting, {folds} folds)")
         new.append(NewPredicate(name, s.cel, f"discovered: {s.description}", comment))
     grouping = f"grouped by {group_by}" if group_by else "each run its own group"
-    header = [f"forewarn discover added {len(steps)} predicate(s) below the spec's own ({folds}-fold, {grouping}, "
-              f"target {target})"]
+    what = f"{len(steps)} predicate(s) below the spec's own" + (
+        f" and learning.memory {memory.text()}" if memory is not None else "")
+    header = [f"forewarn discover added {what} ({folds}-fold, {grouping}, target {target})"]
     text = insert_predicates(spec.text or "", new, header, source=spec.source or "<spec>")
     return text, [p.name for p in new]
 

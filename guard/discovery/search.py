@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 from .candidates import Candidate
 from .scoring import HeldOut, Score
 
-__all__ = ["Literal_", "Step", "SearchResult", "search"]
+__all__ = ["Literal_", "Offer", "Step", "SearchResult", "pays_off", "search"]
 
 SHORTLIST = 32  # global candidates scored held-out per round
 PREFILTER_STEPS = 40_000  # steps the in-sample ranking reads (a fixed random sample beyond that)
@@ -46,7 +46,12 @@ class Literal_:
     """A predicate's value in a state, as CEL: ``expr`` when true, ``!(expr)`` when false."""
 
     cel: str | None  # None: not expressible in CEL (a Python predicate, a monitor)
-    bits: NDArray[np.bool_]  # the predicate over scored steps
+    bits: NDArray[np.bool_]  # the predicate over scored steps, as the search scores it (held out, for a value set)
+    final: NDArray[np.bool_] | None = None  # what CEL computes, where it differs from ``bits``
+
+    @property
+    def computed(self) -> NDArray[np.bool_]:
+        return self.bits if self.final is None else self.final
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class Step:
     local: bool
     before: Score
     after: Score
-    bits: NDArray[np.bool_]
+    bits: NDArray[np.bool_]  # what CEL computes on each scored step
 
 
 @dataclass
@@ -70,6 +75,8 @@ class SearchResult:
     stopped: str  # why the search stopped
     rounds: int = 0
     rejected: list[tuple[str, float, float]] = field(default_factory=list)  # (cel, Brier, detection) of the best loser
+    key: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # final state of each step
+    states: int = 0
 
 
 def _impurity(n: NDArray[np.float64], u: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -139,7 +146,7 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
         for i, candidate in enumerate(pool):
             bits = sample_bits.get(id(candidate))
             if bits is None:
-                bits = sample_bits[id(candidate)] = candidate.bits(count)[sample]
+                bits = sample_bits[id(candidate)] = candidate.scored_bits(count)[sample]
             split = key_s * 2 + bits
             n = np.bincount(split, minlength=2 * states).astype(np.float64)
             u = np.bincount(split, weights=y_s, minlength=2 * states).astype(np.float64)
@@ -148,74 +155,93 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
             gains[i] = reduction.sum()
             if len(mixed):
                 per_state[i] = reduction[mixed]
-        offers: list[tuple[str, str, str, bool, NDArray[np.bool_]]] = []
+        offers: list[Offer] = []
         for i in np.argsort(-gains)[:SHORTLIST]:
             if gains[i] <= 0:
                 break
             c = pool[i]
-            offers.append((c.name, c.cel, c.description, False, c.bits(count)))
+            offers.append(Offer(c.name, c.cel, c.description, False, c.scored_bits(count), c.bits(count)))
         for j, state in enumerate(mixed):
             if not len(pool):
                 break
             best = int(np.argmax(per_state[:, j]))
             if per_state[best, j] <= 0:
                 continue
-            split_offer = _local_split(key == state, literal_pool, pool[best], pool[best].bits(count))
+            split_offer = _local_split(key == state, literal_pool, pool[best], count)
             if split_offer is not None:
                 offers.append(split_offer)
-        scored_offers: list[tuple[Score, tuple[str, str, str, bool, NDArray[np.bool_]]]] = []
+        scored_offers: list[tuple[Score, Offer]] = []
         for offer in offers:
             if time.monotonic() > deadline and scored_offers:
                 break
-            scored_offers.append((scorer.score(key * 2 + offer[4], 2 * states, current.risk), offer))
+            scored_offers.append((scorer.score(key * 2 + offer.scored, 2 * states, current.risk), offer))
         scored_offers.sort(key=lambda pair: pair[0].objective)
-        current_folds = _fold_briers(scorer, current.risk)
-        required = scorer.folds - 1 if scorer.folds >= 3 else scorer.folds
         accepted = None
         for refined, offer in scored_offers:
             if current.objective - refined.objective < min_gain:
                 break
-            # the held-out Brier must fall in (nearly) every fold, not on average only
-            improved = int(np.sum(_fold_briers(scorer, refined.risk) < current_folds))
-            z = scorer.paired_z(current.risk, refined.risk)
-            if refined.brier < current.brier * (1.0 - min_brier_gain) and improved >= required and z >= min_z:
+            if pays_off(scorer, current, refined, min_brier_gain=min_brier_gain, min_z=min_z):
                 accepted = (refined, offer)
                 break
-            result.rejected.append((offer[1], refined.brier, refined.detection))
+            result.rejected.append((offer.cel, refined.brier, refined.detection))
         if accepted is None:
             if scored_offers and not result.rejected:
                 top, top_offer = scored_offers[0]
-                result.rejected.append((top_offer[1], top.brier, top.detection))
+                result.rejected.append((top_offer.cel, top.brier, top.detection))
             break
-        refined, (name, cel, description, local, bits) = accepted
-        steps.append(Step(name, cel, description, local, current, refined, bits))
-        key, states = _compact(key * 2 + bits)
+        refined, offer = accepted
+        steps.append(Step(offer.name, offer.cel, offer.description, offer.local, current, refined, offer.final))
+        key, states = _compact(key * 2 + offer.scored)
         current = refined
-        literal_pool.append(Literal_(cel, bits))
-        pool = [c for c in pool if c.cel != cel]
+        literal_pool.append(Literal_(offer.cel, offer.scored, offer.final))
+        pool = [c for c in pool if c.cel != offer.cel]
     result.final = current
+    result.key, result.states = key, states
     return result
 
 
+def pays_off(scorer: HeldOut, current: Score, refined: Score, *, min_brier_gain: float, min_z: float) -> bool:
+    """Whether a refinement's held-out gain is real: the Brier score falls by ``min_brier_gain`` (relative),
+    in every fold but one (every fold, with two), and significantly over the groups of runs."""
+    required = scorer.folds - 1 if scorer.folds >= 3 else scorer.folds
+    improved = int(np.sum(_fold_briers(scorer, refined.risk) < _fold_briers(scorer, current.risk)))
+    return (refined.brier < current.brier * (1.0 - min_brier_gain) and improved >= required
+            and scorer.paired_z(current.risk, refined.risk) >= min_z)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A predicate offered in a round: ``scored`` is what the search scores, ``final`` what CEL computes."""
+
+    name: str
+    cel: str
+    description: str
+    local: bool
+    scored: NDArray[np.bool_]
+    final: NDArray[np.bool_]
+
+
 def _local_split(in_state: NDArray[np.bool_], literals: list[Literal_], candidate: Candidate,
-                 candidate_bits: NDArray[np.bool_]) -> tuple[str, str, str, bool, NDArray[np.bool_]] | None:
+                 count: int) -> Offer | None:
     """``condition && candidate``: the state's condition as the fewest literals that select the same steps."""
-    chosen: list[tuple[str, NDArray[np.bool_]]] = []
+    chosen: list[tuple[str, NDArray[np.bool_], NDArray[np.bool_]]] = []
     for literal in literals:
         if literal.cel is None:
             continue
         value = literal.bits[in_state]
         if value.all():
-            chosen.append((_group(literal.cel), literal.bits))
+            chosen.append((_group(literal.cel), literal.bits, literal.computed))
         elif not value.any():
-            chosen.append((_negate(literal.cel), ~literal.bits))
+            chosen.append((_negate(literal.cel), ~literal.bits, ~literal.computed))
     if not chosen:
         return None
+    scored_bits, final_bits = candidate.scored_bits(count), candidate.bits(count)
 
-    def conjunction(parts: list[tuple[str, NDArray[np.bool_]]]) -> NDArray[np.bool_]:
-        out = candidate_bits.copy()
-        for _, b in parts:
-            out &= b
+    def conjunction(parts: list[tuple[str, NDArray[np.bool_], NDArray[np.bool_]]],
+                    final: bool = False) -> NDArray[np.bool_]:
+        out = (final_bits if final else scored_bits).copy()
+        for _, b, f in parts:
+            out &= f if final else b
         return out
 
     target = conjunction(chosen)
@@ -223,12 +249,12 @@ def _local_split(in_state: NDArray[np.bool_], literals: list[Literal_], candidat
         trial = [p for p in chosen if p is not part]
         if trial and np.array_equal(conjunction(trial), target):
             chosen = trial
-    if np.array_equal(target, candidate_bits):  # the condition adds nothing: the global candidate is offered
+    if np.array_equal(target, scored_bits):  # the condition adds nothing: the global candidate is offered
         return None
-    cel = " && ".join([text for text, _ in chosen] + [_group(candidate.cel)])
-    where = " and ".join(text for text, _ in chosen)
-    return (f"{candidate.name}_where_{len(chosen)}", cel,
-            f"{candidate.description}, where {where} (a local split)", True, target)
+    cel = " && ".join([text for text, _, _ in chosen] + [_group(candidate.cel)])
+    where = " and ".join(text for text, _, _ in chosen)
+    return Offer(f"{candidate.name}_where_{len(chosen)}", cel,
+                 f"{candidate.description}, where {where} (a local split)", True, target, conjunction(chosen, True))
 
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")

@@ -16,7 +16,7 @@ import yaml
 from ...errors import ForewarnError
 from ..spec import RESERVED_NAMES
 
-__all__ = ["NewPredicate", "unique_name", "insert_predicates"]
+__all__ = ["NewPredicate", "insert_action_memory", "insert_predicates", "memory_slot", "unique_name"]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -80,3 +80,59 @@ def insert_predicates(text: str, predicates: Sequence[NewPredicate], header: Seq
     prefix = text[:at] if text[:at].endswith("\n") or not text[:at] else text[:at] + "\n"
     added = "".join(_entry(p, indent) for p in predicates)
     return top + prefix + added + text[at:]
+
+
+def _key(mapping: yaml.MappingNode, name: str) -> yaml.Node | None:
+    return next((v for k, v in mapping.value if isinstance(k, yaml.ScalarNode) and k.value == name), None)
+
+
+def _after(text: str, node: yaml.MappingNode) -> int:
+    """Where a line added to the block mapping ``node`` goes: after its last entry."""
+    at: int = node.value[-1][1].end_mark.index
+    if at > 0 and text[at - 1] != "\n":
+        newline = text.find("\n", at)
+        at = len(text) if newline < 0 else newline + 1
+    return at
+
+
+def memory_slot(text: str) -> bool:
+    """Whether ``learning.memory.actions`` can be added to this spec's YAML: the spec does not set it,
+    has not turned memory off, and writes ``learning`` and ``memory`` (where present) in block style."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if not isinstance(root, yaml.MappingNode):
+        return False
+    learning = _key(root, "learning")
+    if learning is None:
+        return True
+    if not isinstance(learning, yaml.MappingNode) or learning.flow_style or not learning.value:
+        return False
+    memory = _key(learning, "memory")
+    if memory is None:
+        return True
+    if not isinstance(memory, yaml.MappingNode) or memory.flow_style or not memory.value:
+        return False
+    return _key(memory, "actions") is None and _key(memory, "action_class") is None
+
+
+def insert_action_memory(text: str, actions: int, action_class: str, comment: str) -> str:
+    """``text`` with ``learning.memory.actions`` and ``action_class`` set (where :func:`memory_slot` allows)."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    assert isinstance(root, yaml.MappingNode)
+    entries = [f"actions: {actions}", f"action_class: {action_class}"]
+    learning = _key(root, "learning")
+    if learning is None:
+        block = f"# {comment}\nlearning:\n  memory:\n" + "".join(f"    {e}\n" for e in entries)
+        return text + ("" if text.endswith("\n") else "\n") + block
+    assert isinstance(learning, yaml.MappingNode)
+    memory = _key(learning, "memory")
+    if memory is None:
+        indent = " " * learning.value[0][0].start_mark.column
+        block = f"{indent}# {comment}\n{indent}memory:\n" + "".join(f"{indent}  {e}\n" for e in entries)
+        at = _after(text, learning)
+    else:
+        assert isinstance(memory, yaml.MappingNode)
+        indent = " " * memory.value[0][0].start_mark.column
+        block = f"{indent}# {comment}\n" + "".join(f"{indent}{e}\n" for e in entries)
+        at = _after(text, memory)
+    prefix = text[:at] if text[:at].endswith("\n") or not text[:at] else text[:at] + "\n"
+    return prefix + block + text[at:]

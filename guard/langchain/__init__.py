@@ -47,8 +47,10 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ._messages import transcript_from_messages
-    from .middleware import Extractor, ForewarnMiddleware, GuardedRun, Intervention
+    from ._options import Extractor
+    from .middleware import ForewarnMiddleware
     from .recorder import TraceRecorder
+    from .runs import GuardedRun, Intervention
     from .tools import Approver, GuardedTool, ToolGuard, guard_tool
 
 # The transcript, review and error types above need no LangChain (the tool domain and the
@@ -59,7 +61,9 @@ _LAZY: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "transcript_from_messages": ("_messages", ("langchain_core",)),
     "TraceRecorder": ("recorder", ("langchain_core",)),
     **{name: ("tools", ("langchain_core",)) for name in ("Approver", "GuardedTool", "ToolGuard", "guard_tool")},
-    **{name: ("middleware", None) for name in ("Extractor", "ForewarnMiddleware", "GuardedRun", "Intervention")},
+    "ForewarnMiddleware": ("middleware", None),
+    "Extractor": ("_options", None),
+    **{name: ("runs", None) for name in ("GuardedRun", "Intervention")},
 }
 
 

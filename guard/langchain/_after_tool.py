@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._extras import extra_error
 
@@ -26,39 +26,37 @@ from ..spec import Action
 from ..telemetry import record_decision
 from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
 from . import _explain as explain
+from ._judge import Judge
 from ._lookahead import same_state
 from ._messages import forewarn_data, mark, message_text
 from ._remote import MirroredSession
 from .review import Review
 from .runs import GuardedRun, Intervention
 
-if TYPE_CHECKING:
-    from .middleware import ForewarnMiddleware
-
 __all__ = ["ToolResult", "aafter_tool", "after_tool", "stopped_after_tool"]
 
 ToolResult = ToolMessage | Command[Any]
 
 
-def after_tool(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
-               review: Review | None, approved_decision: Decision | None = None) -> ToolResult:
+def after_tool(judge: Judge, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+               review: Review | None) -> ToolResult:
     """Commit the state the call led to; the tool's result, with what the model must know added."""
-    with mw._lock:
-        message, step, transcript, before = _ran(mw, run, request, result, review)
-        decision = mw._decide(run.session, transcript, step, commit=True)
-    return _annotated(mw, run, request, result, review, message, decision, before)
+    with judge.lock:
+        message, step, transcript, before = _ran(run, request, result, review)
+        decision = judge.decide(run.session, transcript, step, commit=True)
+    return _annotated(judge, run, request, result, review, message, decision, before)
 
 
-async def aafter_tool(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
-                      review: Review | None, approved_decision: Decision | None = None) -> ToolResult:
+async def aafter_tool(judge: Judge, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+                      review: Review | None) -> ToolResult:
     """:func:`after_tool` for the async hooks: the commit to a sidecar is awaited, not waited on."""
-    with mw._lock:
-        message, step, transcript, before = _ran(mw, run, request, result, review)
-    decision = await mw._adecide(run.session, transcript, step)
-    return _annotated(mw, run, request, result, review, message, decision, before)
+    with judge.lock:
+        message, step, transcript, before = _ran(run, request, result, review)
+    decision = await judge.adecide(run.session, transcript, step)
+    return _annotated(judge, run, request, result, review, message, decision, before)
 
 
-def _ran(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+def _ran(run: GuardedRun, request: ToolCallRequest, result: ToolResult,
          review: Review | None) -> tuple[ToolMessage | None, ToolStep, Transcript, StepRecord | None]:
     """The call as it ran, the transcript it ends, the last step before it (under the middleware's lock)."""
     call = request.tool_call
@@ -67,22 +65,22 @@ def _ran(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, resu
     error = message is not None and message.status == "error"
     step = ToolStep(call["name"], call["args"], CallStatus.ERROR if error else CallStatus.SUCCESS, text,
                     id=call.get("id"), approved=review is not None)
-    run._verdicts.pop(call.get("id") or "", None)
+    run.verdicts.pop(call.get("id") or "", None)
     if isinstance(run.session, MirroredSession):  # the step a sidecar proposal led to, linked to it
-        run.session.proposal = run._proposals.pop(call.get("id") or "", None)
-    transcript = run._transcripts.transcript(request.state["messages"]).then(step)
+        run.session.proposal = run.proposals.pop(call.get("id") or "", None)
+    transcript = run.transcripts.transcript(request.state["messages"]).then(step)
     before = run.session.history[-1] if run.session.history else None
     return message, step, transcript, before
 
 
-def _annotated(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
+def _annotated(judge: Judge, run: GuardedRun, request: ToolCallRequest, result: ToolResult,
                review: Review | None, message: ToolMessage | None, decision: Decision,
                before: StepRecord | None) -> ToolResult:
     """The tool's result with what the model must know added (nothing, usually)."""
     call = request.tool_call
     approved = review is not None
     news = decision.action is not Action.ALLOW and not (
-        not mw.judge_unchanged and decision.action is not Action.STOP and before is not None
+        not judge.judge_unchanged and decision.action is not Action.STOP and before is not None
         and before.action is not None and same_state(before.decision, decision)) and not (
         # a human approved (or edited) this call: its consequences are theirs to take, no alarm to the model
         # (the state it led to differs from the one previewed when the approval itself is part of it)
@@ -100,11 +98,11 @@ def _annotated(mw: ForewarnMiddleware, run: GuardedRun, request: ToolCallRequest
         notes.append(f"Note: a human reviewer replaced your call before it ran; it ran as "
                      f"{explain.describe_call(call['name'], call['args'])}. Do not re-issue your original call.")
     if news:  # a risky state the look-ahead could not see (or did, and a human let it through)
-        words = explain.after_call(mw._session_guard, decision)
+        words = explain.after_call(judge.guard, decision)
         marks.update(action=decision.action.value, explanation=words, decision=decision.to_dict())
         notes.append(words)
-        with mw._lock:
-            run._record(Intervention(call.get("id"), call["name"], call["args"], decision, decision.action,
+        with judge.lock:
+            run.record(Intervention(call.get("id"), call["name"], call["args"], decision, decision.action,
                                      "alerted"))
     if message is None or len(marks) == 1:
         return result

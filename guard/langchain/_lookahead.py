@@ -9,7 +9,7 @@ tool node.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._extras import extra_error
 
@@ -23,22 +23,21 @@ from ..spec import Action
 from ..telemetry import record_decision
 from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
 from . import _explain as explain
+from ._judge import Judge
 from ._messages import forewarn_data, mark
 from .runs import GuardedRun, Intervention, Outcome, Verdict
 
-if TYPE_CHECKING:
-    from .middleware import ForewarnMiddleware
-
-__all__ = ["Turn", "not_run", "recheck", "reflections", "same_state", "unchanged"]
+__all__ = ["Turn", "not_run", "recheck", "reflections", "same_state", "unchanged", "unknown_note"]
 
 
 class Turn:
     """The look-ahead over the tool calls of one model turn."""
 
-    def __init__(self, middleware: ForewarnMiddleware, run: GuardedRun, base: Transcript,
+    def __init__(self, judge: Judge, run: GuardedRun, base: Transcript,
                  messages: Sequence[BaseMessage], *, record: bool = True) -> None:
-        self.mw = middleware
-        self.guard = middleware._session_guard  # the guard under the effective policy
+        self._judge = judge
+        self.settings = judge.settings
+        self.guard = judge.guard  # the guard under the effective policy
         self.run = run
         self.base = base
         self.messages = messages
@@ -54,15 +53,16 @@ class Turn:
         session = self.run.session
         for i, call in enumerate(calls):
             step = ToolStep(call["name"], call["args"], CallStatus.PROPOSED, id=call["id"])
-            decision = self.mw._decide(session, self.base.then(*accepted, step), step, commit=False)
+            decision = self._judge.decide(session, self.base.then(*accepted, step), step, commit=False)
             action, note = decision.action, ""
             # (against the committed state: a call earlier in this turn has not been judged by its result yet)
-            if action is not Action.ALLOW and not self.mw.judge_unchanged and unchanged(self.run.session, decision):
+            if action is not Action.ALLOW and not self._judge.judge_unchanged and unchanged(self.run.session, decision):
                 action = Action.ALLOW
-            if action is Action.ALLOW and not self.mw.places(call["name"], self.base.then(*accepted, step), step):
-                action, note = self.mw.unknown_tools, self.mw.unknown_note(call["name"])  # never silently allowed
-            if action is Action.REFLECT and (count := reflections(self.messages)) >= self.mw.max_reflections:
-                action = self.mw.on_reflection_limit
+            if action is Action.ALLOW and not self._judge.places(call["name"], self.base.then(*accepted, step), step):
+                action = self.settings.unknown_tools  # never silently allowed
+                note = unknown_note(call["name"], action)
+            if action is Action.REFLECT and (count := reflections(self.messages)) >= self.settings.max_reflections:
+                action = self.settings.on_reflection_limit
                 note += (f" Forewarn already asked the model to revise its plan {count} time(s) since the "
                         f"user's last message, its limit.")
             if self.record:  # one span per decision acted on (a no-op unless the application set up OpenTelemetry)
@@ -71,7 +71,7 @@ class Turn:
             if action is Action.REFLECT:
                 self._record(call, decision, action, "held back")
                 text = explain.held_back(self.guard, decision, call["name"], call["args"],
-                                         self.mw.reflection_template) + note
+                                         self.settings.reflection_template) + note
                 return verdicts, self._hold_back(calls[i:], text, "reflect", decision)
             if action is Action.STOP:
                 self._record(call, decision, action, "stopped")
@@ -89,14 +89,14 @@ class Turn:
     def _advance(self, session: Session, accepted: list[ToolStep], step: ToolStep) -> Session:
         scratch = Session(session.guard, [], session.monitor_states, metadata=session.metadata,
                           baseline=session.baseline)
-        concrete = self.mw._try_extract(self.base.then(*accepted), step)
+        concrete = self._judge.try_extract(self.base.then(*accepted), step)
         if concrete is not None:
             scratch.observe(concrete, action={"tool": step.name, "args": step.args})
         return scratch
 
     def _record(self, call: Mapping[str, Any], decision: Decision, action: Action, outcome: Outcome) -> None:
         if self.record:
-            self.run._record(Intervention(call.get("id"), call["name"], call["args"], decision, action, outcome))
+            self.run.record(Intervention(call.get("id"), call["name"], call["args"], decision, action, outcome))
 
     @staticmethod
     def _hold_back(calls: Sequence[Mapping[str, Any]], text: str, kind: str, decision: Decision) -> list[BaseMessage]:
@@ -122,7 +122,7 @@ class Turn:
         return [*replies, final]
 
 
-def recheck(middleware: ForewarnMiddleware, run: GuardedRun, call: Mapping[str, Any],
+def recheck(judge: Judge, run: GuardedRun, call: Mapping[str, Any],
             messages: Sequence[BaseMessage]) -> Verdict | ToolMessage:
     """The look-ahead on a call a reviewer edited, as if the model had proposed it: a verdict
     (allow: it runs; ask_human: a human is asked again, about the edited call) or, when it is
@@ -131,7 +131,7 @@ def recheck(middleware: ForewarnMiddleware, run: GuardedRun, call: Mapping[str, 
     Raises:
         ForewarnError: the edited call cannot be read (and no fallback action is configured).
     """
-    turn = Turn(middleware, run, run._transcripts.transcript(messages), messages)
+    turn = Turn(judge, run, run.transcripts.transcript(messages), messages)
     verdicts, added = turn.judge(AIMessage(content="", tool_calls=[dict(call)]))
     if not added:
         return verdicts[call.get("id") or ""]
@@ -141,6 +141,12 @@ def recheck(middleware: ForewarnMiddleware, run: GuardedRun, call: Mapping[str, 
         held = mark(held, {**(forewarn_data(held) or {}), "phase": "observed", "action": Action.STOP.value,
                            "explanation": str(added[-1].content)})
     return held
+
+
+def unknown_note(tool: str, action: Action) -> str:
+    """What the model is told about a call the extractor cannot place (it gets ``unknown_tools``'s action)."""
+    return (f" Forewarn's extractor cannot place the call to `{tool}`, so it cannot judge what the call does; "
+            f"such calls get '{action.value}'.")
 
 
 def not_run(call: Mapping[str, Any], text: str, data: dict[str, Any]) -> ToolMessage:

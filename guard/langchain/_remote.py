@@ -253,18 +253,13 @@ def remote_guard(client: Client | AsyncClient, model: str | None = None, *,
     synchronous paths."""
     twin, aclient = None, None
     if isinstance(client, AsyncClient):
-        aclient, twin = client, _sync_twin(client)
+        aclient, twin = client, client.synchronous()
         client = twin
     guard = RemoteGuard(client, client.guard(model, trusted_keys=trusted_keys), model,
                         aclient)
     if twin is not None:  # ours to close: when the guard goes, its connections go with it
         weakref.finalize(guard, twin.close)
     return guard
-
-
-def _sync_twin(client: AsyncClient) -> Client:
-    return Client(client.url, api_key=client._api_key, timeout=client._http.timeout.read or 30.0,
-                  retries=client.retries)
 
 
 def review_on_sidecar(session: MirroredSession, call: Mapping[str, Any], state: Mapping[str, Any],
@@ -274,7 +269,8 @@ def review_on_sidecar(session: MirroredSession, call: Mapping[str, Any], state: 
     the review, and the proposal's id. No answer within ``timeout`` seconds, or a session closed
     meanwhile, is a rejection (the call does not run); so is an answer the agent does not allow."""
     assert session.remote is not None
-    answer = session.remote.propose(call["name"], call["args"], state, tools=tools, ask=True, edit_of=edit_of)
+    answer = session.remote.propose(call["name"], call["args"], state, tools=tools, ask=True, edit_of=edit_of,
+                                    timeout=timeout)
     client = session.remote.client
     if answer["status"] == "pending":
         answer = client.wait_for_proposal(answer["id"], timeout)

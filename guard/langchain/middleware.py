@@ -28,7 +28,9 @@ goes on (another process resumed it) is rebuilt from the messages.
 This module is the class and its hooks; the parts they call on are their own modules: the
 look-ahead over a model turn (``_lookahead``), asking a human (``_approval``), what follows
 a tool's run (``_after_tool``), the runs kept (``runs``), the settings and their checks
-(``_options``), and the sidecar (``_remote``).
+(``_options``), and the sidecar (``_remote``). The concerns get a :class:`~._judge.Judge` (the
+guard, the settings, the callables that read and decide a call, the run of a conversation, the
+lock), never the middleware: the class is this file, and no concern imports it.
 """
 from __future__ import annotations
 
@@ -60,15 +62,16 @@ from ..toolcalls.placement import Placement, trained_tools
 from ..toolcalls.transcript import ExtractionError, ToolStep, Transcript
 from ._after_tool import ToolResult, aafter_tool, after_tool, stopped_after_tool
 from ._approval import review_call, unless_forewarn_asks
+from ._judge import Judge
 from ._lookahead import Turn
 from ._messages import REVIEWED
 from ._options import Extractor, check_approvals, check_extractor, check_settings
 from ._remote import RemoteGuard, remote_guard
 from .errors import UnknownToolWarning
 from .review import REVIEW_TYPES, ReviewType
-from .runs import GuardedRun, Intervention, Outcome, RunBook, Verdict, run_metadata
+from .runs import GuardedRun, RunBook, Verdict, run_metadata
 
-__all__ = ["Extractor", "ForewarnMiddleware", "GuardedRun", "Intervention", "Outcome"]
+__all__ = ["ForewarnMiddleware"]
 
 
 class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
@@ -181,6 +184,11 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         self._name = name
         self._lock = threading.RLock()
         self._runs = RunBook(self._lock)
+        # what the look-ahead, approval and after-tool steps may use of the middleware (its bound methods: a
+        # reference cycle, as the agent's graph already makes with the middleware; the collector frees both)
+        self._judge = Judge(self._session_guard, settings, judge_unchanged, approvals, approval_timeout,
+                            decide=self._decide, adecide=self._adecide, extract=self._extract,
+                            try_extract=self._try_extract, places=self.places, run_of=self._run_of, lock=self._lock)
         check_extractor(guard, self.extractor, metadata)
         if tools is not None:
             self.warn_unknown([t if isinstance(t, str) else t.name for t in tools], stacklevel=3)
@@ -194,7 +202,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         and per-call modes and either order in ``middleware=[...]``: ``when`` predicates are
         wrapped, and Forewarn's look-ahead (inside the model call) has judged the call by then."""
         for config in hitl.interrupt_on.values():
-            config["when"] = unless_forewarn_asks(self, config.get("when"))
+            config["when"] = unless_forewarn_asks(self._judge, config.get("when"))
 
     def knows(self, tool: str) -> bool:
         """Whether calls to ``tool`` are placed before any is seen (rules 1–3 of
@@ -226,10 +234,6 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                           f"kind (ToolStateExtractor(tool_kinds={{...}})), make your extractor reflect them, or "
                           f"list them in known_tools.", UnknownToolWarning, stacklevel=stacklevel + 1)
         return unknown
-
-    def unknown_note(self, tool: str) -> str:
-        return (f" Forewarn's extractor cannot place the call to `{tool}`, so it cannot judge what the call does; "
-                f"such calls get '{self.unknown_tools.value}'.")
 
     @property
     def name(self) -> str:
@@ -375,32 +379,34 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
     def _tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]) -> ToolResult:
         run, verdict = self._verdict_for(request)
         if verdict is None or verdict.action is Action.ALLOW:
-            return after_tool(self, run, request, handler(request), None)
-        resolved = review_call(self, run, request, verdict)
+            return after_tool(self._judge, run, request, handler(request), None)
+        resolved = review_call(self._judge, run, request, verdict)
         if isinstance(resolved, ToolMessage):
             return resolved
-        token = REVIEWED.set(resolved[0].tool_call.get("id") or "")  # the recorder records the approval
+        approved, review = resolved
+        token = REVIEWED.set(approved.tool_call.get("id") or "")  # the recorder records the approval
         try:
-            result = handler(resolved[0])
+            result = handler(approved)
         finally:
             REVIEWED.reset(token)
-        return after_tool(self, run, resolved[0], result, resolved[1], resolved[2])
+        return after_tool(self._judge, run, approved, result, review)
 
     async def _atool_call(self, request: ToolCallRequest,
                           handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]) -> ToolResult:
         run, verdict = self._verdict_for(request)
         if verdict is None or verdict.action is Action.ALLOW:
-            return await aafter_tool(self, run, request, await handler(request), None)
-        resolved = (await asyncio.to_thread(review_call, self, run, request, verdict) if self.approvals == "sidecar"
-                    else review_call(self, run, request, verdict))  # a sidecar's approver may take minutes
+            return await aafter_tool(self._judge, run, request, await handler(request), None)
+        resolved = (await asyncio.to_thread(review_call, self._judge, run, request, verdict) if self.approvals == "sidecar"
+                    else review_call(self._judge, run, request, verdict))  # a sidecar's approver may take minutes
         if isinstance(resolved, ToolMessage):
             return resolved
-        token = REVIEWED.set(resolved[0].tool_call.get("id") or "")
+        approved, review = resolved
+        token = REVIEWED.set(approved.tool_call.get("id") or "")
         try:
-            result = await handler(resolved[0])
+            result = await handler(approved)
         finally:
             REVIEWED.reset(token)
-        return await aafter_tool(self, run, resolved[0], result, resolved[1], resolved[2])
+        return await aafter_tool(self._judge, run, approved, result, review)
 
     # -- the look-ahead ---------------------------------------------------------------
 
@@ -410,9 +416,9 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             return response
         run = self._run_of(messages)
         with self._lock:
-            base = run._transcripts.transcript(messages)
-            verdicts, added = Turn(self, run, base, messages).judge(proposal)
-            run._verdicts.update(verdicts)
+            base = run.transcripts.transcript(messages)
+            verdicts, added = Turn(self._judge, run, base, messages).judge(proposal)
+            run.verdicts.update(verdicts)
         if not added:
             return response
         return ModelResponse(result=[*response.result, *added], structured_response=response.structured_response)
@@ -422,7 +428,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         run = self._run_of(messages)
         call_id = request.tool_call.get("id") or ""
         with self._lock:
-            verdict = run._verdicts.get(call_id)
+            verdict = run.verdicts.get(call_id)
             if verdict is None:  # judged in another process, or never: judge the turn again
                 verdict = self._rejudge(run, messages, call_id)
             return run, verdict
@@ -432,8 +438,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             message = messages[index]
             if isinstance(message, AIMessage) and any(c["id"] == call_id for c in message.tool_calls):
                 before = messages[:index]
-                verdicts, _ = Turn(self, run, run._transcripts.transcript(before), before, record=False).judge(message)
-                run._verdicts.update(verdicts)
+                verdicts, _ = Turn(self._judge, run, run.transcripts.transcript(before), before, record=False).judge(message)
+                run.verdicts.update(verdicts)
                 # a call the turn holds back (reflect, stop) never reaches a tool node: ask instead
                 return verdicts.get(call_id) or Verdict(Action.ASK_HUMAN, _unjudged(self, call_id))
         return None

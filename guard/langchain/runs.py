@@ -64,18 +64,31 @@ class Verdict:
 
 @dataclass
 class GuardedRun:
-    """A run under the middleware: its guard session and the interventions so far."""
+    """A run under the middleware: its guard session and the interventions so far.
+
+    Attributes:
+        id: the run's id (the thread id, or the conversation's first message).
+        session: the guard's session (on a sidecar, mirrored there).
+        interventions: each time the guard stepped in (:meth:`record`).
+        closed: the run ended (its sidecar session closed): a conversation that goes on starts anew.
+        transcripts: the run's conversation read as a transcript, cached as it grows.
+        verdicts: the look-ahead's verdicts on the calls let through that have not run yet, by call id.
+        proposals: on a sidecar, the approved proposal each call id runs as.
+
+    The middleware changes them under its lock.
+    """
 
     id: str
     session: Session
     interventions: list[Intervention] = field(default_factory=list)
-    closed: bool = False  # the run ended (its sidecar session closed): a conversation that goes on starts anew
-    _transcripts: TranscriptCache = field(default_factory=TranscriptCache, repr=False)
-    _verdicts: dict[str, Verdict] = field(default_factory=dict, repr=False)
-    _proposals: dict[str, str] = field(default_factory=dict, repr=False)  # call id → the sidecar proposal it runs
+    closed: bool = False
+    transcripts: TranscriptCache = field(default_factory=TranscriptCache, repr=False)
+    verdicts: dict[str, Verdict] = field(default_factory=dict, repr=False)
+    proposals: dict[str, str] = field(default_factory=dict, repr=False)
 
-    def _record(self, item: Intervention) -> None:
-        # A tool node re-runs from its start when an interrupt is answered: one entry per call and phase.
+    def record(self, item: Intervention) -> None:
+        """Add an intervention; one per call and phase (a tool node re-runs from its start when an
+        interrupt is answered, and its record replaces the earlier one)."""
         phase = item.outcome == "alerted"
         for i, old in enumerate(self.interventions):
             if old.tool_call_id == item.tool_call_id and (old.outcome == "alerted") == phase:
@@ -182,7 +195,7 @@ def _replay(run: GuardedRun, messages: Sequence[BaseMessage],
             extract: Callable[[Transcript, ToolStep | None], Mapping[str, Any] | None]) -> None:
     """Commit what a run did so far to its fresh session: the initial state, then each
     call's (monitors need the whole history)."""
-    done = run._transcripts.transcript(messages)
+    done = run.transcripts.transcript(messages)
     for k in range(len(done.steps) + 1):
         step = done.steps[k - 1] if k else None
         concrete = extract(Transcript(done.user_messages, done.steps[:k]), step)

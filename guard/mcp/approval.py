@@ -5,8 +5,9 @@ Outcomes (docs/mcp.md, "Asking a human"):
 * the client declared ``elicitation``: it is sent a form with one boolean, ``approve``. ``accept``
   with ``approve: true`` runs the call; ``accept`` with false, ``decline`` or ``cancel`` refuses it;
 * else, with ``--serve-url``, the call becomes a pending proposal in that server's ``/console``
-  (the approvers' queue); ``approved`` runs it, ``rejected`` refuses it, an edit is refused too (the
-  proxy does not rewrite a client's call; the approver's edit is quoted back to the model);
+  (the approvers' queue); ``approved`` runs it, ``rejected`` refuses it; an edit is judged again by
+  the proxy, as if the client had proposed the edited call (allowed: it runs; needs approval: the
+  approvers are asked about the edited call; held back: it does not run);
 * else nobody can be asked, and the call is refused, saying so.
 
 No answer within ``approval_timeout`` seconds refuses the call (a console proposal is withdrawn).
@@ -44,6 +45,7 @@ class Approval:
     message: str = ""
     via: str = "nobody"  # elicitation, console, nobody
     proposal: str | None = None  # the console proposal the step is linked to
+    edit: tuple[str, dict[str, Any]] | None = None  # an approver's edit: the tool and arguments to judge instead
 
 
 def can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
@@ -53,13 +55,14 @@ def can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
 
 async def ask_human(ctx: ServerRequestContext[Any, Any], name: str, args: Mapping[str, Any], verdict: Verdict,
                     state: Mapping[str, Any] | None, *, remote: Any, tools: list[str],
-                    timeout: float) -> Approval:
-    """Ask about one call and wait (at most ``timeout`` seconds) for the answer."""
+                    timeout: float, edit_of: str | None = None) -> Approval:
+    """Ask about one call and wait (at most ``timeout`` seconds) for the answer (``edit_of``: the console
+    proposal an approver edited into this call)."""
     question = approval_text(name, args, verdict)
     if can_elicit(ctx):
         return await _elicit(ctx, name, question, timeout)
     if remote is not None and state is not None:
-        return await _console(remote, name, args, state, tools, timeout)
+        return await _console(remote, name, args, state, tools, timeout, edit_of)
     return Approval(False, f"Forewarn would ask a human before the call to `{name}`, but this client does not "
                            f"support elicitation and the proxy has no console (--serve-url); the call did not "
                            f"run. {question.removesuffix(' Approve this call?')}")
@@ -84,10 +87,11 @@ async def _elicit(ctx: ServerRequestContext[Any, Any], name: str, question: str,
 
 
 async def _console(remote: Any, name: str, args: Mapping[str, Any], state: Mapping[str, Any], tools: list[str],
-                   timeout: float) -> Approval:
+                   timeout: float, edit_of: str | None) -> Approval:
     client = remote.client
     try:
-        answer = await remote.propose(name, dict(args), dict(state), tools=tools, ask=True)
+        answer = await remote.propose(name, dict(args), dict(state), tools=tools, ask=True, timeout=timeout,
+                                      edit_of=edit_of)
         if answer["status"] == "pending":
             answer = await client.wait_for_proposal(answer["id"], timeout, poll=min(timeout, 30.0))
         if answer["status"] == "pending":
@@ -109,9 +113,8 @@ async def _console(remote: Any, name: str, args: Mapping[str, Any], state: Mappi
     why = f": {reason}" if reason else ""
     if status == "edited":
         edited = answer.get("edited") or {}
-        return Approval(False, f"An approver edited the call to `{name}` instead of approving it (to "
-                               f"`{edited.get('tool', name)}` with arguments {edited.get('arguments')}){why}. The "
-                               f"call did not run; call the edited version if it serves the task.", "console",
-                        answer["id"])
+        arguments = edited.get("arguments")
+        return Approval(False, f"An approver edited the call to `{name}`{why}.", "console", answer["id"],
+                        edit=(str(edited.get("tool") or name), dict(arguments) if isinstance(arguments, dict) else {}))
     return Approval(False, f"An approver {status} the call to `{name}`{why}; the call did not run.", "console",
                     answer["id"])

@@ -19,6 +19,7 @@ on an upstream longer than its call timeout. A session is one MCP client connect
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import uuid
@@ -37,14 +38,16 @@ from mcp.shared.exceptions import MCPError
 from ...errors import ConfigError
 from .._version import __version__
 from ..bundle_guard import BundleGuard
+from ..client import ServerError
 from ..policy import Policy
 from ..runtime import Decision
 from ..spec import Action, Trigger
 from ..telemetry import record_decision
 from ..thresholds import with_default_trigger
 from ..toolcalls.extractor import ToolStateExtractor
-from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
+from ..toolcalls.transcript import CallStatus, ToolStep, Transcript, describe_call
 from .approval import Approval, ask_human
+from .audit import AuditStore
 from .config import ProxyConfig
 from .judge import DecisionHook, GuardedSession, Verdict, held_back_text, judge, stopped_text
 from .recording import SessionLog, TraceWriter
@@ -56,6 +59,9 @@ log = logging.getLogger("forewarn.mcp")
 
 SESSION_STOPPED = -32020
 ARGUMENTS_TOO_LARGE = -32021
+_AUDIT_STATUS = {Action.ALLOW: ("allowed", ""), Action.REFLECT: ("held", "reflect: "),
+                 Action.STOP: ("held", "stop (the session is stopped): "), Action.ASK_HUMAN: ("pending", "")}
+_MAX_EDITS = 5  # edits of one call judged again; past that the approvers' answer is a refusal
 
 
 class GuardedProxy:
@@ -74,11 +80,14 @@ class GuardedProxy:
         model_name: the sidecar's model to use.
         on_decision: called once per judged call (see :class:`.judge.DecisionHook`); the
             place for an OpenTelemetry ``forewarn.decision`` span.
+        audit: a local audit store (:class:`.audit.AuditStore`): every session, judged call and
+            committed step, in the tables of ``forewarn serve``'s database. Its owner closes it.
     """
 
     def __init__(self, guard: Any | None, config: ProxyConfig, *, policy: Policy | None = None,
                  trigger: Trigger | str | None = None, record: str | None = None, sidecar: Any = None,
-                 model_name: str | None = None, on_decision: DecisionHook | None = None) -> None:
+                 model_name: str | None = None, on_decision: DecisionHook | None = None,
+                 audit: AuditStore | None = None) -> None:
         if guard is not None:
             effective = with_default_trigger(policy or guard.policy, trigger)
             if policy is None and isinstance(guard, BundleGuard):  # each member keeps its own thresholds
@@ -93,6 +102,7 @@ class GuardedProxy:
         self.sidecar = sidecar
         self.model_name = model_name
         self.on_decision = on_decision
+        self.audit = audit if guard is not None else None  # (recording only: nothing is judged)
         self.upstreams = [Upstream(spec, call_timeout=config.call_timeout, restarts=config.restarts)
                           for spec in config.upstreams]
         self._routes: dict[str, Upstream] = {}
@@ -151,13 +161,18 @@ class GuardedProxy:
         guarded = self._sessions.get(key)
         if guarded is None:
             name = getattr(connection, "session_id", None) or f"mcp-{uuid.uuid4().hex[:12]}"
-            guarded = GuardedSession(name, None if self.guard is None else self.guard.session(), self.extractor)
+            # a session of its own extractor: it resumes the fold where this session's last call left it
+            # (one extractor shared by concurrent sessions would fold every transcript from its start)
+            guarded = GuardedSession(name, None if self.guard is None else self.guard.session(),
+                                     copy.copy(self.extractor))
             initial = guarded.initial = guarded.extractor(guarded.transcript)
+            client = ctx.session.client_params
+            meta = {"client": client.client_info.name} if client is not None else {}
             if guarded.session is not None:
                 guarded.session.observe(initial)
+                if self.audit is not None:
+                    self.audit.session(name, {"source": "mcp", **meta}, initial, guarded.session.history[-1])
             if self.writer is not None:
-                client = ctx.session.client_params
-                meta = {"client": client.client_info.name} if client is not None else {}
                 guarded.log = SessionLog(f"{name}-{next(self._counter)}", initial, meta)
             self._sessions[key] = guarded
             self._locks[key] = anyio.Lock()
@@ -170,6 +185,8 @@ class GuardedProxy:
         self._locks.pop(key, None)
         if guarded is None:
             return
+        if self.audit is not None and guarded.session is not None:
+            self.audit.close_session(guarded.id, why)
         if self.writer is not None and guarded.log is not None and guarded.calls:
             outcome = "stopped" if guarded.stopped is not None else "ended"
             self.writer.write(guarded.log, outcome=outcome, ended=why)
@@ -205,7 +222,7 @@ class GuardedProxy:
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         if len(self.upstreams) == 1:  # unchanged, cursor and all
             upstream = self.upstreams[0]
-            result = await upstream.request("tools/list", lambda s: s.list_tools(params=params))
+            result = await upstream.request("tools/list", lambda s: s.list_tools(params=_page(params)))
             for tool in result.tools:
                 self._routes[tool.name] = upstream
             return result
@@ -226,40 +243,73 @@ class GuardedProxy:
                 raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name} (no upstream of this proxy lists it)")
         guarded, lock = self._session_of(ctx)
         async with lock:
-            if guarded.stopped is not None:
-                raise MCPError(SESSION_STOPPED, stopped_text(name, guarded.stopped, later=True))
-            verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools,
-                                   fallback=self._fallback)
-            self._emit(guarded, name, args, verdict)
-            if verdict.action is Action.STOP:
-                guarded.stopped = verdict
-                guarded.calls += 1
-                raise MCPError(SESSION_STOPPED, stopped_text(name, verdict))
-            if verdict.action is Action.REFLECT:
-                guarded.calls += 1
-                return _error_result(held_back_text(name, args, verdict))
-            approved = False
-            if verdict.action is Action.ASK_HUMAN:
-                answer = await self._ask(ctx, guarded, name, args, verdict, state)
-                if not answer.approved:
+            edit_of: str | None = None  # the console proposal an approver edited into this call
+            edits: list[str] = []  # what the approvers changed, told to the model with the result
+            while True:
+                if guarded.stopped is not None:
+                    raise MCPError(SESSION_STOPPED, stopped_text(name, guarded.stopped, later=True))
+                verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools,
+                                       fallback=self._fallback)
+                self._emit(guarded, name, args, verdict)
+                audited = self._audit_judged(guarded, name, args, verdict)
+                if verdict.action is Action.STOP:
+                    guarded.stopped = verdict
                     guarded.calls += 1
-                    return _error_result(answer.message)
-                approved = True
-            return await self._forward(guarded, upstream, name, args, approved, answer.proposal if approved else None)
+                    raise MCPError(SESSION_STOPPED, " ".join([*edits, stopped_text(name, verdict)]))
+                if verdict.action is Action.REFLECT:
+                    guarded.calls += 1
+                    return _error_result(" ".join([*edits, held_back_text(name, args, verdict)]))
+                proposal: str | None = None
+                if verdict.action is Action.ASK_HUMAN:
+                    answer = await self._ask(ctx, guarded, name, args, verdict, state, edit_of=edit_of)
+                    if self.audit is not None and audited is not None:
+                        status = "edited" if answer.edit is not None else "approved" if answer.approved else "rejected"
+                        self.audit.resolved(audited, status, answer.via, answer.message, answer.edit)
+                    if answer.edit is not None and len(edits) < _MAX_EDITS:
+                        # judged again, as if the client had proposed the edited call
+                        edited, edited_args = answer.edit
+                        edits.append(f"{answer.message} Forewarn judged the edited call "
+                                     f"{describe_call(edited, edited_args)} in its place.")
+                        name, args, edit_of = edited, edited_args, answer.proposal
+                        upstream = self._routes.get(name)
+                        if upstream is None:
+                            guarded.calls += 1
+                            return _error_result(" ".join([*edits, f"No upstream of this proxy lists `{name}`; "
+                                                                   f"the call did not run."]))
+                        continue
+                    if not answer.approved:
+                        guarded.calls += 1
+                        return _error_result(" ".join([*edits, answer.message]))
+                    proposal = answer.proposal
+                elif edit_of is not None and guarded.remote is not None and state is not None:
+                    # an edit the guard allows: on the sidecar too, linked to the proposal it edits
+                    try:
+                        allowed = await guarded.remote.propose(name, dict(args), dict(state),
+                                                               tools=list(self._routes), ask=False, edit_of=edit_of)
+                        proposal = allowed["id"]
+                    except ServerError as exc:  # the call runs all the same; its step is not linked
+                        log.warning("session %s: the sidecar did not record the edited call: %s", guarded.id, exc)
+                # a call a human approved or edited is theirs: marked approved, as the middleware marks it
+                result = await self._forward(guarded, upstream, name, args,
+                                             verdict.action is Action.ASK_HUMAN or bool(edits), proposal, audited)
+                if edits:
+                    result = result.model_copy(update={"content": [
+                        types.TextContent(type="text", text=" ".join(edits)), *result.content]})
+                return result
 
     async def _forward(self, guarded: GuardedSession, upstream: Upstream, name: str, args: dict[str, Any],
-                       approved: bool, proposal: str | None) -> types.CallToolResult:
+                       approved: bool, proposal: str | None, audited: str | None = None) -> types.CallToolResult:
         guarded.calls += 1
         try:
             result = await upstream.call_tool(name, args)
         except MCPError as exc:
             # it may have run in part: an error step (no effect but an attempted destructive command)
             await self._commit(guarded, ToolStep(name, args, CallStatus.ERROR, exc.error.message, approved=approved),
-                               proposal)
+                               proposal, audited)
             raise
         step = ToolStep(name, args, CallStatus.ERROR if result.is_error else CallStatus.SUCCESS,
                         _text_of(result), approved=approved)
-        after = await self._commit(guarded, step, proposal)
+        after = await self._commit(guarded, step, proposal, audited)
         if after is not None and after.action in (Action.STOP, Action.REFLECT) and after.known:
             words = f"Forewarn: after this call, {after.message or 'the run is at risk'}"
             if after.action is Action.STOP:
@@ -269,12 +319,16 @@ class GuardedProxy:
                                                                                                text=words)]})
         return result
 
-    async def _commit(self, guarded: GuardedSession, step: ToolStep, proposal: str | None) -> Decision | None:
+    async def _commit(self, guarded: GuardedSession, step: ToolStep, proposal: str | None,
+                      audited: str | None = None) -> Decision | None:
         try:
             state, decision = guarded.ran(step)
         except Exception as exc:  # a result the extractor cannot read: the call ran, the state is unknown
             log.warning("session %s: cannot read the state after %r: %s", guarded.id, step.name, exc)
             return None
+        if self.audit is not None and guarded.session is not None:
+            self.audit.step(guarded.id, state, {"tool": step.name, "args": step.args}, guarded.session.history[-1],
+                            audited)
         if self.sidecar is not None:
             remote = await self._remote(guarded)
             decision = await remote.observe(state, action={"tool": step.name, "args": step.args}, ask=False,
@@ -292,10 +346,19 @@ class GuardedProxy:
         return guarded.remote
 
     async def _ask(self, ctx: ServerRequestContext[Any, Any], guarded: GuardedSession, name: str,
-                   args: dict[str, Any], verdict: Verdict, state: Mapping[str, Any] | None) -> Approval:
+                   args: dict[str, Any], verdict: Verdict, state: Mapping[str, Any] | None, *,
+                   edit_of: str | None) -> Approval:
         remote = await self._remote(guarded) if self.sidecar is not None else None
         return await ask_human(ctx, name, args, verdict, state, remote=remote, tools=list(self._routes),
-                               timeout=self.config.approval_timeout)
+                               timeout=self.config.approval_timeout, edit_of=edit_of)
+
+    def _audit_judged(self, guarded: GuardedSession, name: str, args: Any, verdict: Verdict) -> str | None:
+        """The judged call's row in the local audit store (its proposal id), or None without one."""
+        if self.audit is None or guarded.session is None:
+            return None
+        status, reason = _AUDIT_STATUS[verdict.action]
+        return self.audit.judged(guarded.id, name, args, verdict.decision, status,
+                                 reason + (verdict.decision.message or "") + verdict.note)
 
     def _fallback(self, tool: str, reason: str) -> Decision:
         return Decision(Action.REFLECT, None, None, "", {},
@@ -319,7 +382,7 @@ class GuardedProxy:
                       params: Any, field: str, result_type: Any) -> Any:
         owners = self._with(capability)
         if len(owners) == 1:
-            return await owners[0].request(what, lambda s: call(s, params))
+            return await owners[0].request(what, lambda s: call(s, _page(params)))
         items: list[Any] = []
         for upstream in owners:
             cursor: str | None = None
@@ -387,6 +450,14 @@ class GuardedProxy:
         result: types.GetPromptResult = await upstream.request(
             "prompts/get", lambda s: s.get_prompt(params.name, params.arguments))
         return result
+
+
+def _page(params: types.PaginatedRequestParams | None) -> types.PaginatedRequestParams | None:
+    """A client's page request as the proxy makes it of an upstream: its cursor only. The request's
+    ``_meta`` belongs to the client's connection with the proxy — a 2026-07-28 client stamps its
+    protocol envelope there — not to the proxy's connection with the upstream, which may serve the
+    handshake era and would refuse the envelope."""
+    return None if params is None or params.cursor is None else types.PaginatedRequestParams(cursor=params.cursor)
 
 
 def _error_result(text: str) -> types.CallToolResult:

@@ -7,18 +7,23 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import mcp_types as types
 from mcp import ClientSession
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
+from ._stdio import parse_error, pipe_stdio, pipes_available
 from .proxy import GuardedProxy
 
 __all__ = ["serve_stdio", "serve_http", "in_process"]
 
 
 async def serve_stdio(proxy: GuardedProxy) -> None:
-    """Serve one client on this process's standard input and output until it closes them."""
+    """Serve one client on this process's standard input and output until it closes them (pipes, as hosts
+    launch servers, are read and written on the event loop; anything else through the SDK's transport)."""
+    if pipes_available():
+        async with proxy.running() as server, pipe_stdio() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+        return
     async with proxy.running() as server, stdio_server() as (read, write):
         checked_write, checked_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         async with anyio.create_task_group() as tasks:
@@ -33,10 +38,7 @@ async def _answer_parse_errors(read: Any, forward: Any, write: Any) -> None:
     async with forward:
         async for item in read:
             if isinstance(item, Exception):
-                error = types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
-                    code=types.PARSE_ERROR, message=f"Parse error: the line is not a JSON-RPC message "
-                                                    f"({' '.join(str(item).split())[:200]})"))
-                await write.send(SessionMessage(error))
+                await write.send(parse_error(item))
                 continue
             await forward.send(item)
 

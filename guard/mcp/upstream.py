@@ -121,7 +121,7 @@ class Upstream:
             params = StdioServerParameters(command=self.spec.command, args=list(self.spec.args),
                                            env=dict(self.spec.env) if self.spec.env else None, cwd=self.spec.cwd)
             read, write = await stack.enter_async_context(stdio_client(params, errlog=self.errlog))
-        session = await stack.enter_async_context(ClientSession(read, write))
+        session = await stack.enter_async_context(_ForwardingSession(read, write))
         with anyio.fail_after(_CONNECT_TIMEOUT):
             await session.initialize()
         return session
@@ -191,6 +191,15 @@ class Upstream:
     def capabilities(self) -> types.ServerCapabilities | None:
         session = self._session
         return None if session is None else session.server_capabilities
+
+
+class _ForwardingSession(ClientSession):
+    """The proxy's client of an upstream. A tool's result goes on to the agent's own client, which checks its
+    structured content against the tool's output schema; checking it here as well would cost a JSON Schema
+    pass on every call (and a tools/list round trip for a tool not listed yet)."""
+
+    async def validate_tool_result(self, name: str, result: types.CallToolResult) -> None:
+        return None
 
 
 def _reason(exc: BaseException) -> str:

@@ -56,7 +56,7 @@ def replay_spark(source: DataFrame | Sequence[str], guard: Guard | BundleGuard, 
     # the Python predicates as resolved here: the workers need not have registered them
     functions = {**guard.predicates.python_functions, **(python_predicates or {})}
     try:  # a bundle's own policy override (None: each member's spec), as its members use it
-        replayer = _Replayer(model, guard._policy if isinstance(guard, BundleGuard) else guard.policy, functions)
+        replayer = _Replayer(model, guard.policy_override if isinstance(guard, BundleGuard) else guard.policy, functions)
         records, _ = map_runs(session, source, replayer, period=period, split_bytes=split_bytes, sum_by_key=False)
     finally:
         model.destroy()

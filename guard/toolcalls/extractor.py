@@ -443,7 +443,9 @@ def _named(destination: str, user_text: str) -> bool:
 
 
 def _same_prefix(prefix: tuple[ToolStep, ...], steps: tuple[ToolStep, ...]) -> bool:
-    return all(a is b or a == b for a, b in zip(prefix, steps))
+    # tuple equality compares item by item in C, identity first: a long session's steps, shared by
+    # the transcripts that grew them, cost a pointer comparison each
+    return steps[:len(prefix)] == prefix
 
 
 def _copy(state: dict[str, Any]) -> dict[str, Any]:

@@ -124,22 +124,60 @@ function card(item) {
 }
 
 // What an approver needs in five seconds: the rule at stake, what the call changes, the risk before and
-// after with its evidence, what each answer does (server/proposals.py review_facts).
+// after with its evidence, the likeliest way on to a violation, what each answer does and until when the
+// agent waits (server/proposals.py review_facts).
 function reviewLines(item, risk) {
   const review = item.review;
   if (!review) return [];
   const evidence = (r) => `${pct(r.p_unsafe)}${r.ci_low != null && r.ci_high != null ? ` [${pct(r.ci_low)}–${pct(r.ci_high)}]` : ""}`
     + `${r.visits != null ? `, ${r.visits} visits` : ""}`;
   const changes = review.changes.map((c) => `${c.holds ? "now" : "no longer"}: ${c.description || c.predicate}`);
+  const tool = item.tool || "the call";
   return [
     review.rule ? el("p", { class: "rule", text: `Rule at stake: ${review.rule}` }) : null,
     changes.length ? el("p", { class: "changes", text: `This call changes — ${changes.join("; ")}` }) : null,
     el("p", { class: "before-after", text: `Risk ${review.before ? evidence(review.before) : "at the start"} → ${evidence(risk)}` }),
-    el("p", { class: "effects", text: "Approve: the call runs and the agent goes on. Reject: the call does not run; "
-      + "the agent is told your reason and will not retry it." }),
+    el("p", { class: "path", text: pathWords(review.path, item.decision || {}) }),
+    el("p", { class: "effects", text: `Approve: ${tool} runs with the arguments above and the agent goes on. `
+      + `Reject: ${tool} does not run; the agent is told your reason and does not retry it.` }),
+    deadlineLine(review.deadline, tool),
     review.irreversible ? el("p", { class: "irreversible", text: "This call cannot be undone: a reason is required." }) : null,
   ];
 }
+
+// The most likely way from the state the call leads to into a violation, as `forewarn states` finds it,
+// told as the conditions each step makes hold (or stop holding).
+function pathWords(path, decision) {
+  if (decision.unsafe_now) return "Path to a violation: this call itself breaks the rule.";
+  if (!path) {
+    return decision.known === false ? "Path to a violation: unknown (the learned runs never were where this call leads)."
+      : "Path to a violation: none seen from there in the learned runs.";
+  }
+  const steps = path.steps.map((step) => step.changes.map((c) => `${c.holds ? "" : "no longer "}${c.description || c.predicate}`)
+    .join(" and ") || "a watched rule moves on");
+  return `Likeliest path to a violation (${pct(path.probability)} of runs from there take it): `
+    + `${steps.length ? steps.join(" → ") : "there is one already"} → violation`;
+}
+
+function deadlineLine(deadline, tool) {
+  if (deadline == null) return el("p", { class: "deadline", text: "The agent did not say how long it waits." });
+  const node = el("p", { class: "deadline" });
+  node.dataset.deadline = String(deadline);
+  node.dataset.tool = tool;
+  tickDeadline(node);
+  return node;
+}
+
+function tickDeadline(node) {
+  const at = Number(node.dataset.deadline);
+  const left = Math.round(at - Date.now() / 1000);
+  const when = new Date(at * 1000).toLocaleTimeString();
+  const span = left >= 60 ? `${Math.floor(left / 60)} min ${left % 60} s` : `${left} s`;
+  node.textContent = left > 0 ? `The agent gives up waiting at ${when} (in ${span}): then ${node.dataset.tool} does not run.`
+    : `The agent stopped waiting at ${when}: ${node.dataset.tool} does not run, whatever you answer.`;
+}
+
+setInterval(() => document.querySelectorAll(".deadline[data-deadline]").forEach(tickDeadline), 1000);
 
 async function submit(item, decision, reason, args) {
   if (item.review && item.review.irreversible && !reason.value.trim()) {
@@ -160,17 +198,57 @@ async function submit(item, decision, reason, args) {
   }
 }
 
+const KIND_WORDS = { opened: "session opened", proposed: "asked about a call", step: "step",
+  approval_requested: "approval asked", approved: "approved", rejected: "rejected", edited: "edited",
+  cancelled: "withdrawn", closed: "session closed" };
+
+// Everything that happened in the session, in order: its requests (proposals), the answers and who gave
+// them, the steps with the guard's decision (GET /v1/sessions/{id}/trail).
 async function showTrail(sessionId) {
-  const data = await api("GET", `/v1/sessions/${sessionId}?limit=1000`);
-  const steps = data.steps || [];
+  let data;
+  try {
+    data = await api("GET", `/v1/sessions/${encodeURIComponent(sessionId)}/trail?limit=1000`);
+  } catch (error) {
+    $("desk-error").textContent = `Could not show the trail of ${sessionId}: ${error.message}`;
+    return;
+  }
+  const events = data.events || [];
+  const steps = events.filter((e) => e.kind === "step");
   $("trail").hidden = false;
-  $("trail-title").textContent = `Audit trail of session ${sessionId} (${data.status})`;
-  $("trail-chart").replaceChildren(riskChart(steps.map((s) => ({ step: s.step, p_unsafe: s.decision && s.decision.p_unsafe })),
+  $("trail-title").textContent = `Audit trail of session ${sessionId} (${data.session.status}, ${data.events_total} events)`;
+  $("trail-chart").replaceChildren(riskChart(steps.map((s) => ({ step: s.step, p_unsafe: s.p_unsafe })),
     `risk over ${steps.length} steps`));
-  $("trail-table").tBodies[0].replaceChildren(...steps.map((s) => el("tr", {},
-    el("td", { text: String(s.step) }), el("td", { text: new Date(s.at * 1000).toLocaleTimeString() }),
-    el("td", { text: s.action ? (s.action.tool || JSON.stringify(s.action)) : "(start)" }),
-    el("td", { text: s.decision ? s.decision.action : "" }), el("td", { text: pct(s.decision && s.decision.p_unsafe) }))));
+  $("trail-table").tBodies[0].replaceChildren(...events.map((e) => el("tr", { class: `event ${e.kind}` },
+    el("td", { text: new Date(e.at * 1000).toLocaleTimeString() }),
+    el("td", { text: `${KIND_WORDS[e.kind] || e.kind}${e.step != null ? ` (step ${e.step})` : ""}`
+      + `${e.kind === "proposed" && e.waited ? " — a person decides" : ""}` }),
+    el("td", { text: e.tool ? `${e.tool}${e.arguments ? ` ${JSON.stringify(e.arguments)}` : ""}` : "" }),
+    el("td", { text: e.action ? `${e.action} · ${pct(e.p_unsafe)}` : "" }),
+    el("td", { text: e.by || "" }), el("td", { text: e.reason || "" }))));
+}
+
+// The sessions view: searched on the server (GET /v1/sessions?session_id&tool&decision&since&until).
+async function searchSessions() {
+  const params = new URLSearchParams();
+  const put = (name, value) => { if (value) params.set(name, value); };
+  put("session_id", $("q-session").value.trim());
+  put("tool", $("q-tool").value.trim());
+  put("decision", $("q-decision").value);
+  const seconds = (value) => (value ? String(new Date(value).getTime() / 1000) : "");
+  put("since", seconds($("q-since").value));
+  put("until", seconds($("q-until").value));
+  $("sessions-error").textContent = "";
+  try {
+    const data = await api("GET", `/v1/sessions?${params}`);
+    $("sessions-table").tBodies[0].replaceChildren(...data.sessions.map((s) => el("tr", {},
+      el("td", {}, el("button", { type: "button", class: "link", text: s.id, "aria-label": `Trail of session ${s.id}`,
+        onclick: () => showTrail(s.id) })),
+      el("td", { text: new Date(s.created_at * 1000).toLocaleString() }), el("td", { text: s.status }),
+      el("td", { text: String(s.steps_total) }), el("td", { text: s.model.name }))));
+    if (!data.sessions.length) $("sessions-error").textContent = "No session matches.";
+  } catch (error) {
+    $("sessions-error").textContent = `Could not search: ${error.message}`;
+  }
 }
 
 // One refresh at a time: the live update and a decision both refresh, and two running side by side
@@ -253,6 +331,7 @@ async function signIn(key) {
   $("who").textContent = "Signed in as an approver";
   state.generation = -1;
   follow();
+  searchSessions();
 }
 
 function signOut(message) {
@@ -268,6 +347,7 @@ function signOut(message) {
 
 document.addEventListener("DOMContentLoaded", () => {
   $("signin-form").addEventListener("submit", (event) => { event.preventDefault(); signIn($("key").value); });
+  $("search-form").addEventListener("submit", (event) => { event.preventDefault(); searchSessions(); });
   $("signout").addEventListener("click", () => signOut());
   if (state.key) signIn(state.key);
 });

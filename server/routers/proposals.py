@@ -13,13 +13,13 @@ import time
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from starlette.responses import Response
 
 from .. import schemas as S
-from .._http import ERRORS, JSON, ApiError, Route, errors_for
-from .._steps import write
+from .._http import ERRORS, JSON, ApiError, Route, errors_for, short
+from .._steps import check_values, trace_decision, write
 from ..auth import Principal
 from ..deps import Agent, Anyone, Approver, AppState, Idempotency, live_session, step_context
 from ..idempotency import Entry
@@ -56,24 +56,28 @@ def _edited_one(state: ServerState, proposal_id: str, session_id: str, principal
 @router.post("/v1/sessions/{session_id}/proposals", status_code=201,
              responses=errors_for((404, "Unknown session"), (409, "The session is closed")))
 async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], body: S.ProposalIn,
-                  state: AppState, principal: Agent, idem: Idempotency) -> Response:
+                  request: Request, state: AppState, principal: Agent, idem: Idempotency) -> Response:
     """Judge a tool call before it runs (nothing is committed); ``ask_human`` opens one pending approval."""
     step_context(state, session_id, principal)
+    check_values(state, body.state, body.arguments, "body", "arguments")
 
     async def work(entry: Entry | None) -> tuple[int, bytes]:
         live = step_context(state, session_id, principal)
         try:
             decision = live.session.preview(body.state, action={"tool": body.tool, "args": body.arguments})
-        except Exception as exc:
-            raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {exc}",
+        except Exception as exc:  # a message cut short: an error never echoes the input
+            raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {short(str(exc))}",
                            field="body.state") from exc
+        if decision.over_budget:
+            state.metrics.limit_exceeded("predicate_cpu_seconds")
         document = decision.to_dict()
         document["_state_words"] = state_words(live.session.guard.model.spec, dict(decision.abstract_state))
-        document["_review"] = review_facts(live.session.guard.model.spec, decision, live.session.last)
+        now = time.time()
+        document["_review"] = {**review_facts(live.session.guard.model, decision, live.session.last),
+                               "deadline": None if body.timeout is None else now + body.timeout}
         if body.edit_of is not None:
             document["_edit_of"] = _edited_one(state, body.edit_of, session_id, principal)
         status = STATUS_OF[decision.action] if body.ask is None else "pending" if body.ask else "allowed"
-        now = time.time()
         row = ProposalRow("p_" + secrets.token_urlsafe(15), session_id, now, principal.name, body.tool,
                orjson.dumps(body.arguments).decode(),
                None if body.tools is None else orjson.dumps(body.tools).decode(),
@@ -88,6 +92,7 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
         # what the agent is told to do: a pending proposal waits for a human, whatever the guard's action was
         acted = {"pending": "ask_human", "allowed": "allow"}.get(status, decision.action.value)
         state.metrics.decision(acted, "propose")
+        trace_decision(decision, session_id, body.tool, "proposed", request.scope["headers"], acted)
         return 201, answer
 
     code, payload = await idem.run(principal, work)
@@ -205,9 +210,12 @@ async def _edit(state: ServerState, row: Any, body: S.ProposalResolve, principal
                               else orjson.loads(row["arguments"])}
     if body.state is not None:  # the edit re-checked: the guard's decision on where it leads
         live = live_session(state, row["session_id"], principal)
+        check_values(state, body.state, edited["arguments"], "body", "arguments")
         try:
             edited["decision"] = live.session.preview(body.state, action={"tool": tool, "args": edited["arguments"]}).to_dict()
         except Exception as exc:
-            raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {exc}",
+            raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {short(str(exc))}",
                            field="body.state") from exc
+    elif body.arguments is not None:
+        check_values(state, {}, body.arguments, "body", "arguments")
     return edited

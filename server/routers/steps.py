@@ -18,7 +18,8 @@ from collections import Counter
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from ...errors import PredicateError
+from ...errors import PredicateBudgetExceeded, PredicateError
+from ...guard.runtime import Decision
 from .. import schemas as S
 from .._http import (
     ERRORS,
@@ -30,11 +31,10 @@ from .._http import (
     check_id,
     errors_for,
     parse_json,
-    shape_error,
     short,
     step_openapi,
 )
-from .._steps import chain_step, decision_json, write_steps
+from .._steps import Headers, chain_step, check_values, decision_json, trace_decision, write_steps
 from ..auth import AGENT, Principal
 from ..deps import Agent, AppState, Idempotency, step_context
 from ..idempotency import Entry, request_hash
@@ -54,21 +54,16 @@ _STEP_ERRORS = errors_for((404, "Unknown session"), (409, "The session is closed
 def check_state(state: ServerState, body: S.StepIn, prefix: str) -> None:
     """422 for a state or action nested deeper than ``limits.max_state_depth`` or holding more values
     than ``limits.max_state_items`` (``max_action_items``): the predicates' work is bounded by them."""
-    limits = state.settings.limits
-    found = shape_error(body.state, limits.max_state_depth, limits.max_state_items)
-    if found is not None:
-        raise bad_request(f"state {found[0]}", f"{prefix}.state{found[1]}")
-    if isinstance(body.action, dict | list) and (
-            found := shape_error(body.action, limits.max_state_depth, limits.max_action_items)) is not None:
-        raise bad_request(f"action {found[0]}", f"{prefix}.action{found[1]}")
-    elif isinstance(body.action, str) and len(body.action) > limits.max_action_items:
-        raise bad_request(f"action is longer than {limits.max_action_items} characters", f"{prefix}.action")
+    check_values(state, body.state, body.action, prefix)
 
 
-def evaluate(live: LiveSession, body: S.StepIn, prefix: str) -> int:
-    """The abstract state of the body's state, or a 422 naming the predicate that failed."""
+def evaluate(live: LiveSession, body: S.StepIn, prefix: str) -> int | None:
+    """The abstract state of the body's state, or a 422 naming the predicate that failed; None for a state
+    past the predicates' CPU budget (not the request's fault: the step is decided as an unseen state)."""
     try:
         return live.session.guard.predicates.evaluate(body.state, live.session.metadata, body.action)
+    except PredicateBudgetExceeded:
+        return None
     except PredicateError as exc:
         field = {"meta": "session.metadata", "action": f"{prefix}.action"}.get(exc.where, f"{prefix}.state")
         raise ApiError(422, "predicate_error", str(exc), field=field, predicate=exc.predicate) from exc
@@ -91,7 +86,7 @@ def runnable_proposal(state: ServerState, session_id: str, body: S.StepIn) -> S.
 
 
 async def observe_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes,
-                       idempotency_key: str | None = None) -> bytes:
+                       idempotency_key: str | None = None, headers: Headers = ()) -> bytes:
     """The observe step, from raw parts to the answer's bytes (shared by the route and the fast path)."""
     started = time.perf_counter()
     principal = authorize(state.auth, authorization, AGENT)
@@ -109,12 +104,15 @@ async def observe_core(state: ServerState, session_id: str, authorization: str |
         except Exception:
             evaluate(live, body, "body")
             raise
+        decision = live.session.last  # (no await since the step: it is this step's)
         await write_steps(state, [live], [row], [approval] if approval else [],
                           None if entry is None else entry(200, payload), [prev] if prev else None,
                           None if body.proposal is None else Storage.execute_proposal(body.proposal, row.step))
         if approval:
             state.hub.created(live.tenant)
         state.metrics.decision(row.action, "observe")
+        if decision is not None:
+            trace_decision(decision, session_id, body.action, "observed", headers)
         return 200, payload
 
     _, payload = await state.idempotency.run(principal.identity, idempotency_key, request_hash(
@@ -124,7 +122,7 @@ async def observe_core(state: ServerState, session_id: str, authorization: str |
 
 
 async def preview_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes,
-                       idempotency_key: str | None = None) -> bytes:
+                       idempotency_key: str | None = None, headers: Headers = ()) -> bytes:
     """The preview step, from raw parts to the answer's bytes (nothing is committed)."""
     started = time.perf_counter()
     principal = authorize(state.auth, authorization, AGENT)
@@ -138,6 +136,9 @@ async def preview_core(state: ServerState, session_id: str, authorization: str |
         raise
     payload = decision_json(decision, live, step=None, approval_id=None, at=time.time(), committed=False)
     state.metrics.decision(decision.action.value, "preview")
+    trace_decision(decision, session_id, body.action, "proposed", headers)
+    if decision.over_budget:
+        state.metrics.limit_exceeded("predicate_cpu_seconds")
     state.metrics.preview_seconds.observe(time.perf_counter() - started)
     return payload
 
@@ -148,7 +149,8 @@ async def observe(request: Request, state: AppState) -> Response:
     """Commit the agent's new state and answer the guard's decision. The answer is sent only after
     the step is committed to the database."""
     payload = await observe_core(state, request.path_params["session_id"], request.headers.get("authorization"),
-                                 await request.body(), request.headers.get("idempotency-key"))
+                                 await request.body(), request.headers.get("idempotency-key"),
+                                 request.scope["headers"])
     return Response(payload, media_type=JSON)
 
 
@@ -157,25 +159,26 @@ async def observe(request: Request, state: AppState) -> Response:
 async def preview(request: Request, state: AppState) -> Response:
     """What the guard would decide in this state; nothing is committed."""
     payload = await preview_core(state, request.path_params["session_id"], request.headers.get("authorization"),
-                                 await request.body())
+                                 await request.body(), headers=request.scope["headers"])
     return Response(payload, media_type=JSON)
 
 
 @router.post("/v1/batch", response_model=S.BatchOut, responses=_STEP_ERRORS)
-async def batch(body: S.BatchIn, state: AppState, principal: Agent, idem: Idempotency) -> Response:
+async def batch(body: S.BatchIn, request: Request, state: AppState, principal: Agent, idem: Idempotency) -> Response:
     """Many steps, of one or several sessions, in order. All are checked before any is committed:
     on an error nothing is, and the error names the step (``body.steps[i]``)."""
     started = time.perf_counter()
     limit = state.settings.limits.max_batch
     if len(body.steps) > limit:
         raise bad_request(f"at most {limit} steps per batch, got {len(body.steps)}", "body.steps")
-    _, payload = await idem.run(principal, lambda entry: _batch_work(state, body, principal, entry))
+    _, payload = await idem.run(principal, lambda entry: _batch_work(state, body, principal, entry,
+                                                                     request.scope["headers"]))
     state.metrics.batch_seconds.observe(time.perf_counter() - started)
     return Response(payload, media_type=JSON)
 
 
 async def _batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
-                      entry: Entry | None) -> tuple[int, bytes]:
+                      entry: Entry | None, headers: Headers) -> tuple[int, bytes]:
     lives: list[LiveSession] = []
     for i, item in enumerate(body.steps):  # check everything first: all or nothing
         live = step_context(state, item.session, principal, f"body.steps[{i}].session")
@@ -189,14 +192,20 @@ async def _batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
     committed: list[LiveSession] = []
     chains: list[PrevStep] = []
     chained: set[str] = set()
+    traced: list[tuple[Decision, str, object, str]] = []
     for live, item in zip(lives, body.steps):
         if item.op == "preview":
             decision = live.session.preview(item.state, action=item.action)
             payloads.append(decision_json(decision, live, step=None, approval_id=None, at=time.time(),
                                           committed=False))
             state.metrics.decision(decision.action.value, "preview")
+            traced.append((decision, live.id, item.action, "proposed"))
+            if decision.over_budget:
+                state.metrics.limit_exceeded("predicate_cpu_seconds")
             continue
         payload, row, approval, prev = chain_step(state, live, item, principal)
+        if (last := live.session.last) is not None:
+            traced.append((last, live.id, item.action, "observed"))
         if prev is not None and prev.session_id not in chained:  # within a batch, the previous row is in it
             chains.append(prev)
         chained.add(live.id)
@@ -214,4 +223,6 @@ async def _batch_work(state: ServerState, body: S.BatchIn, principal: Principal,
             state.hub.created(tenant, count)
         for row in rows:
             state.metrics.decision(row.action, "observe")
+    for decision, session_id, action, phase in traced:  # once committed, as a single observe
+        trace_decision(decision, session_id, action, phase, headers)
     return 200, answer

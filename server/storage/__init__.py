@@ -24,11 +24,12 @@ from .schema import (
     SCHEMA_VERSION,
     Conflict,
     DatabaseLocked,
+    OverBudget,
     StorageError,
 )
 from .sqlite import Storage
 
-__all__ = ["Storage", "StorageBase", "StorageError", "DatabaseLocked", "Conflict", "SCHEMA_VERSION", "open_storage",
+__all__ = ["Storage", "StorageBase", "StorageError", "DatabaseLocked", "Conflict", "OverBudget", "SCHEMA_VERSION", "open_storage",
            "is_postgres", "CHANNEL_APPROVALS", "CHANNEL_MODELS", "CHANNEL_SESSIONS"]
 
 

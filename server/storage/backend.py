@@ -35,6 +35,9 @@ class Backend:
     and queries themselves are :class:`~server.storage.base.StorageBase`'s."""
 
     closed: bool
+    # where a text parameter first occurs in a column (1-based; 0: nowhere), case-sensitive: the one
+    # string function the two dialects name differently (PostgreSQL: strpos)
+    POSITION = "instr({}, ?)"
 
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError

@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     created_at DOUBLE PRECISION NOT NULL, created_by TEXT NOT NULL, closed_at DOUBLE PRECISION, closed_by TEXT,
     tenant TEXT);
 CREATE INDEX IF NOT EXISTS sessions_open ON sessions (model_name) WHERE closed_at IS NULL;
+CREATE INDEX IF NOT EXISTS sessions_open_tenant ON sessions ((coalesce(tenant, created_by))) WHERE closed_at IS NULL;
 CREATE TABLE IF NOT EXISTS decisions (
     id BIGSERIAL PRIMARY KEY, session_id TEXT NOT NULL, step BIGINT NOT NULL, at DOUBLE PRECISION NOT NULL,
     principal TEXT NOT NULL, model_version TEXT NOT NULL, input_hash TEXT NOT NULL, abstract BIGINT NOT NULL,
@@ -179,6 +180,7 @@ class PgStorage(StorageBase):
     """The database of any number of replicas. Open with :meth:`open`, close with :meth:`close`."""
 
     shared = True
+    POSITION = "strpos({}, ?)"
 
     def __init__(self, url: str, pool: Any, writers: list[_ThreadWriter], listener: _Listener) -> None:
         self.path = url

@@ -12,7 +12,7 @@ from pathlib import Path
 from ...errors import ForewarnError
 
 __all__ = ["SCHEMA_VERSION", "CHANNEL_APPROVALS", "CHANNEL_MODELS", "CHANNEL_SESSIONS", "StorageError",
-           "DatabaseLocked", "Conflict", "migrate"]
+           "DatabaseLocked", "Conflict", "OverBudget", "migrate"]
 
 SCHEMA_VERSION = 1
 # LISTEN/NOTIFY channels of a shared (PostgreSQL) database: what other replicas must hear about
@@ -113,12 +113,25 @@ CREATE INDEX IF NOT EXISTS proposals_status ON proposals (status, created_at);
 CREATE INDEX IF NOT EXISTS proposals_session ON proposals (session_id);
 """
 
+# A tenant's open sessions, for the sum of their metadata (limits.max_tenant_metadata_bytes)
+_TENANT_INDEX = ("CREATE INDEX IF NOT EXISTS sessions_open_tenant ON sessions (coalesce(tenant, created_by))"
+                 " WHERE closed_at IS NULL")
+
 # Columns added after schema version 1 shipped: added in place to older databases.
 _ADDED_COLUMNS = [("sessions", "tenant", "TEXT")]
 
 
 class StorageError(ForewarnError):
     """The database cannot be opened or used (wrong schema, locked, disk trouble)."""
+
+
+class OverBudget(ForewarnError):
+    """A write would take a tenant past a bound on what it may hold (``limit``: the setting's name);
+    nothing of it is committed."""
+
+    def __init__(self, message: str, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class DatabaseLocked(StorageError):
@@ -137,6 +150,8 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
     for table, column, kind in _ADDED_COLUMNS:
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    # after the columns: an older database has no tenant column before this point
+    conn.execute(_TENANT_INDEX)
 
 
 def _check_schema(conn: sqlite3.Connection, path: Path) -> None:

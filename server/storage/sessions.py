@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from .backend import Backend, Job, _SqliteConn
 from .rows import ApprovalRow, PrevStep, SessionRow, StepRow
-from .schema import CHANNEL_APPROVALS, CHANNEL_SESSIONS, Conflict
+from .schema import CHANNEL_APPROVALS, CHANNEL_SESSIONS, Conflict, OverBudget
 
-__all__ = ["SessionRecords"]
+__all__ = ["ANSWERS", "SessionRecords", "SessionSearch"]
 
 _TENANT = "coalesce(s.tenant, s.created_by)"  # sessions from before tenants belong to the key that opened them
 
@@ -41,8 +44,12 @@ class SessionRecords(Backend):
         return job
 
     @staticmethod
-    def insert_session(row: SessionRow) -> Job:
+    def insert_session(row: SessionRow, tenant_metadata_bytes: int | None = None) -> Job:
+        """Insert a session row; with ``tenant_metadata_bytes``, only if the metadata of its tenant's open
+        sessions, this one's included, stays within that many bytes (JSON), else :class:`OverBudget`."""
         def job(conn: _SqliteConn) -> None:
+            if tenant_metadata_bytes is not None and row.metadata:
+                _check_metadata_budget(conn, row, tenant_metadata_bytes)
             conn.execute("INSERT INTO sessions (id, model_name, model_version, policy, metadata, created_at,"
                          " created_by, tenant) VALUES (?,?,?,?,?,?,?,?)", row)
         return job
@@ -87,13 +94,18 @@ class SessionRecords(Backend):
         return [r[0] for r in rows]
 
     def list_sessions(self, *, status: str | None, limit: int, offset: int,
-                      tenants: Iterable[str] | None = None) -> list[sqlite3.Row]:
+                      tenants: Iterable[str] | None = None, search: SessionSearch | None = None) -> list[sqlite3.Row]:
+        """Sessions newest first, of ``tenants`` (None: all), open or closed, matching ``search``."""
         clauses = [{"open": "closed_at IS NULL", "closed": "closed_at IS NOT NULL"}.get(status or "", "TRUE")]
         params: list[Any] = []
         if tenants is not None:
             scope = sorted(tenants)
             clauses.append(f"{_TENANT} IN ({','.join('?' * len(scope))})")
             params += scope
+        if search is not None:
+            found = search.where(self.POSITION)
+            clauses += found[0]
+            params += found[1]
         return self._all(f"SELECT s.*, (SELECT count(*) FROM decisions d WHERE d.session_id=s.id) AS steps"
                                  f" FROM sessions s WHERE {' AND '.join(clauses)} ORDER BY created_at DESC"
                                  f" LIMIT ? OFFSET ?", (*params, limit, offset))
@@ -114,6 +126,20 @@ class SessionRecords(Backend):
         return self._all("SELECT * FROM decisions WHERE session_id=? ORDER BY step LIMIT ? OFFSET ?",
                     (session_id, limit, offset))
 
+    def trail_steps(self, session_id: str, limit: int) -> list[sqlite3.Row]:
+        """What a session's trail shows of its steps (not the stored decisions: a trail may be long)."""
+        return self._all("SELECT step, at, principal, action_in, action, p_unsafe, approval_id FROM decisions"
+                         " WHERE session_id=? ORDER BY step LIMIT ?", (session_id, limit))
+
+    def trail_size(self, session_id: str) -> int:
+        """How many events a session's trail has (:func:`server.trail.trail_events`): its steps, its
+        proposals and approvals and their answers, its opening and closing."""
+        return self._count(
+            "SELECT (SELECT count(*) FROM decisions WHERE session_id=?)"
+            " + (SELECT count(*) + count(resolved_at) FROM proposals WHERE session_id=?)"
+            " + (SELECT count(*) + count(resolved_at) FROM approvals WHERE session_id=?)"
+            " + (SELECT 1 + count(closed_at) FROM sessions WHERE id=?)", (session_id,) * 4)
+
     def step_count(self, session_id: str) -> int:
         return self._count("SELECT count(*) FROM decisions WHERE session_id=?", (session_id,))
 
@@ -131,6 +157,85 @@ class SessionRecords(Backend):
 
     def count_open_sessions(self) -> int:
         return self._count("SELECT count(*) FROM sessions WHERE closed_at IS NULL", ())
+
+
+_ACTIONS = ("allow", "reflect", "ask_human", "stop")  # the guard's
+ANSWERS = ("approved", "rejected", "edited", "cancelled")  # a person's (or, cancelled, the agent's)
+
+
+@dataclass(frozen=True)
+class SessionSearch:
+    """What the sessions view searches by; each field None matches everything.
+
+    Args:
+        session_id: a part of the session's id (case-sensitive).
+        tool: a tool the session proposed or called (a step's action, as the agent gave it:
+            ``{"tool": name, ...}`` or the name itself).
+        decision: a guard action one of its steps or proposals got (allow, reflect, ask_human,
+            stop), or an answer one of its proposals or approvals got (approved — an approved
+            proposal that then ran included —, rejected, edited, cancelled).
+        since, until: the session was open at some moment in [since, until] (epoch seconds).
+    """
+
+    session_id: str | None = None
+    tool: str | None = None
+    decision: str | None = None
+    since: float | None = None
+    until: float | None = None
+
+    def where(self, position: str) -> tuple[list[str], list[Any]]:
+        """SQL conditions on ``sessions s`` and their parameters; ``position``: the dialect's
+        :attr:`Backend.POSITION`."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if self.session_id is not None:
+            clauses.append(position.format("s.id") + " > 0")
+            params.append(self.session_id)
+        if self.tool is not None:
+            named = orjson.dumps(self.tool).decode()  # as the step's action was stored (orjson, compact)
+            clauses.append("(EXISTS (SELECT 1 FROM proposals p WHERE p.session_id=s.id AND p.tool=?)"
+                           " OR EXISTS (SELECT 1 FROM decisions d WHERE d.session_id=s.id AND (d.action_in=?"
+                           f" OR {position.format('d.action_in')} > 0)))")
+            params += [self.tool, named, f'"tool":{named}']
+        if self.decision in _ACTIONS:
+            # a proposal's decision is stored as the core's to_dict(), whose first key is the action
+            clauses.append("(EXISTS (SELECT 1 FROM decisions d WHERE d.session_id=s.id AND d.action=?)"
+                           " OR EXISTS (SELECT 1 FROM proposals p WHERE p.session_id=s.id"
+                           f" AND {position.format('p.decision')} = 1))")
+            params += [self.decision, f'{{"action":"{self.decision}"']
+        elif self.decision in ANSWERS:
+            ran = " OR (p.status='executed' AND p.resolved_by IS NOT NULL)" if self.decision == "approved" else ""
+            clauses.append(f"(EXISTS (SELECT 1 FROM proposals p WHERE p.session_id=s.id AND (p.status=?{ran}))"
+                           " OR EXISTS (SELECT 1 FROM approvals a WHERE a.session_id=s.id AND a.status=?))")
+            params += [self.decision, self.decision]
+        elif self.decision is not None:
+            raise ValueError(f"decision {self.decision!r}: expected one of {', '.join(_ACTIONS + ANSWERS)}")
+        if self.until is not None:
+            clauses.append("s.created_at <= ?")
+            params.append(self.until)
+        if self.since is not None:
+            clauses.append("(s.closed_at IS NULL OR s.closed_at >= ?)")
+            params.append(self.since)
+        return clauses, params
+
+
+def _check_metadata_budget(conn: Any, row: SessionRow, bound: int) -> None:
+    """Raise :class:`OverBudget` if ``row``'s metadata would take its tenant's open sessions past ``bound``
+    bytes. In the writer's transaction: on SQLite the one writer orders the creates; on PostgreSQL a lock
+    per tenant makes replicas creating sessions of one tenant wait for each other's commit."""
+    tenant = row.tenant or row.created_by
+    if conn.shared:
+        conn.execute("SELECT pg_advisory_xact_lock(7461637, hashtext(?))", (tenant,))
+        size = "octet_length(metadata)"
+    else:
+        size = "length(CAST(metadata AS BLOB))"
+    held = int(conn.execute(f"SELECT coalesce(sum({size}), 0) FROM sessions WHERE coalesce(tenant, created_by)=?"
+                            " AND closed_at IS NULL AND metadata IS NOT NULL", (tenant,)).fetchone()[0])
+    adding = len(row.metadata.encode()) if row.metadata else 0
+    if held + adding > bound:
+        raise OverBudget(f"the open sessions of this tenant hold {held} bytes of metadata; {adding} more would "
+                         f"exceed limits.max_tenant_metadata_bytes ({bound}): close sessions first",
+                         "max_tenant_metadata_bytes")
 
 
 def _check_chain(conn: Any, versions: dict[str, str], prev: Sequence[PrevStep]) -> None:

@@ -112,13 +112,14 @@ def test_output_works_with_learn_tune_and_the_guard(tmp_path: Path, spec_file: P
     assert result.returncode == 0, result.stderr
     figures = result.json()
     assert isinstance(figures, dict) and figures["changed"] and figures["added"]
-    assert all("noise" not in a["cel"] for a in figures["added"])  # type: ignore[index,union-attr]
+    assert all("noise" not in a["cel"] for a in figures["added"])
     model = learn_model([traces], load_spec(out))
     session = Guard(model).session()
     calm = {"broken": False, "hidden": {"mode": "a"}, "step": 0, "noise_flag": False, "noise_level": 0.5,
             "noise_color": "red", "noise_tags": []}
     risky = dict(calm, hidden={"mode": "c"})
-    assert session.preview(risky).p_unsafe > session.preview(calm).p_unsafe
+    risky_p, calm_p = session.preview(risky).p_unsafe, session.preview(calm).p_unsafe
+    assert risky_p is not None and calm_p is not None and risky_p > calm_p
     tuned = forewarn_here("tune", traces, "--spec", out, "--target", "false-alarms=0.2", "--group-by", "meta.task",
                           "-o", tmp_path / "tuned.yaml")
     assert tuned.returncode == 0, tuned.stderr
@@ -194,7 +195,7 @@ def test_bounds_and_bad_options(tmp_path: Path, spec_file: Path, forewarn_here: 
                         "--no-confirm", "--format", "json")
     assert one.returncode == 0, one.stderr
     figures = one.json()
-    assert isinstance(figures, dict) and len(figures["added"]) == 1  # type: ignore[arg-type]
+    assert isinstance(figures, dict) and len(figures["added"]) == 1
     assert figures["stopped"] == "--max-predicates 1 reached"
     for option, value, fragment in [("--target", "reflect:false-alarms=0.1", "without an action"),
                                     ("--target", "false-alarms=2", "not in (0, 1)"),

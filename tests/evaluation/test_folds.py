@@ -14,6 +14,7 @@ from forewarn.errors import ForewarnError
 from forewarn.guard.evaluation import evaluate as evaluate_module
 from forewarn.guard.evaluation.evaluate import evaluate
 from forewarn.guard.evaluation.folds import group_of, split_folds
+from forewarn.guard.pipeline import learn_model_from_runs
 from forewarn.guard.spec import Spec
 from forewarn.guard.traces import Run, parse_run
 
@@ -87,7 +88,7 @@ TASK_RUNS = {
 
 
 def task_runs() -> list[Run]:
-    runs = []
+    runs: list[Run] = []
     for task, bit_lists in TASK_RUNS.items():
         for n, bits in enumerate(bit_lists):
             runs.append(make_run(f"{task}-{n}", bits, {"task": task, "success": AB not in bits},
@@ -97,7 +98,7 @@ def task_runs() -> list[Run]:
 
 def test_evaluate_learns_each_fold_without_its_test_groups(toy_spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
     learned_from: list[set[str]] = []
-    original = evaluate_module.learn_model_from_runs
+    original = learn_model_from_runs  # what evaluate_module calls (imported there from the pipeline)
 
     def spy(runs: Iterable[Run], spec: Spec, **options: Any) -> Any:
         seen = list(runs)

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from _eval_support import assert_user_error
+from _support import CLI
 from forewarn.guard.ingest import InputFormat, read_input
 from forewarn.guard.toolcalls import Transcript
 
@@ -52,7 +53,7 @@ def test_agentspec_actions_keep_their_input(tmp_path: Path) -> None:
     assert args_seen(openai) == [{"to": "bob"}]
 
 
-def test_arguments_under_an_unknown_name_are_reported(tmp_path: Path, forewarn_here) -> None:
+def test_arguments_under_an_unknown_name_are_reported(tmp_path: Path, forewarn_here: CLI) -> None:
     log = write(tmp_path / "log.jsonl", agent_log("r", {"tool": "move", "params": {"object": "mug"}}))
     result = forewarn_here("ingest", log, "-o", tmp_path / "out.jsonl")
     assert_user_error(result, "log.jsonl:1", "no arguments under tool_input, input, args, arguments; "
@@ -63,7 +64,7 @@ def test_arguments_under_an_unknown_name_are_reported(tmp_path: Path, forewarn_h
     assert args_seen(bare) == [{}]
 
 
-def test_an_ingest_that_keeps_nothing_fails_and_writes_nothing(tmp_path: Path, forewarn_here) -> None:
+def test_an_ingest_that_keeps_nothing_fails_and_writes_nothing(tmp_path: Path, forewarn_here: CLI) -> None:
     log = write(tmp_path / "log.jsonl", agent_log("r", {"tool": "move", "params": {}}))
     out = tmp_path / "out.jsonl"
     result = forewarn_here("ingest", log, "-o", out, "--on-error", "skip")
@@ -75,7 +76,7 @@ def test_an_ingest_that_keeps_nothing_fails_and_writes_nothing(tmp_path: Path, f
     assert not out.exists()
 
 
-def test_skipping_more_than_the_stated_share_fails(tmp_path: Path, forewarn_here) -> None:
+def test_skipping_more_than_the_stated_share_fails(tmp_path: Path, forewarn_here: CLI) -> None:
     good = [agent_log(f"g{k}", {"tool": "move", "input": "mug"}) for k in range(3)]
     bad = [agent_log(f"b{k}", {"tool": "move", "params": {}}) for k in range(2)]
     log = write(tmp_path / "log.jsonl", *good, *bad)
@@ -88,7 +89,7 @@ def test_skipping_more_than_the_stated_share_fails(tmp_path: Path, forewarn_here
     assert len(out.read_bytes().splitlines()) == 3 and "skipped 2" in kept.stderr
 
 
-def test_otel_on_a_file_that_is_not_otel_is_an_error(tmp_path: Path, forewarn_here) -> None:
+def test_otel_on_a_file_that_is_not_otel_is_an_error(tmp_path: Path, forewarn_here: CLI) -> None:
     traces = tmp_path / "runs.jsonl"
     traces.write_bytes(orjson.dumps({"id": "r", "steps": [{"state": {"a": True}}]}) + b"\n")
     assert_user_error(forewarn_here("ingest", traces, "--input-format", "otel", "-o", tmp_path / "o.jsonl"),
@@ -96,7 +97,7 @@ def test_otel_on_a_file_that_is_not_otel_is_an_error(tmp_path: Path, forewarn_he
                       "steps)")
 
 
-def test_runs_from_several_files_get_distinct_ids_and_their_source(tmp_path: Path, forewarn_here) -> None:
+def test_runs_from_several_files_get_distinct_ids_and_their_source(tmp_path: Path, forewarn_here: CLI) -> None:
     # single-document files without ids: every run would be `line-1`
     files = [write(tmp_path / f"{name}.json", agent_log(None, {"tool": "move", "input": name}))
              for name in ("a", "b", "c")]

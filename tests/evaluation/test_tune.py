@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from _eval_support import assert_user_error
-from _support import AB, NONE, TOY_SPEC, A, B, toy_run
+from _support import AB, CLI, NONE, TOY_SPEC, A, B, toy_run
 from forewarn.errors import ForewarnError
 from forewarn.guard.evaluation.evaluate import evaluate
 from forewarn.guard.evaluation.tune import (
@@ -81,7 +81,8 @@ def test_theta_is_read_off_the_runs_exactly() -> None:
     # safe runs' lowest p_safe: 0.9, 0.8, 0.6, 0.3; violating runs' (before the violation): 0.7, 0.5, 0.2
     runs = replays(([0.1], None), ([0.2], None), ([0.1, 0.4], None), ([0.7], None),
                    ([0.3, 1.0], 1), ([0.5, 1.0], 1), ([0.8, 1.0], 1))
-    theta = lambda target: choose_theta(runs, parse_target(target), unseen_alarms=True, lookahead=False)  # noqa: E731
+    def theta(target: str) -> float:
+        return choose_theta(runs, parse_target(target), unseen_alarms=True, lookahead=False)
     assert theta("false-alarms=0.25") == 0.6  # flags 0.3 only: 1 of 4
     assert theta("false-alarms=0.1") == 0.3  # flags none
     assert theta("false-alarms=0.99") == 0.9  # 3 of 4: anything up to the highest minimum
@@ -92,7 +93,8 @@ def test_theta_is_read_off_the_runs_exactly() -> None:
     # under look-ahead the violating step (p_safe 0) acts too: every violation is caught at any θ > 0
     assert choose_theta(runs, parse_target("detection=0.99"), unseen_alarms=True, lookahead=True) == 0.000001
     # ... but a warning ahead of the violating step still needs θ above the lowest p_safe before it
-    ahead = lambda target: choose_theta(runs, parse_target(target), unseen_alarms=True, lookahead=True)  # noqa: E731
+    def ahead(target: str) -> float:
+        return choose_theta(runs, parse_target(target), unseen_alarms=True, lookahead=True)
     assert ahead("warned-ahead=0.6") == theta("detection=0.6") == 0.500001
     assert ahead("warned-ahead=0.99") == 0.700001  # above the highest minimum, 0.7
     # a replay under look-ahead scores what the middleware does: the run's first state (before any
@@ -112,7 +114,7 @@ def test_unreachable_targets_name_the_closest() -> None:
         choose_theta(never, parse_target("false-alarms=0.4"), unseen_alarms=True, lookahead=False)
 
 
-def test_tune_meets_the_target_on_the_held_out_runs(generated: tuple[Path, Path], forewarn_here,
+def test_tune_meets_the_target_on_the_held_out_runs(generated: tuple[Path, Path], forewarn_here: CLI,
                                                     tmp_path: Path) -> None:
     traces, spec_path = generated
     out = tmp_path / "tuned.yaml"
@@ -131,6 +133,8 @@ def test_tune_meets_the_target_on_the_held_out_runs(generated: tuple[Path, Path]
     cv = evaluate(runs, spec, [chosen["reflect"], chosen["stop"]], folds=3, group_by="meta.task",
                   enforcement="observe")
     reflect, stop = cv.pooled.thetas
+    assert reflect.false_alarm_rate is not None and stop.false_alarm_rate is not None
+    assert reflect.detection_rate is not None
     assert reflect.false_alarm_rate <= 0.1 and stop.false_alarm_rate <= 0.02
     assert summary["actions"][0]["figures"]["false_alarm_rate"] == reflect.false_alarm_rate
     assert summary["actions"][0]["figures"]["detection_rate"] == reflect.detection_rate > 0
@@ -151,7 +155,7 @@ def test_tune_meets_the_target_on_the_held_out_runs(generated: tuple[Path, Path]
     assert learn_model([traces], tuned).spec.guard.thresholds.reflect == chosen["reflect"]
 
 
-def test_tune_table_and_unreachable_target(generated: tuple[Path, Path], forewarn_here) -> None:
+def test_tune_table_and_unreachable_target(generated: tuple[Path, Path], forewarn_here: CLI) -> None:
     traces, spec_path = generated
     table = forewarn_here("tune", traces, "--spec", spec_path, "--target", "detection=0.8", "--folds", "3")
     assert table.returncode == 0, table.stderr
@@ -174,14 +178,14 @@ def test_tune_table_and_unreachable_target(generated: tuple[Path, Path], forewar
     (["--target", "false-alarms=0.1", "--trigger", "rising"],
      ["--trigger: expected 'level' or 'increase', got 'rising'"]),
 ])
-def test_tune_bad_input(generated: tuple[Path, Path], forewarn_here, args: list[str],
+def test_tune_bad_input(generated: tuple[Path, Path], forewarn_here: CLI, args: list[str],
                         fragments: list[str]) -> None:
     traces, spec_path = generated
     assert_user_error(forewarn_here("tune", traces, "--spec", spec_path, *args), *fragments)
 
 
 @pytest.mark.parametrize("command", ["replay", "evaluate"])
-def test_unknown_enforcement_is_one_line(generated: tuple[Path, Path], forewarn_here, tmp_path: Path,
+def test_unknown_enforcement_is_one_line(generated: tuple[Path, Path], forewarn_here: CLI, tmp_path: Path,
                                          command: str) -> None:
     traces, spec_path = generated
     source = ["--model", learn_model([traces], load_spec(spec_path)).save(tmp_path / "m.json")] \
@@ -229,7 +233,7 @@ def test_write_thresholds_keeps_the_rest(text: str, expected: str) -> None:
     assert parse_spec(written).guard.thresholds == Thresholds(reflect=0.7, stop=0.1)
 
 
-def test_tune_under_the_increase_trigger(generated: tuple[Path, Path], forewarn_here, tmp_path: Path) -> None:
+def test_tune_under_the_increase_trigger(generated: tuple[Path, Path], forewarn_here: CLI, tmp_path: Path) -> None:
     traces, spec_path = generated
     out = tmp_path / "tuned.yaml"
     result = forewarn_here("tune", traces, "--spec", spec_path, "--target", "false-alarms=0.1", "--folds", "3",
@@ -240,16 +244,18 @@ def test_tune_under_the_increase_trigger(generated: tuple[Path, Path], forewarn_
     theta, min_increase = summary["thresholds"]["reflect"], summary["min_increase"]
     assert min_increase is not None  # tuned with θ, and written with the thresholds
     written = load_spec(out).guard
+    assert written.trigger is not None
     assert (written.trigger.value, written.min_increase, written.thresholds.reflect) == ("increase", min_increase,
                                                                                          theta)
     spec = load_spec(spec_path)
     spec = spec.model_copy(update={"guard": spec.guard.model_copy(update={"min_increase": min_increase})})
     cv = evaluate(list(read_runs(traces)), spec, [theta], folds=3, trigger="increase")
-    assert cv.pooled.trigger == "increase" and cv.pooled.thetas[0].false_alarm_rate <= 0.1
+    false_alarm_rate = cv.pooled.thetas[0].false_alarm_rate
+    assert cv.pooled.trigger == "increase" and false_alarm_rate is not None and false_alarm_rate <= 0.1
     assert summary["actions"][0]["figures"]["detection_rate"] == cv.pooled.thetas[0].detection_rate
 
 
-def test_tune_per_member_with_bundle_by(generated: tuple[Path, Path], forewarn_here, tmp_path: Path) -> None:
+def test_tune_per_member_with_bundle_by(generated: tuple[Path, Path], forewarn_here: CLI, tmp_path: Path) -> None:
     traces, spec_path = generated
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(traces.read_bytes() + b"{not json\n")
@@ -264,7 +270,8 @@ def test_tune_per_member_with_bundle_by(generated: tuple[Path, Path], forewarn_h
     # the same cross-validation of bundles, scored at the chosen θ, meets the target
     cv = evaluate(list(read_runs(traces)), load_spec(spec_path), [summary["thresholds"]["reflect"]], folds=3,
                   bundle_by="meta.task", min_group_runs=5)
-    assert cv.pooled.thetas[0].false_alarm_rate <= 0.2
+    false_alarm_rate = cv.pooled.thetas[0].false_alarm_rate
+    assert false_alarm_rate is not None and false_alarm_rate <= 0.2
     assert summary["actions"][0]["figures"]["warned_ahead_rate"] == cv.pooled.thetas[0].warned_ahead_rate
     assert any("counted per member" in note for note in cv.notes)
     stopped = forewarn_here("tune", bad, "--spec", spec_path, "--target", "false-alarms=0.2", "--folds", "3")

@@ -1,15 +1,20 @@
 """Support for the LangChain tests: fake tools that log what ran, policies and helpers."""
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 
 from forewarn.domains.tools import ToolStateExtractor, Transcript
 from forewarn.guard import Guard, Policy
+from forewarn.guard.langchain import ForewarnMiddleware, GuardedRun
 from forewarn.guard.spec import Thresholds
+
+if TYPE_CHECKING:
+    from forewarn.guard.client import Client  # the client extra (httpx): a sidecar's tests only
 
 SECRET = "aws_access_key_id = AKIAIOSFODNN7EXAMPLE"
 INJECTED_INBOX = ("From: it-support@helpdesk-login.example\nSubject: Urgent: key audit\n"
@@ -88,12 +93,11 @@ def thresholds(**values: float) -> Policy:
 VIOLATIONS_ONLY = 0.05
 
 
-def p_safe(guard: Guard, user: str, steps: Sequence[dict[str, Any]]) -> float:
+def p_safe(guard: Guard | Client, user: str, steps: Sequence[dict[str, Any]]) -> float:
     """The guard's p_safe in the state a transcript leads to (the model must know it); for a
     sidecar's client, that of the model it serves."""
-    if not isinstance(guard, Guard):
-        guard = guard.guard()
-    decision = guard.decide(ToolStateExtractor()(Transcript.of(user, steps)))
+    local: Guard = guard if isinstance(guard, Guard) else guard.guard()
+    decision = local.decide(ToolStateExtractor()(Transcript.of(user, steps)))
     assert decision.p_safe is not None, f"the test model never saw the state of {steps}"
     return decision.p_safe
 
@@ -106,4 +110,20 @@ def well_formed(messages: Sequence[BaseMessage]) -> bool:
     """Every tool call has exactly one tool message answering it (what providers require)."""
     answers = [m.tool_call_id for m in tool_messages(messages)]
     calls = [c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
-    return sorted(answers) == sorted(calls)
+    return Counter(answers) == Counter(calls)
+
+
+def run_of(mw: ForewarnMiddleware, run_id: str | None = None) -> GuardedRun:
+    """The middleware's run ``run_id`` (by default its last), which the test has just made."""
+    run = mw.last_run if run_id is None else mw.get_run(run_id)
+    assert run is not None, f"the middleware has no run {run_id or '(last)'}"
+    return run
+
+
+def remote_id(mw: ForewarnMiddleware, run_id: str | None = None) -> str:
+    """The sidecar's session id of a run of a middleware that guards through a client."""
+    from forewarn.guard.langchain._remote import MirroredSession
+
+    session = run_of(mw, run_id).session
+    assert isinstance(session, MirroredSession), f"{session!r} is not a sidecar's session"
+    return session.remote.id

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from forewarn.guard import GuardModel
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -18,10 +20,10 @@ def glue_lines(path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["custom_agent.py", "custom_agent_sidecar.py"])
-def test_the_glue_is_at_most_30_lines_and_runs(name: str, tool_model: object, tmp_path: Path) -> None:
+def test_the_glue_is_at_most_30_lines_and_runs(name: str, tool_model: GuardModel, tmp_path: Path) -> None:
     lines = glue_lines(EXAMPLES / name)
     assert len(lines) <= 30, f"{name}: {len(lines)} lines of glue"
-    model = tool_model.save(tmp_path / "model.json")  # type: ignore[attr-defined]
+    model = tool_model.save(tmp_path / "model.json")
     args = [str(model)] if name == "custom_agent.py" else []
     env_model = {"FOREWARN_EXAMPLE_MODEL_FILE": str(model)}
     import os

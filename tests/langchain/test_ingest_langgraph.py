@@ -13,6 +13,7 @@ import orjson
 import pytest
 from langchain.agents import create_agent
 from langchain_core.load import dumpd
+from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from _lc_support import VIOLATIONS_ONLY, ToolLog, thresholds
@@ -47,7 +48,7 @@ def steps_of(record: dict[str, Any] | Any) -> list[tuple[Any, Any]]:
 def test_a_streamed_create_agent_run_ingests_to_the_recorders_traces(forewarn_here: CLI, tmp_path: Path) -> None:
     recorder = TraceRecorder()
     agent = create_agent(ScriptedChatModel(script=script()), ToolLog().tools())
-    chunks = list(agent.stream({"messages": [("user", TASK)]}, {"callbacks": [recorder]}, stream_mode="updates"))
+    chunks = list(agent.stream({"messages": [HumanMessage(TASK)]}, {"callbacks": [recorder]}, stream_mode="updates"))
     assert {next(iter(c)) for c in chunks} == {"model", "tools"}
     dumps = tmp_path / "stream.jsonl"
     dumps.write_bytes(orjson.dumps({"id": "thread-1", "input": TASK, "chunks": plain(chunks),
@@ -72,7 +73,7 @@ def test_values_snapshots_checkpoints_and_bare_chunks_agree(tmp_path: Path) -> N
     saver = InMemorySaver()
     agent = create_agent(ScriptedChatModel(script=script()), ToolLog().tools(), checkpointer=saver)
     config: Any = {"configurable": {"thread_id": "t-7"}, "callbacks": [recorder]}
-    snapshots = list(agent.stream({"messages": [("user", TASK)]}, config, stream_mode="values"))
+    snapshots = list(agent.stream({"messages": [HumanMessage(TASK)]}, config, stream_mode="values"))
     (recorded,) = recorder.records
     # values stream (LangChain's dumpd() serialisation), the graph's state, a saved checkpoint
     values = tmp_path / "values.json"
@@ -93,7 +94,7 @@ def test_values_snapshots_checkpoints_and_bare_chunks_agree(tmp_path: Path) -> N
     recorder = TraceRecorder()
     agent = create_agent(ScriptedChatModel(script=script()), ToolLog().tools())
     lines = tmp_path / "chunks.jsonl"
-    chunks = agent.stream({"messages": [("user", TASK)]}, {"callbacks": [recorder]}, stream_mode="updates")
+    chunks = agent.stream({"messages": [HumanMessage(TASK)]}, {"callbacks": [recorder]}, stream_mode="updates")
     lines.write_bytes(b"".join(orjson.dumps(plain(c)) + b"\n" for c in chunks))
     (run,) = read_input([lines])
     (recorded,) = recorder.records
@@ -112,7 +113,7 @@ def test_calls_the_guard_held_back_are_not_steps(tool_guard: Guard, tmp_path: Pa
     mw = ForewarnMiddleware(tool_guard, policy=thresholds(reflect=VIOLATIONS_ONLY))
     agent = create_agent(model, log.tools(), middleware=[mw])
     task = "The disk is almost full; free up some space."
-    chunks = list(agent.stream({"messages": [("user", task)]}, {"callbacks": [recorder]}, stream_mode="updates"))
+    chunks = list(agent.stream({"messages": [HumanMessage(task)]}, {"callbacks": [recorder]}, stream_mode="updates"))
     assert [c for _, c in log.ran] == [{"command": "df -h"}, {"command": "rm -rf build/"}]
     path = tmp_path / "guarded.json"
     path.write_bytes(orjson.dumps({"input": {"messages": [{"role": "user", "content": task}]},

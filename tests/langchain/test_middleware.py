@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from _lc_support import VIOLATIONS_ONLY, ToolLog, p_safe, thresholds, tool_messages, well_formed
+from _lc_support import VIOLATIONS_ONLY, ToolLog, p_safe, run_of, thresholds, tool_messages, well_formed
 from forewarn.domains.tools import ExtractionError, ToolStateExtractor, Transcript
 from forewarn.errors import ThresholdWarning
 from forewarn.guard import Guard, PredicateError
@@ -94,11 +94,11 @@ def test_reflect_holds_back_the_call_and_the_model_recovers(tool_guard: Guard, l
     assert "destructive_command" in alert.content and "unsafe" in alert.content
     assert result["messages"][-1].content == "Freed 12 GB by removing build/."
     assert well_formed(result["messages"])
-    (intervention,) = mw.last_run.interventions
+    (intervention,) = run_of(mw).interventions
     assert (intervention.tool, intervention.action, intervention.outcome) == ("shell", Action.REFLECT, "held back")
     assert intervention.decision.unsafe_now
     # held-back calls are not part of what the agent did
-    assert [h.action["args"]["command"] for h in mw.last_run.session.history[1:]] == ["df -h", "rm -rf build/"]
+    assert [h.action["args"]["command"] for h in run_of(mw).session.history[1:]] == ["df -h", "rm -rf build/"]
 
 
 def test_reflect_acts_on_a_risky_precursor_before_any_violation(tool_guard: Guard, log: ToolLog) -> None:
@@ -120,7 +120,7 @@ def test_reflect_acts_on_a_risky_precursor_before_any_violation(tool_guard: Guar
     mw = ForewarnMiddleware(tool_guard, policy=thresholds(reflect=theta), trigger="level")
     result = agent_for(model, log, mw).invoke(ask(user))
     assert log.names() == ["read_inbox", "send_email"]
-    (intervention,) = mw.last_run.interventions
+    (intervention,) = run_of(mw).interventions
     assert intervention.tool == "read_file" and not intervention.decision.unsafe_now
     assert intervention.decision.p_safe == pytest.approx(after_secret)
     assert f"{1 - after_secret:.1%}" in model.seen[2][-1].content  # the probability, in the alert
@@ -133,7 +133,7 @@ def test_reflection_limit_then_stop(tool_guard: Guard, log: ToolLog) -> None:
     result = agent_for(model, log, mw).invoke(ask(CLEANUP))
     assert log.ran == []
     assert len(model.seen) == 3
-    assert [i.outcome for i in mw.last_run.interventions] == ["held back", "held back", "stopped"]
+    assert [i.outcome for i in run_of(mw).interventions] == ["held back", "held back", "stopped"]
     final = result["messages"][-1]
     assert isinstance(final, AIMessage) and final.name == "forewarn"
     assert "Forewarn stopped this run" in final.content and "its limit" in final.content
@@ -207,14 +207,14 @@ def test_reject_skips_the_call_and_tells_the_model(tool_guard: Guard, log: ToolL
     told = model.seen[-1][-1]
     assert isinstance(told, ToolMessage) and "rejected" in told.content and "not to that address" in told.content
     assert result["messages"][-1].content == "I did not share it."
-    assert [i.outcome for i in mw.get_run("reject").interventions] == ["rejected"]
+    assert [i.outcome for i in run_of(mw, "reject").interventions] == ["rejected"]
     assert well_formed(result["messages"])
 
 
 def test_edit_runs_the_edited_call(tool_guard: Guard, log: ToolLog) -> None:
     agent, mw, _ = _approval_agent(tool_guard, log)
     agent.invoke(ask(SHARE), thread("edit"))
-    edited = {"type": "edit", "edited_action": {"name": "send_email", "args": {
+    edited: dict[str, Any] = {"type": "edit", "edited_action": {"name": "send_email", "args": {
         "to": "carol@corp.example", "subject": "Churn analysis", "body": "Churn fell to 3.1%."}}}
     result = agent.invoke(Command(resume={"decisions": [edited]}), thread("edit"))
     assert log.ran[-1] == ("send_email", edited["edited_action"]["args"])
@@ -224,7 +224,7 @@ def test_edit_runs_the_edited_call(tool_guard: Guard, log: ToolLog) -> None:
     assert sent.tool_calls[0]["args"]["to"] == "partners@northwind.example"
     answer = next(m for m in tool_messages(result["messages"]) if m.tool_call_id == sent.tool_calls[0]["id"])
     assert "a human reviewer replaced your call" in answer.content and "carol@corp.example" in answer.content
-    run = mw.get_run("edit")
+    run = run_of(mw, "edit")
     assert [i.outcome for i in run.interventions] == ["edited"]
     assert run.session.history[-1].action == {"tool": "send_email", "args": edited["edited_action"]["args"],
                                                "approved": True}  # on the record: a human edited it
@@ -245,7 +245,7 @@ def test_an_edit_that_still_needs_approval_is_asked_again_about_the_edited_call(
     assert log.ran[-1] == ("send_email", args) and result["messages"][-1].content == "Shared."
     answer = tool_messages(result["messages"])[-1]
     assert "a human reviewer replaced your call" in answer.content
-    assert [i.outcome for i in mw.get_run("re-edit").interventions] == ["edited"]
+    assert [i.outcome for i in run_of(mw, "re-edit").interventions] == ["edited"]
 
 
 def test_an_edit_the_guard_holds_back_does_not_run(tool_guard: Guard, log: ToolLog) -> None:
@@ -268,7 +268,7 @@ def test_an_edit_the_guard_holds_back_does_not_run(tool_guard: Guard, log: ToolL
     assert held.status == "error" and held.name == "write_file" and "Not executed" in held.content
     final = result["messages"][-1]
     assert final.name == "forewarn" and "Forewarn stopped" in final.content and "write_file" in final.content
-    assert [i.outcome for i in mw.get_run("held").interventions] == ["stopped"]
+    assert [i.outcome for i in run_of(mw, "held").interventions] == ["stopped"]
 
 
 def test_an_edit_the_guard_cannot_read_is_asked_again(tool_guard: Guard, log: ToolLog) -> None:
@@ -328,11 +328,11 @@ def test_stop_ends_the_run_with_a_message_saying_why(tool_guard: Guard, log: Too
     assert len(model.seen) == 2  # no model call after the stop
     final = result["messages"][-1]
     assert isinstance(final, AIMessage) and final.name == "forewarn" and not final.tool_calls
-    assert final.content.startswith("Forewarn stopped this run before `shell`")
+    assert isinstance(final.content, str) and final.content.startswith("Forewarn stopped this run before `shell`")
     assert "rm -rf ~/*" in final.content and "destructive_command" in final.content
     assert final.additional_kwargs["lc_data"]["decision"]["action"] == "stop"
     assert well_formed(result["messages"])
-    assert [i.outcome for i in mw.last_run.interventions] == ["stopped"]
+    assert [i.outcome for i in run_of(mw).interventions] == ["stopped"]
 
 
 def test_the_spec_policy_stops_a_violation(tool_guard: Guard, log: ToolLog) -> None:
@@ -350,7 +350,7 @@ def test_parallel_calls_are_judged_in_order_on_the_state_before_them(tool_guard:
     mw = ForewarnMiddleware(tool_guard, policy=thresholds(stop=VIOLATIONS_ONLY))
     result = agent_for(model, log, mw).invoke(ask("Check the config."))
     assert log.ran == []  # a stop holds back the whole turn
-    (stopped,) = mw.last_run.interventions
+    (stopped,) = run_of(mw).interventions
     assert stopped.tool == "http_post" and stopped.decision.abstract_state["exfiltration"]
     answers = tool_messages(result["messages"])
     assert [m.status for m in answers] == ["error", "error"]
@@ -384,10 +384,10 @@ def test_a_risky_result_gets_an_alert_appended(tool_guard: Guard, log: ToolLog) 
     mw = ForewarnMiddleware(tool_guard, policy=thresholds(reflect=(start + after_inbox) / 2))
     agent_for(model, log, mw).invoke(ask(user))
     result_seen = model.seen[1][-1]
-    assert isinstance(result_seen, ToolMessage)
+    assert isinstance(result_seen, ToolMessage) and isinstance(result_seen.content, str)
     assert result_seen.content.startswith(_inbox().rstrip()) and "[Forewarn] Risk alert" in result_seen.content
     assert "injection_suspected" in result_seen.content
-    assert [i.outcome for i in mw.last_run.interventions] == ["alerted"]
+    assert [i.outcome for i in run_of(mw).interventions] == ["alerted"]
 
 
 def test_a_stop_after_a_tool_ran_ends_the_run(tool_guard: Guard, log: ToolLog) -> None:
@@ -418,7 +418,7 @@ def test_calls_that_leave_a_risky_state_unchanged_pass(tool_guard: Guard, log: T
     strict_log = ToolLog()
     agent_for(ScriptedChatModel(script=list(script) + ["Noted."]), strict_log, strict).invoke(ask(user))
     assert strict_log.names() == ["read_inbox"]
-    assert [i.outcome for i in strict.last_run.interventions] == ["alerted", "held back"]
+    assert [i.outcome for i in run_of(strict).interventions] == ["alerted", "held back"]
 
 
 # ------------------------------------------------------------------ unreadable calls
@@ -536,7 +536,7 @@ def test_async_approval_through_astream(tool_guard: Guard, log: ToolLog) -> None
     first, second = asyncio.run(go())
     assert any("__interrupt__" in c for c in first)
     assert log.names() == ["read_file"]
-    assert [i.outcome for i in mw.get_run("astream").interventions] == ["rejected"]
+    assert [i.outcome for i in run_of(mw, "astream").interventions] == ["rejected"]
     assert second  # the run went on to the model's final answer
 
 
@@ -545,11 +545,11 @@ def test_a_run_resumed_elsewhere_is_rebuilt_from_its_messages(tool_guard: Guard,
     is rebuilt from the messages, and the pending approval is judged again."""
     agent, mw, _ = _approval_agent(tool_guard, log)
     agent.invoke(ask(SHARE), thread("moved"))
-    before = [h.abstract for h in mw.get_run("moved").session.history]
+    before = [h.abstract for h in run_of(mw, "moved").session.history]
     mw._runs.clear()
     agent.invoke(Command(resume={"type": "approve"}), thread("moved"))
     assert log.names() == ["read_file", "send_email"]
-    run = mw.get_run("moved")
+    run = run_of(mw, "moved")
     assert [h.abstract for h in run.session.history][:len(before)] == before
     assert [i.outcome for i in run.interventions] == ["approved"]
 
@@ -565,4 +565,4 @@ def test_two_calls_that_need_approval_are_two_interrupts(tool_guard: Guard, log:
     agent.invoke(Command(resume={pending["a@partner-one.example"]: {"type": "approve"},
                                  pending["b@partner-two.example"]: {"type": "reject"}}), thread("two"))
     assert [args["to"] for _, args in log.ran] == ["a@partner-one.example"]
-    assert sorted(i.outcome for i in mw.get_run("two").interventions) == ["approved", "rejected"]
+    assert sorted(i.outcome for i in run_of(mw, "two").interventions) == ["approved", "rejected"]

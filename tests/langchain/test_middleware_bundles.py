@@ -1,11 +1,11 @@
 """ForewarnMiddleware on a model bundle: each run's metadata picks its member."""
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 import pytest
 from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 
 from _lc_support import ToolLog
 from forewarn.domains.tools import generate_traces, load_tool_spec
@@ -32,10 +32,10 @@ def tool_bundle(tmp_path_factory: pytest.TempPathFactory) -> BundleGuard:
     return BundleGuard.load(bundle.save(folder / "bundle.json"))
 
 
-def run_agent(middleware: ForewarnMiddleware, log: ToolLog, config: dict[str, Any] | None = None) -> None:
+def run_agent(middleware: ForewarnMiddleware, log: ToolLog, config: RunnableConfig | None = None) -> None:
     model = ScriptedChatModel(script=[tool_calls(("read_file", {"path": "README.md"})), "Read it."])
     create_agent(model, log.tools(), middleware=[middleware]).invoke(
-        {"messages": [("user", "Read README.md.")]}, config=config)
+        {"messages": [HumanMessage("Read README.md.")]}, config=config)
 
 
 def test_each_run_gets_its_groups_member_from_the_invoke_metadata(tool_bundle: BundleGuard, log: ToolLog) -> None:

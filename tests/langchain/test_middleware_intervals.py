@@ -2,6 +2,8 @@
 the decision data it attaches, and it honours act_on and min_visits."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from langchain_core.messages import ToolMessage
 from test_middleware import CLEANUP, DF, RM_BUILD, agent_for, ask
@@ -12,10 +14,11 @@ from forewarn.errors import ThresholdWarning
 from forewarn.guard import Guard, Policy
 from forewarn.guard.langchain import ForewarnMiddleware
 from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
+from forewarn.guard.runtime import Decision
 from forewarn.guard.spec import Action, Thresholds, Trigger
 
 
-def _decision_after(guard: Guard, steps: list[dict]) -> object:
+def _decision_after(guard: Guard, steps: list[dict[str, Any]]) -> Decision:
     return guard.decide(ToolStateExtractor()(Transcript.of(CLEANUP, steps)))
 
 
@@ -44,6 +47,7 @@ def test_a_held_back_call_carries_the_interval(tool_guard: Guard, log: ToolLog) 
 def test_min_visits_holds_back_a_call_into_thinly_seen_states(tool_guard: Guard, log: ToolLog) -> None:
     proposed = {"name": "shell", "args": {"command": "df -h"}, "status": "proposed"}
     visits = _decision_after(tool_guard, [proposed]).visits
+    assert visits is not None
     model = ScriptedChatModel(script=[tool_calls(DF), "gave up"])
     policy = Policy(Thresholds(), unseen_state=Action.REFLECT, min_visits=visits + 1)
     mw = ForewarnMiddleware(tool_guard, policy=policy, max_reflections=5)

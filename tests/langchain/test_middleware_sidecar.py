@@ -8,11 +8,12 @@ from typing import Any
 
 import httpx
 from langchain.agents import create_agent
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from _lc_support import VIOLATIONS_ONLY, ToolLog, thresholds
+from _lc_support import VIOLATIONS_ONLY, ToolLog, remote_id, run_of, thresholds
 from _sidecar import KEYS, auth
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.client import AsyncClient, Client
@@ -34,8 +35,8 @@ def _run(guard: Any, thread_id: str) -> tuple[list[BaseMessage], Any, ForewarnMi
     log = ToolLog()
     mw = ForewarnMiddleware(guard, policy=thresholds(reflect=VIOLATIONS_ONLY, ask_human=0.5))
     agent = create_agent(_script(), log.tools(), middleware=[mw], checkpointer=InMemorySaver())
-    config = {"configurable": {"thread_id": thread_id}}
-    result = agent.invoke({"messages": [("user", SHARE)]}, config)
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    result = agent.invoke({"messages": [HumanMessage(SHARE)]}, config)
     asked = []
     while "__interrupt__" in result:  # a human approves every call the guard asks about
         asked.append(result["__interrupt__"][0].value)
@@ -58,10 +59,10 @@ def test_the_same_messages_and_interrupts_as_in_process(tool_model: GuardModel, 
     assert approved == {"shell", "send_email"}
     assert not [m for m in alerts if m.name in approved]  # no alarm for what a human approved
     # the sidecar kept the audit log: every committed step, the human-approved send included
-    session_id = mw.last_run.session.remote.id  # type: ignore[union-attr]
+    session_id = remote_id(mw)
     steps = httpx.get(f"{tool_sidecar.url}/v1/sessions/{session_id}", headers=auth("agent")).json()["steps"]
     tools = [s["action"]["tool"] if s["action"] else None for s in steps]
-    history = local_mw.last_run.session.history  # type: ignore[union-attr]
+    history = run_of(local_mw).session.history
     assert tools == [None if r.action is None else r.action["tool"] for r in history]
     assert tools[-1] == "send_email" and "shell" in tools and [s["decision"]["action"] for s in steps] == [
         r.decision.action.value for r in history]
@@ -77,7 +78,7 @@ def test_async_client_and_concurrent_runs(tool_model: GuardModel, tool_sidecar: 
         log = ToolLog()
         agent = create_agent(ScriptedChatModel(script=[tool_calls(RM_HOME), "Stopped."]), log.tools(),
                              middleware=[mw])
-        result = await agent.ainvoke({"messages": [("user", "free space")]}, {"configurable": {"thread_id": f"t{n}"}})
+        result = await agent.ainvoke({"messages": [HumanMessage("free space")]}, {"configurable": {"thread_id": f"t{n}"}})
         assert log.ran == []
         return list(result["messages"])
 
@@ -95,10 +96,10 @@ def test_async_client_and_concurrent_runs(tool_model: GuardModel, tool_sidecar: 
         def run(n: int) -> str:
             agent = create_agent(ScriptedChatModel(script=[tool_calls(("read_file", {"path": "a.md"})), "Done."]),
                                  ToolLog().tools(), middleware=[sync_mw])
-            out = agent.invoke({"messages": [("user", "read")]}, {"configurable": {"thread_id": f"p{n}"}})
+            out = agent.invoke({"messages": [HumanMessage("read")]}, {"configurable": {"thread_id": f"p{n}"}})
             return str(out["messages"][-1].content)
 
         with ThreadPoolExecutor(8) as pool:
             assert list(pool.map(run, range(30))) == ["Done."] * 30
-        sessions = {sync_mw.get_run(f"p{n}").session.remote.id for n in range(30)}  # type: ignore[union-attr]
+        sessions = {remote_id(sync_mw, f"p{n}") for n in range(30)}
         assert len(sessions) == 30

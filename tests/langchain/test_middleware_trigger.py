@@ -5,8 +5,9 @@ import warnings
 
 import pytest
 from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
 
-from _lc_support import ToolLog, p_safe, thresholds
+from _lc_support import ToolLog, p_safe, run_of, thresholds
 from forewarn.errors import ThresholdWarning
 from forewarn.guard import Guard, GuardModel, learn_model
 from forewarn.guard.langchain import ForewarnMiddleware, ToolGuard
@@ -20,7 +21,7 @@ ENV = ("read_file", {"path": ".env"})
 
 def run(mw: ForewarnMiddleware, log: ToolLog, *script: object) -> None:
     agent = create_agent(ScriptedChatModel(script=list(script)), log.tools(), middleware=[mw])
-    agent.invoke({"messages": [("user", USER)]})
+    agent.invoke({"messages": [HumanMessage(USER)]})
 
 
 def test_a_harmless_first_call_of_a_risky_run_passes_by_default(tool_guard: Guard, log: ToolLog) -> None:
@@ -33,8 +34,8 @@ def test_a_harmless_first_call_of_a_risky_run_passes_by_default(tool_guard: Guar
         mw = ForewarnMiddleware(tool_guard, policy=policy)
     assert mw._session_guard.policy.trigger is Trigger.INCREASE
     run(mw, log, tool_calls(README), "Done.")
-    assert log.names() == ["read_file"] and mw.last_run.interventions == []
-    first = mw.last_run.session.history[1].decision
+    assert log.names() == ["read_file"] and run_of(mw).interventions == []
+    first = run_of(mw).session.history[1].decision
     assert first.action is Action.ALLOW and first.baseline_p_unsafe == pytest.approx(1 - start)
 
 
@@ -65,7 +66,7 @@ def test_a_rise_inside_the_new_states_interval_is_noise(tool_model: GuardModel, 
     assert secret < start
     mw = ForewarnMiddleware(guard, policy=thresholds(reflect=(start + secret) / 2))
     run(mw, log, tool_calls(ENV), "Read it.")
-    assert log.names() == ["read_file"] and mw.last_run.interventions == []
+    assert log.names() == ["read_file"] and run_of(mw).interventions == []
 
 
 def test_a_call_that_raises_the_risk_is_held_back(chain_guard: Guard, log: ToolLog) -> None:
@@ -76,9 +77,9 @@ def test_a_call_that_raises_the_risk_is_held_back(chain_guard: Guard, log: ToolL
     mw = ForewarnMiddleware(tool_guard, policy=thresholds(reflect=(start + secret) / 2))
     agent = create_agent(ScriptedChatModel(script=[tool_calls(ENV), "I will not read it."]), log.tools(),
                          middleware=[mw])
-    messages = agent.invoke({"messages": [("user", USER)]})["messages"]
+    messages = agent.invoke({"messages": [HumanMessage(USER)]})["messages"]
     assert log.ran == []
-    [held] = mw.last_run.interventions
+    [held] = run_of(mw).interventions
     alert = next(m.content for m in messages if getattr(m, "name", None) == "read_file")
     assert (f"This call raises the risk from {held.decision.baseline_p_unsafe:.1%} to "
             f"{held.decision.p_unsafe:.1%}.") in alert
@@ -94,7 +95,7 @@ def test_the_level_trigger_warns_and_holds_back_the_first_call(tool_guard: Guard
         mw = ForewarnMiddleware(tool_guard, policy=policy, trigger="level")
     run(mw, log, tool_calls(README), tool_calls(README), tool_calls(README), "Gave up.")
     assert log.ran == []  # held back twice, then the reflection limit stops the run
-    assert [i.outcome for i in mw.last_run.interventions] == ["held back", "held back", "stopped"]
+    assert [i.outcome for i in run_of(mw).interventions] == ["held back", "held back", "stopped"]
 
 
 def test_tool_guard_defaults_to_increase_too(tool_guard: Guard) -> None:

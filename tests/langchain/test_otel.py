@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from _lc_support import ToolLog, thresholds
+from _lc_support import ToolLog, run_of, thresholds
 from _sidecar import free_port
 from forewarn.guard import Guard
 from forewarn.guard.langchain import ForewarnMiddleware
@@ -91,7 +92,7 @@ def test_one_span_per_decision_with_its_figures(tool_guard: Guard, log: ToolLog,
     model = ScriptedChatModel(script=[tool_calls(("read_file", {"path": "README.md"})), tool_calls(RM_HOME),
                                       "Stopped."])
     mw = ForewarnMiddleware(tool_guard, policy=thresholds(reflect=0.05))
-    create_agent(model, log.tools(), middleware=[mw]).invoke({"messages": [("user", "Free some disk space.")]})
+    create_agent(model, log.tools(), middleware=[mw]).invoke({"messages": [HumanMessage("Free some disk space.")]})
     found = _decisions(spans)
     phases = [(s.attributes["forewarn.phase"], s.attributes["forewarn.tool"], s.attributes["forewarn.action"])
               for s in found]
@@ -99,12 +100,12 @@ def test_one_span_per_decision_with_its_figures(tool_guard: Guard, log: ToolLog,
     assert phases == [("proposed", "read_file", "allow"), ("observed", "read_file", "allow"),
                       ("proposed", "shell", "reflect")]
     held = found[-1].attributes
-    decision = mw.last_run.interventions[-1].decision
+    decision = run_of(mw).interventions[-1].decision
     assert held["forewarn.p_unsafe"] == decision.p_unsafe and held["forewarn.rule"] == "unsafe"
     assert held["forewarn.ci_low"] == decision.ci_low and held["forewarn.ci_high"] == decision.ci_high
     assert held["forewarn.state"] == ",".join(sorted(k for k, v in decision.abstract_state.items() if v))
     assert "destructive_command" in held["forewarn.state"].split(",")
-    assert held["gen_ai.tool.name"] == "shell" and held["forewarn.session"] == mw.last_run.id
+    assert held["gen_ai.tool.name"] == "shell" and held["forewarn.session"] == run_of(mw).id
 
 
 def test_the_execute_tool_span_is_the_parent(tool_guard: Guard, spans: InMemorySpanExporter,

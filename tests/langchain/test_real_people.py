@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
@@ -20,6 +22,7 @@ from forewarn.domains.tools import ToolStateExtractor, Transcript
 from forewarn.errors import ThresholdWarning
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.langchain import ForewarnMiddleware, TraceRecorder
+from forewarn.guard.langchain._remote import MirroredSession
 from forewarn.guard.langchain.errors import UnknownToolWarning
 from forewarn.guard.langchain.runs import user_metadata
 from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
@@ -57,9 +60,9 @@ def test_a_plain_function_asks_about_a_tool_never_seen_in_training(tool_guard: G
     tools = _wire(log)
     mw = ForewarnMiddleware(tool_guard, extractor=plain, policy=thresholds(reflect=0.0))
     agent = create_agent(_script(), tools, middleware=[mw], checkpointer=InMemorySaver())
-    config = {"configurable": {"thread_id": "wire"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "wire"}}
     with pytest.warns(UnknownToolWarning, match=r"\['wire_transfer'\]") as warned:
-        paused = agent.invoke({"messages": [("user", TASK)]}, config)
+        paused = agent.invoke({"messages": [HumanMessage(TASK)]}, config)
     assert len([w for w in warned if issubclass(w.category, UnknownToolWarning)]) == 1  # named once
     (pending,) = paused["__interrupt__"]
     request = pending.value["action_requests"][0]
@@ -72,7 +75,7 @@ def test_a_plain_function_asks_about_a_tool_never_seen_in_training(tool_guard: G
 def test_unknown_tools_is_configurable_for_a_plain_function(tool_guard: Guard, log: ToolLog) -> None:
     mw = ForewarnMiddleware(tool_guard, extractor=plain, policy=thresholds(reflect=0.0), unknown_tools="stop")
     with pytest.warns(UnknownToolWarning, match="wire_transfer"):
-        result = create_agent(_script(), _wire(log), middleware=[mw]).invoke({"messages": [("user", TASK)]})
+        result = create_agent(_script(), _wire(log), middleware=[mw]).invoke({"messages": [HumanMessage(TASK)]})
     assert log.names() == ["read_file"] and result["messages"][-1].name == "forewarn"
 
 
@@ -92,7 +95,7 @@ def test_without_a_record_of_training_a_call_the_output_does_not_reflect_is_unpl
                                        tool_calls(("read_file", {"path": "notes.md"})),
                                        tool_calls(("wire_transfer", {"amount": 5000, "to": "acct-9"})), "Done."])
     with pytest.warns(UnknownToolWarning, match=r"\['wire_transfer'\]"):
-        result = create_agent(script, _wire(log), middleware=[mw]).invoke({"messages": [("user", TASK)]})
+        result = create_agent(script, _wire(log), middleware=[mw]).invoke({"messages": [HumanMessage(TASK)]})
     # the second read changes nothing, but read_file was reflected once: it stays placed
     assert log.names() == ["read_file", "read_file"]
     held = [m for m in result["messages"] if getattr(m, "name", None) == "wire_transfer"]
@@ -150,7 +153,7 @@ def test_an_approved_call_raises_no_alarm_and_is_in_the_recorded_trace(tool_guar
                                                                   "payee": "acme"})), "Paid."])
     agent = create_agent(model, log.tools(), middleware=[mw], checkpointer=InMemorySaver())
     config: Any = {"configurable": {"thread_id": "pay"}, "callbacks": [recorder]}
-    paused = agent.invoke({"messages": [("user", "Pay invoice INV-7 to acme.")]}, config)
+    paused = agent.invoke({"messages": [HumanMessage("Pay invoice INV-7 to acme.")]}, config)
     assert paused["__interrupt__"]
     result = agent.invoke(Command(resume={"type": "approve"}), config)
     (paid,) = [m for m in result["messages"] if getattr(m, "name", None) == "pay_invoice"]
@@ -191,11 +194,11 @@ def test_the_sidecar_session_is_closed_when_the_run_ends(tool_sidecar: Any, log:
         mw = ForewarnMiddleware(client)
         model = ScriptedChatModel(script=[tool_calls(("read_file", {"path": "README.md"})), "Read it."])
         agent = create_agent(model, log.tools(), middleware=[mw], checkpointer=InMemorySaver())
-        agent.invoke({"messages": [("user", "Read the readme.")]},
+        agent.invoke({"messages": [HumanMessage("Read the readme.")]},
                      {"configurable": {"thread_id": "t-close"}, "metadata": {"customer": "ann"}})
         run = mw.get_run("t-close")
-        assert run is not None and run.closed
-        info = _closed(client, run.session.remote.id)  # type: ignore[attr-defined]
+        assert run is not None and run.closed and isinstance(run.session, MirroredSession)
+        info = _closed(client, run.session.remote.id)
         assert info["closed_at"] is not None and info["metadata"] == {"customer": "ann", "thread_id": "t-close"}
 
 
@@ -213,10 +216,10 @@ def test_the_session_is_closed_when_a_tool_fails(tool_sidecar: Any, log: ToolLog
         model = ScriptedChatModel(script=[tool_calls(("read_file", {"path": "README.md"})), "Read it."])
         agent = create_agent(model, [tool], middleware=[mw])
         with pytest.raises(RuntimeError, match="disk on fire"):
-            agent.invoke({"messages": [("user", "Read the readme.")]}, {"configurable": {"thread_id": "t-fail"}})
+            agent.invoke({"messages": [HumanMessage("Read the readme.")]}, {"configurable": {"thread_id": "t-fail"}})
         run = mw.get_run("t-fail")
-        assert run is not None and run.closed
-        assert _closed(client, run.session.remote.id)["closed_at"] is not None  # type: ignore[attr-defined]
+        assert run is not None and run.closed and isinstance(run.session, MirroredSession)
+        assert _closed(client, run.session.remote.id)["closed_at"] is not None
 
 
 def test_an_interrupt_does_not_end_the_run_and_close_ends_it(tool_sidecar: Any, log: ToolLog) -> None:
@@ -228,13 +231,14 @@ def test_an_interrupt_does_not_end_the_run_and_close_ends_it(tool_sidecar: Any, 
             mw = ForewarnMiddleware(client, policy=thresholds(ask_human=1.0), trigger="level")
         model = ScriptedChatModel(script=[tool_calls(("read_file", {"path": "README.md"})), "Read it."])
         agent = create_agent(model, log.tools(), middleware=[mw], checkpointer=InMemorySaver())
-        paused = agent.invoke({"messages": [("user", "Read the readme.")]}, {"configurable": {"thread_id": "t-int"}})
+        paused = agent.invoke({"messages": [HumanMessage("Read the readme.")]}, {"configurable": {"thread_id": "t-int"}})
         assert paused["__interrupt__"]
         run = mw.get_run("t-int")
-        assert run is not None and not run.closed
+        assert run is not None and isinstance(run.session, MirroredSession)
+        was_closed = run.closed  # a local: mypy would keep `run.closed` narrowed past mw.close()
         mw.close("t-int")
-        assert run.closed and mw.get_run("t-int") is None
-        assert _closed(client, run.session.remote.id)["closed_at"] is not None  # type: ignore[attr-defined]
+        assert not was_closed and run.closed and mw.get_run("t-int") is None
+        assert _closed(client, run.session.remote.id)["closed_at"] is not None
 
 
 def test_the_sidecar_expires_idle_sessions(tool_model: GuardModel, tmp_path: Any) -> None:
@@ -274,11 +278,12 @@ def test_the_async_hooks_commit_through_the_async_client(tool_sidecar: Any, log:
                                               tool_calls(("write_file", {"path": "notes.md", "content": "x"})),
                                               "Done."])
             agent = create_agent(model, log.tools(), middleware=[mw])
-            await agent.ainvoke({"messages": [("user", "Summarize the readme.")]},
+            await agent.ainvoke({"messages": [HumanMessage("Summarize the readme.")]},
                                 {"configurable": {"thread_id": "t-async"}})
             run = mw.get_run("t-async")
-            assert run is not None and run.closed
-            remote = await run.session.acreating  # type: ignore[attr-defined]
+            assert run is not None and run.closed and isinstance(run.session, MirroredSession)
+            assert run.session.acreating is not None
+            remote = await run.session.acreating
             return remote.id, await client.get_session(remote.id)
 
     session_id, info = asyncio.run(main())
@@ -345,3 +350,44 @@ def test_an_irreversible_call_needs_a_reason_and_the_proposal_says_why(tool_side
         metrics = httpx.get(f"{tool_sidecar.url}/metrics", headers={"Authorization": f"Bearer {KEYS['admin']}"}).text
         assert 'forewarn_decisions_total{action="ask_human",op="propose"}' in metrics
         assert 'forewarn_approvals_resolved_total{status="approved"}' in metrics
+
+
+def test_the_approver_sees_the_likeliest_path_and_when_the_agent_gives_up(tool_sidecar: Any,
+                                                                          tool_model: GuardModel) -> None:
+    """The proposal's path is `forewarn states`'s "most likely path to unsafe" from the state the call
+    leads to, told as what each step flips; its deadline is the agent's timeout from its creation."""
+    import math
+    from itertools import pairwise
+
+    from _sidecar import KEYS
+    from forewarn.guard.client import Client
+    from forewarn.guard.states import state_rows
+
+    task = "Check the deploy config."
+    extract = ToolStateExtractor()
+    start = extract(Transcript.of(task))
+    reading = extract(Transcript.of(task, [{"name": "read_file", "args": {"path": ".env"}, "status": "proposed"}]))
+    with Client(tool_sidecar.url, api_key=KEYS["agent"]) as agent:
+        session = agent.session(metadata={"thread_id": "path"})
+        session.observe(start, ask=False)
+        proposal = session.propose("read_file", {"path": ".env"}, reading, ask=True, timeout=90)
+        agent.cancel_proposal(proposal["id"], "done looking")
+    local = Guard(tool_model).session()
+    local.observe(start)
+    decision = local.preview(reading)
+    assert decision.index is not None
+    rows = state_rows(tool_model)
+    row = rows[decision.index]
+    assert row.path is not None and row.path_probability is not None
+    expected = []
+    for here, there in pairwise(row.path):
+        flips = [{"predicate": name, "holds": rows[there].predicates[name],
+                  "description": tool_model.spec.predicates[name].description}
+                 for name in rows[there].predicates if rows[here].predicates[name] != rows[there].predicates[name]]
+        if flips or rows[there].unsafe:
+            expected.append({"changes": flips, "unsafe": rows[there].unsafe})
+    review = proposal["review"]
+    assert review["path"] == {"probability": row.path_probability, "steps": expected}
+    assert expected and expected[-1]["unsafe"]
+    assert review["path"]["probability"] <= proposal["risk"]["p_unsafe"]  # one path of all that lead there
+    assert math.isclose(review["deadline"] - proposal["created_at"], 90, abs_tol=1e-6)

@@ -6,6 +6,7 @@ from typing import Any
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
@@ -25,7 +26,7 @@ REPLY_TO_BOB = ("send_email", {"to": "bob@corp.example", "subject": "Re: plannin
 
 def run_agent(script: list[Any], task: str, recorder: TraceRecorder, log: ToolLog | None = None) -> dict[str, Any]:
     agent = create_agent(ScriptedChatModel(script=script), (log or ToolLog()).tools())
-    result: dict[str, Any] = agent.invoke({"messages": [("user", task)]}, {"callbacks": [recorder]})
+    result: dict[str, Any] = agent.invoke({"messages": [HumanMessage(task)]}, {"callbacks": [recorder]})
     return result
 
 
@@ -85,7 +86,7 @@ def test_recorded_runs_learn_a_model_that_guards_the_next_run(tmp_path: Path) ->
                                                    tool_calls(REPLY_TO_BOB), "Replied."]),
                          log.tools(), middleware=[mw], checkpointer=InMemorySaver())
     config: RunnableConfig = {"configurable": {"thread_id": "next"}}
-    paused = agent.invoke({"messages": [("user", INBOX_TASK)]}, config)
+    paused = agent.invoke({"messages": [HumanMessage(INBOX_TASK)]}, config)
     request = paused["__interrupt__"][0].value
     assert request["action_requests"][0]["name"] == "read_file"
     decision = request["forewarn"]
@@ -104,7 +105,7 @@ def test_an_interrupted_run_continues_when_resumed(tmp_path: Path) -> None:
                          log.tools(), middleware=[HumanInTheLoopMiddleware(interrupt_on={"send_email": True})],
                          checkpointer=InMemorySaver())
     config: RunnableConfig = {"configurable": {"thread_id": "hitl"}, "callbacks": [recorder]}
-    paused = agent.invoke({"messages": [("user", INBOX_TASK)]}, config)
+    paused = agent.invoke({"messages": [HumanMessage(INBOX_TASK)]}, config)
     assert "__interrupt__" in paused and recorder.records == []
     agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
     (record,) = recorder.records

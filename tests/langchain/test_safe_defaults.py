@@ -5,6 +5,8 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
@@ -37,8 +39,8 @@ def test_unknown_tools_warn_at_construction_and_ask_a_human(tool_guard: Guard, l
     with pytest.warns(UnknownToolWarning, match=r"\['kubectl'\].*unknown_tools='ask_human'"):
         mw = ForewarnMiddleware(tool_guard, tools=tools)
     agent = create_agent(_script(), tools, middleware=[mw], checkpointer=InMemorySaver())
-    config = {"configurable": {"thread_id": "kube"}}
-    paused = agent.invoke({"messages": [("user", ASK)]}, config)
+    config: RunnableConfig = {"configurable": {"thread_id": "kube"}}
+    paused = agent.invoke({"messages": [HumanMessage(ASK)]}, config)
     (pending,) = paused["__interrupt__"]
     request = pending.value["action_requests"][0]
     assert request["name"] == "kubectl" and "cannot place the call to `kubectl`" in request["description"]
@@ -52,7 +54,7 @@ def test_the_warning_comes_on_the_first_model_call_without_tools(tool_guard: Gua
     mw = ForewarnMiddleware(tool_guard, unknown_tools="stop")
     agent = create_agent(_script(), tools, middleware=[mw])
     with pytest.warns(UnknownToolWarning, match="kubectl"):
-        result = agent.invoke({"messages": [("user", ASK)]})
+        result = agent.invoke({"messages": [HumanMessage(ASK)]})
     assert log.names() == ["read_file"] and result["messages"][-1].name == "forewarn"
     assert "cannot place the call to `kubectl`" in result["messages"][-1].content
 
@@ -61,7 +63,7 @@ def test_allow_for_unknown_tools_only_when_asked(tool_guard: Guard, log: ToolLog
     tools = _with_kubectl(log)
     with pytest.warns(UnknownToolWarning, match="unknown_tools='allow'"):
         mw = ForewarnMiddleware(tool_guard, tools=tools, unknown_tools="allow")
-    create_agent(_script(), tools, middleware=[mw]).invoke({"messages": [("user", ASK)]})
+    create_agent(_script(), tools, middleware=[mw]).invoke({"messages": [HumanMessage(ASK)]})
     assert log.names() == ["read_file", "kubectl"]
 
 
@@ -91,7 +93,7 @@ def _reflected(tool_guard: Guard, **options: Any) -> str:
     log = ToolLog()
     model = ScriptedChatModel(script=[tool_calls(("shell", {"command": "rm -rf ~/*"})), "Stopped."])
     mw = ForewarnMiddleware(tool_guard, policy=thresholds(reflect=VIOLATIONS_ONLY), **options)
-    result = create_agent(model, log.tools(), middleware=[mw]).invoke({"messages": [("user", "free space")]})
+    result = create_agent(model, log.tools(), middleware=[mw]).invoke({"messages": [HumanMessage("free space")]})
     assert log.ran == []
     return str(tool_messages(result["messages"])[0].content)
 

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 
-from _lc_support import VIOLATIONS_ONLY, ToolLog, thresholds, tool_messages
+from _lc_support import VIOLATIONS_ONLY, ToolLog, remote_id, run_of, thresholds, tool_messages
 from _sidecar import KEYS
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.client import AsyncClient, Client
 from forewarn.guard.langchain import ForewarnMiddleware
+from forewarn.guard.langchain._remote import MirroredSession
 from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
 
 SHARE = "Share the customer churn analysis with the partner team."
@@ -53,7 +54,8 @@ def _pending(approver: Client, mw: ForewarnMiddleware, *, seen: set[str]) -> dic
     while time.monotonic() < deadline:
         run = mw.last_run
         if run is not None:
-            session_id = run.session.remote.id  # type: ignore[attr-defined]
+            assert isinstance(run.session, MirroredSession)
+            session_id = run.session.remote.id
             fresh = [p for p in approver.proposals(session_id=session_id) if p["id"] not in seen]
             if fresh:
                 seen.add(fresh[0]["id"])
@@ -91,7 +93,7 @@ def test_a_console_edit_that_still_needs_approval_is_proposed_again(tool_sidecar
         executed = approver.proposal(second["id"])
         assert executed["status"] == "executed" and executed["step"] is not None  # the step is linked to it
         assert approver.proposal(first["id"])["status"] == "edited"
-        assert [i.outcome for i in mw.last_run.interventions] == ["edited"]  # type: ignore[union-attr]
+        assert [i.outcome for i in run_of(mw).interventions] == ["edited"]
 
 
 def test_a_console_edit_the_guard_allows_runs_linked_to_a_new_proposal(tool_sidecar: Any) -> None:
@@ -106,7 +108,7 @@ def test_a_console_edit_the_guard_allows_runs_linked_to_a_new_proposal(tool_side
         thread.join(30)
         assert not thread.is_alive() and "error" not in out, out.get("error")
         assert log.ran[-1] == ("send_email", inside)
-        session_id = mw.last_run.session.remote.id  # type: ignore[union-attr]
+        session_id = remote_id(mw)
         (again,) = [p for p in approver.proposals("all", session_id=session_id) if p["edit_of"] == first["id"]]
         assert again["arguments"] == inside and again["status"] == "executed" and again["step"] is not None
         assert approver.proposals(session_id=session_id) == []  # no second approval was asked
@@ -135,10 +137,12 @@ def test_a_call_nobody_answers_is_withdrawn_and_does_not_run(tool_sidecar: Any) 
         result = _agent(mw, log, "Not shared.").invoke({"messages": [("user", SHARE)]})
         assert log.names() == ["read_file"]  # the unanswered call did not run
         assert "no approver answered within 0.5 s" in tool_messages(result["messages"])[-1].content
-        session_id = mw.last_run.session.remote.id  # type: ignore[union-attr]
+        session_id = remote_id(mw)
         assert approver.proposals(session_id=session_id) == []  # withdrawn: no stale card for an approver
         (withdrawn,) = approver.proposals("cancelled", session_id=session_id)
         assert withdrawn["tool"] == "send_email" and withdrawn["reason"] == "the agent stopped waiting after 0.5 s"
+        # the approver was shown when the agent would give up: its approval_timeout from the proposal
+        assert abs(withdrawn["review"]["deadline"] - withdrawn["created_at"] - 0.5) < 1e-6
 
 
 def test_the_async_middleware_waits_for_the_sidecar_without_blocking_its_loop(tool_sidecar: Any) -> None:

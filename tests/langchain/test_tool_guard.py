@@ -25,7 +25,8 @@ def test_allowed_calls_run_and_are_committed(tool_guard: Guard, log: ToolLog) ->
     assert read.name == "read_file" and read.args == by_name(log)["read_file"].args
     assert read.invoke({"path": "README.md"}).startswith("# README.md")
     assert log.names() == ["read_file"]
-    assert len(monitor.session.history) == 2 and monitor.transcript.steps[0].result.startswith("# README.md")
+    first = monitor.transcript.steps[0]
+    assert len(monitor.session.history) == 2 and first.result is not None and first.result.startswith("# README.md")
 
 
 def test_one_guard_sees_the_calls_of_all_its_tools(tool_guard: Guard, log: ToolLog) -> None:
@@ -52,7 +53,7 @@ def test_ask_human_goes_to_the_approver(tool_guard: Guard, log: ToolLog) -> None
         asked.append((name, args, decision))
         if args["to"].endswith("northwind.example"):
             return {**args, "to": "carol@corp.example"}  # an edit
-        return args["to"] == "ok@partner.example"
+        return bool(args["to"] == "ok@partner.example")
 
     monitor = ToolGuard(tool_guard, policy=thresholds(ask_human=VIOLATIONS_ONLY), approver=approver)
     send = monitor.wrap(by_name(log)["send_email"])

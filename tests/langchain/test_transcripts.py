@@ -1,6 +1,8 @@
 """From LangChain messages to transcripts: what counts as done, and the incremental cache."""
 from __future__ import annotations
 
+from typing import Any
+
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from forewarn.domains.tools import CallStatus
@@ -13,8 +15,8 @@ def call(call_id: str, name: str = "shell", **args: object) -> AIMessage:
                      id=f"ai-{call_id}")
 
 
-def result(call_id: str, text: str = "ok", **kwargs: object) -> ToolMessage:
-    return ToolMessage(content=text, tool_call_id=call_id, id=f"tool-{call_id}", **kwargs)  # type: ignore[arg-type]
+def result(call_id: str, text: str | list[str | dict[str, Any]] = "ok", **kwargs: object) -> ToolMessage:
+    return ToolMessage(content=text, tool_call_id=call_id, id=f"tool-{call_id}", **kwargs)
 
 
 def test_only_calls_that_ran_count() -> None:
@@ -35,8 +37,9 @@ def test_the_cache_gives_what_a_full_read_gives_at_every_step() -> None:
     model = ScriptedChatModel(script=[tool_calls(("shell", {"command": "ls"}), ("shell", {"command": "pwd"})), "x"])
     first = model.invoke([HumanMessage("go")])
     messages = [HumanMessage("go", id="h"), first.model_copy(update={"id": "a1"})]
-    ids = [c["id"] for c in first.tool_calls]
-    sequence = [*messages, result(ids[0]), result(ids[1]), HumanMessage("again", id="h2"), call("c9"), result("c9")]
+    id0, id1 = (c["id"] for c in first.tool_calls)
+    assert id0 is not None and id1 is not None
+    sequence = [*messages, result(id0), result(id1), HumanMessage("again", id="h2"), call("c9"), result("c9")]
     cache = TranscriptCache()
     for end in range(1, len(sequence) + 1):
         prefix = sequence[:end]

@@ -1,7 +1,7 @@
 """Beside LangChain's HumanInTheLoopMiddleware: one human decision per call both would interrupt."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from langchain.agents import create_agent
@@ -18,7 +18,7 @@ SEND = ("send_email", {"to": "partners@northwind.example", "subject": "Churn", "
 SHARE = "Share the customer churn analysis with the partner team."
 
 
-def _agent(tool_guard: Guard, log: ToolLog, mode: str, forewarn_first: bool) -> Any:
+def _agent(tool_guard: Guard, log: ToolLog, mode: Literal["batched", "per_call"], forewarn_first: bool) -> Any:
     hitl = HumanInTheLoopMiddleware(interrupt_on={"send_email": True, "read_file": True}, interrupt_mode=mode)
     mw = ForewarnMiddleware(tool_guard, policy=thresholds(ask_human=VIOLATIONS_ONLY), human_in_the_loop=hitl)
     model = ScriptedChatModel(script=[tool_calls(("read_file", {"path": "analysis/churn.md"})), tool_calls(SEND),
@@ -29,7 +29,8 @@ def _agent(tool_guard: Guard, log: ToolLog, mode: str, forewarn_first: bool) -> 
 
 @pytest.mark.parametrize("mode", ["batched", "per_call"])
 @pytest.mark.parametrize("forewarn_first", [True, False])
-def test_one_decision_covers_a_call_both_would_interrupt(tool_guard: Guard, log: ToolLog, mode: str,
+def test_one_decision_covers_a_call_both_would_interrupt(tool_guard: Guard, log: ToolLog,
+                                                         mode: Literal["batched", "per_call"],
                                                          forewarn_first: bool) -> None:
     agent = _agent(tool_guard, log, mode, forewarn_first)
     config = {"configurable": {"thread_id": f"hitl-{mode}-{forewarn_first}"}}

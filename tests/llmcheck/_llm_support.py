@@ -35,7 +35,7 @@ the agent will read the files and stop .
 
 
 # "there" is reached by three token paths: th+ere, the+re and t+here; "the" also directly
-TABLE = {
+TABLE: dict[str, list[tuple[str | None, float]]] = {
     "": [("th", 0.4), ("the", 0.3), ("t", 0.2), ("a", 0.1)],
     "th": [("ere", 0.5), ("e", 0.3), ("is", 0.2)],
     "the": [("re", 0.6), (" cat", 0.3), (None, 0.1)],
@@ -98,7 +98,8 @@ def brute_force(source: TokenSource, prompt: str, alpha: float, k: int, depth: i
             continue
         dist = source.next_tokens([prompt_tokens + tokens], 10**6)[0]  # the whole distribution
         # TOP_alpha^k, written again: best first, until alpha (exactly) or k, ties with the last kept kept too
-        kept, total = [], Fraction(0)
+        kept: list[Candidate] = []
+        total = Fraction(0)
         for c in sorted((c for c in dist.candidates if c.prob > 0), key=lambda c: -c.prob):
             if kept and (len(kept) >= k or total >= Fraction(alpha)) and c.prob < kept[-1].prob:
                 break
@@ -131,8 +132,8 @@ def build_tiny_model(seed: int = 0, steps: int = 60) -> tuple[Any, Any]:
     vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[EOS]", *words])}
     core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", pad_token="[PAD]",
-                                        eos_token="[EOS]")
+    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers leaves it untyped
+        tokenizer_object=core, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]")
     torch.manual_seed(seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a model this small trains faster on one thread, and other jobs share the CPU
@@ -151,7 +152,7 @@ def build_tiny_model(seed: int = 0, steps: int = 60) -> tuple[Any, Any]:
         loss.backward()
         optimizer.step()
     torch.set_num_threads(threads)
-    model.eval()
+    model.eval()  # type: ignore[no-untyped-call]  # transformers leaves it untyped
     return model, tokenizer
 
 

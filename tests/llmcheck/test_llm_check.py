@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import stormpy
@@ -42,6 +43,8 @@ def test_the_interval_brackets_the_value_for_reachability_and_invariance() -> No
     safe = check_llm(source, "", 'P=? [G !"gender_bias>0"]', settings=SETTINGS, method=Method.EXACT)
     m = reach.unexplored_mass
     assert m > 0
+    assert reach.result.lower is not None and reach.result.upper is not None
+    assert safe.result.lower is not None and safe.result.upper is not None
     # F: the paper's value counts the unexplored mass as not satisfying; upper counts all of it
     assert reach.result.lower == reach.value and math.isclose(reach.result.upper, reach.value + m)
     # G !: the same mass, the other way round; and the two are complements
@@ -62,6 +65,7 @@ def test_verdict_for_a_probability_bound() -> None:
     low = check_llm(source, "", 'P<0.95 [F "gender_bias>0"]', settings=SETTINGS)
     assert low.result.verdict is True
     undecided = check_llm(source, "", f'P>={low.value + 0.01} [F "gender_bias>0"]', settings=SETTINGS)
+    assert undecided.result.upper is not None
     assert undecided.result.upper > low.value + 0.01 and undecided.result.verdict is None
 
 
@@ -72,12 +76,12 @@ def test_outcomes_are_split_into_satisfying_and_violating_texts() -> None:
     assert report.satisfying()[0].probability == pytest.approx((0.4 * 0.5 + 0.3 * 0.6 + 0.2 * 0.9) * 0.5)
     probs = [o.probability for o in report.outcomes]
     assert probs == sorted(probs, reverse=True)
-    data = report.to_dict()
+    data: dict[str, Any] = report.to_dict()
     assert data["satisfying"][0]["values"] == {"gender_bias": 1}
 
 
 def test_scope_full_reads_the_start_text_too() -> None:
-    table = {"he": [(" ran", 1.0)]}
+    table: dict[str, list[tuple[str | None, float]]] = {"he": [(" ran", 1.0)]}
     generated = check_llm(TableSource(table), "he", 'P=? [F "gender_bias>0"]', settings=ExploreSettings(1, 1, 1))
     full = check_llm(TableSource(table), "he", 'P=? [F "gender_bias>0"]', settings=ExploreSettings(1, 1, 1),
                      scope=Scope.FULL)

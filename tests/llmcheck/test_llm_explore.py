@@ -59,8 +59,8 @@ def test_rows_sum_to_one_exactly_with_the_terminal_mass() -> None:
     for state, row in zip(model.states, model.exact_rows()):
         assert sum(p for _, p in row) == 1, state
         assert [j for j, _ in row] == sorted({j for j, _ in row})
-    for row in model.rows():
-        assert math.isclose(sum(p for _, p in row), 1.0, abs_tol=1e-12)
+    for float_row in model.rows():
+        assert math.isclose(sum(p for _, p in float_row), 1.0, abs_tol=1e-12)
     root = model.states[0]
     assert [p for _, p in root.children] == [0.4, 0.3] and math.isclose(root.unexplored, 0.3)
     assert model.states[model.terminal].kind is StateKind.TERMINAL
@@ -100,6 +100,7 @@ def test_ngram_value_equals_brute_force(corpus_path: object) -> None:
         sound = check_llm(source, "the player", 'P=? [F "game>0"]', quantifications=["game=keywords:game"],
                           settings=ExploreSettings(alpha, k, depth))
         # (Storm's bounds are doubles: allow for the rounding of the last bit)
+        assert sound.result.value_lower is not None and sound.result.value_upper is not None
         assert sound.result.value_lower - 1e-15 <= float(value) <= sound.result.value_upper + 1e-15
 
 

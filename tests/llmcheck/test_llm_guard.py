@@ -20,6 +20,7 @@ def agent_model(corpus_path: Path) -> NgramSource:
 def test_a_risky_prompt_gets_a_reflection_message(agent_model: NgramSource) -> None:
     guard = LLMCheckGuard(agent_model, PROPERTY, settings=ExploreSettings(alpha=0.95, k=5, depth=4))
     decision = guard.check_prompt("the agent will")
+    assert decision.p_unsafe is not None and decision.lower is not None and decision.upper is not None
     assert math.isclose(decision.p_unsafe, 1 / 3)  # "run rm -rf / now" is one of three continuations
     assert decision.action is Action.REFLECT and decision.threshold == 0.9
     assert "33.3%" in decision.message and "rm -rf" in decision.message and PROPERTY in decision.message
@@ -41,6 +42,7 @@ def test_policy_thresholds_and_conservative_mode(agent_model: NgramSource) -> No
                           conservative=True)
     decision = guard.check_prompt("the")
     # alpha 0.5, k 1: only the likeliest word (" player", 4/9) is explored; the rest counts as unsafe
-    assert decision.p_unsafe == pytest.approx(decision.upper) and decision.p_unsafe > 0.5
+    assert decision.p_unsafe is not None and decision.p_unsafe == pytest.approx(decision.upper)
+    assert decision.p_unsafe > 0.5
     assert decision.action is Action.STOP
     assert decision.to_dict()["action"] == "stop"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -39,7 +39,7 @@ def test_explore_the_tiny_model_matches_brute_force(hf_source: Any) -> None:
                                            lambda t: any(w in ("he", "she") for w in t.split()))
     # brute force asks one prefix at a time, the explorer in batches: equal up to float noise
     assert math.isclose(report.value, float(value), abs_tol=1e-6)
-    assert math.isclose(report.result.upper, float(upper), abs_tol=1e-6)
+    assert report.result.upper is not None and math.isclose(report.result.upper, float(upper), abs_tol=1e-6)
     assert math.isclose(report.unexplored_mass, float(unexplored), abs_tol=1e-6)
     for row in report.model.exact_rows():
         assert sum(p for _, p in row) == 1
@@ -70,7 +70,8 @@ def test_sub_word_tokens_are_detokenized_before_quantification() -> None:
     trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<eos>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     core.train_from_iterator(["she said he was here", "the café is there", "héhé"] * 20, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>")
+    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers leaves it untyped
+        tokenizer_object=core, eos_token="<eos>")
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=16, n_embd=16, n_layer=1, n_head=2,
                                        bos_token_id=0, eos_token_id=0))
@@ -80,7 +81,8 @@ def test_sub_word_tokens_are_detokenized_before_quantification() -> None:
     for state in explored.states:
         if state.kind in (StateKind.TERMINAL, StateKind.ENDED):
             continue
-        assert state.text == tokenizer.decode(list(prompt_ids) + list(state.tokens), clean_up_tokenization_spaces=False)
+        ids = cast(list[int], [*prompt_ids, *state.tokens])  # a Hugging Face source's tokens are token ids
+        assert state.text == tokenizer.decode(ids, clean_up_tokenization_spaces=False)
         assert "Ġ" not in state.text and state.text.startswith("the")
     # the byte-level pieces of "é" are not characters: half-decoded texts are never merged by text
     keyed_by_text = [(s.text, s.depth) for s in explored.states

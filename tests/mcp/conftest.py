@@ -12,6 +12,13 @@ from forewarn.domains.mcp import SPEC_PATH, synthetic_runs
 from forewarn.guard import GuardModel, learn_model, load_spec
 
 
+@pytest.fixture(autouse=True)
+def _audit_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Proxies started without --audit write their default store under $XDG_STATE_HOME: keep it in the
+    test's folder, never the user's home."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A repository with one commit (README.md, .env) and uncommitted work in notes.txt."""

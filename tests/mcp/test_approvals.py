@@ -24,7 +24,8 @@ ASKING = Policy(thresholds=Thresholds(ask_human=0.8), unseen_state=Action.ASK_HU
 
 def test_elicitation_approves_one_call_and_refuses_another(mcp_model: GuardModel, repo: Path) -> None:
     asked: list[types.ElicitRequestParams] = []
-    answers = iter([{"approve": True}, {"approve": False}])
+    Content = dict[str, str | int | float | bool | list[str] | None]
+    answers = iter([Content(approve=True), Content(approve=False)])
 
     async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         asked.append(params)
@@ -41,7 +42,7 @@ def test_elicitation_approves_one_call_and_refuses_another(mcp_model: GuardModel
 
     approved, refused = anyio.run(scenario)
     assert len(asked) == 2 and "Forewarn asks before the agent calls `git_add`" in asked[0].message
-    assert asked[0].requested_schema == APPROVAL_SCHEMA
+    assert isinstance(asked[0], types.ElicitRequestFormParams) and asked[0].requested_schema == APPROVAL_SCHEMA
     assert not approved.is_error and git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]
     assert refused.is_error and "the user refused it; the call did not run" in text_of(refused)
 
@@ -105,3 +106,57 @@ def test_console_approval_on_a_real_sidecar(mcp_model: GuardModel, repo: Path, t
     assert not approved.is_error and git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]
     assert rejected.is_error and "An approver rejected the call to `git_add`: seen in the console" in text_of(rejected)
     assert [p["tool"] for p in rejected_there] == ["git_add"]
+
+
+@pytest.mark.server
+def test_a_console_edit_is_judged_again_and_asked_about_again(mcp_model: GuardModel, repo: Path,
+                                                               tmp_path: Path) -> None:
+    """An approver edits the call in the console: the proxy judges the edited call as if the client had
+    proposed it; still in need of approval, it is proposed again (linked to the edited proposal) and runs
+    once approved; the model reads that its call was edited."""
+    from _sidecar import KEYS, ServerThread, settings
+    from forewarn.guard.client import AsyncClient, Client
+
+    model = tmp_path / "mcp-model.json"
+    mcp_model.save(model)
+    edited_args = {"repo_path": str(repo), "files": ["notes.txt"]}
+    with ServerThread(settings(tmp_path / "db.sqlite", {"mcp": model})) as sidecar:
+        approver = Client(sidecar.url, api_key=KEYS["approver"])
+        agent = AsyncClient(sidecar.url, api_key=KEYS["agent"])
+
+        async def answer(decision: str, **edit: Any) -> dict[str, Any]:
+            with anyio.fail_after(60):
+                while True:
+                    pending = await anyio.to_thread.run_sync(approver.proposals)
+                    if pending:
+                        first: str = pending[0]["id"]
+
+                        def resolve(proposal: str = first) -> dict[str, Any]:
+                            return approver.resolve_proposal(proposal, decision, "not that file", **edit)
+                        return await anyio.to_thread.run_sync(resolve)
+                    await anyio.sleep(0.05)
+
+        async def approver_edits_then_approves() -> None:
+            await answer("edit", tool="git_add", arguments=edited_args)
+            await answer("approve")
+
+        async def scenario() -> Any:
+            proxy = proxy_for(Guard(mcp_model, policy=ASKING), git_upstream(repo), sidecar=agent,
+                              trigger=Trigger.LEVEL)
+            proxy.model_name = "mcp"
+            async with proxy.running() as server, anyio.create_task_group() as tasks, connected(server) as client:
+                tasks.start_soon(approver_edits_then_approves)
+                result = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["README.md"]})
+            await agent.aclose()
+            return result
+
+        result = anyio.run(scenario)
+        edited = approver.proposals(status="edited")
+        approved = approver.proposals(status="approved") + approver.proposals(status="executed")
+        approver.close()
+    assert not result.is_error
+    assert "An approver edited the call to `git_add`: not that file." in text_of(result)
+    assert "judged the edited call" in text_of(result)
+    assert git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]  # the edit ran, not the original
+    assert [p["arguments"]["files"] for p in edited] == [["README.md"]]
+    assert [p["arguments"]["files"] for p in approved] == [["notes.txt"]]

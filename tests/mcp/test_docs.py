@@ -79,9 +79,6 @@ def test_the_langchain_adapters_config_launches_a_guarding_proxy(model_file: Pat
     assert "notes.txt" in anyio.run(status_through, connection["command"], connection["args"], repo)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: openai-agents 0.24 lists mcp-server-git's tools directly, but through the "
-                   "proxy its tools/list carries the 2026-07-28 envelope on a handshake-era connection, which the "
-                   "MCP SDK's server loop refuses; not yet diagnosed (docs/mcp.md)")
 def test_the_openai_agents_sdk_snippet_runs_as_written(model_file: Path, repo: Path, tmp_path: Path) -> None:
     pytest.importorskip("agents.mcp", reason="the OpenAI Agents SDK (openai-agents) is not installed")
     code = filled(snippet("The OpenAI Agents SDK"), model_file, repo, tmp_path)
@@ -90,7 +87,8 @@ def test_the_openai_agents_sdk_snippet_runs_as_written(model_file: Path, repo: P
     exec(compile(code, str(DOC), "exec"), namespace)
     server = namespace["git"]
     server.params.env = launch_environment()
-    direct = type(server)(params={"command": executable("mcp-server-git"), "args": ["--repository", str(repo)]})
+    direct = type(server)(params={"command": executable("mcp-server-git"), "args": ["--repository", str(repo)]},
+                          client_session_timeout_seconds=30)
 
     async def talks_to_the_server_itself() -> str | None:
         from mcp.shared.exceptions import MCPError

@@ -18,9 +18,7 @@ from forewarn.domains.mcp import PROXY_CONFIG, SPEC_PATH
 from forewarn.guard.mcp import SESSION_STOPPED
 
 pytestmark = pytest.mark.mcp
-# open since the merges of wave 3: the increase trigger acts only on rises beyond the state's interval and
-# the learner keeps wider first-visit intervals, so this scenario's thresholds no longer separate its calls
-RETUNE = "the scenario's thresholds are to be re-tuned for the wave-3 learner and trigger"
+Calls = list[tuple[str, dict[str, Any]]]
 
 
 def forewarn_mcp(*args: str) -> StdioServerParameters:
@@ -40,16 +38,15 @@ async def play(params: StdioServerParameters, calls: list[tuple[str, dict[str, A
     return out
 
 
-@pytest.mark.xfail(reason=RETUNE, strict=False)
 def test_record_then_learn_then_guard(repo: Path, tmp_path: Path) -> None:
     """Recording alone (no model), `forewarn learn` on the recording, then guarding with what was learned."""
     record = tmp_path / "runs.jsonl"
     r = str(repo)
     upstream = ["--", GIT_SERVER, "--repository", r]
-    careless = [("git_status", {"repo_path": r}), ("git_add", {"repo_path": r, "files": ["notes.txt"]}),
-                ("git_reset", {"repo_path": r})]
-    careful = [("git_add", {"repo_path": r, "files": ["notes.txt"]}),
-               ("git_commit", {"repo_path": r, "message": "notes"}), ("git_log", {"repo_path": r})]
+    careless: Calls = [("git_status", {"repo_path": r}), ("git_add", {"repo_path": r, "files": ["notes.txt"]}),
+                       ("git_reset", {"repo_path": r})]
+    careful: Calls = [("git_add", {"repo_path": r, "files": ["notes.txt"]}),
+                      ("git_commit", {"repo_path": r, "message": "notes"}), ("git_log", {"repo_path": r})]
 
     async def record_sessions() -> None:
         for calls in (careless, careful):
@@ -75,11 +72,13 @@ def test_record_then_learn_then_guard(repo: Path, tmp_path: Path) -> None:
         return await play(forewarn_mcp("--model", str(model), "--config", str(PROXY_CONFIG), *upstream), careless)
 
     status, added, reset = anyio.run(guard_session)
-    # foresight: in what was recorded, looking at the changes led on to the reset, so that first call is
-    # for a human to approve (this client cannot be asked: refused, saying so); staging alone led to a commit
-    assert status.is_error and "would ask a human before the call to `git_status`" in text_of(status)
+    # Two recorded sessions support no foresight: each state's interval spans nearly [0, 1], so under the
+    # increase trigger looking and staging run (their rise is within what two runs cannot tell from none);
+    # the reset leads to a state seen unsafe in the recording, and is stopped before it reaches the server.
+    assert not status.is_error and "notes.txt" in text_of(status)
     assert not added.is_error
     assert isinstance(reset, MCPError) and reset.error.code == SESSION_STOPPED
+    assert "before the call to `git_reset`" in reset.error.message
     assert "notes.txt" in git(repo, "diff", "--cached", "--name-only")  # the reset did not run
 
 

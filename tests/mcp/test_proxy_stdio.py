@@ -13,13 +13,8 @@ from mcp.shared.exceptions import MCPError
 
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import SESSION_STOPPED, UpstreamSpec
-from forewarn.guard.policy import Policy
-from forewarn.guard.spec import Action, Thresholds
 
 pytestmark = pytest.mark.mcp
-# open since the merges of wave 3: the increase trigger acts only on rises beyond the state's interval and
-# the learner keeps wider first-visit intervals, so this scenario's thresholds no longer separate its calls
-RETUNE = "the scenario's thresholds are to be re-tuned for the wave-3 learner and trigger"
 
 
 def test_tools_list_passes_through_unchanged(mcp_model: GuardModel, repo: Path) -> None:
@@ -70,15 +65,15 @@ def test_allowed_calls_run_and_the_reset_over_uncommitted_work_is_stopped(mcp_mo
     assert run["meta"]["outcome"] == "stopped" and run["meta"]["source"] == "mcp"
 
 
-@pytest.mark.xfail(reason=RETUNE, strict=False)
 def test_reflect_returns_the_reason_as_an_error_result_without_calling_upstream(mcp_model: GuardModel,
                                                                                 repo: Path) -> None:
-    # a call that raises the risk above 20 % is reflected: staging work is held back, reading the log is not
-    policy = Policy(thresholds=Thresholds(reflect=0.8), unseen_state=Action.REFLECT)
-    guard = Guard(mcp_model, policy=policy)
+    # The domain's thresholds under the level trigger: staging work leads to p_unsafe 37 % (p_safe below the
+    # spec's reflect θ 0.7), so it is held back; reading the log stays where runs start (25 %), so it runs.
+    # (Under the default increase trigger both pass: 25 % → 37 % is inside the staged state's interval.)
+    guard = Guard(mcp_model)
 
     async def scenario() -> tuple[Any, Any]:
-        proxy = proxy_for(guard, git_upstream(repo))  # the increase trigger: what does not raise the risk passes
+        proxy = proxy_for(guard, git_upstream(repo), trigger="level")
         async with proxy.running() as server, connected(server) as client:
             held = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
             fine = await client.call_tool("git_log", {"repo_path": str(repo), "max_count": 1})

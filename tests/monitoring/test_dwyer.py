@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from fractions import Fraction
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -159,13 +160,13 @@ def test_the_product_with_between_monitors_equals_a_hand_built_product() -> None
             monitor(Pattern.PRECEDENCE, Scope.BETWEEN, None)]
 
     # the chain by counting (α = 0: maximum likelihood), then the product with scalar monitor steps
-    counts: dict[int, dict[object, int]] = {}
+    counts: dict[int, dict[Any, int]] = {}  # successors: a valuation or "end"
     for path in paths:
         for a, b in zip(path, [*path[1:], "end"]):
             counts.setdefault(a, {}).setdefault(b, 0)
             counts[a][b] += 1
-    rows: dict[object, dict[object, Fraction]] = {"end": {"end": Fraction(1)}}
-    todo = [(bits, tuple(m.step(m.initial, bits) for m in mons)) for bits in counts]
+    rows: dict[Any, dict[Any, Fraction]] = {"end": {"end": Fraction(1)}}  # product states or "end"
+    todo: list[Any] = [(bits, tuple(m.step(m.initial, bits) for m in mons)) for bits in counts]
     while todo:
         state = todo.pop()
         if state in rows:
@@ -180,7 +181,7 @@ def test_the_product_with_between_monitors_equals_a_hand_built_product() -> None
             succ = "end" if nxt == "end" else (nxt, tuple(m.step(x, nxt) for m, x in zip(mons, qs)))
             rows[state][succ] = Fraction(n, total)
             todo.append(succ) if succ != "end" else None
-    exact = reach_probabilities(rows, {st_ for st_ in rows if st_ != "end" and VIOL in st_[1]})
+    exact: dict[Any, Fraction] = reach_probabilities(rows, {st_ for st_ in rows if st_ != "end" and VIOL in st_[1]})
 
     index = model.dtmc.product_index()
     assert len(index) == len(rows) - 1  # the same reachable product states

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import math
 from fractions import Fraction
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -129,6 +131,7 @@ def test_product_reach_violation_equals_exact_values_for_k1() -> None:
     assert model.dtmc.size == 5
     sound = learn(1, Method.SOUND)
     index = sound.dtmc.product_index()[(1, (1,))]
+    assert sound.outcome.lower is not None and sound.outcome.upper is not None
     assert sound.outcome.lower[index] <= float(x) <= sound.outcome.upper[index]
     assert math.isclose(sound.outcome.values[index], float(x), abs_tol=1e-6)
 
@@ -141,16 +144,18 @@ def test_product_reach_violation_equals_exact_values_for_k0() -> None:
     assert value(model, S2, "idle") == float(Fraction(1, 2) * y)
 
 
-def test_a_session_advances_the_monitor_and_looks_up_the_product_state(tmp_path) -> None:
+def test_a_session_advances_the_monitor_and_looks_up_the_product_state(tmp_path: Path) -> None:
     path = learn(1).save(tmp_path / "m.json")
     with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.64–0.82 in 2 of 3 initial states"):
         guard = Guard.load(path)
     assert [m.name for m in guard.monitors] == ["answer"]
     session = guard.session()
     first = session.observe(S0)
-    assert first.monitors == {"answer": "idle"} and math.isclose(first.p_unsafe, 2 / 11)
+    assert first.p_unsafe is not None and first.monitors == {"answer": "idle"}
+    assert math.isclose(first.p_unsafe, 2 / 11)
     waiting = session.observe(S1)
-    assert waiting.monitors == {"answer": "wait(1)"} and math.isclose(waiting.p_unsafe, 4 / 11)
+    assert waiting.p_unsafe is not None and waiting.monitors == {"answer": "wait(1)"}
+    assert math.isclose(waiting.p_unsafe, 4 / 11)
     assert session.preview(S1).unsafe_now  # a second trigger step without response would violate
     broken = session.observe(S1)
     assert broken.unsafe_now and broken.p_unsafe == 1.0 and broken.monitors == {"answer": "viol"}
@@ -176,12 +181,13 @@ def test_vectorised_steps_equal_scalar_steps(pattern: Pattern | str, scope: Scop
     if pattern == "bounded_response":
         monitor: BoundedResponse | PatternMonitor = BoundedResponse("m", S, P, within, restart=restart)
     else:
+        assert isinstance(pattern, Pattern)
         bound = within if pattern in (Pattern.EXISTENCE, Pattern.RESPONSE) else None
         if bound is None and pattern in (Pattern.EXISTENCE, Pattern.RESPONSE):
             return
         monitor = PatternMonitor("m", pattern, P, s=S, within=bound, scope=scope, q=Q, r=R)
     abstract = list(range(16))
-    prepared = monitor.prepare(abstract)
+    prepared: Any = monitor.prepare(abstract)  # the prepared form of whichever kind `monitor` is
     # reachable-looking monitor states: run the monitor over random traces and keep what it visits
     states = sorted({q for _, bits in steps for q in monitor.run([bits, bits ^ 3, bits ^ 5])} | {monitor.initial})
     qs = np.array([states[i % len(states)] for i, _ in steps], dtype=np.int64)

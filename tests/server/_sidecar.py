@@ -33,7 +33,7 @@ def egg_state(in_microwave: bool = False, toggled: bool = False, closed: bool = 
                         "Microwave": {"isToggled": toggled, "isOpen": not closed}}, **extra}
 
 
-def settings(db: Path, models: dict[str, Path], **extra: Any) -> ServerSettings:
+def settings(db: Path | str, models: dict[str, Path], **extra: Any) -> ServerSettings:
     # the tests' model files live under the temporary folder: the one folder path loads may read
     values: dict[str, Any] = {"db": db, "models": models, "api_keys": API_KEYS, "log_level": "warning",
                               "model_dirs": (Path(tempfile.gettempdir()),)}

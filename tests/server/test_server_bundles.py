@@ -88,8 +88,9 @@ def test_a_bundle_through_the_sidecar(sidecar: ServerThread, models: dict[str, P
                                     "groups_without_model": 1, "member_thresholds": {}}
         listed = {m["name"]: m for m in agent.models()}
         assert listed["tasks"]["bundle"]["members"] == ["t1", "t2"] and listed["kitchen"]["bundle"] is None
-        cases = (({"task": "t1"}, "t1", False), ({"task": "t2"}, "t2", False), ({"task": "t3"}, "pooled", True),
-                 ({}, "pooled", True), (None, "pooled", True))
+        cases: list[tuple[dict[str, str] | None, str, bool]] = [
+            ({"task": "t1"}, "t1", False), ({"task": "t2"}, "t2", False), ({"task": "t3"}, "pooled", True),
+            ({}, "pooled", True), (None, "pooled", True)]
         sessions = []
         for metadata, member, fallback in cases:
             session = agent.session(model="tasks", metadata=metadata)

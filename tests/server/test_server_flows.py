@@ -5,6 +5,9 @@ import asyncio
 import math
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -13,7 +16,7 @@ import pytest
 from _sidecar import KEYS, ServerThread, auth, egg_state
 from forewarn.errors import PredicateError
 from forewarn.guard import Guard, Policy
-from forewarn.guard.client import AsyncClient, Client, RemoteDecision, ServerError
+from forewarn.guard.client import AsyncClient, Client, RemoteDecision, RemoteSession, ServerError
 from forewarn.guard.spec import Action, Thresholds
 
 # every flow here runs on SQLite and on PostgreSQL (a throw-away cluster; see conftest.py)
@@ -22,7 +25,7 @@ pytestmark = pytest.mark.backends
 ASK_EVERYTHING_RISKY = {"thresholds": {"ask_human": 0.9}}
 
 
-def test_observe_matches_the_library(server: ServerThread, agent: Client, builtin_path) -> None:
+def test_observe_matches_the_library(server: ServerThread, agent: Client, builtin_path: Path) -> None:
     local = Guard.load(builtin_path).session()
     remote = agent.session()
     states = [egg_state(), egg_state(holding=True), egg_state(in_microwave=True),
@@ -34,6 +37,8 @@ def test_observe_matches_the_library(server: ServerThread, agent: Client, builti
         assert got.action is expected.action
         assert got.abstract_state == expected.abstract_state
         assert got.message == expected.message
+        assert got.p_unsafe is not None and expected.p_unsafe is not None
+        assert got.p_safe is not None and expected.p_safe is not None
         assert math.isclose(got.p_unsafe, expected.p_unsafe) and math.isclose(got.p_safe, expected.p_safe)
         assert got.step == i and got.committed and got.session_id == remote.id
         assert got.properties and got.properties[0].name and got.monitors == dict(expected.monitors)
@@ -102,7 +107,7 @@ def test_malformed_bodies_are_4xx_with_json(http: httpx.Client, agent: Client, s
     response = http.post(url, content=big, headers=headers)
     assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
 
-    def chunks():
+    def chunks() -> Iterator[bytes]:
         yield b'{"state": {"x": "'
         for _ in range(20):
             yield b"a" * 100_000
@@ -113,8 +118,8 @@ def test_malformed_bodies_are_4xx_with_json(http: httpx.Client, agent: Client, s
     assert session.history()["steps_total"] == 0
 
 
-def _nest(depth: int) -> dict:
-    node: dict = {}
+def _nest(depth: int) -> dict[str, Any]:
+    node: dict[str, Any] = {}
     for _ in range(depth):
         node = {"n": node}
     return node
@@ -146,7 +151,8 @@ def test_batch_is_all_or_nothing(agent: Client) -> None:
     assert results[1].model["name"] == "toy"
     with pytest.raises(PredicateError) as caught:
         agent.batch([{"session": a.id, "state": egg_state()}, {"session": b.id, "state": {"a": 1}}])
-    assert caught.value.field == "body.steps[1].state" and caught.value.predicate == "b"
+    field = vars(caught.value)["field"]  # set by the client on the library's error
+    assert field == "body.steps[1].state" and caught.value.predicate == "b"
     with pytest.raises(ServerError) as unknown:
         agent.batch([{"session": a.id, "state": egg_state()}, {"session": "s_missing", "state": {}}])
     assert unknown.value.status == 404 and unknown.value.field == "body.steps[1].session"
@@ -162,7 +168,7 @@ def test_approvals_flow(agent: Client, approver: Client) -> None:
     assert pending[0]["decision"]["action"] == "ask_human" and pending[0]["requested_by"] == "agent-bob"
     assert agent.approval(decision.approval_id)["status"] == "pending"
 
-    waited: dict = {}
+    waited: dict[str, Any] = {}
 
     def wait() -> None:
         started = time.monotonic()
@@ -184,8 +190,10 @@ def test_approvals_flow(agent: Client, approver: Client) -> None:
     assert [a["status"] for a in approver.approvals("approved")] == ["approved"]
 
     second = session.observe(egg_state(in_microwave=True, closed=True, toggled=True))
+    assert second.approval_id is not None
     assert approver.reject(second.approval_id, reason="no")["status"] == "rejected"
     third = session.observe(egg_state(in_microwave=True, closed=True))
+    assert third.approval_id is not None
     assert agent.approval(third.approval_id, wait=0.2)["status"] == "pending"  # times out, still pending
     session.close()
     assert agent.approval(third.approval_id)["status"] == "cancelled"
@@ -236,6 +244,7 @@ def test_async_client(server: ServerThread) -> None:
             async with AsyncClient(server.url, api_key=KEYS["approver"]) as approver:
                 waiting = asyncio.create_task(session.wait_for_approval(first, timeout=10))
                 await asyncio.sleep(0.1)
+                assert first.approval_id is not None
                 await approver.reject(first.approval_id, reason="unsafe")
                 assert (await waiting)["status"] == "rejected"
             assert (await session.history())["steps_total"] == 1
@@ -254,7 +263,9 @@ def test_concurrent_steps_keep_order(server: ServerThread) -> None:
         with Client(server.url, api_key=KEYS["agent"]) as own:
             remote = own.attach(session.id)
             for i in range(25):
-                steps.append(remote.observe(egg_state(holding=i % 2 == 0)).step)
+                step = remote.observe(egg_state(holding=i % 2 == 0)).step
+                assert step is not None  # observe commits a step
+                steps.append(step)
 
     threads = [threading.Thread(target=worker) for _ in range(8)]
     for thread in threads:
@@ -299,7 +310,7 @@ def test_list_sessions(agent: Client, http: httpx.Client) -> None:
     assert [s["id"] for s in open_only] == [second.id]
 
 
-def test_synchronous_full(tmp_path, builtin_path) -> None:
+def test_synchronous_full(tmp_path: Path, builtin_path: Path) -> None:
     """With synchronous=full the writer is a thread of its own; steps still commit, in order."""
     from _sidecar import settings as make_settings
 
@@ -307,7 +318,7 @@ def test_synchronous_full(tmp_path, builtin_path) -> None:
     with ServerThread(config) as running, Client(running.url, api_key=KEYS["agent"]) as client:
         sessions = [client.session() for _ in range(3)]
 
-        def steps(remote) -> None:
+        def steps(remote: RemoteSession) -> None:
             for i in range(10):
                 remote.observe(egg_state(holding=i % 2 == 0))
 
@@ -319,7 +330,7 @@ def test_synchronous_full(tmp_path, builtin_path) -> None:
         assert [s.history()["steps_total"] for s in sessions] == [10, 10, 10]
 
 
-def test_evicted_sessions_resume_from_the_database(tmp_path, builtin_path) -> None:
+def test_evicted_sessions_resume_from_the_database(tmp_path: Path, builtin_path: Path) -> None:
     """With room for two sessions in memory, the others are rebuilt from their rows on use, and
     go on where they were (step numbers, decisions); store_states keeps each concrete state."""
     from _sidecar import settings as make_settings
@@ -338,7 +349,7 @@ def test_evicted_sessions_resume_from_the_database(tmp_path, builtin_path) -> No
         assert "forewarn_sessions_in_memory 2.0" in text and "forewarn_sessions_open 4.0" in text
 
 
-def test_a_session_can_act_on_the_increase_only(agent: Client, builtin_path) -> None:
+def test_a_session_can_act_on_the_increase_only(agent: Client, builtin_path: Path) -> None:
     overrides = {"trigger": "increase", "min_increase": 0.01, "thresholds": {"reflect": 0.999}}
     guard = Guard.load(builtin_path)
     local = guard.session(guard.policy.with_overrides(overrides))

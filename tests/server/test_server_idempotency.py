@@ -16,7 +16,7 @@ from forewarn.guard.client import Client
 RISKY = egg_state(in_microwave=True, closed=True)  # ask_human under a strict policy: an approval too
 
 
-def _steps(db: Path, session_id: str) -> list[tuple[int, str]]:
+def _steps(db: Path | str, session_id: str) -> list[tuple[int, str]]:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         return conn.execute("SELECT step, decision FROM decisions WHERE session_id=? ORDER BY step",
                             (session_id,)).fetchall()
@@ -128,8 +128,10 @@ def test_old_answers_are_forgotten_at_start(tmp_path: Path, builtin_path: Path) 
     state = start(settings(db, {"builtin": builtin_path}))
     now = time.time()
     for key, at in (("old", now - 2 * 3600), ("new", now)):
-        state.storage.write_sync(lambda conn, key=key, at=at: conn.execute(
-            "INSERT INTO idempotency VALUES ('agent-bob', ?, 'h', 200, x'7b7d', ?)", (key, at)))
+        def insert(conn: sqlite3.Connection, key: str = key, at: float = at) -> sqlite3.Cursor:
+            return conn.execute("INSERT INTO idempotency VALUES ('agent-bob', ?, 'h', 200, x'7b7d', ?)", (key, at))
+
+        state.storage.write_sync(insert)
     state.close()
     state = start(settings(db, {"builtin": builtin_path}, idempotency_hours=1.0))
     try:

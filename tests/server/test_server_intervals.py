@@ -2,6 +2,8 @@
 policy's act_on and min_visits are per-session overrides like the thresholds."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 
 from _sidecar import ServerThread, auth, egg_state
@@ -11,7 +13,7 @@ from forewarn.guard.spec import Action, Thresholds
 
 
 def test_decisions_carry_the_interval_over_http(server: ServerThread, agent: Client, http: httpx.Client,
-                                                builtin_path) -> None:
+                                                builtin_path: Path) -> None:
     local = Guard.load(builtin_path).session()
     remote = agent.session()
     for state in (egg_state(), egg_state(holding=True), egg_state(in_microwave=True, closed=True)):
@@ -27,10 +29,11 @@ def test_decisions_carry_the_interval_over_http(server: ServerThread, agent: Cli
     assert {"ci_low", "ci_high"} <= set(raw["properties"][0])
 
 
-def test_act_on_and_min_visits_are_session_overrides(agent: Client, http: httpx.Client, builtin_path) -> None:
+def test_act_on_and_min_visits_are_session_overrides(agent: Client, http: httpx.Client, builtin_path: Path) -> None:
     state = egg_state(holding=True)
     decision = Guard.load(builtin_path).decide(state)
-    assert decision.p_safe is not None and decision.ci_high is not None and decision.visits
+    assert decision.p_safe is not None and decision.p_unsafe is not None and decision.ci_high is not None
+    assert decision.visits
     theta = 1 - (decision.p_unsafe + decision.ci_high) / 2  # between the point and the pessimistic p_safe
     point = agent.session(Policy(Thresholds(stop=theta), unseen_state=Action.ALLOW))
     upper = agent.session({"thresholds": {"stop": theta}, "act_on": "upper"})

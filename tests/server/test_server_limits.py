@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import socket
 import time
 import tracemalloc
@@ -260,6 +261,122 @@ def test_states_actions_and_metadata_are_bounded_and_never_echoed(tmp_path: Path
         answer = http.post(f"/v1/sessions/{sid}/preview", json={"state": odd}, headers=agent)
         assert answer.status_code == 422 and answer.json()["error"]["code"] == "predicate_error", answer.text
         assert len(answer.content) < 1_000, len(answer.content)
+        # a proposal's state and arguments are held to the same bounds as a step's state and action
+        proposed = http.post(f"/v1/sessions/{sid}/proposals", json={"tool": "t", "state": wide}, headers=agent)
+        assert proposed.status_code == 422 and proposed.json()["error"]["field"] == "body.state", proposed.text
+        proposed = http.post(f"/v1/sessions/{sid}/proposals", headers=agent,
+                             json={"tool": "t", "state": egg_state(), "arguments": {"xs": list(range(200))}})
+        assert proposed.status_code == 422 and proposed.json()["error"]["field"] == "body.arguments", proposed.text
+        assert proposed.json()["error"]["message"] == "arguments holds more than 100 values"
         metrics = http.get("/metrics", headers=admin).text
         assert 'forewarn_limit{name="max_state_items"} 2000.0' in metrics
         assert 'forewarn_limit{name="max_metadata_bytes"} 1000.0' in metrics
+        # each refusal counted by the limit it met
+        assert 'forewarn_limit_exceeded_total{name="max_state_items"} 2.0' in metrics
+        assert 'forewarn_limit_exceeded_total{name="max_action_items"} 2.0' in metrics
+        assert 'forewarn_limit_exceeded_total{name="max_metadata_bytes"} 1.0' in metrics
+
+
+def test_rate_buckets_are_per_tenant_and_key_never_per_display_name(tmp_path: Path, builtin_path: Path) -> None:
+    """Three agent keys all named 'bob': two in tenant t1, one in t2. Each has a bucket of its own, so one
+    key's burst spent leaves the others theirs (keyed by name, the three would share one bucket)."""
+    keys = ("alpha-key-0123456789:agent:bob:t1,gamma-key-0123456789:agent:bob:t1,"
+            "beta-key-0123456789:agent:bob:t2,admin-key-0123456789:admin")
+    limits = Limits(rate_per_key=0.01, rate_burst=3)  # no token comes back during the test
+    config = settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, api_keys=keys, limits=limits)
+    bearer = {name: {"Authorization": f"Bearer {name}-key-0123456789"} for name in ("alpha", "gamma", "beta")}
+    with ServerThread(config) as server, httpx.Client(base_url=server.url) as http:
+        codes = {name: [http.get("/v1/models", headers=headers).status_code for _ in range(4)]
+                 for name, headers in bearer.items()}
+        refused = http.get("/v1/models", headers=bearer["alpha"])
+    assert codes == {name: [200, 200, 200, 429] for name in bearer}, codes
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
+    assert "bob" not in refused.text and "t1" not in refused.text
+
+
+@pytest.mark.parametrize("db_kind", ["sqlite", "postgresql"])
+def test_a_tenant_holds_at_most_its_metadata_budget(tmp_path: Path, builtin_path: Path, db_kind: str,
+                                                    request: pytest.FixtureRequest) -> None:
+    """The metadata of a tenant's open sessions is bounded in total (limits.max_tenant_metadata_bytes): a
+    create past it is a one-line 409 naming the limit, another tenant is unaffected, and closing or expiring
+    sessions gives the bytes back."""
+    db: Path | str = tmp_path / "forewarn.db" if db_kind == "sqlite" else request.getfixturevalue("postgres_db")
+    keys = "alpha-key-0123456789:agent:alpha:t1,beta-key-0123456789:agent:beta:t2,admin-key-0123456789:admin"
+    limits = Limits(max_metadata_bytes=1_000, max_tenant_metadata_bytes=4_000)
+    config = settings(db, {"builtin": builtin_path}, api_keys=keys, limits=limits, session_idle_seconds=5.0)
+    alpha, beta = {"Authorization": "Bearer alpha-key-0123456789"}, {"Authorization": "Bearer beta-key-0123456789"}
+    secret = "IBAN-DE89370400440532013000-"
+    metadata = {"note": secret + "x" * (900 - len(secret))}  # 913 bytes as JSON: four fit in 4,000
+    with ServerThread(config) as server, httpx.Client(base_url=server.url) as http:
+        opened = [http.post("/v1/sessions", json={"metadata": metadata}, headers=alpha) for _ in range(4)]
+        assert [r.status_code for r in opened] == [201] * 4
+        assert http.post("/v1/sessions", json={"metadata": {"n": 1}}, headers=alpha).status_code == 201  # 8 bytes fit
+        over = http.post("/v1/sessions", json={"metadata": metadata}, headers={**alpha, "Idempotency-Key": "k1"})
+        assert over.status_code == 409, over.text
+        error = over.json()["error"]
+        assert error["code"] == "tenant_limit" and error["field"] == "body.metadata"
+        assert "limits.max_tenant_metadata_bytes (4000)" in error["message"] and "\n" not in error["message"]
+        assert secret not in over.text and len(over.content) < 400
+        # without metadata, or as another tenant, sessions still open
+        assert http.post("/v1/sessions", json={}, headers=alpha).status_code == 201
+        assert http.post("/v1/sessions", json={"metadata": metadata}, headers=beta).status_code == 201
+        # closing one gives its bytes back; the refused request, retried with its key, now succeeds
+        first = opened[0].json()["id"]
+        assert http.post(f"/v1/sessions/{first}/close", headers=alpha).status_code == 200
+        retried = http.post("/v1/sessions", json={"metadata": metadata}, headers={**alpha, "Idempotency-Key": "k1"})
+        assert retried.status_code == 201, retried.text
+        assert http.post("/v1/sessions", json={"metadata": metadata}, headers=alpha).status_code == 409
+        # idle sessions expire (session_idle_seconds) and give theirs back too
+        deadline = time.monotonic() + 30
+        while (again := http.post("/v1/sessions", json={"metadata": metadata}, headers=alpha)).status_code == 409:
+            assert time.monotonic() < deadline, "the expired sessions' metadata was never released"
+            time.sleep(0.25)
+        assert again.status_code == 201
+        metrics = http.get("/metrics", headers={"Authorization": "Bearer admin-key-0123456789"}).text
+    assert 'forewarn_limit{name="max_tenant_metadata_bytes"} 4000.0' in metrics
+    refused = re.search(r'^forewarn_limit_exceeded_total\{name="max_tenant_metadata_bytes"\} (\S+)$', metrics, re.M)
+    assert refused is not None and float(refused.group(1)) >= 2.0  # and the polls while waiting
+
+
+def test_a_state_past_the_cpu_budget_is_answered_as_unseen(tmp_path: Path, builtin_path: Path) -> None:
+    """The issue's preview: a 428 KB map where a predicate reads a Boolean stalled the server for 6.5 s of
+    CPU and echoed 488 KB. Now observe, preview, batch and proposals answer it at once with the unseen-state
+    action and a one-line reason; the session goes on; /metrics counts it."""
+    big = egg_state()
+    big["objects"]["Microwave"]["isToggled"] = {f"k{i}": "v" * 10 for i in range(18_600)}
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path})) as server, \
+            httpx.Client(base_url=server.url, timeout=60) as http:
+        agent = auth("agent")
+        sid = http.post("/v1/sessions", json={}, headers=agent).json()["id"]
+        first = http.post(f"/v1/sessions/{sid}/observe", json={"state": egg_state(toggled=True)}, headers=agent).json()
+        unseen = http.get("/v1/models/builtin", headers=agent).json()
+        answers = [http.post(f"/v1/sessions/{sid}/preview", json={"state": big}, headers=agent),
+                   http.post(f"/v1/sessions/{sid}/observe", json={"state": big}, headers=agent),
+                   http.post("/v1/batch", json={"steps": [{"session": sid, "state": big, "op": "preview"}]},
+                             headers=agent),
+                   http.post(f"/v1/sessions/{sid}/proposals", json={"tool": "poke", "state": big}, headers=agent)]
+        assert [a.status_code for a in answers] == [200, 200, 200, 201], [a.text[:300] for a in answers]
+        decisions = [answers[0].json(), answers[1].json(), answers[2].json()["results"][0]]
+        for decision in decisions:
+            assert decision["known"] is False and decision["p_unsafe"] is None and decision["abstract_state"] == {}
+            assert "CPU budget of 50 ms" in decision["message"] and "\n" not in decision["message"]
+        assert {d["action"] for d in decisions} == {unseen["policy"]["unseen_state"]}
+        assert all(len(a.content) < 4_000 and b"vvvv" not in a.content for a in answers)
+        # the observed step is recorded; the session's state is where it was, so the next step is as before
+        after = http.post(f"/v1/sessions/{sid}/observe", json={"state": egg_state(toggled=True)}, headers=agent).json()
+        assert (after["step"], after["action"], after["abstract_state"]) == (2, first["action"], first["abstract_state"])
+        assert http.get("/healthz").status_code == 200
+        metrics = http.get("/metrics", headers=auth("admin")).text
+    assert 'forewarn_limit{name="predicate_cpu_seconds"} 0.05' in metrics
+    assert 'forewarn_limit_exceeded_total{name="predicate_cpu_seconds"} 4.0' in metrics
+
+
+def test_without_a_cpu_budget_the_map_is_read_and_refused_as_before(tmp_path: Path, builtin_path: Path) -> None:
+    big = egg_state()
+    big["objects"]["Microwave"]["isToggled"] = {f"k{i}": "v" * 10 for i in range(2_000)}
+    config = settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, limits=Limits(predicate_cpu_seconds=None))
+    with ServerThread(config) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        sid = http.post("/v1/sessions", json={}, headers=auth("agent")).json()["id"]
+        answer = http.post(f"/v1/sessions/{sid}/preview", json={"state": big}, headers=auth("agent"))
+        assert answer.status_code == 422 and answer.json()["error"]["predicate"] == "microwave_toggled"
+        assert len(answer.content) < 1_000

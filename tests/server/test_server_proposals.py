@@ -14,7 +14,7 @@ from forewarn.guard.client import AsyncClient, Client, ServerError
 
 ASK_ALL = {"thresholds": {"ask_human": 1.0, "reflect": None, "stop": None}}  # every risky state asks
 RISKY = egg_state(in_microwave=True, toggled=True, closed=True, holding=False)
-MOVE = {"tool": "toggle", "arguments": {"object": "Microwave"}, "state": RISKY, "tools": ["toggle", "open"]}
+MOVE: dict[str, Any] = {"tool": "toggle", "arguments": {"object": "Microwave"}, "state": RISKY, "tools": ["toggle", "open"]}
 
 
 def _session(http: httpx.Client) -> str:
@@ -241,13 +241,15 @@ def test_one_racer_wins_a_resolution_the_others_get_409(server: ServerThread, ht
                 thread.start()
             for thread in threads:
                 thread.join()
-            codes = [a.status_code if a is not None else None for a in answers]
-            assert sorted(codes) == [200, 409], (round_, codes, [a.text if a else None for a in answers])
+            done = [a for a in answers if a is not None]
+            assert len(done) == 2, (round_, answers)
+            codes = [a.status_code for a in done]
+            assert sorted(codes) == [200, 409], (round_, codes, [a.text for a in done])
             winner = codes.index(200)
             loser = 1 - winner
             won_status = racers[winner][4]
-            assert answers[winner].json()["status"] == won_status  # type: ignore[union-attr]
-            message = answers[loser].json()["error"]["message"]  # type: ignore[union-attr]
+            assert done[winner].json()["status"] == won_status
+            message = done[loser].json()["error"]["message"]
             assert f"is already {won_status}" in message or f"is {won_status}, not pending" in message, message
             assert http.get(f"/v1/proposals/{pid}", headers=auth("admin")).json()["status"] == won_status
             if keyed:  # the loser's retry is answered as the loser, never as a success

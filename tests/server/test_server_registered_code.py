@@ -23,7 +23,7 @@ EXPLOITS = ["mypkg.predicates:logging.config.dictConfig", "subprocess:check_outp
 def crafted(model_path: Path, predicate: str) -> dict[str, Any]:
     """The toy model with predicate ``a`` turned into Python ``predicate``, its checksum recomputed:
     what someone who can write a model file hands the server."""
-    document = orjson.loads(model_path.read_bytes())
+    document: dict[str, Any] = orjson.loads(model_path.read_bytes())
     assert "  a: 'state.a'\n" in document["spec"]
     document["spec"] = document["spec"].replace("  a: 'state.a'\n", f"  a: {{python: '{predicate}'}}\n")
     document["checksum"] = _checksum(document)

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -38,14 +39,14 @@ def replicas(postgres_db: str, builtin_path: Path) -> Iterator[list[ServerProces
             server.stop()
 
 
-def _db_rows(url: str, sql: str, *params: object) -> list[tuple[object, ...]]:
+def _db_rows(url: str, sql: str, *params: object) -> list[tuple[Any, ...]]:
     import psycopg
 
     with psycopg.connect(url) as conn:
         return conn.execute(sql, params).fetchall()
 
 
-def _check_against_guard(guard: Guard, states: list[dict[str, object]], answers: list[dict[str, object]]) -> None:
+def _check_against_guard(guard: Guard, states: list[dict[str, object]], answers: list[dict[str, Any]]) -> None:
     local = guard.session()
     for step, (state, got) in enumerate(zip(states, answers)):
         expected = local.observe(state)
@@ -54,7 +55,7 @@ def _check_against_guard(guard: Guard, states: list[dict[str, object]], answers:
         if expected.p_unsafe is None:  # a state the model never saw
             assert got["p_unsafe"] is None
         else:
-            assert math.isclose(got["p_unsafe"], expected.p_unsafe)  # type: ignore[arg-type]
+            assert math.isclose(got["p_unsafe"], expected.p_unsafe)
 
 
 def test_steps_spread_over_replicas_match_the_guard(replicas: list[ServerProcess], postgres_db: str,
@@ -113,7 +114,7 @@ def test_an_approval_resolved_on_one_replica_wakes_a_waiter_on_another(replicas:
                           headers=auth("agent")).json()
         approval = asked["approval_id"]
         assert asked["action"] == "ask_human" and approval
-        woke: dict[str, object] = {}
+        woke: dict[str, Any] = {}
 
         def wait() -> None:
             started = time.monotonic()
@@ -128,8 +129,8 @@ def test_an_approval_resolved_on_one_replica_wakes_a_waiter_on_another(replicas:
                              headers=auth("approver"))
         assert resolved.status_code == 200
         waiter.join(30)
-        assert woke["answer"]["status"] == "approved"  # type: ignore[index]
-        assert woke["seconds"] < 5  # woken by the notification, not by the 30 s timeout  # type: ignore[operator]
+        assert woke["answer"]["status"] == "approved"
+        assert woke["seconds"] < 5  # woken by the notification, not by the 30 s timeout
 
 
 def test_a_model_replaced_through_one_replica_is_used_by_all(replicas: list[ServerProcess],

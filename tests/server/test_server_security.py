@@ -19,7 +19,7 @@ from forewarn.guard.signing import SignatureError, generate_keypair, load_privat
 def crafted(model_path: Path, predicate: str) -> dict[str, Any]:
     """The model with predicate ``a`` turned into Python ``predicate``, its checksum recomputed:
     what an attacker who can write a model file hands the server."""
-    document = orjson.loads(model_path.read_bytes())
+    document: dict[str, Any] = orjson.loads(model_path.read_bytes())
     assert "  a: 'state.a'\n" in document["spec"]
     document["spec"] = document["spec"].replace("  a: 'state.a'\n", f"  a: {{python: '{predicate}'}}\n")
     document["checksum"] = _checksum(document)
@@ -291,7 +291,7 @@ def test_malformed_uploads_are_one_line_4xx(http: httpx.Client, toy_path: Path, 
     path), and one line with exit 2 on the CLI: never a 500, never a traceback."""
     import json
 
-    good = orjson.loads(toy_path.read_bytes())
+    good: dict[str, Any] = orjson.loads(toy_path.read_bytes())
 
     def variant(edit: Any) -> dict[str, Any]:
         document = copy.deepcopy(good)

@@ -51,6 +51,7 @@ def test_role_endpoint_tenant_matrix(http: httpx.Client, who: str) -> None:
     sees = who in SEES_ACME
     cells = [
         ("GET", f"/v1/sessions/{sid}", None, {"agent", "approver", "admin"}),
+        ("GET", f"/v1/sessions/{sid}/trail", None, {"agent", "approver", "admin"}),
         ("POST", f"/v1/sessions/{sid}/preview", {"state": egg_state()}, {"agent", "admin"}),
         ("POST", f"/v1/sessions/{sid}/observe", {"state": egg_state()}, {"agent", "admin"}),
         ("POST", "/v1/batch", {"steps": [{"session": sid, "state": egg_state()}]}, {"agent", "admin"}),
@@ -71,6 +72,9 @@ def test_role_endpoint_tenant_matrix(http: httpx.Client, who: str) -> None:
     # the lists show the caller's tenants only
     listed = http.get("/v1/sessions", headers=h(who)).json()["sessions"]
     assert (sid in [s["id"] for s in listed]) == sees, who
+    searched = http.get("/v1/sessions", params={"session_id": sid[2:12], "decision": "ask_human"},
+                        headers=h(who)).json()["sessions"]  # a search stays within them too
+    assert [s["id"] for s in searched] == ([sid] if sees else []), who
     if role in ("approver", "admin"):
         approvals = http.get("/v1/approvals", params={"status": "all"}, headers=h(who)).json()["approvals"]
         assert (aid in [a["id"] for a in approvals]) == sees, who

@@ -23,7 +23,7 @@ def forewarn(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 
 def without_provenance(path: Path) -> dict[str, Any]:
-    doc = json.loads(path.read_text())
+    doc: dict[str, Any] = json.loads(path.read_text())
     for key in ("provenance", "checksum"):
         doc.pop(key)
     doc["check"].pop("seconds")

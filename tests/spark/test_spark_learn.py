@@ -38,7 +38,7 @@ def same_counts(a: TransitionCounts, b: TransitionCounts) -> None:
 
 def document(model: GuardModel, tmp_path: Path, name: str) -> dict[str, Any]:
     """The model file as written, without what may differ (provenance, timings, the checksum over them)."""
-    doc = json.loads(model.save(tmp_path / name).read_text())
+    doc: dict[str, Any] = json.loads(model.save(tmp_path / name).read_text())
     for key in ("provenance", "checksum"):
         doc.pop(key)
     doc["check"].pop("seconds")
@@ -115,7 +115,7 @@ def test_driving_domain_resampled_with_its_transition_rule(spark: Any, tmp_path:
 def test_embodied_domain(spark: Any, tmp_path: Path) -> None:
     from forewarn.domains.embodied.episodes import generate_traces
     from forewarn.domains.embodied.spec import write_spec
-    from forewarn.domains.embodied.tasks import hazard_tasks
+    from forewarn.domains.embodied.support import hazard_tasks
 
     task = hazard_tasks()[0]
     path = tmp_path / "embodied.jsonl"

@@ -1,0 +1,152 @@
+"""learning.kinds: coverage on the two-types construction, and the decision latency with kinds on.
+
+What it does
+------------
+1. *Coverage* (``tests/_coverage.py``'s ``two_types`` fixture: two hidden kinds sharing abstract
+   states, one intending the hazard): many simulated learnings through the pipeline with
+   ``learning.kinds`` (2, and ``auto``), each learned state's stored interval against the true
+   first-visit risk; beside it the single chain as ``forewarn learn`` writes it by default (interval
+   chain ∩ first-visit interval, Markov test fallback). Needed: every state covered in ≥ 1 − δ of
+   learnings. Also the *session* coverage of the kinds' model: after each prefix of a fresh run of the
+   fixture, the session's interval against the true risk given that prefix (the kinds' posterior under
+   the true chains, in Fractions).
+2. *Decision latency*: ``bench/decision_latency.py``'s household model and state stream, ``Session.observe``
+   timed one call at a time, for the model learned with ``kinds: 1`` (today's chain, decisions cached)
+   and ``kinds: 2`` (the posterior updated per step, the decision mixed per step, not cached).
+
+Run: ``python bench/kinds_check.py [--quick] [--learnings N] [--json FILE]``
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from decision_latency import stream_runs, time_observe
+
+import _common as C
+from _common import ROOT, write_json
+from forewarn.guard import Guard, learn_model, parse_spec
+
+sys.path.insert(0, str(ROOT / "tests"))  # the coverage harness lives with the tests that use it
+from _coverage import MIXTURES, Coverage, coverage, kinds_coverage, simulate
+from _support import AB, TOY_SPEC, reach_probabilities, toy_state
+from forewarn.guard.learning import END
+
+
+def session_coverage(learnings: int, runs: int, seed: int) -> dict[str, float]:
+    """Per learning, one fresh run of the fixture observed step by step: is the true risk given the prefix
+    inside the session's interval at every step? (The truth weighs the true kinds by their posterior.)"""
+    from forewarn.guard.pipeline import model_from_counts, prepare
+
+    kinds = MIXTURES["two_types"]
+    spec = parse_spec(TOY_SPEC.replace("  delta: 0.05\n", "  delta: 0.05\n  kinds: 2\n"))
+    predicates, monitors = prepare(spec)
+    rng = np.random.default_rng(seed)
+    risk = []
+    for _, chain in kinds:
+        rows = {s: dict(r) for s, r in chain.items()}
+        rows[AB], rows[END] = {AB: Fraction(1)}, {END: Fraction(1)}
+        risk.append(reach_probabilities(rows, {AB}))
+    covered = steps = missed_steps = 0
+    errors = []
+    for _ in range(learnings):
+        paths: Counter[tuple[int, ...]] = Counter()
+        counts = simulate(kinds, runs, rng, predicates, paths=paths)
+        guard = Guard(model_from_counts(counts, spec, predicates, monitors, paths=paths))
+        probe: Counter[tuple[int, ...]] = Counter()
+        simulate(kinds, 1, rng, predicates, paths=probe)
+        (path,) = probe
+        session = guard.session()
+        posterior = [w for w, _ in kinds]
+        ok = True
+        for t, bits in enumerate(path):
+            if t:
+                posterior = [p * chain[path[t - 1]].get(bits, Fraction(0)) for p, (_, chain) in zip(posterior, kinds)]
+                total = sum(posterior)
+                posterior = [p / total for p in posterior]
+            truth = float(sum(p * r.get(bits, Fraction(0)) for p, r in zip(posterior, risk)))
+            decision = session.observe(toy_state(bits))
+            if decision.unsafe_now:
+                break
+            steps += 1
+            assert decision.p_unsafe is not None and decision.ci_low is not None and decision.ci_high is not None
+            errors.append(abs(decision.p_unsafe - truth))
+            # within Storm's precision (1e-6): robust value iteration leaves ~1e-9 where the exact minimum is 0
+            inside = decision.ci_low - 1e-6 <= truth <= decision.ci_high + 1e-6
+            missed_steps += not inside
+            ok &= inside
+        covered += ok
+    return {"learnings": learnings, "runs_covered": covered / learnings, "steps": steps,
+            "step_misses": missed_steps, "mean_error": float(np.mean(errors))}
+
+
+def latency(samples: int, warmup: int, seed: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="forewarn-bench-") as tmp:
+        traces = Path(tmp) / "train.jsonl"
+        C.write_jsonl(traces, C.household_runs(10000, seed=seed))
+        stream = stream_runs(warmup + samples + 500, seed=seed + 1000)
+        for kinds in (1, 2):
+            spec = parse_spec(C.SPEC_YAML.replace("guard:", f"learning:\n  kinds: {kinds}\nguard:"))
+            started = time.perf_counter()
+            model = learn_model([traces], spec)
+            learned = time.perf_counter() - started
+            samples_ns, _ = time_observe(Guard(model), stream, warmup, samples)
+            out[f"kinds: {kinds}"] = {**C.summarize_ns(samples_ns), "learn_seconds": learned,
+                                      "kinds_kept": 1 if model.kinds is None else model.kinds.kinds}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--learnings", type=int, help="simulated learnings per row (default 200; quick 40)")
+    parser.add_argument("--runs", type=int, default=200, help="runs per learning")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    learnings = args.learnings or (40 if args.quick else 200)
+    results: dict[str, Any] = {}
+    rows = []
+    plans: list[tuple[str, Callable[[], Coverage]]] = [
+        ("chain (default learn)", lambda: coverage("two_types", learnings=learnings, runs=args.runs, seed=23)),
+        ("kinds: 2", lambda: kinds_coverage("two_types", learnings=learnings, runs=args.runs, kinds=2, seed=23)),
+        ("kinds: auto", lambda: kinds_coverage("two_types", learnings=max(learnings // 4, 10), runs=args.runs,
+                                               kinds="auto", seed=23))]
+    for label, run in plans:
+        started = time.perf_counter()
+        result = run()
+        seconds = time.perf_counter() - started
+        rows.append([label, result.learnings, f"{result.rate:.3f}", f"{result.start_rate:.3f}",
+                     f"{np.mean(result.point_errors):.4f}", f"{np.mean(result.widths):.3f}", f"{seconds:.0f}"])
+        results[label] = {"learnings": result.learnings, "all_states": result.rate, "start": result.start_rate,
+                          "point_error": float(np.mean(result.point_errors)), "width": float(np.mean(result.widths)),
+                          "seconds": seconds}
+        print(f"  {label}: {seconds:.0f} s", file=sys.stderr, flush=True)
+    print(C.table(["model", "learnings", "every state covered", "start covered", "point error", "mean width",
+                   "seconds"], rows, title=f"two_types, {args.runs} runs per learning, δ = 0.05 (needed ≥ 0.95)"))
+    session = session_coverage(max(learnings // 2, 10), args.runs, seed=5)
+    results["session"] = session
+    print(f"\nsession (kinds: 2, posterior per prefix): every step covered in {session['runs_covered']:.3f} of "
+          f"{session['learnings']} runs; step misses {session['step_misses']}/{session['steps']}; "
+          f"mean error {session['mean_error']:.4f}")
+    timing = latency(4000 if args.quick else 20000, 2000, seed=7)
+    results["latency"] = timing
+    print()
+    print(C.table(["model", "p50 µs", "p99 µs", "mean µs", "kinds kept", "learn s"],
+                  [[k, f"{v['p50_us']:.1f}", f"{v['p99_us']:.1f}", f"{v['mean_us']:.1f}", v["kinds_kept"],
+                    f"{v['learn_seconds']:.1f}"] for k, v in timing.items()],
+                  title="Session.observe, household stream"))
+    if args.json:
+        write_json(args.json, results)
+
+
+if __name__ == "__main__":
+    main()

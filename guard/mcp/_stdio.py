@@ -1,0 +1,158 @@
+"""The proxy's stdio transport: standard input and output as non-blocking pipes on the event loop.
+
+The SDK's ``stdio_server`` reads and writes through ``anyio.wrap_file``: every line read, every
+write and every flush is a hop to a worker thread and back — three per request, each a thread
+wake-up that, on a busy machine, waits for a CPU. A proxy sits on the path of every call, so when
+standard input and output are pipes or sockets (as hosts launch an MCP server) and the loop is
+asyncio's, this transport reads and writes them on the event loop itself. Anything else (a
+terminal, a file, another event loop) is served by the SDK's transport (``serve.py`` chooses).
+
+As the SDK does, it serves the wire from private duplicates of descriptors 0 and 1 and points
+those at the null device and at standard error meanwhile, so nothing else written to standard
+output can corrupt the JSON-RPC stream. A line that is not JSON-RPC gets one parse error
+(JSON-RPC 2.0: code -32700, id null), which the SDK would only log, leaving the client waiting.
+"""
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import stat
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import anyio
+import mcp_types as types
+import sniffio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+
+__all__ = ["pipes_available", "pipe_stdio", "parse_error"]
+
+_LINE_LIMIT = 1 << 27  # one JSON-RPC message per line; the proxy refuses large arguments itself
+
+
+def _wire() -> tuple[int, int] | None:
+    """The descriptors of ``sys.stdin`` and ``sys.stdout`` (the CLI may have moved standard output off
+    descriptor 1 already, keeping the wire for Python alone: ``_options.stdout_for_python_only``)."""
+    try:
+        sys.stdout.flush()
+        return sys.stdin.fileno(), sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def pipes_available() -> bool:
+    """Whether standard input and output are pipes or sockets and the running loop is asyncio's."""
+    wire = _wire()
+    if wire is None or sniffio.current_async_library() != "asyncio":
+        return False
+    try:
+        modes = [os.fstat(fd).st_mode for fd in wire]
+    except OSError:
+        return False
+    return all(stat.S_ISFIFO(m) or stat.S_ISSOCK(m) for m in modes)
+
+
+def parse_error(problem: object) -> SessionMessage:
+    """The answer to a line that is not a JSON-RPC message."""
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
+        code=types.PARSE_ERROR, message=f"Parse error: the line is not a JSON-RPC message "
+                                        f"({' '.join(str(problem).split())[:200]})")))
+
+
+@asynccontextmanager
+async def pipe_stdio() -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
+                                              MemoryObjectSendStream[SessionMessage]]]:
+    """The client's messages and a stream to answer on, over this process's standard input and output
+    (both must be pipes or sockets: :func:`pipes_available`)."""
+    loop = asyncio.get_running_loop()
+    wire = _wire()
+    if wire is None:
+        raise OSError("standard input or output has no file descriptor")
+    wire_in, wire_out = _claim(wire[0], 0), _claim(wire[1], 1)
+    read_transport: asyncio.BaseTransport | None = None
+    write_transport: asyncio.WriteTransport | None = None
+    try:
+        reader = asyncio.StreamReader(limit=_LINE_LIMIT)
+        read_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                         os.fdopen(os.dup(wire_in), "rb", buffering=0))
+        write_transport, protocol = await loop.connect_write_pipe(_FlowControl, os.fdopen(os.dup(wire_out), "wb",
+                                                                                           buffering=0))
+        writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
+        incoming_send, incoming = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        outgoing, outgoing_receive = anyio.create_memory_object_stream[SessionMessage](0)
+
+        async def read_lines() -> None:
+            async with incoming_send:
+                while True:
+                    try:
+                        line = await reader.readline()
+                    except ValueError as exc:  # a line beyond the limit (dropped by the reader)
+                        await outgoing.send(parse_error(exc))
+                        continue
+                    except OSError:
+                        return
+                    if not line:
+                        return  # end of input: the client is gone
+                    try:
+                        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                    except Exception as exc:  # not JSON-RPC: answered here, the server never sees it
+                        await outgoing.send(parse_error(exc))
+                        continue
+                    await incoming_send.send(SessionMessage(message))
+
+        async def write_messages() -> None:
+            async with outgoing_receive:
+                async for item in outgoing_receive:
+                    json = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    writer.write(json.encode() + b"\n")
+                    try:
+                        await writer.drain()
+                    except (ConnectionError, OSError):
+                        return  # the client closed its end: nothing more can be said
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(read_lines)
+            tasks.start_soon(write_messages)
+            yield incoming, outgoing
+            tasks.cancel_scope.cancel()
+    finally:
+        for transport in (read_transport, write_transport):
+            if transport is not None:
+                transport.close()
+        _release(wire[0], 0, wire_in)
+        _release(wire[1], 1, wire_out)
+
+
+class _FlowControl(asyncio.streams.FlowControlMixin, asyncio.Protocol):
+    """The write side's protocol: ``drain`` waits while the pipe is full (asyncio's own recipe)."""
+
+    def __init__(self, loop: Any = None) -> None:
+        super().__init__(loop)
+
+
+def _claim(fd: int, standard: int) -> int:
+    """A private duplicate of ``fd`` (above the standard range) to serve the wire from. When ``fd`` is
+    the standard descriptor itself (0 or 1), it then points at the null device (input) or standard
+    error (output) until :func:`_release`."""
+    private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    if fd == standard:
+        target = os.open(os.devnull, os.O_RDONLY) if fd == 0 else os.dup(2)
+        try:
+            os.dup2(target, fd)
+        finally:
+            os.close(target)
+    return private
+
+
+def _release(fd: int, standard: int, private: int) -> None:
+    """Point ``fd`` at the wire again, blocking as it was (the event loop made the pipe non-blocking)."""
+    with suppress(OSError):
+        if fd == standard:
+            os.dup2(private, fd)
+        os.set_blocking(fd, True)
+    with suppress(OSError):
+        os.close(private)

@@ -1,0 +1,207 @@
+"""The proxy's local audit store (``--audit FILE``, without a sidecar): every judged call and every
+step that ran, in SQLite, in the tables of ``forewarn serve``'s database.
+
+* ``sessions``: one row per MCP session (``created_by`` ``forewarn-mcp``, the client in ``metadata``),
+  closed when the client disconnects or the proxy stops;
+* ``proposals``: one row per judged ``tools/call`` — ``allowed``, ``held`` (reflect or stop, the
+  reason saying which), or asked about (``approved``, ``rejected``, ``edited``; ``resolved_by`` says
+  how: elicitation, console, nobody); a call that then ran is ``executed`` with its ``step``;
+* ``decisions``: the audit log proper, one row per committed step — step 0 the state before any
+  call, then each call that ran — with the decision as the sidecar would have answered it.
+
+The columns are the server's (``server/storage/schema.py``; a test opens a proxy's file with the
+server's storage and reads it back), so ``forewarn serve --db FILE`` lists these sessions and their
+steps. Several proxies may share one file (SQLite's locking; WAL). Writes go to a thread of their
+own and are committed in groups: nothing waits for the disk on a call's path.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ...errors import ConfigError
+from ..runtime import Decision, StepRecord
+
+__all__ = ["AuditStore", "SCHEMA_VERSION"]
+
+log = logging.getLogger("forewarn.mcp")
+
+SCHEMA_VERSION = 1  # the server's (server/storage/schema.py): a file with another version is refused
+PRINCIPAL = "forewarn-mcp"
+
+# The server's tables this store writes, as the server creates them (server/storage/schema.py).
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY, model_name TEXT NOT NULL, model_version TEXT NOT NULL, policy TEXT, metadata TEXT,
+    created_at REAL NOT NULL, created_by TEXT NOT NULL, closed_at REAL, closed_by TEXT, tenant TEXT
+);
+CREATE INDEX IF NOT EXISTS sessions_open ON sessions (model_name) WHERE closed_at IS NULL;
+CREATE TABLE IF NOT EXISTS decisions (
+    id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, step INTEGER NOT NULL, at REAL NOT NULL,
+    principal TEXT NOT NULL, model_version TEXT NOT NULL, input_hash TEXT NOT NULL, abstract INTEGER NOT NULL,
+    monitors TEXT, action_in TEXT, t REAL, state TEXT, action TEXT NOT NULL, p_unsafe REAL,
+    decision TEXT NOT NULL, approval_id TEXT, UNIQUE (session_id, step)
+);
+CREATE TABLE IF NOT EXISTS proposals (
+    id TEXT PRIMARY KEY, session_id TEXT NOT NULL, created_at REAL NOT NULL, created_by TEXT NOT NULL,
+    tool TEXT NOT NULL, arguments TEXT NOT NULL, tools TEXT, decision TEXT NOT NULL, status TEXT NOT NULL,
+    resolved_at REAL, resolved_by TEXT, reason TEXT, edited TEXT, step INTEGER
+);
+CREATE INDEX IF NOT EXISTS proposals_status ON proposals (status, created_at);
+CREATE INDEX IF NOT EXISTS proposals_session ON proposals (session_id);
+"""
+
+_Job = Callable[[sqlite3.Connection], object]
+
+
+class AuditStore:
+    """Sessions, judged calls and committed steps of one proxy, appended to the SQLite file ``path``.
+
+    Args:
+        path: the database file (created with its folder if missing).
+        model_name: the name the rows carry (the model file's stem, for ``forewarn mcp``).
+        model_version: the model's version (the server's: the first 16 hex digits of the sha256 of
+            the model file).
+
+    Raises:
+        ConfigError: the file cannot be created or is not a Forewarn database of this schema.
+    """
+
+    def __init__(self, path: str | Path, *, model_name: str, model_version: str) -> None:
+        self.path = Path(path)
+        self.model_name, self.model_version = model_name, model_version
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = _connect(self.path)
+            try:
+                conn.executescript(_SCHEMA)
+                row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+                if row is None:
+                    conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                elif row[0] != str(SCHEMA_VERSION):
+                    raise ConfigError(f"--audit {self.path}: database schema version {row[0]} is not supported "
+                                      f"(the proxy writes version {SCHEMA_VERSION})")
+            finally:
+                conn.close()
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigError(f"--audit {self.path}: cannot use it as the audit store: {exc}") from exc
+        self._steps: dict[str, int] = {}
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._write, name="forewarn-mcp-audit", daemon=True)
+        self._thread.start()
+
+    # -- what the proxy tells it (each returns at once; the writer thread commits) ------------
+
+    def session(self, session_id: str, metadata: Mapping[str, Any], initial: Mapping[str, Any],
+                record: StepRecord) -> None:
+        """A new session and its step 0: the state before any call, and the guard's decision there."""
+        now = time.time()
+        row = (session_id, self.model_name, self.model_version, None, _json(metadata), now, PRINCIPAL, PRINCIPAL)
+        self._jobs.put(lambda c: c.execute("INSERT INTO sessions (id, model_name, model_version, policy, metadata,"
+                                           " created_at, created_by, tenant) VALUES (?,?,?,?,?,?,?,?)", row))
+        self.step(session_id, initial, None, record)
+
+    def judged(self, session_id: str, tool: str, args: Any, decision: Decision, status: str,
+               reason: str = "") -> str:
+        """A judged call (status allowed, held or pending); returns its proposal id."""
+        proposal = "p_" + uuid.uuid4().hex[:20]
+        row = (proposal, session_id, time.time(), PRINCIPAL, tool, _json(args), _json(decision.to_dict()), status,
+               reason or None)
+        self._jobs.put(lambda c: c.execute("INSERT INTO proposals (id, session_id, created_at, created_by, tool,"
+                                           " arguments, decision, status, reason) VALUES (?,?,?,?,?,?,?,?,?)", row))
+        return proposal
+
+    def resolved(self, proposal: str, status: str, by: str, reason: str = "",
+                 edited: tuple[str, Any] | None = None) -> None:
+        """The answer to a call that was asked about (approved, rejected, edited)."""
+        edit = None if edited is None else _json({"tool": edited[0], "arguments": edited[1]})
+        row = (status, time.time(), by, reason or None, edit, proposal)
+        self._jobs.put(lambda c: c.execute("UPDATE proposals SET status=?, resolved_at=?, resolved_by=?, reason=?,"
+                                           " edited=? WHERE id=?", row))
+
+    def step(self, session_id: str, state: Mapping[str, Any], action: Any, record: StepRecord,
+             proposal: str | None = None) -> None:
+        """A committed step: the state a call that ran led to (``action``: ``{"tool", "args"}``)."""
+        number = self._steps.get(session_id, 0)
+        self._steps[session_id] = number + 1
+        now = time.time()
+        decision = record.decision
+        body = {**decision.to_dict(), "approval_id": None, "session_id": session_id, "step": number,
+                "committed": True, "model": {"name": self.model_name, "version": self.model_version}, "at": now}
+        canonical = orjson.dumps({"state": state, "action": action, "t": None}, option=orjson.OPT_SORT_KEYS,
+                                 default=str)
+        row = (session_id, number, now, PRINCIPAL, self.model_version, hashlib.sha256(canonical).hexdigest(),
+               record.abstract, _json(list(record.monitors)) if record.monitors else None,
+               None if action is None else _json(action), None, _json(state), decision.action.value,
+               decision.p_unsafe, _json(body), None)
+
+        def job(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO decisions (session_id, step, at, principal, model_version, input_hash, abstract,"
+                      " monitors, action_in, t, state, action, p_unsafe, decision, approval_id)"
+                      " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+            if proposal is not None:
+                c.execute("UPDATE proposals SET status='executed', step=? WHERE id=?", (number, proposal))
+        self._jobs.put(job)
+
+    def close_session(self, session_id: str, why: str) -> None:
+        self._steps.pop(session_id, None)
+        row = (time.time(), f"{PRINCIPAL}: {why}", session_id)
+        self._jobs.put(lambda c: c.execute("UPDATE sessions SET closed_at=?, closed_by=? WHERE id=?"
+                                           " AND closed_at IS NULL", row))
+
+    def close(self) -> None:
+        """Commit what is queued and stop the writer."""
+        if self._thread.is_alive():
+            self._jobs.put(None)
+            self._thread.join()
+
+    # -- the writer thread ------------------------------------------------------------------
+
+    def _write(self) -> None:
+        conn = _connect(self.path)
+        try:
+            while True:
+                jobs = [self._jobs.get()]
+                while True:  # group commit: whatever queued meanwhile goes in the same transaction
+                    try:
+                        jobs.append(self._jobs.get_nowait())
+                    except queue.Empty:
+                        break
+                done = None in jobs
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    for job in jobs:
+                        if job is not None:
+                            job(conn)
+                    conn.execute("COMMIT")
+                except sqlite3.Error as exc:  # the audit must not stop the proxy: say so, go on
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    log.error("audit store %s: %d write(s) lost: %s", self.path, len(jobs), exc)
+                if done:
+                    return
+        finally:
+            conn.close()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value, default=str).decode()
