@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 # Learning a bundle imports the learner (scipy, Storm) in its functions: loading one and deciding do not.
 
-__all__ = ["BUNDLE_SCHEMA_VERSION", "DEFAULT_MIN_GROUP_RUNS", "POOLED", "GuardBundle", "group_path",
+__all__ = ["BUNDLE_SCHEMA_VERSION", "DEFAULT_MIN_GROUP_RUNS", "POOLED", "GuardBundle", "check_member_thresholds",
+           "group_path",
            "group_value", "learn_bundle", "learn_bundle_from_runs", "bundle_from_counts", "load_model_or_bundle"]
 
 BUNDLE_SCHEMA_VERSION = 1
@@ -47,15 +48,15 @@ DEFAULT_MIN_GROUP_RUNS = 10
 POOLED = "pooled"  # the pooled member's name in decisions and on the command line
 
 
-def group_path(group_by: str) -> tuple[str, ...]:
+def group_path(group_by: str, option: str = "--group-by") -> tuple[str, ...]:
     """``meta.task`` → ``("task",)``; the key may be nested (``meta.task.kind``).
 
     Raises:
-        ForewarnError: the path does not start with ``meta.`` or has an empty part.
+        ForewarnError: the path does not start with ``meta.`` or has an empty part (named as ``option``).
     """
     parts = group_by.split(".")
     if len(parts) < 2 or parts[0] != "meta" or not all(p.strip() for p in parts[1:]):
-        raise ForewarnError(f"--group-by {group_by!r}: expected a path into the runs' metadata such as "
+        raise ForewarnError(f"{option} {group_by!r}: expected a path into the runs' metadata such as "
                             "'meta.task' (it must start with 'meta.')")
     return tuple(parts[1:])
 
@@ -177,6 +178,10 @@ class GuardBundle:
             spec = parse_spec(doc.spec, source=f"{source} (embedded spec)")
         except ForewarnError as exc:
             raise ModelFileError(f"{source}: {exc}") from exc
+        try:
+            check_member_thresholds(spec, doc.group_by)
+        except ForewarnError as exc:
+            raise ModelFileError(f"{source}: {exc}") from exc
         with_model = {g.group for g in doc.groups if g.model}
         if with_model != set(doc.members):
             raise ModelFileError(f"{source}: 'groups' and 'members' disagree on which groups have a model")
@@ -228,6 +233,19 @@ def _checksum(body: dict[str, Any]) -> str:
     canonical = orjson.dumps({k: v for k, v in body.items() if k not in ("checksum", "signature")},
                              option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()
+
+
+def check_member_thresholds(spec: Spec, group_by: str) -> None:
+    """The spec's ``guard.member_thresholds`` (if any) are for bundles grouped by ``group_by``.
+
+    Raises:
+        SpecError: they name another grouping key.
+    """
+    own = spec.guard.member_thresholds
+    if own is not None and own.by != group_by:
+        raise spec.error(f"guard.member_thresholds.by: the thresholds are for members by {own.by}, but the bundle "
+                         f"is grouped by {group_by}; tune again with --bundle-by {group_by} (or learn with "
+                         f"--group-by {own.by})", "guard", "member_thresholds", "by")
 
 
 def load_model_or_bundle(path: str | Path, *, trusted_keys: Sequence[Any] | None = None) -> GuardModel | GuardBundle:
@@ -357,6 +375,7 @@ def bundle_from_counts(pooled: TransitionCounts, groups: Mapping[str, Transition
 
     if pooled.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
+    check_member_thresholds(spec, group_by)
     if not groups:
         seen = ", ".join(f"meta.{k}" for k in sorted(keys_seen)[:8]) or "none"
         raise ForewarnError(f"--group-by {group_by}: none of the {pooled.runs} runs has it in its metadata "

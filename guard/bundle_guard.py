@@ -7,10 +7,15 @@ its own (too few runs, or never seen). Every decision names the member that took
 sentence at the end of an alert's message). The hot path is the member's own: the
 members share one compiled predicate set (and its memo); picking one is a dictionary
 look-up per session, never per step.
+
+Each member decides under its own policy: the spec's, with the member's entry of
+``guard.member_thresholds`` (``forewarn tune --bundle-by`` writes them) where it has one;
+the pooled model, standing in for any group, under the spec's ``guard.thresholds``. A
+``policy`` given to the bundle overrides every member's.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,21 +40,34 @@ class BundleGuard:
         policy: overrides the spec's thresholds and unseen-state action for every member.
         python_predicates: predicates defined in code, by name.
         cpu_budget: as :class:`Guard`'s, for the members' shared predicates.
+        adjust: applied to each member's own policy (:meth:`with_member_policies`).
     """
 
     def __init__(self, bundle: GuardBundle, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
-                 predicates: PredicateSet | None = None, cpu_budget: float | None = DEFAULT_CPU_BUDGET) -> None:
+                 predicates: PredicateSet | None = None, cpu_budget: float | None = DEFAULT_CPU_BUDGET,
+                 adjust: Callable[[Policy], Policy] | None = None) -> None:
         self.bundle = bundle
         if predicates is None:
             predicates = PredicateSet(bundle.spec, python_predicates)
             predicates.cpu_budget = cpu_budget
         self.predicates = predicates
         self._policy = policy
+        self._adjust = adjust
         self._path = group_path(bundle.group_by)
-        self.pooled = Guard(bundle.pooled, policy=policy, predicates=self.predicates)
+        self.pooled = Guard(bundle.pooled, policy=self.member_policy(None), predicates=self.predicates)
         self._members: dict[str, Guard] = {}
         self._fallbacks: dict[str | None, Guard] = {}
+
+    def member_policy(self, group: str | None) -> Policy:
+        """The policy the member of ``group`` decides under (``None``, or a group without a model: the
+        pooled one): the bundle's override when given, else the spec's with the member's own thresholds."""
+        if self._policy is not None:
+            policy = self._policy
+        else:
+            member = group if group is not None and group in self.bundle.members else None
+            policy = Policy.from_settings(self.bundle.spec.guard, member)
+        return policy if self._adjust is None else self._adjust(policy)
 
     @classmethod
     def load(cls, path: str | Path, **options: Any) -> BundleGuard:
@@ -82,7 +100,7 @@ class BundleGuard:
         if group is not None and group in self.bundle.members:
             guard = self._members.get(group)
             if guard is None:
-                guard = self._members[group] = Guard(self.bundle.members[group], policy=self._policy,
+                guard = self._members[group] = Guard(self.bundle.members[group], policy=self.member_policy(group),
                                                      predicates=self.predicates).with_origin(group, group, False)
             return guard
         guard = self._fallbacks.get(group)
@@ -116,8 +134,13 @@ class BundleGuard:
         return self.for_metadata(metadata).session(policy, metadata=metadata)
 
     def with_policy(self, policy: Policy) -> BundleGuard:
-        """The same bundle under another policy (shares the models and the predicates)."""
+        """The same bundle under another policy for every member (shares the models and the predicates)."""
         return BundleGuard(self.bundle, policy=policy, predicates=self.predicates)
+
+    def with_member_policies(self, adjust: Callable[[Policy], Policy]) -> BundleGuard:
+        """The same bundle with each member's own policy passed through ``adjust`` (the integrations'
+        default trigger, say), so that members keep their own thresholds."""
+        return BundleGuard(self.bundle, policy=self._policy, predicates=self.predicates, adjust=adjust)
 
     def decide(self, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None, action: Any = None) -> Decision:
         """The decision for a concrete state taken as the first step of a run with this metadata."""

@@ -135,6 +135,7 @@ class PACEntry(_Doc):
     chain_states: int | None = None
     states: list[PACStateEntry]
     tight: TightPACEntry | None = None
+    empirical: TightPACEntry | None = None  # the empirical-Bernstein bound, the same fields (method "empirical-bernstein")
 
 
 class ModelDocument(_Doc):
@@ -273,6 +274,8 @@ class GuardModel:
                             "visits": s.visits, "required": s.required,
                             "satisfied": s.satisfied} for s in pac.states],
                 **({} if pac.tight is None else {"tight": _tight_document(pac.tight)}),
+                **({} if pac.empirical is None else {"empirical": _tight_document(pac.empirical,
+                                                                                  "empirical-bernstein")}),
             },
             "intervals": None if self.intervals is None else self.intervals.to_document(),
             "visits": self.visits.tolist(),
@@ -383,16 +386,26 @@ class GuardModel:
         return model
 
 
-def _tight_document(tight: TightPAC) -> dict[str, Any]:
+def _tight_document(tight: TightPAC, method: str = "hoeffding-bernstein") -> dict[str, Any]:
     def finite(x: float) -> float | None:
         return x if math.isfinite(x) else None
 
-    return {"method": "hoeffding-bernstein", "satisfied": tight.satisfied, "worst_bound": finite(tight.worst_bound),
+    return {"method": method, "satisfied": tight.satisfied, "worst_bound": finite(tight.worst_bound),
             "runs_factor": tight.runs_factor, "limiting": tight.limiting,
             "states": [{"state": s.state, "bound": finite(s.bound), "required": s.required, "satisfied": s.satisfied}
                        for s in tight.states],
             "initial_bound": finite(tight.initial_bound), "initial_satisfied": tight.initial_satisfied,
             "initial_runs_factor": tight.initial_runs_factor, "initial_limiting": tight.initial_limiting}
+
+
+def _tight_entry(tp: TightPACEntry | None) -> TightPAC | None:
+    if tp is None:
+        return None
+    return TightPAC(tp.satisfied, math.inf if tp.worst_bound is None else tp.worst_bound, tp.runs_factor,
+                    list(tp.limiting), [TightStatePAC(e.state, math.inf if e.bound is None else e.bound,
+                                                     e.required, e.satisfied) for e in tp.states],
+                    math.inf if tp.initial_bound is None else tp.initial_bound, tp.initial_satisfied,
+                    tp.initial_runs_factor, list(tp.initial_limiting))
 
 
 def write_document(path: str | Path, document: dict[str, Any]) -> Path:
@@ -519,17 +532,10 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
         if stored.shape != (n,) or not np.array_equal(stored, visits(dtmc)):
             raise bad("visits must give, per state, the observed departures its transition counts add up to")
     p = doc.pac
-    tight = None
-    if p.tight is not None:
-        tp = p.tight
-        tight = TightPAC(tp.satisfied, math.inf if tp.worst_bound is None else tp.worst_bound, tp.runs_factor,
-                         list(tp.limiting), [TightStatePAC(e.state, math.inf if e.bound is None else e.bound,
-                                                          e.required, e.satisfied) for e in tp.states],
-                         math.inf if tp.initial_bound is None else tp.initial_bound, tp.initial_satisfied,
-                         tp.initial_runs_factor, list(tp.initial_limiting))
     pac = PACReport(epsilon=p.epsilon, delta=p.delta, delta_per_state=p.delta_per_state,
                     amplification=math.inf if p.amplification is None else p.amplification,
-                    states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states], tight=tight)
+                    states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states],
+                    tight=_tight_entry(p.tight), empirical=_tight_entry(p.empirical))
     valuations = None
     if p.chain_states is not None:
         # the learned chain has no more states than its product with the monitors: a bound before allocating

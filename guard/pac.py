@@ -1,4 +1,7 @@
-"""PAC reports: the paper's sample-size bound, and a tighter per-state bound.
+"""PAC reports: the paper's sample-size bound, a tighter per-state bound, and an empirical-Bernstein one.
+
+The empirical-Bernstein bound (:func:`empirical_bound`) is the tighter one with each state's
+radius from the spread of the true risks over its successors (docs/method.md derives it).
 
 **The paper's bound** (Pro2Guard Algorithm 1 line 11; Bazille et al., CAV 2020). For a
 state p with n_p observed departures, the learned chain is (ε, δ)-PAC-correct once, for
@@ -52,6 +55,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -61,8 +65,8 @@ import scipy.sparse.linalg as spla
 from .learning import LearnedDTMC
 from .results import PACReport, StatePAC, TightPAC, TightStatePAC
 
-__all__ = ["StatePAC", "PACReport", "TightStatePAC", "TightPAC", "amplification_factor", "pac_report", "solve_nonnegative",
-           "tight_bound"]
+__all__ = ["EMPIRICAL_SHARE", "StatePAC", "PACReport", "TightStatePAC", "TightPAC", "amplification_factor",
+           "empirical_bound", "pac_report", "solve_nonnegative", "tight_bound"]
 
 
 def amplification_factor(dtmc: LearnedDTMC) -> float:
@@ -157,7 +161,8 @@ def pac_report(dtmc: LearnedDTMC, *, epsilon: float, delta: float) -> PACReport:
         out.append(StatePAC(state=i, visits=visits, required=required, satisfied=satisfied))
     return PACReport(epsilon=epsilon, delta=delta, delta_per_state=delta_prime,
                      amplification=amplification, states=out,
-                     tight=tight_bound(dtmc, epsilon=epsilon, delta_per_state=delta_prime))
+                     tight=tight_bound(dtmc, epsilon=epsilon, delta_per_state=delta_prime),
+                     empirical=empirical_bound(dtmc, epsilon=epsilon, delta=delta))
 
 
 def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, limiting: int = 5,
@@ -199,11 +204,24 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
         bound = narrower
         if done:
             break
-    worst = float(bound.max(initial=0.0))
     projection = _projection(system, seen, n1, hoeffding, variance, shift,
                              np.diff(matrix.indptr)[transient] * dtmc.alpha, log_term)
+    return _tight_report(dtmc, transient, departures, system, learned, bound, radius, projection, epsilon=epsilon,
+                         log_term=log_term, limiting=limiting, rounds=rounds)
+
+
+def _tight_report(dtmc: LearnedDTMC, transient: np.ndarray, departures: np.ndarray, system: sp.csr_matrix,
+                  learned: np.ndarray, bound: np.ndarray, radius: np.ndarray,
+                  projection: tuple[np.ndarray, np.ndarray] | None, *, epsilon: float, log_term: float,
+                  limiting: int, rounds: int,
+                  factors: tuple[float | None, float | None] | None = None) -> TightPAC:
+    """From per-state bounds ε̂ (and their radii r, and the (A, C) forecast): the runs factor, the limiting
+    states, and the bound from the first state (shared by the tighter and the empirical-Bernstein bounds)."""
+    worst = float(bound.max(initial=0.0))
     factor = 1.0 if worst <= epsilon else None if projection is None else \
         _finite(max(1.0, float(np.max(_growth(projection[0], projection[1], epsilon)))))
+    if factors is not None:  # forecast by the caller
+        factor = 1.0 if worst <= epsilon else factors[0]
     states = [TightStatePAC(int(i), float(bound[k]),
                             None if factor is None else math.ceil(factor * departures[k] - 1e-9),
                             bool(bound[k] <= epsilon)) for k, i in enumerate(transient.tolist())]
@@ -233,11 +251,123 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
                                                np.array([risk + carried + start_radius]))[0])
     initial = min(1.0, carried + start_radius)
     initial_factor: float | None = 1.0
-    if initial > epsilon:
+    if initial > epsilon and factors is not None:
+        initial_factor = factors[1]
+    elif initial > epsilon:
         initial_factor = None if projection is None or not runs else _finite(max(1.0, float(_growth(
             np.array([mu @ projection[0] + start_hoeffding]), np.array([mu @ projection[1]]), epsilon)[0])))
     return TightPAC(worst <= epsilon, worst, factor, _limiting(system, pick, radius, transient, limiting), states,
                     initial, initial <= epsilon, initial_factor, _limiting(system, mu, radius, transient, limiting))
+
+
+EMPIRICAL_SHARE = 0.8
+"""The share of δ the empirical-Bernstein bound gives its mean deviations; the rest bounds the variances."""
+
+
+def empirical_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting: int = 5,
+                    rounds: int = 12) -> TightPAC:
+    """The empirical-Bernstein bound ε̂ = (I − Q̂)⁻¹ r on |learned − true| P(F unsafe), per state and from
+    the first state (docs/method.md, "The empirical-Bernstein bound").
+
+    As :func:`tight_bound`, with each radius r_i from the spread of the true risks over state i's
+    *successors* rather than from x_i(1 − x_i): Bernstein with a variance bounded by Maurer and Pontil's
+    empirical-variance inequality. δ is split once: ``EMPIRICAL_SHARE``·δ over
+    the m transient states' mean deviations and the start's, the rest over their variances.
+    """
+    transient = np.flatnonzero(~dtmc.absorbing)
+    m = transient.size
+    if m == 0:
+        return TightPAC(True, 0.0, 1.0, [], [], 0.0, True, 1.0, [])
+    departures = np.asarray(dtmc.counts.sum(axis=1)).ravel()[transient]
+    jump = _jump_chain(dtmc)
+    rows = jump.counts.tocsr()[transient]
+    n = np.asarray(rows.sum(axis=1)).ravel()  # departures to another state
+    seen = n > 0
+    n1 = np.maximum(n, 1)
+    shift = _smoothing_shift(jump)[transient]
+    system = _system(jump, transient)
+    unsafe = np.flatnonzero(jump.unsafe)
+    learned = solve_nonnegative(system, np.asarray(jump.matrix[transient][:, unsafe].sum(axis=1)).ravel())
+    if learned is None:
+        return TightPAC(False, math.inf, None, [], [TightStatePAC(int(i), math.inf, None, False)
+                                                    for i in transient.tolist()])
+    log_mean = math.log(2.0 * (m + 1) / (EMPIRICAL_SHARE * delta))  # m states and the start, two-sided
+    log_var = math.log(m / ((1.0 - EMPIRICAL_SHARE) * delta))  # m upper bounds on a standard deviation
+    values = np.zeros(jump.size)
+    values[transient], values[unsafe] = learned, 1.0  # the learned risk of every state (end: 0)
+    row = np.repeat(np.arange(m), np.diff(rows.indptr))
+    share = rows.data / n1[row]  # the empirical jump row p̃_i
+    successor = rows.indices
+    mean = np.bincount(row, share * values[successor], minlength=m)
+    spread = np.sqrt(np.maximum(np.bincount(row, share * (values[successor] - mean[row]) ** 2, minlength=m), 0.0))
+    k_alpha = np.diff(jump.matrix.indptr)[transient] * jump.alpha
+
+    def widths(scale: float, rounds: int) -> tuple[np.ndarray, np.ndarray]:
+        """ε̂ and r with every state's departures ``scale`` times as many (1: as learned; more: the
+        forecast, the successors' spread kept, the smoothing shift shrunk as 1/scale)."""
+        count = n1 * scale
+        known = seen | (scale > 1)  # a state not seen leaving counts as one departure in a forecast
+        moved = shift if scale == 1 else shift * (n1 + k_alpha) / count
+        unbiased = np.sqrt(count / np.maximum(count - 1, 1))
+        bound, radius = np.ones(m), np.ones(m)
+        for _ in range(rounds):
+            width = np.zeros(jump.size)
+            width[transient] = bound
+            # the sample deviation of the true risks over the successors: that of the learned ones, plus at
+            # most the successors' bounds (a standard deviation is a seminorm); Maurer–Pontil on top
+            box = np.sqrt(np.bincount(row, share * width[successor] ** 2, minlength=m))
+            upper = unbiased * (spread + box) + np.sqrt(2.0 * log_var / np.maximum(count - 1, 1))
+            sigma = np.minimum(np.where(seen & (count >= 2), upper, 0.5), 0.5)
+            sigma = np.minimum(sigma, np.sqrt(_variance_bound(learned - bound, learned + bound)))
+            bernstein = (log_mean / 3.0 + np.sqrt(log_mean**2 / 9.0 + 2.0 * count * log_mean * sigma**2)) / count
+            hoeffding = np.sqrt(log_mean / (2.0 * count))  # both bound one moment generating function
+            radius = np.where(known, np.minimum(1.0, np.minimum(bernstein, hoeffding) + moved), 1.0)
+            step = solve_nonnegative(system, radius)
+            if step is None:
+                break
+            narrower = np.minimum(bound, step)
+            done = float(np.max(bound - narrower, initial=0.0)) < 1e-9
+            bound = narrower
+            if done:
+                break
+        return bound, radius
+
+    bound, radius = widths(1.0, rounds)
+    runs = sum(jump.initial.values())
+    position = {int(i): k for k, i in enumerate(transient.tolist())}
+    mu = np.zeros(m)
+    for i, count in jump.initial.items():
+        if int(i) in position:
+            mu[position[int(i)]] += count / max(runs, 1)
+
+    seen_widths: dict[float, np.ndarray] = {}
+
+    def forecast(scale: float) -> np.ndarray:  # a few rounds: a forecast, not a guarantee
+        if scale not in seen_widths:
+            seen_widths[scale] = widths(scale, 4)[0]
+        return seen_widths[scale]
+
+    def start(scale: float) -> float:  # the start bound at a forecast, its own radius by Hoeffding
+        return float(mu @ forecast(scale)) + math.sqrt(log_mean / (2.0 * max(runs, 1) * scale))
+
+    factors = (_smallest_scale(lambda k: float(forecast(k).max(initial=0.0)) <= epsilon),
+               _smallest_scale(lambda k: start(k) <= epsilon) if runs else None)
+    return _tight_report(jump, transient, departures, system, learned, bound, radius, None, epsilon=epsilon,
+                         log_term=log_mean, limiting=limiting, rounds=rounds, factors=factors)
+
+
+def _smallest_scale(met: Callable[[float], bool], top: float = 1e8) -> float | None:
+    """The smallest k ≥ 1 (to 3 %) with ``met(k)``, for a ``met`` that only turns true as k grows; None past ``top``.
+    The probes are powers of 1.03, so two searches share most of them."""
+    if met(1.0):
+        return 1.0
+    low, high = 0, math.ceil(math.log(top) / math.log(1.03))
+    if not met(1.03**high):
+        return None
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if met(1.03**mid) else (mid, high)
+    return float(1.03**high)
 
 
 def _jump_chain(dtmc: LearnedDTMC) -> LearnedDTMC:

@@ -38,9 +38,15 @@ class Policy:
             raise ConfigError(f"min_visits must be a whole number >= 0, got {self.min_visits!r}")
 
     @classmethod
-    def from_settings(cls, settings: GuardSettings) -> Policy:
-        return cls(thresholds=settings.thresholds, unseen_state=settings.unseen_state, act_on=settings.act_on,
-                   min_visits=settings.min_visits, trigger=settings.trigger, min_increase=settings.min_increase)
+    def from_settings(cls, settings: GuardSettings, member: str | None = None) -> Policy:
+        """The spec's policy; for a bundle ``member`` (a group's value) with an entry in
+        ``guard.member_thresholds``, with that member's thresholds and ``min_increase``."""
+        own = settings.member_thresholds.groups.get(member) \
+            if member is not None and settings.member_thresholds is not None else None
+        thresholds = settings.thresholds if own is None else own.merged(settings.thresholds)
+        min_increase = settings.min_increase if own is None or own.min_increase is None else own.min_increase
+        return cls(thresholds=thresholds, unseen_state=settings.unseen_state, act_on=settings.act_on,
+                   min_visits=settings.min_visits, trigger=settings.trigger, min_increase=min_increase)
 
     @property
     def increase(self) -> float | None:

@@ -87,6 +87,7 @@ class RunReplay:
     start_risk: float | None = None
     quiet: frozenset[int] = frozenset()
     ci_low: tuple[float | None, ...] = ()  # per step, the lower end of p_unsafe's interval (when the model has them)
+    member: str | None = None  # the bundle member that replayed it (None: a single model, or the pooled one)
 
     @property
     def unsafe(self) -> bool:
@@ -325,7 +326,8 @@ def replay_run(guard: Guard | BundleGuard, run: Run) -> RunReplay:
             break
     return RunReplay(run.id, risks, violation, run.times()[:len(risks)], meta=run.meta, length=len(run.steps),
                      abstract=tuple(abstract), monitor_states=tuple(monitor_states),
-                     start_risk=max(guard.start_risk), ci_low=tuple(lows))  # decisions report the property most at risk
+                     start_risk=max(guard.start_risk),  # decisions report the property most at risk
+                     ci_low=tuple(lows), member=guard.member)
 
 
 def replay(guard: Guard | BundleGuard, runs: Iterable[Run], thetas: Sequence[float], *,

@@ -92,6 +92,7 @@ class PACReport:
     amplification: float  # B
     states: list[StatePAC]
     tight: TightPAC | None = None
+    empirical: TightPAC | None = None  # the empirical-Bernstein bound (None: files written before it)
 
     @property
     def satisfied(self) -> bool:

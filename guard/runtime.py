@@ -221,6 +221,12 @@ class Guard:
         clone._origin = (member, group, fallback, note)
         return clone
 
+    @property
+    def member(self) -> str | None:
+        """The bundle member this guard decides as; ``None`` for a single model or the pooled one standing in."""
+        member, _, fallback, _ = self._origin
+        return None if fallback else member
+
     # -- monitors -------------------------------------------------------------------
 
     def first_monitor_states(self, bits: int, action: Any = None) -> MonitorStates:

@@ -6,6 +6,7 @@ the file and the line of the offending entry, because a spec is written by hand.
 from __future__ import annotations
 
 import itertools
+import json
 import keyword
 import re
 from enum import Enum
@@ -25,6 +26,8 @@ __all__ = [
     "Thresholds",
     "Trigger",
     "GuardSettings",
+    "MemberSettings",
+    "MemberThresholds",
     "Meaning",
     "MonitorDef",
     "PropertyDef",
@@ -172,6 +175,42 @@ class PropertyDef(_Strict):
         return f"P=? [{self.formula}]"
 
 
+class MemberSettings(_Strict):
+    """One bundle member's own policy settings (``forewarn tune --bundle-by`` writes them)."""
+
+    thresholds: Thresholds  # the actions given replace guard.thresholds' for this member
+    min_increase: float | None = Field(default=None, ge=0.0, le=1.0)  # None: guard.min_increase
+
+    def merged(self, thresholds: Thresholds) -> Thresholds:
+        """``thresholds`` (the guard's) with the actions this member sets replaced."""
+        given = {a: getattr(self.thresholds, a) for a in self.thresholds.model_fields_set}
+        return Thresholds.model_validate(thresholds.model_dump() | given)
+
+
+class MemberThresholds(_Strict):
+    """Per-member thresholds of a bundle grouped by ``by`` (docs/spec.md, "Per-member thresholds")."""
+
+    by: str  # meta.KEY: the bundle's grouping key, as `forewarn learn --group-by` takes it
+    groups: dict[str, MemberSettings]
+
+    @field_validator("by")
+    @classmethod
+    def _meta_path(cls, value: str) -> str:
+        parts = value.split(".")
+        if len(parts) < 2 or parts[0] != "meta" or not all(p.strip() for p in parts[1:]):
+            raise ValueError(f"by {value!r}: expected the bundle's grouping key such as 'meta.task'")
+        return value
+
+    @field_validator("groups", mode="before")
+    @classmethod
+    def _text_keys(cls, value: Any) -> Any:
+        # a group's value is its text (guard.bundle.group_value): `3:` in YAML is the group "3"
+        if isinstance(value, dict):
+            return {k if isinstance(k, str) else json.dumps(k, sort_keys=True): v
+                    for k, v in value.items()}
+        return value
+
+
 class GuardSettings(_Strict):
     horizon: int | None = Field(default=None, ge=0)
     property: str | None = None  # one path formula; default F "unsafe" (F<=horizon "unsafe")
@@ -183,6 +222,8 @@ class GuardSettings(_Strict):
     # None: not set — a Guard uses level, the LangChain middleware increase (docs/langchain.md)
     trigger: Trigger | None = None
     min_increase: float = Field(default=0.0, ge=0.0, le=1.0)
+    # per bundle member: thresholds (and min_increase) of its own; None: every member uses the above
+    member_thresholds: MemberThresholds | None = None
 
     @field_validator("property")
     @classmethod
@@ -197,6 +238,10 @@ class GuardSettings(_Strict):
             raise ValueError("'horizon' applies to the default property; write the bound into 'property'")
         if self.trigger is Trigger.LEVEL and self.min_increase:
             raise _Located("'min_increase' applies to 'trigger: increase', not 'level'", "guard", "min_increase")
+        for group, member in (self.member_thresholds.groups if self.member_thresholds else {}).items():
+            if self.trigger is Trigger.LEVEL and member.min_increase:
+                raise _Located("'min_increase' applies to 'trigger: increase', not 'level'", "guard",
+                               "member_thresholds", "groups", group, "min_increase")
         names = [p.name for p in self.properties]
         if len(set(names)) != len(names):
             raise ValueError(f"property names must be unique, got {names}")
@@ -499,7 +544,9 @@ def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
         raise SpecError(f"{field}: {message}", source=source, line=line_of(root, loc)) from exc
     ordered = [(("guard", "thresholds"), spec.guard.thresholds)] + [
         (("guard", "properties", i, "thresholds"), p.thresholds)
-        for i, p in enumerate(spec.guard.properties) if p.thresholds is not None]
+        for i, p in enumerate(spec.guard.properties) if p.thresholds is not None] + [
+        (("guard", "member_thresholds", "groups", g, "thresholds"), m.merged(spec.guard.thresholds))
+        for g, m in (spec.guard.member_thresholds.groups if spec.guard.member_thresholds else {}).items()]
     for loc, thresholds in ordered:
         problem = thresholds.disorder()
         if problem is not None:

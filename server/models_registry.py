@@ -111,8 +111,12 @@ def _bundle_summary(guard: Guard | BundleGuard) -> dict[str, Any] | None:
     if not isinstance(guard, BundleGuard):
         return None
     bundle = guard.bundle
+    own = bundle.spec.guard.member_thresholds
+    tuned = sorted(g for g in (own.groups if own is not None else {}) if g in bundle.members)
     return {"group_by": bundle.group_by, "min_group_runs": bundle.min_group_runs, "members": sorted(bundle.members),
-            "groups_without_model": len(bundle.group_runs) - len(bundle.members)}
+            "groups_without_model": len(bundle.group_runs) - len(bundle.members),
+            # members deciding under thresholds of their own (guard.member_thresholds), and those thresholds
+            "member_thresholds": {g: guard.member_policy(g).thresholds.model_dump() for g in tuned}}
 
 
 def _jsonable(value: Any) -> Any:

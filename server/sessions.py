@@ -63,7 +63,8 @@ def make_session(loaded: LoadedModel, overrides: dict[str, Any] | None,
     guard = loaded.guard
     if not overrides:
         return guard.session(metadata=metadata)
-    return guard.session(guard.policy.with_overrides(overrides), metadata=metadata)
+    member = guard.for_metadata(metadata)  # a bundle's member: the overrides apply over its own policy
+    return member.session(member.policy.with_overrides(overrides), metadata=metadata)
 
 
 class SessionManager:

@@ -189,3 +189,54 @@ def test_learn_and_check_report_both_bounds(toy_model_path: Path, forewarn_here:
     table = forewarn_here("check", toy_model_path).stdout
     assert "the paper's bound" in table and "tighter bound" in table and "Definition 4" in table
     assert f"{math.ceil(tight.runs_factor * model.provenance['runs']):,} instead of" in " ".join(table.split())
+
+
+# -- the empirical-Bernstein bound ------------------------------------------------------
+
+def test_the_empirical_bound_charges_a_state_the_spread_of_its_successors(toy_predicates: PredicateSet) -> None:
+    from _pac_sim import simulate
+    from forewarn.guard.pac import empirical_bound
+
+    # NONE moves on to a or b, both of risk 1/2: its successors do not spread, a 0/1 outcome would
+    chain = {NONE: {A: 0.5, 2: 0.5}, A: {AB: 0.5, END: 0.5}, 2: {AB: 0.5, END: 0.5}}
+    dtmc = simulate(chain, {NONE: 1.0}, 4000, np.random.default_rng(7), toy_predicates, 0.1)
+    report = pac_report(dtmc, epsilon=0.05, delta=0.05)
+    tight, empirical = report.tight, report.empirical
+    assert tight is not None and empirical is not None
+    assert empirical == empirical_bound(dtmc, epsilon=0.05, delta=0.05)
+    by_state = {dtmc.states[s.state]: s.bound for s in empirical.states}
+    tight_by_state = {dtmc.states[s.state]: s.bound for s in tight.states}
+    # NONE's own radius is nearly gone: its bound is little more than what it inherits from a and b
+    assert by_state[NONE] < tight_by_state[NONE] - 0.01
+    assert by_state[NONE] < 1.25 * max(by_state[A], by_state[2])
+    assert all(by_state[s] <= tight_by_state[s] + 1e-12 for s in (A, 2))  # a 0/1 outcome: as the tighter one
+    assert empirical.worst_bound == max(by_state.values()) and empirical.runs_factor is not None
+    assert tight.runs_factor is not None and empirical.runs_factor < tight.runs_factor  # fewer runs asked
+    assert empirical.initial_bound < tight.initial_bound
+
+
+def test_the_model_file_and_check_carry_the_empirical_bound(toy_model: GuardModel, toy_model_path: Path,
+                                                            tmp_path: Path, forewarn_here: CLI) -> None:
+    from forewarn.guard.model import _checksum
+
+    empirical = toy_model.pac.empirical
+    assert empirical is not None
+    document = toy_model.to_document()
+    assert document["pac"]["empirical"]["method"] == "empirical-bernstein"
+    assert GuardModel.load(toy_model.save(tmp_path / "new.json")).pac.empirical == empirical
+    del document["pac"]["empirical"]  # a file written before the bound existed
+    del document["checksum"]
+    document["checksum"] = _checksum(document)
+    (tmp_path / "old.json").write_bytes(orjson.dumps(document))
+    old = GuardModel.load(tmp_path / "old.json")
+    assert old.pac.empirical is None and old.pac.tight == toy_model.pac.tight
+    assert "empirical-Bernstein bound: not in this model file" in " ".join(
+        forewarn_here("check", tmp_path / "old.json").stdout.split())
+    model = GuardModel.load(toy_model_path)
+    assert model.pac.empirical is not None
+    checked = forewarn_here("check", toy_model_path, "--format", "json").json()
+    assert isinstance(checked, dict)
+    pac = checked["pac"]
+    assert pac["empirical"]["worst_bound"] == model.pac.empirical.worst_bound
+    assert pac["empirical"]["initial"]["bound"] == model.pac.empirical.initial_bound
+    assert "empirical-Bernstein bound (95% confidence)" in " ".join(forewarn_here("check", toy_model_path).stdout.split())

@@ -47,3 +47,28 @@ def test_coverage_of_the_tight_bound_on_simulated_learnings(name: str, toy_predi
     assert covered >= (1 - DELTA) * LEARNINGS, (name, runs, covered)
     assert within >= (1 - DELTA) * LEARNINGS, (name, runs, within)
     assert start_covered >= (1 - DELTA) * LEARNINGS, (name, runs, start_covered)
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_coverage_of_the_empirical_bernstein_bound(name: str, toy_predicates: PredicateSet) -> None:
+    """Every state's learned risk within its empirical-Bernstein bound, and the start's within the start
+    bound, in at least 1 − δ of 200 learnings; the bound is the tighter one's or narrower on the median."""
+    initial, chain = CHAINS[name]
+    truth = true_reach(chain)
+    start_truth = sum(p * truth[s] for s, p in initial.items())
+    rng = np.random.default_rng(23)
+    runs = 1000
+    covered = start_covered = narrower = 0
+    for _ in range(LEARNINGS):
+        dtmc = simulate(chain, initial, runs, rng, toy_predicates, ALPHA)
+        report = pac_report(dtmc, epsilon=EPSILON, delta=DELTA)
+        assert report.empirical is not None and report.tight is not None
+        learned = learned_reach(dtmc)
+        covered += all(abs(learned[dtmc.states[s.state]] - truth[dtmc.states[s.state]]) <= s.bound
+                       for s in report.empirical.states)
+        start = sum(n * learned[dtmc.states[i]] for i, n in dtmc.initial.items()) / runs
+        start_covered += abs(start - start_truth) <= report.empirical.initial_bound
+        narrower += report.empirical.worst_bound <= report.tight.worst_bound + 1e-12
+    assert covered >= (1 - DELTA) * LEARNINGS, (name, covered)
+    assert start_covered >= (1 - DELTA) * LEARNINGS, (name, start_covered)
+    assert narrower >= LEARNINGS / 2, (name, narrower)

@@ -8,6 +8,7 @@ from typing import Any
 from ...errors import UsageError
 from ..bundle import GuardBundle
 from ..model import GuardModel
+from ..results import TightPAC
 
 __all__ = ["fmt", "state_words", "pac_words", "members_of", "pac_lines", "pac_document", "MISMATCH_MARK", "mismatch_note"]
 
@@ -69,11 +70,19 @@ def pac_lines(model: GuardModel) -> list[str]:
         return f"±{bound:.3g}; ε = {pac.epsilon} needs {_more_runs(factor, runs)}" + \
             (f", most of all through state {through}" if through else "")
 
-    return lines + [
+    lines += [
         f"PAC, tighter bound ({confidence} confidence): a run's risk from its first state (the paper's "
         f"Definition 4) {verdict(tight.initial_bound, tight.initial_runs_factor, tight.initial_limiting)}.",
         f"PAC, tighter bound ({confidence} confidence): every state's risk "
         f"{verdict(tight.worst_bound, tight.runs_factor, tight.limiting)}."]
+    empirical = pac.empirical
+    if empirical is None:
+        return lines + ["PAC, empirical-Bernstein bound: not in this model file (written by an older Forewarn); "
+                        "re-learn."]
+    return lines + [
+        f"PAC, empirical-Bernstein bound ({confidence} confidence): from the first state "
+        f"{verdict(empirical.initial_bound, empirical.initial_runs_factor, empirical.initial_limiting)}; "
+        f"every state {verdict(empirical.worst_bound, empirical.runs_factor, empirical.limiting)}."]
 
 
 def _more_runs(factor: float, runs: Any) -> str:
@@ -90,17 +99,12 @@ def _visits(model: GuardModel, state: int) -> int:
 def pac_document(model: GuardModel) -> dict[str, Any]:
     """The PAC report for JSON output (``check``): both bounds, the paper's labelled as such."""
     pac, runs = model.pac, model.provenance.get("runs")
-    tight = pac.tight
 
     def needed(factor: float | None) -> int | None:
         return math.ceil(factor * runs) if factor is not None and isinstance(runs, int) else None
 
-    return {
-        "epsilon": pac.epsilon, "delta": pac.delta, "runs": runs,
-        "paper": {"satisfied": pac.satisfied, "states_satisfied": pac.satisfied_count, "states": len(pac.states),
-                  "amplification": pac.amplification if math.isfinite(pac.amplification) else None,
-                  "runs_factor": pac.runs_factor, "runs_needed": needed(pac.runs_factor)},
-        "tight": None if tight is None else {
+    def bound(tight: TightPAC | None) -> dict[str, Any] | None:
+        return None if tight is None else {
             "satisfied": tight.satisfied,
             "worst_bound": tight.worst_bound if math.isfinite(tight.worst_bound) else None,
             "runs_factor": tight.runs_factor, "runs_needed": needed(tight.runs_factor),
@@ -111,7 +115,15 @@ def pac_document(model: GuardModel) -> dict[str, Any]:
                         "bound": tight.initial_bound if math.isfinite(tight.initial_bound) else None,
                         "runs_factor": tight.initial_runs_factor, "runs_needed": needed(tight.initial_runs_factor),
                         "limiting": [{"state": i, "predicates": pac_words(model, i), "visits": _visits(model, i)}
-                                     for i in tight.initial_limiting]}},
+                                     for i in tight.initial_limiting]}}
+
+    return {
+        "epsilon": pac.epsilon, "delta": pac.delta, "runs": runs,
+        "paper": {"satisfied": pac.satisfied, "states_satisfied": pac.satisfied_count, "states": len(pac.states),
+                  "amplification": pac.amplification if math.isfinite(pac.amplification) else None,
+                  "runs_factor": pac.runs_factor, "runs_needed": needed(pac.runs_factor)},
+        "tight": bound(pac.tight),
+        "empirical": bound(pac.empirical),  # the empirical-Bernstein bound (docs/method.md)
     }
 
 

@@ -149,6 +149,9 @@ def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Form
         _print_bundle_summary(learned, output, format)
         return
     model = learned
+    if model.spec.guard.member_thresholds is not None:
+        warn(f"guard.member_thresholds apply to a bundle (learn with --group-by "
+             f"{model.spec.guard.member_thresholds.by}); this single model decides under guard.thresholds")
     summary = _summary(model, output)
     if model.spec.learning.kinds != 1:  # learning.kinds: how many kinds were kept, and their weights
         kinds = model.kinds
@@ -231,13 +234,21 @@ def _degenerate(model: GuardModel) -> list[str]:
 
 def _print_bundle_summary(bundle: GuardBundle, output: Path, format: Format) -> None:
     small = sorted(g for g in bundle.group_runs if g not in bundle.members)
-    members = [{"group": g, **{k: v for k, v in _summary(m, output).items() if k in _MEMBER_KEYS}}
+    from ..policy import Policy
+
+    own = bundle.spec.guard.member_thresholds
+    tuned = set() if own is None else set(own.groups)
+    members = [{"group": g, **{k: v for k, v in _summary(m, output).items() if k in _MEMBER_KEYS},
+                "thresholds": Policy.from_settings(bundle.spec.guard, g).thresholds.model_dump(),
+                "own_thresholds": g in tuned}
                for g, m in sorted(bundle.members.items())]
+    unused = sorted(tuned - set(bundle.members))
     summary: dict[str, Any] = {"bundle": str(output), "group_by": bundle.group_by, "min_group_runs": bundle.min_group_runs,
                "groups": len(bundle.group_runs), "members": len(bundle.members), "small_groups": len(small),
                "runs_without_group": bundle.runs_without_group,
                "pooled": {k: v for k, v in _summary(bundle.pooled, output).items() if k != "pac_worst"},
-               "group_models": members, "groups_without_model": {g: bundle.group_runs[g] for g in small}}
+               "group_models": members, "groups_without_model": {g: bundle.group_runs[g] for g in small},
+               "member_thresholds_unused": unused}
     if format is Format.json:
         print_json(summary)
         return
@@ -255,6 +266,14 @@ def _print_bundle_summary(bundle: GuardBundle, output: Path, format: Format) -> 
               f"(≥ {bundle.min_group_runs} runs); {len(small)} with fewer runs and "
               f"{bundle.runs_without_group} runs without {bundle.group_by} are decided by the pooled model.",
               soft_wrap=True)
+    if tuned:
+        out.print(f"{len(tuned & set(bundle.members))} members decide under thresholds of their own "
+                  "(guard.member_thresholds); the others and the pooled model under guard.thresholds.",
+                  soft_wrap=True)
+    if unused:
+        warn(f"guard.member_thresholds name {len(unused)} group(s) without a model of their own here "
+             f"({', '.join(repr(g) for g in unused[:5])}{' …' if len(unused) > 5 else ''}): the pooled model "
+             "decides for them, under guard.thresholds")
 
 
 _MEMBER_KEYS = ("runs", "steps", "unsafe_runs", "states", "product_states", "initial_risk", "pac_satisfied",
@@ -302,6 +321,13 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         "pac_tight_initial_bound": None if pac.tight is None or not math.isfinite(pac.tight.initial_bound)
         else round(pac.tight.initial_bound, 6),
         "pac_tight_initial_runs_factor": None if pac.tight is None else pac.tight.initial_runs_factor,
+        # the empirical-Bernstein bound (guard/pac.py, docs/method.md)
+        "pac_empirical_worst_bound": None if pac.empirical is None or not math.isfinite(pac.empirical.worst_bound)
+        else round(pac.empirical.worst_bound, 6),
+        "pac_empirical_runs_factor": None if pac.empirical is None else pac.empirical.runs_factor,
+        "pac_empirical_initial_bound": None if pac.empirical is None or not math.isfinite(pac.empirical.initial_bound)
+        else round(pac.empirical.initial_bound, 6),
+        "pac_empirical_initial_runs_factor": None if pac.empirical is None else pac.empirical.initial_runs_factor,
         "pac_worst": None if worst is None else {
             "state": worst.state, "visits": worst.visits, "required": worst.required,
             "predicates": pac_words(model, worst.state)},

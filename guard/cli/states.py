@@ -35,21 +35,26 @@ def states(
     format: Annotated[StatesFormat, typer.Option("--format", help="table, json or csv.")] = StatesFormat.table,
 ) -> None:
     """List the model's abstract states: visits, risk, the action each triggers, the most likely path to unsafe."""
-    from ..bundle import load_model_or_bundle
+    from ..bundle import POOLED, load_model_or_bundle
+    from ..policy import Policy
+    from ..runtime import Guard
     from ..states import state_rows
 
     members = members_of(load_model_or_bundle(model), group)
-    tables = {name: (m, state_rows(m)) for name, m in members.items()}
+    # a bundle's member acts under its own thresholds where the spec gives it some (guard.member_thresholds)
+    policies = {name: Policy.from_settings(m.spec.guard, None if name in (None, POOLED) else name)
+                for name, m in members.items()}
+    tables = {name: (m, state_rows(m, Guard(m, policy=policies[name]))) for name, m in members.items()}
     bundle = not (len(members) == 1 and None in members)
     if format is StatesFormat.json:
-        def one(m: GuardModel, rows: list[Any]) -> dict[str, Any]:
+        def one(name: str | None, m: GuardModel, rows: list[Any]) -> dict[str, Any]:
             return {"property": m.outcome.formula, "spec": m.spec.name,
-                    "thresholds": m.spec.guard.thresholds.model_dump(),
+                    "thresholds": policies[name].thresholds.model_dump(),
                     "unseen_state": m.spec.guard.unseen_state.value, "states": [r.to_dict() for r in rows]}
         if not bundle:
-            print_json(one(*tables[None]))
+            print_json(one(None, *tables[None]))
         else:
-            print_json({"bundle": str(model), "members": {name: one(*t) for name, t in tables.items()}})
+            print_json({"bundle": str(model), "members": {name: one(name, *t) for name, t in tables.items()}})
         return
     if format is StatesFormat.csv:
         import csv
@@ -70,7 +75,7 @@ def states(
     for name, (m, rows) in tables.items():
         monitors = bool(m.dtmc.monitors)
         title = (f"{'' if name is None else f'{name}: '}{m.outcome.formula}; act when p_safe < θ: "
-                 + ", ".join(f"{a.value} {t}" for a, t in m.spec.guard.thresholds.items()))
+                 + ", ".join(f"{a.value} {t}" for a, t in policies[name].thresholds.items()))
         table = Table(title=title)
         columns = ["#", "state"] + (["monitors"] if monitors else []) + ["visits", "p_unsafe", "bounds", "interval",
                                                                           "action", "most likely path to unsafe"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -17,17 +17,18 @@ from ..replay import Enforcement
 from ..storm import Method
 from ._options import Format, MkdirOption, OnError, err, out, print_json
 from ._replay_options import (
-    BundleByOption,
     EnforcementOption,
     ExtractorOption,
     FormatOption,
     InputFormatOption,
-    MinGroupRunsOption,
     OnErrorOption,
     parse_enforcement,
     parse_trigger,
 )
 from ._replay_output import ahead_cell, detection_cells, over, pct, progress, report_skipped
+
+if TYPE_CHECKING:
+    from ..evaluation.member_tune import MemberTuning, Tally
 
 __all__ = ["register", "tune"]
 
@@ -58,8 +59,14 @@ def tune(
                           "θ). Default: the spec's guard.trigger, else what the integration uses: increase under "
                           "lookahead enforcement (the LangChain middleware, the MCP proxy), level under observe.")]
     = None,
-    bundle_by: BundleByOption = None,
-    min_group_runs: MinGroupRunsOption = DEFAULT_MIN_GROUP_RUNS,
+    bundle_by: Annotated[str | None, typer.Option(
+        "--bundle-by", help="Learn each fold's model as a bundle grouped by this metadata key (e.g. meta.task), as "
+                            "`learn --group-by` does, and choose thresholds per member too (-o writes them as "
+                            "guard.member_thresholds).")] = None,
+    min_group_runs: Annotated[int, typer.Option(
+        "--min-group-runs", help="With --bundle-by: runs a group needs in a fold for a model of its own, and "
+                                 "held-out runs its own model must have replayed for thresholds of its own.")]
+    = DEFAULT_MIN_GROUP_RUNS,
     extractor: ExtractorOption = None,
     on_error: OnErrorOption = OnError.stop,
     mkdir: MkdirOption = False,
@@ -67,6 +74,7 @@ def tune(
     """Choose a threshold per action (and, under the increase trigger, min_increase) from cross-validation so that
     targets on detection or false alarms hold."""
     from ..evaluation.evaluate import evaluate as run_evaluate
+    from ..evaluation.member_tune import tally, tune_members, write_member_thresholds
     from ..evaluation.tune import parse_target, write_min_increase, write_thresholds
     from ..evaluation.tune import tune as run_tune
     from ..spec import Thresholds, Trigger, load_spec, parse_spec
@@ -94,16 +102,34 @@ def tune(
     tuned: dict[str, float] = {}
     choices = run_tune(result, parsed, targets, tuned)
     min_increase = tuned.get("min_increase")
+    members: list[MemberTuning] = []
+    unreplayed = 0
+    totals: dict[Any, Tally] = {}
+    if bundle_by is not None:
+        members, unreplayed = tune_members(result, parsed, targets, min_runs=min_group_runs)
+        totals = tally(result, choices, tuned.get("min_increase", result.pooled.min_increase), members)
     chosen = Thresholds(**{c.action.value: c.theta for c in choices})
     notes = [f"{c.action.value} θ moved from {c.previous:g} to {c.theta:g} to keep reflect ≥ ask_human ≥ stop"
              for c in choices if c.moved]
     if any(p.thresholds is not None for p in parsed.guard.properties):
         notes.append("properties with thresholds of their own keep them; tune sets guard.thresholds")
+    own = [m for m in members if m.choices is not None]
+    if unreplayed:
+        notes.append(f"{unreplayed} group(s) never had their runs replayed by a model of their own (too few "
+                     "training runs in every fold" + (", and --group-by on the bundling key keeps each group out "
+                     "of its own fold's training runs" if group_by == bundle_by else "") + "): they keep the pooled "
+                     "thresholds")
+    if bundle_by is None and parsed.guard.member_thresholds is not None:
+        notes.append("the spec's guard.member_thresholds are kept as they were (tune with --bundle-by "
+                     f"{parsed.guard.member_thresholds.by} to choose them again)")
     if output is not None:
         assert parsed.text is not None
         text = write_thresholds(parsed.text, chosen, source=str(spec))
         if min_increase is not None:
             text = write_min_increase(text, min_increase, source=str(spec))
+        if bundle_by is not None:
+            text = write_member_thresholds(text, bundle_by, {m.group: (m.thresholds, m.min_increase) for m in own
+                                                             if m.thresholds is not None}, source=str(spec))
         parse_spec(text, source=str(output))  # what is written loads
         write_output(output, text)
     if format is Format.json:
@@ -117,7 +143,10 @@ def tune(
                          "aim": None if c.target is None else c.target.aim,
                          "figures": None if c.report is None else asdict(c.report),
                          "over_folds": {k: None if v is None else asdict(v) for k, v in c.over_folds.items()}}
-                        for c in choices]})
+                        for c in choices],
+                    "members": None if bundle_by is None else [_member_json(m) for m in members],
+                    "with_member_thresholds": None if bundle_by is None else {
+                        a.value: t.to_dict() for a, t in totals.items()}})
         return
     bundled = "" if bundle_by is None else f" of per-member models by {bundle_by}"
     table = Table(title=f"thresholds for {parsed.name}: {folds}-fold cross-validation{bundled} over {len(runs)} "
@@ -141,12 +170,67 @@ def tune(
             folds_line = (f"; over folds warned ahead {over(c.over_folds.get('warned_ahead_rate'))}, "
                           f"false alarms {over(c.over_folds.get('false_alarm_rate'))}")
         out.print(f"{c.action.value}: {aim}{folds_line}", highlight=False)
+    if bundle_by is not None:
+        _print_members(members, choices, totals, bundle_by, min_group_runs)
     for note in notes:
         out.print(f"[yellow]note:[/] {note}", highlight=False)
     if output is not None:
-        err.print(f"wrote {output}", highlight=False)
+        err.print(f"wrote {output}" + ("" if bundle_by is None else f"; learn with --group-by {bundle_by} and it, "
+                                       "and each member decides under its own thresholds"), highlight=False)
     else:
         err.print("pass -o SPEC_OUT to write a copy of the spec with these thresholds", highlight=False)
+
+
+def _member_json(m: MemberTuning) -> dict[str, Any]:
+    lead = next((c for c in m.choices or [] if c.report is not None), None)
+    return {"group": m.group, "runs": m.runs, "unsafe_runs": m.unsafe_runs, "pooled": m.choices is None,
+            "reason": m.reason, "thresholds": None if m.thresholds is None else m.thresholds.model_dump(),
+            "min_increase": m.min_increase,
+            "figures": None if lead is None or lead.report is None else asdict(lead.report)}
+
+
+def _print_members(members: list[MemberTuning], pooled: list[Any], totals: dict[Any, Tally], bundle_by: str,
+                   min_runs: int) -> None:
+    """Each member's own thresholds (or why it keeps the pooled ones), and the figures of all of them together."""
+    if not members:
+        out.print(f"per member ({bundle_by}): no held-out run was replayed by a member of its own group; every "
+                  "member keeps the pooled thresholds", highlight=False)
+        return
+    table = Table(title=f"per member ({bundle_by}): chosen on the held-out runs its own model replayed")
+    actions = [c.action for c in pooled if c.theta is not None]
+    tuned_increase = any(m.min_increase is not None for m in members)
+    columns = ["member", "runs (unsafe)", *(a.value for a in actions), *(["min_increase"] if tuned_increase else []),
+               "warned ahead", "false alarms"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "member" else "right")
+    for m in members:
+        if m.choices is None:
+            table.add_row(m.group, f"{m.runs} ({m.unsafe_runs})", *(["pooled"] * len(actions)),
+                          *(["–"] if tuned_increase else []), "–", "–")
+            continue
+        theta = {c.action: c.theta for c in m.choices}
+        lead = next((c.report for c in m.choices if c.report is not None), None)
+        table.add_row(m.group, f"{m.runs} ({m.unsafe_runs})", *(f"{theta[a]:g}" if theta.get(a) is not None else "off"
+                                                               for a in actions),
+                      *([] if not tuned_increase else ["–" if m.min_increase is None else f"{m.min_increase:g}"]),
+                      "–" if lead is None else pct(lead.warned_ahead_rate),
+                      "–" if lead is None else f"{lead.false_alarms}/{lead.n_safe} {pct(lead.false_alarm_rate)}")
+    out.print(table)
+    for m in members:
+        if m.choices is None:
+            out.print(f"{m.group}: keeps the pooled thresholds: {m.reason}", highlight=False)
+    own = sum(m.choices is not None for m in members)
+    out.print(f"{own} of {len(members)} members get thresholds of their own; the rest, and runs the pooled model "
+              "decides, keep the pooled choice.", highlight=False)
+    for c in pooled:
+        total = totals.get(c.action)
+        if total is None or c.report is None or c.target is None:
+            continue
+        both = total.to_dict()
+        out.print(f"{c.action.value}, every held-out run at its member's thresholds: warned ahead "
+                  f"{pct(both['warned_ahead_rate'])}, false alarms {pct(both['false_alarm_rate'])} (pooled θ "
+                  f"{c.theta:g} alone: {pct(c.report.warned_ahead_rate)}, {pct(c.report.false_alarm_rate)})",
+                  highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..bundle import DEFAULT_MIN_GROUP_RUNS, group_path, learn_bundle_from_runs
+from ...errors import ForewarnError
+from ..bundle import DEFAULT_MIN_GROUP_RUNS, group_path, group_value, learn_bundle_from_runs
 from ..bundle_guard import BundleGuard
 from ..pipeline import learn_model_from_runs
 from ..predicates import PredicateSet, PythonPredicate
@@ -151,8 +152,12 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
     """
     from ..monitoring import build_monitors
 
-    if bundle_by is not None:
-        group_path(bundle_by)  # a bad key fails before any fold is learned
+    if bundle_by is not None:  # a bad key fails before any fold is learned, naming the option and all the runs
+        path = group_path(bundle_by, "--bundle-by")
+        if runs and all(group_value(run.meta, path) is None for run in runs):
+            keys = sorted({k for run in runs[:1000] for k in run.meta})
+            raise ForewarnError(f"--bundle-by {bundle_by}: none of the {len(runs)} runs has it in its metadata "
+                                f"(keys the runs have: {', '.join(f'meta.{k}' for k in keys[:8]) or 'none'})")
     predicates = PredicateSet(spec, python_predicates)
     monitors = build_monitors(spec)
     traced = [trace_run(run, predicates, monitors) for run in runs]
@@ -225,7 +230,14 @@ def fold_result(index: int, model: Any, replays: list[RunReplay], train: list[Ru
                  "runs_factor": pac.tight.runs_factor, "limiting": pac.tight.limiting,
                  "initial_satisfied": pac.tight.initial_satisfied,
                  "initial_bound": pac.tight.initial_bound if math.isfinite(pac.tight.initial_bound) else None,
-                 "initial_runs_factor": pac.tight.initial_runs_factor}},
+                 "initial_runs_factor": pac.tight.initial_runs_factor},
+             "empirical": None if pac.empirical is None else {  # the empirical-Bernstein bound
+                 "satisfied": pac.empirical.satisfied,
+                 "worst_bound": pac.empirical.worst_bound if math.isfinite(pac.empirical.worst_bound) else None,
+                 "runs_factor": pac.empirical.runs_factor,
+                 "initial_bound": pac.empirical.initial_bound if math.isfinite(pac.empirical.initial_bound)
+                 else None,
+                 "initial_runs_factor": pac.empirical.initial_runs_factor}},
         report=report)
 
 

@@ -24,7 +24,7 @@ import bisect
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -195,10 +195,11 @@ def choose_min_increase(replays: Sequence[RunReplay], target: Target, *, unseen_
     return best[1], best[2]
 
 
-def _fold_spreads(evaluation: EvaluationReport, thetas: list[float],
-                  min_increase: float | None) -> list[dict[str, Spread | None]]:
+def _fold_spreads(evaluation: EvaluationReport, thetas: list[float], min_increase: float | None,
+                  keep: Callable[[RunReplay], bool] | None = None) -> list[dict[str, Spread | None]]:
     pooled = evaluation.pooled
-    per_fold = [summarize(f.report.replays, thetas, unseen_alarms=pooled.unseen_alarms, horizon=pooled.horizon,
+    per_fold = [summarize([r for r in f.report.replays if keep is None or keep(r)], thetas,
+                          unseen_alarms=pooled.unseen_alarms, horizon=pooled.horizon,
                           enforcement=pooled.enforcement, min_increase=min_increase).thetas
                 for f in evaluation.folds]
     out = []
@@ -212,17 +213,20 @@ def _fold_spreads(evaluation: EvaluationReport, thetas: list[float],
 
 
 def tune(evaluation: EvaluationReport, spec: Spec, targets: Sequence[Target],
-         tuned: dict[str, float] | None = None) -> list[Choice]:
+         tuned: dict[str, float] | None = None, *, keep: Callable[[RunReplay], bool] | None = None,
+         current: Thresholds | None = None) -> list[Choice]:
     """Thresholds for reflect, ask_human and stop meeting ``targets`` on a cross-validation's held-out runs.
 
     Under the increase trigger ``min_increase`` is tuned with the θ of the least severe action's target
     (:func:`choose_min_increase`); it goes into ``tuned["min_increase"]`` when ``tuned`` is given.
+    ``keep``: tune on these held-out runs only (a bundle member's, :mod:`.member_tune`); ``current``:
+    the thresholds untargeted actions keep (default: the spec's ``guard.thresholds``).
 
     Raises:
         TargetUnreachable: a target no θ meets.
         ForewarnError: two targets for one action, or targets whose θs break reflect ≥ ask_human ≥ stop.
     """
-    current = spec.guard.thresholds
+    current = spec.guard.thresholds if current is None else current
     configured = [a for a in _ORDER if getattr(current, a.value) is not None]
     default_action = configured[0] if configured else Action.REFLECT
     by_action: dict[Action, Target] = {}
@@ -233,12 +237,13 @@ def tune(evaluation: EvaluationReport, spec: Spec, targets: Sequence[Target],
         by_action[action] = target
     pooled = evaluation.pooled
     lookahead = pooled.enforcement is Enforcement.LOOKAHEAD
-    replays, min_increase = pooled.replays, pooled.min_increase
+    held_out = [r for r in pooled.replays if keep is None or keep(r)]
+    replays, min_increase = held_out, pooled.min_increase
     if min_increase is not None and by_action:  # the increase trigger: min_increase is tuned with θ
         lead = next(a for a in _ORDER if a in by_action)
-        min_increase, _ = choose_min_increase(pooled.replays, by_action[lead], unseen_alarms=pooled.unseen_alarms,
+        min_increase, _ = choose_min_increase(held_out, by_action[lead], unseen_alarms=pooled.unseen_alarms,
                                               lookahead=lookahead)
-        replays = [r.under_trigger(min_increase, acts_on_start=not lookahead) for r in pooled.replays]
+        replays = [r.under_trigger(min_increase, acts_on_start=not lookahead) for r in held_out]
         if tuned is not None:
             tuned["min_increase"] = min_increase
     chosen = {a: choose_theta(replays, t, unseen_alarms=pooled.unseen_alarms, lookahead=lookahead)
@@ -265,10 +270,10 @@ def tune(evaluation: EvaluationReport, spec: Spec, targets: Sequence[Target],
         moved.update([action] if kept != theta else [])
         thetas[action] = kept
     active = sorted({t for t in thetas.values() if t is not None})
-    reports = dict(zip(active, summarize(pooled.replays, active, unseen_alarms=pooled.unseen_alarms,
+    reports = dict(zip(active, summarize(held_out, active, unseen_alarms=pooled.unseen_alarms,
                                          horizon=pooled.horizon, enforcement=pooled.enforcement,
                                          min_increase=min_increase).thetas))
-    spreads = dict(zip(active, _fold_spreads(evaluation, active, min_increase)))
+    spreads = dict(zip(active, _fold_spreads(evaluation, active, min_increase, keep)))
     choices = []
     for a in _ORDER:
         theta = thetas[a]

@@ -219,9 +219,17 @@ class RemoteGuard:
     def with_policy(self, policy: Policy) -> RemoteGuard:
         return RemoteGuard(self.client, self.local.with_policy(policy), self.model_name, self.aclient)
 
+    def with_member_policies(self, adjust: Callable[[Policy], Policy]) -> RemoteGuard:
+        """A bundle's members keep their own policies, each passed through ``adjust`` (see
+        :meth:`BundleGuard.with_member_policies`); a single model's policy is adjusted."""
+        local = self.local.with_member_policies(adjust) if isinstance(self.local, BundleGuard) else \
+            self.local.with_policy(adjust(self.local.policy))
+        return RemoteGuard(self.client, local, self.model_name, self.aclient)
+
     def session(self, policy: Policy | None = None, *, metadata: Mapping[str, Any] | None = None) -> MirroredSession:
         local = self.local if policy is None else self.local.with_policy(policy)
         guard = local.for_metadata(metadata)
+        policy = guard.policy  # a bundle's member's own: the sidecar applies it over that member's
         # created while the agent goes on (its model is called next): needed only at the run's first commit
         if self.aclient is not None:
             try:
@@ -229,12 +237,12 @@ class RemoteGuard:
             except RuntimeError:  # a synchronous invoke of an agent given an AsyncClient: the twin serves it
                 loop = None
             if loop is not None:
-                acreating = loop.create_task(self.aclient.session(local.policy, model=self.model_name,
+                acreating = loop.create_task(self.aclient.session(policy, model=self.model_name,
                                                                   metadata=metadata))
                 return MirroredSession(guard, metadata=metadata, acreating=acreating, twin=self.client,
-                                       make=partial(self.client.session, local.policy, model=self.model_name,
+                                       make=partial(self.client.session, policy, model=self.model_name,
                                                     metadata=metadata))
-        creating = _CREATING.submit(self.client.session, local.policy, model=self.model_name, metadata=metadata)
+        creating = _CREATING.submit(self.client.session, policy, model=self.model_name, metadata=metadata)
         return MirroredSession(guard, metadata=metadata, creating=creating)
 
 

@@ -160,6 +160,10 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         effective = with_default_trigger(policy or guard.policy, trigger)  # unset in spec and policy: increase
         # One guard for all sessions, so its per-abstract-state decision cache is shared.
         self._session_guard = guard if effective == guard.policy else guard.with_policy(effective)
+        if policy is None and isinstance(guard, (BundleGuard, RemoteGuard)) and \
+                isinstance(guard.local if isinstance(guard, RemoteGuard) else guard, BundleGuard):
+            # a bundle's members keep their own thresholds, each with the trigger default
+            self._session_guard = guard.with_member_policies(lambda p: with_default_trigger(p, trigger))
         # a look-ahead never acts on a run's initial state: the warning is about the states first calls lead to
         warn_initial_crossings(guard.model, effective, stacklevel=2, first_calls=True)
         self.metadata = metadata

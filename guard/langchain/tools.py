@@ -70,8 +70,9 @@ class ToolGuard:
                  metadata: Mapping[str, Any] | None = None, trigger: Trigger | str | None = None) -> None:
         self.guard = guard
         self.extractor: Extractor = extractor if extractor is not None else ToolStateExtractor()
-        effective = with_default_trigger(policy or guard.policy, trigger)
-        self.session: Session = guard.session(None if effective == guard.policy else effective, metadata=metadata)
+        member = guard.for_metadata(metadata)  # a bundle's member, under its own policy
+        effective = with_default_trigger(policy or member.policy, trigger)
+        self.session: Session = member.session(None if effective == member.policy else effective, metadata=metadata)
         self.transcript = Transcript(user_messages=tuple(user_messages))
         self.approver = approver
         self._lock = threading.Lock()

@@ -37,6 +37,7 @@ from mcp.shared.exceptions import MCPError
 
 from ...errors import ConfigError
 from .._version import __version__
+from ..bundle_guard import BundleGuard
 from ..client import ServerError
 from ..policy import Policy
 from ..runtime import Decision
@@ -89,7 +90,10 @@ class GuardedProxy:
                  audit: AuditStore | None = None) -> None:
         if guard is not None:
             effective = with_default_trigger(policy or guard.policy, trigger)
-            guard = guard if effective == guard.policy else guard.with_policy(effective)
+            if policy is None and isinstance(guard, BundleGuard):  # each member keeps its own thresholds
+                guard = guard.with_member_policies(lambda p: with_default_trigger(p, trigger))
+            else:
+                guard = guard if effective == guard.policy else guard.with_policy(effective)
         self.guard = guard
         self.config = config
         self.extractor = ToolStateExtractor(tool_kinds=dict(config.tool_kinds),
@@ -335,8 +339,9 @@ class GuardedProxy:
         """The session's twin on the sidecar (created at its first commit, with its first state)."""
         if guarded.remote is None:
             assert self.guard is not None  # (a sidecar comes with its model)
-            guarded.remote = await self.sidecar.session(self.guard.policy, model=self.model_name,
-                                                        metadata={"source": "mcp", "session": guarded.id})
+            metadata = {"source": "mcp", "session": guarded.id}
+            guarded.remote = await self.sidecar.session(self.guard.for_metadata(metadata).policy,
+                                                        model=self.model_name, metadata=metadata)
             await guarded.remote.observe(dict(guarded.initial), ask=False)  # the state before any call
         return guarded.remote
 

@@ -78,3 +78,29 @@ def test_tool_guard_takes_the_runs_metadata(tool_bundle: BundleGuard) -> None:
     unknown = ToolGuard(tool_bundle, user_messages=["Read README.md."])
     decision = unknown.check("read_file", {"path": "README.md"})
     assert (decision.member, decision.fallback) == ("pooled", True)
+
+
+def test_members_keep_their_own_thresholds_under_the_middlewares_default_trigger(tool_bundle: BundleGuard,
+                                                                                   log: ToolLog) -> None:
+    from dataclasses import replace
+
+    from forewarn.guard.evaluation.member_tune import write_member_thresholds
+    from forewarn.guard.langchain import ToolGuard
+    from forewarn.guard.spec import Thresholds, Trigger, parse_spec
+
+    bundle = tool_bundle.bundle
+    assert bundle.spec.text is not None
+    text = write_member_thresholds(bundle.spec.text, "meta.team", {"ops": (Thresholds(reflect=0.999, ask_human=0.998,
+                                                                                      stop=0.997), None)})
+    own = BundleGuard(replace(bundle, spec=parse_spec(text)))
+    mw = ForewarnMiddleware(own)
+    run_agent(mw, log, {"configurable": {"thread_id": "o"}, "metadata": {"team": "ops"}})
+    run_agent(mw, log, {"configurable": {"thread_id": "d"}, "metadata": {"team": "dev"}})
+    ops, dev = mw.get_run("o"), mw.get_run("d")
+    assert ops is not None and dev is not None
+    assert ops.session.guard.policy.thresholds == Thresholds(reflect=0.999, ask_human=0.998, stop=0.997)
+    assert dev.session.guard.policy.thresholds == bundle.spec.guard.thresholds
+    # the middleware's default trigger applies to every member's own policy
+    assert ops.session.guard.policy.trigger is Trigger.INCREASE and dev.session.guard.policy.trigger is Trigger.INCREASE
+    tool = ToolGuard(own, user_messages=["Read README.md."], metadata={"team": "ops"})
+    assert tool.session.guard.policy.thresholds.reflect == 0.999

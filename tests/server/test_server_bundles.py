@@ -85,7 +85,7 @@ def test_a_bundle_through_the_sidecar(sidecar: ServerThread, models: dict[str, P
             Client(sidecar.url, api_key=KEYS["agent"]) as agent:
         loaded = admin.load_model("tasks", str(models["bundle"]))
         assert loaded["bundle"] == {"group_by": "meta.task", "min_group_runs": 4, "members": ["t1", "t2"],
-                                    "groups_without_model": 1}
+                                    "groups_without_model": 1, "member_thresholds": {}}
         listed = {m["name"]: m for m in agent.models()}
         assert listed["tasks"]["bundle"]["members"] == ["t1", "t2"] and listed["kitchen"]["bundle"] is None
         cases: list[tuple[dict[str, str] | None, str, bool]] = [
@@ -104,3 +104,43 @@ def test_a_bundle_through_the_sidecar(sidecar: ServerThread, models: dict[str, P
         # each was evicted by the next (a cache of one): resumed, it is on the same member
         for session, member in sessions:
             assert session.observe({"a": False, "b": 0}).member == member
+
+
+OWN_THRESHOLDS = TOY_SPEC + """\
+  member_thresholds:
+    by: meta.task
+    groups:
+      t1: {thresholds: {reflect: 0.05, ask_human: 0.02, stop: 0.01}}
+      t2: {thresholds: {reflect: 0.999, ask_human: 0.99}}
+"""
+
+
+def test_each_member_acts_on_its_own_thresholds_through_the_sidecar(sidecar: ServerThread,
+                                                                    tmp_path: Path) -> None:
+    grouped = []
+    for task, runs in (("t1", [[0, 1, 3]] * 6 + [[0, 1, 0]] * 2), ("t2", [[0, 1, 0]] * 8)):
+        grouped += [{**toy_run(f"{task}-{i}", bits), "meta": {"task": task}} for i, bits in enumerate(runs)]
+    bundle = learn_bundle([write(tmp_path / "grouped.jsonl", grouped)], parse_spec(OWN_THRESHOLDS),
+                          group_by="meta.task", min_group_runs=4)
+    path = bundle.save(tmp_path / "own.json")
+    local, plain = BundleGuard.load(path), BundleGuard(bundle.__class__(
+        parse_spec(TOY_SPEC), bundle.group_by, bundle.min_group_runs, bundle.pooled, bundle.members,
+        bundle.group_runs))
+    a = {"a": True, "b": 0}
+    with Client(sidecar.url, api_key=KEYS["admin"]) as admin, Client(sidecar.url, api_key=KEYS["agent"]) as agent:
+        loaded = admin.load_model("own", str(path))
+        assert loaded["bundle"]["member_thresholds"] == {
+            "t1": {"reflect": 0.05, "ask_human": 0.02, "stop": 0.01},
+            "t2": {"reflect": 0.999, "ask_human": 0.99, "stop": 0.2}}
+        for task in ("t1", "t2"):
+            remote = agent.session(model="own", metadata={"task": task})
+            assert remote.info["policy"]["thresholds"] == local.member_policy(task).thresholds.model_dump()
+            decision = remote.observe(a)
+            expected = local.session(metadata={"task": task}).observe(a)
+            assert (decision.action, decision.threshold, decision.p_unsafe) == \
+                (expected.action, expected.threshold, expected.p_unsafe)
+            # the spec's own thresholds would have acted otherwise on the same model
+            assert plain.session(metadata={"task": task}).observe(a).action is not decision.action
+        # a session's overrides apply over its member's own thresholds
+        override = agent.session({"thresholds": {"stop": 0.0}}, model="own", metadata={"task": "t2"})
+        assert override.info["policy"]["thresholds"] == {"reflect": 0.999, "ask_human": 0.99, "stop": 0.0}
