@@ -191,19 +191,16 @@ def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, li
         states = [TightStatePAC(int(i), math.inf, None, False) for i in transient.tolist()]
         return TightPAC(False, math.inf, None, [], states)
 
-    bound = np.ones(transient.size)
-    for _ in range(rounds):
+    variance = np.full(transient.size, 0.25)
+
+    def radius_of(bound: np.ndarray) -> np.ndarray:
+        nonlocal variance  # the last round's, for the projection
         variance = _variance_bound(learned - bound, learned + bound)
-        radius = np.minimum(1.0, np.minimum(hoeffding, _bernstein(n1, log_term, variance)) + shift)
+        radius: np.ndarray = np.minimum(1.0, np.minimum(hoeffding, _bernstein(n1, log_term, variance)) + shift)
         radius[~seen] = 1.0
-        step = solve_nonnegative(system, radius)
-        if step is None:
-            break
-        narrower = np.minimum(bound, step)
-        done = float(np.max(bound - narrower, initial=0.0)) < 1e-9
-        bound = narrower
-        if done:
-            break
+        return radius
+
+    bound, radius = _narrow(system, radius_of, transient.size, rounds)
     projection = _projection(system, seen, n1, hoeffding, variance, shift,
                              np.diff(matrix.indptr)[transient] * dtmc.alpha, log_term)
     return _tight_report(dtmc, transient, departures, system, learned, bound, radius, projection, epsilon=epsilon,
@@ -309,8 +306,8 @@ def empirical_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting
         known = seen | (scale > 1)  # a state not seen leaving counts as one departure in a forecast
         moved = shift if scale == 1 else shift * (n1 + k_alpha) / count
         unbiased = np.sqrt(count / np.maximum(count - 1, 1))
-        bound, radius = np.ones(m), np.ones(m)
-        for _ in range(rounds):
+
+        def radius_of(bound: np.ndarray) -> np.ndarray:
             width = np.zeros(jump.size)
             width[transient] = bound
             # the sample deviation of the true risks over the successors: that of the learned ones, plus at
@@ -321,16 +318,10 @@ def empirical_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting
             sigma = np.minimum(sigma, np.sqrt(_variance_bound(learned - bound, learned + bound)))
             bernstein = (log_mean / 3.0 + np.sqrt(log_mean**2 / 9.0 + 2.0 * count * log_mean * sigma**2)) / count
             hoeffding = np.sqrt(log_mean / (2.0 * count))  # both bound one moment generating function
-            radius = np.where(known, np.minimum(1.0, np.minimum(bernstein, hoeffding) + moved), 1.0)
-            step = solve_nonnegative(system, radius)
-            if step is None:
-                break
-            narrower = np.minimum(bound, step)
-            done = float(np.max(bound - narrower, initial=0.0)) < 1e-9
-            bound = narrower
-            if done:
-                break
-        return bound, radius
+            radius: np.ndarray = np.where(known, np.minimum(1.0, np.minimum(bernstein, hoeffding) + moved), 1.0)
+            return radius
+
+        return _narrow(system, radius_of, m, rounds)
 
     bound, radius = widths(1.0, rounds)
     runs = sum(jump.initial.values())
@@ -354,6 +345,25 @@ def empirical_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting
                _smallest_scale(lambda k: start(k) <= epsilon) if runs else None)
     return _tight_report(jump, transient, departures, system, learned, bound, radius, None, epsilon=epsilon,
                          log_term=log_mean, limiting=limiting, rounds=rounds, factors=factors)
+
+
+def _narrow(system: sp.csr_matrix, radius_of: Callable[[np.ndarray], np.ndarray], m: int,
+            rounds: int) -> tuple[np.ndarray, np.ndarray]:
+    """ε̂ from 1 down: each round solves (I − Q̂)ε̂' = r(ε̂) and keeps min(ε̂, ε̂'); every round's bound
+    is valid on its own, so stopping early (``rounds``, no change, a failed solve) only costs tightness.
+    Returns ε̂ and the last radius."""
+    bound, radius = np.ones(m), np.ones(m)
+    for _ in range(rounds):
+        radius = radius_of(bound)
+        step = solve_nonnegative(system, radius)
+        if step is None:
+            break
+        narrower = np.minimum(bound, step)
+        done = float(np.max(bound - narrower, initial=0.0)) < 1e-9
+        bound = narrower
+        if done:
+            break
+    return bound, radius
 
 
 def _smallest_scale(met: Callable[[float], bool], top: float = 1e8) -> float | None:

@@ -315,22 +315,23 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         "pac_amplification": pac.amplification,
         "pac_runs_factor": pac.runs_factor,
         "pac_tight_satisfied": None if pac.tight is None else pac.tight.satisfied,
-        "pac_tight_worst_bound": None if pac.tight is None or not math.isfinite(pac.tight.worst_bound)
-        else round(pac.tight.worst_bound, 6),
-        "pac_tight_runs_factor": None if pac.tight is None else pac.tight.runs_factor,
-        "pac_tight_initial_bound": None if pac.tight is None or not math.isfinite(pac.tight.initial_bound)
-        else round(pac.tight.initial_bound, 6),
-        "pac_tight_initial_runs_factor": None if pac.tight is None else pac.tight.initial_runs_factor,
-        # the empirical-Bernstein bound (guard/pac.py, docs/method.md)
-        "pac_empirical_worst_bound": None if pac.empirical is None or not math.isfinite(pac.empirical.worst_bound)
-        else round(pac.empirical.worst_bound, 6),
-        "pac_empirical_runs_factor": None if pac.empirical is None else pac.empirical.runs_factor,
-        "pac_empirical_initial_bound": None if pac.empirical is None or not math.isfinite(pac.empirical.initial_bound)
-        else round(pac.empirical.initial_bound, 6),
-        "pac_empirical_initial_runs_factor": None if pac.empirical is None else pac.empirical.initial_runs_factor,
+        **_bound_keys("pac_tight", pac.tight),
+        **_bound_keys("pac_empirical", pac.empirical),  # the empirical-Bernstein bound (docs/method.md)
         "pac_worst": None if worst is None else {
             "state": worst.state, "visits": worst.visits, "required": worst.required,
             "predicates": pac_words(model, worst.state)},
+    }
+
+
+def _bound_keys(prefix: str, bound: Any) -> dict[str, Any]:
+    """A per-state PAC bound's JSON keys (a ``TightPAC`` or None): worst and start bounds, runs factors."""
+    def finite(value: float) -> float | None:
+        return round(value, 6) if bound is not None and math.isfinite(value) else None
+    return {
+        f"{prefix}_worst_bound": None if bound is None else finite(bound.worst_bound),
+        f"{prefix}_runs_factor": None if bound is None else bound.runs_factor,
+        f"{prefix}_initial_bound": None if bound is None else finite(bound.initial_bound),
+        f"{prefix}_initial_runs_factor": None if bound is None else bound.initial_runs_factor,
     }
 
 
