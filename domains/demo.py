@@ -4,7 +4,9 @@ For every SafeAgentBench task whose hazard involves the microwave, stove or sink
 generate logged runs of a noisy simulated agent, derive the spec from the task's unsafe
 final-state condition, learn a DTMC, check it with Storm. Then run the simulated agent
 without a guard, with ``stop`` and with ``reflect`` at several thresholds, and print a
-table like Table 3 of the Pro2Guard paper.
+table like Table 3 of the Pro2Guard paper. Under it, on the first :data:`COMPARED_TASKS`
+tasks' logged runs, the hand-written spec, the spec ``discover`` extends it to and counting
+side by side (:mod:`domains.comparison`).
 """
 from __future__ import annotations
 
@@ -26,10 +28,13 @@ from ..guard.pipeline import learn_model
 from ..guard.policy import Policy
 from ..guard.runtime import Guard
 from ..guard.spec import Action, Thresholds, load_spec
+from ..guard.traces import read_runs
+from .comparison import compare_specs, print_comparison
 
 __all__ = ["DemoRow", "run_demo"]
 
 STOP_THETAS = (0.1, 0.3, 0.5, 0.7)
+COMPARED_TASKS = 8  # nested discovery on every task would take minutes; 8 tasks take ~15 s
 REFLECT_THETAS = (0.1, 0.3, 0.5, 0.7)
 
 
@@ -136,6 +141,13 @@ def run_demo(*, domain: str = "embodied", out_dir: Path = Path("forewarn-demo"),
     finished = time.perf_counter()
 
     _print_table(console, rows, tasks=len(tasks), episodes=episodes, heed=profile.p_heed_reflection)
+    compared = tasks[:COMPARED_TASKS]
+    if runs >= 10:  # with fewer runs than two per fold, the folds say nothing
+        parts = [(load_spec(out_dir / "specs" / f"{task.id}.yaml"),
+                  list(read_runs(out_dir / "traces" / f"{task.id}.jsonl"))) for task in compared]
+        print_comparison(console, compare_specs(parts),
+                         title=f"Specs compared on the logged runs of {len(compared)} tasks ({len(compared) * runs} "
+                               "runs), grouped 5-fold, one model per task")
     pac_ok = sum(g.model.pac.satisfied for g in guards.values())
     console.print(
         f"Learned {len(guards)} models from {total_runs} logged runs ({total_steps} steps) in "

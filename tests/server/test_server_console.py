@@ -258,7 +258,11 @@ def test_an_irreversible_call_is_not_approved_without_a_reason(tools_server: Ser
     # the path the proposal carries (tested against `forewarn states` in tests/langchain/test_real_people.py)
     steps = proposal["review"]["path"]["steps"]
     assert path.endswith(" → violation") and path.count(" → ") == len(steps)
-    assert "the agent has run shell commands → " in path and "data left the organisation after a secret was read" in path
+    # each step in the spec's words, in order (which steps: the learned runs'; it ends where data leaves)
+    words = [" and ".join(f"{'' if c['holds'] else 'no longer '}{c['description']}" for c in step["changes"])
+             for step in steps]
+    assert path.endswith(": " + " → ".join(words) + " → violation")
+    assert "data left the organisation after a secret was read" in words[-1]
     assert "Approve: read_file runs with the arguments above" in text and "Reject: read_file does not run" in text
     assert "The agent gives up waiting at " in text and "(in 9 min " in text
     assert "This call cannot be undone: a reason is required." in text
