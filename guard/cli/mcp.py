@@ -54,9 +54,9 @@ def mcp(
     approval_timeout: Annotated[float | None, typer.Option(
         "--approval-timeout", help="Seconds a call waits for a human (default 300); then it is refused.")] = None,
     relay: Annotated[str, typer.Option(
-        "--relay", help="stdio with one upstream command: 'lean' passes frames through as bytes and judges only "
-                        "tools/call (docs/mcp.md, Cost); 'sdk' serves with the MCP SDK's server and client.")]
-    = "sdk",
+        "--relay", help="How stdio is served: 'lean' passes frames through as bytes and judges only tools/call (one "
+                        "upstream command); 'sdk' serves with the MCP SDK's server and clients; 'auto' (default): lean "
+                        "where it fits (docs/mcp.md, Cost).")] = "auto",
 ) -> None:
     """Guard any MCP server: a proxy that judges every tool call before it is forwarded."""
     from .._extras import require
@@ -81,8 +81,8 @@ def mcp(
         from dataclasses import replace
 
         proxy_config = replace(proxy_config, tool_kinds={**proxy_config.tool_kinds, **kinds})
-    if relay not in ("lean", "sdk"):
-        raise UsageError(f"--relay {relay!r}: expected 'lean' or 'sdk'")
+    if relay not in ("auto", "lean", "sdk"):
+        raise UsageError(f"--relay {relay!r}: expected 'auto', 'lean' or 'sdk'")
     if relay == "lean" and (http is not None or len(proxy_config.upstreams) != 1
                             or proxy_config.upstreams[0].command is None):
         raise UsageError("--relay lean serves stdio in front of one upstream command; use --relay sdk with --http, "

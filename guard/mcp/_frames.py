@@ -5,9 +5,14 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+import mcp_types as types
 import orjson
+from mcp.shared.exceptions import MCPError
 
-__all__ = ["Pending", "drained", "parse_problem", "error_frame", "result_frame", "text_item", "text_of"]
+from .._version import __version__
+from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE
+
+__all__ = ["Pending", "drained", "parse_problem", "error_frame", "result_frame", "text_item", "text_of", "as_proxy", "raise_error"]
 
 
 @dataclass
@@ -52,3 +57,21 @@ def text_of(result: dict[str, Any]) -> str:
         parts.append(orjson.dumps(result["structuredContent"], default=str).decode())
     return "\n".join(parts)
 
+
+def as_proxy(message: dict[str, Any], line: bytes) -> bytes:
+    """The upstream's answer to ``initialize`` as the proxy's: its name and instructions (the protocol version
+    and capabilities the upstream chose stay; its own instructions follow the proxy's)."""
+    result = message.get("result")
+    if not isinstance(result, dict):
+        return line
+    theirs = result.get("instructions")
+    info = {"name": SERVER_NAME, "title": SERVER_TITLE, "version": __version__}
+    ours = INSTRUCTIONS + (f"\n\n{theirs}" if isinstance(theirs, str) and theirs else "")
+    return result_frame(message["id"], {**result, "serverInfo": info, "instructions": ours})
+
+
+def raise_error(answer: dict[str, Any]) -> None:
+    """Raise the JSON-RPC error an answer carries, as an ``MCPError`` (nothing when it is a result)."""
+    if "error" in answer:
+        error = answer["error"] if isinstance(answer["error"], dict) else {}
+        raise MCPError(int(error.get("code", types.INTERNAL_ERROR)), str(error.get("message", "")))

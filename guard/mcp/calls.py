@@ -34,12 +34,16 @@ from .config import ProxyConfig
 from .judge import DecisionHook, GuardedSession, Verdict, held_back_text, judge, stopped_text
 from .recording import SessionLog, TraceWriter
 
-__all__ = ["CallJudge", "Forward", "SESSION_STOPPED", "ARGUMENTS_TOO_LARGE"]
+__all__ = ["CallJudge", "Forward", "SESSION_STOPPED", "ARGUMENTS_TOO_LARGE", "SERVER_NAME", "SERVER_TITLE",
+           "INSTRUCTIONS"]
 
 log = logging.getLogger("forewarn.mcp")
 
 SESSION_STOPPED = -32020
 ARGUMENTS_TOO_LARGE = -32021
+SERVER_NAME, SERVER_TITLE = "forewarn-mcp", "Forewarn guarding proxy"  # the proxy's serverInfo, either path
+INSTRUCTIONS = ("Tool calls pass through Forewarn, which may hold back a risky call (its result then says why) "
+                "or ask a human first.")
 _AUDIT_STATUS = {Action.ALLOW: ("allowed", ""), Action.REFLECT: ("held", "reflect: "),
                  Action.STOP: ("held", "stop (the session is stopped): "), Action.ASK_HUMAN: ("pending", "")}
 _MAX_EDITS = 5  # edits of one call judged again; past that the approvers' answer is a refusal

@@ -38,7 +38,7 @@ from ..policy import Policy
 from ..spec import Trigger
 from .approval import elicit_of
 from .audit import AuditStore
-from .calls import ARGUMENTS_TOO_LARGE, SESSION_STOPPED, CallJudge
+from .calls import ARGUMENTS_TOO_LARGE, INSTRUCTIONS, SERVER_NAME, SERVER_TITLE, SESSION_STOPPED, CallJudge
 from .config import ProxyConfig
 from .judge import DecisionHook, GuardedSession
 from .upstream import Upstream
@@ -116,9 +116,7 @@ class GuardedProxy(CallJudge):
                             on_list_resource_templates=self._list_resource_templates)
         if any(c is not None and c.prompts is not None for c in caps):
             handlers.update(on_list_prompts=self._list_prompts, on_get_prompt=self._get_prompt)
-        return Server("forewarn-mcp", version=__version__, title="Forewarn guarding proxy",
-                      instructions="Tool calls pass through Forewarn, which may hold back a risky call "
-                                   "(its result then says why) or ask a human first.", **handlers)
+        return Server(SERVER_NAME, version=__version__, title=SERVER_TITLE, instructions=INSTRUCTIONS, **handlers)
 
     # -- sessions -----------------------------------------------------------------------
 

@@ -1,22 +1,17 @@
-"""The lean relay: ``forewarn mcp`` over stdio in front of ONE stdio upstream, passing frames through as bytes.
+"""The lean relay: ``forewarn mcp --relay lean``, stdio in front of ONE stdio upstream, frames passed as bytes.
 
 The SDK path (:mod:`.proxy`) is a second MCP server and a second MCP client: every message is parsed,
-validated, rebuilt as SDK models and serialised again on each side, and crosses anyio streams and
-tasks — about as much CPU per call as the server it fronts. Here each newline-delimited JSON-RPC
-message from the client is parsed once (orjson) to route it, and everything but a ``tools/call``
-request goes on as the bytes that came in, both ways: requests, responses, notifications, and the
-upstream's own requests to the client (sampling, roots, elicitation). The handshake is the client's
-with the upstream itself, so the client sees the upstream's name and capabilities.
-
-A ``tools/call`` is judged with the SDK path's code (:class:`.calls.CallJudge`: verdict, audit,
-spans, asking, recording), then forwarded as it came (or as an approver edited it), or answered by
-the relay: reflect and refusals as an ``isError`` result, stop as :data:`.calls.SESSION_STOPPED`.
-Asking uses elicitation when the client's ``initialize`` declared it — the relay's own requests to
-the client carry ids of its own (``forewarn-N``), whose answers it keeps — else the console.
-
-Every request forwarded gets the upstream's call timeout (:data:`.upstream.UPSTREAM_TIMEOUT`); when the
-upstream's process ends, the requests it held fail with :data:`.upstream.UPSTREAM_DOWN` and it is
-started again (the client's ``initialize`` replayed), up to ``restarts`` times, as :mod:`.upstream` does.
+validated, rebuilt as SDK models and serialised again on each side. Here each newline-delimited JSON-RPC
+message is parsed once (orjson) to route it, and everything but a ``tools/call`` request goes on as the
+bytes that came in, both ways — requests, responses, notifications, the upstream's own requests to the
+client (sampling, roots, elicitation). The handshake is the client's with the upstream (its answer
+carries the proxy's name and instructions). A ``tools/call`` is judged by the SDK path's code
+(:class:`.calls.CallJudge`), then forwarded as it came (or as an approver edited it) or answered by the
+relay. Asking uses elicitation when the client's ``initialize`` declared it: the relay's own requests
+to the client carry ids of its own (``forewarn-N``), whose answers it keeps. Every forwarded request
+gets the call timeout (:data:`.upstream.UPSTREAM_TIMEOUT`); when the upstream's process ends, what it
+held fails with :data:`.upstream.UPSTREAM_DOWN` and it is started again (the client's handshake
+replayed), up to ``restarts`` times, as :mod:`.upstream` does.
 """
 from __future__ import annotations
 
@@ -31,7 +26,8 @@ from mcp.client.stdio import get_default_environment
 from mcp.shared.exceptions import MCPError
 
 from ...errors import ConfigError
-from ._frames import Pending, drained, error_frame, parse_problem, result_frame, text_item, text_of
+from . import _frames as wire
+from ._frames import Pending, drained, error_frame, result_frame, text_item
 from ._stdio import LINE_LIMIT
 from .approval import APPROVAL_SCHEMA
 from .calls import CallJudge, Forward
@@ -92,7 +88,7 @@ class LeanRelay:
                 try:
                     line = await reader.readline()
                 except ValueError as exc:  # a line beyond the limit (dropped by the reader)
-                    self._to_client(error_frame(None, types.PARSE_ERROR, parse_problem(exc)))
+                    self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
                     continue
                 except OSError:
                     break
@@ -192,10 +188,10 @@ class LeanRelay:
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            self._to_client(error_frame(None, types.PARSE_ERROR, parse_problem(exc)))
+            self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
             return
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            self._to_client(error_frame(None, types.PARSE_ERROR, parse_problem("not a JSON-RPC 2.0 message")))
+            self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem("not a JSON-RPC 2.0 message")))
             return
         method = message.get("method")
         if method is None:  # an answer: to one of the relay's own requests, or to the upstream's
@@ -237,7 +233,7 @@ class LeanRelay:
             self._answer_error(rid, future, UPSTREAM_DOWN, self._down)
             return
         key = orjson.dumps(rid)
-        timer = asyncio.get_running_loop().call_later(self.timeout, self._expire, key)
+        timer = asyncio.get_running_loop().call_later(self._limit(what), self._expire, key)
         self._pending[key] = Pending(rid, what, timer, future)
         await self._to_upstream(line)
 
@@ -245,8 +241,11 @@ class LeanRelay:
         pending = self._pending.pop(key, None)
         if pending is not None:
             self._answer_error(pending.id, pending.future, UPSTREAM_TIMEOUT,
-                               f"upstream {self.name!r} did not answer {pending.what} within {self.timeout:g} s "
+                               f"upstream {self.name!r} did not answer {pending.what} within {self._limit(pending.what):g} s "
                                f"(the call may still run there)")
+
+    def _limit(self, what: str) -> float:  # a starting server gets the connect timeout, as the SDK path's
+        return _CONNECT_TIMEOUT if what == "initialize" else self.timeout
 
     def _fail_pending(self, reason: str) -> None:
         pending, self._pending = self._pending, {}
@@ -270,9 +269,7 @@ class LeanRelay:
         request = {"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})}
         await self._forward(rid, method, orjson.dumps(request) + b"\n", future, ready=ready)
         _, answer = await future
-        if "error" in answer:
-            error = answer["error"]
-            raise MCPError(int(error.get("code", types.INTERNAL_ERROR)), str(error.get("message", "")))
+        wire.raise_error(answer)
         result = answer.get("result")
         return result if isinstance(result, dict) else {}
 
@@ -292,6 +289,8 @@ class LeanRelay:
                 pending.timer.cancel()
             if pending.what == "tools/list":
                 self._learn_tools(message)
+            elif pending.what == "initialize" and pending.future is None:
+                line = wire.as_proxy(message, line)
             if pending.future is not None:
                 if not pending.future.done():
                     pending.future.set_result((line, message))
@@ -311,9 +310,8 @@ class LeanRelay:
         name = params.get("name") if isinstance(params, dict) else None
         args = (params.get("arguments") or {}) if isinstance(params, dict) else None
         if not isinstance(name, str) or not isinstance(args, dict):
-            self._to_client(error_frame(rid, types.INVALID_PARAMS, "tools/call needs params.name (a string) and "
-                                                              "params.arguments (an object)"))
-            return
+            return self._to_client(error_frame(rid, types.INVALID_PARAMS, "tools/call needs params.name (a string) "
+                                                                     "and params.arguments (an object)"))
         try:
             self.judge.check_size(name, args)
             if name not in self._tools:
@@ -325,8 +323,7 @@ class LeanRelay:
                 go = await self.judge.settle(guarded, name, args, elicit=self._elicit if self._elicits else None,
                                              lists=self._tools.__contains__, tools=lambda: sorted(self._tools))
                 if isinstance(go, str):
-                    self._to_client(result_frame(rid, {"content": [text_item(go)], "isError": True}))
-                    return
+                    return self._to_client(result_frame(rid, {"content": [text_item(go)], "isError": True}))
                 await self._run(guarded, go, rid, line if go.name == name and go.args is args else None)
         except MCPError as exc:
             self._to_client(error_frame(rid, exc.error.code, exc.error.message))
@@ -348,7 +345,7 @@ class LeanRelay:
             self._to_client(answer_line)
             return
         result: dict[str, Any] = answer["result"] if isinstance(answer.get("result"), dict) else {}
-        words = await self.judge.ran(guarded, go, bool(result.get("isError")), text_of(result))
+        words = await self.judge.ran(guarded, go, bool(result.get("isError")), wire.text_of(result))
         if words is None and not go.edits:
             self._to_client(answer_line)  # as the upstream said it
             return
@@ -385,9 +382,7 @@ class LeanRelay:
             answer = await future
         finally:
             self._mine.pop(rid, None)
-        if "error" in answer:
-            error = answer["error"] or {}
-            raise MCPError(int(error.get("code", types.INTERNAL_ERROR)), str(error.get("message", "")))
+        wire.raise_error(answer)
         return types.ElicitResult.model_validate(answer.get("result") or {})
 
     # -- wires ----------------------------------------------------------------------------
@@ -402,3 +397,4 @@ class LeanRelay:
             return  # (the supervisor fails what is pending and starts it again)
         proc.stdin.write(line if line.endswith(b"\n") else line + b"\n")
         await drained(proc.stdin)
+

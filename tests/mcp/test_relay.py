@@ -10,13 +10,18 @@ import anyio
 import mcp_types as types
 import orjson
 import pytest
-from _mcp_support import (GIT_SERVER, TIME_SERVER, flaky_upstream, git, git_upstream, lean_connected, proxy_for,
-                          text_of)
+from _mcp_support import GIT_SERVER, TIME_SERVER, flaky_upstream, git, git_upstream, lean_connected, proxy_for, text_of
 from mcp.shared.exceptions import MCPError
 
 from forewarn.guard import Guard, GuardModel
-from forewarn.guard.mcp import (APPROVAL_SCHEMA, ARGUMENTS_TOO_LARGE, SESSION_STOPPED, UPSTREAM_DOWN, UPSTREAM_TIMEOUT,
-                                UpstreamSpec)
+from forewarn.guard.mcp import (
+    APPROVAL_SCHEMA,
+    ARGUMENTS_TOO_LARGE,
+    SESSION_STOPPED,
+    UPSTREAM_DOWN,
+    UPSTREAM_TIMEOUT,
+    UpstreamSpec,
+)
 from forewarn.guard.policy import Policy
 from forewarn.guard.spec import Action, Thresholds, Trigger
 
