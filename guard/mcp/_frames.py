@@ -12,7 +12,8 @@ from mcp.shared.exceptions import MCPError
 from .._version import __version__
 from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE
 
-__all__ = ["Pending", "drained", "parse_problem", "error_frame", "result_frame", "text_item", "text_of", "as_proxy", "raise_error"]
+__all__ = ["Pending", "drained", "parse_problem", "error_frame", "result_frame", "text_item", "text_of", "as_proxy",
+           "raise_error", "tool_names"]
 
 
 @dataclass
@@ -75,3 +76,10 @@ def raise_error(answer: dict[str, Any]) -> None:
     if "error" in answer:
         error = answer["error"] if isinstance(answer["error"], dict) else {}
         raise MCPError(int(error.get("code", types.INTERNAL_ERROR)), str(error.get("message", "")))
+
+
+def tool_names(message: dict[str, Any]) -> list[str]:
+    """The names of the tools a ``tools/list`` answer lists."""
+    result = message.get("result")
+    tools = result.get("tools") if isinstance(result, dict) else None
+    return [t["name"] for t in tools or [] if isinstance(t, dict) and isinstance(t.get("name"), str)]

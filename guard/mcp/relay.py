@@ -298,9 +298,7 @@ class LeanRelay:
         self._to_client(line)
 
     def _learn_tools(self, message: dict[str, Any]) -> None:
-        tools = (message.get("result") or {}).get("tools")
-        if isinstance(tools, list):
-            self._tools.update(t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str))
+        self._tools.update(wire.tool_names(message))
 
     # -- tools/call -------------------------------------------------------------------------
 
@@ -327,6 +325,9 @@ class LeanRelay:
                 await self._run(guarded, go, rid, line if go.name == name and go.args is args else None)
         except MCPError as exc:
             self._to_client(error_frame(rid, exc.error.code, exc.error.message))
+        except Exception as exc:  # a bug or a sidecar gone: one error for this call, never a hung client
+            log.exception("tools/call %r failed in the proxy", name)
+            self._to_client(error_frame(rid, types.INTERNAL_ERROR, f"the proxy failed on the call to {name!r}: {exc}"))
 
     async def _run(self, guarded: GuardedSession, go: Forward, rid: Any, line: bytes | None) -> None:
         if line is None:  # an approver's edit: the call as edited
@@ -384,8 +385,6 @@ class LeanRelay:
             self._mine.pop(rid, None)
         wire.raise_error(answer)
         return types.ElicitResult.model_validate(answer.get("result") or {})
-
-    # -- wires ----------------------------------------------------------------------------
 
     def _to_client(self, line: bytes) -> None:
         if self._client is not None and not self._client.is_closing():
