@@ -3,9 +3,10 @@
 What it does
 ------------
 1. Learns the MCP domain's model from 600 planned sessions (``domains.mcp.synthetic_runs``).
-2. *stdio*: opens two SDK ``ClientSession`` s over stdio, one to ``mcp-server-time`` (PyPI) directly,
-   one to ``forewarn mcp --model ... -- mcp-server-time`` (a real process, the path a desktop host
-   takes), and times ``get_current_time`` on each, interleaved (direct, proxied, direct, ...),
+2. *stdio*: opens three SDK ``ClientSession`` s over stdio, one to ``mcp-server-time`` (PyPI) directly,
+   one to ``forewarn mcp --relay lean --model ... -- mcp-server-time`` and one with ``--relay sdk`` (real
+   processes, the path a desktop host takes), and times ``get_current_time`` on each, interleaved (direct,
+   lean, sdk, direct, ...),
    ``--calls`` times. Every proxied call goes through the whole path: extract, preview, forward,
    extract, commit.
 3. *streamable HTTP*: the same with mcp-server-time's server served over streamable HTTP in its own
@@ -109,21 +110,22 @@ def child_pid(word: str) -> int:
     raise RuntimeError(f"no child process runs {word!r}")
 
 
-async def interleaved(direct: ClientSession, proxied: ClientSession, calls: int,
-                      pids: dict[str, int]) -> tuple[list[float], list[float], dict[str, float]]:
-    """Both paths' latencies (ms), and the CPU seconds each process in ``pids`` used meanwhile."""
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(20):  # warm both paths
-        await direct.call_tool("get_current_time", ARGS)
-        await proxied.call_tool("get_current_time", ARGS)
+async def interleaved(sessions: list[ClientSession], calls: int, pids: dict[str, int]
+                      ) -> tuple[list[list[float]], dict[str, float]]:
+    """Each session's latencies (ms; the calls interleaved: one on each, in turn), and the CPU seconds each
+    process in ``pids`` used meanwhile."""
+    times: list[list[float]] = [[] for _ in sessions]
+    for _ in range(20):  # warm every path
+        for session in sessions:
+            await session.call_tool("get_current_time", ARGS)
     cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
     for _ in range(calls):
-        for index, session in enumerate((direct, proxied)):
+        for index, session in enumerate(sessions):
             start = time.perf_counter_ns()
             result = await session.call_tool("get_current_time", ARGS)
             times[index].append((time.perf_counter_ns() - start) / 1e6)
             assert not result.is_error, result
-    return times[0], times[1], {name: cpu_seconds(pid) - cpu[name] for name, pid in pids.items()}
+    return times, {name: cpu_seconds(pid) - cpu[name] for name, pid in pids.items()}
 
 
 def q(values: list[float], percent: int) -> float:
@@ -147,12 +149,19 @@ def proxy_args(model: Path) -> list[str]:
     return ["-m", "forewarn", "mcp", "--model", str(model), "--config", str(PROXY_CONFIG)]
 
 
-async def bench_stdio(model: Path, calls: int) -> dict[str, float]:
+async def bench_stdio(model: Path, calls: int) -> dict[str, dict[str, float]]:
+    """The direct path, and the proxy with each relay (``--relay lean``, ``--relay sdk``), interleaved."""
     upstream = ["--local-timezone", "UTC"]
-    async with stdio_session(TIME_SERVER, upstream) as direct, \
-            stdio_session(sys.executable, [*proxy_args(model), "--", TIME_SERVER, *upstream]) as proxied:
-        pids = {"upstream": child_pid("mcp-server-time"), "proxy": child_pid("forewarn mcp")}
-        return summary(*await interleaved(direct, proxied, calls, pids), upstream_calls=calls)
+
+    def through(relay: str) -> Any:
+        return stdio_session(sys.executable, [*proxy_args(model), "--relay", relay, "--", TIME_SERVER, *upstream])
+
+    async with stdio_session(TIME_SERVER, upstream) as direct, through("lean") as lean, through("sdk") as sdk:
+        pids = {"upstream": child_pid("mcp-server-time"), "lean": child_pid("--relay lean"),
+                "sdk": child_pid("--relay sdk")}
+        (direct_ms, lean_ms, sdk_ms), cpu = await interleaved([direct, lean, sdk], calls, pids)
+        return {relay: summary(direct_ms, ms, {"proxy": cpu[relay], "upstream": cpu["upstream"]}, calls)
+                for relay, ms in (("lean", lean_ms), ("sdk", sdk_ms))}
 
 
 async def bench_http(model: Path, calls: int) -> dict[str, float]:
@@ -170,7 +179,8 @@ async def bench_http(model: Path, calls: int) -> dict[str, float]:
         wait_for(proxy_port, proxy)
         async with http_session(url) as direct, http_session(f"http://127.0.0.1:{proxy_port}/mcp") as proxied:
             pids = {"upstream": upstream.pid, "proxy": proxy.pid}
-            return summary(*await interleaved(direct, proxied, calls, pids), upstream_calls=2 * calls)
+            (direct_ms, proxied_ms), cpu = await interleaved([direct, proxied], calls, pids)
+            return summary(direct_ms, proxied_ms, cpu, upstream_calls=2 * calls)
     finally:
         for proc in (proxy, upstream):
             if proc is not None:
@@ -240,11 +250,10 @@ def main() -> None:
         results["load_after"] = os.getloadavg()[0]
     print(f"load average (1 min): {results['load_before']:.2f} before, {results['load_after']:.2f} after, "
           f"on {os.cpu_count()} CPUs")
-    for transport, target in (("stdio", 1.0), ("http", 2.0)):
-        if transport not in results:
-            continue
-        r = results[transport]
-        print(f"{transport:5}  direct p50 {r['direct_p50_ms']:.3f} ms  proxied p50 {r['proxied_p50_ms']:.3f} ms  "
+    rows = [(f"stdio, --relay {relay}", 1.0, r) for relay, r in results.get("stdio", {}).items()]
+    rows += [("http", 2.0, results["http"])] if "http" in results else []
+    for label, target, r in rows:
+        print(f"{label}:  direct p50 {r['direct_p50_ms']:.3f} ms  proxied p50 {r['proxied_p50_ms']:.3f} ms  "
               f"added p50 {r['added_p50_ms']:.3f} ms (target ≤ {target:g} ms)  "
               f"p95 {r['direct_p95_ms']:.3f} / {r['proxied_p95_ms']:.3f} ms")
         print(f"       CPU per call: the proxy's process {r['proxy_cpu_ms_per_call']:.3f} ms, the upstream "

@@ -18,11 +18,13 @@ from .config import ProxyConfig, UpstreamSpec, config_from, load_config
 from .judge import DecisionHook, GuardedSession, Verdict
 from .proxy import ARGUMENTS_TOO_LARGE, SESSION_STOPPED, GuardedProxy
 from .recording import SessionLog, TraceWriter
+from .relay import LeanRelay
 from .serve import in_process, serve_http, serve_stdio
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT, Upstream
 
 __all__ = [
     "GuardedProxy",
+    "LeanRelay",
     "ProxyConfig",
     "UpstreamSpec",
     "load_config",

@@ -29,9 +29,9 @@ import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-__all__ = ["pipes_available", "pipe_stdio", "parse_error"]
+__all__ = ["pipes_available", "pipe_stdio", "raw_stdio", "parse_error", "LINE_LIMIT"]
 
-_LINE_LIMIT = 1 << 27  # one JSON-RPC message per line; the proxy refuses large arguments itself
+LINE_LIMIT = 1 << 27  # one JSON-RPC message per line; the proxy refuses large arguments itself
 
 
 def _wire() -> tuple[int, int] | None:
@@ -64,10 +64,9 @@ def parse_error(problem: object) -> SessionMessage:
 
 
 @asynccontextmanager
-async def pipe_stdio() -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
-                                              MemoryObjectSendStream[SessionMessage]]]:
-    """The client's messages and a stream to answer on, over this process's standard input and output
-    (both must be pipes or sockets: :func:`pipes_available`)."""
+async def raw_stdio() -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """This process's standard input and output as an asyncio reader and writer on the event loop
+    (both must be pipes or sockets: :func:`pipes_available`); the lean relay reads and writes bytes."""
     loop = asyncio.get_running_loop()
     wire = _wire()
     if wire is None:
@@ -76,12 +75,26 @@ async def pipe_stdio() -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionM
     read_transport: asyncio.BaseTransport | None = None
     write_transport: asyncio.WriteTransport | None = None
     try:
-        reader = asyncio.StreamReader(limit=_LINE_LIMIT)
+        reader = asyncio.StreamReader(limit=LINE_LIMIT)
         read_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
                                                          os.fdopen(os.dup(wire_in), "rb", buffering=0))
         write_transport, protocol = await loop.connect_write_pipe(_FlowControl, os.fdopen(os.dup(wire_out), "wb",
                                                                                            buffering=0))
-        writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
+        yield reader, asyncio.StreamWriter(write_transport, protocol, None, loop)
+    finally:
+        for transport in (read_transport, write_transport):
+            if transport is not None:
+                transport.close()
+        _release(wire[0], 0, wire_in)
+        _release(wire[1], 1, wire_out)
+
+
+@asynccontextmanager
+async def pipe_stdio() -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
+                                              MemoryObjectSendStream[SessionMessage]]]:
+    """The client's messages and a stream to answer on, over this process's standard input and output
+    (both must be pipes or sockets: :func:`pipes_available`)."""
+    async with raw_stdio() as (reader, writer):
         incoming_send, incoming = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         outgoing, outgoing_receive = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -119,12 +132,6 @@ async def pipe_stdio() -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionM
             tasks.start_soon(write_messages)
             yield incoming, outgoing
             tasks.cancel_scope.cancel()
-    finally:
-        for transport in (read_transport, write_transport):
-            if transport is not None:
-                transport.close()
-        _release(wire[0], 0, wire_in)
-        _release(wire[1], 1, wire_out)
 
 
 class _FlowControl(asyncio.streams.FlowControlMixin, asyncio.Protocol):

@@ -15,7 +15,7 @@ A refused call does not run; the model gets the reason as an ``isError`` tool re
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,11 @@ from mcp.shared.exceptions import MCPError
 from ..client import ServerError
 from .judge import Verdict, approval_text
 
-__all__ = ["Approval", "ask_human", "APPROVAL_SCHEMA"]
+__all__ = ["Approval", "Elicit", "ask_human", "elicit_of", "APPROVAL_SCHEMA"]
+
+Elicit = Callable[[str], Awaitable[types.ElicitResult]]
+"""Sends the client one form elicitation (the question; the form is :data:`APPROVAL_SCHEMA`) and returns
+its answer; raises ``MCPError`` when the client answers with an error."""
 
 APPROVAL_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -48,19 +52,25 @@ class Approval:
     edit: tuple[str, dict[str, Any]] | None = None  # an approver's edit: the tool and arguments to judge instead
 
 
-def can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
+def elicit_of(ctx: ServerRequestContext[Any, Any]) -> Elicit | None:
+    """How to ask the client of ``ctx`` (the SDK's server), or None when it did not declare elicitation."""
     caps = ctx.session.client_capabilities
-    return caps is not None and caps.elicitation is not None and ctx.session.can_send_request
+    if caps is None or caps.elicitation is None or not ctx.session.can_send_request:
+        return None
+
+    async def elicit(question: str) -> types.ElicitResult:
+        return await ctx.session.elicit_form(question, APPROVAL_SCHEMA, related_request_id=ctx.request_id)
+    return elicit
 
 
-async def ask_human(ctx: ServerRequestContext[Any, Any], name: str, args: Mapping[str, Any], verdict: Verdict,
+async def ask_human(elicit: Elicit | None, name: str, args: Mapping[str, Any], verdict: Verdict,
                     state: Mapping[str, Any] | None, *, remote: Any, tools: list[str],
                     timeout: float, edit_of: str | None = None) -> Approval:
     """Ask about one call and wait (at most ``timeout`` seconds) for the answer (``edit_of``: the console
     proposal an approver edited into this call)."""
     question = approval_text(name, args, verdict)
-    if can_elicit(ctx):
-        return await _elicit(ctx, name, question, timeout)
+    if elicit is not None:
+        return await _elicit(elicit, name, question, timeout)
     if remote is not None and state is not None:
         return await _console(remote, name, args, state, tools, timeout, edit_of)
     return Approval(False, f"Forewarn would ask a human before the call to `{name}`, but this client does not "
@@ -68,11 +78,11 @@ async def ask_human(ctx: ServerRequestContext[Any, Any], name: str, args: Mappin
                            f"run. {question.removesuffix(' Approve this call?')}")
 
 
-async def _elicit(ctx: ServerRequestContext[Any, Any], name: str, question: str, timeout: float) -> Approval:
+async def _elicit(elicit: Elicit, name: str, question: str, timeout: float) -> Approval:
     answer: types.ElicitResult | None = None
     try:
         with anyio.move_on_after(timeout):
-            answer = await ctx.session.elicit_form(question, APPROVAL_SCHEMA, related_request_id=ctx.request_id)
+            answer = await elicit(question)
     except MCPError as exc:
         return Approval(False, f"Forewarn asked the user about the call to `{name}`, and asking failed "
                                f"({exc.error.message}); the call did not run.", "elicitation")

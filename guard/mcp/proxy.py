@@ -19,12 +19,9 @@ on an upstream longer than its call timeout. A session is one MCP client connect
 """
 from __future__ import annotations
 
-import copy
-import itertools
 import logging
-import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -37,34 +34,22 @@ from mcp.shared.exceptions import MCPError
 
 from ...errors import ConfigError
 from .._version import __version__
-from ..bundle_guard import BundleGuard
-from ..client import ServerError
 from ..policy import Policy
-from ..runtime import Decision
-from ..spec import Action, Trigger
-from ..telemetry import record_decision
-from ..thresholds import with_default_trigger
-from ..toolcalls.extractor import ToolStateExtractor
-from ..toolcalls.transcript import CallStatus, ToolStep, Transcript, describe_call
-from .approval import Approval, ask_human
+from ..spec import Trigger
+from .approval import elicit_of
 from .audit import AuditStore
+from .calls import ARGUMENTS_TOO_LARGE, INSTRUCTIONS, SERVER_NAME, SERVER_TITLE, SESSION_STOPPED, CallJudge
 from .config import ProxyConfig
-from .judge import DecisionHook, GuardedSession, Verdict, held_back_text, judge, stopped_text
-from .recording import SessionLog, TraceWriter
+from .judge import DecisionHook, GuardedSession
 from .upstream import Upstream
 
 __all__ = ["GuardedProxy", "SESSION_STOPPED", "ARGUMENTS_TOO_LARGE"]
 
 log = logging.getLogger("forewarn.mcp")
 
-SESSION_STOPPED = -32020
-ARGUMENTS_TOO_LARGE = -32021
-_AUDIT_STATUS = {Action.ALLOW: ("allowed", ""), Action.REFLECT: ("held", "reflect: "),
-                 Action.STOP: ("held", "stop (the session is stopped): "), Action.ASK_HUMAN: ("pending", "")}
-_MAX_EDITS = 5  # edits of one call judged again; past that the approvers' answer is a refusal
 
 
-class GuardedProxy:
+class GuardedProxy(CallJudge):
     """The guarding proxy over ``config``'s upstreams.
 
     Args:
@@ -88,21 +73,8 @@ class GuardedProxy:
                  trigger: Trigger | str | None = None, record: str | None = None, sidecar: Any = None,
                  model_name: str | None = None, on_decision: DecisionHook | None = None,
                  audit: AuditStore | None = None) -> None:
-        if guard is not None:
-            effective = with_default_trigger(policy or guard.policy, trigger)
-            if policy is None and isinstance(guard, BundleGuard):  # each member keeps its own thresholds
-                guard = guard.with_member_policies(lambda p: with_default_trigger(p, trigger))
-            else:
-                guard = guard if effective == guard.policy else guard.with_policy(effective)
-        self.guard = guard
-        self.config = config
-        self.extractor = ToolStateExtractor(tool_kinds=dict(config.tool_kinds),
-                                            argument_aliases={k: dict(v) for k, v in config.argument_aliases.items()})
-        self.writer = TraceWriter(record) if record else None
-        self.sidecar = sidecar
-        self.model_name = model_name
-        self.on_decision = on_decision
-        self.audit = audit if guard is not None else None  # (recording only: nothing is judged)
+        super().__init__(guard, config, policy=policy, trigger=trigger, record=record, sidecar=sidecar,
+                         model_name=model_name, on_decision=on_decision, audit=audit)
         self.upstreams = [Upstream(spec, call_timeout=config.call_timeout, restarts=config.restarts)
                           for spec in config.upstreams]
         self._routes: dict[str, Upstream] = {}
@@ -110,12 +82,7 @@ class GuardedProxy:
         self._resource_routes: dict[str, Upstream] = {}
         self._sessions: dict[int, GuardedSession] = {}
         self._locks: dict[int, anyio.Lock] = {}
-        self._counter = itertools.count(1)
         self.server: Server[Any] | None = None
-        if guard is not None:  # fail now, not at the first call, when the predicates cannot read the states
-            guard.session().preview(self.extractor(Transcript()))
-        elif record is None:
-            raise ConfigError("the proxy needs a model (--model), or --record to only record sessions")
 
     # -- running ------------------------------------------------------------------------
 
@@ -149,9 +116,7 @@ class GuardedProxy:
                             on_list_resource_templates=self._list_resource_templates)
         if any(c is not None and c.prompts is not None for c in caps):
             handlers.update(on_list_prompts=self._list_prompts, on_get_prompt=self._get_prompt)
-        return Server("forewarn-mcp", version=__version__, title="Forewarn guarding proxy",
-                      instructions="Tool calls pass through Forewarn, which may hold back a risky call "
-                                   "(its result then says why) or ask a human first.", **handlers)
+        return Server(SERVER_NAME, version=__version__, title=SERVER_TITLE, instructions=INSTRUCTIONS, **handlers)
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -160,20 +125,9 @@ class GuardedProxy:
         key = id(connection)
         guarded = self._sessions.get(key)
         if guarded is None:
-            name = getattr(connection, "session_id", None) or f"mcp-{uuid.uuid4().hex[:12]}"
-            # a session of its own extractor: it resumes the fold where this session's last call left it
-            # (one extractor shared by concurrent sessions would fold every transcript from its start)
-            guarded = GuardedSession(name, None if self.guard is None else self.guard.session(),
-                                     copy.copy(self.extractor))
-            initial = guarded.initial = guarded.extractor(guarded.transcript)
             client = ctx.session.client_params
-            meta = {"client": client.client_info.name} if client is not None else {}
-            if guarded.session is not None:
-                guarded.session.observe(initial)
-                if self.audit is not None:
-                    self.audit.session(name, {"source": "mcp", **meta}, initial, guarded.session.history[-1])
-            if self.writer is not None:
-                guarded.log = SessionLog(f"{name}-{next(self._counter)}", initial, meta)
+            guarded = self.open_session(getattr(connection, "session_id", None),
+                                        client.client_info.name if client is not None else None)
             self._sessions[key] = guarded
             self._locks[key] = anyio.Lock()
             # the session ends when its connection goes (stdio: the process; HTTP: DELETE or idle timeout)
@@ -183,13 +137,8 @@ class GuardedProxy:
     def _finish(self, key: int, why: str) -> None:
         guarded = self._sessions.pop(key, None)
         self._locks.pop(key, None)
-        if guarded is None:
-            return
-        if self.audit is not None and guarded.session is not None:
-            self.audit.close_session(guarded.id, why)
-        if self.writer is not None and guarded.log is not None and guarded.calls:
-            outcome = "stopped" if guarded.stopped is not None else "ended"
-            self.writer.write(guarded.log, outcome=outcome, ended=why)
+        if guarded is not None:
+            self.close_session(guarded, why)
 
     # -- tools ----------------------------------------------------------------------------
 
@@ -231,147 +180,30 @@ class GuardedProxy:
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
         name, args = params.name, dict(params.arguments or {})
-        size = len(orjson.dumps(args, default=str))
-        if size > self.config.max_argument_bytes:
-            raise MCPError(ARGUMENTS_TOO_LARGE, f"the arguments of the call to {name!r} are {size} bytes, above the "
-                                                f"proxy's limit of {self.config.max_argument_bytes}; not forwarded")
-        upstream = self._routes.get(name)
-        if upstream is None:
+        self.check_size(name, args)
+        if name not in self._routes:
             await self._refresh_tools()
-            upstream = self._routes.get(name)
-            if upstream is None:
+            if name not in self._routes:
                 raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name} (no upstream of this proxy lists it)")
         guarded, lock = self._session_of(ctx)
         async with lock:
-            edit_of: str | None = None  # the console proposal an approver edited into this call
-            edits: list[str] = []  # what the approvers changed, told to the model with the result
-            while True:
-                if guarded.stopped is not None:
-                    raise MCPError(SESSION_STOPPED, stopped_text(name, guarded.stopped, later=True))
-                verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools,
-                                       fallback=self._fallback)
-                self._emit(guarded, name, args, verdict)
-                audited = self._audit_judged(guarded, name, args, verdict)
-                if verdict.action is Action.STOP:
-                    guarded.stopped = verdict
-                    guarded.calls += 1
-                    raise MCPError(SESSION_STOPPED, " ".join([*edits, stopped_text(name, verdict)]))
-                if verdict.action is Action.REFLECT:
-                    guarded.calls += 1
-                    return _error_result(" ".join([*edits, held_back_text(name, args, verdict)]))
-                proposal: str | None = None
-                if verdict.action is Action.ASK_HUMAN:
-                    answer = await self._ask(ctx, guarded, name, args, verdict, state, edit_of=edit_of)
-                    if self.audit is not None and audited is not None:
-                        status = "edited" if answer.edit is not None else "approved" if answer.approved else "rejected"
-                        self.audit.resolved(audited, status, answer.via, answer.message, answer.edit)
-                    if answer.edit is not None and len(edits) < _MAX_EDITS:
-                        # judged again, as if the client had proposed the edited call
-                        edited, edited_args = answer.edit
-                        edits.append(f"{answer.message} Forewarn judged the edited call "
-                                     f"{describe_call(edited, edited_args)} in its place.")
-                        name, args, edit_of = edited, edited_args, answer.proposal
-                        upstream = self._routes.get(name)
-                        if upstream is None:
-                            guarded.calls += 1
-                            return _error_result(" ".join([*edits, f"No upstream of this proxy lists `{name}`; "
-                                                                   f"the call did not run."]))
-                        continue
-                    if not answer.approved:
-                        guarded.calls += 1
-                        return _error_result(" ".join([*edits, answer.message]))
-                    proposal = answer.proposal
-                elif edit_of is not None and guarded.remote is not None and state is not None:
-                    # an edit the guard allows: on the sidecar too, linked to the proposal it edits
-                    try:
-                        allowed = await guarded.remote.propose(name, dict(args), dict(state),
-                                                               tools=list(self._routes), ask=False, edit_of=edit_of)
-                        proposal = allowed["id"]
-                    except ServerError as exc:  # the call runs all the same; its step is not linked
-                        log.warning("session %s: the sidecar did not record the edited call: %s", guarded.id, exc)
-                # a call a human approved or edited is theirs: marked approved, as the middleware marks it
-                result = await self._forward(guarded, upstream, name, args,
-                                             verdict.action is Action.ASK_HUMAN or bool(edits), proposal, audited)
-                if edits:
-                    result = result.model_copy(update={"content": [
-                        types.TextContent(type="text", text=" ".join(edits)), *result.content]})
-                return result
-
-    async def _forward(self, guarded: GuardedSession, upstream: Upstream, name: str, args: dict[str, Any],
-                       approved: bool, proposal: str | None, audited: str | None = None) -> types.CallToolResult:
-        guarded.calls += 1
-        try:
-            result = await upstream.call_tool(name, args)
-        except MCPError as exc:
-            # it may have run in part: an error step (no effect but an attempted destructive command)
-            await self._commit(guarded, ToolStep(name, args, CallStatus.ERROR, exc.error.message, approved=approved),
-                               proposal, audited)
-            raise
-        step = ToolStep(name, args, CallStatus.ERROR if result.is_error else CallStatus.SUCCESS,
-                        _text_of(result), approved=approved)
-        after = await self._commit(guarded, step, proposal, audited)
-        if after is not None and after.action in (Action.STOP, Action.REFLECT) and after.known:
-            words = f"Forewarn: after this call, {after.message or 'the run is at risk'}"
-            if after.action is Action.STOP:
-                guarded.stopped = Verdict(Action.STOP, after)
-                words += " Forewarn stopped the session: every later call is refused."
-            result = result.model_copy(update={"content": [*result.content, types.TextContent(type="text",
-                                                                                               text=words)]})
-        return result
-
-    async def _commit(self, guarded: GuardedSession, step: ToolStep, proposal: str | None,
-                      audited: str | None = None) -> Decision | None:
-        try:
-            state, decision = guarded.ran(step)
-        except Exception as exc:  # a result the extractor cannot read: the call ran, the state is unknown
-            log.warning("session %s: cannot read the state after %r: %s", guarded.id, step.name, exc)
-            return None
-        if self.audit is not None and guarded.session is not None:
-            self.audit.step(guarded.id, state, {"tool": step.name, "args": step.args}, guarded.session.history[-1],
-                            audited)
-        if self.sidecar is not None:
-            remote = await self._remote(guarded)
-            decision = await remote.observe(state, action={"tool": step.name, "args": step.args}, ask=False,
-                                            proposal=proposal)
-        return decision
-
-    async def _remote(self, guarded: GuardedSession) -> Any:
-        """The session's twin on the sidecar (created at its first commit, with its first state)."""
-        if guarded.remote is None:
-            assert self.guard is not None  # (a sidecar comes with its model)
-            metadata = {"source": "mcp", "session": guarded.id}
-            guarded.remote = await self.sidecar.session(self.guard.for_metadata(metadata).policy,
-                                                        model=self.model_name, metadata=metadata)
-            await guarded.remote.observe(dict(guarded.initial), ask=False)  # the state before any call
-        return guarded.remote
-
-    async def _ask(self, ctx: ServerRequestContext[Any, Any], guarded: GuardedSession, name: str,
-                   args: dict[str, Any], verdict: Verdict, state: Mapping[str, Any] | None, *,
-                   edit_of: str | None) -> Approval:
-        remote = await self._remote(guarded) if self.sidecar is not None else None
-        return await ask_human(ctx, name, args, verdict, state, remote=remote, tools=list(self._routes),
-                               timeout=self.config.approval_timeout, edit_of=edit_of)
-
-    def _audit_judged(self, guarded: GuardedSession, name: str, args: Any, verdict: Verdict) -> str | None:
-        """The judged call's row in the local audit store (its proposal id), or None without one."""
-        if self.audit is None or guarded.session is None:
-            return None
-        status, reason = _AUDIT_STATUS[verdict.action]
-        return self.audit.judged(guarded.id, name, args, verdict.decision, status,
-                                 reason + (verdict.decision.message or "") + verdict.note)
-
-    def _fallback(self, tool: str, reason: str) -> Decision:
-        return Decision(Action.REFLECT, None, None, "", {},
-                        f"Forewarn cannot read the call to `{tool}` ({reason}).", known=False)
-
-    def _emit(self, guarded: GuardedSession, name: str, args: Any, verdict: Verdict) -> None:
-        # a forewarn.decision span, as the middleware's (a no-op unless the application configured OpenTelemetry)
-        record_decision(verdict.decision, tool=name, phase="proposed", session=guarded.id, action=verdict.action)
-        if self.on_decision is not None:
+            go = await self.settle(guarded, name, args, elicit=elicit_of(ctx), lists=self._routes.__contains__,
+                                   tools=lambda: list(self._routes))
+            if isinstance(go, str):
+                return _error_result(go)
             try:
-                self.on_decision(guarded.id, name, args, verdict)
-            except Exception as exc:  # an observer must not fail the call
-                log.warning("on_decision hook failed: %s", exc)
+                result = await self._routes[go.name].call_tool(go.name, go.args)
+            except MCPError as exc:
+                await self.failed(guarded, go, exc.error.message)
+                raise
+            words = await self.ran(guarded, go, bool(result.is_error), _text_of(result))
+            if words is not None:
+                result = result.model_copy(update={"content": [*result.content, types.TextContent(type="text",
+                                                                                                   text=words)]})
+            if go.edits:
+                result = result.model_copy(update={"content": [
+                    types.TextContent(type="text", text=" ".join(go.edits)), *result.content]})
+            return result
 
     # -- resources and prompts: pass through ----------------------------------------------
 

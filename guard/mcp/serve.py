@@ -11,15 +11,29 @@ from mcp import ClientSession
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
-from ._stdio import parse_error, pipe_stdio, pipes_available
+from ...errors import ConfigError
+from ._stdio import parse_error, pipe_stdio, pipes_available, raw_stdio
 from .proxy import GuardedProxy
+from .relay import LeanRelay, lean_relay_fits
 
 __all__ = ["serve_stdio", "serve_http", "in_process"]
 
 
-async def serve_stdio(proxy: GuardedProxy) -> None:
+async def serve_stdio(proxy: GuardedProxy, *, relay: str = "auto") -> None:
     """Serve one client on this process's standard input and output until it closes them (pipes, as hosts
-    launch servers, are read and written on the event loop; anything else through the SDK's transport)."""
+    launch servers, are read and written on the event loop; anything else through the SDK's transport).
+
+    ``relay="lean"``: frames pass through as bytes (:mod:`.relay`: one upstream launched as a command, and
+    standard input and output pipes, else the SDK's server serves); ``"auto"``: lean where it fits;
+    ``"sdk"``: the SDK's server."""
+    if relay == "lean" or (relay == "auto" and lean_relay_fits(proxy)):
+        if not lean_relay_fits(proxy):
+            raise ConfigError("--relay lean serves one upstream launched as a command (stdio); this proxy has "
+                              f"{len(proxy.config.upstreams)} upstream(s) — use --relay sdk")
+        if pipes_available():
+            async with raw_stdio() as (reader, writer):
+                await LeanRelay(proxy).serve(reader, writer)
+            return
     if pipes_available():
         async with proxy.running() as server, pipe_stdio() as (read, write):
             await server.run(read, write, server.create_initialization_options())

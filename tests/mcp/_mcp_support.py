@@ -2,16 +2,26 @@
 git, proxies in this process and clients (the SDK's ``ClientSession``) connected to them."""
 from __future__ import annotations
 
+import asyncio
 import shutil
+import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
+import mcp_types as types
 import pytest
+from mcp import ClientSession
+from mcp.shared.message import SessionMessage
 
 from forewarn.domains.mcp import PROXY_CONFIG
 from forewarn.guard.mcp import GuardedProxy, UpstreamSpec, in_process, load_config
+from forewarn.guard.mcp._stdio import LINE_LIMIT
+from forewarn.guard.mcp.relay import LeanRelay
 
 BIN = Path(sys.executable).parent
 GIT_SERVER = str(BIN / "mcp-server-git")
@@ -55,3 +65,40 @@ def files_upstream(root: Path) -> UpstreamSpec:
 
 def flaky_upstream(**settings: Any) -> UpstreamSpec:
     return UpstreamSpec("flaky", command=sys.executable, args=(str(SERVERS), "flaky"), **settings)
+
+
+@asynccontextmanager
+async def lean_connected(proxy: GuardedProxy, **client: Any) -> AsyncIterator[tuple[ClientSession, LeanRelay]]:
+    """A ``ClientSession`` on the lean relay of ``proxy`` (stdio, one upstream) in this process, over a
+    socket pair — the relay reads and writes bytes as it does on a host's pipes — and the relay."""
+    ours, theirs = socket.socketpair()
+    reader, writer = await asyncio.open_connection(sock=theirs, limit=LINE_LIMIT)
+    relay = LeanRelay(proxy)
+    served = asyncio.create_task(relay.serve(reader, writer))
+    from_relay, to_relay = await asyncio.open_connection(sock=ours, limit=LINE_LIMIT)
+    inbox_send, inbox = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    outbox, outbox_receive = anyio.create_memory_object_stream[SessionMessage](16)
+
+    async def read() -> None:
+        async with inbox_send:
+            while line := await from_relay.readline():
+                await inbox_send.send(SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False)))
+
+    async def write() -> None:
+        async with outbox_receive:
+            async for item in outbox_receive:
+                to_relay.write(item.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n")
+                await to_relay.drain()
+
+    async with inbox, outbox, anyio.create_task_group() as tasks:
+        tasks.start_soon(read)
+        tasks.start_soon(write)
+        async with ClientSession(inbox, outbox, **client) as session:
+            await session.initialize()
+            yield session, relay
+        to_relay.close()  # the client's end closes: the relay stops its upstream and returns
+        await served
+        writer.close()
+        await to_relay.wait_closed()
+        await writer.wait_closed()
+        tasks.cancel_scope.cancel()

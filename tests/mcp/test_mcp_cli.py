@@ -82,9 +82,10 @@ def test_record_then_learn_then_guard(repo: Path, tmp_path: Path) -> None:
     assert "notes.txt" in git(repo, "diff", "--cached", "--name-only")  # the reset did not run
 
 
-def test_malformed_json_rpc_gets_one_error_and_the_proxy_goes_on(model_file: Path, repo: Path) -> None:
+@pytest.mark.parametrize("relay", ["lean", "sdk"])
+def test_malformed_json_rpc_gets_one_error_and_the_proxy_goes_on(model_file: Path, repo: Path, relay: str) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "forewarn", "mcp", "--model", str(model_file), "--config",
-                             str(PROXY_CONFIG), "--", GIT_SERVER, "--repository", str(repo)],
+                             str(PROXY_CONFIG), "--relay", relay, "--", GIT_SERVER, "--repository", str(repo)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdin is not None and proc.stdout is not None
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -117,4 +118,6 @@ def test_bad_command_lines_are_one_line_and_exit_2(tmp_path: Path) -> None:
     bad.write_text("servers: {git: {command: x, url: 'http://y'}}\n")
     wrong = run("--record", str(tmp_path / "r.jsonl"), "--config", str(bad))
     assert wrong.returncode == 2 and "proxy.yaml" in wrong.stderr and "exactly one of 'command'" in wrong.stderr
-    assert "Traceback" not in none.stderr + missing.stderr + wrong.stderr
+    lean = run("--record", str(tmp_path / "r.jsonl"), "--relay", "lean", "--upstream-url", "http://127.0.0.1:9/mcp")
+    assert lean.returncode == 2 and "--relay lean serves stdio in front of one upstream command" in lean.stderr
+    assert "Traceback" not in none.stderr + missing.stderr + wrong.stderr + lean.stderr

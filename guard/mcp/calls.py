@@ -1,0 +1,256 @@
+"""What both ways of serving the proxy share about a ``tools/call``: the sessions, the judging loop
+(verdict, audit row, span, asking a human, an approver's edit judged again), and committing a call
+that ran (the state it led to, the audit store, the sidecar, the recording).
+
+:class:`CallJudge` is the base of :class:`.proxy.GuardedProxy` (the SDK's server in front of SDK
+clients of the upstreams) and is what :mod:`.relay` (stdio, one upstream, frames passed through
+as bytes) judges with, so the two paths decide alike by construction.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from mcp.shared.exceptions import MCPError
+
+from ...errors import ConfigError
+from ..bundle_guard import BundleGuard
+from ..client import ServerError
+from ..policy import Policy
+from ..runtime import Decision
+from ..spec import Action, Trigger
+from ..telemetry import record_decision
+from ..thresholds import with_default_trigger
+from ..toolcalls.extractor import ToolStateExtractor
+from ..toolcalls.transcript import CallStatus, ToolStep, Transcript, describe_call
+from .approval import Approval, Elicit, ask_human
+from .audit import AuditStore
+from .config import ProxyConfig
+from .judge import DecisionHook, GuardedSession, Verdict, held_back_text, judge, stopped_text
+from .recording import SessionLog, TraceWriter
+
+__all__ = ["CallJudge", "Forward", "SESSION_STOPPED", "ARGUMENTS_TOO_LARGE", "SERVER_NAME", "SERVER_TITLE",
+           "INSTRUCTIONS"]
+
+log = logging.getLogger("forewarn.mcp")
+
+SESSION_STOPPED = -32020
+ARGUMENTS_TOO_LARGE = -32021
+SERVER_NAME, SERVER_TITLE = "forewarn-mcp", "Forewarn guarding proxy"  # the proxy's serverInfo, either path
+INSTRUCTIONS = ("Tool calls pass through Forewarn, which may hold back a risky call (its result then says why) "
+                "or ask a human first.")
+_AUDIT_STATUS = {Action.ALLOW: ("allowed", ""), Action.REFLECT: ("held", "reflect: "),
+                 Action.STOP: ("held", "stop (the session is stopped): "), Action.ASK_HUMAN: ("pending", "")}
+_MAX_EDITS = 5  # edits of one call judged again; past that the approvers' answer is a refusal
+
+
+@dataclass
+class Forward:
+    """A call the judging let through: forward ``name`` with ``args``, then :meth:`CallJudge.ran`."""
+
+    name: str
+    args: dict[str, Any]
+    approved: bool  # a human approved or edited it: its step is marked approved, as the middleware marks it
+    proposal: str | None = None  # the console proposal the step is linked to
+    audited: str | None = None  # the judged call's row in the local audit store
+    edits: list[str] = field(default_factory=list)  # what the approvers changed, told to the model with the result
+
+
+class CallJudge:
+    """The guard, the settings and the sessions of a proxy, and the judging every path shares."""
+
+    def __init__(self, guard: Any | None, config: ProxyConfig, *, policy: Policy | None = None,
+                 trigger: Trigger | str | None = None, record: str | None = None, sidecar: Any = None,
+                 model_name: str | None = None, on_decision: DecisionHook | None = None,
+                 audit: AuditStore | None = None) -> None:
+        if guard is not None:
+            effective = with_default_trigger(policy or guard.policy, trigger)
+            if policy is None and isinstance(guard, BundleGuard):  # each member keeps its own thresholds
+                guard = guard.with_member_policies(lambda p: with_default_trigger(p, trigger))
+            else:
+                guard = guard if effective == guard.policy else guard.with_policy(effective)
+        self.guard = guard
+        self.config = config
+        self.extractor = ToolStateExtractor(tool_kinds=dict(config.tool_kinds),
+                                            argument_aliases={k: dict(v) for k, v in config.argument_aliases.items()})
+        self.writer = TraceWriter(record) if record else None
+        self.sidecar = sidecar
+        self.model_name = model_name
+        self.on_decision = on_decision
+        self.audit = audit if guard is not None else None  # (recording only: nothing is judged)
+        self._counter = itertools.count(1)
+        if guard is not None:  # fail now, not at the first call, when the predicates cannot read the states
+            guard.session().preview(self.extractor(Transcript()))
+        elif record is None:
+            raise ConfigError("the proxy needs a model (--model), or --record to only record sessions")
+
+    # -- sessions -----------------------------------------------------------------------
+
+    def open_session(self, name: str | None, client: str | None) -> GuardedSession:
+        """A new session (``name``: the transport's session id, if any; ``client``: the client's name)."""
+        name = name or f"mcp-{uuid.uuid4().hex[:12]}"
+        # a session of its own extractor: it resumes the fold where this session's last call left it
+        # (one extractor shared by concurrent sessions would fold every transcript from its start)
+        guarded = GuardedSession(name, None if self.guard is None else self.guard.session(), copy.copy(self.extractor))
+        initial = guarded.initial = guarded.extractor(guarded.transcript)
+        meta = {"client": client} if client is not None else {}
+        if guarded.session is not None:
+            guarded.session.observe(initial)
+            if self.audit is not None:
+                self.audit.session(name, {"source": "mcp", **meta}, initial, guarded.session.history[-1])
+        if self.writer is not None:
+            guarded.log = SessionLog(f"{name}-{next(self._counter)}", initial, meta)
+        return guarded
+
+    def close_session(self, guarded: GuardedSession, why: str) -> None:
+        if self.audit is not None and guarded.session is not None:
+            self.audit.close_session(guarded.id, why)
+        if self.writer is not None and guarded.log is not None and guarded.calls:
+            outcome = "stopped" if guarded.stopped is not None else "ended"
+            self.writer.write(guarded.log, outcome=outcome, ended=why)
+
+    # -- judging ------------------------------------------------------------------------
+
+    def check_size(self, name: str, args: Mapping[str, Any]) -> None:
+        size = len(orjson.dumps(args, default=str))
+        if size > self.config.max_argument_bytes:
+            raise MCPError(ARGUMENTS_TOO_LARGE, f"the arguments of the call to {name!r} are {size} bytes, above the "
+                                                f"proxy's limit of {self.config.max_argument_bytes}; not forwarded")
+
+    async def settle(self, guarded: GuardedSession, name: str, args: dict[str, Any], *, elicit: Elicit | None,
+                     lists: Callable[[str], bool], tools: Callable[[], list[str]]) -> Forward | str:
+        """Judge a proposed call (and an approver's edits of it) until it is to be forwarded (a
+        :class:`Forward`) or answered by the proxy (the text of an ``isError`` result).
+
+        ``elicit``: how to ask the client (None: it did not declare elicitation); ``lists``: whether an
+        upstream lists a tool; ``tools``: the tools to tell the console. The caller holds the session's lock.
+
+        Raises:
+            MCPError: :data:`SESSION_STOPPED` — the guard stopped the session, now or earlier.
+        """
+        edit_of: str | None = None  # the console proposal an approver edited into this call
+        edits: list[str] = []
+        while True:
+            if guarded.stopped is not None:
+                raise MCPError(SESSION_STOPPED, stopped_text(name, guarded.stopped, later=True))
+            verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools,
+                                   fallback=self._fallback)
+            self._emit(guarded, name, args, verdict)
+            audited = self._audit_judged(guarded, name, args, verdict)
+            if verdict.action is Action.STOP:
+                guarded.stopped = verdict
+                guarded.calls += 1
+                raise MCPError(SESSION_STOPPED, " ".join([*edits, stopped_text(name, verdict)]))
+            if verdict.action is Action.REFLECT:
+                guarded.calls += 1
+                return " ".join([*edits, held_back_text(name, args, verdict)])
+            proposal: str | None = None
+            if verdict.action is Action.ASK_HUMAN:
+                remote = await self._remote(guarded) if self.sidecar is not None else None
+                answer = await ask_human(elicit, name, args, verdict, state, remote=remote, tools=tools(),
+                                         timeout=self.config.approval_timeout, edit_of=edit_of)
+                self._audit_answer(audited, answer)
+                if answer.edit is not None and len(edits) < _MAX_EDITS:
+                    # judged again, as if the client had proposed the edited call
+                    edited, edited_args = answer.edit
+                    edits.append(f"{answer.message} Forewarn judged the edited call "
+                                 f"{describe_call(edited, edited_args)} in its place.")
+                    name, args, edit_of = edited, edited_args, answer.proposal
+                    if not lists(name):
+                        guarded.calls += 1
+                        return " ".join([*edits, f"No upstream of this proxy lists `{name}`; the call did not run."])
+                    continue
+                if not answer.approved:
+                    guarded.calls += 1
+                    return " ".join([*edits, answer.message])
+                proposal = answer.proposal
+            elif edit_of is not None and guarded.remote is not None and state is not None:
+                # an edit the guard allows: on the sidecar too, linked to the proposal it edits
+                try:
+                    allowed = await guarded.remote.propose(name, dict(args), dict(state), tools=tools(), ask=False,
+                                                           edit_of=edit_of)
+                    proposal = allowed["id"]
+                except ServerError as exc:  # the call runs all the same; its step is not linked
+                    log.warning("session %s: the sidecar did not record the edited call: %s", guarded.id, exc)
+            guarded.calls += 1
+            return Forward(name, args, verdict.action is Action.ASK_HUMAN or bool(edits), proposal, audited, edits)
+
+    # -- after the upstream answered ------------------------------------------------------
+
+    async def failed(self, guarded: GuardedSession, go: Forward, message: str) -> None:
+        """The forwarded call failed (an MCP error): it may have run in part, so an error step is committed."""
+        await self._commit(guarded, ToolStep(go.name, go.args, CallStatus.ERROR, message, approved=go.approved),
+                           go.proposal, go.audited)
+
+    async def ran(self, guarded: GuardedSession, go: Forward, is_error: bool, text: str) -> str | None:
+        """Commit the forwarded call's result; the words to append to it when the state it led to is one
+        the guard acts on (and the session is then stopped if the guard says stop), else None."""
+        step = ToolStep(go.name, go.args, CallStatus.ERROR if is_error else CallStatus.SUCCESS, text,
+                        approved=go.approved)
+        after = await self._commit(guarded, step, go.proposal, go.audited)
+        if after is None or after.action not in (Action.STOP, Action.REFLECT) or not after.known:
+            return None
+        words = f"Forewarn: after this call, {after.message or 'the run is at risk'}"
+        if after.action is Action.STOP:
+            guarded.stopped = Verdict(Action.STOP, after)
+            words += " Forewarn stopped the session: every later call is refused."
+        return words
+
+    async def _commit(self, guarded: GuardedSession, step: ToolStep, proposal: str | None,
+                      audited: str | None = None) -> Decision | None:
+        try:
+            state, decision = guarded.ran(step)
+        except Exception as exc:  # a result the extractor cannot read: the call ran, the state is unknown
+            log.warning("session %s: cannot read the state after %r: %s", guarded.id, step.name, exc)
+            return None
+        if self.audit is not None and guarded.session is not None:
+            self.audit.step(guarded.id, state, {"tool": step.name, "args": step.args}, guarded.session.history[-1],
+                            audited)
+        if self.sidecar is not None:
+            remote = await self._remote(guarded)
+            decision = await remote.observe(state, action={"tool": step.name, "args": step.args}, ask=False,
+                                            proposal=proposal)
+        return decision
+
+    async def _remote(self, guarded: GuardedSession) -> Any:
+        """The session's twin on the sidecar (created at its first commit, with its first state)."""
+        if guarded.remote is None:
+            assert self.guard is not None  # (a sidecar comes with its model)
+            metadata = {"source": "mcp", "session": guarded.id}
+            guarded.remote = await self.sidecar.session(self.guard.for_metadata(metadata).policy,
+                                                        model=self.model_name, metadata=metadata)
+            await guarded.remote.observe(dict(guarded.initial), ask=False)  # the state before any call
+        return guarded.remote
+
+    def _audit_judged(self, guarded: GuardedSession, name: str, args: Any, verdict: Verdict) -> str | None:
+        """The judged call's row in the local audit store (its proposal id), or None without one."""
+        if self.audit is None or guarded.session is None:
+            return None
+        status, reason = _AUDIT_STATUS[verdict.action]
+        return self.audit.judged(guarded.id, name, args, verdict.decision, status,
+                                 reason + (verdict.decision.message or "") + verdict.note)
+
+    def _audit_answer(self, audited: str | None, answer: Approval) -> None:
+        if self.audit is not None and audited is not None:
+            status = "edited" if answer.edit is not None else "approved" if answer.approved else "rejected"
+            self.audit.resolved(audited, status, answer.via, answer.message, answer.edit)
+
+    def _fallback(self, tool: str, reason: str) -> Decision:
+        return Decision(Action.REFLECT, None, None, "", {},
+                        f"Forewarn cannot read the call to `{tool}` ({reason}).", known=False)
+
+    def _emit(self, guarded: GuardedSession, name: str, args: Any, verdict: Verdict) -> None:
+        # a forewarn.decision span, as the middleware's (a no-op unless the application configured OpenTelemetry)
+        record_decision(verdict.decision, tool=name, phase="proposed", session=guarded.id, action=verdict.action)
+        if self.on_decision is not None:
+            try:
+                self.on_decision(guarded.id, name, args, verdict)
+            except Exception as exc:  # an observer must not fail the call
+                log.warning("on_decision hook failed: %s", exc)
+

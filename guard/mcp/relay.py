@@ -1,0 +1,399 @@
+"""The lean relay: ``forewarn mcp --relay lean``, stdio in front of ONE stdio upstream, frames passed as bytes.
+
+The SDK path (:mod:`.proxy`) is a second MCP server and a second MCP client: every message is parsed,
+validated, rebuilt as SDK models and serialised again on each side. Here each newline-delimited JSON-RPC
+message is parsed once (orjson) to route it, and everything but a ``tools/call`` request goes on as the
+bytes that came in, both ways — requests, responses, notifications, the upstream's own requests to the
+client (sampling, roots, elicitation). The handshake is the client's with the upstream (its answer
+carries the proxy's name and instructions). A ``tools/call`` is judged by the SDK path's code
+(:class:`.calls.CallJudge`), then forwarded as it came (or as an approver edited it) or answered by the
+relay. Asking uses elicitation when the client's ``initialize`` declared it: the relay's own requests
+to the client carry ids of its own (``forewarn-N``), whose answers it keeps. Every forwarded request
+gets the call timeout (:data:`.upstream.UPSTREAM_TIMEOUT`); when the upstream's process ends, what it
+held fails with :data:`.upstream.UPSTREAM_DOWN` and it is started again (the client's handshake
+replayed), up to ``restarts`` times, as :mod:`.upstream` does.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any
+
+import mcp_types as types
+import orjson
+from mcp.client.stdio import get_default_environment
+from mcp.shared.exceptions import MCPError
+
+from ...errors import ConfigError
+from . import _frames as wire
+from ._frames import Pending, drained, error_frame, result_frame, text_item
+from ._stdio import LINE_LIMIT
+from .approval import APPROVAL_SCHEMA
+from .calls import CallJudge, Forward
+from .judge import GuardedSession
+from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
+
+__all__ = ["LeanRelay", "lean_relay_fits"]
+
+log = logging.getLogger("forewarn.mcp")
+
+_CONNECT_TIMEOUT = 30.0
+_OWN = "forewarn-"  # the prefix of the ids of the relay's own requests
+
+
+def lean_relay_fits(judge: CallJudge) -> bool:
+    """Whether the lean relay can serve this proxy: one upstream, launched as a command (stdio)."""
+    upstreams = judge.config.upstreams
+    return len(upstreams) == 1 and upstreams[0].command is not None
+
+
+class LeanRelay:
+    """Relays one client (``reader``/``writer``: its stdio) to the single stdio upstream of ``judge``'s config."""
+
+    def __init__(self, judge: CallJudge) -> None:
+        if not lean_relay_fits(judge):
+            raise ConfigError("the lean relay serves exactly one upstream launched as a command (stdio)")
+        self.judge = judge
+        self.spec = judge.config.upstreams[0]
+        self.name = self.spec.name
+        self.timeout = self.spec.timeout or judge.config.call_timeout
+        self.connections = 0
+        self._proc: asyncio.subprocess.Process | None = None
+        self._ready = asyncio.Event()
+        self._down: str | None = None
+        self._closing = False
+        self._pending: dict[bytes, Pending] = {}
+        self._mine: dict[str, asyncio.Future[dict[str, Any]]] = {}  # the relay's requests to the client
+        self._ids = itertools.count(1)
+        self._tools: set[str] = set()  # as the upstream listed them
+        self._init: dict[str, Any] | None = None  # the client's initialize request, replayed after a restart
+        self._initialized: bytes | None = None
+        self._elicits = False
+        self._guarded: GuardedSession | None = None
+        self._lock = asyncio.Lock()  # one judged call at a time, as the SDK path's session lock
+        self._client: asyncio.StreamWriter | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- running ------------------------------------------------------------------------
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Relay until the client closes its end."""
+        self._client = writer
+        await self._spawn()
+        self._ready.set()
+        supervisor = asyncio.create_task(self._supervise())
+        try:
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError as exc:  # a line beyond the limit (dropped by the reader)
+                    self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
+                    continue
+                except OSError:
+                    break
+                if not line:
+                    break  # end of input: the client is gone
+                await self._from_client(line)
+        finally:
+            self._closing = True
+            for task in list(self._tasks):
+                task.cancel()
+            await self._stop_upstream()
+            supervisor.cancel()
+            if self._guarded is not None:
+                self.judge.close_session(self._guarded, "client disconnected")
+
+    async def _spawn(self) -> None:
+        assert self.spec.command is not None
+        env = {**get_default_environment(), **(self.spec.env or {})}
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                self.spec.command, *self.spec.args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                env=env, cwd=self.spec.cwd, limit=LINE_LIMIT)
+        except OSError as exc:
+            raise ConfigError(f"upstream {self.name!r} ({self.spec.describe()}) could not be started: "
+                              f"{exc.strerror or exc}") from None
+        self.connections += 1
+
+    async def _stop_upstream(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 2.0)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+    async def _supervise(self) -> None:
+        """Read the upstream's messages; when its process ends, fail what it held and start it again."""
+        while True:
+            proc = self._proc
+            assert proc is not None and proc.stdout is not None
+            while True:
+                try:
+                    line = await proc.stdout.readline()
+                except ValueError:  # a line beyond the limit: dropped (its request times out)
+                    log.warning("upstream %r sent a line above %d bytes; dropped", self.name, LINE_LIMIT)
+                    continue
+                if not line:
+                    break
+                self._from_upstream(line)
+                if self._client is not None:
+                    await drained(self._client)
+            if self._closing:
+                return
+            code = await proc.wait()
+            if proc.stdin is not None:
+                proc.stdin.close()
+            self._ready.clear()
+            self._fail_pending(f"its process exited with code {code}")
+            if self.connections > self.judge.config.restarts:
+                self._give_up(f"upstream {self.name!r} ({self.spec.describe()}) crashed and was restarted "
+                              f"{self.judge.config.restarts} time(s), its limit; it is down")
+                return
+            log.warning("upstream %r lost its connection; reconnecting", self.name)
+            await asyncio.sleep(0.1)
+            try:
+                await self._spawn()
+            except ConfigError as exc:
+                self._give_up(str(exc))
+                return
+            task = asyncio.create_task(self._handshake())  # its answer comes through this loop
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _handshake(self) -> None:
+        """The client's handshake again with a restarted upstream; requests wait for it (``_ready``)."""
+        try:
+            if self._init is not None:
+                await self._ask_upstream("initialize", self._init.get("params"), ready=False)
+                if self._initialized is not None:
+                    await self._to_upstream(self._initialized)
+        except MCPError as exc:  # (died again: the supervisor sees it)
+            log.warning("upstream %r: the handshake after a restart failed: %s", self.name, exc.error.message)
+            return
+        self._ready.set()
+
+    def _give_up(self, reason: str) -> None:
+        self._down = reason
+        self._ready.set()  # wake the waiters: they read _down
+
+    # -- from the client ------------------------------------------------------------------
+
+    async def _from_client(self, line: bytes) -> None:
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
+            return
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem("not a JSON-RPC 2.0 message")))
+            return
+        method = message.get("method")
+        if method is None:  # an answer: to one of the relay's own requests, or to the upstream's
+            key = message.get("id")
+            future = self._mine.get(key) if isinstance(key, str) else None
+            if future is not None:
+                if not future.done():
+                    future.set_result(message)
+            else:
+                await self._to_upstream(line)
+            return
+        if "id" not in message:  # a notification
+            if method == "notifications/initialized":
+                self._initialized = line
+            await self._to_upstream(line)
+            return
+        if method == "tools/call":
+            task = asyncio.create_task(self._call(message, line))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        if method == "initialize":
+            self._init = message
+            params = message.get("params") or {}
+            self._elicits = isinstance(params.get("capabilities"), dict) and "elicitation" in params["capabilities"]
+        await self._forward(message["id"], str(method), line, None)
+
+    async def _forward(self, rid: Any, what: str, line: bytes,
+                       future: asyncio.Future[tuple[bytes, dict[str, Any]]] | None, *, ready: bool = True) -> None:
+        """Send a request upstream; its answer goes to ``future``, else to the client as it is."""
+        if ready and not self._ready.is_set():
+            try:
+                await asyncio.wait_for(self._ready.wait(), _CONNECT_TIMEOUT)
+            except TimeoutError:
+                self._answer_error(rid, future, UPSTREAM_DOWN,
+                                   f"upstream {self.name!r} did not reconnect within {_CONNECT_TIMEOUT:g} s")
+                return
+        if ready and self._down is not None:
+            self._answer_error(rid, future, UPSTREAM_DOWN, self._down)
+            return
+        key = orjson.dumps(rid)
+        timer = asyncio.get_running_loop().call_later(self._limit(what), self._expire, key)
+        self._pending[key] = Pending(rid, what, timer, future)
+        await self._to_upstream(line)
+
+    def _expire(self, key: bytes) -> None:
+        pending = self._pending.pop(key, None)
+        if pending is not None:
+            self._answer_error(pending.id, pending.future, UPSTREAM_TIMEOUT,
+                               f"upstream {self.name!r} did not answer {pending.what} within {self._limit(pending.what):g} s "
+                               f"(the call may still run there)")
+
+    def _limit(self, what: str) -> float:  # a starting server gets the connect timeout, as the SDK path's
+        return _CONNECT_TIMEOUT if what == "initialize" else self.timeout
+
+    def _fail_pending(self, reason: str) -> None:
+        pending, self._pending = self._pending, {}
+        for item in pending.values():
+            if item.timer is not None:
+                item.timer.cancel()
+            self._answer_error(item.id, item.future, UPSTREAM_DOWN,
+                               f"upstream {self.name!r} closed the connection during {item.what} ({reason}); "
+                               f"restarting it")
+
+    def _answer_error(self, rid: Any, future: asyncio.Future[Any] | None, code: int, message: str) -> None:
+        if future is None:
+            self._to_client(error_frame(rid, code, message))
+        elif not future.done():
+            future.set_exception(MCPError(code, message))
+
+    async def _ask_upstream(self, method: str, params: Any, *, ready: bool = True) -> dict[str, Any]:
+        """One request of the relay's own to the upstream (its answer's ``result``)."""
+        rid = f"{_OWN}{next(self._ids)}"
+        future: asyncio.Future[tuple[bytes, dict[str, Any]]] = asyncio.get_running_loop().create_future()
+        request = {"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})}
+        await self._forward(rid, method, orjson.dumps(request) + b"\n", future, ready=ready)
+        _, answer = await future
+        wire.raise_error(answer)
+        result = answer.get("result")
+        return result if isinstance(result, dict) else {}
+
+    # -- from the upstream ----------------------------------------------------------------
+
+    def _from_upstream(self, line: bytes) -> None:
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            log.warning("upstream %r sent a line that is not JSON; dropped", self.name)
+            return
+        if isinstance(message, dict) and "method" not in message and "id" in message:
+            pending = self._pending.pop(orjson.dumps(message["id"]), None)
+            if pending is None:
+                return  # answered already (it timed out), or the relay's replayed handshake
+            if pending.timer is not None:
+                pending.timer.cancel()
+            if pending.what == "tools/list":
+                self._learn_tools(message)
+            elif pending.what == "initialize" and pending.future is None:
+                line = wire.as_proxy(message, line)
+            if pending.future is not None:
+                if not pending.future.done():
+                    pending.future.set_result((line, message))
+                return
+        self._to_client(line)
+
+    def _learn_tools(self, message: dict[str, Any]) -> None:
+        self._tools.update(wire.tool_names(message))
+
+    # -- tools/call -------------------------------------------------------------------------
+
+    async def _call(self, message: dict[str, Any], line: bytes) -> None:
+        rid = message["id"]
+        params = message.get("params")
+        name = params.get("name") if isinstance(params, dict) else None
+        args = (params.get("arguments") or {}) if isinstance(params, dict) else None
+        if not isinstance(name, str) or not isinstance(args, dict):
+            return self._to_client(error_frame(rid, types.INVALID_PARAMS, "tools/call needs params.name (a string) "
+                                                                     "and params.arguments (an object)"))
+        try:
+            self.judge.check_size(name, args)
+            if name not in self._tools:
+                await self._list_tools()
+                if name not in self._tools:
+                    raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name} (no upstream of this proxy lists it)")
+            guarded = self._session()
+            async with self._lock:
+                go = await self.judge.settle(guarded, name, args, elicit=self._elicit if self._elicits else None,
+                                             lists=self._tools.__contains__, tools=lambda: sorted(self._tools))
+                if isinstance(go, str):
+                    return self._to_client(result_frame(rid, {"content": [text_item(go)], "isError": True}))
+                await self._run(guarded, go, rid, line if go.name == name and go.args is args else None)
+        except MCPError as exc:
+            self._to_client(error_frame(rid, exc.error.code, exc.error.message))
+        except Exception as exc:  # a bug or a sidecar gone: one error for this call, never a hung client
+            log.exception("tools/call %r failed in the proxy", name)
+            self._to_client(error_frame(rid, types.INTERNAL_ERROR, f"the proxy failed on the call to {name!r}: {exc}"))
+
+    async def _run(self, guarded: GuardedSession, go: Forward, rid: Any, line: bytes | None) -> None:
+        if line is None:  # an approver's edit: the call as edited
+            request = {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                       "params": {"name": go.name, "arguments": go.args}}
+            line = orjson.dumps(request) + b"\n"
+        future: asyncio.Future[tuple[bytes, dict[str, Any]]] = asyncio.get_running_loop().create_future()
+        try:
+            await self._forward(rid, f"tools/call {go.name!r}", line, future)
+            answer_line, answer = await future
+        except MCPError as exc:
+            await self.judge.failed(guarded, go, exc.error.message)
+            raise
+        if "error" in answer:  # the upstream's own error, unchanged
+            await self.judge.failed(guarded, go, str((answer["error"] or {}).get("message", "")))
+            self._to_client(answer_line)
+            return
+        result: dict[str, Any] = answer["result"] if isinstance(answer.get("result"), dict) else {}
+        words = await self.judge.ran(guarded, go, bool(result.get("isError")), wire.text_of(result))
+        if words is None and not go.edits:
+            self._to_client(answer_line)  # as the upstream said it
+            return
+        content = list(result.get("content") or [])
+        if words is not None:
+            content.append(text_item(words))
+        if go.edits:
+            content.insert(0, text_item(" ".join(go.edits)))
+        self._to_client(result_frame(rid, {**result, "content": content}))
+
+    async def _list_tools(self) -> None:
+        cursor: str | None = None
+        while True:
+            page = await self._ask_upstream("tools/list", {"cursor": cursor} if cursor else None)
+            self._learn_tools({"result": page})
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                return
+
+    def _session(self) -> GuardedSession:
+        if self._guarded is None:
+            info = ((self._init or {}).get("params") or {}).get("clientInfo") or {}
+            self._guarded = self.judge.open_session(None, info.get("name") if isinstance(info, dict) else None)
+        return self._guarded
+
+    async def _elicit(self, question: str) -> types.ElicitResult:
+        rid = f"{_OWN}{next(self._ids)}"
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._mine[rid] = future
+        try:
+            self._to_client(orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "elicitation/create",
+                                          "params": {"message": question, "requestedSchema": APPROVAL_SCHEMA}})
+                            + b"\n")
+            answer = await future
+        finally:
+            self._mine.pop(rid, None)
+        wire.raise_error(answer)
+        return types.ElicitResult.model_validate(answer.get("result") or {})
+
+    def _to_client(self, line: bytes) -> None:
+        if self._client is not None and not self._client.is_closing():
+            self._client.write(line if line.endswith(b"\n") else line + b"\n")
+
+    async def _to_upstream(self, line: bytes) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.stdin.is_closing():
+            return  # (the supervisor fails what is pending and starts it again)
+        proc.stdin.write(line if line.endswith(b"\n") else line + b"\n")
+        await drained(proc.stdin)
+
