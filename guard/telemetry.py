@@ -77,9 +77,15 @@ def decision_attributes(decision: Decision, *, tool: str | None = None, phase: s
 def tracing() -> bool:
     """Whether the application configured a tracer provider (else :func:`record_decision` does nothing):
     a caller checks it before building what only a span needs (the sidecar's header carrier)."""
+    return _configured_provider() is not None
+
+
+def _configured_provider() -> Any | None:
+    """The tracer provider the application set, or None (OpenTelemetry absent or not configured)."""
     if _trace is None:
-        return False
-    return not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider | _trace.NoOpTracerProvider)
+        return None
+    provider = _trace.get_tracer_provider()
+    return None if isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider) else provider
 
 
 def record_decision(decision: Decision, *, tool: str | None = None, phase: str | None = None,
@@ -91,10 +97,8 @@ def record_decision(decision: Decision, *, tool: str | None = None, phase: str |
         carrier: a request's headers (lower-case names); when no span is current, the span's parent
             is the context they carry (``traceparent``), as the configured propagator reads it.
     """
-    if _trace is None:
-        return
-    provider = _trace.get_tracer_provider()
-    if isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider):
+    provider = _configured_provider()
+    if provider is None:
         return  # nobody configured OpenTelemetry: not even a non-recording span
     parent = None
     if carrier is not None and not _trace.get_current_span().get_span_context().is_valid:
