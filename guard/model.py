@@ -136,6 +136,7 @@ class PACEntry(_Doc):
     states: list[PACStateEntry]
     tight: TightPACEntry | None = None
     empirical: TightPACEntry | None = None  # the empirical-Bernstein bound, the same fields (method "empirical-bernstein")
+    joint: TightPACEntry | None = None  # the joint bound, the same fields (method "joint-bernstein")
 
 
 class ModelDocument(_Doc):
@@ -276,6 +277,7 @@ class GuardModel:
                 **({} if pac.tight is None else {"tight": _tight_document(pac.tight)}),
                 **({} if pac.empirical is None else {"empirical": _tight_document(pac.empirical,
                                                                                   "empirical-bernstein")}),
+                **({} if pac.joint is None else {"joint": _tight_document(pac.joint, "joint-bernstein")}),
             },
             "intervals": None if self.intervals is None else self.intervals.to_document(),
             "visits": self.visits.tolist(),
@@ -535,7 +537,8 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
     pac = PACReport(epsilon=p.epsilon, delta=p.delta, delta_per_state=p.delta_per_state,
                     amplification=math.inf if p.amplification is None else p.amplification,
                     states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states],
-                    tight=_tight_entry(p.tight), empirical=_tight_entry(p.empirical))
+                    tight=_tight_entry(p.tight), empirical=_tight_entry(p.empirical),
+                    joint=_tight_entry(p.joint))
     valuations = None
     if p.chain_states is not None:
         # the learned chain has no more states than its product with the monitors: a bound before allocating

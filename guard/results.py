@@ -57,6 +57,10 @@ class StatePAC:
     satisfied: bool
 
 
+JOINT_STATES = 1000
+"""Transient states up to which the joint PAC bound is computed (it inverts dense m × m matrices)."""
+
+
 @dataclass(frozen=True)
 class TightStatePAC:
     state: int
@@ -93,6 +97,7 @@ class PACReport:
     states: list[StatePAC]
     tight: TightPAC | None = None
     empirical: TightPAC | None = None  # the empirical-Bernstein bound (None: files written before it)
+    joint: TightPAC | None = None  # the joint bound (None: files written before it, or past JOINT_STATES)
 
     @property
     def satisfied(self) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 from ...errors import UsageError
 from ..bundle import GuardBundle
 from ..model import GuardModel
-from ..results import TightPAC
+from ..results import JOINT_STATES, TightPAC
 
 __all__ = ["fmt", "state_words", "pac_words", "members_of", "pac_lines", "pac_document", "MISMATCH_MARK", "mismatch_note"]
 
@@ -79,10 +79,19 @@ def pac_lines(model: GuardModel) -> list[str]:
     if empirical is None:
         return lines + ["PAC, empirical-Bernstein bound: not in this model file (written by an older Forewarn); "
                         "re-learn."]
-    return lines + [
+    lines.append(
         f"PAC, empirical-Bernstein bound ({confidence} confidence): from the first state "
         f"{verdict(empirical.initial_bound, empirical.initial_runs_factor, empirical.initial_limiting)}; "
-        f"every state {verdict(empirical.worst_bound, empirical.runs_factor, empirical.limiting)}."]
+        f"every state {verdict(empirical.worst_bound, empirical.runs_factor, empirical.limiting)}.")
+    joint = pac.joint
+    if joint is None:
+        return lines + ([f"PAC, joint bound: not computed past {JOINT_STATES:,} transient states."]
+                        if len(pac.states) > JOINT_STATES else
+                        ["PAC, joint bound: not in this model file (written by an older Forewarn); re-learn."])
+    return lines + [
+        f"PAC, joint bound ({confidence} confidence): from the first state "
+        f"{verdict(joint.initial_bound, joint.initial_runs_factor, joint.initial_limiting)}; "
+        f"every state {verdict(joint.worst_bound, joint.runs_factor, joint.limiting)}."]
 
 
 def _more_runs(factor: float, runs: Any) -> str:
@@ -124,6 +133,7 @@ def pac_document(model: GuardModel) -> dict[str, Any]:
                   "runs_factor": pac.runs_factor, "runs_needed": needed(pac.runs_factor)},
         "tight": bound(pac.tight),
         "empirical": bound(pac.empirical),  # the empirical-Bernstein bound (docs/method.md)
+        "joint": bound(pac.joint),  # the joint bound (docs/method.md; null past JOINT_STATES transient states)
     }
 
 

@@ -317,6 +317,7 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         "pac_tight_satisfied": None if pac.tight is None else pac.tight.satisfied,
         **_bound_keys("pac_tight", pac.tight),
         **_bound_keys("pac_empirical", pac.empirical),  # the empirical-Bernstein bound (docs/method.md)
+        **_bound_keys("pac_joint", pac.joint),  # the joint bound (docs/method.md)
         "pac_worst": None if worst is None else {
             "state": worst.state, "visits": worst.visits, "required": worst.required,
             "predicates": pac_words(model, worst.state)},

@@ -27,6 +27,7 @@ from ..replay import (
     replay_run,
     summarize,
 )
+from ..results import TightPAC
 from ..runtime import Guard
 from ..spec import Action, Spec, Trigger
 from ..storm import Method
@@ -231,14 +232,18 @@ def fold_result(index: int, model: Any, replays: list[RunReplay], train: list[Ru
                  "initial_satisfied": pac.tight.initial_satisfied,
                  "initial_bound": pac.tight.initial_bound if math.isfinite(pac.tight.initial_bound) else None,
                  "initial_runs_factor": pac.tight.initial_runs_factor},
-             "empirical": None if pac.empirical is None else {  # the empirical-Bernstein bound
-                 "satisfied": pac.empirical.satisfied,
-                 "worst_bound": pac.empirical.worst_bound if math.isfinite(pac.empirical.worst_bound) else None,
-                 "runs_factor": pac.empirical.runs_factor,
-                 "initial_bound": pac.empirical.initial_bound if math.isfinite(pac.empirical.initial_bound)
-                 else None,
-                 "initial_runs_factor": pac.empirical.initial_runs_factor}},
+             "empirical": _bound_summary(pac.empirical),  # the empirical-Bernstein bound
+             "joint": _bound_summary(pac.joint)},  # the joint bound (None past JOINT_STATES transient states)
         report=report)
+
+
+def _bound_summary(bound: TightPAC | None) -> dict[str, Any] | None:
+    """A per-state PAC bound in a fold's details: met or not, worst and start bounds, runs factors."""
+    def finite(value: float) -> float | None:
+        return value if math.isfinite(value) else None
+    return None if bound is None else {
+        "satisfied": bound.satisfied, "worst_bound": finite(bound.worst_bound), "runs_factor": bound.runs_factor,
+        "initial_bound": finite(bound.initial_bound), "initial_runs_factor": bound.initial_runs_factor}
 
 
 def finish(folds: list[tuple[FoldResult, list[RunReplay]]], thetas: Sequence[float], scoring: Mapping[str, Any], *,
