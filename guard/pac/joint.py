@@ -59,6 +59,7 @@ class _Rows:
     unseen_hi: np.ndarray  # bound on each such P_ij
     shift: np.ndarray  # b_i, the smoothing's shift (1 for a row never left: its error is unbounded there)
     pull: np.ndarray  # how much of the learned |P̂_i − p̃_i| is left at this scale (1 as learned)
+    seen: np.ndarray  # m × |S|: successors seen from each row, and the row's own state
 
 
 def _rows(jump: LearnedDTMC, transient: np.ndarray, level: float, forecast: bool = False) -> _Rows:
@@ -82,7 +83,9 @@ def _rows(jump: LearnedDTMC, transient: np.ndarray, level: float, forecast: bool
         unseen_hi = np.where(n > 0, -np.expm1(math.log(level / 2) / np.maximum(n, 1e-300)), 1.0)
     lo, hi = np.nan_to_num(lo, nan=0.0), np.nan_to_num(hi, nan=1.0)
     shift = np.where(n_learned > 0, smoothing_shift(jump)[transient], 0.0 if forecast else 1.0)
-    return _unseen(_Rows(n, share, lo, hi, np.ones(n.size), unseen_hi, shift, np.ones(n.size)), jump.size)
+    seen = share.toarray() > 0
+    seen[np.arange(n.size), transient] = True
+    return _unseen(_Rows(n, share, lo, hi, np.ones(n.size), unseen_hi, shift, np.ones(n.size), seen), jump.size)
 
 
 def _unseen(rows: _Rows, size: int) -> _Rows:
@@ -189,8 +192,7 @@ def _first_unseen(rows: _Rows, order: np.ndarray, values: np.ndarray, transient:
     m = transient.size
     width = min(order.size, int(np.diff(rows.share.indptr).max(initial=0)) + 2)
     top = order[:width]
-    seen = rows.share[:, top].toarray() > 0
-    seen |= transient[:, None] == top[None, :]
+    seen = rows.seen[:, top]
     first = np.argmax(~seen, axis=1)
     none = seen.all(axis=1)
     out: np.ndarray = np.where(none, values[order[-1]], values[top[first]])
