@@ -134,12 +134,13 @@ def hand_first_round(dtmc: LearnedDTMC, delta: float) -> np.ndarray:
                 e[r, col] = never
         u[r] = min(mass, len(unseen_of[-1]) * never)
         # values of (x_j − x̂_i)² at their largest on the box: transient j anywhere in [0, 1]
-        centre = x_hat[i]
+        centre = float(x_hat[i])
 
         def worst(j: int, centre: float = centre) -> float:
             if j in transient:
                 return max(centre, 1 - centre) ** 2
-            return (x_hat[j] - centre) ** 2
+            return (float(x_hat[j]) - centre) ** 2
+
         items = [(worst(j), hi[j] - lo[j]) for j in seen] + [(max(worst(j) for j in unseen), mass)]
         total, left = sum(lo[j] * worst(j) for j in seen), 1 - sum(lo.values())
         for value, cap in sorted(items, reverse=True):
