@@ -106,10 +106,11 @@ def hand_first_round(dtmc: LearnedDTMC, delta: float) -> np.ndarray:
         dense[i] /= 1 - stay
     level = (1 - JOINT_SHARE) * delta / (m * (size - 1) + 1)
     log_joint = math.log(2 * m / (JOINT_SHARE * delta))
-    q_hat = dense[np.ix_(transient, transient)]
+    index = np.array(transient)
+    q_hat = dense[np.ix_(index, index)]
     fundamental = np.linalg.inv(np.eye(m) - q_hat)
     x_hat = np.zeros(size)
-    x_hat[transient] = fundamental @ dense[np.ix_(transient, np.flatnonzero(dtmc.unsafe))].sum(axis=1)
+    x_hat[transient] = fundamental @ dense[np.ix_(index, np.flatnonzero(dtmc.unsafe))].sum(axis=1)
     x_hat[np.flatnonzero(dtmc.unsafe)] = 1.0
     c, e, u = np.zeros((m, m)), np.zeros((m, m)), np.zeros(m)
     n, shift, variance = np.zeros(m), np.zeros(m), np.zeros(m)
