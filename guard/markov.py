@@ -18,7 +18,7 @@ The test, at family-wise level ``γ`` over the ``m`` states tested (each at ``γ
   ``Σ_j N_xi·x_j`` per unit of ``P_ij``). Product states that share a chain row share its
   estimate: their terms are correlated, so each is multiplied by the number of product states
   of that chain state (Cauchy–Schwarz: an upper bound). ``β_x = (N·b)_x`` bounds the shift
-  smoothing adds (``b_i = ½‖P̂_i − n_i·/n_i‖₁``, as guard/pac.py).
+  smoothing adds (``b_i = ½‖P̂_i − n_i·/n_i‖₁``, as guard/pac/).
 
 Under the assumption each interval misses with probability at most ``γ/2m`` (the second
 asymptotically), so a false rejection anywhere has probability at most ``γ`` whatever the

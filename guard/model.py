@@ -110,7 +110,7 @@ class TightStateEntry(_Doc):
 
 
 class TightPACEntry(_Doc):
-    """The tighter per-state bound (guard/pac.py); absent from files written before it."""
+    """The tighter per-state bound (guard/pac/tight.py); absent from files written before it."""
 
     method: str = "hoeffding-bernstein"
     satisfied: bool

@@ -1,7 +1,7 @@
 """Plain results of learning and checking: what a model file stores beside the chain.
 
 The solver method and the per-state values of a property (guard/storm.py computes them),
-the PAC report (guard/pac.py) and how the transition intervals were made
+the PAC report (guard/pac/) and how the transition intervals were made
 (guard/intervals.py). Those modules re-export these names. Kept apart because loading a
 model and deciding need only these values, never Storm or scipy (bench/import_time.py).
 """

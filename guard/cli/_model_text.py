@@ -47,7 +47,7 @@ def members_of(loaded: GuardModel | GuardBundle, group: str | None) -> dict[str 
 
 
 def pac_lines(model: GuardModel) -> list[str]:
-    """The PAC report in words: the paper's bound, then the tighter one (guard/pac.py)."""
+    """The PAC report in words: the paper's bound, then the tighter, empirical-Bernstein and joint ones (guard/pac/)."""
     pac, runs = model.pac, model.provenance.get("runs")
     worst = pac.worst
     if worst is None:

@@ -225,7 +225,7 @@ def fold_result(index: int, model: Any, replays: list[RunReplay], train: list[Ru
              "worst": None if worst is None else {"state": worst.state, "visits": worst.visits,
                                                   "required": worst.required},
              "runs_factor": pac.runs_factor,  # the paper's bound as a multiple of the training runs
-             "tight": None if pac.tight is None else {  # the tighter per-state bound (guard/pac.py)
+             "tight": None if pac.tight is None else {  # the tighter per-state bound (guard/pac/tight.py)
                  "satisfied": pac.tight.satisfied,
                  "worst_bound": pac.tight.worst_bound if math.isfinite(pac.tight.worst_bound) else None,
                  "runs_factor": pac.tight.runs_factor, "limiting": pac.tight.limiting,
