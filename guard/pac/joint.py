@@ -1,4 +1,4 @@
-"""The joint bound: one Bernstein inequality per state over the samples of *every* row at once.
+"""The joint bound: one concentration inequality per state over the samples of *every* row at once.
 
 The tighter and the empirical-Bernstein bounds are rectangular: ε̂ = (I − Q̂)⁻¹ r puts every row's
 error at its worst at the same time. Rows are sampled independently, so their errors partly cancel;
@@ -9,19 +9,21 @@ matrix, exactly
     x̂ − x = N̂ e_b + g + N̂ (Q̂ − Q) g,   g = N e_s,
 
 where e_s,i = (p̃_i − P_i)·x is row i's sampling error (p̃_i its empirical row) and e_b,i = (P̂_i − p̃_i)·x
-the smoothing's shift (|e_b,i| ≤ b_i, known). For a state s, g_s = Σ_i N_si/n_i Σ_k (x(J_ik) − x_i) is a
-sum of independent, centred terms in [−1, 1] over all departures k of all rows i, with fixed weights:
-Bernstein's inequality bounds it by G_s = c·L/3 + √(c²L²/9 + 2·V_s·L), V_s = Σ_i N_si² σ_i² / n_i,
-c = max_i N_si/n_i, σ_i² = Var_{J∼P_i} x(J), L = log(2m/δ_J). N and σ are unknown; on the same event
-they are bounded from the data: Clopper–Pearson intervals on every transition of the jump chain bound
-|Q̂ − Q| (with the mass of successors never seen), hence N ≤ N̄ (a fixed point, below) and, with the box
-x ∈ x̂ ± ε̂, σ_i² ≤ max_P E_P (x(J) − x̂_i)² over the row's intervals. The last term is second order:
-|(Q̂ − Q) g| ≤ C·G + U·max G. So, per state,
+the smoothing's shift (|e_b,i| ≤ b_i, known; a row never left is all shift, b_i = 1). For a state s,
+g_s = Σ_i N_si/n_i Σ_k (x(J_ik) − x_i) is a sum of independent, centred terms over all departures k of
+all rows i, with fixed weights. Bernstein's inequality bounds it by G_s = c·L/3 + √(c²L²/9 + 2·V_s·L),
+V_s = Σ_i N_si² σ_i² / n_i, c = max_i N_si/n_i, σ_i² = Var_{J∼P_i} x(J), L = log(2m/δ_J); and so does the
+sub-Gaussian bound √(2L Σ_i N_si² κ(x_i)/n_i), κ the Bernoulli's variance proxy (:func:`_subgaussian`);
+the smaller is used. N, σ and x_i are unknown; on the same event they are bounded from the data:
+Clopper–Pearson intervals on every transition of the jump chain bound |Q̂ − Q| by C, E, U (seen
+transitions, never-seen ones one by one and together), hence N ≤ N̄ (:func:`upper_fundamental`) and,
+with the box x ∈ x̂ ± ε̂, σ_i² ≤ max_P E_P (x(J) − x̂_i)² over the row's intervals. The last term is
+second order: |(Q̂ − Q) g| ≤ C·G + min(E·G, U·max G). So, per state,
 
-    |x̂_s − x_s| ≤ ε̂_s = min(1, (N̂ b)_s + G_s + (N̂ (C G + U max G))_s),
+    |x̂_s − x_s| ≤ ε̂_s = min(1, (N̂ b)_s + G_s + (N̂ (C G + min(E G, U max G)))_s),
 
-and each round's ε̂ gives a smaller box, hence smaller σ̄ and G (every round valid on the one event).
-δ is split once: ``JOINT_SHARE``·δ over the m states' two-sided Bernstein bounds, the rest over the
+and each round's ε̂ gives a smaller box, hence smaller σ̄, κ and G (every round valid on the one event).
+δ is split once: ``JOINT_SHARE``·δ over the m states' two-sided inequalities, the rest over the
 intervals of the m·(|S| − 1) possible jump transitions and the start's radius. As the other bounds, the
 departure counts are taken as given. The fundamental matrix is dense here: past ``JOINT_STATES``
 transient states the bound is not computed (``None``).
