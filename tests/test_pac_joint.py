@@ -239,3 +239,23 @@ def test_learn_reports_the_joint_bound(forewarn_here: CLI, toy_traces: Path, toy
     assert summary["pac_joint_initial_bound"] == round(joint.initial_bound, 6)
     table = forewarn_here("learn", toy_traces, "--spec", toy_spec_path, "-o", tmp_path / "t.json").stdout
     assert "PAC, joint bound (95% confidence)" in " ".join(table.split())
+
+
+def test_a_state_never_left_is_one_and_the_others_still_bounded(toy_predicates: PredicateSet) -> None:
+    """B was reached but never left: its row is unknown (and could make N anything), so its bound is 1; the
+    others are bounded on the chain without it, moving into B costing at most 1 through N̂."""
+    counts = TransitionCounts(runs=500)
+    counts.initial[NONE] = 500
+    for (i, j), n in {(NONE, A): 300, (NONE, B): 5, (NONE, END): 200, (A, AB): 100, (A, END): 200,
+                      (A, NONE): 10}.items():
+        counts.counts[i, j] = n
+    counts.unsafe.add(AB)
+    dtmc = learn_dtmc(counts, toy_predicates, alpha=0.1)
+    joint, empirical = joint_bound(dtmc, epsilon=0.1, delta=0.05), empirical_bound(dtmc, epsilon=0.1, delta=0.05)
+    assert joint is not None
+    by_state = {dtmc.states[s.state]: s.bound for s in joint.states}
+    assert by_state[B] == 1.0 and by_state[NONE] < 0.2 and by_state[A] < 0.2
+    # NONE's error carries B's: at least the learned probability of moving there (5 + α smoothing of 505)
+    assert by_state[NONE] > 5 / 505
+    assert by_state[NONE] < {dtmc.states[s.state]: s.bound for s in empirical.states}[NONE]
+    assert joint.runs_factor is not None

@@ -9,7 +9,8 @@ matrix, exactly
     x̂ − x = N̂ e_b + g + N̂ (Q̂ − Q) g,   g = N e_s,
 
 where e_s,i = (p̃_i − P_i)·x is row i's sampling error (p̃_i its empirical row) and e_b,i = (P̂_i − p̃_i)·x
-the smoothing's shift (|e_b,i| ≤ b_i, known; a row never left is all shift, b_i = 1). For a state s,
+the smoothing's shift (|e_b,i| ≤ b_i, known). A state never left is kept out (its unknown row could make N
+anything): the others see it as a value anywhere in [0, 1], moving into it a known error. For a state s,
 g_s = Σ_i N_si/n_i Σ_k (x(J_ik) − x_i) is a sum of independent, centred terms over all departures k of
 all rows i, with fixed weights. Bernstein's inequality bounds it by G_s = c·L/3 + √(c²L²/9 + 2·V_s·L),
 V_s = Σ_i N_si² σ_i² / n_i, c = max_i N_si/n_i, σ_i² = Var_{J∼P_i} x(J), L = log(2m/δ_J); and so does the
@@ -202,7 +203,7 @@ def _first_unseen(rows: _Rows, order: np.ndarray, values: np.ndarray, transient:
 
 
 def _variance(jump: LearnedDTMC, transient: np.ndarray, rows: _Rows, learned: np.ndarray,
-              width: np.ndarray) -> np.ndarray:
+              width: np.ndarray, free: np.ndarray) -> np.ndarray:
     """σ̄_i² ≥ Var_{J∼P_i} x(J) on the event: the largest E_P (x(J) − x̂_i)² over the P allowed by the row's
     intervals (seen successors within [lo, hi], unseen ones within their mass), x in the box; and
     Bhatia–Davis's x_i(1 − x_i) on the box, and 1/4."""
@@ -210,6 +211,7 @@ def _variance(jump: LearnedDTMC, transient: np.ndarray, rows: _Rows, learned: np
     low, high = np.where(jump.unsafe, 1.0, 0.0), np.where(jump.unsafe, 1.0, 0.0)
     low[transient] = np.clip(learned - width, 0.0, 1.0)
     high[transient] = np.clip(learned + width, 0.0, 1.0)
+    low[free], high[free] = 0.0, 1.0  # states never left: their risk is anywhere in [0, 1]
     row = np.repeat(np.arange(m), np.diff(rows.share.indptr))
     centre = learned[row]
     value = np.maximum((low[rows.share.indices] - centre) ** 2, (high[rows.share.indices] - centre) ** 2)
@@ -247,18 +249,22 @@ def _subgaussian(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def _widths(jump: LearnedDTMC, transient: np.ndarray, fundamental: np.ndarray, upper: np.ndarray,
-            learned: np.ndarray, rows: _Rows, log_joint: float, rounds: int) -> tuple[np.ndarray, np.ndarray]:
-    """ε̂ from the box [0, 1] down (module docstring), and each row's own radius (for ``limiting``)."""
+            learned: np.ndarray, rows: _Rows, log_joint: float, rounds: int, free: np.ndarray | None = None,
+            extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """ε̂ from the box [0, 1] down (module docstring), and each row's own radius (for ``limiting``), over
+    ``transient``; ``free`` states (never left) are outside it with a risk anywhere in [0, 1], and ``extra``
+    is each row's known error from moving into them."""
+    free = np.zeros(0, dtype=int) if free is None else free
     c, e, u = _operator(jump, transient, rows)
     sampled = rows.n > 0
     n1 = np.maximum(rows.n, 1e-300)
     step = np.where(sampled[None, :], upper / n1[None, :], 0.0).max(axis=1)  # c_s = max_i N̄_si / n_i
     squares = np.where(sampled[None, :], upper, 0.0) ** 2
-    smoothing = fundamental @ rows.shift
+    smoothing = fundamental @ (rows.shift if extra is None else rows.shift + extra)
     bound = np.ones(transient.size)
     radius = np.ones(transient.size)
     for _ in range(rounds):
-        variance = np.where(sampled, _variance(jump, transient, rows, learned, bound), 0.0)
+        variance = np.where(sampled, _variance(jump, transient, rows, learned, bound, free), 0.0)
         spread = squares @ (variance / n1)
         bernstein = step * log_joint / 3 + np.sqrt((step * log_joint) ** 2 / 9 + 2 * spread * log_joint)
         proxy = np.where(sampled, _subgaussian(learned - bound, learned + bound), 0.0)
@@ -304,10 +310,23 @@ def joint_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting: in
     log_joint = math.log(2.0 * m / (JOINT_SHARE * delta))
     level = (1.0 - JOINT_SHARE) * delta / (m * (dtmc.size - 1) + 1)  # each transition's interval, the start's
 
-    rows = _rows(jump, transient, level)
-    upper = upper_fundamental(fundamental, *_operator(jump, transient, rows))
-    bound, radius = (np.ones(m), np.ones(m)) if upper is None else \
-        _widths(jump, transient, fundamental, upper, learned, rows, log_joint, rounds)
+    # a state never left has an unknown row that could make N anything: the bound works on the chain of
+    # the others, where moving into such a state j costs |x̂_j − x_j| ≤ 1 (known), and gives it 1
+    left = np.asarray(jump.counts.tocsr()[transient].sum(axis=1)).ravel() > 0
+    active, free = transient[left], transient[~left]
+    bound, radius, upper = np.ones(m), np.ones(m), None
+    if active.size:
+        q_hat = jump.matrix.tocsr()[transient][:, transient].toarray()
+        reduced = fundamental if not free.size else _inverse_nonnegative(np.eye(active.size),
+                                                                        q_hat[np.ix_(left, left)])
+        rows = _rows(jump, active, level)
+        if reduced is not None:
+            upper = upper_fundamental(reduced, *_operator(jump, active, rows))
+        if reduced is not None and upper is not None:
+            bound[left], radius[left] = _widths(jump, active, reduced, upper, learned[left], rows, log_joint, rounds,
+                                                free, q_hat[np.ix_(left, ~left)].sum(axis=1))
+        if free.size:
+            upper = None  # the forecast works on the whole chain (a state never left counts as one departure)
     runs = sum(jump.initial.values())
     position = {int(i): k for k, i in enumerate(transient.tolist())}
     mu = np.zeros(m)
