@@ -1,0 +1,471 @@
+"""The lean streamable-HTTP relay: ``forewarn mcp --upstream-url URL --http HOST:PORT`` (``--relay lean``,
+the default where it fits), the HTTP counterpart of :mod:`.relay`.
+
+An ASGI app on the proxy's MCP endpoint. Each POST, GET and DELETE goes on to the upstream's URL over one
+keep-alive ``httpx.AsyncClient``, headers both ways (``Mcp-Session-Id``, ``MCP-Protocol-Version``,
+``Last-Event-ID``, authorization …) and the body as it came; the answer streams back as it comes (JSON,
+or server-sent events: the upstream's notifications and its own requests to the client pass through).
+Only a ``tools/call`` is more: it is judged by the SDK path's code (:func:`.lean.lean_call`), then
+forwarded or answered by the relay; its answer is read out of the upstream's response (the events
+before it pass through) so that the call is committed. The answer to ``initialize`` carries the
+proxy's name and instructions. A session is an ``Mcp-Session-Id`` (the upstream's: the client and
+the upstream speak one session; the relay keys its guarded sessions by it; DELETE closes one).
+
+Asking a human by elicitation: the relay answers that ``tools/call`` with an event stream of its own,
+whose first event is its request to the client (id ``forewarn-N``); the client POSTs its answer,
+which the relay keeps; the call's answer is the stream's last event.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import mcp_types as types
+import orjson
+from mcp.shared.exceptions import MCPError
+
+from ...errors import ConfigError
+from .._version import __version__
+from . import _frames as wire
+from ._frames import error_frame
+from ._sse import answer_in, sse_event
+from .approval import APPROVAL_SCHEMA
+from .calls import SERVER_NAME, CallJudge
+from .judge import GuardedSession
+from .lean import lean_call
+from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
+
+__all__ = ["HttpRelay", "lean_http_fits"]
+
+log = logging.getLogger("forewarn.mcp")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+_OWN = "forewarn-"
+_CONNECT_TIMEOUT = 30.0
+# not forwarded: the hop's own headers (and compression: the relay reads the answers it judges)
+_HOP = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer",
+                  b"upgrade", b"proxy-authorization", b"proxy-connection", b"accept-encoding"})
+_HOP_BACK = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer", "upgrade",
+                       "content-encoding"})
+_JSON = [(b"content-type", b"application/json")]
+_OWN_HEADERS = [*_JSON, (b"accept", b"application/json, text/event-stream")]
+
+
+def lean_http_fits(judge: CallJudge) -> bool:
+    """Whether the lean HTTP relay can serve this proxy: one upstream, reached by its URL."""
+    upstreams = judge.config.upstreams
+    return len(upstreams) == 1 and upstreams[0].url is not None
+
+
+@dataclass
+class _Session:
+    client: str | None
+    elicits: bool
+    guarded: GuardedSession | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class HttpRelay:
+    """Serves one MCP endpoint (``path``) in front of the single streamable-HTTP upstream of ``judge``'s config."""
+
+    def __init__(self, judge: CallJudge, *, path: str = "/mcp") -> None:
+        if not lean_http_fits(judge):
+            raise ConfigError("the lean HTTP relay serves exactly one upstream reached by its URL")
+        self.judge = judge
+        self.spec = judge.config.upstreams[0]
+        self.name = self.spec.name
+        self.url: str = self.spec.url or ""
+        self.path = path
+        self.timeout = self.spec.timeout or judge.config.call_timeout
+        # a body holds one message (or a batch) whose arguments the judge refuses above its limit
+        self.body_limit = max(4 << 20, 2 * judge.config.max_argument_bytes)
+        self._http: httpx.AsyncClient | None = None
+        self._sessions: dict[str | None, _Session] = {}
+        # the relay's requests to clients: id → the session asked, and its answer
+        self._mine: dict[str, tuple[str | None, asyncio.Future[dict[str, Any]]]] = {}
+        self._tools: set[str] = set()
+        self._ids = itertools.count(1)
+        self._streams: set[asyncio.Task[Any]] = set()
+
+    # -- running ------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[HttpRelay]:
+        """The upstream's client, once the upstream answered a handshake (as the SDK path, which connects
+        at launch), and the sessions closed at the end.
+
+        Raises:
+            ConfigError: the upstream could not be reached (``restarts`` + 1 tries).
+        """
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=60)
+        async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(self.timeout, connect=_CONNECT_TIMEOUT),
+                                     trust_env=False) as self._http:
+            await self._probe()
+            try:
+                yield self
+            finally:
+                self.close()
+
+    def close(self) -> None:
+        """End the open streams (a client's GET stream lives as long as its session) and the sessions."""
+        for task in list(self._streams):
+            task.cancel()
+        for key in list(self._sessions):
+            self._end(key, "proxy shut down")
+
+    async def _probe(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await self._handshake()
+                return
+            except (httpx.HTTPError, MCPError, ValueError) as exc:
+                failures += 1
+                reason = exc.error.message if isinstance(exc, MCPError) else f"{type(exc).__name__}: {exc}"
+                if failures > self.judge.config.restarts:
+                    raise ConfigError(f"upstream {self.name!r} ({self.url}) could not be reached: {reason}") from None
+                log.warning("upstream %r: %s", self.name, reason)
+                await asyncio.sleep(min(0.1 * 2 ** failures, 2.0))
+
+    async def _handshake(self) -> None:
+        """Initialize a session of the relay's own, list the tools, and end the session."""
+        request = {"protocolVersion": types.LATEST_PROTOCOL_VERSION, "capabilities": {},
+                   "clientInfo": {"name": SERVER_NAME, "version": __version__}}
+        answer, headers = await self._ask("initialize", request, _OWN_HEADERS)
+        version = (answer.get("protocolVersion") or types.LATEST_PROTOCOL_VERSION).encode()
+        mine = [*_OWN_HEADERS, (b"mcp-protocol-version", version)]
+        if (sid := headers.get("mcp-session-id")) is not None:
+            mine.append((b"mcp-session-id", sid.encode()))
+        assert self._http is not None
+        await self._http.post(self.url, content=b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
+                              headers=mine)
+        await self._list_tools(mine)
+        if sid is not None:
+            await self._http.delete(self.url, headers=mine)
+
+    # -- the ASGI app ---------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # (no lifespan: the relay's life is running()'s)
+        if scope["path"].rstrip("/") != self.path.rstrip("/"):
+            return await _reply(send, 404, error_frame(None, types.INVALID_REQUEST, f"Not Found: the MCP endpoint is "
+                                                                                    f"{self.path}"))
+        method = scope["method"]
+        headers = [(k, v) for k, v in scope["headers"] if k not in _HOP]
+        if method == "POST":
+            return await self._post(headers, receive, send)
+        if method in ("GET", "DELETE"):
+            await self._pass(method, headers, b"", receive, send, None, stream=method == "GET")
+            if method == "DELETE":
+                self._end(_sid(headers), "client ended the session")
+            return
+        await _reply(send, 405, error_frame(None, types.INVALID_REQUEST, f"Method Not Allowed: {method}"),
+                     [(b"allow", b"GET, POST, DELETE")])
+
+    async def _post(self, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send) -> None:
+        body = await _body(receive, self.body_limit)
+        if body is None:
+            return await _reply(send, 413, error_frame(None, types.INVALID_REQUEST,
+                                                       f"the request body is above the proxy's limit of "
+                                                       f"{self.body_limit} bytes; not forwarded"))
+        try:
+            message = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return await _reply(send, 400, error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
+        if isinstance(message, list):  # a batch (protocol versions before 2025-06-18): only without tools/call
+            if any(isinstance(m, dict) and m.get("method") == "tools/call" for m in message):
+                return await _reply(send, 400, error_frame(None, types.INVALID_REQUEST,
+                                                           "a JSON-RPC batch may not carry tools/call through this "
+                                                           "proxy; send each call alone"))
+            return await self._pass("POST", headers, body, receive, send, None)
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return await _reply(send, 400, error_frame(None, types.INVALID_REQUEST, "not a JSON-RPC 2.0 message"))
+        method, rid = message.get("method"), message.get("id")
+        mine = self._mine.get(rid) if method is None and isinstance(rid, str) else None
+        if mine is not None and mine[0] == _sid(headers):  # the answer to the relay's own request
+            future = mine[1]
+            if not future.done():
+                future.set_result(message)
+            return await _empty(send, 202)
+        if method == "tools/call" and rid is not None:
+            return await self._call(message, body, headers, send)
+        if method == "initialize" and rid is not None:
+            return await self._initialize(message, body, headers, send)
+        await self._pass("POST", headers, body, receive, send, rid)
+
+    # -- passing through ------------------------------------------------------------------
+
+    async def _pass(self, method: str, headers: list[tuple[bytes, bytes]], body: bytes, receive: Receive,
+                    send: Send, rid: Any, *, stream: bool = False) -> None:
+        """Forward the request; its answer goes back as it comes (until the client leaves)."""
+        assert self._http is not None
+        request = (self._http.build_request(method, self.url, content=body, headers=headers,
+                                            timeout=httpx.Timeout(None, connect=_CONNECT_TIMEOUT)) if stream
+                   else self._http.build_request(method, self.url, content=body, headers=headers))
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            return await self._unreachable(send, rid, method, exc)
+        try:
+            await send({"type": "http.response.start", "status": response.status_code,
+                        "headers": _back(response.headers)})
+            pump = asyncio.create_task(_pump(response, send))
+            self._streams.add(pump)
+            try:
+                await _until_gone(pump, receive)
+            finally:
+                self._streams.discard(pump)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await response.aclose()
+
+    async def _unreachable(self, send: Send, rid: Any, what: str, exc: Exception) -> None:
+        timeout = isinstance(exc, httpx.TimeoutException)
+        message = (f"upstream {self.name!r} did not answer {what} within {self.timeout:g} s (the call may still run "
+                   f"there)" if timeout else f"upstream {self.name!r} ({self.url}) is unreachable: "
+                                             f"{type(exc).__name__}: {exc}")
+        frame = error_frame(rid, UPSTREAM_TIMEOUT if timeout else UPSTREAM_DOWN, message)
+        await _reply(send, 200 if rid is not None else 502, frame)
+
+    # -- requests the relay reads the answer of --------------------------------------------
+
+    async def _exchange(self, headers: list[tuple[bytes, bytes]], body: bytes, rid: Any, what: str,
+                        reply: _Reply | None) -> tuple[bytes, dict[str, Any], httpx.Headers]:
+        """POST ``body`` (a request of id ``rid``) upstream; its answer (bytes, parsed) and the response's
+        headers. Events before the answer go to ``reply`` (None: dropped).
+
+        Raises:
+            MCPError: the upstream is unreachable, answers with an HTTP error, or not within the timeout.
+        """
+        assert self._http is not None
+        request = self._http.build_request("POST", self.url, content=body, headers=headers)
+        response: httpx.Response | None = None
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = await self._http.send(request, stream=True)
+                back = response.headers
+                if response.status_code >= 400:
+                    text = (await response.aread()).decode(errors="replace")
+                    raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} answered {what} with HTTP "
+                                                  f"{response.status_code}: {' '.join(text.split())[:300]}")
+                if response.headers.get("content-type", "").startswith("text/event-stream"):
+                    chunks = response.aiter_bytes()
+                    frame = await answer_in(chunks, rid, reply.event if reply else None)
+                    # the stream ends after its answer: read to its end apart, so that its connection is
+                    # kept for the next request (closed early, it would be dropped) without the client waiting
+                    self._background(_drain(response, chunks))
+                    response = None
+                else:
+                    frame = await response.aread()
+                answer = orjson.loads(frame) if frame else None
+        except TimeoutError:
+            raise MCPError(UPSTREAM_TIMEOUT, f"upstream {self.name!r} did not answer {what} within "
+                                             f"{self.timeout:g} s (the call may still run there)") from None
+        except httpx.HTTPError as exc:
+            raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ({self.url}) failed during {what}: "
+                                          f"{type(exc).__name__}: {exc}") from None
+        finally:
+            if response is not None:
+                await response.aclose()
+        if not isinstance(answer, dict) or answer.get("id") != rid:
+            raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ended its answer to {what} without one")
+        return frame, answer, back
+
+    async def _ask(self, method: str, params: Any, headers: list[tuple[bytes, bytes]]
+                   ) -> tuple[dict[str, Any], httpx.Headers]:
+        rid = f"{_OWN}{next(self._ids)}"
+        body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})})
+        _, answer, back = await self._exchange(headers, body, rid, method, None)
+        wire.raise_error(answer)
+        result = answer.get("result")
+        return (result if isinstance(result, dict) else {}), back
+
+    async def _list_tools(self, headers: list[tuple[bytes, bytes]]) -> None:
+        cursor: str | None = None
+        while True:
+            page, _ = await self._ask("tools/list", {"cursor": cursor} if cursor else None, headers)
+            self._tools.update(wire.tool_names({"result": page}))
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                return
+
+    async def _initialize(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
+                          send: Send) -> None:
+        rid = message["id"]
+        reply = _Reply(send)
+        try:
+            frame, answer, back = await self._exchange(headers, body, rid, "initialize", reply)
+        except MCPError as exc:
+            return await reply.final(error_frame(rid, exc.error.code, exc.error.message))
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        info, capabilities = params.get("clientInfo"), params.get("capabilities")
+        self._sessions[back.get("mcp-session-id")] = _Session(
+            info.get("name") if isinstance(info, dict) else None,
+            isinstance(capabilities, dict) and "elicitation" in capabilities)
+        reply.headers = [h for h in _back(back) if h[0] in (b"mcp-session-id", b"mcp-protocol-version")]
+        await reply.final(wire.as_proxy(answer, frame))
+
+    async def _call(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
+                    send: Send) -> None:
+        sid = _sid(headers)
+        state = self._sessions.get(sid)
+        if state is None:  # a session the relay did not see start (or a stateless upstream's)
+            state = self._sessions[sid] = _Session(None, False)
+        reply = _Reply(send)
+
+        def session() -> GuardedSession:
+            if state.guarded is None:
+                state.guarded = self.judge.open_session(sid, state.client)
+            return state.guarded
+
+        async def forward(frame: bytes) -> tuple[bytes, dict[str, Any]]:
+            rid = message["id"]
+            answer_frame, answer, _ = await self._exchange(headers, frame, rid, f"tools/call {_name(message)!r}",
+                                                           reply)
+            return answer_frame, answer
+
+        async def elicit(question: str) -> types.ElicitResult:
+            rid = f"{_OWN}{next(self._ids)}"
+            future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            self._mine[rid] = (sid, future)
+            try:
+                await reply.event(sse_event(orjson.dumps({
+                    "jsonrpc": "2.0", "id": rid, "method": "elicitation/create",
+                    "params": {"message": question, "requestedSchema": APPROVAL_SCHEMA}})))
+                answer = await future
+            finally:
+                self._mine.pop(rid, None)
+            wire.raise_error(answer)
+            return types.ElicitResult.model_validate(answer.get("result") or {})
+
+        frame = await lean_call(self.judge, message, body, session=session, lock=state.lock, tools=self._tools,
+                                list_tools=lambda: self._list_tools(headers), elicit=elicit if state.elicits else None,
+                                forward=forward)
+        await reply.final(frame)
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._streams.add(task)
+        task.add_done_callback(self._streams.discard)
+
+    def _end(self, sid: str | None, why: str) -> None:
+        state = self._sessions.pop(sid, None)
+        if state is not None and state.guarded is not None:
+            self.judge.close_session(state.guarded, why)
+
+
+class _Reply:
+    """The answer to a request the relay reads: one JSON body, or (once an event had to go first) a stream
+    of events whose last is the answer."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.streaming = False
+        self.headers: list[tuple[bytes, bytes]] = []
+
+    async def event(self, event: bytes) -> None:
+        if not self.streaming:
+            self.streaming = True
+            await self.send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
+                *self.headers]})
+        await self.send({"type": "http.response.body", "body": event, "more_body": True})
+
+    async def final(self, frame: bytes) -> None:
+        frame = frame.rstrip(b"\n")
+        if self.streaming:
+            await self.send({"type": "http.response.body", "body": sse_event(frame), "more_body": False})
+        else:
+            await _reply(self.send, 200, frame, self.headers)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+async def _body(receive: Receive, limit: int) -> bytes | None:
+    """The request's body; None when it is above ``limit`` bytes (the rest is not read)."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+async def _drain(response: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
+    try:
+        async with asyncio.timeout(_CONNECT_TIMEOUT):
+            async for _ in chunks:
+                pass
+    except (TimeoutError, httpx.HTTPError):
+        pass
+    finally:
+        await response.aclose()
+
+
+async def _pump(response: httpx.Response, send: Send) -> None:
+    try:
+        async for chunk in response.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except httpx.HTTPError as exc:  # the upstream went away mid-answer: the client sees the stream end
+        log.warning("upstream stream broke: %s", exc)
+
+
+async def _until_gone(pump: asyncio.Task[None], receive: Receive) -> None:
+    """Wait for ``pump``; cancel it if the client disconnects first."""
+    gone = asyncio.create_task(_disconnected(receive))
+    try:
+        await asyncio.wait((pump, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (pump, gone):
+            task.cancel()
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = body.rstrip(b"\n")
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*_JSON, (b"content-length", str(len(body)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _empty(send: Send, status: int) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _back(headers: httpx.Headers) -> list[tuple[bytes, bytes]]:
+    return [(k.lower(), v) for k, v in headers.raw if k.lower().decode() not in _HOP_BACK]
+
+
+def _sid(headers: list[tuple[bytes, bytes]]) -> str | None:
+    for key, value in headers:
+        if key == b"mcp-session-id":
+            return value.decode()
+    return None
+
+
+def _name(message: dict[str, Any]) -> str:
+    params = message.get("params")
+    return str(params.get("name")) if isinstance(params, dict) else "?"
