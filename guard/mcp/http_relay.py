@@ -272,7 +272,8 @@ class HttpRelay:
             raise MCPError(UPSTREAM_TIMEOUT, f"upstream {self.name!r} did not answer {what} within "
                                              f"{self.timeout:g} s (the call may still run there)") from None
         except httpx.HTTPError as exc:
-            raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ({self.url}) failed during {what}: "
+            happened = "is unreachable" if isinstance(exc, httpx.ConnectError) else f"failed during {what}"
+            raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ({self.url}) {happened}: "
                                           f"{type(exc).__name__}: {exc}") from None
         finally:
             if response is not None:

@@ -7,8 +7,9 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,11 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from forewarn.domains.mcp import PROXY_CONFIG
-from forewarn.guard.mcp import GuardedProxy, UpstreamSpec, in_process, load_config
+from forewarn.guard.mcp import GuardedProxy, UpstreamSpec, in_process, load_config, serve_http
 from forewarn.guard.mcp._stdio import LINE_LIMIT
 from forewarn.guard.mcp.relay import LeanRelay
 
@@ -102,3 +104,54 @@ async def lean_connected(proxy: GuardedProxy, **client: Any) -> AsyncIterator[tu
         await to_relay.wait_closed()
         await writer.wait_closed()
         tasks.cancel_scope.cancel()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def http_server(mode: str, *args: str) -> Iterator[str]:
+    """``_servers.py MODE PORT ARGS`` (an upstream over streamable HTTP) in a process of its own: its URL."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(SERVERS), mode, str(port), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"the {mode} server did not start") from None
+            time.sleep(0.1)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@asynccontextmanager
+async def serving(proxy: GuardedProxy, relay: str = "auto") -> AsyncIterator[str]:
+    """``proxy`` served over streamable HTTP in this process (``relay``: as ``forewarn mcp --relay``): its URL."""
+    port = free_port()
+    started, stop = anyio.Event(), anyio.Event()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(lambda: serve_http(proxy, port=port, started=started, stop=stop, relay=relay))
+        with anyio.fail_after(120):
+            await started.wait()
+        try:
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            stop.set()
+
+
+@asynccontextmanager
+async def http_client(url: str, **client: Any) -> AsyncIterator[ClientSession]:
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write, **client) as session:
+        await session.initialize()
+        yield session
