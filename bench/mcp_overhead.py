@@ -77,7 +77,8 @@ def wait_for(port: int, proc: subprocess.Popen[bytes]) -> None:
 
 @asynccontextmanager
 async def stdio_session(command: str, args: list[str]) -> AsyncIterator[ClientSession]:
-    async with stdio_client(StdioServerParameters(command=command, args=args)) as (r, w), \
+    # this process's environment (PYTHONPATH: the proxy is this checkout's), not the SDK's trimmed default
+    async with stdio_client(StdioServerParameters(command=command, args=args, env=dict(os.environ))) as (r, w), \
             ClientSession(r, w) as session:
         await session.initialize()
         yield session

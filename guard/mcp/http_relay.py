@@ -2,7 +2,7 @@
 the default where it fits), the HTTP counterpart of :mod:`.relay`.
 
 An ASGI app on the proxy's MCP endpoint. Each POST, GET and DELETE goes on to the upstream's URL over one
-keep-alive ``httpx.AsyncClient``, headers both ways (``Mcp-Session-Id``, ``MCP-Protocol-Version``,
+keep-alive HTTP/1.1 client (:mod:`._http1`), headers both ways (``Mcp-Session-Id``, ``MCP-Protocol-Version``,
 ``Last-Event-ID``, authorization …) and the body as it came; the answer streams back as it comes (JSON,
 or server-sent events: the upstream's notifications and its own requests to the client pass through).
 Only a ``tools/call`` is more: it is judged by the SDK path's code (:func:`.lean.lean_call`), then
@@ -25,7 +25,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import mcp_types as types
 import orjson
 from mcp.shared.exceptions import MCPError
@@ -34,6 +33,7 @@ from ...errors import ConfigError
 from .._version import __version__
 from . import _frames as wire
 from ._frames import error_frame
+from ._http1 import Http1, HttpError, Response, Unreachable
 from ._sse import answer_in, sse_event
 from .approval import APPROVAL_SCHEMA
 from .calls import SERVER_NAME, CallJudge
@@ -54,8 +54,8 @@ _CONNECT_TIMEOUT = 30.0
 # not forwarded: the hop's own headers (and compression: the relay reads the answers it judges)
 _HOP = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer",
                   b"upgrade", b"proxy-authorization", b"proxy-connection", b"accept-encoding"})
-_HOP_BACK = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer", "upgrade",
-                       "content-encoding"})
+_HOP_BACK = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"te", b"trailer",
+                       b"upgrade"})
 _JSON = [(b"content-type", b"application/json")]
 _OWN_HEADERS = [*_JSON, (b"accept", b"application/json, text/event-stream")]
 
@@ -88,7 +88,7 @@ class HttpRelay:
         self.timeout = self.spec.timeout or judge.config.call_timeout
         # a body holds one message (or a batch) whose arguments the judge refuses above its limit
         self.body_limit = max(4 << 20, 2 * judge.config.max_argument_bytes)
-        self._http: httpx.AsyncClient | None = None
+        self._http = Http1(self.url)
         self._sessions: dict[str | None, _Session] = {}
         # the relay's requests to clients: id → the session asked, and its answer
         self._mine: dict[str, tuple[str | None, asyncio.Future[dict[str, Any]]]] = {}
@@ -106,14 +106,12 @@ class HttpRelay:
         Raises:
             ConfigError: the upstream could not be reached (``restarts`` + 1 tries).
         """
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=60)
-        async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(self.timeout, connect=_CONNECT_TIMEOUT),
-                                     trust_env=False) as self._http:
+        try:
             await self._probe()
-            try:
-                yield self
-            finally:
-                self.close()
+            yield self
+        finally:
+            self.close()
+            self._http.close()
 
     def close(self) -> None:
         """End the open streams (a client's GET stream lives as long as its session) and the sessions."""
@@ -128,7 +126,7 @@ class HttpRelay:
             try:
                 await self._handshake()
                 return
-            except (httpx.HTTPError, MCPError, ValueError) as exc:
+            except (HttpError, MCPError, TimeoutError, ValueError) as exc:
                 failures += 1
                 reason = exc.error.message if isinstance(exc, MCPError) else f"{type(exc).__name__}: {exc}"
                 if failures > self.judge.config.restarts:
@@ -140,17 +138,16 @@ class HttpRelay:
         """Initialize a session of the relay's own, list the tools, and end the session."""
         request = {"protocolVersion": types.LATEST_PROTOCOL_VERSION, "capabilities": {},
                    "clientInfo": {"name": SERVER_NAME, "version": __version__}}
-        answer, headers = await self._ask("initialize", request, _OWN_HEADERS)
+        answer, back = await self._ask("initialize", request, _OWN_HEADERS)
         version = (answer.get("protocolVersion") or types.LATEST_PROTOCOL_VERSION).encode()
         mine = [*_OWN_HEADERS, (b"mcp-protocol-version", version)]
-        if (sid := headers.get("mcp-session-id")) is not None:
-            mine.append((b"mcp-session-id", sid.encode()))
-        assert self._http is not None
-        await self._http.post(self.url, content=b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
-                              headers=mine)
-        await self._list_tools(mine)
-        if sid is not None:
-            await self._http.delete(self.url, headers=mine)
+        if (sid := back.header(b"mcp-session-id")) is not None:
+            mine.append((b"mcp-session-id", sid))
+        async with asyncio.timeout(_CONNECT_TIMEOUT):
+            await _done(await self._http.request("POST", mine, b'{"jsonrpc":"2.0","method":"notifications/initialized"}'))
+            await self._list_tools(mine)
+            if sid is not None:
+                await _done(await self._http.request("DELETE", mine))
 
     # -- the ASGI app ---------------------------------------------------------------------
 
@@ -208,18 +205,14 @@ class HttpRelay:
     async def _pass(self, method: str, headers: list[tuple[bytes, bytes]], body: bytes, receive: Receive,
                     send: Send, rid: Any, *, stream: bool = False) -> None:
         """Forward the request; its answer goes back as it comes (until the client leaves)."""
-        assert self._http is not None
-        request = (self._http.build_request(method, self.url, content=body, headers=headers,
-                                            timeout=httpx.Timeout(None, connect=_CONNECT_TIMEOUT)) if stream
-                   else self._http.build_request(method, self.url, content=body, headers=headers))
         try:
-            response = await self._http.send(request, stream=True)
-        except httpx.HTTPError as exc:
+            async with asyncio.timeout(self.timeout):
+                response = await self._http.request(method, headers, body)
+        except (HttpError, TimeoutError) as exc:
             return await self._unreachable(send, rid, method, exc)
         try:
-            await send({"type": "http.response.start", "status": response.status_code,
-                        "headers": _back(response.headers)})
-            pump = asyncio.create_task(_pump(response, send))
+            await send({"type": "http.response.start", "status": response.status, "headers": _back(response.headers)})
+            pump = asyncio.create_task(_pump(response, send, None if stream else self.timeout))
             self._streams.add(pump)
             try:
                 await _until_gone(pump, receive)
@@ -227,63 +220,58 @@ class HttpRelay:
                 self._streams.discard(pump)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            await response.aclose()
+            response.close()
 
     async def _unreachable(self, send: Send, rid: Any, what: str, exc: Exception) -> None:
-        timeout = isinstance(exc, httpx.TimeoutException)
+        timeout = isinstance(exc, TimeoutError)
         message = (f"upstream {self.name!r} did not answer {what} within {self.timeout:g} s (the call may still run "
-                   f"there)" if timeout else f"upstream {self.name!r} ({self.url}) is unreachable: "
-                                             f"{type(exc).__name__}: {exc}")
+                   f"there)" if timeout else f"upstream {self.name!r} ({self.url}) is unreachable: {exc}")
         frame = error_frame(rid, UPSTREAM_TIMEOUT if timeout else UPSTREAM_DOWN, message)
         await _reply(send, 200 if rid is not None else 502, frame)
 
     # -- requests the relay reads the answer of --------------------------------------------
 
     async def _exchange(self, headers: list[tuple[bytes, bytes]], body: bytes, rid: Any, what: str,
-                        reply: _Reply | None) -> tuple[bytes, dict[str, Any], httpx.Headers]:
+                        reply: _Reply | None) -> tuple[bytes, dict[str, Any], Response]:
         """POST ``body`` (a request of id ``rid``) upstream; its answer (bytes, parsed) and the response's
         headers. Events before the answer go to ``reply`` (None: dropped).
 
         Raises:
             MCPError: the upstream is unreachable, answers with an HTTP error, or not within the timeout.
         """
-        assert self._http is not None
-        request = self._http.build_request("POST", self.url, content=body, headers=headers)
-        response: httpx.Response | None = None
+        response: Response | None = None
         try:
             async with asyncio.timeout(self.timeout):
-                response = await self._http.send(request, stream=True)
-                back = response.headers
-                if response.status_code >= 400:
-                    text = (await response.aread()).decode(errors="replace")
+                response = back = await self._http.request("POST", headers, body)
+                if response.status >= 400:
+                    text = (await response.read()).decode(errors="replace")
                     raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} answered {what} with HTTP "
-                                                  f"{response.status_code}: {' '.join(text.split())[:300]}")
-                if response.headers.get("content-type", "").startswith("text/event-stream"):
-                    chunks = response.aiter_bytes()
+                                                  f"{response.status}: {' '.join(text.split())[:300]}")
+                if (response.header(b"content-type") or b"").startswith(b"text/event-stream"):
+                    chunks = response.chunks()
                     frame = await answer_in(chunks, rid, reply.event if reply else None)
                     # the stream ends after its answer: read to its end apart, so that its connection is
                     # kept for the next request (closed early, it would be dropped) without the client waiting
                     self._background(_drain(response, chunks))
                     response = None
                 else:
-                    frame = await response.aread()
+                    frame = await response.read()
                 answer = orjson.loads(frame) if frame else None
         except TimeoutError:
             raise MCPError(UPSTREAM_TIMEOUT, f"upstream {self.name!r} did not answer {what} within "
                                              f"{self.timeout:g} s (the call may still run there)") from None
-        except httpx.HTTPError as exc:
-            happened = "is unreachable" if isinstance(exc, httpx.ConnectError) else f"failed during {what}"
-            raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ({self.url}) {happened}: "
-                                          f"{type(exc).__name__}: {exc}") from None
+        except HttpError as exc:
+            happened = "is unreachable" if isinstance(exc, Unreachable) else f"failed during {what}"
+            raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ({self.url}) {happened}: {exc}") from None
         finally:
             if response is not None:
-                await response.aclose()
+                response.close()
         if not isinstance(answer, dict) or answer.get("id") != rid:
             raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ended its answer to {what} without one")
         return frame, answer, back
 
     async def _ask(self, method: str, params: Any, headers: list[tuple[bytes, bytes]]
-                   ) -> tuple[dict[str, Any], httpx.Headers]:
+                   ) -> tuple[dict[str, Any], Response]:
         rid = f"{_OWN}{next(self._ids)}"
         body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})})
         _, answer, back = await self._exchange(headers, body, rid, method, None)
@@ -311,10 +299,11 @@ class HttpRelay:
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
         info, capabilities = params.get("clientInfo"), params.get("capabilities")
-        self._sessions[back.get("mcp-session-id")] = _Session(
+        sid = back.header(b"mcp-session-id")
+        self._sessions[sid.decode() if sid is not None else None] = _Session(
             info.get("name") if isinstance(info, dict) else None,
             isinstance(capabilities, dict) and "elicitation" in capabilities)
-        reply.headers = [h for h in _back(back) if h[0] in (b"mcp-session-id", b"mcp-protocol-version")]
+        reply.headers = [h for h in back.headers if h[0] in (b"mcp-session-id", b"mcp-protocol-version")]
         await reply.final(wire.as_proxy(answer, frame))
 
     async def _call(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
@@ -410,23 +399,36 @@ async def _body(receive: Receive, limit: int) -> bytes | None:
             return b"".join(parts)
 
 
-async def _drain(response: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
+async def _done(response: Response) -> None:
+    try:
+        await response.read()
+    finally:
+        response.close()
+
+
+async def _drain(response: Response, chunks: AsyncIterator[bytes]) -> None:
     try:
         async with asyncio.timeout(_CONNECT_TIMEOUT):
             async for _ in chunks:
                 pass
-    except (TimeoutError, httpx.HTTPError):
+    except (TimeoutError, HttpError):
         pass
     finally:
-        await response.aclose()
+        response.close()
 
 
-async def _pump(response: httpx.Response, send: Send) -> None:
+async def _pump(response: Response, send: Send, timeout: float | None) -> None:
+    """The body to the client as it comes (``timeout``: the longest wait for the next piece)."""
+    chunks = response.chunks()
     try:
-        async for chunk in response.aiter_raw():
+        while True:
+            async with asyncio.timeout(timeout):
+                chunk = await anext(chunks, None)
+            if chunk is None:
+                return
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    except httpx.HTTPError as exc:  # the upstream went away mid-answer: the client sees the stream end
-        log.warning("upstream stream broke: %s", exc)
+    except (HttpError, TimeoutError) as exc:  # the upstream went away mid-answer: the client sees the stream end
+        log.warning("%s", exc)
 
 
 async def _until_gone(pump: asyncio.Task[None], receive: Receive) -> None:
@@ -456,8 +458,8 @@ async def _empty(send: Send, status: int) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-def _back(headers: httpx.Headers) -> list[tuple[bytes, bytes]]:
-    return [(k.lower(), v) for k, v in headers.raw if k.lower().decode() not in _HOP_BACK]
+def _back(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in headers if k not in _HOP_BACK]
 
 
 def _sid(headers: list[tuple[bytes, bytes]]) -> str | None:
