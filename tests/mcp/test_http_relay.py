@@ -13,19 +13,28 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
-from _mcp_support import free_port, git, http_client, http_server, proxy_for, serving, text_of
+from _mcp_support import (
+    ASKING,
+    Approver,
+    approve_then_refuse,
+    assert_approved_then_refused,
+    assert_failures_reported,
+    free_port,
+    git,
+    http_client,
+    http_server,
+    proxy_for,
+    serving,
+    text_of,
+)
 from mcp.shared.exceptions import MCPError
 
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import (
-    APPROVAL_SCHEMA,
-    ARGUMENTS_TOO_LARGE,
     UPSTREAM_DOWN,
-    UPSTREAM_TIMEOUT,
     UpstreamSpec,
 )
-from forewarn.guard.policy import Policy
-from forewarn.guard.spec import Action, Thresholds, Trigger
+from forewarn.guard.spec import Trigger
 
 pytestmark = pytest.mark.mcp
 HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
@@ -76,30 +85,13 @@ def test_reflect_an_unknown_tool_a_tool_no_upstream_lists_and_the_proxys_name(mc
 
 def test_elicitation_is_the_relays_own_request_in_the_calls_event_stream(mcp_model: GuardModel, repo: Path,
                                                                          git_over_http: str) -> None:
-    asked: list[types.ElicitRequestParams] = []
-    Content = dict[str, str | int | float | bool | list[str] | None]
-    answers = iter([Content(approve=True), Content(approve=False)])
-
-    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        asked.append(params)
-        return types.ElicitResult(action="accept", content=next(answers))
-
-    async def scenario() -> tuple[Any, Any]:
-        asking = Policy(thresholds=Thresholds(ask_human=0.8), unseen_state=Action.ASK_HUMAN)
-        proxy = proxy_for(Guard(mcp_model, policy=asking), UpstreamSpec("git", url=git_over_http),
+    async def scenario() -> tuple[Approver, Any, Any]:
+        proxy = proxy_for(Guard(mcp_model, policy=ASKING), UpstreamSpec("git", url=git_over_http),
                           trigger=Trigger.LEVEL)
         async with serving(proxy, "lean") as url:
-            async with http_client(url, elicitation_callback=elicit) as client:
-                approved = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
-            async with http_client(url, elicitation_callback=elicit) as client:
-                refused = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["README.md"]})
-        return approved, refused
+            return await approve_then_refuse(lambda approver: http_client(url, elicitation_callback=approver), repo)
 
-    approved, refused = anyio.run(scenario)
-    assert len(asked) == 2 and "Forewarn asks before the agent calls `git_add`" in asked[0].message
-    assert isinstance(asked[0], types.ElicitRequestFormParams) and asked[0].requested_schema == APPROVAL_SCHEMA
-    assert not approved.is_error and git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]
-    assert refused.is_error and "the user refused it; the call did not run" in text_of(refused)
+    assert_approved_then_refused(anyio.run(scenario), repo)
 
 
 def test_a_hung_upstream_times_out_big_arguments_are_refused_and_a_dead_one_is_reported(
@@ -121,10 +113,7 @@ def test_a_hung_upstream_times_out_big_arguments_are_refused_and_a_dead_one_is_r
         return seen
 
     seen = anyio.run(scenario)
-    assert seen["hung"].code == UPSTREAM_TIMEOUT and "did not answer tools/call 'hang' within 2 s" in seen["hung"].message
-    assert seen["other"] == "still here"
-    assert seen["big"].code == ARGUMENTS_TOO_LARGE and "above the proxy's limit of 1000" in seen["big"].message
-    assert seen["crashed"].code == UPSTREAM_DOWN and "upstream 'flaky'" in seen["crashed"].message
+    assert_failures_reported(seen)
     assert seen["after"].code == UPSTREAM_DOWN and "unreachable" in seen["after"].message
 
 
