@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 __all__ = ["Http1", "Response", "HttpError", "Unreachable"]
 
 _CHUNK = 1 << 16
+_KEEP = 4.0  # seconds an idle connection is kept (uvicorn, which serves the SDK's servers, closes them after 5)
+_STALE = 1.0  # seconds idle after which a connection that fails at once is taken to have been closed idle
 _HEAD_LIMIT = 1 << 16
 
 
@@ -91,7 +94,7 @@ class Response:
     def close(self) -> None:
         """Give the connection back when the body was read to its end (else it is closed)."""
         if self._done and self._reusable and not self._reader.at_eof():
-            self._client._idle.append((self._reader, self._writer))
+            self._client._idle.append((self._reader, self._writer, time.monotonic()))
         else:
             self._writer.close()
         self._done, self._reusable = False, False
@@ -110,7 +113,7 @@ class Http1:
         self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
         default_port = (parts.scheme == "https" and self.port == 443) or (parts.scheme == "http" and self.port == 80)
         self._host_header = (self.host if default_port else f"{self.host}:{self.port}").encode()
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []  # and since when
 
     async def request(self, method: str, headers: list[tuple[bytes, bytes]], body: bytes = b"") -> Response:
         """Send a request; the response once its head arrived.
@@ -124,15 +127,19 @@ class Http1:
         if body or method == "POST":
             head += [b"content-length: ", str(len(body)).encode(), b"\r\n"]
         payload = b"".join([*head, b"\r\n", body])
-        while self._idle:  # a kept connection the upstream may have closed meanwhile: then a new one
-            reader, writer = self._idle.pop()
-            if reader.at_eof() or writer.is_closing():
+        while self._idle:
+            reader, writer, since = self._idle.pop()
+            idle = time.monotonic() - since
+            if reader.at_eof() or writer.is_closing() or idle > _KEEP:
                 writer.close()
                 continue
             try:
                 return await self._exchange(reader, writer, payload, method)
             except (HttpError, ConnectionError):
                 writer.close()
+                if idle < _STALE:  # (a request on a connection just used: the upstream may have run it)
+                    raise HttpError("the upstream closed the connection before it answered") from None
+                # an idle connection the upstream closed as the request went: it never saw it, so a new one
         try:
             reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self._ssl, limit=_HEAD_LIMIT)
         except OSError as exc:
@@ -165,6 +172,6 @@ class Http1:
         return Response(self, reader, writer, status, headers, method == "HEAD")
 
     def close(self) -> None:
-        for _, writer in self._idle:
+        for _, writer, _ in self._idle:
             writer.close()
         self._idle.clear()

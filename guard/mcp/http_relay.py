@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +32,21 @@ from mcp.shared.exceptions import MCPError
 from ...errors import ConfigError
 from .._version import __version__
 from . import _frames as wire
+from ._asgi import (
+    Receive,
+    Reply,
+    Scope,
+    Send,
+    back_headers,
+    done,
+    drain,
+    empty,
+    pump,
+    read_body,
+    reply,
+    session_id,
+    until_gone,
+)
 from ._frames import error_frame
 from ._http1 import Http1, HttpError, Response, Unreachable
 from ._sse import answer_in, sse_event
@@ -45,19 +60,13 @@ __all__ = ["HttpRelay", "lean_http_fits"]
 
 log = logging.getLogger("forewarn.mcp")
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _OWN = "forewarn-"
 _CONNECT_TIMEOUT = 30.0
 # not forwarded: the hop's own headers (and compression: the relay reads the answers it judges)
 _HOP = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer",
                   b"upgrade", b"proxy-authorization", b"proxy-connection", b"accept-encoding"})
-_HOP_BACK = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"te", b"trailer",
-                       b"upgrade"})
-_JSON = [(b"content-type", b"application/json")]
-_OWN_HEADERS = [*_JSON, (b"accept", b"application/json, text/event-stream")]
+_OWN_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
 
 
 def lean_http_fits(judge: CallJudge) -> bool:
@@ -144,10 +153,10 @@ class HttpRelay:
         if (sid := back.header(b"mcp-session-id")) is not None:
             mine.append((b"mcp-session-id", sid))
         async with asyncio.timeout(_CONNECT_TIMEOUT):
-            await _done(await self._http.request("POST", mine, b'{"jsonrpc":"2.0","method":"notifications/initialized"}'))
+            await done(await self._http.request("POST", mine, b'{"jsonrpc":"2.0","method":"notifications/initialized"}'))
             await self._list_tools(mine)
             if sid is not None:
-                await _done(await self._http.request("DELETE", mine))
+                await done(await self._http.request("DELETE", mine))
 
     # -- the ASGI app ---------------------------------------------------------------------
 
@@ -155,7 +164,7 @@ class HttpRelay:
         if scope["type"] != "http":
             return  # (no lifespan: the relay's life is running()'s)
         if scope["path"].rstrip("/") != self.path.rstrip("/"):
-            return await _reply(send, 404, error_frame(None, types.INVALID_REQUEST, f"Not Found: the MCP endpoint is "
+            return await reply(send, 404, error_frame(None, types.INVALID_REQUEST, f"Not Found: the MCP endpoint is "
                                                                                     f"{self.path}"))
         method = scope["method"]
         headers = [(k, v) for k, v in scope["headers"] if k not in _HOP]
@@ -164,36 +173,36 @@ class HttpRelay:
         if method in ("GET", "DELETE"):
             await self._pass(method, headers, b"", receive, send, None, stream=method == "GET")
             if method == "DELETE":
-                self._end(_sid(headers), "client ended the session")
+                self._end(session_id(headers), "client ended the session")
             return
-        await _reply(send, 405, error_frame(None, types.INVALID_REQUEST, f"Method Not Allowed: {method}"),
+        await reply(send, 405, error_frame(None, types.INVALID_REQUEST, f"Method Not Allowed: {method}"),
                      [(b"allow", b"GET, POST, DELETE")])
 
     async def _post(self, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send) -> None:
-        body = await _body(receive, self.body_limit)
+        body = await read_body(receive, self.body_limit)
         if body is None:
-            return await _reply(send, 413, error_frame(None, types.INVALID_REQUEST,
+            return await reply(send, 413, error_frame(None, types.INVALID_REQUEST,
                                                        f"the request body is above the proxy's limit of "
                                                        f"{self.body_limit} bytes; not forwarded"))
         try:
             message = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
-            return await _reply(send, 400, error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
+            return await reply(send, 400, error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
         if isinstance(message, list):  # a batch (protocol versions before 2025-06-18): only without tools/call
             if any(isinstance(m, dict) and m.get("method") == "tools/call" for m in message):
-                return await _reply(send, 400, error_frame(None, types.INVALID_REQUEST,
+                return await reply(send, 400, error_frame(None, types.INVALID_REQUEST,
                                                            "a JSON-RPC batch may not carry tools/call through this "
                                                            "proxy; send each call alone"))
             return await self._pass("POST", headers, body, receive, send, None)
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            return await _reply(send, 400, error_frame(None, types.INVALID_REQUEST, "not a JSON-RPC 2.0 message"))
+            return await reply(send, 400, error_frame(None, types.INVALID_REQUEST, "not a JSON-RPC 2.0 message"))
         method, rid = message.get("method"), message.get("id")
         mine = self._mine.get(rid) if method is None and isinstance(rid, str) else None
-        if mine is not None and mine[0] == _sid(headers):  # the answer to the relay's own request
+        if mine is not None and mine[0] == session_id(headers):  # the answer to the relay's own request
             future = mine[1]
             if not future.done():
                 future.set_result(message)
-            return await _empty(send, 202)
+            return await empty(send, 202)
         if method == "tools/call" and rid is not None:
             return await self._call(message, body, headers, send)
         if method == "initialize" and rid is not None:
@@ -211,13 +220,14 @@ class HttpRelay:
         except (HttpError, TimeoutError) as exc:
             return await self._unreachable(send, rid, method, exc)
         try:
-            await send({"type": "http.response.start", "status": response.status, "headers": _back(response.headers)})
-            pump = asyncio.create_task(_pump(response, send, None if stream else self.timeout))
-            self._streams.add(pump)
+            await send({"type": "http.response.start", "status": response.status,
+                        "headers": back_headers(response.headers)})
+            pumping = asyncio.create_task(pump(response, send, None if stream else self.timeout))
+            self._streams.add(pumping)
             try:
-                await _until_gone(pump, receive)
+                await until_gone(pumping, receive)
             finally:
-                self._streams.discard(pump)
+                self._streams.discard(pumping)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             response.close()
@@ -227,14 +237,14 @@ class HttpRelay:
         message = (f"upstream {self.name!r} did not answer {what} within {self.timeout:g} s (the call may still run "
                    f"there)" if timeout else f"upstream {self.name!r} ({self.url}) is unreachable: {exc}")
         frame = error_frame(rid, UPSTREAM_TIMEOUT if timeout else UPSTREAM_DOWN, message)
-        await _reply(send, 200 if rid is not None else 502, frame)
+        await reply(send, 200 if rid is not None else 502, frame)
 
     # -- requests the relay reads the answer of --------------------------------------------
 
     async def _exchange(self, headers: list[tuple[bytes, bytes]], body: bytes, rid: Any, what: str,
-                        reply: _Reply | None) -> tuple[bytes, dict[str, Any], Response]:
+                        answer_to: Reply | None) -> tuple[bytes, dict[str, Any], Response]:
         """POST ``body`` (a request of id ``rid``) upstream; its answer (bytes, parsed) and the response's
-        headers. Events before the answer go to ``reply`` (None: dropped).
+        headers. Events before the answer go to ``answer_to`` (None: dropped).
 
         Raises:
             MCPError: the upstream is unreachable, answers with an HTTP error, or not within the timeout.
@@ -249,10 +259,10 @@ class HttpRelay:
                                                   f"{response.status}: {' '.join(text.split())[:300]}")
                 if (response.header(b"content-type") or b"").startswith(b"text/event-stream"):
                     chunks = response.chunks()
-                    frame = await answer_in(chunks, rid, reply.event if reply else None)
+                    frame = await answer_in(chunks, rid, answer_to.event if answer_to else None)
                     # the stream ends after its answer: read to its end apart, so that its connection is
                     # kept for the next request (closed early, it would be dropped) without the client waiting
-                    self._background(_drain(response, chunks))
+                    self._background(drain(response, chunks))
                     response = None
                 else:
                     frame = await response.read()
@@ -291,11 +301,11 @@ class HttpRelay:
     async def _initialize(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
                           send: Send) -> None:
         rid = message["id"]
-        reply = _Reply(send)
+        answer_to = Reply(send)
         try:
-            frame, answer, back = await self._exchange(headers, body, rid, "initialize", reply)
+            frame, answer, back = await self._exchange(headers, body, rid, "initialize", answer_to)
         except MCPError as exc:
-            return await reply.final(error_frame(rid, exc.error.code, exc.error.message))
+            return await answer_to.final(error_frame(rid, exc.error.code, exc.error.message))
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
         info, capabilities = params.get("clientInfo"), params.get("capabilities")
@@ -303,16 +313,16 @@ class HttpRelay:
         self._sessions[sid.decode() if sid is not None else None] = _Session(
             info.get("name") if isinstance(info, dict) else None,
             isinstance(capabilities, dict) and "elicitation" in capabilities)
-        reply.headers = [h for h in back.headers if h[0] in (b"mcp-session-id", b"mcp-protocol-version")]
-        await reply.final(wire.as_proxy(answer, frame))
+        answer_to.headers = [h for h in back.headers if h[0] in (b"mcp-session-id", b"mcp-protocol-version")]
+        await answer_to.final(wire.as_proxy(answer, frame))
 
     async def _call(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
                     send: Send) -> None:
-        sid = _sid(headers)
+        sid = session_id(headers)
         state = self._sessions.get(sid)
         if state is None:  # a session the relay did not see start (or a stateless upstream's)
             state = self._sessions[sid] = _Session(None, False)
-        reply = _Reply(send)
+        answer_to = Reply(send)
 
         def session() -> GuardedSession:
             if state.guarded is None:
@@ -322,7 +332,7 @@ class HttpRelay:
         async def forward(frame: bytes) -> tuple[bytes, dict[str, Any]]:
             rid = message["id"]
             answer_frame, answer, _ = await self._exchange(headers, frame, rid, f"tools/call {_name(message)!r}",
-                                                           reply)
+                                                           answer_to)
             return answer_frame, answer
 
         async def elicit(question: str) -> types.ElicitResult:
@@ -330,7 +340,7 @@ class HttpRelay:
             future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
             self._mine[rid] = (sid, future)
             try:
-                await reply.event(sse_event(orjson.dumps({
+                await answer_to.event(sse_event(orjson.dumps({
                     "jsonrpc": "2.0", "id": rid, "method": "elicitation/create",
                     "params": {"message": question, "requestedSchema": APPROVAL_SCHEMA}})))
                 answer = await future
@@ -342,7 +352,7 @@ class HttpRelay:
         frame = await lean_call(self.judge, message, body, session=session, lock=state.lock, tools=self._tools,
                                 list_tools=lambda: self._list_tools(headers), elicit=elicit if state.elicits else None,
                                 forward=forward)
-        await reply.final(frame)
+        await answer_to.final(frame)
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
@@ -353,120 +363,6 @@ class HttpRelay:
         state = self._sessions.pop(sid, None)
         if state is not None and state.guarded is not None:
             self.judge.close_session(state.guarded, why)
-
-
-class _Reply:
-    """The answer to a request the relay reads: one JSON body, or (once an event had to go first) a stream
-    of events whose last is the answer."""
-
-    def __init__(self, send: Send) -> None:
-        self.send = send
-        self.streaming = False
-        self.headers: list[tuple[bytes, bytes]] = []
-
-    async def event(self, event: bytes) -> None:
-        if not self.streaming:
-            self.streaming = True
-            await self.send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
-                *self.headers]})
-        await self.send({"type": "http.response.body", "body": event, "more_body": True})
-
-    async def final(self, frame: bytes) -> None:
-        frame = frame.rstrip(b"\n")
-        if self.streaming:
-            await self.send({"type": "http.response.body", "body": sse_event(frame), "more_body": False})
-        else:
-            await _reply(self.send, 200, frame, self.headers)
-
-
-# -- helpers ------------------------------------------------------------------------------------
-
-async def _body(receive: Receive, limit: int) -> bytes | None:
-    """The request's body; None when it is above ``limit`` bytes (the rest is not read)."""
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return b""
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        parts.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(parts)
-
-
-async def _done(response: Response) -> None:
-    try:
-        await response.read()
-    finally:
-        response.close()
-
-
-async def _drain(response: Response, chunks: AsyncIterator[bytes]) -> None:
-    try:
-        async with asyncio.timeout(_CONNECT_TIMEOUT):
-            async for _ in chunks:
-                pass
-    except (TimeoutError, HttpError):
-        pass
-    finally:
-        response.close()
-
-
-async def _pump(response: Response, send: Send, timeout: float | None) -> None:
-    """The body to the client as it comes (``timeout``: the longest wait for the next piece)."""
-    chunks = response.chunks()
-    try:
-        while True:
-            async with asyncio.timeout(timeout):
-                chunk = await anext(chunks, None)
-            if chunk is None:
-                return
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    except (HttpError, TimeoutError) as exc:  # the upstream went away mid-answer: the client sees the stream end
-        log.warning("%s", exc)
-
-
-async def _until_gone(pump: asyncio.Task[None], receive: Receive) -> None:
-    """Wait for ``pump``; cancel it if the client disconnects first."""
-    gone = asyncio.create_task(_disconnected(receive))
-    try:
-        await asyncio.wait((pump, gone), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (pump, gone):
-            task.cancel()
-
-
-async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    body = body.rstrip(b"\n")
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*_JSON, (b"content-length", str(len(body)).encode()), *(headers or [])]})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _empty(send: Send, status: int) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"0")]})
-    await send({"type": "http.response.body", "body": b""})
-
-
-def _back(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in headers if k not in _HOP_BACK]
-
-
-def _sid(headers: list[tuple[bytes, bytes]]) -> str | None:
-    for key, value in headers:
-        if key == b"mcp-session-id":
-            return value.decode()
-    return None
 
 
 def _name(message: dict[str, Any]) -> str:

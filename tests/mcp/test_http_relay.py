@@ -114,7 +114,7 @@ def test_a_hung_upstream_times_out_big_arguments_are_refused_and_a_dead_one_is_r
 
     seen = anyio.run(scenario)
     assert_failures_reported(seen)
-    assert seen["after"].code == UPSTREAM_DOWN and "unreachable" in seen["after"].message
+    assert seen["after"].code == UPSTREAM_DOWN and "upstream 'flaky'" in seen["after"].message
 
 
 def test_malformed_oversized_and_batched_bodies_get_one_clear_error_each(mcp_model: GuardModel,
