@@ -254,6 +254,8 @@ class HttpRelay:
             async with asyncio.timeout(self.timeout):
                 response = back = await self._http.request("POST", headers, body)
                 if response.status >= 400:
+                    if response.status == 404:  # a session the upstream ended (or never had): the relay's goes too
+                        self._end(session_id(headers), "the upstream does not know the session")
                     text = (await response.read()).decode(errors="replace")
                     raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} answered {what} with HTTP "
                                                   f"{response.status}: {' '.join(text.split())[:300]}")
