@@ -10,7 +10,8 @@ What it does
    ``--calls`` times. Every proxied call goes through the whole path: extract, preview, forward,
    extract, commit.
 3. *streamable HTTP*: the same with mcp-server-time's server served over streamable HTTP in its own
-   process, and ``forewarn mcp --upstream-url ... --http`` in front of it; the client speaks HTTP to both.
+   process, and ``forewarn mcp --upstream-url ... --http`` in front of it, once with each relay
+   (``--relay lean``, ``--relay sdk``); the client speaks HTTP to all three.
 4. *saturation*: decisions per second — the decision path alone (``judge`` on a growing session, in
    this process), and whole calls through an in-process proxy with ``--sessions`` concurrent sessions.
 
@@ -76,7 +77,8 @@ def wait_for(port: int, proc: subprocess.Popen[bytes]) -> None:
 
 @asynccontextmanager
 async def stdio_session(command: str, args: list[str]) -> AsyncIterator[ClientSession]:
-    async with stdio_client(StdioServerParameters(command=command, args=args)) as (r, w), \
+    # this process's environment (PYTHONPATH: the proxy is this checkout's), not the SDK's trimmed default
+    async with stdio_client(StdioServerParameters(command=command, args=args, env=dict(os.environ))) as (r, w), \
             ClientSession(r, w) as session:
         await session.initialize()
         yield session
@@ -164,28 +166,33 @@ async def bench_stdio(model: Path, calls: int) -> dict[str, dict[str, float]]:
                 for relay, ms in (("lean", lean_ms), ("sdk", sdk_ms))}
 
 
-async def bench_http(model: Path, calls: int) -> dict[str, float]:
-    up_port, proxy_port = free_port(), free_port()
+async def bench_http(model: Path, calls: int) -> dict[str, dict[str, float]]:
+    """The direct path, and a proxy with each relay (``--relay lean``, ``--relay sdk``) in front of the same
+    upstream server, interleaved."""
+    up_port, ports = free_port(), {"lean": free_port(), "sdk": free_port()}
     upstream = subprocess.Popen([sys.executable, "-c", "from mcp_server_time.server import create_server; "
                                  f"create_server('UTC').run('streamable-http', host='127.0.0.1', port={up_port})"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    proxy = None
+    proxies: dict[str, subprocess.Popen[bytes]] = {}
     try:
         wait_for(up_port, upstream)
         url = f"http://127.0.0.1:{up_port}/mcp"
-        proxy = subprocess.Popen([sys.executable, *proxy_args(model), "--upstream-url", url,
-                                  "--http", f"127.0.0.1:{proxy_port}"], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
-        wait_for(proxy_port, proxy)
-        async with http_session(url) as direct, http_session(f"http://127.0.0.1:{proxy_port}/mcp") as proxied:
-            pids = {"upstream": upstream.pid, "proxy": proxy.pid}
-            (direct_ms, proxied_ms), cpu = await interleaved([direct, proxied], calls, pids)
-            return summary(direct_ms, proxied_ms, cpu, upstream_calls=2 * calls)
+        for relay, port in ports.items():
+            proxies[relay] = subprocess.Popen([sys.executable, *proxy_args(model), "--relay", relay, "--upstream-url",
+                                               url, "--http", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL)
+        for relay, port in ports.items():
+            wait_for(port, proxies[relay])
+        async with http_session(url) as direct, http_session(f"http://127.0.0.1:{ports['lean']}/mcp") as lean, \
+                http_session(f"http://127.0.0.1:{ports['sdk']}/mcp") as sdk:
+            pids = {"upstream": upstream.pid, **{relay: proc.pid for relay, proc in proxies.items()}}
+            (direct_ms, lean_ms, sdk_ms), cpu = await interleaved([direct, lean, sdk], calls, pids)
+            return {relay: summary(direct_ms, ms, {"proxy": cpu[relay], "upstream": cpu["upstream"]}, 3 * calls)
+                    for relay, ms in (("lean", lean_ms), ("sdk", sdk_ms))}
     finally:
-        for proc in (proxy, upstream):
-            if proc is not None:
-                proc.terminate()
-                proc.wait(timeout=30)
+        for proc in (*proxies.values(), upstream):
+            proc.terminate()
+            proc.wait(timeout=30)
 
 
 def decisions_per_second(guard: Guard, seconds: float = 2.0) -> float:
@@ -251,7 +258,7 @@ def main() -> None:
     print(f"load average (1 min): {results['load_before']:.2f} before, {results['load_after']:.2f} after, "
           f"on {os.cpu_count()} CPUs")
     rows = [(f"stdio, --relay {relay}", 1.0, r) for relay, r in results.get("stdio", {}).items()]
-    rows += [("http", 2.0, results["http"])] if "http" in results else []
+    rows += [(f"http, --relay {relay}", 2.0, r) for relay, r in results.get("http", {}).items()]
     for label, target, r in rows:
         print(f"{label}:  direct p50 {r['direct_p50_ms']:.3f} ms  proxied p50 {r['proxied_p50_ms']:.3f} ms  "
               f"added p50 {r['added_p50_ms']:.3f} ms (target ≤ {target:g} ms)  "

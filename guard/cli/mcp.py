@@ -54,9 +54,10 @@ def mcp(
     approval_timeout: Annotated[float | None, typer.Option(
         "--approval-timeout", help="Seconds a call waits for a human (default 300); then it is refused.")] = None,
     relay: Annotated[str, typer.Option(
-        "--relay", help="How stdio is served: 'lean' passes frames through as bytes and judges only tools/call (one "
-                        "upstream command); 'sdk' serves with the MCP SDK's server and clients; 'auto' (default): lean "
-                        "where it fits (docs/mcp.md, Cost).")] = "auto",
+        "--relay", help="How calls are carried: 'lean' passes messages through as they came and judges only "
+                        "tools/call (stdio to one upstream command, or --http to one --upstream-url); 'sdk' serves "
+                        "with the MCP SDK's server and clients; 'auto' (default): lean where it fits (docs/mcp.md, "
+                        "Cost).")] = "auto",
 ) -> None:
     """Guard any MCP server: a proxy that judges every tool call before it is forwarded."""
     from .._extras import require
@@ -83,10 +84,11 @@ def mcp(
         proxy_config = replace(proxy_config, tool_kinds={**proxy_config.tool_kinds, **kinds})
     if relay not in ("auto", "lean", "sdk"):
         raise UsageError(f"--relay {relay!r}: expected 'auto', 'lean' or 'sdk'")
-    if relay == "lean" and (http is not None or len(proxy_config.upstreams) != 1
-                            or proxy_config.upstreams[0].command is None):
-        raise UsageError("--relay lean serves stdio in front of one upstream command; use --relay sdk with --http, "
-                         "--upstream-url or several upstreams")
+    single = proxy_config.upstreams[0] if len(proxy_config.upstreams) == 1 else None
+    if relay == "lean" and (single is None or (single.command if http is None else single.url) is None):
+        raise UsageError("--relay lean serves stdio in front of one upstream command, or --http in front of one "
+                         "--upstream-url; use --relay sdk for the others (several upstreams, stdio to HTTP, HTTP to "
+                         "stdio)")
     host, _, port = (http or "").rpartition(":")
     if http is not None and (not host or not port.isdigit()):
         raise UsageError(f"--http {http!r}: expected HOST:PORT, e.g. 127.0.0.1:8765")
@@ -99,7 +101,7 @@ def mcp(
         if http is None:
             await serve_stdio(proxy, relay=relay)
         else:
-            await serve_http(proxy, host=host, port=int(port))
+            await serve_http(proxy, host=host, port=int(port), relay=relay)
 
     try:
         anyio.run(main)

@@ -15,6 +15,7 @@ except ModuleNotFoundError as exc:
 
 from .approval import APPROVAL_SCHEMA, Approval
 from .config import ProxyConfig, UpstreamSpec, config_from, load_config
+from .http_relay import HttpRelay
 from .judge import DecisionHook, GuardedSession, Verdict
 from .proxy import ARGUMENTS_TOO_LARGE, SESSION_STOPPED, GuardedProxy
 from .recording import SessionLog, TraceWriter
@@ -25,6 +26,7 @@ from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT, Upstream
 __all__ = [
     "GuardedProxy",
     "LeanRelay",
+    "HttpRelay",
     "ProxyConfig",
     "UpstreamSpec",
     "load_config",

@@ -64,6 +64,7 @@ CREATE INDEX IF NOT EXISTS proposals_session ON proposals (session_id);
 """
 
 _Job = Callable[[sqlite3.Connection], object]
+_LINGER = 0.05  # seconds a write waits for others to commit with
 
 
 class AuditStore:
@@ -99,6 +100,7 @@ class AuditStore:
             raise ConfigError(f"--audit {self.path}: cannot use it as the audit store: {exc}") from exc
         self._steps: dict[str, int] = {}
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._flush = threading.Event()  # set: commit what is queued now (closing)
         self._thread = threading.Thread(target=self._write, name="forewarn-mcp-audit", daemon=True)
         self._thread.start()
 
@@ -117,10 +119,14 @@ class AuditStore:
                reason: str = "") -> str:
         """A judged call (status allowed, held or pending); returns its proposal id."""
         proposal = "p_" + uuid.uuid4().hex[:20]
-        row = (proposal, session_id, time.time(), PRINCIPAL, tool, _json(args), _json(decision.to_dict()), status,
-               reason or None)
-        self._jobs.put(lambda c: c.execute("INSERT INTO proposals (id, session_id, created_at, created_by, tool,"
-                                           " arguments, decision, status, reason) VALUES (?,?,?,?,?,?,?,?,?)", row))
+        now = time.time()
+
+        def job(c: sqlite3.Connection) -> None:  # (encoded here, in the writer: off the call's path)
+            c.execute("INSERT INTO proposals (id, session_id, created_at, created_by, tool, arguments, decision,"
+                      " status, reason) VALUES (?,?,?,?,?,?,?,?,?)",
+                      (proposal, session_id, now, PRINCIPAL, tool, _json(args), _json(decision.to_dict()), status,
+                       reason or None))
+        self._jobs.put(job)
         return proposal
 
     def resolved(self, proposal: str, status: str, by: str, reason: str = "",
@@ -137,23 +143,25 @@ class AuditStore:
         number = self._steps.get(session_id, 0)
         self._steps[session_id] = number + 1
         now = time.time()
+        self._jobs.put(lambda c: self._step_row(c, session_id, number, now, state, action, record, proposal))
+
+    def _step_row(self, c: sqlite3.Connection, session_id: str, number: int, now: float, state: Mapping[str, Any],
+                  action: Any, record: StepRecord, proposal: str | None) -> None:
+        """(In the writer thread: the encoding is off the call's path.)"""
         decision = record.decision
         body = {**decision.to_dict(), "approval_id": None, "session_id": session_id, "step": number,
                 "committed": True, "model": {"name": self.model_name, "version": self.model_version}, "at": now}
         canonical = orjson.dumps({"state": state, "action": action, "t": None}, option=orjson.OPT_SORT_KEYS,
                                  default=str)
-        row = (session_id, number, now, PRINCIPAL, self.model_version, hashlib.sha256(canonical).hexdigest(),
-               record.abstract, _json(list(record.monitors)) if record.monitors else None,
-               None if action is None else _json(action), None, _json(state), decision.action.value,
-               decision.p_unsafe, _json(body), None)
-
-        def job(c: sqlite3.Connection) -> None:
-            c.execute("INSERT INTO decisions (session_id, step, at, principal, model_version, input_hash, abstract,"
-                      " monitors, action_in, t, state, action, p_unsafe, decision, approval_id)"
-                      " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
-            if proposal is not None:
-                c.execute("UPDATE proposals SET status='executed', step=? WHERE id=?", (number, proposal))
-        self._jobs.put(job)
+        c.execute("INSERT INTO decisions (session_id, step, at, principal, model_version, input_hash, abstract,"
+                  " monitors, action_in, t, state, action, p_unsafe, decision, approval_id)"
+                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                  (session_id, number, now, PRINCIPAL, self.model_version, hashlib.sha256(canonical).hexdigest(),
+                   record.abstract, _json(list(record.monitors)) if record.monitors else None,
+                   None if action is None else _json(action), None, _json(state), decision.action.value,
+                   decision.p_unsafe, _json(body), None))
+        if proposal is not None:
+            c.execute("UPDATE proposals SET status='executed', step=? WHERE id=?", (number, proposal))
 
     def close_session(self, session_id: str, why: str) -> None:
         self._steps.pop(session_id, None)
@@ -165,6 +173,7 @@ class AuditStore:
         """Commit what is queued and stop the writer."""
         if self._thread.is_alive():
             self._jobs.put(None)
+            self._flush.set()
             self._thread.join()
 
     # -- the writer thread ------------------------------------------------------------------
@@ -174,7 +183,12 @@ class AuditStore:
         try:
             while True:
                 jobs = [self._jobs.get()]
-                while True:  # group commit: whatever queued meanwhile goes in the same transaction
+                # group commit: whatever queues within _LINGER goes in the same transaction (a commit costs
+                # more than the rows it writes; a call's two rows come a round trip to the upstream apart)
+                # (one wake-up per group: waking for each row would cost more than the rows)
+                if jobs[0] is not None:
+                    self._flush.wait(_LINGER)
+                while True:
                     try:
                         jobs.append(self._jobs.get_nowait())
                     except queue.Empty:
@@ -186,7 +200,7 @@ class AuditStore:
                         if job is not None:
                             job(conn)
                     conn.execute("COMMIT")
-                except sqlite3.Error as exc:  # the audit must not stop the proxy: say so, go on
+                except Exception as exc:  # (SQLite, or a row that cannot be encoded) the audit must not stop the proxy
                     with suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
                     log.error("audit store %s: %d write(s) lost: %s", self.path, len(jobs), exc)

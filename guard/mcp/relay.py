@@ -27,11 +27,12 @@ from mcp.shared.exceptions import MCPError
 
 from ...errors import ConfigError
 from . import _frames as wire
-from ._frames import Pending, drained, error_frame, result_frame, text_item
+from ._frames import Pending, drained, error_frame
 from ._stdio import LINE_LIMIT
 from .approval import APPROVAL_SCHEMA
-from .calls import CallJudge, Forward
+from .calls import CallJudge
 from .judge import GuardedSession
+from .lean import lean_call
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 
 __all__ = ["LeanRelay", "lean_relay_fits"]
@@ -78,31 +79,45 @@ class LeanRelay:
     # -- running ------------------------------------------------------------------------
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Relay until the client closes its end."""
+        """Relay until the client closes its end.
+
+        Raises:
+            ConfigError: the upstream could not be started (its command is missing, or its process
+                ended before it ever answered, ``restarts`` + 1 times), as the SDK path reports it.
+        """
         self._client = writer
         await self._spawn()
         self._ready.set()
         supervisor = asyncio.create_task(self._supervise())
+        reading = asyncio.create_task(self._read(reader))
         try:
-            while True:
-                try:
-                    line = await reader.readline()
-                except ValueError as exc:  # a line beyond the limit (dropped by the reader)
-                    self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
-                    continue
-                except OSError:
-                    break
-                if not line:
-                    break  # end of input: the client is gone
-                await self._from_client(line)
+            await asyncio.wait((supervisor, reading), return_when=asyncio.FIRST_COMPLETED)
+            if supervisor.done() and supervisor.exception() is not None:
+                await drained(writer)  # (the errors of what was pending reach the client first)
+                raise supervisor.exception()  # type: ignore[misc]
+            await reading
         finally:
             self._closing = True
+            reading.cancel()
             for task in list(self._tasks):
                 task.cancel()
             await self._stop_upstream()
             supervisor.cancel()
             if self._guarded is not None:
                 self.judge.close_session(self._guarded, "client disconnected")
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        while True:
+            try:
+                line = await reader.readline()
+            except ValueError as exc:  # a line beyond the limit (dropped by the reader)
+                self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
+                continue
+            except OSError:
+                return
+            if not line:
+                return  # end of input: the client is gone
+            await self._from_client(line)
 
     async def _spawn(self) -> None:
         assert self.spec.command is not None
@@ -129,10 +144,14 @@ class LeanRelay:
             await proc.wait()
 
     async def _supervise(self) -> None:
-        """Read the upstream's messages; when its process ends, fail what it held and start it again."""
+        """Read the upstream's messages; when its process ends, fail what it held and start it again.
+        A process that ends before it ever answered did not start: after ``restarts`` + 1 such tries
+        since launch, the relay stops (:meth:`serve` raises), as the SDK path refuses to serve."""
+        failures, came_up = 0, False
         while True:
             proc = self._proc
             assert proc is not None and proc.stdout is not None
+            answered = False
             while True:
                 try:
                     line = await proc.stdout.readline()
@@ -141,6 +160,7 @@ class LeanRelay:
                     continue
                 if not line:
                     break
+                answered = came_up = True
                 self._from_upstream(line)
                 if self._client is not None:
                     await drained(self._client)
@@ -150,13 +170,24 @@ class LeanRelay:
             if proc.stdin is not None:
                 proc.stdin.close()
             self._ready.clear()
+            failures = 0 if answered else failures + 1
+            if not came_up and failures > self.judge.config.restarts:
+                reason = (f"upstream {self.name!r} ({self.spec.describe()}) could not be started: its process "
+                          f"exited with code {code} before it answered, {failures} time(s)")
+                self._give_up(reason)
+                self._fail_pending(reason, down=True)
+                raise ConfigError(reason)
             self._fail_pending(f"its process exited with code {code}")
-            if self.connections > self.judge.config.restarts:
+            if came_up and self.connections > self.judge.config.restarts:
                 self._give_up(f"upstream {self.name!r} ({self.spec.describe()}) crashed and was restarted "
                               f"{self.judge.config.restarts} time(s), its limit; it is down")
                 return
-            log.warning("upstream %r lost its connection; reconnecting", self.name)
-            await asyncio.sleep(0.1)
+            if answered:
+                log.warning("upstream %r lost its connection; reconnecting", self.name)
+            else:
+                log.warning("upstream %r: its process exited with code %s before it answered; starting it again",
+                            self.name, code)
+            await asyncio.sleep(min(0.1 * 2 ** failures, 2.0))
             try:
                 await self._spawn()
             except ConfigError as exc:
@@ -247,12 +278,12 @@ class LeanRelay:
     def _limit(self, what: str) -> float:  # a starting server gets the connect timeout, as the SDK path's
         return _CONNECT_TIMEOUT if what == "initialize" else self.timeout
 
-    def _fail_pending(self, reason: str) -> None:
+    def _fail_pending(self, reason: str, *, down: bool = False) -> None:
         pending, self._pending = self._pending, {}
         for item in pending.values():
             if item.timer is not None:
                 item.timer.cancel()
-            self._answer_error(item.id, item.future, UPSTREAM_DOWN,
+            self._answer_error(item.id, item.future, UPSTREAM_DOWN, reason if down else
                                f"upstream {self.name!r} closed the connection during {item.what} ({reason}); "
                                f"restarting it")
 
@@ -303,59 +334,15 @@ class LeanRelay:
     # -- tools/call -------------------------------------------------------------------------
 
     async def _call(self, message: dict[str, Any], line: bytes) -> None:
-        rid = message["id"]
-        params = message.get("params")
-        name = params.get("name") if isinstance(params, dict) else None
-        args = (params.get("arguments") or {}) if isinstance(params, dict) else None
-        if not isinstance(name, str) or not isinstance(args, dict):
-            return self._to_client(error_frame(rid, types.INVALID_PARAMS, "tools/call needs params.name (a string) "
-                                                                     "and params.arguments (an object)"))
-        try:
-            self.judge.check_size(name, args)
-            if name not in self._tools:
-                await self._list_tools()
-                if name not in self._tools:
-                    raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name} (no upstream of this proxy lists it)")
-            guarded = self._session()
-            async with self._lock:
-                go = await self.judge.settle(guarded, name, args, elicit=self._elicit if self._elicits else None,
-                                             lists=self._tools.__contains__, tools=lambda: sorted(self._tools))
-                if isinstance(go, str):
-                    return self._to_client(result_frame(rid, {"content": [text_item(go)], "isError": True}))
-                await self._run(guarded, go, rid, line if go.name == name and go.args is args else None)
-        except MCPError as exc:
-            self._to_client(error_frame(rid, exc.error.code, exc.error.message))
-        except Exception as exc:  # a bug or a sidecar gone: one error for this call, never a hung client
-            log.exception("tools/call %r failed in the proxy", name)
-            self._to_client(error_frame(rid, types.INTERNAL_ERROR, f"the proxy failed on the call to {name!r}: {exc}"))
+        self._to_client(await lean_call(self.judge, message, line, session=self._session, lock=self._lock,
+                                        tools=self._tools, list_tools=self._list_tools,
+                                        elicit=self._elicit if self._elicits else None, forward=self._forward_call))
 
-    async def _run(self, guarded: GuardedSession, go: Forward, rid: Any, line: bytes | None) -> None:
-        if line is None:  # an approver's edit: the call as edited
-            request = {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
-                       "params": {"name": go.name, "arguments": go.args}}
-            line = orjson.dumps(request) + b"\n"
+    async def _forward_call(self, line: bytes) -> tuple[bytes, dict[str, Any]]:
+        message = orjson.loads(line)
         future: asyncio.Future[tuple[bytes, dict[str, Any]]] = asyncio.get_running_loop().create_future()
-        try:
-            await self._forward(rid, f"tools/call {go.name!r}", line, future)
-            answer_line, answer = await future
-        except MCPError as exc:
-            await self.judge.failed(guarded, go, exc.error.message)
-            raise
-        if "error" in answer:  # the upstream's own error, unchanged
-            await self.judge.failed(guarded, go, str((answer["error"] or {}).get("message", "")))
-            self._to_client(answer_line)
-            return
-        result: dict[str, Any] = answer["result"] if isinstance(answer.get("result"), dict) else {}
-        words = await self.judge.ran(guarded, go, bool(result.get("isError")), wire.text_of(result))
-        if words is None and not go.edits:
-            self._to_client(answer_line)  # as the upstream said it
-            return
-        content = list(result.get("content") or [])
-        if words is not None:
-            content.append(text_item(words))
-        if go.edits:
-            content.insert(0, text_item(" ".join(go.edits)))
-        self._to_client(result_frame(rid, {**result, "content": content}))
+        await self._forward(message["id"], f"tools/call {message['params']['name']!r}", line, future)
+        return await future
 
     async def _list_tools(self) -> None:
         cursor: str | None = None

@@ -2,7 +2,7 @@
 (many clients, one session each; remote agents)."""
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -13,6 +13,7 @@ from mcp.shared.message import SessionMessage
 
 from ...errors import ConfigError
 from ._stdio import parse_error, pipe_stdio, pipes_available, raw_stdio
+from .http_relay import HttpRelay, lean_http_fits
 from .proxy import GuardedProxy
 from .relay import LeanRelay, lean_relay_fits
 
@@ -58,28 +59,51 @@ async def _answer_parse_errors(read: Any, forward: Any, write: Any) -> None:
 
 
 async def serve_http(proxy: GuardedProxy, *, host: str = "127.0.0.1", port: int = 8765, path: str = "/mcp",
-                     started: anyio.Event | None = None, stop: anyio.Event | None = None) -> None:
+                     started: anyio.Event | None = None, stop: anyio.Event | None = None, relay: str = "auto") -> None:
     """Serve streamable HTTP on ``http://host:port/path`` (uvicorn in this event loop) until interrupted,
-    or until ``stop`` is set; ``started`` is set once the port accepts connections."""
+    or until ``stop`` is set; ``started`` is set once the port accepts connections.
+
+    ``relay="lean"``: requests pass through to the one upstream reached by its URL (:mod:`.http_relay`);
+    ``"auto"``: lean where it fits; ``"sdk"``: the SDK's server in front of SDK clients of the upstreams."""
     import uvicorn
 
+    if relay == "lean" and not lean_http_fits(proxy):
+        raise ConfigError("--relay lean serves HTTP in front of one upstream reached by its URL (--upstream-url); "
+                          f"this proxy has {len(proxy.config.upstreams)} upstream(s) — use --relay sdk")
+    if relay != "sdk" and lean_http_fits(proxy):
+        async with HttpRelay(proxy, path=path).running() as app:
+            # (no lifespan: the relay's is running()'s; its streams end there, so shutting down does not wait)
+            await _uvicorn(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
+                                          server_header=False, date_header=False, timeout_graceful_shutdown=5),
+                           started, stop, app.close)
+        return
     async with proxy.running() as server:
-        app = server.streamable_http_app(streamable_http_path=path, host=host)
-        web = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+        sdk_app = server.streamable_http_app(streamable_http_path=path, host=host)
+        await _uvicorn(uvicorn.Config(sdk_app, host=host, port=port, log_level="warning", lifespan="on"),
+                       started, stop, None)
 
-        async def watch() -> None:
-            while not web.started:
-                await anyio.sleep(0.01)
-            if started is not None:
-                started.set()
-            if stop is not None:
-                await stop.wait()
-                web.should_exit = True
 
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(watch)
-            await web.serve()
-            tasks.cancel_scope.cancel()
+async def _uvicorn(config: Any, started: anyio.Event | None, stop: anyio.Event | None,
+                   closing: Callable[[], None] | None) -> None:
+    import uvicorn
+
+    web = uvicorn.Server(config)
+
+    async def watch() -> None:
+        while not web.started:
+            await anyio.sleep(0.01)
+        if started is not None:
+            started.set()
+        if stop is not None:
+            await stop.wait()
+            if closing is not None:
+                closing()
+            web.should_exit = True
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(watch)
+        await web.serve()
+        tasks.cancel_scope.cancel()
 
 
 @asynccontextmanager

@@ -7,8 +7,9 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,25 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from forewarn.domains.mcp import PROXY_CONFIG
-from forewarn.guard.mcp import GuardedProxy, UpstreamSpec, in_process, load_config
+from forewarn.guard.mcp import (
+    APPROVAL_SCHEMA,
+    ARGUMENTS_TOO_LARGE,
+    UPSTREAM_DOWN,
+    UPSTREAM_TIMEOUT,
+    GuardedProxy,
+    UpstreamSpec,
+    in_process,
+    load_config,
+    serve_http,
+)
 from forewarn.guard.mcp._stdio import LINE_LIMIT
 from forewarn.guard.mcp.relay import LeanRelay
+from forewarn.guard.policy import Policy
+from forewarn.guard.spec import Action, Thresholds
 
 BIN = Path(sys.executable).parent
 GIT_SERVER = str(BIN / "mcp-server-git")
@@ -102,3 +116,101 @@ async def lean_connected(proxy: GuardedProxy, **client: Any) -> AsyncIterator[tu
         await to_relay.wait_closed()
         await writer.wait_closed()
         tasks.cancel_scope.cancel()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def http_server(mode: str, *args: str) -> Iterator[str]:
+    """``_servers.py MODE PORT ARGS`` (an upstream over streamable HTTP) in a process of its own: its URL."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(SERVERS), mode, str(port), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"the {mode} server did not start") from None
+            time.sleep(0.1)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@asynccontextmanager
+async def serving(proxy: GuardedProxy, relay: str = "auto") -> AsyncIterator[str]:
+    """``proxy`` served over streamable HTTP in this process (``relay``: as ``forewarn mcp --relay``): its URL."""
+    port = free_port()
+    started, stop = anyio.Event(), anyio.Event()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(lambda: serve_http(proxy, port=port, started=started, stop=stop, relay=relay))
+        with anyio.fail_after(120):
+            await started.wait()
+        try:
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            stop.set()
+
+
+@asynccontextmanager
+async def http_client(url: str, **client: Any) -> AsyncIterator[ClientSession]:
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write, **client) as session:
+        await session.initialize()
+        yield session
+
+
+# staging work raises the risk above 20 %: a human is asked (the increase trigger; reading does not)
+ASKING = Policy(thresholds=Thresholds(ask_human=0.8), unseen_state=Action.ASK_HUMAN)
+
+
+class Approver:
+    """An elicitation callback (the SDK's ``elicitation_callback``) that accepts with ``approve`` set as scripted,
+    one answer a question, and keeps the questions."""
+
+    def __init__(self, *answers: bool) -> None:
+        self.asked: list[types.ElicitRequestParams] = []
+        self._answers = iter(answers)
+
+    async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.asked.append(params)
+        return types.ElicitResult(action="accept", content={"approve": next(self._answers)})
+
+
+async def approve_then_refuse(client: Callable[[Approver], Any], repo: Path) -> tuple[Approver, Any, Any]:
+    """Two sessions (``client(approver)``: a connected ClientSession's context) each staging a file under the
+    ASKING policy: the approver approves the first and refuses the second."""
+    approver = Approver(True, False)
+    async with client(approver) as session:
+        approved = await session.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
+    async with client(approver) as session:
+        refused = await session.call_tool("git_add", {"repo_path": str(repo), "files": ["README.md"]})
+    return approver, approved, refused
+
+
+def assert_approved_then_refused(outcome: tuple[Approver, Any, Any], repo: Path) -> None:
+    approver, approved, refused = outcome
+    asked = approver.asked
+    assert len(asked) == 2 and "Forewarn asks before the agent calls `git_add`" in asked[0].message
+    assert isinstance(asked[0], types.ElicitRequestFormParams) and asked[0].requested_schema == APPROVAL_SCHEMA
+    assert not approved.is_error and git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]
+    assert refused.is_error and "the user refused it; the call did not run" in text_of(refused)
+
+
+def assert_failures_reported(seen: dict[str, Any]) -> None:
+    """The errors of the flaky server's scenario (call_timeout 2 s, max_argument_bytes 1000): a hung call, one
+    of another session meanwhile, oversized arguments, a crash."""
+    assert seen["hung"].code == UPSTREAM_TIMEOUT
+    assert "did not answer tools/call 'hang' within 2 s" in seen["hung"].message
+    assert seen["other"] == "still here"
+    assert seen["big"].code == ARGUMENTS_TOO_LARGE and "above the proxy's limit of 1000" in seen["big"].message
+    assert seen["crashed"].code == UPSTREAM_DOWN and "upstream 'flaky'" in seen["crashed"].message

@@ -3,6 +3,7 @@
     python _servers.py git-http PORT REPO   mcp-server-git's own server (PyPI) over streamable HTTP
     python _servers.py flaky                a stdio server (the MCP SDK's MCPServer) whose `hang` tool
                                             never answers and whose `crash` tool kills its process
+    python _servers.py flaky-http PORT      the same over streamable HTTP
 """
 from __future__ import annotations
 
@@ -41,7 +42,10 @@ def main() -> None:
         """Kill this server's process."""
         os._exit(3)
 
-    server.run("stdio")
+    if mode == "flaky-http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")
 
 
 if __name__ == "__main__":

@@ -2,11 +2,12 @@
 helpers they share are in _mcp_support.py)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
-from _mcp_support import git
+from _mcp_support import git, http_server
 
 from forewarn.domains.mcp import SPEC_PATH, synthetic_runs
 from forewarn.guard import GuardModel, learn_model, load_spec
@@ -51,3 +52,10 @@ def model_file(mcp_model: GuardModel, tmp_path_factory: pytest.TempPathFactory) 
     path = tmp_path_factory.mktemp("mcp-model") / "model.json"
     mcp_model.save(path)
     return path
+
+
+@pytest.fixture
+def git_over_http(repo: Path) -> Iterator[str]:
+    """mcp-server-git's server (PyPI) served over streamable HTTP, in a process of its own."""
+    with http_server("git-http", str(repo)) as url:
+        yield url

@@ -9,42 +9,32 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from _mcp_support import connected, git, git_upstream, proxy_for, text_of
+from _mcp_support import (
+    ASKING,
+    Approver,
+    approve_then_refuse,
+    assert_approved_then_refused,
+    connected,
+    git,
+    git_upstream,
+    proxy_for,
+    text_of,
+)
 
 from forewarn.guard import Guard, GuardModel
-from forewarn.guard.mcp import APPROVAL_SCHEMA
-from forewarn.guard.policy import Policy
-from forewarn.guard.spec import Action, Thresholds, Trigger
+from forewarn.guard.spec import Trigger
 
 pytestmark = pytest.mark.mcp
 
-# staging work raises the risk above 20 %: a human is asked (the increase trigger; reading does not)
-ASKING = Policy(thresholds=Thresholds(ask_human=0.8), unseen_state=Action.ASK_HUMAN)
 
 
 def test_elicitation_approves_one_call_and_refuses_another(mcp_model: GuardModel, repo: Path) -> None:
-    asked: list[types.ElicitRequestParams] = []
-    Content = dict[str, str | int | float | bool | list[str] | None]
-    answers = iter([Content(approve=True), Content(approve=False)])
-
-    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        asked.append(params)
-        return types.ElicitResult(action="accept", content=next(answers))
-
-    async def scenario() -> tuple[Any, Any]:
+    async def scenario() -> tuple[Approver, Any, Any]:
         proxy = proxy_for(Guard(mcp_model, policy=ASKING), git_upstream(repo), trigger=Trigger.LEVEL)
         async with proxy.running() as server:
-            async with connected(server, elicitation_callback=elicit) as client:
-                approved = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
-            async with connected(server, elicitation_callback=elicit) as client:
-                refused = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["README.md"]})
-        return approved, refused
+            return await approve_then_refuse(lambda approver: connected(server, elicitation_callback=approver), repo)
 
-    approved, refused = anyio.run(scenario)
-    assert len(asked) == 2 and "Forewarn asks before the agent calls `git_add`" in asked[0].message
-    assert isinstance(asked[0], types.ElicitRequestFormParams) and asked[0].requested_schema == APPROVAL_SCHEMA
-    assert not approved.is_error and git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]
-    assert refused.is_error and "the user refused it; the call did not run" in text_of(refused)
+    assert_approved_then_refused(anyio.run(scenario), repo)
 
 
 def test_no_answer_within_the_timeout_refuses_the_call(mcp_model: GuardModel, repo: Path) -> None:

@@ -121,3 +121,24 @@ def test_bad_command_lines_are_one_line_and_exit_2(tmp_path: Path) -> None:
     lean = run("--record", str(tmp_path / "r.jsonl"), "--relay", "lean", "--upstream-url", "http://127.0.0.1:9/mcp")
     assert lean.returncode == 2 and "--relay lean serves stdio in front of one upstream command" in lean.stderr
     assert "Traceback" not in none.stderr + missing.stderr + wrong.stderr + lean.stderr
+
+
+@pytest.mark.parametrize("relay", ["lean", "sdk"])
+def test_an_upstream_that_cannot_start_is_reported_at_launch(tmp_path: Path, relay: str) -> None:
+    """A server whose process ends before it answers: one line and exit 2 on either path, as a host sees it
+    (standard input a pipe the host keeps open)."""
+    dies = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    proc = subprocess.Popen([sys.executable, "-m", "forewarn", "mcp", "--record", str(tmp_path / "r.jsonl"),
+                             "--relay", relay, "--", *dies], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        code = proc.wait(timeout=120)
+    finally:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.close()
+        errors = proc.stderr.read().decode()
+        proc.stdout.close()
+        proc.stderr.close()
+    last = errors.strip().splitlines()[-1]
+    assert code == 2 and "Traceback" not in errors
+    assert last.startswith("error: upstream 'upstream'") and "could not be started" in last

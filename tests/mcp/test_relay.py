@@ -3,27 +3,37 @@ of a real mcp-server-git, mcp-server-time and the flaky server, the SDK's Client
 outcomes as the SDK path (test_proxy_stdio.py, test_approvals.py, test_failures.py)."""
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
-import mcp_types as types
 import orjson
 import pytest
-from _mcp_support import GIT_SERVER, TIME_SERVER, flaky_upstream, git, git_upstream, lean_connected, proxy_for, text_of
+from _mcp_support import (
+    ASKING,
+    GIT_SERVER,
+    TIME_SERVER,
+    Approver,
+    approve_then_refuse,
+    assert_approved_then_refused,
+    assert_failures_reported,
+    flaky_upstream,
+    git,
+    git_upstream,
+    lean_connected,
+    proxy_for,
+    text_of,
+)
 from mcp.shared.exceptions import MCPError
 
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import (
-    APPROVAL_SCHEMA,
-    ARGUMENTS_TOO_LARGE,
     SESSION_STOPPED,
-    UPSTREAM_DOWN,
-    UPSTREAM_TIMEOUT,
     UpstreamSpec,
 )
-from forewarn.guard.policy import Policy
-from forewarn.guard.spec import Action, Thresholds, Trigger
+from forewarn.guard.spec import Trigger
 
 pytestmark = pytest.mark.mcp
 
@@ -92,28 +102,16 @@ def test_reflect_an_unknown_tool_and_a_tool_no_upstream_lists(mcp_model: GuardMo
 
 def test_elicitation_is_the_relays_own_request_and_its_answer_comes_back_to_it(mcp_model: GuardModel,
                                                                                repo: Path) -> None:
-    asked: list[types.ElicitRequestParams] = []
-    Content = dict[str, str | int | float | bool | list[str] | None]
-    answers = iter([Content(approve=True), Content(approve=False)])
+    async def scenario() -> tuple[Approver, Any, Any]:
+        proxy = proxy_for(Guard(mcp_model, policy=ASKING), git_upstream(repo), trigger=Trigger.LEVEL)
 
-    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        asked.append(params)
-        return types.ElicitResult(action="accept", content=next(answers))
+        @asynccontextmanager
+        async def client(approver: Approver) -> AsyncIterator[Any]:
+            async with lean_connected(proxy, elicitation_callback=approver) as (session, _):
+                yield session
+        return await approve_then_refuse(client, repo)
 
-    async def scenario() -> tuple[Any, Any]:
-        asking = Policy(thresholds=Thresholds(ask_human=0.8), unseen_state=Action.ASK_HUMAN)
-        proxy = proxy_for(Guard(mcp_model, policy=asking), git_upstream(repo), trigger=Trigger.LEVEL)
-        async with lean_connected(proxy, elicitation_callback=elicit) as (client, _):
-            approved = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
-        async with lean_connected(proxy, elicitation_callback=elicit) as (client, _):
-            refused = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["README.md"]})
-        return approved, refused
-
-    approved, refused = anyio.run(scenario)
-    assert len(asked) == 2 and "Forewarn asks before the agent calls `git_add`" in asked[0].message
-    assert isinstance(asked[0], types.ElicitRequestFormParams) and asked[0].requested_schema == APPROVAL_SCHEMA
-    assert not approved.is_error and git(repo, "diff", "--cached", "--name-only").split() == ["notes.txt"]
-    assert refused.is_error and "the user refused it; the call did not run" in text_of(refused)
+    assert_approved_then_refused(anyio.run(scenario), repo)
 
 
 def test_a_hung_upstream_times_out_and_a_crashed_one_is_reported_and_restarted(mcp_model: GuardModel) -> None:
@@ -134,8 +132,5 @@ def test_a_hung_upstream_times_out_and_a_crashed_one_is_reported_and_restarted(m
         return seen
 
     seen = anyio.run(scenario)
-    assert seen["hung"].code == UPSTREAM_TIMEOUT and "did not answer tools/call 'hang' within 2 s" in seen["hung"].message
-    assert seen["other"] == "still here"
-    assert seen["big"].code == ARGUMENTS_TOO_LARGE and "above the proxy's limit of 1000" in seen["big"].message
-    assert seen["crashed"].code == UPSTREAM_DOWN and "upstream 'flaky'" in seen["crashed"].message
+    assert_failures_reported(seen)
     assert seen["after"] == "back" and seen["connections"] == 2

@@ -1,0 +1,372 @@
+"""The lean streamable-HTTP relay: ``forewarn mcp --upstream-url URL --http HOST:PORT`` (``--relay lean``,
+the default where it fits), the HTTP counterpart of :mod:`.relay`.
+
+An ASGI app on the proxy's MCP endpoint. Each POST, GET and DELETE goes on to the upstream's URL over one
+keep-alive HTTP/1.1 client (:mod:`._http1`), headers both ways (``Mcp-Session-Id``, ``MCP-Protocol-Version``,
+``Last-Event-ID``, authorization …) and the body as it came; the answer streams back as it comes (JSON,
+or server-sent events: the upstream's notifications and its own requests to the client pass through).
+Only a ``tools/call`` is more: it is judged by the SDK path's code (:func:`.lean.lean_call`), then
+forwarded or answered by the relay; its answer is read out of the upstream's response (the events
+before it pass through) so that the call is committed. The answer to ``initialize`` carries the
+proxy's name and instructions. A session is an ``Mcp-Session-Id`` (the upstream's: the client and
+the upstream speak one session; the relay keys its guarded sessions by it; DELETE closes one).
+
+Asking a human by elicitation: the relay answers that ``tools/call`` with an event stream of its own,
+whose first event is its request to the client (id ``forewarn-N``); the client POSTs its answer,
+which the relay keeps; the call's answer is the stream's last event.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as types
+import orjson
+from mcp.shared.exceptions import MCPError
+
+from ...errors import ConfigError
+from .._version import __version__
+from . import _frames as wire
+from ._asgi import (
+    Receive,
+    Reply,
+    Scope,
+    Send,
+    back_headers,
+    done,
+    drain,
+    empty,
+    pump,
+    read_body,
+    reply,
+    session_id,
+    until_gone,
+)
+from ._frames import error_frame
+from ._http1 import Http1, HttpError, Response, Unreachable
+from ._sse import answer_in, sse_event
+from .approval import APPROVAL_SCHEMA
+from .calls import SERVER_NAME, CallJudge
+from .judge import GuardedSession
+from .lean import lean_call
+from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
+
+__all__ = ["HttpRelay", "lean_http_fits"]
+
+log = logging.getLogger("forewarn.mcp")
+
+
+_OWN = "forewarn-"
+_CONNECT_TIMEOUT = 30.0
+# not forwarded: the hop's own headers (and compression: the relay reads the answers it judges)
+_HOP = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer",
+                  b"upgrade", b"proxy-authorization", b"proxy-connection", b"accept-encoding"})
+_OWN_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
+
+
+def lean_http_fits(judge: CallJudge) -> bool:
+    """Whether the lean HTTP relay can serve this proxy: one upstream, reached by its URL."""
+    upstreams = judge.config.upstreams
+    return len(upstreams) == 1 and upstreams[0].url is not None
+
+
+@dataclass
+class _Session:
+    client: str | None
+    elicits: bool
+    guarded: GuardedSession | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class HttpRelay:
+    """Serves one MCP endpoint (``path``) in front of the single streamable-HTTP upstream of ``judge``'s config."""
+
+    def __init__(self, judge: CallJudge, *, path: str = "/mcp") -> None:
+        if not lean_http_fits(judge):
+            raise ConfigError("the lean HTTP relay serves exactly one upstream reached by its URL")
+        self.judge = judge
+        self.spec = judge.config.upstreams[0]
+        self.name = self.spec.name
+        self.url: str = self.spec.url or ""
+        self.path = path
+        self.timeout = self.spec.timeout or judge.config.call_timeout
+        # a body holds one message (or a batch) whose arguments the judge refuses above its limit
+        self.body_limit = max(4 << 20, 2 * judge.config.max_argument_bytes)
+        self._http = Http1(self.url)
+        self._sessions: dict[str | None, _Session] = {}
+        # the relay's requests to clients: id → the session asked, and its answer
+        self._mine: dict[str, tuple[str | None, asyncio.Future[dict[str, Any]]]] = {}
+        self._tools: set[str] = set()
+        self._ids = itertools.count(1)
+        self._streams: set[asyncio.Task[Any]] = set()
+
+    # -- running ------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[HttpRelay]:
+        """The upstream's client, once the upstream answered a handshake (as the SDK path, which connects
+        at launch), and the sessions closed at the end.
+
+        Raises:
+            ConfigError: the upstream could not be reached (``restarts`` + 1 tries).
+        """
+        try:
+            await self._probe()
+            yield self
+        finally:
+            self.close()
+            self._http.close()
+
+    def close(self) -> None:
+        """End the open streams (a client's GET stream lives as long as its session) and the sessions."""
+        for task in list(self._streams):
+            task.cancel()
+        for key in list(self._sessions):
+            self._end(key, "proxy shut down")
+
+    async def _probe(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await self._handshake()
+                return
+            except (HttpError, MCPError, TimeoutError, ValueError) as exc:
+                failures += 1
+                reason = exc.error.message if isinstance(exc, MCPError) else f"{type(exc).__name__}: {exc}"
+                if failures > self.judge.config.restarts:
+                    raise ConfigError(f"upstream {self.name!r} ({self.url}) could not be reached: {reason}") from None
+                log.warning("upstream %r: %s", self.name, reason)
+                await asyncio.sleep(min(0.1 * 2 ** failures, 2.0))
+
+    async def _handshake(self) -> None:
+        """Initialize a session of the relay's own, list the tools, and end the session."""
+        request = {"protocolVersion": types.LATEST_PROTOCOL_VERSION, "capabilities": {},
+                   "clientInfo": {"name": SERVER_NAME, "version": __version__}}
+        answer, back = await self._ask("initialize", request, _OWN_HEADERS)
+        version = (answer.get("protocolVersion") or types.LATEST_PROTOCOL_VERSION).encode()
+        mine = [*_OWN_HEADERS, (b"mcp-protocol-version", version)]
+        if (sid := back.header(b"mcp-session-id")) is not None:
+            mine.append((b"mcp-session-id", sid))
+        async with asyncio.timeout(_CONNECT_TIMEOUT):
+            await done(await self._http.request("POST", mine, b'{"jsonrpc":"2.0","method":"notifications/initialized"}'))
+            await self._list_tools(mine)
+            if sid is not None:
+                await done(await self._http.request("DELETE", mine))
+
+    # -- the ASGI app ---------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # (no lifespan: the relay's life is running()'s)
+        if scope["path"].rstrip("/") != self.path.rstrip("/"):
+            return await reply(send, 404, error_frame(None, types.INVALID_REQUEST, f"Not Found: the MCP endpoint is "
+                                                                                    f"{self.path}"))
+        method = scope["method"]
+        headers = [(k, v) for k, v in scope["headers"] if k not in _HOP]
+        if method == "POST":
+            return await self._post(headers, receive, send)
+        if method in ("GET", "DELETE"):
+            await self._pass(method, headers, b"", receive, send, None, stream=method == "GET")
+            if method == "DELETE":
+                self._end(session_id(headers), "client ended the session")
+            return
+        await reply(send, 405, error_frame(None, types.INVALID_REQUEST, f"Method Not Allowed: {method}"),
+                     [(b"allow", b"GET, POST, DELETE")])
+
+    async def _post(self, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send) -> None:
+        body = await read_body(receive, self.body_limit)
+        if body is None:
+            return await reply(send, 413, error_frame(None, types.INVALID_REQUEST,
+                                                       f"the request body is above the proxy's limit of "
+                                                       f"{self.body_limit} bytes; not forwarded"))
+        try:
+            message = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return await reply(send, 400, error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
+        if isinstance(message, list):  # a batch (protocol versions before 2025-06-18): only without tools/call
+            if any(isinstance(m, dict) and m.get("method") == "tools/call" for m in message):
+                return await reply(send, 400, error_frame(None, types.INVALID_REQUEST,
+                                                           "a JSON-RPC batch may not carry tools/call through this "
+                                                           "proxy; send each call alone"))
+            return await self._pass("POST", headers, body, receive, send, None)
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return await reply(send, 400, error_frame(None, types.INVALID_REQUEST, "not a JSON-RPC 2.0 message"))
+        method, rid = message.get("method"), message.get("id")
+        mine = self._mine.get(rid) if method is None and isinstance(rid, str) else None
+        if mine is not None and mine[0] == session_id(headers):  # the answer to the relay's own request
+            future = mine[1]
+            if not future.done():
+                future.set_result(message)
+            return await empty(send, 202)
+        if method == "tools/call" and rid is not None:
+            return await self._call(message, body, headers, send)
+        if method == "initialize" and rid is not None:
+            return await self._initialize(message, body, headers, send)
+        await self._pass("POST", headers, body, receive, send, rid)
+
+    # -- passing through ------------------------------------------------------------------
+
+    async def _pass(self, method: str, headers: list[tuple[bytes, bytes]], body: bytes, receive: Receive,
+                    send: Send, rid: Any, *, stream: bool = False) -> None:
+        """Forward the request; its answer goes back as it comes (until the client leaves)."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = await self._http.request(method, headers, body)
+        except (HttpError, TimeoutError) as exc:
+            return await self._unreachable(send, rid, method, exc)
+        try:
+            await send({"type": "http.response.start", "status": response.status,
+                        "headers": back_headers(response.headers)})
+            pumping = asyncio.create_task(pump(response, send, None if stream else self.timeout))
+            self._streams.add(pumping)
+            try:
+                await until_gone(pumping, receive)
+            finally:
+                self._streams.discard(pumping)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            response.close()
+
+    async def _unreachable(self, send: Send, rid: Any, what: str, exc: Exception) -> None:
+        timeout = isinstance(exc, TimeoutError)
+        message = (f"upstream {self.name!r} did not answer {what} within {self.timeout:g} s (the call may still run "
+                   f"there)" if timeout else f"upstream {self.name!r} ({self.url}) is unreachable: {exc}")
+        frame = error_frame(rid, UPSTREAM_TIMEOUT if timeout else UPSTREAM_DOWN, message)
+        await reply(send, 200 if rid is not None else 502, frame)
+
+    # -- requests the relay reads the answer of --------------------------------------------
+
+    async def _exchange(self, headers: list[tuple[bytes, bytes]], body: bytes, rid: Any, what: str,
+                        answer_to: Reply | None) -> tuple[bytes, dict[str, Any], Response]:
+        """POST ``body`` (a request of id ``rid``) upstream; its answer (bytes, parsed) and the response's
+        headers. Events before the answer go to ``answer_to`` (None: dropped).
+
+        Raises:
+            MCPError: the upstream is unreachable, answers with an HTTP error, or not within the timeout.
+        """
+        response: Response | None = None
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = back = await self._http.request("POST", headers, body)
+                if response.status >= 400:
+                    if response.status == 404:  # a session the upstream ended (or never had): the relay's goes too
+                        self._end(session_id(headers), "the upstream does not know the session")
+                    text = (await response.read()).decode(errors="replace")
+                    raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} answered {what} with HTTP "
+                                                  f"{response.status}: {' '.join(text.split())[:300]}")
+                if (response.header(b"content-type") or b"").startswith(b"text/event-stream"):
+                    chunks = response.chunks()
+                    frame = await answer_in(chunks, rid, answer_to.event if answer_to else None)
+                    # the stream ends after its answer: read to its end apart, so that its connection is
+                    # kept for the next request (closed early, it would be dropped) without the client waiting
+                    self._background(drain(response, chunks))
+                    response = None
+                else:
+                    frame = await response.read()
+                answer = orjson.loads(frame) if frame else None
+        except TimeoutError:
+            raise MCPError(UPSTREAM_TIMEOUT, f"upstream {self.name!r} did not answer {what} within "
+                                             f"{self.timeout:g} s (the call may still run there)") from None
+        except HttpError as exc:
+            happened = "is unreachable" if isinstance(exc, Unreachable) else f"failed during {what}"
+            raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ({self.url}) {happened}: {exc}") from None
+        finally:
+            if response is not None:
+                response.close()
+        if not isinstance(answer, dict) or answer.get("id") != rid:
+            raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ended its answer to {what} without one")
+        return frame, answer, back
+
+    async def _ask(self, method: str, params: Any, headers: list[tuple[bytes, bytes]]
+                   ) -> tuple[dict[str, Any], Response]:
+        rid = f"{_OWN}{next(self._ids)}"
+        body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})})
+        _, answer, back = await self._exchange(headers, body, rid, method, None)
+        wire.raise_error(answer)
+        result = answer.get("result")
+        return (result if isinstance(result, dict) else {}), back
+
+    async def _list_tools(self, headers: list[tuple[bytes, bytes]]) -> None:
+        cursor: str | None = None
+        while True:
+            page, _ = await self._ask("tools/list", {"cursor": cursor} if cursor else None, headers)
+            self._tools.update(wire.tool_names({"result": page}))
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                return
+
+    async def _initialize(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
+                          send: Send) -> None:
+        rid = message["id"]
+        answer_to = Reply(send)
+        try:
+            frame, answer, back = await self._exchange(headers, body, rid, "initialize", answer_to)
+        except MCPError as exc:
+            return await answer_to.final(error_frame(rid, exc.error.code, exc.error.message))
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        info, capabilities = params.get("clientInfo"), params.get("capabilities")
+        sid = back.header(b"mcp-session-id")
+        self._sessions[sid.decode() if sid is not None else None] = _Session(
+            info.get("name") if isinstance(info, dict) else None,
+            isinstance(capabilities, dict) and "elicitation" in capabilities)
+        answer_to.headers = [h for h in back.headers if h[0] in (b"mcp-session-id", b"mcp-protocol-version")]
+        await answer_to.final(wire.as_proxy(answer, frame))
+
+    async def _call(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
+                    send: Send) -> None:
+        sid = session_id(headers)
+        state = self._sessions.get(sid)
+        if state is None:  # a session the relay did not see start (or a stateless upstream's)
+            state = self._sessions[sid] = _Session(None, False)
+        answer_to = Reply(send)
+
+        def session() -> GuardedSession:
+            if state.guarded is None:
+                state.guarded = self.judge.open_session(sid, state.client)
+            return state.guarded
+
+        async def forward(frame: bytes) -> tuple[bytes, dict[str, Any]]:
+            rid = message["id"]
+            answer_frame, answer, _ = await self._exchange(headers, frame, rid, f"tools/call {_name(message)!r}",
+                                                           answer_to)
+            return answer_frame, answer
+
+        async def elicit(question: str) -> types.ElicitResult:
+            rid = f"{_OWN}{next(self._ids)}"
+            future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            self._mine[rid] = (sid, future)
+            try:
+                await answer_to.event(sse_event(orjson.dumps({
+                    "jsonrpc": "2.0", "id": rid, "method": "elicitation/create",
+                    "params": {"message": question, "requestedSchema": APPROVAL_SCHEMA}})))
+                answer = await future
+            finally:
+                self._mine.pop(rid, None)
+            wire.raise_error(answer)
+            return types.ElicitResult.model_validate(answer.get("result") or {})
+
+        frame = await lean_call(self.judge, message, body, session=session, lock=state.lock, tools=self._tools,
+                                list_tools=lambda: self._list_tools(headers), elicit=elicit if state.elicits else None,
+                                forward=forward)
+        await answer_to.final(frame)
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._streams.add(task)
+        task.add_done_callback(self._streams.discard)
+
+    def _end(self, sid: str | None, why: str) -> None:
+        state = self._sessions.pop(sid, None)
+        if state is not None and state.guarded is not None:
+            self.judge.close_session(state.guarded, why)
+
+
+def _name(message: dict[str, Any]) -> str:
+    params = message.get("params")
+    return str(params.get("name")) if isinstance(params, dict) else "?"

@@ -1,0 +1,147 @@
+"""The lean HTTP relay (``forewarn mcp --upstream-url URL --http HOST:PORT``, ``--relay lean``: requests passed
+through to one streamable-HTTP upstream, only tools/call judged) in front of real mcp-server-git and flaky
+servers over HTTP, the SDK's streamable-HTTP client as the agent: the outcomes of the SDK path
+(test_http.py, test_relay.py, test_failures.py) and the bad input of a raw HTTP client."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import mcp_types as types
+import pytest
+from _mcp_support import (
+    ASKING,
+    Approver,
+    approve_then_refuse,
+    assert_approved_then_refused,
+    assert_failures_reported,
+    free_port,
+    git,
+    http_client,
+    http_server,
+    proxy_for,
+    serving,
+    text_of,
+)
+from mcp.shared.exceptions import MCPError
+
+from forewarn.guard import Guard, GuardModel
+from forewarn.guard.mcp import (
+    UPSTREAM_DOWN,
+    UpstreamSpec,
+)
+from forewarn.guard.spec import Trigger
+
+pytestmark = pytest.mark.mcp
+HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+def test_reflect_an_unknown_tool_a_tool_no_upstream_lists_and_the_proxys_name(mcp_model: GuardModel, repo: Path,
+                                                                              git_over_http: str) -> None:
+    r = str(repo)
+
+    async def scenario() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with http_client(git_over_http) as direct:
+            seen["upstream"] = (await direct.list_tools()).tools
+        proxy = proxy_for(Guard(mcp_model), UpstreamSpec("git", url=git_over_http), trigger="level")
+        async with serving(proxy, "lean") as url, http_client(url) as client:
+            seen["proxied"] = (await client.list_tools()).tools
+            seen["held"] = await client.call_tool("git_add", {"repo_path": r, "files": ["notes.txt"]})
+            seen["fine"] = await client.call_tool("git_log", {"repo_path": r, "max_count": 1})
+            with pytest.raises(MCPError) as missing:
+                await client.call_tool("no_such_tool", {})
+            seen["missing"] = missing.value.error
+        proxy.extractor.tool_kinds.pop("git_log", None)
+        async with serving(proxy, "lean") as url, http_client(url) as client:
+            seen["unknown"] = await client.call_tool("git_log", {"repo_path": r, "max_count": 1})
+            async with httpx.AsyncClient() as raw:  # the handshake's answer, as a client reads it
+                first = await raw.post(url, headers=HEADERS, json={
+                    "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": types.LATEST_PROTOCOL_VERSION, "capabilities": {},
+                        "clientInfo": {"name": "raw", "version": "0"}}})
+            seen["initialize"] = first
+        return seen
+
+    seen = anyio.run(scenario)
+    assert [t.model_dump() for t in seen["proxied"]] == [t.model_dump() for t in seen["upstream"]]
+    held = seen["held"]
+    assert held.is_error and "held back the call `git_add`" in text_of(held) and "did not run" in text_of(held)
+    assert git(repo, "diff", "--cached", "--name-only") == ""  # never staged: upstream not called
+    assert not seen["fine"].is_error and "init" in text_of(seen["fine"])
+    assert seen["missing"].code == types.INVALID_PARAMS and "Unknown tool: no_such_tool" in seen["missing"].message
+    unknown = seen["unknown"]
+    assert unknown.is_error and "does not know the tool `git_log`" in text_of(unknown)
+    assert "does not support elicitation" in text_of(unknown)
+    first = seen["initialize"]
+    assert first.status_code == 200 and first.headers.get("mcp-session-id")
+    body = first.text if "json" in first.headers["content-type"] else first.text.split("data: ", 1)[1]
+    assert '"name":"forewarn-mcp"' in body.replace(" ", "")
+
+
+def test_elicitation_is_the_relays_own_request_in_the_calls_event_stream(mcp_model: GuardModel, repo: Path,
+                                                                         git_over_http: str) -> None:
+    async def scenario() -> tuple[Approver, Any, Any]:
+        proxy = proxy_for(Guard(mcp_model, policy=ASKING), UpstreamSpec("git", url=git_over_http),
+                          trigger=Trigger.LEVEL)
+        async with serving(proxy, "lean") as url:
+            return await approve_then_refuse(lambda approver: http_client(url, elicitation_callback=approver), repo)
+
+    assert_approved_then_refused(anyio.run(scenario), repo)
+
+
+def test_a_hung_upstream_times_out_big_arguments_are_refused_and_a_dead_one_is_reported(
+        mcp_model: GuardModel) -> None:
+    async def scenario() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        with http_server("flaky-http") as upstream:
+            proxy = proxy_for(Guard(mcp_model), UpstreamSpec("flaky", url=upstream), call_timeout=2.0,
+                              unknown_tools="allow", max_argument_bytes=1000)
+            async with serving(proxy, "lean") as url, http_client(url) as one, http_client(url) as other:
+                for key, name, args in (("hung", "hang", {}), ("big", "echo", {"text": "x" * 5000}),
+                                        ("crashed", "crash", {}), ("after", "echo", {"text": "anyone?"})):
+                    with pytest.raises(MCPError) as failed:
+                        with anyio.fail_after(60):  # never a hung client
+                            await one.call_tool(name, args)
+                    seen[key] = failed.value.error
+                    if key == "hung":
+                        seen["other"] = text_of(await other.call_tool("echo", {"text": "still here"}))
+        return seen
+
+    seen = anyio.run(scenario)
+    assert_failures_reported(seen)
+    assert seen["after"].code == UPSTREAM_DOWN and "upstream 'flaky'" in seen["after"].message
+
+
+def test_malformed_oversized_and_batched_bodies_get_one_clear_error_each(mcp_model: GuardModel,
+                                                                        git_over_http: str) -> None:
+    async def scenario() -> dict[str, httpx.Response]:
+        proxy = proxy_for(Guard(mcp_model), UpstreamSpec("git", url=git_over_http))
+        async with serving(proxy, "lean") as url, httpx.AsyncClient() as raw:
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "git_status",
+                                                                                  "arguments": {}}}
+            return {"malformed": await raw.post(url, content=b'{"jsonrpc": "2.0", "id": 1, "method": ',
+                                                headers=HEADERS),
+                    "oversized": await raw.post(url, content=b"[" + b" " * (5 << 20) + b"]", headers=HEADERS),
+                    "batch": await raw.post(url, json=[call], headers=HEADERS),
+                    "elsewhere": await raw.post(url.replace("/mcp", "/other"), json=call, headers=HEADERS)}
+
+    seen = anyio.run(scenario)
+    assert seen["malformed"].status_code == 400 and seen["malformed"].json()["error"]["code"] == types.PARSE_ERROR
+    assert seen["oversized"].status_code == 413 and "above the proxy's limit" in seen["oversized"].json()["error"]["message"]
+    assert seen["batch"].status_code == 400 and "batch may not carry tools/call" in seen["batch"].json()["error"]["message"]
+    assert seen["elsewhere"].status_code == 404
+
+
+def test_an_upstream_url_nothing_answers_is_reported_at_launch(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    done = subprocess.run([sys.executable, "-m", "forewarn", "mcp", "--record", str(tmp_path / "r.jsonl"),
+                           "--upstream-url", url, "--http", f"127.0.0.1:{free_port()}"],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"upstream 'upstream' ({url}) could not be reached" in last
