@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -27,7 +28,10 @@ from typing import Any
 
 import mcp_types as types
 import orjson
+from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from starlette.requests import Request
 
 from ...errors import ConfigError
 from .._version import __version__
@@ -81,12 +85,14 @@ class _Session:
     elicits: bool
     guarded: GuardedSession | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    seen: float = field(default_factory=time.monotonic)  # the session's last request
 
 
 class HttpRelay:
     """Serves one MCP endpoint (``path``) in front of the single streamable-HTTP upstream of ``judge``'s config."""
 
-    def __init__(self, judge: CallJudge, *, path: str = "/mcp") -> None:
+    def __init__(self, judge: CallJudge, *, path: str = "/mcp", host: str = "127.0.0.1",
+                 idle_timeout: float = DEFAULT_SESSION_IDLE_TIMEOUT) -> None:
         if not lean_http_fits(judge):
             raise ConfigError("the lean HTTP relay serves exactly one upstream reached by its URL")
         self.judge = judge
@@ -104,6 +110,12 @@ class HttpRelay:
         self._tools: set[str] = set()
         self._ids = itertools.count(1)
         self._streams: set[asyncio.Task[Any]] = set()
+        # a session without requests this long is ended, here and upstream (the SDK path's default: 30 min), so
+        # a client that never says DELETE does not keep its guarded session, and one that comes back after it
+        # is told (404) to start a new one, as the SDK's own sessions do
+        self.idle_timeout = idle_timeout
+        self._swept = time.monotonic()
+        self._security = TransportSecurityMiddleware(_security_for(host))
 
     # -- running ------------------------------------------------------------------------
 
@@ -167,7 +179,13 @@ class HttpRelay:
             return await reply(send, 404, error_frame(None, types.INVALID_REQUEST, f"Not Found: the MCP endpoint is "
                                                                                     f"{self.path}"))
         method = scope["method"]
+        # the SDK path's checks: a JSON body, and on a loopback address the Host and Origin of a local client,
+        # so that a web page cannot reach the proxy through a rebound domain name
+        refused = await self._security.validate_request(Request(scope), is_post=method == "POST")
+        if refused is not None:
+            return await refused(scope, receive, send)
         headers = [(k, v) for k, v in scope["headers"] if k not in _HOP]
+        self._touch(session_id(headers))
         if method == "POST":
             return await self._post(headers, receive, send)
         if method in ("GET", "DELETE"):
@@ -361,10 +379,41 @@ class HttpRelay:
         self._streams.add(task)
         task.add_done_callback(self._streams.discard)
 
+    def _touch(self, sid: str | None) -> None:
+        """Mark the session seen; now and then, end those idle past the timeout."""
+        now = time.monotonic()
+        if (state := self._sessions.get(sid)) is not None:
+            state.seen = now
+        if now - self._swept < min(60.0, self.idle_timeout / 4):
+            return
+        self._swept = now
+        for key, state in list(self._sessions.items()):
+            if now - state.seen > self.idle_timeout and not state.lock.locked():
+                self._end(key, f"idle for more than {self.idle_timeout:g} s")
+                if key is not None:
+                    self._background(self._forget(key))
+
+    async def _forget(self, sid: str) -> None:
+        """End an idle session upstream too (best effort: the upstream also ends idle sessions of its own)."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                await done(await self._http.request("DELETE", [*_OWN_HEADERS, (b"mcp-session-id", sid.encode())]))
+        except (HttpError, TimeoutError) as exc:
+            log.warning("upstream %r: ending idle session %s: %s", self.name, sid, exc)
+
     def _end(self, sid: str | None, why: str) -> None:
         state = self._sessions.pop(sid, None)
         if state is not None and state.guarded is not None:
             self.judge.close_session(state.guarded, why)
+
+
+def _security_for(host: str) -> TransportSecuritySettings | None:
+    """DNS-rebinding protection where the SDK's server turns it on (serving a loopback address); else none."""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
 
 
 def _name(message: dict[str, Any]) -> str:

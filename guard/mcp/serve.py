@@ -59,26 +59,32 @@ async def _answer_parse_errors(read: Any, forward: Any, write: Any) -> None:
 
 
 async def serve_http(proxy: GuardedProxy, *, host: str = "127.0.0.1", port: int = 8765, path: str = "/mcp",
-                     started: anyio.Event | None = None, stop: anyio.Event | None = None, relay: str = "auto") -> None:
+                     started: anyio.Event | None = None, stop: anyio.Event | None = None, relay: str = "auto",
+                     idle_timeout: float | None = None) -> None:
     """Serve streamable HTTP on ``http://host:port/path`` (uvicorn in this event loop) until interrupted,
     or until ``stop`` is set; ``started`` is set once the port accepts connections.
 
     ``relay="lean"``: requests pass through to the one upstream reached by its URL (:mod:`.http_relay`);
-    ``"auto"``: lean where it fits; ``"sdk"``: the SDK's server in front of SDK clients of the upstreams."""
+    ``"auto"``: lean where it fits; ``"sdk"``: the SDK's server in front of SDK clients of the upstreams.
+    ``idle_timeout``: seconds after which a session without requests is ended (None: the SDK's 30 minutes)."""
     import uvicorn
 
     if relay == "lean" and not lean_http_fits(proxy):
         raise ConfigError("--relay lean serves HTTP in front of one upstream reached by its URL (--upstream-url); "
                           f"this proxy has {len(proxy.config.upstreams)} upstream(s) — use --relay sdk")
     if relay != "sdk" and lean_http_fits(proxy):
-        async with HttpRelay(proxy, path=path).running() as app:
+        idle = {} if idle_timeout is None else {"idle_timeout": idle_timeout}
+        async with HttpRelay(proxy, path=path, host=host, **idle).running() as app:
             # (no lifespan: the relay's is running()'s; its streams end there, so shutting down does not wait)
             await _uvicorn(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
                                           server_header=False, date_header=False, timeout_graceful_shutdown=5),
                            started, stop, app.close)
         return
     async with proxy.running() as server:
-        sdk_app = server.streamable_http_app(streamable_http_path=path, host=host)
+        if idle_timeout is None:
+            sdk_app = server.streamable_http_app(streamable_http_path=path, host=host)
+        else:
+            sdk_app = server.streamable_http_app(streamable_http_path=path, host=host, session_idle_timeout=idle_timeout)
         await _uvicorn(uvicorn.Config(sdk_app, host=host, port=port, log_level="warning", lifespan="on"),
                        started, stop, None)
 

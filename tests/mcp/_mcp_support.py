@@ -148,12 +148,13 @@ def http_server(mode: str, *args: str) -> Iterator[str]:
 
 
 @asynccontextmanager
-async def serving(proxy: GuardedProxy, relay: str = "auto") -> AsyncIterator[str]:
-    """``proxy`` served over streamable HTTP in this process (``relay``: as ``forewarn mcp --relay``): its URL."""
+async def serving(proxy: GuardedProxy, relay: str = "auto", **http: Any) -> AsyncIterator[str]:
+    """``proxy`` served over streamable HTTP in this process (``relay``: as ``forewarn mcp --relay``; ``http``:
+    more of :func:`serve_http`'s settings): its URL."""
     port = free_port()
     started, stop = anyio.Event(), anyio.Event()
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(lambda: serve_http(proxy, port=port, started=started, stop=stop, relay=relay))
+        tasks.start_soon(lambda: serve_http(proxy, port=port, started=started, stop=stop, relay=relay, **http))
         with anyio.fail_after(120):
             await started.wait()
         try:

@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import httpx
 import mcp_types as types
+import orjson
 import pytest
 from _mcp_support import (
     ASKING,
@@ -145,3 +146,58 @@ def test_an_upstream_url_nothing_answers_is_reported_at_launch(tmp_path: Path) -
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"upstream 'upstream' ({url}) could not be reached" in last
+
+
+def test_a_page_on_a_rebound_domain_and_a_body_that_is_not_json_are_refused(mcp_model: GuardModel,
+                                                                            git_over_http: str) -> None:
+    """The SDK path's checks on a loopback address: a web page whose domain now resolves to 127.0.0.1 sends
+    its own Host or Origin, and the proxy refuses it before anything reaches the upstream."""
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": types.LATEST_PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+
+    async def scenario() -> dict[str, httpx.Response]:
+        proxy = proxy_for(Guard(mcp_model), UpstreamSpec("git", url=git_over_http))
+        async with serving(proxy, "lean") as url, httpx.AsyncClient() as raw:
+            port = url.split(":")[2].split("/")[0]
+            return {"host": await raw.post(url, json=initialize, headers={**HEADERS, "host": f"evil.example:{port}"}),
+                    "origin": await raw.post(url, json=initialize, headers={**HEADERS, "origin": "http://evil.example"}),
+                    "text": await raw.post(url, content=orjson.dumps(initialize),
+                                           headers={**HEADERS, "content-type": "text/plain"}),
+                    "local": await raw.post(url, json=initialize,
+                                            headers={**HEADERS, "origin": f"http://localhost:{port}"})}
+
+    seen = anyio.run(scenario)
+    assert seen["host"].status_code == 421 and "Invalid Host header" in seen["host"].text
+    assert seen["origin"].status_code == 403 and "Invalid Origin header" in seen["origin"].text
+    assert seen["text"].status_code == 400 and "Invalid Content-Type header" in seen["text"].text
+    assert seen["local"].status_code == 200 and seen["local"].headers.get("mcp-session-id")
+
+
+def test_a_session_idle_past_the_timeout_is_ended_here_and_upstream(mcp_model: GuardModel, repo: Path,
+                                                                   git_over_http: str, tmp_path: Path) -> None:
+    """A client that never says DELETE: its guarded session ends after the idle timeout (recorded as such), the
+    upstream's too, so a call it sends later runs nowhere and it must start a new session."""
+    record = tmp_path / "sessions.jsonl"
+    r = str(repo)
+
+    async def scenario() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        proxy = proxy_for(Guard(mcp_model), UpstreamSpec("git", url=git_over_http), record=str(record))
+        async with serving(proxy, "lean", idle_timeout=0.5) as url, http_client(url) as idle:
+            seen["before"] = text_of(await idle.call_tool("git_log", {"repo_path": r, "max_count": 1}))
+            await anyio.sleep(1.5)
+            async with http_client(url) as other:  # any request looks for idle sessions
+                seen["other"] = text_of(await other.call_tool("git_log", {"repo_path": r, "max_count": 1}))
+                await anyio.sleep(0.5)  # (the upstream's session is ended in the background)
+                seen["ended"] = [orjson.loads(line) for line in record.read_bytes().splitlines()]
+                with pytest.raises(MCPError) as gone:
+                    with anyio.fail_after(60):
+                        await idle.call_tool("git_log", {"repo_path": r, "max_count": 1})
+                seen["after"] = gone.value.error
+        return seen
+
+    seen = anyio.run(scenario)
+    assert "init" in seen["before"] and "init" in seen["other"]
+    [ended] = seen["ended"]
+    assert ended["meta"]["ended"] == "idle for more than 0.5 s" and len(ended["steps"]) == 2
+    assert seen["after"].code == UPSTREAM_DOWN and "HTTP 404" in seen["after"].message
