@@ -51,7 +51,8 @@ MIN_GAIN = 0.005  # objective gain a predicate must bring (≈ 0.5 % of the Brie
 PENALTY = 0.25  # λ: weight of the share of held-out steps in rarely visited states
 MIN_VISITS = 20  # visits below which a state's interval is too wide to mean much
 MIN_BRIER_GAIN = 0.005  # relative fall of the held-out Brier score a predicate must bring
-MIN_Z = 1.5  # significance of that fall over the groups of runs (a paired z-score)
+# the significance of that fall over the groups of runs (a paired z-score) grows with the candidates
+# tried: search.required_z
 
 
 @dataclass
@@ -203,7 +204,7 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
                 for i, definition in enumerate(spec.predicates.values())]
     result = search(scorer, np.asarray(base_key, dtype=np.int64), candidates, literals,
                     max_predicates=max_predicates, min_gain=MIN_GAIN, deadline=deadline, min_visits=min_visits,
-                    min_brier_gain=MIN_BRIER_GAIN, min_z=MIN_Z)
+                    min_brier_gain=MIN_BRIER_GAIN)
     report = DiscoveryReport(
         text=spec.text, changed=False, added=[], names=[], counting_before=_figures(result.base),
         counting_after=_figures(result.base), learner_before=None, learner_after=None, runs=len(runs),
@@ -219,14 +220,14 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         if len(steps) == len(result.steps):
             memory, report.memory_options = propose_actions(
                 scorer, result.key, result.final, actions, run_of_step, scored_idx, min_gain=MIN_GAIN,
-                min_brier_gain=MIN_BRIER_GAIN, min_z=MIN_Z, untested=confirm)
+                min_brier_gain=MIN_BRIER_GAIN, untested=confirm)
         else:
             report.notes.append("action memory not scored over the discovered predicates: one was left out")
         if steps and confirm:  # remembering actions over the spec's own predicates alone
             base, _ = np.unique(np.asarray(base_key, dtype=np.int64), return_inverse=True)
             alone, _ = propose_actions(scorer, np.searchsorted(base, np.asarray(base_key, dtype=np.int64)),
                                        result.base, actions, run_of_step, scored_idx, min_gain=MIN_GAIN,
-                                       min_brier_gain=MIN_BRIER_GAIN, min_z=MIN_Z, untested=True)
+                                       min_brier_gain=MIN_BRIER_GAIN, untested=True)
         elif not steps:
             alone = memory
     if not steps and memory is None and alone is None:

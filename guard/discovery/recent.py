@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from ..actions import ActionClass, action_class, action_view
 from .scoring import HeldOut, Score
-from .search import pays_off
+from .search import pays_off, required_z
 
 __all__ = ["ActionMemory", "propose_actions"]
 
@@ -70,7 +70,7 @@ def _history(codes: NDArray[np.int64], run_of_step: NDArray[np.int64], depth: in
 
 def propose_actions(scorer: HeldOut, key: NDArray[np.int64], current: Score, actions: Sequence[Any],
                     run_of_step: NDArray[np.int64], scored: NDArray[np.int64], *, min_gain: float,
-                    min_brier_gain: float, min_z: float, untested: bool = False
+                    min_brier_gain: float, min_z: float | None = None, untested: bool = False
                     ) -> tuple[ActionMemory | None, list[tuple[str, Score]]]:
     """The best action memory that pays off on held-out runs (None when none does), and every option's figures.
 
@@ -89,6 +89,8 @@ def propose_actions(scorer: HeldOut, key: NDArray[np.int64], current: Score, act
     kinds: list[ActionClass] = ["verb", "raw"]
     if any(v["tool"] for v in views):
         kinds.append("tool")
+    if min_z is None:  # the best of the options tried: the test grows with them, as a predicate's
+        min_z = required_z(len(kinds) * len(DEPTHS))
     options: list[tuple[str, Score]] = []
     best: ActionMemory | None = None
     closest: ActionMemory | None = None
