@@ -270,10 +270,9 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
             if c is not picked:
                 report.notes.append(f"not written: {c.name} ({figures.text(target)}, z {z:.2f}; the real learner "
                                     f"preferred {picked.name}, {after.text(target)})")
-        if not picked.memory and (memory is not None or alone is not None):
-            shown = memory or alone
-            assert shown is not None
-            report.not_helping.insert(0, (f"learning.memory {shown.text()}", math.nan, math.nan))
+        if not picked.memory:
+            report.not_helping[:0] = [(c.name, f.brier if f.brier is not None else math.nan, f.detection)
+                                      for c, f, _ in tried if c.memory]
         chosen = picked
         report.learner_after = after
     kept = steps if chosen.predicates else []
