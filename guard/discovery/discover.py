@@ -252,13 +252,15 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
             return _learner(runs, parse_spec(c.text, source=spec.source or "<discovered>"), target, folds,
                             group_by, seed)
 
-        picked, tried = choose(configurations, own, score, target, {run.id: g for run, g in zip(runs, groups)})
+        picked, tried = choose(configurations, own, score, target, {run.id: g for run, g in zip(runs, groups)},
+                               {run.id: str(f) for run, f in zip(runs, fold_of_run.tolist())})
         report.configurations = [("the spec's own", before)] + [(c.name, f) for c, f, _ in tried]
         report.learner_before = report.learner_after = before
         if picked is None:
             report.notes.append(
                 "the real learner confirms no discovered configuration: none is at least as good as the spec's own "
-                "in Brier and at the target with a significant fall in squared error over the groups of runs "
+                "in Brier and at the target with a fall in squared error in every fold but one, significant over "
+                "the groups of runs "
                 f"({before.text(target)} with the spec's own; "
                 + "; ".join(f"{f.text(target)}, z {z:.2f} with {c.name}" for c, f, z in tried)
                 + "): the spec is unchanged")

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from forewarn.guard.discovery.confirm import Configuration, Figures, choose, eligible, paired_z
+from forewarn.guard.discovery.confirm import Configuration, Figures, choose, eligible, paired_z, required_t
 from forewarn.guard.discovery.search import required_z
 from forewarn.guard.evaluation.tune import parse_target
 from forewarn.guard.replay import RunReplay
@@ -64,7 +64,7 @@ def test_choose_writes_the_best_eligible_significant_configuration_or_nothing() 
     picked, tried = choose(configurations, own, lambda c: scores[c.name], TARGET, groups)
     assert picked is not None and picked.name == "steady"
     z = {c.name: value for c, _, value in tried}
-    assert z["steady"] == math.inf and z["lucky"] < required_z(2)
+    assert z["steady"] == math.inf and z["lucky"] < required_t(2, 6)
     picked, _ = choose(configurations[:1], own, lambda c: scores[c.name], TARGET, groups)
     assert picked is None  # the better figures, but not significant over the groups
 
@@ -74,3 +74,10 @@ def test_required_z_grows_with_the_candidates() -> None:
     assert required_z(40) == pytest.approx(3.0233, abs=1e-4)
     assert required_z(1200) == pytest.approx(3.9346, abs=1e-4)
     assert required_z(1200) < required_z(12000) < 5.0
+
+
+def test_required_t_is_students_point_bonferroni_corrected() -> None:
+    assert required_t(1, 13) == pytest.approx(1.7823, abs=1e-4)  # t(12) at 95 %
+    assert required_t(3, 13) == pytest.approx(2.4030, abs=1e-4)  # t(12) at 1 − 0.05 / 3
+    assert required_t(1, 1000) == pytest.approx(required_z(1), abs=2e-3)
+    assert required_t(1, 1) == math.inf
