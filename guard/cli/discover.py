@@ -40,8 +40,9 @@ def discover(
     min_visits: Annotated[int, typer.Option(
         "--min-visits", help="Visits below which a state counts as rare (the search's visit penalty).")] = 20,
     confirm: Annotated[bool, typer.Option(
-        "--confirm/--no-confirm", help="Confirm the result with the real learner (grouped k-fold, before and "
-                                       "after); without it the figures are the search's counting estimates.")]
+        "--confirm/--no-confirm", help="Let the real learner (grouped k-fold) choose what to write: the "
+                                       "discovered predicates, action memory, both, or the spec unchanged; without "
+                                       "it the figures are the search's counting estimates.")]
     = True,
     exclude: Annotated[list[str] | None, typer.Option(
         "--exclude", help="A field to propose nothing on, e.g. meta.outcome (a label written after the run); "

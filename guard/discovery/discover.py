@@ -7,12 +7,15 @@ The pipeline (docs/method.md, "Discovery"):
 2. split the runs into the same grouped folds as ``forewarn evaluate``;
 3. read every field of the steps into columns and propose candidates (:mod:`.columns`,
    :mod:`.candidates`);
-4. search, scoring by counting on held-out folds (:mod:`.search`, :mod:`.scoring`);
+4. search, scoring by counting on held-out folds (:mod:`.search`, :mod:`.scoring`), then
+   score remembering the last actions (:mod:`.recent`);
 5. check every chosen predicate against CEL itself on every step (an expression that
-   does not compute what the search scored is dropped), and confirm the whole spec
-   with the real learner: the same grouped k-fold evaluation ``forewarn evaluate``
-   runs, before and after. A discovered spec the real learner scores worse than the
-   user's is not returned: the user's spec is, unchanged, and the report says why.
+   does not compute what the search scored is dropped), and let the real learner choose
+   (:mod:`.confirm`): the same grouped k-fold evaluation ``forewarn evaluate`` runs, of the
+   user's spec and of each configuration discovery could write (predicates with action
+   memory, predicates alone, action memory alone). One is written only if it is no worse
+   than the user's spec in Brier and at the target, and better significantly; otherwise
+   the user's spec is returned unchanged, and the report gives every configuration's figures.
 """
 from __future__ import annotations
 
