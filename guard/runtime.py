@@ -150,6 +150,9 @@ class Guard:
         self._confidence = 1.0 - model.intervals.delta if model.intervals is not None else None
         self.start_risk = start_risk(model)  # per property: what a session's first step is compared with
         self._decisions: dict[tuple[Any, ...], Decision] = {}
+        # with learning.memory: decisions by what they are made of (bits, monitor states, chain index), which
+        # memory states that differ only where the chain does not look — histories it never saw — share
+        self._by_index: dict[tuple[Any, ...], Decision] = {}
         self._origin: tuple[str | None, str | None, bool, str] = (None, None, False, "")  # see with_origin
         self.kinds = model.kinds  # learning.kinds: sessions weigh the kinds by their posterior
         if self.memory is not None:
@@ -213,6 +216,7 @@ class Guard:
         clone.__dict__.update(self.__dict__)
         clone.policy = policy
         clone._decisions = {}
+        clone._by_index = {}
         return clone
 
     def with_origin(self, member: str | None, group: str | None, fallback: bool, note: str = "") -> Guard:
@@ -271,7 +275,15 @@ class Guard:
         key = (bits, q) if baseline is None else (bits, q, baseline)
         decision = self._decisions.get(key)
         if decision is None:
-            decision = self._decisions[key] = self._originated(self._make_decision(bits, q, baseline))
+            if self.memory is None:
+                decision = self._originated(self._make_decision(bits, q, baseline))
+            else:  # a decision reads the memory only through the chain state's index
+                n = len(self.monitors)
+                shared = (bits, q[:n], self.state_index(bits, q), baseline)
+                decision = self._by_index.get(shared)
+                if decision is None:
+                    decision = self._by_index[shared] = self._originated(self._make_decision(bits, q, baseline))
+            self._decisions[key] = decision
         return decision
 
     def _originated(self, decision: Decision) -> Decision:

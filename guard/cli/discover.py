@@ -40,8 +40,9 @@ def discover(
     min_visits: Annotated[int, typer.Option(
         "--min-visits", help="Visits below which a state counts as rare (the search's visit penalty).")] = 20,
     confirm: Annotated[bool, typer.Option(
-        "--confirm/--no-confirm", help="Confirm the result with the real learner (grouped k-fold, before and "
-                                       "after); without it the figures are the search's counting estimates.")]
+        "--confirm/--no-confirm", help="Let the real learner (grouped k-fold) choose what to write: the "
+                                       "discovered predicates, action memory, both, or the spec unchanged; without "
+                                       "it the figures are the search's counting estimates.")]
     = True,
     exclude: Annotated[list[str] | None, typer.Option(
         "--exclude", help="A field to propose nothing on, e.g. meta.outcome (a label written after the run); "
@@ -112,6 +113,7 @@ def _as_dict(report: object, output: Path) -> dict[str, object]:
         "counting": {"before": asdict(report.counting_before), "after": asdict(report.counting_after)},
         "learner": None if report.learner_before is None or report.learner_after is None else {
             "before": asdict(report.learner_before), "after": asdict(report.learner_after)},
+        "configurations": [{"name": name, **asdict(f)} for name, f in report.configurations],
         "not_helping": [{"cel": c, "brier": b, "detection": d} for c, b, d in report.not_helping],
         "notes": report.notes,
     }
@@ -152,6 +154,8 @@ def _print(report: object) -> None:
     if report.learner_before is not None and report.learner_after is not None:
         out.print(f"held out, real learner: {report.learner_before.text(target)} → "
                   f"{report.learner_after.text(target)}", highlight=False, markup=False, soft_wrap=True)
+    for name, figures in report.configurations[1:]:
+        out.print(f"real learner, {name}: {figures.text(target)}", highlight=False, markup=False, soft_wrap=True)
     out.print(f"search stopped: {report.stopped}", highlight=False, markup=False, soft_wrap=True)
     for cel, brier, detection in report.not_helping[:3]:
         out.print(f"did not help: {cel} (held-out Brier {brier:.4f}, detection {detection:.1%})",

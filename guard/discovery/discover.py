@@ -7,12 +7,15 @@ The pipeline (docs/method.md, "Discovery"):
 2. split the runs into the same grouped folds as ``forewarn evaluate``;
 3. read every field of the steps into columns and propose candidates (:mod:`.columns`,
    :mod:`.candidates`);
-4. search, scoring by counting on held-out folds (:mod:`.search`, :mod:`.scoring`);
+4. search, scoring by counting on held-out folds (:mod:`.search`, :mod:`.scoring`), then
+   score remembering the last actions (:mod:`.recent`);
 5. check every chosen predicate against CEL itself on every step (an expression that
-   does not compute what the search scored is dropped), and confirm the whole spec
-   with the real learner: the same grouped k-fold evaluation ``forewarn evaluate``
-   runs, before and after. A discovered spec the real learner scores worse than the
-   user's is not returned: the user's spec is, unchanged, and the report says why.
+   does not compute what the search scored is dropped), and let the real learner choose
+   (:mod:`.confirm`): the same grouped k-fold evaluation ``forewarn evaluate`` runs, of the
+   user's spec and of each configuration discovery could write (predicates with action
+   memory, predicates alone, action memory alone). One is written only if it is no worse
+   than the user's spec in Brier and at the target, and better significantly; otherwise
+   the user's spec is returned unchanged, and the report gives every configuration's figures.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from ..traces import Run, abstract_run
 from .actions import action_columns
 from .candidates import generate
 from .columns import Skipped, build_table
+from .confirm import Configuration, Figures, choose
 from .recent import ActionMemory, propose_actions
 from .scoring import HeldOut, Score
 from .search import Literal_, SearchResult, Step, search
@@ -50,22 +54,8 @@ MIN_GAIN = 0.005  # objective gain a predicate must bring (≈ 0.5 % of the Brie
 PENALTY = 0.25  # λ: weight of the share of held-out steps in rarely visited states
 MIN_VISITS = 20  # visits below which a state's interval is too wide to mean much
 MIN_BRIER_GAIN = 0.005  # relative fall of the held-out Brier score a predicate must bring
-MIN_Z = 1.5  # significance of that fall over the groups of runs (a paired z-score)
-
-
-@dataclass(frozen=True)
-class Figures:
-    """Held-out figures of one spec: Brier score and detection (strictly before the violation) at the target."""
-
-    brier: float | None
-    detection: float
-    false_alarms: float
-
-    def text(self, target: Target) -> str:
-        brier = "–" if self.brier is None else f"{self.brier:.4f}"
-        if target.metric == "false-alarms":
-            return f"Brier {brier}, detection {self.detection:.1%} at {self.false_alarms:.1%} false alarms"
-        return f"Brier {brier}, false alarms {self.false_alarms:.1%} at {self.detection:.1%} detection"
+# the significance of that fall over the groups of runs (a paired z-score) grows with the candidates
+# tried: search.required_z
 
 
 @dataclass
@@ -95,6 +85,8 @@ class DiscoveryReport:
     not_helping: list[tuple[str, float, float]] = field(default_factory=list)
     memory: ActionMemory | None = None  # the action memory added to learning.memory
     memory_options: list[tuple[str, Score]] = field(default_factory=list)  # every option scored
+    # every configuration the real learner scored (:mod:`.confirm`), the spec's own first
+    configurations: list[tuple[str, Figures]] = field(default_factory=list)
 
 
 def _figures(score: Score) -> Figures:
@@ -124,11 +116,6 @@ def held_out_figures(replays: Sequence[RunReplay], target: Target, *, unseen_ala
     needed = max(math.ceil(target.value * len(unsafe) - 1e-9), 1)
     theta = np.nextafter(unsafe[needed - 1], math.inf)
     return Figures(brier, float(np.mean(unsafe < theta)), float(np.mean(safe < theta)))
-
-
-def _objective(f: Figures, base_brier: float | None, target: Target) -> float:
-    relative = (f.brier / base_brier) if (f.brier is not None and base_brier) else 1.0
-    return relative - f.detection if target.metric == "false-alarms" else relative + f.false_alarms
 
 
 def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates: int = 8,
@@ -220,7 +207,7 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
                 for i, definition in enumerate(spec.predicates.values())]
     result = search(scorer, np.asarray(base_key, dtype=np.int64), candidates, literals,
                     max_predicates=max_predicates, min_gain=MIN_GAIN, deadline=deadline, min_visits=min_visits,
-                    min_brier_gain=MIN_BRIER_GAIN, min_z=MIN_Z)
+                    min_brier_gain=MIN_BRIER_GAIN)
     report = DiscoveryReport(
         text=spec.text, changed=False, added=[], names=[], counting_before=_figures(result.base),
         counting_after=_figures(result.base), learner_before=None, learner_after=None, runs=len(runs),
@@ -228,16 +215,25 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         skipped=table.skipped, folds=folds, group_by=group_by, target=target, stopped=result.stopped,
         seconds=0.0, not_helping=result.rejected)
     steps = _checked(result, runs, spec, scored_idx, report.notes)
-    memory = None
+    memory = alone = None
     if action_memory and spec.learning.memory.actions == 0 and memory_slot(spec.text):
+        progress("scoring action memory")
+        run_of_step = np.asarray(run_of_all, dtype=np.int64)
+        # with confirmation, the best option counting offers is a candidate even short of its significance test
         if len(steps) == len(result.steps):
-            progress("scoring action memory")
             memory, report.memory_options = propose_actions(
-                scorer, result.key, result.final, actions, np.asarray(run_of_all, dtype=np.int64), scored_idx,
-                min_gain=MIN_GAIN, min_brier_gain=MIN_BRIER_GAIN, min_z=MIN_Z)
+                scorer, result.key, result.final, actions, run_of_step, scored_idx, min_gain=MIN_GAIN,
+                min_brier_gain=MIN_BRIER_GAIN, untested=confirm)
         else:
-            report.notes.append("action memory not scored: a discovered predicate was left out")
-    if not steps and memory is None:
+            report.notes.append("action memory not scored over the discovered predicates: one was left out")
+        if steps and confirm:  # remembering actions over the spec's own predicates alone
+            base, _ = np.unique(np.asarray(base_key, dtype=np.int64), return_inverse=True)
+            alone, _ = propose_actions(scorer, np.searchsorted(base, np.asarray(base_key, dtype=np.int64)),
+                                       result.base, actions, run_of_step, scored_idx, min_gain=MIN_GAIN,
+                                       min_brier_gain=MIN_BRIER_GAIN, untested=True)
+        elif not steps:
+            alone = memory
+    if not steps and memory is None and alone is None:
         report.notes.append("nothing found improves held-out prediction over the spec's predicates: "
                             "the spec is unchanged")
         report.seconds = time.monotonic() - started
@@ -246,39 +242,80 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         if "meta." in s.cel:
             report.notes.append(f"{s.cel!r} reads the run's meta: make sure that field is known when a run starts "
                                 "(not an outcome written after it ended; leave such fields out with --exclude)")
-    text, names = _written(spec, steps, target, folds, group_by, memory)
-    predicates_only = _written(spec, steps, target, folds, group_by, None)[0] if memory is not None else text
-    if memory is not None:
-        text = insert_action_memory(text, memory.actions, memory.action_class,
-                                    "discovered: remembering the last actions, " + _change(memory, target, folds))
-    discovered = parse_spec(text, source=spec.source or "<discovered>")
-    report.counting_after = _figures(memory.after if memory is not None else steps[-1].after)
-    if confirm:
-        progress("confirming with the real learner (grouped k-fold, before and after)")
-        before, after = (_learner(runs, s, target, folds, group_by, seed) for s in (spec, discovered))
-        if memory is not None and steps:
-            # the chain, not counting, decides whether remembering actions pays: with the predicates alone?
-            plain = _learner(runs, parse_spec(predicates_only, source=spec.source or "<discovered>"), target,
-                             folds, group_by, seed)
-            if _objective(after, before.brier, target) > _objective(plain, before.brier, target):
-                report.notes.append(f"the real learner does not confirm {memory.text()} ({after.text(target)} "
-                                    f"against {plain.text(target)} without it): not added")
-                report.not_helping.insert(0, (f"learning.memory {memory.text()}", after.brier or math.nan,
-                                              after.detection))
-                memory, text, after = None, predicates_only, plain
-                report.counting_after = _figures(steps[-1].after)
-        report.learner_before, report.learner_after = before, after
-        if _objective(after, before.brier, target) > _objective(before, before.brier, target):
-            report.notes.append(f"the real learner does not confirm the discovered predicates ({after.text(target)} "
-                                f"against {before.text(target)} with the spec's own): the spec is unchanged")
+    configurations = _configurations(spec, steps, memory, alone, target, folds, group_by)
+    if not confirm:  # counting's choice: everything that passed its test
+        chosen = configurations[0]
+    else:
+        progress(f"confirming with the real learner (grouped k-fold: the spec's own and {len(configurations)} "
+                 "configuration(s))")
+        own = _learner(runs, spec, target, folds, group_by, seed)
+        before = own[0]
+
+        def score(c: Configuration) -> tuple[Figures, list[RunReplay]]:
+            return _learner(runs, parse_spec(c.text, source=spec.source or "<discovered>"), target, folds,
+                            group_by, seed)
+
+        picked, tried = choose(configurations, own, score, target, {run.id: g for run, g in zip(runs, groups)},
+                               {run.id: str(f) for run, f in zip(runs, fold_of_run.tolist())})
+        report.configurations = [("the spec's own", before)] + [(c.name, f) for c, f, _ in tried]
+        report.learner_before = report.learner_after = before
+        if picked is None:
+            report.notes.append(
+                "the real learner confirms no discovered configuration: none is at least as good as the spec's own "
+                "in Brier and at the target with a fall in squared error in every fold but one, significant over "
+                "the groups of runs "
+                f"({before.text(target)} with the spec's own; "
+                + "; ".join(f"{f.text(target)}, z {z:.2f} with {c.name}" for c, f, z in tried)
+                + "): the spec is unchanged")
             report.not_helping = [(s.cel, s.after.brier, s.after.detection) for s in steps] + report.not_helping
             report.seconds = time.monotonic() - started
             return report
-        text = _with_confirmation(text, before, after, target)
-    report.text, report.changed, report.added, report.names = text, True, steps, names
-    report.memory = memory
+        after = next(f for c, f, _ in tried if c is picked)
+        for c, figures, z in tried:
+            if c is not picked:
+                report.notes.append(f"not written: {c.name} ({figures.text(target)}, z {z:.2f}; the real learner "
+                                    f"preferred {picked.name}, {after.text(target)})")
+        if not picked.memory:
+            report.not_helping[:0] = [(c.name, f.brier if f.brier is not None else math.nan, f.detection)
+                                      for c, f, _ in tried if c.memory]
+        chosen = picked
+        report.learner_after = after
+    kept = steps if chosen.predicates else []
+    remembered = (memory if kept else alone) if chosen.memory else None
+    text, names = _written(spec, kept, target, folds, group_by, remembered)
+    if remembered is not None:
+        text = insert_action_memory(text, remembered.actions, remembered.action_class,
+                                    "discovered: remembering the last actions, " + _change(remembered, target, folds))
+    if report.learner_before is not None and report.learner_after is not None:
+        text = _with_confirmation(text, report.learner_before, report.learner_after, target)
+    report.counting_after = _figures(remembered.after if remembered is not None else kept[-1].after)
+    if not kept and steps:
+        report.not_helping = [(s.cel, s.after.brier, s.after.detection) for s in steps] + report.not_helping
+    report.text, report.changed, report.added, report.names = text, True, kept, names
+    report.memory = remembered
     report.seconds = time.monotonic() - started
     return report
+
+
+def _configurations(spec: Spec, steps: list[Step], memory: ActionMemory | None, alone: ActionMemory | None,
+                    target: Target, folds: int, group_by: str | None) -> list[Configuration]:
+    """What discovery could write, the most it found first (see :mod:`.confirm`)."""
+    def text(kept: list[Step], remembered: ActionMemory | None) -> str:
+        out = _written(spec, kept, target, folds, group_by, remembered)[0]
+        if remembered is not None:
+            out = insert_action_memory(out, remembered.actions, remembered.action_class, "discovered")
+        return out
+
+    out = []
+    if steps and memory is not None:
+        out.append(Configuration(f"the discovered predicates and learning.memory {memory.text()}",
+                                 text(steps, memory), True, True))
+    if steps:
+        out.append(Configuration("the discovered predicates", text(steps, None), True, False))
+    if alone is not None:
+        out.append(Configuration(f"learning.memory {alone.text()} over the spec's own predicates",
+                                 text([], alone), False, True))
+    return out
 
 
 def _change(memory: ActionMemory, target: Target, folds: int) -> str:
@@ -329,10 +366,11 @@ def _checked(result: SearchResult, runs: Sequence[Run], spec: Spec, scored: np.n
 
 
 def _learner(runs: Sequence[Run], spec: Spec, target: Target, folds: int, group_by: str | None,
-             seed: int) -> Figures:
+             seed: int) -> tuple[Figures, list[RunReplay]]:
     report = evaluate(runs, spec, [0.5], folds=folds, group_by=group_by, seed=seed, method=Method.TOPOLOGICAL,
                       enforcement=Enforcement.OBSERVE)
-    return held_out_figures(report.pooled.replays, target, unseen_alarms=spec.guard.unseen_state is not Action.ALLOW)
+    replays = list(report.pooled.replays)
+    return held_out_figures(replays, target, unseen_alarms=spec.guard.unseen_state is not Action.ALLOW), replays
 
 
 def _written(spec: Spec, steps: Sequence[Step], target: Target, folds: int, group_by: str | None,

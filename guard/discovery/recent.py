@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from ..actions import ActionClass, action_class, action_view
 from .scoring import HeldOut, Score
-from .search import pays_off
+from .search import pays_off, required_z
 
 __all__ = ["ActionMemory", "propose_actions"]
 
@@ -70,8 +70,13 @@ def _history(codes: NDArray[np.int64], run_of_step: NDArray[np.int64], depth: in
 
 def propose_actions(scorer: HeldOut, key: NDArray[np.int64], current: Score, actions: Sequence[Any],
                     run_of_step: NDArray[np.int64], scored: NDArray[np.int64], *, min_gain: float,
-                    min_brier_gain: float, min_z: float) -> tuple[ActionMemory | None, list[tuple[str, Score]]]:
+                    min_brier_gain: float, min_z: float | None = None, untested: bool = False
+                    ) -> tuple[ActionMemory | None, list[tuple[str, Score]]]:
     """The best action memory that pays off on held-out runs (None when none does), and every option's figures.
+
+    With ``untested``, when none passes the test the option with the best objective that gains
+    ``min_gain`` is returned instead: a candidate for the real learner to judge (:mod:`.confirm`),
+    which counting's significance test would otherwise keep from it.
 
     Args:
         key: the abstraction's state at each scored step (0..states-1).
@@ -84,8 +89,11 @@ def propose_actions(scorer: HeldOut, key: NDArray[np.int64], current: Score, act
     kinds: list[ActionClass] = ["verb", "raw"]
     if any(v["tool"] for v in views):
         kinds.append("tool")
+    if min_z is None:  # the best of the options tried: the test grows with them, as a predicate's
+        min_z = required_z(len(kinds) * len(DEPTHS))
     options: list[tuple[str, Score]] = []
     best: ActionMemory | None = None
+    closest: ActionMemory | None = None
     for of in kinds:
         codes = _classes(actions, of)
         if int(codes.max(initial=0)) == 0:
@@ -98,8 +106,10 @@ def propose_actions(scorer: HeldOut, key: NDArray[np.int64], current: Score, act
             options.append((ActionMemory(depth, of, current, refined).text(), refined))
             if current.objective - refined.objective < min_gain:
                 continue
+            if closest is None or refined.objective < closest.after.objective:
+                closest = ActionMemory(depth, of, current, refined)
             if not pays_off(scorer, current, refined, min_brier_gain=min_brier_gain, min_z=min_z):
                 continue
             if best is None or refined.objective < best.after.objective:
                 best = ActionMemory(depth, of, current, refined)
-    return best, options
+    return (closest if best is None and untested else best), options

@@ -14,10 +14,13 @@ one ``bincount`` each); the best are scored held-out (:class:`.scoring.HeldOut`)
 best held-out objective wins the round if it gains at least ``min_gain``, lowers the
 held-out Brier score by at least ``min_brier_gain`` (relative), and lowers it in every fold
 but one (every fold, with two), and its gain is significant over the groups of runs: the
-paired z-score of the per-group changes in held-out squared error is at least ``min_z``
-(3: a chance gain that large among the ~40 offers a round scores is about a 5 % event).
-Otherwise the next best is
-tried, and when none qualifies the search
+paired z-score of the per-group changes in held-out squared error is at least ``min_z``,
+which :func:`required_z` sets from the number of candidates tried: the one-sided 5 % level,
+Bonferroni-corrected (3.0 for 40 candidates, 3.9 for 1,200). The winner of a round is the
+best of *all* candidates — the in-sample ranking that shortlists them reads the held-out
+folds too — so a fixed threshold lets noise through as the candidates grow: 150 runs with
+1,200 candidates, of which all but a dozen are noise, added noise fields at z 2–3.
+Otherwise the next best is tried, and when none qualifies the search
 stops: a split that does not pay off on held-out runs is not made. ``max_predicates``
 and ``time_limit`` bound it.
 """
@@ -27,6 +30,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 from numpy.typing import NDArray
@@ -34,11 +38,18 @@ from numpy.typing import NDArray
 from .candidates import Candidate
 from .scoring import HeldOut, Score
 
-__all__ = ["Literal_", "Offer", "Step", "SearchResult", "pays_off", "search"]
+__all__ = ["LEVEL", "Literal_", "Offer", "Step", "SearchResult", "pays_off", "required_z", "search"]
 
 SHORTLIST = 32  # global candidates scored held-out per round
 PREFILTER_STEPS = 40_000  # steps the in-sample ranking reads (a fixed random sample beyond that)
 LOCAL_STATES = 8  # states offered a local split per round
+LEVEL = 0.05  # chance of accepting a round's best noise candidate, over all the candidates tried
+
+
+def required_z(tried: int, level: float = LEVEL) -> float:
+    """The paired z-score a gain needs when it is the best of ``tried`` candidates: the one-sided
+    ``level`` point, Bonferroni-corrected (it grows like √(2 ln tried))."""
+    return NormalDist().inv_cdf(1.0 - level / max(tried, 1))
 
 
 @dataclass(frozen=True)
@@ -98,7 +109,7 @@ def _fold_briers(scorer: HeldOut, risk: NDArray[np.float64]) -> NDArray[np.float
 
 def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Candidate],
            literals: list[Literal_], *, max_predicates: int, min_gain: float, deadline: float,
-           min_visits: int, min_brier_gain: float = 0.005, min_z: float = 3.0) -> SearchResult:
+           min_visits: int, min_brier_gain: float = 0.005, min_z: float | None = None) -> SearchResult:
     """Greedy forward selection with local splits (see the module's doc).
 
     Args:
@@ -107,7 +118,10 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
         candidates: global candidates.
         literals: the user's predicates over scored steps (their CEL for local conditions).
         deadline: ``time.monotonic()`` past which no new round starts.
+        min_z: the significance a gain needs (None: :func:`required_z` of the candidates).
     """
+    if min_z is None:
+        min_z = required_z(len(candidates))
     count = len(scorer.y)
     y = scorer.y
     key, states = _compact(base_key)

@@ -55,7 +55,9 @@ def solve_nonnegative(system: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray | No
                 solution = guess
         except (ArithmeticError, ValueError):
             solution = None
-        if solution is None:
+        if solution is None:  # bicgstab broke down (it does on transposed systems of action-memory chains)
+            solution = _gmres(system, rhs)
+        if solution is None:  # a direct solve: exact but, on a chain with many successors per state, slow
             try:
                 solution = spla.spsolve(system.tocsc(), rhs, permc_spec="MMD_AT_PLUS_A")
             except RuntimeError:
@@ -65,6 +67,18 @@ def solve_nonnegative(system: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray | No
         return None
     nonnegative: np.ndarray = np.maximum(solution, 0.0)
     return nonnegative
+
+
+def _gmres(system: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray | None:
+    """GMRES's solution when it meets the same residual test as bicgstab's, else ``None``."""
+    try:
+        guess, info = spla.gmres(system, rhs, rtol=1e-12, atol=0.0, restart=100, maxiter=50)
+    except (ArithmeticError, ValueError):
+        return None
+    if info == 0 and np.all(np.isfinite(guess)) and \
+            np.linalg.norm(system @ guess - rhs, np.inf) <= 1e-7 * max(1.0, float(np.abs(guess).max())):
+        return np.asarray(guess)
+    return None
 
 
 
