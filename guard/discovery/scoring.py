@@ -94,6 +94,7 @@ class HeldOut:
         self.start_risk = base[self.fold]
         self.base_brier: float | None = None
         groups = np.arange(len(unsafe_run)) if group_of_run is None else group_of_run
+        self._run_group = groups
         self.group = groups[run_of]
         self.groups = int(groups.max()) + 1 if len(groups) else 1
 
@@ -110,6 +111,40 @@ class HeldOut:
         if spread == 0.0:
             return math.inf if per_group.mean() < 0 else 0.0
         return float(-per_group.mean() / (spread / math.sqrt(len(per_group))))
+
+    def detection_z(self, before: NDArray[np.float64], after: NDArray[np.float64]) -> float:
+        """How significant the gain at the target is from ``before`` to ``after`` (each at its own threshold):
+        per group, the change in violating runs flagged (with a detection target: in safe runs *not*
+        flagged), its mean over the groups holding such runs over its standard error."""
+        watched = self.unsafe_run if self.metric == "false-alarms" else ~self.unsafe_run
+        sign = 1.0 if self.metric == "false-alarms" else -1.0
+        change = sign * (self._flagged(after).astype(np.float64) - self._flagged(before).astype(np.float64))
+        group = self._run_group[watched]
+        per_group = np.bincount(group, weights=change[watched], minlength=self.groups)
+        per_group = per_group[np.bincount(group, minlength=self.groups) > 0]
+        if len(per_group) < 2:
+            return 0.0
+        spread = float(per_group.std(ddof=1))
+        if spread == 0.0:
+            return math.inf if per_group.mean() > 0 else 0.0
+        return float(per_group.mean() / (spread / math.sqrt(len(per_group))))
+
+    def _flagged(self, risk: NDArray[np.float64]) -> NDArray[np.bool_]:
+        """Each run flagged at the target (the threshold :meth:`rates` sets)."""
+        highest = np.full(len(self.unsafe_run), -math.inf)
+        if len(risk):
+            highest[self.present] = np.maximum.reduceat(risk, self.starts)
+        if not self.n_safe or not self.n_unsafe:
+            return np.zeros(len(self.unsafe_run), dtype=np.bool_)
+        if self.metric == "false-alarms":
+            safe = np.sort(highest[~self.unsafe_run])[::-1]
+            allowed = math.floor(self.target * self.n_safe + 1e-9)
+            threshold = safe[allowed] if allowed < self.n_safe else -math.inf
+            return np.asarray(highest > threshold, dtype=np.bool_)
+        needed = math.ceil(self.target * self.n_unsafe - 1e-9)
+        ordered = np.sort(highest[self.unsafe_run])[::-1]
+        threshold = ordered[needed - 1] if needed >= 1 else math.inf
+        return np.asarray(highest >= threshold, dtype=np.bool_)
 
     def score(self, key: NDArray[np.int64], states: int, previous: NDArray[np.float64] | None = None) -> Score:
         """The figures of the abstraction whose state at each scored step is ``key`` (0..states-1),

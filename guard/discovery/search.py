@@ -14,7 +14,8 @@ one ``bincount`` each); the best are scored held-out (:class:`.scoring.HeldOut`)
 best held-out objective wins the round if it gains at least ``min_gain``, lowers the
 held-out Brier score by at least ``min_brier_gain`` (relative), and lowers it in every fold
 but one (every fold, with two), and its gain is significant over the groups of runs: the
-paired z-score of the per-group changes in held-out squared error is at least ``min_z``,
+paired z-score of the per-group changes in held-out squared error, or in violating runs flagged
+at the target (:meth:`.scoring.HeldOut.detection_z`), is at least ``min_z``,
 which :func:`required_z` sets from the number of candidates tried: the one-sided 5 % level,
 Bonferroni-corrected (3.0 for 40 candidates, 3.9 for 1,200). The winner of a round is the
 best of *all* candidates — the in-sample ranking that shortlists them reads the held-out
@@ -216,11 +217,15 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
 
 def pays_off(scorer: HeldOut, current: Score, refined: Score, *, min_brier_gain: float, min_z: float) -> bool:
     """Whether a refinement's held-out gain is real: the Brier score falls by ``min_brier_gain`` (relative),
-    in every fold but one (every fold, with two), and significantly over the groups of runs."""
+    in every fold but one (every fold, with two), and significantly over the groups of runs — the fall
+    in squared error, or the gain at the target (violating runs flagged at the target's false alarms):
+    a predicate that tells the few runs that go wrong apart moves the second far more than the first,
+    whose changes on every safe step swamp it."""
     required = scorer.folds - 1 if scorer.folds >= 3 else scorer.folds
     improved = int(np.sum(_fold_briers(scorer, refined.risk) < _fold_briers(scorer, current.risk)))
     return (refined.brier < current.brier * (1.0 - min_brier_gain) and improved >= required
-            and scorer.paired_z(current.risk, refined.risk) >= min_z)
+            and max(scorer.paired_z(current.risk, refined.risk),
+                    scorer.detection_z(current.risk, refined.risk)) >= min_z)
 
 
 @dataclass(frozen=True)

@@ -41,3 +41,27 @@ def test_paired_z_is_signed_by_the_fall_in_error() -> None:
     better = np.array([0.9, 0.2, 0.8, 0.1])  # each run's squared error falls, by different amounts
     assert scorer.paired_z(before, better) > 0 > scorer.paired_z(better, before)
     assert scorer.paired_z(before, before) == 0.0
+
+
+def test_detection_z_counts_violating_runs_flagged_at_the_target_per_group() -> None:
+    # six runs of one scored step each in three groups of two (a violating and a safe run each); at most
+    # 1 of 3 safe runs may be flagged: the threshold is the second highest safe maximum
+    scorer = HeldOut(np.arange(6), np.array([0, 0, 1, 1, 2, 2]), np.array([True, False] * 3),
+                     metric="false-alarms", target=1 / 3, min_visits=1, penalty=0.0,
+                     group_of_run=np.array([0, 0, 1, 1, 2, 2]))
+    before = np.array([0.1, 0.5, 0.1, 0.2, 0.6, 0.3])  # safe maxima 0.5, 0.3, 0.2: threshold 0.3; run 4 flagged
+    after = np.array([0.7, 0.5, 0.6, 0.2, 0.6, 0.3])  # same threshold; runs 0, 2 and 4 flagged
+    assert math.isclose(scorer.rates(before)[0], 1 / 3) and scorer.rates(after)[0] == 1.0
+    # per group, violating runs newly flagged: 1, 1, 0 — mean 2/3, sample sd √(1/3), z = (2/3)/(√(1/3)/√3) = 2
+    assert math.isclose(scorer.detection_z(before, after), 2.0)
+    assert math.isclose(scorer.detection_z(after, before), -2.0)
+    assert scorer.detection_z(before, before) == 0.0
+    # with a detection target, what counts is the safe runs no longer flagged
+    at_detection = HeldOut(np.arange(6), np.array([0, 0, 1, 1, 2, 2]), np.array([True, False] * 3),
+                           metric="detection", target=1.0, min_visits=1, penalty=0.0,
+                           group_of_run=np.array([0, 0, 1, 1, 2, 2]))
+    # all three violating runs must be flagged: the threshold is the lowest violating maximum (0.6, then 0.7)
+    calmer = np.array([0.7, 0.1, 0.8, 0.2, 0.9, 0.6])  # threshold 0.7: no safe run flagged
+    noisy = np.array([0.6, 0.7, 0.8, 0.2, 0.9, 0.6])  # threshold 0.6: safe runs 1 and 5 flagged
+    # per group, safe runs no longer flagged: 1, 0, 1 — the same z of 2
+    assert math.isclose(at_detection.detection_z(noisy, calmer), 2.0)
