@@ -235,3 +235,22 @@ def test_a_model_file_with_actions_but_a_spec_without_is_refused(traces: Path) -
 def test_too_many_histories_for_a_session_state_is_one_clear_error() -> None:
     with pytest.raises(Exception, match="more than 63 bits of session state"):
         Memory(20, previous=True, actions=4, vocabulary=[f"a{i}" for i in range(1000)])
+
+
+def test_histories_the_chain_never_saw_share_their_states_decision(traces: Path) -> None:
+    """Two memory states the runs never showed ("look" or "pick Phone" before "juggle Knives") fall back to
+    the same chain entry, and get one decision — built once, with the fallback's figures."""
+    model = learn_model([traces], parse_spec(SPEC.replace("actions: 1", "actions: 2")))
+    guard = Guard(model)
+    decisions = []
+    for before in ("look", "pick Phone"):
+        session = guard.session()
+        session.observe(COLD)
+        session.observe(COLD, action=before)
+        decisions.append(session.observe(COLD, action="juggle Knives"))
+    first, second = decisions
+    assert first is second and first.known and first.index is None  # an index past the chain's: the fallback
+    assert guard.memory is not None
+    states = {q for bits, q in guard._decisions if bits == 0 and len(q) == 1}
+    assert len(states) >= 2  # two memory states, one decision
+    assert first.visits == sum(int(model.visits[i]) for i, s in enumerate(model.dtmc.states[:-1]) if s & 1 == 0)
