@@ -139,6 +139,17 @@ def jump_chain(dtmc: LearnedDTMC) -> LearnedDTMC:
     return replace(dtmc, matrix=jumps, counts=jump_counts)
 
 
+def start_weights(dtmc: LearnedDTMC, transient: np.ndarray) -> tuple[int, np.ndarray]:
+    """The runs, and the share of them that start in each transient state (in ``transient``'s order)."""
+    runs = sum(dtmc.initial.values())
+    position = {int(i): k for k, i in enumerate(transient.tolist())}
+    mu = np.zeros(transient.size)
+    for i, count in dtmc.initial.items():
+        if int(i) in position:
+            mu[position[int(i)]] += count / max(runs, 1)
+    return runs, mu
+
+
 def bernstein(n: np.ndarray, log_term: float, variance: np.ndarray) -> np.ndarray:
     """Bernstein's radius for a mean of n terms in [0, 1] of variance at most ``variance``, at δ'."""
     radius: np.ndarray = (log_term / 3 + np.sqrt(log_term**2 / 9 + 2 * n * log_term * variance)) / n

@@ -8,7 +8,16 @@ import numpy as np
 
 from ..learning import LearnedDTMC
 from ..results import TightPAC, TightStatePAC
-from ._solve import jump_chain, narrow, smallest_scale, smoothing_shift, solve_nonnegative, system_of, variance_bound
+from ._solve import (
+    jump_chain,
+    narrow,
+    smallest_scale,
+    smoothing_shift,
+    solve_nonnegative,
+    start_weights,
+    system_of,
+    variance_bound,
+)
 from .tight import bound_report
 
 __all__ = ["EMPIRICAL_SHARE", "empirical_bound"]
@@ -81,12 +90,7 @@ def empirical_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting
         return narrow(system, radius_of, m, rounds)
 
     bound, radius = widths(1.0, rounds)
-    runs = sum(jump.initial.values())
-    position = {int(i): k for k, i in enumerate(transient.tolist())}
-    mu = np.zeros(m)
-    for i, count in jump.initial.items():
-        if int(i) in position:
-            mu[position[int(i)]] += count / max(runs, 1)
+    runs, mu = start_weights(jump, transient)
 
     seen_widths: dict[float, np.ndarray] = {}
 

@@ -40,7 +40,7 @@ from scipy.special import betaincinv
 
 from ..learning import LearnedDTMC
 from ..results import JOINT_STATES, TightPAC, TightStatePAC
-from ._solve import jump_chain, smallest_scale, smoothing_shift, system_of, variance_bound
+from ._solve import jump_chain, smallest_scale, smoothing_shift, start_weights, system_of, variance_bound
 from .tight import bound_report
 
 __all__ = ["JOINT_SHARE", "JOINT_STATES", "joint_bound", "upper_fundamental"]
@@ -327,12 +327,7 @@ def joint_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting: in
                                                 free, q_hat[np.ix_(left, ~left)].sum(axis=1))
         if free.size:
             upper = None  # the forecast works on the whole chain (a state never left counts as one departure)
-    runs = sum(jump.initial.values())
-    position = {int(i): k for k, i in enumerate(transient.tolist())}
-    mu = np.zeros(m)
-    for i, count in jump.initial.items():
-        if int(i) in position:
-            mu[position[int(i)]] += count / max(runs, 1)
+    runs, mu = start_weights(jump, transient)
     log_start = math.log(2.0 / level)
     cache: dict[float, np.ndarray] = {}
     # a forecast, not a guarantee: the rows scaled (_scaled), N̄ − N̂ shrinking as 1/√scale from the first
