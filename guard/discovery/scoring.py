@@ -130,7 +130,7 @@ class HeldOut:
         return float(per_group.mean() / (spread / math.sqrt(len(per_group))))
 
     def _flagged(self, risk: NDArray[np.float64]) -> NDArray[np.bool_]:
-        """Each run flagged at the target (the threshold :meth:`rates` sets)."""
+        """Each run flagged at the target, by its highest risk (none when no run has one of the outcomes)."""
         highest = np.full(len(self.unsafe_run), -math.inf)
         if len(risk):
             highest[self.present] = np.maximum.reduceat(risk, self.starts)
@@ -144,6 +144,8 @@ class HeldOut:
         needed = math.ceil(self.target * self.n_unsafe - 1e-9)
         ordered = np.sort(highest[self.unsafe_run])[::-1]
         threshold = ordered[needed - 1] if needed >= 1 else math.inf
+        if threshold == -math.inf:  # the target needs runs no step of which is scored: every safe run flagged
+            return np.asarray((highest > -math.inf) | ~self.unsafe_run, dtype=np.bool_)
         return np.asarray(highest >= threshold, dtype=np.bool_)
 
     def score(self, key: NDArray[np.int64], states: int, previous: NDArray[np.float64] | None = None) -> Score:
@@ -173,21 +175,8 @@ class HeldOut:
 
     def rates(self, risk: NDArray[np.float64]) -> tuple[float, float]:
         """(detection, false-alarm rate) of the per-run highest risk at the target."""
-        highest = np.full(len(self.unsafe_run), -math.inf)
-        if len(risk):
-            highest[self.present] = np.maximum.reduceat(risk, self.starts)
-        safe = np.sort(highest[~self.unsafe_run])[::-1]
-        unsafe = highest[self.unsafe_run]
         if not self.n_safe or not self.n_unsafe:
             return 0.0, 0.0
-        if self.metric == "false-alarms":
-            allowed = math.floor(self.target * self.n_safe + 1e-9)
-            threshold = safe[allowed] if allowed < self.n_safe else -math.inf
-            flagged = unsafe > threshold
-            return float(flagged.sum() / self.n_unsafe), float(np.sum(safe > threshold) / self.n_safe)
-        needed = math.ceil(self.target * self.n_unsafe - 1e-9)
-        ordered = np.sort(unsafe)[::-1]
-        threshold = ordered[needed - 1] if needed >= 1 else math.inf
-        if threshold == -math.inf:  # the target needs runs no step of which is scored
-            return float(np.sum(unsafe > -math.inf) / self.n_unsafe), 1.0
-        return float(np.sum(unsafe >= threshold) / self.n_unsafe), float(np.sum(safe >= threshold) / self.n_safe)
+        flagged = self._flagged(risk)
+        return (float(flagged[self.unsafe_run].sum() / self.n_unsafe),
+                float(flagged[~self.unsafe_run].sum() / self.n_safe))
