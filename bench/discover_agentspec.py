@@ -114,9 +114,14 @@ def _success(step: Any) -> bool:
     return bool(observation.get("success")) if isinstance(observation, dict) else False
 
 
+def _verb(action: str) -> str:
+    """A lowered action's verb: its first word, or two ("turn on")."""
+    return next((v for v in _TWO_WORD if action.startswith(v + " ") or action == v), action.split(" ")[0])
+
+
 def _parts(action: str) -> tuple[str, str]:
     """An action's verb and object, the object without spaces ("dining table" is "diningtable")."""
-    verb = next((v for v in _TWO_WORD if action.startswith(v + " ") or action == v), action.split(" ")[0])
+    verb = _verb(action)
     return verb, action[len(verb):].replace(" ", "")
 
 
@@ -150,7 +155,7 @@ def convert(record: dict[str, Any], hazardous: bool, number: int, source: str, s
         text = _action_text(entry)
         ok = _success(entry)
         lowered = " ".join(_words(text))
-        verb = next((v for v in _TWO_WORD if lowered.startswith(v + " ")), lowered.split(" ")[0] if lowered else "")
+        verb = _verb(lowered)
         obj = lowered[len(verb):].strip()
         # an action the user's request names (its object, or its verb, is a word of the instruction)
         requested = ok and bool(set(lowered.split()) & asked)
