@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,6 +28,14 @@ from .thresholds import start_risk, supported_increase, warn_initial_crossings
 __all__ = ["Decision", "PropertyValue", "Guard", "Session", "StepRecord"]
 
 MonitorStates = tuple[int, ...]
+
+
+class _StateWords(NamedTuple):
+    abstract: dict[str, bool]  # shared by the decisions made in the state: never mutated
+    monitor_words: dict[str, str]
+    violated: list[str]
+    unsafe_now: bool
+    described: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +161,7 @@ class Guard:
         # with learning.memory: decisions by what they are made of (bits, monitor states, chain index), which
         # memory states that differ only where the chain does not look — histories it never saw — share
         self._by_index: dict[tuple[Any, ...], Decision] = {}
+        self._words: dict[tuple[int, MonitorStates], _StateWords] = {}  # by (bits, monitor states)
         self._origin: tuple[str | None, str | None, bool, str] = (None, None, False, "")  # see with_origin
         self.kinds = model.kinds  # learning.kinds: sessions weigh the kinds by their posterior
         if self.memory is not None:
@@ -310,17 +319,25 @@ class Guard:
         index = self.state_index(bits, q)
         return self.kinds.start(index) if belief is None else self.kinds.step(belief, index)
 
+    def _state_words(self, bits: int, q: MonitorStates) -> _StateWords:
+        """What a decision says of its product state, shared by the chain states (memory) behind it."""
+        key = (bits, q[:len(self.monitors)])
+        words = self._words.get(key)
+        if words is None:
+            monitor_words = {m.name: m.describe(qk) for m, qk in zip(self.monitors, q)}
+            violated = [m.name for m, qk in zip(self.monitors, q) if qk == -1]
+            words = self._words[key] = _StateWords(
+                self.predicates.as_context(bits), monitor_words, violated,
+                self.predicates.is_unsafe(bits) or bool(violated), self._describe(bits, monitor_words))
+        return words
+
     def _make_decision(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None,
                        belief: Belief | None = None) -> Decision:
-        predicates = self.predicates
-        abstract = predicates.as_context(bits)
-        monitor_words = {m.name: m.describe(qk) for m, qk in zip(self.monitors, q)}
-        violated = [m.name for m, qk in zip(self.monitors, q) if qk == -1]
-        unsafe_now = predicates.is_unsafe(bits) or bool(violated)
+        abstract, monitor_words, violated, unsafe_now, described = self._state_words(bits, q)
         index = self.state_index(bits, q)
         if index is None and not unsafe_now:
             action = self.policy.unseen_state
-            message = (f"The current state ({self._describe(bits, monitor_words)}) never occurred in the runs this "
+            message = (f"The current state ({described}) never occurred in the runs this "
                        f"model was learned from, so its risk is unknown; the policy for unseen states is "
                        f"'{action.value}'.")
             return Decision(action, None, None, self.property, abstract, message, known=False,
@@ -364,9 +381,9 @@ class Guard:
         action, message, threshold = worst.action, "", worst.threshold
         if not unsafe_now and visits is not None and visits < policy.min_visits:
             action, threshold = policy.unseen_state, None  # too little evidence: as if never seen
-            message = self._evidence_message(bits, monitor_words, worst, visits)
+            message = self._evidence_message(described, worst, visits)
         elif action is not Action.ALLOW:
-            message = self._risk_message(bits, monitor_words, worst, values, unsafe_now, violated, visits)
+            message = self._risk_message(bits, described, worst, values, unsafe_now, violated, visits)
         return Decision(action, worst.p_unsafe, worst.p_safe, worst.formula, abstract, message,
                         lower=worst.lower, upper=worst.upper, threshold=threshold, known=index is not None,
                         unsafe_now=unsafe_now, properties=tuple(values), monitors=monitor_words,
@@ -390,18 +407,17 @@ class Guard:
             text += f" (from {visits} visits)"
         return text
 
-    def _evidence_message(self, bits: int, monitor_words: dict[str, str], worst: PropertyValue, visits: int) -> str:
+    def _evidence_message(self, described: str, worst: PropertyValue, visits: int) -> str:
         policy = self.policy
-        return (f"The current state ({self._describe(bits, monitor_words)}) was left only {visits} times in the runs "
+        return (f"The current state ({described}) was left only {visits} times in the runs "
                 f"this model was learned from, fewer than min_visits {policy.min_visits}, so it is treated as "
                 f"unseen: its estimated risk {self._evidence(worst, visits)} is not trusted, and the policy for "
                 f"unseen states is '{policy.unseen_state.value}'.")
 
-    def _risk_message(self, bits: int, monitor_words: dict[str, str], worst: PropertyValue,
+    def _risk_message(self, bits: int, state: str, worst: PropertyValue,
                       values: list[PropertyValue], unsafe_now: bool, violated: list[str],
                       visits: int | None = None) -> str:
         spec = self.model.spec
-        state = self._describe(bits, monitor_words)
         if unsafe_now:
             what = []
             if self.predicates.is_unsafe(bits):
