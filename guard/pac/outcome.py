@@ -53,7 +53,8 @@ def _forecast(learned: np.ndarray, reached: np.ndarray, visited: np.ndarray, lev
     share = np.where(visited > 0, reached / counted, learned)
     gap = np.abs(learned - share) / math.sqrt(scale)
     centre = np.clip(share, 0.0, 1.0)
-    return np.clip(gap + outcome_widths(centre, centre * counted * scale, counted * scale, level), 0.0, 1.0)
+    out: np.ndarray = np.clip(gap + outcome_widths(centre, centre * counted * scale, counted * scale, level), 0.0, 1.0)
+    return out
 
 
 def outcome_bound(dtmc: LearnedDTMC, first_visits: tuple[np.ndarray, np.ndarray], *, epsilon: float, delta: float,
@@ -99,7 +100,6 @@ def outcome_bound(dtmc: LearnedDTMC, first_visits: tuple[np.ndarray, np.ndarray]
                             math.ceil(factor * departures[k] - 1e-9), bool(bound[k] <= epsilon))
               for k, i in enumerate(transient.tolist())]
     # a state's bound depends on its own visits only: the widest are the ones more runs must reach
+    # (the start's depends on the number of runs alone: no state limits it)
     order = [int(transient[k]) for k in np.argsort(-bound, kind="stable")[:limiting] if bound[k] > epsilon]
-    start_limiting = [int(transient[k]) for k in np.argsort(-mu, kind="stable")[:limiting] if mu[k] > 0]
-    return TightPAC(worst <= epsilon, worst, factor, order, states, initial, initial <= epsilon, initial_factor,
-                    start_limiting if initial > epsilon else [])
+    return TightPAC(worst <= epsilon, worst, factor, order, states, initial, initial <= epsilon, initial_factor, [])
