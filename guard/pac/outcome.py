@@ -17,8 +17,9 @@ the m transient states and the start, with probability ≥ 1 − δ all m + 1 in
 intervals alone, so this holds however x̂ was learned (smoothing, back-off, memory), and nothing is taken
 as given (the other bounds take the departure counts as given). A state no run visited has [0, 1].
 
-The runs factor is a forecast, not a guarantee: at k times the runs the first-visit shares k_s/v_s are kept, the distance |x̂_s − k_s/v_s| between two estimates of one number shrinks as 1/√k, and the
-intervals are recomputed at k·v_s visits (a state not yet visited counts one visit at its learned risk).
+The runs factor is a forecast, not a guarantee: at k times the runs the first-visit shares k_s/v_s are
+kept, the distance |x̂_s − k_s/v_s| between two estimates of one number shrinks as 1/√k, and the intervals
+are recomputed at k·v_s visits (a state not yet visited counts one visit at its learned risk).
 
 Without the Markov assumption the intervals still hold the *first-visit* risk (the runs are independent),
 so ε̂ then bounds the learned risk's distance to what runs from s really do.
