@@ -13,13 +13,14 @@ For each chain of tests/_pac_sim.py (short and risky, long loops, a rare risky c
   runs (``runs_factor`` × 200: what ``forewarn learn`` prints);
 * **asks (met)**: the fewest runs at which the bound, on the median of ``--probes`` learnings,
   is at most ε (bisection on R): what the bound needs to say "met";
-* **coverage**: at the runs the empirical-Bernstein and the joint bounds ask for (met), how
+* **coverage**: at the runs the empirical-Bernstein, the joint and the outcome bounds ask for (met), how
   often every state's error is within its reported bound, and the start's within the start
   bound (target ≥ 1 − δ).
 
 Bounds: the paper's (Pro2Guard Algorithm 1 line 11), the tighter one, the
-empirical-Bernstein one and the joint one (guard/pac/, docs/method.md). The target of issue
-23 item 5 is "within 3× of what simulation needs".
+empirical-Bernstein one, the joint one and the outcome one (guard/pac/, docs/method.md; the
+outcome bound reads the runs' first-visit outcomes, which the simulation records). The target
+of issue 23 item 5 is "within 3× of what simulation needs".
 
     python bench/pac_bounds.py [--quick] [--epsilon 0.05] [--learnings 200] [--probes 5] [--chains short,rare]
 """
@@ -39,8 +40,9 @@ for folder in (ROOT, ROOT / "tests"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from _pac_sim import CHAINS, Chain, learned_reach, simulate, true_reach  # noqa: E402  (tests/ helpers)
+from _pac_sim import CHAINS, Chain, learned_reach, simulate, simulate_runs, true_reach  # noqa: E402  (tests/ helpers)
 from _support import TOY_SPEC  # noqa: E402
+from forewarn.guard.learning import LearnedDTMC  # noqa: E402
 from forewarn.guard.pac import pac_report  # noqa: E402
 from forewarn.guard.predicates import PredicateSet  # noqa: E402
 from forewarn.guard.results import PACReport, TightPAC  # noqa: E402
@@ -54,9 +56,19 @@ BOUNDS: dict[str, Callable[[PACReport], tuple[float, float | None]]] = {
     "empirical": lambda r: (r.empirical.worst_bound if r.empirical else math.inf,
                             r.empirical.runs_factor if r.empirical else None),
     "joint": lambda r: (r.joint.worst_bound if r.joint else math.inf, r.joint.runs_factor if r.joint else None),
+    "outcome": lambda r: (r.outcome.worst_bound if r.outcome else math.inf,
+                          r.outcome.runs_factor if r.outcome else None),
 }
 COVERED: dict[str, Callable[[PACReport], TightPAC | None]] = {"empirical": lambda r: r.empirical,
-                                                              "joint": lambda r: r.joint}
+                                                              "joint": lambda r: r.joint,
+                                                              "outcome": lambda r: r.outcome}
+
+
+def learning(chain: Chain, initial: dict[int, float], runs: int, rng: np.random.Generator, predicates: PredicateSet,
+            eps: float, delta: float) -> tuple[LearnedDTMC, PACReport]:
+    """A learning from ``runs`` simulated runs and its PAC report, the outcome bound included (first visits)."""
+    dtmc, first_visits = simulate_runs(chain, initial, runs, rng, predicates, ALPHA)
+    return dtmc, pac_report(dtmc, epsilon=eps, delta=delta, first_visits=first_visits)
 
 
 def smallest(ok: Callable[[int], bool], low: int, high: int, tolerance: float = 0.04) -> int | None:
@@ -105,14 +117,14 @@ def main() -> None:
 
         first = math.ceil(1000 * (quantile(1000) / eps) ** 2)
         need: int | None = math.ceil(first * (quantile(first) / eps) ** 2)
-        pilot = pac_report(simulate(chain, initial, PILOT, rng, predicates, ALPHA), epsilon=eps, delta=delta)
+        pilot = learning(chain, initial, PILOT, rng, predicates, eps, delta)[1]
         asks: dict[str, int | None] = {}
         for label, read in BOUNDS.items():
             def met(runs: int, read: Callable[[PACReport], tuple[float, float | None]] = read,
                     initial: dict[int, float] = initial, chain: Chain = chain,
                     rng: np.random.Generator = rng) -> bool:
-                worst = sorted(read(pac_report(simulate(chain, initial, runs, rng, predicates, ALPHA),
-                                               epsilon=eps, delta=delta))[0] for _ in range(probes))
+                worst = sorted(read(learning(chain, initial, runs, rng, predicates, eps, delta)[1])[0]
+                               for _ in range(probes))
                 return bool(worst[len(worst) // 2] <= eps)
 
             asks[label] = smallest(met, 20, 400_000)
@@ -133,8 +145,8 @@ def main() -> None:
             covered = start_covered = 0
             start_truth = sum(p * truth[s] for s, p in initial.items())
             for _ in range(learnings):
-                dtmc = simulate(chain, initial, runs, rng, predicates, ALPHA)
-                bound = pick(pac_report(dtmc, epsilon=eps, delta=delta))
+                dtmc, report = learning(chain, initial, runs, rng, predicates, eps, delta)
+                bound = pick(report)
                 assert bound is not None
                 learned = learned_reach(dtmc)
                 covered += all(abs(learned[dtmc.states[s.state]] - truth[dtmc.states[s.state]]) <= s.bound

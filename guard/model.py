@@ -137,6 +137,7 @@ class PACEntry(_Doc):
     tight: TightPACEntry | None = None
     empirical: TightPACEntry | None = None  # the empirical-Bernstein bound, the same fields (method "empirical-bernstein")
     joint: TightPACEntry | None = None  # the joint bound, the same fields (method "joint-bernstein")
+    outcome: TightPACEntry | None = None  # the outcome bound, the same fields (method "first-visit-clopper-pearson")
 
 
 class ModelDocument(_Doc):
@@ -278,6 +279,8 @@ class GuardModel:
                 **({} if pac.empirical is None else {"empirical": _tight_document(pac.empirical,
                                                                                   "empirical-bernstein")}),
                 **({} if pac.joint is None else {"joint": _tight_document(pac.joint, "joint-bernstein")}),
+                **({} if pac.outcome is None else {"outcome": _tight_document(pac.outcome,
+                                                                              "first-visit-clopper-pearson")}),
             },
             "intervals": None if self.intervals is None else self.intervals.to_document(),
             "visits": self.visits.tolist(),
@@ -538,7 +541,7 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
                     amplification=math.inf if p.amplification is None else p.amplification,
                     states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states],
                     tight=_tight_entry(p.tight), empirical=_tight_entry(p.empirical),
-                    joint=_tight_entry(p.joint))
+                    joint=_tight_entry(p.joint), outcome=_tight_entry(p.outcome))
     valuations = None
     if p.chain_states is not None:
         # the learned chain has no more states than its product with the monitors: a bound before allocating

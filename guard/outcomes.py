@@ -21,15 +21,19 @@ point value, or the span between it and the nearer end.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .intervals import IntervalMethod, clopper_pearson, hoeffding
-from .shrinkage import PathVisits
+from .learning import LearnedDTMC
+from .model import CheckedProperty
+from .predicates import PredicateSet
+from .shrinkage import Paths, PathVisits, reach_label, summarize_paths
 
-__all__ = ["OutcomeCounts", "first_visit_counts", "direct_intervals", "intersect"]
+__all__ = ["OutcomeCounts", "chain_first_visits", "first_visit_counts", "direct_intervals", "intersect"]
 
 Key = tuple[int, tuple[int, ...]]
 
@@ -63,6 +67,23 @@ def first_visit_counts(summaries: Iterable[PathVisits], targets: int, index: Map
                 if s is not None:
                     k[t][s] += weight
     return [OutcomeCounts(n, kt) for kt in k]
+
+
+def chain_first_visits(chain: LearnedDTMC, predicates: PredicateSet, monitors: Sequence[Any], paths: Paths | None,
+                       properties: Sequence[CheckedProperty], reach: Sequence[int],
+                       outcomes: Mapping[int, OutcomeCounts] | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per state of the learned ``chain``, the runs that visited it and those that then reached ``unsafe``: the
+    PAC outcome bound's data (guard/pac/outcome.py). The ``F "unsafe"`` property's first visits when the chain
+    is the product (no monitors), else one more pass over the runs; ``None`` without the runs."""
+    if paths is None:
+        return None
+    if not monitors and outcomes is not None:
+        for i in reach:
+            if reach_label(properties[i].outcome.formula) == ("unsafe", None) and i in outcomes:
+                return outcomes[i].runs, outcomes[i].reached
+    summaries = summarize_paths(paths, predicates, [], [(lambda bits, _q: predicates.is_unsafe(bits), None)])
+    counts = first_visit_counts(summaries.values(), 1, chain.product_index(), chain.size)[0]
+    return counts.runs, counts.reached
 
 
 def direct_intervals(counts: OutcomeCounts, delta_each: float, method: IntervalMethod = IntervalMethod.CLOPPER_PEARSON

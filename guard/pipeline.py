@@ -32,7 +32,7 @@ from .markov import MARKOV_LEVEL, markov_test, reaching
 from .memory import Memory, build_memory
 from .model import CheckedProperty, GuardModel
 from .monitoring import build_monitors, build_product
-from .outcomes import OutcomeCounts, direct_intervals, first_visit_counts, intersect
+from .outcomes import OutcomeCounts, chain_first_visits, direct_intervals, first_visit_counts, intersect
 from .pac import pac_report
 from .predicates import PredicateSet, PythonPredicate, registered_callable
 from .read_summary import IngestSummary
@@ -344,7 +344,8 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
         properties, report = with_intervals(dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
                                             delta=delta, entries=estimated_entries(chain), precision=precision,
                                             outcomes=outcomes, chain_values=chain_values)
-    pac = pac_report(chain, epsilon=epsilon, delta=delta)
+    pac = pac_report(chain, epsilon=epsilon, delta=delta,
+                     first_visits=chain_first_visits(chain, predicates, monitors, paths, properties, reach, outcomes))
     width = predicates.width
     valuations = [[bool(bits >> b & 1) for b in range(width)] for bits in chain.states[:-1]] + [[False] * width]
     provenance = {

@@ -98,6 +98,7 @@ class PACReport:
     tight: TightPAC | None = None
     empirical: TightPAC | None = None  # the empirical-Bernstein bound (None: files written before it)
     joint: TightPAC | None = None  # the joint bound (None: files written before it, or past JOINT_STATES)
+    outcome: TightPAC | None = None  # the outcome bound (None: learned without the runs, or files written before it)
 
     @property
     def satisfied(self) -> bool:

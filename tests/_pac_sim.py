@@ -47,6 +47,13 @@ def learned_reach(dtmc: LearnedDTMC) -> dict[int, float]:
 def simulate(chain: Chain, initial: Mapping[int, float], runs: int, rng: np.random.Generator,
              predicates: PredicateSet, alpha: float) -> LearnedDTMC:
     """Learn a chain from ``runs`` simulated runs of the true one."""
+    return simulate_runs(chain, initial, runs, rng, predicates, alpha)[0]
+
+
+def simulate_runs(chain: Chain, initial: Mapping[int, float], runs: int, rng: np.random.Generator,
+                  predicates: PredicateSet, alpha: float) -> tuple[LearnedDTMC, tuple[np.ndarray, np.ndarray]]:
+    """As :func:`simulate`, with the runs' first-visit outcomes per state of the learned chain: how many runs
+    visited it, and how many of those went on to reach ``unsafe`` (what guard/pipeline.py gives the outcome bound)."""
     starts = list(initial)
     state = np.array(starts)[rng.choice(len(starts), size=runs, p=list(initial.values()))]
     counts = TransitionCounts(runs=runs)
@@ -54,6 +61,8 @@ def simulate(chain: Chain, initial: Mapping[int, float], runs: int, rng: np.rand
         counts.initial[int(s)] += int(n)
     tables = {i: (np.array(list(row)), np.cumsum(list(row.values()))) for i, row in chain.items()}
     alive = np.ones(runs, dtype=bool)
+    visited = np.zeros((runs, 16), dtype=bool)  # by abstract state (END is -1: never marked)
+    visited[np.arange(runs), state] = True
     pairs = np.zeros(16 * 16, dtype=np.int64)  # (source + 1) * 16 + (target + 1): END is -1
     while alive.any():
         nxt = state.copy()
@@ -71,7 +80,16 @@ def simulate(chain: Chain, initial: Mapping[int, float], runs: int, rng: np.rand
             counts.unsafe.add(AB)
         alive &= (nxt != END) & (nxt != AB)
         state = nxt
+        visited[np.flatnonzero(alive), state[alive]] = True
     for code in np.flatnonzero(pairs).tolist():
         counts.counts[code // 16 - 1, code % 16 - 1] = int(pairs[code])
     assert NONE in chain
-    return learn_dtmc(counts, predicates, alpha=alpha)
+    dtmc = learn_dtmc(counts, predicates, alpha=alpha)
+    wrong = state == AB  # every run has ended: in AB or in END
+    codes = np.array([s if s != END else -1 for s in dtmc.states])
+    known = codes >= 0
+    ran = np.zeros(dtmc.size, dtype=np.int64)
+    reached = np.zeros(dtmc.size, dtype=np.int64)
+    ran[known] = visited[:, codes[known]].sum(axis=0)
+    reached[known] = (visited[:, codes[known]] & wrong[:, None]).sum(axis=0)
+    return dtmc, (ran, reached)

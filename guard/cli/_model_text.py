@@ -47,7 +47,7 @@ def members_of(loaded: GuardModel | GuardBundle, group: str | None) -> dict[str 
 
 
 def pac_lines(model: GuardModel) -> list[str]:
-    """The PAC report in words: the paper's bound, then the tighter, empirical-Bernstein and joint ones (guard/pac/)."""
+    """The PAC report in words: the paper's bound, then the tighter, empirical-Bernstein, joint and outcome ones (guard/pac/)."""
     pac, runs = model.pac, model.provenance.get("runs")
     worst = pac.worst
     if worst is None:
@@ -85,13 +85,21 @@ def pac_lines(model: GuardModel) -> list[str]:
         f"every state {verdict(empirical.worst_bound, empirical.runs_factor, empirical.limiting)}.")
     joint = pac.joint
     if joint is None:
-        return lines + ([f"PAC, joint bound: not computed past {JOINT_STATES:,} transient states."]
-                        if len(pac.states) > JOINT_STATES else
-                        ["PAC, joint bound: not in this model file (written by an older Forewarn); re-learn."])
+        lines += ([f"PAC, joint bound: not computed past {JOINT_STATES:,} transient states."]
+                  if len(pac.states) > JOINT_STATES else
+                  ["PAC, joint bound: not in this model file (written by an older Forewarn); re-learn."])
+    else:
+        lines.append(
+            f"PAC, joint bound ({confidence} confidence): from the first state "
+            f"{verdict(joint.initial_bound, joint.initial_runs_factor, joint.initial_limiting)}; "
+            f"every state {verdict(joint.worst_bound, joint.runs_factor, joint.limiting)}.")
+    outcome = pac.outcome
+    if outcome is None:  # learned from counts without the runs, or a file written before it
+        return lines + ["PAC, outcome bound: not computed (it needs the runs, not only their counts)."]
     return lines + [
-        f"PAC, joint bound ({confidence} confidence): from the first state "
-        f"{verdict(joint.initial_bound, joint.initial_runs_factor, joint.initial_limiting)}; "
-        f"every state {verdict(joint.worst_bound, joint.runs_factor, joint.limiting)}."]
+        f"PAC, outcome bound ({confidence} confidence, from what the runs visiting each state went on to do): "
+        f"from the first state {verdict(outcome.initial_bound, outcome.initial_runs_factor, outcome.initial_limiting)}; "
+        f"every state {verdict(outcome.worst_bound, outcome.runs_factor, outcome.limiting)}."]
 
 
 def _more_runs(factor: float, runs: Any) -> str:
@@ -134,6 +142,7 @@ def pac_document(model: GuardModel) -> dict[str, Any]:
         "tight": bound(pac.tight),
         "empirical": bound(pac.empirical),  # the empirical-Bernstein bound (docs/method.md)
         "joint": bound(pac.joint),  # the joint bound (docs/method.md; null past JOINT_STATES transient states)
+        "outcome": bound(pac.outcome),  # the outcome bound (docs/method.md; null when learned without the runs)
     }
 
 

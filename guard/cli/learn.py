@@ -318,6 +318,7 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         **_bound_keys("pac_tight", pac.tight),
         **_bound_keys("pac_empirical", pac.empirical),  # the empirical-Bernstein bound (docs/method.md)
         **_bound_keys("pac_joint", pac.joint),  # the joint bound (docs/method.md)
+        **_bound_keys("pac_outcome", pac.outcome),  # the outcome bound (docs/method.md; null without the runs)
         "pac_worst": None if worst is None else {
             "state": worst.state, "visits": worst.visits, "required": worst.required,
             "predicates": pac_words(model, worst.state)},

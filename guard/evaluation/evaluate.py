@@ -233,7 +233,8 @@ def fold_result(index: int, model: Any, replays: list[RunReplay], train: list[Ru
                  "initial_bound": pac.tight.initial_bound if math.isfinite(pac.tight.initial_bound) else None,
                  "initial_runs_factor": pac.tight.initial_runs_factor},
              "empirical": _bound_summary(pac.empirical),  # the empirical-Bernstein bound
-             "joint": _bound_summary(pac.joint)},  # the joint bound (None past JOINT_STATES transient states)
+             "joint": _bound_summary(pac.joint),  # the joint bound (None past JOINT_STATES transient states)
+             "outcome": _bound_summary(pac.outcome)},  # the outcome bound (None when learned without the runs)
         report=report)
 
 

@@ -1,6 +1,6 @@
 """PAC reports: how far the learned chain's risks may be from the true chain's, at confidence 1 − δ.
 
-Four bounds, one concept module each, all reported side by side (docs/method.md, "PAC"):
+Five bounds, one concept module each, all reported side by side (docs/method.md, "PAC"):
 
 * :mod:`.paper` — the paper's sample-size requirement per state (Pro2Guard, Algorithm 1 line 11), and
   :func:`pac_report`, which carries it beside the three others;
@@ -10,7 +10,9 @@ Four bounds, one concept module each, all reported side by side (docs/method.md,
   (empirical Bernstein);
 * :mod:`.joint` — one Bernstein bound per state over *all* rows' samples at once, weighted by the
   fundamental matrix (bounded from the data), so that independent rows' errors are not all at their
-  worst together.
+  worst together;
+* :mod:`.outcome` — each state's risk against a Clopper–Pearson interval on what the runs that visited it
+  went on to do (first visits): no fundamental matrix, an exact binomial tail.
 """
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ from ..results import PACReport, StatePAC, TightPAC, TightStatePAC
 from ._solve import solve_nonnegative
 from .empirical import EMPIRICAL_SHARE, empirical_bound
 from .joint import JOINT_SHARE, JOINT_STATES, joint_bound
+from .outcome import outcome_bound
 from .paper import amplification_factor, pac_report
 from .tight import tight_bound
 
 __all__ = ["EMPIRICAL_SHARE", "JOINT_SHARE", "JOINT_STATES", "StatePAC", "PACReport", "TightStatePAC", "TightPAC",
-           "amplification_factor", "empirical_bound", "joint_bound", "pac_report", "solve_nonnegative",
+           "amplification_factor", "empirical_bound", "joint_bound", "outcome_bound", "pac_report", "solve_nonnegative",
            "tight_bound"]

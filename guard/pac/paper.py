@@ -22,6 +22,7 @@ from ..results import PACReport, StatePAC
 from ._solve import solve_nonnegative, system_of
 from .empirical import empirical_bound
 from .joint import joint_bound
+from .outcome import outcome_bound
 from .tight import tight_bound
 
 __all__ = ["amplification_factor", "pac_report"]
@@ -44,8 +45,10 @@ def amplification_factor(dtmc: LearnedDTMC) -> float:
 
 
 
-def pac_report(dtmc: LearnedDTMC, *, epsilon: float, delta: float) -> PACReport:
-    """Visits per state against the visits an (ε, δ) guarantee needs."""
+def pac_report(dtmc: LearnedDTMC, *, epsilon: float, delta: float,
+               first_visits: tuple[np.ndarray, np.ndarray] | None = None) -> PACReport:
+    """Visits per state against the visits an (ε, δ) guarantee needs; with ``first_visits`` (per state of
+    ``dtmc``, the runs that visited it and those that then reached ``unsafe``), the outcome bound too."""
     n_states = dtmc.size
     delta_prime = delta / n_states
     amplification = amplification_factor(dtmc)
@@ -72,5 +75,7 @@ def pac_report(dtmc: LearnedDTMC, *, epsilon: float, delta: float) -> PACReport:
                      amplification=amplification, states=out,
                      tight=tight_bound(dtmc, epsilon=epsilon, delta_per_state=delta_prime),
                      empirical=empirical_bound(dtmc, epsilon=epsilon, delta=delta),
-                     joint=joint_bound(dtmc, epsilon=epsilon, delta=delta))
+                     joint=joint_bound(dtmc, epsilon=epsilon, delta=delta),
+                     outcome=None if first_visits is None else outcome_bound(dtmc, first_visits, epsilon=epsilon,
+                                                                                delta=delta))
 

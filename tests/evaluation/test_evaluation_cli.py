@@ -88,10 +88,11 @@ def test_evaluate_json(forewarn_cli: CLI, toy_traces: Path, toy_spec_path: Path,
     assert {"mean", "stdev", "min", "max"} <= set(document["thetas"][0]["over_folds"]["detection_rate"])
     assert [f["test_runs"] for f in document["fold_details"]] in ([2, 3], [3, 2])
     assert all("satisfied" in f["pac"] for f in document["fold_details"])
-    for fold in document["fold_details"]:  # the per-state bounds beside the paper's, the joint one last
+    for fold in document["fold_details"]:  # the per-state bounds beside the paper's, the outcome one last
         joint = fold["pac"]["joint"]
         assert set(joint) == {"satisfied", "worst_bound", "runs_factor", "initial_bound", "initial_runs_factor"}
         assert set(fold["pac"]["empirical"]) == set(joint) and 0 < joint["worst_bound"] <= 1
+        assert set(fold["pac"]["outcome"]) == set(joint) and 0 < fold["pac"]["outcome"]["worst_bound"] <= 1
     assert "<h2>Folds</h2>" in report.read_text(encoding="utf-8")
     table = forewarn_cli("evaluate", toy_traces, "--spec", toy_spec_path, "--folds", "2")
     assert table.returncode == 0 and "folds" in table.stdout and "PAC" in table.stdout

@@ -1,0 +1,108 @@
+"""The outcome bound: every state's risk bounded by what the runs that visited it went on to do.
+
+The other bounds carry sampling errors of transitions through the fundamental matrix, and pay for it
+twice: once in estimating the weights (N, the variances) and once in an exponential (Chernoff-type)
+inequality, which asks about 1.7× the runs a Gaussian quantile would. This one needs neither. By the
+strong Markov property, the part of a run after its *first* visit to state s is a fresh run of the chain
+from s, so whether it reaches ``unsafe`` is Bernoulli(x_s), independently across runs, whatever made the
+run visit s (guard/outcomes.py). With v_s runs visiting s and k_s of them reaching ``unsafe``, the
+Clopper–Pearson interval [lo_s, hi_s] on (k_s, v_s) at level δ/(m + 1) holds x_s with probability at least
+1 − δ/(m + 1) — an exact binomial tail, no asymptotics. Every run's own outcome is Bernoulli with the
+start risk μ·x, so the interval on (unsafe runs, runs) holds it at the same level. By a union bound over
+the m transient states and the start, with probability ≥ 1 − δ all m + 1 intervals hold, and then, per state,
+
+    |x̂_s − x_s| ≤ ε̂_s = max(x̂_s − lo_s, hi_s − x̂_s)
+
+(x̂_s the learned chain's risk), and the same from the start with x̂ = μ̂·x̂. The event concerns the
+intervals alone, so this holds however x̂ was learned (smoothing, back-off, memory), and nothing is taken
+as given (the other bounds take the departure counts as given). A state no run visited has [0, 1].
+
+The runs factor is a forecast, not a guarantee: at k times the runs the first-visit shares k_s/v_s are
+kept, the distance |x̂_s − k_s/v_s| between two estimates of one number shrinks as 1/√k, and the intervals
+are recomputed at k·v_s visits (a state not yet visited counts one visit at its learned risk).
+
+Without the Markov assumption the intervals still hold the *first-visit* risk (the runs are independent),
+so ε̂ then bounds the learned risk's distance to what runs from s really do.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..intervals import clopper_pearson
+from ..learning import LearnedDTMC
+from ..results import TightPAC, TightStatePAC
+from ._solve import smallest_scale, solve_nonnegative, start_weights, system_of
+
+__all__ = ["outcome_bound", "outcome_widths"]
+
+
+def outcome_widths(learned: np.ndarray, reached: np.ndarray, visited: np.ndarray, level: float) -> np.ndarray:
+    """max(x̂ − lo, hi − x̂) per entry, [lo, hi] the Clopper–Pearson interval on (reached, visited) at
+    confidence 1 − ``level`` ([0, 1] where nothing was visited)."""
+    seen = visited > 0
+    low, high = np.zeros(learned.size), np.ones(learned.size)
+    if seen.any():
+        low[seen], high[seen] = clopper_pearson(reached[seen], visited[seen], level)
+    width: np.ndarray = np.clip(np.maximum(learned - low, high - learned), 0.0, 1.0)
+    return width
+
+
+def _forecast(learned: np.ndarray, reached: np.ndarray, visited: np.ndarray, level: float, scale: float
+              ) -> np.ndarray:
+    """ε̂ at ``scale`` times the runs (module docstring): shares kept, their distance to x̂ as 1/√scale."""
+    counted = np.where(visited > 0, visited, 1.0)
+    share = np.where(visited > 0, reached / counted, learned)
+    gap = np.abs(learned - share) / math.sqrt(scale)
+    centre = np.clip(share, 0.0, 1.0)
+    out: np.ndarray = np.clip(gap + outcome_widths(centre, centre * counted * scale, counted * scale, level), 0.0, 1.0)
+    return out
+
+
+def outcome_bound(dtmc: LearnedDTMC, first_visits: tuple[np.ndarray, np.ndarray], *, epsilon: float, delta: float,
+                  limiting: int = 5) -> TightPAC:
+    """The outcome bound on |learned − true| P(F unsafe), per transient state and from the start
+    (module docstring). ``first_visits`` is, per state of ``dtmc``, the runs that visited it and those of them
+    that reached ``unsafe`` after their first visit there (:func:`guard.outcomes.first_visit_counts`)."""
+    transient = np.flatnonzero(~dtmc.absorbing)
+    m = transient.size
+    if m == 0:
+        return TightPAC(True, 0.0, 1.0, [], [], 0.0, True, 1.0, [])
+    unsafe = np.flatnonzero(dtmc.unsafe)
+    system = system_of(dtmc, transient)
+    learned = solve_nonnegative(system, np.asarray(dtmc.matrix.tocsr()[transient][:, unsafe].sum(axis=1)).ravel())
+    if learned is None:  # some state never absorbs: the learned risks are not defined
+        return TightPAC(False, math.inf, None, [], [TightStatePAC(int(i), math.inf, None, False)
+                                                    for i in transient.tolist()])
+    learned = np.clip(learned, 0.0, 1.0)
+    level = delta / (m + 1)  # m states and the start, each two-sided
+    visited = np.asarray(first_visits[0], dtype=float)[transient]
+    reached = np.minimum(np.asarray(first_visits[1], dtype=float)[transient], visited)
+    bound = outcome_widths(learned, reached, visited, level)
+
+    runs, mu = start_weights(dtmc, transient)
+    at_unsafe = sum(count for i, count in dtmc.initial.items() if dtmc.unsafe[int(i)])
+    start_risk = float(mu @ learned) + at_unsafe / max(runs, 1)
+    # every run enters an (absorbing) unsafe state at most once: the runs that went wrong
+    went_wrong = float(np.asarray(dtmc.counts.tocsr()[:, unsafe].sum())) + at_unsafe
+    start_args = (np.array([start_risk]), np.array([min(went_wrong, runs)], dtype=float), np.array([runs], dtype=float))
+    initial = float(outcome_widths(*start_args, level)[0])
+
+    def every(scale: float) -> bool:
+        return float(_forecast(learned, reached, visited, level, scale).max(initial=0.0)) <= epsilon
+
+    def start(scale: float) -> bool:
+        return float(_forecast(*start_args, level, scale)[0]) <= epsilon
+
+    worst = float(bound.max(initial=0.0))
+    factor = 1.0 if worst <= epsilon else smallest_scale(every)
+    initial_factor = 1.0 if initial <= epsilon else smallest_scale(start) if runs else None
+    departures = np.asarray(dtmc.counts.sum(axis=1)).ravel()[transient]  # as the other bounds report them
+    states = [TightStatePAC(int(i), float(bound[k]), None if factor is None else
+                            math.ceil(factor * departures[k] - 1e-9), bool(bound[k] <= epsilon))
+              for k, i in enumerate(transient.tolist())]
+    # a state's bound depends on its own visits only: the widest are the ones more runs must reach
+    # (the start's depends on the number of runs alone: no state limits it)
+    order = [int(transient[k]) for k in np.argsort(-bound, kind="stable")[:limiting] if bound[k] > epsilon]
+    return TightPAC(worst <= epsilon, worst, factor, order, states, initial, initial <= epsilon, initial_factor, [])
