@@ -150,7 +150,9 @@ class GuardedProxy(CallJudge):
                 listed = await upstream.list_tools()
             except MCPError as exc:
                 if strict:
-                    raise ConfigError(f"upstream {upstream.name!r}: {exc.error.message}") from None
+                    said = exc.error.message  # (an upstream given up on names itself already)
+                    raise ConfigError(said if said.startswith(f"upstream {upstream.name!r}") else
+                                      f"upstream {upstream.name!r}: {said}") from None
                 log.warning("tools/list of upstream %r failed: %s", upstream.name, exc.error.message)
                 continue
             for tool in listed:
