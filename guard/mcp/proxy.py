@@ -193,6 +193,7 @@ class GuardedProxy(CallJudge):
                                    tools=lambda: list(self._routes))
             if isinstance(go, str):
                 return _error_result(go)
+            self.forwarded(guarded, go)  # (its span and audit row as the call leaves, not once it ended)
             try:
                 result = await self._routes[go.name].call_tool(go.name, go.args)
             except MCPError as exc:
