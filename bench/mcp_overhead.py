@@ -13,12 +13,18 @@ What it does
    process, and ``forewarn mcp --upstream-url ... --http`` in front of it, once with each relay
    (``--relay lean``, ``--relay sdk``); the client speaks HTTP to all three.
 4. *saturation*: decisions per second — the decision path alone (``judge`` on a growing session, in
-   this process), and whole calls through an in-process proxy with ``--sessions`` concurrent sessions.
+   this process); whole calls through an in-process SDK proxy with ``--sessions`` concurrent sessions; and
+   the lean relays as hosts run them, each session calling back to back for ``--seconds``: ``--sessions``
+   concurrent sessions to one ``--relay lean --http`` proxy, and ``--stdio-sessions`` stdio sessions (a stdio
+   proxy serves one client: each has its own proxy and upstream), each beside as many sessions to the
+   upstream directly. Every call through a proxy is one judged decision; p50 and p99 are the calls'
+   latencies at saturation, and the HTTP proxy's CPU per call says what one core of it sustains.
 
 Target: added p50 ≤ 1 ms over stdio, ≤ 2 ms over streamable HTTP. Nothing is asserted; figures are
 printed beside their targets.
 
-Run: ``python bench/mcp_overhead.py [--calls N] [--sessions S] [--only stdio|http|saturation] [--json FILE]``;
+Run: ``python bench/mcp_overhead.py [--calls N] [--sessions S] [--stdio-sessions S] [--seconds T]
+[--only stdio|http|saturation] [--json FILE]``;
 the load average before and after is printed beside the figures (on a busy machine every process
 hop waits for a CPU, and the direct path's own figure shows how much).
 """
@@ -202,7 +208,7 @@ def decisions_per_second(guard: Guard, seconds: float = 2.0) -> float:
 
     session = guard.session()
     guarded = GuardedSession("bench", session, proxy.extractor)
-    session.observe(proxy.extractor(guarded.transcript))
+    session.observe(guarded.state)
     count, deadline = 0, time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         judge(guarded, "get_current_time", ARGS, unknown_tools=proxy.config.unknown_tools,
@@ -232,10 +238,77 @@ async def calls_per_second(guard: Guard, sessions: int, seconds: float = 5.0) ->
     return done / seconds
 
 
+async def saturate(targets: list[Any], seconds: float) -> dict[str, float]:
+    """Calls per second and latency (ms) with one client session per target, calling back to back, all at once,
+    for ``seconds`` (a target: a URL, or a (command, args) pair served over stdio)."""
+    times: list[float] = []
+    ready, go = [0], anyio.Event()
+    deadline = [0.0]
+
+    async def client(target: Any) -> None:
+        opened = http_session(target) if isinstance(target, str) else stdio_session(*target)
+        async with opened as session:
+            for _ in range(5):  # warm the path
+                await session.call_tool("get_current_time", ARGS)
+            ready[0] += 1
+            await go.wait()
+            while time.perf_counter() < deadline[0]:
+                start = time.perf_counter_ns()
+                result = await session.call_tool("get_current_time", ARGS)
+                times.append((time.perf_counter_ns() - start) / 1e6)
+                assert not result.is_error, result
+
+    async with anyio.create_task_group() as tasks:
+        for target in targets:
+            tasks.start_soon(client, target)
+        while ready[0] < len(targets):  # every session connected and warm: then all start together
+            await anyio.sleep(0.05)
+        deadline[0] = time.perf_counter() + seconds
+        go.set()
+    return {"calls_per_s": len(times) / seconds, "p50_ms": statistics.median(times), "p99_ms": q(times, 99)}
+
+
+async def saturation_http(model: Path, sessions: int, seconds: float) -> dict[str, dict[str, float]]:
+    """``sessions`` concurrent client sessions to one ``--relay lean --http`` proxy, and to its upstream directly."""
+    up_port, port = free_port(), free_port()
+    upstream = subprocess.Popen([sys.executable, "-c", "from mcp_server_time.server import create_server; "
+                                 f"create_server('UTC').run('streamable-http', host='127.0.0.1', port={up_port})"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proxy: subprocess.Popen[bytes] | None = None
+    try:
+        wait_for(up_port, upstream)
+        url = f"http://127.0.0.1:{up_port}/mcp"
+        proxy = subprocess.Popen([sys.executable, *proxy_args(model), "--relay", "lean", "--upstream-url", url,
+                                  "--http", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(port, proxy)
+        direct = await saturate([url] * sessions, seconds)
+        before = cpu_seconds(proxy.pid)
+        proxied = await saturate([f"http://127.0.0.1:{port}/mcp"] * sessions, seconds)
+        proxied["proxy_cpu_ms_per_call"] = (cpu_seconds(proxy.pid) - before) / (proxied["calls_per_s"] * seconds) * 1e3
+        return {"direct": direct, "lean": proxied}
+    finally:
+        for proc in (proxy, upstream):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+async def saturation_stdio(model: Path, sessions: int, seconds: float) -> dict[str, dict[str, float]]:
+    """``sessions`` stdio sessions at once, each its own ``--relay lean`` proxy (a stdio proxy serves one client,
+    as a host launches one per server), and as many direct sessions to the upstream."""
+    upstream = ["--local-timezone", "UTC"]
+    direct = await saturate([(TIME_SERVER, upstream)] * sessions, seconds)
+    through = (sys.executable, [*proxy_args(model), "--relay", "lean", "--", TIME_SERVER, *upstream])
+    return {"direct": direct, "lean": await saturate([through] * sessions, seconds)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--sessions", type=int, default=8, help="concurrent sessions at saturation (HTTP, SDK)")
+    parser.add_argument("--stdio-sessions", type=int, default=4,
+                        help="concurrent stdio sessions at saturation (each its own proxy and upstream processes)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="how long each saturation run lasts")
     parser.add_argument("--only", choices=("stdio", "http", "saturation"))
     parser.add_argument("--json", type=Path)
     options = parser.parse_args()
@@ -254,6 +327,9 @@ def main() -> None:
         if "saturation" in parts:
             results["decisions_per_s"] = decisions_per_second(guard)
             results["proxied_calls_per_s"] = anyio.run(calls_per_second, guard, options.sessions)
+            results["saturation_http"] = anyio.run(saturation_http, model_path, options.sessions, options.seconds)
+            results["saturation_stdio"] = anyio.run(saturation_stdio, model_path, options.stdio_sessions,
+                                                    options.seconds)
         results["load_after"] = os.getloadavg()[0]
     print(f"load average (1 min): {results['load_before']:.2f} before, {results['load_after']:.2f} after, "
           f"on {os.cpu_count()} CPUs")
@@ -262,12 +338,20 @@ def main() -> None:
     for label, target, r in rows:
         print(f"{label}:  direct p50 {r['direct_p50_ms']:.3f} ms  proxied p50 {r['proxied_p50_ms']:.3f} ms  "
               f"added p50 {r['added_p50_ms']:.3f} ms (target ≤ {target:g} ms)  "
-              f"p95 {r['direct_p95_ms']:.3f} / {r['proxied_p95_ms']:.3f} ms")
+              f"p95 {r['direct_p95_ms']:.3f} / {r['proxied_p95_ms']:.3f} ms  "
+              f"(median of the paired differences {r['added_median_of_pairs_ms']:.3f} ms)")
         print(f"       CPU per call: the proxy's process {r['proxy_cpu_ms_per_call']:.3f} ms, the upstream "
               f"server's {r['upstream_cpu_ms_per_call']:.3f} ms")
     if "saturation" in parts:
-        print(f"decision path alone: {results['decisions_per_s']:,.0f} decisions/s; whole calls through the proxy "
-              f"({options.sessions} sessions): {results['proxied_calls_per_s']:,.0f} calls/s")
+        print(f"decision path alone: {results['decisions_per_s']:,.0f} decisions/s; whole calls through the "
+              f"in-process SDK proxy ({options.sessions} sessions): {results['proxied_calls_per_s']:,.0f} calls/s")
+        for transport, count in (("http", options.sessions), ("stdio", options.stdio_sessions)):
+            direct, lean = results[f"saturation_{transport}"]["direct"], results[f"saturation_{transport}"]["lean"]
+            cpu = (f"; the proxy's CPU {lean['proxy_cpu_ms_per_call']:.3f} ms a call"
+                   if "proxy_cpu_ms_per_call" in lean else "")
+            print(f"saturation, {transport}, --relay lean, {count} sessions at once: {lean['calls_per_s']:,.0f} "
+                  f"decisions/s (p50 {lean['p50_ms']:.2f} ms, p99 {lean['p99_ms']:.2f} ms){cpu}; direct "
+                  f"{direct['calls_per_s']:,.0f} calls/s (p50 {direct['p50_ms']:.2f} ms, p99 {direct['p99_ms']:.2f} ms)")
     if options.json:
         options.json.write_text(json.dumps(results, indent=2))
 

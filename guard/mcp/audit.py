@@ -13,12 +13,21 @@ The columns are the server's (``server/storage/schema.py``; a test opens a proxy
 server's storage and reads it back), so ``forewarn serve --db FILE`` lists these sessions and their
 steps. Several proxies may share one file (SQLite's locking; WAL). Writes go to a thread of their
 own and are committed in groups: nothing waits for the disk on a call's path.
+
+The trade-off: a row is committed within ``_LINGER`` (50 ms) of the call that made it, not before its
+answer, so a proxy killed outright (``kill -9``, a crash; not a stop, which commits what is queued)
+loses the rows of its last 50 ms of calls. Not silently: each proxy marks the file when it starts (a
+``meta`` row ``mcp-proxy:HOST:PID``, committed before it serves) and unmarks it when it closes; the
+next proxy to open the file on that host finds the mark of one no longer running, closes that
+proxy's open sessions with the reason (``closed_by``) and logs a warning.
 """
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import queue
+import socket
 import sqlite3
 import threading
 import time
@@ -65,6 +74,7 @@ CREATE INDEX IF NOT EXISTS proposals_session ON proposals (session_id);
 
 _Job = Callable[[sqlite3.Connection], object]
 _LINGER = 0.05  # seconds a write waits for others to commit with
+_MARK = "mcp-proxy:"  # meta rows of the proxies writing the file: "mcp-proxy:HOST:PID" → when it started
 
 
 class AuditStore:
@@ -83,6 +93,7 @@ class AuditStore:
     def __init__(self, path: str | Path, *, model_name: str, model_version: str) -> None:
         self.path = Path(path)
         self.model_name, self.model_version = model_name, model_version
+        self.host, self.proxy = socket.gethostname(), f"{socket.gethostname()}:{os.getpid()}"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = _connect(self.path)
@@ -94,6 +105,9 @@ class AuditStore:
                 elif row[0] != str(SCHEMA_VERSION):
                     raise ConfigError(f"--audit {self.path}: database schema version {row[0]} is not supported "
                                       f"(the proxy writes version {SCHEMA_VERSION})")
+                self._close_orphans(conn)
+                # committed before any call is served: a proxy killed later is known to have been here
+                conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (_MARK + self.proxy, str(time.time())))
             finally:
                 conn.close()
         except (OSError, sqlite3.Error) as exc:
@@ -110,7 +124,8 @@ class AuditStore:
                 record: StepRecord) -> None:
         """A new session and its step 0: the state before any call, and the guard's decision there."""
         now = time.time()
-        row = (session_id, self.model_name, self.model_version, None, _json(metadata), now, PRINCIPAL, PRINCIPAL)
+        row = (session_id, self.model_name, self.model_version, None, _json({**metadata, "proxy": self.proxy}), now,
+               PRINCIPAL, PRINCIPAL)
         self._jobs.put(lambda c: c.execute("INSERT INTO sessions (id, model_name, model_version, policy, metadata,"
                                            " created_at, created_by, tenant) VALUES (?,?,?,?,?,?,?,?)", row))
         self.step(session_id, initial, None, record)
@@ -170,11 +185,34 @@ class AuditStore:
                                            " AND closed_at IS NULL", row))
 
     def close(self) -> None:
-        """Commit what is queued and stop the writer."""
+        """Commit what is queued and stop the writer (the proxy's mark goes with the last rows)."""
         if self._thread.is_alive():
+            mark = _MARK + self.proxy
+            self._jobs.put(lambda c: c.execute("DELETE FROM meta WHERE key=?", (mark,)))
             self._jobs.put(None)
             self._flush.set()
             self._thread.join()
+
+    def _close_orphans(self, conn: sqlite3.Connection) -> None:
+        """The proxies of this host that wrote here and ended without closing the store (killed: ``kill -9``,
+        a crash) lost the rows still queued, those of their last ``_LINGER`` seconds of calls. That is said,
+        not silent: their open sessions are closed with the reason, and a warning names them."""
+        prefix = f"{_MARK}{self.host}:"
+        for key, started in conn.execute("SELECT key, value FROM meta WHERE key > ? AND key < ?",
+                                         (prefix, prefix + "\uffff")).fetchall():
+            pid = key[len(prefix):]
+            if not pid.isdigit() or _running(int(pid)):
+                continue
+            why = (f"{PRINCIPAL}: its proxy (pid {pid}) ended without closing the audit store (killed?); the rows "
+                   f"of its last calls, up to {_LINGER * 1e3:g} ms of them, may be missing")
+            closed = conn.execute("UPDATE sessions SET closed_at=?, closed_by=? WHERE closed_at IS NULL AND "
+                                  "created_by=? AND json_extract(metadata, '$.proxy')=?",
+                                  (time.time(), why, PRINCIPAL, f"{self.host}:{pid}")).rowcount
+            conn.execute("DELETE FROM meta WHERE key=?", (key,))
+            log.warning("audit store %s: the proxy of pid %s (started %s) ended without closing it; its %d open "
+                        "session(s) are closed as such, and the rows of its last calls (up to %g ms) may be missing",
+                        self.path, pid, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(started))), closed,
+                        _LINGER * 1e3)
 
     # -- the writer thread ------------------------------------------------------------------
 
@@ -208,6 +246,16 @@ class AuditStore:
                     return
         finally:
             conn.close()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # (another user's)
+    return pid != 0
 
 
 def _connect(path: Path) -> sqlite3.Connection:

@@ -8,7 +8,6 @@ as bytes) judges with, so the two paths decide alike by construction.
 """
 from __future__ import annotations
 
-import copy
 import itertools
 import logging
 import uuid
@@ -60,6 +59,7 @@ class Forward:
     proposal: str | None = None  # the console proposal the step is linked to
     audited: str | None = None  # the judged call's row in the local audit store
     edits: list[str] = field(default_factory=list)  # what the approvers changed, told to the model with the result
+    judged: Verdict | None = None  # the allowing verdict, until :meth:`CallJudge.forwarded` records it
 
 
 class CallJudge:
@@ -95,10 +95,9 @@ class CallJudge:
     def open_session(self, name: str | None, client: str | None) -> GuardedSession:
         """A new session (``name``: the transport's session id, if any; ``client``: the client's name)."""
         name = name or f"mcp-{uuid.uuid4().hex[:12]}"
-        # a session of its own extractor: it resumes the fold where this session's last call left it
-        # (one extractor shared by concurrent sessions would fold every transcript from its start)
-        guarded = GuardedSession(name, None if self.guard is None else self.guard.session(), copy.copy(self.extractor))
-        initial = guarded.initial = guarded.extractor(guarded.transcript)
+        # (the session keeps its state and folds each call into it: the extractor holds no session's fold)
+        guarded = GuardedSession(name, None if self.guard is None else self.guard.session(), self.extractor)
+        initial = guarded.initial = guarded.state
         meta = {"client": client} if client is not None else {}
         if guarded.session is not None:
             guarded.session.observe(initial)
@@ -141,6 +140,19 @@ class CallJudge:
                 raise MCPError(SESSION_STOPPED, stopped_text(name, guarded.stopped, later=True))
             verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools,
                                    fallback=self._fallback)
+            if verdict.action is Action.ALLOW:
+                proposal: str | None = None
+                if edit_of is not None and guarded.remote is not None and state is not None:
+                    # an edit the guard allows: on the sidecar too, linked to the proposal it edits
+                    try:
+                        allowed = await guarded.remote.propose(name, dict(args), dict(state), tools=tools(), ask=False,
+                                                               edit_of=edit_of)
+                        proposal = allowed["id"]
+                    except ServerError as exc:  # the call runs all the same; its step is not linked
+                        log.warning("session %s: the sidecar did not record the edited call: %s", guarded.id, exc)
+                guarded.calls += 1
+                # its span and audit row follow once it is on its way (forwarded): off the call's path
+                return Forward(name, args, bool(edits), proposal, None, edits, judged=verdict)
             self._emit(guarded, name, args, verdict)
             audited = self._audit_judged(guarded, name, args, verdict)
             if verdict.action is Action.STOP:
@@ -150,47 +162,46 @@ class CallJudge:
             if verdict.action is Action.REFLECT:
                 guarded.calls += 1
                 return " ".join([*edits, held_back_text(name, args, verdict)])
-            proposal: str | None = None
-            if verdict.action is Action.ASK_HUMAN:
-                remote = await self._remote(guarded) if self.sidecar is not None else None
-                answer = await ask_human(elicit, name, args, verdict, state, remote=remote, tools=tools(),
-                                         timeout=self.config.approval_timeout, edit_of=edit_of)
-                self._audit_answer(audited, answer)
-                if answer.edit is not None and len(edits) < _MAX_EDITS:
-                    # judged again, as if the client had proposed the edited call
-                    edited, edited_args = answer.edit
-                    edits.append(f"{answer.message} Forewarn judged the edited call "
-                                 f"{describe_call(edited, edited_args)} in its place.")
-                    name, args, edit_of = edited, edited_args, answer.proposal
-                    if not lists(name):
-                        guarded.calls += 1
-                        return " ".join([*edits, f"No upstream of this proxy lists `{name}`; the call did not run."])
-                    continue
-                if not answer.approved:
+            remote = await self._remote(guarded) if self.sidecar is not None else None  # (ask_human)
+            answer = await ask_human(elicit, name, args, verdict, state, remote=remote, tools=tools(),
+                                     timeout=self.config.approval_timeout, edit_of=edit_of)
+            self._audit_answer(audited, answer)
+            if answer.edit is not None and len(edits) < _MAX_EDITS:
+                # judged again, as if the client had proposed the edited call
+                edited, edited_args = answer.edit
+                edits.append(f"{answer.message} Forewarn judged the edited call "
+                             f"{describe_call(edited, edited_args)} in its place.")
+                name, args, edit_of = edited, edited_args, answer.proposal
+                if not lists(name):
                     guarded.calls += 1
-                    return " ".join([*edits, answer.message])
-                proposal = answer.proposal
-            elif edit_of is not None and guarded.remote is not None and state is not None:
-                # an edit the guard allows: on the sidecar too, linked to the proposal it edits
-                try:
-                    allowed = await guarded.remote.propose(name, dict(args), dict(state), tools=tools(), ask=False,
-                                                           edit_of=edit_of)
-                    proposal = allowed["id"]
-                except ServerError as exc:  # the call runs all the same; its step is not linked
-                    log.warning("session %s: the sidecar did not record the edited call: %s", guarded.id, exc)
+                    return " ".join([*edits, f"No upstream of this proxy lists `{name}`; the call did not run."])
+                continue
             guarded.calls += 1
-            return Forward(name, args, verdict.action is Action.ASK_HUMAN or bool(edits), proposal, audited, edits)
+            if not answer.approved:
+                return " ".join([*edits, answer.message])
+            return Forward(name, args, True, answer.proposal, audited, edits)
+
+    def forwarded(self, guarded: GuardedSession, go: Forward) -> None:
+        """Record an allowed call once it is on its way to the upstream: its ``forewarn.decision`` span, the
+        decision hook and its audit row, written while the upstream works rather than before the call
+        leaves. (Idempotent; :meth:`ran` and :meth:`failed` record it first if nobody did.)"""
+        if go.judged is not None:
+            verdict, go.judged = go.judged, None
+            self._emit(guarded, go.name, go.args, verdict)
+            go.audited = self._audit_judged(guarded, go.name, go.args, verdict)
 
     # -- after the upstream answered ------------------------------------------------------
 
     async def failed(self, guarded: GuardedSession, go: Forward, message: str) -> None:
         """The forwarded call failed (an MCP error): it may have run in part, so an error step is committed."""
+        self.forwarded(guarded, go)
         await self._commit(guarded, ToolStep(go.name, go.args, CallStatus.ERROR, message, approved=go.approved),
                            go.proposal, go.audited)
 
     async def ran(self, guarded: GuardedSession, go: Forward, is_error: bool, text: str) -> str | None:
         """Commit the forwarded call's result; the words to append to it when the state it led to is one
         the guard acts on (and the session is then stopped if the guard says stop), else None."""
+        self.forwarded(guarded, go)
         step = ToolStep(go.name, go.args, CallStatus.ERROR if is_error else CallStatus.SUCCESS, text,
                         approved=go.approved)
         after = await self._commit(guarded, step, go.proposal, go.audited)

@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -67,6 +68,7 @@ log = logging.getLogger("forewarn.mcp")
 
 _OWN = "forewarn-"
 _CONNECT_TIMEOUT = 30.0
+_ENDED_KEPT = 4096
 # not forwarded: the hop's own headers (and compression: the relay reads the answers it judges)
 _HOP = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer",
                   b"upgrade", b"proxy-authorization", b"proxy-connection", b"accept-encoding"})
@@ -114,7 +116,9 @@ class HttpRelay:
         # a client that never says DELETE does not keep its guarded session, and one that comes back after it
         # is told (404) to start a new one, as the SDK's own sessions do
         self.idle_timeout = idle_timeout
-        self._swept = time.monotonic()
+        # the ids of sessions ended here (idle, DELETE, unknown upstream): a request on one is answered 404 by
+        # the relay (the newest few thousand; an older one goes on and the upstream, which ended it too, says 404)
+        self._ended: OrderedDict[str, None] = OrderedDict()
         self._security = TransportSecurityMiddleware(_security_for(host))
 
     # -- running ------------------------------------------------------------------------
@@ -129,7 +133,11 @@ class HttpRelay:
         """
         try:
             await self._probe()
-            yield self
+            sweeper = asyncio.create_task(self._sweep())
+            try:
+                yield self
+            finally:
+                sweeper.cancel()
         finally:
             self.close()
             self._http.close()
@@ -185,7 +193,12 @@ class HttpRelay:
         if refused is not None:
             return await refused(scope, receive, send)
         headers = [(k, v) for k, v in scope["headers"] if k not in _HOP]
-        self._touch(session_id(headers))
+        sid = session_id(headers)
+        if method in ("POST", "GET", "DELETE") and not self._touch(sid):
+            # (the MCP spec's answer to a request on an ended session: 404, and the client starts a new one)
+            return await reply(send, 404, error_frame(None, types.INVALID_REQUEST, f"Session not found: the proxy "
+                                                                                    f"ended session {sid}; start a "
+                                                                                    f"new one"))
         if method == "POST":
             return await self._post(headers, receive, send)
         if method in ("GET", "DELETE"):
@@ -349,9 +362,8 @@ class HttpRelay:
                 state.guarded = self.judge.open_session(sid, state.client)
             return state.guarded
 
-        async def forward(frame: bytes) -> tuple[bytes, dict[str, Any]]:
-            rid = message["id"]
-            answer_frame, answer, _ = await self._exchange(headers, frame, rid, f"tools/call {_name(message)!r}",
+        async def forward(frame: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
+            answer_frame, answer, _ = await self._exchange(headers, frame, message["id"], f"tools/call {tool!r}",
                                                            answer_to)
             return answer_frame, answer
 
@@ -372,6 +384,8 @@ class HttpRelay:
         frame = await lean_call(self.judge, message, body, session=session, lock=state.lock, tools=self._tools,
                                 list_tools=lambda: self._list_tools(headers), elicit=elicit if state.elicits else None,
                                 forward=forward)
+        if sid is not None and sid in self._ended and not answer_to.streaming:  # the upstream did not know it
+            return await reply(send, 404, frame)
         await answer_to.final(frame)
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
@@ -379,19 +393,33 @@ class HttpRelay:
         self._streams.add(task)
         task.add_done_callback(self._streams.discard)
 
-    def _touch(self, sid: str | None) -> None:
-        """Mark the session seen; now and then, end those idle past the timeout."""
+    def _touch(self, sid: str | None) -> bool:
+        """Mark the session seen; False when it was ended (now, idle past the timeout, or before)."""
+        if sid is None:
+            return True  # (initialize; a stateless upstream's requests)
+        if sid in self._ended:
+            return False
+        state = self._sessions.get(sid)
         now = time.monotonic()
-        if (state := self._sessions.get(sid)) is not None:
+        if state is not None and now - state.seen > self.idle_timeout and not state.lock.locked():
+            self._idle(sid)  # (before the sweep came to it)
+            return False
+        if state is not None:
             state.seen = now
-        if now - self._swept < min(60.0, self.idle_timeout / 4):
-            return
-        self._swept = now
-        for key, state in list(self._sessions.items()):
-            if now - state.seen > self.idle_timeout and not state.lock.locked():
-                self._end(key, f"idle for more than {self.idle_timeout:g} s")
-                if key is not None:
-                    self._background(self._forget(key))
+        return True
+
+    async def _sweep(self) -> None:
+        """End the sessions idle past the timeout, now and then (a quarter of it, at most a minute apart)."""
+        while True:
+            await asyncio.sleep(min(60.0, self.idle_timeout / 4))
+            now = time.monotonic()
+            for key, state in list(self._sessions.items()):
+                if key is not None and now - state.seen > self.idle_timeout and not state.lock.locked():
+                    self._idle(key)
+
+    def _idle(self, sid: str) -> None:
+        self._end(sid, f"idle for more than {self.idle_timeout:g} s")
+        self._background(self._forget(sid))
 
     async def _forget(self, sid: str) -> None:
         """End an idle session upstream too (best effort: the upstream also ends idle sessions of its own)."""
@@ -402,9 +430,14 @@ class HttpRelay:
             log.warning("upstream %r: ending idle session %s: %s", self.name, sid, exc)
 
     def _end(self, sid: str | None, why: str) -> None:
+        """Release the session (its guarded session closed and recorded); later requests on its id get 404."""
         state = self._sessions.pop(sid, None)
         if state is not None and state.guarded is not None:
             self.judge.close_session(state.guarded, why)
+        if sid is not None:
+            self._ended[sid] = None
+            if len(self._ended) > _ENDED_KEPT:
+                self._ended.popitem(last=False)
 
 
 def _security_for(host: str) -> TransportSecuritySettings | None:
@@ -415,7 +448,3 @@ def _security_for(host: str) -> TransportSecuritySettings | None:
         enable_dns_rebinding_protection=True, allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
         allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
 
-
-def _name(message: dict[str, Any]) -> str:
-    params = message.get("params")
-    return str(params.get("name")) if isinstance(params, dict) else "?"

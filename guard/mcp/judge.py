@@ -40,22 +40,33 @@ class DecisionHook(Protocol):
 
 @dataclass
 class GuardedSession:
-    """One MCP client session: its calls so far, its guard session, and whether it was stopped."""
+    """One MCP client session: the calls that ran and the state they led to, its guard session, and
+    whether it was stopped."""
 
     id: str
     session: Session | None  # None: recording only (no model), every call is allowed
     extractor: ToolStateExtractor
-    transcript: Transcript = field(default_factory=Transcript)
+    steps: list[ToolStep] = field(default_factory=list)  # the calls that ran, oldest first
+    state: Mapping[str, Any] = field(default_factory=dict)  # the extractor's state of those calls (never mutated)
     stopped: Verdict | None = None
     log: SessionLog | None = None
     remote: Any = None  # the sidecar's AsyncRemoteSession, with --serve-url
     calls: int = 0
     initial: Mapping[str, Any] = field(default_factory=dict)  # the state before any call
 
+    def __post_init__(self) -> None:
+        if not self.state:
+            self.state = self.extractor(self.transcript)
+
+    @property
+    def transcript(self) -> Transcript:
+        """What the session did, as a transcript (the state is kept as it goes: nothing folds this on a call)."""
+        return Transcript(steps=tuple(self.steps))
+
     def ran(self, step: ToolStep) -> tuple[Mapping[str, Any], Decision]:
         """Commit a call that ran: the state it led to, and the guard's decision there."""
-        self.transcript = self.transcript.then(step)
-        state = self.extractor(self.transcript)
+        self.steps.append(step)
+        state = self.state = self.extractor.then(self.state, step)
         decision = (_RECORDING if self.session is None
                     else self.session.observe(state, action={"tool": step.name, "args": step.args}))
         if self.log is not None:
@@ -71,7 +82,7 @@ def judge(guarded: GuardedSession, name: str, args: Any, *, unknown_tools: Actio
     if guarded.session is None:
         return Verdict(Action.ALLOW, _RECORDING), None
     try:
-        state = guarded.extractor(guarded.transcript.then(step))
+        state = guarded.extractor.then(guarded.state, step)
         decision = guarded.session.preview(state)
     except ForewarnError as exc:  # ExtractionError on the arguments, PredicateError on the state
         return Verdict(Action.REFLECT, fallback(name, str(exc)), " The call cannot be judged, so it did not run."), None

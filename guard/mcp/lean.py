@@ -27,9 +27,9 @@ __all__ = ["lean_call", "Forwarder"]
 
 log = logging.getLogger("forewarn.mcp")
 
-# sends a tools/call request (a JSON-RPC frame) upstream: its answer as it came (bytes) and parsed;
-# raises MCPError when the upstream is down or does not answer in time
-Forwarder = Callable[[bytes], Awaitable[tuple[bytes, dict[str, Any]]]]
+# sends a tools/call request (a JSON-RPC frame; the tool it calls) upstream: its answer as it came (bytes)
+# and parsed; raises MCPError when the upstream is down or does not answer in time
+Forwarder = Callable[[bytes, str], Awaitable[tuple[bytes, dict[str, Any]]]]
 
 
 async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, session: Callable[[], GuardedSession],
@@ -72,8 +72,11 @@ async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, 
 
 async def _run(judge: CallJudge, guarded: GuardedSession, go: Forward, rid: Any, frame: bytes,
                forward: Forwarder) -> bytes:
+    # the call's span and audit row are written in the loop's next turn: after the request left, while the
+    # upstream works (forward writes it before it first waits)
+    asyncio.get_running_loop().call_soon(judge.forwarded, guarded, go)
     try:
-        answer_frame, answer = await forward(frame)
+        answer_frame, answer = await forward(frame, go.name)
     except MCPError as exc:
         await judge.failed(guarded, go, exc.error.message)
         raise

@@ -150,7 +150,9 @@ class GuardedProxy(CallJudge):
                 listed = await upstream.list_tools()
             except MCPError as exc:
                 if strict:
-                    raise ConfigError(f"upstream {upstream.name!r}: {exc.error.message}") from None
+                    said = exc.error.message  # (an upstream given up on names itself already)
+                    raise ConfigError(said if said.startswith(f"upstream {upstream.name!r}") else
+                                      f"upstream {upstream.name!r}: {said}") from None
                 log.warning("tools/list of upstream %r failed: %s", upstream.name, exc.error.message)
                 continue
             for tool in listed:
@@ -191,6 +193,7 @@ class GuardedProxy(CallJudge):
                                    tools=lambda: list(self._routes))
             if isinstance(go, str):
                 return _error_result(go)
+            self.forwarded(guarded, go)  # (its span and audit row as the call leaves, not once it ended)
             try:
                 result = await self._routes[go.name].call_tool(go.name, go.args)
             except MCPError as exc:

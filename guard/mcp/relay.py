@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from functools import partial
 from typing import Any
 
 import mcp_types as types
@@ -336,12 +337,12 @@ class LeanRelay:
     async def _call(self, message: dict[str, Any], line: bytes) -> None:
         self._to_client(await lean_call(self.judge, message, line, session=self._session, lock=self._lock,
                                         tools=self._tools, list_tools=self._list_tools,
-                                        elicit=self._elicit if self._elicits else None, forward=self._forward_call))
+                                        elicit=self._elicit if self._elicits else None,
+                                        forward=partial(self._forward_call, message["id"])))
 
-    async def _forward_call(self, line: bytes) -> tuple[bytes, dict[str, Any]]:
-        message = orjson.loads(line)
+    async def _forward_call(self, rid: Any, line: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
         future: asyncio.Future[tuple[bytes, dict[str, Any]]] = asyncio.get_running_loop().create_future()
-        await self._forward(message["id"], f"tools/call {message['params']['name']!r}", line, future)
+        await self._forward(rid, f"tools/call {tool!r}", line, future)
         return await future
 
     async def _list_tools(self) -> None:

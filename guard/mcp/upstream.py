@@ -79,6 +79,12 @@ class Upstream:
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:  # a server that cannot start, or a transport that broke on the way out
+                missing = _missing(exc) if not connected else None
+                if missing is not None:  # a command that is not there will not be there on a retry
+                    self._give_up(f"upstream {self.name!r} ({self.spec.describe()}) could not be started: {missing}")
+                    if not started:
+                        task_status.started()
+                    return
                 log.warning("upstream %r: %s", self.name, _reason(exc))
                 if not connected:
                     failures += 1
@@ -200,6 +206,15 @@ class _ForwardingSession(ClientSession):
 
     async def validate_tool_result(self, name: str, result: types.CallToolResult) -> None:
         return None
+
+
+def _missing(exc: BaseException) -> str | None:
+    """Why a command could not be run at all (not found, not executable), as the lean relay says it; else None."""
+    if isinstance(exc, BaseExceptionGroup):
+        return _missing(exc.exceptions[0]) if exc.exceptions else None
+    if isinstance(exc, FileNotFoundError | PermissionError | NotADirectoryError) and exc.filename is not None:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _reason(exc: BaseException) -> str:

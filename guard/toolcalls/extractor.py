@@ -192,22 +192,36 @@ class ToolStateExtractor:
             done, state = len(memo[1]), _copy(memo[2])
         else:
             done, state = 0, initial_state(self.payment_limit)
+        user_text, user_amounts = self._user_words(users)
+        for index in range(done, len(steps)):
+            if index == len(steps) - 1 and index != done:  # else the memo already holds this prefix
+                self._memo = (users, steps[:index], _copy(state))
+            self._fold(state, steps[index], user_text, user_amounts)
+        return _last(state, len(steps), steps[-1], self.kind_of(steps[-1].name))
+
+    def then(self, state: Mapping[str, Any], step: ToolStep, user_messages: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The state after one more call: ``state`` is this extractor's state of a transcript whose user
+        messages are ``user_messages``, the result is its state with ``step`` appended (a new dict).
+
+        For a caller that keeps its session's state (the MCP proxy): a call costs the call alone,
+        with no transcript to copy or compare, however long the session.
+
+        Raises:
+            ExtractionError: as calling the extractor on the longer transcript does.
+        """
+        out = _copy(state)
+        self._fold(out, step, *self._user_words(user_messages))
+        return _last(out, int(state["steps"]) + 1, step, self.kind_of(step.name))
+
+    def _user_words(self, users: tuple[str, ...]) -> tuple[str, set[float]]:
+        """The user's messages as one lower-case text, and the amounts they state (cached)."""
         user_text = "\n".join(users).lower()
         user_amounts = self._amounts.get(user_text)
         if user_amounts is None:
             if len(self._amounts) >= _CACHE_LIMIT:
                 self._amounts.clear()
             user_amounts = self._amounts[user_text] = amounts_in(user_text) if user_text else set()
-        for index in range(done, len(steps)):
-            if index == len(steps) - 1 and index != done:  # else the memo already holds this prefix
-                self._memo = (users, steps[:index], _copy(state))
-            self._fold(state, steps[index], user_text, user_amounts)
-        state["steps"] = len(steps)
-        last = steps[-1]
-        state["last_call"] = {"tool": last.name, "kind": self.kind_of(last.name).value,
-                              "args": dict(last.args) if isinstance(last.args, Mapping) else {"value": last.args},
-                              "status": last.status.value}
-        return state
+        return user_text, user_amounts
 
     def _fold(self, state: dict[str, Any], step: ToolStep, user_text: str, user_amounts: set[float]) -> None:
         """Add one call's effects to the state."""
@@ -448,7 +462,16 @@ def _same_prefix(prefix: tuple[ToolStep, ...], steps: tuple[ToolStep, ...]) -> b
     return steps[:len(prefix)] == prefix
 
 
-def _copy(state: dict[str, Any]) -> dict[str, Any]:
+def _last(state: dict[str, Any], steps: int, last: ToolStep, kind: ToolKind) -> dict[str, Any]:
+    """``state`` with the fields that describe the run's length and its last call set."""
+    state["steps"] = steps
+    state["last_call"] = {"tool": last.name, "kind": kind.value,
+                          "args": dict(last.args) if isinstance(last.args, Mapping) else {"value": last.args},
+                          "status": last.status.value}
+    return state
+
+
+def _copy(state: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a state that shares nothing mutable with it."""
     out = dict(state)
     out["tools_called"] = list(state["tools_called"])

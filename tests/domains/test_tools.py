@@ -326,3 +326,26 @@ def test_the_fold_resumed_from_the_last_call_matches_a_fresh_one() -> None:
         # another conversation, then back: nothing leaks between them
         assert shared(Transcript.of("other", plan.steps[:1])) == ToolStateExtractor()(Transcript.of("other",
                                                                                                  plan.steps[:1]))
+
+
+def test_a_state_kept_call_by_call_matches_the_fold_of_the_transcript() -> None:
+    """``then`` (one call folded into a kept state, as the MCP proxy's sessions use it) gives the state the
+    extractor makes of the whole transcript, for proposed, successful and failed calls, and leaves the
+    state it starts from as it was."""
+    import copy
+    import random
+
+    fresh = ToolStateExtractor()
+    for i, family in enumerate(FAMILIES.values()):
+        plan = family(random.Random(100 + i))
+        users = (plan.user,)
+        transcript, state = Transcript.of(plan.user), fresh(Transcript.of(plan.user))
+        for j, step in enumerate(plan.steps):
+            before = copy.deepcopy(state)
+            proposed = ToolStep(step.name, step.args, CallStatus.PROPOSED)
+            assert fresh.then(state, proposed, users) == ToolStateExtractor()(transcript.then(proposed))
+            ran = step if j % 3 else ToolStep(step.name, step.args, CallStatus.ERROR, "failed")
+            after = fresh.then(state, ran, users)
+            assert state == before  # (a new dict: the kept state is not touched)
+            transcript, state = transcript.then(ran), after
+            assert state == ToolStateExtractor()(transcript)

@@ -2,9 +2,13 @@
 tables of `forewarn serve`'s database — read back here with the server's own storage."""
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import sqlite3
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +86,50 @@ def test_the_command_writes_its_audit_store(model_file: Path, repo: Path, tmp_pa
         assert db.execute("SELECT step, json_extract(action_in, '$.tool') FROM decisions ORDER BY step"
                           ).fetchall() == [(0, None), (1, "git_status")]
     assert not state_home.exists()  # neither run wrote the default store
+
+
+def test_a_proxy_killed_outright_is_not_a_silent_gap(model_file: Path, repo: Path, tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """Rows are committed in groups, after the answers: a proxy killed with SIGKILL may lose its last ones. The
+    file says so: the proxy's mark (committed before it served) outlives it, and the next store opened on the
+    file closes the killed proxy's session with the reason and warns."""
+    audit = tmp_path / "audit.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "forewarn", "mcp", "--model", str(model_file), "--config",
+                             str(PROXY_CONFIG), "--audit", str(audit), "--relay", "lean", "--", GIT_SERVER,
+                             "--repository", str(repo)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                            "protocolVersion": "2025-06-18", "capabilities": {},
+                            "clientInfo": {"name": "raw", "version": "0"}}},
+                        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                         "params": {"name": "git_status", "arguments": {"repo_path": str(repo)}}}):
+            proc.stdin.write(orjson.dumps(message) + b"\n")
+            proc.stdin.flush()
+            if "id" in message:
+                assert orjson.loads(proc.stdout.readline())["id"] == message["id"]
+        deadline = time.monotonic() + 60
+        while True:  # the session's rows committed (within 50 ms of the call)
+            with sqlite3.connect(audit) as db:
+                if db.execute("SELECT count(*) FROM decisions").fetchone() == (2,):
+                    marks = [k for (k,) in db.execute("SELECT key FROM meta WHERE key LIKE 'mcp-proxy:%'")]
+                    break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        proc.stdin.close()
+        proc.stdout.close()
+    assert marks == [f"mcp-proxy:{socket.gethostname()}:{proc.pid}"]
+
+    with caplog.at_level(logging.WARNING, logger="forewarn.mcp"):
+        AuditStore(audit, model_name="mcp", model_version="0123456789abcdef").close()
+    with sqlite3.connect(audit) as db:
+        [(closed_at, closed_by)] = db.execute("SELECT closed_at, closed_by FROM sessions").fetchall()
+        left = db.execute("SELECT count(*) FROM meta WHERE key LIKE 'mcp-proxy:%'").fetchone()
+    assert closed_at is not None and f"its proxy (pid {proc.pid}) ended without closing the audit store" in closed_by
+    assert "up to 50 ms of them, may be missing" in closed_by
+    assert left == (0,)  # the killed proxy's mark is gone, and the store just opened and closed removed its own
+    assert f"the proxy of pid {proc.pid}" in caplog.text and "1 open session(s) are closed" in caplog.text

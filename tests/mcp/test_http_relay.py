@@ -175,29 +175,57 @@ def test_a_page_on_a_rebound_domain_and_a_body_that_is_not_json_are_refused(mcp_
 
 def test_a_session_idle_past_the_timeout_is_ended_here_and_upstream(mcp_model: GuardModel, repo: Path,
                                                                    git_over_http: str, tmp_path: Path) -> None:
-    """A client that never says DELETE: its guarded session ends after the idle timeout (recorded as such), the
-    upstream's too, so a call it sends later runs nowhere and it must start a new session."""
+    """A client that never says DELETE: its guarded session ends after the idle timeout with no other request
+    coming (released and recorded as such), the upstream's too. A request on its id then gets HTTP 404, the MCP
+    spec's answer that makes a client start a new session (the SDK's client reports "Session not found"), as
+    does a call on an id the relay never had (whose state goes with it); a new session works."""
     record = tmp_path / "sessions.jsonl"
     r = str(repo)
+    arguments = {"repo_path": r, "max_count": 1}
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "git_log", "arguments": arguments}}
+    version = "2025-06-18"  # (a raw client of a version whose requests need no _meta envelope)
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
 
     async def scenario() -> dict[str, Any]:
         seen: dict[str, Any] = {}
         proxy = proxy_for(Guard(mcp_model), UpstreamSpec("git", url=git_over_http), record=str(record))
-        async with serving(proxy, "lean", idle_timeout=0.5) as url, http_client(url) as idle:
-            seen["before"] = text_of(await idle.call_tool("git_log", {"repo_path": r, "max_count": 1}))
-            await anyio.sleep(1.5)
-            async with http_client(url) as other:  # any request looks for idle sessions
-                seen["other"] = text_of(await other.call_tool("git_log", {"repo_path": r, "max_count": 1}))
-                await anyio.sleep(0.5)  # (the upstream's session is ended in the background)
+        async with serving(proxy, "lean", idle_timeout=0.5) as url, httpx.AsyncClient(timeout=60) as raw:
+            first = await raw.post(url, headers=HEADERS, json=hello)
+            sid = first.headers["mcp-session-id"]
+            theirs = {**HEADERS, "mcp-session-id": sid, "mcp-protocol-version": version}
+            await raw.post(url, headers=theirs, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+            seen["raw before"] = await raw.post(url, headers=theirs, json=call)
+            async with http_client(url) as idle:
+                seen["before"] = text_of(await idle.call_tool("git_log", arguments))
+                with anyio.fail_after(30):  # ended by the relay's own sweep: nobody sends a request meanwhile
+                    while len(record.read_bytes().splitlines()) < 2:
+                        await anyio.sleep(0.05)
                 seen["ended"] = [orjson.loads(line) for line in record.read_bytes().splitlines()]
+                seen["raw after"] = await raw.post(url, headers=theirs, json=call)
+                seen["get after"] = await raw.get(url, headers=theirs)
+                with anyio.fail_after(30):  # (the upstream's session is ended in the background)
+                    while (await raw.post(git_over_http, headers=theirs, json=call)).status_code != 404:
+                        await anyio.sleep(0.05)
                 with pytest.raises(MCPError) as gone:
                     with anyio.fail_after(60):
-                        await idle.call_tool("git_log", {"repo_path": r, "max_count": 1})
+                        await idle.call_tool("git_log", arguments)
                 seen["after"] = gone.value.error
+            unknown = {**theirs, "mcp-session-id": "no-such-session"}
+            seen["unknown"] = await raw.post(url, headers=unknown, json=call)
+            seen["unknown again"] = await raw.post(url, headers=unknown, json={**call, "id": 3})
+            async with http_client(url) as fresh:
+                seen["fresh"] = text_of(await fresh.call_tool("git_log", arguments))
         return seen
 
     seen = anyio.run(scenario)
-    assert "init" in seen["before"] and "init" in seen["other"]
-    [ended] = seen["ended"]
-    assert ended["meta"]["ended"] == "idle for more than 0.5 s" and len(ended["steps"]) == 2
-    assert seen["after"].code == UPSTREAM_DOWN and "HTTP 404" in seen["after"].message
+    assert seen["raw before"].status_code == 200 and "init" in seen["before"]
+    assert [e["meta"]["ended"] for e in seen["ended"]] == ["idle for more than 0.5 s"] * 2
+    assert [len(e["steps"]) for e in seen["ended"]] == [2, 2]  # (the state before any call, the call)
+    for answer in (seen["raw after"], seen["get after"]):
+        assert answer.status_code == 404 and "Session not found" in answer.json()["error"]["message"]
+    assert seen["after"].code == types.INVALID_REQUEST and "Session not found" in seen["after"].message
+    # an id the relay never had: the upstream does not know it either; the relay says 404 and keeps nothing of it
+    assert seen["unknown"].status_code == 404 and "HTTP 404" in seen["unknown"].json()["error"]["message"]
+    assert seen["unknown again"].status_code == 404 and "Session not found" in seen["unknown again"].json()["error"]["message"]
+    assert "init" in seen["fresh"]

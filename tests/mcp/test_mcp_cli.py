@@ -142,3 +142,24 @@ def test_an_upstream_that_cannot_start_is_reported_at_launch(tmp_path: Path, rel
     last = errors.strip().splitlines()[-1]
     assert code == 2 and "Traceback" not in errors
     assert last.startswith("error: upstream 'upstream'") and "could not be started" in last
+
+
+@pytest.mark.parametrize("relay", ["lean", "sdk"])
+def test_an_upstream_command_that_does_not_exist_is_one_line_at_launch(tmp_path: Path, relay: str) -> None:
+    """``--relay lean -- no-such-command``: one line naming the upstream and the command, exit 2, at launch
+    (not an error on each request, nor retries), with standard input a pipe the host keeps open."""
+    proc = subprocess.Popen([sys.executable, "-m", "forewarn", "mcp", "--record", str(tmp_path / "r.jsonl"),
+                             "--relay", relay, "--", "forewarn-no-such-command", "--flag"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        code = proc.wait(timeout=120)
+    finally:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.close()
+        errors = proc.stderr.read().decode()
+        said = proc.stdout.read()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert code == 2 and said == b""
+    assert errors.strip().splitlines() == [
+        "error: upstream 'upstream' (forewarn-no-such-command --flag) could not be started: No such file or directory"]
