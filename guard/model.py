@@ -552,6 +552,16 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
             if not 0 <= pac_entry.state < p.chain_states or pac_entry.valuation is None:
                 raise bad(f"pac: state {pac_entry.state} is out of range or lacks its valuation")
             valuations[pac_entry.state] = pac_entry.valuation
+    chain = n if p.chain_states is None else p.chain_states
+    for name in ("tight", "empirical", "joint", "outcome"):  # the states each bound names, as `check` shows them
+        entry = getattr(p, name)
+        if entry is None:
+            continue
+        for part, indices in (("limiting", entry.limiting), ("initial_limiting", entry.initial_limiting),
+                              ("states", [e.state for e in entry.states])):
+            outside = next((i for i in indices if not 0 <= i < chain), None)
+            if outside is not None:
+                raise bad(f"pac.{name}.{part}: state {outside} is out of range (the chain has {chain} states)")
     return dtmc, properties, pac, dict(doc.provenance), valuations
 
 

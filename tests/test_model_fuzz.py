@@ -126,6 +126,28 @@ def test_crafted_model_files_fail_cleanly(real_model: dict[str, Any], forewarn_h
         assert grown_mb < 200, f"loading one crafted file raised the peak memory by {grown_mb:.0f} MB"
 
 
+@pytest.mark.parametrize("bound", ["tight", "empirical", "joint", "outcome"])
+@pytest.mark.parametrize("part", ["limiting", "initial_limiting", "states"])
+def test_a_pac_bound_naming_a_state_out_of_range_is_one_line(real_model: dict[str, Any], forewarn_here: CLI,
+                                                              tmp_path: Path, bound: str, part: str) -> None:
+    """Found by the test above: a bound's limiting state past the chain reached ``check``'s words as an IndexError."""
+    document = copy.deepcopy(real_model)
+    entry = document["pac"].get(bound)
+    if entry is None:
+        pytest.skip(f"the built-in model has no pac.{bound}")
+    if part == "states":
+        entry["states"][0]["state"] = 10**6
+    else:
+        entry[part] = [10**6]
+    document["checksum"] = _checksum(document)
+    path = tmp_path / "model.json"
+    path.write_bytes(orjson.dumps(document))
+    result = forewarn_here("check", path, "--format", "json")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"error: {path}: pac.{bound}.{part}: state 1000000 is out of "
+                                     f"range (the chain has {document['pac']['chain_states']} states)"), result.stderr
+
+
 _CEL = st.one_of(st.sampled_from(["state.a", "state.b > 2", "!state.a", "state.x.y.z == 'q'", "size(state.l) > 1",
                                   "meta.task == 't'", "1 / 0 == 1", "state.a &&", "((", "state.a ? 1 : 2"]),
                  st.text(max_size=30))
