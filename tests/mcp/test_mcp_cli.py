@@ -123,34 +123,12 @@ def test_bad_command_lines_are_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in none.stderr + missing.stderr + wrong.stderr + lean.stderr
 
 
-@pytest.mark.parametrize("relay", ["lean", "sdk"])
-def test_an_upstream_that_cannot_start_is_reported_at_launch(tmp_path: Path, relay: str) -> None:
-    """A server whose process ends before it answers: one line and exit 2 on either path, as a host sees it
-    (standard input a pipe the host keeps open)."""
-    dies = [sys.executable, "-c", "import sys; sys.exit(3)"]
+def _launch(tmp_path: Path, relay: str, *upstream: str) -> tuple[int, bytes, str]:
+    """``forewarn mcp --relay RELAY -- UPSTREAM`` as a host runs it (standard input a pipe it keeps open) until
+    it exits: its exit status, what it wrote on standard output and on standard error."""
     proc = subprocess.Popen([sys.executable, "-m", "forewarn", "mcp", "--record", str(tmp_path / "r.jsonl"),
-                             "--relay", relay, "--", *dies], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             "--relay", relay, "--", *upstream], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
-    try:
-        code = proc.wait(timeout=120)
-    finally:
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        proc.stdin.close()
-        errors = proc.stderr.read().decode()
-        proc.stdout.close()
-        proc.stderr.close()
-    last = errors.strip().splitlines()[-1]
-    assert code == 2 and "Traceback" not in errors
-    assert last.startswith("error: upstream 'upstream'") and "could not be started" in last
-
-
-@pytest.mark.parametrize("relay", ["lean", "sdk"])
-def test_an_upstream_command_that_does_not_exist_is_one_line_at_launch(tmp_path: Path, relay: str) -> None:
-    """``--relay lean -- no-such-command``: one line naming the upstream and the command, exit 2, at launch
-    (not an error on each request, nor retries), with standard input a pipe the host keeps open."""
-    proc = subprocess.Popen([sys.executable, "-m", "forewarn", "mcp", "--record", str(tmp_path / "r.jsonl"),
-                             "--relay", relay, "--", "forewarn-no-such-command", "--flag"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         code = proc.wait(timeout=120)
     finally:
@@ -160,6 +138,24 @@ def test_an_upstream_command_that_does_not_exist_is_one_line_at_launch(tmp_path:
         said = proc.stdout.read()
         proc.stdout.close()
         proc.stderr.close()
+    return code, said, errors
+
+
+@pytest.mark.parametrize("relay", ["lean", "sdk"])
+def test_an_upstream_that_cannot_start_is_reported_at_launch(tmp_path: Path, relay: str) -> None:
+    """A server whose process ends before it answers: one line and exit 2 on either path, as a host sees it
+    (standard input a pipe the host keeps open)."""
+    code, _, errors = _launch(tmp_path, relay, sys.executable, "-c", "import sys; sys.exit(3)")
+    last = errors.strip().splitlines()[-1]
+    assert code == 2 and "Traceback" not in errors
+    assert last.startswith("error: upstream 'upstream'") and "could not be started" in last
+
+
+@pytest.mark.parametrize("relay", ["lean", "sdk"])
+def test_an_upstream_command_that_does_not_exist_is_one_line_at_launch(tmp_path: Path, relay: str) -> None:
+    """``--relay lean -- no-such-command``: one line naming the upstream and the command, exit 2, at launch
+    (not an error on each request, nor retries), with standard input a pipe the host keeps open."""
+    code, said, errors = _launch(tmp_path, relay, "forewarn-no-such-command", "--flag")
     assert code == 2 and said == b""
     assert errors.strip().splitlines() == [
         "error: upstream 'upstream' (forewarn-no-such-command --flag) could not be started: No such file or directory"]
