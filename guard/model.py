@@ -557,9 +557,9 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
         entry = getattr(p, name)
         if entry is None:
             continue
-        for part, indices in (("limiting", entry.limiting), ("initial_limiting", entry.initial_limiting),
-                              ("states", [e.state for e in entry.states])):
-            outside = next((i for i in indices if not 0 <= i < chain), None)
+        for part, named in (("limiting", entry.limiting), ("initial_limiting", entry.initial_limiting),
+                            ("states", [e.state for e in entry.states])):
+            outside = next((i for i in named if not 0 <= i < chain), None)
             if outside is not None:
                 raise bad(f"pac.{name}.{part}: state {outside} is out of range (the chain has {chain} states)")
     return dtmc, properties, pac, dict(doc.provenance), valuations
