@@ -401,7 +401,7 @@ class HttpRelay:
             return False
         state = self._sessions.get(sid)
         now = time.monotonic()
-        if state is not None and now - state.seen > self.idle_timeout and not state.lock.locked():
+        if state is not None and self._stale(state, now):
             self._idle(sid)  # (before the sweep came to it)
             return False
         if state is not None:
@@ -414,8 +414,12 @@ class HttpRelay:
             await asyncio.sleep(min(60.0, self.idle_timeout / 4))
             now = time.monotonic()
             for key, state in list(self._sessions.items()):
-                if key is not None and now - state.seen > self.idle_timeout and not state.lock.locked():
+                if key is not None and self._stale(state, now):
                     self._idle(key)
+
+    def _stale(self, state: _Session, now: float) -> bool:
+        """Idle past the timeout, with no call under way."""
+        return now - state.seen > self.idle_timeout and not state.lock.locked()
 
     def _idle(self, sid: str) -> None:
         self._end(sid, f"idle for more than {self.idle_timeout:g} s")
