@@ -6,8 +6,9 @@ cached per product state because the model, and so the answer, is fixed.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -35,7 +36,6 @@ class _StateWords(NamedTuple):
     monitor_words: dict[str, str]
     violated: list[str]
     unsafe_now: bool
-    described: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +115,70 @@ class Decision:
             "properties": [p.to_dict() for p in self.properties], "monitors": dict(self.monitors),
             "member": self.member, "group": self.group, "fallback": self.fallback,
         }
+
+
+PropertyRow = tuple[str, str, float, float, float | None, float | None, Action, float | None,
+                    float | None, float | None, float | None, float | None]  # PropertyValue's fields, in order
+_MESSAGE = Decision.__dict__["message"]  # the slots the dataclass keeps the two fields in
+_PROPERTIES = Decision.__dict__["properties"]
+
+
+class _Written(Decision):
+    """A decision the guard made, whose ``message`` and ``properties`` are written when first read.
+
+    Most decisions are cached and acted on by their action and figures alone; writing the words and
+    one object per property is most of what a first-time decision costs. Once read they are kept, and
+    every field equals what the eager decision holds (``==`` compares it field for field with one).
+    """
+
+    __slots__ = ("_rows", "_write")
+    _rows: tuple[PropertyRow, ...] | None  # None once ``properties`` is written
+    _write: Callable[[tuple[PropertyValue, ...]], str] | None  # the message from the properties; None once written
+
+    @classmethod
+    def pending(cls, rows: tuple[PropertyRow, ...], write: Callable[[tuple[PropertyValue, ...]], str] | None,
+                **figures: Any) -> _Written:
+        decision = cls(message="", properties=(), **figures)
+        object.__setattr__(decision, "_rows", rows)
+        object.__setattr__(decision, "_write", write)
+        return decision
+
+    @property
+    def properties(self) -> tuple[PropertyValue, ...]:
+        rows = getattr(self, "_rows", None)  # unset in a copy made by replace(): written then
+        if rows is not None:
+            _PROPERTIES.__set__(self, tuple(PropertyValue(*row) for row in rows))
+            object.__setattr__(self, "_rows", None)  # after the value: a concurrent reader sees one or the other
+        value: tuple[PropertyValue, ...] = _PROPERTIES.__get__(self)
+        return value
+
+    @properties.setter
+    def properties(self, value: tuple[PropertyValue, ...]) -> None:  # dataclass __init__, replace(), copies
+        _PROPERTIES.__set__(self, value)
+
+    @property
+    def message(self) -> str:
+        write = getattr(self, "_write", None)
+        if write is not None:
+            _MESSAGE.__set__(self, write(self.properties))
+            object.__setattr__(self, "_write", None)
+        value: str = _MESSAGE.__get__(self)
+        return value
+
+    @message.setter
+    def message(self, value: str) -> None:
+        _MESSAGE.__set__(self, value)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) not in (Decision, _Written):
+            return NotImplemented
+        return tuple(getattr(self, f.name) for f in fields(Decision)) == \
+            tuple(getattr(other, f.name) for f in fields(Decision))
+
+    __hash__ = Decision.__hash__
+
+    def __repr__(self) -> str:
+        return "Decision" + Decision.__repr__(self).removeprefix(type(self).__qualname__)
 
 
 class Guard:
@@ -280,18 +344,18 @@ class Guard:
         under the increase trigger; ``belief``: the session's posterior over kinds (learning.kinds), which
         weighs the kinds' values (not cached: it moves with every step)."""
         if belief is not None and self.kinds is not None:
-            return self._originated(self._make_decision(bits, q, baseline, belief))
+            return self._originated(self._make_decision(bits, q, self.state_index(bits, q), baseline, belief))
         key = (bits, q) if baseline is None else (bits, q, baseline)
         decision = self._decisions.get(key)
         if decision is None:
+            index = self.state_index(bits, q)
             if self.memory is None:
-                decision = self._originated(self._make_decision(bits, q, baseline))
+                decision = self._originated(self._make_decision(bits, q, index, baseline))
             else:  # a decision reads the memory only through the chain state's index
-                n = len(self.monitors)
-                shared = (bits, q[:n], self.state_index(bits, q), baseline)
+                shared = (bits, q[:len(self.monitors)], index, baseline)
                 decision = self._by_index.get(shared)
                 if decision is None:
-                    decision = self._by_index[shared] = self._originated(self._make_decision(bits, q, baseline))
+                    decision = self._by_index[shared] = self._originated(self._make_decision(bits, q, index, baseline))
             self._decisions[key] = decision
         return decision
 
@@ -326,30 +390,27 @@ class Guard:
         if words is None:
             monitor_words = {m.name: m.describe(qk) for m, qk in zip(self.monitors, q)}
             violated = [m.name for m, qk in zip(self.monitors, q) if qk == -1]
-            words = self._words[key] = _StateWords(
-                self.predicates.as_context(bits), monitor_words, violated,
-                self.predicates.is_unsafe(bits) or bool(violated), self._describe(bits, monitor_words))
+            words = self._words[key] = _StateWords(self.predicates.as_context(bits), monitor_words, violated,
+                                                   self.predicates.is_unsafe(bits) or bool(violated))
         return words
 
-    def _make_decision(self, bits: int, q: MonitorStates, baseline: tuple[float, ...] | None = None,
-                       belief: Belief | None = None) -> Decision:
-        abstract, monitor_words, violated, unsafe_now, described = self._state_words(bits, q)
-        index = self.state_index(bits, q)
-        if index is None and not unsafe_now:
-            action = self.policy.unseen_state
-            message = (f"The current state ({described}) never occurred in the runs this "
-                       f"model was learned from, so its risk is unknown; the policy for unseen states is "
-                       f"'{action.value}'.")
-            return Decision(action, None, None, self.property, abstract, message, known=False,
-                            monitors=monitor_words, visits=0)
-        visits = None if index is None else self._visits[index]
+    def _make_decision(self, bits: int, q: MonitorStates, index: int | None,
+                       baseline: tuple[float, ...] | None = None, belief: Belief | None = None) -> Decision:
+        """The decision in product state (bits, q), the chain's state ``index``; its message and its
+        properties are written when first read (:class:`_Written`)."""
+        abstract, monitor_words, violated, unsafe_now = self._state_words(bits, q)
         policy = self.policy
+        if index is None and not unsafe_now:
+            return _Written.pending((), partial(self._unseen_message, policy, bits, monitor_words),
+                                    action=policy.unseen_state, p_unsafe=None, p_safe=None, property=self.property,
+                                    abstract_state=abstract, known=False, monitors=monitor_words, visits=0)
+        visits = None if index is None else self._visits[index]
         upper_end = policy.act_on == "upper"
         lower: float | None
         upper: float | None
         ci_low: float | None
         ci_high: float | None
-        values = []
+        rows: list[PropertyRow] = []
         for k, (definition, formula, column, lower_col, upper_col, low_col, high_col) in enumerate(self._columns):
             if index is None:  # unsafe but never observed: a violation has happened
                 p_unsafe, lower, upper, ci_low, ci_high = 1.0, 1.0, 1.0, 1.0, 1.0
@@ -375,27 +436,34 @@ class Guard:
                 base, rise = baseline[k], p_unsafe - baseline[k]
                 if not unsafe_now and not supported_increase(base, p_unsafe, ci_low, policy.min_increase):
                     action, theta = Action.ALLOW, None
-            values.append(PropertyValue(definition.name, formula, p_unsafe, 1.0 - p_unsafe, lower, upper,
-                                        action, theta, ci_low, ci_high, base, rise))
-        worst = max(values, key=lambda v: (v.action.severity, v.p_unsafe))
-        action, message, threshold = worst.action, "", worst.threshold
+            rows.append((definition.name, formula, p_unsafe, 1.0 - p_unsafe, lower, upper, action, theta,
+                         ci_low, ci_high, base, rise))
+        w = _worst(rows)
+        _, formula, p_unsafe, p_safe, lower, upper, action, threshold, ci_low, ci_high, base, rise = rows[w]
+        write: Callable[[tuple[PropertyValue, ...]], str] | None = None
         if not unsafe_now and visits is not None and visits < policy.min_visits:
             action, threshold = policy.unseen_state, None  # too little evidence: as if never seen
-            message = self._evidence_message(described, worst, visits)
+            write = partial(self._evidence_message, policy, bits, monitor_words, w, visits)
         elif action is not Action.ALLOW:
-            message = self._risk_message(bits, described, worst, values, unsafe_now, violated, visits)
-        return Decision(action, worst.p_unsafe, worst.p_safe, worst.formula, abstract, message,
-                        lower=worst.lower, upper=worst.upper, threshold=threshold, known=index is not None,
-                        unsafe_now=unsafe_now, properties=tuple(values), monitors=monitor_words,
-                        ci_low=worst.ci_low, ci_high=worst.ci_high, visits=visits,
-                        baseline_p_unsafe=worst.baseline_p_unsafe, increase=worst.increase,
-                        index=index if index is not None and index < self._size else None)
+            write = partial(self._risk_message, policy, bits, monitor_words, w, unsafe_now, violated, visits)
+        return _Written.pending(tuple(rows), write, action=action, p_unsafe=p_unsafe, p_safe=p_safe,
+                                property=formula, abstract_state=abstract, lower=lower, upper=upper,
+                                threshold=threshold, known=index is not None, unsafe_now=unsafe_now,
+                                monitors=monitor_words, ci_low=ci_low, ci_high=ci_high, visits=visits,
+                                baseline_p_unsafe=base, increase=rise,
+                                index=index if index is not None and index < self._size else None)
 
     def _describe(self, bits: int, monitor_words: dict[str, str]) -> str:
         words = self.predicates.describe(bits)
         if monitor_words:
             words += "; monitors: " + ", ".join(f"{name} {state}" for name, state in monitor_words.items())
         return words
+
+    def _unseen_message(self, policy: Policy, bits: int, monitor_words: dict[str, str],
+                        values: tuple[PropertyValue, ...]) -> str:
+        return (f"The current state ({self._describe(bits, monitor_words)}) never occurred in the runs this "
+                f"model was learned from, so its risk is unknown; the policy for unseen states is "
+                f"'{policy.unseen_state.value}'.")
 
     def _evidence(self, value: PropertyValue, visits: int | None) -> str:
         """"p_unsafe 31.0 %, 95 % interval [12.0 %, 58.0 %], from 14 visits" (what is known of it)."""
@@ -407,16 +475,17 @@ class Guard:
             text += f" (from {visits} visits)"
         return text
 
-    def _evidence_message(self, described: str, worst: PropertyValue, visits: int) -> str:
-        policy = self.policy
-        return (f"The current state ({described}) was left only {visits} times in the runs "
+    def _evidence_message(self, policy: Policy, bits: int, monitor_words: dict[str, str], w: int, visits: int,
+                          values: tuple[PropertyValue, ...]) -> str:
+        return (f"The current state ({self._describe(bits, monitor_words)}) was left only {visits} times in the runs "
                 f"this model was learned from, fewer than min_visits {policy.min_visits}, so it is treated as "
-                f"unseen: its estimated risk {self._evidence(worst, visits)} is not trusted, and the policy for "
+                f"unseen: its estimated risk {self._evidence(values[w], visits)} is not trusted, and the policy for "
                 f"unseen states is '{policy.unseen_state.value}'.")
 
-    def _risk_message(self, bits: int, state: str, worst: PropertyValue,
-                      values: list[PropertyValue], unsafe_now: bool, violated: list[str],
-                      visits: int | None = None) -> str:
+    def _risk_message(self, policy: Policy, bits: int, monitor_words: dict[str, str], w: int, unsafe_now: bool,
+                      violated: list[str], visits: int | None, values: tuple[PropertyValue, ...]) -> str:
+        """Why the decision acts (property ``values[w]`` decided it)."""
+        worst, state = values[w], self._describe(bits, monitor_words)
         spec = self.model.spec
         if unsafe_now:
             what = []
@@ -428,7 +497,7 @@ class Guard:
         target = f"'{spec.unsafe}'" if spec.unsafe else "a monitor violation"
         text = (f"Risk alert ({spec.name}): in the current state ({state}) the probability that property "
                 f"'{worst.name}' ({worst.formula}) fails is {self._evidence(worst, visits)}. ")
-        if self.policy.act_on == "upper" and worst.ci_high is not None:
+        if policy.act_on == "upper" and worst.ci_high is not None:
             text += (f"The pessimistic probability of staying safe, {1.0 - worst.ci_high:.1%} (from the interval's "
                      f"upper end), is below the '{worst.action.value}' threshold {worst.threshold}.")
         else:
@@ -440,6 +509,13 @@ class Guard:
         if others:
             text += " Also at risk: " + ", ".join(f"'{v.name}' ({v.p_unsafe:.1%})" for v in others) + "."
         return text + f" Revise the plan so that {target} never comes about."
+
+
+def _worst(rows: list[PropertyRow]) -> int:
+    """The property that decides: the most severe action, then the highest p_unsafe (the first of equals)."""
+    if len(rows) == 1:
+        return 0
+    return max(range(len(rows)), key=lambda k: (rows[k][6].severity, rows[k][2]))
 
 
 @dataclass(frozen=True, slots=True)

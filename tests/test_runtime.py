@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import math
+import pickle
+from collections.abc import Callable
+from dataclasses import fields, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -9,7 +12,7 @@ import pytest
 
 from _support import AB, NONE, TOY_SPEC, A, B, WriteRuns, reach_probabilities, toy_run, toy_state
 from forewarn.errors import ThresholdWarning
-from forewarn.guard import Guard, Policy
+from forewarn.guard import Decision, Guard, Policy
 from forewarn.guard.model import GuardModel
 from forewarn.guard.pipeline import learn_model
 from forewarn.guard.spec import Action, Spec, Thresholds, parse_spec
@@ -227,3 +230,62 @@ def test_several_properties_each_with_its_own_thresholds(toy_traces: Path) -> No
     # the decision reports the property calling for the most severe action
     assert (decision.action, decision.p_unsafe, decision.property) == (Action.STOP, soon.p_unsafe, soon.formula)
     assert "'soon'" in decision.message
+
+
+MULTI = ("guard:\n  properties:\n"
+         "    - {name: reach, formula: 'F \"unsafe\"'}\n"
+         "    - {name: stay, formula: 'G !\"unsafe\"', meaning: satisfaction}\n"
+         "    - {name: soon, formula: 'F<=1 \"unsafe\"', thresholds: {stop: 0.99}}\n")
+
+
+def figures(decision: Decision) -> dict[str, object]:
+    return {f.name: getattr(decision, f.name) for f in fields(Decision)}
+
+
+def test_a_decision_writes_its_words_when_read_and_equals_the_eager_one(toy_traces: Path) -> None:
+    model = learn_model([toy_traces], parse_spec(TOY_SPEC.replace("guard:\n", MULTI)))
+    read: dict[str, dict[str, object]] = {}
+    readers: dict[str, Callable[[Decision], object]] = {
+        "message": lambda d: d.message, "properties": lambda d: d.properties, "to_dict": Decision.to_dict,
+        "repr": repr, "replace": lambda d: replace(d, member="m")}
+    for first, reader in readers.items():
+        decision = Guard(model).decide(toy_state(A))  # a new guard: nothing of it read yet
+        reader(decision)
+        read[first] = figures(decision)
+        eager = Decision(**figures(decision))  # type: ignore[arg-type]
+        assert decision == eager and eager == decision and decision != replace(eager, member="m")
+        assert repr(decision) == repr(eager) and decision.to_dict() == eager.to_dict()
+        assert replace(decision, member="m") == replace(eager, member="m")
+        assert pickle.loads(pickle.dumps(decision)) == eager
+    assert all(fields_read == read["message"] for fields_read in read.values())  # whatever was read first
+    decision = Guard(model).decide(toy_state(A))
+    reach, stay, soon = decision.properties
+    assert decision.action is Action.STOP and decision.visits is not None
+    assert soon.ci_low is not None and soon.ci_high is not None and soon.p_safe is not None
+    others = "".join(f", '{v.name}' ({v.p_unsafe:.1%})" for v in (reach, stay) if v.action is not Action.ALLOW)
+    assert decision.message == (
+        "Risk alert (toy): in the current state (holds: a; does not hold: b (b is high)) the probability that "
+        f"property 'soon' ({soon.formula}) fails is {soon.p_unsafe:.1%} (95% interval [{soon.ci_low:.1%}, "
+        f"{soon.ci_high:.1%}], from {decision.visits} visits). The probability of staying safe, {soon.p_safe:.1%}, "
+        "is below the 'stop' threshold 0.99." + (f" Also at risk: {others[2:]}." if others else "")
+        + " Revise the plan so that 'a && b' never comes about.")
+
+
+def test_the_evidence_and_unseen_messages_in_full(toy_model: GuardModel, partial_model: GuardModel) -> None:
+    strict = Guard(toy_model, policy=Policy(Thresholds(reflect=0.9), min_visits=10**6))
+    decision = strict.decide(toy_state(A))
+    (value,) = decision.properties
+    assert value.ci_low is not None and value.ci_high is not None
+    assert (decision.action, decision.threshold) == (Action.ASK_HUMAN, None)
+    assert decision.message == (
+        f"The current state (holds: a; does not hold: b (b is high)) was left only {decision.visits} times in the "
+        "runs this model was learned from, fewer than min_visits 1000000, so it is treated as unseen: its estimated "
+        f"risk {value.p_unsafe:.1%} (95% interval [{value.ci_low:.1%}, {value.ci_high:.1%}], from {decision.visits} "
+        "visits) is not trusted, and the policy for unseen states is 'ask_human'.")
+    unseen = Guard(partial_model).decide(toy_state(B))
+    assert unseen.properties == () and unseen.to_dict()["properties"] == []
+    assert unseen.message == (
+        "The current state (holds: b (b is high); does not hold: a) never occurred in the runs this model was "
+        "learned from, so its risk is unknown; the policy for unseen states is 'ask_human'.")
+    allowed = Guard(toy_model, policy=Policy(Thresholds())).decide(toy_state(A))
+    assert allowed.action is Action.ALLOW and allowed.message == ""
