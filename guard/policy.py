@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import ConfigError
 from .spec import Action, GuardSettings, Thresholds, Trigger
 
-__all__ = ["Policy"]
+__all__ = ["Policy", "act"]
 
 _SETTINGS = ("thresholds", "unseen_state", "act_on", "min_visits", "trigger", "min_increase")
 
@@ -83,7 +83,13 @@ class Policy:
 
     def act(self, p_safe: float) -> tuple[Action, float | None]:
         """The most severe action whose threshold p_safe falls below, and that threshold."""
-        for action, theta in self.thresholds.items():
-            if p_safe < theta:
-                return action, theta
-        return Action.ALLOW, None
+        return act(self.thresholds.items(), p_safe)
+
+
+def act(rules: list[tuple[Action, float]], p_safe: float) -> tuple[Action, float | None]:
+    """The first of ``rules`` ((action, θ), most severe first: :meth:`Thresholds.items`) whose θ p_safe falls
+    below, and that θ; allow when none."""
+    for action, theta in rules:
+        if p_safe < theta:
+            return action, theta
+    return Action.ALLOW, None

@@ -7,7 +7,7 @@ cached per product state because the model, and so the answer, is fixed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -21,7 +21,7 @@ from .kind_posterior import Belief
 from .memory import build_memory
 from .model import GuardModel
 from .monitoring import build_monitors
-from .policy import Policy
+from .policy import Policy, act
 from .predicates import PredicateSet, PythonPredicate
 from .spec import Action, Meaning
 from .thresholds import start_risk, supported_increase, warn_initial_crossings
@@ -121,6 +121,8 @@ PropertyRow = tuple[str, str, float, float, float | None, float | None, Action, 
                     float | None, float | None, float | None, float | None]  # PropertyValue's fields, in order
 _MESSAGE = Decision.__dict__["message"]  # the slots the dataclass keeps the two fields in
 _PROPERTIES = Decision.__dict__["properties"]
+_SLOTS = {f.name: Decision.__dict__[f.name].__set__ for f in fields(Decision)}
+_DEFAULTS = {f.name: f.default for f in fields(Decision) if f.default is not MISSING} | {"message": "", "properties": ()}
 
 
 class _Written(Decision):
@@ -138,7 +140,12 @@ class _Written(Decision):
     @classmethod
     def pending(cls, rows: tuple[PropertyRow, ...], write: Callable[[tuple[PropertyValue, ...]], str] | None,
                 **figures: Any) -> _Written:
-        decision = cls(message="", properties=(), **figures)
+        """The decision with these ``figures`` (Decision's other fields, by name; the rest default) whose
+        properties are ``rows`` and whose message is ``write(properties)``, or "" without ``write``."""
+        decision = object.__new__(cls)
+        # straight into the slots: the dataclass __init__ costs twice as much, on every first-time decision
+        for name, value in (_DEFAULTS | figures).items():
+            _SLOTS[name](decision, value)
         object.__setattr__(decision, "_rows", rows)
         object.__setattr__(decision, "_write", write)
         return decision
@@ -201,6 +208,7 @@ class Guard:
                  predicates: PredicateSet | None = None, cpu_budget: float | None = DEFAULT_CPU_BUDGET) -> None:
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
+        self._rules = self._rules_of(self.policy)
         if predicates is None:
             predicates = PredicateSet(model.spec, python_predicates)
             predicates.cpu_budget = cpu_budget
@@ -288,6 +296,7 @@ class Guard:
         clone = object.__new__(Guard)
         clone.__dict__.update(self.__dict__)
         clone.policy = policy
+        clone._rules = clone._rules_of(policy)
         clone._decisions = {}
         clone._by_index = {}
         return clone
@@ -303,6 +312,11 @@ class Guard:
         """The bundle member this guard decides as; ``None`` for a single model or the pooled one standing in."""
         member, _, fallback, _ = self._origin
         return None if fallback else member
+
+    def _rules_of(self, policy: Policy) -> list[list[tuple[Action, float]]]:
+        """Per property, what :func:`~guard.policy.act` reads: its own thresholds', else the policy's."""
+        return [(policy.thresholds if p.definition.thresholds is None else p.definition.thresholds).items()
+                for p in self.model.properties]
 
     # -- monitors -------------------------------------------------------------------
 
@@ -405,7 +419,7 @@ class Guard:
                                     action=policy.unseen_state, p_unsafe=None, p_safe=None, property=self.property,
                                     abstract_state=abstract, known=False, monitors=monitor_words, visits=0)
         visits = None if index is None else self._visits[index]
-        upper_end = policy.act_on == "upper"
+        upper_end, rules = policy.act_on == "upper", self._rules
         lower: float | None
         upper: float | None
         ci_low: float | None
@@ -428,9 +442,8 @@ class Guard:
                     lower, upper = (None if upper is None else 1.0 - upper), (None if lower is None else 1.0 - lower)
                     ci_low, ci_high = (None if ci_high is None else 1.0 - ci_high), \
                         (None if ci_low is None else 1.0 - ci_low)
-            own = policy if definition.thresholds is None else replace(policy, thresholds=definition.thresholds)
             acted = ci_high if upper_end and ci_high is not None else p_unsafe
-            action, theta = own.act(1.0 - acted)
+            action, theta = act(rules[k], 1.0 - acted)
             base = rise = None
             if baseline is not None:  # increase trigger: a step that does not raise the risk passes
                 base, rise = baseline[k], p_unsafe - baseline[k]
