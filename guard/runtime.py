@@ -323,11 +323,11 @@ class Guard:
     def first_monitor_states(self, bits: int, action: Any = None) -> MonitorStates:
         """Each monitor's state after a run's first abstract state (then the memory's, with learning.memory,
         which may remember the step's ``action``)."""
-        q = tuple(m.step(m.initial, bits) for m in self.monitors)
+        q = tuple(m.step(m.initial, bits) for m in self.monitors) if self.monitors else ()
         return q if self.memory is None else q + (self.memory.step(self.memory.initial, bits, action),)
 
     def next_monitor_states(self, q: MonitorStates, bits: int, action: Any = None) -> MonitorStates:
-        nxt = tuple(m.step(qk, bits) for m, qk in zip(self.monitors, q))
+        nxt = tuple(m.step(qk, bits) for m, qk in zip(self.monitors, q)) if self.monitors else ()  # () costs no generator
         return nxt if self.memory is None else nxt + (self.memory.step(q[-1], bits, action),)
 
     # -- decisions ------------------------------------------------------------------
