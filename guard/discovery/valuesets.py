@@ -117,7 +117,7 @@ class ValueSets:
         pair_violating = np.zeros(len(pairs))
         np.maximum.at(pair_violating, pair_of, self.y[r])
         groups = np.bincount(pairs // width, minlength=size).astype(np.float64)
-        groups_violating = np.bincount(pairs // width, weights=pair_violating, minlength=size)
+        groups_violating = np.bincount(pairs // width, weights=pair_violating, minlength=size).astype(np.float64)
         lower = np.zeros(size)
         seen = groups > 0
         lower[seen] = wilson_lower(groups_violating[seen], groups[seen])
