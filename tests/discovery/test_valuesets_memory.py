@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -31,21 +33,48 @@ RISKY = ["smash", "crush", "shatter", "tear"]
 HARMLESS = ["tidy", "wipe", "fold", "stack", "sort", "open"]
 
 
-def test_value_set_final_and_held_out_membership() -> None:
-    # steps 0-3 in fold 0, 4-7 in fold 1; value 0 ("a") on steps 0 and 4 (both violating, groups 0 and 2),
-    # value 1 ("b") on step 1 only (one group), value 2 ("c") on safe steps
-    y = np.array([1, 1, 0, 0, 1, 0, 0, 0], dtype=np.float64)
-    sets = ValueSets(np.arange(8, dtype=np.int64), y, np.array([0, 0, 0, 0, 1, 1, 1, 1], dtype=np.int64),
-                     np.array([0, 0, 1, 1, 2, 2, 3, 3], dtype=np.int64))
-    rows = np.array([0, 4, 1, 2, 3, 5, 6], dtype=np.int64)
-    codes = np.array([0, 0, 1, 2, 2, 2, 2], dtype=np.int64)
-    chosen = sets.sets(rows, codes, ["a", "b", "c"], 2.0, 1)
+Z2 = Fraction(NormalDist().inv_cdf(0.95)) ** 2
+
+
+def _above(k: int, n: int, t: Fraction) -> bool:
+    """Whether Wilson's one-sided 95 % lower bound on k/n is at least ``t``, from the interval's definition
+    (the shares t with n (k/n - t)² <= z² t (1 - t)), not from the closed form the code uses."""
+    share = Fraction(k, n)
+    return share > t and n * (share - t) ** 2 >= Z2 * t * (1 - t)
+
+
+def test_value_set_counts_groups_not_steps() -> None:
+    # 12 groups of two steps; groups 0-4 hold a violating run. Fold 0: groups 0, 1, 5-8; fold 1: 2-4, 9-11.
+    # "a" on one step of each violating group; "b" on both steps of group 0 and one of safe group 5 (two of
+    # its three steps violate, but one of its two groups); "c" on safe steps only.
+    group = np.repeat(np.arange(12, dtype=np.int64), 2)
+    y = (group < 5).astype(np.float64)
+    fold = np.isin(group, [2, 3, 4, 9, 10, 11]).astype(np.int64)
+    sets = ValueSets(np.arange(24, dtype=np.int64), y, fold, group)
+    a_rows = [2 * g for g in range(5)]
+    rows = np.array(a_rows + [0, 1, 10] + [2 * g + 1 for g in range(5, 12)], dtype=np.int64)
+    codes = np.array([0] * 5 + [1] * 3 + [2] * 7, dtype=np.int64)
+    base = Fraction(5, 12)
+    # the oracle: "a" 5 violating groups of 5, "b" 1 of 2, "c" 0 of 7
+    assert _above(5, 5, Fraction(5, 4) * base) and not _above(1, 2, Fraction(5, 4) * base)
+    chosen = sets.sets(rows, codes, ["a", "b", "c"], 1.25, 1)
     assert chosen is not None
     members, held = chosen
-    # overall rate 3/8; "a": (2 + 3/8) / 3 = 19/24 >= 2 * 3/8; "b" is seen in one group only
     assert members == ["a"]
-    # without fold 0, "a" is seen once, in one group: each fold's steps are scored with an empty set
-    assert [h.tolist() for h in held] == [[False] * 8, [False] * 8]
+    assert not _above(5, 5, 2 * base) and sets.sets(rows, codes, ["a", "b", "c"], 2.0, 1) is None
+    # without fold 0: groups 2-4 and 9-11, base 1/2, "a" 3 of 3 is not above 5/8; without fold 1: groups 0, 1
+    # and 5-8, base 1/3, "a" 2 of 2 is above 5/12, so fold 1's steps that carry "a" are members
+    assert not _above(3, 3, Fraction(5, 8)) and _above(2, 2, Fraction(5, 12))
+    assert held[0].tolist() == [False] * 24
+    assert np.flatnonzero(held[1] & (fold == 1)).tolist() == [4, 6, 8]
+
+
+def test_value_set_needs_two_groups() -> None:
+    # "a" on every step of one violating group: a value of one task cannot generalise to another
+    group = np.array([0, 0, 1, 1, 2, 2, 3, 3], dtype=np.int64)
+    y = np.array([1, 1, 0, 0, 0, 0, 0, 0], dtype=np.float64)
+    sets = ValueSets(np.arange(8, dtype=np.int64), y, np.array([0, 0, 0, 0, 1, 1, 1, 1], dtype=np.int64), group)
+    assert sets.sets(np.array([0, 1], dtype=np.int64), np.array([0, 0], dtype=np.int64), ["a"], 1.25, 1) is None
 
 
 def _word_runs(seed: int) -> list[Run]:
