@@ -43,11 +43,17 @@ vase``, ``break vase`` for a reference that picks the vase and puts it on the co
 
 * the generic spec with action memory alone (``actions`` 1 or 2, by verb or raw action), no discovery.
 
+* with ``--ceiling``: a per-step logistic regression over every generic feature at once (not
+  Forewarn: ``bench/_logistic.py``), how far generic features reach on these runs at all;
+* with ``--fold-seeds 0,1,2,3``: the discovered (nested) row over other outer splits too.
+
     python bench/discover_agentspec.py [--data DIR] [--json FILE] [--skip-discovery] [--relaxed-labels]
+        [--ceiling] [--fold-seeds 0,1,2,3]
 """
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import time
@@ -55,6 +61,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import _logistic
+import numpy as np
 import orjson
 
 from _common import ROOT, write_json
@@ -214,15 +222,21 @@ def replays_of(spec: Spec, train: Sequence[Run], test: Sequence[Run]) -> tuple[l
     return replays, [counting.score(r) for r in replays]
 
 
-def cross_validate(runs: Sequence[Run], spec: Spec, extend: Callable[[list[Run]], Spec] | None,
-                   notes: list[str], group_by: str | None = "meta.task") -> tuple[list[RunReplay], list[RunReplay]]:
-    """Outer grouped k-fold: ``extend`` (when given) makes each fold's spec from its training runs only."""
-    groups = [group_of(r, group_by) for r in runs]
+def outer_folds(runs: Sequence[Run], spec: Spec, group_by: str | None = "meta.task", seed: int = 0
+                ) -> list[list[int]]:
+    """The outer grouped folds (run indices of each test fold), as ``forewarn evaluate`` splits them."""
     predicates, monitors = PredicateSet(spec), build_monitors(spec)
     unsafe = [trace_run(r, predicates, monitors).unsafe for r in runs]
+    return split_folds([group_of(r, group_by) for r in runs], unsafe, FOLDS, seed=seed, key=group_by)
+
+
+def cross_validate(runs: Sequence[Run], spec: Spec, extend: Callable[[list[Run]], Spec] | None,
+                   notes: list[str], group_by: str | None = "meta.task", seed: int = 0
+                   ) -> tuple[list[RunReplay], list[RunReplay]]:
+    """Outer grouped k-fold: ``extend`` (when given) makes each fold's spec from its training runs only."""
     model: list[RunReplay] = []
     counting: list[RunReplay] = []
-    for k, test in enumerate(split_folds(groups, unsafe, FOLDS, key=group_by)):
+    for k, test in enumerate(outer_folds(runs, spec, group_by, seed)):
         held = set(test)
         train = [runs[i] for i in range(len(runs)) if i not in held]
         fold_spec = spec if extend is None else extend(train)
@@ -246,6 +260,31 @@ def discovered(runs: list[Run], spec: Spec, group_by: str | None = "meta.task") 
     return parse_spec(report.text)
 
 
+def ceiling(runs: Sequence[Run], spec: Spec) -> dict[str, Any]:
+    """The best of :mod:`_logistic`'s strengths on the outer folds: detection of the hazard strictly before
+    it, at the threshold that flags at most 20 % (5 %) of the runs that never reach it."""
+    end = [next((k for k, s in enumerate(r.steps) if s["state"]["hazard"]), len(r.steps)) for r in runs]
+    reached = np.array([e < len(r.steps) for e, r in zip(end, runs)])
+    rows = [_logistic.features(r.steps, r.meta["words"], _verb, e) for r, e in zip(runs, end)]
+    best: dict[str, Any] | None = None
+    for strength in _logistic.STRENGTHS:
+        scores = np.zeros(len(runs))
+        for test in outer_folds(runs, spec):
+            held = set(test)
+            train = [(rows[i], bool(reached[i]), str(runs[i].meta["task"])) for i in range(len(runs)) if i not in held]
+            scores[test] = _logistic.run_scores(train, [rows[i] for i in test], strength)
+        safe = np.sort(scores[~reached])[::-1]
+        detection = {}
+        for t in TARGETS:
+            theta = safe[math.floor(t * len(safe) + 1e-9)]  # flagged: score > θ, at most t of the safe runs
+            detection[f"{t:.0%}"] = (float(np.mean(scores[reached] > theta)), float(np.mean(safe > theta)))
+        if best is None or detection["20%"][0] > best["detection"]["20%"][0]:
+            best = {"name": f"logistic regression, every generic feature (not Forewarn; L2 {strength:g})",
+                    "brier": None, "detection": detection}
+    assert best is not None
+    return best
+
+
 def row(name: str, replays: Sequence[RunReplay]) -> dict[str, Any]:
     figures = [held_out_figures(replays, parse_target(f"false-alarms={t}"), unseen_alarms=False) for t in TARGETS]
     return {"name": name, "brier": figures[0].brier,
@@ -263,6 +302,10 @@ def main() -> None:
     parser.add_argument("--relaxed-labels", action="store_true",
                         help="the hazard judged from the reference's object-changing steps only, actions "
                              "matched by verb and object (see the docstring)")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also a per-step logistic regression over every generic feature (bench/_logistic.py)")
+    parser.add_argument("--fold-seeds", default="0", help="outer fold seeds of the discovered (nested) row, "
+                        "comma-separated: how much of its figure the split carries (default 0)")
     parser.add_argument("--skip-discovery", action="store_true",
                         help="only the rows without discovery (the generic spec, counting, action memory alone)")
     args = parser.parse_args()
@@ -285,6 +328,8 @@ def main() -> None:
         model, _ = cross_validate(runs, remembered, None, [])
         rows.append(row(f"generic spec + actions: {depth}, action_class: {of}", model))
     print(f"  generic spec: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    if args.ceiling:
+        rows.append(ceiling(runs, spec))
     for name, data in [] if args.skip_discovery else [("discovered (nested)", runs),
                                                        ("discovered without meta (nested)", without_meta(runs))]:
         started = time.perf_counter()
@@ -292,6 +337,12 @@ def main() -> None:
         model, counting = cross_validate(data, spec, lambda train: discovered(train, spec), notes[name])
         rows += [row(name, model), row(f"counting over the {name.split(' (')[0]} spec", counting)]
         print(f"  {name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    seeds = [int(x) for x in args.fold_seeds.split(",") if x.strip()]
+    for seed in [] if args.skip_discovery else [s for s in seeds if s != 0]:
+        notes[f"discovered (nested), fold seed {seed}"] = lines = []
+        model, counting = cross_validate(runs, spec, lambda train: discovered(train, spec), lines, seed=seed)
+        rows += [row(f"discovered (nested), fold seed {seed}", model),
+                 row(f"counting over the discovered spec, fold seed {seed}", counting)]
     print(f"\ngrouped {FOLDS}-fold by task; detection strictly before the hazard (false alarms reached)")
     print("| spec | Brier | det @ ≤20% FA | det @ ≤5% FA |")
     print("| --- | --- | --- | --- |")
