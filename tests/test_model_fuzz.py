@@ -148,6 +148,33 @@ def test_a_pac_bound_naming_a_state_out_of_range_is_one_line(real_model: dict[st
                                      f"range (the chain has {document['pac']['chain_states']} states)"), result.stderr
 
 
+@pytest.mark.parametrize("path", [("provenance", "runs"), ("pac", "tight", "runs_factor"),
+                                  ("pac", "outcome", "runs_factor"), ("pac", "states", 1, "required")])
+def test_runs_needed_past_64_bits_is_null_in_check_json(real_model: dict[str, Any], forewarn_here: CLI,
+                                                        tmp_path: Path, path: tuple[Any, ...]) -> None:
+    """Found by the fuzz test above: a count of 2⁶³ − 1 made ``check``'s runs_needed (factor × runs) too large
+    for a JSON integer, and printing it raised a TypeError."""
+    document = copy.deepcopy(real_model)
+    parent: Any = document
+    for key in path[:-1]:
+        parent = parent[key]
+    if parent is None or (isinstance(parent, dict) and path[-1] not in parent):
+        pytest.skip(f"the built-in model has no {'.'.join(map(str, path))}")
+    parent[path[-1]] = 2**63 - 1
+    document["checksum"] = _checksum(document)
+    model = tmp_path / "model.json"
+    model.write_bytes(orjson.dumps(document))
+    result = forewarn_here("check", model, "--format", "json")
+    assert "Traceback" not in result.stderr
+    if result.returncode == 2:  # refused by the loader: one line
+        assert result.stderr.strip().startswith("error:") and result.stderr.count("\n") == 1, result.stderr
+    else:
+        assert result.returncode == 0, result.stderr
+        needed = [b["runs_needed"] for b in orjson.loads(result.stdout)["pac"].values() if isinstance(b, dict)
+                  and "runs_needed" in b]
+        assert needed and all(n is None or 0 <= n < 2**63 for n in needed)
+
+
 _CEL = st.one_of(st.sampled_from(["state.a", "state.b > 2", "!state.a", "state.x.y.z == 'q'", "size(state.l) > 1",
                                   "meta.task == 't'", "1 / 0 == 1", "state.a &&", "((", "state.a ? 1 : 2"]),
                  st.text(max_size=30))

@@ -118,7 +118,11 @@ def pac_document(model: GuardModel) -> dict[str, Any]:
     pac, runs = model.pac, model.provenance.get("runs")
 
     def needed(factor: float | None) -> int | None:
-        return math.ceil(factor * runs) if factor is not None and isinstance(runs, int) else None
+        """factor × runs, or None where JSON has no integer for it (a crafted file's counts can reach 2⁶³)."""
+        if factor is None or not isinstance(runs, int) or not math.isfinite(factor * runs):
+            return None
+        count = math.ceil(factor * runs)
+        return count if abs(count) < 2**63 else None
 
     def bound(tight: TightPAC | None) -> dict[str, Any] | None:
         return None if tight is None else {
