@@ -424,7 +424,7 @@ def _key_bytes(key: Any) -> int:
     """
     if key.__class__ is not tuple:
         return 100 + _walk_bytes(key)
-    total = 156 + 8 * len(key)
+    total = 100 + 56 + 8 * len(key)  # the entry, the key's tuple
     for leaf in key:
         cls = leaf.__class__
         if cls is bool or leaf is None:
@@ -438,10 +438,11 @@ def _key_bytes(key: Any) -> int:
                     joined = "".join(body)
                 except TypeError:  # strings and other values
                     joined = "\x80"
+                # two tuples (56 + 16, 56 + 8 a string), the type (32), the strings
                 total += 160 + (8 + _EMPTY_STR) * len(body) + len(joined) if joined.isascii() \
                     else _walk_bytes(leaf)
             elif (tag is float or tag is int) and body.__class__ is tag:
-                total += 136
+                total += 136  # a tuple of two (56 + 16), the type and the number (32 each)
             else:
                 total += _walk_bytes(leaf)
         else:
