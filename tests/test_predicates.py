@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from _support import TOY_SPEC, toy_state
 from forewarn.errors import PredicateError, SpecError
 from forewarn.guard._cel_fields import _freeze, _mask, _plan_leaves, selected_paths, walk_key
-from forewarn.guard.predicates import PredicateSet
+from forewarn.guard.predicates import PredicateSet, _key_bytes
 from forewarn.guard.spec import Spec, parse_spec
 
 # Predicates that read the state in every way projection must get right: nested fields,
@@ -238,6 +238,41 @@ def test_unhashable_values_skip_the_memo() -> None:
     assert predicates.evaluate({"tags": ["x"]}) == 1
     assert predicates.evaluate({"tags": []}) == 0
     assert predicates.evaluate({"tags": ("x",)}) == 1  # a tuple from Python code
+
+
+def _bytes_by_the_rule(key: Any) -> int:
+    """The memo's byte rule, walked plainly: 100 an entry, a tuple 56 and 8 a slot, a string or
+    bytes its sys.getsizeof, anything else 32."""
+    if key.__class__ is tuple:
+        return 56 + 8 * len(key) + sum(_bytes_by_the_rule(item) - 100 for item in key) + 100
+    return 100 + (sys.getsizeof(key) if key.__class__ in (str, bytes) else 32)
+
+
+def test_memo_key_bytes_by_hand() -> None:
+    e = sys.getsizeof("")
+    key = (_freeze(["Sink", "Floor"]), True, None, _freeze(21.0), "Knife", _freeze(["é"]))
+    assert _key_bytes(key) == (100 + 56 + 8 * 6
+                               + (56 + 16 + 32 + 56 + 16 + 2 * e + 9)  # (list, ("Sink", "Floor"))
+                               + 32 + 32 + (56 + 16 + 32 + 32)  # True, None, (float, 21.0)
+                               + e + 5  # "Knife"
+                               + (56 + 16 + 32 + 56 + 8 + sys.getsizeof("é")))  # a non-ASCII string: its own size
+    assert _key_bytes("Knife") == 100 + e + 5 and _key_bytes(()) == 156
+
+
+_JSON_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                         st.text(max_size=12), st.sampled_from(["", "Floor", "é", "€uro", "😀", "x" * 300]),
+                         st.binary(max_size=6))
+_JSON = st.recursive(_JSON_LEAVES, lambda inner: st.lists(inner, max_size=5)
+                     | st.dictionaries(st.text(max_size=4), inner, max_size=4), max_leaves=20)
+
+
+@given(st.lists(_JSON, max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_memo_key_bytes_follow_the_rule(values: list[Any]) -> None:
+    # keys and sub-keys are images of values (_freeze): counted exactly as the plain walk counts them
+    key = tuple(_freeze(value) for value in values)
+    for sub in (key, *key, key[:2], key[1:4]):
+        assert _key_bytes(sub) == _bytes_by_the_rule(sub)
 
 
 def test_spec_text_of_the_toy_is_unchanged() -> None:
