@@ -339,7 +339,8 @@ def main() -> None:
         print(f"  {name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     seeds = [int(x) for x in args.fold_seeds.split(",") if x.strip()]
     for seed in [] if args.skip_discovery else [s for s in seeds if s != 0]:
-        notes[f"discovered (nested), fold seed {seed}"] = lines = []
+        lines: list[str] = []
+        notes[f"discovered (nested), fold seed {seed}"] = lines
         model, counting = cross_validate(runs, spec, lambda train: discovered(train, spec), lines, seed=seed)
         rows += [row(f"discovered (nested), fold seed {seed}", model),
                  row(f"counting over the discovered spec, fold seed {seed}", counting)]
