@@ -498,7 +498,10 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
         raise bad(f"state {worst}: outgoing probabilities sum to {float(sums[worst])!r}, not 1")
     # kept as arrays: scipy is imported only if something reads the matrices (guard/chain.py)
     matrix = CsrArrays(data, indices, indptr, (n, n))
-    counts = CsrArrays(np.array(t.counts, dtype=float), indices, indptr, (n, n))
+    counted = np.array(t.counts, dtype=float)
+    if np.any(~np.isfinite(counted)) or np.any(counted < 0) or np.any(np.add.reduceat(counted, indptr[:-1]) >= 2**53):
+        raise bad("transitions: counts must be finite, non-negative and add up to less than 2**53 per state")
+    counts = CsrArrays(counted, indices, indptr, (n, n))
     for i in [*np.flatnonzero(unsafe).tolist(), n - 1]:
         if indptr[i + 1] - indptr[i] != 1 or indices[indptr[i]] != i:
             raise bad(f"state {i} is {'end' if i == n - 1 else 'unsafe'} and must be absorbing")

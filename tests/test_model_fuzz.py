@@ -175,6 +175,22 @@ def test_runs_needed_past_64_bits_is_null_in_check_json(real_model: dict[str, An
         assert needed and all(n is None or 0 <= n < 2**63 for n in needed)
 
 
+@pytest.mark.parametrize("count", [1e308, -1.0, float(2**53)])
+def test_transition_counts_out_of_range_are_one_line(real_model: dict[str, Any], forewarn_here: CLI,
+                                                      tmp_path: Path, count: float) -> None:
+    """Found by the fuzz test above: a count of 1e308 made the visits infinite, and casting them to integers
+    raised a RuntimeWarning (an error under the tests' warning filter) instead of a one-line refusal."""
+    document = copy.deepcopy(real_model)
+    document["transitions"]["counts"][0] = count
+    document["checksum"] = _checksum(document)
+    model = tmp_path / "model.json"
+    model.write_bytes(orjson.dumps(document))
+    result = forewarn_here("check", model, "--format", "json")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"error: {model}: transitions: counts must be finite, non-negative and add "
+                                     "up to less than 2**53 per state"), result.stderr
+
+
 _CEL = st.one_of(st.sampled_from(["state.a", "state.b > 2", "!state.a", "state.x.y.z == 'q'", "size(state.l) > 1",
                                   "meta.task == 't'", "1 / 0 == 1", "state.a &&", "((", "state.a ? 1 : 2"]),
                  st.text(max_size=30))
