@@ -126,6 +126,14 @@ def test_crafted_model_files_fail_cleanly(real_model: dict[str, Any], forewarn_h
         assert grown_mb < 200, f"loading one crafted file raised the peak memory by {grown_mb:.0f} MB"
 
 
+def _checked(document: dict[str, Any], forewarn_here: CLI, tmp_path: Path) -> tuple[Path, Any]:
+    """``check --format json`` on ``document`` written with its checksum recomputed (as an attacker would)."""
+    document["checksum"] = _checksum(document)
+    model = tmp_path / "model.json"
+    model.write_bytes(orjson.dumps(document))
+    return model, forewarn_here("check", model, "--format", "json")
+
+
 @pytest.mark.parametrize("bound", ["tight", "empirical", "joint", "outcome"])
 @pytest.mark.parametrize("part", ["limiting", "initial_limiting", "states"])
 def test_a_pac_bound_naming_a_state_out_of_range_is_one_line(real_model: dict[str, Any], forewarn_here: CLI,
@@ -139,10 +147,7 @@ def test_a_pac_bound_naming_a_state_out_of_range_is_one_line(real_model: dict[st
         entry["states"][0]["state"] = 10**6
     else:
         entry[part] = [10**6]
-    document["checksum"] = _checksum(document)
-    path = tmp_path / "model.json"
-    path.write_bytes(orjson.dumps(document))
-    result = forewarn_here("check", path, "--format", "json")
+    path, result = _checked(document, forewarn_here, tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip() == (f"error: {path}: pac.{bound}.{part}: state 1000000 is out of "
                                      f"range (the chain has {document['pac']['chain_states']} states)"), result.stderr
@@ -161,10 +166,7 @@ def test_runs_needed_past_64_bits_is_null_in_check_json(real_model: dict[str, An
     if parent is None or (isinstance(parent, dict) and path[-1] not in parent):
         pytest.skip(f"the built-in model has no {'.'.join(map(str, path))}")
     parent[path[-1]] = 2**63 - 1
-    document["checksum"] = _checksum(document)
-    model = tmp_path / "model.json"
-    model.write_bytes(orjson.dumps(document))
-    result = forewarn_here("check", model, "--format", "json")
+    _, result = _checked(document, forewarn_here, tmp_path)
     assert "Traceback" not in result.stderr
     if result.returncode == 2:  # refused by the loader: one line
         assert result.stderr.strip().startswith("error:") and result.stderr.count("\n") == 1, result.stderr
@@ -182,10 +184,7 @@ def test_transition_counts_out_of_range_are_one_line(real_model: dict[str, Any],
     raised a RuntimeWarning (an error under the tests' warning filter) instead of a one-line refusal."""
     document = copy.deepcopy(real_model)
     document["transitions"]["counts"][0] = count
-    document["checksum"] = _checksum(document)
-    model = tmp_path / "model.json"
-    model.write_bytes(orjson.dumps(document))
-    result = forewarn_here("check", model, "--format", "json")
+    model, result = _checked(document, forewarn_here, tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip() == (f"error: {model}: transitions: counts must be finite, non-negative and add "
                                      "up to less than 2**53 per state"), result.stderr
