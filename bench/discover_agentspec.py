@@ -266,10 +266,11 @@ def ceiling(runs: Sequence[Run], spec: Spec) -> dict[str, Any]:
     end = [next((k for k, s in enumerate(r.steps) if s["state"]["hazard"]), len(r.steps)) for r in runs]
     reached = np.array([e < len(r.steps) for e, r in zip(end, runs)])
     rows = [_logistic.features(r.steps, r.meta["words"], _verb, e) for r, e in zip(runs, end)]
+    folds = outer_folds(runs, spec)
     best: dict[str, Any] | None = None
     for strength in _logistic.STRENGTHS:
         scores = np.zeros(len(runs))
-        for test in outer_folds(runs, spec):
+        for test in folds:
             held = set(test)
             train = [(rows[i], bool(reached[i]), str(runs[i].meta["task"])) for i in range(len(runs)) if i not in held]
             scores[test] = _logistic.run_scores(train, [rows[i] for i in test], strength)

@@ -119,10 +119,9 @@ def pac_document(model: GuardModel) -> dict[str, Any]:
 
     def needed(factor: float | None) -> int | None:
         """factor × runs, or None where JSON has no integer for it (a crafted file's counts can reach 2⁶³)."""
-        if factor is None or not isinstance(runs, int) or not math.isfinite(factor * runs):
-            return None
-        count = math.ceil(factor * runs)
-        return count if abs(count) < 2**63 else None
+        product = factor * runs if factor is not None and isinstance(runs, int) else math.nan
+        count = math.ceil(product) if math.isfinite(product) else None
+        return count if count is not None and abs(count) < 2**63 else None
 
     def bound(tight: TightPAC | None) -> dict[str, Any] | None:
         return None if tight is None else {
