@@ -43,9 +43,10 @@ vase``, ``break vase`` for a reference that picks the vase and puts it on the co
 
 * the generic spec with action memory alone (``actions`` 1 or 2, by verb or raw action), no discovery.
 
-* with ``--ceiling``: a per-step logistic regression over every generic feature at once (not
-  Forewarn: ``bench/_logistic.py``), how far generic features reach on these runs at all;
-* with ``--fold-seeds 0,1,2,3``: the discovered (nested) row over other outer splits too.
+* with ``--ceiling``: a per-step logistic regression over every generic feature at once, and one
+  that also sees their interactions (not Forewarn: ``bench/_logistic.py``), how far generic
+  features reach on these runs at all;
+* with ``--fold-seeds 0,1,2,3``: the discovered (nested) and ceiling rows over other outer splits too.
 
     python bench/discover_agentspec.py [--data DIR] [--json FILE] [--skip-discovery] [--relaxed-labels]
         [--ceiling] [--fold-seeds 0,1,2,3]
@@ -260,13 +261,13 @@ def discovered(runs: list[Run], spec: Spec, group_by: str | None = "meta.task") 
     return parse_spec(report.text)
 
 
-def ceiling(runs: Sequence[Run], spec: Spec) -> dict[str, Any]:
-    """The best of :mod:`_logistic`'s strengths on the outer folds: detection of the hazard strictly before
-    it, at the threshold that flags at most 20 % (5 %) of the runs that never reach it."""
+def ceiling(runs: Sequence[Run], spec: Spec, seed: int = 0, interactions: bool = False) -> dict[str, Any]:
+    """The best of :mod:`_logistic`'s strengths on the outer folds (split ``seed``): detection of the hazard
+    strictly before it, at the threshold that flags at most 20 % (5 %) of the runs that never reach it."""
     end = [next((k for k, s in enumerate(r.steps) if s["state"]["hazard"]), len(r.steps)) for r in runs]
     reached = np.array([e < len(r.steps) for e, r in zip(end, runs)])
-    rows = [_logistic.features(r.steps, r.meta["words"], _verb, e) for r, e in zip(runs, end)]
-    folds = outer_folds(runs, spec)
+    rows = [_logistic.features(r.steps, r.meta["words"], _parts, e, interactions) for r, e in zip(runs, end)]
+    folds = outer_folds(runs, spec, seed=seed)
     best: dict[str, Any] | None = None
     for strength in _logistic.STRENGTHS:
         scores = np.zeros(len(runs))
@@ -280,7 +281,9 @@ def ceiling(runs: Sequence[Run], spec: Spec) -> dict[str, Any]:
             theta = safe[math.floor(t * len(safe) + 1e-9)]  # flagged: score > θ, at most t of the safe runs
             detection[f"{t:.0%}"] = (float(np.mean(scores[reached] > theta)), float(np.mean(safe > theta)))
         if best is None or detection["20%"][0] > best["detection"]["20%"][0]:
-            best = {"name": f"logistic regression, every generic feature (not Forewarn; L2 {strength:g})",
+            what = "every generic feature and their interactions" if interactions else "every generic feature"
+            split = f", fold seed {seed}" if seed else ""
+            best = {"name": f"logistic regression, {what} (not Forewarn; L2 {strength:g}{split})",
                     "brier": None, "detection": detection}
     assert best is not None
     return best
@@ -304,8 +307,9 @@ def main() -> None:
                         help="the hazard judged from the reference's object-changing steps only, actions "
                              "matched by verb and object (see the docstring)")
     parser.add_argument("--ceiling", action="store_true",
-                        help="also a per-step logistic regression over every generic feature (bench/_logistic.py)")
-    parser.add_argument("--fold-seeds", default="0", help="outer fold seeds of the discovered (nested) row, "
+                        help="also a per-step logistic regression over every generic feature, and one with their "
+                             "interactions, on each of --fold-seeds (bench/_logistic.py)")
+    parser.add_argument("--fold-seeds", default="0", help="outer fold seeds of the discovered (nested) and ceiling rows, "
                         "comma-separated: how much of its figure the split carries (default 0)")
     parser.add_argument("--skip-discovery", action="store_true",
                         help="only the rows without discovery (the generic spec, counting, action memory alone)")
@@ -329,8 +333,9 @@ def main() -> None:
         model, _ = cross_validate(runs, remembered, None, [])
         rows.append(row(f"generic spec + actions: {depth}, action_class: {of}", model))
     print(f"  generic spec: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    seeds = [int(x) for x in args.fold_seeds.split(",") if x.strip()]
     if args.ceiling:
-        rows.append(ceiling(runs, spec))
+        rows += [ceiling(runs, spec, seed, interactions) for interactions in (False, True) for seed in seeds]
     for name, data in [] if args.skip_discovery else [("discovered (nested)", runs),
                                                        ("discovered without meta (nested)", without_meta(runs))]:
         started = time.perf_counter()
@@ -338,7 +343,6 @@ def main() -> None:
         model, counting = cross_validate(data, spec, lambda train: discovered(train, spec), notes[name])
         rows += [row(name, model), row(f"counting over the {name.split(' (')[0]} spec", counting)]
         print(f"  {name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    seeds = [int(x) for x in args.fold_seeds.split(",") if x.strip()]
     for seed in [] if args.skip_discovery else [s for s in seeds if s != 0]:
         lines: list[str] = []
         notes[f"discovered (nested), fold seed {seed}"] = lines
