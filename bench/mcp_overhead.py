@@ -24,7 +24,7 @@ Target: added p50 ≤ 1 ms over stdio, ≤ 2 ms over streamable HTTP. Nothing is
 printed beside their targets.
 
 Run: ``python bench/mcp_overhead.py [--calls N] [--sessions S] [--stdio-sessions S] [--seconds T]
-[--only stdio|http|saturation] [--json FILE]``;
+[--only stdio|http|saturation] [--repeat N] [--json FILE]``;
 the load average before and after is printed beside the figures (on a busy machine every process
 hop waits for a CPU, and the direct path's own figure shows how much).
 """
@@ -103,8 +103,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def child_pid(word: str) -> int:
-    """This process's child whose command line contains ``word`` (the stdio client does not say its pid)."""
+def child_pid(word: str, without: str | None = None) -> int:
+    """This process's child whose command line contains ``word`` and not ``without`` (the stdio client does not
+    say its pid)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -113,7 +114,7 @@ def child_pid(word: str) -> int:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == os.getpid() and word in cmdline:
+        if ppid == os.getpid() and word in cmdline and (without is None or without not in cmdline):
             return int(entry.name)
     raise RuntimeError(f"no child process runs {word!r}")
 
@@ -165,7 +166,8 @@ async def bench_stdio(model: Path, calls: int) -> dict[str, dict[str, float]]:
         return stdio_session(sys.executable, [*proxy_args(model), "--relay", relay, "--", TIME_SERVER, *upstream])
 
     async with stdio_session(TIME_SERVER, upstream) as direct, through("lean") as lean, through("sdk") as sdk:
-        pids = {"upstream": child_pid("mcp-server-time"), "lean": child_pid("--relay lean"),
+        # (the proxies' command lines name the upstream too)
+        pids = {"upstream": child_pid("mcp-server-time", without="forewarn"), "lean": child_pid("--relay lean"),
                 "sdk": child_pid("--relay sdk")}
         (direct_ms, lean_ms, sdk_ms), cpu = await interleaved([direct, lean, sdk], calls, pids)
         return {relay: summary(direct_ms, ms, {"proxy": cpu[relay], "upstream": cpu["upstream"]}, calls)
@@ -310,6 +312,9 @@ def main() -> None:
                         help="concurrent stdio sessions at saturation (each its own proxy and upstream processes)")
     parser.add_argument("--seconds", type=float, default=5.0, help="how long each saturation run lasts")
     parser.add_argument("--only", choices=("stdio", "http", "saturation"))
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run the stdio and HTTP comparisons this many times (fresh processes each): each "
+                             "run's added p50 and their median are printed")
     parser.add_argument("--json", type=Path)
     options = parser.parse_args()
     parts = {options.only} if options.only else {"stdio", "http", "saturation"}
@@ -320,10 +325,10 @@ def main() -> None:
         model.save(model_path)
         guard = Guard(model)
         results: dict[str, Any] = {"calls": options.calls, "load_before": os.getloadavg()[0]}
-        if "stdio" in parts:
-            results["stdio"] = anyio.run(bench_stdio, model_path, options.calls)
-        if "http" in parts:
-            results["http"] = anyio.run(bench_http, model_path, options.calls)
+        for part, bench in (("stdio", bench_stdio), ("http", bench_http)):
+            if part in parts:
+                runs = [anyio.run(bench, model_path, options.calls) for _ in range(max(options.repeat, 1))]
+                results[part], results[f"{part}_repeats"] = runs[-1], runs
         if "saturation" in parts:
             results["decisions_per_s"] = decisions_per_second(guard)
             results["proxied_calls_per_s"] = anyio.run(calls_per_second, guard, options.sessions)
@@ -342,6 +347,13 @@ def main() -> None:
               f"(median of the paired differences {r['added_median_of_pairs_ms']:.3f} ms)")
         print(f"       CPU per call: the proxy's process {r['proxy_cpu_ms_per_call']:.3f} ms, the upstream "
               f"server's {r['upstream_cpu_ms_per_call']:.3f} ms")
+    for transport, target in (("stdio", 1.0), ("http", 2.0)):
+        repeats = results.get(f"{transport}_repeats", [])
+        for relay in repeats[0] if len(repeats) > 1 else ():
+            added = [r[relay]["added_p50_ms"] for r in repeats]
+            print(f"{transport}, --relay {relay}, added p50 over {len(added)} runs: "
+                  f"{', '.join(f'{a:.3f}' for a in added)} ms; median {statistics.median(added):.3f} ms "
+                  f"(target ≤ {target:g} ms)")
     if "saturation" in parts:
         print(f"decision path alone: {results['decisions_per_s']:,.0f} decisions/s; whole calls through the "
               f"in-process SDK proxy ({options.sessions} sessions): {results['proxied_calls_per_s']:,.0f} calls/s")
