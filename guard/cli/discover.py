@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from ...errors import ForewarnError
 from ..ingest import InputFormat, read_input
@@ -128,27 +127,25 @@ def _print(report: object) -> None:
     title = (f"discovery over {report.runs} runs ({report.unsafe_runs} violate, {report.steps} steps scored), "
              f"{report.folds}-fold{grouping}, target {target}: {report.candidates} candidates from "
              f"{report.fields} fields in {report.seconds:.1f} s")
-    table = Table(title=title)
+    # a predicate's CEL is often longer than a table cell: each gets its figures on one line and its
+    # CEL on its own, at the terminal's width
     metric = "detection" if target.metric == "false-alarms" else "false alarms"
-    for column in ("predicate", "CEL", "Brier before → after", f"{metric} before → after"):
-        table.add_column(column, overflow="fold")
-    for name, s in zip(report.names, report.added):
-        if target.metric == "false-alarms":
-            change = f"{s.before.detection:.1%} → {s.after.detection:.1%}"
-        else:
-            change = f"{s.before.false_alarms:.1%} → {s.after.false_alarms:.1%}"
-        table.add_row(name + (" (local split)" if s.local else ""), s.cel,
-                      f"{s.before.brier:.4f} → {s.after.brier:.4f}", change)
+    lines = [(name + (" (local split)" if s.local else ""), s.cel, s.before, s.after)
+             for name, s in zip(report.names, report.added)]
     memory = report.memory
     if memory is not None:
-        change = (f"{memory.before.detection:.1%} → {memory.after.detection:.1%}" if target.metric == "false-alarms"
-                  else f"{memory.before.false_alarms:.1%} → {memory.after.false_alarms:.1%}")
-        table.add_row("learning.memory", f"actions: {memory.actions}, action_class: {memory.action_class}",
-                      f"{memory.before.brier:.4f} → {memory.after.brier:.4f}", change)
-    if report.added or memory is not None:
-        out.print(table)
-    else:
-        out.print(title, highlight=False, markup=False, soft_wrap=True)
+        lines.append(("learning.memory", f"actions: {memory.actions}, action_class: {memory.action_class}",
+                      memory.before, memory.after))
+    out.print(title, highlight=False, markup=False, soft_wrap=True)
+    if lines:
+        out.print(f"added (held out, counting: Brier, {metric} at {target}; before → after):", highlight=False,
+                  markup=False, soft_wrap=True)
+    for name, cel, before, after in lines:
+        change = (f"{before.detection:.1%} → {after.detection:.1%}" if target.metric == "false-alarms"
+                  else f"{before.false_alarms:.1%} → {after.false_alarms:.1%}")
+        out.print(f"  {name}: Brier {before.brier:.4f} → {after.brier:.4f}, {metric} {change}", highlight=False,
+                  markup=False, soft_wrap=True)
+        out.print(f"      {cel}", highlight=False, markup=False, soft_wrap=True)
     out.print(f"held out, counting: {report.counting_before.text(target)} → {report.counting_after.text(target)}",
               highlight=False, markup=False, soft_wrap=True)
     if report.learner_before is not None and report.learner_after is not None:

@@ -36,6 +36,7 @@ from statistics import NormalDist
 import numpy as np
 from numpy.typing import NDArray
 
+from .._cel_fields import _mask
 from .candidates import Candidate
 from .scoring import HeldOut, Score
 
@@ -280,7 +281,23 @@ _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
 
 def _negate(cel: str) -> str:
+    if cel.startswith("!") and (_PLAIN.match(cel[1:]) or _wrapped(cel[1:])):
+        # !!x is x (in CEL too: an error stays an error), grouped as a conjunction's part
+        return _group(cel[2:-1] if cel[1] == "(" else cel[1:])
     return f"!{cel}" if _PLAIN.match(cel) else f"!({cel})"
+
+
+def _wrapped(cel: str) -> bool:
+    """Whether ``cel`` is one parenthesised group: ``(…)`` whose first parenthesis closes at its end."""
+    masked = _mask(cel)  # (parentheses inside string literals do not count)
+    if not (masked.startswith("(") and masked.endswith(")")):
+        return False
+    depth = 0
+    for ch in masked[:-1]:
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0:
+            return False
+    return True
 
 
 def _group(cel: str) -> str:
