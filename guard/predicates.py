@@ -113,9 +113,12 @@ class PredicateSet:
         self.memo_limit = MEMO_BYTES
         # Second level, for a new combination of known values: per predicate, its result
         # keyed by the images of the fields it reads (taken from the fast key).
-        self._sub_keys = sub_key_getters(self._trie, paths) \
-            if self._fast_key is not None and self._trie is not None else None
         self._item_memos: list[dict[Any, bool]] = [{} for _ in cel_items]
+        # per CEL item: its sub-key getter, its memo, its bit (one tuple: a miss reads all three per item)
+        self._items: list[tuple[Callable[[Any], Any], dict[Any, bool], int]] | None = [
+            (getter, memo, 1 << index) for getter, memo, (index, _, _)
+            in zip(sub_key_getters(self._trie, paths), self._item_memos, cel_items)
+        ] if self._fast_key is not None and self._trie is not None else None
         self._item_variables = item_variables
         self._leaf_programs: dict[int, Leaves | None] = {}  # by set of CEL items (a bit mask)
         self._all_items = (1 << len(cel_items)) - 1
@@ -227,29 +230,27 @@ class PredicateSet:
 
     def _evaluate_missed(self, root: dict[str, Any], key: tuple[Any, ...], budget: list[float] | None = None) -> int:
         """Bits for a new fast key: per-predicate memo, then one program for the predicates it lacks."""
-        assert self._sub_keys is not None
+        assert self._items is not None
         bits = missed = 0
-        subs = []
-        for c, (getter, memo) in enumerate(zip(self._sub_keys, self._item_memos)):
-            sub = getter(key)
-            subs.append(sub)
-            value = memo.get(sub)
+        for c, (getter, memo, bit) in enumerate(self._items):
+            value = memo.get(getter(key))
             if value is None:
                 missed |= 1 << c
             elif value:
-                bits |= 1 << self._cel_items[c][0]
+                bits |= bit
         if missed:
             values = self._run_leaves(missed, root, budget)
             if values is None:
                 return self._evaluate_original(root, budget)
-            for c, value in zip((c for c in range(len(subs)) if missed >> c & 1), values):
-                memo = self._item_memos[c]
+            for c, value in zip((c for c in range(len(self._items)) if missed >> c & 1), values):
+                getter, memo, bit = self._items[c]
                 if len(memo) >= MEMO_LIMIT:
                     memo.clear()
-                if self._account(subs[c]):
-                    memo[subs[c]] = value
+                sub = getter(key)
+                if self._account(sub):
+                    memo[sub] = value
                 if value:
-                    bits |= 1 << self._cel_items[c][0]
+                    bits |= bit
         return bits
 
     def _account(self, key: Any) -> bool:
