@@ -39,8 +39,8 @@ PROGRAM_LIMIT = 1 << 10  # leaf programs, one per set of predicates that missed
 
 # -- reading expressions ----------------------------------------------------------
 
-def _mask(expression: str) -> str:
-    """The expression with string and bytes literals emptied and comments blanked.
+def _mask(expression: str, strings: bool = True) -> str:
+    """The expression with string and bytes literals emptied (unless not ``strings``) and comments blanked.
 
     Same length, so positions carry over. Handles CEL's quotes (``'``, ``"``, triple
     quotes), raw strings (no escapes: ``r"\\"`` is one backslash) and ``//`` comments.
@@ -62,11 +62,18 @@ def _mask(expression: str) -> str:
             while j < n and not expression.startswith(quote, j):
                 j += 2 if expression[j] == "\\" and not raw else 1
             stop = min(n, j)
-            out[i + len(quote):stop] = " " * (stop - i - len(quote))
+            if strings:
+                out[i + len(quote):stop] = " " * (stop - i - len(quote))
             i = stop + len(quote)
         else:
             i += 1
     return "".join(out)
+
+
+def without_comments(expression: str) -> str:
+    """The expression with its ``//`` comments blanked and its ends stripped: a part that can be put
+    beside others (``a && b``, ``!(a)``) without a comment swallowing what follows it."""
+    return _mask(expression, strings=False).strip()
 
 
 def _selections(masked: str) -> list[tuple[re.Match[str], tuple[str, ...]]]:

@@ -36,7 +36,7 @@ from statistics import NormalDist
 import numpy as np
 from numpy.typing import NDArray
 
-from .._cel_fields import _mask
+from .._cel_fields import _mask, without_comments
 from .candidates import Candidate
 from .scoring import HeldOut, Score
 
@@ -281,6 +281,7 @@ _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
 
 def _negate(cel: str) -> str:
+    cel = without_comments(cel)  # (a spec's predicate may end in a comment, which would swallow the rest)
     if cel.startswith("!") and (_PLAIN.match(cel[1:]) or _wrapped(cel[1:])):
         # !!x is x (in CEL too: an error stays an error), grouped as a conjunction's part
         return _group(cel[2:-1] if cel[1] == "(" else cel[1:])
@@ -302,4 +303,5 @@ def _wrapped(cel: str) -> bool:
 
 def _group(cel: str) -> str:
     """``cel`` in parentheses unless it is one selection or comparison without && or ||."""
+    cel = without_comments(cel)
     return cel if ("&&" not in cel and "||" not in cel and not cel.startswith("!")) else f"({cel})"
