@@ -261,8 +261,18 @@ def interrupted(args: list[str | Path], fifo: Path, cwd: Path) -> Result:
                                                         os.environ.get("PYTHONPATH", "")]))
     import time
 
-    process = subprocess.Popen([sys.executable, "-m", "forewarn", *map(str, args)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    # Ctrl-C as at a terminal, however the suite was launched: a background job of a shell without job
+    # control (`(make test &)`) ignores SIGINT, and so would the command it starts (an ignored signal
+    # stays ignored across exec, and Python then installs no handler for it)
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "forewarn", *map(str, args)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     # the write end opens once the command opens its input; a command that refuses before reading (a
     # missing extra) never does, so the writer must not block on it
     fd = -1
