@@ -29,7 +29,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .columns import _CEL_RESERVED, _IDENT, MISSING, Column, _quote, path_text
-from .valuescores import score_candidates
 from .valuesets import FACTORS, MIN_VALUES, ValueSets, set_expression
 
 __all__ = ["Candidate", "MAX_VALUES", "generate", "guard_of"]
@@ -248,11 +247,6 @@ def _lists(b: _Builder, column: Column) -> None:
         position[b.scored] = np.arange(len(b.scored))
         _value_sets(b, column, position[row_array[scored_rows]], col_array[scored_rows], elements, None,
                     row_array, col_array)
-        if b.sets is not None:
-            for expr, name, description, bits_all, held_out in score_candidates(
-                    b.sets, column, position[row_array[scored_rows]], col_array[scored_rows],
-                    [str(e) for e in elements], row_array, col_array):
-                b.add(column, expr, _name(name), description, bits_all, held_out)
     for code in _chosen(b, list(range(len(elements))), counts, steps_with):
         element = elements[code]
         literal = _quote(element) if isinstance(element, str) else (
