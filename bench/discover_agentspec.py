@@ -45,7 +45,9 @@ vase``, ``break vase`` for a reference that picks the vase and puts it on the co
 
 * with ``--ceiling``: a per-step logistic regression over every generic feature at once, and one
   that also sees their interactions (not Forewarn: ``bench/_logistic.py``), how far generic
-  features reach on these runs at all;
+  features reach on these runs at all: with its regularisation chosen on the outer folds (a
+  ceiling, optimistic) and chosen on inner folds inside each outer training part as discovery
+  chooses (nested: the honest yardstick for the discovered row);
 * with ``--fold-seeds 0,1,2,3``: the discovered (nested) and ceiling rows over other outer splits too.
 
     python bench/discover_agentspec.py [--data DIR] [--json FILE] [--skip-discovery] [--relaxed-labels]
@@ -87,6 +89,7 @@ DATA = next((p for p in (ROOT.parent / "shared" / "data" / "agentspec-embodied",
 FILES = {"unsafe_agent_records.jsonl": True, "unsafe_agent_recors_eval.jsonl": True,
          "safe_records.jsonl": False, "safe_records_eval.jsonl": False}
 FOLDS = 5
+INNER_FOLDS = 4  # discovery's own folds inside each outer training part
 TARGETS = (0.20, 0.05)
 
 GENERIC_SPEC = """\
@@ -261,32 +264,73 @@ def discovered(runs: list[Run], spec: Spec, group_by: str | None = "meta.task") 
     return parse_spec(report.text)
 
 
-def ceiling(runs: Sequence[Run], spec: Spec, seed: int = 0, interactions: bool = False) -> dict[str, Any]:
-    """The best of :mod:`_logistic`'s strengths on the outer folds (split ``seed``): detection of the hazard
-    strictly before it, at the threshold that flags at most 20 % (5 %) of the runs that never reach it."""
+def ceiling(runs: Sequence[Run], spec: Spec, seed: int = 0, interactions: bool = False,
+            nested: bool = False) -> dict[str, Any]:
+    """:mod:`_logistic` on the outer folds (split ``seed``): detection of the hazard strictly before it, at the
+    threshold that flags at most 20 % (5 %) of the runs that never reach it.
+
+    The regularisation strength is the best of :data:`_logistic.STRENGTHS` on the outer folds themselves
+    (optimistic: a ceiling), or with ``nested`` chosen inside each outer training part by grouped inner
+    folds, as discovery chooses its predicates (an honest yardstick: what a linear score over the generic
+    features reaches on tasks it never saw)."""
     end = [next((k for k, s in enumerate(r.steps) if s["state"]["hazard"]), len(r.steps)) for r in runs]
     reached = np.array([e < len(r.steps) for e, r in zip(end, runs)])
     rows = [_logistic.features(r.steps, r.meta["words"], _parts, e, interactions) for r, e in zip(runs, end)]
+    tasks = [str(r.meta["task"]) for r in runs]
+
+    def scored(train: Sequence[int], test: Sequence[int], strength: float) -> list[float]:
+        return _logistic.run_scores([(rows[i], bool(reached[i]), tasks[i]) for i in train],
+                                    [rows[i] for i in test], strength)
+
     folds = outer_folds(runs, spec, seed=seed)
+    what = "every generic feature and their interactions" if interactions else "every generic feature"
+    split = f", fold seed {seed}" if seed else ""
+    if nested:
+        scores = np.zeros(len(runs))
+        chosen = []
+        for test in folds:
+            held = set(test)
+            train = [i for i in range(len(runs)) if i not in held]
+            inner = split_folds([tasks[i] for i in train], [bool(reached[i]) for i in train], INNER_FOLDS,
+                                seed=seed, key="meta.task")
+            best_strength, best_detection = _logistic.STRENGTHS[0], -1.0
+            for strength in _logistic.STRENGTHS:
+                inner_scores = np.zeros(len(runs))
+                for part in inner:
+                    inner_test = [train[j] for j in part]
+                    inner_held = set(inner_test)
+                    inner_scores[inner_test] = scored([i for i in train if i not in inner_held], inner_test, strength)
+                found = _detection(inner_scores[train], reached[train])["20%"][0]
+                if found > best_detection:
+                    best_strength, best_detection = strength, found
+            chosen.append(best_strength)
+            scores[test] = scored(train, test, best_strength)
+        return {"name": f"logistic regression, {what} (not Forewarn; L2 chosen on inner folds: "
+                        f"{', '.join(f'{c:g}' for c in chosen)}{split})",
+                "brier": None, "detection": _detection(scores, reached)}
     best: dict[str, Any] | None = None
     for strength in _logistic.STRENGTHS:
         scores = np.zeros(len(runs))
         for test in folds:
             held = set(test)
-            train = [(rows[i], bool(reached[i]), str(runs[i].meta["task"])) for i in range(len(runs)) if i not in held]
-            scores[test] = _logistic.run_scores(train, [rows[i] for i in test], strength)
-        safe = np.sort(scores[~reached])[::-1]
-        detection = {}
-        for t in TARGETS:
-            theta = safe[math.floor(t * len(safe) + 1e-9)]  # flagged: score > θ, at most t of the safe runs
-            detection[f"{t:.0%}"] = (float(np.mean(scores[reached] > theta)), float(np.mean(safe > theta)))
+            scores[test] = scored([i for i in range(len(runs)) if i not in held], test, strength)
+        detection = _detection(scores, reached)
         if best is None or detection["20%"][0] > best["detection"]["20%"][0]:
-            what = "every generic feature and their interactions" if interactions else "every generic feature"
-            split = f", fold seed {seed}" if seed else ""
-            best = {"name": f"logistic regression, {what} (not Forewarn; L2 {strength:g}{split})",
-                    "brier": None, "detection": detection}
+            best = {"name": f"logistic regression, {what} (not Forewarn; L2 {strength:g}, best on the outer "
+                            f"folds{split})", "brier": None, "detection": detection}
     assert best is not None
     return best
+
+
+def _detection(scores: np.ndarray, reached: np.ndarray) -> dict[str, tuple[float, float]]:
+    """Detection and false alarms at each target: flagged means a score above θ, the highest threshold that
+    flags at most the target's share of the runs that never reach the hazard."""
+    safe = np.sort(scores[~reached])[::-1]
+    detection = {}
+    for t in TARGETS:
+        theta = safe[math.floor(t * len(safe) + 1e-9)]
+        detection[f"{t:.0%}"] = (float(np.mean(scores[reached] > theta)), float(np.mean(safe > theta)))
+    return detection
 
 
 def row(name: str, replays: Sequence[RunReplay]) -> dict[str, Any]:
@@ -308,7 +352,8 @@ def main() -> None:
                              "matched by verb and object (see the docstring)")
     parser.add_argument("--ceiling", action="store_true",
                         help="also a per-step logistic regression over every generic feature, and one with their "
-                             "interactions, on each of --fold-seeds (bench/_logistic.py)")
+                             "interactions, on each of --fold-seeds, its L2 strength chosen on the outer folds "
+                             "(optimistic) and on inner folds (nested, honest) (bench/_logistic.py)")
     parser.add_argument("--fold-seeds", default="0", help="outer fold seeds of the discovered (nested) and ceiling rows, "
                         "comma-separated: how much of its figure the split carries (default 0)")
     parser.add_argument("--skip-discovery", action="store_true",
@@ -335,7 +380,8 @@ def main() -> None:
     print(f"  generic spec: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     seeds = [int(x) for x in args.fold_seeds.split(",") if x.strip()]
     if args.ceiling:
-        rows += [ceiling(runs, spec, seed, interactions) for interactions in (False, True) for seed in seeds]
+        rows += [ceiling(runs, spec, seed, interactions, nested) for nested in (False, True)
+                 for interactions in (False, True) for seed in seeds]
     for name, data in [] if args.skip_discovery else [("discovered (nested)", runs),
                                                        ("discovered without meta (nested)", without_meta(runs))]:
         started = time.perf_counter()
