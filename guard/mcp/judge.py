@@ -83,7 +83,9 @@ def judge(guarded: GuardedSession, name: str, args: Any, *, unknown_tools: Actio
         return Verdict(Action.ALLOW, _RECORDING), None
     try:
         state = guarded.extractor.then(guarded.state, step)
-        decision = guarded.session.preview(state)
+        # the proposed call is the step's action, as ran() commits it: action predicates and action
+        # memory (learning.memory.actions) read it before the call runs, not only after
+        decision = guarded.session.preview(state, action={"tool": name, "args": args})
     except ForewarnError as exc:  # ExtractionError on the arguments, PredicateError on the state
         return Verdict(Action.REFLECT, fallback(name, str(exc)), " The call cannot be judged, so it did not run."), None
     action, note = decision.action, ""
