@@ -264,3 +264,43 @@ def test_small_data_and_many_noise_fields_pick_no_noise(seed: int) -> None:
     read = " ".join(s.cel for s in report.added)
     assert "junk" not in read and "noise" not in read, read
     assert "state.hidden.mode" in read
+
+
+@pytest.mark.parametrize("text", ["plain", 'a "quoted" \\ path', "line\r\nend", "tab\there", "nul\x00byte",
+                                  "bell\x07", "del\x7f", "next line\x85", "separator\u2028", "é ☃ 😀"])
+def test_a_value_quoted_for_cel_reads_back_as_itself(text: str) -> None:
+    import cel
+
+    from forewarn.guard.discovery.columns import _quote
+
+    assert cel.evaluate(f"{_quote(text)} == x", {"x": text}) is True
+    assert cel.evaluate(f"x[{_quote(text)}]", {"x": {text: True}}) is True
+
+
+def test_values_and_keys_with_line_breaks_are_found(tmp_path: Path, spec_file: Path, forewarn_here: CLI) -> None:
+    """Logged text often ends in a Windows line break: the telling value ``"c\\r\\n"`` (and a key holding
+    one) is proposed as CEL that parses and means it, not dropped with every other predicate."""
+    lines = synthetic_runs(300, 11)
+    for line in lines:
+        for step in line["steps"]:
+            state = step["state"]
+            state["hidden"]["mode"] += "\r\n"
+            state["flag\r"] = state["hidden"]["mode"] == "c\r\n"
+    traces = write_jsonl(tmp_path / "runs.jsonl", lines)
+    out = tmp_path / "out.yaml"
+    result = forewarn_here("discover", traces, "--spec", spec_file, "-o", out, "--group-by", "meta.task",
+                           "--no-confirm", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    figures = result.json()
+    assert isinstance(figures, dict) and figures["changed"], figures
+    first = figures["added"][0]["cel"]
+    assert first in ('state.hidden.mode == "c\\r\\n"', 'state["flag\\r"]'), first
+    spec = load_spec(out)
+    from forewarn.guard.predicates import PredicateSet
+
+    predicates = PredicateSet(spec)
+    bit = list(spec.predicates).index(figures["added"][0]["name"])
+    risky = {"broken": False, "hidden": {"mode": "c\r\n"}, "flag\r": True, "step": 0}
+    calm = {"broken": False, "hidden": {"mode": "a\r\n"}, "flag\r": False, "step": 0}
+    assert predicates.evaluate(risky, {}, "look around") >> bit & 1 == 1
+    assert predicates.evaluate(calm, {}, "look around") >> bit & 1 == 0
