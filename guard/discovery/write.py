@@ -54,6 +54,8 @@ def insert_predicates(text: str, predicates: Sequence[NewPredicate], header: Seq
     """``text`` (a spec's YAML) with ``predicates`` appended to its ``predicates`` mapping and
     ``header`` as comment lines on top."""
     top = "".join(f"# {line}\n" for line in header)
+    # a byte order mark (YAML reads past it) would sit at the start of the spec's line after the header
+    text = text.removeprefix("\ufeff")
     if not predicates:
         return top + text
     root = yaml.compose(text, Loader=yaml.SafeLoader)

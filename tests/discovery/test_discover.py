@@ -304,3 +304,19 @@ def test_values_and_keys_with_line_breaks_are_found(tmp_path: Path, spec_file: P
     calm = {"broken": False, "hidden": {"mode": "a\r\n"}, "flag\r": False, "step": 0}
     assert predicates.evaluate(risky, {}, "look around") >> bit & 1 == 1
     assert predicates.evaluate(calm, {}, "look around") >> bit & 1 == 0
+
+
+def test_a_spec_saved_with_a_byte_order_mark(tmp_path: Path, spec_file: Path, forewarn_here: CLI) -> None:
+    """Editors on Windows save UTF-8 with a BOM, which YAML reads past: the header discovery writes goes
+    before the spec's text, so the mark must not end up at the start of the spec's second line."""
+    marked = tmp_path / "marked.yaml"
+    marked.write_bytes(b"\xef\xbb\xbf" + spec_file.read_bytes())
+    traces = write_jsonl(tmp_path / "runs.jsonl", synthetic_runs(200, 12))
+    out = tmp_path / "out.yaml"
+    result = forewarn_here("discover", traces, "--spec", marked, "-o", out, "--no-confirm", "--max-predicates", "1",
+                           "--no-action-memory")
+    assert result.returncode == 0, result.stderr
+    written = out.read_text(encoding="utf-8")
+    assert "\ufeff" not in written and written.startswith("# forewarn discover added 1 predicate(s)")
+    assert written.endswith(SPEC[SPEC.index("unsafe:"):]) and "# the user's own spec" in written
+    assert list(load_spec(out).predicates)[0] == "broken"
