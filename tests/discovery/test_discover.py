@@ -319,4 +319,4 @@ def test_a_spec_saved_with_a_byte_order_mark(tmp_path: Path, spec_file: Path, fo
     written = out.read_text(encoding="utf-8")
     assert "\ufeff" not in written and written.startswith("# forewarn discover added 1 predicate(s)")
     assert written.endswith(SPEC[SPEC.index("unsafe:"):]) and "# the user's own spec" in written
-    assert list(load_spec(out).predicates)[0] == "broken"
+    assert next(iter(load_spec(out).predicates)) == "broken"
