@@ -320,3 +320,53 @@ def test_a_spec_saved_with_a_byte_order_mark(tmp_path: Path, spec_file: Path, fo
     assert "\ufeff" not in written and written.startswith("# forewarn discover added 1 predicate(s)")
     assert written.endswith(SPEC[SPEC.index("unsafe:"):]) and "# the user's own spec" in written
     assert next(iter(load_spec(out).predicates)) == "broken"
+
+
+COMMENTED = """\
+# my spec, as I keep it
+name: synthetic   # the name
+guard:
+  thresholds: {reflect: 0.6}   # flow style, kept
+  unseen_state: allow
+predicates:
+  # the violation
+  broken:
+    cel: 'state.broken'
+    description: something broke
+  early: 'state.step < 2'  # a short form
+unsafe: 'broken'
+learning:
+  # recent states only
+  memory:
+    previous: 0
+# the end
+"""
+
+
+def test_discover_on_its_own_output_comes_to_rest(tmp_path: Path, forewarn_here: CLI) -> None:
+    """The written spec keeps the user's text (every line, in order, comments included), learns as it is,
+    and discovering again on it, once nothing new is found, writes it back unchanged and says so."""
+    import difflib
+
+    traces = write_jsonl(tmp_path / "runs.jsonl", synthetic_runs(300, 2))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(COMMENTED)
+    texts = [COMMENTED]
+    for round_ in range(1, 4):
+        out = tmp_path / f"round{round_}.yaml"
+        result = forewarn_here("discover", traces, "--spec", spec, "-o", out, "--group-by", "meta.task")
+        assert result.returncode == 0, result.stderr
+        texts.append(out.read_text())
+        if "(the spec unchanged)" in result.stderr:
+            break
+        old, new = texts[-2].splitlines(), texts[-1].splitlines()
+        opcodes = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+        assert all(tag in ("equal", "insert") for tag, *_ in opcodes), opcodes  # only lines added
+        spec = out
+    assert round_ > 1 and texts[-1] == texts[-2], "discovery kept finding something"
+    assert "the spec is unchanged" in result.stdout
+    assert texts[-1] != COMMENTED and "forewarn discover added" in texts[-1]
+    learned = forewarn_here("learn", traces, "--spec", spec, "-o", tmp_path / "model.json")
+    assert learned.returncode == 0, learned.stderr
+    final = load_spec(spec)
+    assert list(final.predicates)[:2] == ["broken", "early"] and len(final.predicates) > 2
