@@ -214,7 +214,8 @@ def test_tool_call_memory_decides_alike_in_replay_evaluate_sessions_and_the_side
             remote, other = agent.session(model="mail"), agent.session(model="mail")
             for step in run["steps"]:
                 state, action = step["state"], step.get("action")
-                for call in (MAIL_OUT, MAIL_IN, FETCH):  # previews first: none of them is remembered after
+                calls: list[dict[str, Any]] = [MAIL_OUT, MAIL_IN, FETCH]
+                for call in calls:  # previews first: none of them is remembered after
                     expected = local.preview(state, action=call)
                     if call is MAIL_OUT:
                         risks_of_mailing_out.add(expected.p_unsafe)
