@@ -177,7 +177,7 @@ def test_tool_call_memory_decides_alike_in_replay_evaluate_sessions_and_the_side
                                                                                     forewarn_here: CLI) -> None:
     """One model remembering the last two calls (objects, by name and argument classes): ``forewarn replay``,
     ``forewarn evaluate`` (each fold's model as ``forewarn learn`` writes it), local sessions and the
-    sidecar's observe, preview and proposals give the same risks; a preview remembers its call for
+    sidecar's observe, preview, proposals and batches give the same risks; a preview remembers its call for
     that decision only."""
     runs = _tool_runs()
     traces, spec = tmp_path / "runs.jsonl", tmp_path / "spec.yaml"
@@ -211,14 +211,18 @@ def test_tool_call_memory_decides_alike_in_replay_evaluate_sessions_and_the_side
         risks_of_mailing_out: set[float | None] = set()
         for run in runs[:12]:
             local = guard.session()
-            remote, other = agent.session(model="mail"), agent.session(model="mail")
+            remote, other, batched = (agent.session(model="mail") for _ in range(3))
             for step in run["steps"]:
                 state, action = step["state"], step.get("action")
+                ahead_then_step = agent.batch([
+                    {"session": batched.id, "op": "preview", "state": state, "action": MAIL_OUT},
+                    {"session": batched.id, "op": "observe", "state": state, "action": action}])
                 calls: list[dict[str, Any]] = [MAIL_OUT, MAIL_IN, FETCH]
                 for call in calls:  # previews first: none of them is remembered after
                     expected = local.preview(state, action=call)
                     if call is MAIL_OUT:
                         risks_of_mailing_out.add(expected.p_unsafe)
+                        assert ahead_then_step[0].p_unsafe == pytest.approx(expected.p_unsafe, abs=1e-12)
                     assert remote.preview(state, action=call).p_unsafe == pytest.approx(expected.p_unsafe,
                                                                                         abs=1e-12)
                     proposal = remote.propose(call["tool"], call["args"], state)
@@ -226,5 +230,6 @@ def test_tool_call_memory_decides_alike_in_replay_evaluate_sessions_and_the_side
                 expected = local.observe(state, action=action)
                 got = remote.observe(state, action=action)
                 assert got.p_unsafe == pytest.approx(expected.p_unsafe, abs=1e-12) and got.action is expected.action
+                assert ahead_then_step[1].p_unsafe == pytest.approx(expected.p_unsafe, abs=1e-12)
                 other.observe({"leaked": False})  # evicts `remote`: its next step resumes from the database
     assert len(risks_of_mailing_out) >= 3  # the calls remembered before it change the risk of one call
