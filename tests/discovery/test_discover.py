@@ -370,3 +370,14 @@ def test_discover_on_its_own_output_comes_to_rest(tmp_path: Path, forewarn_here:
     assert learned.returncode == 0, learned.stderr
     final = load_spec(spec)
     assert list(final.predicates)[:2] == ["broken", "early"] and len(final.predicates) > 2
+
+
+def test_an_exclusion_that_matches_no_field_is_noted(spec_file: Path) -> None:
+    """A mistyped --exclude (meta.outcme for meta.outcome) would leave the label in silently: it is noted."""
+    lines = synthetic_runs(120, 13)
+    for line in lines:
+        line["meta"]["outcome"] = "unsafe" if any(s["state"]["broken"] for s in line["steps"]) else "safe"
+    report = discover(as_runs(lines), load_spec(spec_file), target=parse_target("false-alarms=0.1"),
+                      group_by="meta.task", confirm=False, action_memory=False, exclude=("meta.outcme", "state.hidden"))
+    assert [n for n in report.notes if n.startswith("--exclude")] == [
+        "--exclude meta.outcme: no field discovery reads in these runs is at or below it; nothing left out"]
