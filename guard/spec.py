@@ -320,12 +320,15 @@ def _number_or_word(value: Any, words: tuple[str, ...], *, strict: bool = False)
     return float(value)
 
 
+MAX_ACTIONS = 8  # learning.memory.actions: K
+
+
 class MemorySettings(_Strict):
     """A little history in the learned state (docs/method.md, "Memory")."""
 
     dwell: int | None = Field(default=None, ge=2, le=4095)  # steps the abstract state has held, log-bucketed up to this
     previous: bool = False  # the last different abstract state
-    actions: int = Field(default=0, ge=0, le=8)  # the classes of the last K actions (guard/actions.py)
+    actions: int = Field(default=0, ge=0, le=MAX_ACTIONS)  # the classes of the last K actions (guard/actions.py)
     action_class: Literal["raw", "verb", "tool"] = "raw"  # what of an action is remembered
     backoff: float | Literal["auto"] = "auto"  # prior strength towards the memoryless chain's row
 
@@ -333,6 +336,14 @@ class MemorySettings(_Strict):
     @classmethod
     def _positive(cls, value: Any) -> Any:
         return _number_or_word(value, ("auto",), strict=True)
+
+    @field_validator("actions", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        # `actions: true` would otherwise remember one action: a bool is an int to pydantic, as text is
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ACTIONS:
+            raise ValueError(f"expected a whole number of actions from 0 to {MAX_ACTIONS}, got {value!r}")
+        return value
 
     @property
     def enabled(self) -> bool:

@@ -254,3 +254,11 @@ def test_histories_the_chain_never_saw_share_their_states_decision(traces: Path)
     states = {q for bits, q in guard._decisions if bits == 0 and len(q) == 1}
     assert len(states) >= 2  # two memory states, one decision
     assert first.visits == sum(int(model.visits[i]) for i, s in enumerate(model.dtmc.states[:-1]) if s & 1 == 0)
+
+
+@pytest.mark.parametrize("value", ["true", "false", "'2'", "2.0"])
+def test_actions_is_a_whole_number_not_a_boolean_nor_text(value: str) -> None:
+    """``actions: true`` would silently remember one action (a bool is an int in Python): every value but a
+    whole number is refused in one line naming the field."""
+    with pytest.raises(SpecError, match=r"learning\.memory\.actions: expected a whole number of actions from 0 to 8"):
+        parse_spec(SPEC.replace("memory: {actions: 1, backoff: 1.0}", f"memory: {{actions: {value}}}"))

@@ -294,7 +294,7 @@ def interrupted(args: list[str | Path], fifo: Path, cwd: Path) -> Result:
     return Result(tuple(map(str, args)), process.returncode, out, err)
 
 
-@pytest.mark.parametrize("command", ["learn", "replay", "evaluate", "tune", "ingest"])
+@pytest.mark.parametrize("command", ["learn", "replay", "evaluate", "tune", "ingest", "discover"])
 def test_ctrl_c_exits_130_with_one_line_and_writes_nothing(toy_files: dict[str, Path], tmp_path: Path,
                                                            command: str) -> None:
     d = toy_files
@@ -309,6 +309,7 @@ def test_ctrl_c_exits_130_with_one_line_and_writes_nothing(toy_files: dict[str, 
         "evaluate": ["evaluate", fifo, "-s", d["spec"], "--report", out],
         "tune": ["tune", fifo, "-s", d["spec"], "--target", "false-alarms=0.1", "-o", out],
         "ingest": ["ingest", fifo, "--input-format", "jsonl", "-o", out],
+        "discover": ["discover", fifo, "-s", d["spec"], "-o", out],
     }
     if command in ("replay", "evaluate") and missing("report"):  # refused before reading: nothing to interrupt
         args[command] = [a for a in args[command] if a not in ("--report", out)] + ["--format", "json"]
@@ -328,10 +329,11 @@ def output_cases(d: dict[str, Path]) -> dict[str, list[str | Path]]:
         "tune": ["tune", d["traces"], "-s", d["spec"], "--target", "false-alarms=0.5", "--folds", "2", "-o", "OUT"],
         "export": ["export", d["model"], "-o", "OUT"],
         "replay": ["replay", d["traces"], "--model", d["model"], "--report", "OUT"],
+        "discover": ["discover", d["traces"], "-s", d["spec"], "--folds", "2", "--no-confirm", "-o", "OUT"],
     }
 
 
-@pytest.mark.parametrize("command", ["learn", "ingest", "tune", "export", "replay"])
+@pytest.mark.parametrize("command", ["learn", "ingest", "tune", "export", "replay", "discover"])
 @pytest.mark.parametrize("where", ["an input", "a missing folder", "a folder", "under a file", "/dev/null",
                                    "a pipe"])
 def test_output_paths(forewarn_here: CLI, toy_files: dict[str, Path], tmp_path: Path, command: str,

@@ -25,7 +25,8 @@ def discover(
                                                                  "predicates (the spec unchanged when none helps).")],
     target: Annotated[str, typer.Option(
         "--target", help="false-alarms=X (detection at most X false alarms) or detection=Y (false alarms at "
-                         "detection Y), X and Y in (0, 1): what detection is measured at.")] = "false-alarms=0.1",
+                         "detection Y; warned-ahead=Y is the same here: discovery counts alarms strictly before "
+                         "the violation), X and Y in (0, 1): what detection is measured at.")] = "false-alarms=0.1",
     max_predicates: Annotated[int, typer.Option("--max-predicates", help="Predicates the search may add.")] = 8,
     time_limit: Annotated[float, typer.Option(
         "--time-limit", help="Seconds after which the search starts no new round (the confirmation by the real "

@@ -90,8 +90,14 @@ def path_text(path: Sequence[str]) -> str:
     return out
 
 
+# CEL's string literals take no raw line break, carriage return included ("c\r\n" from a Windows log):
+# control characters are written as escapes, and read back as themselves
+_ESCAPES = {**{c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}, ord("\\"): "\\\\", ord('"'): '\\"',
+            ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return '"' + text.translate(_ESCAPES) + '"'
 
 
 _KIND_OF_TYPE = {bool: "bool", int: "number", float: "number", str: "string", list: "list", dict: "object"}

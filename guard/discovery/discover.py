@@ -187,6 +187,8 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     table = build_table(states, [run.meta for run in runs], action_columns(actions),
                         np.asarray(run_of_all, dtype=np.int64))
     excluded = [*exclude, *([group_by] if group_by and group_by.startswith("meta.") else [])]
+    # a mistyped exclusion (meta.outcme) would leave a label in without a word
+    unmatched = [e for e in exclude if not any(_under(c.path, e) for c in table.columns)]
     if excluded:
         table.columns[:] = [c for c in table.columns if not any(_under(c.path, e) for e in excluded)]
     scored_idx = np.asarray(scored, dtype=np.int64)
@@ -214,6 +216,8 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         unsafe_runs=unsafe_runs, steps=len(scored), fields=len(table.columns), candidates=len(candidates),
         skipped=table.skipped, folds=folds, group_by=group_by, target=target, stopped=result.stopped,
         seconds=0.0, not_helping=result.rejected)
+    report.notes.extend(f"--exclude {e}: no field discovery reads in these runs is at or below it; nothing left out"
+                        for e in unmatched)
     steps = _checked(result, runs, spec, scored_idx, report.notes)
     memory = alone = None
     if action_memory and spec.learning.memory.actions == 0 and memory_slot(spec.text):

@@ -54,6 +54,8 @@ def insert_predicates(text: str, predicates: Sequence[NewPredicate], header: Seq
     """``text`` (a spec's YAML) with ``predicates`` appended to its ``predicates`` mapping and
     ``header`` as comment lines on top."""
     top = "".join(f"# {line}\n" for line in header)
+    # a byte order mark (YAML reads past it) would sit at the start of the spec's line after the header
+    text = text.removeprefix("\ufeff")
     if not predicates:
         return top + text
     root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -122,7 +124,11 @@ def insert_action_memory(text: str, actions: int, action_class: str, comment: st
     learning = _key(root, "learning")
     if learning is None:
         block = f"# {comment}\nlearning:\n  memory:\n" + "".join(f"    {e}\n" for e in entries)
-        return text + ("" if text.endswith("\n") else "\n") + block
+        # at the end of the document: before a `...` that ends it, if the spec writes one
+        end = next((t.start_mark.index for t in yaml.scan(text, Loader=yaml.SafeLoader)
+                    if isinstance(t, yaml.DocumentEndToken)), len(text))
+        head = text[:end]
+        return head + ("" if head.endswith("\n") or not head else "\n") + block + text[end:]
     assert isinstance(learning, yaml.MappingNode)
     memory = _key(learning, "memory")
     if memory is None:

@@ -264,3 +264,120 @@ def test_small_data_and_many_noise_fields_pick_no_noise(seed: int) -> None:
     read = " ".join(s.cel for s in report.added)
     assert "junk" not in read and "noise" not in read, read
     assert "state.hidden.mode" in read
+
+
+@pytest.mark.parametrize("text", ["plain", 'a "quoted" \\ path', "line\r\nend", "tab\there", "nul\x00byte",
+                                  "bell\x07", "del\x7f", "next line\x85", "separator\u2028", "é ☃ 😀"])
+def test_a_value_quoted_for_cel_reads_back_as_itself(text: str) -> None:
+    import cel
+
+    from forewarn.guard.discovery.columns import _quote
+
+    assert cel.evaluate(f"{_quote(text)} == x", {"x": text}) is True
+    assert cel.evaluate(f"x[{_quote(text)}]", {"x": {text: True}}) is True
+
+
+def test_values_and_keys_with_line_breaks_are_found(tmp_path: Path, spec_file: Path, forewarn_here: CLI) -> None:
+    """Logged text often ends in a Windows line break: the telling value ``"c\\r\\n"`` (and a key holding
+    one) is proposed as CEL that parses and means it, not dropped with every other predicate."""
+    lines = synthetic_runs(300, 11)
+    for line in lines:
+        for step in line["steps"]:
+            state = step["state"]
+            state["hidden"]["mode"] += "\r\n"
+            state["flag\r"] = state["hidden"]["mode"] == "c\r\n"
+    traces = write_jsonl(tmp_path / "runs.jsonl", lines)
+    out = tmp_path / "out.yaml"
+    result = forewarn_here("discover", traces, "--spec", spec_file, "-o", out, "--group-by", "meta.task",
+                           "--no-confirm", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    figures = result.json()
+    assert isinstance(figures, dict) and figures["changed"], figures
+    first = figures["added"][0]["cel"]
+    assert first in ('state.hidden.mode == "c\\r\\n"', 'state["flag\\r"]'), first
+    spec = load_spec(out)
+    from forewarn.guard.predicates import PredicateSet
+
+    predicates = PredicateSet(spec)
+    bit = list(spec.predicates).index(figures["added"][0]["name"])
+    risky = {"broken": False, "hidden": {"mode": "c\r\n"}, "flag\r": True, "step": 0}
+    calm = {"broken": False, "hidden": {"mode": "a\r\n"}, "flag\r": False, "step": 0}
+    assert predicates.evaluate(risky, {}, "look around") >> bit & 1 == 1
+    assert predicates.evaluate(calm, {}, "look around") >> bit & 1 == 0
+
+
+def test_a_spec_saved_with_a_byte_order_mark(tmp_path: Path, spec_file: Path, forewarn_here: CLI) -> None:
+    """Editors on Windows save UTF-8 with a BOM, which YAML reads past: the header discovery writes goes
+    before the spec's text, so the mark must not end up at the start of the spec's second line."""
+    marked = tmp_path / "marked.yaml"
+    marked.write_bytes(b"\xef\xbb\xbf" + spec_file.read_bytes())
+    traces = write_jsonl(tmp_path / "runs.jsonl", synthetic_runs(200, 12))
+    out = tmp_path / "out.yaml"
+    result = forewarn_here("discover", traces, "--spec", marked, "-o", out, "--no-confirm", "--max-predicates", "1",
+                           "--no-action-memory")
+    assert result.returncode == 0, result.stderr
+    written = out.read_text(encoding="utf-8")
+    assert "\ufeff" not in written and written.startswith("# forewarn discover added 1 predicate(s)")
+    assert written.endswith(SPEC[SPEC.index("unsafe:"):]) and "# the user's own spec" in written
+    assert next(iter(load_spec(out).predicates)) == "broken"
+
+
+COMMENTED = """\
+# my spec, as I keep it
+name: synthetic   # the name
+guard:
+  thresholds: {reflect: 0.6}   # flow style, kept
+  unseen_state: allow
+predicates:
+  # the violation
+  broken:
+    cel: 'state.broken'
+    description: something broke
+  early: 'state.step < 2'  # a short form
+unsafe: 'broken'
+learning:
+  # recent states only
+  memory:
+    previous: 0
+# the end
+"""
+
+
+def test_discover_on_its_own_output_comes_to_rest(tmp_path: Path, forewarn_here: CLI) -> None:
+    """The written spec keeps the user's text (every line, in order, comments included), learns as it is,
+    and discovering again on it, once nothing new is found, writes it back unchanged and says so."""
+    import difflib
+
+    traces = write_jsonl(tmp_path / "runs.jsonl", synthetic_runs(300, 2))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(COMMENTED)
+    texts = [COMMENTED]
+    for round_ in range(1, 4):
+        out = tmp_path / f"round{round_}.yaml"
+        result = forewarn_here("discover", traces, "--spec", spec, "-o", out, "--group-by", "meta.task")
+        assert result.returncode == 0, result.stderr
+        texts.append(out.read_text())
+        if "(the spec unchanged)" in result.stderr:
+            break
+        old, new = texts[-2].splitlines(), texts[-1].splitlines()
+        opcodes = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+        assert all(tag in ("equal", "insert") for tag, *_ in opcodes), opcodes  # only lines added
+        spec = out
+    assert round_ > 1 and texts[-1] == texts[-2], "discovery kept finding something"
+    assert "the spec is unchanged" in result.stdout
+    assert texts[-1] != COMMENTED and "forewarn discover added" in texts[-1]
+    learned = forewarn_here("learn", traces, "--spec", spec, "-o", tmp_path / "model.json")
+    assert learned.returncode == 0, learned.stderr
+    final = load_spec(spec)
+    assert list(final.predicates)[:2] == ["broken", "early"] and len(final.predicates) > 2
+
+
+def test_an_exclusion_that_matches_no_field_is_noted(spec_file: Path) -> None:
+    """A mistyped --exclude (meta.outcme for meta.outcome) would leave the label in silently: it is noted."""
+    lines = synthetic_runs(120, 13)
+    for line in lines:
+        line["meta"]["outcome"] = "unsafe" if any(s["state"]["broken"] for s in line["steps"]) else "safe"
+    report = discover(as_runs(lines), load_spec(spec_file), target=parse_target("false-alarms=0.1"),
+                      group_by="meta.task", confirm=False, action_memory=False, exclude=("meta.outcme", "state.hidden"))
+    assert [n for n in report.notes if n.startswith("--exclude")] == [
+        "--exclude meta.outcme: no field discovery reads in these runs is at or below it; nothing left out"]

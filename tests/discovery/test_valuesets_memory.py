@@ -152,6 +152,7 @@ def test_discover_proposes_action_memory_and_writes_it() -> None:
     ("name: a\npredicates: {x: state.x}\nunsafe: x\nlearning: {alpha: 1}\n", False),
     ("name: a\npredicates:\n  x: state.x\nunsafe: x\nlearning:\n  memory: off\n", False),
     ("name: a\npredicates:\n  x: state.x\nunsafe: x\nlearning:\n  memory:\n    actions: 0\n", False),
+    ("---\nname: a\npredicates:\n  x: state.x\nunsafe: x\n...\n# the end\n", True),  # an explicit document end
 ])
 def test_action_memory_written_into_the_users_yaml(text: str, slot: bool) -> None:
     assert memory_slot(text) is slot
