@@ -12,8 +12,8 @@ from mcp.shared.exceptions import MCPError
 from .._version import __version__
 from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE
 
-__all__ = ["Pending", "drained", "parse_problem", "error_frame", "result_frame", "text_item", "text_of", "as_proxy",
-           "raise_error", "tool_names"]
+__all__ = ["Pending", "drained", "parse_problem", "invalid", "legal_id", "error_frame", "result_frame", "text_item", "text_of",
+           "as_proxy", "raise_error", "tool_names"]
 
 
 @dataclass
@@ -36,6 +36,38 @@ async def drained(writer: asyncio.StreamWriter) -> None:
 
 def parse_problem(problem: object) -> str:
     return f"Parse error: the line is not a JSON-RPC message ({' '.join(str(problem).split())[:200]})"
+
+
+def invalid(message: dict[str, Any], method: Any) -> str | None:
+    """Why a JSON-RPC 2.0 object (``method``: its method) is no MCP message the relays pass on, or None.
+
+    The relays route on a message's shape and forward its bytes, so what they cannot route is refused
+    here, at once, rather than left for the upstream to ignore while the client waits: a request's id is a
+    string or an integer (MCP; never null), and a ``tools/call`` is always a request — as a notification it
+    would reach the upstream unjudged (JSON-RPC servers run notifications; they only do not answer them).
+    """
+    if method is None:
+        return None if "id" in message and ("result" in message or "error" in message) else \
+            "neither a request, a notification nor an answer"
+    if type(method) is not str:
+        return "its method is not a string"
+    if "id" in message:
+        rid = message["id"]
+        kind = type(rid)
+        # (orjson reads an integer beyond 64 bits as a float: one that large is taken for an integer)
+        if kind is str or kind is int or (kind is float and abs(rid) >= 2.0 ** 63):
+            return None
+        return f"the id of a request is a string or an integer, not {orjson.dumps(rid)[:40].decode(errors='replace')}"
+    if method == "tools/call":
+        return "a tools/call must carry an id (as a notification it would run unjudged); not forwarded"
+    return None
+
+
+def legal_id(message: dict[str, Any]) -> Any:
+    """The message's id when it is one an answer can carry (a string or an integer), else None (JSON-RPC's
+    id of an error about a message whose id is unusable)."""
+    rid = message.get("id")
+    return rid if type(rid) is str or type(rid) is int else None
 
 
 def error_frame(rid: Any, code: int, message: str) -> bytes:

@@ -228,13 +228,16 @@ class HttpRelay:
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return await reply(send, 400, error_frame(None, types.INVALID_REQUEST, "not a JSON-RPC 2.0 message"))
         method, rid = message.get("method"), message.get("id")
+        if (problem := wire.invalid(message, method)) is not None:
+            return await reply(send, 400, error_frame(wire.legal_id(message), types.INVALID_REQUEST,
+                                                      f"Invalid Request: {problem}"))
         mine = self._mine.get(rid) if method is None and isinstance(rid, str) else None
         if mine is not None and mine[0] == session_id(headers):  # the answer to the relay's own request
             future = mine[1]
             if not future.done():
                 future.set_result(message)
             return await empty(send, 202)
-        if method == "tools/call" and rid is not None:
+        if method == "tools/call":  # (a request: invalid() refuses one without an id)
             return await self._call(message, body, headers, send)
         if method == "initialize" and rid is not None:
             return await self._initialize(message, body, headers, send)

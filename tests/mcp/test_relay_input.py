@@ -1,0 +1,169 @@
+"""Hostile and careless input to the lean relays (stdio: ``relay.py``, streamable HTTP: ``http_relay.py``), from
+a client that writes raw bytes, in front of real upstreams: each message the relays cannot route gets one clear
+error at once (never the wait for the upstream's timeout), no tools/call reaches the upstream unjudged, and the
+session goes on serving."""
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import mcp_types as types
+import orjson
+import pytest
+from _mcp_support import HELLO, SERVERS, flaky_upstream, http_server, lean_raw, proxy_for, serving
+
+from forewarn.guard import Guard, GuardModel
+from forewarn.guard.mcp import UpstreamSpec
+
+pytestmark = pytest.mark.mcp
+HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+DEEP = "[" * 300 + "]" * 300  # (orjson reads 1024 levels, writes 254)
+
+
+def call(rid: Any, name: str = "echo", **args: Any) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                         "params": {"name": name, "arguments": args}}) + b"\n"
+
+
+def with_id(rid: bytes, name: str = "echo") -> bytes:
+    """A tools/call whose id is ``rid`` as written (orjson would not write some of them)."""
+    return b'{"jsonrpc":"2.0","id":' + rid + b',"method":"tools/call","params":{"name":"' + name.encode() + \
+        b'","arguments":{"text":"hi"}}}\n'
+
+
+async def answer(reader: asyncio.StreamReader) -> dict[str, Any]:
+    with anyio.fail_after(30):  # (the upstream's timeout is 120 s: an answer by then came from the relay)
+        message: dict[str, Any] = orjson.loads(await reader.readline())
+    return message
+
+
+def test_ids_and_shapes_the_stdio_relay_cannot_route_get_an_error_at_once_and_the_session_goes_on(
+        mcp_model: GuardModel) -> None:
+    async def scenario() -> dict[str, Any]:
+        proxy = proxy_for(Guard(mcp_model), flaky_upstream(), call_timeout=120.0, unknown_tools="allow")
+        seen: dict[str, Any] = {}
+        async with lean_raw(proxy) as (reader, writer, _):
+            for rid in (b"null", b"1.5", b"true", b'{"a":1}', b"[1]"):
+                writer.write(with_id(rid))
+                seen[rid.decode()] = await answer(reader)
+            for key, line in (("method", b'{"jsonrpc":"2.0","id":1,"method":5}\n'),
+                              ("nothing", b'{"jsonrpc":"2.0"}\n'),
+                              ("deep", b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo",'
+                                       b'"arguments":{"text":' + DEEP.encode() + b"}}}\n")):
+                writer.write(line)
+                seen[key] = await answer(reader)
+            # two requests under way with one id: the second is refused, the first still answered
+            writer.write(call(7, "hang", seconds=2))
+            await anyio.sleep(0.5)
+            writer.write(b'{"jsonrpc":"2.0","id":7,"method":"tools/list"}\n')
+            seen["taken"], seen["late"] = await answer(reader), await answer(reader)
+            # the relay's own requests (ids forewarn-N) step around the ids of the client's
+            writer.write(call("forewarn-1", "hang", seconds=2))
+            await anyio.sleep(0.5)
+            writer.write(call(8, "no_such_tool"))
+            seen["unknown"], seen["mimic"] = await answer(reader), await answer(reader)
+            writer.write(call(9, text="still here"))
+            seen["after"] = await answer(reader)
+        return seen
+
+    seen = anyio.run(scenario)
+    for rid in ("null", "1.5", "true", '{"a":1}', "[1]"):
+        assert seen[rid]["id"] is None and seen[rid]["error"]["code"] == types.INVALID_REQUEST
+        assert f"the id of a request is a string or an integer, not {rid}" in seen[rid]["error"]["message"]
+    assert seen["method"]["id"] == 1 and "its method is not a string" in seen["method"]["error"]["message"]
+    assert "neither a request, a notification nor an answer" in seen["nothing"]["error"]["message"]
+    assert seen["deep"]["id"] == 2 and seen["deep"]["error"]["code"] == types.INVALID_PARAMS
+    assert "nested too deep" in seen["deep"]["error"]["message"]
+    assert seen["taken"] == {"jsonrpc": "2.0", "id": 7, "error": {
+        "code": types.INVALID_REQUEST, "message": "Invalid Request: id 7 is taken by a request still under way"}}
+    assert seen["late"]["id"] == 7 and seen["late"]["result"]["content"][0]["text"] == "late"
+    assert seen["unknown"]["id"] == 8 and "Unknown tool: no_such_tool" in seen["unknown"]["error"]["message"]
+    assert seen["mimic"]["id"] == "forewarn-1" and seen["mimic"]["result"]["content"][0]["text"] == "late"
+    assert seen["after"]["id"] == 9 and seen["after"]["result"]["content"][0]["text"] == "still here"
+
+
+def test_a_tools_call_sent_as_a_notification_never_reaches_the_upstream(mcp_model: GuardModel,
+                                                                         tmp_path: Path) -> None:
+    """An upstream that runs notifications, as JSON-RPC servers may: the relay must not pass it a call it did not
+    judge. A tools/call without an id is refused; the same call as a request is judged and runs."""
+    marker = tmp_path / "touched"
+
+    async def scenario() -> list[dict[str, Any]]:
+        lenient = UpstreamSpec("lenient", command=sys.executable, args=(str(SERVERS), "lenient", str(marker)))
+        proxy = proxy_for(Guard(mcp_model), lenient, unknown_tools="allow")
+        async with lean_raw(proxy) as (reader, writer, _):
+            writer.write(b'{"jsonrpc":"2.0","method":"tools/call","params":{"name":"touch","arguments":{}}}\n')
+            writer.write(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')  # (the upstream reads its lines in order)
+            writer.write(call(2, "touch"))
+            return [await answer(reader) for _ in range(3)]
+
+    refused, pong, touched = anyio.run(scenario)
+    assert refused["id"] is None and refused["error"]["code"] == types.INVALID_REQUEST
+    assert "a tools/call must carry an id" in refused["error"]["message"]
+    assert pong == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    assert touched["id"] == 2 and touched["result"]["content"][0]["text"] == "touched"
+    assert marker.read_text().split() == ["2"]  # the judged call only
+
+
+def test_a_client_that_never_reads_is_read_no_further_so_the_relay_buffers_little(mcp_model: GuardModel) -> None:
+    """Each line that is not JSON-RPC gets an error; a client that writes them and never reads its answers
+    stops being read once the relay's output is backed up (before: every answer piled up in the relay, 150
+    bytes for each 2-byte line, without bound). Once it reads, every line is answered."""
+    lines = 200_000
+
+    async def scenario() -> tuple[int, int]:
+        proxy = proxy_for(Guard(mcp_model), flaky_upstream())
+        async with lean_raw(proxy) as (reader, writer, relay):
+            async def flood() -> None:
+                writer.write(b"x\n" * lines)
+                await writer.drain()
+
+            flooding = asyncio.create_task(flood())
+            await asyncio.wait((flooding,), timeout=3)  # (it cannot finish until the client reads)
+            assert relay._client is not None
+            buffered = relay._client.transport.get_write_buffer_size()
+            answered = 0
+            with anyio.fail_after(120):
+                while answered < lines:
+                    assert b'"code":-32700' in await reader.readline()
+                    answered += 1
+                await flooding
+        return buffered, answered
+
+    buffered, answered = anyio.run(scenario)
+    assert buffered < 1 << 20 and answered == lines
+
+
+def test_http_calls_without_a_usable_id_are_refused_before_the_upstream(mcp_model: GuardModel) -> None:
+    async def scenario() -> dict[str, httpx.Response]:
+        with http_server("flaky-http") as upstream:
+            proxy = proxy_for(Guard(mcp_model), UpstreamSpec("flaky", url=upstream), unknown_tools="allow")
+            async with serving(proxy, "lean") as url, httpx.AsyncClient(timeout=60) as raw:
+                first = await raw.post(url, headers=HEADERS, json=HELLO)
+                theirs = {**HEADERS, "mcp-session-id": first.headers["mcp-session-id"],
+                          "mcp-protocol-version": "2025-06-18"}
+                await raw.post(url, headers=theirs, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+                seen = {rid.decode(): await raw.post(url, headers=theirs, content=with_id(rid))
+                        for rid in (b"null", b"1.5", b"false")}
+                seen["notification"] = await raw.post(url, headers=theirs, content=b'{"jsonrpc":"2.0","method":'
+                                                      b'"tools/call","params":{"name":"echo","arguments":{}}}')
+                seen["deep"] = await raw.post(url, headers=theirs, content=b'{"jsonrpc":"2.0","id":3,"method":'
+                                              b'"tools/call","params":{"name":"echo","arguments":{"text":'
+                                              + DEEP.encode() + b"}}}")
+                seen["after"] = await raw.post(url, headers=theirs, content=call(4, text="still here"))
+        return seen
+
+    seen = anyio.run(scenario)
+    for key in ("null", "1.5", "false", "notification"):
+        assert seen[key].status_code == 400 and seen[key].json()["error"]["code"] == types.INVALID_REQUEST, key
+    assert "not 1.5" in seen["1.5"].json()["error"]["message"]
+    assert "a tools/call must carry an id" in seen["notification"].json()["error"]["message"]
+    deep = seen["deep"].json()
+    assert deep["id"] == 3 and deep["error"]["code"] == types.INVALID_PARAMS and "nested too deep" in deep["error"]["message"]
+    after = seen["after"]
+    body = after.text if "json" in after.headers["content-type"] else after.text.split("data: ", 1)[1]
+    assert after.status_code == 200 and orjson.loads(body)["result"]["content"][0]["text"] == "still here"
