@@ -45,7 +45,12 @@ def invalid(message: dict[str, Any], method: Any) -> str | None:
     here, at once, rather than left for the upstream to ignore while the client waits: a request's id is a
     string or an integer (MCP; never null), and a ``tools/call`` is always a request — as a notification it
     would reach the upstream unjudged (JSON-RPC servers run notifications; they only do not answer them).
+    Nor may a name the relays read (``method``, ``params``, a call's ``name`` and ``arguments`` …) come in
+    another case as well: a parser that matches names regardless of case (Go's ``encoding/json``: ``Method``,
+    ``paramſ``) would read the call from the variant, not the one judged (CVE-2026-27896).
     """
+    if (variant := _variant(message, _MEMBERS)) is not None:
+        return variant
     if method is None:
         return None if "id" in message and ("result" in message or "error" in message) else \
             "neither a request, a notification nor an answer"
@@ -55,12 +60,29 @@ def invalid(message: dict[str, Any], method: Any) -> str | None:
         rid = message["id"]
         kind = type(rid)
         # (orjson reads an integer beyond 64 bits as a float: one that large is taken for an integer)
-        if kind is str or kind is int or (kind is float and abs(rid) >= 2.0 ** 63):
-            return None
-        return f"the id of a request is a string or an integer, not {orjson.dumps(rid)[:40].decode(errors='replace')}"
-    if method == "tools/call":
+        if not (kind is str or kind is int or (kind is float and abs(rid) >= 2.0 ** 63)):
+            return f"the id of a request is a string or an integer, not {_shown(rid)}"
+    elif method == "tools/call":
         return "a tools/call must carry an id (as a notification it would run unjudged); not forwarded"
+    if method == "tools/call" and isinstance(params := message.get("params"), dict):
+        return _variant(params, _CALL_PARAMS)
     return None
+
+
+_MEMBERS = frozenset({"jsonrpc", "id", "method", "params", "result", "error"})
+_CALL_PARAMS = frozenset({"name", "arguments", "_meta"})
+
+
+def _variant(members: dict[str, Any], names: frozenset[str]) -> str | None:
+    for key in members:
+        if key not in names and key.casefold() in names:  # (casefold: also ſ → s and K → k, as Go folds them)
+            return (f"{_shown(key)} is no name of the protocol's but reads as {key.casefold()!r} where case is "
+                    f"ignored (names are case-sensitive); not forwarded")
+    return None
+
+
+def _shown(value: Any) -> str:
+    return orjson.dumps(value)[:40].decode(errors="replace")
 
 
 def legal_id(message: dict[str, Any]) -> Any:

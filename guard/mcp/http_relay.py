@@ -224,6 +224,10 @@ class HttpRelay:
                 return await reply(send, 400, error_frame(None, types.INVALID_REQUEST,
                                                            "a JSON-RPC batch may not carry tools/call through this "
                                                            "proxy; send each call alone"))
+            for item in message:
+                if isinstance(item, dict) and (problem := wire.invalid(item, item.get("method"))) is not None:
+                    return await reply(send, 400, error_frame(None, types.INVALID_REQUEST,
+                                                              f"Invalid Request: in the batch, {problem}"))
             return await self._pass("POST", headers, body, receive, send, None)
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return await reply(send, 400, error_frame(None, types.INVALID_REQUEST, "not a JSON-RPC 2.0 message"))

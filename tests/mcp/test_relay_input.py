@@ -86,24 +86,39 @@ def test_ids_and_shapes_the_stdio_relay_cannot_route_get_an_error_at_once_and_th
     assert seen["after"]["id"] == 9 and seen["after"]["result"]["content"][0]["text"] == "still here"
 
 
-def test_a_tools_call_sent_as_a_notification_never_reaches_the_upstream(mcp_model: GuardModel,
+# a call the relay would not judge, or judge as another, where an upstream reads names regardless of case (Go's
+# encoding/json: Method, Name, paramſ with U+017F), or runs notifications
+SMUGGLED = [b'{"jsonrpc":"2.0","method":"tools/call","params":{"name":"touch","arguments":{}}}',
+            b'{"jsonrpc":"2.0","id":3,"method":"ping","Method":"tools/call","params":{"name":"touch","arguments":{}}}',
+            b'{"jsonrpc":"2.0","id":4,"METHOD":"tools/call","params":{"name":"touch","arguments":{}}}',
+            b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","Name":"touch","arguments":{}}}',
+            '{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}},'
+            '"paramſ":{"name":"touch","arguments":{}}}'.encode()]
+
+
+def test_a_tools_call_the_relay_did_not_judge_never_reaches_the_upstream(mcp_model: GuardModel,
                                                                          tmp_path: Path) -> None:
     """An upstream that runs notifications, as JSON-RPC servers may: the relay must not pass it a call it did not
-    judge. A tools/call without an id is refused; the same call as a request is judged and runs."""
+    judge. A tools/call without an id is refused, and so is a message with a name the relay reads in a second
+    case; the same call as a plain request is judged and runs."""
     marker = tmp_path / "touched"
 
     async def scenario() -> list[dict[str, Any]]:
         lenient = UpstreamSpec("lenient", command=sys.executable, args=(str(SERVERS), "lenient", str(marker)))
         proxy = proxy_for(Guard(mcp_model), lenient, unknown_tools="allow")
         async with lean_raw(proxy) as (reader, writer, _):
-            writer.write(b'{"jsonrpc":"2.0","method":"tools/call","params":{"name":"touch","arguments":{}}}\n')
+            writer.write(b"\n".join(SMUGGLED) + b"\n")
             writer.write(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')  # (the upstream reads its lines in order)
             writer.write(call(2, "touch"))
-            return [await answer(reader) for _ in range(3)]
+            return [await answer(reader) for _ in range(len(SMUGGLED) + 2)]
 
-    refused, pong, touched = anyio.run(scenario)
-    assert refused["id"] is None and refused["error"]["code"] == types.INVALID_REQUEST
-    assert "a tools/call must carry an id" in refused["error"]["message"]
+    *refused, pong, touched = anyio.run(scenario)
+    assert [r.get("error", {}).get("code") for r in refused] == [types.INVALID_REQUEST] * len(SMUGGLED)
+    assert [r["id"] for r in refused] == [None, 3, 4, 5, 6]
+    messages = [r["error"]["message"] for r in refused]
+    assert "a tools/call must carry an id" in messages[0]
+    assert '"Method" is no name of the protocol\'s but reads as \'method\' where case is ignored' in messages[1]
+    assert '"METHOD"' in messages[2] and '"Name"' in messages[3] and "reads as 'params'" in messages[4]
     assert pong == {"jsonrpc": "2.0", "id": 1, "result": {}}
     assert touched["id"] == 2 and touched["result"]["content"][0]["text"] == "touched"
     assert marker.read_text().split() == ["2"]  # the judged call only
@@ -151,6 +166,8 @@ def test_http_calls_without_a_usable_id_are_refused_before_the_upstream(mcp_mode
                         for rid in (b"null", b"1.5", b"false")}
                 seen["notification"] = await raw.post(url, headers=theirs, content=b'{"jsonrpc":"2.0","method":'
                                                       b'"tools/call","params":{"name":"echo","arguments":{}}}')
+                seen["smuggled"] = await raw.post(url, headers=theirs, content=SMUGGLED[4])
+                seen["batch"] = await raw.post(url, headers=theirs, content=b"[" + SMUGGLED[1] + b"]")
                 seen["deep"] = await raw.post(url, headers=theirs, content=b'{"jsonrpc":"2.0","id":3,"method":'
                                               b'"tools/call","params":{"name":"echo","arguments":{"text":'
                                               + DEEP.encode() + b"}}}")
@@ -158,10 +175,12 @@ def test_http_calls_without_a_usable_id_are_refused_before_the_upstream(mcp_mode
         return seen
 
     seen = anyio.run(scenario)
-    for key in ("null", "1.5", "false", "notification"):
+    for key in ("null", "1.5", "false", "notification", "smuggled", "batch"):
         assert seen[key].status_code == 400 and seen[key].json()["error"]["code"] == types.INVALID_REQUEST, key
     assert "not 1.5" in seen["1.5"].json()["error"]["message"]
     assert "a tools/call must carry an id" in seen["notification"].json()["error"]["message"]
+    assert "reads as 'params' where case is ignored" in seen["smuggled"].json()["error"]["message"]
+    assert "in the batch, \"Method\" is no name" in seen["batch"].json()["error"]["message"]
     deep = seen["deep"].json()
     assert deep["id"] == 3 and deep["error"]["code"] == types.INVALID_PARAMS and "nested too deep" in deep["error"]["message"]
     after = seen["after"]
