@@ -29,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 from ...errors import ConfigError
 from . import _frames as wire
 from ._frames import Pending, drained, error_frame
-from ._stdio import LINE_LIMIT
+from ._stdio import LINE_LIMIT, Overlong, read_line
 from .approval import APPROVAL_SCHEMA
 from .calls import CallJudge
 from .judge import GuardedSession
@@ -113,9 +113,9 @@ class LeanRelay:
             if self._client is not None:  # a client that does not read what it is told is read no further,
                 await drained(self._client)  # so the answers the relay writes itself do not pile up here
             try:
-                line = await reader.readline()
-            except ValueError as exc:  # a line beyond the limit (dropped by the reader)
-                self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
+                line = await read_line(reader)
+            except Overlong as exc:
+                self._to_client(error_frame(exc.id, types.PARSE_ERROR, wire.parse_problem(exc)))
                 continue
             except OSError:
                 return

@@ -124,13 +124,14 @@ HELLO = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
 
 
 @asynccontextmanager
-async def lean_raw(proxy: GuardedProxy) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter,
-                                                               LeanRelay]]:
+async def lean_raw(proxy: GuardedProxy, limit: int = LINE_LIMIT
+                   ) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter, LeanRelay]]:
     """The lean relay of ``proxy`` in this process over a socket pair, for a client that writes bytes: the
     client's reader and writer (the handshake done: ``HELLO``, then ``notifications/initialized``), and the
-    relay. The client's end is closed at the end, and the relay has returned."""
+    relay (``limit``: the longest line it reads). The client's end is closed at the end, and the relay has
+    returned."""
     ours, theirs = socket.socketpair()
-    reader, writer = await asyncio.open_connection(sock=theirs, limit=LINE_LIMIT)
+    reader, writer = await asyncio.open_connection(sock=theirs, limit=limit)
     relay = LeanRelay(proxy)
     served = asyncio.create_task(relay.serve(reader, writer))
     from_relay, to_relay = await asyncio.open_connection(sock=ours, limit=LINE_LIMIT)

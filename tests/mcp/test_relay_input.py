@@ -124,6 +124,26 @@ def test_a_tools_call_the_relay_did_not_judge_never_reaches_the_upstream(mcp_mod
     assert marker.read_text().split() == ["2"]  # the judged call only
 
 
+def test_a_line_above_the_limit_gets_one_error_with_its_requests_id(mcp_model: GuardModel) -> None:
+    """The line arrives in two parts, the first above the limit: one error, carrying the id its first bytes show
+    (the client's call ends), and the rest of the line is not read as a line of its own."""
+    head = b'{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo","arguments":{"text":"'
+
+    async def scenario() -> list[dict[str, Any]]:
+        proxy = proxy_for(Guard(mcp_model), flaky_upstream())
+        async with lean_raw(proxy, limit=1 << 16) as (reader, writer, _):
+            writer.write(head + b"x" * 100_000)
+            await writer.drain()
+            await anyio.sleep(0.3)
+            writer.write(b"x" * 100_000 + b'"}}}\n{"jsonrpc":"2.0","id":12,"method":"ping"}\n')
+            return [await answer(reader) for _ in range(2)]
+
+    refused, pong = anyio.run(scenario)
+    assert refused["id"] == 11 and refused["error"]["code"] == types.PARSE_ERROR
+    assert "the line is above the proxy's limit" in refused["error"]["message"]
+    assert pong == {"jsonrpc": "2.0", "id": 12, "result": {}}
+
+
 def test_a_client_that_never_reads_is_read_no_further_so_the_relay_buffers_little(mcp_model: GuardModel) -> None:
     """Each line that is not JSON-RPC gets an error; a client that writes them and never reads its answers
     stops being read once the relay's output is backed up (before: every answer piled up in the relay, 150
