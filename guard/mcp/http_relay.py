@@ -38,6 +38,7 @@ from ...errors import ConfigError
 from .._version import __version__
 from . import _frames as wire
 from ._asgi import (
+    BODY_TIMEOUT,
     Receive,
     Reply,
     Scope,
@@ -105,6 +106,7 @@ class HttpRelay:
         self.timeout = self.spec.timeout or judge.config.call_timeout
         # a body holds one message (or a batch) whose arguments the judge refuses above its limit
         self.body_limit = max(4 << 20, 2 * judge.config.max_argument_bytes)
+        self.body_timeout = BODY_TIMEOUT
         self._http = Http1(self.url)
         self._sessions: dict[str | None, _Session] = {}
         # the relay's requests to clients: id → the session asked, and its answer
@@ -210,7 +212,12 @@ class HttpRelay:
                      [(b"allow", b"GET, POST, DELETE")])
 
     async def _post(self, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send) -> None:
-        body = await read_body(receive, self.body_limit)
+        try:
+            body = await read_body(receive, self.body_limit, self.body_timeout)
+        except TimeoutError:
+            return await reply(send, 408, error_frame(None, types.INVALID_REQUEST, f"the request body did not end "
+                                                                                    f"within {self.body_timeout:g} s"),
+                               [(b"connection", b"close")])
         if body is None:
             return await reply(send, 413, error_frame(None, types.INVALID_REQUEST,
                                                        f"the request body is above the proxy's limit of "

@@ -206,3 +206,35 @@ def test_http_calls_without_a_usable_id_are_refused_before_the_upstream(mcp_mode
     after = seen["after"]
     body = after.text if "json" in after.headers["content-type"] else after.text.split("data: ", 1)[1]
     assert after.status_code == 200 and orjson.loads(body)["result"]["content"][0]["text"] == "still here"
+
+
+def test_an_http_body_that_never_ends_is_answered_408_and_others_are_served_meanwhile(
+        mcp_model: GuardModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that sends part of its body and stops: uvicorn would wait for the rest for good, holding the
+    connection; the relay answers 408 after its body timeout (30 s; 1 s here)."""
+    monkeypatch.setattr("forewarn.guard.mcp.http_relay.BODY_TIMEOUT", 1.0, raising=False)
+    body = call(1, text="whole")
+
+    async def scenario() -> tuple[bytes, httpx.Response]:
+        with http_server("flaky-http") as upstream:
+            proxy = proxy_for(Guard(mcp_model), UpstreamSpec("flaky", url=upstream), unknown_tools="allow")
+            async with serving(proxy, "lean") as url, httpx.AsyncClient(timeout=60) as raw:
+                first = await raw.post(url, headers=HEADERS, json=HELLO)
+                theirs = {**HEADERS, "mcp-session-id": first.headers["mcp-session-id"],
+                          "mcp-protocol-version": "2025-06-18"}
+                await raw.post(url, headers=theirs, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+                port = int(url.split(":")[2].split("/")[0])
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                head = "".join(f"{k}: {v}\r\n" for k, v in theirs.items())
+                writer.write(f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n{head}content-length: {len(body) + 100}"
+                             f"\r\n\r\n".encode() + body)  # (100 bytes short)
+                await writer.drain()
+                meanwhile = await raw.post(url, headers=theirs, content=call(2, text="meanwhile"))
+                with anyio.fail_after(30):
+                    stalled = await reader.read()  # (the relay closes the connection after its answer)
+                writer.close()
+        return stalled, meanwhile
+
+    stalled, meanwhile = anyio.run(scenario)
+    assert stalled.startswith(b"HTTP/1.1 408 ") and b"the request body did not end within 1 s" in stalled
+    assert meanwhile.status_code == 200 and "meanwhile" in meanwhile.text
