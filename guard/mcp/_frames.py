@@ -8,12 +8,13 @@ from typing import Any
 import mcp_types as types
 import orjson
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from .._version import __version__
 from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE
 
 __all__ = ["Pending", "drained", "parse_problem", "invalid", "legal_id", "error_frame", "result_frame", "text_item", "text_of",
-           "as_proxy", "raise_error", "tool_names"]
+           "as_proxy", "raise_error", "elicit_result", "tool_names"]
 
 
 @dataclass
@@ -129,7 +130,22 @@ def raise_error(answer: dict[str, Any]) -> None:
     """Raise the JSON-RPC error an answer carries, as an ``MCPError`` (nothing when it is a result)."""
     if "error" in answer:
         error = answer["error"] if isinstance(answer["error"], dict) else {}
-        raise MCPError(int(error.get("code", types.INTERNAL_ERROR)), str(error.get("message", "")))
+        code = error.get("code")
+        raise MCPError(code if type(code) is int else types.INTERNAL_ERROR, str(error.get("message", "")))
+
+
+def elicit_result(answer: dict[str, Any]) -> types.ElicitResult:
+    """The client's answer to a question of the relay's (``elicitation/create``).
+
+    Raises:
+        MCPError: the answer is an error, or no elicitation result (the call is then refused: asking failed).
+    """
+    raise_error(answer)
+    try:
+        return types.ElicitResult.model_validate(answer.get("result") or {})
+    except ValidationError as exc:
+        raise MCPError(types.INVALID_PARAMS, f"the answer is no elicitation result: "
+                                             f"{' '.join(str(exc).split())[:200]}") from None
 
 
 def tool_names(message: dict[str, Any]) -> list[str]:

@@ -392,8 +392,7 @@ class HttpRelay:
                 answer = await future
             finally:
                 self._mine.pop(rid, None)
-            wire.raise_error(answer)
-            return types.ElicitResult.model_validate(answer.get("result") or {})
+            return wire.elicit_result(answer)
 
         frame = await lean_call(self.judge, message, body, session=session, lock=state.lock, tools=self._tools,
                                 list_tools=lambda: self._list_tools(headers), elicit=elicit if state.elicits else None,

@@ -396,8 +396,7 @@ class LeanRelay:
             answer = await future
         finally:
             self._mine.pop(rid, None)
-        wire.raise_error(answer)
-        return types.ElicitResult.model_validate(answer.get("result") or {})
+        return wire.elicit_result(answer)
 
     def _to_client(self, line: bytes) -> None:
         if self._client is not None and not self._client.is_closing():

@@ -14,10 +14,22 @@ import httpx
 import mcp_types as types
 import orjson
 import pytest
-from _mcp_support import HELLO, SERVERS, flaky_upstream, http_server, lean_raw, proxy_for, serving
+from _mcp_support import (
+    ASKING,
+    HELLO,
+    SERVERS,
+    flaky_upstream,
+    git,
+    git_upstream,
+    http_server,
+    lean_raw,
+    proxy_for,
+    serving,
+)
 
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import UpstreamSpec
+from forewarn.guard.spec import Trigger
 
 pytestmark = pytest.mark.mcp
 HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
@@ -142,6 +154,28 @@ def test_a_line_above_the_limit_gets_one_error_with_its_requests_id(mcp_model: G
     assert refused["id"] == 11 and refused["error"]["code"] == types.PARSE_ERROR
     assert "the line is above the proxy's limit" in refused["error"]["message"]
     assert pong == {"jsonrpc": "2.0", "id": 12, "result": {}}
+
+
+def test_an_answer_to_the_relays_question_that_is_no_elicitation_result_refuses_the_call(
+        mcp_model: GuardModel, repo: Path) -> None:
+    """The relay asks before staging a file; the client answers with what is no elicitation result, or with an
+    error whose code is no integer: asking failed, so the call is refused (its result says so) and does not run."""
+    async def scenario() -> list[dict[str, Any]]:
+        proxy = proxy_for(Guard(mcp_model, policy=ASKING), git_upstream(repo), trigger=Trigger.LEVEL)
+        answers = []
+        async with lean_raw(proxy, capabilities={"elicitation": {}}) as (reader, writer, _):
+            for rid, bad in ((1, {"result": {"action": "maybe"}}), (2, {"error": {"code": "x", "message": "no"}})):
+                writer.write(call(rid, "git_add", repo_path=str(repo), files=["notes.txt"]))
+                question = await answer(reader)
+                assert question["method"] == "elicitation/create"
+                writer.write(orjson.dumps({"jsonrpc": "2.0", "id": question["id"], **bad}) + b"\n")
+                answers.append(await answer(reader))
+        return answers
+
+    for refused in anyio.run(scenario):
+        assert refused["result"]["isError"] is True, refused
+        assert "asking failed" in refused["result"]["content"][0]["text"]
+    assert git(repo, "diff", "--cached", "--name-only") == ""
 
 
 def test_a_client_that_never_reads_is_read_no_further_so_the_relay_buffers_little(mcp_model: GuardModel) -> None:
