@@ -6,7 +6,8 @@
     python _servers.py flaky-http PORT      the same over streamable HTTP
     python _servers.py lenient MARKER       a bare JSON-RPC 2.0 server on stdio, no SDK: it runs every request,
                                             notifications too (JSON-RPC servers do; they only do not answer),
-                                            and its one tool `touch` adds a line to the file MARKER
+                                            and its one tool `touch` adds a line to the file MARKER (called
+                                            with `fail`, it answers with an error that is a bare string)
 """
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def lenient(marker: Path) -> None:
         else:
             continue
         if "id" in message:
-            print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+            failed = method == "tools/call" and message["params"]["arguments"].get("fail")
+            print(json.dumps({"jsonrpc": "2.0", "id": message["id"], **({"error": "boom"} if failed else
+                                                                         {"result": result})}), flush=True)
 
 
 def main() -> None:

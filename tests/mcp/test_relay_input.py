@@ -122,9 +122,12 @@ def test_a_tools_call_the_relay_did_not_judge_never_reaches_the_upstream(mcp_mod
             writer.write(b"\n".join(SMUGGLED) + b"\n")
             writer.write(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')  # (the upstream reads its lines in order)
             writer.write(call(2, "touch"))
-            return [await answer(reader) for _ in range(len(SMUGGLED) + 2)]
+            writer.write(call(7, "touch", fail=True))  # (the upstream's error is a bare string: passed on)
+            writer.write(call(8, "touch"))
+            return [await answer(reader) for _ in range(len(SMUGGLED) + 4)]
 
-    *refused, pong, touched = anyio.run(scenario)
+    *refused, pong, touched, failed, again = anyio.run(scenario)
+    assert failed == {"jsonrpc": "2.0", "id": 7, "error": "boom"} and again["id"] == 8 and "result" in again
     assert [r.get("error", {}).get("code") for r in refused] == [types.INVALID_REQUEST] * len(SMUGGLED)
     assert [r["id"] for r in refused] == [None, 3, 4, 5, 6]
     messages = [r["error"]["message"] for r in refused]
@@ -133,7 +136,7 @@ def test_a_tools_call_the_relay_did_not_judge_never_reaches_the_upstream(mcp_mod
     assert '"METHOD"' in messages[2] and '"Name"' in messages[3] and "reads as 'params'" in messages[4]
     assert pong == {"jsonrpc": "2.0", "id": 1, "result": {}}
     assert touched["id"] == 2 and touched["result"]["content"][0]["text"] == "touched"
-    assert marker.read_text().split() == ["2"]  # the judged call only
+    assert marker.read_text().split() == ["2", "7", "8"]  # the judged calls only
 
 
 def test_a_line_above_the_limit_gets_one_error_with_its_requests_id(mcp_model: GuardModel) -> None:
