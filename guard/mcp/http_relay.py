@@ -112,6 +112,7 @@ class HttpRelay:
         # the relay's requests to clients: id → the session asked, and its answer
         self._mine: dict[str, tuple[str | None, asyncio.Future[dict[str, Any]]]] = {}
         self._tools: set[str] = set()
+        self._under_way: set[tuple[str, Any]] = set()  # (session, id) of the clients' requests being answered
         self._ids = itertools.count(1)
         self._streams: set[asyncio.Task[Any]] = set()
         # a session without requests this long is ended, here and upstream (the SDK path's default: 30 min), so
@@ -242,17 +243,30 @@ class HttpRelay:
         if (problem := wire.invalid(message, method)) is not None:
             return await reply(send, 400, error_frame(wire.legal_id(message), types.INVALID_REQUEST,
                                                       f"Invalid Request: {problem}"))
+        sid = session_id(headers)
         mine = self._mine.get(rid) if method is None and isinstance(rid, str) else None
-        if mine is not None and mine[0] == session_id(headers):  # the answer to the relay's own request
+        if mine is not None and mine[0] == sid:  # the answer to the relay's own request
             future = mine[1]
             if not future.done():
                 future.set_result(message)
             return await empty(send, 202)
-        if method == "tools/call":  # (a request: invalid() refuses one without an id)
-            return await self._call(message, body, headers, send)
-        if method == "initialize" and rid is not None:
-            return await self._initialize(message, body, headers, send)
-        await self._pass("POST", headers, body, receive, send, rid)
+        # a session's request whose id one under way has: the upstream answers by id, and would lose one answer
+        # (the call's: the relay waited out its timeout holding the session's lock)
+        key = (sid, rid) if sid is not None and method is not None and "id" in message else None
+        if key is not None:
+            if key in self._under_way:
+                taken = f"Invalid Request: id {orjson.dumps(rid)[:40].decode()} is taken by a request still under way"
+                return await reply(send, 400, error_frame(rid, types.INVALID_REQUEST, taken))
+            self._under_way.add(key)
+        try:
+            if method == "tools/call":  # (a request: invalid() refuses one without an id)
+                return await self._call(message, body, headers, send)
+            if method == "initialize" and rid is not None:
+                return await self._initialize(message, body, headers, send)
+            await self._pass("POST", headers, body, receive, send, rid)
+        finally:
+            if key is not None:
+                self._under_way.discard(key)
 
     # -- passing through ------------------------------------------------------------------
 

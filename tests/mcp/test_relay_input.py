@@ -210,10 +210,11 @@ def test_a_client_that_never_reads_is_read_no_further_so_the_relay_buffers_littl
     assert buffered < 1 << 20 and answered == lines
 
 
-def test_http_calls_without_a_usable_id_are_refused_before_the_upstream(mcp_model: GuardModel) -> None:
+def test_http_requests_without_a_usable_id_are_refused_before_the_upstream(mcp_model: GuardModel) -> None:
     async def scenario() -> dict[str, httpx.Response]:
         with http_server("flaky-http") as upstream:
-            proxy = proxy_for(Guard(mcp_model), UpstreamSpec("flaky", url=upstream), unknown_tools="allow")
+            proxy = proxy_for(Guard(mcp_model), UpstreamSpec("flaky", url=upstream), unknown_tools="allow",
+                              call_timeout=120.0)
             async with serving(proxy, "lean") as url, httpx.AsyncClient(timeout=60) as raw:
                 first = await raw.post(url, headers=HEADERS, json=HELLO)
                 theirs = {**HEADERS, "mcp-session-id": first.headers["mcp-session-id"],
@@ -228,11 +229,18 @@ def test_http_calls_without_a_usable_id_are_refused_before_the_upstream(mcp_mode
                 seen["deep"] = await raw.post(url, headers=theirs, content=b'{"jsonrpc":"2.0","id":3,"method":'
                                               b'"tools/call","params":{"name":"echo","arguments":{"text":'
                                               + DEEP.encode() + b"}}}")
+                # two requests under way with one id in a session: the second is refused, the first answered
+                hang = asyncio.create_task(raw.post(url, headers=theirs, content=call(5, "hang", seconds=2)))
+                await anyio.sleep(0.5)
+                seen["taken"] = await raw.post(url, headers=theirs, json={"jsonrpc": "2.0", "id": 5,
+                                                                          "method": "tools/list"})
+                with anyio.fail_after(30):  # (the upstream's timeout is 120 s)
+                    seen["late"] = await hang
                 seen["after"] = await raw.post(url, headers=theirs, content=call(4, text="still here"))
         return seen
 
     seen = anyio.run(scenario)
-    for key in ("null", "1.5", "false", "notification", "smuggled", "batch"):
+    for key in ("null", "1.5", "false", "notification", "smuggled", "batch", "taken"):
         assert seen[key].status_code == 400 and seen[key].json()["error"]["code"] == types.INVALID_REQUEST, key
     assert "not 1.5" in seen["1.5"].json()["error"]["message"]
     assert "a tools/call must carry an id" in seen["notification"].json()["error"]["message"]
@@ -240,9 +248,11 @@ def test_http_calls_without_a_usable_id_are_refused_before_the_upstream(mcp_mode
     assert "in the batch, \"Method\" is no name" in seen["batch"].json()["error"]["message"]
     deep = seen["deep"].json()
     assert deep["id"] == 3 and deep["error"]["code"] == types.INVALID_PARAMS and "nested too deep" in deep["error"]["message"]
-    after = seen["after"]
-    body = after.text if "json" in after.headers["content-type"] else after.text.split("data: ", 1)[1]
-    assert after.status_code == 200 and orjson.loads(body)["result"]["content"][0]["text"] == "still here"
+    assert seen["taken"].json()["id"] == 5 and "id 5 is taken by a request still under way" in seen["taken"].text
+    for key, text in (("late", "late"), ("after", "still here")):
+        got = seen[key]
+        body = got.text if "json" in got.headers["content-type"] else got.text.split("data: ", 1)[1]
+        assert got.status_code == 200 and orjson.loads(body)["result"]["content"][0]["text"] == text
 
 
 def test_an_http_body_that_never_ends_is_answered_408_and_others_are_served_meanwhile(
