@@ -42,6 +42,7 @@ log = logging.getLogger("forewarn.mcp")
 
 _CONNECT_TIMEOUT = 30.0
 _OWN = "forewarn-"  # the prefix of the ids of the relay's own requests
+_MAX_CALLS = 256  # tools/call requests of the client under way at once (judged and forwarded one at a time)
 
 
 def lean_relay_fits(judge: CallJudge) -> bool:
@@ -253,6 +254,10 @@ class LeanRelay:
                                                                     f"taken by a request still under way"))
             return
         if method == "tools/call":
+            if len(self._calls) >= _MAX_CALLS:  # (they run one at a time: a client this far ahead only fills memory)
+                self._to_client(error_frame(rid, types.INVALID_REQUEST, f"Invalid Request: {_MAX_CALLS} calls of "
+                                                                        f"this session are under way already"))
+                return
             self._calls.add(key)
             task = asyncio.create_task(self._call(message, line, key))
             self._tasks.add(task)

@@ -139,6 +139,23 @@ def test_a_tools_call_the_relay_did_not_judge_never_reaches_the_upstream(mcp_mod
     assert marker.read_text().split() == ["2", "7", "8"]  # the judged calls only
 
 
+def test_calls_far_ahead_of_their_answers_are_refused_past_a_bound(mcp_model: GuardModel) -> None:
+    """A session's calls run one at a time; a client that sends hundreds while the first hangs would only fill
+    the relay's memory: past 256 under way, each is refused at once. The first still ends (its timeout)."""
+    async def scenario() -> list[dict[str, Any]]:
+        proxy = proxy_for(Guard(mcp_model), flaky_upstream(), call_timeout=3.0, unknown_tools="allow")
+        async with lean_raw(proxy) as (reader, writer, _):
+            writer.write(b"".join(call(n, "hang") for n in range(300)))
+            return [await answer(reader) for _ in range(45)]
+
+    answers = anyio.run(scenario)
+    refused = answers[:44]
+    assert [a["id"] for a in refused] == list(range(256, 300))
+    assert {a["error"]["message"] for a in refused} == {"Invalid Request: 256 calls of this session are under way "
+                                                          "already"}
+    assert answers[44]["id"] == 0 and "did not answer tools/call 'hang' within 3 s" in answers[44]["error"]["message"]
+
+
 def test_a_line_above_the_limit_gets_one_error_with_its_requests_id(mcp_model: GuardModel) -> None:
     """The line arrives in two parts, the first above the limit: one error, carrying the id its first bytes show
     (the client's call ends), and the rest of the line is not read as a line of its own."""
