@@ -10,8 +10,8 @@ from typing import Any
 from ._http1 import HttpError, Response
 from ._sse import sse_event
 
-__all__ = ["Scope", "Receive", "Send", "Reply", "BODY_TIMEOUT", "read_body", "done", "drain", "pump", "until_gone", "reply", "empty",
-           "back_headers", "session_id"]
+__all__ = ["Scope", "Receive", "Send", "Reply", "BODY_TIMEOUT", "read_body", "done", "drain", "pump", "until_gone",
+           "reply", "empty", "back_headers", "session_id"]
 
 log = logging.getLogger("forewarn.mcp")
 

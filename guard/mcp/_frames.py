@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from .._version import __version__
 from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE
 
-__all__ = ["Pending", "drained", "parse_problem", "invalid", "legal_id", "error_frame", "result_frame", "text_item", "text_of",
-           "as_proxy", "raise_error", "elicit_result", "tool_names"]
+__all__ = ["Pending", "drained", "parse_problem", "invalid", "legal_id", "shown", "error_frame", "result_frame", "text_item",
+           "text_of", "as_proxy", "raise_error", "elicit_result", "tool_names"]
 
 
 @dataclass
@@ -62,7 +62,7 @@ def invalid(message: dict[str, Any], method: Any) -> str | None:
         kind = type(rid)
         # (orjson reads an integer beyond 64 bits as a float: one that large is taken for an integer)
         if not (kind is str or kind is int or (kind is float and abs(rid) >= 2.0 ** 63)):
-            return f"the id of a request is a string or an integer, not {_shown(rid)}"
+            return f"the id of a request is a string or an integer, not {shown(rid)}"
     elif method == "tools/call":
         return "a tools/call must carry an id (as a notification it would run unjudged); not forwarded"
     if method == "tools/call" and isinstance(params := message.get("params"), dict):
@@ -77,12 +77,13 @@ _CALL_PARAMS = frozenset({"name", "arguments", "_meta"})
 def _variant(members: dict[str, Any], names: frozenset[str]) -> str | None:
     for key in members:
         if key not in names and key.casefold() in names:  # (casefold: also ſ → s and K → k, as Go folds them)
-            return (f"{_shown(key)} is no name of the protocol's but reads as {key.casefold()!r} where case is "
+            return (f"{shown(key)} is no name of the protocol's but reads as {key.casefold()!r} where case is "
                     f"ignored (names are case-sensitive); not forwarded")
     return None
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A JSON value as the relays name it in an error: its first 40 bytes."""
     return orjson.dumps(value)[:40].decode(errors="replace")
 
 

@@ -37,7 +37,8 @@ __all__ = ["pipes_available", "pipe_stdio", "raw_stdio", "parse_error", "read_li
 LINE_LIMIT = 1 << 27  # one JSON-RPC message per line; the proxy refuses large arguments itself
 TOO_LONG = f"the line is above the proxy's limit of {LINE_LIMIT >> 20} MiB; not read"
 # a request's id where a client writes it: the first member of its line, or the second after "jsonrpc"
-_HEAD_ID = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d{1,18}(?![\d.eE])|"(?:[^"\\]|\\.){0,200}")')
+_HEAD_ID = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*'
+                      rb'(-?\d{1,18}(?![\d.eE])|"(?:[^"\\]|\\.){0,200}")')
 
 
 class Overlong(Exception):

@@ -255,7 +255,7 @@ class HttpRelay:
         key = (sid, rid) if sid is not None and method is not None and "id" in message else None
         if key is not None:
             if key in self._under_way:
-                taken = f"Invalid Request: id {orjson.dumps(rid)[:40].decode()} is taken by a request still under way"
+                taken = f"Invalid Request: id {wire.shown(rid)} is taken by a request still under way"
                 return await reply(send, 400, error_frame(rid, types.INVALID_REQUEST, taken))
             self._under_way.add(key)
         try:

@@ -250,7 +250,7 @@ class LeanRelay:
         rid = message["id"]
         key = orjson.dumps(rid)
         if key in self._calls or key in self._pending:  # (its answer would go astray, or a call never end)
-            self._to_client(error_frame(rid, types.INVALID_REQUEST, f"Invalid Request: id {key[:40].decode()} is "
+            self._to_client(error_frame(rid, types.INVALID_REQUEST, f"Invalid Request: id {wire.shown(rid)} is "
                                                                     f"taken by a request still under way"))
             return
         if method == "tools/call":
@@ -287,7 +287,7 @@ class LeanRelay:
             return
         key = key or orjson.dumps(rid)
         if key in self._pending:
-            self._answer_error(rid, future, types.INVALID_REQUEST, f"Invalid Request: id {key[:40].decode()} is taken "
+            self._answer_error(rid, future, types.INVALID_REQUEST, f"Invalid Request: id {wire.shown(rid)} is taken "
                                                                    f"by a request still under way")
             return
         timer = asyncio.get_running_loop().call_later(self._limit(what), self._expire, key)

@@ -73,6 +73,10 @@ def test_ids_and_shapes_the_stdio_relay_cannot_route_get_an_error_at_once_and_th
             await anyio.sleep(0.5)
             writer.write(b'{"jsonrpc":"2.0","id":7,"method":"tools/list"}\n')
             seen["taken"], seen["late"] = await answer(reader), await answer(reader)
+            writer.write(call("é" * 30, "hang", seconds=1))  # (named in the error by its first 40 bytes)
+            await anyio.sleep(0.5)
+            writer.write(call("é" * 30, text="again"))
+            seen["taken again"], seen["late again"] = await answer(reader), await answer(reader)
             # the relay's own requests (ids forewarn-N) step around the ids of the client's
             writer.write(call("forewarn-1", "hang", seconds=2))
             await anyio.sleep(0.5)
@@ -93,6 +97,8 @@ def test_ids_and_shapes_the_stdio_relay_cannot_route_get_an_error_at_once_and_th
     assert seen["taken"] == {"jsonrpc": "2.0", "id": 7, "error": {
         "code": types.INVALID_REQUEST, "message": "Invalid Request: id 7 is taken by a request still under way"}}
     assert seen["late"]["id"] == 7 and seen["late"]["result"]["content"][0]["text"] == "late"
+    assert seen["taken again"]["id"] == "é" * 30 and "is taken by a request" in seen["taken again"]["error"]["message"]
+    assert seen["late again"]["id"] == "é" * 30 and seen["late again"]["result"]["content"][0]["text"] == "late"
     assert seen["unknown"]["id"] == 8 and "Unknown tool: no_such_tool" in seen["unknown"]["error"]["message"]
     assert seen["mimic"]["id"] == "forewarn-1" and seen["mimic"]["result"]["content"][0]["text"] == "late"
     assert seen["after"]["id"] == 9 and seen["after"]["result"]["content"][0]["text"] == "still here"
