@@ -10,8 +10,8 @@ from typing import Any
 from ._http1 import HttpError, Response
 from ._sse import sse_event
 
-__all__ = ["Scope", "Receive", "Send", "Reply", "read_body", "done", "drain", "pump", "until_gone", "reply", "empty",
-           "back_headers", "session_id"]
+__all__ = ["Scope", "Receive", "Send", "Reply", "BODY_TIMEOUT", "read_body", "done", "drain", "pump", "until_gone",
+           "reply", "empty", "back_headers", "session_id"]
 
 log = logging.getLogger("forewarn.mcp")
 
@@ -24,6 +24,7 @@ _JSON = [(b"content-type", b"application/json")]
 _HOP_BACK = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"te", b"trailer",
                        b"upgrade"})
 _DRAIN_TIMEOUT = 30.0
+BODY_TIMEOUT = 30.0
 
 
 class Reply:
@@ -51,21 +52,31 @@ class Reply:
             await reply(self.send, 200, frame, self.headers)
 
 
-async def read_body(receive: Receive, limit: int) -> bytes | None:
-    """The request's body; None when it is above ``limit`` bytes (the rest is not read)."""
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return b""
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        parts.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(parts)
+async def read_body(receive: Receive, limit: int, timeout: float = BODY_TIMEOUT) -> bytes | None:
+    """The request's body; None when it is above ``limit`` bytes (the rest is not read).
+
+    Raises:
+        TimeoutError: the body came in parts and did not end within ``timeout`` seconds (uvicorn waits for
+            a body without end: a client that stops sending would hold its connection and task for good).
+    """
+    message = await receive()  # (a body of one part, as a client's call is: no timer)
+    if message["type"] == "http.disconnect":
+        return b""
+    chunk = message.get("body", b"")
+    if not message.get("more_body"):
+        return None if len(chunk) > limit else chunk
+    parts, size = [chunk], len(chunk)
+    async with asyncio.timeout(timeout):
+        while size <= limit:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return b""
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            parts.append(chunk)
+            if not message.get("more_body"):
+                break
+    return None if size > limit else b"".join(parts)
 
 
 async def done(response: Response) -> None:

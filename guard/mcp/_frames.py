@@ -8,12 +8,13 @@ from typing import Any
 import mcp_types as types
 import orjson
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from .._version import __version__
 from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE
 
-__all__ = ["Pending", "drained", "parse_problem", "error_frame", "result_frame", "text_item", "text_of", "as_proxy",
-           "raise_error", "tool_names"]
+__all__ = ["Pending", "drained", "parse_problem", "invalid", "legal_id", "shown", "error_frame", "result_frame", "text_item",
+           "text_of", "as_proxy", "raise_error", "elicit_result", "tool_names"]
 
 
 @dataclass
@@ -36,6 +37,61 @@ async def drained(writer: asyncio.StreamWriter) -> None:
 
 def parse_problem(problem: object) -> str:
     return f"Parse error: the line is not a JSON-RPC message ({' '.join(str(problem).split())[:200]})"
+
+
+def invalid(message: dict[str, Any], method: Any) -> str | None:
+    """Why a JSON-RPC 2.0 object (``method``: its method) is no MCP message the relays pass on, or None.
+
+    The relays route on a message's shape and forward its bytes, so what they cannot route is refused
+    here, at once, rather than left for the upstream to ignore while the client waits: a request's id is a
+    string or an integer (MCP; never null), and a ``tools/call`` is always a request — as a notification it
+    would reach the upstream unjudged (JSON-RPC servers run notifications; they only do not answer them).
+    Nor may a name the relays read (``method``, ``params``, a call's ``name`` and ``arguments`` …) come in
+    another case as well: a parser that matches names regardless of case (Go's ``encoding/json``: ``Method``,
+    ``paramſ``) would read the call from the variant, not the one judged (CVE-2026-27896).
+    """
+    if (variant := _variant(message, _MEMBERS)) is not None:
+        return variant
+    if method is None:
+        return None if "id" in message and ("result" in message or "error" in message) else \
+            "neither a request, a notification nor an answer"
+    if type(method) is not str:
+        return "its method is not a string"
+    if "id" in message:
+        rid = message["id"]
+        kind = type(rid)
+        # (orjson reads an integer beyond 64 bits as a float: one that large is taken for an integer)
+        if not (kind is str or kind is int or (kind is float and abs(rid) >= 2.0 ** 63)):
+            return f"the id of a request is a string or an integer, not {shown(rid)}"
+    elif method == "tools/call":
+        return "a tools/call must carry an id (as a notification it would run unjudged); not forwarded"
+    if method == "tools/call" and isinstance(params := message.get("params"), dict):
+        return _variant(params, _CALL_PARAMS)
+    return None
+
+
+_MEMBERS = frozenset({"jsonrpc", "id", "method", "params", "result", "error"})
+_CALL_PARAMS = frozenset({"name", "arguments", "_meta"})
+
+
+def _variant(members: dict[str, Any], names: frozenset[str]) -> str | None:
+    for key in members:
+        if key not in names and key.casefold() in names:  # (casefold: also ſ → s and K → k, as Go folds them)
+            return (f"{shown(key)} is no name of the protocol's but reads as {key.casefold()!r} where case is "
+                    f"ignored (names are case-sensitive); not forwarded")
+    return None
+
+
+def shown(value: Any) -> str:
+    """A JSON value as the relays name it in an error: its first 40 bytes."""
+    return orjson.dumps(value)[:40].decode(errors="replace")
+
+
+def legal_id(message: dict[str, Any]) -> Any:
+    """The message's id when it is one an answer can carry (a string or an integer), else None (JSON-RPC's
+    id of an error about a message whose id is unusable)."""
+    rid = message.get("id")
+    return rid if type(rid) is str or type(rid) is int else None
 
 
 def error_frame(rid: Any, code: int, message: str) -> bytes:
@@ -75,7 +131,22 @@ def raise_error(answer: dict[str, Any]) -> None:
     """Raise the JSON-RPC error an answer carries, as an ``MCPError`` (nothing when it is a result)."""
     if "error" in answer:
         error = answer["error"] if isinstance(answer["error"], dict) else {}
-        raise MCPError(int(error.get("code", types.INTERNAL_ERROR)), str(error.get("message", "")))
+        code = error.get("code")
+        raise MCPError(code if type(code) is int else types.INTERNAL_ERROR, str(error.get("message", "")))
+
+
+def elicit_result(answer: dict[str, Any]) -> types.ElicitResult:
+    """The client's answer to a question of the relay's (``elicitation/create``).
+
+    Raises:
+        MCPError: the answer is an error, or no elicitation result (the call is then refused: asking failed).
+    """
+    raise_error(answer)
+    try:
+        return types.ElicitResult.model_validate(answer.get("result") or {})
+    except ValidationError as exc:
+        raise MCPError(types.INVALID_PARAMS, f"the answer is no elicitation result: "
+                                             f"{' '.join(str(exc).split())[:200]}") from None
 
 
 def tool_names(message: dict[str, Any]) -> list[str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import re
 import stat
 import sys
 from collections.abc import AsyncIterator
@@ -25,13 +26,56 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+import orjson
 import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-__all__ = ["pipes_available", "pipe_stdio", "raw_stdio", "parse_error", "LINE_LIMIT"]
+__all__ = ["pipes_available", "pipe_stdio", "raw_stdio", "parse_error", "read_line", "Overlong", "LINE_LIMIT",
+           "TOO_LONG"]
 
 LINE_LIMIT = 1 << 27  # one JSON-RPC message per line; the proxy refuses large arguments itself
+TOO_LONG = f"the line is above the proxy's limit of {LINE_LIMIT >> 20} MiB; not read"
+# a request's id where a client writes it: the first member of its line, or the second after "jsonrpc"
+_HEAD_ID = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*'
+                      rb'(-?\d{1,18}(?![\d.eE])|"(?:[^"\\]|\\.){0,200}")')
+
+
+class Overlong(Exception):
+    """A line above the reader's limit, read past; ``id``: the request id its first bytes carry, else None."""
+
+    def __init__(self, rid: Any) -> None:
+        super().__init__(TOO_LONG)
+        self.id = rid
+
+
+async def read_line(reader: asyncio.StreamReader) -> bytes:
+    """The next line (empty at the end of input).
+
+    Raises:
+        Overlong: the line is above the reader's limit. It is read to its end (``StreamReader.readline``
+            drops only what it holds then, and the rest of the line would be read as a line of its own),
+            and its id is taken from its first bytes, so the client can be told which request it was.
+    """
+    try:
+        return await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError as exc:
+        return exc.partial
+    except asyncio.LimitOverrunError as exc:
+        match = _HEAD_ID.match(await reader.readexactly(exc.consumed))
+    while True:
+        try:
+            await reader.readuntil(b"\n")
+            break
+        except asyncio.LimitOverrunError as exc:
+            await reader.readexactly(exc.consumed)
+        except asyncio.IncompleteReadError:
+            break
+    try:
+        rid = None if match is None else orjson.loads(match.group(1))
+    except orjson.JSONDecodeError:  # (an escape that is no character)
+        rid = None
+    raise Overlong(rid)
 
 
 def _wire() -> tuple[int, int] | None:
@@ -58,7 +102,8 @@ def pipes_available() -> bool:
 
 def parse_error(problem: object) -> SessionMessage:
     """The answer to a line that is not a JSON-RPC message."""
-    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
+    rid = problem.id if isinstance(problem, Overlong) else None
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=rid, error=types.ErrorData(
         code=types.PARSE_ERROR, message=f"Parse error: the line is not a JSON-RPC message "
                                         f"({' '.join(str(problem).split())[:200]})")))
 
@@ -102,8 +147,8 @@ async def pipe_stdio() -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionM
             async with incoming_send:
                 while True:
                     try:
-                        line = await reader.readline()
-                    except ValueError as exc:  # a line beyond the limit (dropped by the reader)
+                        line = await read_line(reader)
+                    except Overlong as exc:
                         await outgoing.send(parse_error(exc))
                         continue
                     except OSError:

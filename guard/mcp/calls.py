@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import mcp_types as types
 import orjson
 from mcp.shared.exceptions import MCPError
 
@@ -117,7 +118,11 @@ class CallJudge:
     # -- judging ------------------------------------------------------------------------
 
     def check_size(self, name: str, args: Mapping[str, Any]) -> None:
-        size = len(orjson.dumps(args, default=str))
+        try:
+            size = len(orjson.dumps(args, default=str))
+        except TypeError as exc:  # nested deeper than orjson writes (254 levels): nothing downstream could record it
+            raise MCPError(types.INVALID_PARAMS, f"the arguments of the call to {name!r} cannot be read: {exc} "
+                                                 f"(nested too deep); not forwarded") from None
         if size > self.config.max_argument_bytes:
             raise MCPError(ARGUMENTS_TOO_LARGE, f"the arguments of the call to {name!r} are {size} bytes, above the "
                                                 f"proxy's limit of {self.config.max_argument_bytes}; not forwarded")

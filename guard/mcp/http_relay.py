@@ -38,6 +38,7 @@ from ...errors import ConfigError
 from .._version import __version__
 from . import _frames as wire
 from ._asgi import (
+    BODY_TIMEOUT,
     Receive,
     Reply,
     Scope,
@@ -105,11 +106,13 @@ class HttpRelay:
         self.timeout = self.spec.timeout or judge.config.call_timeout
         # a body holds one message (or a batch) whose arguments the judge refuses above its limit
         self.body_limit = max(4 << 20, 2 * judge.config.max_argument_bytes)
+        self.body_timeout = BODY_TIMEOUT
         self._http = Http1(self.url)
         self._sessions: dict[str | None, _Session] = {}
         # the relay's requests to clients: id → the session asked, and its answer
         self._mine: dict[str, tuple[str | None, asyncio.Future[dict[str, Any]]]] = {}
         self._tools: set[str] = set()
+        self._under_way: set[tuple[str, Any]] = set()  # (session, id) of the clients' requests being answered
         self._ids = itertools.count(1)
         self._streams: set[asyncio.Task[Any]] = set()
         # a session without requests this long is ended, here and upstream (the SDK path's default: 30 min), so
@@ -210,7 +213,12 @@ class HttpRelay:
                      [(b"allow", b"GET, POST, DELETE")])
 
     async def _post(self, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send) -> None:
-        body = await read_body(receive, self.body_limit)
+        try:
+            body = await read_body(receive, self.body_limit, self.body_timeout)
+        except TimeoutError:
+            return await reply(send, 408, error_frame(None, types.INVALID_REQUEST, f"the request body did not end "
+                                                                                    f"within {self.body_timeout:g} s"),
+                               [(b"connection", b"close")])
         if body is None:
             return await reply(send, 413, error_frame(None, types.INVALID_REQUEST,
                                                        f"the request body is above the proxy's limit of "
@@ -224,21 +232,41 @@ class HttpRelay:
                 return await reply(send, 400, error_frame(None, types.INVALID_REQUEST,
                                                            "a JSON-RPC batch may not carry tools/call through this "
                                                            "proxy; send each call alone"))
+            for item in message:
+                if isinstance(item, dict) and (problem := wire.invalid(item, item.get("method"))) is not None:
+                    return await reply(send, 400, error_frame(None, types.INVALID_REQUEST,
+                                                              f"Invalid Request: in the batch, {problem}"))
             return await self._pass("POST", headers, body, receive, send, None)
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return await reply(send, 400, error_frame(None, types.INVALID_REQUEST, "not a JSON-RPC 2.0 message"))
         method, rid = message.get("method"), message.get("id")
+        if (problem := wire.invalid(message, method)) is not None:
+            return await reply(send, 400, error_frame(wire.legal_id(message), types.INVALID_REQUEST,
+                                                      f"Invalid Request: {problem}"))
+        sid = session_id(headers)
         mine = self._mine.get(rid) if method is None and isinstance(rid, str) else None
-        if mine is not None and mine[0] == session_id(headers):  # the answer to the relay's own request
+        if mine is not None and mine[0] == sid:  # the answer to the relay's own request
             future = mine[1]
             if not future.done():
                 future.set_result(message)
             return await empty(send, 202)
-        if method == "tools/call" and rid is not None:
-            return await self._call(message, body, headers, send)
-        if method == "initialize" and rid is not None:
-            return await self._initialize(message, body, headers, send)
-        await self._pass("POST", headers, body, receive, send, rid)
+        # a session's request whose id one under way has: the upstream answers by id, and would lose one answer
+        # (the call's: the relay waited out its timeout holding the session's lock)
+        key = (sid, rid) if sid is not None and method is not None and "id" in message else None
+        if key is not None:
+            if key in self._under_way:
+                taken = f"Invalid Request: id {wire.shown(rid)} is taken by a request still under way"
+                return await reply(send, 400, error_frame(rid, types.INVALID_REQUEST, taken))
+            self._under_way.add(key)
+        try:
+            if method == "tools/call":  # (a request: invalid() refuses one without an id)
+                return await self._call(message, body, headers, send)
+            if method == "initialize" and rid is not None:
+                return await self._initialize(message, body, headers, send)
+            await self._pass("POST", headers, body, receive, send, rid)
+        finally:
+            if key is not None:
+                self._under_way.discard(key)
 
     # -- passing through ------------------------------------------------------------------
 
@@ -378,8 +406,7 @@ class HttpRelay:
                 answer = await future
             finally:
                 self._mine.pop(rid, None)
-            wire.raise_error(answer)
-            return types.ElicitResult.model_validate(answer.get("result") or {})
+            return wire.elicit_result(answer)
 
         frame = await lean_call(self.judge, message, body, session=session, lock=state.lock, tools=self._tools,
                                 list_tools=lambda: self._list_tools(headers), elicit=elicit if state.elicits else None,

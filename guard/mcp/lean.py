@@ -81,7 +81,8 @@ async def _run(judge: CallJudge, guarded: GuardedSession, go: Forward, rid: Any,
         await judge.failed(guarded, go, exc.error.message)
         raise
     if "error" in answer:  # the upstream's own error, unchanged
-        await judge.failed(guarded, go, str((answer["error"] or {}).get("message", "")))
+        error = answer["error"]
+        await judge.failed(guarded, go, str(error.get("message", "") if isinstance(error, dict) else error))
         return answer_frame
     result: dict[str, Any] = answer["result"] if isinstance(answer.get("result"), dict) else {}
     words = await judge.ran(guarded, go, bool(result.get("isError")), wire.text_of(result))

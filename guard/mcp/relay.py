@@ -29,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 from ...errors import ConfigError
 from . import _frames as wire
 from ._frames import Pending, drained, error_frame
-from ._stdio import LINE_LIMIT
+from ._stdio import LINE_LIMIT, Overlong, read_line
 from .approval import APPROVAL_SCHEMA
 from .calls import CallJudge
 from .judge import GuardedSession
@@ -42,6 +42,7 @@ log = logging.getLogger("forewarn.mcp")
 
 _CONNECT_TIMEOUT = 30.0
 _OWN = "forewarn-"  # the prefix of the ids of the relay's own requests
+_MAX_CALLS = 256  # tools/call requests of the client under way at once (judged and forwarded one at a time)
 
 
 def lean_relay_fits(judge: CallJudge) -> bool:
@@ -65,7 +66,8 @@ class LeanRelay:
         self._ready = asyncio.Event()
         self._down: str | None = None
         self._closing = False
-        self._pending: dict[bytes, Pending] = {}
+        self._pending: dict[bytes, Pending] = {}  # by id (as orjson writes it)
+        self._calls: set[bytes] = set()  # the ids of the client's tools/call requests under way (judged, forwarded)
         self._mine: dict[str, asyncio.Future[dict[str, Any]]] = {}  # the relay's requests to the client
         self._ids = itertools.count(1)
         self._tools: set[str] = set()  # as the upstream listed them
@@ -109,10 +111,12 @@ class LeanRelay:
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         while True:
+            if self._client is not None:  # a client that does not read what it is told is read no further,
+                await drained(self._client)  # so the answers the relay writes itself do not pile up here
             try:
-                line = await reader.readline()
-            except ValueError as exc:  # a line beyond the limit (dropped by the reader)
-                self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
+                line = await read_line(reader)
+            except Overlong as exc:
+                self._to_client(error_frame(exc.id, types.PARSE_ERROR, wire.parse_problem(exc)))
                 continue
             except OSError:
                 return
@@ -226,6 +230,9 @@ class LeanRelay:
             self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem("not a JSON-RPC 2.0 message")))
             return
         method = message.get("method")
+        if (problem := wire.invalid(message, method)) is not None:
+            self._to_client(error_frame(wire.legal_id(message), types.INVALID_REQUEST, f"Invalid Request: {problem}"))
+            return
         if method is None:  # an answer: to one of the relay's own requests, or to the upstream's
             key = message.get("id")
             future = self._mine.get(key) if isinstance(key, str) else None
@@ -240,20 +247,34 @@ class LeanRelay:
                 self._initialized = line
             await self._to_upstream(line)
             return
+        rid = message["id"]
+        key = orjson.dumps(rid)
+        if key in self._calls or key in self._pending:  # (its answer would go astray, or a call never end)
+            self._to_client(error_frame(rid, types.INVALID_REQUEST, f"Invalid Request: id {wire.shown(rid)} is "
+                                                                    f"taken by a request still under way"))
+            return
         if method == "tools/call":
-            task = asyncio.create_task(self._call(message, line))
+            if len(self._calls) >= _MAX_CALLS:  # (they run one at a time: a client this far ahead only fills memory)
+                self._to_client(error_frame(rid, types.INVALID_REQUEST, f"Invalid Request: {_MAX_CALLS} calls of "
+                                                                        f"this session are under way already"))
+                return
+            self._calls.add(key)
+            task = asyncio.create_task(self._call(message, line, key))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
         if method == "initialize":
             self._init = message
-            params = message.get("params") or {}
-            self._elicits = isinstance(params.get("capabilities"), dict) and "elicitation" in params["capabilities"]
-        await self._forward(message["id"], str(method), line, None)
+            params = message.get("params")
+            capabilities = params.get("capabilities") if isinstance(params, dict) else None
+            self._elicits = isinstance(capabilities, dict) and "elicitation" in capabilities
+        await self._forward(rid, method, line, None, key=key)
 
     async def _forward(self, rid: Any, what: str, line: bytes,
-                       future: asyncio.Future[tuple[bytes, dict[str, Any]]] | None, *, ready: bool = True) -> None:
-        """Send a request upstream; its answer goes to ``future``, else to the client as it is."""
+                       future: asyncio.Future[tuple[bytes, dict[str, Any]]] | None, *, ready: bool = True,
+                       key: bytes | None = None) -> None:
+        """Send a request upstream; its answer goes to ``future``, else to the client as it is. A request whose
+        id one under way has (the client's own, or one of the relay's) is answered with an error, not sent."""
         if ready and not self._ready.is_set():
             try:
                 await asyncio.wait_for(self._ready.wait(), _CONNECT_TIMEOUT)
@@ -264,7 +285,11 @@ class LeanRelay:
         if ready and self._down is not None:
             self._answer_error(rid, future, UPSTREAM_DOWN, self._down)
             return
-        key = orjson.dumps(rid)
+        key = key or orjson.dumps(rid)
+        if key in self._pending:
+            self._answer_error(rid, future, types.INVALID_REQUEST, f"Invalid Request: id {wire.shown(rid)} is taken "
+                                                                   f"by a request still under way")
+            return
         timer = asyncio.get_running_loop().call_later(self._limit(what), self._expire, key)
         self._pending[key] = Pending(rid, what, timer, future)
         await self._to_upstream(line)
@@ -297,9 +322,11 @@ class LeanRelay:
     async def _ask_upstream(self, method: str, params: Any, *, ready: bool = True) -> dict[str, Any]:
         """One request of the relay's own to the upstream (its answer's ``result``)."""
         rid = f"{_OWN}{next(self._ids)}"
+        while (key := orjson.dumps(rid)) in self._pending or key in self._calls:  # (a client's request took it)
+            rid = f"{_OWN}{next(self._ids)}"
         future: asyncio.Future[tuple[bytes, dict[str, Any]]] = asyncio.get_running_loop().create_future()
         request = {"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})}
-        await self._forward(rid, method, orjson.dumps(request) + b"\n", future, ready=ready)
+        await self._forward(rid, method, orjson.dumps(request) + b"\n", future, ready=ready, key=key)
         _, answer = await future
         wire.raise_error(answer)
         result = answer.get("result")
@@ -334,15 +361,18 @@ class LeanRelay:
 
     # -- tools/call -------------------------------------------------------------------------
 
-    async def _call(self, message: dict[str, Any], line: bytes) -> None:
-        self._to_client(await lean_call(self.judge, message, line, session=self._session, lock=self._lock,
-                                        tools=self._tools, list_tools=self._list_tools,
-                                        elicit=self._elicit if self._elicits else None,
-                                        forward=partial(self._forward_call, message["id"])))
+    async def _call(self, message: dict[str, Any], line: bytes, key: bytes) -> None:
+        try:
+            self._to_client(await lean_call(self.judge, message, line, session=self._session, lock=self._lock,
+                                            tools=self._tools, list_tools=self._list_tools,
+                                            elicit=self._elicit if self._elicits else None,
+                                            forward=partial(self._forward_call, message["id"], key)))
+        finally:
+            self._calls.discard(key)
 
-    async def _forward_call(self, rid: Any, line: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
+    async def _forward_call(self, rid: Any, key: bytes, line: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
         future: asyncio.Future[tuple[bytes, dict[str, Any]]] = asyncio.get_running_loop().create_future()
-        await self._forward(rid, f"tools/call {tool!r}", line, future)
+        await self._forward(rid, f"tools/call {tool!r}", line, future, key=key)
         return await future
 
     async def _list_tools(self) -> None:
@@ -371,8 +401,7 @@ class LeanRelay:
             answer = await future
         finally:
             self._mine.pop(rid, None)
-        wire.raise_error(answer)
-        return types.ElicitResult.model_validate(answer.get("result") or {})
+        return wire.elicit_result(answer)
 
     def _to_client(self, line: bytes) -> None:
         if self._client is not None and not self._client.is_closing():

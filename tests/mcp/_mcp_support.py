@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+import orjson
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -116,6 +117,33 @@ async def lean_connected(proxy: GuardedProxy, **client: Any) -> AsyncIterator[tu
         await to_relay.wait_closed()
         await writer.wait_closed()
         tasks.cancel_scope.cancel()
+
+
+HELLO: dict[str, Any] = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+
+
+@asynccontextmanager
+async def lean_raw(proxy: GuardedProxy, limit: int = LINE_LIMIT, capabilities: dict[str, Any] | None = None
+                   ) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter, LeanRelay]]:
+    """The lean relay of ``proxy`` in this process over a socket pair, for a client that writes bytes: the
+    client's reader and writer (the handshake done: ``HELLO`` declaring ``capabilities``, then
+    ``notifications/initialized``), and the relay (``limit``: the longest line it reads). The client's end is
+    closed at the end, and the relay has returned."""
+    hello = {**HELLO, "params": {**HELLO["params"], "capabilities": capabilities or {}}}
+    ours, theirs = socket.socketpair()
+    reader, writer = await asyncio.open_connection(sock=theirs, limit=limit)
+    relay = LeanRelay(proxy)
+    served = asyncio.create_task(relay.serve(reader, writer))
+    from_relay, to_relay = await asyncio.open_connection(sock=ours, limit=LINE_LIMIT)
+    try:
+        to_relay.write(orjson.dumps(hello) + b"\n" + b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        assert b'"forewarn-mcp"' in await from_relay.readline()
+        yield from_relay, to_relay, relay
+    finally:
+        to_relay.close()
+        await served
+        writer.close()
 
 
 def free_port() -> int:

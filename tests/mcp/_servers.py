@@ -4,18 +4,50 @@
     python _servers.py flaky                a stdio server (the MCP SDK's MCPServer) whose `hang` tool
                                             never answers and whose `crash` tool kills its process
     python _servers.py flaky-http PORT      the same over streamable HTTP
+    python _servers.py lenient MARKER       a bare JSON-RPC 2.0 server on stdio, no SDK: it runs every request,
+                                            notifications too (JSON-RPC servers do; they only do not answer),
+                                            and its one tool `touch` adds a line to the file MARKER (called
+                                            with `fail`, it answers with an error that is a bare string)
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 
 
+def lenient(marker: Path) -> None:
+    for line in sys.stdin:
+        message = json.loads(line)
+        method = message.get("method")
+        if method == "initialize":
+            result: dict[str, Any] = {"protocolVersion": message["params"]["protocolVersion"], "capabilities":
+                                      {"tools": {}}, "serverInfo": {"name": "lenient", "version": "0"}}
+        elif method == "tools/list":
+            result = {"tools": [{"name": "touch", "inputSchema": {"type": "object"}}]}
+        elif method == "tools/call":
+            with open(marker, "a") as out:
+                out.write(f"{message.get('id')}\n")
+            result = {"content": [{"type": "text", "text": "touched"}]}
+        elif method == "ping":
+            result = {}
+        else:
+            continue
+        if "id" in message:
+            failed = method == "tools/call" and message["params"]["arguments"].get("fail")
+            print(json.dumps({"jsonrpc": "2.0", "id": message["id"], **({"error": "boom"} if failed else
+                                                                         {"result": result})}), flush=True)
+
+
 def main() -> None:
     mode = sys.argv[1]
+    if mode == "lenient":
+        lenient(Path(sys.argv[2]))
+        return
     if mode == "git-http":
         from mcp_server_git.server import create_server
 

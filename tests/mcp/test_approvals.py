@@ -52,6 +52,22 @@ def test_no_answer_within_the_timeout_refuses_the_call(mcp_model: GuardModel, re
     assert git(repo, "diff", "--cached", "--name-only") == ""
 
 
+def test_an_answer_that_is_no_elicitation_result_refuses_the_call(mcp_model: GuardModel, repo: Path) -> None:
+    """The SDK path, as the lean relays (test_relay_input.py): a client whose answer the SDK cannot read as an
+    elicitation result (an action of none of the three) — asking failed, the call refused, not an internal error."""
+    async def garbled(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult.model_construct(action="maybe")  # (unvalidated: sent as it is)
+
+    async def scenario() -> Any:
+        proxy = proxy_for(Guard(mcp_model, policy=ASKING), git_upstream(repo), trigger=Trigger.LEVEL)
+        async with proxy.running() as server, connected(server, elicitation_callback=garbled) as client:
+            return await client.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
+
+    result = anyio.run(scenario)
+    assert result.is_error and "asking failed" in text_of(result) and "the call did not run" in text_of(result)
+    assert git(repo, "diff", "--cached", "--name-only") == ""
+
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # tests/server/_sidecar.py
 
 
