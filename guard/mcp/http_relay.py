@@ -20,11 +20,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
@@ -55,6 +52,7 @@ from ._asgi import (
 )
 from ._frames import error_frame
 from ._http1 import Http1, HttpError, Response, Unreachable
+from ._http_sessions import HttpSessions
 from ._sse import answer_in, sse_event
 from .approval import APPROVAL_SCHEMA
 from .calls import SERVER_NAME, CallJudge
@@ -69,7 +67,6 @@ log = logging.getLogger("forewarn.mcp")
 
 _OWN = "forewarn-"
 _CONNECT_TIMEOUT = 30.0
-_ENDED_KEPT = 4096
 # not forwarded: the hop's own headers (and compression: the relay reads the answers it judges)
 _HOP = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer",
                   b"upgrade", b"proxy-authorization", b"proxy-connection", b"accept-encoding"})
@@ -80,15 +77,6 @@ def lean_http_fits(judge: CallJudge) -> bool:
     """Whether the lean HTTP relay can serve this proxy: one upstream, reached by its URL."""
     upstreams = judge.config.upstreams
     return len(upstreams) == 1 and upstreams[0].url is not None
-
-
-@dataclass
-class _Session:
-    client: str | None
-    elicits: bool
-    guarded: GuardedSession | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    seen: float = field(default_factory=time.monotonic)  # the session's last request
 
 
 class HttpRelay:
@@ -108,20 +96,14 @@ class HttpRelay:
         self.body_limit = max(4 << 20, 2 * judge.config.max_argument_bytes)
         self.body_timeout = BODY_TIMEOUT
         self._http = Http1(self.url)
-        self._sessions: dict[str | None, _Session] = {}
+        # a session without requests for idle_timeout is ended, here and upstream (:mod:`._http_sessions`)
+        self._sessions = HttpSessions(judge, idle_timeout, lambda sid: self._background(self._forget(sid)))
         # the relay's requests to clients: id → the session asked, and its answer
         self._mine: dict[str, tuple[str | None, asyncio.Future[dict[str, Any]]]] = {}
         self._tools: set[str] = set()
         self._under_way: set[tuple[str, Any]] = set()  # (session, id) of the clients' requests being answered
         self._ids = itertools.count(1)
         self._streams: set[asyncio.Task[Any]] = set()
-        # a session without requests this long is ended, here and upstream (the SDK path's default: 30 min), so
-        # a client that never says DELETE does not keep its guarded session, and one that comes back after it
-        # is told (404) to start a new one, as the SDK's own sessions do
-        self.idle_timeout = idle_timeout
-        # the ids of sessions ended here (idle, DELETE, unknown upstream): a request on one is answered 404 by
-        # the relay (the newest few thousand; an older one goes on and the upstream, which ended it too, says 404)
-        self._ended: OrderedDict[str, None] = OrderedDict()
         self._security = TransportSecurityMiddleware(_security_for(host))
 
     # -- running ------------------------------------------------------------------------
@@ -136,7 +118,7 @@ class HttpRelay:
         """
         try:
             await self._probe()
-            sweeper = asyncio.create_task(self._sweep())
+            sweeper = asyncio.create_task(self._sessions.sweep())
             try:
                 yield self
             finally:
@@ -149,8 +131,7 @@ class HttpRelay:
         """End the open streams (a client's GET stream lives as long as its session) and the sessions."""
         for task in list(self._streams):
             task.cancel()
-        for key in list(self._sessions):
-            self._end(key, "proxy shut down")
+        self._sessions.end_all("proxy shut down")
 
     async def _probe(self) -> None:
         failures = 0
@@ -197,7 +178,7 @@ class HttpRelay:
             return await refused(scope, receive, send)
         headers = [(k, v) for k, v in scope["headers"] if k not in _HOP]
         sid = session_id(headers)
-        if method in ("POST", "GET", "DELETE") and not self._touch(sid):
+        if method in ("POST", "GET", "DELETE") and not self._sessions.touch(sid):
             # (the MCP spec's answer to a request on an ended session: 404, and the client starts a new one)
             return await reply(send, 404, error_frame(None, types.INVALID_REQUEST, f"Session not found: the proxy "
                                                                                     f"ended session {sid}; start a "
@@ -207,7 +188,7 @@ class HttpRelay:
         if method in ("GET", "DELETE"):
             await self._pass(method, headers, b"", receive, send, None, stream=method == "GET")
             if method == "DELETE":
-                self._end(session_id(headers), "client ended the session")
+                self._sessions.end(session_id(headers), "client ended the session")
             return
         await reply(send, 405, error_frame(None, types.INVALID_REQUEST, f"Method Not Allowed: {method}"),
                      [(b"allow", b"GET, POST, DELETE")])
@@ -314,7 +295,7 @@ class HttpRelay:
                 response = back = await self._http.request("POST", headers, body)
                 if response.status >= 400:
                     if response.status == 404:  # a session the upstream ended (or never had): the relay's goes too
-                        self._end(session_id(headers), "the upstream does not know the session")
+                        self._sessions.end(session_id(headers), "the upstream does not know the session")
                     text = (await response.read()).decode(errors="replace")
                     raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} answered {what} with HTTP "
                                                   f"{response.status}: {' '.join(text.split())[:300]}")
@@ -371,18 +352,15 @@ class HttpRelay:
         params = params if isinstance(params, dict) else {}
         info, capabilities = params.get("clientInfo"), params.get("capabilities")
         sid = back.header(b"mcp-session-id")
-        self._sessions[sid.decode() if sid is not None else None] = _Session(
-            info.get("name") if isinstance(info, dict) else None,
-            isinstance(capabilities, dict) and "elicitation" in capabilities)
+        self._sessions.open(sid.decode() if sid is not None else None, info.get("name") if isinstance(info, dict) else None,
+                            isinstance(capabilities, dict) and "elicitation" in capabilities)
         answer_to.headers = [h for h in back.headers if h[0] in (b"mcp-session-id", b"mcp-protocol-version")]
         await answer_to.final(wire.as_proxy(answer, frame))
 
     async def _call(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
                     send: Send) -> None:
         sid = session_id(headers)
-        state = self._sessions.get(sid)
-        if state is None:  # a session the relay did not see start (or a stateless upstream's)
-            state = self._sessions[sid] = _Session(None, False)
+        state = self._sessions.of(sid)
         answer_to = Reply(send)
 
         def session() -> GuardedSession:
@@ -411,7 +389,7 @@ class HttpRelay:
         frame = await lean_call(self.judge, message, body, session=session, lock=state.lock, tools=self._tools,
                                 list_tools=lambda: self._list_tools(headers), elicit=elicit if state.elicits else None,
                                 forward=forward)
-        if sid is not None and sid in self._ended and not answer_to.streaming:  # the upstream did not know it
+        if self._sessions.ended(sid) and not answer_to.streaming:  # the upstream did not know it
             return await reply(send, 404, frame)
         await answer_to.final(frame)
 
@@ -420,38 +398,6 @@ class HttpRelay:
         self._streams.add(task)
         task.add_done_callback(self._streams.discard)
 
-    def _touch(self, sid: str | None) -> bool:
-        """Mark the session seen; False when it was ended (now, idle past the timeout, or before)."""
-        if sid is None:
-            return True  # (initialize; a stateless upstream's requests)
-        if sid in self._ended:
-            return False
-        state = self._sessions.get(sid)
-        now = time.monotonic()
-        if state is not None and self._stale(state, now):
-            self._idle(sid)  # (before the sweep came to it)
-            return False
-        if state is not None:
-            state.seen = now
-        return True
-
-    async def _sweep(self) -> None:
-        """End the sessions idle past the timeout, now and then (a quarter of it, at most a minute apart)."""
-        while True:
-            await asyncio.sleep(min(60.0, self.idle_timeout / 4))
-            now = time.monotonic()
-            for key, state in list(self._sessions.items()):
-                if key is not None and self._stale(state, now):
-                    self._idle(key)
-
-    def _stale(self, state: _Session, now: float) -> bool:
-        """Idle past the timeout, with no call under way."""
-        return now - state.seen > self.idle_timeout and not state.lock.locked()
-
-    def _idle(self, sid: str) -> None:
-        self._end(sid, f"idle for more than {self.idle_timeout:g} s")
-        self._background(self._forget(sid))
-
     async def _forget(self, sid: str) -> None:
         """End an idle session upstream too (best effort: the upstream also ends idle sessions of its own)."""
         try:
@@ -459,16 +405,6 @@ class HttpRelay:
                 await done(await self._http.request("DELETE", [*_OWN_HEADERS, (b"mcp-session-id", sid.encode())]))
         except (HttpError, TimeoutError) as exc:
             log.warning("upstream %r: ending idle session %s: %s", self.name, sid, exc)
-
-    def _end(self, sid: str | None, why: str) -> None:
-        """Release the session (its guarded session closed and recorded); later requests on its id get 404."""
-        state = self._sessions.pop(sid, None)
-        if state is not None and state.guarded is not None:
-            self.judge.close_session(state.guarded, why)
-        if sid is not None:
-            self._ended[sid] = None
-            if len(self._ended) > _ENDED_KEPT:
-                self._ended.popitem(last=False)
 
 
 def _security_for(host: str) -> TransportSecuritySettings | None:
