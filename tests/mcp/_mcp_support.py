@@ -119,6 +119,8 @@ async def lean_connected(proxy: GuardedProxy, **client: Any) -> AsyncIterator[tu
         tasks.cancel_scope.cancel()
 
 
+# what a streamable-HTTP client sends with each POST (raw requests in the HTTP tests)
+HTTP_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 HELLO: dict[str, Any] = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
 

@@ -16,6 +16,7 @@ import orjson
 import pytest
 from _mcp_support import (
     ASKING,
+    HTTP_HEADERS,
     Approver,
     approve_then_refuse,
     assert_approved_then_refused,
@@ -38,7 +39,6 @@ from forewarn.guard.mcp import (
 from forewarn.guard.spec import Trigger
 
 pytestmark = pytest.mark.mcp
-HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 
 
 def test_reflect_an_unknown_tool_a_tool_no_upstream_lists_and_the_proxys_name(mcp_model: GuardModel, repo: Path,
@@ -61,7 +61,7 @@ def test_reflect_an_unknown_tool_a_tool_no_upstream_lists_and_the_proxys_name(mc
         async with serving(proxy, "lean") as url, http_client(url) as client:
             seen["unknown"] = await client.call_tool("git_log", {"repo_path": r, "max_count": 1})
             async with httpx.AsyncClient() as raw:  # the handshake's answer, as a client reads it
-                first = await raw.post(url, headers=HEADERS, json={
+                first = await raw.post(url, headers=HTTP_HEADERS, json={
                     "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
                         "protocolVersion": types.LATEST_PROTOCOL_VERSION, "capabilities": {},
                         "clientInfo": {"name": "raw", "version": "0"}}})
@@ -126,10 +126,10 @@ def test_malformed_oversized_and_batched_bodies_get_one_clear_error_each(mcp_mod
             call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "git_status",
                                                                                   "arguments": {}}}
             return {"malformed": await raw.post(url, content=b'{"jsonrpc": "2.0", "id": 1, "method": ',
-                                                headers=HEADERS),
-                    "oversized": await raw.post(url, content=b"[" + b" " * (5 << 20) + b"]", headers=HEADERS),
-                    "batch": await raw.post(url, json=[call], headers=HEADERS),
-                    "elsewhere": await raw.post(url.replace("/mcp", "/other"), json=call, headers=HEADERS)}
+                                                headers=HTTP_HEADERS),
+                    "oversized": await raw.post(url, content=b"[" + b" " * (5 << 20) + b"]", headers=HTTP_HEADERS),
+                    "batch": await raw.post(url, json=[call], headers=HTTP_HEADERS),
+                    "elsewhere": await raw.post(url.replace("/mcp", "/other"), json=call, headers=HTTP_HEADERS)}
 
     seen = anyio.run(scenario)
     assert seen["malformed"].status_code == 400 and seen["malformed"].json()["error"]["code"] == types.PARSE_ERROR
@@ -159,12 +159,12 @@ def test_a_page_on_a_rebound_domain_and_a_body_that_is_not_json_are_refused(mcp_
         proxy = proxy_for(Guard(mcp_model), UpstreamSpec("git", url=git_over_http))
         async with serving(proxy, "lean") as url, httpx.AsyncClient() as raw:
             port = url.split(":")[2].split("/")[0]
-            return {"host": await raw.post(url, json=initialize, headers={**HEADERS, "host": f"evil.example:{port}"}),
-                    "origin": await raw.post(url, json=initialize, headers={**HEADERS, "origin": "http://evil.example"}),
+            return {"host": await raw.post(url, json=initialize, headers={**HTTP_HEADERS, "host": f"evil.example:{port}"}),
+                    "origin": await raw.post(url, json=initialize, headers={**HTTP_HEADERS, "origin": "http://evil.example"}),
                     "text": await raw.post(url, content=orjson.dumps(initialize),
-                                           headers={**HEADERS, "content-type": "text/plain"}),
+                                           headers={**HTTP_HEADERS, "content-type": "text/plain"}),
                     "local": await raw.post(url, json=initialize,
-                                            headers={**HEADERS, "origin": f"http://localhost:{port}"})}
+                                            headers={**HTTP_HEADERS, "origin": f"http://localhost:{port}"})}
 
     seen = anyio.run(scenario)
     assert seen["host"].status_code == 421 and "Invalid Host header" in seen["host"].text
@@ -191,9 +191,9 @@ def test_a_session_idle_past_the_timeout_is_ended_here_and_upstream(mcp_model: G
         seen: dict[str, Any] = {}
         proxy = proxy_for(Guard(mcp_model), UpstreamSpec("git", url=git_over_http), record=str(record))
         async with serving(proxy, "lean", idle_timeout=0.5) as url, httpx.AsyncClient(timeout=60) as raw:
-            first = await raw.post(url, headers=HEADERS, json=hello)
+            first = await raw.post(url, headers=HTTP_HEADERS, json=hello)
             sid = first.headers["mcp-session-id"]
-            theirs = {**HEADERS, "mcp-session-id": sid, "mcp-protocol-version": version}
+            theirs = {**HTTP_HEADERS, "mcp-session-id": sid, "mcp-protocol-version": version}
             await raw.post(url, headers=theirs, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
             seen["raw before"] = await raw.post(url, headers=theirs, json=call)
             async with http_client(url) as idle:

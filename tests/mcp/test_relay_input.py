@@ -17,6 +17,7 @@ import pytest
 from _mcp_support import (
     ASKING,
     HELLO,
+    HTTP_HEADERS,
     SERVERS,
     flaky_upstream,
     git,
@@ -32,7 +33,6 @@ from forewarn.guard.mcp import UpstreamSpec
 from forewarn.guard.spec import Trigger
 
 pytestmark = pytest.mark.mcp
-HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 DEEP = "[" * 300 + "]" * 300  # (orjson reads 1024 levels, writes 254)
 
 
@@ -239,8 +239,8 @@ def test_http_requests_without_a_usable_id_are_refused_before_the_upstream(mcp_m
             proxy = proxy_for(Guard(mcp_model), UpstreamSpec("flaky", url=upstream), unknown_tools="allow",
                               call_timeout=120.0)
             async with serving(proxy, "lean") as url, httpx.AsyncClient(timeout=60) as raw:
-                first = await raw.post(url, headers=HEADERS, json=HELLO)
-                theirs = {**HEADERS, "mcp-session-id": first.headers["mcp-session-id"],
+                first = await raw.post(url, headers=HTTP_HEADERS, json=HELLO)
+                theirs = {**HTTP_HEADERS, "mcp-session-id": first.headers["mcp-session-id"],
                           "mcp-protocol-version": "2025-06-18"}
                 await raw.post(url, headers=theirs, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
                 seen = {rid.decode(): await raw.post(url, headers=theirs, content=with_id(rid))
@@ -289,8 +289,8 @@ def test_an_http_body_that_never_ends_is_answered_408_and_others_are_served_mean
         with http_server("flaky-http") as upstream:
             proxy = proxy_for(Guard(mcp_model), UpstreamSpec("flaky", url=upstream), unknown_tools="allow")
             async with serving(proxy, "lean") as url, httpx.AsyncClient(timeout=60) as raw:
-                first = await raw.post(url, headers=HEADERS, json=HELLO)
-                theirs = {**HEADERS, "mcp-session-id": first.headers["mcp-session-id"],
+                first = await raw.post(url, headers=HTTP_HEADERS, json=HELLO)
+                theirs = {**HTTP_HEADERS, "mcp-session-id": first.headers["mcp-session-id"],
                           "mcp-protocol-version": "2025-06-18"}
                 await raw.post(url, headers=theirs, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
                 port = int(url.split(":")[2].split("/")[0])
