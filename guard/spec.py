@@ -328,7 +328,7 @@ class MemorySettings(_Strict):
 
     dwell: int | None = Field(default=None, ge=2, le=4095)  # steps the abstract state has held, log-bucketed up to this
     previous: bool = False  # the last different abstract state
-    actions: int = Field(default=0, ge=0, le=MAX_ACTIONS)  # the classes of the last K actions (guard/actions.py)
+    actions: int = 0  # the classes of the last K actions (guard/actions.py); 0..MAX_ACTIONS (_count)
     action_class: Literal["raw", "verb", "tool"] = "raw"  # what of an action is remembered
     backoff: float | Literal["auto"] = "auto"  # prior strength towards the memoryless chain's row
 
