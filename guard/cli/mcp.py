@@ -108,7 +108,7 @@ def mcp(
     # reach: its full collections then scan what the sessions made, not the whole process (tens of ms a pass)
     gc.freeze()
     try:
-        anyio.run(main)
+        anyio.run(main, backend_options={"use_uvloop": _uvloop()})
     except BaseExceptionGroup as group:  # the proxy's task groups wrap a bad upstream's ConfigError
         mistakes = group.subgroup(lambda e: isinstance(e, ForewarnError))
         if mistakes is None:
@@ -120,6 +120,17 @@ def mcp(
     finally:
         if store is not None:
             store.close()
+
+
+def _uvloop() -> bool:
+    """Whether uvloop (the mcp extra's, where it builds) can run the proxy's loop: on a relayed call's path
+    every read, write and wake-up is a pass of the loop, and uvloop's cost about a third of asyncio's
+    (docs/mcp.md, Cost). Without it the proxy runs on asyncio's own loop, alike."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _audit_store(audit: str | None, model: str, serve_url: str | None) -> Any:
