@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from contextlib import nullcontext
 from functools import partial
 from typing import Any
 
@@ -28,12 +29,12 @@ from mcp.shared.exceptions import MCPError
 
 from ...errors import ConfigError
 from . import _frames as wire
-from ._frames import Pending, drained, error_frame
+from ._frames import Pending, Sink, Turn, drained, error_frame
 from ._stdio import LINE_LIMIT
 from .approval import APPROVAL_SCHEMA
-from .calls import CallJudge
+from .calls import CallJudge, Forward, Judged
 from .judge import GuardedSession
-from .lean import lean_call
+from .lean import answered_now, judge_now, lean_call
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 
 __all__ = ["LeanRelay", "lean_relay_fits"]
@@ -73,7 +74,7 @@ class LeanRelay:
         self._initialized: bytes | None = None
         self._elicits = False
         self._guarded: GuardedSession | None = None
-        self._lock = asyncio.Lock()  # one judged call at a time, as the SDK path's session lock
+        self._turn = Turn()  # one judged call at a time, as the SDK path's session lock
         self._client: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -241,9 +242,7 @@ class LeanRelay:
             await self._to_upstream(line)
             return
         if method == "tools/call":
-            task = asyncio.create_task(self._call(message, line))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            await self._tools_call(message, line)
             return
         if method == "initialize":
             self._init = message
@@ -252,7 +251,7 @@ class LeanRelay:
         await self._forward(message["id"], str(method), line, None)
 
     async def _forward(self, rid: Any, what: str, line: bytes,
-                       future: asyncio.Future[tuple[bytes, dict[str, Any]]] | None, *, ready: bool = True) -> None:
+                       future: Sink | None, *, ready: bool = True) -> None:
         """Send a request upstream; its answer goes to ``future``, else to the client as it is."""
         if ready and not self._ready.is_set():
             try:
@@ -288,7 +287,7 @@ class LeanRelay:
                                f"upstream {self.name!r} closed the connection during {item.what} ({reason}); "
                                f"restarting it")
 
-    def _answer_error(self, rid: Any, future: asyncio.Future[Any] | None, code: int, message: str) -> None:
+    def _answer_error(self, rid: Any, future: Sink | None, code: int, message: str) -> None:
         if future is None:
             self._to_client(error_frame(rid, code, message))
         elif not future.done():
@@ -334,11 +333,42 @@ class LeanRelay:
 
     # -- tools/call -------------------------------------------------------------------------
 
-    async def _call(self, message: dict[str, Any], line: bytes) -> None:
-        self._to_client(await lean_call(self.judge, message, line, session=self._session, lock=self._lock,
-                                        tools=self._tools, list_tools=self._list_tools,
-                                        elicit=self._elicit if self._elicits else None,
-                                        forward=partial(self._forward_call, message["id"])))
+    async def _tools_call(self, message: dict[str, Any], line: bytes) -> None:
+        """A call the guard allows as it came, when no other call of the session is under way, the upstream is
+        up and there is no sidecar, takes the fast path: judged and written to the upstream here, in the step
+        that read it, and its answer committed and relayed in the step that reads that (:class:`_Answered`).
+        Any other call is a task of its own (:func:`.lean.lean_call`), which waits for the session's turn."""
+        judged: Judged | None = None
+        if self._ready.is_set() and self._down is None and self._turn.take_now():
+            try:
+                now = judge_now(self.judge, message, session=self._session, tools=self._tools)
+            except Exception:  # a bug: lean_call meets it again and answers with it
+                now = None
+            if now is None:
+                self._turn.release()
+            elif isinstance(now[1], Forward):
+                guarded, go, rid = now[0], now[1], message["id"]
+                await self._forward(rid, f"tools/call {go.name!r}", line, _Answered(self, guarded, go, rid))
+                self.judge.forwarded(guarded, go)  # (its span and audit row, once the request is on its way)
+                return
+            else:
+                judged = now[1]  # (the turn is the task's now)
+        task = asyncio.create_task(self._call(message, line, judged))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _call(self, message: dict[str, Any], line: bytes, judged: Judged | None) -> None:
+        """A call on the slow path; ``judged``: its verdict from the fast path, which handed it the turn."""
+        if judged is None:
+            await self._turn.acquire()
+        try:
+            frame = await lean_call(self.judge, message, line, session=self._session, lock=nullcontext(),
+                                    tools=self._tools, list_tools=self._list_tools,
+                                    elicit=self._elicit if self._elicits else None,
+                                    forward=partial(self._forward_call, message["id"]), judged=judged)
+        finally:
+            self._turn.release()
+        self._to_client(frame)
 
     async def _forward_call(self, rid: Any, line: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
         future: asyncio.Future[tuple[bytes, dict[str, Any]]] = asyncio.get_running_loop().create_future()
@@ -385,3 +415,34 @@ class LeanRelay:
         proc.stdin.write(line if line.endswith(b"\n") else line + b"\n")
         await drained(proc.stdin)
 
+
+
+class _Answered:
+    """Where the upstream's answer to a call on the fast path goes (a :class:`._frames.Sink`): committed
+    (:func:`.lean.answered_now`) and relayed to the client in the callback that read it — or that met the
+    timeout or the upstream's end — and the session's turn passed on."""
+
+    __slots__ = ("_done", "_go", "_guarded", "_relay", "_rid")
+
+    def __init__(self, relay: LeanRelay, guarded: GuardedSession, go: Forward, rid: Any) -> None:
+        self._relay, self._guarded, self._go, self._rid, self._done = relay, guarded, go, rid, False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, answer: tuple[bytes, dict[str, Any]], /) -> None:
+        self._finish(answer)
+
+    def set_exception(self, exc: BaseException, /) -> None:
+        self._finish(exc)
+
+    def _finish(self, answered: tuple[bytes, dict[str, Any]] | BaseException) -> None:
+        if self._done:
+            return
+        self._done = True
+        relay = self._relay
+        try:
+            frame = answered_now(relay.judge, self._guarded, self._go, self._rid, answered)
+        finally:
+            relay._turn.release()
+        relay._to_client(frame)
