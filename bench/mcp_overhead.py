@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +82,11 @@ def wait_for(port: int, proc: subprocess.Popen[bytes]) -> None:
 
 
 @asynccontextmanager
-async def stdio_session(command: str, args: list[str]) -> AsyncIterator[ClientSession]:
-    # this process's environment (PYTHONPATH: the proxy is this checkout's), not the SDK's trimmed default
-    async with stdio_client(StdioServerParameters(command=command, args=args, env=dict(os.environ))) as (r, w), \
+async def stdio_session(command: str, args: list[str], tree: Path | None = None) -> AsyncIterator[ClientSession]:
+    # this process's environment (PYTHONPATH: the proxy is this checkout's, or ``tree``'s), not the SDK's trimmed
+    # default
+    env = dict(os.environ, **({"PYTHONPATH": str(tree)} if tree is not None else {}))
+    async with stdio_client(StdioServerParameters(command=command, args=args, env=env)) as (r, w), \
             ClientSession(r, w) as session:
         await session.initialize()
         yield session
@@ -103,8 +105,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def child_pid(word: str) -> int:
-    """This process's child whose command line contains ``word`` (the stdio client does not say its pid)."""
+def child_pid(word: str, unless: str = "\0") -> int:
+    """This process's child whose command line contains ``word`` and not ``unless`` (the stdio client does
+    not say its pid)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -113,7 +116,7 @@ def child_pid(word: str) -> int:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == os.getpid() and word in cmdline:
+        if ppid == os.getpid() and word in cmdline and unless not in cmdline:
             return int(entry.name)
     raise RuntimeError(f"no child process runs {word!r}")
 
@@ -157,19 +160,30 @@ def proxy_args(model: Path) -> list[str]:
     return ["-m", "forewarn", "mcp", "--model", str(model), "--config", str(PROXY_CONFIG)]
 
 
-async def bench_stdio(model: Path, calls: int) -> dict[str, dict[str, float]]:
-    """The direct path, and the proxy with each relay (``--relay lean``, ``--relay sdk``), interleaved."""
+async def bench_stdio(model: Path, calls: int, baseline: Path | None = None) -> dict[str, dict[str, float]]:
+    """The direct path, and the proxy with each relay (``--relay lean``, ``--relay sdk``), interleaved; with
+    ``baseline`` (another checkout), also that checkout's lean relay, in the same interleaving."""
     upstream = ["--local-timezone", "UTC"]
 
-    def through(relay: str) -> Any:
-        return stdio_session(sys.executable, [*proxy_args(model), "--relay", relay, "--", TIME_SERVER, *upstream])
+    def through(relay: str, tree: Path | None = None) -> Any:
+        marker = ["-X", "bench-baseline"] if tree is not None else []  # (tells its process apart)
+        return stdio_session(sys.executable, [*marker, *proxy_args(model), "--relay", relay, "--", TIME_SERVER,
+                                              *upstream], tree)
 
-    async with stdio_session(TIME_SERVER, upstream) as direct, through("lean") as lean, through("sdk") as sdk:
-        pids = {"upstream": child_pid("mcp-server-time"), "lean": child_pid("--relay lean"),
+    async with AsyncExitStack() as stack:
+        paths = {"direct": await stack.enter_async_context(stdio_session(TIME_SERVER, upstream)),
+                 "lean": await stack.enter_async_context(through("lean")),
+                 "sdk": await stack.enter_async_context(through("sdk"))}
+        if baseline is not None:
+            paths["lean, baseline"] = await stack.enter_async_context(through("lean", baseline))
+        pids = {"upstream": child_pid("mcp-server-time"), "lean": child_pid("--relay lean", unless="bench-baseline"),
                 "sdk": child_pid("--relay sdk")}
-        (direct_ms, lean_ms, sdk_ms), cpu = await interleaved([direct, lean, sdk], calls, pids)
+        if baseline is not None:
+            pids["lean, baseline"] = child_pid("bench-baseline")
+        times, cpu = await interleaved(list(paths.values()), calls, pids)
+        direct_ms = times[0]
         return {relay: summary(direct_ms, ms, {"proxy": cpu[relay], "upstream": cpu["upstream"]}, calls)
-                for relay, ms in (("lean", lean_ms), ("sdk", sdk_ms))}
+                for relay, ms in zip(list(paths)[1:], times[1:])}
 
 
 async def bench_http(model: Path, calls: int) -> dict[str, dict[str, float]]:
@@ -311,6 +325,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="how long each saturation run lasts")
     parser.add_argument("--only", choices=("stdio", "http", "saturation"))
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
+                        help="also time the lean stdio relay of another checkout (e.g. main) in the same run")
     options = parser.parse_args()
     parts = {options.only} if options.only else {"stdio", "http", "saturation"}
     with tempfile.TemporaryDirectory() as tmp:
@@ -321,7 +337,7 @@ def main() -> None:
         guard = Guard(model)
         results: dict[str, Any] = {"calls": options.calls, "load_before": os.getloadavg()[0]}
         if "stdio" in parts:
-            results["stdio"] = anyio.run(bench_stdio, model_path, options.calls)
+            results["stdio"] = anyio.run(bench_stdio, model_path, options.calls, options.baseline)
         if "http" in parts:
             results["http"] = anyio.run(bench_http, model_path, options.calls)
         if "saturation" in parts:

@@ -19,7 +19,7 @@ import fcntl
 import os
 import stat
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
@@ -29,7 +29,7 @@ import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-__all__ = ["pipes_available", "pipe_stdio", "raw_stdio", "parse_error", "LINE_LIMIT"]
+__all__ = ["pipes_available", "pipe_stdio", "raw_stdio", "stdio_pipes", "parse_error", "Lines", "LINE_LIMIT"]
 
 LINE_LIMIT = 1 << 27  # one JSON-RPC message per line; the proxy refuses large arguments itself
 
@@ -66,7 +66,17 @@ def parse_error(problem: object) -> SessionMessage:
 @asynccontextmanager
 async def raw_stdio() -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
     """This process's standard input and output as an asyncio reader and writer on the event loop
-    (both must be pipes or sockets: :func:`pipes_available`); the lean relay reads and writes bytes."""
+    (both must be pipes or sockets: :func:`pipes_available`)."""
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    async with stdio_pipes(lambda: asyncio.StreamReaderProtocol(reader)) as writer:
+        yield reader, writer
+
+
+@asynccontextmanager
+async def stdio_pipes(reading: Callable[[], asyncio.BaseProtocol]) -> AsyncIterator[asyncio.StreamWriter]:
+    """This process's standard input read by the protocol ``reading`` makes, and its standard output as a
+    writer, on the event loop (both must be pipes or sockets: :func:`pipes_available`); the lean relay
+    reads and writes bytes."""
     loop = asyncio.get_running_loop()
     wire = _wire()
     if wire is None:
@@ -75,12 +85,10 @@ async def raw_stdio() -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.Strea
     read_transport: asyncio.BaseTransport | None = None
     write_transport: asyncio.WriteTransport | None = None
     try:
-        reader = asyncio.StreamReader(limit=LINE_LIMIT)
-        read_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
-                                                         os.fdopen(os.dup(wire_in), "rb", buffering=0))
+        read_transport, _ = await loop.connect_read_pipe(reading, os.fdopen(os.dup(wire_in), "rb", buffering=0))
         write_transport, protocol = await loop.connect_write_pipe(_FlowControl, os.fdopen(os.dup(wire_out), "wb",
                                                                                            buffering=0))
-        yield reader, asyncio.StreamWriter(write_transport, protocol, None, loop)
+        yield asyncio.StreamWriter(write_transport, protocol, None, loop)
     finally:
         for transport in (read_transport, write_transport):
             if transport is not None:
@@ -132,6 +140,49 @@ async def pipe_stdio() -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionM
             tasks.start_soon(write_messages)
             yield incoming, outgoing
             tasks.cancel_scope.cancel()
+
+
+class Lines:
+    """A byte stream cut into its lines as it comes: each complete line (with its newline) goes to ``line``
+    in the callback that read it, with no task to wake; a line above ``limit`` bytes is dropped, and
+    ``too_long`` told once for it (as ``StreamReader.readline``'s ValueError)."""
+
+    def __init__(self, line: Callable[[bytes], object], too_long: Callable[[], object], limit: int = LINE_LIMIT) -> None:
+        self._line, self._too_long, self._limit = line, too_long, limit
+        self._partial = bytearray()  # the start of a line whose newline has not come yet
+        self._dropping = False  # in a line above the limit, until its newline
+
+    def feed(self, data: bytes) -> None:
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            if self._dropping:
+                self._dropping = False
+            elif self._partial:
+                self._partial += data[start:end + 1]
+                line = bytes(self._partial)
+                self._partial.clear()
+                self._deliver(line)
+            else:
+                self._deliver(data if start == 0 and end == len(data) - 1 else data[start:end + 1])
+            start = end + 1
+        if start < len(data) and not self._dropping:
+            self._partial += data[start:]
+            if len(self._partial) > self._limit:
+                self._partial.clear()
+                self._dropping = True
+                self._too_long()
+
+    def end(self) -> bytes:
+        """What came after the last newline (a last line without one), at the end of the stream."""
+        rest = bytes(self._partial)
+        self._partial.clear()
+        return rest
+
+    def _deliver(self, line: bytes) -> None:
+        if len(line) > self._limit:
+            self._too_long()
+        else:
+            self._line(line)
 
 
 class _FlowControl(asyncio.streams.FlowControlMixin, asyncio.Protocol):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Coroutine
 from contextlib import nullcontext
 from functools import partial
 from typing import Any
@@ -30,7 +31,7 @@ from mcp.shared.exceptions import MCPError
 from ...errors import ConfigError
 from . import _frames as wire
 from ._frames import Pending, Sink, Turn, drained, error_frame
-from ._stdio import LINE_LIMIT
+from ._stdio import LINE_LIMIT, Lines
 from .approval import APPROVAL_SCHEMA
 from .calls import CallJudge, Forward, Judged
 from .judge import GuardedSession
@@ -42,6 +43,7 @@ __all__ = ["LeanRelay", "lean_relay_fits"]
 log = logging.getLogger("forewarn.mcp")
 
 _CONNECT_TIMEOUT = 30.0
+_BACKLOG = 1 << 16  # bytes written to the client and not yet taken, above which the upstream is not read
 _OWN = "forewarn-"  # the prefix of the ids of the relay's own requests
 
 
@@ -62,7 +64,7 @@ class LeanRelay:
         self.name = self.spec.name
         self.timeout = self.spec.timeout or judge.config.call_timeout
         self.connections = 0
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: _Upstream | None = None
         self._ready = asyncio.Event()
         self._down: str | None = None
         self._closing = False
@@ -76,31 +78,44 @@ class LeanRelay:
         self._guarded: GuardedSession | None = None
         self._turn = Turn()  # one judged call at a time, as the SDK path's session lock
         self._client: asyncio.StreamWriter | None = None
+        self._client_in: _Client | None = None
+        self._waiting = 0  # requests waiting for the upstream to be up again (later ones queue behind them)
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- running ------------------------------------------------------------------------
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Relay until the client closes its end.
+    def client_side(self) -> asyncio.Protocol:
+        """The protocol that reads the client's end (standard input; a socket in tests): connect it, then
+        :meth:`serve`. Each line is relayed in the callback that read it; nothing is read before
+        :meth:`serve` has started the upstream."""
+        if self._client_in is None:
+            self._client_in = _Client(self)
+        return self._client_in
+
+    async def serve(self, writer: asyncio.StreamWriter) -> None:
+        """Relay until the client closes its end (read by :meth:`client_side`'s protocol; ``writer``: the
+        client's other direction).
 
         Raises:
             ConfigError: the upstream could not be started (its command is missing, or its process
                 ended before it ever answered, ``restarts`` + 1 times), as the SDK path reports it.
         """
+        client_in = self._client_in
+        if client_in is None:
+            raise RuntimeError("connect LeanRelay.client_side() to the client's end before serve()")
         self._client = writer
         await self._spawn()
         self._ready.set()
         supervisor = asyncio.create_task(self._supervise())
-        reading = asyncio.create_task(self._read(reader))
+        client_in.reading(True)
         try:
-            await asyncio.wait((supervisor, reading), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((supervisor, client_in.ended), return_when=asyncio.FIRST_COMPLETED)
             if supervisor.done() and supervisor.exception() is not None:
                 await drained(writer)  # (the errors of what was pending reach the client first)
                 raise supervisor.exception()  # type: ignore[misc]
-            await reading
         finally:
             self._closing = True
-            reading.cancel()
+            client_in.reading(False)
             for task in list(self._tasks):
                 task.cancel()
             await self._stop_upstream()
@@ -108,26 +123,13 @@ class LeanRelay:
             if self._guarded is not None:
                 self.judge.close_session(self._guarded, "client disconnected")
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        while True:
-            try:
-                line = await reader.readline()
-            except ValueError as exc:  # a line beyond the limit (dropped by the reader)
-                self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
-                continue
-            except OSError:
-                return
-            if not line:
-                return  # end of input: the client is gone
-            await self._from_client(line)
-
     async def _spawn(self) -> None:
         assert self.spec.command is not None
         env = {**get_default_environment(), **(self.spec.env or {})}
         try:
-            self._proc = await asyncio.create_subprocess_exec(
-                self.spec.command, *self.spec.args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                env=env, cwd=self.spec.cwd, limit=LINE_LIMIT)
+            _, self._proc = await asyncio.get_running_loop().subprocess_exec(
+                lambda: _Upstream(self), self.spec.command, *self.spec.args, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=None, env=env, cwd=self.spec.cwd)
         except OSError as exc:
             raise ConfigError(f"upstream {self.name!r} ({self.spec.describe()}) could not be started: "
                               f"{exc.strerror or exc}") from None
@@ -137,13 +139,13 @@ class LeanRelay:
         proc = self._proc
         if proc is None:
             return
-        if proc.stdin is not None:
-            proc.stdin.close()
+        proc.stdin.close()
         try:
-            await asyncio.wait_for(proc.wait(), 2.0)
+            await asyncio.wait_for(asyncio.shield(proc.exited), 2.0)
         except TimeoutError:
-            proc.kill()
-            await proc.wait()
+            proc.transport.kill()
+            await proc.exited
+        proc.transport.close()
 
     async def _supervise(self) -> None:
         """Read the upstream's messages; when its process ends, fail what it held and start it again.
@@ -152,25 +154,13 @@ class LeanRelay:
         failures, came_up = 0, False
         while True:
             proc = self._proc
-            assert proc is not None and proc.stdout is not None
-            answered = False
-            while True:
-                try:
-                    line = await proc.stdout.readline()
-                except ValueError:  # a line beyond the limit: dropped (its request times out)
-                    log.warning("upstream %r sent a line above %d bytes; dropped", self.name, LINE_LIMIT)
-                    continue
-                if not line:
-                    break
-                answered = came_up = True
-                self._from_upstream(line)
-                if self._client is not None:
-                    await drained(self._client)
+            assert proc is not None
+            code = await proc.ended()  # (its lines go to _from_upstream as they come: _Upstream)
+            answered = proc.answered
+            came_up = came_up or answered
             if self._closing:
                 return
-            code = await proc.wait()
-            if proc.stdin is not None:
-                proc.stdin.close()
+            proc.transport.close()
             self._ready.clear()
             failures = 0 if answered else failures + 1
             if not came_up and failures > self.judge.config.restarts:
@@ -195,9 +185,7 @@ class LeanRelay:
             except ConfigError as exc:
                 self._give_up(str(exc))
                 return
-            task = asyncio.create_task(self._handshake())  # its answer comes through this loop
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn_task(self._handshake())  # its answer comes through _from_upstream
 
     async def _handshake(self) -> None:
         """The client's handshake again with a restarted upstream; requests wait for it (``_ready``)."""
@@ -205,7 +193,7 @@ class LeanRelay:
             if self._init is not None:
                 await self._ask_upstream("initialize", self._init.get("params"), ready=False)
                 if self._initialized is not None:
-                    await self._to_upstream(self._initialized)
+                    self._to_upstream(self._initialized)
         except MCPError as exc:  # (died again: the supervisor sees it)
             log.warning("upstream %r: the handshake after a restart failed: %s", self.name, exc.error.message)
             return
@@ -217,7 +205,7 @@ class LeanRelay:
 
     # -- from the client ------------------------------------------------------------------
 
-    async def _from_client(self, line: bytes) -> None:
+    def _from_client(self, line: bytes) -> None:
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
@@ -234,39 +222,58 @@ class LeanRelay:
                 if not future.done():
                     future.set_result(message)
             else:
-                await self._to_upstream(line)
+                self._to_upstream(line)
             return
         if "id" not in message:  # a notification
             if method == "notifications/initialized":
                 self._initialized = line
-            await self._to_upstream(line)
+            self._to_upstream(line)
             return
         if method == "tools/call":
-            await self._tools_call(message, line)
+            self._tools_call(message, line)
             return
         if method == "initialize":
             self._init = message
             params = message.get("params") or {}
             self._elicits = isinstance(params.get("capabilities"), dict) and "elicitation" in params["capabilities"]
-        await self._forward(message["id"], str(method), line, None)
+        if self._waiting or not self._ready.is_set():  # (it waits, as do the requests behind it)
+            self._waiting += 1
+            self._spawn_task(self._forward(message["id"], str(method), line, None, queued=True))
+        elif self._down is not None:
+            self._answer_error(message["id"], None, UPSTREAM_DOWN, self._down)
+        else:
+            self._send(message["id"], str(method), line, None)
+
+    def _spawn_task(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _forward(self, rid: Any, what: str, line: bytes,
-                       future: Sink | None, *, ready: bool = True) -> None:
-        """Send a request upstream; its answer goes to ``future``, else to the client as it is."""
-        if ready and not self._ready.is_set():
-            try:
-                await asyncio.wait_for(self._ready.wait(), _CONNECT_TIMEOUT)
-            except TimeoutError:
-                self._answer_error(rid, future, UPSTREAM_DOWN,
-                                   f"upstream {self.name!r} did not reconnect within {_CONNECT_TIMEOUT:g} s")
+                       future: Sink | None, *, ready: bool = True, queued: bool = False) -> None:
+        """Send a request upstream once it is up (``ready``); its answer goes to ``future``, else to the client
+        as it is. ``queued``: one of the requests counted in ``_waiting``."""
+        try:
+            if ready and not self._ready.is_set():
+                try:
+                    await asyncio.wait_for(self._ready.wait(), _CONNECT_TIMEOUT)
+                except TimeoutError:
+                    self._answer_error(rid, future, UPSTREAM_DOWN,
+                                       f"upstream {self.name!r} did not reconnect within {_CONNECT_TIMEOUT:g} s")
+                    return
+            if ready and self._down is not None:
+                self._answer_error(rid, future, UPSTREAM_DOWN, self._down)
                 return
-        if ready and self._down is not None:
-            self._answer_error(rid, future, UPSTREAM_DOWN, self._down)
-            return
+            self._send(rid, what, line, future)
+        finally:
+            if queued:
+                self._waiting -= 1
+
+    def _send(self, rid: Any, what: str, line: bytes, future: Sink | None) -> None:
         key = orjson.dumps(rid)
         timer = asyncio.get_running_loop().call_later(self._limit(what), self._expire, key)
         self._pending[key] = Pending(rid, what, timer, future)
-        await self._to_upstream(line)
+        self._to_upstream(line)
 
     def _expire(self, key: bytes) -> None:
         pending = self._pending.pop(key, None)
@@ -333,13 +340,13 @@ class LeanRelay:
 
     # -- tools/call -------------------------------------------------------------------------
 
-    async def _tools_call(self, message: dict[str, Any], line: bytes) -> None:
+    def _tools_call(self, message: dict[str, Any], line: bytes) -> None:
         """A call the guard allows as it came, when no other call of the session is under way, the upstream is
         up and there is no sidecar, takes the fast path: judged and written to the upstream here, in the step
         that read it, and its answer committed and relayed in the step that reads that (:class:`_Answered`).
         Any other call is a task of its own (:func:`.lean.lean_call`), which waits for the session's turn."""
         judged: Judged | None = None
-        if self._ready.is_set() and self._down is None and self._turn.take_now():
+        if not self._waiting and self._ready.is_set() and self._down is None and self._turn.take_now():
             try:
                 now = judge_now(self.judge, message, session=self._session, tools=self._tools)
             except Exception:  # a bug: lean_call meets it again and answers with it
@@ -348,14 +355,12 @@ class LeanRelay:
                 self._turn.release()
             elif isinstance(now[1], Forward):
                 guarded, go, rid = now[0], now[1], message["id"]
-                await self._forward(rid, f"tools/call {go.name!r}", line, _Answered(self, guarded, go, rid))
+                self._send(rid, f"tools/call {go.name!r}", line, _Answered(self, guarded, go, rid))
                 self.judge.forwarded(guarded, go)  # (its span and audit row, once the request is on its way)
                 return
             else:
                 judged = now[1]  # (the turn is the task's now)
-        task = asyncio.create_task(self._call(message, line, judged))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn_task(self._call(message, line, judged))
 
     async def _call(self, message: dict[str, Any], line: bytes, judged: Judged | None) -> None:
         """A call on the slow path; ``judged``: its verdict from the fast path, which handed it the turn."""
@@ -408,12 +413,26 @@ class LeanRelay:
         if self._client is not None and not self._client.is_closing():
             self._client.write(line if line.endswith(b"\n") else line + b"\n")
 
-    async def _to_upstream(self, line: bytes) -> None:
+    def _to_upstream(self, line: bytes) -> None:
+        """(While the upstream's input pipe is full, the client's end is not read: :class:`_Upstream`.)"""
         proc = self._proc
-        if proc is None or proc.stdin is None or proc.stdin.is_closing():
+        if proc is None or proc.stdin.is_closing():
             return  # (the supervisor fails what is pending and starts it again)
         proc.stdin.write(line if line.endswith(b"\n") else line + b"\n")
-        await drained(proc.stdin)
+
+    def _paced(self, pipe: asyncio.ReadTransport) -> None:
+        """Stop reading the upstream's output while the client's end holds more than it has read (as the
+        reader waited for the client's drain after each line), until it drains."""
+        client = self._client
+        if client is not None and not client.is_closing() and pipe.is_reading() \
+                and client.transport.get_write_buffer_size() > _BACKLOG:
+            pipe.pause_reading()
+
+            async def resume() -> None:
+                await drained(client)
+                if not pipe.is_closing():
+                    pipe.resume_reading()
+            self._spawn_task(resume())
 
 
 
@@ -446,3 +465,135 @@ class _Answered:
         finally:
             relay._turn.release()
         relay._to_client(frame)
+
+
+class _Upstream(asyncio.streams.FlowControlMixin, asyncio.SubprocessProtocol):
+    """The upstream's process: each line it writes goes to :meth:`LeanRelay._from_upstream` in the callback
+    that read it (no task to wake, as ``readline`` would); its standard input is a ``StreamWriter``
+    (``drain`` waits while the pipe is full)."""
+
+    def __init__(self, relay: LeanRelay) -> None:
+        super().__init__()
+        loop = asyncio.get_running_loop()
+        self._relay = relay
+        self._lines = Lines(self._line, self._too_long)
+        self.answered = False  # it wrote a line
+        self._holding = False  # the client's end is not read while this one's input is full
+        self.transport: asyncio.SubprocessTransport
+        self.stdin: asyncio.StreamWriter
+        self._output: asyncio.ReadTransport | None = None
+        self._closed: asyncio.Future[None] = loop.create_future()  # its output ended
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.SubprocessTransport)
+        self.transport = transport
+        stdin = transport.get_pipe_transport(0)
+        assert isinstance(stdin, asyncio.WriteTransport)
+        self.stdin = asyncio.StreamWriter(stdin, self, None, asyncio.get_running_loop())
+        output = transport.get_pipe_transport(1)
+        self._output = output if isinstance(output, asyncio.ReadTransport) else None
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self._lines.feed(data)  # (only its standard output is a pipe)
+
+    def pause_writing(self) -> None:  # its input pipe is full: stop reading the client's until it drains
+        super().pause_writing()
+        self._hold(True)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._hold(False)
+
+    def _hold(self, holding: bool) -> None:
+        if holding != self._holding and self._relay._client_in is not None:
+            self._holding = holding
+            self._relay._client_in.reading(not holding)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 0:
+            self.connection_lost(exc)  # (FlowControlMixin: a drain waiting on the pipe ends)
+            if not self._relay._closing:
+                self._hold(False)
+            return
+        rest = self._lines.end()
+        if rest:  # a last line without its newline
+            self._line(rest)
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    async def ended(self) -> int:
+        """Wait until its output has ended and its process exited: its exit code."""
+        await self._closed
+        await self.exited
+        code = self.transport.get_returncode()
+        return -1 if code is None else code
+
+    def _line(self, line: bytes) -> None:
+        self.answered = True
+        self._relay._from_upstream(line)
+        if self._output is not None:
+            self._relay._paced(self._output)
+
+    def _too_long(self) -> None:  # dropped: its request times out
+        log.warning("upstream %r sent a line above %d bytes; dropped", self._relay.name, LINE_LIMIT)
+
+
+class _Client(asyncio.streams.FlowControlMixin, asyncio.Protocol):
+    """The client's end: each line it writes goes to :meth:`LeanRelay._from_client` in the callback that read
+    it (no task to wake, as ``readline`` would). It is a ``StreamWriter``'s protocol too, where one socket
+    carries both directions (tests)."""
+
+    def __init__(self, relay: LeanRelay) -> None:
+        super().__init__()
+        loop = asyncio.get_running_loop()
+        self._relay = relay
+        self._lines = Lines(relay._from_client, self._too_long)
+        self._transport: asyncio.BaseTransport | None = None
+        self._serving = False  # (reading starts when the relay serves, the upstream up)
+        self.ended: asyncio.Future[None] = loop.create_future()  # the client closed its end
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+        if not self._serving:
+            self._pause()
+
+    def reading(self, on: bool) -> None:
+        """Read the client's end (again), or stop reading it."""
+        self._serving = on
+        if self._transport is None or self._transport.is_closing():
+            return
+        if on:
+            self._transport.resume_reading()  # type: ignore[attr-defined]
+        else:
+            self._pause()
+
+    def _pause(self) -> None:
+        assert self._transport is not None
+        self._transport.pause_reading()  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        self._lines.feed(data)
+
+    def eof_received(self) -> bool:
+        rest = self._lines.end()
+        if rest:
+            self._relay._from_client(rest)
+        self._end()
+        return True  # (a socket stays open for the answers still to come)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._end()
+
+    def _end(self) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+    def _too_long(self) -> None:
+        self._relay._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(
+            f"a line above {LINE_LIMIT} bytes")))

@@ -86,9 +86,10 @@ async def lean_connected(proxy: GuardedProxy, **client: Any) -> AsyncIterator[tu
     """A ``ClientSession`` on the lean relay of ``proxy`` (stdio, one upstream) in this process, over a
     socket pair — the relay reads and writes bytes as it does on a host's pipes — and the relay."""
     ours, theirs = socket.socketpair()
-    reader, writer = await asyncio.open_connection(sock=theirs, limit=LINE_LIMIT)
     relay = LeanRelay(proxy)
-    served = asyncio.create_task(relay.serve(reader, writer))
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.create_connection(relay.client_side, sock=theirs)
+    served = asyncio.create_task(relay.serve(asyncio.StreamWriter(transport, protocol, None, loop)))
     from_relay, to_relay = await asyncio.open_connection(sock=ours, limit=LINE_LIMIT)
     inbox_send, inbox = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     outbox, outbox_receive = anyio.create_memory_object_stream[SessionMessage](16)
@@ -112,9 +113,8 @@ async def lean_connected(proxy: GuardedProxy, **client: Any) -> AsyncIterator[tu
             yield session, relay
         to_relay.close()  # the client's end closes: the relay stops its upstream and returns
         await served
-        writer.close()
+        transport.close()
         await to_relay.wait_closed()
-        await writer.wait_closed()
         tasks.cancel_scope.cancel()
 
 
