@@ -12,6 +12,13 @@ to the client carry ids of its own (``forewarn-N``), whose answers it keeps. Eve
 gets the call timeout (:data:`.upstream.UPSTREAM_TIMEOUT`); when the upstream's process ends, what it
 held fails with :data:`.upstream.UPSTREAM_DOWN` and it is started again (the client's handshake
 replayed), up to ``restarts`` times, as :mod:`.upstream` does.
+
+Both ends are read by protocols (:class:`_Client`, :class:`_Upstream`): each line is relayed in the
+callback that read it, with no task to wake. A call the guard allows as it came is judged and written
+to the upstream in that callback, and its answer committed and written to the client in the callback
+that reads it (the fast path); asking a human, an unlisted tool, a sidecar, a call while another is
+under way, or an upstream restarting take a task of their own. Flow control: while one side's pipe is
+full, the other side is not read.
 """
 from __future__ import annotations
 
@@ -342,9 +349,10 @@ class LeanRelay:
 
     def _tools_call(self, message: dict[str, Any], line: bytes) -> None:
         """A call the guard allows as it came, when no other call of the session is under way, the upstream is
-        up and there is no sidecar, takes the fast path: judged and written to the upstream here, in the step
-        that read it, and its answer committed and relayed in the step that reads that (:class:`_Answered`).
-        Any other call is a task of its own (:func:`.lean.lean_call`), which waits for the session's turn."""
+        up and there is no sidecar, takes the fast path: judged and written to the upstream here, in the
+        callback that read it, and its answer committed and relayed in the callback that reads that
+        (:class:`_Answered`). Any other call is a task of its own (:func:`.lean.lean_call`), which waits
+        for the session's turn; a call the fast path judged and did not allow hands it its verdict."""
         judged: Judged | None = None
         if not self._waiting and self._ready.is_set() and self._down is None and self._turn.take_now():
             try:
@@ -356,7 +364,10 @@ class LeanRelay:
             elif isinstance(now[1], Forward):
                 guarded, go, rid = now[0], now[1], message["id"]
                 self._send(rid, f"tools/call {go.name!r}", line, _Answered(self, guarded, go, rid))
-                self.judge.forwarded(guarded, go)  # (its span and audit row, once the request is on its way)
+                try:
+                    self.judge.forwarded(guarded, go)  # (its span and audit row, once the request is on its way)
+                except Exception:  # (in the callback that read the line: never let it close the client's end)
+                    log.exception("tools/call %r: recording the decision failed", go.name)
                 return
             else:
                 judged = now[1]  # (the turn is the task's now)
@@ -460,6 +471,9 @@ class _Answered:
             return
         self._done = True
         relay = self._relay
+        if relay._closing:  # the client is gone: nothing to answer, nothing committed (as a cancelled call)
+            relay._turn.release()
+            return
         try:
             frame = answered_now(relay.judge, self._guarded, self._go, self._rid, answered)
         finally:
