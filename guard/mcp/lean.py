@@ -24,7 +24,7 @@ from .approval import Elicit
 from .calls import CallJudge, Forward, Judged
 from .judge import GuardedSession
 
-__all__ = ["lean_call", "judge_now", "answered_now", "failure_frame", "Forwarder"]
+__all__ = ["lean_call", "judge_now", "answered_now", "Answered", "failure_frame", "Forwarder"]
 
 log = logging.getLogger("forewarn.mcp")
 
@@ -109,6 +109,40 @@ def answered_now(judge: CallJudge, guarded: GuardedSession, go: Forward, rid: An
                                                                     wire.text_of(result)))
     except Exception as exc:  # a bug: one error for this call, never a hung client
         return failure_frame(rid, go.name, exc)
+
+
+class Answered:
+    """Where the upstream's answer to a call forwarded on the fast path goes (a :class:`._frames.Sink`): committed
+    (:func:`answered_now`) in the callback that met it — the answer, the call's timeout or the upstream's
+    end — with no task to wake, and the frame for the client handed to ``reply``; ``reply(None)`` when
+    ``gone()`` says the client has left (nothing is committed then, as for a call cancelled on the slow path)."""
+
+    __slots__ = ("_done", "_go", "_gone", "_guarded", "_judge", "_reply", "_rid")
+
+    def __init__(self, judge: CallJudge, guarded: GuardedSession, go: Forward, rid: Any, *,
+                 reply: Callable[[bytes | None], None], gone: Callable[[], bool]) -> None:
+        self._judge, self._guarded, self._go, self._rid = judge, guarded, go, rid
+        self._reply, self._gone, self._done = reply, gone, False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, answer: tuple[bytes, dict[str, Any]], /) -> None:
+        self._finish(answer)
+
+    def set_exception(self, exc: BaseException, /) -> None:
+        self._finish(exc)
+
+    def _finish(self, answered: tuple[bytes, dict[str, Any]] | BaseException) -> None:
+        if self._done:
+            return
+        self._done = True
+        frame = None
+        try:
+            if not self._gone():
+                frame = answered_now(self._judge, self._guarded, self._go, self._rid, answered)
+        finally:
+            self._reply(frame)
 
 
 def failure_frame(rid: Any, name: str, exc: Exception) -> bytes:

@@ -13,7 +13,7 @@ gets the call timeout (:data:`.upstream.UPSTREAM_TIMEOUT`); when the upstream's 
 held fails with :data:`.upstream.UPSTREAM_DOWN` and it is started again (the client's handshake
 replayed), up to ``restarts`` times, as :mod:`.upstream` does.
 
-Both ends are read by protocols (:class:`_Client`, :class:`_Upstream`): each line is relayed in the
+Both ends are read by protocols (:mod:`._pipes`): each line is relayed in the
 callback that read it, with no task to wake. A call the guard allows as it came is judged and written
 to the upstream in that callback, and its answer committed and written to the client in the callback
 that reads it (the fast path); asking a human, an unlisted tool, a sidecar, a call while another is
@@ -38,11 +38,12 @@ from mcp.shared.exceptions import MCPError
 from ...errors import ConfigError
 from . import _frames as wire
 from ._frames import Pending, Sink, Turn, drained, error_frame
-from ._stdio import LINE_LIMIT, Lines
+from ._pipes import ClientEnd, UpstreamEnd
+from ._stdio import LINE_LIMIT
 from .approval import APPROVAL_SCHEMA
 from .calls import CallJudge, Forward, Judged
 from .judge import GuardedSession
-from .lean import answered_now, judge_now, lean_call
+from .lean import Answered, judge_now, lean_call
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 
 __all__ = ["LeanRelay", "lean_relay_fits"]
@@ -71,7 +72,7 @@ class LeanRelay:
         self.name = self.spec.name
         self.timeout = self.spec.timeout or judge.config.call_timeout
         self.connections = 0
-        self._proc: _Upstream | None = None
+        self._proc: UpstreamEnd | None = None
         self._ready = asyncio.Event()
         self._down: str | None = None
         self._closing = False
@@ -85,7 +86,7 @@ class LeanRelay:
         self._guarded: GuardedSession | None = None
         self._turn = Turn()  # one judged call at a time, as the SDK path's session lock
         self._client: asyncio.StreamWriter | None = None
-        self._client_in: _Client | None = None
+        self._client_in: ClientEnd | None = None
         self._waiting = 0  # requests waiting for the upstream to be up again (later ones queue behind them)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -96,7 +97,7 @@ class LeanRelay:
         :meth:`serve`. Each line is relayed in the callback that read it; nothing is read before
         :meth:`serve` has started the upstream."""
         if self._client_in is None:
-            self._client_in = _Client(self)
+            self._client_in = ClientEnd(self._from_client, self._client_line_too_long)
         return self._client_in
 
     async def serve(self, writer: asyncio.StreamWriter) -> None:
@@ -135,8 +136,9 @@ class LeanRelay:
         env = {**get_default_environment(), **(self.spec.env or {})}
         try:
             _, self._proc = await asyncio.get_running_loop().subprocess_exec(
-                lambda: _Upstream(self), self.spec.command, *self.spec.args, stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=None, env=env, cwd=self.spec.cwd)
+                lambda: UpstreamEnd(self._upstream_line, self._hold_client, self._upstream_line_too_long),
+                self.spec.command, *self.spec.args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=None, env=env, cwd=self.spec.cwd)
         except OSError as exc:
             raise ConfigError(f"upstream {self.name!r} ({self.spec.describe()}) could not be started: "
                               f"{exc.strerror or exc}") from None
@@ -162,7 +164,7 @@ class LeanRelay:
         while True:
             proc = self._proc
             assert proc is not None
-            code = await proc.ended()  # (its lines go to _from_upstream as they come: _Upstream)
+            code = await proc.ended()  # (its lines go to _from_upstream as they come: UpstreamEnd)
             answered = proc.answered
             came_up = came_up or answered
             if self._closing:
@@ -351,7 +353,7 @@ class LeanRelay:
         """A call the guard allows as it came, when no other call of the session is under way, the upstream is
         up and there is no sidecar, takes the fast path: judged and written to the upstream here, in the
         callback that read it, and its answer committed and relayed in the callback that reads that
-        (:class:`_Answered`). Any other call is a task of its own (:func:`.lean.lean_call`), which waits
+        (:class:`.lean.Answered`). Any other call is a task of its own (:func:`.lean.lean_call`), which waits
         for the session's turn; a call the fast path judged and did not allow hands it its verdict."""
         judged: Judged | None = None
         if not self._waiting and self._ready.is_set() and self._down is None and self._turn.take_now():
@@ -363,7 +365,8 @@ class LeanRelay:
                 self._turn.release()
             elif isinstance(now[1], Forward):
                 guarded, go, rid = now[0], now[1], message["id"]
-                self._send(rid, f"tools/call {go.name!r}", line, _Answered(self, guarded, go, rid))
+                self._send(rid, f"tools/call {go.name!r}", line,
+                           Answered(self.judge, guarded, go, rid, reply=self._replied, gone=lambda: self._closing))
                 try:
                     self.judge.forwarded(guarded, go)  # (its span and audit row, once the request is on its way)
                 except Exception:  # (in the callback that read the line: never let it close the client's end)
@@ -372,6 +375,12 @@ class LeanRelay:
             else:
                 judged = now[1]  # (the turn is the task's now)
         self._spawn_task(self._call(message, line, judged))
+
+    def _replied(self, frame: bytes | None) -> None:
+        """A call on the fast path is over: the session's turn goes on, and its answer to the client."""
+        self._turn.release()
+        if frame is not None:
+            self._to_client(frame)
 
     async def _call(self, message: dict[str, Any], line: bytes, judged: Judged | None) -> None:
         """A call on the slow path; ``judged``: its verdict from the fast path, which handed it the turn."""
@@ -425,11 +434,27 @@ class LeanRelay:
             self._client.write(line if line.endswith(b"\n") else line + b"\n")
 
     def _to_upstream(self, line: bytes) -> None:
-        """(While the upstream's input pipe is full, the client's end is not read: :class:`_Upstream`.)"""
+        """(While the upstream's input pipe is full, the client's end is not read: :meth:`_hold_client`.)"""
         proc = self._proc
         if proc is None or proc.stdin.is_closing():
             return  # (the supervisor fails what is pending and starts it again)
         proc.stdin.write(line if line.endswith(b"\n") else line + b"\n")
+
+    def _upstream_line(self, line: bytes) -> None:
+        self._from_upstream(line)
+        if self._proc is not None and self._proc.output is not None:
+            self._paced(self._proc.output)
+
+    def _upstream_line_too_long(self) -> None:  # dropped: its request times out
+        log.warning("upstream %r sent a line above %d bytes; dropped", self.name, LINE_LIMIT)
+
+    def _client_line_too_long(self) -> None:
+        self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(f"a line above {LINE_LIMIT} bytes")))
+
+    def _hold_client(self, holding: bool) -> None:
+        """Stop reading the client's end while the upstream's input pipe is full; read it again once it drains."""
+        if self._client_in is not None and not self._closing:
+            self._client_in.reading(not holding)
 
     def _paced(self, pipe: asyncio.ReadTransport) -> None:
         """Stop reading the upstream's output while the client's end holds more than it has read (as the
@@ -444,170 +469,3 @@ class LeanRelay:
                 if not pipe.is_closing():
                     pipe.resume_reading()
             self._spawn_task(resume())
-
-
-
-class _Answered:
-    """Where the upstream's answer to a call on the fast path goes (a :class:`._frames.Sink`): committed
-    (:func:`.lean.answered_now`) and relayed to the client in the callback that read it — or that met the
-    timeout or the upstream's end — and the session's turn passed on."""
-
-    __slots__ = ("_done", "_go", "_guarded", "_relay", "_rid")
-
-    def __init__(self, relay: LeanRelay, guarded: GuardedSession, go: Forward, rid: Any) -> None:
-        self._relay, self._guarded, self._go, self._rid, self._done = relay, guarded, go, rid, False
-
-    def done(self) -> bool:
-        return self._done
-
-    def set_result(self, answer: tuple[bytes, dict[str, Any]], /) -> None:
-        self._finish(answer)
-
-    def set_exception(self, exc: BaseException, /) -> None:
-        self._finish(exc)
-
-    def _finish(self, answered: tuple[bytes, dict[str, Any]] | BaseException) -> None:
-        if self._done:
-            return
-        self._done = True
-        relay = self._relay
-        if relay._closing:  # the client is gone: nothing to answer, nothing committed (as a cancelled call)
-            relay._turn.release()
-            return
-        try:
-            frame = answered_now(relay.judge, self._guarded, self._go, self._rid, answered)
-        finally:
-            relay._turn.release()
-        relay._to_client(frame)
-
-
-class _Upstream(asyncio.streams.FlowControlMixin, asyncio.SubprocessProtocol):
-    """The upstream's process: each line it writes goes to :meth:`LeanRelay._from_upstream` in the callback
-    that read it (no task to wake, as ``readline`` would); its standard input is a ``StreamWriter``
-    (``drain`` waits while the pipe is full)."""
-
-    def __init__(self, relay: LeanRelay) -> None:
-        super().__init__()
-        loop = asyncio.get_running_loop()
-        self._relay = relay
-        self._lines = Lines(self._line, self._too_long)
-        self.answered = False  # it wrote a line
-        self._holding = False  # the client's end is not read while this one's input is full
-        self.transport: asyncio.SubprocessTransport
-        self.stdin: asyncio.StreamWriter
-        self._output: asyncio.ReadTransport | None = None
-        self._closed: asyncio.Future[None] = loop.create_future()  # its output ended
-        self.exited: asyncio.Future[None] = loop.create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.SubprocessTransport)
-        self.transport = transport
-        stdin = transport.get_pipe_transport(0)
-        assert isinstance(stdin, asyncio.WriteTransport)
-        self.stdin = asyncio.StreamWriter(stdin, self, None, asyncio.get_running_loop())
-        output = transport.get_pipe_transport(1)
-        self._output = output if isinstance(output, asyncio.ReadTransport) else None
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        self._lines.feed(data)  # (only its standard output is a pipe)
-
-    def pause_writing(self) -> None:  # its input pipe is full: stop reading the client's until it drains
-        super().pause_writing()
-        self._hold(True)
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        self._hold(False)
-
-    def _hold(self, holding: bool) -> None:
-        if holding != self._holding and self._relay._client_in is not None:
-            self._holding = holding
-            self._relay._client_in.reading(not holding)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd == 0:
-            self.connection_lost(exc)  # (FlowControlMixin: a drain waiting on the pipe ends)
-            if not self._relay._closing:
-                self._hold(False)
-            return
-        rest = self._lines.end()
-        if rest:  # a last line without its newline
-            self._line(rest)
-        if not self._closed.done():
-            self._closed.set_result(None)
-
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-    async def ended(self) -> int:
-        """Wait until its output has ended and its process exited: its exit code."""
-        await self._closed
-        await self.exited
-        code = self.transport.get_returncode()
-        return -1 if code is None else code
-
-    def _line(self, line: bytes) -> None:
-        self.answered = True
-        self._relay._from_upstream(line)
-        if self._output is not None:
-            self._relay._paced(self._output)
-
-    def _too_long(self) -> None:  # dropped: its request times out
-        log.warning("upstream %r sent a line above %d bytes; dropped", self._relay.name, LINE_LIMIT)
-
-
-class _Client(asyncio.streams.FlowControlMixin, asyncio.Protocol):
-    """The client's end: each line it writes goes to :meth:`LeanRelay._from_client` in the callback that read
-    it (no task to wake, as ``readline`` would). It is a ``StreamWriter``'s protocol too, where one socket
-    carries both directions (tests)."""
-
-    def __init__(self, relay: LeanRelay) -> None:
-        super().__init__()
-        loop = asyncio.get_running_loop()
-        self._relay = relay
-        self._lines = Lines(relay._from_client, self._too_long)
-        self._transport: asyncio.BaseTransport | None = None
-        self._serving = False  # (reading starts when the relay serves, the upstream up)
-        self.ended: asyncio.Future[None] = loop.create_future()  # the client closed its end
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport
-        if not self._serving:
-            self._pause()
-
-    def reading(self, on: bool) -> None:
-        """Read the client's end (again), or stop reading it."""
-        self._serving = on
-        if self._transport is None or self._transport.is_closing():
-            return
-        if on:
-            self._transport.resume_reading()  # type: ignore[attr-defined]
-        else:
-            self._pause()
-
-    def _pause(self) -> None:
-        assert self._transport is not None
-        self._transport.pause_reading()  # type: ignore[attr-defined]
-
-    def data_received(self, data: bytes) -> None:
-        self._lines.feed(data)
-
-    def eof_received(self) -> bool:
-        rest = self._lines.end()
-        if rest:
-            self._relay._from_client(rest)
-        self._end()
-        return True  # (a socket stays open for the answers still to come)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        self._end()
-
-    def _end(self) -> None:
-        if not self.ended.done():
-            self.ended.set_result(None)
-
-    def _too_long(self) -> None:
-        self._relay._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(
-            f"a line above {LINE_LIMIT} bytes")))
