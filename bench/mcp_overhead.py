@@ -63,7 +63,8 @@ from forewarn.guard.mcp.judge import GuardedSession, judge  # noqa: E402
 
 BIN = Path(sys.executable).parent
 # the added p50 measured before, on this project's 2 shared CPUs, printed beside the run's (docs/mcp.md, "Cost")
-BEFORE = {"stdio, --relay lean": "+0.91 and +1.14 ms at load 0.8-1.2 (readline tasks, a task per call)",
+BEFORE = {"stdio, --relay lean": "+0.91 and +1.14 ms at load 0.8-1.2 with readline tasks and a task per call "
+                                 "(b7714e5); +0.86 and +1.18 ms at load 2-2.8 with the fast path",
           "http, --relay lean": "+1.47 ms at load 0.8-1.2"}
 TIME_SERVER = str(BIN / "mcp-server-time")
 ARGS = {"timezone": "UTC"}
