@@ -31,6 +31,7 @@ hop waits for a CPU, and the direct path's own figure shows how much).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import socket
@@ -135,6 +136,15 @@ async def interleaved(sessions: list[ClientSession], calls: int, pids: dict[str,
             times[index].append((time.perf_counter_ns() - start) / 1e6)
             assert not result.is_error, result
     return times, {name: cpu_seconds(pid) - cpu[name] for name, pid in pids.items()}
+
+
+def proxy_loop() -> str:
+    """The event loop ``forewarn mcp`` runs on here: uvloop where the mcp extra installed it."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio's own (uvloop is not installed)"
+    return f"uvloop {importlib.metadata.version('uvloop')}"
 
 
 def q(values: list[float], percent: int) -> float:
@@ -337,7 +347,7 @@ def main() -> None:
                                                     options.seconds)
         results["load_after"] = os.getloadavg()[0]
     print(f"load average (1 min): {results['load_before']:.2f} before, {results['load_after']:.2f} after, "
-          f"on {os.cpu_count()} CPUs")
+          f"on {os.cpu_count()} CPUs; the proxies' event loop: {proxy_loop()}")
     rows = [(f"stdio, --relay {relay}", 1.0, r) for relay, r in results.get("stdio", {}).items()]
     rows += [(f"http, --relay {relay}", 2.0, r) for relay, r in results.get("http", {}).items()]
     for label, target, r in rows:

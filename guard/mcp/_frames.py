@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import mcp_types as types
 import orjson
@@ -13,8 +14,19 @@ from pydantic import ValidationError
 from .._version import __version__
 from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE
 
-__all__ = ["Pending", "drained", "parse_problem", "invalid", "legal_id", "shown", "error_frame", "result_frame", "text_item",
-           "text_of", "as_proxy", "raise_error", "elicit_result", "tool_names"]
+__all__ = ["Sink", "Pending", "Turn", "drained", "parse_problem", "invalid", "legal_id", "shown", "error_frame",
+           "result_frame", "text_item", "text_of", "as_proxy", "raise_error", "elicit_result", "tool_names"]
+
+
+class Sink(Protocol):
+    """Where the answer to a forwarded request goes (an ``asyncio.Future``, or a callback's holder that handles
+    it in the callback that read it): the answer's bytes and parse, or the MCPError that ended the wait."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, answer: tuple[bytes, dict[str, Any]], /) -> None: ...
+
+    def set_exception(self, exc: BaseException, /) -> None: ...
 
 
 @dataclass
@@ -24,7 +36,54 @@ class Pending:
     id: Any  # the request's id, as the client sent it
     what: str  # what it asked, for errors: "tools/call 'git_add'", "resources/read"
     timer: asyncio.TimerHandle | None
-    future: asyncio.Future[tuple[bytes, dict[str, Any]]] | None  # None: the answer goes to the client as it is
+    future: Sink | None  # None: the answer goes to the client as it is
+
+
+class Turn:
+    """One judged call of a session at a time: a FIFO lock (as ``asyncio.Lock``) that a caller can also take
+    at once, without waiting, when it is free (:meth:`take_now`: the relay's fast path, in a callback).
+    On release a waiter is handed the turn, so nobody takes it in between."""
+
+    def __init__(self) -> None:
+        self._held = False
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def locked(self) -> bool:
+        return self._held
+
+    def take_now(self) -> bool:
+        if self._held:
+            return False
+        self._held = True
+        return True
+
+    async def acquire(self) -> None:
+        if self.take_now():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed the turn, then cancelled: pass it on
+            elif waiter in self._waiters:  # (a release may have dropped it already)
+                self._waiters.remove(waiter)
+            raise
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # its turn now: still held
+                return
+        self._held = False
 
 
 

@@ -20,7 +20,7 @@ import os
 import re
 import stat
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
@@ -31,8 +31,8 @@ import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-__all__ = ["pipes_available", "pipe_stdio", "raw_stdio", "parse_error", "read_line", "Overlong", "LINE_LIMIT",
-           "TOO_LONG"]
+__all__ = ["pipes_available", "pipe_stdio", "raw_stdio", "stdio_pipes", "parse_error", "read_line", "Lines",
+           "Overlong", "LINE_LIMIT", "TOO_LONG"]
 
 LINE_LIMIT = 1 << 27  # one JSON-RPC message per line; the proxy refuses large arguments itself
 TOO_LONG = f"the line is above the proxy's limit of {LINE_LIMIT >> 20} MiB; not read"
@@ -71,11 +71,15 @@ async def read_line(reader: asyncio.StreamReader) -> bytes:
             await reader.readexactly(exc.consumed)
         except asyncio.IncompleteReadError:
             break
+    raise Overlong(_id_of(match))
+
+
+def _id_of(match: re.Match[bytes] | None) -> Any:
+    """The request id an overlong line's first bytes show (:data:`_HEAD_ID`), else None."""
     try:
-        rid = None if match is None else orjson.loads(match.group(1))
+        return None if match is None else orjson.loads(match.group(1))
     except orjson.JSONDecodeError:  # (an escape that is no character)
-        rid = None
-    raise Overlong(rid)
+        return None
 
 
 def _wire() -> tuple[int, int] | None:
@@ -111,7 +115,17 @@ def parse_error(problem: object) -> SessionMessage:
 @asynccontextmanager
 async def raw_stdio() -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
     """This process's standard input and output as an asyncio reader and writer on the event loop
-    (both must be pipes or sockets: :func:`pipes_available`); the lean relay reads and writes bytes."""
+    (both must be pipes or sockets: :func:`pipes_available`)."""
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    async with stdio_pipes(lambda: asyncio.StreamReaderProtocol(reader)) as writer:
+        yield reader, writer
+
+
+@asynccontextmanager
+async def stdio_pipes(reading: Callable[[], asyncio.BaseProtocol]) -> AsyncIterator[asyncio.StreamWriter]:
+    """This process's standard input read by the protocol ``reading`` makes, and its standard output as a
+    writer, on the event loop (both must be pipes or sockets: :func:`pipes_available`); the lean relay
+    reads and writes bytes."""
     loop = asyncio.get_running_loop()
     wire = _wire()
     if wire is None:
@@ -120,12 +134,10 @@ async def raw_stdio() -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.Strea
     read_transport: asyncio.BaseTransport | None = None
     write_transport: asyncio.WriteTransport | None = None
     try:
-        reader = asyncio.StreamReader(limit=LINE_LIMIT)
-        read_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
-                                                         os.fdopen(os.dup(wire_in), "rb", buffering=0))
+        read_transport, _ = await loop.connect_read_pipe(reading, os.fdopen(os.dup(wire_in), "rb", buffering=0))
         write_transport, protocol = await loop.connect_write_pipe(_FlowControl, os.fdopen(os.dup(wire_out), "wb",
                                                                                            buffering=0))
-        yield reader, asyncio.StreamWriter(write_transport, protocol, None, loop)
+        yield asyncio.StreamWriter(write_transport, protocol, None, loop)
     finally:
         for transport in (read_transport, write_transport):
             if transport is not None:
@@ -177,6 +189,74 @@ async def pipe_stdio() -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionM
             tasks.start_soon(write_messages)
             yield incoming, outgoing
             tasks.cancel_scope.cancel()
+
+
+class Lines:
+    """A byte stream cut into its lines as it comes: each complete line (with its newline) goes to ``line``
+    in the callback that read it, with no task to wake. A line above ``limit`` bytes is read past to its
+    newline and ``too_long`` is told once, with the :class:`Overlong` that names the request id its first
+    bytes show (as :func:`read_line` does), so the client can be told which request it was.
+
+    While :attr:`paused` (set by whoever a line made stop reading), no more lines are handed on, not even the
+    rest of the bytes at hand: they are kept, in order, until :meth:`resume`."""
+
+    def __init__(self, line: Callable[[bytes], object], too_long: Callable[[Overlong], object],
+                 limit: int = LINE_LIMIT) -> None:
+        self._line, self._too_long, self._limit = line, too_long, limit
+        self._partial = bytearray()  # the start of a line whose newline has not come yet
+        self._dropping = False  # in a line above the limit, until its newline
+        self.paused = False
+        self._kept = bytearray()  # what came while paused (at most a read's worth: its reader is paused too)
+
+    def feed(self, data: bytes) -> None:
+        if self.paused:
+            self._kept += data
+            return
+        start = 0
+        while not self._held() and (end := data.find(b"\n", start)) >= 0:
+            if self._dropping:
+                self._dropping = False
+            elif self._partial:
+                self._partial += data[start:end + 1]
+                line = bytes(self._partial)
+                self._partial.clear()
+                self._deliver(line)
+            else:
+                self._deliver(data if start == 0 and end == len(data) - 1 else data[start:end + 1])
+            start = end + 1
+        if self._held():  # (a line paused it)
+            self._kept += data[start:]
+            return
+        if start < len(data) and not self._dropping:
+            self._partial += data[start:]
+            if len(self._partial) > self._limit:
+                head = bytes(self._partial[:512])
+                self._partial.clear()
+                self._dropping = True
+                self._too_long(Overlong(_id_of(_HEAD_ID.match(head))))
+
+    def _held(self) -> bool:
+        return self.paused
+
+    def resume(self) -> None:
+        """Hand on lines again, first those of what was kept."""
+        self.paused = False
+        if self._kept:
+            kept = bytes(self._kept)
+            self._kept.clear()
+            self.feed(kept)
+
+    def end(self) -> bytes:
+        """What came after the last newline (a last line without one), at the end of the stream."""
+        rest = bytes(self._partial)
+        self._partial.clear()
+        return rest
+
+    def _deliver(self, line: bytes) -> None:
+        if len(line) > self._limit:
+            self._too_long(Overlong(_id_of(_HEAD_ID.match(line, 0, 512))))
+        else:
+            self._line(line)
 
 
 class _FlowControl(asyncio.streams.FlowControlMixin, asyncio.Protocol):

@@ -35,7 +35,7 @@ from .config import ProxyConfig
 from .judge import DecisionHook, GuardedSession, Verdict, held_back_text, judge, stopped_text
 from .recording import SessionLog, TraceWriter
 
-__all__ = ["CallJudge", "Forward", "SESSION_STOPPED", "ARGUMENTS_TOO_LARGE", "SERVER_NAME", "SERVER_TITLE",
+__all__ = ["CallJudge", "Forward", "Judged", "SESSION_STOPPED", "ARGUMENTS_TOO_LARGE", "SERVER_NAME", "SERVER_TITLE",
            "INSTRUCTIONS"]
 
 log = logging.getLogger("forewarn.mcp")
@@ -48,6 +48,8 @@ INSTRUCTIONS = ("Tool calls pass through Forewarn, which may hold back a risky c
 _AUDIT_STATUS = {Action.ALLOW: ("allowed", ""), Action.REFLECT: ("held", "reflect: "),
                  Action.STOP: ("held", "stop (the session is stopped): "), Action.ASK_HUMAN: ("pending", "")}
 _MAX_EDITS = 5  # edits of one call judged again; past that the approvers' answer is a refusal
+
+Judged = tuple[Verdict, Mapping[str, Any] | None]  # a call's verdict and the state it would lead to (judge)
 
 
 @dataclass
@@ -127,13 +129,25 @@ class CallJudge:
             raise MCPError(ARGUMENTS_TOO_LARGE, f"the arguments of the call to {name!r} are {size} bytes, above the "
                                                 f"proxy's limit of {self.config.max_argument_bytes}; not forwarded")
 
+    def judge_now(self, guarded: GuardedSession, name: str, args: dict[str, Any]) -> Forward | Judged:
+        """The first judging of a proposed call, which waits for nothing: a :class:`Forward` when the guard
+        allows the call as it came, else its verdict and state, for :meth:`settle` to go on from (``judged=``).
+        The caller holds the session's lock and has seen that the session is not stopped."""
+        verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools, fallback=self._fallback)
+        if verdict.action is Action.ALLOW:
+            guarded.calls += 1
+            return Forward(name, args, False, judged=verdict)  # its span and audit row: forwarded()
+        return verdict, state
+
     async def settle(self, guarded: GuardedSession, name: str, args: dict[str, Any], *, elicit: Elicit | None,
-                     lists: Callable[[str], bool], tools: Callable[[], list[str]]) -> Forward | str:
+                     lists: Callable[[str], bool], tools: Callable[[], list[str]],
+                     judged: Judged | None = None) -> Forward | str:
         """Judge a proposed call (and an approver's edits of it) until it is to be forwarded (a
         :class:`Forward`) or answered by the proxy (the text of an ``isError`` result).
 
         ``elicit``: how to ask the client (None: it did not declare elicitation); ``lists``: whether an
-        upstream lists a tool; ``tools``: the tools to tell the console. The caller holds the session's lock.
+        upstream lists a tool; ``tools``: the tools to tell the console; ``judged``: the call's verdict and
+        state from :meth:`judge_now`, if it was judged already. The caller holds the session's lock.
 
         Raises:
             MCPError: :data:`SESSION_STOPPED` — the guard stopped the session, now or earlier.
@@ -143,8 +157,11 @@ class CallJudge:
         while True:
             if guarded.stopped is not None:
                 raise MCPError(SESSION_STOPPED, stopped_text(name, guarded.stopped, later=True))
-            verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools,
-                                   fallback=self._fallback)
+            if judged is not None:
+                (verdict, state), judged = judged, None
+            else:
+                verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools,
+                                       fallback=self._fallback)
             if verdict.action is Action.ALLOW:
                 proposal: str | None = None
                 if edit_of is not None and guarded.remote is not None and state is not None:
@@ -200,16 +217,28 @@ class CallJudge:
     async def failed(self, guarded: GuardedSession, go: Forward, message: str) -> None:
         """The forwarded call failed (an MCP error): it may have run in part, so an error step is committed."""
         self.forwarded(guarded, go)
-        await self._commit(guarded, ToolStep(go.name, go.args, CallStatus.ERROR, message, approved=go.approved),
-                           go.proposal, go.audited)
+        await self._commit(guarded, _failed_step(go, message), go.proposal, go.audited)
 
     async def ran(self, guarded: GuardedSession, go: Forward, is_error: bool, text: str) -> str | None:
         """Commit the forwarded call's result; the words to append to it when the state it led to is one
         the guard acts on (and the session is then stopped if the guard says stop), else None."""
         self.forwarded(guarded, go)
-        step = ToolStep(go.name, go.args, CallStatus.ERROR if is_error else CallStatus.SUCCESS, text,
-                        approved=go.approved)
-        after = await self._commit(guarded, step, go.proposal, go.audited)
+        return self._words_after(guarded, await self._commit(guarded, _ran_step(go, is_error, text), go.proposal,
+                                                             go.audited))
+
+    def failed_now(self, guarded: GuardedSession, go: Forward, message: str) -> None:
+        """:meth:`failed` where there is nothing to wait for: no sidecar (``self.sidecar`` is None)."""
+        assert self.sidecar is None
+        self.forwarded(guarded, go)
+        self._commit_here(guarded, _failed_step(go, message), go.audited)
+
+    def ran_now(self, guarded: GuardedSession, go: Forward, is_error: bool, text: str) -> str | None:
+        """:meth:`ran` where there is nothing to wait for: no sidecar (``self.sidecar`` is None)."""
+        assert self.sidecar is None
+        self.forwarded(guarded, go)
+        return self._words_after(guarded, self._commit_here(guarded, _ran_step(go, is_error, text), go.audited))
+
+    def _words_after(self, guarded: GuardedSession, after: Decision | None) -> str | None:
         if after is None or after.action not in (Action.STOP, Action.REFLECT) or not after.known:
             return None
         words = f"Forewarn: after this call, {after.message or 'the run is at risk'}"
@@ -220,6 +249,16 @@ class CallJudge:
 
     async def _commit(self, guarded: GuardedSession, step: ToolStep, proposal: str | None,
                       audited: str | None = None) -> Decision | None:
+        committed = self._commit_here(guarded, step, audited)
+        if committed is None or self.sidecar is None:
+            return committed
+        remote = await self._remote(guarded)
+        decision: Decision = await remote.observe(guarded.state, action={"tool": step.name, "args": step.args},
+                                                  ask=False, proposal=proposal)
+        return decision
+
+    def _commit_here(self, guarded: GuardedSession, step: ToolStep, audited: str | None) -> Decision | None:
+        """Commit a call that ran to the session and the local audit store: the guard's decision after it."""
         try:
             state, decision = guarded.ran(step)
         except Exception as exc:  # a result the extractor cannot read: the call ran, the state is unknown
@@ -228,10 +267,6 @@ class CallJudge:
         if self.audit is not None and guarded.session is not None:
             self.audit.step(guarded.id, state, {"tool": step.name, "args": step.args}, guarded.session.history[-1],
                             audited)
-        if self.sidecar is not None:
-            remote = await self._remote(guarded)
-            decision = await remote.observe(state, action={"tool": step.name, "args": step.args}, ask=False,
-                                            proposal=proposal)
         return decision
 
     async def _remote(self, guarded: GuardedSession) -> Any:
@@ -270,3 +305,10 @@ class CallJudge:
             except Exception as exc:  # an observer must not fail the call
                 log.warning("on_decision hook failed: %s", exc)
 
+
+def _ran_step(go: Forward, is_error: bool, text: str) -> ToolStep:
+    return ToolStep(go.name, go.args, CallStatus.ERROR if is_error else CallStatus.SUCCESS, text, approved=go.approved)
+
+
+def _failed_step(go: Forward, message: str) -> ToolStep:
+    return ToolStep(go.name, go.args, CallStatus.ERROR, message, approved=go.approved)

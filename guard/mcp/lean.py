@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import mcp_types as types
@@ -20,10 +21,10 @@ from mcp.shared.exceptions import MCPError
 from . import _frames as wire
 from ._frames import error_frame, result_frame, text_item
 from .approval import Elicit
-from .calls import CallJudge, Forward
+from .calls import CallJudge, Forward, Judged
 from .judge import GuardedSession
 
-__all__ = ["lean_call", "Forwarder"]
+__all__ = ["lean_call", "judge_now", "answered_now", "Answered", "failure_frame", "Forwarder"]
 
 log = logging.getLogger("forewarn.mcp")
 
@@ -33,18 +34,17 @@ Forwarder = Callable[[bytes, str], Awaitable[tuple[bytes, dict[str, Any]]]]
 
 
 async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, session: Callable[[], GuardedSession],
-                    lock: asyncio.Lock, tools: set[str], list_tools: Callable[[], Awaitable[None]],
-                    elicit: Elicit | None, forward: Forwarder) -> bytes:
+                    lock: AbstractAsyncContextManager[Any], tools: set[str], list_tools: Callable[[], Awaitable[None]],
+                    elicit: Elicit | None, forward: Forwarder, judged: Judged | None = None) -> bytes:
     """The frame that answers the ``tools/call`` request ``message`` (``frame``: its bytes as they came).
 
     ``session``: the client's guarded session (opened on first use); ``lock``: the session's;
     ``tools``: the tools the upstream listed so far, ``list_tools`` refreshes them; ``elicit``: how to ask
-    the client (None: it did not declare elicitation)."""
+    the client (None: it did not declare elicitation); ``judged``: the call's verdict from :func:`judge_now`
+    (the caller then holds the session's turn, and ``lock`` is a no-op)."""
     rid = message["id"]
-    params = message.get("params")
-    name = params.get("name") if isinstance(params, dict) else None
-    args = (params.get("arguments") or {}) if isinstance(params, dict) else None
-    if not isinstance(name, str) or not isinstance(args, dict):
+    name, args = _name_and_args(message)
+    if name is None or args is None:
         return error_frame(rid, types.INVALID_PARAMS, "tools/call needs params.name (a string) and "
                                                       "params.arguments (an object)")
     try:
@@ -56,7 +56,7 @@ async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, 
         guarded = session()
         async with lock:
             go = await judge.settle(guarded, name, args, elicit=elicit, lists=tools.__contains__,
-                                    tools=lambda: sorted(tools))
+                                    tools=lambda: sorted(tools), judged=judged)
             if isinstance(go, str):
                 return result_frame(rid, {"content": [text_item(go)], "isError": True})
             if go.name != name or go.args is not args:  # an approver's edit: the call as edited
@@ -66,8 +66,96 @@ async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, 
     except MCPError as exc:
         return error_frame(rid, exc.error.code, exc.error.message)
     except Exception as exc:  # a bug or a sidecar gone: one error for this call, never a hung client
-        log.exception("tools/call %r failed in the proxy", name)
-        return error_frame(rid, types.INTERNAL_ERROR, f"the proxy failed on the call to {name!r}: {exc}")
+        return failure_frame(rid, name, exc)
+
+
+def judge_now(judge: CallJudge, message: dict[str, Any], *, session: Callable[[], GuardedSession],
+              tools: set[str]) -> tuple[GuardedSession, Forward | Judged] | None:
+    """The fast path's judging of the ``tools/call`` request ``message``, which waits for nothing: the
+    session and a :class:`.calls.Forward` when the guard allows the call as it came (forward it now, then
+    :func:`answered_now`), or the session and the call's verdict (:func:`lean_call` goes on from it:
+    ``judged=``). None when the call needs what only :func:`lean_call` does: an answer of its own (bad
+    params, too large, a stopped session), listing the tools again, or a sidecar. The caller holds the
+    session's turn (one judged call at a time)."""
+    name, args = _name_and_args(message)
+    if name is None or args is None or name not in tools or judge.sidecar is not None:
+        return None
+    try:
+        judge.check_size(name, args)
+    except MCPError:
+        return None
+    guarded = session()
+    if guarded.stopped is not None:
+        return None
+    return guarded, judge.judge_now(guarded, name, args)
+
+
+def answered_now(judge: CallJudge, guarded: GuardedSession, go: Forward, rid: Any,
+                 answered: tuple[bytes, dict[str, Any]] | BaseException) -> bytes:
+    """The frame that answers the client for a call the fast path forwarded (:func:`judge_now`): the upstream's
+    answer (its bytes and parse), or the MCPError that ended the wait; committed with nothing to wait for."""
+    try:
+        if isinstance(answered, BaseException):
+            if not isinstance(answered, MCPError):
+                raise answered
+            judge.failed_now(guarded, go, answered.error.message)
+            return error_frame(rid, answered.error.code, answered.error.message)
+        answer_frame, answer = answered
+        if "error" in answer:  # the upstream's own error, unchanged
+            judge.failed_now(guarded, go, _error_text(answer))
+            return answer_frame
+        result = _result(answer)
+        return _answer(rid, go, answer_frame, result, judge.ran_now(guarded, go, bool(result.get("isError")),
+                                                                    wire.text_of(result)))
+    except Exception as exc:  # a bug: one error for this call, never a hung client
+        return failure_frame(rid, go.name, exc)
+
+
+class Answered:
+    """Where the upstream's answer to a call forwarded on the fast path goes (a :class:`._frames.Sink`): committed
+    (:func:`answered_now`) in the callback that met it — the answer, the call's timeout or the upstream's
+    end — with no task to wake, and the frame for the client handed to ``reply``; ``reply(None)`` when
+    ``gone()`` says the client has left (nothing is committed then, as for a call cancelled on the slow path)."""
+
+    __slots__ = ("_done", "_go", "_gone", "_guarded", "_judge", "_reply", "_rid")
+
+    def __init__(self, judge: CallJudge, guarded: GuardedSession, go: Forward, rid: Any, *,
+                 reply: Callable[[bytes | None], None], gone: Callable[[], bool]) -> None:
+        self._judge, self._guarded, self._go, self._rid = judge, guarded, go, rid
+        self._reply, self._gone, self._done = reply, gone, False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, answer: tuple[bytes, dict[str, Any]], /) -> None:
+        self._finish(answer)
+
+    def set_exception(self, exc: BaseException, /) -> None:
+        self._finish(exc)
+
+    def _finish(self, answered: tuple[bytes, dict[str, Any]] | BaseException) -> None:
+        if self._done:
+            return
+        self._done = True
+        frame = None
+        try:
+            if not self._gone():
+                frame = answered_now(self._judge, self._guarded, self._go, self._rid, answered)
+        finally:
+            self._reply(frame)
+
+
+def failure_frame(rid: Any, name: str, exc: Exception) -> bytes:
+    log.error("tools/call %r failed in the proxy", name, exc_info=exc)
+    return error_frame(rid, types.INTERNAL_ERROR, f"the proxy failed on the call to {name!r}: {exc}")
+
+
+def _name_and_args(message: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
+    params = message.get("params")
+    if not isinstance(params, dict):
+        return None, None
+    name, args = params.get("name"), params.get("arguments") or {}
+    return (name if isinstance(name, str) else None), (args if isinstance(args, dict) else None)
 
 
 async def _run(judge: CallJudge, guarded: GuardedSession, go: Forward, rid: Any, frame: bytes,
@@ -81,11 +169,25 @@ async def _run(judge: CallJudge, guarded: GuardedSession, go: Forward, rid: Any,
         await judge.failed(guarded, go, exc.error.message)
         raise
     if "error" in answer:  # the upstream's own error, unchanged
-        error = answer["error"]
-        await judge.failed(guarded, go, str(error.get("message", "") if isinstance(error, dict) else error))
+        await judge.failed(guarded, go, _error_text(answer))
         return answer_frame
-    result: dict[str, Any] = answer["result"] if isinstance(answer.get("result"), dict) else {}
-    words = await judge.ran(guarded, go, bool(result.get("isError")), wire.text_of(result))
+    result = _result(answer)
+    return _answer(rid, go, answer_frame, result,
+                   await judge.ran(guarded, go, bool(result.get("isError")), wire.text_of(result)))
+
+
+def _error_text(answer: dict[str, Any]) -> str:
+    error = answer["error"]  # (an upstream's error that is not an object is passed on, and committed as a failure)
+    return str(error.get("message", "") if isinstance(error, dict) else error)
+
+
+def _result(answer: dict[str, Any]) -> dict[str, Any]:
+    return answer["result"] if isinstance(answer.get("result"), dict) else {}
+
+
+def _answer(rid: Any, go: Forward, answer_frame: bytes, result: dict[str, Any], words: str | None) -> bytes:
+    """The upstream's answer to a call that ran, as the client gets it: as it came, or with the guard's words
+    after it (the state it led to) and what the approvers changed."""
     if words is None and not go.edits:
         return answer_frame  # as the upstream said it
     content = list(result.get("content") or [])

@@ -12,12 +12,21 @@ to the client carry ids of its own (``forewarn-N``), whose answers it keeps. Eve
 gets the call timeout (:data:`.upstream.UPSTREAM_TIMEOUT`); when the upstream's process ends, what it
 held fails with :data:`.upstream.UPSTREAM_DOWN` and it is started again (the client's handshake
 replayed), up to ``restarts`` times, as :mod:`.upstream` does.
+
+Both ends are read by protocols (:mod:`._pipes`): each line is relayed in the
+callback that read it, with no task to wake. A call the guard allows as it came is judged and written
+to the upstream in that callback, and its answer committed and written to the client in the callback
+that reads it (the fast path); asking a human, an unlisted tool, a sidecar, a call while another is
+under way, or an upstream restarting take a task of their own. Flow control: while one side's pipe is
+full, the other side is not read.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
 import logging
+from collections.abc import Coroutine
+from contextlib import nullcontext
 from functools import partial
 from typing import Any
 
@@ -28,12 +37,13 @@ from mcp.shared.exceptions import MCPError
 
 from ...errors import ConfigError
 from . import _frames as wire
-from ._frames import Pending, drained, error_frame
-from ._stdio import LINE_LIMIT, Overlong, read_line
+from ._frames import Pending, Sink, Turn, drained, error_frame
+from ._pipes import ClientEnd, Flow, UpstreamEnd
+from ._stdio import LINE_LIMIT, Overlong
 from .approval import APPROVAL_SCHEMA
-from .calls import CallJudge
+from .calls import CallJudge, Forward, Judged
 from .judge import GuardedSession
-from .lean import lean_call
+from .lean import Answered, judge_now, lean_call
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 
 __all__ = ["LeanRelay", "lean_relay_fits"]
@@ -52,17 +62,19 @@ def lean_relay_fits(judge: CallJudge) -> bool:
 
 
 class LeanRelay:
-    """Relays one client (``reader``/``writer``: its stdio) to the single stdio upstream of ``judge``'s config."""
+    """Relays one client (its stdio) to the single stdio upstream of ``judge``'s config; ``limit``: the longest
+    line read from either (a longer one is read past and refused)."""
 
-    def __init__(self, judge: CallJudge) -> None:
+    def __init__(self, judge: CallJudge, *, limit: int = LINE_LIMIT) -> None:
         if not lean_relay_fits(judge):
             raise ConfigError("the lean relay serves exactly one upstream launched as a command (stdio)")
         self.judge = judge
+        self.limit = limit
         self.spec = judge.config.upstreams[0]
         self.name = self.spec.name
         self.timeout = self.spec.timeout or judge.config.call_timeout
         self.connections = 0
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: UpstreamEnd | None = None
         self._ready = asyncio.Event()
         self._down: str | None = None
         self._closing = False
@@ -75,33 +87,48 @@ class LeanRelay:
         self._initialized: bytes | None = None
         self._elicits = False
         self._guarded: GuardedSession | None = None
-        self._lock = asyncio.Lock()  # one judged call at a time, as the SDK path's session lock
+        self._turn = Turn()  # one judged call at a time, as the SDK path's session lock
         self._client: asyncio.StreamWriter | None = None
+        self._client_in: ClientEnd | None = None
+        self._waiting = 0  # requests waiting for the upstream to be up again (later ones queue behind them)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._flow = Flow(self._spawn_task)
 
     # -- running ------------------------------------------------------------------------
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Relay until the client closes its end.
+    def client_side(self) -> asyncio.Protocol:
+        """The protocol that reads the client's end (standard input; a socket in tests): connect it, then
+        :meth:`serve`. Each line is relayed in the callback that read it; nothing is read before
+        :meth:`serve` has started the upstream."""
+        if self._client_in is None:
+            self._client_in = ClientEnd(self._client_line, self._client_line_too_long, self.limit)
+        return self._client_in
+
+    async def serve(self, writer: asyncio.StreamWriter) -> None:
+        """Relay until the client closes its end (read by :meth:`client_side`'s protocol; ``writer``: the
+        client's other direction).
 
         Raises:
             ConfigError: the upstream could not be started (its command is missing, or its process
                 ended before it ever answered, ``restarts`` + 1 times), as the SDK path reports it.
         """
-        self._client = writer
+        client_in = self._client_in
+        if client_in is None:
+            raise RuntimeError("connect LeanRelay.client_side() to the client's end before serve()")
+        self._client = self._flow.client = writer
+        self._flow.client_in = client_in
         await self._spawn()
         self._ready.set()
         supervisor = asyncio.create_task(self._supervise())
-        reading = asyncio.create_task(self._read(reader))
+        client_in.reading(True)
         try:
-            await asyncio.wait((supervisor, reading), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((supervisor, client_in.ended), return_when=asyncio.FIRST_COMPLETED)
             if supervisor.done() and supervisor.exception() is not None:
                 await drained(writer)  # (the errors of what was pending reach the client first)
                 raise supervisor.exception()  # type: ignore[misc]
-            await reading
         finally:
-            self._closing = True
-            reading.cancel()
+            self._closing = self._flow.closing = True
+            client_in.reading(False)
             for task in list(self._tasks):
                 task.cancel()
             await self._stop_upstream()
@@ -109,28 +136,15 @@ class LeanRelay:
             if self._guarded is not None:
                 self.judge.close_session(self._guarded, "client disconnected")
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        while True:
-            if self._client is not None:  # a client that does not read what it is told is read no further,
-                await drained(self._client)  # so the answers the relay writes itself do not pile up here
-            try:
-                line = await read_line(reader)
-            except Overlong as exc:
-                self._to_client(error_frame(exc.id, types.PARSE_ERROR, wire.parse_problem(exc)))
-                continue
-            except OSError:
-                return
-            if not line:
-                return  # end of input: the client is gone
-            await self._from_client(line)
-
     async def _spawn(self) -> None:
         assert self.spec.command is not None
         env = {**get_default_environment(), **(self.spec.env or {})}
         try:
-            self._proc = await asyncio.create_subprocess_exec(
+            _, self._proc = await asyncio.get_running_loop().subprocess_exec(
+                lambda: UpstreamEnd(self._upstream_line, partial(self._flow.hold, "upstream"),
+                                    self._upstream_line_too_long, self.limit),
                 self.spec.command, *self.spec.args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                env=env, cwd=self.spec.cwd, limit=LINE_LIMIT)
+                stderr=None, env=env, cwd=self.spec.cwd)
         except OSError as exc:
             raise ConfigError(f"upstream {self.name!r} ({self.spec.describe()}) could not be started: "
                               f"{exc.strerror or exc}") from None
@@ -140,13 +154,13 @@ class LeanRelay:
         proc = self._proc
         if proc is None:
             return
-        if proc.stdin is not None:
-            proc.stdin.close()
+        proc.stdin.close()
         try:
-            await asyncio.wait_for(proc.wait(), 2.0)
+            await asyncio.wait_for(asyncio.shield(proc.exited), 2.0)
         except TimeoutError:
-            proc.kill()
-            await proc.wait()
+            proc.transport.kill()
+            await proc.exited
+        proc.transport.close()
 
     async def _supervise(self) -> None:
         """Read the upstream's messages; when its process ends, fail what it held and start it again.
@@ -155,25 +169,13 @@ class LeanRelay:
         failures, came_up = 0, False
         while True:
             proc = self._proc
-            assert proc is not None and proc.stdout is not None
-            answered = False
-            while True:
-                try:
-                    line = await proc.stdout.readline()
-                except ValueError:  # a line beyond the limit: dropped (its request times out)
-                    log.warning("upstream %r sent a line above %d bytes; dropped", self.name, LINE_LIMIT)
-                    continue
-                if not line:
-                    break
-                answered = came_up = True
-                self._from_upstream(line)
-                if self._client is not None:
-                    await drained(self._client)
+            assert proc is not None
+            code = await proc.ended()  # (its lines go to _from_upstream as they come: UpstreamEnd)
+            answered = proc.answered
+            came_up = came_up or answered
             if self._closing:
                 return
-            code = await proc.wait()
-            if proc.stdin is not None:
-                proc.stdin.close()
+            proc.transport.close()
             self._ready.clear()
             failures = 0 if answered else failures + 1
             if not came_up and failures > self.judge.config.restarts:
@@ -198,9 +200,7 @@ class LeanRelay:
             except ConfigError as exc:
                 self._give_up(str(exc))
                 return
-            task = asyncio.create_task(self._handshake())  # its answer comes through this loop
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn_task(self._handshake())  # its answer comes through _from_upstream
 
     async def _handshake(self) -> None:
         """The client's handshake again with a restarted upstream; requests wait for it (``_ready``)."""
@@ -208,7 +208,7 @@ class LeanRelay:
             if self._init is not None:
                 await self._ask_upstream("initialize", self._init.get("params"), ready=False)
                 if self._initialized is not None:
-                    await self._to_upstream(self._initialized)
+                    self._to_upstream(self._initialized)
         except MCPError as exc:  # (died again: the supervisor sees it)
             log.warning("upstream %r: the handshake after a restart failed: %s", self.name, exc.error.message)
             return
@@ -220,7 +220,7 @@ class LeanRelay:
 
     # -- from the client ------------------------------------------------------------------
 
-    async def _from_client(self, line: bytes) -> None:
+    def _from_client(self, line: bytes) -> None:
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
@@ -240,12 +240,12 @@ class LeanRelay:
                 if not future.done():
                     future.set_result(message)
             else:
-                await self._to_upstream(line)
+                self._to_upstream(line)
             return
         if "id" not in message:  # a notification
             if method == "notifications/initialized":
                 self._initialized = line
-            await self._to_upstream(line)
+            self._to_upstream(line)
             return
         rid = message["id"]
         key = orjson.dumps(rid)
@@ -259,40 +259,56 @@ class LeanRelay:
                                                                         f"this session are under way already"))
                 return
             self._calls.add(key)
-            task = asyncio.create_task(self._call(message, line, key))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tools_call(message, line, key)
             return
         if method == "initialize":
             self._init = message
             params = message.get("params")
             capabilities = params.get("capabilities") if isinstance(params, dict) else None
             self._elicits = isinstance(capabilities, dict) and "elicitation" in capabilities
-        await self._forward(rid, method, line, None, key=key)
+        if self._waiting or not self._ready.is_set():  # (it waits, as do the requests behind it)
+            self._waiting += 1
+            self._spawn_task(self._forward(rid, method, line, None, queued=True, key=key))
+        elif self._down is not None:
+            self._answer_error(rid, None, UPSTREAM_DOWN, self._down)
+        else:
+            self._send(key, rid, method, line, None)
 
-    async def _forward(self, rid: Any, what: str, line: bytes,
-                       future: asyncio.Future[tuple[bytes, dict[str, Any]]] | None, *, ready: bool = True,
-                       key: bytes | None = None) -> None:
-        """Send a request upstream; its answer goes to ``future``, else to the client as it is. A request whose
-        id one under way has (the client's own, or one of the relay's) is answered with an error, not sent."""
-        if ready and not self._ready.is_set():
-            try:
-                await asyncio.wait_for(self._ready.wait(), _CONNECT_TIMEOUT)
-            except TimeoutError:
-                self._answer_error(rid, future, UPSTREAM_DOWN,
-                                   f"upstream {self.name!r} did not reconnect within {_CONNECT_TIMEOUT:g} s")
+    def _spawn_task(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _forward(self, rid: Any, what: str, line: bytes, future: Sink | None, *, ready: bool = True,
+                       queued: bool = False, key: bytes | None = None) -> None:
+        """Send a request upstream once it is up (``ready``); its answer goes to ``future``, else to the client
+        as it is. ``queued``: one of the requests counted in ``_waiting``. A request whose id one under way
+        has (the client's own, or one of the relay's) is answered with an error, not sent."""
+        try:
+            if ready and not self._ready.is_set():
+                try:
+                    await asyncio.wait_for(self._ready.wait(), _CONNECT_TIMEOUT)
+                except TimeoutError:
+                    self._answer_error(rid, future, UPSTREAM_DOWN,
+                                       f"upstream {self.name!r} did not reconnect within {_CONNECT_TIMEOUT:g} s")
+                    return
+            if ready and self._down is not None:
+                self._answer_error(rid, future, UPSTREAM_DOWN, self._down)
                 return
-        if ready and self._down is not None:
-            self._answer_error(rid, future, UPSTREAM_DOWN, self._down)
-            return
-        key = key or orjson.dumps(rid)
-        if key in self._pending:
-            self._answer_error(rid, future, types.INVALID_REQUEST, f"Invalid Request: id {wire.shown(rid)} is taken "
-                                                                   f"by a request still under way")
-            return
+            key = key or orjson.dumps(rid)
+            if key in self._pending:
+                self._answer_error(rid, future, types.INVALID_REQUEST, f"Invalid Request: id {wire.shown(rid)} is "
+                                                                       f"taken by a request still under way")
+                return
+            self._send(key, rid, what, line, future)
+        finally:
+            if queued:
+                self._waiting -= 1
+
+    def _send(self, key: bytes, rid: Any, what: str, line: bytes, future: Sink | None) -> None:
         timer = asyncio.get_running_loop().call_later(self._limit(what), self._expire, key)
         self._pending[key] = Pending(rid, what, timer, future)
-        await self._to_upstream(line)
+        self._to_upstream(line)
 
     def _expire(self, key: bytes) -> None:
         pending = self._pending.pop(key, None)
@@ -313,7 +329,7 @@ class LeanRelay:
                                f"upstream {self.name!r} closed the connection during {item.what} ({reason}); "
                                f"restarting it")
 
-    def _answer_error(self, rid: Any, future: asyncio.Future[Any] | None, code: int, message: str) -> None:
+    def _answer_error(self, rid: Any, future: Sink | None, code: int, message: str) -> None:
         if future is None:
             self._to_client(error_frame(rid, code, message))
         elif not future.done():
@@ -361,14 +377,53 @@ class LeanRelay:
 
     # -- tools/call -------------------------------------------------------------------------
 
-    async def _call(self, message: dict[str, Any], line: bytes, key: bytes) -> None:
-        try:
-            self._to_client(await lean_call(self.judge, message, line, session=self._session, lock=self._lock,
-                                            tools=self._tools, list_tools=self._list_tools,
-                                            elicit=self._elicit if self._elicits else None,
-                                            forward=partial(self._forward_call, message["id"], key)))
+    def _tools_call(self, message: dict[str, Any], line: bytes, key: bytes) -> None:
+        """A call the guard allows as it came, when no other call of the session is under way, the upstream is
+        up and there is no sidecar, takes the fast path: judged and written to the upstream here, in the
+        callback that read it, and its answer committed and relayed in the callback that reads that
+        (:class:`.lean.Answered`). Any other call is a task of its own (:func:`.lean.lean_call`), which waits
+        for the session's turn; a call the fast path judged and did not allow hands it its verdict."""
+        judged: Judged | None = None
+        if not self._waiting and self._ready.is_set() and self._down is None and self._turn.take_now():
+            try:
+                now = judge_now(self.judge, message, session=self._session, tools=self._tools)
+            except Exception:  # a bug: lean_call meets it again and answers with it
+                now = None
+            if now is None:
+                self._turn.release()
+            elif isinstance(now[1], Forward):
+                guarded, go, rid = now[0], now[1], message["id"]
+                self._send(key, rid, f"tools/call {go.name!r}", line,
+                           Answered(self.judge, guarded, go, rid, reply=partial(self._replied, key),
+                                    gone=lambda: self._closing))
+                try:
+                    self.judge.forwarded(guarded, go)  # (its span and audit row, once the request is on its way)
+                except Exception:  # (in the callback that read the line: never let it close the client's end)
+                    log.exception("tools/call %r: recording the decision failed", go.name)
+                return
+            else:
+                judged = now[1]  # (the turn is the task's now)
+        self._spawn_task(self._call(message, line, key, judged))
+
+    def _replied(self, key: bytes, frame: bytes | None) -> None:
+        """A call on the fast path is over: the session's turn goes on, and its answer to the client."""
+        self._calls.discard(key)
+        self._turn.release()
+        if frame is not None:
+            self._to_client(frame)
+
+    async def _call(self, message: dict[str, Any], line: bytes, key: bytes, judged: Judged | None) -> None:
+        """A call on the slow path; ``judged``: its verdict from the fast path, which handed it the turn."""
+        try:  # (the turn is taken once the tool is known to be listed, as the SDK path takes its lock)
+            frame = await lean_call(self.judge, message, line, session=self._session,
+                                    lock=self._turn if judged is None else nullcontext(), tools=self._tools,
+                                    list_tools=self._list_tools, elicit=self._elicit if self._elicits else None,
+                                    forward=partial(self._forward_call, message["id"], key), judged=judged)
         finally:
             self._calls.discard(key)
+            if judged is not None:
+                self._turn.release()
+        self._to_client(frame)
 
     async def _forward_call(self, rid: Any, key: bytes, line: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
         future: asyncio.Future[tuple[bytes, dict[str, Any]]] = asyncio.get_running_loop().create_future()
@@ -407,10 +462,23 @@ class LeanRelay:
         if self._client is not None and not self._client.is_closing():
             self._client.write(line if line.endswith(b"\n") else line + b"\n")
 
-    async def _to_upstream(self, line: bytes) -> None:
+    def _to_upstream(self, line: bytes) -> None:
+        """(While the upstream's input pipe is full, the client's end is not read: :class:`._pipes.Flow`.)"""
         proc = self._proc
-        if proc is None or proc.stdin is None or proc.stdin.is_closing():
+        if proc is None or proc.stdin.is_closing():
             return  # (the supervisor fails what is pending and starts it again)
         proc.stdin.write(line if line.endswith(b"\n") else line + b"\n")
-        await drained(proc.stdin)
 
+    def _upstream_line(self, line: bytes) -> None:
+        self._from_upstream(line)
+        self._flow.upstream_line_done(None if self._proc is None else self._proc.output)
+
+    def _upstream_line_too_long(self, exc: Overlong) -> None:  # dropped: its request times out
+        log.warning("upstream %r sent a line above %d bytes; dropped", self.name, self.limit)
+
+    def _client_line(self, line: bytes) -> None:
+        self._from_client(line)
+        self._flow.client_line_done()
+
+    def _client_line_too_long(self, exc: Overlong) -> None:
+        self._to_client(error_frame(exc.id, types.PARSE_ERROR, wire.parse_problem(exc)))

@@ -12,7 +12,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from ...errors import ConfigError
-from ._stdio import parse_error, pipe_stdio, pipes_available, raw_stdio
+from ._stdio import parse_error, pipe_stdio, pipes_available, stdio_pipes
 from .http_relay import HttpRelay, lean_http_fits
 from .proxy import GuardedProxy
 from .relay import LeanRelay, lean_relay_fits
@@ -32,8 +32,9 @@ async def serve_stdio(proxy: GuardedProxy, *, relay: str = "auto") -> None:
             raise ConfigError("--relay lean serves one upstream launched as a command (stdio); this proxy has "
                               f"{len(proxy.config.upstreams)} upstream(s) — use --relay sdk")
         if pipes_available():
-            async with raw_stdio() as (reader, writer):
-                await LeanRelay(proxy).serve(reader, writer)
+            lean = LeanRelay(proxy)
+            async with stdio_pipes(lean.client_side) as writer:
+                await lean.serve(writer)
             return
     if pipes_available():
         async with proxy.running() as server, pipe_stdio() as (read, write):

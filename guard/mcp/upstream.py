@@ -212,7 +212,8 @@ def _missing(exc: BaseException) -> str | None:
     """Why a command could not be run at all (not found, not executable), as the lean relay says it; else None."""
     if isinstance(exc, BaseExceptionGroup):
         return _missing(exc.exceptions[0]) if exc.exceptions else None
-    if isinstance(exc, FileNotFoundError | PermissionError | NotADirectoryError) and exc.filename is not None:
+    # (before the server ever answered; uvloop's spawn names no file in the error, asyncio's does)
+    if isinstance(exc, FileNotFoundError | PermissionError | NotADirectoryError):
         return exc.strerror or str(exc)
     return None
 

@@ -87,9 +87,10 @@ async def lean_connected(proxy: GuardedProxy, **client: Any) -> AsyncIterator[tu
     """A ``ClientSession`` on the lean relay of ``proxy`` (stdio, one upstream) in this process, over a
     socket pair — the relay reads and writes bytes as it does on a host's pipes — and the relay."""
     ours, theirs = socket.socketpair()
-    reader, writer = await asyncio.open_connection(sock=theirs, limit=LINE_LIMIT)
     relay = LeanRelay(proxy)
-    served = asyncio.create_task(relay.serve(reader, writer))
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.create_connection(relay.client_side, sock=theirs)
+    served = asyncio.create_task(relay.serve(asyncio.StreamWriter(transport, protocol, None, loop)))
     from_relay, to_relay = await asyncio.open_connection(sock=ours, limit=LINE_LIMIT)
     inbox_send, inbox = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     outbox, outbox_receive = anyio.create_memory_object_stream[SessionMessage](16)
@@ -113,9 +114,8 @@ async def lean_connected(proxy: GuardedProxy, **client: Any) -> AsyncIterator[tu
             yield session, relay
         to_relay.close()  # the client's end closes: the relay stops its upstream and returns
         await served
-        writer.close()
+        transport.close()
         await to_relay.wait_closed()
-        await writer.wait_closed()
         tasks.cancel_scope.cancel()
 
 
@@ -134,9 +134,11 @@ async def lean_raw(proxy: GuardedProxy, limit: int = LINE_LIMIT, capabilities: d
     closed at the end, and the relay has returned."""
     hello = {**HELLO, "params": {**HELLO["params"], "capabilities": capabilities or {}}}
     ours, theirs = socket.socketpair()
-    reader, writer = await asyncio.open_connection(sock=theirs, limit=limit)
-    relay = LeanRelay(proxy)
-    served = asyncio.create_task(relay.serve(reader, writer))
+    relay = LeanRelay(proxy, limit=limit)
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.create_connection(relay.client_side, sock=theirs)
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    served = asyncio.create_task(relay.serve(writer))
     from_relay, to_relay = await asyncio.open_connection(sock=ours, limit=LINE_LIMIT)
     try:
         to_relay.write(orjson.dumps(hello) + b"\n" + b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
