@@ -14,8 +14,11 @@ from pydantic import ValidationError
 from .._version import __version__
 from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE
 
-__all__ = ["Sink", "Pending", "Turn", "drained", "parse_problem", "invalid", "legal_id", "shown", "error_frame",
+__all__ = ["MAX_CALLS", "Sink", "Pending", "Turn", "drained", "parse_problem", "invalid", "legal_id", "shown", "error_frame",
            "result_frame", "text_item", "text_of", "as_proxy", "raise_error", "elicit_result", "tool_names"]
+
+
+MAX_CALLS = 256  # tools/call requests of one session under way at once, in either lean relay
 
 
 class Sink(Protocol):

@@ -28,6 +28,7 @@ class HttpSession:
     elicits: bool
     guarded: GuardedSession | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    calls: int = 0  # its tools/call requests under way (judged and forwarded one at a time)
     seen: float = field(default_factory=time.monotonic)  # the session's last request
 
 

@@ -50,9 +50,9 @@ from ._asgi import (
     session_id,
     until_gone,
 )
-from ._frames import error_frame
+from ._frames import MAX_CALLS, error_frame
 from ._http1 import Http1, HttpError, Response, Unreachable
-from ._http_sessions import HttpSessions
+from ._http_sessions import HttpSession, HttpSessions
 from ._sse import answer_in, sse_event
 from .approval import APPROVAL_SCHEMA
 from .calls import SERVER_NAME, CallJudge
@@ -361,6 +361,17 @@ class HttpRelay:
                     send: Send) -> None:
         sid = session_id(headers)
         state = self._sessions.of(sid)
+        if state.calls >= MAX_CALLS:  # (they run one at a time: a client this far ahead only holds connections)
+            return await reply(send, 429, error_frame(message["id"], types.INVALID_REQUEST, f"Invalid Request: "
+                                                      f"{MAX_CALLS} calls of this session are under way already"))
+        state.calls += 1
+        try:
+            await self._judged(message, body, headers, send, sid, state)
+        finally:
+            state.calls -= 1
+
+    async def _judged(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]], send: Send,
+                      sid: str | None, state: HttpSession) -> None:
         answer_to = Reply(send)
 
         def session() -> GuardedSession:

@@ -37,7 +37,7 @@ from mcp.shared.exceptions import MCPError
 
 from ...errors import ConfigError
 from . import _frames as wire
-from ._frames import Pending, Sink, Turn, drained, error_frame
+from ._frames import MAX_CALLS, Pending, Sink, Turn, drained, error_frame
 from ._pipes import ClientEnd, Flow, UpstreamEnd
 from ._stdio import LINE_LIMIT, Overlong
 from .approval import APPROVAL_SCHEMA
@@ -52,7 +52,6 @@ log = logging.getLogger("forewarn.mcp")
 
 _CONNECT_TIMEOUT = 30.0
 _OWN = "forewarn-"  # the prefix of the ids of the relay's own requests
-_MAX_CALLS = 256  # tools/call requests of the client under way at once (judged and forwarded one at a time)
 
 
 def lean_relay_fits(judge: CallJudge) -> bool:
@@ -254,8 +253,8 @@ class LeanRelay:
                                                                     f"taken by a request still under way"))
             return
         if method == "tools/call":
-            if len(self._calls) >= _MAX_CALLS:  # (they run one at a time: a client this far ahead only fills memory)
-                self._to_client(error_frame(rid, types.INVALID_REQUEST, f"Invalid Request: {_MAX_CALLS} calls of "
+            if len(self._calls) >= MAX_CALLS:  # (they run one at a time: a client this far ahead only fills memory)
+                self._to_client(error_frame(rid, types.INVALID_REQUEST, f"Invalid Request: {MAX_CALLS} calls of "
                                                                         f"this session are under way already"))
                 return
             self._calls.add(key)

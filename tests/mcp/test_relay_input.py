@@ -308,3 +308,34 @@ def test_an_http_body_that_never_ends_is_answered_408_and_others_are_served_mean
     stalled, meanwhile = anyio.run(scenario)
     assert stalled.startswith(b"HTTP/1.1 408 ") and b"the request body did not end within 1 s" in stalled
     assert meanwhile.status_code == 200 and "meanwhile" in meanwhile.text
+
+
+def test_http_calls_of_one_session_far_ahead_of_their_answers_are_refused_past_a_bound(
+        mcp_model: GuardModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session's calls run one at a time; past ``MAX_CALLS`` under way (256; 3 here) the next is refused at
+    once (429, -32600) rather than held on a connection of its own, and once they end the session goes on."""
+    monkeypatch.setattr("forewarn.guard.mcp.http_relay.MAX_CALLS", 3)
+
+    async def scenario() -> tuple[list[httpx.Response], httpx.Response, httpx.Response]:
+        with http_server("flaky-http") as upstream:
+            proxy = proxy_for(Guard(mcp_model), UpstreamSpec("flaky", url=upstream), unknown_tools="allow",
+                              call_timeout=120.0)
+            async with serving(proxy, "lean") as url, httpx.AsyncClient(timeout=60) as raw:
+                first = await raw.post(url, headers=HTTP_HEADERS, json=HELLO)
+                theirs = {**HTTP_HEADERS, "mcp-session-id": first.headers["mcp-session-id"],
+                          "mcp-protocol-version": "2025-06-18"}
+                await raw.post(url, headers=theirs, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+                under_way = [asyncio.create_task(raw.post(url, headers=theirs, content=call(rid, "hang", seconds=1)))
+                             for rid in (1, 2, 3)]
+                await anyio.sleep(0.5)
+                refused = await raw.post(url, headers=theirs, content=call(4, text="too far ahead"))
+                with anyio.fail_after(30):
+                    answered = list(await asyncio.gather(*under_way))
+                after = await raw.post(url, headers=theirs, content=call(5, text="still here"))
+        return answered, refused, after
+
+    answered, refused, after = anyio.run(scenario)
+    assert refused.status_code == 429 and refused.json() == {"jsonrpc": "2.0", "id": 4, "error": {
+        "code": types.INVALID_REQUEST, "message": "Invalid Request: 3 calls of this session are under way already"}}
+    assert [r.status_code for r in answered] == [200, 200, 200]
+    assert after.status_code == 200 and "still here" in after.text
