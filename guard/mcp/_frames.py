@@ -15,7 +15,8 @@ from .._version import __version__
 from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE
 
 __all__ = ["MAX_CALLS", "Sink", "Pending", "Turn", "drained", "parse_problem", "invalid", "legal_id", "shown", "error_frame",
-           "result_frame", "text_item", "text_of", "as_proxy", "raise_error", "elicit_result", "tool_names"]
+           "result_frame", "text_item", "text_of", "as_proxy", "raise_error", "elicit_result", "tool_arguments",
+           "declared"]
 
 
 MAX_CALLS = 256  # tools/call requests of one session under way at once, in either lean relay
@@ -211,8 +212,15 @@ def elicit_result(answer: dict[str, Any]) -> types.ElicitResult:
                                              f"{' '.join(str(exc).split())[:200]}") from None
 
 
-def tool_names(message: dict[str, Any]) -> list[str]:
-    """The names of the tools a ``tools/list`` answer lists."""
+def tool_arguments(message: dict[str, Any]) -> dict[str, frozenset[str]]:
+    """The tools a ``tools/list`` answer lists, each with the names of the arguments its input schema declares."""
     result = message.get("result")
     tools = result.get("tools") if isinstance(result, dict) else None
-    return [t["name"] for t in tools or [] if isinstance(t, dict) and isinstance(t.get("name"), str)]
+    return {t["name"]: declared(t.get("inputSchema")) for t in tools or []
+            if isinstance(t, dict) and isinstance(t.get("name"), str)}
+
+
+def declared(schema: Any) -> frozenset[str]:
+    """The names of the arguments a tool's input schema declares (its ``properties``)."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return frozenset(k for k in properties if isinstance(k, str)) if isinstance(properties, dict) else frozenset()

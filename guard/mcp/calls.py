@@ -35,8 +35,8 @@ from .config import ProxyConfig
 from .judge import DecisionHook, GuardedSession, Verdict, held_back_text, judge, stopped_text
 from .recording import SessionLog, TraceWriter
 
-__all__ = ["CallJudge", "Forward", "Judged", "SESSION_STOPPED", "ARGUMENTS_TOO_LARGE", "SERVER_NAME", "SERVER_TITLE",
-           "INSTRUCTIONS"]
+__all__ = ["CallJudge", "Forward", "Judged", "unknown_tool", "tool_name", "SESSION_STOPPED", "ARGUMENTS_TOO_LARGE",
+           "SERVER_NAME", "SERVER_TITLE", "INSTRUCTIONS"]
 
 log = logging.getLogger("forewarn.mcp")
 
@@ -123,10 +123,11 @@ class CallJudge:
         try:
             size = len(orjson.dumps(args, default=str))
         except TypeError as exc:  # nested deeper than orjson writes (254 levels): nothing downstream could record it
-            raise MCPError(types.INVALID_PARAMS, f"the arguments of the call to {name!r} cannot be read: {exc} "
+            raise MCPError(types.INVALID_PARAMS, f"the arguments of the call to {tool_name(name)} cannot be read: "
+                                                 f"{exc} "
                                                  f"(nested too deep); not forwarded") from None
         if size > self.config.max_argument_bytes:
-            raise MCPError(ARGUMENTS_TOO_LARGE, f"the arguments of the call to {name!r} are {size} bytes, above the "
+            raise MCPError(ARGUMENTS_TOO_LARGE, f"the arguments of the call to {tool_name(name)} are {size} bytes, above the "
                                                 f"proxy's limit of {self.config.max_argument_bytes}; not forwarded")
 
     def judge_now(self, guarded: GuardedSession, name: str, args: dict[str, Any]) -> Forward | Judged:
@@ -138,6 +139,32 @@ class CallJudge:
             guarded.calls += 1
             return Forward(name, args, False, judged=verdict)  # its span and audit row: forwarded()
         return verdict, state
+
+    @staticmethod
+    def check_names(name: str, args: Mapping[str, Any], declared: frozenset[str]) -> None:
+        """Refuse a call whose arguments name one argument in two ways where case is ignored: a name its
+        tool's input schema declares (``declared``) written in another case, or two names that differ only
+        in case (unless the schema declares both). Forewarn reads the exact names; a server that matches
+        names regardless of case (Go's ``encoding/json``: ``Force`` for ``force``) would run the call with
+        the variant's value, not the one judged (CVE-2026-27896, for the arguments' own names).
+
+        Raises:
+            MCPError: ``-32602`` (invalid params), naming the two names; the call is not forwarded.
+        """
+        folded = {k.casefold(): k for k in declared}
+        seen: dict[str, str] = {}
+        for key in args:
+            fold = key.casefold()
+            if key not in declared and fold in folded:
+                meant = folded[fold]
+            else:
+                other = seen.setdefault(fold, key)
+                if other == key or (key in declared and other in declared):
+                    continue
+                meant = other
+            raise MCPError(types.INVALID_PARAMS, f"the call to {name!r} names the argument {_named(key)}, which "
+                                                 f"reads as {_named(meant)} where case is ignored (argument names "
+                                                 f"are case-sensitive); not forwarded")
 
     async def settle(self, guarded: GuardedSession, name: str, args: dict[str, Any], *, elicit: Elicit | None,
                      lists: Callable[[str], bool], tools: Callable[[], list[str]],
@@ -304,6 +331,21 @@ class CallJudge:
                 self.on_decision(guarded.id, name, args, verdict)
             except Exception as exc:  # an observer must not fail the call
                 log.warning("on_decision hook failed: %s", exc)
+
+
+def unknown_tool(name: str) -> MCPError:
+    """The error for a call to a tool no upstream of the proxy lists (its name shown in part when long)."""
+    shown = name if len(name) <= 100 else f"{name[:100]}… (the first 100 of {len(name)} characters)"
+    return MCPError(types.INVALID_PARAMS, f"Unknown tool: {shown} (no upstream of this proxy lists it)")
+
+
+def tool_name(name: str) -> str:
+    """A tool's name as an error quotes it: whole up to 100 characters (the client's own name, sent back)."""
+    return repr(name) if len(name) <= 100 else repr(name[:100]) + f" (the first 100 of {len(name)} characters)"
+
+
+def _named(key: str) -> str:
+    return orjson.dumps(key)[:40].decode(errors="replace")
 
 
 def _ran_step(go: Forward, is_error: bool, text: str) -> ToolStep:

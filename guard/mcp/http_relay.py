@@ -100,7 +100,7 @@ class HttpRelay:
         self._sessions = HttpSessions(judge, idle_timeout, lambda sid: self._background(self._forget(sid)))
         # the relay's requests to clients: id → the session asked, and its answer
         self._mine: dict[str, tuple[str | None, asyncio.Future[dict[str, Any]]]] = {}
-        self._tools: set[str] = set()
+        self._tools: dict[str, frozenset[str]] = {}  # as the upstream listed them: each with its arguments' names
         self._under_way: set[tuple[str, Any]] = set()  # (session, id) of the clients' requests being answered
         self._ids = itertools.count(1)
         self._streams: set[asyncio.Task[Any]] = set()
@@ -335,7 +335,7 @@ class HttpRelay:
         cursor: str | None = None
         while True:
             page, _ = await self._ask("tools/list", {"cursor": cursor} if cursor else None, headers)
-            self._tools.update(wire.tool_names({"result": page}))
+            self._tools.update(wire.tool_arguments({"result": page}))
             cursor = page.get("nextCursor")
             if not isinstance(cursor, str) or not cursor:
                 return

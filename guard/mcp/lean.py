@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 from . import _frames as wire
 from ._frames import error_frame, result_frame, text_item
 from .approval import Elicit
-from .calls import CallJudge, Forward, Judged
+from .calls import CallJudge, Forward, Judged, unknown_tool
 from .judge import GuardedSession
 
 __all__ = ["lean_call", "judge_now", "answered_now", "Answered", "failure_frame", "Forwarder"]
@@ -34,12 +34,13 @@ Forwarder = Callable[[bytes, str], Awaitable[tuple[bytes, dict[str, Any]]]]
 
 
 async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, session: Callable[[], GuardedSession],
-                    lock: AbstractAsyncContextManager[Any], tools: set[str], list_tools: Callable[[], Awaitable[None]],
+                    lock: AbstractAsyncContextManager[Any], tools: Mapping[str, frozenset[str]],
+                    list_tools: Callable[[], Awaitable[None]],
                     elicit: Elicit | None, forward: Forwarder, judged: Judged | None = None) -> bytes:
     """The frame that answers the ``tools/call`` request ``message`` (``frame``: its bytes as they came).
 
     ``session``: the client's guarded session (opened on first use); ``lock``: the session's;
-    ``tools``: the tools the upstream listed so far, ``list_tools`` refreshes them; ``elicit``: how to ask
+    ``tools``: the tools the upstream listed so far (each with its arguments' names), ``list_tools`` refreshes them; ``elicit``: how to ask
     the client (None: it did not declare elicitation); ``judged``: the call's verdict from :func:`judge_now`
     (the caller then holds the session's turn, and ``lock`` is a no-op)."""
     rid = message["id"]
@@ -52,7 +53,8 @@ async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, 
         if name not in tools:
             await list_tools()
             if name not in tools:
-                raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name} (no upstream of this proxy lists it)")
+                raise unknown_tool(name)
+        judge.check_names(name, args, tools[name])
         guarded = session()
         async with lock:
             go = await judge.settle(guarded, name, args, elicit=elicit, lists=tools.__contains__,
@@ -70,7 +72,7 @@ async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, 
 
 
 def judge_now(judge: CallJudge, message: dict[str, Any], *, session: Callable[[], GuardedSession],
-              tools: set[str]) -> tuple[GuardedSession, Forward | Judged] | None:
+              tools: Mapping[str, frozenset[str]]) -> tuple[GuardedSession, Forward | Judged] | None:
     """The fast path's judging of the ``tools/call`` request ``message``, which waits for nothing: the
     session and a :class:`.calls.Forward` when the guard allows the call as it came (forward it now, then
     :func:`answered_now`), or the session and the call's verdict (:func:`lean_call` goes on from it:
@@ -82,6 +84,7 @@ def judge_now(judge: CallJudge, message: dict[str, Any], *, session: Callable[[]
         return None
     try:
         judge.check_size(name, args)
+        judge.check_names(name, args, tools[name])
     except MCPError:
         return None
     guarded = session()

@@ -36,9 +36,18 @@ from ...errors import ConfigError
 from .._version import __version__
 from ..policy import Policy
 from ..spec import Trigger
+from ._frames import declared
 from .approval import elicit_of
 from .audit import AuditStore
-from .calls import ARGUMENTS_TOO_LARGE, INSTRUCTIONS, SERVER_NAME, SERVER_TITLE, SESSION_STOPPED, CallJudge
+from .calls import (
+    ARGUMENTS_TOO_LARGE,
+    INSTRUCTIONS,
+    SERVER_NAME,
+    SERVER_TITLE,
+    SESSION_STOPPED,
+    CallJudge,
+    unknown_tool,
+)
 from .config import ProxyConfig
 from .judge import DecisionHook, GuardedSession
 from .upstream import Upstream
@@ -78,6 +87,7 @@ class GuardedProxy(CallJudge):
         self.upstreams = [Upstream(spec, call_timeout=config.call_timeout, restarts=config.restarts)
                           for spec in config.upstreams]
         self._routes: dict[str, Upstream] = {}
+        self._arguments: dict[str, frozenset[str]] = {}  # each tool's arguments, as its input schema names them
         self._prompt_routes: dict[str, Upstream] = {}
         self._resource_routes: dict[str, Upstream] = {}
         self._sessions: dict[int, GuardedSession] = {}
@@ -167,6 +177,7 @@ class GuardedProxy(CallJudge):
                 routes[tool.name] = upstream
                 tools.append(tool)
         self._routes = routes
+        self._arguments = {tool.name: declared(tool.input_schema) for tool in tools}
         return tools
 
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
@@ -176,6 +187,7 @@ class GuardedProxy(CallJudge):
             result = await upstream.request("tools/list", lambda s: s.list_tools(params=_page(params)))
             for tool in result.tools:
                 self._routes[tool.name] = upstream
+                self._arguments[tool.name] = declared(tool.input_schema)
             return result
         return types.ListToolsResult(tools=await self._refresh_tools())
 
@@ -186,7 +198,8 @@ class GuardedProxy(CallJudge):
         if name not in self._routes:
             await self._refresh_tools()
             if name not in self._routes:
-                raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name} (no upstream of this proxy lists it)")
+                raise unknown_tool(name)
+        self.check_names(name, args, self._arguments.get(name, frozenset()))
         guarded, lock = self._session_of(ctx)
         async with lock:
             go = await self.settle(guarded, name, args, elicit=elicit_of(ctx), lists=self._routes.__contains__,

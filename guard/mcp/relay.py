@@ -81,7 +81,7 @@ class LeanRelay:
         self._calls: set[bytes] = set()  # the ids of the client's tools/call requests under way (judged, forwarded)
         self._mine: dict[str, asyncio.Future[dict[str, Any]]] = {}  # the relay's requests to the client
         self._ids = itertools.count(1)
-        self._tools: set[str] = set()  # as the upstream listed them
+        self._tools: dict[str, frozenset[str]] = {}  # as the upstream listed them: each with its arguments' names
         self._init: dict[str, Any] | None = None  # the client's initialize request, replayed after a restart
         self._initialized: bytes | None = None
         self._elicits = False
@@ -372,7 +372,7 @@ class LeanRelay:
         self._to_client(line)
 
     def _learn_tools(self, message: dict[str, Any]) -> None:
-        self._tools.update(wire.tool_names(message))
+        self._tools.update(wire.tool_arguments(message))
 
     # -- tools/call -------------------------------------------------------------------------
 
