@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import mcp_types as types
 import orjson
 import pytest
@@ -123,6 +124,15 @@ async def lean_connected(proxy: GuardedProxy, **client: Any) -> AsyncIterator[tu
 HTTP_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 HELLO: dict[str, Any] = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+
+
+async def http_hello(raw: httpx.AsyncClient, url: str) -> dict[str, str]:
+    """A session opened on the MCP endpoint ``url`` by hand (``HELLO``, then ``notifications/initialized``): the
+    headers its later requests carry."""
+    first = await raw.post(url, headers=HTTP_HEADERS, json=HELLO)
+    theirs = {**HTTP_HEADERS, "mcp-session-id": first.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+    await raw.post(url, headers=theirs, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return theirs
 
 
 @asynccontextmanager

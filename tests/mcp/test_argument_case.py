@@ -10,7 +10,7 @@ import httpx
 import mcp_types as types
 import orjson
 import pytest
-from _mcp_support import HELLO, HTTP_HEADERS, flaky_upstream, http_server, lean_raw, proxy_for, serving
+from _mcp_support import flaky_upstream, http_hello, http_server, lean_raw, proxy_for, serving
 
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import UpstreamSpec
@@ -76,10 +76,7 @@ def test_over_http_either_relay_refuses_case_variants_of_an_argument(mcp_model: 
         with http_server("flaky-http") as upstream:
             proxy = proxy_for(Guard(mcp_model), UpstreamSpec("flaky", url=upstream), unknown_tools="allow")
             async with serving(proxy, relay) as url, httpx.AsyncClient(timeout=60) as raw:
-                first = await raw.post(url, headers=HTTP_HEADERS, json=HELLO)
-                theirs = {**HTTP_HEADERS, "mcp-session-id": first.headers["mcp-session-id"],
-                          "mcp-protocol-version": "2025-06-18"}
-                await raw.post(url, headers=theirs, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+                theirs = await http_hello(raw, url)
                 answers = []
                 for rid, args in enumerate([*VARIANTS, {"text": "fine"}], start=1):
                     got = await raw.post(url, headers=theirs, content=call(rid, **args))

@@ -16,12 +16,11 @@ import orjson
 import pytest
 from _mcp_support import (
     ASKING,
-    HELLO,
-    HTTP_HEADERS,
     SERVERS,
     flaky_upstream,
     git,
     git_upstream,
+    http_hello,
     http_server,
     lean_raw,
     proxy_for,
@@ -239,10 +238,7 @@ def test_http_requests_without_a_usable_id_are_refused_before_the_upstream(mcp_m
             proxy = proxy_for(Guard(mcp_model), UpstreamSpec("flaky", url=upstream), unknown_tools="allow",
                               call_timeout=120.0)
             async with serving(proxy, "lean") as url, httpx.AsyncClient(timeout=60) as raw:
-                first = await raw.post(url, headers=HTTP_HEADERS, json=HELLO)
-                theirs = {**HTTP_HEADERS, "mcp-session-id": first.headers["mcp-session-id"],
-                          "mcp-protocol-version": "2025-06-18"}
-                await raw.post(url, headers=theirs, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+                theirs = await http_hello(raw, url)
                 seen = {rid.decode(): await raw.post(url, headers=theirs, content=with_id(rid))
                         for rid in (b"null", b"1.5", b"false")}
                 seen["notification"] = await raw.post(url, headers=theirs, content=b'{"jsonrpc":"2.0","method":'
@@ -289,10 +285,7 @@ def test_an_http_body_that_never_ends_is_answered_408_and_others_are_served_mean
         with http_server("flaky-http") as upstream:
             proxy = proxy_for(Guard(mcp_model), UpstreamSpec("flaky", url=upstream), unknown_tools="allow")
             async with serving(proxy, "lean") as url, httpx.AsyncClient(timeout=60) as raw:
-                first = await raw.post(url, headers=HTTP_HEADERS, json=HELLO)
-                theirs = {**HTTP_HEADERS, "mcp-session-id": first.headers["mcp-session-id"],
-                          "mcp-protocol-version": "2025-06-18"}
-                await raw.post(url, headers=theirs, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+                theirs = await http_hello(raw, url)
                 port = int(url.split(":")[2].split("/")[0])
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
                 head = "".join(f"{k}: {v}\r\n" for k, v in theirs.items())
@@ -321,10 +314,7 @@ def test_http_calls_of_one_session_far_ahead_of_their_answers_are_refused_past_a
             proxy = proxy_for(Guard(mcp_model), UpstreamSpec("flaky", url=upstream), unknown_tools="allow",
                               call_timeout=120.0)
             async with serving(proxy, "lean") as url, httpx.AsyncClient(timeout=60) as raw:
-                first = await raw.post(url, headers=HTTP_HEADERS, json=HELLO)
-                theirs = {**HTTP_HEADERS, "mcp-session-id": first.headers["mcp-session-id"],
-                          "mcp-protocol-version": "2025-06-18"}
-                await raw.post(url, headers=theirs, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+                theirs = await http_hello(raw, url)
                 under_way = [asyncio.create_task(raw.post(url, headers=theirs, content=call(rid, "hang", seconds=1)))
                              for rid in (1, 2, 3)]
                 await anyio.sleep(0.5)
