@@ -12,8 +12,12 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
+from mcp.client.stdio import get_default_environment
+
+from ...errors import ConfigError
 from ._frames import drained
 from ._stdio import LINE_LIMIT, Lines, Overlong
+from .config import UpstreamSpec
 
 __all__ = ["ClientEnd", "UpstreamEnd", "Flow", "BACKLOG"]
 
@@ -105,6 +109,36 @@ class UpstreamEnd(asyncio.streams.FlowControlMixin, asyncio.SubprocessProtocol):
         stdin = cast(asyncio.WriteTransport, self.transport.get_pipe_transport(0))
         self.stdin = asyncio.StreamWriter(stdin, self, None, asyncio.get_running_loop())
         self.output = cast("asyncio.ReadTransport | None", self.transport.get_pipe_transport(1))
+
+    @classmethod
+    async def start(cls, spec: UpstreamSpec, line: Callable[[bytes], object], full: Callable[[bool], object],
+                    too_long: Callable[[Overlong], object], limit: int = LINE_LIMIT) -> UpstreamEnd:
+        """The upstream ``spec`` names, started: its command, in the MCP SDK's default environment with its own
+        added, its standard error the proxy's.
+
+        Raises:
+            ConfigError: its command could not be run (missing, not executable), naming the upstream.
+        """
+        assert spec.command is not None
+        env = {**get_default_environment(), **(spec.env or {})}
+        try:
+            _, end = await asyncio.get_running_loop().subprocess_exec(
+                lambda: cls(line, full, too_long, limit), spec.command, *spec.args, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=None, env=env, cwd=spec.cwd)
+        except OSError as exc:
+            raise ConfigError(f"upstream {spec.name!r} ({spec.describe()}) could not be started: "
+                              f"{exc.strerror or exc}") from None
+        return end
+
+    async def stop(self, grace: float = 2.0) -> None:
+        """Close its input, and kill it if it has not exited ``grace`` seconds later."""
+        self.stdin.close()
+        try:
+            await asyncio.wait_for(asyncio.shield(self.exited), grace)
+        except TimeoutError:
+            self.transport.kill()
+            await self.exited
+        self.transport.close()
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         self._lines.feed(data)  # (only its standard output is a pipe)

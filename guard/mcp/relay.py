@@ -32,7 +32,6 @@ from typing import Any
 
 import mcp_types as types
 import orjson
-from mcp.client.stdio import get_default_environment
 from mcp.shared.exceptions import MCPError
 
 from ...errors import ConfigError
@@ -130,36 +129,16 @@ class LeanRelay:
             client_in.reading(False)
             for task in list(self._tasks):
                 task.cancel()
-            await self._stop_upstream()
+            if self._proc is not None:
+                await self._proc.stop()
             supervisor.cancel()
             if self._guarded is not None:
                 self.judge.close_session(self._guarded, "client disconnected")
 
     async def _spawn(self) -> None:
-        assert self.spec.command is not None
-        env = {**get_default_environment(), **(self.spec.env or {})}
-        try:
-            _, self._proc = await asyncio.get_running_loop().subprocess_exec(
-                lambda: UpstreamEnd(self._upstream_line, partial(self._flow.hold, "upstream"),
-                                    self._upstream_line_too_long, self.limit),
-                self.spec.command, *self.spec.args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=None, env=env, cwd=self.spec.cwd)
-        except OSError as exc:
-            raise ConfigError(f"upstream {self.name!r} ({self.spec.describe()}) could not be started: "
-                              f"{exc.strerror or exc}") from None
+        self._proc = await UpstreamEnd.start(self.spec, self._upstream_line, partial(self._flow.hold, "upstream"),
+                                             self._upstream_line_too_long, self.limit)
         self.connections += 1
-
-    async def _stop_upstream(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        proc.stdin.close()
-        try:
-            await asyncio.wait_for(asyncio.shield(proc.exited), 2.0)
-        except TimeoutError:
-            proc.transport.kill()
-            await proc.exited
-        proc.transport.close()
 
     async def _supervise(self) -> None:
         """Read the upstream's messages; when its process ends, fail what it held and start it again.
