@@ -12,9 +12,9 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from .._version import __version__
-from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE
+from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE, shown
 
-__all__ = ["MAX_CALLS", "Sink", "Pending", "Turn", "drained", "parse_problem", "invalid", "legal_id", "shown", "error_frame",
+__all__ = ["MAX_CALLS", "Sink", "Pending", "Turn", "drained", "parse_problem", "invalid", "legal_id", "taken", "too_many", "error_frame",
            "result_frame", "text_item", "text_of", "as_proxy", "raise_error", "elicit_result", "tool_arguments",
            "declared"]
 
@@ -145,9 +145,14 @@ def _variant(members: dict[str, Any], names: frozenset[str]) -> str | None:
     return None
 
 
-def shown(value: Any) -> str:
-    """A JSON value as the relays name it in an error: its first 40 bytes."""
-    return orjson.dumps(value)[:40].decode(errors="replace")
+def taken(rid: Any) -> str:
+    """Why a request is refused while another of its session with its id is under way (answers go by id)."""
+    return f"Invalid Request: id {shown(rid)} is taken by a request still under way"
+
+
+def too_many(limit: int) -> str:
+    """Why a ``tools/call`` is refused past ``limit`` of its session's under way (:data:`MAX_CALLS`)."""
+    return f"Invalid Request: {limit} calls of this session are under way already"
 
 
 def legal_id(message: dict[str, Any]) -> Any:

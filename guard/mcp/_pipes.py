@@ -37,19 +37,17 @@ class ClientEnd(asyncio.streams.FlowControlMixin, asyncio.Protocol):
         self._lines = Lines(line, too_long, limit)
         self._lines.paused = True  # (what comes before reading(True) is kept: uvloop starts reading after connection_made)
         self._transport: asyncio.BaseTransport | None = None
-        self._on = False
         self._eof = False  # the client closed its end while its last lines were held back
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # the client closed its end
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport
-        if not self._on:
+        if self._lines.paused:
             transport.pause_reading()  # type: ignore[attr-defined]
 
     def reading(self, on: bool) -> None:
         """Read the client's end (again), or stop reading it: no more of its lines are handed on, not even
         those of the bytes at hand, until it is read again."""
-        self._on = on
         self._lines.paused = not on
         if self._transport is not None and not self._transport.is_closing():
             if on:

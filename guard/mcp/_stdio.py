@@ -235,7 +235,7 @@ class Lines:
                 self._dropping = True
                 self._too_long(Overlong(_id_of(_HEAD_ID.match(head))))
 
-    def _held(self) -> bool:
+    def _held(self) -> bool:  # (a method: a line handed on may pause it, which narrowing the attribute hides)
         return self.paused
 
     def resume(self) -> None:

@@ -8,6 +8,7 @@ as bytes) judges with, so the two paths decide alike by construction.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import uuid
@@ -35,8 +36,8 @@ from .config import ProxyConfig
 from .judge import DecisionHook, GuardedSession, Verdict, held_back_text, judge, stopped_text
 from .recording import SessionLog, TraceWriter
 
-__all__ = ["CallJudge", "Forward", "Judged", "unknown_tool", "tool_name", "SESSION_STOPPED", "ARGUMENTS_TOO_LARGE",
-           "SERVER_NAME", "SERVER_TITLE", "INSTRUCTIONS"]
+__all__ = ["CallJudge", "Forward", "Judged", "unknown_tool", "tool_name", "shown", "SESSION_STOPPED",
+           "ARGUMENTS_TOO_LARGE", "SERVER_NAME", "SERVER_TITLE", "INSTRUCTIONS"]
 
 log = logging.getLogger("forewarn.mcp")
 
@@ -151,7 +152,7 @@ class CallJudge:
         Raises:
             MCPError: ``-32602`` (invalid params), naming the two names; the call is not forwarded.
         """
-        folded = {k.casefold(): k for k in declared}
+        folded = _folded(declared)
         seen: dict[str, str] = {}
         for key in args:
             fold = key.casefold()
@@ -162,8 +163,8 @@ class CallJudge:
                 if other == key or (key in declared and other in declared):
                     continue
                 meant = other
-            raise MCPError(types.INVALID_PARAMS, f"the call to {name!r} names the argument {_named(key)}, which "
-                                                 f"reads as {_named(meant)} where case is ignored (argument names "
+            raise MCPError(types.INVALID_PARAMS, f"the call to {name!r} names the argument {shown(key)}, which "
+                                                 f"reads as {shown(meant)} where case is ignored (argument names "
                                                  f"are case-sensitive); not forwarded")
 
     async def settle(self, guarded: GuardedSession, name: str, args: dict[str, Any], *, elicit: Elicit | None,
@@ -335,17 +336,29 @@ class CallJudge:
 
 def unknown_tool(name: str) -> MCPError:
     """The error for a call to a tool no upstream of the proxy lists (its name shown in part when long)."""
-    shown = name if len(name) <= 100 else f"{name[:100]}… (the first 100 of {len(name)} characters)"
-    return MCPError(types.INVALID_PARAMS, f"Unknown tool: {shown} (no upstream of this proxy lists it)")
+    more = _cut(name)
+    return MCPError(types.INVALID_PARAMS, f"Unknown tool: {name[:100]}{'…' if more else ''}{more} (no upstream of "
+                                          f"this proxy lists it)")
 
 
 def tool_name(name: str) -> str:
     """A tool's name as an error quotes it: whole up to 100 characters (the client's own name, sent back)."""
-    return repr(name) if len(name) <= 100 else repr(name[:100]) + f" (the first 100 of {len(name)} characters)"
+    return repr(name[:100]) + _cut(name)
 
 
-def _named(key: str) -> str:
-    return orjson.dumps(key)[:40].decode(errors="replace")
+def _cut(name: str) -> str:
+    return f" (the first 100 of {len(name)} characters)" if len(name) > 100 else ""
+
+
+def shown(value: Any) -> str:
+    """A JSON value as the proxy names it in an error: its first 40 bytes."""
+    return orjson.dumps(value)[:40].decode(errors="replace")
+
+
+@functools.lru_cache(maxsize=1024)
+def _folded(declared: frozenset[str]) -> dict[str, str]:
+    """A tool's declared argument names by their case-folded form (once per schema, not once per call)."""
+    return {k.casefold(): k for k in declared}
 
 
 def _ran_step(go: Forward, is_error: bool, text: str) -> ToolStep:

@@ -236,8 +236,7 @@ class HttpRelay:
         key = (sid, rid) if sid is not None and method is not None and "id" in message else None
         if key is not None:
             if key in self._under_way:
-                taken = f"Invalid Request: id {wire.shown(rid)} is taken by a request still under way"
-                return await reply(send, 400, error_frame(rid, types.INVALID_REQUEST, taken))
+                return await reply(send, 400, error_frame(rid, types.INVALID_REQUEST, wire.taken(rid)))
             self._under_way.add(key)
         try:
             if method == "tools/call":  # (a request: invalid() refuses one without an id)
@@ -362,8 +361,7 @@ class HttpRelay:
         sid = session_id(headers)
         state = self._sessions.of(sid)
         if state.calls >= MAX_CALLS:  # (they run one at a time: a client this far ahead only holds connections)
-            return await reply(send, 429, error_frame(message["id"], types.INVALID_REQUEST, f"Invalid Request: "
-                                                      f"{MAX_CALLS} calls of this session are under way already"))
+            return await reply(send, 429, error_frame(message["id"], types.INVALID_REQUEST, wire.too_many(MAX_CALLS)))
         state.calls += 1
         try:
             await self._judged(message, body, headers, send, sid, state)

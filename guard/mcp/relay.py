@@ -228,13 +228,11 @@ class LeanRelay:
         rid = message["id"]
         key = orjson.dumps(rid)
         if key in self._calls or key in self._pending:  # (its answer would go astray, or a call never end)
-            self._to_client(error_frame(rid, types.INVALID_REQUEST, f"Invalid Request: id {wire.shown(rid)} is "
-                                                                    f"taken by a request still under way"))
+            self._to_client(error_frame(rid, types.INVALID_REQUEST, wire.taken(rid)))
             return
         if method == "tools/call":
             if len(self._calls) >= MAX_CALLS:  # (they run one at a time: a client this far ahead only fills memory)
-                self._to_client(error_frame(rid, types.INVALID_REQUEST, f"Invalid Request: {MAX_CALLS} calls of "
-                                                                        f"this session are under way already"))
+                self._to_client(error_frame(rid, types.INVALID_REQUEST, wire.too_many(MAX_CALLS)))
                 return
             self._calls.add(key)
             self._tools_call(message, line, key)
@@ -275,8 +273,7 @@ class LeanRelay:
                 return
             key = key or orjson.dumps(rid)
             if key in self._pending:
-                self._answer_error(rid, future, types.INVALID_REQUEST, f"Invalid Request: id {wire.shown(rid)} is "
-                                                                       f"taken by a request still under way")
+                self._answer_error(rid, future, types.INVALID_REQUEST, wire.taken(rid))
                 return
             self._send(key, rid, what, line, future)
         finally:
