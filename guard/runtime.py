@@ -26,7 +26,7 @@ from .predicates import PredicateSet, PythonPredicate
 from .spec import Action, Meaning
 from .thresholds import start_risk, supported_increase, warn_initial_crossings
 
-__all__ = ["Decision", "PropertyValue", "Guard", "Session", "StepRecord"]
+__all__ = ["Accepted", "Decision", "PropertyValue", "Guard", "Session", "StepRecord"]
 
 MonitorStates = tuple[int, ...]
 
@@ -561,12 +561,24 @@ class StepRecord:
     t: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """Where a run stood before a person approved a call: ``at`` committed steps, the risk
+    ``baseline`` then (increase trigger, else None). An approval covers that one call, so the
+    risk it took the run to is not one later calls may rely on (:mod:`guard.judge`)."""
+
+    at: int
+    baseline: tuple[float, ...] | None
+
+
 @dataclass
 class Session:
     """One agent run under a guard. ``observe`` commits a step; ``preview`` does not.
 
     ``baseline`` (increase trigger only, else None): the run's current risk per property —
     the guard's starting risk, then that of the last committed step whose risk is known.
+    ``accepted``: where the run stood before a step a person approved, while the run is still
+    where that approval took it (None: no approval carries the run).
     """
 
     guard: Guard
@@ -575,6 +587,7 @@ class Session:
     metadata: Mapping[str, Any] | None = None  # the run's context: predicates read it as `meta`
     baseline: tuple[float, ...] | None = None
     belief: Belief | None = None  # learning.kinds: the posterior over kinds given the committed steps
+    accepted: Accepted | None = None
 
     def __post_init__(self) -> None:
         if self.baseline is None and self.guard.policy.increase is not None:
@@ -587,8 +600,10 @@ class Session:
             return bits, guard.first_monitor_states(bits, action)
         return bits, guard.next_monitor_states(self.monitor_states, bits, action)
 
-    def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
-        """Commit the agent's new state (reached by ``action``, which predicates read) and decide on it.
+    def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None,
+                approved: bool = False) -> Decision:
+        """Commit the agent's new state (reached by ``action``, which predicates read) and decide on it;
+        ``approved``: a person approved the call that led here (see :attr:`accepted`).
 
         A state the predicates cannot read within their CPU budget gets :meth:`Guard.over_budget`'s
         decision; the step is recorded, but the session's abstract and monitor states stay where they
@@ -598,6 +613,10 @@ class Session:
             bits, q = self._next(state, action)
         except PredicateBudgetExceeded as exc:
             return self._commit_unread(exc, action, t)
+        if approved:
+            self.accepted = self.accepted or Accepted(len(self.history), self.baseline)
+        elif self.accepted is not None and self._decide_from(self.accepted, bits, q).action is Action.ALLOW:
+            self.accepted = None  # back where the guard allows on its own: no approval carries the run
         return self._commit(bits, q, action, t)
 
     def _commit_unread(self, exc: PredicateBudgetExceeded, action: Any, t: float | None) -> Decision:
@@ -630,9 +649,25 @@ class Session:
         belief = self.guard.believe(self.belief if self.history else None, bits, q)
         return self.guard.decide_product(bits, q, self.baseline, belief)
 
+    def preview_from_approval(self, state: Mapping[str, Any], *, action: Any = None) -> Decision | None:
+        """:meth:`preview` as if the run still stood where it did before the approval that carries it
+        (its risk then as the baseline), or None when no approval does."""
+        if self.accepted is None:
+            return None
+        try:
+            bits, q = self._next(state, action)
+        except PredicateBudgetExceeded as exc:
+            return self.guard.over_budget(exc)
+        return self._decide_from(self.accepted, bits, q)
+
+    def _decide_from(self, accepted: Accepted, bits: int, q: MonitorStates) -> Decision:
+        belief = self.guard.believe(self.belief if self.history else None, bits, q)
+        return self.guard.decide_product(bits, q, accepted.baseline, belief)
+
     def restore(self, abstract_history: list[tuple[int, MonitorStates]]) -> None:
         """Resume a session from its committed (abstract state, monitor states) history."""
         self.history, self.monitor_states, self.baseline, self.belief = [], None, None, None
+        self.accepted = None
         self.__post_init__()
         for bits, q in abstract_history:
             self._commit(bits, q)

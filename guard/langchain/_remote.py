@@ -97,11 +97,12 @@ class MirroredSession(Session):
             return self._remote
         return self.creating.result()
 
-    async def aobserve(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
+    async def aobserve(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None,
+                       approved: bool = False) -> Decision:
         """:meth:`observe` awaiting the sidecar (the async hooks' path): the same steps, the same batch of
         a run's first state with its first step, one request at a time per session."""
         if self.acreating is None:  # created synchronously: commit in a worker thread, never on the loop
-            return await asyncio.to_thread(self.observe, state, action=action, t=t)
+            return await asyncio.to_thread(self.observe, state, action=action, t=t, approved=approved)
         if self._alock is None:
             self._alock = asyncio.Lock()
         async with self._alock:
@@ -117,14 +118,15 @@ class MirroredSession(Session):
                 if deferred:
                     await remote.client.batch(deferred)
                 decided = await remote.observe(state, action=action, t=t, ask=False, proposal=proposal)
-            Session.observe(self, state, action=action, t=t)
+            Session.observe(self, state, action=action, t=t, approved=approved)
             return decided
 
-    def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
+    def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None,
+                approved: bool = False) -> Decision:
         if action is None and not self.history:
             # A run's first state (before any call) is committed with the run's first step, in one batch:
             # one round trip fewer per run. Its decision is not acted on; the local one is returned.
-            decision = super().observe(state, action=action, t=t)
+            decision = super().observe(state, action=action, t=t, approved=approved)
             self._deferred.append({"session": "", "state": dict(state), "ask": False}
                                   | ({} if t is None else {"t": t}))
             return decision
@@ -140,7 +142,7 @@ class MirroredSession(Session):
             if deferred:  # (a batch cannot carry a proposal: the first state goes on its own)
                 self.remote.client.batch(deferred)
             decided = self.remote.observe(state, action=action, t=t, ask=False, proposal=proposal)
-        super().observe(state, action=action, t=t)
+        super().observe(state, action=action, t=t, approved=approved)
         return decided
 
 

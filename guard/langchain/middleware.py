@@ -53,6 +53,7 @@ except ModuleNotFoundError as exc:
 from ...errors import ForewarnError
 from ..bundle_guard import BundleGuard
 from ..client import AsyncClient, Client
+from ..judge import CallVerdict, judge_call
 from ..policy import Policy
 from ..runtime import Decision, Guard, Session
 from ..spec import Action, Trigger
@@ -115,6 +116,11 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             :mod:`forewarn.guard.toolcalls.placement`.
         known_tools: tools to treat as placed whatever the extractor's output shows (for a plain
             function extractor: tools whose calls rightly change nothing in its state).
+        read_only_tools: tools whose calls only read. An approval covers the one call a person
+            approved: while the run stands where that call took it, any other call — another delete, the
+            same call with other arguments — is judged as if the approval had not happened, except
+            calls to these tools (:mod:`forewarn.guard.judge`). By default the read kinds of a
+            ``ToolStateExtractor`` (``read_file``, ``http_get``, ``web_search``, ``email_read``).
         human_in_the_loop: LangChain's ``HumanInTheLoopMiddleware`` used in the same agent: a call
             both would interrupt is asked once, by Forewarn (see :meth:`cover`).
         approvals: who is asked about a call that needs approval: ``interrupt`` (the default) — the
@@ -144,7 +150,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                  metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
                  trigger: Trigger | str | None = None, model: str | None = None,
                  tools: Sequence[Any] | None = None, unknown_tools: Action | str = Action.ASK_HUMAN,
-                 known_tools: Sequence[str] | None = None,
+                 known_tools: Sequence[str] | None = None, read_only_tools: Sequence[str] | None = None,
                  reflection_template: str | None = None, human_in_the_loop: Any = None,
                  approvals: Literal["interrupt", "sidecar"] = "interrupt", approval_timeout: float = 600.0) -> None:
         super().__init__()
@@ -178,6 +184,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         self.unknown_tools = settings.unknown_tools
         self.reflection_template = settings.reflection_template
         self._warned: set[str] = set()
+        self.read_only_tools = frozenset(read_only_tools or ())
         self.placement = Placement(self.extractor, trained=trained_tools(guard.model.provenance),
                                    known_tools=known_tools)
         self.max_runs = max_runs
@@ -187,7 +194,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         # what the look-ahead, approval and after-tool steps may use of the middleware (its bound methods: a
         # reference cycle, as the agent's graph already makes with the middleware; the collector frees both)
         self._judge = Judge(self._session_guard, settings, judge_unchanged, approvals, approval_timeout,
-                            decide=self._decide, adecide=self._adecide, extract=self._extract,
+                            decide=self._decide, adecide=self._adecide, judge_call=self._judge_call,
+                            extract=self._extract,
                             try_extract=self._try_extract, places=self.places, run_of=self._run_of, lock=self._lock)
         check_extractor(guard, self.extractor, metadata)
         if tools is not None:
@@ -467,12 +475,30 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                 raise
             return None
 
+    def reads_only(self, tool: str) -> bool:
+        """Whether calls to ``tool`` only read (``read_only_tools``, or the extractor's read kinds)."""
+        return tool in self.read_only_tools or (
+            isinstance(self.extractor, ToolStateExtractor) and self.extractor.reads_only(tool))
+
+    def _judge_call(self, session: Session, transcript: Transcript, step: ToolStep) -> CallVerdict:
+        try:
+            concrete = self._extract(transcript, step)
+            return judge_call(session, concrete, step.name, step.args, consequential=not self.reads_only(step.name),
+                              known=lambda: self.places(step.name, transcript, step), unknown_tools=self.unknown_tools,
+                              judge_unchanged=self.judge_unchanged)
+        except ForewarnError as exc:  # ExtractionError, or a PredicateError on the state
+            if self.on_extraction_error is None:
+                raise
+            fallback = self._fallback(step.name, str(exc))
+            return CallVerdict(fallback.action, fallback)
+
     def _decide(self, session: Session, transcript: Transcript, step: ToolStep, *, commit: bool) -> Decision:
         try:
             concrete = self._extract(transcript, step)
             action = {"tool": step.name, "args": step.args}
             if commit:  # a call a human approved says so in the run's record (the audit log, the recorder's trace)
-                return session.observe(concrete, action=action | ({"approved": True} if step.approved else {}))
+                return session.observe(concrete, action=action | ({"approved": True} if step.approved else {}),
+                                       approved=step.approved)
             return session.preview(concrete, action=action)
         except ForewarnError as exc:  # ExtractionError, or a PredicateError on the state
             if self.on_extraction_error is None:
@@ -486,9 +512,9 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             action = {"tool": step.name, "args": step.args} | ({"approved": True} if step.approved else {})
             aobserve = getattr(session, "aobserve", None)
             if aobserve is not None:
-                decided: Decision = await aobserve(concrete, action=action)
+                decided: Decision = await aobserve(concrete, action=action, approved=step.approved)
                 return decided
-            return session.observe(concrete, action=action)
+            return session.observe(concrete, action=action, approved=step.approved)
         except ForewarnError as exc:
             if self.on_extraction_error is None:
                 raise
