@@ -74,8 +74,7 @@ def judge_call(session: Session, state: Mapping[str, Any], tool: str, args: Any,
     if action is Action.ALLOW and accepted is not None and (consequential or violates):
         before = session.preview_from_approval(state, action=action_of)
         assert before is not None  # (accepted is set)
-        anchor = session.history[accepted.at - 1] if accepted.at else None
-        passes = not judge_unchanged and not violates and unchanged(anchor, before)
+        passes = not judge_unchanged and not violates and unchanged(accepted.last, before)
         if before.action is not Action.ALLOW and not passes:
             action, why, decision = before.action, Why.APPROVED_ONCE, before
     if action is Action.ALLOW and not (known() if callable(known) else known):

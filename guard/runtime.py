@@ -563,11 +563,12 @@ class StepRecord:
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """Where a run stood before a person approved a call: ``at`` committed steps, the risk
-    ``baseline`` then (increase trigger, else None). An approval covers that one call, so the
-    risk it took the run to is not one later calls may rely on (:mod:`guard.judge`)."""
+    """Where a run stood before a person approved a call: its last committed step then (None: the
+    approved call was its first), its risk ``baseline`` then (increase trigger, else None). An
+    approval covers that one call, so the risk it took the run to is not one later calls may rely on
+    (:mod:`guard.judge`)."""
 
-    at: int
+    last: StepRecord | None
     baseline: tuple[float, ...] | None
 
 
@@ -614,7 +615,7 @@ class Session:
         except PredicateBudgetExceeded as exc:
             return self._commit_unread(exc, action, t)
         if approved:
-            self.accepted = self.accepted or Accepted(len(self.history), self.baseline)
+            self.accepted = self.accepted or Accepted(self.history[-1] if self.history else None, self.baseline)
         elif self.accepted is not None and self._decide_from(self.accepted, bits, q).action is Action.ALLOW:
             self.accepted = None  # back where the guard allows on its own: no approval carries the run
         return self._commit(bits, q, action, t)

@@ -4,11 +4,10 @@ saw — it is asked about again (in process, through the sidecar, under either t
 after the approval is not."""
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import warnings
 
 import orjson
 import pytest
@@ -139,7 +138,8 @@ def test_judge_call_scopes_an_approval_to_its_call(delete_model: GuardModel, tri
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ThresholdWarning)
         guard = Guard(delete_model, policy=ASK.with_overrides({"trigger": trigger}))
-    extractor, session, steps = ToolStateExtractor(), guard.session(), []
+    extractor, session = ToolStateExtractor(), guard.session()
+    steps: list[ToolStep] = []
     session.observe(_state(extractor, []))
 
     def propose(tool: str, path: str) -> Any:
@@ -154,7 +154,7 @@ def test_judge_call_scopes_an_approval_to_its_call(delete_model: GuardModel, tri
     first = propose("delete_file", "db.sqlite")
     assert first.action is Action.ASK_HUMAN and first.why is Why.GUARD
     run("delete_file", "db.sqlite", approved=True)
-    assert session.accepted is not None and session.accepted.at == 1
+    assert session.accepted is not None and session.accepted.last is session.history[0]
     read = propose("read_file", "app.log")
     assert read.action is Action.ALLOW  # a read changes nothing the person weighed
     run("read_file", "app.log")
@@ -179,5 +179,40 @@ def test_an_approval_lapses_when_the_run_is_back_where_the_guard_allows(delete_m
     assert session.accepted is not None
     session.observe({"files": {"deleted": 0}}, action={"tool": "restore", "args": {}})  # back below θ
     assert session.accepted is None
-    session.restore([])
-    assert session.accepted is None
+
+
+# -- the sidecar's proposals: the same rule, over HTTP ----------------------------------------------
+
+def test_the_sidecars_proposals_ask_about_a_second_delete(delete_model: GuardModel, tmp_path: Path) -> None:
+    import httpx
+
+    from _sidecar import ServerThread, auth, settings
+
+    path = delete_model.save(tmp_path / "deletes.json")
+    policy = {"thresholds": {"ask_human": 0.5, "reflect": None, "stop": None}, "trigger": "increase"}
+    with ServerThread(settings(tmp_path / "forewarn.db", {"deletes": path})) as server, \
+            httpx.Client(base_url=server.url) as http:
+        sid = http.post("/v1/sessions", json={"policy": policy}, headers=auth("agent")).json()["id"]
+        deleted = 0
+
+        def step(body: dict[str, Any]) -> None:
+            answer = http.post(f"/v1/sessions/{sid}/observe", json={"ask": False, **body}, headers=auth("agent"))
+            assert answer.is_success, answer.text
+
+        def propose(tool: str, file: str, count: int) -> dict[str, Any]:
+            answer = http.post(f"/v1/sessions/{sid}/proposals", headers=auth("agent"), json={
+                "tool": tool, "arguments": {"path": file}, "state": {"files": {"deleted": count}}})
+            assert answer.status_code == 201, answer.text
+            return dict(answer.json())
+
+        step({"state": {"files": {"deleted": 0}}})
+        first = propose("delete_file", "db.sqlite", 1)
+        assert first["status"] == "pending"
+        resolved = http.post(f"/v1/proposals/{first['id']}", json={"decision": "approve"}, headers=auth("approver"))
+        assert resolved.is_success, resolved.text
+        deleted = 1
+        step({"state": {"files": {"deleted": deleted}}, "action": {"tool": "delete_file"}, "proposal": first["id"]})
+        assert propose("read_file", "app.log", deleted)["status"] == "allowed"  # a read: no question
+        step({"state": {"files": {"deleted": deleted}}, "action": {"tool": "read_file"}})
+        second = propose("delete_file", "users.sqlite", 2)
+        assert second["status"] == "pending" and second["decision"]["why"] == "approved_once"

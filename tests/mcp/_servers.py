@@ -4,6 +4,8 @@
     python _servers.py flaky                a stdio server (the MCP SDK's MCPServer) whose `hang` tool
                                             never answers and whose `crash` tool kills its process
     python _servers.py flaky-http PORT      the same over streamable HTTP
+    python _servers.py files DIR            a stdio server (MCPServer) whose `read_file` and `delete_file` tools read
+                                            and delete files in DIR
     python _servers.py lenient MARKER       a bare JSON-RPC 2.0 server on stdio, no SDK: it runs every request,
                                             notifications too (JSON-RPC servers do; they only do not answer),
                                             and its one tool `touch` adds a line to the file MARKER (called
@@ -56,6 +58,9 @@ def main() -> None:
         return
     from mcp.server.mcpserver import MCPServer
 
+    if mode == "files":
+        files(MCPServer("files"), Path(sys.argv[2]))
+        return
     server = MCPServer("flaky")
 
     @server.tool()
@@ -78,6 +83,21 @@ def main() -> None:
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:
         server.run("stdio")
+
+
+def files(server: Any, root: Path) -> None:
+    @server.tool()
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return (root / path).read_text()
+
+    @server.tool()
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        (root / path).unlink()
+        return f"deleted {path}"
+
+    server.run("stdio")
 
 
 if __name__ == "__main__":
