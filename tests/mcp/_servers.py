@@ -17,9 +17,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 
 def lenient(marker: Path) -> None:
@@ -85,7 +88,7 @@ def main() -> None:
         server.run("stdio")
 
 
-def files(server: Any, root: Path) -> None:
+def files(server: MCPServer, root: Path) -> None:
     @server.tool()
     def read_file(path: str) -> str:
         """Read a file."""
