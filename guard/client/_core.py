@@ -304,14 +304,16 @@ def observe(session: SessionLike, state: Mapping[str, Any], *, action: Any = Non
 
 def propose(session: SessionLike, tool: str, arguments: Mapping[str, Any], state: Mapping[str, Any], *,
             tools: list[str] | None = None, ask: bool | None = None,
-            edit_of: str | None = None, timeout: float | None = None) -> Op[dict[str, Any]]:
+            edit_of: str | None = None, timeout: float | None = None,
+            request: str | None = None) -> Op[dict[str, Any]]:
     """Ask before a call runs: the decision on the state it would lead to; ``status`` is allowed,
     held, or pending (a human decides: :meth:`Client.wait_for_proposal`). Nothing is committed.
     ``ask``: the agent's own verdict (True: pending; False: allowed); ``edit_of``: the edited
     proposal whose call this one is, re-checked; ``timeout``: the seconds the agent will wait for a
-    human before it withdraws the call (the approver is shown when that is)."""
+    human before it withdraws the call (the approver is shown when that is); ``request``: the user's
+    request the call serves, in their words, shown to the approver beside the session's metadata."""
     body = {"tool": tool, "arguments": dict(arguments), "state": dict(state)} | _some(
-        tools=None if tools is None else list(tools), ask=ask, edit_of=edit_of, timeout=timeout)
+        tools=None if tools is None else list(tools), ask=ask, edit_of=edit_of, timeout=timeout, request=request)
     return cast(dict[str, Any], (yield Request("POST", f"/v1/sessions/{session.id}/proposals", body,
                                                idempotent=True)))
 

@@ -25,7 +25,7 @@ from ..telemetry import record_decision
 from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
 from . import _explain as explain
 from ._judge import Judge
-from ._messages import forewarn_data, mark
+from ._messages import forewarn_data, last_request, mark
 from .runs import GuardedRun, Intervention, Outcome, Verdict
 
 __all__ = ["APPROVED_ONCE_NOTE", "Turn", "not_run", "recheck", "reflections", "unknown_note"]
@@ -78,7 +78,9 @@ class Turn:
                 self._record(call, decision, action, "stopped")
                 return {}, self._stop(calls, i, decision, note)
             if action is Action.ASK_HUMAN:
-                description = explain.approval_request(self.guard, decision, call["name"], call["args"]) + note
+                description = explain.approval_request(
+                    self.guard, decision, call["name"], call["args"], request=last_request(self.messages),
+                    metadata=self.run.session.metadata) + note
                 verdicts[call["id"] or ""] = Verdict(Action.ASK_HUMAN, decision, description)
             else:
                 verdicts[call["id"] or ""] = Verdict(Action.ALLOW, decision)

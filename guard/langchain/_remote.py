@@ -266,13 +266,13 @@ def remote_guard(client: Client | AsyncClient, model: str | None = None, *,
 
 def review_on_sidecar(session: MirroredSession, call: Mapping[str, Any], state: Mapping[str, Any],
                       tools: list[str], *, edit_of: str | None, timeout: float,
-                      allowed: Sequence[ReviewType]) -> tuple[Review, str]:
+                      allowed: Sequence[ReviewType], request: str | None = None) -> tuple[Review, str]:
     """Ask the sidecar's approvers about a call (a pending proposal) and wait for their answer:
     the review, and the proposal's id. No answer within ``timeout`` seconds, or a session closed
     meanwhile, is a rejection (the call does not run); so is an answer the agent does not allow."""
     assert session.remote is not None
     answer = session.remote.propose(call["name"], call["args"], state, tools=tools, ask=True, edit_of=edit_of,
-                                    timeout=timeout)
+                                    timeout=timeout, request=request)
     client = session.remote.client
     if answer["status"] == "pending":
         answer = client.wait_for_proposal(answer["id"], timeout)

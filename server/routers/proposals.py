@@ -84,7 +84,10 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
         document["_state_words"] = state_words(live.session.guard.model.spec, dict(decision.abstract_state))
         now = time.time()
         document["_review"] = {**review_facts(live.session.guard.model, decision, live.session.last),
-                               "deadline": None if body.timeout is None else now + body.timeout}
+                               "deadline": None if body.timeout is None else now + body.timeout,
+                               # what the run is, in words a person reads: "production" said, not only predicated
+                               "request": body.request,
+                               "metadata": None if live.session.metadata is None else dict(live.session.metadata)}
         if body.edit_of is not None:
             document["_edit_of"] = _edited_one(state, body.edit_of, session_id, principal)
         status = STATUS_OF[verdict.action] if body.ask is None else "pending" if body.ask else "allowed"

@@ -37,7 +37,8 @@ predicates:
   many: 'state.files.deleted > 2'
 unsafe: 'many'
 """
-ASK = thresholds(ask_human=0.5)  # ask when p_unsafe > 0.5: after a delete, not before
+ASK = thresholds(ask_human=0.5)
+REQUEST = "Clean up the production database folder."  # ask when p_unsafe > 0.5: after a delete, not before
 
 
 def _runs() -> list[dict[str, Any]]:
@@ -87,12 +88,16 @@ def _run(guard: Any, trigger: str, thread: str, answers: list[str]) -> tuple[lis
         warnings.simplefilter("ignore", ThresholdWarning)
         mw = ForewarnMiddleware(guard, policy=ASK, trigger=trigger)
     agent = create_agent(_script(), files.tools(), middleware=[mw], checkpointer=InMemorySaver())
-    config: RunnableConfig = {"configurable": {"thread_id": thread}}
-    result = agent.invoke({"messages": [HumanMessage("Clean up the production database folder.")]}, config)
+    config: RunnableConfig = {"configurable": {"thread_id": thread}, "metadata": {"env": "production"}}
+    result = agent.invoke({"messages": [HumanMessage(REQUEST)]}, config)
     asked: list[str] = []
     while "__interrupt__" in result:
-        (request,) = result["__interrupt__"][0].value["action_requests"]
+        value = result["__interrupt__"][0].value
+        (request,) = value["action_requests"]
         asked.append(request["args"]["path"])
+        # the card says what the run is in words: the user's request and the run's metadata
+        assert f"The user asked: “{REQUEST}”" in request["description"] and "env: production" in request["description"]
+        assert value["forewarn"]["request"] == REQUEST and value["forewarn"]["metadata"]["env"] == "production"
         result = agent.invoke(Command(resume={"type": answers[len(asked) - 1]}), config)
     return asked, files.ran
 
@@ -192,7 +197,8 @@ def test_the_sidecars_proposals_ask_about_a_second_delete(delete_model: GuardMod
     policy = {"thresholds": {"ask_human": 0.5, "reflect": None, "stop": None}, "trigger": "increase"}
     with ServerThread(settings(tmp_path / "forewarn.db", {"deletes": path})) as server, \
             httpx.Client(base_url=server.url) as http:
-        sid = http.post("/v1/sessions", json={"policy": policy}, headers=auth("agent")).json()["id"]
+        sid = http.post("/v1/sessions", json={"policy": policy, "metadata": {"env": "production"}},
+                        headers=auth("agent")).json()["id"]
         deleted = 0
 
         def step(body: dict[str, Any]) -> None:
@@ -201,13 +207,14 @@ def test_the_sidecars_proposals_ask_about_a_second_delete(delete_model: GuardMod
 
         def propose(tool: str, file: str, count: int) -> dict[str, Any]:
             answer = http.post(f"/v1/sessions/{sid}/proposals", headers=auth("agent"), json={
-                "tool": tool, "arguments": {"path": file}, "state": {"files": {"deleted": count}}})
+                "tool": tool, "arguments": {"path": file}, "state": {"files": {"deleted": count}}, "request": REQUEST})
             assert answer.status_code == 201, answer.text
             return dict(answer.json())
 
         step({"state": {"files": {"deleted": 0}}})
         first = propose("delete_file", "db.sqlite", 1)
         assert first["status"] == "pending"
+        assert first["review"]["request"] == REQUEST and first["review"]["metadata"] == {"env": "production"}
         resolved = http.post(f"/v1/proposals/{first['id']}", json={"decision": "approve"}, headers=auth("approver"))
         assert resolved.is_success, resolved.text
         deleted = 1
