@@ -24,6 +24,7 @@ from .monitoring import build_monitors
 from .policy import Policy, act
 from .predicates import PredicateSet, PythonPredicate
 from .spec import Action, Meaning
+from .telemetry import record_decision
 from .thresholds import start_risk, supported_increase, warn_initial_crossings
 
 __all__ = ["Accepted", "Decision", "PropertyValue", "Guard", "Session", "StepRecord"]
@@ -579,7 +580,9 @@ class Session:
     ``baseline`` (increase trigger only, else None): the run's current risk per property —
     the guard's starting risk, then that of the last committed step whose risk is known.
     ``accepted``: where the run stood before a step a person approved, while the run is still
-    where that approval took it (None: no approval carries the run).
+    where that approval took it (None: no approval carries the run). ``traced``: each decision is a
+    ``forewarn.decision`` span when the application configured OpenTelemetry (:mod:`guard.telemetry`);
+    an integration that records a richer span of its own turns it off.
     """
 
     guard: Guard
@@ -589,6 +592,7 @@ class Session:
     baseline: tuple[float, ...] | None = None
     belief: Belief | None = None  # learning.kinds: the posterior over kinds given the committed steps
     accepted: Accepted | None = None
+    traced: bool = True
 
     def __post_init__(self) -> None:
         if self.baseline is None and self.guard.policy.increase is not None:
@@ -613,12 +617,16 @@ class Session:
         try:
             bits, q = self._next(state, action)
         except PredicateBudgetExceeded as exc:
-            return self._commit_unread(exc, action, t)
-        if approved:
-            self.accepted = self.accepted or Accepted(self.history[-1] if self.history else None, self.baseline)
-        elif self.accepted is not None and self._decide_from(self.accepted, bits, q).action is Action.ALLOW:
-            self.accepted = None  # back where the guard allows on its own: no approval carries the run
-        return self._commit(bits, q, action, t)
+            decision = self._commit_unread(exc, action, t)
+        else:
+            if approved:
+                self.accepted = self.accepted or Accepted(self.history[-1] if self.history else None, self.baseline)
+            elif self.accepted is not None and self._decide_from(self.accepted, bits, q).action is Action.ALLOW:
+                self.accepted = None  # back where the guard allows on its own: no approval carries the run
+            decision = self._commit(bits, q, action, t)
+        if self.traced:
+            record_decision(decision, phase="observed")
+        return decision
 
     def _commit_unread(self, exc: PredicateBudgetExceeded, action: Any, t: float | None) -> Decision:
         guard = self.guard
@@ -646,9 +654,13 @@ class Session:
         try:
             bits, q = self._next(state, action)
         except PredicateBudgetExceeded as exc:
-            return self.guard.over_budget(exc)
-        belief = self.guard.believe(self.belief if self.history else None, bits, q)
-        return self.guard.decide_product(bits, q, self.baseline, belief)
+            decision = self.guard.over_budget(exc)
+        else:
+            belief = self.guard.believe(self.belief if self.history else None, bits, q)
+            decision = self.guard.decide_product(bits, q, self.baseline, belief)
+        if self.traced:
+            record_decision(decision, phase="proposed")
+        return decision
 
     def preview_from_approval(self, state: Mapping[str, Any], *, action: Any = None) -> Decision | None:
         """:meth:`preview` as if the run still stood where it did before the approval that carries it

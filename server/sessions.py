@@ -62,9 +62,14 @@ def make_session(loaded: LoadedModel, overrides: dict[str, Any] | None,
     """
     guard = loaded.guard
     if not overrides:
-        return guard.session(metadata=metadata)
+        return _untraced(guard.session(metadata=metadata))
     member = guard.for_metadata(metadata)  # a bundle's member: the overrides apply over its own policy
-    return member.session(member.policy.with_overrides(overrides), metadata=metadata)
+    return _untraced(member.session(member.policy.with_overrides(overrides), metadata=metadata))
+
+
+def _untraced(session: Session) -> Session:
+    session.traced = False  # the routes record each decision's span, with the caller's trace (trace_decision)
+    return session
 
 
 class SessionManager:

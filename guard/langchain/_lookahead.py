@@ -93,7 +93,7 @@ class Turn:
         """A scratch copy of ``session`` one step on (the call ``step``, not committed); a call a human
         will be asked about runs only if approved, so the calls after it are judged as after an approval."""
         scratch = Session(session.guard, list(session.history), session.monitor_states, metadata=session.metadata,
-                          baseline=session.baseline, belief=session.belief, accepted=session.accepted)
+                          baseline=session.baseline, belief=session.belief, accepted=session.accepted, traced=False)
         concrete = self._judge.try_extract(self.base.then(*accepted), step)
         if concrete is not None:
             scratch.observe(concrete, action={"tool": step.name, "args": step.args}, approved=asked)

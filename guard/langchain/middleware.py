@@ -260,7 +260,12 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
 
     def _run_of(self, messages: Sequence[BaseMessage]) -> GuardedRun:
         return self._runs.open(messages, keep=self.max_runs, extract=self._try_extract, end=self._end,
-                               start=lambda: self._session_guard.session(metadata=run_metadata(self.metadata)))
+                               start=self._start)
+
+    def _start(self) -> Session:
+        session = self._session_guard.session(metadata=run_metadata(self.metadata))
+        session.traced = False  # the look-ahead and the after-tool step record each decision's span, with its call
+        return session
 
     def close(self, run_id: str | None = None) -> None:
         """End a run (by id: its thread id), or every run the middleware keeps: on a sidecar, their

@@ -90,7 +90,9 @@ class CallJudge:
         self.audit = audit if guard is not None else None  # (recording only: nothing is judged)
         self._counter = itertools.count(1)
         if guard is not None:  # fail now, not at the first call, when the predicates cannot read the states
-            guard.session().preview(self.extractor(Transcript()))
+            preflight = guard.session()
+            preflight.traced = False  # (not a decision anybody acts on)
+            preflight.preview(self.extractor(Transcript()))
         elif record is None:
             raise ConfigError("the proxy needs a model (--model), or --record to only record sessions")
 
@@ -101,6 +103,8 @@ class CallJudge:
         name = name or f"mcp-{uuid.uuid4().hex[:12]}"
         # (the session keeps its state and folds each call into it: the extractor holds no session's fold)
         guarded = GuardedSession(name, None if self.guard is None else self.guard.session(), self.extractor)
+        if guarded.session is not None:
+            guarded.session.traced = False  # the proxy records each decision's span, with the call (_emit)
         initial = guarded.initial = guarded.state
         meta = {"client": client} if client is not None else {}
         if guarded.session is not None:

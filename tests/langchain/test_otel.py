@@ -166,3 +166,26 @@ def test_a_no_op_without_a_provider_or_without_the_api(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_a_session_used_directly_records_each_decision(tool_guard: Guard, spans: InMemorySpanExporter) -> None:
+    """A custom agent guarding itself through ``Session.observe``/``preview`` (the in-process glue) gets the
+    same span per decision the integrations record, and an integration's session records none of its own."""
+    from forewarn.domains.tools import ToolStateExtractor, Transcript
+
+    extract = ToolStateExtractor()
+    session = tool_guard.session()
+    start = extract(Transcript.of("Free some disk space."))
+    observed = session.observe(start)
+    rm = extract(Transcript.of("Free some disk space.", [{"name": "shell", "args": {"command": "rm -rf ~/*"},
+                                                          "status": "proposed"}]))
+    previewed = session.preview(rm, action={"tool": "shell", "args": {"command": "rm -rf ~/*"}})
+    found = _decisions(spans)
+    assert [(s.attributes["forewarn.phase"], s.attributes["forewarn.action"]) for s in found] == [
+        ("observed", observed.action.value), ("proposed", previewed.action.value)]
+    assert found[1].attributes["forewarn.p_unsafe"] == previewed.p_unsafe
+    spans.clear()
+    quiet = tool_guard.session()
+    quiet.traced = False  # what the middleware, the MCP proxy and the sidecar do: they record their own
+    quiet.observe(start)
+    assert _decisions(spans) == []
