@@ -223,3 +223,23 @@ def test_the_sidecars_proposals_ask_about_a_second_delete(delete_model: GuardMod
         step({"state": {"files": {"deleted": deleted}}, "action": {"tool": "read_file"}})
         second = propose("delete_file", "users.sqlite", 2)
         assert second["status"] == "pending" and second["decision"]["why"] == "approved_once"
+
+
+def test_a_tool_guard_asks_its_approver_about_each_delete(delete_model: GuardModel) -> None:
+    """Without LangGraph (``ToolGuard``): the same rule, the approver asked about each delete."""
+    from forewarn.guard.langchain import ToolGuard
+
+    asked: list[str] = []
+
+    def approver(name: str, args: Any, decision: Any) -> bool:
+        asked.append(args["path"])
+        return True
+
+    files = Files()
+    guard = Guard(delete_model, policy=ASK)
+    tools = {t.name: t for t in ToolGuard(guard, approver=approver).wrap_all(files.tools())}
+    for name, path in (("read_file", "notes.md"), ("delete_file", "db.sqlite"), ("read_file", "app.log"),
+                       ("delete_file", "users.sqlite")):
+        tools[name].invoke({"path": path})
+    assert asked == ["db.sqlite", "users.sqlite"]
+    assert [path for _, path in files.ran] == ["notes.md", "db.sqlite", "app.log", "users.sqlite"]
