@@ -169,3 +169,27 @@ def install_package(site: Path, distribution: str, modules: Mapping[str, str],
     lines = "".join(f"{name} = {target}\n" for name, target in entry_points.items())
     (info / "entry_points.txt").write_text(f"[forewarn.predicates]\n{lines}", encoding="utf-8")
     return site
+
+
+# The approval-scope scenario (issue 36), for every seam's test: deleting one file takes a run from a risk of
+# about 0.3 to about 0.6 (of going on to delete three); a second delete stays in the same abstract state.
+DELETES_SPEC = """
+name: deletes
+predicates:
+  deleted: 'state.files.deleted > 0'
+  many: 'state.files.deleted > 2'
+unsafe: 'many'
+"""
+
+
+def learn_deletes(folder: Path) -> Any:
+    """The model of :data:`DELETES_SPEC` learned from 200 runs written to ``folder`` (a GuardModel)."""
+    from forewarn.guard import learn_model
+    from forewarn.guard.spec import parse_spec
+
+    shapes = [[0, 0, 0, 0]] * 100 + [[0, 0, 1, 1]] * 40 + [[0, 1, 2, 3]] * 60
+    runs = [{"id": f"r{i}", "steps": [{"state": {"files": {"deleted": n}}} for n in shape]}
+            for i, shape in enumerate(shapes)]
+    path = folder / "deletes.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(run) + b"\n" for run in runs))
+    return learn_model([path], parse_spec(DELETES_SPEC))

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
@@ -19,24 +18,18 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from _lc_support import thresholds
+from _support import learn_deletes
 from forewarn.domains.tools import ToolStateExtractor
 from forewarn.errors import ThresholdWarning
-from forewarn.guard import Guard, GuardModel, learn_model
+from forewarn.guard import Guard, GuardModel
 from forewarn.guard.judge import Why, judge_call
 from forewarn.guard.langchain import ForewarnMiddleware
 from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
-from forewarn.guard.spec import Action, parse_spec
+from forewarn.guard.spec import Action
 from forewarn.guard.toolcalls.transcript import CallStatus, ToolStep, Transcript
 
 # Deleting one file takes the run from a risk of about 0.3 to about 0.6 (of going on to delete three);
 # a second delete stays in the same abstract state, at the same risk.
-SPEC = """
-name: deletes
-predicates:
-  deleted: 'state.files.deleted > 0'
-  many: 'state.files.deleted > 2'
-unsafe: 'many'
-"""
 ASK = thresholds(ask_human=0.5)
 REQUEST = "Clean up the production database folder."  # ask when p_unsafe > 0.5: after a delete, not before
 
@@ -49,9 +42,8 @@ def _runs() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def delete_model(tmp_path_factory: pytest.TempPathFactory) -> GuardModel:
-    path = tmp_path_factory.mktemp("deletes") / "runs.jsonl"
-    path.write_bytes(b"".join(orjson.dumps(run) + b"\n" for run in _runs()))
-    return learn_model([path], parse_spec(SPEC))
+    model: GuardModel = learn_deletes(tmp_path_factory.mktemp("deletes"))
+    return model
 
 
 class Files:

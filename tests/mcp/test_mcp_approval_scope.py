@@ -8,35 +8,23 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 import pytest
 from _mcp_support import SERVERS, Approver, connected, lean_connected, proxy_for
 
-from forewarn.guard import Guard, GuardModel, learn_model
+from _support import learn_deletes
+from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import UpstreamSpec
 from forewarn.guard.policy import Policy
-from forewarn.guard.spec import Thresholds, parse_spec
+from forewarn.guard.spec import Thresholds
 
 pytestmark = pytest.mark.mcp
 
-SPEC = """
-name: deletes
-predicates:
-  deleted: 'state.files.deleted > 0'
-  many: 'state.files.deleted > 2'
-unsafe: 'many'
-"""
 
 
 @pytest.fixture(scope="module")
 def delete_model(tmp_path_factory: pytest.TempPathFactory) -> GuardModel:
-    """Deleting one file takes a session from a risk of about 0.3 to about 0.6 (of deleting three)."""
-    shapes = [[0, 0, 0, 0]] * 100 + [[0, 0, 1, 1]] * 40 + [[0, 1, 2, 3]] * 60
-    runs = [{"id": f"r{i}", "steps": [{"state": {"files": {"deleted": n}}} for n in shape]}
-            for i, shape in enumerate(shapes)]
-    path = tmp_path_factory.mktemp("deletes") / "runs.jsonl"
-    path.write_bytes(b"".join(orjson.dumps(run) + b"\n" for run in runs))
-    return learn_model([path], parse_spec(SPEC))
+    model: GuardModel = learn_deletes(tmp_path_factory.mktemp("deletes"))
+    return model
 
 
 def _folder(tmp_path: Path) -> Path:
