@@ -99,6 +99,8 @@ class MirroredSession(Session):
         if self.acreating is None:
             self.end()
             return
+        if self._recreate and not self._gap():  # never created there, nothing to send: nothing to close
+            return
         try:
             remote = await self._aremote()
             if self._gap():

@@ -117,18 +117,20 @@ def _check_refused(raised: pytest.ExceptionInfo[SidecarUnreachable], sidecar: Si
                               f"did not run (fail closed): start the sidecar")
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", "async", "sync-fallback"])
 def test_a_sidecar_down_after_the_middleware_is_built_lets_no_call_run(sidecar: Sidecar, mode: str) -> None:
     """The sidecar stops once the middleware is built: the run's first call does not run (before the fix it
-    ran, then ServerError). Resumed with the sidecar back, it runs, and the sidecar's record says it was
+    ran, then ServerError; with ``on_extraction_error`` set, it and every later call ran, the error taken for
+    an unreadable call). Resumed with the sidecar back, it runs, and the sidecar's record says it was
     refused once."""
     log = ToolLog()
     config: RunnableConfig = {"configurable": {"thread_id": f"first-{mode}"}}
     script: list[Any] = [tool_calls(READ_A), "Done."]
 
-    if mode == "sync":
+    if mode.startswith("sync"):
         with Client(sidecar.url, api_key=KEYS["agent"], retries=1) as client:
-            mw = ForewarnMiddleware(client, policy=thresholds(stop=VIOLATIONS_ONLY))
+            mw = ForewarnMiddleware(client, policy=thresholds(stop=VIOLATIONS_ONLY),
+                                    on_extraction_error="reflect" if mode == "sync-fallback" else "raise")
             agent = _agent(mw, script, log.tools())
             sidecar.stop()
             with pytest.raises(SidecarUnreachable) as raised:
