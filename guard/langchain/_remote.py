@@ -176,7 +176,9 @@ class MirroredSession(Session):
             return action, 0
         return {**action, "refused": list(self.refused)}, len(self.refused)
 
-    def _refused(self, tool: str, args: Any, exc: ServerError) -> SidecarUnreachable:
+    def refuse(self, tool: str, args: Any, exc: ServerError) -> SidecarUnreachable:
+        """The error for a call that does not run because the sidecar did not answer (``exc``); the call is
+        kept in :attr:`refused` for the sidecar's record."""
         self._lost()
         self.refused.append({"tool": tool, "args": args, "at": time.time(), "error": str(exc)})
         return SidecarUnreachable(self.url, tool, exc)
@@ -216,7 +218,7 @@ class MirroredSession(Session):
         except ServerError as exc:
             if not unreachable(exc):
                 raise
-            raise self._refused(tool, args, exc) from exc
+            raise self.refuse(tool, args, exc) from exc
 
     async def areach(self, tool: str, args: Any) -> None:
         """:meth:`reach` on the agent's loop (a session created there)."""
@@ -236,7 +238,7 @@ class MirroredSession(Session):
             except ServerError as exc:
                 if not unreachable(exc):
                     raise
-                raise self._refused(tool, args, exc) from exc
+                raise self.refuse(tool, args, exc) from exc
 
     async def aobserve(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
         """:meth:`observe` awaiting the sidecar (the async hooks' path): the same steps, the same batch of

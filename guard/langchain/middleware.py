@@ -53,6 +53,7 @@ except ModuleNotFoundError as exc:
 from ...errors import ForewarnError
 from ..bundle_guard import BundleGuard
 from ..client import AsyncClient, Client, ServerError, SidecarUnreachable
+from ..client._core import unreachable
 from ..policy import Policy
 from ..runtime import Decision, Guard, Session
 from ..spec import Action, Trigger
@@ -384,7 +385,13 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         if verdict is None or verdict.action is Action.ALLOW:
             self._reach(run, request)
             return after_tool(self._judge, run, request, handler(request), None)
-        resolved = review_call(self._judge, run, request, verdict)
+        try:
+            resolved = review_call(self._judge, run, request, verdict)
+        except ServerError as exc:
+            refused = self._unreached(run, request, exc)
+            if refused is None:
+                raise
+            raise refused from exc
         if isinstance(resolved, ToolMessage):
             return resolved
         approved, review = resolved
@@ -402,8 +409,15 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         if verdict is None or verdict.action is Action.ALLOW:
             await self._areach(run, request)
             return await aafter_tool(self._judge, run, request, await handler(request), None)
-        resolved = (await asyncio.to_thread(review_call, self._judge, run, request, verdict) if self.approvals == "sidecar"
-                    else review_call(self._judge, run, request, verdict))  # a sidecar's approver may take minutes
+        try:
+            resolved = (await asyncio.to_thread(review_call, self._judge, run, request, verdict)
+                        if self.approvals == "sidecar"  # a sidecar's approver may take minutes
+                        else review_call(self._judge, run, request, verdict))
+        except ServerError as exc:
+            refused = self._unreached(run, request, exc)
+            if refused is None:
+                raise
+            raise refused from exc
         if isinstance(resolved, ToolMessage):
             return resolved
         approved, review = resolved
@@ -422,6 +436,14 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         if isinstance(run.session, MirroredSession):
             with self._lock:
                 run.session.reach(request.tool_call["name"], request.tool_call["args"])
+
+    def _unreached(self, run: GuardedRun, request: ToolCallRequest, exc: ServerError) -> SidecarUnreachable | None:
+        """The error for a call whose approvers on the sidecar (``approvals="sidecar"``) could not be reached:
+        it does not run, as when :meth:`_reach` fails. None for any other error (raised as it is)."""
+        if not isinstance(run.session, MirroredSession) or isinstance(exc, SidecarUnreachable) or not unreachable(exc):
+            return None
+        with self._lock:
+            return run.session.refuse(request.tool_call["name"], request.tool_call["args"], exc)
 
     async def _areach(self, run: GuardedRun, request: ToolCallRequest) -> None:
         """:meth:`_reach` for the async hooks: awaited on the agent's loop when the session was created there."""

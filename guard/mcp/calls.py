@@ -183,7 +183,10 @@ class CallJudge:
             MCPError: :data:`SESSION_STOPPED`, as :meth:`_settle`; :data:`GUARD_UNREACHABLE` — the sidecar did
                 not answer, so the call did not run.
         """
-        go = await self._settle(guarded, name, args, elicit=elicit, lists=lists, tools=tools, judged=judged)
+        try:
+            go = await self._settle(guarded, name, args, elicit=elicit, lists=lists, tools=tools, judged=judged)
+        except ServerError as exc:  # the session could not be made there to ask its console: nothing ran
+            raise self._unreached(guarded, name, args, exc) from None
         if isinstance(go, Forward) and self.sidecar is not None:
             await self._reach(guarded, go)
         return go
@@ -200,12 +203,16 @@ class CallJudge:
             if guarded.unsent:
                 await self._send_unsent(remote, guarded)
         except ServerError as exc:
-            if not unreachable(exc):
-                raise MCPError(types.INTERNAL_ERROR, f"the sidecar refused the call to {tool_name(go.name)}, which "
-                                                     f"did not run: {exc}") from None
-            # kept: the next committed step carries it (its action's "refused")
-            guarded.refused.append({"tool": go.name, "args": go.args, "at": time.time(), "error": str(exc)})
-            raise MCPError(GUARD_UNREACHABLE, str(SidecarUnreachable(self.sidecar.url, go.name, exc))) from None
+            raise self._unreached(guarded, go.name, go.args, exc) from None
+
+    def _unreached(self, guarded: GuardedSession, name: str, args: Any, exc: ServerError) -> MCPError:
+        """The error for a call that does not run because the sidecar did not answer (kept: the next committed
+        step carries it, its action's ``refused``) or refused the request."""
+        if not unreachable(exc):
+            return MCPError(types.INTERNAL_ERROR, f"the sidecar refused the call to {tool_name(name)}, which did not "
+                                                  f"run: {exc}")
+        guarded.refused.append({"tool": name, "args": args, "at": time.time(), "error": str(exc)})
+        return MCPError(GUARD_UNREACHABLE, str(SidecarUnreachable(self.sidecar.url, name, exc)))
 
     @staticmethod
     async def _send_unsent(remote: Any, guarded: GuardedSession) -> None:

@@ -33,6 +33,7 @@ from forewarn.errors import ForewarnError
 from forewarn.guard import GuardModel
 from forewarn.guard.client import AsyncClient, Client, SidecarUnreachable
 from forewarn.guard.langchain import ForewarnMiddleware
+from forewarn.guard.langchain._remote import MirroredSession
 from forewarn.guard.langchain.testing import ScriptedChatModel, tool_calls
 
 pytestmark = [pytest.mark.langchain, pytest.mark.server]
@@ -198,3 +199,40 @@ def test_a_sidecar_down_mid_run_lets_no_later_call_run_and_the_gap_is_recorded(s
     late, after = steps[1]["action"], steps[2]["action"]
     assert late["args"] == READ_A[1] and "ran_at" in late["recorded_late"] and "refused" not in late
     assert after["args"] == READ_B[1] and [(r["tool"], r["args"]) for r in after["refused"]] == [READ_B]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_approvers_on_a_sidecar_that_is_down_let_no_call_run(sidecar: Sidecar, mode: str) -> None:
+    """``approvals="sidecar"``: a call that needs approval is proposed to the sidecar's approvers; down, they
+    cannot be asked, and the call does not run — the same error, the run kept to be resumed, the call
+    kept for the sidecar's record (before, a bare ServerError ended the run)."""
+    log = ToolLog()
+    send = ("send_email", {"to": "partners@northwind.example", "subject": "Notes", "body": "See attached."})
+    tools = _stopping(log, sidecar, READ_A[1]["path"])
+    config: RunnableConfig = {"configurable": {"thread_id": f"approvers-{mode}"}}
+    script: list[Any] = [tool_calls(READ_A), tool_calls(send), "Sent."]
+
+    def middleware(client: Client | AsyncClient) -> ForewarnMiddleware:
+        return ForewarnMiddleware(client, policy=thresholds(ask_human=VIOLATIONS_ONLY), approvals="sidecar",
+                                  approval_timeout=30)
+
+    if mode == "sync":
+        with Client(sidecar.url, api_key=KEYS["agent"], retries=1) as client:
+            mw = middleware(client)
+            with pytest.raises(SidecarUnreachable) as raised:
+                _agent(mw, script, tools).invoke({"messages": [HumanMessage(ASK)]}, config)
+    else:
+        async def run() -> tuple[pytest.ExceptionInfo[SidecarUnreachable], ForewarnMiddleware]:
+            async with AsyncClient(sidecar.url, api_key=KEYS["agent"], retries=1) as client:
+                mw = middleware(client)
+                with pytest.raises(SidecarUnreachable) as raised:
+                    await _agent(mw, script, tools).ainvoke({"messages": [HumanMessage(ASK)]}, config)
+                return raised, mw
+
+        raised, mw = asyncio.run(run())
+    assert log.ran == [READ_A]  # the send, which needed approval, did not run
+    assert str(raised.value).startswith(f"Forewarn's sidecar at {sidecar.url} cannot be reached, so the call to "
+                                        f"`send_email` did not run")
+    kept = mw.get_run(f"approvers-{mode}")
+    assert kept is not None and not kept.closed and isinstance(kept.session, MirroredSession)
+    assert [(r["tool"], r["args"]) for r in kept.session.refused] == [send]

@@ -109,3 +109,35 @@ def test_a_sidecar_down_lets_no_call_reach_the_upstream(mcp_model: GuardModel, t
     assert [s["action"]["tool"] if s["action"] else None for s in steps] == [None, "touch", "touch"]
     for step in steps[1:]:  # each carries the call refused before it
         assert [(r["tool"], r["args"]) for r in step["action"]["refused"]] == [("touch", {})]
+
+
+def test_a_call_for_the_console_of_a_sidecar_that_is_down_does_not_run(mcp_model: GuardModel, tmp_path: Path) -> None:
+    """ask_human without elicitation goes to the sidecar's console; down, it cannot be asked (its session
+    cannot even be made there): the same refusal, not a bare failure of the proxy."""
+    from _sidecar import KEYS, settings
+    from forewarn.guard.client import AsyncClient, Client
+
+    marker = tmp_path / "touched"
+    sidecar = _serve(settings(tmp_path / "db.sqlite", {"mcp": mcp_model.save(tmp_path / "mcp.json")}))
+    url = sidecar.url
+    with Client(url, api_key=KEYS["agent"]) as client:
+        guard = client.guard("mcp")
+    sidecar.__exit__()
+    upstream = UpstreamSpec("lenient", command=sys.executable, args=(str(SERVERS), "lenient", str(marker)))
+
+    async def scenario() -> MCPError:
+        agent = AsyncClient(url, api_key=KEYS["agent"], retries=1)
+        proxy = proxy_for(guard, upstream, unknown_tools="ask_human", sidecar=agent)  # every call asks
+        proxy.model_name = "mcp"
+        try:
+            async with _client(proxy, "sdk") as client:
+                with pytest.raises(MCPError) as raised:
+                    await client.call_tool("touch", {})
+                return raised.value
+        finally:
+            await agent.aclose()
+
+    error = anyio.run(scenario)
+    assert error.error.code == GUARD_UNREACHABLE and not marker.exists()
+    assert error.error.message.startswith(f"Forewarn's sidecar at {url} cannot be reached, so the call to `touch` "
+                                          f"did not run")
