@@ -52,7 +52,8 @@ except ModuleNotFoundError as exc:
 
 from ...errors import ForewarnError
 from ..bundle_guard import BundleGuard
-from ..client import AsyncClient, Client
+from ..client import AsyncClient, Client, ServerError, SidecarUnreachable
+from ..client._core import unreachable
 from ..judge import CallVerdict, judge_call
 from ..policy import Policy
 from ..runtime import Decision, Guard, Session
@@ -67,7 +68,7 @@ from ._judge import Judge
 from ._lookahead import Turn
 from ._messages import REVIEWED
 from ._options import Extractor, check_approvals, check_extractor, check_settings
-from ._remote import RemoteGuard, remote_guard
+from ._remote import MirroredSession, RemoteGuard, remote_guard
 from .errors import UnknownToolWarning
 from .review import REVIEW_TYPES, ReviewType
 from .runs import GuardedRun, RunBook, Verdict, run_metadata
@@ -320,8 +321,11 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         return result
 
     def _failing(self, exc: BaseException) -> GuardedRun | None:
-        """A hook raised: the run ends there unless LangGraph is only pausing it (an interrupt)."""
-        return self._runs.current() if self._remote and not isinstance(exc, GraphBubbleUp) else None
+        """A hook raised: the run ends there unless LangGraph is only pausing it (an interrupt), or a call
+        did not run because the sidecar could not be reached (the run goes on when it is resumed, its
+        session keeping the calls refused meanwhile for the sidecar)."""
+        return (self._runs.current() if self._remote and not isinstance(exc, (GraphBubbleUp, SidecarUnreachable))
+                else None)
 
     def _failed(self, exc: BaseException) -> None:
         run = self._failing(exc)
@@ -392,11 +396,19 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
     def _tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]) -> ToolResult:
         run, verdict = self._verdict_for(request)
         if verdict is None or verdict.action is Action.ALLOW:
+            self._reach(run, request)
             return after_tool(self._judge, run, request, handler(request), None)
-        resolved = review_call(self._judge, run, request, verdict)
+        try:
+            resolved = review_call(self._judge, run, request, verdict)
+        except ServerError as exc:
+            refused = self._unreached(run, request, exc)
+            if refused is None:
+                raise
+            raise refused from exc
         if isinstance(resolved, ToolMessage):
             return resolved
         approved, review = resolved
+        self._reach(run, approved)
         token = REVIEWED.set(approved.tool_call.get("id") or "")  # the recorder records the approval
         try:
             result = handler(approved)
@@ -408,18 +420,52 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                           handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]) -> ToolResult:
         run, verdict = self._verdict_for(request)
         if verdict is None or verdict.action is Action.ALLOW:
+            await self._areach(run, request)
             return await aafter_tool(self._judge, run, request, await handler(request), None)
-        resolved = (await asyncio.to_thread(review_call, self._judge, run, request, verdict) if self.approvals == "sidecar"
-                    else review_call(self._judge, run, request, verdict))  # a sidecar's approver may take minutes
+        try:
+            resolved = (await asyncio.to_thread(review_call, self._judge, run, request, verdict)
+                        if self.approvals == "sidecar"  # a sidecar's approver may take minutes
+                        else review_call(self._judge, run, request, verdict))
+        except ServerError as exc:
+            refused = self._unreached(run, request, exc)
+            if refused is None:
+                raise
+            raise refused from exc
         if isinstance(resolved, ToolMessage):
             return resolved
         approved, review = resolved
+        await self._areach(run, approved)
         token = REVIEWED.set(approved.tool_call.get("id") or "")
         try:
             result = await handler(approved)
         finally:
             REVIEWED.reset(token)
         return await aafter_tool(self._judge, run, approved, result, review)
+
+    def _reach(self, run: GuardedRun, request: ToolCallRequest) -> None:
+        """Fail closed: on a sidecar, the call runs only once the sidecar answered for it (previews are
+        local: without this round trip, a call would run on a sidecar that is down and only its commit,
+        after the tool, would find out). Raises :class:`SidecarUnreachable` when it did not answer."""
+        if isinstance(run.session, MirroredSession):
+            with self._lock:
+                run.session.reach(request.tool_call["name"], request.tool_call["args"])
+
+    def _unreached(self, run: GuardedRun, request: ToolCallRequest, exc: ServerError) -> SidecarUnreachable | None:
+        """The error for a call whose approvers on the sidecar (``approvals="sidecar"``) could not be reached:
+        it does not run, as when :meth:`_reach` fails. None for any other error (raised as it is)."""
+        if not isinstance(run.session, MirroredSession) or isinstance(exc, SidecarUnreachable) or not unreachable(exc):
+            return None
+        with self._lock:
+            return run.session.refuse(request.tool_call["name"], request.tool_call["args"], exc)
+
+    async def _areach(self, run: GuardedRun, request: ToolCallRequest) -> None:
+        """:meth:`_reach` for the async hooks: awaited on the agent's loop when the session was created there."""
+        session = run.session
+        if isinstance(session, MirroredSession):
+            if session.acreating is None:  # created synchronously: its round trip in a worker thread
+                await asyncio.to_thread(self._reach, run, request)
+            else:
+                await session.areach(request.tool_call["name"], request.tool_call["args"])
 
     # -- the look-ahead ---------------------------------------------------------------
 
@@ -506,7 +552,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                                        approved=step.approved)
             return session.preview(concrete, action=action)
         except ForewarnError as exc:  # ExtractionError, or a PredicateError on the state
-            if self.on_extraction_error is None:
+            if self.on_extraction_error is None or isinstance(exc, ServerError):  # (a sidecar's refusal is no misreading)
                 raise
             return self._fallback(step.name, str(exc))
 
@@ -521,7 +567,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                 return decided
             return session.observe(concrete, action=action, approved=step.approved)
         except ForewarnError as exc:
-            if self.on_extraction_error is None:
+            if self.on_extraction_error is None or isinstance(exc, ServerError):
                 raise
             return self._fallback(step.name, str(exc))
 

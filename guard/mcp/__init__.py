@@ -14,6 +14,7 @@ except ModuleNotFoundError as exc:
     raise extra_error("mcp", "forewarn.guard.mcp", exc) from None
 
 from .approval import APPROVAL_SCHEMA, Approval
+from .calls import GUARD_UNREACHABLE
 from .config import ProxyConfig, UpstreamSpec, config_from, load_config
 from .http_relay import HttpRelay
 from .judge import DecisionHook, GuardedSession, Verdict
@@ -44,6 +45,7 @@ __all__ = [
     "Upstream",
     "SESSION_STOPPED",
     "ARGUMENTS_TOO_LARGE",
+    "GUARD_UNREACHABLE",
     "UPSTREAM_DOWN",
     "UPSTREAM_TIMEOUT",
 ]

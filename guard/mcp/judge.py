@@ -52,6 +52,8 @@ class GuardedSession:
     stopped: Verdict | None = None
     log: SessionLog | None = None
     remote: Any = None  # the sidecar's AsyncRemoteSession, with --serve-url
+    unsent: list[dict[str, Any]] = field(default_factory=list)  # steps that ran while the sidecar was down
+    refused: list[dict[str, Any]] = field(default_factory=list)  # calls not run: the sidecar did not answer
     calls: int = 0
     initial: Mapping[str, Any] = field(default_factory=dict)  # the state before any call
 
