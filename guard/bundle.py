@@ -209,19 +209,19 @@ class GuardBundle:
 class _Group(BaseModel):
     model_config = ConfigDict(extra="forbid")
     group: str
-    runs: int = Field(ge=0)
+    runs: int = Field(ge=0, le=2**63 - 1)
     model: bool
 
 
 class _BundleDocument(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: Literal["forewarn-bundle"]
-    schema_version: int
+    schema_version: int = Field(ge=-(2**63), le=2**63 - 1)
     group_by: str
-    min_group_runs: int = Field(ge=1)
+    min_group_runs: int = Field(ge=1, le=2**63 - 1)
     spec: str
     groups: list[_Group]
-    runs_without_group: int = Field(ge=0)
+    runs_without_group: int = Field(ge=0, le=2**63 - 1)
     provenance: dict[str, Any]
     pooled: dict[str, Any]
     members: dict[str, dict[str, Any]]
