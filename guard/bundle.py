@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import ForewarnError, ModelFileError, TraceError
 from ._version import __version__
 from .memory import run_actions
-from .model import GuardModel, write_document
+from .model import GuardModel, SignatureEntry, write_document
 from .predicates import PythonPredicate
 from .spec import Spec, parse_spec
 from .traces import Run, abstract_run
@@ -226,7 +226,7 @@ class _BundleDocument(BaseModel):
     pooled: dict[str, Any]
     members: dict[str, dict[str, Any]]
     checksum: str
-    signature: dict[str, Any] | None = None  # Ed25519 over the whole bundle (guard.signing)
+    signature: SignatureEntry | None = None  # Ed25519 over the whole bundle (guard.signing)
 
 
 def _checksum(body: dict[str, Any]) -> str:

@@ -145,6 +145,16 @@ class PACEntry(_Doc):
     outcome: TightPACEntry | None = None  # the outcome bound, the same fields (method "first-visit-clopper-pearson")
 
 
+class SignatureEntry(_Doc):
+    """An Ed25519 signature (guard.signing): these fields only; one the loader does not know would be
+    covered by no signature, so it is refused like an unknown field anywhere else (extra="forbid")."""
+
+    algorithm: str
+    key_id: str
+    signed_at: float | None = None  # absent from signatures of 0.1
+    value: str
+
+
 class ModelDocument(_Doc):
     """The JSON schema of a model file (``schema_version`` 1)."""
 
@@ -168,7 +178,7 @@ class ModelDocument(_Doc):
     kinds: KindsEntry | None = None  # learning.kinds: the mixture's kinds (absent with one kind)
     provenance: dict[str, Any]
     checksum: str = ""
-    signature: dict[str, Any] | None = None  # Ed25519 over the canonical body (guard.signing)
+    signature: SignatureEntry | None = None  # Ed25519 over the canonical body (guard.signing)
 
 
 @dataclass(frozen=True)
