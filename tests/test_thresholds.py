@@ -207,6 +207,13 @@ def test_no_warning_for_a_loaded_guard_in_the_middleware(risky: GuardModel, tmp_
         warnings.simplefilter("error")
         middleware = ForewarnMiddleware(guard, extractor=lambda _: toy_state(NONE))
         middleware._session_guard.session()
+    with warnings.catch_warnings(record=True) as got:  # under level: the middleware's own words, once
+        warnings.simplefilter("always")
+        level = ForewarnMiddleware(guard, extractor=lambda _: toy_state(NONE), trigger="level")
+        level._session_guard.session()
+        level._session_guard.session()
+    assert got and [str(w.message) for w in got] == initial_crossings(
+        risky, guard.policy.with_overrides({"trigger": "level"}), first_calls=True)
     with pytest.warns(ThresholdWarning, match="every first call will be reflected under the level trigger"):
         guard.session()
 
