@@ -54,13 +54,37 @@ from .actions import NO_ACTION, action_view
 from .spec import Spec
 from .trust import CodeNotAllowed, registered_callable
 
-__all__ = ["CodeNotAllowed", "PredicateBudgetExceeded", "PredicateSet", "registered_callable"]
+__all__ = ["CodeNotAllowed", "PredicateBudgetExceeded", "PredicateSet", "registered_callable", "resolve_python_predicates"]
 
 PythonPredicate = Callable[[Mapping[str, Any]], bool]
 MEMO_BYTES = 64 << 20  # default budget of a predicate set's memo tables (``memo_limit`` changes it)
 _EMPTY_STR = sys.getsizeof("")  # an ASCII string is this plus its length (a compact str)
 _NO_META: dict[str, Any] = {}  # a run without metadata (never mutated: CEL only reads it)
 
+
+
+def resolve_python_predicates(spec: Spec, given: Mapping[str, PythonPredicate] | None = None
+                              ) -> dict[str, PythonPredicate]:
+    """The function of each Python predicate of ``spec`` (``{python: NAME}``), by predicate name: the one
+    ``given`` in code under the predicate's name, else the one operator code registered under NAME
+    (:mod:`guard.trust`). A model whose spec names code this process cannot find cannot decide anything:
+    what loads a model to decide calls this first (a :class:`PredicateSet` does).
+
+    Raises:
+        SpecError: a name nobody registered (saying which, and how to register it), an import path,
+            a name registered twice, or an entry point that does not load; one line, naming the predicate.
+    """
+    given = given or {}
+    found: dict[str, PythonPredicate] = {}
+    for name, definition in spec.predicates.items():
+        if name in given:
+            found[name] = given[name]
+        elif definition.python is not None:
+            try:
+                found[name] = registered_callable(definition.python)
+            except ValueError as exc:
+                raise spec.error(f"predicate {name!r}: {exc}", "predicates", name) from exc
+    return found
 
 
 class PredicateSet:
@@ -77,18 +101,13 @@ class PredicateSet:
         self.spec = spec
         self.names: list[str] = spec.predicate_names
         self.width = len(self.names)
-        python_predicates = dict(python_predicates or {})
+        functions = resolve_python_predicates(spec, python_predicates)
         cel_items: list[tuple[int, str, str]] = []
         self._python: list[tuple[int, str, PythonPredicate]] = []
         item_variables: list[set[str]] = []
         for index, (name, definition) in enumerate(spec.predicates.items()):
-            if name in python_predicates:
-                self._python.append((index, name, python_predicates[name]))
-            elif definition.python is not None:
-                try:
-                    self._python.append((index, name, registered_callable(definition.python)))
-                except ValueError as exc:
-                    raise spec.error(f"predicate {name!r}: {exc}", "predicates", name) from exc
+            if name in functions:
+                self._python.append((index, name, functions[name]))
             else:
                 assert definition.cel is not None  # guaranteed by PredicateDef
                 try:

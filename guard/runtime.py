@@ -23,7 +23,7 @@ from .model import GuardModel
 from .monitoring import build_monitors
 from .policy import Policy, act
 from .predicates import PredicateSet, PythonPredicate
-from .spec import Action, Meaning
+from .spec import Action, Meaning, Trigger
 from .telemetry import record_decision
 from .thresholds import start_risk, supported_increase, warn_initial_crossings
 
@@ -222,7 +222,16 @@ class Guard:
         cpu_budget: seconds of CPU the CEL predicates of one step may cost, estimated before
             they run (``guard/_cel_cost.py``); a step past it is decided as an unseen state.
             None: unbounded. Applies to predicates built here (shared ones keep theirs).
+
+    Attributes:
+        start_warning: whether the guard's first session under the level trigger warns
+            (:class:`~forewarn.errors.ThresholdWarning`) when a threshold is already crossed where
+            runs start (:mod:`guard.thresholds`); :meth:`load` sets it, the constructor does not.
     """
+
+    # set by load(): not at load, where the guard's trigger is not known yet (the LangChain middleware
+    # sets increase), but at the first session that decides under the level trigger, once per guard
+    start_warning = False
 
     def __init__(self, model: GuardModel, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
@@ -292,11 +301,12 @@ class Guard:
         """Load a model file written by ``forewarn learn`` (validated, and its signature checked against
         ``trusted_keys`` when given or set in the environment; see :meth:`GuardModel.load`).
 
-        Warns (:class:`~forewarn.errors.ThresholdWarning`) when a threshold is already crossed
-        in an initial state under the level trigger (see :mod:`guard.thresholds`).
+        Its first session under the level trigger warns (:class:`~forewarn.errors.ThresholdWarning`)
+        when a threshold is already crossed in an initial state (see :mod:`guard.thresholds`); loading
+        does not, since the guard may go where another trigger applies (the LangChain middleware).
         """
         guard = cls(GuardModel.load(path, trusted_keys=trusted_keys), **options)
-        warn_initial_crossings(guard.model, guard.policy, stacklevel=2)
+        guard.start_warning = True
         return guard
 
     def session(self, policy: Policy | None = None, *, metadata: Mapping[str, Any] | None = None) -> Session:
@@ -305,8 +315,16 @@ class Guard:
         Args:
             policy: overrides the guard's for this session alone.
             metadata: the run's context, which predicates read as ``meta``.
+
+        Warns (:class:`~forewarn.errors.ThresholdWarning`), for a guard of :meth:`load` and once per
+        guard, when this is its first session under the level trigger and a threshold is already
+        crossed where runs start: the session's first steps will all be acted on.
         """
-        return Session(self if policy is None else self.with_policy(policy), metadata=metadata)
+        guard = self if policy is None else self.with_policy(policy)
+        if self.start_warning and guard.policy.trigger is not Trigger.INCREASE:
+            self.start_warning = False
+            warn_initial_crossings(guard.model, guard.policy, stacklevel=2)
+        return Session(guard, metadata=metadata)
 
     def for_metadata(self, metadata: Mapping[str, Any] | None) -> Guard:
         """The guard that decides for a run with this metadata: this one (a bundle picks a member)."""

@@ -37,6 +37,7 @@ from __future__ import annotations
 import builtins
 import os
 from collections.abc import Mapping
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._version import __version__
@@ -94,7 +95,7 @@ def decision_attributes(decision: Decided, *, tool: str | None = None, phase: st
     acted = action if action is not None else decision.action
     rule = next((p.name for p in decision.properties if p.formula == decision.property), None)
     values: Mapping[str, Any] = {
-        "forewarn.action": acted if isinstance(acted, str) else acted.value,
+        "forewarn.action": acted,
         "forewarn.decided": decision.action.value,
         "forewarn.p_unsafe": decision.p_unsafe, "forewarn.ci_low": decision.ci_low,
         "forewarn.ci_high": decision.ci_high, "forewarn.rule": rule or decision.property,
@@ -106,7 +107,25 @@ def decision_attributes(decision: Decided, *, tool: str | None = None, phase: st
         "forewarn.tool": tool, "forewarn.session": session,
         "gen_ai.tool.name": tool, "gen_ai.tool.call.id": call_id,
     }
-    return {k: v for k, v in values.items() if v is not None}
+    return {k: _plain(v) for k, v in values.items() if v is not None}
+
+
+def _plain(value: Any) -> str | bool | int | float:
+    """``value`` as the plain Python type OpenTelemetry stores: an enum as its value (an ``Action`` is a
+    ``str`` whose ``str()`` is ``Action.ALLOW``, which an exporter would write), a numpy scalar as a number."""
+    if isinstance(value, Enum):
+        value = value.value
+    if not isinstance(value, str | bool | int | float) and callable(getattr(value, "item", None)):
+        value = value.item()  # a numpy scalar (np.float64, np.int64, np.bool_)
+    if isinstance(value, bool):  # first: a bool is an int
+        return bool(value)
+    if isinstance(value, str):
+        return str.__str__(value)  # a subclass's own text, not what its __str__ says
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    raise TypeError(f"a span attribute must be a str, bool, int or float, not {type(value).__name__}")
 
 
 def tracing() -> bool:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ...errors import UsageError
 from ..model import CheckedProperty, GuardModel
+from ..predicates import resolve_python_predicates
 from ..spec import PropertyDef
 from ..storm import (
     Method,
@@ -58,6 +59,9 @@ def check(
 
     keys = load_trusted_keys(trusted_key) if trusted_key else None
     members = members_of(load_model_or_bundle(model, trusted_keys=keys), group)
+    for spec in {id(m.spec): m.spec for m in members.values()}.values():
+        # values whose predicates this process cannot evaluate guard nothing: the model is refused, as a guard does
+        resolve_python_predicates(spec)
     checked = {name: _check_rows(m, property, method, precision) for name, m in members.items()}
     if format is Format.json:
         documents = {name: {"property": outcomes[0][1].formula, "method": outcomes[0][1].method.value,

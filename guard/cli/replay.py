@@ -89,6 +89,8 @@ def replay(
     from ..bundle_guard import BundleGuard, load_guard
     from ..evaluation.baselines import score_baselines, trace_run
     from ..replay import replay as run_replay
+    from ..runtime import Guard
+    from ..thresholds import warn_initial_crossings
 
     thetas = parse_thetas(theta)
     check_period(period)
@@ -98,6 +100,9 @@ def replay(
     trigger_mode = parse_trigger(trigger)
     with caught_warnings() as warned:
         guard = load_guard(model)  # a model or a bundle: each run is replayed on its group's member
+        if isinstance(guard, Guard) and guard.start_warning:  # replayed runs open no sessions: said here
+            guard.start_warning = False
+            warn_initial_crossings(guard.model, guard.policy)
     if period is None:
         period = guard.model.provenance.get("period_seconds")
     if master is not None and engine is not Engine.spark:

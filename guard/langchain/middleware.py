@@ -173,6 +173,12 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             self._session_guard = guard.with_member_policies(lambda p: with_default_trigger(p, trigger))
         # a look-ahead never acts on a run's initial state: the warning is about the states first calls lead to
         warn_initial_crossings(guard.model, effective, stacklevel=2, first_calls=True)
+        session_guard = self._session_guard
+        if isinstance(session_guard, Guard) and session_guard.start_warning:  # Guard.load's: warned just above
+            if session_guard is guard:  # the caller's guard keeps its warning for its own sessions
+                session_guard = session_guard.with_policy(effective)
+            session_guard.start_warning = False
+            self._session_guard = session_guard
         self.metadata = metadata
         settings = check_settings(max_reflections=max_reflections, on_reflection_limit=on_reflection_limit,
                                   on_extraction_error=on_extraction_error, allowed_decisions=allowed_decisions,

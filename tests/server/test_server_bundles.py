@@ -61,8 +61,9 @@ def sidecar(tmp_path: Path, models: dict[str, Path]) -> Any:
 
 
 def test_sessions_carry_their_metadata_to_the_predicates(sidecar: ServerThread, models: dict[str, Path]) -> None:
+    local = Guard.load(models["kitchen"])
     with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.54 in 1 of 2 initial states"):
-        local = Guard.load(models["kitchen"])
+        local.session()  # its first session warns (the sidecar's own sessions log it at start)
     on = {"on": True, "left": False}
     with Client(sidecar.url, api_key=KEYS["agent"]) as agent:
         stove = agent.session(metadata={"task_hazard": "stove"})

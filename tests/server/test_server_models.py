@@ -86,3 +86,27 @@ def test_load_a_new_name_and_bad_files(server: ServerThread, admin: Client, agen
 def test_model_paths_that_are_not_files(http: httpx.Client, path: str) -> None:
     response = http.post("/v1/models", json={"name": "x", "path": path}, headers=auth("admin"))
     assert response.status_code == 422 and response.json()["error"]["code"] == "invalid_model"
+
+
+def test_an_integer_past_int64_is_a_422_naming_its_field(http: httpx.Client, toy_path: Path, tmp_path: Path) -> None:
+    """Issue 36: 2⁶³ in transitions.indices was a 500 (an OverflowError reading it into an int64 array),
+    uploaded or loaded by path; now a one-line 422 naming the field, and nothing is stored or served."""
+    import orjson
+
+    from forewarn.guard.model import _checksum
+
+    document = orjson.loads(toy_path.read_bytes())
+    document["transitions"]["indices"][0] = 2**63
+    document["checksum"] = _checksum(document)
+    path = tmp_path / "past-int64.json"
+    path.write_bytes(orjson.dumps(document))
+    for body, field in (({"name": "big", "document": document}, "body.document"),
+                        ({"name": "big", "path": str(path)}, "body.path")):
+        response = http.post("/v1/models", json=body, headers=auth("admin"))
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["code"] == "invalid_model" and error["field"] == field
+        assert "\n" not in error["message"]
+        assert error["message"].endswith("field transitions.indices.0: Input should be less than or equal to "
+                                         "9223372036854775807"), error["message"]
+    assert "big" not in [m["name"] for m in http.get("/v1/models", headers=auth("admin")).json()["models"]]

@@ -132,3 +132,24 @@ def test_replicas_refuse_and_serve_the_same(postgres_db: str, builtin_path: Path
             step = http.post(f"{replica.url}/v1/sessions/{sid}/observe", json={"state": {"a": True, "b": 0}},
                              headers=auth("agent"))
             assert step.status_code == 200 and step.json()["abstract_state"] == {"a": True, "b": False}
+
+
+def test_an_upload_naming_a_name_nobody_registered_is_a_422(http: httpx.Client, toy_path: Path,
+                                                             tmp_path: Path) -> None:
+    """Issue 36 / docs/security.md ("What an admin upload can and cannot do"): a plain name no operator code
+    registered, uploaded or loaded by path, is a one-line 422 saying which name and how to register it;
+    nothing is stored, and the served models stay as they were."""
+    document = crafted(toy_path, "app.nobody")
+    path = tmp_path / "unregistered.json"
+    path.write_bytes(orjson.dumps(document))
+    for body, field in (({"name": "named", "document": document}, "body.document"),
+                        ({"name": "named", "path": str(path)}, "body.path")):
+        response = http.post("/v1/models", json=body, headers=auth("admin"))
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["code"] == "invalid_model" and error["field"] == field and "\n" not in error["message"]
+        assert ("predicate 'a': python predicate 'app.nobody' is not registered (registered: none); operator code "
+                "registers functions with @forewarn.predicate(NAME) or entry points in group "
+                "'forewarn.predicates'") in error["message"], error["message"]
+    models = http.get("/v1/models", headers=auth("admin")).json()
+    assert [m["name"] for m in models["models"]] == ["builtin", "toy"] and models["refused"] == []
