@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import CheckError, ForewarnError, TraceError
 from ._version import __version__
 from .backoff import learn_memory_dtmc
+from .constant_predicates import constant_in_counts
 from .crossval import path_transitions
 from .intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
 from .kinds_check import KindsFit, learn_kinds
@@ -365,6 +366,9 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     }
     if levers:
         provenance["levers"] = levers
+    constant = constant_in_counts(counts, predicates)  # predicates that cannot tell states apart (a warning of learn)
+    if constant:
+        provenance["constant_predicates"] = [c.to_dict() for c in constant]
     return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report,
                       kinds=None if kinds is None else kinds.mixture)
 

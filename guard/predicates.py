@@ -7,6 +7,15 @@ step's action, parsed: :mod:`guard.actions`), so ``action.verb == "pick"`` or
 ``"external" in action.classes`` depend on what the agent did. The three are fields of one
 root, ``{"state": ..., "meta": ..., "action": ...}``, for everything below.
 
+A bare ``action`` — compared, tested with ``in``, given to a string function — is the
+action's text, ``action.name``: ``action == "find Bowl"`` holds on a step that logged the
+text ``"find Bowl"``, and a tool call compares as its tool name (``action == "send_email"``),
+as ``action.name`` and ``learning.memory.actions`` already name it. The CEL package has no
+custom types or operator overloads, so this is a rewrite of the expression when it is
+compiled (:func:`guard._cel_fields.text_actions`): exact for every form, since it changes
+what the name denotes rather than one operator, and free at run time. Error messages quote
+the expression as written.
+
 All CEL predicates of a spec are compiled into one list program, evaluated in one call.
 What keeps that call rare and cheap (converting Python values into CEL values costs far
 more than evaluating ten comparisons):
@@ -48,6 +57,7 @@ from ._cel_fields import (
     project,
     selected_paths,
     sub_key_getters,
+    text_actions,
     walk_key,
 )
 from .actions import NO_ACTION, action_view
@@ -115,7 +125,7 @@ class PredicateSet:
                 except ValueError as exc:
                     raise spec.error(f"predicate {name!r} does not parse as CEL: {_first_line(exc)}",
                                      "predicates", name) from exc
-                cel_items.append((index, name, definition.cel))
+                cel_items.append((index, name, text_actions(definition.cel)))
         # name -> function of every Python predicate, as resolved here: what Spark's workers get
         # (they need not have run the decorators that registered them)
         self.python_functions: dict[str, PythonPredicate] = {name: fn for _, name, fn in self._python}
@@ -386,11 +396,15 @@ class PredicateSet:
                 where = next((root for root in ("meta", "action") if _missing_in(root, expression, projected, field)),
                              "state")
                 owner = {"meta": "the run's meta", "action": "the step's action"}.get(where, "the state")
-                raise PredicateError(f"predicate {name!r} ({expression}) reads field {field!r}, "
+                raise PredicateError(f"predicate {name!r} ({self._written(name)}) reads field {field!r}, "
                                      f"which {owner} lacks", predicate=name, where=where) from exc
             except Exception as exc:
-                raise PredicateError(f"predicate {name!r} ({expression}) cannot be evaluated: "
+                raise PredicateError(f"predicate {name!r} ({self._written(name)}) cannot be evaluated: "
                                      f"{_first_line(exc)}", predicate=name) from exc
+
+    def _written(self, name: str) -> str:
+        """A predicate's CEL as the spec wrote it (what runs may be rewritten: :func:`text_actions`)."""
+        return self.spec.predicates[name].cel or ""
 
     def is_unsafe(self, bits: int) -> bool:
         """Whether the spec's ``unsafe`` condition holds in abstract state ``bits``."""

@@ -10,7 +10,7 @@ from rich.markup import escape
 from ...errors import ForewarnError
 from ..ingest import InputFormat, read_input
 from ..outputs import check_output, write_output
-from ._options import Format, MkdirOption, check_positive_int, err, out, print_json
+from ._options import Format, MkdirOption, check_positive_int, err, out, print_json, warn
 from ._replay_options import FormatOption, InputFormatOption
 from ._replay_output import progress
 
@@ -77,6 +77,8 @@ def discover(
         report = run_discover(runs, parsed, target=chosen, max_predicates=max_predicates, time_limit=time_limit,
                               folds=folds, group_by=group_by, seed=seed, min_visits=min_visits, confirm=confirm,
                               exclude=exclude or (), action_memory=action_memory, on_progress=lambda text: update(description=text))
+    for constant in report.constant_predicates:
+        warn(constant.message())
     parse_spec(report.text, source=str(output))  # what is written loads
     write_output(output, report.text)
     if format is Format.json:
@@ -116,6 +118,7 @@ def _as_dict(report: object, output: Path) -> dict[str, object]:
         "configurations": [{"name": name, **asdict(f)} for name, f in report.configurations],
         "not_helping": [{"cel": c, "brier": b, "detection": d} for c, b, d in report.not_helping],
         "notes": report.notes,
+        "constant_predicates": [{**c.to_dict(), "message": c.message()} for c in report.constant_predicates],
     }
 
 

@@ -140,6 +140,8 @@ def evaluate(
 def _show_evaluation(result: Any, name: str, folds: int, group_by: str | None, mode: Enforcement, format: Format,
                      report: Path | None, plots: Path | None, run: str | None, spec: Path, traces: Sequence[str],
                      seed: int) -> None:
+    for constant in result.constant_predicates:
+        warn(constant.message())
     if format is Format.json:
         print_json(result.to_dict())
     else:

@@ -202,6 +202,7 @@ def _contract_only(traces: list[str]) -> None:
 
 def _degenerate(model: GuardModel) -> list[str]:
     """Warnings for a spec or data that make the model say nothing useful."""
+    from ..constant_predicates import ConstantPredicate
     from ..predicates import PredicateSet
 
     found: list[str] = []
@@ -223,6 +224,7 @@ def _degenerate(model: GuardModel) -> list[str]:
                          "interval's upper end says how rare the runs that passed show it to be")
     elif model.provenance.get("unsafe_runs") == model.provenance.get("runs"):
         found.append("every run reached an unsafe state: the model cannot tell a risky start from a safe one")
+    found += [ConstantPredicate.from_dict(c).message() for c in model.provenance.get("constant_predicates", ())]
     flagged = sorted({int(i) for p in model.properties if p.mismatch is not None for i in p.mismatch.nonzero()[0]})
     if flagged:
         shown = ", ".join(f"#{i}" for i in flagged[:8]) + (", …" if len(flagged) > 8 else "")

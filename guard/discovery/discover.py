@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ForewarnError, TraceError
+from ..constant_predicates import ConstantPredicate, constant_in_traced
 from ..evaluation.baselines import trace_run
 from ..evaluation.evaluate import evaluate
 from ..evaluation.folds import group_of, split_folds
@@ -87,6 +88,8 @@ class DiscoveryReport:
     memory_options: list[tuple[str, Score]] = field(default_factory=list)  # every option scored
     # every configuration the real learner scored (:mod:`.confirm`), the spec's own first
     configurations: list[tuple[str, Figures]] = field(default_factory=list)
+    # the spec's predicates with one value on every step of the runs (guard/constant_predicates.py)
+    constant_predicates: list[ConstantPredicate] = field(default_factory=list)
 
 
 def _figures(score: Score) -> Figures:
@@ -215,7 +218,7 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         counting_after=_figures(result.base), learner_before=None, learner_after=None, runs=len(runs),
         unsafe_runs=unsafe_runs, steps=len(scored), fields=len(table.columns), candidates=len(candidates),
         skipped=table.skipped, folds=folds, group_by=group_by, target=target, stopped=result.stopped,
-        seconds=0.0, not_helping=result.rejected)
+        seconds=0.0, not_helping=result.rejected, constant_predicates=constant_in_traced(traced, predicates))
     report.notes.extend(f"--exclude {e}: no field discovery reads in these runs is at or below it; nothing left out"
                         for e in unmatched)
     steps = _checked(result, runs, spec, scored_idx, report.notes)
