@@ -55,9 +55,14 @@ def input_format_help() -> str:
 
 InputFormatOption = Annotated[str, typer.Option("--input-format", parser=parse_input_format, metavar="FORMAT",
                                                 help=input_format_help())]
-ExtractorOption = Annotated[str | None, typer.Option(
-    "--extractor", help="Agent logs (langchain, otel, langgraph, agentspec): the state extractor the guard uses, "
-                        "'tools' (default), 'household' (agentspec's default) or MODULE:NAME.")]
+def _extractor_help() -> str:
+    agents = ", ".join(f.name for f in formats() if f.agent)
+    household = ", ".join(f.name for f in formats() if f.defaults.extractor == "household")
+    return (f"Agent logs ({agents}): the state extractor the guard uses, 'tools' (default), 'household' "
+            + (f"({household}'s default) " if household else "") + "or MODULE:NAME.")
+
+
+ExtractorOption = Annotated[str | None, typer.Option("--extractor", help=_extractor_help())]
 class Mismatch(str, Enum):
     """``--on-mismatch``: a logged success the world forbids is an error, or the simulator's verdict wins."""
     error = "error"

@@ -95,8 +95,9 @@ def evaluate(
             raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format}")
         if bundle_by is not None:
             raise ForewarnError("--bundle-by is not available with --engine spark yet; evaluate bundles locally")
-        if extractor is not None:
-            raise ForewarnError("--extractor applies to agent logs, which --engine spark does not read")
+        if extractor is not None or on_mismatch is not None:
+            raise ForewarnError(f"--{'extractor' if extractor is not None else 'on-mismatch'} applies to agent and "
+                                "action logs, which --engine spark does not read")
         from ..spark import spark_session
         from ..spark.evaluate import evaluate_spark
 

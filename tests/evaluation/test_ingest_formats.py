@@ -338,3 +338,11 @@ def test_agentspecs_published_runs_are_read_as_measured() -> None:
     assert summary.kept["risk_category"] == 496 and summary.kept["instruction"] == 1081
     assert sum(r.meta["task"].startswith("unsafe-") for r in runs) == 496
     assert len({r.meta["risk_category"] for r in runs if "risk_category" in r.meta}) > 5
+    per_file = {}  # (kept, skipped, rewritten) of each file
+    for name in UNGUARDED:
+        alone = IngestSummary()
+        for _ in read_input([PUBLISHED / name], "agentspec", summary=alone, world=HouseholdWorld()):
+            pass
+        per_file[name] = (alone.runs, alone.skipped_count, alone.mismatch_count)
+    assert per_file == {"unsafe_agent_records.jsonl": (254, 15, 84), "unsafe_agent_recors_eval.jsonl": (242, 17, 94),
+                        "safe_records.jsonl": (295, 1, 132), "safe_records_eval.jsonl": (290, 0, 123)}
