@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from _eval_support import assert_user_error
 from _support import CLI
@@ -183,6 +185,52 @@ def test_bounds_on_what_meta_keeps() -> None:
     for _ in range(8):
         kept = kept[0]
     assert kept == "[[[[1]]]]" and cut == 0
+
+
+def _places(value: Any, out: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.append((value, key))
+            _places(item, out)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            out.append((value, index))
+            _places(item, out)
+    return out
+
+
+JUNK = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.floats() | st.text(max_size=600),
+                    lambda inner: st.lists(inner, max_size=60) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                 max_size=3),
+                    max_leaves=8)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(sample=st.integers(0, 1), where=st.integers(0, 10_000), junk=JUNK, delete=st.booleans())
+def test_mutated_agentspec_records_read_or_fail_with_a_trace_error(tmp_path_factory: pytest.TempPathFactory,
+                                                                  sample: int, where: int, junk: Any,
+                                                                  delete: bool) -> None:
+    document = [egg, cabinet][sample]()
+    places = _places(document, [])
+    container, key = places[where % len(places)]
+    if delete and isinstance(container, dict):
+        del container[key]
+    else:
+        container[key] = junk
+    path = tmp_path_factory.mktemp("mutated") / "records.jsonl"
+    path.write_bytes(orjson.dumps(document) + b"\n")
+    world = HouseholdWorld()
+    try:
+        runs = list(read_input([path], "agentspec", on_error="stop", world=world))
+    except TraceError as exc:
+        assert str(exc).startswith(str(path)), str(exc)
+        runs = []
+    for run in runs:
+        line = orjson.dumps(run.meta)
+        assert len(line) < 20_000  # every kept value bounded, whatever the record holds
+    summary = IngestSummary()
+    list(read_input([path], "agentspec", summary=summary, world=world))  # skipping never raises
+    assert summary.runs + summary.skipped_count == 1
 
 
 # -- every command with one flag -----------------------------------------------------------------
