@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -175,6 +175,7 @@ def _learn_logs(traces: list[Path], logs: Iterable[Run], parsed: Any, group_by: 
     settings = {k: v for k, v in options.items() if k not in ("period", "on_error", "summary")}
     runs = learnable_runs(logs, parsed, summary=options["summary"]) if options["on_error"] == "skip" else logs
     learned: GuardModel | GuardBundle
+    runs = _some_kept(runs, options["summary"])
     if group_by is not None:
         learned = learn_bundle_from_runs(runs, parsed, group_by=group_by, min_group_runs=min_group_runs,
                                          inputs=inputs, on_run=on_run, **settings)
@@ -188,6 +189,15 @@ def _learn_logs(traces: list[Path], logs: Iterable[Run], parsed: Any, group_by: 
         for model in models:
             model.provenance["period_seconds"] = options["period"]
     return learned
+
+
+def _some_kept(runs: Iterable[Run], summary: IngestSummary) -> Iterator[Run]:
+    """The runs, and at their end, when every one was skipped, an error giving the reasons (learning would
+    otherwise say only that the input is empty)."""
+    yield from runs
+    if summary.runs == 0 and summary.skipped:
+        reasons = "; ".join(line.strip() for line in summary.lines("read")[1:] if line.lstrip().startswith("skipped"))
+        raise ForewarnError(f"no runs to learn from: every run read was skipped ({reasons})")
 
 
 def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Format, signing_key: Any,

@@ -287,6 +287,10 @@ def test_learn_reads_agentspec_with_one_flag_and_groups_by_its_fields(
     assert "Slip Hazard" in bundle.stdout and "Explosion" in bundle.stdout
     pointed = forewarn_here("learn", records, "-s", spec, "-o", tmp_path / "m2.json")
     assert_user_error(pointed, "these are agentspec logs", "--input-format agentspec")
+    untimed = forewarn_here("learn", records, "--input-format", "agentspec", "-s", spec, "-o", tmp_path / "m3.json",
+                            "--period", "1")  # the logs have no times: every run is skipped, and learn says why
+    assert_user_error(untimed, "no runs to learn from: every run read was skipped (skipped 12: steps[].t: "
+                               "resampling needs a time", "skipped 3: actions[].action")
 
 
 def test_replay_evaluate_tune_and_discover_read_agentspec_with_one_flag(
