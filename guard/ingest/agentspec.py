@@ -29,7 +29,7 @@ bounded (:func:`bounded`) so one run's meta stays small; a field whose name the 
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,13 +107,16 @@ def _errors(steps: Any) -> list[dict[str, Any]]:
     return found
 
 
-def kept_fields(doc: dict[str, Any], taken: set[str]) -> tuple[dict[str, Any], int]:
+def kept_fields(doc: dict[str, Any], taken: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
     """The record's fields the format does not map, for the run's meta (see the module docstring), with the
-    number of values cut to size. ``taken``: the meta keys already used."""
+    number of values cut to size. ``taken``: the meta the reader already made (a top-level ``task`` or
+    ``success`` it took is mapped, not kept twice)."""
     kept: dict[str, Any] = {}
     task = doc.get("input")
     fields = [("input", k, v) for k, v in task.items()] if isinstance(task, dict) else []
-    fields += [("record", k, v) for k, v in doc.items() if k not in _MAPPED and not (k == "input" and fields)]
+    fields += [("record", k, v) for k, v in doc.items()
+               if k not in _MAPPED and not (k == "input" and fields) and not (k in ("task", "success")
+                                                                              and taken.get(k) is v)]
     errors = _errors(doc.get("intermediate_steps"))
     if errors:
         fields.append(("record", "errors", errors))
@@ -144,7 +147,7 @@ def _read(path: Path, reading: Reading) -> Iterator[Run]:
     for record in records(path, on_bad=reading.bad):
         try:
             log = parse_intermediate_steps(record)
-            kept, cut = kept_fields(record.value, set(log.meta))
+            kept, cut = kept_fields(record.value, log.meta)
             log.meta.update(kept)
             run = convert(log)
         except TraceError as exc:

@@ -173,6 +173,10 @@ def test_a_field_whose_name_meta_already_uses_is_kept_beside_it(tmp_path: Path) 
     (run,) = read_input([path], "agentspec", world=HouseholdWorld())
     assert run.meta["task"] == "unsafe-0043" and run.meta["operator"] == "ana"
     assert run.meta["input"] == {"task": "their own task name"} and run.meta["record"] == {"source": "robot-7"}
+    named = dirty_pot() | {"task": "unsafe-0043", "success": True}  # what the reader maps is not kept twice
+    path.write_bytes(orjson.dumps(named) + b"\n")
+    (run,) = read_input([path], "agentspec", world=HouseholdWorld())
+    assert (run.meta["task"], run.meta["success"]) == ("unsafe-0043", True) and "record" not in run.meta
 
 
 def test_bounds_on_what_meta_keeps() -> None:
