@@ -53,7 +53,7 @@ from .trace_files import TraceFile, list_trace_files, read_trace_file
 from .traces import Run, resample
 
 __all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "model_from_counts",
-           "prepare", "with_intervals", "counting_plan"]
+           "prepare", "with_intervals", "counting_plan", "learnable_runs"]
 
 
 def default_formula(spec: Spec) -> str:
@@ -179,6 +179,20 @@ def _readable(runs: Iterable[Run], predicates: PredicateSet, handle: Callable[[F
             handle(exc)
             continue
         yield run
+
+
+def learnable_runs(runs: Iterable[Run], spec: Spec, *, summary: Any,
+                   python_predicates: Mapping[str, PythonPredicate] | None = None) -> Iterable[Run]:
+    """Runs another reader read and counted in ``summary`` (``guard.ingest.read_input``), less those whose
+    states the predicates cannot read: each is skipped, counted by reason and taken off the runs read — what
+    :func:`runs_to_learn` does with ``on_error="skip"`` for the contract's files."""
+    predicates = PredicateSet(spec, python_predicates)
+
+    def uncounted(exc: ForewarnError) -> None:
+        summary.runs -= 1
+        summary.skip(exc)
+
+    return _readable(runs, predicates, uncounted)
 
 
 def _tallied(runs: Iterable[Run], summary: Any) -> Iterable[Run]:

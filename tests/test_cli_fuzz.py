@@ -145,7 +145,7 @@ LINES = st.one_of(JSON.map(lambda v: orjson.dumps(v).decode()), st.sampled_from(
 @FUZZ
 @given(lines=st.lists(LINES, min_size=0, max_size=4), keep_good=st.booleans(),
        command=st.sampled_from(["learn", "learn-skip", "ingest", "ingest-skip", "replay"]),
-       fmt=st.sampled_from(["auto", "jsonl", "langchain", "otel", "langgraph", "columnar", "actions"]))
+       fmt=st.sampled_from(["auto", "jsonl", "langchain", "otel", "langgraph", "columnar", "actions", "agentspec"]))
 def test_malformed_trace_lines(forewarn_here: CLI, toy_files: dict[str, Path], lines: list[str], keep_good: bool,
                                command: str, fmt: str) -> None:
     d = toy_files

@@ -81,8 +81,9 @@ def write_outputs(report: ReplayReport, *, html_path: Path | None, plots_dir: Pa
 
 
 def report_skipped(summary: Any) -> None:
-    """What ``--on-error skip`` left out, on stderr (nothing when every run was read)."""
-    if summary.skipped:
+    """What ``--on-error skip`` left out and ``--on-mismatch simulator`` rewrote, on stderr (nothing when every
+    run was read as logged)."""
+    if summary.skipped or summary.mismatches:
         print_summary(summary, "read")
 
 

@@ -8,11 +8,20 @@ import typer
 from rich.markup import escape
 
 from ...errors import ForewarnError
-from ..ingest import InputFormat, read_input
+from ..ingest import read_input
 from ..outputs import check_output, write_output
+from ..read_summary import IngestSummary
 from ._options import Format, MkdirOption, check_positive_int, err, out, print_json, warn
-from ._replay_options import FormatOption, InputFormatOption
-from ._replay_output import progress
+from ._replay_options import (
+    ExtractorOption,
+    FormatOption,
+    InputFormatOption,
+    OnErrorOption,
+    OnMismatchOption,
+    error_policy,
+    mismatch_policy,
+)
+from ._replay_output import progress, report_skipped
 
 __all__ = ["discover", "register"]
 
@@ -51,7 +60,10 @@ def discover(
         "--action-memory/--no-action-memory", help="Also propose remembering the last actions "
                                                    "(learning.memory.actions), when the spec sets none.")] = True,
     format: FormatOption = Format.table,
-    input_format: InputFormatOption = InputFormat.auto,
+    input_format: InputFormatOption = "auto",
+    extractor: ExtractorOption = None,
+    on_mismatch: OnMismatchOption = None,
+    on_error: OnErrorOption = None,
     mkdir: MkdirOption = False,
 ) -> None:
     """Find predicates in the runs that improve held-out prediction, and write the spec with them."""
@@ -70,7 +82,10 @@ def discover(
         raise ForewarnError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
     check_output(output, inputs=[*traces, spec], mkdir=mkdir)
     parsed = load_spec(spec)
-    runs = list(read_input(traces, input_format, period=period))
+    summary = IngestSummary()
+    runs = list(read_input(traces, input_format, period=period, extractor=extractor, summary=summary,
+                           on_error=error_policy(on_error), on_mismatch=mismatch_policy(on_mismatch)))
+    report_skipped(summary)
     if not runs:
         raise ForewarnError("no runs to discover predicates from: the trace input is empty")
     with progress("discovering") as update:

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -21,7 +22,6 @@ from ._options import (
     Engine,
     Format,
     MkdirOption,
-    OnError,
     check_alpha,
     check_period,
     check_precision,
@@ -33,8 +33,19 @@ from ._options import (
     print_warnings,
     warn,
 )
+from ._replay_options import (
+    ExtractorOption,
+    InputFormatOption,
+    OnErrorOption,
+    OnMismatchOption,
+    error_policy,
+    mismatch_policy,
+)
 
-__all__ = ["learn", "register", "Engine", "OnError"]
+if TYPE_CHECKING:
+    from ..traces import Run
+
+__all__ = ["learn", "register", "Engine"]
 
 
 def learn(
@@ -52,9 +63,10 @@ def learn(
     period: Annotated[float | None, typer.Option(help="Resample runs to one step every PERIOD seconds "
                                                          "(zero-order hold; needs 't' on every step).")] = None,
     format: Annotated[Format, typer.Option("--format", help="Summary format.")] = Format.table,
-    on_error: Annotated[OnError, typer.Option(
-        "--on-error", help="A malformed run stops learning, or is skipped and counted in the summary.")]
-    = OnError.stop,
+    on_error: OnErrorOption = None,
+    input_format: InputFormatOption = "auto",
+    extractor: ExtractorOption = None,
+    on_mismatch: OnMismatchOption = None,
     group_by: Annotated[str | None, typer.Option(
         "--group-by", help="Write a bundle: one model per value of this metadata key (e.g. meta.task) "
                            "with enough runs, plus a pooled model of all runs.")] = None,
@@ -90,14 +102,25 @@ def learn(
     signing_key = load_private_key(sign) if sign is not None else None  # a bad key fails before learning
     if group_by is not None:
         group_path(group_by)  # a bad path fails before any run is read
-    if engine is Engine.local:
+    logs = input_format not in ("auto", "jsonl")  # read through the input format's reader, not the contract's
+    if engine is Engine.spark and logs:
+        raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format}")
+    if engine is Engine.local and not logs:
         _contract_only(traces)
     parsed = load_spec(spec)
     read = IngestSummary()
     options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period,
-                   on_error=on_error.value, summary=read)
+                   on_error=error_policy(on_error) or "stop", summary=read)
     if engine is Engine.spark:
         learned = _learn_on_spark(traces, parsed, master, group_by, min_group_runs, options)
+    elif logs:
+        from ..ingest import get_format, read_input
+
+        policy = error_policy(on_error) or get_format(input_format).defaults.on_error
+        runs = read_input([Path(t) for t in traces], input_format, period=period, summary=read,
+                          extractor=extractor, on_error=policy, on_mismatch=mismatch_policy(on_mismatch))
+        learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs,
+                              {**options, "on_error": policy}, logs=runs)
     else:
         learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs, options)
     _write_learned(learned, output, format, signing_key, read)
@@ -115,7 +138,9 @@ def _learn_on_spark(traces: list[str], spec: Any, master: str | None, group_by: 
 
 
 def _learn_here(traces: list[Path], parsed: Any, group_by: str | None, min_group_runs: int,
-                options: dict[str, Any]) -> GuardModel | GuardBundle:
+                options: dict[str, Any], logs: Iterable[Run] | None = None) -> GuardModel | GuardBundle:
+    """Learn in this process from the contract's files, or from ``logs``: the runs an input format's reader
+    makes of ``traces`` (``--input-format``), already counted in ``options["summary"]``."""
     with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
                   console=err, transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("learn", total=None)
@@ -123,6 +148,8 @@ def _learn_here(traces: list[Path], parsed: Any, group_by: str | None, min_group
         def on_run(n: int) -> None:
             progress.update(task, completed=n)
 
+        if logs is not None:
+            return _learn_logs(traces, logs, parsed, group_by, min_group_runs, on_run, options)
         if group_by is not None:
             from ..bundle import learn_bundle
 
@@ -133,6 +160,44 @@ def _learn_here(traces: list[Path], parsed: Any, group_by: str | None, min_group
 
             learned = learn_model(traces, parsed, on_run=on_run, **options)
     return learned
+
+
+def _learn_logs(traces: list[Path], logs: Iterable[Run], parsed: Any, group_by: str | None, min_group_runs: int,
+                on_run: Callable[[int], None], options: dict[str, Any]) -> GuardModel | GuardBundle:
+    """A model (or bundle) from runs an input format read, with the files' digests in its provenance, as
+    learning from the contract's files records them (so `replay` knows these files were learned from)."""
+    from ..bundle import learn_bundle_from_runs
+    from ..pipeline import learn_model_from_runs, learnable_runs
+    from ..trace_files import list_trace_files
+    from ..traces import file_digest
+
+    inputs = [{"path": f.name, "sha256": file_digest(f.path), "bytes": f.size} for f in list_trace_files(traces)]
+    settings = {k: v for k, v in options.items() if k not in ("period", "on_error", "summary")}
+    runs = learnable_runs(logs, parsed, summary=options["summary"]) if options["on_error"] == "skip" else logs
+    learned: GuardModel | GuardBundle
+    runs = _some_kept(runs, options["summary"])
+    if group_by is not None:
+        learned = learn_bundle_from_runs(runs, parsed, group_by=group_by, min_group_runs=min_group_runs,
+                                         inputs=inputs, on_run=on_run, **settings)
+        models = [learned.pooled, *learned.members.values()]
+        if options["period"] is not None:
+            learned.provenance["period_seconds"] = options["period"]
+    else:
+        learned = learn_model_from_runs(runs, parsed, inputs=inputs, on_run=on_run, **settings)
+        models = [learned]
+    if options["period"] is not None:
+        for model in models:
+            model.provenance["period_seconds"] = options["period"]
+    return learned
+
+
+def _some_kept(runs: Iterable[Run], summary: IngestSummary) -> Iterator[Run]:
+    """The runs, and at their end, when every one was skipped, an error giving the reasons (learning would
+    otherwise say only that the input is empty)."""
+    yield from runs
+    if summary.runs == 0 and summary.skipped:
+        reasons = "; ".join(line.strip() for line in summary.lines("read")[1:] if line.lstrip().startswith("skipped"))
+        raise ForewarnError(f"no runs to learn from: every run read was skipped ({reasons})")
 
 
 def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Format, signing_key: Any,
@@ -195,9 +260,11 @@ def _contract_only(traces: list[str]) -> None:
             kind = detect_format(path)
         except ForewarnError:
             continue  # learning will name the line at fault
-        if kind is not InputFormat.jsonl:
-            raise ForewarnError(f"{path}: these are {kind.value} logs, not the contract's JSONL; convert them first: "
-                                f"forewarn ingest {path} -o traces.jsonl")
+        kind = getattr(kind, "value", kind)  # a format registered outside Forewarn is its name
+        if kind != InputFormat.jsonl.value:
+            raise ForewarnError(f"{path}: these are {kind} logs, not the contract's JSONL; convert them first: "
+                                f"forewarn ingest {path} -o traces.jsonl (or learn from them with --input-format "
+                                f"{kind})")
 
 
 def _degenerate(model: GuardModel) -> list[str]:

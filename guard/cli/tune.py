@@ -10,18 +10,21 @@ from rich.table import Table
 
 from ...errors import ForewarnError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS
-from ..ingest import InputFormat, read_input
+from ..ingest import read_input
 from ..outputs import check_output, write_output
 from ..read_summary import IngestSummary
 from ..replay import Enforcement
 from ..storm import Method
-from ._options import Format, MkdirOption, OnError, err, out, print_json
+from ._options import Format, MkdirOption, err, out, print_json
 from ._replay_options import (
     EnforcementOption,
     ExtractorOption,
     FormatOption,
     InputFormatOption,
     OnErrorOption,
+    OnMismatchOption,
+    error_policy,
+    mismatch_policy,
     parse_enforcement,
     parse_trigger,
 )
@@ -52,7 +55,7 @@ def tune(
     alpha: Annotated[float | None, typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
     method: Annotated[Method, typer.Option(help="Storm method for each fold's model.")] = Method.SOUND,
     format: FormatOption = Format.table,
-    input_format: InputFormatOption = InputFormat.auto,
+    input_format: InputFormatOption = "auto",
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
     trigger: Annotated[str | None, typer.Option(
         "--trigger", help="Score alarms as this trigger acts: level or increase (min_increase is then tuned with "
@@ -68,7 +71,8 @@ def tune(
                                  "held-out runs its own model must have replayed for thresholds of its own.")]
     = DEFAULT_MIN_GROUP_RUNS,
     extractor: ExtractorOption = None,
-    on_error: OnErrorOption = OnError.stop,
+    on_mismatch: OnMismatchOption = None,
+    on_error: OnErrorOption = None,
     mkdir: MkdirOption = False,
 ) -> None:
     """Choose a threshold per action (and, under the increase trigger, min_increase) from cross-validation so that
@@ -89,8 +93,8 @@ def tune(
     trigger_mode = parse_trigger(trigger) or parsed.guard.trigger or (
         Trigger.INCREASE if mode is Enforcement.LOOKAHEAD else Trigger.LEVEL)
     summary = IngestSummary()
-    runs = list(read_input(traces, input_format, period=period, extractor=extractor, on_error=on_error.value,
-                           summary=summary))
+    runs = list(read_input(traces, input_format, period=period, extractor=extractor, on_error=error_policy(on_error),
+                           on_mismatch=mismatch_policy(on_mismatch), summary=summary))
     report_skipped(summary)
     if not runs:
         raise ForewarnError("no runs to tune on: the trace input is empty")
