@@ -100,7 +100,7 @@ def check(extra: str, work: Path, core_site: Path, wheel: Path) -> bool:
     site = venv(env)
     (site / "_forewarn_core.pth").write_text(f"{core_site}\n")
     path = [env / "bin"]
-    output = ""
+    output = note = ""
     try:
         pip(work / "core", env, f"{wheel}[{extra}]")
         if extra == "mcp":
@@ -117,9 +117,10 @@ def check(extra: str, work: Path, core_site: Path, wheel: Path) -> bool:
         done = run([env / "bin/python", USES, extra], cwd=folder, env=environ, timeout=900)
         output = (done.stdout + done.stderr).strip()
         status = {0: "ok", 77: "skip"}.get(done.returncode, "FAIL")
+        if status != "FAIL":  # its last line: why it skipped, or what it left out
+            note = done.stdout.strip().rpartition("\n")[2]
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         installed, status, output = time.monotonic() - started, "FAIL", str(exc)
-    note = output.splitlines()[-1] if status != "FAIL" and output else ""  # why it skipped, or what it left out
     print(f"{extra:10} {status:5} {time.monotonic() - started:6.1f} s  (install {installed:.1f} s) {note}".rstrip(),
           flush=True)
     if status == "FAIL":
