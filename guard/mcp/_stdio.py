@@ -27,7 +27,6 @@ from typing import Any
 import anyio
 import mcp_types as types
 import orjson
-import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
@@ -92,10 +91,20 @@ def _wire() -> tuple[int, int] | None:
         return None
 
 
+def _on_asyncio() -> bool:
+    """Whether an asyncio loop (uvloop's too) runs this task; under trio there is none. (Not sniffio: the mcp
+    extra does not install it, and anyio no longer needs it.)"""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def pipes_available() -> bool:
     """Whether standard input and output are pipes or sockets and the running loop is asyncio's."""
     wire = _wire()
-    if wire is None or sniffio.current_async_library() != "asyncio":
+    if wire is None or not _on_asyncio():
         return False
     try:
         modes = [os.fstat(fd).st_mode for fd in wire]
