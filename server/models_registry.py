@@ -5,13 +5,17 @@ loaded is kept in the database with the file itself, so a session resumes after 
 restart on exactly the model it was using, even if the file has since been replaced.
 
 Replacement is atomic: a new version is read, validated and compiled off the event
-loop, committed, and only then swapped in with one dictionary assignment. A step
+loop, then, under the name's lock (:meth:`ModelRegistry.lock`), checked against the version
+served (rollback protection), committed and swapped in with one dictionary assignment: no
+other replacement of the name runs between the check and the swap. The commit itself is a
+compare-and-set on the signing time, for replicas that check against what each serves. A step
 runs start to finish on the loop thread without yielding, so one that has begun
 finishes on the old version; sessions hold their own version and keep it unless
 they are migrated; new sessions get the new one.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import math
@@ -222,6 +226,16 @@ class ModelRegistry:
         self._current: dict[str, str] = {}
         # name -> (version, why): current in the database, not served here (GET /v1/models says so)
         self.refused: dict[str, tuple[str, str]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def lock(self, name: str) -> asyncio.Lock:
+        """The lock a change of ``name``'s current version holds from its check to its swap (a local
+        upload, or following another replica): one lock per name, made on first use (names are an
+        admin's, few)."""
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
 
     def cache_bytes(self) -> float:
         """Bytes the predicates' memo tables of every loaded version hold (each bounded in bytes)."""

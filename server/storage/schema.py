@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS model_versions (
     loaded_by TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS models (    -- which version new sessions of a name get
-    name TEXT PRIMARY KEY, version TEXT NOT NULL, updated_at REAL NOT NULL
+    name TEXT PRIMARY KEY, version TEXT NOT NULL, updated_at REAL NOT NULL,
+    signed_at REAL                     -- its signature's time: a replacement signed before it loses (rollback)
 );
 CREATE TABLE IF NOT EXISTS sessions (
     id            TEXT PRIMARY KEY,
@@ -118,7 +119,7 @@ _TENANT_INDEX = ("CREATE INDEX IF NOT EXISTS sessions_open_tenant ON sessions (c
                  " WHERE closed_at IS NULL")
 
 # Columns added after schema version 1 shipped: added in place to older databases.
-_ADDED_COLUMNS = [("sessions", "tenant", "TEXT")]
+_ADDED_COLUMNS = [("sessions", "tenant", "TEXT"), ("models", "signed_at", "REAL")]
 
 
 class StorageError(ForewarnError):
