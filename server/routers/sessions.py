@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from ...errors import ForewarnError
 from .. import schemas as S
-from .._http import ERRORS, JSON, ApiError, Route, bad_request, errors_for, shape_error
+from .._http import ERRORS, JSON, ApiError, Route, bad_request, errors_for, held_bytes, shape_error
 from .._steps import write
 from .._views import policy_overrides, session_summary, step_out
 from ..deps import Agent, Anyone, AppState, Idempotency, SessionId, live_session
@@ -49,14 +49,16 @@ async def create_session(body: S.SessionCreate, state: AppState, principal: Agen
         raise ApiError(404, "unknown_model", str(exc), field="body.model") from None
     overrides = policy_overrides(body.policy)
     metadata = None if body.metadata is None else orjson.dumps(body.metadata).decode()
+    held = 0
     if body.metadata is not None:  # held in memory with every live session: small, and bounded
         limits = state.settings.limits
-        if (found := shape_error(body.metadata, limits.max_state_depth, None)) is not None:
-            state.metrics.limit_exceeded("max_state_depth")
+        if (found := shape_error(body.metadata, limits.max_state_depth, limits.max_metadata_items)) is not None:
+            state.metrics.limit_exceeded("max_state_depth" if "nested" in found[0] else "max_metadata_items")
             raise bad_request(f"metadata {found[0]}", f"body.metadata{found[1]}")
         if len((metadata or "").encode()) > limits.max_metadata_bytes:
             state.metrics.limit_exceeded("max_metadata_bytes")
             raise bad_request(f"metadata is larger than {limits.max_metadata_bytes} bytes as JSON", "body.metadata")
+        held = held_bytes(body.metadata)  # what the tenant's budget counts: memory, not JSON
     try:
         session = make_session(loaded, overrides, body.metadata)
     except (ValueError, TypeError) as exc:
@@ -66,7 +68,7 @@ async def create_session(body: S.SessionCreate, state: AppState, principal: Agen
         session_id = "s_" + secrets.token_urlsafe(15)
         now = time.time()
         row = SessionRow(session_id, name, loaded.version, orjson.dumps(overrides).decode() if overrides else None,
-                         metadata, now, principal.name, principal.tenant)
+                         metadata, now, principal.name, principal.tenant, held)
         out = orjson.dumps({"id": session_id, "model": {"name": name, "version": loaded.version},
                             "policy": effective_policy(session.guard.policy), "created_at": now})
         job = Storage.insert_session(row, state.settings.limits.max_tenant_metadata_bytes)
