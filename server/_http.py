@@ -24,7 +24,7 @@ from .auth import Authenticator, Principal
 
 __all__ = [
     "ApiError", "ERRORS", "JSON", "OrjsonRequest", "Route", "authorize", "bad_request",
-    "check_id", "error_response", "errors_for", "field_of", "held_bytes", "parse_json", "shape_error", "short",
+    "check_id", "check_window", "error_response", "errors_for", "field_of", "held_bytes", "parse_json", "shape_error", "short",
     "step_openapi",
     "validation_detail",
 ]
@@ -102,6 +102,12 @@ def _query_names(dependant: Any) -> set[str]:
 def short(text: str, limit: int = 200) -> str:
     """``text`` cut to ``limit`` characters: an error names what is wrong, it never echoes the input."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def check_window(since: float | None, until: float | None) -> None:
+    """A list's time window: ``since`` after ``until`` is a one-line 400 (every list endpoint says it alike)."""
+    if since is not None and until is not None and since > until:
+        raise bad_request(f"since ({since}) is after until ({until})", "query.since")
 
 
 def shape_error(value: Any, depth: int, items: int | None) -> tuple[str, str] | None:

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from ...errors import ForewarnError
 from .. import schemas as S
-from .._http import ERRORS, JSON, ApiError, Route, bad_request, errors_for, held_bytes, shape_error
+from .._http import ERRORS, JSON, ApiError, Route, bad_request, check_window, errors_for, held_bytes, shape_error
 from .._steps import write
 from .._views import policy_overrides, session_summary, step_out
 from ..deps import Agent, Anyone, AppState, Idempotency, SessionId, live_session
@@ -86,7 +86,8 @@ _DECISIONS = "^(allow|reflect|ask_human|stop|approved|rejected|edited|cancelled)
 
 @router.get("/v1/sessions", response_model=S.SessionList)
 async def list_sessions(state: AppState, principal: Anyone,
-                        status: Annotated[str | None, Query(pattern="^(open|closed)$")] = None,
+                        status: Annotated[str, Query(pattern="^(open|closed|all)$", description=(
+                            "open, closed, or all (the default)."))] = "all",
                         session_id: Annotated[str | None, Query(pattern=S.ID_PATTERN, description=(
                             "A part of the session's id."))] = None,
                         tool: Annotated[str | None, Query(min_length=1, max_length=200, description=(
@@ -103,10 +104,9 @@ async def list_sessions(state: AppState, principal: Anyone,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
     """Sessions the caller may see (its tenant's, an approver's tenants', all for admin), newest first;
     searched by a part of their id, a tool, a decision or answer, and the time they were open."""
-    if since is not None and until is not None and since > until:
-        raise bad_request(f"since ({since}) is after until ({until})", "query.since")
+    check_window(since, until)
     search = SessionSearch(session_id, tool, decision, since, until)
-    rows = state.storage.list_sessions(status=status, limit=min(limit, state.settings.limits.max_page),
+    rows = state.storage.list_sessions(status=None if status == "all" else status, limit=min(limit, state.settings.limits.max_page),
                                        offset=offset, tenants=principal.tenants,
                                        search=None if search == SessionSearch() else search)
     out = {"sessions": [session_summary(r) for r in rows], "offset": offset, "limit": limit}
