@@ -83,7 +83,8 @@ def serve(port: int, db: Path, memo_bytes: int, profile: str = "soak") -> None:
 
 # The server profiles (limits) the drip phase can compare, by name: what each row's label says
 PROFILES = {"default": "the shipped limits", "proxied": "as behind a proxy: no per-address cap",
-            "unbudgeted": "no tenant budgets", "soak": "2 s deadlines"}
+            "unbudgeted": "no tenant budgets", "soak": "2 s deadlines",
+            "refuse": "at the cap, refuse new connections (before)", "cap8": "8 connections per address"}
 
 
 def _limits(profile: str, memo_bytes: int) -> Any:
@@ -98,6 +99,10 @@ def _limits(profile: str, memo_bytes: int) -> Any:
         return Limits(memo_bytes=memo_bytes, max_tenant_metadata_bytes=1 << 40, predicate_cpu_seconds=None)
     if profile == "proxied":
         return Limits(memo_bytes=memo_bytes, max_connections_per_client=0)
+    if profile == "refuse":
+        return Limits(memo_bytes=memo_bytes, evict_stalled_after=None)
+    if profile == "cap8":
+        return Limits(memo_bytes=memo_bytes, evict_stalled_after=None, max_connections_per_client=8)
     return Limits(header_timeout=2.0, body_timeout=2.0, memo_bytes=memo_bytes, max_body_bytes=4 << 20)
 
 

@@ -86,6 +86,9 @@ class Limits(BaseModel):
     max_connections: int = Field(default=1000, ge=1)
     # open connections per client address (0: no cap; behind a reverse proxy the proxy caps per client)
     max_connections_per_client: int = Field(default=64, ge=0)
+    # at max_connections, a new connection closes the one whose request has been incomplete (headers or body
+    # not all in) the longest, if for more than this many seconds (null: the new one is refused instead)
+    evict_stalled_after: float | None = Field(default=1.0, gt=0)
     keep_alive_seconds: float = Field(default=5.0, gt=0)
     rate_per_key: float | None = Field(default=None, gt=0)  # requests per second per key (a token bucket)
     rate_burst: int = Field(default=100, ge=1)

@@ -469,3 +469,43 @@ def test_a_tenant_filled_to_its_limit_grows_rss_by_at_most_twice_the_limit(tmp_p
         assert answer.status_code == 409, answer.text
         grown = _rss(server.pid) - before
     assert accepted > 10 and grown <= 2 * limit, (accepted, grown)
+
+
+# -- stalled connections at the cap (issue 36) ---------------------------------------------------
+
+@pytest.mark.parametrize("evict", [1.0, None])
+def test_at_the_cap_a_stalled_connection_makes_room(tmp_path: Path, builtin_path: Path, evict: float | None) -> None:
+    """Slow bodies from more addresses than the per-address cap can stop hold every slot (issue 36: 1,200
+    from 100 addresses, legitimate requests 0 %): a new connection at the cap closes the one stalled the
+    longest (its request incomplete for more than limits.evict_stalled_after), so a request that arrives
+    whole is served; a stalled one younger than that is not closed. With eviction off the new connection
+    is refused, as before."""
+    limits = Limits(header_timeout=30.0, body_timeout=30.0, max_connections=40, max_connections_per_client=64,
+                    evict_stalled_after=evict)
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, limits=limits)) as server:
+        with httpx.Client(base_url=server.url) as http:
+            sid = http.post("/v1/sessions", json={}, headers=auth("agent")).json()["id"]
+        drip = (f"POST /v1/sessions/{sid}/observe HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                f"{auth('agent')['Authorization'][7:]}\r\nContent-Type: application/json\r\n"
+                "Content-Length: 1000\r\n\r\n{\"state\":").encode()
+        stalled = [_connect_from(f"127.0.0.{2 + i % 10}", server.port) for i in range(40)]
+        for sock in stalled:
+            sock.sendall(drip)
+        time.sleep(0.3)
+        young = _connect_from("127.0.0.1", server.port)  # every stalled one is younger than a second: refused
+        assert _closed_by_server(young)
+        young.close()
+        time.sleep(1.0)
+        with httpx.Client(base_url=server.url, timeout=5) as http:  # a fresh connection at the cap
+            try:
+                answered = http.get("/healthz").status_code
+            except httpx.TransportError:
+                answered = 0
+        if evict is None:
+            assert answered == 0  # refused at the cap, as before
+        else:
+            assert answered == 200
+            stalled[0].settimeout(2)
+            assert _closed_by_server(stalled[0])  # the oldest made room
+        for sock in stalled:
+            sock.close()
