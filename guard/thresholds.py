@@ -115,8 +115,8 @@ def initial_crossings(model: GuardModel, policy: Policy, *, first_calls: bool = 
             if len(model.properties) > 1:
                 text = f"property '{prop.definition.name}': {text}"
             if policy.trigger is None:  # Guard.load: the guard may go into the middleware, whose default differs
-                lines.append(text + " under the level trigger, the default of Guard sessions and forewarn serve "
-                                    "(the LangChain middleware defaults to increase, which acts only on calls that "
+                lines.append(text + " under the level trigger, the default of Guard sessions (forewarn serve and "
+                                    "the LangChain middleware default to increase, which acts only on calls that "
                                     "raise the risk; or lower the threshold)")
             else:
                 lines.append(text + " (set guard.trigger: increase to act only on calls that raise the risk, "

@@ -34,11 +34,12 @@ from ..guard.bundle import GuardBundle, parse_model_or_bundle
 from ..guard.bundle_guard import BundleGuard
 from ..guard.model import GuardModel
 from ..guard.runtime import Guard
+from ..guard.thresholds import with_default_trigger
 from ._confined import open_beneath
 from .storage import StorageBase
 
 __all__ = ["LoadRules", "LoadedModel", "ModelRegistry", "UnknownModel", "parse_model", "read_confined", "read_model",
-           "signed_at"]
+           "signed_at", "with_sidecar_trigger"]
 
 log = logging.getLogger("forewarn.server")
 
@@ -210,10 +211,22 @@ def _parse(raw: bytes, source: str, rules: LoadRules) -> tuple[GuardModel, Guard
         model, guard = loaded.pooled, BundleGuard(loaded)
     else:
         model, guard = loaded, Guard(loaded)
+    guard = with_sidecar_trigger(guard)
     if rules.memo_bytes is not None:
         guard.predicates.memo_limit = rules.memo_bytes
     guard.predicates.cpu_budget = rules.cpu_budget
     return model, guard
+
+
+def with_sidecar_trigger(guard: Guard | BundleGuard) -> Guard | BundleGuard:
+    """``guard`` with the sidecar's default trigger, ``increase``, wherever its spec sets none: a step is
+    acted on (and an approval asked for) only when it raises the session's risk, as under the LangChain
+    middleware and the MCP proxy, and as ``forewarn tune`` assumes. A spec's trigger, and a session's
+    policy, still choose; a bundle's members keep their own policies, each with the default."""
+    if isinstance(guard, BundleGuard):
+        return guard.with_member_policies(lambda p: with_default_trigger(p, None))
+    policy = with_default_trigger(guard.policy, None)
+    return guard if policy == guard.policy else guard.with_policy(policy)
 
 
 class ModelRegistry:

@@ -99,7 +99,8 @@ def start(settings: ServerSettings, *, builtin: Callable[[], Path] | None = None
 
 def _warn_start_crossings(registry: ModelRegistry) -> None:
     """Log, per model served, a threshold its sessions cross at their first step (the sidecar's sessions use the
-    spec's trigger, level when it sets none, and decide on the first state observed)."""
+    spec's trigger, increase when it sets none, and decide on the first state observed): only models whose
+    spec sets the level trigger can, since under increase a first step acts only if it raises the risk."""
     from ..guard.thresholds import initial_crossings
 
     for name in registry.names():

@@ -117,6 +117,17 @@ class SessionRecords(Backend):
                         " ORDER BY step DESC LIMIT 1", (session_id,))
         return None if row is None else (int(row[0]), int(row[1]), row[2])
 
+    def last_known_risk(self, session_id: str) -> tuple[float, ...] | None:
+        """The risk per property of the last committed step whose risk is known (the increase trigger's
+        baseline when the last step was in a state the model never saw), or None: no such step."""
+        row = self._one("SELECT decision FROM decisions WHERE session_id=? AND p_unsafe IS NOT NULL"
+                        " ORDER BY step DESC LIMIT 1", (session_id,))
+        if row is None:
+            return None
+        properties = orjson.loads(row[0]).get("properties") or []
+        risks = tuple(p.get("p_unsafe") for p in properties)
+        return None if not risks or any(r is None for r in risks) else risks
+
     def history(self, session_id: str) -> list[tuple[int, int, str | None, str | None, float | None]]:
         """(step, abstract, monitors, action_in, t) of every committed step, in order."""
         return self._all(
