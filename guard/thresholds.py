@@ -115,9 +115,9 @@ def initial_crossings(model: GuardModel, policy: Policy, *, first_calls: bool = 
                         f"runs): their first calls will be {_CONSEQUENCE[action]}")
             if len(model.properties) > 1:
                 text = f"property '{prop.definition.name}': {text}"
-            if policy.trigger is None:  # no trigger set: a Guard session's level (the middleware's default differs)
-                lines.append(text + " under the level trigger, the default of Guard sessions and forewarn serve "
-                                    "(the LangChain middleware defaults to increase, which acts only on calls that "
+            if policy.trigger is None:  # no trigger set: a Guard session's level (the integrations' default differs)
+                lines.append(text + " under the level trigger, the default of Guard sessions (forewarn serve, "
+                                    "the MCP proxy and the LangChain middleware default to increase, which acts only on calls that "
                                     "raise the risk; or lower the threshold)")
             else:
                 lines.append(text + " (set guard.trigger: increase to act only on calls that raise the risk, "

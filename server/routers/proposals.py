@@ -20,7 +20,7 @@ from starlette.responses import Response
 from ...guard.judge import judge_call
 from ...guard.toolcalls.kinds import DEFAULT_TOOL_KINDS, READ_KINDS
 from .. import schemas as S
-from .._http import ERRORS, JSON, ApiError, Route, errors_for, short
+from .._http import ERRORS, JSON, ApiError, Route, check_window, errors_for, short
 from .._steps import check_values, trace_decision, write
 from ..auth import Principal
 from ..deps import Agent, Anyone, Approver, AppState, Idempotency, live_session, step_context
@@ -115,14 +115,26 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
 @router.get("/v1/proposals")
 async def list_proposals(state: AppState, principal: Approver,
                          status: Annotated[str, Query(pattern="^(pending|allowed|held|approved|rejected|edited|"
-                                                              "cancelled|executed|all)$")] = "pending",
-                         session_id: Annotated[str | None, Query(pattern=S.ID_PATTERN)] = None,
+                                                              "cancelled|executed|all)$",
+                                                      description="pending (the default), another status, or all.")]
+                         = "pending",
+                         session_id: Annotated[str | None, Query(pattern=S.ID_PATTERN, description=(
+                             "The session's id."))] = None,
+                         tool: Annotated[str | None, Query(min_length=1, max_length=200, description=(
+                             "The tool proposed."))] = None,
+                         since: Annotated[float | None, Query(ge=0, le=1e11, description=(
+                             "Proposed at or after this time (epoch seconds)."))] = None,
+                         until: Annotated[float | None, Query(ge=0, le=1e11, description=(
+                             "Proposed at or before this time (epoch seconds)."))] = None,
                          offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
                          limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
     """Proposals (pending ones by default) of the tenants the approver sees, oldest first."""
+    check_window(since, until)
     rows = state.storage.proposals(status=None if status == "all" else status, session_id=session_id,
-                                   limit=limit, offset=offset, tenants=principal.tenants)
-    return Response(orjson.dumps({"proposals": [proposal_out(r) for r in rows]}), media_type=JSON)
+                                   limit=min(limit, state.settings.limits.max_page), offset=offset,
+                                   tenants=principal.tenants, tool=tool, since=since, until=until)
+    out = {"proposals": [proposal_out(r) for r in rows], "offset": offset, "limit": limit}
+    return Response(orjson.dumps(out), media_type=JSON)
 
 
 @router.get("/v1/proposals/{proposal_id}", responses=errors_for((404, "Unknown proposal")))

@@ -14,6 +14,7 @@ import forewarn
 from _sidecar import ServerThread, auth, settings
 from forewarn.guard.model import GuardModel, _checksum
 from forewarn.guard.runtime import Guard
+from forewarn.server.models_registry import with_sidecar_trigger
 from forewarn.server.storage import Storage, open_storage
 
 EXPLOITS = ["mypkg.predicates:logging.config.dictConfig", "subprocess:check_output", "logging.config.dictConfig",
@@ -62,7 +63,7 @@ def test_a_registered_predicate_serves(http: httpx.Client, toy_path: Path, toy_a
     document = crafted(toy_path, "toy.a")
     loaded = http.post("/v1/models", json={"name": "py", "document": document}, headers=auth("admin"))
     assert loaded.status_code == 200, loaded.text
-    local = Guard(GuardModel.from_document(document)).session()
+    local = with_sidecar_trigger(Guard(GuardModel.from_document(document))).session()  # as the sidecar: increase
     sid = http.post("/v1/sessions", json={"model": "py"}, headers=auth("agent")).json()["id"]
     for state in ({"a": False, "b": 0}, {"a": True, "b": 0}, {"a": True, "b": 5}):
         got = http.post(f"/v1/sessions/{sid}/observe", json={"state": state}, headers=auth("agent")).json()
