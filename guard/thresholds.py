@@ -117,8 +117,8 @@ def initial_crossings(model: GuardModel, policy: Policy, *, first_calls: bool = 
                 text = f"property '{prop.definition.name}': {text}"
             if policy.trigger is None:  # no trigger set: a Guard session's level (the integrations' default differs)
                 lines.append(text + " under the level trigger, the default of Guard sessions (forewarn serve, "
-                                    "the MCP proxy and the LangChain middleware default to increase, which acts only on calls that "
-                                    "raise the risk; or lower the threshold)")
+                                    "the MCP proxy and the LangChain middleware default to increase, which acts "
+                                    "only on calls that raise the risk; or lower the threshold)")
             else:
                 lines.append(text + " (set guard.trigger: increase to act only on calls that raise the risk, "
                                     "or lower the threshold)")

@@ -22,8 +22,8 @@ from forewarn.guard.thresholds import initial_crossings, start_risk
 
 # p_safe by hand: NONE 0.7 (a run that starts risky: below reflect 0.9), A 0.4, B 0.75, AB 0
 RISK = {NONE: Fraction(3, 10), A: Fraction(6, 10), B: Fraction(1, 4), AB: Fraction(1), END: Fraction(0)}
-HINT = (" under the level trigger, the default of Guard sessions (forewarn serve and the LangChain middleware "
-        "default to increase, which acts only on calls that raise the risk; or lower the threshold)")
+HINT = (" under the level trigger, the default of Guard sessions (forewarn serve, the MCP proxy and the LangChain "
+        "middleware default to increase, which acts only on calls that raise the risk; or lower the threshold)")
 SET_HINT = " (set guard.trigger: increase to act only on calls that raise the risk, or lower the threshold)"
 
 
