@@ -179,10 +179,20 @@ def tune(
     for note in notes:
         out.print(f"[yellow]note:[/] {note}", highlight=False)
     if output is not None:
-        err.print(f"wrote {output}" + ("" if bundle_by is None else f"; learn with --group-by {bundle_by} and it, "
-                                       "and each member decides under its own thresholds"), highlight=False)
+        err.print(f"wrote {output}" + ("" if bundle_by is None else _members_line(members, bundle_by)), highlight=False)
     else:
         err.print("pass -o SPEC_OUT to write a copy of the spec with these thresholds", highlight=False)
+
+
+def _members_line(members: list[MemberTuning], bundle_by: str) -> str:
+    """What learning with the written spec does, in words true of this tuning (issue 38: it said "each member
+    decides under its own thresholds" when no member got any)."""
+    own = sum(m.choices is not None for m in members)
+    if own == 0:
+        return (f"; no member of {bundle_by} got thresholds of its own (too few held-out runs per member), so "
+                f"every member decides under the pooled thresholds")
+    return (f"; learn with --group-by {bundle_by} and it: {own} of {len(members)} members decide under thresholds "
+            f"of their own, the rest under the pooled ones")
 
 
 def _member_json(m: MemberTuning) -> dict[str, Any]:
