@@ -54,6 +54,7 @@ extras-test:
 # Static checks CI runs after the tests (each issue-11 part adds its line here). mypy checks the package,
 # bench, examples and tests; each test folder's conftest.py on its own (all share the module name conftest).
 check: $(VENV)/.installed
+	$(PY) tools/check_commits.py
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy

@@ -305,8 +305,7 @@ def hostile(tmp: Path, connections: int, seconds: float) -> list[dict[str, Any]]
               None)
     finally:
         uncapped.stop()
-    sys.path.insert(0, str(C.ROOT / "tests" / "server"))
-    from _nginx import Nginx, nginx_binary  # tests/server: on the path above
+    from _nginx import Nginx, nginx_binary
 
     if nginx_binary() is None:
         print("nginx is not installed: the phases behind it are left out (apt-get install nginx-light)")

@@ -255,7 +255,7 @@ def test_a_decision_writes_its_words_when_read_and_equals_the_eager_one(toy_trac
         assert repr(decision) == repr(eager) and decision.to_dict() == eager.to_dict()
         assert replace(decision, member="m") == replace(eager, member="m")
         assert pickle.loads(pickle.dumps(decision)) == eager
-        with pytest.raises(FrozenInstanceError):  # built writable, then frozen (runtime._Draft)
+        with pytest.raises(FrozenInstanceError):  # built writable, then frozen (_lazy_decision._Draft)
             decision.action = Action.ALLOW  # type: ignore[misc]
         assert decision.action is eager.action
     assert all(fields_read == read["message"] for fields_read in read.values())  # whatever was read first

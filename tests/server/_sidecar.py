@@ -17,6 +17,7 @@ from typing import Any
 
 import uvicorn
 
+from _ports import free_port as free_port
 from forewarn.server.app import create_app
 from forewarn.server.run import uvicorn_config
 from forewarn.server.settings import ServerSettings
@@ -39,12 +40,6 @@ def settings(db: Path | str, models: dict[str, Path], **extra: Any) -> ServerSet
                               "model_dirs": (Path(tempfile.gettempdir()),)}
     values.update(extra)
     return ServerSettings(**values)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ServerThread:
