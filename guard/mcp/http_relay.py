@@ -5,7 +5,8 @@ An ASGI app on the proxy's MCP endpoint. Each POST, GET and DELETE goes on to th
 keep-alive HTTP/1.1 client (:mod:`._http1`), headers both ways (``Mcp-Session-Id``, ``MCP-Protocol-Version``,
 ``Last-Event-ID``, authorization …) and the body as it came; the answer streams back as it comes (JSON,
 or server-sent events: the upstream's notifications and its own requests to the client pass through).
-Only a ``tools/call`` is more: it is judged by the SDK path's code (:func:`.lean.lean_call`), then
+Only a ``tools/call`` is more (and a ``resources/read`` or ``prompts/get``: :mod:`.reads`; a body is re-serialised
+when a reader may cut it into lines, :mod:`._lines`): it is judged by the SDK path's code (:func:`.lean.lean_call`), then
 forwarded or answered by the relay; its answer is read out of the upstream's response (the events
 before it pass through) so that the call is committed. The answer to ``initialize`` carries the
 proxy's name and instructions. A session is an ``Mcp-Session-Id`` (the upstream's: the client and
@@ -58,6 +59,7 @@ from .approval import APPROVAL_SCHEMA
 from .calls import SERVER_NAME, CallJudge
 from .judge import GuardedSession
 from .lean import lean_call
+from .reads import lean_read
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 
 __all__ = ["HttpRelay", "lean_http_fits"]
@@ -208,22 +210,20 @@ class HttpRelay:
             message = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             return await reply(send, 400, error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
-        if isinstance(message, list):  # a batch (protocol versions before 2025-06-18): only without tools/call
-            if any(isinstance(m, dict) and m.get("method") == "tools/call" for m in message):
-                return await reply(send, 400, error_frame(None, types.INVALID_REQUEST,
-                                                           "a JSON-RPC batch may not carry tools/call through this "
-                                                           "proxy; send each call alone"))
-            for item in message:
-                if isinstance(item, dict) and (problem := wire.invalid(item, item.get("method"))) is not None:
-                    return await reply(send, 400, error_frame(None, types.INVALID_REQUEST,
-                                                              f"Invalid Request: in the batch, {problem}"))
-            return await self._pass("POST", headers, body, receive, send, None)
+        if isinstance(message, list):  # a batch: MCP protocol 2025-03-26 only, and never one the guard judges
+            version = next((v.decode(errors="replace") for k, v in headers if k == b"mcp-protocol-version"), None)
+            if (problem := wire.batch_problem(message, body, version)) is not None:
+                return await reply(send, 400, error_frame(None, types.INVALID_REQUEST, f"Invalid Request: {problem}"))
+            return await self._pass("POST", headers, _single_line(message, body), receive, send, None)
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return await reply(send, 400, error_frame(None, types.INVALID_REQUEST, "not a JSON-RPC 2.0 message"))
         method, rid = message.get("method"), message.get("id")
         if (problem := wire.invalid(message, method)) is not None:
             return await reply(send, 400, error_frame(wire.legal_id(message), types.INVALID_REQUEST,
                                                       f"Invalid Request: {problem}"))
+        # what the upstream gets is what the relay read: a judged request re-serialised, any other body holding a
+        # line break (a bridge to a stdio server may cut it into lines) re-serialised on one line
+        body = wire.as_judged(message, body)[:-1] if method in wire.JUDGED else _single_line(message, body)
         sid = session_id(headers)
         mine = self._mine.get(rid) if method is None and isinstance(rid, str) else None
         if mine is not None and mine[0] == sid:  # the answer to the relay's own request
@@ -239,7 +239,7 @@ class HttpRelay:
                 return await reply(send, 400, error_frame(rid, types.INVALID_REQUEST, wire.taken(rid)))
             self._under_way.add(key)
         try:
-            if method == "tools/call":  # (a request: invalid() refuses one without an id)
+            if method in wire.JUDGED:  # (a request: invalid() refuses a tools/call without an id; see below)
                 return await self._call(message, body, headers, send)
             if method == "initialize" and rid is not None:
                 return await self._initialize(message, body, headers, send)
@@ -377,10 +377,12 @@ class HttpRelay:
                 state.guarded = self.judge.open_session(sid, state.client)
             return state.guarded
 
-        async def forward(frame: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
-            answer_frame, answer, _ = await self._exchange(headers, frame, message["id"], f"tools/call {tool!r}",
-                                                           answer_to)
+        async def forward_as(frame: bytes, what: str) -> tuple[bytes, dict[str, Any]]:
+            answer_frame, answer, _ = await self._exchange(headers, frame, message["id"], what, answer_to)
             return answer_frame, answer
+
+        async def forward(frame: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
+            return await forward_as(frame, f"tools/call {tool!r}")
 
         async def elicit(question: str) -> types.ElicitResult:
             rid = f"{_OWN}{next(self._ids)}"
@@ -395,9 +397,13 @@ class HttpRelay:
                 self._mine.pop(rid, None)
             return wire.elicit_result(answer)
 
-        frame = await lean_call(self.judge, message, body, session=session, lock=state.lock, tools=self._tools,
-                                list_tools=lambda: self._list_tools(headers), elicit=elicit if state.elicits else None,
-                                forward=forward)
+        if message["method"] == "tools/call":
+            frame = await lean_call(self.judge, message, body, session=session, lock=state.lock, tools=self._tools,
+                                    list_tools=lambda: self._list_tools(headers),
+                                    elicit=elicit if state.elicits else None, forward=forward)
+        else:
+            frame = await lean_read(self.judge, message, body, session=session, lock=state.lock,
+                                    elicit=elicit if state.elicits else None, forward=forward_as)
         if self._sessions.ended(sid) and not answer_to.streaming:  # the upstream did not know it
             return await reply(send, 404, frame)
         await answer_to.final(frame)
@@ -414,6 +420,16 @@ class HttpRelay:
                 await done(await self._http.request("DELETE", [*_OWN_HEADERS, (b"mcp-session-id", sid.encode())]))
         except (HttpError, TimeoutError) as exc:
             log.warning("upstream %r: ending idle session %s: %s", self.name, sid, exc)
+
+
+def _single_line(message: Any, body: bytes) -> bytes:
+    """The body as it came when it is one line no reader cuts, else its parse re-serialised on one line."""
+    if wire.plain(body) and b"\n" not in body.rstrip(b"\n"):
+        return body
+    try:
+        return wire.rewritten(message)[:-1]
+    except TypeError:
+        return body  # (nested deeper than orjson writes: no JSON bridge writes it either)
 
 
 def _security_for(host: str) -> TransportSecuritySettings | None:

@@ -2,9 +2,11 @@
 
 The SDK path (:mod:`.proxy`) is a second MCP server and a second MCP client: every message is parsed,
 validated, rebuilt as SDK models and serialised again on each side. Here each newline-delimited JSON-RPC
-message is parsed once (orjson) to route it, and everything but a ``tools/call`` request goes on as the
-bytes that came in, both ways — requests, responses, notifications, the upstream's own requests to the
-client (sampling, roots, elicitation). The handshake is the client's with the upstream (its answer
+message is parsed once (orjson) to route it, and everything but a judged request (``tools/call``,
+``resources/read``, ``prompts/get``: re-serialised from the value judged) goes on as the bytes that came in
+unless a reader may cut them elsewhere (:mod:`._lines`: then re-serialised on one line), both ways —
+requests, responses, notifications, the upstream's own requests to the client (sampling, roots,
+elicitation). The handshake is the client's with the upstream (its answer
 carries the proxy's name and instructions). A ``tools/call`` is judged by the SDK path's code
 (:class:`.calls.CallJudge`), then forwarded as it came (or as an approver edited it) or answered by the
 relay. Asking uses elicitation when the client's ``initialize`` declared it: the relay's own requests
@@ -43,6 +45,7 @@ from .approval import APPROVAL_SCHEMA
 from .calls import CallJudge, Forward, Judged
 from .judge import GuardedSession
 from .lean import Answered, judge_now, lean_call
+from .reads import lean_read
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 
 __all__ = ["LeanRelay", "lean_relay_fits"]
@@ -204,6 +207,10 @@ class LeanRelay:
         except orjson.JSONDecodeError as exc:
             self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
             return
+        if isinstance(message, list):  # (MCP allowed batches in 2025-03-26 only; this relay forwards none)
+            self._to_client(error_frame(None, types.INVALID_REQUEST, "Invalid Request: a JSON-RPC batch, which this "
+                                                                     "relay does not forward; send each message alone"))
+            return
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem("not a JSON-RPC 2.0 message")))
             return
@@ -211,6 +218,15 @@ class LeanRelay:
         if (problem := wire.invalid(message, method)) is not None:
             self._to_client(error_frame(wire.legal_id(message), types.INVALID_REQUEST, f"Invalid Request: {problem}"))
             return
+        if method in wire.JUDGED:
+            line = wire.as_judged(message, line)
+        elif not wire.plain(line):  # (the upstream may cut it elsewhere: forwarded as the relay read it)
+            try:
+                line = wire.rewritten(message)
+            except TypeError as exc:
+                self._to_client(error_frame(wire.legal_id(message), types.INVALID_REQUEST,
+                                            f"Invalid Request: the message cannot be forwarded safely: {exc}"))
+                return
         if method is None:  # an answer: to one of the relay's own requests, or to the upstream's
             key = message.get("id")
             future = self._mine.get(key) if isinstance(key, str) else None
@@ -230,12 +246,15 @@ class LeanRelay:
         if key in self._calls or key in self._pending:  # (its answer would go astray, or a call never end)
             self._to_client(error_frame(rid, types.INVALID_REQUEST, wire.taken(rid)))
             return
-        if method == "tools/call":
+        if method in wire.JUDGED:
             if len(self._calls) >= MAX_CALLS:  # (they run one at a time: a client this far ahead only fills memory)
                 self._to_client(error_frame(rid, types.INVALID_REQUEST, wire.too_many(MAX_CALLS)))
                 return
             self._calls.add(key)
-            self._tools_call(message, line, key)
+            if method == "tools/call":
+                self._tools_call(message, line, key)
+            else:
+                self._spawn_task(self._read(message, line, key))
             return
         if method == "initialize":
             self._init = message
@@ -328,8 +347,10 @@ class LeanRelay:
     def _from_upstream(self, line: bytes) -> None:
         try:
             message = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            log.warning("upstream %r sent a line that is not JSON; dropped", self.name)
+            # (a client may cut the line where the relay did not: a second answer, or a request, smuggled)
+            line = line if wire.plain(line) else wire.rewritten(message)
+        except (orjson.JSONDecodeError, TypeError):
+            log.warning("upstream %r sent a line that is not JSON (or not one it can write again); dropped", self.name)
             return
         if isinstance(message, dict) and "method" not in message and "id" in message:
             pending = self._pending.pop(orjson.dumps(message["id"]), None)
@@ -400,9 +421,22 @@ class LeanRelay:
                 self._turn.release()
         self._to_client(frame)
 
+    async def _read(self, message: dict[str, Any], line: bytes, key: bytes) -> None:
+        """A resources/read or prompts/get: judged as a step (:func:`.reads.lean_read`), always in a task."""
+        try:
+            frame = await lean_read(self.judge, message, line, session=self._session, lock=self._turn,
+                                    elicit=self._elicit if self._elicits else None,
+                                    forward=partial(self._forward_as, message["id"], key))
+        finally:
+            self._calls.discard(key)
+        self._to_client(frame)
+
     async def _forward_call(self, rid: Any, key: bytes, line: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
+        return await self._forward_as(rid, key, line, f"tools/call {tool!r}")
+
+    async def _forward_as(self, rid: Any, key: bytes, line: bytes, what: str) -> tuple[bytes, dict[str, Any]]:
         future: asyncio.Future[tuple[bytes, dict[str, Any]]] = asyncio.get_running_loop().create_future()
-        await self._forward(rid, f"tools/call {tool!r}", line, future, key=key)
+        await self._forward(rid, what, line, future, key=key)
         return await future
 
     async def _list_tools(self) -> None:
