@@ -231,11 +231,12 @@ def legal_id(message: dict[str, Any]) -> Any:
 
 
 def error_frame(rid: Any, code: int, message: str) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}) + b"\n"
+    # (escaped: a message quotes the client's own words, a result carries the upstream's, to a client reading lines)
+    return escape_breaks(orjson.dumps({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}})) + b"\n"
 
 
 def result_frame(rid: Any, result: dict[str, Any]) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": result}) + b"\n"
+    return escape_breaks(orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": result})) + b"\n"
 
 
 def text_item(text: str) -> dict[str, str]:

@@ -223,7 +223,7 @@ class HttpRelay:
                                                       f"Invalid Request: {problem}"))
         # what the upstream gets is what the relay read: a judged request re-serialised, any other body holding a
         # line break (a bridge to a stdio server may cut it into lines) re-serialised on one line
-        body = wire.as_judged(message, body)[:-1] if method in wire.JUDGED else _single_line(message, body)
+        body = wire.as_judged(message, body).rstrip(b"\n") if method in wire.JUDGED else _single_line(message, body)
         sid = session_id(headers)
         mine = self._mine.get(rid) if method is None and isinstance(rid, str) else None
         if mine is not None and mine[0] == sid:  # the answer to the relay's own request

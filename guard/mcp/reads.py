@@ -31,6 +31,7 @@ __all__ = ["HELD_BACK", "READS", "step_of", "params_of", "settle_read", "read_te
 
 HELD_BACK = -32012  # a resources/read or prompts/get the guard held back, or a human refused: it did not run
 READS = frozenset({"resources/read", "prompts/get"})
+_RESOURCE, _PROMPT = resource_tool(""), prompt_tool("")
 
 # sends a judged read (its JSON-RPC frame; what it is, for errors) upstream: its answer as it came and parsed
 ReadForwarder = Callable[[bytes, str], Awaitable[tuple[bytes, dict[str, Any]]]]
@@ -60,7 +61,7 @@ def params_of(method: str, go: Forward) -> dict[str, Any]:
     arguments; a resource's URI is its tool's name, which an edit cannot change)."""
     if method == "resources/read":
         return {"uri": go.args["uri"]}
-    return {"name": go.name.removeprefix(prompt_tool("")), "arguments": go.args}
+    return {"name": go.name.removeprefix(_PROMPT), "arguments": go.args}
 
 
 async def settle_read(judge: CallJudge, guarded: GuardedSession, name: str, args: dict[str, Any], *,
@@ -74,6 +75,9 @@ async def settle_read(judge: CallJudge, guarded: GuardedSession, name: str, args
     go = await judge.settle(guarded, name, args, elicit=elicit, lists=name.__eq__, tools=lambda: [name])
     if isinstance(go, str):
         raise MCPError(HELD_BACK, go)
+    uri = name.removeprefix(_RESOURCE) if name.startswith(_RESOURCE) else None
+    if uri is not None and go.args != {"uri": uri}:  # (its kind is its URI's: the URI judged is the one read)
+        raise MCPError(HELD_BACK, f"an approver's edit changed the URI of resources/read {uri[:100]!r}; it did not run")
     return go
 
 

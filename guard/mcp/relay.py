@@ -459,9 +459,8 @@ class LeanRelay:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._mine[rid] = future
         try:
-            self._to_client(orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "elicitation/create",
-                                          "params": {"message": question, "requestedSchema": APPROVAL_SCHEMA}})
-                            + b"\n")
+            self._to_client(wire.rewritten({"jsonrpc": "2.0", "id": rid, "method": "elicitation/create",
+                                            "params": {"message": question, "requestedSchema": APPROVAL_SCHEMA}}))
             answer = await future
         finally:
             self._mine.pop(rid, None)

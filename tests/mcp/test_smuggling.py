@@ -8,6 +8,7 @@ path), the lean HTTP relay (before a bridge that cuts bodies into lines) and the
 and JSON-RPC batches the protocol does not allow."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -305,3 +306,49 @@ def test_the_sdk_path_judges_and_records_resource_reads(mcp_model: GuardModel, t
     assert held.error.code == -32012 and "resources/read:note://secret" in held.error.message
     assert prompt == "Review y" and ran.splitlines() == ["prompt review y"]
     assert recorded(record) == ["prompts/get:review"]
+
+
+def test_a_read_with_no_kind_gets_unknown_resources_and_a_prompt_unknown_tools(mcp_model: GuardModel,
+                                                                               tmp_path: Path) -> None:
+    """unknown_resources: ask_human — the client is asked (elicitation) and its approval runs the read; prompts
+    keep unknown_tools (reflect)."""
+    marker = tmp_path / "ran"
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        proxy = proxy_for(Guard(mcp_model), marking(marker), unknown_tools="reflect", unknown_resources="ask_human")
+        async with lean_raw(proxy, capabilities={"elicitation": {}}) as (reader, writer, _):
+            with anyio.fail_after(30):
+                writer.write(READ % 1)
+                question = orjson.loads(await reader.readline())
+                writer.write(orjson.dumps({"jsonrpc": "2.0", "id": question["id"], "result": {
+                    "action": "accept", "content": {"approve": True}}}) + b"\n")
+                read = orjson.loads(await reader.readline())
+                writer.write(PROMPT % 2)
+                prompt = orjson.loads(await reader.readline())
+        return question, read, prompt
+
+    question, read, prompt = anyio.run(scenario)
+    assert question["method"] == "elicitation/create"
+    assert "resources/read:note://secret" in question["params"]["message"]
+    assert read["id"] == 1 and read["result"]["contents"][0]["text"] == "the note\u2028its second line"
+    assert prompt["id"] == 2 and prompt["error"]["code"] == -32012
+    assert marker.read_text().splitlines() == ["read note://secret"]
+
+
+def test_the_config_reads_kinds_and_actions_for_resources_and_prompts() -> None:
+    from forewarn.errors import ConfigError
+    from forewarn.guard.mcp.config import config_from
+    from forewarn.guard.spec import Action
+
+    spec = {"servers": {"s": {"command": "x"}}, "unknown_tools": "stop"}
+    plain_config = config_from(spec)
+    assert plain_config.unknown_for("resources/read:a") is Action.STOP is plain_config.unknown_for("prompts/get:p")
+    config = config_from({**spec, "resource_kinds": {"file:///a/.env": "read_file"}, "prompt_kinds": {"p": "other"},
+                          "unknown_resources": "reflect"})
+    assert config.unknown_for("resources/read:b") is Action.REFLECT and config.unknown_for("prompts/get:q") is Action.STOP
+    assert config.step_kinds()["resources/read:file:///a/.env"] == "read_file"
+    assert config.step_aliases()["resources/read:file:///a/.env"] == {"uri": "path"}
+    for wrong, said in (({"resource_kinds": {"u": "reader"}}, "resource_kinds['u'] = 'reader' is not a tool kind"),
+                        ({"unknown_prompts": "maybe"}, "field 'unknown_prompts': 'maybe' is not an action")):
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            config_from({**spec, **wrong})
