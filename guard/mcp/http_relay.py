@@ -324,7 +324,7 @@ class HttpRelay:
     async def _ask(self, method: str, params: Any, headers: list[tuple[bytes, bytes]]
                    ) -> tuple[dict[str, Any], Response]:
         rid = f"{_OWN}{next(self._ids)}"
-        body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})})
+        body = wire.rewritten({"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})})
         _, answer, back = await self._exchange(headers, body, rid, method, None)
         wire.raise_error(answer)
         result = answer.get("result")

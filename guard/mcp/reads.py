@@ -17,10 +17,9 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import mcp_types as types
-import orjson
 from mcp.shared.exceptions import MCPError
 
-from ._frames import error_frame
+from ._frames import error_frame, rewritten
 from .approval import Elicit
 from .calls import CallJudge, Forward
 from .config import prompt_tool, resource_tool
@@ -107,7 +106,7 @@ async def lean_read(judge: CallJudge, message: dict[str, Any], frame: bytes, *,
         async with lock:
             go = await settle_read(judge, guarded, name, args, elicit=elicit)
             if go.args is not args:  # an approver's edit
-                frame = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params_of(method, go)})
+                frame = rewritten({"jsonrpc": "2.0", "id": rid, "method": method, "params": params_of(method, go)})
             # (its span and audit row once the request left, as a call's)
             asyncio.get_running_loop().call_soon(judge.forwarded, guarded, go)
             try:

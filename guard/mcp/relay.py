@@ -336,7 +336,7 @@ class LeanRelay:
             rid = f"{_OWN}{next(self._ids)}"
         future: asyncio.Future[tuple[bytes, dict[str, Any]]] = asyncio.get_running_loop().create_future()
         request = {"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})}
-        await self._forward(rid, method, orjson.dumps(request) + b"\n", future, ready=ready, key=key)
+        await self._forward(rid, method, wire.rewritten(request), future, ready=ready, key=key)
         _, answer = await future
         wire.raise_error(answer)
         result = answer.get("result")
