@@ -16,7 +16,7 @@ from .._version import __version__
 from ._lines import escape_breaks, plain
 from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE, shown
 
-__all__ = ["MAX_CALLS", "JUDGED", "Sink", "plain", "rewritten", "as_judged", "batch_problem",
+__all__ = ["MAX_CALLS", "JUDGED", "Sink", "plain", "rewritten", "unwritable", "batch_problem",
            "Pending", "Turn", "drained", "parse_problem", "invalid", "legal_id", "taken", "too_many", "error_frame",
            "result_frame", "text_item", "text_of", "as_proxy", "raise_error", "elicit_result", "tool_arguments",
            "declared"]
@@ -150,7 +150,7 @@ def _variant(members: dict[str, Any], names: frozenset[str]) -> str | None:
     return None
 
 
-# -- what the relays forward: the bytes of what they judged (:mod:`._lines`: where readers cut lines) ----------
+# -- what the relays forward: the value they judged (:mod:`._lines`: where readers cut lines) -----------------
 
 def rewritten(message: Any) -> bytes:
     """``message`` as one line (newline-terminated) that every reader cuts as one: orjson's encoding (no
@@ -163,14 +163,12 @@ def rewritten(message: Any) -> bytes:
     return escape_breaks(orjson.dumps(message)) + b"\n"
 
 
-def as_judged(message: dict[str, Any], frame: bytes) -> bytes:
-    """The bytes to forward for a judged request (:data:`JUDGED`): always its parse re-serialised (a dumps of a
-    small object, under a microsecond), so that no reading of the bytes the client chose — a key written twice,
-    which readers resolve differently, an escaped name — reaches the upstream, only the value judged."""
-    try:
-        return rewritten(message)
-    except TypeError:
-        return frame  # (nested too deep to write: the judge refuses it before anything is forwarded)
+def unwritable(method: Any, exc: TypeError) -> tuple[int, str]:
+    """The error for a message :func:`rewritten` cannot write (nested deeper than orjson writes): -32602 for a
+    request the guard judges (its params cannot be read, as :meth:`.calls.CallJudge.check_size` says), else
+    -32600. Never its bytes as they came instead: they are what is not judged."""
+    code = types.INVALID_PARAMS if method in JUDGED else types.INVALID_REQUEST
+    return code, f"the message cannot be written again to be forwarded: {exc} (nested too deep); not forwarded"
 
 
 def batch_problem(items: list[Any], body: bytes, version: str | None) -> str | None:

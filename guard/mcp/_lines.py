@@ -9,6 +9,10 @@ upstream, and one of them may be a ``tools/call`` nobody judged. The control cha
 line that parsed as JSON (JSON allows them neither raw in a string nor between tokens); ``\\r`` can, as
 whitespace, and NEL, U+2028 and U+2029 can, raw in a string, where a JSON escape means the same character.
 
+So the lean relays forward the client's messages re-serialised (``_frames.rewritten``: a ``dumps`` each,
+which also drops every other reading of the client's bytes: a key written twice, an escaped name), and
+the upstream's as they came when :func:`plain` (a search for single bytes, on what may be megabytes).
+
 :data:`CODEC` is UTF-8 with those three written as escapes: the encoding of the SDK path's stdio upstreams,
 whose transport writes each message as the JSON pydantic makes (which leaves them raw).
 """
@@ -25,7 +29,7 @@ _ESCAPES = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x8
 
 def plain(frame: bytes) -> bool:
     """Whether JSON that parsed holds no character a reader of lines may end a line at (its final newline
-    aside): the cost of the relays' fast path, so single bytes are looked for first — a one-byte search is a
+    aside): paid on each of the upstream's messages, so single bytes are looked for first — a one-byte search is a
     memchr (tens of microseconds a megabyte), a longer one is not (milliseconds), and is only made when the
     last byte of NEL, U+2028 or U+2029 is there at all."""
     if b"\r" in frame:

@@ -3,10 +3,10 @@ the default where it fits), the HTTP counterpart of :mod:`.relay`.
 
 An ASGI app on the proxy's MCP endpoint. Each POST, GET and DELETE goes on to the upstream's URL over one
 keep-alive HTTP/1.1 client (:mod:`._http1`), headers both ways (``Mcp-Session-Id``, ``MCP-Protocol-Version``,
-``Last-Event-ID``, authorization …) and the body as it came; the answer streams back as it comes (JSON,
-or server-sent events: the upstream's notifications and its own requests to the client pass through).
-Only a ``tools/call`` is more (and a ``resources/read`` or ``prompts/get``: :mod:`.reads`; a body is re-serialised
-when a reader may cut it into lines, :mod:`._lines`): it is judged by the SDK path's code (:func:`.lean.lean_call`), then
+``Last-Event-ID``, authorization …) and the body re-serialised from the value read, on one line
+(:mod:`._lines`); the answer streams back as it comes (JSON, or server-sent events: the upstream's
+notifications and its own requests to the client pass through). Only a ``tools/call`` is more (and a
+``resources/read`` or ``prompts/get``: :mod:`.reads`): it is judged by the SDK path's code (:func:`.lean.lean_call`), then
 forwarded or answered by the relay; its answer is read out of the upstream's response (the events
 before it pass through) so that the call is committed. The answer to ``initialize`` carries the
 proxy's name and instructions. A session is an ``Mcp-Session-Id`` (the upstream's: the client and
@@ -214,16 +214,21 @@ class HttpRelay:
             version = next((v.decode(errors="replace") for k, v in headers if k == b"mcp-protocol-version"), None)
             if (problem := wire.batch_problem(message, body, version)) is not None:
                 return await reply(send, 400, error_frame(None, types.INVALID_REQUEST, f"Invalid Request: {problem}"))
-            return await self._pass("POST", headers, _single_line(message, body), receive, send, None)
+            try:
+                body = wire.rewritten(message).rstrip(b"\n")
+            except TypeError as exc:
+                return await reply(send, 400, error_frame(None, *wire.unwritable(None, exc)))
+            return await self._pass("POST", headers, body, receive, send, None)
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return await reply(send, 400, error_frame(None, types.INVALID_REQUEST, "not a JSON-RPC 2.0 message"))
         method, rid = message.get("method"), message.get("id")
         if (problem := wire.invalid(message, method)) is not None:
             return await reply(send, 400, error_frame(wire.legal_id(message), types.INVALID_REQUEST,
                                                       f"Invalid Request: {problem}"))
-        # what the upstream gets is what the relay read: a judged request re-serialised, any other body holding a
-        # line break (a bridge to a stdio server may cut it into lines) re-serialised on one line
-        body = wire.as_judged(message, body).rstrip(b"\n") if method in wire.JUDGED else _single_line(message, body)
+        try:  # what the upstream gets is the value read, never the client's bytes: on one line that no reader cuts
+            body = wire.rewritten(message).rstrip(b"\n")  # (a bridge to a stdio server), no key written twice
+        except TypeError as exc:
+            return await reply(send, 400, error_frame(wire.legal_id(message), *wire.unwritable(method, exc)))
         sid = session_id(headers)
         mine = self._mine.get(rid) if method is None and isinstance(rid, str) else None
         if mine is not None and mine[0] == sid:  # the answer to the relay's own request
@@ -420,16 +425,6 @@ class HttpRelay:
                 await done(await self._http.request("DELETE", [*_OWN_HEADERS, (b"mcp-session-id", sid.encode())]))
         except (HttpError, TimeoutError) as exc:
             log.warning("upstream %r: ending idle session %s: %s", self.name, sid, exc)
-
-
-def _single_line(message: Any, body: bytes) -> bytes:
-    """The body as it came when it is one line no reader cuts, else its parse re-serialised on one line."""
-    if wire.plain(body) and b"\n" not in body.rstrip(b"\n"):
-        return body
-    try:
-        return wire.rewritten(message)[:-1]
-    except TypeError:
-        return body  # (nested deeper than orjson writes: no JSON bridge writes it either)
 
 
 def _security_for(host: str) -> TransportSecuritySettings | None:

@@ -3,10 +3,10 @@
 The SDK path (:mod:`.proxy`) is a second MCP server and a second MCP client: every message is parsed,
 validated, rebuilt as SDK models and serialised again on each side. Here each newline-delimited JSON-RPC
 message is parsed once (orjson) to route it, and everything but a judged request (``tools/call``,
-``resources/read``, ``prompts/get``: re-serialised from the value judged) goes on as the bytes that came in
-unless a reader may cut them elsewhere (:mod:`._lines`: then re-serialised on one line), both ways —
-requests, responses, notifications, the upstream's own requests to the client (sampling, roots,
-elicitation). The handshake is the client's with the upstream (its answer
+``resources/read``, ``prompts/get``) goes on — the client's re-serialised from the value read (one ``dumps``:
+no other reading of its bytes reaches the upstream, :mod:`._lines`), the upstream's as the bytes that came
+in unless a client may cut them elsewhere — both ways: requests, responses, notifications, the upstream's
+own requests to the client (sampling, roots, elicitation). The handshake is the client's with the upstream (its answer
 carries the proxy's name and instructions). A ``tools/call`` is judged by the SDK path's code
 (:class:`.calls.CallJudge`), then forwarded as it came (or as an approver edited it) or answered by the
 relay. Asking uses elicitation when the client's ``initialize`` declared it: the relay's own requests
@@ -218,15 +218,11 @@ class LeanRelay:
         if (problem := wire.invalid(message, method)) is not None:
             self._to_client(error_frame(wire.legal_id(message), types.INVALID_REQUEST, f"Invalid Request: {problem}"))
             return
-        if method in wire.JUDGED:
-            line = wire.as_judged(message, line)
-        elif not wire.plain(line):  # (the upstream may cut it elsewhere: forwarded as the relay read it)
-            try:
-                line = wire.rewritten(message)
-            except TypeError as exc:
-                self._to_client(error_frame(wire.legal_id(message), types.INVALID_REQUEST,
-                                            f"Invalid Request: the message cannot be forwarded safely: {exc}"))
-                return
+        try:  # what goes on is the value read, never the client's bytes: no other cut of them, nor another
+            line = wire.rewritten(message)  # reading of a key written twice or of an escape, reaches the upstream
+        except TypeError as exc:
+            self._to_client(error_frame(wire.legal_id(message), *wire.unwritable(method, exc)))
+            return
         if method is None:  # an answer: to one of the relay's own requests, or to the upstream's
             key = message.get("id")
             future = self._mine.get(key) if isinstance(key, str) else None

@@ -53,6 +53,12 @@ def smuggled(rid: int, text: str) -> bytes:
     return b'{"jsonrpc":"2.0","method":"notifications/x","params":\r' + call(rid, "touch", text=text)[:-1] + b"\r}\n"
 
 
+def smuggled_deep(rid: int, text: str) -> bytes:
+    """:func:`smuggled` with a member nested deeper than orjson writes (254 levels; it reads 1024): a relay that
+    forwarded the bytes it could not write again would pass the ``\r`` on."""
+    return smuggled(rid, text).replace(b'"params":', b'"deep":' + b"[" * 300 + b"]" * 300 + b',"params":', 1)
+
+
 def echo_raw(rid: int, text: str) -> bytes:
     """A call of echo whose text goes as raw UTF-8 (orjson writes no escapes but for control characters)."""
     return b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"%s"}}}\n' % (
@@ -69,13 +75,16 @@ def test_the_stdio_relay_passes_no_smuggled_call_even_once_the_session_is_stoppe
             writer.write(smuggled(90, "before"))
             writer.write(call(1, "touch", text="judged"))  # stopped: and so is the session
             writer.write(smuggled(91, "after"))
+            writer.write(smuggled_deep(92, "deep"))
             writer.write(b'{"jsonrpc":"2.0","id":2,"method":"ping"}\n')
             with anyio.fail_after(60):
-                answers = [orjson.loads(await reader.readline()) for _ in range(2)]
+                answers = [orjson.loads(await reader.readline()) for _ in range(3)]
             await anyio.sleep(1)  # (the upstream runs a call in a task of its own)
-        return sorted(answers, key=lambda a: a["id"])  # (the first call lists the tools first: the ping overtakes it)
+        # (the first call lists the tools first: the others overtake it)
+        return sorted(answers, key=lambda a: -1 if a["id"] is None else a["id"])
 
-    stopped, pong = anyio.run(scenario)
+    deep, stopped, pong = anyio.run(scenario)
+    assert deep["error"]["code"] == types.INVALID_REQUEST and "nested too deep" in deep["error"]["message"]
     assert stopped["id"] == 1 and stopped["error"]["code"] == SESSION_STOPPED
     assert pong == {"jsonrpc": "2.0", "id": 2, "result": {}}
     assert not marker.exists(), marker.read_text()
@@ -144,8 +153,9 @@ def test_the_stdio_relay_forwards_line_separators_escaped_both_ways(mcp_model: G
 def test_the_lean_http_relay_passes_no_smuggled_call_nor_a_batch_the_protocol_does_not_allow(
         mcp_model: GuardModel, tmp_path: Path) -> None:
     """Before a bridge that cuts each body into lines (flattening nested batches, reading the first of a key
-    written twice): a body of one notification, a nested batch, a batch with a key written twice, a batch in
-    protocol 2025-06-18 — none runs a call."""
+    written twice): a body of one notification (also with a member nested too deep to write again), a message
+    with a key written twice, a nested batch, a batch with a key written twice, a batch in protocol 2025-06-18 —
+    none runs a call."""
     marker = tmp_path / "ran"
     inner = call(5, "touch", text="nested")[:-1]
 
@@ -157,6 +167,11 @@ def test_the_lean_http_relay_passes_no_smuggled_call_nor_a_batch_the_protocol_do
                 old = {**theirs, "mcp-protocol-version": "2025-03-26"}
                 seen = {"stopped": await raw.post(url, headers=theirs, content=call(1, "touch", text="judged"))}
                 seen["smuggled"] = await raw.post(url, headers=theirs, content=smuggled(91, "after"))
+                seen["deep"] = await raw.post(url, headers=theirs, content=smuggled_deep(92, "deep"))
+                # (orjson reads the last of a key written twice, the bridge the first)
+                seen["key twice"] = await raw.post(url, headers=theirs, content=b'{"jsonrpc":"2.0","id":10,"method":'
+                                                   b'"tools/call","method":"ping","params":{"name":"touch",'
+                                                   b'"arguments":{"text":"twice"}}}')
                 seen["nested"] = await raw.post(url, headers=old, content=b"[[" + inner + b"]]")
                 seen["twice"] = await raw.post(url, headers=old, content=b'[{"jsonrpc":"2.0","id":6,"method":'
                                                b'"tools/call","method":"ping","params":{"name":"touch",'
@@ -173,6 +188,8 @@ def test_the_lean_http_relay_passes_no_smuggled_call_nor_a_batch_the_protocol_do
                       ("new", "MCP protocol 2025-06-18 does not allow")):
         assert seen[key].status_code == 400 and said in seen[key].json()["error"]["message"], key
     assert seen["old"].status_code == 200 and seen["old"].json() == {"jsonrpc": "2.0", "id": 8, "result": {}}
+    assert seen["deep"].status_code == 400 and "nested too deep" in seen["deep"].json()["error"]["message"]
+    assert seen["key twice"].json() == {"jsonrpc": "2.0", "id": 10, "result": {}}  # (a ping: what the relay read)
     assert seen["echo"].json()["error"]["code"] == SESSION_STOPPED
     assert not marker.exists(), marker.read_text()
 
