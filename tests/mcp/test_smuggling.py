@@ -23,7 +23,7 @@ from _mcp_support import SERVERS, connected, http_hello, http_server, lean_raw, 
 from mcp.shared.exceptions import MCPError
 
 from forewarn.guard import Guard, GuardModel
-from forewarn.guard.mcp import SESSION_STOPPED, UpstreamSpec
+from forewarn.guard.mcp import HELD_BACK, SESSION_STOPPED, UpstreamSpec
 
 pytestmark = pytest.mark.mcp
 
@@ -273,7 +273,7 @@ def test_the_stdio_relay_judges_and_records_resource_reads_and_prompts(mcp_model
     read, prompt = anyio.run(scenario)
     if not known:
         for answer in (read, prompt):
-            assert answer["error"]["code"] == -32012 and "Forewarn held back the call" in answer["error"]["message"]
+            assert answer["error"]["code"] == HELD_BACK and "Forewarn held back the call" in answer["error"]["message"]
         assert not marker.exists()
         return
     assert read["result"]["contents"][0]["text"] == "the note\u2028its second line"
@@ -320,7 +320,7 @@ def test_the_sdk_path_judges_and_records_resource_reads(mcp_model: GuardModel, t
         return held.value, prompt.messages[0].content.text, marker.read_text()
 
     held, prompt, ran = anyio.run(scenario)
-    assert held.error.code == -32012 and "resources/read:note://secret" in held.error.message
+    assert held.error.code == HELD_BACK and "resources/read:note://secret" in held.error.message
     assert prompt == "Review y" and ran.splitlines() == ["prompt review y"]
     assert recorded(record) == ["prompts/get:review"]
 
@@ -348,7 +348,7 @@ def test_a_read_with_no_kind_gets_unknown_resources_and_a_prompt_unknown_tools(m
     assert question["method"] == "elicitation/create"
     assert "resources/read:note://secret" in question["params"]["message"]
     assert read["id"] == 1 and read["result"]["contents"][0]["text"] == "the note\u2028its second line"
-    assert prompt["id"] == 2 and prompt["error"]["code"] == -32012
+    assert prompt["id"] == 2 and prompt["error"]["code"] == HELD_BACK
     assert marker.read_text().splitlines() == ["read note://secret"]
 
 
