@@ -13,7 +13,7 @@ proxy's name and instructions. A session is an ``Mcp-Session-Id`` (the upstream'
 the upstream speak one session; the relay keys its guarded sessions by it; DELETE closes one).
 
 Asking a human by elicitation: the relay answers that ``tools/call`` with an event stream of its own,
-whose first event is its request to the client (id ``forewarn-N``); the client POSTs its answer,
+whose first event is its request to the client (id ``forewarn-R-N``, R random); the client POSTs its answer,
 which the relay keeps; the call's answer is the stream's last event.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import secrets
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
@@ -105,6 +106,7 @@ class HttpRelay:
         self._tools: dict[str, frozenset[str]] = {}  # as the upstream listed them: each with its arguments' names
         self._under_way: set[tuple[str, Any]] = set()  # (session, id) of the clients' requests being answered
         self._ids = itertools.count(1)
+        self._asking = f"{_OWN}{secrets.token_hex(8)}-"  # the ids of its questions to clients: none an upstream can guess
         self._streams: set[asyncio.Task[Any]] = set()
         self._security = TransportSecurityMiddleware(_security_for(host))
 
@@ -390,7 +392,7 @@ class HttpRelay:
             return await forward_as(frame, f"tools/call {tool!r}")
 
         async def elicit(question: str) -> types.ElicitResult:
-            rid = f"{_OWN}{next(self._ids)}"
+            rid = f"{self._asking}{next(self._ids)}"
             future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
             self._mine[rid] = (sid, future)
             try:

@@ -10,7 +10,7 @@ own requests to the client (sampling, roots, elicitation). The handshake is the 
 carries the proxy's name and instructions). A ``tools/call`` is judged by the SDK path's code
 (:class:`.calls.CallJudge`), then forwarded as it came (or as an approver edited it) or answered by the
 relay. Asking uses elicitation when the client's ``initialize`` declared it: the relay's own requests
-to the client carry ids of its own (``forewarn-N``), whose answers it keeps. Every forwarded request
+to the client carry ids of its own (``forewarn-R-N``, R random), whose answers it keeps. Every forwarded request
 gets the call timeout (:data:`.upstream.UPSTREAM_TIMEOUT`); when the upstream's process ends, what it
 held fails with :data:`.upstream.UPSTREAM_DOWN` and it is started again (the client's handshake
 replayed), up to ``restarts`` times, as :mod:`.upstream` does.
@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import secrets
 from collections.abc import Coroutine
 from contextlib import nullcontext
 from functools import partial
@@ -83,6 +84,10 @@ class LeanRelay:
         self._calls: set[bytes] = set()  # the ids of the client's tools/call requests under way (judged, forwarded)
         self._mine: dict[str, asyncio.Future[dict[str, Any]]] = {}  # the relay's requests to the client
         self._ids = itertools.count(1)
+        # the ids of its questions to the client: its requests to the upstream show the upstream its counter, and a
+        # request of the upstream's carrying a question's id would have the client's answer to it taken for the
+        # relay's (an approval the human gave to the upstream's question)
+        self._asking = f"{_OWN}{secrets.token_hex(8)}-"
         self._tools: dict[str, frozenset[str]] = {}  # as the upstream listed them: each with its arguments' names
         self._init: dict[str, Any] | None = None  # the client's initialize request, replayed after a restart
         self._initialized: bytes | None = None
@@ -451,7 +456,7 @@ class LeanRelay:
         return self._guarded
 
     async def _elicit(self, question: str) -> types.ElicitResult:
-        rid = f"{_OWN}{next(self._ids)}"
+        rid = f"{self._asking}{next(self._ids)}"
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._mine[rid] = future
         try:

@@ -345,7 +345,9 @@ def test_a_read_with_no_kind_gets_unknown_resources_and_a_prompt_unknown_tools(m
         return question, read, prompt
 
     question, read, prompt = anyio.run(scenario)
-    assert question["method"] == "elicitation/create"
+    # (the id of a question to the client has a random part: an upstream, which sees the relay's counter in its
+    # own requests to it, cannot send a request of its own with that id and have the answer taken for the relay's)
+    assert question["method"] == "elicitation/create" and re.fullmatch(r"forewarn-[0-9a-f]{16}-\d+", question["id"])
     assert "resources/read:note://secret" in question["params"]["message"]
     assert read["id"] == 1 and read["result"]["contents"][0]["text"] == "the note\u2028its second line"
     assert prompt["id"] == 2 and prompt["error"]["code"] == HELD_BACK
