@@ -19,6 +19,7 @@ from .config import ProxyConfig, UpstreamSpec, config_from, load_config
 from .http_relay import HttpRelay
 from .judge import DecisionHook, GuardedSession, Verdict
 from .proxy import ARGUMENTS_TOO_LARGE, SESSION_STOPPED, GuardedProxy
+from .reads import HELD_BACK
 from .recording import SessionLog, TraceWriter
 from .relay import LeanRelay
 from .serve import in_process, serve_http, serve_stdio
@@ -44,6 +45,7 @@ __all__ = [
     "TraceWriter",
     "Upstream",
     "SESSION_STOPPED",
+    "HELD_BACK",
     "ARGUMENTS_TOO_LARGE",
     "GUARD_UNREACHABLE",
     "UPSTREAM_DOWN",

@@ -30,6 +30,8 @@ import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
+from ._lines import escape_breaks
+
 __all__ = ["pipes_available", "pipe_stdio", "raw_stdio", "stdio_pipes", "parse_error", "read_line", "Lines",
            "Overlong", "LINE_LIMIT", "TOO_LONG"]
 
@@ -187,7 +189,8 @@ async def pipe_stdio() -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionM
             async with outgoing_receive:
                 async for item in outgoing_receive:
                     json = item.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    writer.write(json.encode() + b"\n")
+                    # (pydantic leaves U+2028, U+2029 and NEL raw: a client reading lines may cut there)
+                    writer.write(escape_breaks(json.encode()) + b"\n")
                     try:
                         await writer.drain()
                     except (ConnectionError, OSError):

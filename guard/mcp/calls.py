@@ -84,8 +84,7 @@ class CallJudge:
                 guard = guard if effective == guard.policy else guard.with_policy(effective)
         self.guard = guard
         self.config = config
-        self.extractor = ToolStateExtractor(tool_kinds=dict(config.tool_kinds),
-                                            argument_aliases={k: dict(v) for k, v in config.argument_aliases.items()})
+        self.extractor = ToolStateExtractor(tool_kinds=config.step_kinds(), argument_aliases=config.step_aliases())
         self.writer = TraceWriter(record) if record else None
         self.sidecar = sidecar
         self.model_name = model_name
@@ -145,7 +144,7 @@ class CallJudge:
         """The first judging of a proposed call, which waits for nothing: a :class:`Forward` when the guard
         allows the call as it came, else its verdict and state, for :meth:`settle` to go on from (``judged=``).
         The caller holds the session's lock and has seen that the session is not stopped."""
-        verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools, fallback=self._fallback)
+        verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_for(name), fallback=self._fallback)
         if verdict.action is Action.ALLOW:
             guarded.calls += 1
             return Forward(name, args, False, judged=verdict)  # its span and audit row: forwarded()
@@ -245,7 +244,7 @@ class CallJudge:
             if judged is not None:
                 (verdict, state), judged = judged, None
             else:
-                verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools,
+                verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_for(name),
                                        fallback=self._fallback)
             if verdict.action is Action.ALLOW:
                 proposal: str | None = None
