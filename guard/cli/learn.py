@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ...errors import ConfigError, ForewarnError, UsageError
@@ -26,13 +25,13 @@ from ._options import (
     check_period,
     check_precision,
     check_probability,
-    err,
     out,
     print_json,
     print_summary,
     print_warnings,
     warn,
 )
+from ._progress import progress
 from ._replay_options import (
     ExtractorOption,
     InputFormatOption,
@@ -130,23 +129,21 @@ def _learn_on_spark(traces: list[str], spec: Any, master: str | None, group_by: 
                     options: dict[str, Any]) -> GuardModel | GuardBundle:
     from ..spark import learn_bundle_spark, learn_model_spark, spark_session
 
-    session = spark_session(master)
-    if group_by is not None:
-        return learn_bundle_spark(traces, spec, group_by=group_by, min_group_runs=min_group_runs, spark=session,
-                                  **options)
-    return learn_model_spark(traces, spec, spark=session, **options)
+    with progress("learning on Spark"):  # one job counts the runs: off a terminal, a line now and then says so
+        session = spark_session(master)
+        if group_by is not None:
+            return learn_bundle_spark(traces, spec, group_by=group_by, min_group_runs=min_group_runs,
+                                      spark=session, **options)
+        return learn_model_spark(traces, spec, spark=session, **options)
 
 
 def _learn_here(traces: list[Path], parsed: Any, group_by: str | None, min_group_runs: int,
                 options: dict[str, Any], logs: Iterable[Run] | None = None) -> GuardModel | GuardBundle:
     """Learn in this process from the contract's files, or from ``logs``: the runs an input format's reader
     makes of ``traces`` (``--input-format``), already counted in ``options["summary"]``."""
-    with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
-                  console=err, transient=True, disable=not err.is_terminal) as progress:
-        task = progress.add_task("learn", total=None)
-
+    with progress("learning", unit="runs") as update:
         def on_run(n: int) -> None:
-            progress.update(task, completed=n)
+            update(completed=n)
 
         if logs is not None:
             return _learn_logs(traces, logs, parsed, group_by, min_group_runs, on_run, options)
