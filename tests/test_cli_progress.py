@@ -40,6 +40,11 @@ def test_nothing_within_the_first_period_and_no_estimate_without_a_total(
         update(completed=3)
         time.sleep(0.1)
     assert "learning: 3 runs so far, 0 s elapsed, no estimate (total not known)" in capsys.readouterr().err
+    with progress("discovering", period=0.02) as update:
+        update(description="reading the fields of 12 steps", completed=0, total=None)
+        time.sleep(0.1)
+    assert "discovering: reading the fields of 12 steps: 0 s elapsed, no estimate (total not known)" in (
+        capsys.readouterr().err)
 
 
 def test_evaluate_and_learn_off_a_terminal(toy_traces: Path, toy_spec_path: Path, tmp_path: Path,

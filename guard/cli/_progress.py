@@ -78,8 +78,9 @@ class _Lines:
             now = time.monotonic()
             stage = self.label if self.description == self.label else f"{self.label}: {self.description}"
             elapsed = f"{_duration(now - self.started)} elapsed"
-            if not self.total:
-                return f"{stage}: {self.completed} {self.unit} so far, {elapsed}, no estimate (total not known)"
+            if not self.total:  # a stage that counts nothing yet (or has nothing to count) shows its time alone
+                count = f"{self.completed} {self.unit} so far, " if self.completed else ""
+                return f"{stage}: {count}{elapsed}, no estimate (total not known)"
             done = min(self.completed, self.total)
             if done <= 0:
                 estimate = "no estimate yet"
