@@ -2,10 +2,14 @@
 done/total, the time elapsed and an estimate; stdout stays clean (``--format json`` still parses)."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from _support import CLI
@@ -69,3 +73,15 @@ def test_a_bad_period_is_one_line_and_exit_2(value: str, toy_traces: Path, toy_s
     result = forewarn_here("evaluate", toy_traces, "--spec", toy_spec_path, "--folds", "2")
     assert result.returncode == 2
     assert "FOREWARN_PROGRESS_SECONDS" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_real_pipe_gets_lines_and_clean_json(toy_traces: Path, toy_spec_path: Path) -> None:
+    """In a fresh process whose stderr is a pipe (a CI log), as a user runs it."""
+    env = {**os.environ, "FOREWARN_PROGRESS_SECONDS": "0.005", "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("FORCE_COLOR", None)  # rich takes it for a terminal
+    done = subprocess.run([sys.executable, "-m", "forewarn", "evaluate", str(toy_traces), "--spec",
+                           str(toy_spec_path), "--folds", "2", "--format", "json"], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert isinstance(orjson.loads(done.stdout), dict)
+    assert any(m["stage"].startswith("cross-validation") for m in progress_lines(done.stderr)), done.stderr
