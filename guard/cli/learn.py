@@ -84,8 +84,8 @@ def learn(
                                                        "session's, else local[*]).")] = None,
     mkdir: MkdirOption = False,
     verbose: Annotated[bool, typer.Option(
-        "--verbose", "-v", help="Print every figure: the summary table and every PAC bound (--format json "
-                                "always has them all).")] = False,
+        "--verbose", "-v", help="Print every figure of a single model: the summary table and every PAC bound "
+                                "(--format json always has them all).")] = False,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
     from ..signing import load_private_key
