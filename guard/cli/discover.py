@@ -91,7 +91,9 @@ def discover(
     with progress("discovering") as update:
         report = run_discover(runs, parsed, target=chosen, max_predicates=max_predicates, time_limit=time_limit,
                               folds=folds, group_by=group_by, seed=seed, min_visits=min_visits, confirm=confirm,
-                              exclude=exclude or (), action_memory=action_memory, on_progress=lambda text: update(description=text))
+                              exclude=exclude or (), action_memory=action_memory,
+                              on_progress=lambda text: update(description=text, completed=0, total=None),
+                              on_count=lambda done, total: update(completed=done, total=total))
     for constant in report.constant_predicates:
         warn(constant.message())
     parse_spec(report.text, source=str(output))  # what is written loads

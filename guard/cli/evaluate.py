@@ -115,7 +115,7 @@ def evaluate(
     from ..ingest import IngestSummary
 
     summary = IngestSummary()
-    with progress("reading runs") as update:
+    with progress("reading runs", unit="runs") as update:
         runs = []
         read = read_input([Path(t) for t in traces], input_format, period=period, summary=summary,
                           extractor=extractor, on_error=error_policy(on_error),

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ...errors import ConfigError, ForewarnError, UsageError
@@ -17,7 +16,7 @@ from ..outputs import check_output
 from ..read_summary import IngestSummary
 from ..storm import Method
 from ..trust import RETIRED_ALLOW_LIST
-from ._model_text import fmt, pac_lines, pac_words
+from ._model_text import enough_runs_line, fmt, pac_lines, pac_words, thin_line
 from ._options import (
     Engine,
     Format,
@@ -26,13 +25,13 @@ from ._options import (
     check_period,
     check_precision,
     check_probability,
-    err,
     out,
     print_json,
     print_summary,
     print_warnings,
     warn,
 )
+from ._progress import progress
 from ._replay_options import (
     ExtractorOption,
     InputFormatOption,
@@ -84,6 +83,9 @@ def learn(
                                                        "spark://HOST:PORT, yarn (default: the running "
                                                        "session's, else local[*]).")] = None,
     mkdir: MkdirOption = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Print every figure of a single model: the summary table and every PAC bound "
+                                "(--format json always has them all).")] = False,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
     from ..signing import load_private_key
@@ -123,30 +125,28 @@ def learn(
                               {**options, "on_error": policy}, logs=runs)
     else:
         learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs, options)
-    _write_learned(learned, output, format, signing_key, read)
+    _write_learned(learned, output, format, signing_key, read, verbose)
 
 
 def _learn_on_spark(traces: list[str], spec: Any, master: str | None, group_by: str | None, min_group_runs: int,
                     options: dict[str, Any]) -> GuardModel | GuardBundle:
     from ..spark import learn_bundle_spark, learn_model_spark, spark_session
 
-    session = spark_session(master)
-    if group_by is not None:
-        return learn_bundle_spark(traces, spec, group_by=group_by, min_group_runs=min_group_runs, spark=session,
-                                  **options)
-    return learn_model_spark(traces, spec, spark=session, **options)
+    with progress("learning on Spark"):  # one job counts the runs: off a terminal, a line now and then says so
+        session = spark_session(master)
+        if group_by is not None:
+            return learn_bundle_spark(traces, spec, group_by=group_by, min_group_runs=min_group_runs,
+                                      spark=session, **options)
+        return learn_model_spark(traces, spec, spark=session, **options)
 
 
 def _learn_here(traces: list[Path], parsed: Any, group_by: str | None, min_group_runs: int,
                 options: dict[str, Any], logs: Iterable[Run] | None = None) -> GuardModel | GuardBundle:
     """Learn in this process from the contract's files, or from ``logs``: the runs an input format's reader
     makes of ``traces`` (``--input-format``), already counted in ``options["summary"]``."""
-    with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
-                  console=err, transient=True, disable=not err.is_terminal) as progress:
-        task = progress.add_task("learn", total=None)
-
+    with progress("learning", unit="runs") as update:
         def on_run(n: int) -> None:
-            progress.update(task, completed=n)
+            update(completed=n)
 
         if logs is not None:
             return _learn_logs(traces, logs, parsed, group_by, min_group_runs, on_run, options)
@@ -201,7 +201,7 @@ def _some_kept(runs: Iterable[Run], summary: IngestSummary) -> Iterator[Run]:
 
 
 def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Format, signing_key: Any,
-                   read: IngestSummary) -> None:
+                   read: IngestSummary, verbose: bool = False) -> None:
     try:
         learned.save(output, sign_with=signing_key)
     except OSError as exc:  # e.g. -o names a folder, or a path under a file
@@ -232,22 +232,48 @@ def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Form
     if format is Format.json:
         print_json(summary)
         return
+    if verbose:
+        _print_every_figure(model, summary, output)
+    else:
+        _print_brief(model, summary, output)
+
+
+def _print_brief(model: GuardModel, summary: dict[str, Any], output: Path) -> None:
+    """The few lines a person reads: what was learned, the start risk, what is thin, whether the runs are enough."""
+    kinds = f", kinds: {summary['kinds']}" if "kinds" in summary else ""
+    lines = [f"forewarn learn → {output}: {summary['runs']} runs ({summary['unsafe_runs']} unsafe), "
+             f"{summary['steps']} steps, {summary['states']} states{kinds}",
+             _start_risk(summary), thin_line(model), enough_runs_line(model),
+             "Every figure (the summary table, the paper's PAC bound and the others): --verbose, or --format json."]
+    for line in lines:
+        if line is not None:
+            out.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def _print_every_figure(model: GuardModel, summary: dict[str, Any], output: Path) -> None:
+    """``--verbose``: the summary table (every JSON figure), the start risk and every PAC bound in words."""
     table = Table(title=f"forewarn learn → {output}", show_header=False)
     for key, value in summary.items():
         if key not in ("pac_worst", "initial_interval", "threshold_warnings", "read"):
             table.add_row(key, str(value))
     out.print(table)
-    interval = summary["initial_interval"]
-    if interval is not None:
-        out.print(f"Risk at the start: {summary['initial_risk']:.1%}, {interval['confidence']:.0%} interval "
-                  f"[{interval['ci_low']:.1%}, {interval['ci_high']:.1%}] ({interval['method']}, from "
-                  f"{interval['visits']} visits of the initial state{'s' if interval['states'] > 1 else ''})."
-                  + (" The interval is wide: the runs leave the risk largely open (few runs start here, or "
-                     "few visit the states they go on to); more runs narrow it, and guard.act_on: upper or guard.min_visits "
-                     "act on it (docs/method.md)." if interval["ci_high"] - interval["ci_low"] > 0.5 else ""),
-                  soft_wrap=True)
+    if summary["initial_interval"] is not None:
+        out.print(_start_risk(summary), soft_wrap=True)
     for line in pac_lines(model):
         out.print(line, highlight=False)
+
+
+def _start_risk(summary: dict[str, Any]) -> str:
+    """The risk of a run at its start, with its interval when the model has one."""
+    interval = summary["initial_interval"]
+    if interval is None:
+        return f"Risk at the start: {summary['initial_risk']:.1%} (no interval in this model)."
+    return (f"Risk at the start: {summary['initial_risk']:.1%}, {interval['confidence']:.0%} interval "
+            f"[{interval['ci_low']:.1%}, {interval['ci_high']:.1%}] ({interval['method']}, from "
+            f"{interval['visits']} visits of the initial state{'s' if interval['states'] > 1 else ''})."
+            + (" The interval is wide: the runs leave the risk largely open (few runs start here, or "
+               "few visit the states they go on to); more runs narrow it, and guard.act_on: upper or guard.min_visits "
+               "act on it (docs/method.md)." if interval["ci_high"] - interval["ci_low"] > 0.5 else ""))
 
 
 def _contract_only(traces: list[str]) -> None:

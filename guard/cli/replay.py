@@ -115,7 +115,7 @@ def replay(
     from ..ingest import IngestSummary
 
     summary = IngestSummary()
-    with progress("replaying") as update:
+    with progress("replaying", unit="runs") as update:
         if engine is Engine.spark:
             from ..spark import replay_spark, spark_session
 

@@ -99,10 +99,12 @@ def tune(
     if not runs:
         raise ForewarnError("no runs to tune on: the trace input is empty")
     with progress("cross-validation", total=2 * folds) as update:
+        # a fold's learning starts after 2·(fold − 1) parts; its replay after one more
         result = run_evaluate(runs, parsed, [], folds=folds, group_by=group_by, seed=seed, method=method,
                               alpha=alpha, enforcement=mode, trigger=trigger_mode, bundle_by=bundle_by,
                               min_group_runs=min_group_runs,
-                              on_progress=lambda phase, fold: update(completed=2 * fold - (phase == "learn")))
+                              on_progress=lambda phase, fold: update(completed=2 * fold - 2 + (phase == "replay"),
+                                                                     description=f"fold {fold}/{folds}: {phase}"))
     tuned: dict[str, float] = {}
     choices = run_tune(result, parsed, targets, tuned)
     min_increase = tuned.get("min_increase")

@@ -124,7 +124,8 @@ def held_out_figures(replays: Sequence[RunReplay], target: Target, *, unseen_ala
 def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates: int = 8,
              time_limit: float = 600.0, folds: int = 5, group_by: str | None = None, seed: int = 0,
              min_visits: int = MIN_VISITS, confirm: bool = True, exclude: Sequence[str] = (),
-             action_memory: bool = True, on_progress: Callable[[str], None] | None = None) -> DiscoveryReport:
+             action_memory: bool = True, on_progress: Callable[[str], None] | None = None,
+             on_count: Callable[[int, int], None] | None = None) -> DiscoveryReport:
     """Predicates found in ``runs`` that improve held-out prediction over ``spec``'s (see the module's doc).
 
     Args:
@@ -139,6 +140,9 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         exclude: dotted fields to propose nothing on (the ``group_by`` field is never proposed: a value
             of the grouping key sits in one fold only, so it cannot tell held-out runs anything).
         action_memory: also propose ``learning.memory.actions`` (:mod:`.recent`) when the spec sets none.
+        on_progress: called with the name of each stage as it starts.
+        on_count: called with (done, total) within the current stage: runs traced, search rounds out of
+            ``max_predicates``, fold evaluations of the confirmation.
 
     Raises:
         ForewarnError: runs that all end the same way, too few groups for the folds, a bad spec or trace.
@@ -146,12 +150,16 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     started = time.monotonic()
     deadline = started + time_limit
     progress = on_progress or (lambda _: None)
+    count = on_count or (lambda done, total: None)
     if spec.text is None:
         raise ForewarnError("discover needs the spec's YAML text (load it with load_spec or parse_spec)")
     predicates = PredicateSet(spec)
     monitors = build_monitors(spec)
     progress("tracing runs with the spec")
-    traced = [trace_run(run, predicates, monitors) for run in runs]
+    traced = []
+    for run in runs:
+        traced.append(trace_run(run, predicates, monitors))
+        count(len(traced), len(runs))
     unsafe_runs = sum(t.unsafe for t in traced)
     if not runs:
         raise ForewarnError("no runs to discover predicates from")
@@ -212,7 +220,7 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
                 for i, definition in enumerate(spec.predicates.values())]
     result = search(scorer, np.asarray(base_key, dtype=np.int64), candidates, literals,
                     max_predicates=max_predicates, min_gain=MIN_GAIN, deadline=deadline, min_visits=min_visits,
-                    min_brier_gain=MIN_BRIER_GAIN)
+                    min_brier_gain=MIN_BRIER_GAIN, on_round=lambda done: count(done, max_predicates))
     report = DiscoveryReport(
         text=spec.text, changed=False, added=[], names=[], counting_before=_figures(result.base),
         counting_after=_figures(result.base), learner_before=None, learner_after=None, runs=len(runs),
@@ -255,12 +263,20 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     else:
         progress(f"confirming with the real learner (grouped k-fold: the spec's own and {len(configurations)} "
                  "configuration(s))")
-        own = _learner(runs, spec, target, folds, group_by, seed)
+        # each evaluation learns and replays every fold: 2 × folds parts, the spec's own first
+        parts = 2 * folds * (1 + len(configurations))
+        evaluated = [0]
+
+        def counted(phase: str, fold: int) -> None:
+            count(evaluated[0] * 2 * folds + 2 * (fold - 1) + (phase == "replay"), parts)
+
+        own = _learner(runs, spec, target, folds, group_by, seed, counted)
         before = own[0]
 
         def score(c: Configuration) -> tuple[Figures, list[RunReplay]]:
+            evaluated[0] += 1
             return _learner(runs, parse_spec(c.text, source=spec.source or "<discovered>"), target, folds,
-                            group_by, seed)
+                            group_by, seed, counted)
 
         picked, tried = choose(configurations, own, score, target, {run.id: g for run, g in zip(runs, groups)},
                                {run.id: str(f) for run, f in zip(runs, fold_of_run.tolist())})
@@ -373,9 +389,9 @@ def _checked(result: SearchResult, runs: Sequence[Run], spec: Spec, scored: np.n
 
 
 def _learner(runs: Sequence[Run], spec: Spec, target: Target, folds: int, group_by: str | None,
-             seed: int) -> tuple[Figures, list[RunReplay]]:
+             seed: int, on_progress: Callable[[str, int], None] | None = None) -> tuple[Figures, list[RunReplay]]:
     report = evaluate(runs, spec, [0.5], folds=folds, group_by=group_by, seed=seed, method=Method.TOPOLOGICAL,
-                      enforcement=Enforcement.OBSERVE)
+                      enforcement=Enforcement.OBSERVE, on_progress=on_progress)
     replays = list(report.pooled.replays)
     return held_out_figures(replays, target, unseen_alarms=spec.guard.unseen_state is not Action.ALLOW), replays
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
@@ -111,7 +111,8 @@ def _fold_briers(scorer: HeldOut, risk: NDArray[np.float64]) -> NDArray[np.float
 
 def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Candidate],
            literals: list[Literal_], *, max_predicates: int, min_gain: float, deadline: float,
-           min_visits: int, min_brier_gain: float = 0.005, min_z: float | None = None) -> SearchResult:
+           min_visits: int, min_brier_gain: float = 0.005, min_z: float | None = None,
+           on_round: Callable[[int], None] | None = None) -> SearchResult:
     """Greedy forward selection with local splits (see the module's doc).
 
     Args:
@@ -121,6 +122,7 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
         literals: the user's predicates over scored steps (their CEL for local conditions).
         deadline: ``time.monotonic()`` past which no new round starts.
         min_z: the significance a gain needs (None: :func:`required_z` of the candidates).
+        on_round: called with the number of predicates chosen after each round (progress).
     """
     if min_z is None:
         min_z = required_z(len(candidates))
@@ -211,6 +213,8 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
         current = refined
         literal_pool.append(Literal_(offer.cel, offer.scored, offer.final))
         pool = [c for c in pool if c.cel != offer.cel]
+        if on_round is not None:
+            on_round(len(steps))
     result.final = current
     result.key, result.states = key, states
     return result
