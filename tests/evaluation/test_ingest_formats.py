@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _eval_support import assert_user_error
+from _eval_support import assert_user_error, mutation_places
 from _support import CLI
 from forewarn.domains.embodied import HouseholdWorld
 from forewarn.errors import TraceError
@@ -191,18 +191,6 @@ def test_bounds_on_what_meta_keeps() -> None:
     assert kept == "[[[[1]]]]" and cut == 0
 
 
-def _places(value: Any, out: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            out.append((value, key))
-            _places(item, out)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            out.append((value, index))
-            _places(item, out)
-    return out
-
-
 JUNK = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.floats() | st.text(max_size=600),
                     lambda inner: st.lists(inner, max_size=60) | st.dictionaries(st.text(max_size=6), inner,
                                                                                  max_size=3),
@@ -215,7 +203,7 @@ def test_mutated_agentspec_records_read_or_fail_with_a_trace_error(tmp_path_fact
                                                                   sample: int, where: int, junk: Any,
                                                                   delete: bool) -> None:
     document = [egg, cabinet][sample]()
-    places = _places(document, [])
+    places = mutation_places(document)
     container, key = places[where % len(places)]
     if delete and isinstance(container, dict):
         del container[key]

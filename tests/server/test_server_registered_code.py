@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 import forewarn
-from _sidecar import ServerThread, auth, settings
+from _sidecar import ServerThread, auth, refused_uploads, settings
 from forewarn.guard.model import GuardModel, _checksum
 from forewarn.guard.runtime import Guard
 from forewarn.server.models_registry import with_sidecar_trigger
@@ -141,16 +141,9 @@ def test_an_upload_naming_a_name_nobody_registered_is_a_422(http: httpx.Client, 
     registered, uploaded or loaded by path, is a one-line 422 saying which name and how to register it;
     nothing is stored, and the served models stay as they were."""
     document = crafted(toy_path, "app.nobody")
-    path = tmp_path / "unregistered.json"
-    path.write_bytes(orjson.dumps(document))
-    for body, field in (({"name": "named", "document": document}, "body.document"),
-                        ({"name": "named", "path": str(path)}, "body.path")):
-        response = http.post("/v1/models", json=body, headers=auth("admin"))
-        assert response.status_code == 422, response.text
-        error = response.json()["error"]
-        assert error["code"] == "invalid_model" and error["field"] == field and "\n" not in error["message"]
+    for message in refused_uploads(http, "named", document, tmp_path / "unregistered.json"):
         assert ("predicate 'a': python predicate 'app.nobody' is not registered (registered: none); operator code "
                 "registers functions with @forewarn.predicate(NAME) or entry points in group "
-                "'forewarn.predicates'") in error["message"], error["message"]
+                "'forewarn.predicates'") in message, message
     models = http.get("/v1/models", headers=auth("admin")).json()
     assert [m["name"] for m in models["models"]] == ["builtin", "toy"] and models["refused"] == []
