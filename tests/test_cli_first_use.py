@@ -2,11 +2,16 @@
 a traceback, a doubled count or a row that reads like its neighbour."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from _support import CLI, Result
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def user_error(result: Result, *fragments: str) -> None:
@@ -44,4 +49,53 @@ def test_a_trace_file_given_twice_is_refused(forewarn_here: CLI, toy_traces: Pat
     }
     result = forewarn_here(command, *paths, *options[command])
     user_error(result, "the same trace file is given twice", "its runs would count twice")
+    assert not out.exists()
+
+
+# Run as the installed `forewarn` script runs: import the entry point, then call it. The finder makes
+# Ctrl-C land in one import, as a plain KeyboardInterrupt or as what a compiled module's interrupted
+# initialisation raises (`ImportError: initialization failed`, caused by the KeyboardInterrupt).
+_INTERRUPT_AT = """
+import importlib.abc, sys
+
+target, how = sys.argv.pop(1), sys.argv.pop(1)
+
+
+class CtrlC(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target_=None):
+        if name != target:
+            return None
+        if how == "plain":
+            raise KeyboardInterrupt
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise ImportError("initialization failed") from exc
+
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv[0] = "forewarn"
+from forewarn.guard.cli import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("how", ["plain", "compiled"])
+@pytest.mark.parametrize("module", [
+    "stormpy",  # the core's commands, loaded with the CLI
+    "forewarn.guard.cli.discover",  # the other commands, registered with the CLI
+    "forewarn.guard.llmcheck",
+    "forewarn.guard.pipeline",  # a command's own lazy import
+])
+def test_ctrl_c_while_modules_load_exits_130_without_a_traceback(toy_traces: Path, toy_spec_path: Path,
+                                                                 tmp_path: Path, module: str, how: str) -> None:
+    out = tmp_path / "model.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-c", _INTERRUPT_AT, module, how, "learn", str(toy_traces),
+                             "-s", str(toy_spec_path), "-o", str(out)],
+                            capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert result.returncode == 130, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+    assert [line for line in result.stderr.splitlines() if line.strip()] == \
+        ["error: interrupted; an output being written was discarded"]
     assert not out.exists()

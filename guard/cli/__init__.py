@@ -20,6 +20,20 @@ def _interrupted() -> None:
     sys.stderr.flush()
 
 
+def _by_ctrl_c(exc: BaseException) -> bool:
+    """Whether ``exc`` is Ctrl-C, or what Ctrl-C became: a compiled module (stormpy's pybind11 parts,
+    numpy) whose initialisation it interrupts fails with ``ImportError: initialization failed``,
+    caused by the KeyboardInterrupt."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 try:  # Ctrl-C while the CLI loads (a second or more on a busy machine) ends as it does later: one line, 130
     import typer
     from rich.markup import escape
@@ -28,7 +42,9 @@ try:  # Ctrl-C while the CLI loads (a second or more on a busy machine) ends as 
     from . import check, learn, states
     from ._model_text import members_of
     from ._options import err, out
-except KeyboardInterrupt:
+except BaseException as exc:
+    if not _by_ctrl_c(exc):
+        raise
     _interrupted()
     raise SystemExit(INTERRUPTED) from None
 
@@ -127,7 +143,13 @@ def _register_plugins() -> None:
         register_mcp(app)
 
 
-_register_plugins()
+try:  # these commands' modules load here, as the core's did above: Ctrl-C ends the same way
+    _register_plugins()
+except BaseException as exc:
+    if not _by_ctrl_c(exc):
+        raise
+    _interrupted()
+    raise SystemExit(INTERRUPTED) from None
 
 
 def _metavar(param: Any) -> str:
@@ -211,13 +233,13 @@ def main() -> None:
     """Entry point: user errors print one clear line and exit 2, never a traceback."""
     from ._options import stdout_for_python_only
 
-    command = typer.main.get_command(app)
-    _tidy_help(command)
-    _guide(command)
     # Storm prints its warnings on descriptor 1: keep them off stdout (JSON stays clean). Not
     # for `serve`, whose worker processes inherit the descriptors and log as they please.
     native_to_stderr = not (len(sys.argv) > 1 and sys.argv[1] == "serve")
     try:
+        command = typer.main.get_command(app)
+        _tidy_help(command)
+        _guide(command)
         with stdout_for_python_only(native_to_stderr):
             # typer turns Ctrl-C into Exit(130) and, outside standalone mode, returns an Exit's code
             # instead of exiting with it: the code must reach the shell (`learn ... && deploy`)
@@ -230,6 +252,9 @@ def main() -> None:
         _interrupted()
         sys.exit(INTERRUPTED)
     except ForewarnError as exc:
+        if _by_ctrl_c(exc):  # a command's lazy import, interrupted, read as a missing extra
+            _interrupted()
+            sys.exit(INTERRUPTED)
         # escape: messages quote user text (CEL such as `x in [a, b]`) that rich would read as markup;
         # soft_wrap: one line however long, so scripts can grep it
         err.print(f"[bold red]error:[/] {escape(_one_line(str(exc)))}", highlight=False, markup=True, soft_wrap=True)
@@ -249,6 +274,9 @@ def main() -> None:
             err.print(f"[bold red]error:[/] {escape(text)} (see '{escape(where)} --help')",
                       highlight=False, markup=True, soft_wrap=True)
             sys.exit(code)
+        if _by_ctrl_c(exc):  # a command's lazy import of a compiled module, interrupted (see _by_ctrl_c)
+            _interrupted()
+            sys.exit(INTERRUPTED)
         raise
 
 
