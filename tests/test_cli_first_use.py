@@ -99,3 +99,15 @@ def test_ctrl_c_while_modules_load_exits_130_without_a_traceback(toy_traces: Pat
     assert [line for line in result.stderr.splitlines() if line.strip()] == \
         ["error: interrupted; an output being written was discarded"]
     assert not out.exists()
+
+
+def test_a_bare_forewarn_prints_its_help_readably(forewarn_here: CLI) -> None:
+    result = forewarn_here()
+    assert result.returncode == 2  # a missing command, as click has it
+    assert "Traceback" not in result.stderr and "error:" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == "Usage: forewarn [OPTIONS] COMMAND [ARGS]..."
+    assert "Commands:" in lines
+    listed = [line.split()[0] for line in lines[lines.index("Commands:") + 1:] if line.startswith("  ")]
+    assert listed[:3] == ["learn", "check", "states"]
+    assert forewarn_here("--help").stdout.strip() == result.stderr.strip()  # the same help as -h

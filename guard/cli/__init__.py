@@ -266,6 +266,11 @@ def main() -> None:
         sys.exit(INTERRUPTED)
     except Exception as exc:  # click's usage errors; typer >= 0.2x vendors click, so no `import click`
         message, code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
+        if callable(message) and isinstance(code, int) and type(exc).__name__ == "NoArgsIsHelpError":
+            # a bare `forewarn` (or a command group): click's message is the whole help; shown as help,
+            # on stderr with status 2, as click itself would, not squashed onto one error line
+            sys.stderr.write(str(message()).rstrip("\n") + "\n")
+            sys.exit(code)
         if callable(message) and isinstance(code, int):
             # one line, like every other user error (click would print usage, a hint and the error)
             context = getattr(exc, "ctx", None)
