@@ -111,3 +111,41 @@ def test_a_bare_forewarn_prints_its_help_readably(forewarn_here: CLI) -> None:
     listed = [line.split()[0] for line in lines[lines.index("Commands:") + 1:] if line.startswith("  ")]
     assert listed[:3] == ["learn", "check", "states"]
     assert forewarn_here("--help").stdout.strip() == result.stderr.strip()  # the same help as -h
+
+
+def _forewarn(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The real command in its own process: what Storm writes on descriptor 2 is seen too."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "forewarn", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("formula", ['P=? [F "nosuch"]', 'P>=0.5 [F "nosuch"]'])
+def test_storm_own_error_log_stays_off_stderr(toy_model_path: Path, formula: str) -> None:
+    result = _forewarn("check", toy_model_path, "--property", formula, "--format", "json")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: Storm could not check {formula!r}: InvalidPropertyException: The property refers to unknown "
+        "label 'nosuch'."]
+    assert result.stdout == ""
+
+
+def test_storm_output_is_passed_on_when_the_call_succeeds(capfd: pytest.CaptureFixture[str]) -> None:
+    from forewarn.guard.storm import _storm_errors_dropped
+
+    with _storm_errors_dropped():
+        os.write(1, b"a warning on 1\n")
+        os.write(2, b"a warning on 2\n")
+    with pytest.raises(RuntimeError), _storm_errors_dropped():
+        os.write(2, b"ERROR (x.cpp:1): said again by the exception\n")
+        raise RuntimeError("said once")
+    out, err = capfd.readouterr()
+    assert (out, err) == ("a warning on 1\n", "a warning on 2\n")
+
+
+def test_storm_own_error_log_stays_off_stderr_for_prism_files(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.pm"
+    result = _forewarn("check", missing, "--property", 'P=? [F "done"]')
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"error: {missing}: PRISM model does not parse: FileIoException: Could "
+                                          f"not open file {missing}."]
