@@ -149,3 +149,20 @@ def test_storm_own_error_log_stays_off_stderr_for_prism_files(tmp_path: Path) ->
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"error: {missing}: PRISM model does not parse: FileIoException: Could "
                                           f"not open file {missing}."]
+
+
+def test_the_version_is_the_changelogs_newest(forewarn_here: CLI) -> None:
+    import re
+    import tomllib
+
+    from forewarn import __version__
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]  # one source
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "forewarn._version.__version__"}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    changelog = readme[readme.index("## Changelog"):]
+    newest = re.search(r"^- \*\*(\d+\.\d+)", changelog, re.MULTILINE)
+    assert newest is not None
+    assert __version__.startswith(newest[1] + "."), (__version__, newest[1])
+    assert forewarn_here("--version").stdout == f"forewarn {__version__}\n"
