@@ -2,14 +2,17 @@
 a traceback, a doubled count or a row that reads like its neighbour."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
-from _support import CLI, Result
+from _support import CLI, TOY_SPEC, Result, WriteRuns, toy_state
+from forewarn.guard import learn_model, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,3 +169,29 @@ def test_the_version_is_the_changelogs_newest(forewarn_here: CLI) -> None:
     assert newest is not None
     assert __version__.startswith(newest[1] + "."), (__version__, newest[1])
     assert forewarn_here("--version").stdout == f"forewarn {__version__}\n"
+
+
+_REMEMBERING_RUNS = [(["go", "pick", "go"], [0, 1, 3]), (["go", "open", "go"], [0, 1, 0]),
+                     (["go", "pick", "wait"], [0, 1, 1]), (["go", "open", "go"], [0, 2, 0])]
+
+
+@pytest.mark.parametrize("memory", ["{actions: 1}", "{actions: 2}", "{dwell: 3, previous: true}"])
+def test_states_that_differ_only_in_memory_read_differently(write_runs: WriteRuns, tmp_path: Path,
+                                                           forewarn_here: CLI, memory: str) -> None:
+    from forewarn.guard.cli._model_text import state_words
+
+    spec = tmp_path / "memory.yaml"
+    spec.write_text(TOY_SPEC.replace("  delta: 0.05\n", f"  delta: 0.05\n  memory: {memory}\n"), encoding="utf-8")
+    traces = write_runs([{"id": f"r{i}", "steps": [{"state": toy_state(b), "action": a} for a, b in zip(acts, bits)]}
+                         for i, (acts, bits) in enumerate(_REMEMBERING_RUNS)])
+    model = learn_model([traces], load_spec(spec))
+    inner = [i for i, bits in enumerate(model.dtmc.states) if bits >= 0]
+    predicates = [bits & 3 for bits in model.dtmc.states if bits >= 0]
+    assert len(set(predicates)) < len(predicates)  # some states differ in what they remember only
+    words = [state_words(model, i) for i in inner]
+    assert len(set(words)) == len(words), words
+    if "actions: 1" in memory:
+        assert "a; last action: pick" in words and "a; last action: open" in words
+    rows = json.loads(forewarn_here("check", model.save(tmp_path / "m.json"), "--format", "json").stdout)["states"]
+    shown = [orjson.dumps([row["predicates"], row["memory"]]) for row in rows if row["kind"] == "state"]
+    assert len(set(shown)) == len(shown)
