@@ -195,3 +195,38 @@ def test_states_that_differ_only_in_memory_read_differently(write_runs: WriteRun
     rows = json.loads(forewarn_here("check", model.save(tmp_path / "m.json"), "--format", "json").stdout)["states"]
     shown = [orjson.dumps([row["predicates"], row["memory"]]) for row in rows if row["kind"] == "state"]
     assert len(set(shown)) == len(shown)
+
+
+_PROPERTIES = """
+  properties:
+    - name: no_a
+      formula: 'F "a"'
+      thresholds: {ask_human: 0.99}
+    - name: no_unsafe
+      formula: 'F "unsafe"'
+      thresholds: {reflect: 0.8, stop: 0.3}
+    - name: no_b
+      formula: 'F<=2 "b"'
+"""
+
+
+def test_states_shows_each_guarded_property_with_its_thresholds(toy_traces: Path, tmp_path: Path,
+                                                                 forewarn_here: CLI) -> None:
+    spec = tmp_path / "properties.yaml"
+    spec.write_text(TOY_SPEC + _PROPERTIES, encoding="utf-8")
+    model = learn_model([toy_traces], load_spec(spec)).save(tmp_path / "m.json")
+    shown = json.loads(forewarn_here("states", model, "--format", "json").stdout)
+    assert [(p["name"], p["formula"], {k: v for k, v in p["thresholds"].items() if v is not None})
+            for p in shown["properties"]] == [
+        ("no_a", 'P=? [F "a"]', {"ask_human": 0.99}),
+        ("no_unsafe", 'P=? [F "unsafe"]', {"reflect": 0.8, "stop": 0.3}),
+        ("no_b", 'P=? [F<=2 "b"]', {"reflect": 0.9, "ask_human": 0.5, "stop": 0.2})]  # the guard's own
+    for row in shown["states"]:
+        assert set(row["properties"]) == {"no_a", "no_unsafe", "no_b"}
+        assert row["p_unsafe"] == row["properties"][row["property"]]["p_unsafe"]
+    table = forewarn_here("states", model).stdout
+    flat = " ".join(table.split())
+    assert "no_a: P=? [F \"a\"]; act when p_safe < θ: ask_human 0.99" in flat
+    assert "no_unsafe: P=? [F \"unsafe\"]; act when p_safe < θ: stop 0.3, reflect 0.8" in flat
+    assert "no_b: P=? [F<=2 \"b\"]; act when p_safe < θ: stop 0.2, ask_human 0.5, reflect 0.9" in flat
+    assert "property" in table
