@@ -230,3 +230,13 @@ def test_states_shows_each_guarded_property_with_its_thresholds(toy_traces: Path
     assert "no_unsafe: P=? [F \"unsafe\"]; act when p_safe < θ: stop 0.3, reflect 0.8" in flat
     assert "no_b: P=? [F<=2 \"b\"]; act when p_safe < θ: stop 0.2, ask_human 0.5, reflect 0.9" in flat
     assert "property" in table
+
+
+def test_the_readme_says_what_make_demo_takes_time_on() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    opening = readme[:readme.index("## Install")]
+    assert "make demo    # creates .venv, installs Forewarn, runs `forewarn demo`" in opening  # the command kept
+    assert "~2 min" not in opening  # a figure without what it depends on
+    said = " ".join(opening.split())
+    for cause in ("**Installation**", "**Cores**", "**Load**", "one process on one core"):
+        assert cause in said, cause
