@@ -116,6 +116,13 @@ def test_a_bare_forewarn_prints_its_help_readably(forewarn_here: CLI) -> None:
     assert forewarn_here("--help").stdout.strip() == result.stderr.strip()  # the same help as -h
 
 
+def test_every_command_is_listed_in_a_whole_sentence(forewarn_here: CLI) -> None:
+    lines = forewarn_here("--help").stdout.splitlines()
+    listed = [line for line in lines[lines.index("Commands:") + 1:] if line.startswith("  ")]
+    assert len(listed) >= 13
+    assert [line for line in listed if not line.endswith(".") or line.endswith("...")] == []
+
+
 def _forewarn(*args: str | Path) -> subprocess.CompletedProcess[str]:
     """The real command in its own process: what Storm writes on descriptor 2 is seen too."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

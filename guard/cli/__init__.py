@@ -204,12 +204,17 @@ _GUIDE: dict[str, tuple[str, str, str]] = {
     "tune": ("Choose thresholds from cross-validation to meet targets.",
              "forewarn tune runs.jsonl --spec spec.yaml --target false-alarms=0.05 -o tuned.yaml",
              "docs/replay.md#forewarn-tune"),
+    "discover": ("Find predicates in the runs that improve held-out prediction.",
+                 "forewarn discover runs.jsonl --spec spec.yaml -o discovered.yaml",
+                 "docs/replay.md#forewarn-discover"),
     "serve": ("Serve the guard over HTTP (the sidecar).",
               "forewarn serve --model model.json", "docs/server.md"),
     "llmcheck": ("Check what an LLM is likely to write, with Storm.",
                  "forewarn llmcheck -m ngram:corpus.txt --prompt 'The player' --quantify gender_bias "
                  "--property 'P=? [F \"gender_bias>0\"]'",
                  "docs/llmcheck.md"),
+    "mcp": ("Guard any MCP server: a proxy that judges every tool call.",
+            "forewarn mcp --model model.json -- mcp-server-git --repository .", "docs/mcp.md"),
 }
 
 
