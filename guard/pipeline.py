@@ -49,7 +49,7 @@ from .storm import (
     storm_version,
     validate_formula,
 )
-from .trace_files import TraceFile, list_trace_files, read_trace_file
+from .trace_files import TraceFile, list_trace_files, read_trace_file, refuse_repeats
 from .traces import Run, resample
 
 __all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "model_from_counts",
@@ -120,6 +120,7 @@ def read_trace_files(traces: Sequence[str | Path | TraceFile], *, period: float 
     listed: list[TraceFile] = []
     for item in traces:
         listed += [item] if isinstance(item, TraceFile) else list_trace_files([item])
+    refuse_repeats(listed)
     for index, file in enumerate(listed):
         for run in read_trace_file(file, digest=None if digests is None else digests[index], on_bad=on_bad):
             if period is None:

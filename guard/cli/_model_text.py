@@ -2,16 +2,18 @@
 ``export``): its states, its PAC report (in words and as JSON) and a bundle's members."""
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 from ...errors import UsageError
 from ..bundle import GuardBundle
+from ..memory import Memory, build_memory
 from ..model import GuardModel
 from ..results import JOINT_STATES, TightPAC
 
-__all__ = ["fmt", "state_words", "pac_words", "members_of", "pac_lines", "pac_document", "MISMATCH_MARK", "mismatch_note",
-           "thin_line", "enough_runs_line", "THIN_VISITS"]
+__all__ = ["fmt", "state_words", "memory_document", "pac_words", "members_of", "pac_lines", "pac_document",
+           "MISMATCH_MARK", "mismatch_note", "thin_line", "enough_runs_line", "THIN_VISITS"]
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -20,12 +22,56 @@ def fmt(value: float | None, digits: int = 4) -> str:
 
 
 def state_words(model: GuardModel, index: int) -> str:
-    """A state of the model's chain in words: the predicates that hold in it, or ``end``."""
+    """A state of the model's chain in words: the predicates that hold in it, or ``end``; with
+    ``learning.memory``, what the state remembers after them (states that differ only there would
+    otherwise read the same)."""
     bits = model.dtmc.states[index]
     if bits < 0:
         return "end"
+    width = len(model.dtmc.predicates)
+    words = _held(model, bits)
+    memory = _memory(model)
+    if memory is None:
+        return words
+    dwell, previous, actions = memory.label_parts(bits >> width)
+    remembered = []
+    if dwell is not None:
+        low, high = dwell
+        remembered.append(f"held {low} step{'s' if high > 1 else ''}" if low == high else f"held {low}–{high} steps")
+    if previous is not None:
+        remembered.append("after (start)" if previous < 0 else f"after [{_held(model, previous)}]")
+    if actions is not None:
+        remembered.append(f"last action{'s' if len(actions) > 1 else ''}: {', '.join(actions)}")
+    return f"{words}; {'; '.join(remembered)}" if remembered else words
+
+
+def memory_document(model: GuardModel, index: int) -> dict[str, Any] | None:
+    """What a state remembers (``learning.memory``), for JSON; None without memory or for ``end``."""
+    bits = model.dtmc.states[index]
+    memory = _memory(model)
+    if memory is None or bits < 0:
+        return None
+    dwell, previous, actions = memory.label_parts(bits >> len(model.dtmc.predicates))
+    document: dict[str, Any] = {}
+    if dwell is not None:
+        document["dwell"] = list(dwell)
+    if previous is not None:
+        document["previous"] = None if previous < 0 else \
+            {n: bool(previous >> b & 1) for b, n in enumerate(model.dtmc.predicates)}
+    if actions is not None:
+        document["actions"] = list(actions)
+    return document
+
+
+def _held(model: GuardModel, bits: int) -> str:
     held = [n for b, n in enumerate(model.dtmc.predicates) if bits >> b & 1]
     return ", ".join(held) if held else "no predicate holds"
+
+
+@functools.lru_cache(maxsize=8)  # a bundle's members, each shown row by row
+def _memory(model: GuardModel) -> Memory | None:
+    """The model's memory automaton (None without ``learning.memory``)."""
+    return build_memory(model.spec.learning.memory, len(model.dtmc.predicates), model.dtmc.actions or None)
 
 
 def pac_words(model: GuardModel, index: int) -> str:

@@ -23,7 +23,16 @@ from ..storm import (
     labels_of,
     quantitative_form,
 )
-from ._model_text import MISMATCH_MARK, fmt, members_of, mismatch_note, pac_document, pac_lines, state_words
+from ._model_text import (
+    MISMATCH_MARK,
+    fmt,
+    members_of,
+    memory_document,
+    mismatch_note,
+    pac_document,
+    pac_lines,
+    state_words,
+)
 from ._options import Format, check_precision, out, print_json
 
 __all__ = ["check", "register"]
@@ -126,6 +135,9 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
             "ctl": {name: bool(v[i]) for name, v in verdicts.items()},
             "markov_mismatch": bool(checked[0].mismatch is not None and checked[0].mismatch[i]),
         }
+        remembered = memory_document(loaded, i)
+        if remembered is not None:  # learning.memory: states with the same predicates differ here
+            row["memory"] = remembered
         if first.verdicts is not None:  # a state formula with a bound: Storm's verdict in this state
             row["verdict"] = bool(first.verdicts[i])
             row["near_bound"] = bool(near[i])

@@ -176,7 +176,7 @@ def _print(report: object) -> None:
         out.print(f"real learner, {name}: {figures.text(target)}", highlight=False, markup=False, soft_wrap=True)
     out.print(f"search stopped: {report.stopped}", highlight=False, markup=False, soft_wrap=True)
     for cel, brier, detection in report.not_helping[:3]:
-        out.print(f"did not help: {cel} (held-out Brier {brier:.4f}, detection {detection:.1%})",
+        out.print(f"did not help: {cel} (held-out Brier {brier:.4f}, detection {detection:.1%}, as last scored)",
                   highlight=False, markup=False, soft_wrap=True)
     for line in report.skipped.lines():
         out.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)

@@ -83,6 +83,7 @@ class DiscoveryReport:
     stopped: str
     seconds: float
     notes: list[str] = field(default_factory=list)
+    # (cel, Brier, detection): each predicate once, with the figures of the last time it was scored
     not_helping: list[tuple[str, float, float]] = field(default_factory=list)
     memory: ActionMemory | None = None  # the action memory added to learning.memory
     memory_options: list[tuple[str, Score]] = field(default_factory=list)  # every option scored
@@ -290,7 +291,8 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
                 f"({before.text(target)} with the spec's own; "
                 + "; ".join(f"{f.text(target)}, z {z:.2f} with {c.name}" for c, f, z in tried)
                 + "): the spec is unchanged")
-            report.not_helping = [(s.cel, s.after.brier, s.after.detection) for s in steps] + report.not_helping
+            report.not_helping = _listed_once([(s.cel, s.after.brier, s.after.detection) for s in steps],
+                                              report.not_helping)
             report.seconds = time.monotonic() - started
             return report
         after = next(f for c, f, _ in tried if c is picked)
@@ -299,8 +301,8 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
                 report.notes.append(f"not written: {c.name} ({figures.text(target)}, z {z:.2f}; the real learner "
                                     f"preferred {picked.name}, {after.text(target)})")
         if not picked.memory:
-            report.not_helping[:0] = [(c.name, f.brier if f.brier is not None else math.nan, f.detection)
-                                      for c, f, _ in tried if c.memory]
+            report.not_helping = _listed_once([(c.name, f.brier if f.brier is not None else math.nan, f.detection)
+                                               for c, f, _ in tried if c.memory], report.not_helping)
         chosen = picked
         report.learner_after = after
     kept = steps if chosen.predicates else []
@@ -313,11 +315,20 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         text = _with_confirmation(text, report.learner_before, report.learner_after, target)
     report.counting_after = _figures(remembered.after if remembered is not None else kept[-1].after)
     if not kept and steps:
-        report.not_helping = [(s.cel, s.after.brier, s.after.detection) for s in steps] + report.not_helping
+        report.not_helping = _listed_once([(s.cel, s.after.brier, s.after.detection) for s in steps],
+                                          report.not_helping)
     report.text, report.changed, report.added, report.names = text, True, kept, names
     report.memory = remembered
     report.seconds = time.monotonic() - started
     return report
+
+
+def _listed_once(newer: list[tuple[str, float, float]], older: list[tuple[str, float, float]]
+                 ) -> list[tuple[str, float, float]]:
+    """``newer`` (what was scored last: a predicate the search accepted, then the learner refused) before
+    ``older``, each predicate once: the search may have rejected a predicate in a round before accepting it."""
+    shown = {cel for cel, _, _ in newer}
+    return newer + [entry for entry in older if entry[0] not in shown]
 
 
 def _configurations(spec: Spec, steps: list[Step], memory: ActionMemory | None, alone: ActionMemory | None,

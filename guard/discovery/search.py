@@ -87,7 +87,9 @@ class SearchResult:
     final: Score
     stopped: str  # why the search stopped
     rounds: int = 0
-    rejected: list[tuple[str, float, float]] = field(default_factory=list)  # (cel, Brier, detection) of the best loser
+    # (cel, Brier, detection) of the offers that did not pay off, each once: listed at the round that first
+    # rejected it, with the figures of the last round that scored it (over the most predicates)
+    rejected: list[tuple[str, float, float]] = field(default_factory=list)
     key: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # final state of each step
     states: int = 0
 
@@ -142,6 +144,15 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
     sample_bits: dict[int, NDArray[np.bool_]] = {}
     literal_pool = list(literals)
     result = SearchResult(steps, base, base, "no candidate improved held-out prediction")
+    rejected_at: dict[str, int] = {}  # cel -> its place in result.rejected (a round rejects an offer again)
+
+    def reject(cel: str, score: Score) -> None:
+        entry = (cel, score.brier, score.detection)
+        if cel in rejected_at:
+            result.rejected[rejected_at[cel]] = entry
+        else:
+            rejected_at[cel] = len(result.rejected)
+            result.rejected.append(entry)
     while True:
         if len(steps) >= max_predicates:
             result.stopped = f"--max-predicates {max_predicates} reached"
@@ -201,11 +212,11 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
             if pays_off(scorer, current, refined, min_brier_gain=min_brier_gain, min_z=min_z):
                 accepted = (refined, offer)
                 break
-            result.rejected.append((offer.cel, refined.brier, refined.detection))
+            reject(offer.cel, refined)
         if accepted is None:
             if scored_offers and not result.rejected:
                 top, top_offer = scored_offers[0]
-                result.rejected.append((top_offer.cel, top.brier, top.detection))
+                reject(top_offer.cel, top)
             break
         refined, offer = accepted
         steps.append(Step(offer.name, offer.cel, offer.description, offer.local, current, refined, offer.final))
