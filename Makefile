@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CORE_VENV ?= .venv-core
 
-.PHONY: demo test core-test check bench clean
+.PHONY: demo test core-test extras-test check bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,9 +43,18 @@ core-test: | $(CORE_VENV)/bin/python
 	    present = [e for e in EXTRAS if not missing(e)]; assert not present, f'{present} installed in the core env'"
 	env -u PYTHONPATH $(CORE_VENV)/bin/pytest -q -p no:cacheprovider --core
 
+# Each extra alone: a venv with the core and that extra only, then its smallest real use (a server
+# process spoken to over HTTP or stdio, a report written, ...), so that a module one extra imports but only
+# another installs fails here rather than for a user (the full suite has every extra at once). One line
+# per extra with its time; about 5 minutes (tests/extras/each_alone.py). `make extras-test EXTRAS="mcp hf"`
+# runs some. CI runs it after the tests.
+extras-test:
+	$(PYTHON) tests/extras/each_alone.py $(EXTRAS)
+
 # Static checks CI runs after the tests (each issue-11 part adds its line here). mypy checks the package,
 # bench, examples and tests; each test folder's conftest.py on its own (all share the module name conftest).
 check: $(VENV)/.installed
+	$(PY) tools/check_commits.py
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy

@@ -109,9 +109,10 @@ def distinct_variant(runs: list[list[dict[str, Any]]], offset: int) -> list[list
 
 
 def time_observe(guard: Guard, runs: list[list[Any]], warmup: int, samples: int,
-                 actions: bool = False) -> tuple[list[int], dict[str, Any]]:
+                 actions: bool = False, traced: bool = True) -> tuple[list[int], dict[str, Any]]:
     """Observe ``warmup`` steps untimed, then time ``samples`` steps one call each; with ``actions``,
-    each step is a (state, action) pair observed with its action."""
+    each step is a (state, action) pair observed with its action; ``traced``: the session's own
+    ``forewarn.decision`` span (no tracer provider is set here, so this is the cost of checking)."""
     clock = time.perf_counter_ns
     memo = getattr(guard.predicates, "_memo", {})  # read only, to report the memo hit rate (internal)
     samples_ns: list[int] = []
@@ -122,6 +123,7 @@ def time_observe(guard: Guard, runs: list[list[Any]], warmup: int, samples: int,
         wall0, cpu0 = time.perf_counter(), time.process_time()
         for run in runs:
             session = guard.session()
+            session.traced = traced
             observe = session.observe
             for item in run:
                 state, action = item if actions else (item, None)
@@ -270,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     realistic_ns, realistic_info = time_observe(Guard(model), stream, warmup, samples)
     results["realistic"] = {**C.summarize_ns(realistic_ns), **realistic_info}
+    untraced_ns, untraced_info = time_observe(Guard(model), stream, warmup, samples, traced=False)
+    results["realistic_untraced"] = {**C.summarize_ns(untraced_ns), **untraced_info}
     worst_ns, worst_info = time_observe(Guard(model), worst, warmup, samples)
     results["all_distinct"] = {**C.summarize_ns(worst_ns), **worst_info}
     acted = stream_steps(warmup + samples + 500, seed=args.seed + 1000)
@@ -294,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     base = results["storm_baseline"]
     rows = []
     labels = {"realistic": "Forewarn observe, realistic (memo hits)",
+              "realistic_untraced": "  the same, Session.traced off (the span check's cost: no provider set)",
               "all_distinct": "Forewarn observe, all-distinct (every step misses)",
               "action_memory": "Forewarn observe, realistic, action memory on (fresh guard)",
               "action_memory_warm": "Forewarn observe, realistic, action memory on (long-lived guard)",

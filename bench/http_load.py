@@ -341,7 +341,6 @@ def main() -> None:
     report(results, metrics, seconds, db_note)
     figures: dict[str, Any] = {"seconds": seconds, "synchronous": args.synchronous, "results": results}
     if args.db == "postgresql":
-        sys.path.insert(0, str(C.ROOT / "tests" / "server"))
         from _postgres import cluster, fresh_database  # a throw-away cluster, as the tests start it
 
         with cluster() as url:

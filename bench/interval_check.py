@@ -18,7 +18,7 @@ What it does
    household model and state stream, ``Session.observe`` timed one call at a time, for a
    model learned with intervals (``act_on: point`` and ``act_on: upper``) and one learned
    with ``intervals: none``; target p99 ≤ 100 µs.
-3. *Coverage*: ``tests/_coverage.py``'s three known chains (balanced, rare transitions,
+3. *Coverage*: ``bench/_coverage.py``'s three known chains (balanced, rare transitions,
    sticky), many simulated learnings each: how often every learned state's exact risk lies
    inside its interval (needed: ≥ 1 − δ), with the point estimate's error and the mean
    interval width beside it — for the interval chain alone (``clopper_pearson``, the
@@ -45,7 +45,6 @@ import numpy as np
 import _common as C
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the coverage harness lives with the tests that use it
 
 TARGET_RATIO = 3.0
 TARGET_P99_US = 100.0

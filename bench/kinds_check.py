@@ -2,7 +2,7 @@
 
 What it does
 ------------
-1. *Coverage* (``tests/_coverage.py``'s ``two_types`` fixture: two hidden kinds sharing abstract
+1. *Coverage* (``bench/_coverage.py``'s ``two_types`` fixture: two hidden kinds sharing abstract
    states, one intending the hazard): many simulated learnings through the pipeline with
    ``learning.kinds`` (2, and ``auto``), each learned state's stored interval against the true
    first-visit risk; beside it the single chain as ``forewarn learn`` writes it by default (interval
@@ -32,12 +32,10 @@ import numpy as np
 from decision_latency import stream_runs, time_observe
 
 import _common as C
-from _common import ROOT, write_json
-from forewarn.guard import Guard, learn_model, parse_spec
-
-sys.path.insert(0, str(ROOT / "tests"))  # the coverage harness lives with the tests that use it
+from _common import write_json
 from _coverage import MIXTURES, Coverage, coverage, kinds_coverage, simulate
-from _support import AB, TOY_SPEC, reach_probabilities, toy_state
+from _toy import AB, TOY_SPEC, reach_probabilities, toy_state
+from forewarn.guard import Guard, learn_model, parse_spec
 from forewarn.guard.learning import END
 
 

@@ -275,7 +275,7 @@ def count_requests(client: Client) -> None:
         try:
             return send(request)
         finally:
-            kind = {"/v1/sessions": "create session", "/v1/batch": "batch (first state + step)"}.get(
+            kind = {"/v1/sessions": "create session", "/v1/batch": "batch (first state, before the first call)"}.get(
                 request.path, request.path.rsplit("/", 1)[-1])
             REQUESTS.append((kind, (time.perf_counter_ns() - start) / 1e6))
     client._send = counted  # type: ignore[method-assign]

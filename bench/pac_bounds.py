@@ -1,6 +1,6 @@
 """Runs each PAC bound asks for, against the runs simulation needs, on the three reference chains.
 
-For each chain of tests/_pac_sim.py (short and risky, long loops, a rare risky corner), at
+For each chain of bench/_pac_sim.py (short and risky, long loops, a rare risky corner), at
 ε and δ (default 0.05 and 0.05):
 
 * **simulation needs**: the runs R at which 1 − δ of the learnings from R simulated runs have
@@ -36,12 +36,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-for folder in (ROOT, ROOT / "tests"):
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
+if str(ROOT) not in sys.path:  # run from anywhere
+    sys.path.insert(0, str(ROOT))
 
-from _pac_sim import CHAINS, Chain, learned_reach, simulate, simulate_runs, true_reach  # noqa: E402  (tests/ helpers)
-from _support import TOY_SPEC  # noqa: E402
+from _pac_sim import CHAINS, Chain, learned_reach, simulate, simulate_runs, true_reach  # noqa: E402
+from _toy import TOY_SPEC  # noqa: E402
 from forewarn.guard.learning import LearnedDTMC  # noqa: E402
 from forewarn.guard.pac import pac_report  # noqa: E402
 from forewarn.guard.predicates import PredicateSet  # noqa: E402

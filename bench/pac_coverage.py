@@ -1,6 +1,6 @@
 """PAC bounds against the truth: the tighter per-state bound beside the paper's.
 
-Part 1 (simulation). Three known chains over the toy domain (tests/_pac_sim.py: short
+Part 1 (simulation). Three known chains over the toy domain (bench/_pac_sim.py: short
 and risky, long loops, a rare risky corner). For each, a pilot learning from 200 runs
 gives the runs each bound asks for (its ``runs_factor`` × 200). Then, at the runs the
 tighter bound asks for, at the runs the paper's asks for, and at a tenth of the former,
@@ -28,12 +28,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-for folder in (ROOT, ROOT / "tests"):
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
+if str(ROOT) not in sys.path:  # run from anywhere
+    sys.path.insert(0, str(ROOT))
 
-from _pac_sim import CHAINS, learned_reach, simulate, true_reach  # noqa: E402  (tests/ helpers)
-from _support import TOY_SPEC  # noqa: E402
+from _pac_sim import CHAINS, learned_reach, simulate, true_reach  # noqa: E402
+from _toy import TOY_SPEC  # noqa: E402
 from forewarn.guard.model import GuardModel  # noqa: E402
 from forewarn.guard.pac import pac_report  # noqa: E402
 from forewarn.guard.predicates import PredicateSet  # noqa: E402

@@ -81,6 +81,12 @@ def serve(port: int, db: Path, memo_bytes: int, profile: str = "soak") -> None:
     serve_app(create_app(settings, state=start(settings)), settings)
 
 
+# The server profiles (limits) the drip phase can compare, by name: what each row's label says
+PROFILES = {"default": "the shipped limits", "proxied": "as behind a proxy: no per-address cap",
+            "unbudgeted": "no tenant budgets", "soak": "2 s deadlines",
+            "refuse": "at the cap, refuse new connections (before)", "cap8": "8 connections per address"}
+
+
 def _limits(profile: str, memo_bytes: int) -> Any:
     """``soak``: short deadlines for the slow-client phase; ``default``: the shipped limits;
     ``proxied``: the shipped limits as docs/security.md says to run behind a proxy; ``unbudgeted``: the
@@ -93,6 +99,10 @@ def _limits(profile: str, memo_bytes: int) -> Any:
         return Limits(memo_bytes=memo_bytes, max_tenant_metadata_bytes=1 << 40, predicate_cpu_seconds=None)
     if profile == "proxied":
         return Limits(memo_bytes=memo_bytes, max_connections_per_client=0)
+    if profile == "refuse":
+        return Limits(memo_bytes=memo_bytes, evict_stalled_after=None)
+    if profile == "cap8":
+        return Limits(memo_bytes=memo_bytes, evict_stalled_after=None, max_connections_per_client=8)
     return Limits(header_timeout=2.0, body_timeout=2.0, memo_bytes=memo_bytes, max_body_bytes=4 << 20)
 
 
@@ -254,22 +264,29 @@ def slow_clients(tmp: Path, count: int) -> dict[str, Any]:
         server.stop()
 
 
+def _phase(rows: list[dict[str, Any]], name: str, server: Server, port: int, connections: int, addresses: int,
+           payload: bytes | None, drip: float | None, seconds: float) -> None:
+    """One row: the legitimate agent's figures while ``connections`` attackers (none: the quiet baseline)
+    from ``addresses`` loopback addresses send ``payload`` (and a byte every ``drip`` seconds)."""
+    attackers = None
+    if payload is not None:
+        attackers = H.Attack(port, connections, addresses, payload, drip, seconds)
+        time.sleep(min(3.0, seconds / 4))  # let them take their slots first
+    state = kitchen(0, 0)
+    figures = H.legitimate(f"http://127.0.0.1:{port}", KEY, state, seconds / 2 if attackers else seconds / 4)
+    if attackers is not None:
+        figures.update({f"attack_{k}": v for k, v in attackers.counts(seconds + 30).items()})
+    rows.append({"phase": name, "attackers": connections if payload else 0, "addresses": addresses,
+                 "rss_mib": server.rss_mib(), **figures})
+
+
 def hostile(tmp: Path, connections: int, seconds: float) -> list[dict[str, Any]]:
     """The legitimate agent's figures in each hostile phase (see the module's docstring)."""
     rows: list[dict[str, Any]] = []
 
     def phase(name: str, server: Server, port: int, addresses: int, payload: bytes | None,
               drip: float | None) -> None:
-        attackers = None
-        if payload is not None:
-            attackers = H.Attack(port, connections, addresses, payload, drip, seconds)
-            time.sleep(min(3.0, seconds / 4))  # let them take their slots first
-        state = kitchen(0, 0)
-        figures = H.legitimate(f"http://127.0.0.1:{port}", KEY, state, seconds / 2 if attackers else seconds / 4)
-        if attackers is not None:
-            figures.update({f"attack_{k}": v for k, v in attackers.counts(seconds + 30).items()})
-        rows.append({"phase": name, "attackers": connections if payload else 0, "addresses": addresses,
-                     "rss_mib": server.rss_mib(), **figures})
+        _phase(rows, name, server, port, connections, addresses, payload, drip, seconds)
 
     direct = Server(free_port(), tmp / "hostile.db", profile="default")
     direct.start()
@@ -288,8 +305,7 @@ def hostile(tmp: Path, connections: int, seconds: float) -> list[dict[str, Any]]
               None)
     finally:
         uncapped.stop()
-    sys.path.insert(0, str(C.ROOT / "tests" / "server"))
-    from _nginx import Nginx, nginx_binary  # tests/server: on the path above
+    from _nginx import Nginx, nginx_binary
 
     if nginx_binary() is None:
         print("nginx is not installed: the phases behind it are left out (apt-get install nginx-light)")
@@ -302,6 +318,42 @@ def hostile(tmp: Path, connections: int, seconds: float) -> list[dict[str, Any]]
             phase("behind nginx, quiet", proxied, proxy.port, 0, None, None)
             phase("behind nginx: slow headers, 10 addresses", proxied, proxy.port, 10, H.SLOW_HEADERS, None)
             phase("behind nginx: body drip, 10 addresses", proxied, proxy.port, 10, H.drip_request(session, KEY), 20.0)
+    finally:
+        proxied.stop()
+    return rows
+
+
+def drip(tmp: Path, connections: int, addresses: int, seconds: float, profiles: list[str]) -> list[dict[str, Any]]:
+    """Issue 36: ``connections`` slow-body connections (the agent key's observe, headers whole, a body byte
+    every 20 s) from ``addresses`` loopback addresses against ``forewarn serve`` alone, with each server
+    profile of ``profiles`` (the shipped limits first), then behind nginx as docs/security.md configures it;
+    each beside a quiet baseline on the same server in the same run."""
+    rows: list[dict[str, Any]] = []
+    for profile in profiles:
+        server = Server(free_port(), tmp / f"drip-{profile}.db", profile=profile)
+        server.start()
+        try:
+            session = _session(server.port)
+            label = "sidecar alone" + ("" if profile == "default" else f" ({PROFILES[profile]})")
+            _phase(rows, f"{label}, quiet", server, server.port, connections, 0, None, None, seconds)
+            _phase(rows, f"{label}: body drip, {addresses} addresses", server, server.port, connections, addresses,
+                   H.drip_request(session, KEY), 20.0, seconds)
+        finally:
+            server.stop()
+    sys.path.insert(0, str(C.ROOT / "tests" / "server"))
+    from _nginx import Nginx, nginx_binary  # tests/server: on the path above
+
+    if nginx_binary() is None:
+        print("nginx is not installed: the rows behind it are left out (apt-get install nginx-light)")
+        return rows
+    proxied = Server(free_port(), tmp / "drip-proxied.db", profile="proxied")
+    proxied.start()
+    try:
+        with Nginx(tmp / "nginx-drip", proxied.port) as proxy:
+            session = _session(proxy.port)
+            _phase(rows, "behind nginx, quiet", proxied, proxy.port, connections, 0, None, None, seconds)
+            _phase(rows, f"behind nginx: body drip, {addresses} addresses", proxied, proxy.port, connections,
+                   addresses, H.drip_request(session, KEY), 20.0, seconds)
     finally:
         proxied.stop()
     return rows
@@ -390,23 +442,36 @@ def main() -> None:
     parser.add_argument("--slow", type=int, default=300, help="slow connections of each kind")
     parser.add_argument("--flood", type=int, default=300, help="unique-state previews")
     parser.add_argument("--flood-kb", type=int, default=200, help="size of each flooding state")
-    parser.add_argument("--hostile", type=int, default=1100, help="hostile connections in each hostile phase")
+    parser.add_argument("--hostile", type=int, default=1200, help="hostile connections in each hostile phase")
+    parser.add_argument("--addresses", type=int, default=100, help="attacking addresses of the drip phase")
+    parser.add_argument("--profiles", default="default",
+                        help=f"server profiles of the drip phase, comma-separated: {', '.join(PROFILES)}")
     parser.add_argument("--hostile-seconds", type=float, default=20.0, help="length of each hostile phase")
     parser.add_argument("--abusers", type=int, default=8, help="concurrent loops of the abusing agent key")
-    parser.add_argument("--only", choices=["hostile", "abuse"], help="run this phase alone")
+    parser.add_argument("--only", choices=["hostile", "abuse", "drip"], help="run this phase alone")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     machine = C.machine()
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
+        if args.only == "drip":
+            rows = drip(tmp, args.hostile, args.addresses, args.hostile_seconds, args.profiles.split(","))
+            print(f"forewarn sidecar soak; machine: {machine['cpus']} cpus, load average {machine['loadavg']}\n")
+            _print_hostile(rows, args.hostile)
+            C.write_json(args.json, {"drip": rows})
+            return
+        drip_rows = [] if args.only == "abuse" else drip(tmp, args.hostile, args.addresses, args.hostile_seconds,
+                                                         args.profiles.split(","))
         hostile_rows = [] if args.only == "abuse" else hostile(tmp, args.hostile, args.hostile_seconds)
         abuse_rows = abuse(tmp, args.hostile_seconds, args.abusers)
         print(f"forewarn sidecar soak; machine: {machine['cpus']} cpus, load average {machine['loadavg']}\n")
+        if drip_rows:
+            _print_hostile(drip_rows, args.hostile)
         if hostile_rows:
             _print_hostile(hostile_rows, args.hostile)
         _print_abuse(abuse_rows)
         if args.only is not None:
-            C.write_json(args.json, {"hostile": hostile_rows, "abuse": abuse_rows})
+            C.write_json(args.json, {"hostile": hostile_rows, "abuse": abuse_rows, "drip": drip_rows})
             return
         kills = kill_cycles(tmp, args.cycles, args.workers, args.interval)
         slow = slow_clients(tmp, args.slow)
@@ -433,7 +498,7 @@ def main() -> None:
     held_ok = slow["closed_headers"] + slow["closed_bodies"] == slow["held"]
     print(f"target every slow connection closed -> {C.verdict(held_ok)}")
     C.write_json(args.json, {"kill_cycles": kills, "slow_clients": slow, "flood": [bounded, unbounded],
-                             "hostile": hostile_rows, "abuse": abuse_rows})
+                             "hostile": hostile_rows, "abuse": abuse_rows, "drip": drip_rows})
 
 
 def _print_hostile(rows: list[dict[str, Any]], connections: int) -> None:

@@ -15,74 +15,27 @@ stays cheap::
 """
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
+from ._version import __version__ as __version__
 
+# The everyday names are forewarn.guard's: its __all__ is the one list of them, and it says which of its
+# modules defines each. Type checkers read them from there; at run time they are looked up there on first
+# use (PEP 562), which imports forewarn.guard (the error family, no Storm, no scipy) only then.
 if TYPE_CHECKING:
-    from .guard import (
-        Action,
-        BundleGuard,
-        CheckError,
-        Decision,
-        ForewarnError,
-        Guard,
-        GuardBundle,
-        GuardModel,
-        Method,
-        ModelFileError,
-        Policy,
-        PredicateError,
-        Session,
-        Spec,
-        SpecError,
-        TraceError,
-        learn_bundle,
-        learn_model,
-        learn_model_from_runs,
-        load_guard,
-        load_spec,
-        parse_spec,
-        predicate,
-    )
-
-__all__ = [
-    "__version__",
-    "Action",
-    "BundleGuard",
-    "CheckError",
-    "Decision",
-    "ForewarnError",
-    "Guard",
-    "GuardBundle",
-    "GuardModel",
-    "Method",
-    "ModelFileError",
-    "Policy",
-    "PredicateError",
-    "Session",
-    "Spec",
-    "SpecError",
-    "TraceError",
-    "learn_bundle",
-    "learn_model",
-    "learn_model_from_runs",
-    "load_guard",
-    "load_spec",
-    "parse_spec",
-    "predicate",
-]
+    from .guard import *  # noqa: F403
+    from .guard import __all__ as __all__
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from . import guard as core
-
-        value = getattr(core, name)
+    guard = importlib.import_module("forewarn.guard")  # not `from . import guard`: it asks this hook for "guard"
+    if name == "__all__" or name in guard.__all__:
+        value = getattr(guard, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'forewarn' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(importlib.import_module("forewarn.guard").__all__))

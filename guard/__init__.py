@@ -4,6 +4,7 @@ Learn a DTMC from logged runs, check it with Storm, and act before the violation
 
 The names below are loaded on first use (PEP 562): ``from forewarn.guard import Guard``
 imports the runtime and the model file reader only, not Storm, scipy or the learner.
+``__all__`` is the one list of the everyday names: ``forewarn`` re-exports it as it is.
 """
 from __future__ import annotations
 

@@ -81,6 +81,42 @@ def _selections(masked: str) -> list[tuple[re.Match[str], tuple[str, ...]]]:
             for m in _STATE_SELECT.finditer(masked)]
 
 
+# `.exists(action, …)`, `.all(i, action, …)`: a macro binds the name `action` to something else
+_ACTION_BOUND = re.compile(r"\.\s*[A-Za-z_]\w*\s*\(\s*(?:[A-Za-z_]\w*\s*,\s*)?action\s*,")
+
+
+def text_actions(expression: str) -> str:
+    """The expression with every bare ``action`` read as its text: ``action.name``.
+
+    ``action`` is a map (:mod:`guard.actions`), and a map never equals a string in CEL, so
+    ``action == "find Bowl"`` would be false on every step. The CEL package has no custom
+    types (a value is a map or a string, never both) and no operator overloads, so the
+    expression is rewritten once, at compile time: ``action`` not followed by a field
+    selection becomes ``action.name``, whatever the form around it — ``==``, ``!=``,
+    ``in [...]``, ``"x" == action``, ``action.startsWith("find")``, ``size(action)``. Nothing
+    a bare ``action`` could say as a map was worth keeping (its keys are always the same
+    ten), and the step's cost goes down: the fast path keys the memo on one string leaf
+    instead of the whole map. ``action.verb``, ``action.tool`` and every other selection
+    are left as they are. An expression where a macro binds the name ``action`` itself
+    (``list.exists(action, …)``) is left whole: there ``action`` is not the step's.
+    """
+    masked = _mask(expression)
+    if "action" not in masked or _ACTION_BOUND.search(masked):
+        return expression
+    pieces, last = [], 0
+    for match, path in _selections(masked):
+        end = match.end()
+        after = masked[end:].lstrip()
+        if path != ("action",) or masked[end:end + 1].isidentifier() or masked[end:end + 1].isdigit() \
+                or masked[:match.start()].rstrip().endswith("."):  # `actions`, `x.action`: other names
+            continue
+        if after.startswith("[") or (after.startswith(".") and after[1:].lstrip().startswith("?")):
+            continue  # `action["verb"]`, `action.?verb`: reads of the map's fields, as a selection is
+        pieces += [expression[last:end], ".name"]
+        last = end
+    return "".join(pieces) + expression[last:]
+
+
 def selected_paths(expression: str) -> list[tuple[str, ...]]:
     """Field paths from the root (``state``, ``meta`` or ``action`` first) that an expression selects (over-approximated)."""
     return [path for _, path in _selections(_mask(expression))]

@@ -29,7 +29,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "parquet": ("pyarrow",),
     "postgres": ("psycopg", "psycopg_pool"),
     "otel": ("opentelemetry",),
-    "mcp": ("mcp", "anyio", "uvicorn", "httpx"),
+    "mcp": ("mcp", "mcp_types", "anyio", "starlette", "uvicorn", "httpx"),
 }
 
 

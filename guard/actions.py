@@ -18,6 +18,10 @@ present, so a predicate never fails on a step that logged no action or the other
     action.args      a tool call's arguments as logged (an object); {} for a text action
     action.classes   a tool call's argument classes (sorted strings, below); [] for a text action
 
+A bare ``action`` (``action == "find Bowl"``, ``action.startsWith("find")``) is ``action.name``:
+a text action compares as its text, a tool call as its tool name (:func:`guard._cel_fields.text_actions`
+rewrites the expression when it is compiled; the view stays a map).
+
 A missing action reads as ``present`` false, ``raw`` null, the strings empty and the
 collections empty. An object without a tool name (``tool`` or ``name``) is a text action
 when it has a string ``action`` or ``text``, else a call of no tool whose fields are ``args``.

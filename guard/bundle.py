@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import ForewarnError, ModelFileError, TraceError
 from ._version import __version__
 from .memory import run_actions
-from .model import GuardModel, write_document
+from .model import GuardModel, SignatureEntry, write_document
 from .predicates import PythonPredicate
 from .spec import Spec, parse_spec
 from .traces import Run, abstract_run
@@ -209,24 +209,24 @@ class GuardBundle:
 class _Group(BaseModel):
     model_config = ConfigDict(extra="forbid")
     group: str
-    runs: int = Field(ge=0)
+    runs: int = Field(ge=0, le=2**63 - 1)
     model: bool
 
 
 class _BundleDocument(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: Literal["forewarn-bundle"]
-    schema_version: int
+    schema_version: int = Field(ge=-(2**63), le=2**63 - 1)
     group_by: str
-    min_group_runs: int = Field(ge=1)
+    min_group_runs: int = Field(ge=1, le=2**63 - 1)
     spec: str
     groups: list[_Group]
-    runs_without_group: int = Field(ge=0)
+    runs_without_group: int = Field(ge=0, le=2**63 - 1)
     provenance: dict[str, Any]
     pooled: dict[str, Any]
     members: dict[str, dict[str, Any]]
     checksum: str
-    signature: dict[str, Any] | None = None  # Ed25519 over the whole bundle (guard.signing)
+    signature: SignatureEntry | None = None  # Ed25519 over the whole bundle (guard.signing)
 
 
 def _checksum(body: dict[str, Any]) -> str:

@@ -25,7 +25,6 @@ from .model import GuardModel
 from .policy import Policy
 from .predicates import PredicateSet, PythonPredicate
 from .runtime import Decision, Guard, Session
-from .thresholds import warn_initial_crossings
 
 __all__ = ["BundleGuard", "load_guard"]
 
@@ -150,11 +149,12 @@ class BundleGuard:
 def load_guard(path: str | Path, **options: Any) -> Guard | BundleGuard:
     """A guard for a model file, or a bundle guard for a bundle file (options as for :class:`Guard`).
 
-    A model warns as :meth:`Guard.load` does when a threshold is crossed where runs start.
+    A model's guard warns as :meth:`Guard.load`'s does (at its first session under the level trigger)
+    when a threshold is crossed where runs start.
     """
     loaded = load_model_or_bundle(path)
     if isinstance(loaded, GuardBundle):
         return BundleGuard(loaded, **options)
     guard = Guard(loaded, **options)
-    warn_initial_crossings(guard.model, guard.policy, stacklevel=2)
+    guard.start_warning = True
     return guard

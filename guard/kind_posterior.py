@@ -23,7 +23,7 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -242,6 +242,10 @@ class _Doc(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# a state index as the file gives it: an int64, or refused at its field (the range is checked below)
+_Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+
+
 class KindPropertyEntry(_Doc):
     values: list[float]
     lower: list[float] | None = None
@@ -252,19 +256,20 @@ class KindPropertyEntry(_Doc):
 
 class KindEntry(_Doc):
     weight: float = Field(gt=0.0, le=1.0)
-    initial: list[tuple[int, float]]  # (product state, start probability) where positive
+    initial: list[tuple[_Int64, float]]  # (product state, start probability) where positive
     probabilities: list[float]  # in the order of the model's transitions
     counts: list[float]  # weighted counts (responsibilities × counts), same order
     properties: list[KindPropertyEntry]
     # with intervals: the kind's transition intervals (same order), and (state, low, high) of w_k·π_k(state)
     transition_low: list[float] | None = None
     transition_high: list[float] | None = None
-    start_bounds: list[tuple[int, float, float]] | None = None
+    start_bounds: list[tuple[_Int64, float, float]] | None = None
 
 
 class KindsEntry(_Doc):
     chosen: str  # "auto" or the spec's number of kinds
-    scores: dict[str, float] | None = None  # auto: held-out log-likelihood per run, per candidate K
+    # auto: held-out log-likelihood per run, per candidate K (a number of kinds, as JSON keys are strings)
+    scores: dict[Annotated[str, Field(pattern=r"^[1-9][0-9]{0,5}$")], float] | None = None
     components: list[KindEntry] = Field(min_length=2)
 
 

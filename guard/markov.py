@@ -46,7 +46,7 @@ from .pac import solve_nonnegative
 __all__ = ["MARKOV_LEVEL", "MIN_RUNS", "MAX_TESTED", "MarkovTest", "chain_spread", "markov_test", "reaching"]
 
 # The test's family-wise level. A false flag costs only width (the direct interval holds anyway);
-# a missed one costs coverage. On the known Markov chains of tests/_coverage.py it flagged no state
+# a missed one costs coverage. On the known Markov chains of bench/_coverage.py it flagged no state
 # in 500 learnings; on the two-kinds chain a lower level left coverage under 1 − δ at 200 runs.
 MARKOV_LEVEL = 0.5
 MIN_RUNS = 10

@@ -202,6 +202,23 @@ class Memory:
                 new_paths[tuple(remap(s) for s in path)] += n
         return memory, out, new_paths
 
+    # -- a label in words (the commands that list states) ------------------------------
+
+    def label_parts(self, label: int) -> tuple[tuple[int, int] | None, int | None, tuple[str, ...] | None]:
+        """What a :meth:`label` remembers: the dwell range (steps, None without ``dwell``), the previous
+        abstract state (its predicate bits, -1 before any other; None without ``previous``) and the
+        recent action classes, newest first (``(start)`` before the run's first step, ``(other)`` for
+        a class the vocabulary lacks; None without ``actions``)."""
+        history, old = divmod(label, self.n_old)
+        bucket, prev = (old % self.buckets, old // self.buckets) if self.previous else (old, 0)
+        dwell = (1 << bucket, min((1 << (bucket + 1)) - 1, self.cap)) if self.cap > 1 else None
+        actions = None
+        if self.actions:
+            names = ["(start)", *(self.vocabulary or ()), "(other)"]
+            digits = [(history // self.base ** k) % self.base for k in range(self.actions)]
+            actions = tuple(names[d] if d < len(names) else "(other)" for d in digits)
+        return dwell, (prev - 1 if self.previous else None), actions
+
     # -- the back-off's view of labels ---------------------------------------------------
 
     def successor_keys(self, label: int, src: int, stay: bool) -> list[tuple[int, int]]:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import cel
 import numpy as np
@@ -40,6 +40,11 @@ __all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument", "
 
 SCHEMA_VERSION = 1
 _TOLERANCE = 1e-9
+INT64_MAX = 2**63 - 1
+# Every integer a model file holds is one an int64 array can take, refused at its field otherwise
+# (a ValidationError naming it): numbers read into numpy never overflow (OverflowError) on the way.
+Int64 = Annotated[int, Field(ge=-(2**63), le=INT64_MAX)]
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]  # a count, a size or an index: never negative
 
 
 class _Doc(BaseModel):
@@ -50,13 +55,13 @@ class StateEntry(_Doc):
     kind: Literal["state", "end"]
     valuation: list[bool] | None = None
     unsafe: bool = False
-    monitors: dict[str, int] | None = None  # monitor states in a product with monitors
-    memory: int | None = Field(default=None, ge=0)  # the memory label (learning.memory), above the predicates
+    monitors: dict[str, Annotated[int, Field(ge=-1, le=INT64_MAX)]] | None = None  # monitor states (-1: viol)
+    memory: Count | None = None  # the memory label (learning.memory), above the predicates
 
 
 class TransitionsEntry(_Doc):
-    indptr: list[int]
-    indices: list[int]
+    indptr: list[Count]
+    indices: list[Count]
     probabilities: list[float]
     counts: list[float]
 
@@ -71,7 +76,7 @@ class PropertyEntry(_Doc):
     ci_low: list[float] | None = None  # statistical confidence interval of `values` (intervals.py)
     ci_high: list[float] | None = None
     # states where the chain and the runs' first-visit outcomes disagree (guard/markov.py), ascending
-    markov_mismatch: list[int] | None = None
+    markov_mismatch: list[Int64] | None = None
 
 
 class IntervalsEntry(_Doc):
@@ -79,12 +84,12 @@ class IntervalsEntry(_Doc):
     method: Literal["clopper_pearson", "hoeffding", "clopper_pearson+outcomes", "hoeffding+outcomes"]
     delta: float = Field(gt=0.0, lt=1.0)
     delta_per_entry: float = Field(gt=0.0, lt=1.0)
-    entries: int = Field(ge=0)
+    entries: Count
     seconds: float = 0.0
-    outcomes: int | None = Field(default=None, ge=0)  # files before outcome intervals have neither
+    outcomes: Count | None = None  # files before outcome intervals have neither
     delta_per_outcome: float | None = Field(default=None, gt=0.0, lt=1.0)
     markov_level: float | None = Field(default=None, gt=0.0, lt=1.0)  # files before the Markov test have neither
-    markov_tested: int | None = Field(default=None, ge=0)
+    markov_tested: Count | None = None
 
 
 class CheckEntry(_Doc):
@@ -95,17 +100,17 @@ class CheckEntry(_Doc):
 
 
 class PACStateEntry(_Doc):
-    state: int  # index in the learned chain (before the product with monitors)
+    state: Int64  # index in the learned chain (before the product with monitors)
     valuation: list[bool] | None = None
-    visits: int
-    required: int | None
+    visits: Count
+    required: Int64 | None
     satisfied: bool
 
 
 class TightStateEntry(_Doc):
-    state: int
+    state: Int64
     bound: float | None  # None: infinite
-    required: int | None
+    required: Int64 | None
     satisfied: bool
 
 
@@ -116,12 +121,12 @@ class TightPACEntry(_Doc):
     satisfied: bool
     worst_bound: float | None  # None: infinite
     runs_factor: float | None  # None: no forecast (some state never absorbs)
-    limiting: list[int] = []
+    limiting: list[Int64] = []
     states: list[TightStateEntry]
     initial_bound: float | None = None  # the risk from a run's first state (None: infinite)
     initial_satisfied: bool = False
     initial_runs_factor: float | None = None
-    initial_limiting: list[int] = []
+    initial_limiting: list[Int64] = []
 
 
 class PACEntry(_Doc):
@@ -132,7 +137,7 @@ class PACEntry(_Doc):
     delta_per_state: float
     amplification: float | None  # None: infinite
     satisfied: bool
-    chain_states: int | None = None
+    chain_states: Int64 | None = None
     states: list[PACStateEntry]
     tight: TightPACEntry | None = None
     empirical: TightPACEntry | None = None  # the empirical-Bernstein bound, the same fields (method "empirical-bernstein")
@@ -140,30 +145,40 @@ class PACEntry(_Doc):
     outcome: TightPACEntry | None = None  # the outcome bound, the same fields (method "first-visit-clopper-pearson")
 
 
+class SignatureEntry(_Doc):
+    """An Ed25519 signature (guard.signing): these fields only; one the loader does not know would be
+    covered by no signature, so it is refused like an unknown field anywhere else (extra="forbid")."""
+
+    algorithm: str
+    key_id: str
+    signed_at: float | None = None  # absent from signatures of 0.1
+    value: str
+
+
 class ModelDocument(_Doc):
     """The JSON schema of a model file (``schema_version`` 1)."""
 
     format: Literal["forewarn-model"] = "forewarn-model"
-    schema_version: int
+    schema_version: Int64
     spec: str  # the spec's YAML text, parsed again on load
     predicates: list[str]
     monitors: list[str] = []
     states: list[StateEntry]
     # learning.memory.actions: the action classes memory labels index (absent without it)
     memory_actions: list[str] | None = None
-    initial: list[tuple[int, int]]  # (state index, runs that started there)
+    initial: list[tuple[Int64, Int64]]  # (state index, runs that started there)
     alpha: float = Field(ge=0.0)
-    invalid_observed: int = 0
+    invalid_observed: Count = 0
     transitions: TransitionsEntry
     properties: list[PropertyEntry]
     check: CheckEntry
     pac: PACEntry
     intervals: IntervalsEntry | None = None  # None: a model without confidence intervals
-    visits: list[int] | None = None  # observed departures per state (written since intervals)
+    visits: list[Int64] | None = None  # observed departures per state (written since intervals)
     kinds: KindsEntry | None = None  # learning.kinds: the mixture's kinds (absent with one kind)
     provenance: dict[str, Any]
     checksum: str = ""
-    signature: dict[str, Any] | None = None  # Ed25519 over the canonical body (guard.signing)
+    signature: SignatureEntry | None = None  # Ed25519 over the canonical body (guard.signing)
 
 
 @dataclass(frozen=True)
@@ -438,6 +453,8 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
     for i, entry in enumerate(doc.states[:-1]):
         if entry.valuation is None or len(entry.valuation) != width:
             raise bad(f"states[{i}].valuation must list {width} booleans")
+        if (entry.memory or 0) << width > INT64_MAX:  # a state's code (memory above the predicates) is an int64
+            raise bad(f"states[{i}].memory: {entry.memory} is past what {width} predicates leave of 63 bits")
         states.append(sum(1 << b for b, v in enumerate(entry.valuation) if v) | (entry.memory or 0) << width)
     states.append(END)
     if any(entry.memory for entry in doc.states[:-1]) and not spec.learning.memory.enabled:

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import CheckError, ForewarnError, TraceError
 from ._version import __version__
 from .backoff import learn_memory_dtmc
+from .constant_predicates import constant_in_counts
 from .crossval import path_transitions
 from .intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
 from .kinds_check import KindsFit, learn_kinds
@@ -48,11 +49,11 @@ from .storm import (
     storm_version,
     validate_formula,
 )
-from .trace_files import TraceFile, list_trace_files, read_trace_file
+from .trace_files import TraceFile, list_trace_files, read_trace_file, refuse_repeats
 from .traces import Run, resample
 
 __all__ = ["default_formula", "transition_rule", "learn_model", "learn_model_from_runs", "model_from_counts",
-           "prepare", "with_intervals", "counting_plan"]
+           "prepare", "with_intervals", "counting_plan", "learnable_runs"]
 
 
 def default_formula(spec: Spec) -> str:
@@ -119,6 +120,7 @@ def read_trace_files(traces: Sequence[str | Path | TraceFile], *, period: float 
     listed: list[TraceFile] = []
     for item in traces:
         listed += [item] if isinstance(item, TraceFile) else list_trace_files([item])
+    refuse_repeats(listed)
     for index, file in enumerate(listed):
         for run in read_trace_file(file, digest=None if digests is None else digests[index], on_bad=on_bad):
             if period is None:
@@ -178,6 +180,20 @@ def _readable(runs: Iterable[Run], predicates: PredicateSet, handle: Callable[[F
             handle(exc)
             continue
         yield run
+
+
+def learnable_runs(runs: Iterable[Run], spec: Spec, *, summary: Any,
+                   python_predicates: Mapping[str, PythonPredicate] | None = None) -> Iterable[Run]:
+    """Runs another reader read and counted in ``summary`` (``guard.ingest.read_input``), less those whose
+    states the predicates cannot read: each is skipped, counted by reason and taken off the runs read — what
+    :func:`runs_to_learn` does with ``on_error="skip"`` for the contract's files."""
+    predicates = PredicateSet(spec, python_predicates)
+
+    def uncounted(exc: ForewarnError) -> None:
+        summary.runs -= 1
+        summary.skip(exc)
+
+    return _readable(runs, predicates, uncounted)
 
 
 def _tallied(runs: Iterable[Run], summary: Any) -> Iterable[Run]:
@@ -365,6 +381,9 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
     }
     if levers:
         provenance["levers"] = levers
+    constant = constant_in_counts(counts, predicates)  # predicates that cannot tell states apart (a warning of learn)
+    if constant:
+        provenance["constant_predicates"] = [c.to_dict() for c in constant]
     return GuardModel(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report,
                       kinds=None if kinds is None else kinds.mixture)
 

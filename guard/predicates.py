@@ -7,6 +7,15 @@ step's action, parsed: :mod:`guard.actions`), so ``action.verb == "pick"`` or
 ``"external" in action.classes`` depend on what the agent did. The three are fields of one
 root, ``{"state": ..., "meta": ..., "action": ...}``, for everything below.
 
+A bare ``action`` — compared, tested with ``in``, given to a string function — is the
+action's text, ``action.name``: ``action == "find Bowl"`` holds on a step that logged the
+text ``"find Bowl"``, and a tool call compares as its tool name (``action == "send_email"``),
+as ``action.name`` and ``learning.memory.actions`` already name it. The CEL package has no
+custom types or operator overloads, so this is a rewrite of the expression when it is
+compiled (:func:`guard._cel_fields.text_actions`): exact for every form, since it changes
+what the name denotes rather than one operator, and free at run time. Error messages quote
+the expression as written.
+
 All CEL predicates of a spec are compiled into one list program, evaluated in one call.
 What keeps that call rare and cheap (converting Python values into CEL values costs far
 more than evaluating ten comparisons):
@@ -48,19 +57,44 @@ from ._cel_fields import (
     project,
     selected_paths,
     sub_key_getters,
+    text_actions,
     walk_key,
 )
 from .actions import NO_ACTION, action_view
 from .spec import Spec
 from .trust import CodeNotAllowed, registered_callable
 
-__all__ = ["CodeNotAllowed", "PredicateBudgetExceeded", "PredicateSet", "registered_callable"]
+__all__ = ["CodeNotAllowed", "PredicateBudgetExceeded", "PredicateSet", "registered_callable", "resolve_python_predicates"]
 
 PythonPredicate = Callable[[Mapping[str, Any]], bool]
 MEMO_BYTES = 64 << 20  # default budget of a predicate set's memo tables (``memo_limit`` changes it)
 _EMPTY_STR = sys.getsizeof("")  # an ASCII string is this plus its length (a compact str)
 _NO_META: dict[str, Any] = {}  # a run without metadata (never mutated: CEL only reads it)
 
+
+
+def resolve_python_predicates(spec: Spec, given: Mapping[str, PythonPredicate] | None = None
+                              ) -> dict[str, PythonPredicate]:
+    """The function of each Python predicate of ``spec`` (``{python: NAME}``), by predicate name: the one
+    ``given`` in code under the predicate's name, else the one operator code registered under NAME
+    (:mod:`guard.trust`). A model whose spec names code this process cannot find cannot decide anything:
+    what loads a model to decide calls this first (a :class:`PredicateSet` does).
+
+    Raises:
+        SpecError: a name nobody registered (saying which, and how to register it), an import path,
+            a name registered twice, or an entry point that does not load; one line, naming the predicate.
+    """
+    given = given or {}
+    found: dict[str, PythonPredicate] = {}
+    for name, definition in spec.predicates.items():
+        if name in given:
+            found[name] = given[name]
+        elif definition.python is not None:
+            try:
+                found[name] = registered_callable(definition.python)
+            except ValueError as exc:
+                raise spec.error(f"predicate {name!r}: {exc}", "predicates", name) from exc
+    return found
 
 
 class PredicateSet:
@@ -77,18 +111,13 @@ class PredicateSet:
         self.spec = spec
         self.names: list[str] = spec.predicate_names
         self.width = len(self.names)
-        python_predicates = dict(python_predicates or {})
+        functions = resolve_python_predicates(spec, python_predicates)
         cel_items: list[tuple[int, str, str]] = []
         self._python: list[tuple[int, str, PythonPredicate]] = []
         item_variables: list[set[str]] = []
         for index, (name, definition) in enumerate(spec.predicates.items()):
-            if name in python_predicates:
-                self._python.append((index, name, python_predicates[name]))
-            elif definition.python is not None:
-                try:
-                    self._python.append((index, name, registered_callable(definition.python)))
-                except ValueError as exc:
-                    raise spec.error(f"predicate {name!r}: {exc}", "predicates", name) from exc
+            if name in functions:
+                self._python.append((index, name, functions[name]))
             else:
                 assert definition.cel is not None  # guaranteed by PredicateDef
                 try:
@@ -96,7 +125,7 @@ class PredicateSet:
                 except ValueError as exc:
                     raise spec.error(f"predicate {name!r} does not parse as CEL: {_first_line(exc)}",
                                      "predicates", name) from exc
-                cel_items.append((index, name, definition.cel))
+                cel_items.append((index, name, text_actions(definition.cel)))
         # name -> function of every Python predicate, as resolved here: what Spark's workers get
         # (they need not have run the decorators that registered them)
         self.python_functions: dict[str, PythonPredicate] = {name: fn for _, name, fn in self._python}
@@ -367,11 +396,15 @@ class PredicateSet:
                 where = next((root for root in ("meta", "action") if _missing_in(root, expression, projected, field)),
                              "state")
                 owner = {"meta": "the run's meta", "action": "the step's action"}.get(where, "the state")
-                raise PredicateError(f"predicate {name!r} ({expression}) reads field {field!r}, "
+                raise PredicateError(f"predicate {name!r} ({self._written(name)}) reads field {field!r}, "
                                      f"which {owner} lacks", predicate=name, where=where) from exc
             except Exception as exc:
-                raise PredicateError(f"predicate {name!r} ({expression}) cannot be evaluated: "
+                raise PredicateError(f"predicate {name!r} ({self._written(name)}) cannot be evaluated: "
                                      f"{_first_line(exc)}", predicate=name) from exc
+
+    def _written(self, name: str) -> str:
+        """A predicate's CEL as the spec wrote it (what runs may be rewritten: :func:`text_actions`)."""
+        return self.spec.predicates[name].cel or ""
 
     def is_unsafe(self, bits: int) -> bool:
         """Whether the spec's ``unsafe`` condition holds in abstract state ``bits``."""

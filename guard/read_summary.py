@@ -9,7 +9,7 @@ the same kind read as one line with its first few places.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -65,6 +65,9 @@ class IngestSummary:
         mismatches: logged facts rewritten, by kind, with count and first places.
         empty: input files that held no record at all.
         formats: the format each file was read as.
+        kept: record fields a format does not map that were kept under the runs' ``meta``, with the number of
+            runs that kept each (``agentspec``: ``risk_category``, ``output``, …).
+        cut: values kept under ``meta`` that were cut to size (long texts, long lists).
     """
 
     runs: int = 0
@@ -72,6 +75,8 @@ class IngestSummary:
     mismatches: dict[str, _Tally] = field(default_factory=dict)
     empty: list[str] = field(default_factory=list)
     formats: dict[str, str] = field(default_factory=dict)
+    kept: dict[str, int] = field(default_factory=dict)
+    cut: int = 0
 
     @property
     def skipped_count(self) -> int:
@@ -86,6 +91,12 @@ class IngestSummary:
 
     def mismatch(self, kind: str, place: str) -> None:
         self.mismatches.setdefault(kind, _Tally()).add(place)
+
+    def keep(self, names: Iterable[str], cut: int = 0) -> None:
+        """A run was written with these record fields under its ``meta``, ``cut`` of their values cut to size."""
+        for name in names:
+            self.kept[name] = self.kept.get(name, 0) + 1
+        self.cut += cut
 
     def handler(self, on_error: OnError) -> Callable[[ForewarnError], None]:
         """What to do with a bad record: raise it (``stop``) or count it (``skip``)."""
@@ -110,6 +121,7 @@ class IngestSummary:
                                    for k, t in self.mismatches.items()],
             "empty_files": list(self.empty),
             "formats": dict(self.formats),
+            **({"kept_in_meta": dict(self.kept), "cut_in_meta": self.cut} if self.kept else {}),
         }
 
     def lines(self, verb: str = "read") -> list[str]:
@@ -121,6 +133,10 @@ class IngestSummary:
             head += f" ({', '.join(kinds)})"
         out = [head + (f"; skipped {self.skipped_count}" if self.skipped else "; skipped none")
                + (f"; {self.mismatch_count} logged facts rewritten" if self.mismatches else "")]
+        if self.kept:
+            fields = sorted(self.kept.items(), key=lambda kv: (-kv[1], kv[0]))
+            out.append("  kept under meta: " + ", ".join(f"{name} ({n})" for name, n in fields)
+                       + (f"; {self.cut} long values cut to size" if self.cut else ""))
         for reason, tally in sorted(self.skipped.items(), key=lambda kv: -kv[1].count):
             out.append(f"  skipped {tally.count}: {reason} (first at {', '.join(tally.places)})")
         for kind, tally in sorted(self.mismatches.items(), key=lambda kv: -kv[1].count):

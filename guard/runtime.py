@@ -7,7 +7,7 @@ cached per product state because the model, and so the answer, is fixed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -16,17 +16,20 @@ import numpy as np
 
 from ..errors import PredicateBudgetExceeded
 from ._cel_cost import DEFAULT_CPU_BUDGET
+from ._lazy_decision import LazyDecision, PropertyRow
 from .chain import count_totals
+from .decision import Decision, PropertyValue
 from .kind_posterior import Belief
 from .memory import build_memory
 from .model import GuardModel
 from .monitoring import build_monitors
 from .policy import Policy, act
 from .predicates import PredicateSet, PythonPredicate
-from .spec import Action, Meaning
+from .spec import Action, Meaning, Trigger
+from .telemetry import record_decision
 from .thresholds import start_risk, supported_increase, warn_initial_crossings
 
-__all__ = ["Decision", "PropertyValue", "Guard", "Session", "StepRecord"]
+__all__ = ["Accepted", "Decision", "PropertyValue", "Guard", "Session", "StepRecord"]
 
 MonitorStates = tuple[int, ...]
 
@@ -36,176 +39,6 @@ class _StateWords(NamedTuple):
     monitor_words: dict[str, str]
     violated: list[str]
     unsafe_now: bool
-
-
-@dataclass(frozen=True, slots=True)
-class PropertyValue:
-    """One guarded property in one state: its risk, bounds and the action it calls for."""
-
-    name: str
-    formula: str
-    p_unsafe: float | None
-    p_safe: float | None
-    lower: float | None  # certified bounds on p_unsafe (sound/exact checking)
-    upper: float | None
-    action: Action
-    threshold: float | None
-    ci_low: float | None = None  # statistical confidence interval of p_unsafe (1 − learning.delta)
-    ci_high: float | None = None
-    baseline_p_unsafe: float | None = None  # trigger increase: the run's risk p_unsafe was compared with
-    increase: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "formula": self.formula, "p_unsafe": self.p_unsafe, "p_safe": self.p_safe,
-                "lower": self.lower, "upper": self.upper, "ci_low": self.ci_low, "ci_high": self.ci_high,
-                "action": self.action.value, "threshold": self.threshold,
-                "baseline_p_unsafe": self.baseline_p_unsafe, "increase": self.increase}
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What the guard says about one state.
-
-    The top-level figures are those of the property that calls for the most severe
-    action (the lowest p_safe among equals); ``properties`` has every property.
-    ``p_unsafe`` is ``None`` when the model never saw the state; ``lower``/``upper``
-    are Storm's certified bounds on it when the model was checked soundly (numerical,
-    not statistical); ``ci_low``/``ci_high`` its statistical confidence interval at
-    confidence 1 − ``learning.delta``, and ``visits`` the departures observed from the
-    state in the runs the model was learned from. Under the increase trigger
-    ``baseline_p_unsafe`` is the run's risk the step was compared with and ``increase`` =
-    ``p_unsafe`` − it; under the level trigger both are None.
-    """
-
-    action: Action
-    p_unsafe: float | None
-    p_safe: float | None
-    property: str
-    abstract_state: dict[str, bool]
-    message: str
-    lower: float | None = None
-    upper: float | None = None
-    threshold: float | None = None
-    known: bool = True
-    unsafe_now: bool = False
-    properties: tuple[PropertyValue, ...] = ()
-    monitors: dict[str, str] = field(default_factory=dict)
-    ci_low: float | None = None
-    ci_high: float | None = None
-    visits: int | None = None
-    member: str | None = None  # in a bundle: the member that decided ("pooled" or a group's value)
-    group: str | None = None  # in a bundle: the session's group (None: its metadata has no grouping key)
-    fallback: bool = False  # in a bundle: no model for the session's group, the pooled one decided
-    baseline_p_unsafe: float | None = None
-    increase: float | None = None
-    # the learned chain's state the figures were read from (None: never seen, or a history the runs never
-    # showed); what `forewarn states` numbers it, for the likeliest path from here (guard/states.py)
-    index: int | None = None
-    # the predicates could not read the state within their CPU budget (Guard.over_budget); said in the message
-    over_budget: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action.value, "p_unsafe": self.p_unsafe, "p_safe": self.p_safe,
-            "lower": self.lower, "upper": self.upper, "ci_low": self.ci_low, "ci_high": self.ci_high,
-            "visits": self.visits, "property": self.property,
-            "abstract_state": dict(self.abstract_state), "message": self.message,
-            "threshold": self.threshold, "known": self.known, "unsafe_now": self.unsafe_now,
-            "baseline_p_unsafe": self.baseline_p_unsafe, "increase": self.increase,
-            "properties": [p.to_dict() for p in self.properties], "monitors": dict(self.monitors),
-            "member": self.member, "group": self.group, "fallback": self.fallback,
-        }
-
-
-PropertyRow = tuple[str, str, float, float, float | None, float | None, Action, float | None,
-                    float | None, float | None, float | None, float | None]  # PropertyValue's fields, in order
-_MESSAGE = Decision.__dict__["message"]  # the slots the dataclass keeps the two fields in
-_PROPERTIES = Decision.__dict__["properties"]
-
-
-class _Written(Decision):
-    """A decision the guard made, whose ``message`` and ``properties`` are written when first read.
-
-    Most decisions are cached and acted on by their action and figures alone; writing the words and
-    one object per property is most of what a first-time decision costs. Once read they are kept, and
-    every field equals what the eager decision holds (``==`` compares it field for field with one).
-    """
-
-    __slots__ = ("_rows", "_write")
-    _rows: tuple[PropertyRow, ...] | None  # None once ``properties`` is written
-    _write: Callable[[tuple[PropertyValue, ...]], str] | None  # the message from the properties; None once written
-
-    @classmethod
-    def pending(cls, rows: tuple[PropertyRow, ...], write: Callable[[tuple[PropertyValue, ...]], str] | None, *,
-                action: Action, p_unsafe: float | None, p_safe: float | None, property: str,
-                abstract_state: dict[str, bool], monitors: dict[str, str], lower: float | None = None,
-                upper: float | None = None, threshold: float | None = None, known: bool = True,
-                unsafe_now: bool = False, ci_low: float | None = None, ci_high: float | None = None,
-                visits: int | None = None, baseline_p_unsafe: float | None = None, increase: float | None = None,
-                index: int | None = None) -> _Written:
-        """The decision with these figures (Decision's fields; the rest default) whose properties are
-        ``rows`` and whose message is ``write(properties)``, or "" without ``write``. Every field of
-        Decision is set here (a new one must be too: reading an unset slot raises)."""
-        d: Any = object.__new__(_Draft)  # filled by plain stores, then made a _Written (see _Draft)
-        d.action, d.p_unsafe, d.p_safe, d.property, d.abstract_state = action, p_unsafe, p_safe, property, abstract_state
-        d.lower, d.upper, d.threshold, d.known, d.unsafe_now = lower, upper, threshold, known, unsafe_now
-        d.monitors, d.ci_low, d.ci_high, d.visits, d.index = monitors, ci_low, ci_high, visits, index
-        d.baseline_p_unsafe, d.increase = baseline_p_unsafe, increase
-        d.message, d.properties, d.member, d.group, d.fallback, d.over_budget = "", (), None, None, False, False
-        d._rows, d._write = rows, write
-        d.__class__ = _Written
-        written: _Written = d
-        return written
-
-    @property
-    def properties(self) -> tuple[PropertyValue, ...]:
-        rows = getattr(self, "_rows", None)  # unset in a copy made by replace(): written then
-        if rows is not None:
-            _PROPERTIES.__set__(self, tuple(PropertyValue(*row) for row in rows))
-            object.__setattr__(self, "_rows", None)  # after the value: a concurrent reader sees one or the other
-        value: tuple[PropertyValue, ...] = _PROPERTIES.__get__(self)
-        return value
-
-    @properties.setter
-    def properties(self, value: tuple[PropertyValue, ...]) -> None:  # dataclass __init__, replace(), copies
-        _PROPERTIES.__set__(self, value)
-
-    @property
-    def message(self) -> str:
-        write = getattr(self, "_write", None)
-        if write is not None:
-            _MESSAGE.__set__(self, write(self.properties))
-            object.__setattr__(self, "_write", None)
-        value: str = _MESSAGE.__get__(self)
-        return value
-
-    @message.setter
-    def message(self, value: str) -> None:
-        _MESSAGE.__set__(self, value)
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) not in (Decision, _Written):
-            return NotImplemented
-        return tuple(getattr(self, f.name) for f in fields(Decision)) == \
-            tuple(getattr(other, f.name) for f in fields(Decision))
-
-    __hash__ = Decision.__hash__
-
-    def __repr__(self) -> str:
-        return "Decision" + Decision.__repr__(self).removeprefix(type(self).__qualname__)
-
-
-class _Draft(Decision):
-    """A :class:`_Written` being filled in :meth:`_Written.pending`: the same slots, writable.
-
-    A frozen dataclass stores a field through a call (~0.2 µs; a first-time decision sets 25), a
-    class with plain ``__setattr__`` and ``__delattr__`` straight into the slot (~10 ns). Once filled,
-    the object's class becomes ``_Written`` (same layout), frozen like every Decision.
-    """
-
-    __slots__ = _Written.__slots__  # the same layout, which the class change requires
-    __setattr__ = object.__setattr__  # both, or CPython keeps the slow path for the pair
-    __delattr__ = object.__delattr__
 
 
 class Guard:
@@ -221,7 +54,16 @@ class Guard:
         cpu_budget: seconds of CPU the CEL predicates of one step may cost, estimated before
             they run (``guard/_cel_cost.py``); a step past it is decided as an unseen state.
             None: unbounded. Applies to predicates built here (shared ones keep theirs).
+
+    Attributes:
+        start_warning: whether the guard's first session under the level trigger warns
+            (:class:`~forewarn.errors.ThresholdWarning`) when a threshold is already crossed where
+            runs start (:mod:`guard.thresholds`); :meth:`load` sets it, the constructor does not.
     """
+
+    # set by load(): not at load, where the guard's trigger is not known yet (the LangChain middleware
+    # sets increase), but at the first session that decides under the level trigger, once per guard
+    start_warning = False
 
     def __init__(self, model: GuardModel, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
@@ -291,11 +133,12 @@ class Guard:
         """Load a model file written by ``forewarn learn`` (validated, and its signature checked against
         ``trusted_keys`` when given or set in the environment; see :meth:`GuardModel.load`).
 
-        Warns (:class:`~forewarn.errors.ThresholdWarning`) when a threshold is already crossed
-        in an initial state under the level trigger (see :mod:`guard.thresholds`).
+        Its first session under the level trigger warns (:class:`~forewarn.errors.ThresholdWarning`)
+        when a threshold is already crossed in an initial state (see :mod:`guard.thresholds`); loading
+        does not, since the guard may go where another trigger applies (the LangChain middleware).
         """
         guard = cls(GuardModel.load(path, trusted_keys=trusted_keys), **options)
-        warn_initial_crossings(guard.model, guard.policy, stacklevel=2)
+        guard.start_warning = True
         return guard
 
     def session(self, policy: Policy | None = None, *, metadata: Mapping[str, Any] | None = None) -> Session:
@@ -304,8 +147,16 @@ class Guard:
         Args:
             policy: overrides the guard's for this session alone.
             metadata: the run's context, which predicates read as ``meta``.
+
+        Warns (:class:`~forewarn.errors.ThresholdWarning`), for a guard of :meth:`load` and once per
+        guard, when this is its first session under the level trigger and a threshold is already
+        crossed where runs start: the session's first steps will all be acted on.
         """
-        return Session(self if policy is None else self.with_policy(policy), metadata=metadata)
+        guard = self if policy is None else self.with_policy(policy)
+        if self.start_warning and guard.policy.trigger is not Trigger.INCREASE:
+            self.start_warning = False
+            warn_initial_crossings(guard.model, guard.policy, stacklevel=2)
+        return Session(guard, metadata=metadata)
 
     def for_metadata(self, metadata: Mapping[str, Any] | None) -> Guard:
         """The guard that decides for a run with this metadata: this one (a bundle picks a member)."""
@@ -431,11 +282,11 @@ class Guard:
     def _make_decision(self, bits: int, q: MonitorStates, index: int | None,
                        baseline: tuple[float, ...] | None = None, belief: Belief | None = None) -> Decision:
         """The decision in product state (bits, q), the chain's state ``index``; its message and its
-        properties are written when first read (:class:`_Written`)."""
+        properties are written when first read (:class:`~guard._lazy_decision.LazyDecision`)."""
         abstract, monitor_words, violated, unsafe_now = self._state_words(bits, q)
         policy = self.policy
         if index is None and not unsafe_now:
-            return _Written.pending((), partial(self._unseen_message, policy, bits, monitor_words),
+            return LazyDecision.pending((), partial(self._unseen_message, policy, bits, monitor_words),
                                     action=policy.unseen_state, p_unsafe=None, p_safe=None, property=self.property,
                                     abstract_state=abstract, known=False, monitors=monitor_words, visits=0)
         visits = None if index is None else self._visits[index]
@@ -479,7 +330,7 @@ class Guard:
             write = partial(self._evidence_message, policy, bits, monitor_words, w, visits)
         elif action is not Action.ALLOW:
             write = partial(self._risk_message, policy, bits, monitor_words, w, unsafe_now, violated, visits)
-        return _Written.pending(tuple(rows), write, action=action, p_unsafe=p_unsafe, p_safe=p_safe,
+        return LazyDecision.pending(tuple(rows), write, action=action, p_unsafe=p_unsafe, p_safe=p_safe,
                                 property=formula, abstract_state=abstract, lower=lower, upper=upper,
                                 threshold=threshold, known=index is not None, unsafe_now=unsafe_now,
                                 monitors=monitor_words, ci_low=ci_low, ci_high=ci_high, visits=visits,
@@ -561,12 +412,27 @@ class StepRecord:
     t: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """Where a run stood before a person approved a call: its last committed step then (None: the
+    approved call was its first), its risk ``baseline`` then (increase trigger, else None). An
+    approval covers that one call, so the risk it took the run to is not one later calls may rely on
+    (:mod:`guard.judge`)."""
+
+    last: StepRecord | None
+    baseline: tuple[float, ...] | None
+
+
 @dataclass
 class Session:
     """One agent run under a guard. ``observe`` commits a step; ``preview`` does not.
 
     ``baseline`` (increase trigger only, else None): the run's current risk per property —
     the guard's starting risk, then that of the last committed step whose risk is known.
+    ``accepted``: where the run stood before a step a person approved, while the run is still
+    where that approval took it (None: no approval carries the run). ``traced``: each decision is a
+    ``forewarn.decision`` span when the application configured OpenTelemetry (:mod:`guard.telemetry`);
+    an integration that records a richer span of its own turns it off.
     """
 
     guard: Guard
@@ -575,6 +441,8 @@ class Session:
     metadata: Mapping[str, Any] | None = None  # the run's context: predicates read it as `meta`
     baseline: tuple[float, ...] | None = None
     belief: Belief | None = None  # learning.kinds: the posterior over kinds given the committed steps
+    accepted: Accepted | None = None
+    traced: bool = True
 
     def __post_init__(self) -> None:
         if self.baseline is None and self.guard.policy.increase is not None:
@@ -587,8 +455,10 @@ class Session:
             return bits, guard.first_monitor_states(bits, action)
         return bits, guard.next_monitor_states(self.monitor_states, bits, action)
 
-    def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None) -> Decision:
-        """Commit the agent's new state (reached by ``action``, which predicates read) and decide on it.
+    def observe(self, state: Mapping[str, Any], *, action: Any = None, t: float | None = None,
+                approved: bool = False) -> Decision:
+        """Commit the agent's new state (reached by ``action``, which predicates read) and decide on it;
+        ``approved``: a person approved the call that led here (see :attr:`accepted`).
 
         A state the predicates cannot read within their CPU budget gets :meth:`Guard.over_budget`'s
         decision; the step is recorded, but the session's abstract and monitor states stay where they
@@ -597,8 +467,16 @@ class Session:
         try:
             bits, q = self._next(state, action)
         except PredicateBudgetExceeded as exc:
-            return self._commit_unread(exc, action, t)
-        return self._commit(bits, q, action, t)
+            decision = self._commit_unread(exc, action, t)
+        else:
+            if approved:
+                self.accepted = self.accepted or Accepted(self.history[-1] if self.history else None, self.baseline)
+            elif self.accepted is not None and self._decide_from(self.accepted, bits, q).action is Action.ALLOW:
+                self.accepted = None  # back where the guard allows on its own: no approval carries the run
+            decision = self._commit(bits, q, action, t)
+        if self.traced:
+            record_decision(decision, phase="observed")
+        return decision
 
     def _commit_unread(self, exc: PredicateBudgetExceeded, action: Any, t: float | None) -> Decision:
         guard = self.guard
@@ -626,13 +504,33 @@ class Session:
         try:
             bits, q = self._next(state, action)
         except PredicateBudgetExceeded as exc:
+            decision = self.guard.over_budget(exc)
+        else:
+            belief = self.guard.believe(self.belief if self.history else None, bits, q)
+            decision = self.guard.decide_product(bits, q, self.baseline, belief)
+        if self.traced:
+            record_decision(decision, phase="proposed")
+        return decision
+
+    def preview_from_approval(self, state: Mapping[str, Any], *, action: Any = None) -> Decision | None:
+        """:meth:`preview` as if the run still stood where it did before the approval that carries it
+        (its risk then as the baseline), or None when no approval does."""
+        if self.accepted is None:
+            return None
+        try:
+            bits, q = self._next(state, action)
+        except PredicateBudgetExceeded as exc:
             return self.guard.over_budget(exc)
+        return self._decide_from(self.accepted, bits, q)
+
+    def _decide_from(self, accepted: Accepted, bits: int, q: MonitorStates) -> Decision:
         belief = self.guard.believe(self.belief if self.history else None, bits, q)
-        return self.guard.decide_product(bits, q, self.baseline, belief)
+        return self.guard.decide_product(bits, q, accepted.baseline, belief)
 
     def restore(self, abstract_history: list[tuple[int, MonitorStates]]) -> None:
         """Resume a session from its committed (abstract state, monitor states) history."""
         self.history, self.monitor_states, self.baseline, self.belief = [], None, None, None
+        self.accepted = None
         self.__post_init__()
         for bits, q in abstract_history:
             self._commit(bits, q)

@@ -8,13 +8,17 @@ private key: ``forewarn learn --sign KEY`` (or ``$FOREWARN_SIGNING_KEY``) adds
                   "signed_at": <Unix time in seconds>, "value": "<base64 of the 64-byte signature>"}
 
 over the same canonical bytes the checksum covers (the body without ``checksum`` and
-``signature``, keys sorted, orjson), followed by the signing time: the time is signed too,
+``signature``, keys sorted, orjson: every other field, known or not), followed by the signing
+time: the time is signed too,
 so a server can refuse to go back to an older model under a name (rollback protection,
 docs/security.md). Signatures of 0.1, without ``signed_at``, cover the body alone and
 count as older than any signature with a time. Whoever loads the model with trusted public keys
 (``trusted_keys=``, ``forewarn check --trusted-key``, ``$FOREWARN_TRUSTED_KEYS``, the
 server's ``trusted_keys``) refuses unsigned files, files signed by another key and
-files changed after signing. Keys are PEM files (``openssl genpkey -algorithm ed25519``,
+files changed after signing. A ``signature`` holds those four fields and no other: a field
+there is covered by no signature, so one the verifier does not know is refused, not carried
+along on a valid signature (an unknown field elsewhere is signed, and the loader's schema
+refuses it). Keys are PEM files (``openssl genpkey -algorithm ed25519``,
 or :func:`generate_keypair`).
 """
 from __future__ import annotations
@@ -34,13 +38,15 @@ import orjson
 
 from ..errors import ModelFileError
 
-__all__ = ["ENV_SIGNING_KEY", "ENV_TRUSTED_KEYS", "SignatureError", "TrustedKey", "canonical_body",
+__all__ = ["ENV_SIGNING_KEY", "ENV_TRUSTED_KEYS", "SIGNATURE_FIELDS", "SignatureError", "TrustedKey", "canonical_body",
            "generate_keypair", "load_private_key", "load_trusted_keys", "sign_document", "signing_time",
            "trusted_keys_from_env", "verify_document"]
 
 ENV_SIGNING_KEY = "FOREWARN_SIGNING_KEY"
 ENV_TRUSTED_KEYS = "FOREWARN_TRUSTED_KEYS"
 ALGORITHM = "ed25519"
+# the fields of a signature: the only part of a document it does not cover, so nothing else may be there
+SIGNATURE_FIELDS = ("algorithm", "key_id", "signed_at", "value")
 _MAX_KEY_BYTES = 64 * 1024
 
 
@@ -158,6 +164,10 @@ def verify_document(document: dict[str, Any], keys: Sequence[TrustedKey], *, sou
     if not isinstance(signature, dict):
         raise SignatureError(f"{source}: the model is not signed, and only models signed by a trusted key "
                              f"({trusted}) are accepted; sign it with 'forewarn learn --sign KEY'")
+    unknown = sorted(str(k) for k in signature if k not in SIGNATURE_FIELDS)
+    if unknown:
+        raise SignatureError(f"{source}: signature.{unknown[0]}: not a field of a signature "
+                             f"({', '.join(SIGNATURE_FIELDS)}); no signature covers it, so it is refused")
     if signature.get("algorithm") != ALGORITHM:
         raise SignatureError(f"{source}: signature algorithm {signature.get('algorithm')!r} is not supported "
                              f"(only {ALGORITHM!r})")

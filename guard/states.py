@@ -50,6 +50,10 @@ class StateRow:
     path_probability: float | None
     # the Markov test rejected here (guard/markov.py): runs here differ by more than the state shows
     mismatch: bool = False
+    # the guarded property whose figures these are: the one calling for the most severe action here
+    property: str | None = None
+    # with several guarded properties (guard.properties): each one's p_unsafe, action and threshold here
+    properties: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "predicates": self.predicates, "monitors": self.monitors,
@@ -57,7 +61,8 @@ class StateRow:
                 "p_unsafe": self.p_unsafe, "lower": self.lower, "upper": self.upper,
                 "ci_low": self.ci_low, "ci_high": self.ci_high, "action": self.action,
                 "threshold": self.threshold, "path": self.path, "path_probability": self.path_probability,
-                "markov_mismatch": self.mismatch}
+                "markov_mismatch": self.mismatch, "property": self.property,
+                **({} if self.properties is None else {"properties": self.properties})}
 
 
 def most_likely_paths(matrix: sp.csr_matrix, targets: np.ndarray, absorbing: np.ndarray
@@ -143,6 +148,10 @@ def state_rows(model: GuardModel, guard: Guard | None = None) -> list[StateRow]:
             predicates = bits & ((1 << width) - 1)
             decision = guard.decide_product(predicates, (*q, memory.state_for(predicates, bits >> width)))
         path = _walk(successor, i) if probability[i] > 0.0 else None
+        deciding = next((v.name for v in decision.properties if v.formula == decision.property), None)
+        several = None if len(decision.properties) < 2 else {
+            v.name: {"p_unsafe": v.p_unsafe, "action": v.action.value, "threshold": v.threshold}
+            for v in decision.properties}
         rows.append(StateRow(
             index=i, predicates={n: bool(bits >> b & 1) for b, n in enumerate(dtmc.predicates)},
             monitors=dict(decision.monitors), unsafe=bool(dtmc.unsafe[i]), visits=int(visits[i]),
@@ -153,5 +162,5 @@ def state_rows(model: GuardModel, guard: Guard | None = None) -> list[StateRow]:
             ci_low=getattr(decision, "ci_low", None), ci_high=getattr(decision, "ci_high", None),
             action=decision.action.value, threshold=decision.threshold,
             path=path, path_probability=None if path is None else float(probability[i]),
-            mismatch=bool(flagged is not None and flagged[i])))
+            mismatch=bool(flagged is not None and flagged[i]), property=deciding, properties=several))
     return rows

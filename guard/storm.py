@@ -210,7 +210,8 @@ def check_sparse_model(model: Any, formula: str, *, method: Method = Method.SOUN
     env = _environment(method, precision)
     started = time.perf_counter()
     try:
-        result = stormpy.model_checking(model, prop, environment=env)
+        with _storm_errors_dropped():
+            result = stormpy.model_checking(model, prop, environment=env)
     except Exception as exc:
         raise CheckError(f"Storm could not check {formula!r}: {_first_line(exc)}") from exc
     if result.is_qualitative():
@@ -259,7 +260,8 @@ def _verdict_outcome(model: Any, prop: Any, result: Any, formula: str, method: M
     values, lower, upper = np.full(model.nr_states, np.nan), None, None
     if quantitative is not None:
         try:
-            numbers = stormpy.model_checking(model, quantitative, environment=env)
+            with _storm_errors_dropped():
+                numbers = stormpy.model_checking(model, quantitative, environment=env)
         except Exception as exc:
             raise CheckError(f"Storm could not check {formula!r}: {_first_line(exc)}") from exc
         values, lower, upper = _value_vectors(numbers, method)
@@ -282,7 +284,8 @@ def check_qualitative(model: Any, formula: str) -> np.ndarray:
     """A qualitative property (e.g. ``P>0 [F "unsafe"]``) for every state, as booleans."""
     validate_formula(formula)
     try:
-        result = stormpy.model_checking(model, stormpy.parse_properties(formula)[0])
+        with _storm_errors_dropped():
+            result = stormpy.model_checking(model, stormpy.parse_properties(formula)[0])
     except Exception as exc:
         raise CheckError(f"Storm could not check {formula!r}: {_first_line(exc)}") from exc
     return _truth(result, model.nr_states)
@@ -377,7 +380,8 @@ def check_prism_file(path: str | Path, formula: str, *, constants: str | None = 
                      method: Method = Method.SOUND, precision: float = 1e-6) -> PrismCheck:
     """Check a PRISM DTMC file (people's existing models) with constants like ``'N=16,K=2'``."""
     try:
-        program = stormpy.parse_prism_program(str(path))
+        with _storm_errors_dropped():
+            program = stormpy.parse_prism_program(str(path))
     except Exception as exc:
         raise CheckError(f"{path}: PRISM model does not parse: {_first_line(exc)}") from exc
     if program.model_type != _io.PrismModelType.DTMC:
@@ -391,7 +395,8 @@ def check_prism_file(path: str | Path, formula: str, *, constants: str | None = 
         raise CheckError(f"expected exactly one property, got {len(properties)} in {formula!r}")
     if constants:
         try:
-            program, properties = stormpy.instantiate_constants(program, constants, properties)
+            with _storm_errors_dropped():
+                program, properties = stormpy.instantiate_constants(program, constants, properties)
         except Exception as exc:
             raise CheckError(f"{path}: constants {constants!r}: {_first_line(exc)}") from exc
     if program.has_undefined_constants:
@@ -404,17 +409,19 @@ def check_prism_file(path: str | Path, formula: str, *, constants: str | None = 
         # rewards it would need upper bounds on them that the PRISM file does not give.
         method = Method.TOPOLOGICAL
     try:
-        value_type = stormpy.Rational if method is Method.EXACT else float
-        options = stormpy.BuilderOptions([raw])
-        options.set_build_state_valuations()
-        model = stormpy.build_model[value_type](program, options=options)
-        env = _environment(method, precision)
-        result = stormpy.model_checking(model, properties[0], environment=env)
-        verdicts = None
-        if result.is_qualitative():
-            verdicts = _truth(result, model.nr_states)
-            quantitative = _without_bound(properties[0])
-            result = None if quantitative is None else stormpy.model_checking(model, quantitative, environment=env)
+        with _storm_errors_dropped():
+            value_type = stormpy.Rational if method is Method.EXACT else float
+            options = stormpy.BuilderOptions([raw])
+            options.set_build_state_valuations()
+            model = stormpy.build_model[value_type](program, options=options)
+            env = _environment(method, precision)
+            result = stormpy.model_checking(model, properties[0], environment=env)
+            verdicts = None
+            if result.is_qualitative():
+                verdicts = _truth(result, model.nr_states)
+                quantitative = _without_bound(properties[0])
+                result = None if quantitative is None else \
+                    stormpy.model_checking(model, quantitative, environment=env)
     except Exception as exc:
         raise CheckError(f"{path}: Storm could not check {formula!r}: {_first_line(exc)}") from exc
     raw_values = np.full(model.nr_states, np.nan) if result is None else \
@@ -474,6 +481,48 @@ def _storm_log_quiet() -> Iterator[None]:
         os.dup2(saved[1], 2)
         os.close(saved[0])
         os.close(saved[1])
+
+
+@contextlib.contextmanager
+def _storm_errors_dropped() -> Iterator[None]:
+    """Hold what Storm prints on descriptors 1 and 2 during one call: passed on if the call
+    succeeds (Storm's warnings), dropped if it raises.
+
+    Storm logs an error (``ERROR (SparsePropositionalModelChecker.cpp:46): The property refers
+    to unknown label 'x'``) and then throws it; the CheckError made of the exception says it
+    once, in one line, and the log line above it would say it twice, raw. stormpy's own log
+    level (``stormpy.developer.set_log_level``) cannot hide errors and keep warnings.
+    """
+    import tempfile
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = [os.dup(1), os.dup(2)]
+    except (OSError, ValueError):  # no real file descriptors (embedded interpreters): nothing to hold
+        yield
+        return
+    with tempfile.TemporaryFile() as held_out, tempfile.TemporaryFile() as held_err:
+        failed = True
+        try:
+            os.dup2(held_out.fileno(), 1)
+            os.dup2(held_err.fileno(), 2)
+            yield
+            failed = False
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            for fd, held in ((1, held_out), (2, held_err)):
+                if not failed:
+                    held.seek(0)
+                    _write_all(fd, held.read())
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
 
 
 def _parse_problem(exc: BaseException) -> str:

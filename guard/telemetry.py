@@ -23,7 +23,10 @@ The span is a child of the span current where the decision is taken — the GenA
 ``forewarn.baseline_p_unsafe``  under the increase trigger, the run's risk before the call
 ========================  ===========================================================
 
-Used by the LangChain middleware, the MCP proxy and the sidecar (``record_decision(decision,
+Every decision is one span, whatever made it: a :class:`~guard.runtime.Session` records its own
+(``observe``: phase ``observed``; ``preview``: ``proposed``), unless an integration that records a
+richer one turned that off (``Session.traced``): the LangChain middleware, the MCP proxy and the
+sidecar (``record_decision(decision,
 tool=..., phase=..., session=..., call_id=..., action=..., carrier=...)``). The sidecar passes its
 request's headers as ``carrier``: where no span is current (the server itself is not instrumented),
 the span's parent is the caller's, read from the W3C ``traceparent`` header by the propagator the
@@ -31,13 +34,15 @@ application configured — so a decision the sidecar takes sits in the agent's o
 """
 from __future__ import annotations
 
+import builtins
+import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from .runtime import Decision
     from .spec import Action
 
 _trace: Any
@@ -49,17 +54,48 @@ except ModuleNotFoundError:  # opentelemetry-api absent: every call is a no-op
 __all__ = ["SPAN_NAME", "decision_attributes", "record_decision", "tracing"]
 
 SPAN_NAME = "forewarn.decision"
+_FROM_ENVIRONMENT = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ  # a provider the API loads by name
 _TRACERS: dict[int, tuple[Any, Any]] = {}  # per provider: (the provider, its tracer for Forewarn)
 
 
-def decision_attributes(decision: Decision, *, tool: str | None = None, phase: str | None = None,
+class Decided(Protocol):
+    """What a span reads of a decision (:class:`~guard.runtime.Decision`, which sits above this module:
+    the runtime records its own decisions' spans)."""
+
+    @builtins.property
+    def action(self) -> Action: ...
+    @builtins.property
+    def p_unsafe(self) -> float | None: ...
+    @builtins.property
+    def ci_low(self) -> float | None: ...
+    @builtins.property
+    def ci_high(self) -> float | None: ...
+    @builtins.property
+    def properties(self) -> tuple[Any, ...]: ...
+    @builtins.property
+    def abstract_state(self) -> dict[str, bool]: ...
+    @builtins.property
+    def known(self) -> bool: ...
+    @builtins.property
+    def unsafe_now(self) -> bool: ...
+    @builtins.property
+    def visits(self) -> int | None: ...
+    @builtins.property
+    def threshold(self) -> float | None: ...
+    @builtins.property
+    def baseline_p_unsafe(self) -> float | None: ...
+    @builtins.property
+    def property(self) -> str: ...
+
+
+def decision_attributes(decision: Decided, *, tool: str | None = None, phase: str | None = None,
                         session: str | None = None, call_id: str | None = None,
                         action: Action | str | None = None) -> dict[str, Any]:
     """The span's attributes (None values left out, as OpenTelemetry requires)."""
     acted = action if action is not None else decision.action
     rule = next((p.name for p in decision.properties if p.formula == decision.property), None)
     values: Mapping[str, Any] = {
-        "forewarn.action": acted if isinstance(acted, str) else acted.value,
+        "forewarn.action": acted,
         "forewarn.decided": decision.action.value,
         "forewarn.p_unsafe": decision.p_unsafe, "forewarn.ci_low": decision.ci_low,
         "forewarn.ci_high": decision.ci_high, "forewarn.rule": rule or decision.property,
@@ -71,7 +107,25 @@ def decision_attributes(decision: Decision, *, tool: str | None = None, phase: s
         "forewarn.tool": tool, "forewarn.session": session,
         "gen_ai.tool.name": tool, "gen_ai.tool.call.id": call_id,
     }
-    return {k: v for k, v in values.items() if v is not None}
+    return {k: _plain(v) for k, v in values.items() if v is not None}
+
+
+def _plain(value: Any) -> str | bool | int | float:
+    """``value`` as the plain Python type OpenTelemetry stores: an enum as its value (an ``Action`` is a
+    ``str`` whose ``str()`` is ``Action.ALLOW``, which an exporter would write), a numpy scalar as a number."""
+    if isinstance(value, Enum):
+        value = value.value
+    if not isinstance(value, str | bool | int | float) and callable(getattr(value, "item", None)):
+        value = value.item()  # a numpy scalar (np.float64, np.int64, np.bool_)
+    if isinstance(value, bool):  # first: a bool is an int
+        return bool(value)
+    if isinstance(value, str):
+        return str.__str__(value)  # a subclass's own text, not what its __str__ says
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    raise TypeError(f"a span attribute must be a str, bool, int or float, not {type(value).__name__}")
 
 
 def tracing() -> bool:
@@ -81,14 +135,23 @@ def tracing() -> bool:
 
 
 def _configured_provider() -> Any | None:
-    """The tracer provider the application set, or None (OpenTelemetry absent or not configured)."""
+    """The tracer provider the application set, or None (OpenTelemetry absent or not configured).
+
+    Read from the API's global as ``set_tracer_provider`` leaves it: ``get_tracer_provider`` looks
+    the environment up on every call while none is set (2.2 µs here, a quarter of a decision); a
+    provider named only by ``OTEL_PYTHON_TRACER_PROVIDER`` (read once, at import) goes through it.
+    """
     if _trace is None:
         return None
-    provider = _trace.get_tracer_provider()
+    provider = getattr(_trace, "_TRACER_PROVIDER", None)
+    if provider is None:
+        if not _FROM_ENVIRONMENT:
+            return None
+        provider = _trace.get_tracer_provider()
     return None if isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider) else provider
 
 
-def record_decision(decision: Decision, *, tool: str | None = None, phase: str | None = None,
+def record_decision(decision: Decided, *, tool: str | None = None, phase: str | None = None,
                     session: str | None = None, call_id: str | None = None,
                     action: Action | str | None = None, carrier: Mapping[str, str] | None = None) -> None:
     """Emit one ``forewarn.decision`` span (see the module's doc); a no-op without a tracer provider.

@@ -9,8 +9,9 @@ last committed step whose risk is known.
 When ``p_safe`` of an initial state is already below a threshold, a guard with the
 level trigger acts on every first step of a run that starts there, whatever the step
 does — a user reads that as the guard misbehaving. :func:`initial_crossings` says so in
-words; ``forewarn learn`` prints it, ``Guard.load`` and the LangChain middleware warn
-with :class:`~forewarn.errors.ThresholdWarning`.
+words; ``forewarn learn`` prints it; the first session under the level trigger of a guard from
+``Guard.load`` (not the load itself: the guard may go where the trigger is increase) and the
+LangChain middleware warn with :class:`~forewarn.errors.ThresholdWarning`.
 """
 from __future__ import annotations
 
@@ -114,10 +115,10 @@ def initial_crossings(model: GuardModel, policy: Policy, *, first_calls: bool = 
                         f"runs): their first calls will be {_CONSEQUENCE[action]}")
             if len(model.properties) > 1:
                 text = f"property '{prop.definition.name}': {text}"
-            if policy.trigger is None:  # Guard.load: the guard may go into the middleware, whose default differs
-                lines.append(text + " under the level trigger, the default of Guard sessions and forewarn serve "
-                                    "(the LangChain middleware defaults to increase, which acts only on calls that "
-                                    "raise the risk; or lower the threshold)")
+            if policy.trigger is None:  # no trigger set: a Guard session's level (the integrations' default differs)
+                lines.append(text + " under the level trigger, the default of Guard sessions (forewarn serve, "
+                                    "the MCP proxy and the LangChain middleware default to increase, which acts "
+                                    "only on calls that raise the risk; or lower the threshold)")
             else:
                 lines.append(text + " (set guard.trigger: increase to act only on calls that raise the risk, "
                                     "or lower the threshold)")

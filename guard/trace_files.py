@@ -24,7 +24,8 @@ from ..errors import TraceError
 from ._extras import require
 from .traces import Run, parse_document, parse_run, read_runs
 
-__all__ = ["BadColumn", "TraceFile", "is_skipped", "kind_of", "list_trace_files", "read_trace_file", "row_document"]
+__all__ = ["BadColumn", "TraceFile", "is_skipped", "kind_of", "list_trace_files", "read_trace_file", "refuse_repeats",
+           "row_document"]
 
 Kind = Literal["jsonl", "parquet"]
 _GLOB = ("*", "?", "[")
@@ -55,8 +56,36 @@ def list_trace_files(paths: Sequence[str | Path]) -> list[TraceFile]:
     """The files of ``paths`` in order (a directory's files, or a pattern's matches, sorted by path).
 
     Raises:
-        TraceError: a path that does not exist (nor matches anything), or a directory without trace files.
+        TraceError: a path that does not exist (nor matches anything), a directory without trace files,
+            or a file listed twice (see :func:`refuse_repeats`).
     """
+    return refuse_repeats(_listed(paths))
+
+
+def refuse_repeats(files: Sequence[TraceFile]) -> list[TraceFile]:
+    """``files`` unchanged, unless one file comes twice (the same path, another path, a link to it, a
+    folder holding it): its runs would count twice, 50 runs learnt as 100 without a word.
+
+    Raises:
+        TraceError: naming the file and the second name it was given by.
+    """
+    seen: dict[tuple[int, int] | str, str] = {}
+    for file in files:
+        try:
+            status = file.path.stat()
+            key: tuple[int, int] | str = (status.st_dev, status.st_ino)
+        except OSError:  # gone since it was listed: reading it says so
+            key = os.path.realpath(file.path)
+        first = seen.get(key)
+        if first is not None:
+            again = "" if first == file.name else f" (also as {file.name})"
+            raise TraceError(f"the same trace file is given twice{again}; its runs would count twice",
+                             source=first)
+        seen[key] = file.name
+    return list(files)
+
+
+def _listed(paths: Sequence[str | Path]) -> list[TraceFile]:
     out: list[TraceFile] = []
     for item in paths:
         given = str(item)
@@ -65,7 +94,7 @@ def list_trace_files(paths: Sequence[str | Path]) -> list[TraceFile]:
             matches = sorted(glob.glob(given, recursive=True))
             if not matches:
                 raise TraceError("cannot read traces: no file matches the pattern", source=given)
-            out += list_trace_files(matches)
+            out += _listed(matches)
             continue
         if not path.is_dir():
             out.append(_file(given, path))

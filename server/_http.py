@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -23,7 +24,7 @@ from .auth import Authenticator, Principal
 
 __all__ = [
     "ApiError", "ERRORS", "JSON", "OrjsonRequest", "Route", "authorize", "bad_request",
-    "check_id", "error_response", "errors_for", "field_of", "parse_json", "shape_error", "short",
+    "check_id", "check_window", "error_response", "errors_for", "field_of", "held_bytes", "parse_json", "shape_error", "short",
     "step_openapi",
     "validation_detail",
 ]
@@ -103,6 +104,12 @@ def short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def check_window(since: float | None, until: float | None) -> None:
+    """A list's time window: ``since`` after ``until`` is a one-line 400 (every list endpoint says it alike)."""
+    if since is not None and until is not None and since > until:
+        raise bad_request(f"since ({since}) is after until ({until})", "query.since")
+
+
 def shape_error(value: Any, depth: int, items: int | None) -> tuple[str, str] | None:
     """What is wrong with a JSON value's shape, and where: nested deeper than ``depth``, or more
     than ``items`` values in all (what a predicate may have to walk, and what an evaluation costs).
@@ -121,6 +128,35 @@ def shape_error(value: Any, depth: int, items: int | None) -> tuple[str, str] | 
             if child.__class__ is dict or child.__class__ is list:
                 stack.append((child, level + 1))
     return None
+
+
+_SINGLETONS = (None, True, False)
+_ALLOCATION = 16  # pymalloc's alignment: what an object may cost past sys.getsizeof
+
+
+def held_bytes(value: Any) -> int:
+    """The memory a JSON value parsed into Python objects holds, estimated from above, cheaply: each
+    object's ``sys.getsizeof`` (CPython 3.11: an empty list 56 bytes + 8 per slot, a dict 64 + its keys
+    table, a str 49 + its length, an int 28) plus pymalloc's rounding, per allocation (a list's or a
+    dict's table is one more); None, True and False are shared. Run after :func:`shape_error` has bounded
+    the value's items and depth."""
+    total = 0
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        cls = node.__class__
+        if cls is dict:
+            total += sys.getsizeof(node) + 2 * _ALLOCATION
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif cls is list:
+            total += sys.getsizeof(node) + 2 * _ALLOCATION
+            stack.extend(node)
+        elif node is None or node is True or node is False:
+            continue
+        else:
+            total += sys.getsizeof(node) + _ALLOCATION
+    return total
 
 
 def _deep_path(value: Any, limit: int) -> str:

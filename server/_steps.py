@@ -74,11 +74,13 @@ def _then(first: Callable[..., Any], second: Callable[..., Any]) -> Callable[...
     return both
 
 
-def chain_step(state: ServerState, live: LiveSession, body: S.StepIn, principal: Principal
-               ) -> tuple[bytes, StepRow, ApprovalRow | None, PrevStep | None]:
+def chain_step(state: ServerState, live: LiveSession, body: S.StepIn, principal: Principal, *,
+               approved: bool = False) -> tuple[bytes, StepRow, ApprovalRow | None, PrevStep | None]:
     """Apply an (already evaluable) step to the live session: the response bytes, the rows to write,
     and the row the step extends as this process saw it (None for a first step), checked on a shared
-    database. No await in here: the step number and the history move together."""
+    database. No await in here: the step number and the history move together. ``approved``: the step
+    ran a proposal a person approved; a step whose action carries the middleware's ``"approved": true``
+    mark is one too."""
     before = live.session.history[-1] if live.session.history and live.next_step > 0 else None
     prev = None if before is None else PrevStep(live.id, live.next_step - 1, before.abstract,
                                          orjson.dumps(list(before.monitors)).decode() if before.monitors else None)
@@ -86,7 +88,8 @@ def chain_step(state: ServerState, live: LiveSession, body: S.StepIn, principal:
         raise ApiError(409, "session_step_limit", f"session {live.id!r} has reached the limit of "
                        f"{state.settings.limits.max_session_steps} steps (limits.max_session_steps); "
                        "start a new session", field="path.session_id")
-    decision = live.session.observe(body.state, action=body.action, t=body.t)
+    approved = approved or (isinstance(body.action, dict) and body.action.get("approved") is True)
+    decision = live.session.observe(body.state, action=body.action, t=body.t, approved=approved)
     if decision.over_budget:
         state.metrics.limit_exceeded("predicate_cpu_seconds")
     history = live.session.history

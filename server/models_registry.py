@@ -5,13 +5,17 @@ loaded is kept in the database with the file itself, so a session resumes after 
 restart on exactly the model it was using, even if the file has since been replaced.
 
 Replacement is atomic: a new version is read, validated and compiled off the event
-loop, committed, and only then swapped in with one dictionary assignment. A step
+loop, then, under the name's lock (:meth:`ModelRegistry.lock`), checked against the version
+served (rollback protection), committed and swapped in with one dictionary assignment: no
+other replacement of the name runs between the check and the swap. The commit itself is a
+compare-and-set on the signing time, for replicas that check against what each serves. A step
 runs start to finish on the loop thread without yielding, so one that has begun
 finishes on the old version; sessions hold their own version and keep it unless
 they are migrated; new sessions get the new one.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import math
@@ -30,11 +34,12 @@ from ..guard.bundle import GuardBundle, parse_model_or_bundle
 from ..guard.bundle_guard import BundleGuard
 from ..guard.model import GuardModel
 from ..guard.runtime import Guard
+from ..guard.thresholds import with_default_trigger
 from ._confined import open_beneath
 from .storage import StorageBase
 
 __all__ = ["LoadRules", "LoadedModel", "ModelRegistry", "UnknownModel", "parse_model", "read_confined", "read_model",
-           "signed_at"]
+           "signed_at", "with_sidecar_trigger"]
 
 log = logging.getLogger("forewarn.server")
 
@@ -206,10 +211,22 @@ def _parse(raw: bytes, source: str, rules: LoadRules) -> tuple[GuardModel, Guard
         model, guard = loaded.pooled, BundleGuard(loaded)
     else:
         model, guard = loaded, Guard(loaded)
+    guard = with_sidecar_trigger(guard)
     if rules.memo_bytes is not None:
         guard.predicates.memo_limit = rules.memo_bytes
     guard.predicates.cpu_budget = rules.cpu_budget
     return model, guard
+
+
+def with_sidecar_trigger(guard: Guard | BundleGuard) -> Guard | BundleGuard:
+    """``guard`` with the sidecar's default trigger, ``increase``, wherever its spec sets none: a step is
+    acted on (and an approval asked for) only when it raises the session's risk, as under the LangChain
+    middleware and the MCP proxy, and as ``forewarn tune`` assumes. A spec's trigger, and a session's
+    policy, still choose; a bundle's members keep their own policies, each with the default."""
+    if isinstance(guard, BundleGuard):
+        return guard.with_member_policies(lambda p: with_default_trigger(p, None))
+    policy = with_default_trigger(guard.policy, None)
+    return guard if policy == guard.policy else guard.with_policy(policy)
 
 
 class ModelRegistry:
@@ -222,6 +239,16 @@ class ModelRegistry:
         self._current: dict[str, str] = {}
         # name -> (version, why): current in the database, not served here (GET /v1/models says so)
         self.refused: dict[str, tuple[str, str]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def lock(self, name: str) -> asyncio.Lock:
+        """The lock a change of ``name``'s current version holds from its check to its swap (a local
+        upload, or following another replica): one lock per name, made on first use (names are an
+        admin's, few)."""
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
 
     def cache_bytes(self) -> float:
         """Bytes the predicates' memo tables of every loaded version hold (each bounded in bytes)."""

@@ -61,4 +61,9 @@ class Replication:
                 except ForewarnError as exc:  # made current by another replica, refused here
                     registry.refuse(name, version, exc)
                     continue
-                registry.follow(name, version)
+                async with registry.lock(name):
+                    # read again under the lock: while it was loading, an upload here may have made a
+                    # newer version current (this replica hears its own notifications too); following
+                    # what was read before would serve an older model again
+                    if self.state.storage.current_models().get(name) == version:
+                        registry.follow(name, version)

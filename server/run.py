@@ -135,7 +135,8 @@ def uvicorn_config(app: Any, settings: ServerSettings, **overrides: Any) -> Any:
         host=settings.host, port=settings.port, log_level=settings.log_level, access_log=settings.access_log,
         lifespan="on", server_header=False, timeout_graceful_shutdown=5,
         http=guarded_protocol(header_timeout=limits.header_timeout, max_connections=limits.max_connections,
-                              max_per_client=limits.max_connections_per_client),
+                              max_per_client=limits.max_connections_per_client,
+                              evict_stalled_after=limits.evict_stalled_after),
         timeout_keep_alive=limits.keep_alive_seconds, h11_max_incomplete_event_size=64 * 1024)
     values.update(overrides)
     return uvicorn.Config(app, **values)

@@ -97,6 +97,9 @@ class ProposalIn(_In):
     timeout: float | None = Field(default=None, gt=0, le=7 * 86400, allow_inf_nan=False, description=(
         "Seconds the agent waits for a human before it gives up (withdraws the proposal: the call does not "
         "run). The approver is shown the deadline (review.deadline)."))
+    request: str | None = Field(default=None, max_length=4000, description=(
+        "The user's request this call serves, in their words: the approver reads it beside the session's "
+        "metadata (review.request, review.metadata)."))
 
 
 class ProposalResolve(_In):

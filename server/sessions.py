@@ -50,7 +50,7 @@ class LiveSession:
 def effective_policy(policy: Policy) -> dict[str, Any]:
     return {"thresholds": policy.thresholds.model_dump(), "unseen_state": policy.unseen_state.value,
             "act_on": policy.act_on, "min_visits": policy.min_visits,
-            "trigger": "level" if policy.trigger is None else policy.trigger.value,
+            "trigger": "increase" if policy.trigger is None else policy.trigger.value,  # the sidecar's default
             "min_increase": policy.min_increase}
 
 
@@ -62,9 +62,14 @@ def make_session(loaded: LoadedModel, overrides: dict[str, Any] | None,
     """
     guard = loaded.guard
     if not overrides:
-        return guard.session(metadata=metadata)
+        return _untraced(guard.session(metadata=metadata))
     member = guard.for_metadata(metadata)  # a bundle's member: the overrides apply over its own policy
-    return member.session(member.policy.with_overrides(overrides), metadata=metadata)
+    return _untraced(member.session(member.policy.with_overrides(overrides), metadata=metadata))
+
+
+def _untraced(session: Session) -> Session:
+    session.traced = False  # the routes record each decision's span, with the caller's trace (trace_decision)
+    return session
 
 
 class SessionManager:
@@ -163,6 +168,13 @@ class SessionManager:
             else:  # rows written before monitor states were stored: replay them once
                 rows = self._storage.history(session_id)
                 session.restore(_replay(session, [(a, None, _action(x)) for _s, a, _m, x, _t in rows])[-1:])
+            if session.guard.kinds is None and session.baseline is not None and session.last is not None \
+                    and session.last.p_unsafe is None:
+                # increase trigger, resumed from a last step the model never saw: its baseline is the risk of
+                # the last step whose risk was known, not the start's (what restoring the last row leaves)
+                known = self._storage.last_known_risk(session_id)
+                if known is not None and len(known) == len(session.baseline):
+                    session.baseline = known
         return LiveSession(session_id, row["model_name"], loaded, overrides, session,
                            closed=row["closed_at"] is not None, next_step=next_step,
                            tenant=row["tenant"] or row["created_by"])

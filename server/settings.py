@@ -68,8 +68,10 @@ class Limits(BaseModel):
     max_state_items: int = Field(default=50_000, ge=10)
     max_action_items: int = Field(default=10_000, ge=10)
     max_metadata_bytes: int = Field(default=16 << 10, ge=256)  # a session's metadata, as JSON
-    # the metadata of a tenant's open sessions together, as JSON (a closed or expired session's is released):
-    # live sessions hold theirs in memory, about ten times its JSON size
+    max_metadata_items: int = Field(default=2_000, ge=10)  # JSON values in a session's metadata (max_state_depth too)
+    # the memory the metadata of a tenant's open sessions holds together, as Python objects (estimated:
+    # server._http.held_bytes; a closed or expired session's is released), not its JSON size, which can
+    # be 20 times smaller (`[[],[],…]`: 3 bytes of JSON, 72 of memory per list)
     max_tenant_metadata_bytes: int = Field(default=16 << 20, ge=1024)
     max_batch: int = Field(default=1000, ge=1)
     max_wait_seconds: float = Field(default=60.0, gt=0)
@@ -84,6 +86,9 @@ class Limits(BaseModel):
     max_connections: int = Field(default=1000, ge=1)
     # open connections per client address (0: no cap; behind a reverse proxy the proxy caps per client)
     max_connections_per_client: int = Field(default=64, ge=0)
+    # at max_connections, a new connection closes the one whose request has been incomplete (headers or body
+    # not all in) the longest, if for more than this many seconds (null: the new one is refused instead)
+    evict_stalled_after: float | None = Field(default=1.0, gt=0)
     keep_alive_seconds: float = Field(default=5.0, gt=0)
     rate_per_key: float | None = Field(default=None, gt=0)  # requests per second per key (a token bucket)
     rate_burst: int = Field(default=100, ge=1)

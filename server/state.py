@@ -11,7 +11,7 @@ from .approvals import ApprovalHub
 from .auth import Authenticator
 from .idempotency import IdempotencyKeys
 from .metrics import Metrics
-from .models_registry import LoadRules, ModelRegistry, read_model
+from .models_registry import LoadRules, ModelRegistry, read_model, signed_at
 from .sessions import SessionManager
 from .settings import BUILTIN_MODEL, ConfigError, ServerSettings
 from .storage import Storage, StorageBase, open_storage
@@ -83,7 +83,7 @@ def start(settings: ServerSettings, *, builtin: Callable[[], Path] | None = None
             current = not shared or name not in in_db
             if (current and in_db.get(name) != version) or storage.model_version(version) is None:
                 storage.write_sync(Storage.put_model(name, version, str(sources[name]), raw, "config",
-                                                     current=current))
+                                                     current=current, signed_at=signed_at(guard)))
             if current or in_db.get(name) == version:
                 registry.install(name, version, str(sources[name]), model, guard, "config")
         registry.restore_current()
@@ -99,7 +99,8 @@ def start(settings: ServerSettings, *, builtin: Callable[[], Path] | None = None
 
 def _warn_start_crossings(registry: ModelRegistry) -> None:
     """Log, per model served, a threshold its sessions cross at their first step (the sidecar's sessions use the
-    spec's trigger, level when it sets none, and decide on the first state observed)."""
+    spec's trigger, increase when it sets none, and decide on the first state observed): only models whose
+    spec sets the level trigger can, since under increase a first step acts only if it raises the risk."""
     from ..guard.thresholds import initial_crossings
 
     for name in registry.names():

@@ -1,7 +1,9 @@
 """Test support: a toy domain written by hand and exact solvers independent of Storm.
 
 The toy domain has two predicates, ``a`` (bit 0) and ``b`` (bit 1), and is unsafe when
-both hold; so the abstract states are NONE=0, A=1, B=2 and AB=3 (unsafe).
+both hold; so the abstract states are NONE=0, A=1, B=2 and AB=3 (unsafe). It and its exact
+reachability live in ``bench/_toy.py`` (the benchmarks' known chains use them too), and are
+re-exported here.
 """
 from __future__ import annotations
 
@@ -13,33 +15,18 @@ from typing import Any
 
 import orjson
 
-NONE, A, B, AB = 0, 1, 2, 3
+from _toy import AB as AB
+from _toy import NONE as NONE
+from _toy import TOY_SPEC as TOY_SPEC
+from _toy import A as A
+from _toy import B as B
+from _toy import Row as Row
+from _toy import can_reach as can_reach
+from _toy import reach_probabilities as reach_probabilities
+from _toy import solve_fractions as solve_fractions
+from _toy import toy_state as toy_state
 
-# Line numbers matter: test_spec checks errors against them.
-TOY_SPEC = """\
-name: toy
-predicates:
-  a: 'state.a'
-  b:
-    cel: 'state.b > 2'
-    description: b is high
-unsafe: 'a && b'
-learning:
-  alpha: 0.1
-  epsilon: 0.1
-  delta: 0.05
-guard:
-  thresholds: {reflect: 0.9, ask_human: 0.5, stop: 0.2}
-  unseen_state: ask_human
-"""
-
-Row = dict[int, Fraction]
 WriteRuns = Callable[..., Path]  # the write_runs fixture: (runs, name=...) -> path of a JSONL file
-
-
-def toy_state(bits: int, **extra: Any) -> dict[str, Any]:
-    """A concrete toy state whose abstract state is ``bits``."""
-    return {"a": bool(bits & 1), "b": 5 if bits & 2 else 0, **extra}
 
 
 def toy_run(run_id: str, bits: Sequence[int], times: Sequence[float] | None = None) -> dict[str, Any]:
@@ -65,56 +52,6 @@ def eq1_row(counts: Mapping[int, int], valid: Sequence[int], alpha: Fraction) ->
         return {j: Fraction(1, k_i) for j in valid}
     row = {j: (counts.get(j, 0) + alpha) / (n_i + k_i * alpha) for j in valid}
     return {j: p for j, p in row.items() if p != 0}
-
-
-def can_reach(rows: Mapping[int, Row], targets: set[int]) -> set[int]:
-    """States from which some target is reachable with positive probability."""
-    reach = set(targets)
-    changed = True
-    while changed:
-        changed = False
-        for i, row in rows.items():
-            if i not in reach and any(j in reach for j, p in row.items() if p > 0):
-                reach.add(i)
-                changed = True
-    return reach
-
-
-def solve_fractions(matrix: list[list[Fraction]], rhs: list[Fraction]) -> list[Fraction]:
-    """Gauss-Jordan elimination over the rationals (the matrix must be regular)."""
-    n = len(rhs)
-    m = [list(row) + [b] for row, b in zip(matrix, rhs)]
-    for col in range(n):
-        pivot = next(r for r in range(col, n) if m[r][col] != 0)
-        m[col], m[pivot] = m[pivot], m[col]
-        lead = m[col][col]
-        m[col] = [v / lead for v in m[col]]
-        for r in range(n):
-            if r != col and m[r][col] != 0:
-                factor = m[r][col]
-                m[r] = [v - factor * w for v, w in zip(m[r], m[col])]
-    return [m[r][n] for r in range(n)]
-
-
-def reach_probabilities(rows: Mapping[int, Row], targets: set[int]) -> dict[int, Fraction]:
-    """Exact P(F target) for every state: 1 on targets, 0 where targets are unreachable,
-    and the unique solution of x = P·x on the rest."""
-    reach = can_reach(rows, targets)
-    maybe = sorted(i for i in rows if i in reach and i not in targets)
-    position = {s: k for k, s in enumerate(maybe)}
-    matrix = [[Fraction(int(r == c)) for c in range(len(maybe))] for r in range(len(maybe))]
-    rhs = [Fraction(0)] * len(maybe)
-    for s in maybe:
-        for j, p in rows[s].items():
-            if j in targets:
-                rhs[position[s]] += p
-            elif j in position:
-                matrix[position[s]][position[j]] -= p
-    solution = solve_fractions(matrix, rhs)
-    values = {i: Fraction(int(i in targets)) for i in rows}
-    for s, v in zip(maybe, solution):
-        values[s] = v
-    return values
 
 
 def bounded_reach(rows: Mapping[int, Row], targets: set[int], horizon: int) -> dict[int, Fraction]:
@@ -169,3 +106,27 @@ def install_package(site: Path, distribution: str, modules: Mapping[str, str],
     lines = "".join(f"{name} = {target}\n" for name, target in entry_points.items())
     (info / "entry_points.txt").write_text(f"[forewarn.predicates]\n{lines}", encoding="utf-8")
     return site
+
+
+# The approval-scope scenario (issue 36), for every seam's test: deleting one file takes a run from a risk of
+# about 0.3 to about 0.6 (of going on to delete three); a second delete stays in the same abstract state.
+DELETES_SPEC = """
+name: deletes
+predicates:
+  deleted: 'state.files.deleted > 0'
+  many: 'state.files.deleted > 2'
+unsafe: 'many'
+"""
+
+
+def learn_deletes(folder: Path) -> Any:
+    """The model of :data:`DELETES_SPEC` learned from 200 runs written to ``folder`` (a GuardModel)."""
+    from forewarn.guard import learn_model
+    from forewarn.guard.spec import parse_spec
+
+    shapes = [[0, 0, 0, 0]] * 100 + [[0, 0, 1, 1]] * 40 + [[0, 1, 2, 3]] * 60
+    runs = [{"id": f"r{i}", "steps": [{"state": {"files": {"deleted": n}}} for n in shape]}
+            for i, shape in enumerate(shapes)]
+    path = folder / "deletes.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(run) + b"\n" for run in runs))
+    return learn_model([path], parse_spec(DELETES_SPEC))

@@ -2,16 +2,13 @@
 from __future__ import annotations
 
 import importlib
-import sys
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 
 from forewarn.guard.replay import RunReplay
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-levers = importlib.import_module("estimation_levers")
+levers = importlib.import_module("estimation_levers")  # bench/ is on pytest's pythonpath
 
 
 def runs(safe: list[float], unsafe: list[float]) -> list[RunReplay]:

@@ -123,8 +123,10 @@ def test_the_bundle_file_round_trips_as_one_file(bundle: GuardBundle, tmp_path: 
     a = {"a": True, "b": 0}
     assert guard.decide(a, {"task": "t1"}).p_unsafe == BundleGuard(bundle).decide(a, {"task": "t1"}).p_unsafe
     # p_safe at the start as the default learning stores it: 10 of the 27 runs went wrong, and the chain says so
-    with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.63 at the start"):  # as Guard.load
-        assert isinstance(load_guard(bundle.pooled.save(tmp_path / "single.json")), Guard)
+    single = load_guard(bundle.pooled.save(tmp_path / "single.json"))
+    assert isinstance(single, Guard)
+    with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.63 at the start"):  # as Guard.load's
+        single.session()
     with pytest.raises(ModelFileError, match="a single model, not a bundle"):
         GuardBundle.load(tmp_path / "single.json")
 
@@ -309,3 +311,21 @@ def test_a_signed_bundle_round_trips_and_a_resealed_one_is_refused(bundle: Guard
         load_model_or_bundle(path, trusted_keys=trusted)
     with pytest.raises(SignatureError, match="not signed"):
         load_model_or_bundle(bundle.save(tmp_path / "unsigned.json"), trusted_keys=trusted)
+
+
+def test_no_field_rides_on_a_bundles_valid_signature(bundle: GuardBundle, tmp_path: Path) -> None:
+    """Issue 36: a field added to a signed bundle's ``signature`` object loaded with the signature valid."""
+    from forewarn.guard.bundle import load_model_or_bundle
+    from forewarn.guard.signing import SignatureError, generate_keypair, load_private_key, load_trusted_keys
+
+    generate_keypair(tmp_path / "k.pem", tmp_path / "k.pub")
+    trusted = load_trusted_keys([tmp_path / "k.pub"])
+    document = orjson.loads(bundle.save(tmp_path / "signed.json", sign_with=load_private_key(tmp_path / "k.pem"))
+                            .read_bytes())
+    document["signature"]["scope"] = "members t1 only"
+    path = tmp_path / "riding.json"
+    path.write_bytes(orjson.dumps(document))
+    with pytest.raises(SignatureError, match=r"signature\.scope: not a field of a signature"):
+        load_model_or_bundle(path, trusted_keys=trusted)
+    with pytest.raises(ModelFileError, match=r"signature\.scope: Extra inputs are not permitted"):
+        load_model_or_bundle(path, trusted_keys=())

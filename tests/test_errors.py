@@ -280,6 +280,7 @@ DOCUMENTED = [  # (module, name, extra base besides ForewarnError) as docs/error
 ]
 WITH_EXTRAS = [  # (module, name, extra base, the extra the module needs)
     ("forewarn.guard.client", "ServerError", None, "client"),
+    ("forewarn.guard.client", "SidecarUnreachable", None, "client"),
     ("forewarn.guard.llmcheck.errors", "LLMCheckError", None, "llmcheck"),
     ("forewarn.guard.llmcheck.errors", "SourceError", None, "llmcheck"),
     ("forewarn.guard.llmcheck.errors", "QueryError", None, "llmcheck"),

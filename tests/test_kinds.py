@@ -1,7 +1,7 @@
 """learning.kinds: a mixture of chains over latent run kinds (guard/kinds.py, kinds_check.py, kind_posterior.py).
 
 Oracles: the single chain (one kind must be it, bit for bit), the known kinds of the two-types
-fixture (tests/_coverage.py), and posteriors computed by hand in Fractions.
+fixture (bench/_coverage.py), and posteriors computed by hand in Fractions.
 """
 from __future__ import annotations
 

@@ -99,3 +99,22 @@ def test_the_learned_chain_still_becomes_scipy_on_first_use(tmp_path: Path) -> N
     assert not isinstance(loaded.dtmc.arrays("matrix"), CsrArrays)
     assert (loaded.dtmc.counts != model.dtmc.counts).nnz == 0
     assert loaded.visits.tolist() == model.visits.tolist()
+
+
+def test_the_top_level_names_are_the_guard_packages_and_load_light(tmp_path: Path) -> None:
+    # forewarn re-exports forewarn.guard's __all__ (one list, kept there), each loaded on first use
+    code = ("import sys, forewarn\n"
+            "before = sorted(m for m in sys.modules if m.startswith('forewarn'))\n"
+            "from forewarn import Guard, Decision, Session, ForewarnError\n"
+            "import forewarn.guard as core\n"
+            "assert (Guard, Decision, Session, ForewarnError) == (core.Guard, core.Decision, core.Session, "
+            "core.ForewarnError)\n"
+            "assert forewarn.__all__ == core.__all__ and set(core.__all__) <= set(dir(forewarn))\n"
+            f"print(before)\nprint(sorted(m for m in sys.modules if m.startswith({HEAVY[:2]!r})))\n"
+            "assert all(getattr(forewarn, n) is getattr(core, n) for n in core.__all__ if n != '__version__')\n"
+            "try:\n    forewarn.Nope\nexcept AttributeError as exc:\n    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    before, heavy, missing = done.stdout.splitlines()
+    assert missing == "module 'forewarn' has no attribute 'Nope'"
+    assert before == "['forewarn', 'forewarn._version']" and heavy == "[]"

@@ -254,3 +254,18 @@ def test_states_shows_each_members_own_thresholds_and_actions(runs_path: Path, t
         row = next(r for r in members[name]["states"] if r["predicates"] == {"a": True, "b": False})
         assert row["action"] == guard.session(metadata={"task": name}).observe(A).action.value
     assert "t2: " in forewarn_here("states", path, "--group", "t2").stdout
+
+
+def test_tune_says_when_no_member_got_thresholds_of_its_own(runs_path: Path, toy_spec_path: Path, tmp_path: Path,
+                                                              forewarn_here: CLI) -> None:
+    """Issue 38: with too few runs per member, tune said "each member decides under its own thresholds"
+    though none had any; it now says what the written spec does."""
+    common = ("--spec", toy_spec_path, "--target", "false-alarms=0.1", "--folds", "3", "--bundle-by", "meta.task",
+              "--trigger", "level", "--enforcement", "observe")
+    none = forewarn_here("tune", runs_path, *common, "--min-group-runs", "1000", "-o", tmp_path / "none.yaml")
+    assert none.returncode == 0, none.stderr
+    said = " ".join(none.stderr.split())
+    assert "no member of meta.task got thresholds of its own" in said and "its own thresholds" not in said
+    some = forewarn_here("tune", runs_path, *common, "--min-group-runs", "5", "-o", tmp_path / "some.yaml")
+    assert some.returncode == 0, some.stderr
+    assert "2 of 2 members decide under thresholds of their own" in " ".join(some.stderr.split())

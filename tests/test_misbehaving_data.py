@@ -1,5 +1,5 @@
 """Numbers that hold when the data misbehaves: runs that never went wrong, runs of hidden kinds,
-runs that linger (issue 23). Coverage by simulation on the named fixtures of tests/_coverage.py,
+runs that linger (issue 23). Coverage by simulation on the named fixtures of bench/_coverage.py,
 the unsafe state in models learned without a violation, the per-state Markov test, and shrinking
 that counts each run once."""
 from __future__ import annotations

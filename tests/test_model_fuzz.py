@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _support import CLI
-from forewarn.errors import ForewarnError
+from forewarn.errors import ForewarnError, ModelFileError
 from forewarn.guard.model import GuardModel, _checksum
 from forewarn.guard.runtime import Guard
 
@@ -188,6 +188,47 @@ def test_transition_counts_out_of_range_are_one_line(real_model: dict[str, Any],
     assert result.returncode == 2
     assert result.stderr.strip() == (f"error: {model}: transitions: counts must be finite, non-negative and add "
                                      "up to less than 2**53 per state"), result.stderr
+
+
+_PAST_INT64 = [("transitions", "indices", 0), ("transitions", "indptr", 1), ("visits", 0), ("initial", 0, 0),
+               ("initial", 0, 1), ("properties", 0, "markov_mismatch", 0), ("pac", "chain_states"),
+               ("pac", "states", 0, "visits"), ("pac", "tight", "limiting", 0), ("invalid_observed",)]
+
+
+@pytest.mark.parametrize("value", [2**63, 2**64 - 1])
+@pytest.mark.parametrize("where", _PAST_INT64, ids=lambda where: ".".join(map(str, where)))
+def test_an_integer_past_int64_is_one_line_naming_its_field(real_model: dict[str, Any], forewarn_here: CLI,
+                                                            tmp_path: Path, where: tuple[Any, ...], value: int) -> None:
+    """Issue 36: an integer in [2⁶³, 2⁶⁴) in transitions.indices was an OverflowError (a traceback on the CLI,
+    a 500 over HTTP) when read into an int64 array; every integer field is now bounded where it is read."""
+    document = copy.deepcopy(real_model)
+    parent: Any = document
+    for key in where[:-1]:
+        parent = parent[key]
+    if isinstance(parent, list) and where[-1] == len(parent):
+        parent.append(value)  # an empty list (the built-in model's markov_mismatch): one entry
+    else:
+        parent[where[-1]] = value
+    field = ".".join(map(str, where))
+    model, result = _checked(document, forewarn_here, tmp_path)
+    for command in ("check", "states"):
+        result = forewarn_here(command, model, "--format", "json")
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.startswith(f"error: {model}: field {field}: Input should be "), result.stderr
+    with pytest.raises(ModelFileError, match=rf"^{re.escape(str(model))}: field {re.escape(field)}: "):
+        GuardModel.load(model)
+
+
+def test_a_memory_label_past_63_bits_is_one_line(real_model: dict[str, Any], tmp_path: Path) -> None:
+    """A state's code is its valuation with the memory label above it: together they must fit an int64."""
+    document = copy.deepcopy(real_model)
+    document["states"][0]["memory"] = 2**62
+    document["checksum"] = _checksum(document)
+    path = tmp_path / "model.json"
+    path.write_bytes(orjson.dumps(document))
+    with pytest.raises(ModelFileError, match=r"states\[0\]\.memory: 4611686018427387904 is past what 4 predicates"):
+        GuardModel.load(path)
 
 
 _CEL = st.one_of(st.sampled_from(["state.a", "state.b > 2", "!state.a", "state.x.y.z == 'q'", "size(state.l) > 1",

@@ -132,7 +132,7 @@ def test_coverage_of_the_outcome_bound(name: str, toy_predicates: PredicateSet) 
 
 @pytest.mark.parametrize("name", sorted(MIXTURES))
 def test_coverage_of_the_outcome_bound_on_the_named_fixtures(name: str, toy_predicates: PredicateSet) -> None:
-    """The named fixtures of tests/_coverage.py, the first visits counted from the runs as the pipeline counts
+    """The named fixtures of bench/_coverage.py, the first visits counted from the runs as the pipeline counts
     them (guard/outcomes.py): every state's learned risk within its outcome bound of the true first-visit risk,
     and the start's, in at least 1 − δ of 200 learnings from 200 runs. On the Markov chains that risk is the
     chain's; on the mixtures (two_types, lingering) the chain is wrong, and the bound still holds the distance

@@ -237,7 +237,7 @@ def test_learn_reports_the_joint_bound(forewarn_here: CLI, toy_traces: Path, toy
     assert summary["pac_joint_worst_bound"] == round(joint.worst_bound, 6)
     assert summary["pac_joint_runs_factor"] == joint.runs_factor
     assert summary["pac_joint_initial_bound"] == round(joint.initial_bound, 6)
-    table = forewarn_here("learn", toy_traces, "--spec", toy_spec_path, "-o", tmp_path / "t.json").stdout
+    table = forewarn_here("learn", toy_traces, "--spec", toy_spec_path, "-o", tmp_path / "t.json", "--verbose").stdout
     assert "PAC, joint bound (95% confidence)" in " ".join(table.split())
 
 

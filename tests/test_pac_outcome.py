@@ -133,5 +133,6 @@ def test_learn_and_check_carry_the_outcome_bound(toy_model: GuardModel, toy_mode
     assert summary["pac_outcome_runs_factor"] == outcome.runs_factor
     assert summary["pac_outcome_initial_bound"] == round(outcome.initial_bound, 6)
     assert summary["pac_joint_worst_bound"] is not None  # the keys before it are kept
-    text = " ".join(forewarn_here("learn", toy_traces, "--spec", toy_spec_path, "-o", tmp_path / "t.json").stdout.split())
+    text = " ".join(forewarn_here("learn", toy_traces, "--spec", toy_spec_path, "-o", tmp_path / "t.json",
+                                  "--verbose").stdout.split())
     assert "PAC, outcome bound (95% confidence, from what the runs visiting each state went on to do)" in text

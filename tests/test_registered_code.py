@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 import forewarn
 from _support import CLI, TOY_SPEC, install_package
-from forewarn.errors import ForewarnError, SpecError, ThresholdWarning
+from forewarn.errors import ForewarnError, SpecError
 from forewarn.guard.model import GuardModel, _checksum
 from forewarn.guard.pipeline import learn_model
 from forewarn.guard.predicates import PredicateSet
@@ -124,8 +126,7 @@ def test_a_registered_predicate_works_in_learn_and_guard(operator_package: Path,
     model = learn_model([runs], spec)
     saved = model.save(tmp_path / "m.json")
     assert b"mypkg_predicates" not in saved.read_bytes()  # the model file carries the name only
-    with pytest.warns(ThresholdWarning, match="every first call will be stopped"):
-        guard = Guard.load(saved)
+    guard = Guard.load(saved)  # its sessions would warn (every first call stopped); decide() opens none
     assert guard.predicates.evaluate({"a": True, "weight": 20}) == 0b11
     assert guard.decide({"a": True, "weight": 20}).unsafe_now
 
@@ -240,3 +241,31 @@ def test_an_old_python_reference_on_the_cli_is_one_line(forewarn_here: CLI, tmp_
             "the function in code (@forewarn.predicate('heavy')) or as an entry point heavy = "
             "'mypkg.predicates:heavy' in group 'forewarn.predicates'") in " ".join(result.stderr.split())
     assert isinstance(CodeNotAllowed("x"), ForewarnError)
+
+
+@pytest.mark.parametrize("command", ["check", "states", "replay"])
+def test_the_cli_refuses_a_model_naming_an_unregistered_predicate(forewarn_here: CLI, toy_model: GuardModel,
+                                                                   toy_traces: Path, tmp_path: Path,
+                                                                   command: str) -> None:
+    """Issue 36: ``check`` printed the values of a model whose predicate ``b`` names code nobody registered,
+    and exited 0; values no process here can evaluate the predicates of guard nothing. Every command that
+    loads a model to decide refuses it: one line naming the name and how to register it, exit 2."""
+    document = toy_model.to_document()
+    document["spec"] = document["spec"].replace("cel: 'state.b > 2'", "python: app.high_b")
+    document["checksum"] = _checksum(document)
+    model = tmp_path / "named.json"
+    model.write_bytes(orjson.dumps(document))
+    argv = {"check": ["check", model], "states": ["states", model], "replay": ["replay", toy_traces, "--model", model]}
+    result = forewarn_here(*argv[command])
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: {model} (embedded spec):"), result.stderr
+    assert ("predicate 'b': python predicate 'app.high_b' is not registered (registered: none); operator code "
+            "registers functions with @forewarn.predicate(NAME) or entry points in group 'forewarn.predicates'"
+            ) in result.stderr
+
+    @forewarn.predicate("app.high_b")
+    def high_b(state: dict[str, Any]) -> bool:
+        return bool(state["b"] > 2)
+
+    again = forewarn_here(*argv[command])
+    assert again.returncode == 0, again.stderr  # registered: the same model is read

@@ -22,8 +22,8 @@ from forewarn.guard.thresholds import initial_crossings, start_risk
 
 # p_safe by hand: NONE 0.7 (a run that starts risky: below reflect 0.9), A 0.4, B 0.75, AB 0
 RISK = {NONE: Fraction(3, 10), A: Fraction(6, 10), B: Fraction(1, 4), AB: Fraction(1), END: Fraction(0)}
-HINT = (" under the level trigger, the default of Guard sessions and forewarn serve (the LangChain middleware "
-        "defaults to increase, which acts only on calls that raise the risk; or lower the threshold)")
+HINT = (" under the level trigger, the default of Guard sessions (forewarn serve, the MCP proxy and the LangChain "
+        "middleware default to increase, which acts only on calls that raise the risk; or lower the threshold)")
 SET_HINT = " (set guard.trigger: increase to act only on calls that raise the risk, or lower the threshold)"
 
 
@@ -172,19 +172,50 @@ def test_a_look_ahead_is_warned_about_the_states_first_calls_lead_to(risky: Guar
     assert initial_crossings(risky, calm) == []
 
 
-def test_guard_load_warns_and_an_increase_spec_does_not(risky: GuardModel, tmp_path: Path) -> None:
+def test_the_first_level_session_of_a_loaded_guard_warns_once(risky: GuardModel, tmp_path: Path) -> None:
+    """Issue 36: Guard.load warned even for a guard going into the LangChain middleware (whose trigger is
+    increase). Loading says nothing; the guard's first session under the level trigger warns, once."""
     path = risky.save(tmp_path / "risky.json")
-    with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.70 at the start: every first call"):
-        Guard.load(path)
+    increase = Policy.from_settings(risky.spec.guard).with_overrides({"trigger": "increase"})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        Guard.load(path, policy=Policy.from_settings(risky.spec.guard).with_overrides({"trigger": "increase"}))
-        Guard(risky)  # the constructor (used per fold by evaluate) never warns
+        guard = Guard.load(path)  # where it goes decides the trigger: not known here
+        guard.session(increase)  # an increase session acts only on steps that raise the risk: true, no warning
+        Guard.load(path, policy=increase).session()
+        Guard(risky).session()  # the constructor (used per fold by evaluate) never warns
+    with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.70 at the start: every first call") as got:
+        guard.session()
+    assert len(got) == 1 and got[0].filename == __file__  # pointed at the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        guard.session()  # once per guard
     spec = parse_spec(spec_text("  trigger: increase\n"))
     calm = GuardModel(spec, risky.dtmc, risky.properties[0].outcome, risky.pac, risky.provenance)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        Guard.load(calm.save(tmp_path / "calm.json"))
+        Guard.load(calm.save(tmp_path / "calm.json")).session()
+
+
+def test_no_warning_for_a_loaded_guard_in_the_middleware(risky: GuardModel, tmp_path: Path) -> None:
+    """The middleware defaults to the increase trigger: a guard loaded for it warns neither at load nor at
+    the middleware's sessions; its own level sessions still warn."""
+    pytest.importorskip("langchain", reason="the langchain extra")
+    from forewarn.guard.langchain import ForewarnMiddleware
+
+    guard = Guard.load(risky.save(tmp_path / "risky.json"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        middleware = ForewarnMiddleware(guard, extractor=lambda _: toy_state(NONE))
+        middleware._session_guard.session()
+    with warnings.catch_warnings(record=True) as got:  # under level: the middleware's own words, once
+        warnings.simplefilter("always")
+        level = ForewarnMiddleware(guard, extractor=lambda _: toy_state(NONE), trigger="level")
+        level._session_guard.session()
+        level._session_guard.session()
+    assert got and [str(w.message) for w in got] == initial_crossings(
+        risky, guard.policy.with_overrides({"trigger": "level"}), first_calls=True)
+    with pytest.warns(ThresholdWarning, match="every first call will be reflected under the level trigger"):
+        guard.session()
 
 
 def test_learn_prints_the_warning(forewarn_here: CLI, toy_spec_path: Path, write_runs: WriteRuns,

@@ -20,6 +20,20 @@ def _interrupted() -> None:
     sys.stderr.flush()
 
 
+def _by_ctrl_c(exc: BaseException) -> bool:
+    """Whether ``exc`` is Ctrl-C, or what Ctrl-C became: a compiled module (stormpy's pybind11 parts,
+    numpy) whose initialisation it interrupts fails with ``ImportError: initialization failed``,
+    caused by the KeyboardInterrupt."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 try:  # Ctrl-C while the CLI loads (a second or more on a busy machine) ends as it does later: one line, 130
     import typer
     from rich.markup import escape
@@ -28,7 +42,9 @@ try:  # Ctrl-C while the CLI loads (a second or more on a busy machine) ends as 
     from . import check, learn, states
     from ._model_text import members_of
     from ._options import err, out
-except KeyboardInterrupt:
+except BaseException as exc:
+    if not _by_ctrl_c(exc):
+        raise
     _interrupted()
     raise SystemExit(INTERRUPTED) from None
 
@@ -127,7 +143,13 @@ def _register_plugins() -> None:
         register_mcp(app)
 
 
-_register_plugins()
+try:  # these commands' modules load here, as the core's did above: Ctrl-C ends the same way
+    _register_plugins()
+except BaseException as exc:
+    if not _by_ctrl_c(exc):
+        raise
+    _interrupted()
+    raise SystemExit(INTERRUPTED) from None
 
 
 def _metavar(param: Any) -> str:
@@ -182,12 +204,17 @@ _GUIDE: dict[str, tuple[str, str, str]] = {
     "tune": ("Choose thresholds from cross-validation to meet targets.",
              "forewarn tune runs.jsonl --spec spec.yaml --target false-alarms=0.05 -o tuned.yaml",
              "docs/replay.md#forewarn-tune"),
+    "discover": ("Find predicates in the runs that improve held-out prediction.",
+                 "forewarn discover runs.jsonl --spec spec.yaml -o discovered.yaml",
+                 "docs/replay.md#forewarn-discover"),
     "serve": ("Serve the guard over HTTP (the sidecar).",
               "forewarn serve --model model.json", "docs/server.md"),
     "llmcheck": ("Check what an LLM is likely to write, with Storm.",
                  "forewarn llmcheck -m ngram:corpus.txt --prompt 'The player' --quantify gender_bias "
                  "--property 'P=? [F \"gender_bias>0\"]'",
                  "docs/llmcheck.md"),
+    "mcp": ("Guard any MCP server: a proxy that judges every tool call.",
+            "forewarn mcp --model model.json -- mcp-server-git --repository .", "docs/mcp.md"),
 }
 
 
@@ -211,13 +238,13 @@ def main() -> None:
     """Entry point: user errors print one clear line and exit 2, never a traceback."""
     from ._options import stdout_for_python_only
 
-    command = typer.main.get_command(app)
-    _tidy_help(command)
-    _guide(command)
     # Storm prints its warnings on descriptor 1: keep them off stdout (JSON stays clean). Not
     # for `serve`, whose worker processes inherit the descriptors and log as they please.
     native_to_stderr = not (len(sys.argv) > 1 and sys.argv[1] == "serve")
     try:
+        command = typer.main.get_command(app)
+        _tidy_help(command)
+        _guide(command)
         with stdout_for_python_only(native_to_stderr):
             # typer turns Ctrl-C into Exit(130) and, outside standalone mode, returns an Exit's code
             # instead of exiting with it: the code must reach the shell (`learn ... && deploy`)
@@ -230,6 +257,9 @@ def main() -> None:
         _interrupted()
         sys.exit(INTERRUPTED)
     except ForewarnError as exc:
+        if _by_ctrl_c(exc):  # a command's lazy import, interrupted, read as a missing extra
+            _interrupted()
+            sys.exit(INTERRUPTED)
         # escape: messages quote user text (CEL such as `x in [a, b]`) that rich would read as markup;
         # soft_wrap: one line however long, so scripts can grep it
         err.print(f"[bold red]error:[/] {escape(_one_line(str(exc)))}", highlight=False, markup=True, soft_wrap=True)
@@ -241,6 +271,11 @@ def main() -> None:
         sys.exit(INTERRUPTED)
     except Exception as exc:  # click's usage errors; typer >= 0.2x vendors click, so no `import click`
         message, code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
+        if callable(message) and isinstance(code, int) and type(exc).__name__ == "NoArgsIsHelpError":
+            # a bare `forewarn` (or a command group): click's message is the whole help; shown as help,
+            # on stderr with status 2, as click itself would, not squashed onto one error line
+            sys.stderr.write(str(message()).rstrip("\n") + "\n")
+            sys.exit(code)
         if callable(message) and isinstance(code, int):
             # one line, like every other user error (click would print usage, a hint and the error)
             context = getattr(exc, "ctx", None)
@@ -249,6 +284,9 @@ def main() -> None:
             err.print(f"[bold red]error:[/] {escape(text)} (see '{escape(where)} --help')",
                       highlight=False, markup=True, soft_wrap=True)
             sys.exit(code)
+        if _by_ctrl_c(exc):  # a command's lazy import of a compiled module, interrupted (see _by_ctrl_c)
+            _interrupted()
+            sys.exit(INTERRUPTED)
         raise
 
 

@@ -2,15 +2,18 @@
 ``export``): its states, its PAC report (in words and as JSON) and a bundle's members."""
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 from ...errors import UsageError
 from ..bundle import GuardBundle
+from ..memory import Memory, build_memory
 from ..model import GuardModel
 from ..results import JOINT_STATES, TightPAC
 
-__all__ = ["fmt", "state_words", "pac_words", "members_of", "pac_lines", "pac_document", "MISMATCH_MARK", "mismatch_note"]
+__all__ = ["fmt", "state_words", "memory_document", "pac_words", "members_of", "pac_lines", "pac_document",
+           "MISMATCH_MARK", "mismatch_note", "thin_line", "enough_runs_line", "THIN_VISITS"]
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -19,12 +22,56 @@ def fmt(value: float | None, digits: int = 4) -> str:
 
 
 def state_words(model: GuardModel, index: int) -> str:
-    """A state of the model's chain in words: the predicates that hold in it, or ``end``."""
+    """A state of the model's chain in words: the predicates that hold in it, or ``end``; with
+    ``learning.memory``, what the state remembers after them (states that differ only there would
+    otherwise read the same)."""
     bits = model.dtmc.states[index]
     if bits < 0:
         return "end"
+    width = len(model.dtmc.predicates)
+    words = _held(model, bits)
+    memory = _memory(model)
+    if memory is None:
+        return words
+    dwell, previous, actions = memory.label_parts(bits >> width)
+    remembered = []
+    if dwell is not None:
+        low, high = dwell
+        remembered.append(f"held {low} step{'s' if high > 1 else ''}" if low == high else f"held {low}–{high} steps")
+    if previous is not None:
+        remembered.append("after (start)" if previous < 0 else f"after [{_held(model, previous)}]")
+    if actions is not None:
+        remembered.append(f"last action{'s' if len(actions) > 1 else ''}: {', '.join(actions)}")
+    return f"{words}; {'; '.join(remembered)}" if remembered else words
+
+
+def memory_document(model: GuardModel, index: int) -> dict[str, Any] | None:
+    """What a state remembers (``learning.memory``), for JSON; None without memory or for ``end``."""
+    bits = model.dtmc.states[index]
+    memory = _memory(model)
+    if memory is None or bits < 0:
+        return None
+    dwell, previous, actions = memory.label_parts(bits >> len(model.dtmc.predicates))
+    document: dict[str, Any] = {}
+    if dwell is not None:
+        document["dwell"] = list(dwell)
+    if previous is not None:
+        document["previous"] = None if previous < 0 else \
+            {n: bool(previous >> b & 1) for b, n in enumerate(model.dtmc.predicates)}
+    if actions is not None:
+        document["actions"] = list(actions)
+    return document
+
+
+def _held(model: GuardModel, bits: int) -> str:
     held = [n for b, n in enumerate(model.dtmc.predicates) if bits >> b & 1]
     return ", ".join(held) if held else "no predicate holds"
+
+
+@functools.lru_cache(maxsize=8)  # a bundle's members, each shown row by row
+def _memory(model: GuardModel) -> Memory | None:
+    """The model's memory automaton (None without ``learning.memory``)."""
+    return build_memory(model.spec.learning.memory, len(model.dtmc.predicates), model.dtmc.actions or None)
 
 
 def pac_words(model: GuardModel, index: int) -> str:
@@ -161,3 +208,46 @@ def mismatch_note(model: GuardModel) -> str:
             f"that passed through the state went on to do disagree{at}, so the abstraction misses something "
             "that matters here (a kind of run, some history); the value and interval there are the runs' own "
             "first-visit frequency and its Clopper–Pearson interval, which need no Markov assumption")
+
+
+# a state seen fewer times than this is thin when the spec sets no guard.min_visits (discover's rare state)
+THIN_VISITS = 20
+
+
+def thin_line(model: GuardModel) -> str | None:
+    """Where the data is thin, in one line: the states (of those the PAC report covers) seen fewer than
+    ``guard.min_visits`` times (else :data:`THIN_VISITS`), the fewest first. None without such states to count."""
+    states = model.pac.states
+    if not states:
+        return None
+    below = model.spec.guard.min_visits or THIN_VISITS
+    thin = sorted((s for s in states if s.visits < below), key=lambda s: (s.visits, s.state))
+    if not thin:
+        return f"No thin state: each of the {len(states)} states was seen at least {below} times."
+    named = ", ".join(f"{s.state} ({pac_words(model, s.state)}; {s.visits} visits)" for s in thin[:3])
+    more = f" and {len(thin) - 3} more" if len(thin) > 3 else ""
+    return (f"Thin: {len(thin)} of {len(states)} states seen fewer than {below} times, their risks resting on few "
+            f"runs: state {named}{more}.")
+
+
+def enough_runs_line(model: GuardModel) -> str | None:
+    """"Do I have enough runs?" in one line: the risk of a run from its start (the paper's Definition 4) under the
+    tightest bound the model file has (outcome, else joint, else empirical-Bernstein, else the tighter one), with
+    the runs that would meet ε. None when the chain has no state to bound."""
+    pac, runs = model.pac, model.provenance.get("runs")
+    if pac.worst is None:
+        return None
+    named = [("outcome", pac.outcome), ("joint", pac.joint), ("empirical-Bernstein", pac.empirical),
+             ("tighter", pac.tight)]
+    chosen = next(((name, b) for name, b in named if b is not None), None)
+    if chosen is None:
+        return "Enough runs? This model file has no tighter PAC bound (written by an older Forewarn); re-learn."
+    name, bound = chosen
+    where = (f"a run's risk from its start is within ±{bound.initial_bound:.3g} (PAC, {name} bound, "
+             f"{1 - pac.delta:.0%} confidence)")
+    if bound.initial_satisfied:
+        return f"Enough runs? Yes for ε = {pac.epsilon}: {where}."
+    factor = bound.initial_runs_factor
+    forecast = ("no forecast of the runs that would meet it" if factor is None else
+                f"ε needs {_more_runs(factor, runs)}")
+    return f"Enough runs? Not for ε = {pac.epsilon}: {where}; {forecast}."

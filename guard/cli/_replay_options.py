@@ -2,20 +2,23 @@
 enforcement, trigger, input format and extractor, output format and report paths."""
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 from ...errors import ForewarnError
-from ..ingest import InputFormat
+from ..ingest import LogFormat, format_names, formats, get_format
 from ..replay import Enforcement
 from ..spec import Trigger
 from ._options import Format, OnError
 
 __all__ = ["ThetaOption", "FormatOption", "ReportOption", "PlotsOption", "RunOption", "InputFormatOption",
            "ExtractorOption", "EnforcementOption", "TriggerOption", "parse_trigger", "parse_enforcement",
-           "parse_thetas", "OnErrorOption", "check_on_error", "BundleByOption", "MinGroupRunsOption"]
+           "parse_thetas", "OnErrorOption", "check_on_error", "BundleByOption", "MinGroupRunsOption",
+           "OnMismatchOption", "Mismatch", "parse_input_format", "input_format_help",
+           "error_policy", "mismatch_policy"]
 
 
 # Options that replay and evaluate share.
@@ -24,14 +27,66 @@ FormatOption = Annotated[Format, typer.Option("--format")]
 ReportOption = Annotated[Path | None, typer.Option("--report", help="Write a self-contained HTML report.")]
 PlotsOption = Annotated[Path | None, typer.Option("--plots", help="Write the report's figures as PNG here.")]
 RunOption = Annotated[str | None, typer.Option("--run", help="Run id to draw in the risk-over-time figure.")]
-InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="Format of the trace files.")]
-ExtractorOption = Annotated[str | None, typer.Option(
-    "--extractor", help="Agent logs (langchain, otel, langgraph): the state extractor the guard uses, "
-                        "'tools' (default), 'household' or MODULE:NAME.")]
 
 
-OnErrorOption = Annotated[OnError, typer.Option(
-    "--on-error", help="A malformed run stops the command, or is skipped and counted in a summary on stderr.")]
+def parse_input_format(text: str) -> str:
+    """``--input-format``: ``auto`` or a registered format's name (read from the registry when the command runs,
+    so a format registered by then is accepted); anything else is a one-line usage error listing them."""
+    if text == "auto":
+        return text
+    try:
+        return get_format(text).name
+    except ForewarnError:
+        raise typer.BadParameter(f"unknown format {text!r}; expected one of {', '.join(format_names())}") from None
+
+
+def input_format_help() -> str:
+    """``--input-format``'s help, from the registry: each format with what it reads, and the defaults it sets."""
+    def one(fmt: LogFormat) -> str:
+        d = fmt.defaults
+        own = [f"--extractor {d.extractor}"] if d.extractor else []
+        own += [f"--on-mismatch {d.on_mismatch}"] if d.on_mismatch != "error" else []
+        own += [f"--on-error {d.on_error}"] if d.on_error != "stop" else []
+        return f"{fmt.name} ({fmt.describe}{'; by default ' + ', '.join(own) if own else ''})"
+
+    return ("Format of the input files: auto (per file, from its first records; says what it tried when none "
+            "fits), " + ", ".join(one(f) for f in formats()) + ".")
+
+
+InputFormatOption = Annotated[str, typer.Option("--input-format", parser=parse_input_format, metavar="FORMAT",
+                                                help=input_format_help())]
+def _extractor_help() -> str:
+    agents = ", ".join(f.name for f in formats() if f.agent)
+    household = ", ".join(f.name for f in formats() if f.defaults.extractor == "household")
+    return (f"Agent logs ({agents}): the state extractor the guard uses, 'tools' (default), 'household' "
+            + (f"({household}'s default) " if household else "") + "or MODULE:NAME.")
+
+
+ExtractorOption = Annotated[str | None, typer.Option("--extractor", help=_extractor_help())]
+class Mismatch(str, Enum):
+    """``--on-mismatch``: a logged success the world forbids is an error, or the simulator's verdict wins."""
+    error = "error"
+    simulator = "simulator"
+
+
+OnMismatchOption = Annotated[Mismatch | None, typer.Option(
+    "--on-mismatch", help="Action logs (actions, --extractor household): a logged success the symbolic household forbids is an "
+         "error, or the simulator wins and each rewrite is counted (default: error; agentspec: simulator).")]
+
+
+def error_policy(value: OnError | None) -> Literal["skip", "stop"] | None:
+    """``--on-error`` for the readers: None (unset) lets each file's input format choose."""
+    return None if value is None else ("skip" if value is OnError.skip else "stop")
+
+
+def mismatch_policy(value: Mismatch | None) -> Literal["error", "simulator"] | None:
+    """``--on-mismatch`` for the readers: None (unset) lets each file's input format choose."""
+    return None if value is None else ("simulator" if value is Mismatch.simulator else "error")
+
+
+OnErrorOption = Annotated[OnError | None, typer.Option(
+    "--on-error", help="A malformed run stops the command, or is skipped and counted in a summary on stderr "
+                       "(default: stop; agentspec: skip).")]
 BundleByOption = Annotated[str | None, typer.Option(
     "--bundle-by", help="Learn each fold's model as a bundle grouped by this metadata key (e.g. meta.task), "
                         "as `learn --group-by` does.")]
@@ -39,7 +94,7 @@ MinGroupRunsOption = Annotated[int, typer.Option(
     "--min-group-runs", help="With --bundle-by: runs a group needs in a fold for a model of its own.")]
 
 
-def check_on_error(on_error: OnError, engine: object = None) -> None:
+def check_on_error(on_error: OnError | None, engine: object = None) -> None:
     """``--on-error skip`` is read by this process's readers; Spark's replay stops at a malformed run."""
     if on_error is OnError.skip and getattr(engine, "value", "local") == "spark":
         raise ForewarnError("--on-error skip applies to --engine local; Spark's replay stops at a malformed run")

@@ -1,19 +1,18 @@
-"""What ``replay``, ``evaluate`` and ``tune`` print and write: the per-θ tables, progress bars, the HTML
+"""What ``replay``, ``evaluate`` and ``tune`` print and write: the per-θ tables, progress (:mod:`._progress`), the HTML
 report and figures. matplotlib is imported only when a report or plots are asked for."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ...errors import ForewarnError
 from ..outputs import check_output, write_output
 from ..replay import ReplayReport
 from ._options import err, out, print_summary
+from ._progress import progress
 
 __all__ = ["fmt", "pct", "over", "progress", "write_outputs", "check_report_paths", "print_replay", "detection_cells", "report_skipped",
            "ahead_cell"]
@@ -25,20 +24,6 @@ def fmt(value: float | None, digits: int = 2) -> str:
 
 def pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.1%}"
-
-
-@contextmanager
-def progress(label: str, total: int | None = None) -> Iterator[Callable[..., None]]:
-    """A progress bar on stderr when it is a terminal; yields ``update(completed=..., description=...)``."""
-    columns = [TextColumn("{task.description}"), BarColumn(),
-               MofNCompleteColumn() if total else TextColumn("{task.completed} runs"), TimeElapsedColumn()]
-    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
-        task = bar.add_task(label, total=total)
-
-        def update(**fields: Any) -> None:
-            bar.update(task, **fields)
-
-        yield update
 
 
 def check_report_paths(report: Path | None, plots: Path | None, *, inputs: Sequence[str | Path],
@@ -81,8 +66,9 @@ def write_outputs(report: ReplayReport, *, html_path: Path | None, plots_dir: Pa
 
 
 def report_skipped(summary: Any) -> None:
-    """What ``--on-error skip`` left out, on stderr (nothing when every run was read)."""
-    if summary.skipped:
+    """What ``--on-error skip`` left out and ``--on-mismatch simulator`` rewrote, on stderr (nothing when every
+    run was read as logged)."""
+    if summary.skipped or summary.mismatches:
         print_summary(summary, "read")
 
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ...errors import UsageError
 from ..model import CheckedProperty, GuardModel
+from ..predicates import resolve_python_predicates
 from ..spec import PropertyDef
 from ..storm import (
     Method,
@@ -22,7 +23,16 @@ from ..storm import (
     labels_of,
     quantitative_form,
 )
-from ._model_text import MISMATCH_MARK, fmt, members_of, mismatch_note, pac_document, pac_lines, state_words
+from ._model_text import (
+    MISMATCH_MARK,
+    fmt,
+    members_of,
+    memory_document,
+    mismatch_note,
+    pac_document,
+    pac_lines,
+    state_words,
+)
 from ._options import Format, check_precision, out, print_json
 
 __all__ = ["check", "register"]
@@ -58,6 +68,9 @@ def check(
 
     keys = load_trusted_keys(trusted_key) if trusted_key else None
     members = members_of(load_model_or_bundle(model, trusted_keys=keys), group)
+    for spec in {id(m.spec): m.spec for m in members.values()}.values():
+        # values whose predicates this process cannot evaluate guard nothing: the model is refused, as a guard does
+        resolve_python_predicates(spec)
     checked = {name: _check_rows(m, property, method, precision) for name, m in members.items()}
     if format is Format.json:
         documents = {name: {"property": outcomes[0][1].formula, "method": outcomes[0][1].method.value,
@@ -122,6 +135,9 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
             "ctl": {name: bool(v[i]) for name, v in verdicts.items()},
             "markov_mismatch": bool(checked[0].mismatch is not None and checked[0].mismatch[i]),
         }
+        remembered = memory_document(loaded, i)
+        if remembered is not None:  # learning.memory: states with the same predicates differ here
+            row["memory"] = remembered
         if first.verdicts is not None:  # a state formula with a bound: Storm's verdict in this state
             row["verdict"] = bool(first.verdicts[i])
             row["near_bound"] = bool(near[i])

@@ -8,11 +8,20 @@ import typer
 from rich.markup import escape
 
 from ...errors import ForewarnError
-from ..ingest import InputFormat, read_input
+from ..ingest import read_input
 from ..outputs import check_output, write_output
-from ._options import Format, MkdirOption, check_positive_int, err, out, print_json
-from ._replay_options import FormatOption, InputFormatOption
-from ._replay_output import progress
+from ..read_summary import IngestSummary
+from ._options import Format, MkdirOption, check_positive_int, err, out, print_json, warn
+from ._replay_options import (
+    ExtractorOption,
+    FormatOption,
+    InputFormatOption,
+    OnErrorOption,
+    OnMismatchOption,
+    error_policy,
+    mismatch_policy,
+)
+from ._replay_output import progress, report_skipped
 
 __all__ = ["discover", "register"]
 
@@ -51,7 +60,10 @@ def discover(
         "--action-memory/--no-action-memory", help="Also propose remembering the last actions "
                                                    "(learning.memory.actions), when the spec sets none.")] = True,
     format: FormatOption = Format.table,
-    input_format: InputFormatOption = InputFormat.auto,
+    input_format: InputFormatOption = "auto",
+    extractor: ExtractorOption = None,
+    on_mismatch: OnMismatchOption = None,
+    on_error: OnErrorOption = None,
     mkdir: MkdirOption = False,
 ) -> None:
     """Find predicates in the runs that improve held-out prediction, and write the spec with them."""
@@ -70,13 +82,20 @@ def discover(
         raise ForewarnError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
     check_output(output, inputs=[*traces, spec], mkdir=mkdir)
     parsed = load_spec(spec)
-    runs = list(read_input(traces, input_format, period=period))
+    summary = IngestSummary()
+    runs = list(read_input(traces, input_format, period=period, extractor=extractor, summary=summary,
+                           on_error=error_policy(on_error), on_mismatch=mismatch_policy(on_mismatch)))
+    report_skipped(summary)
     if not runs:
         raise ForewarnError("no runs to discover predicates from: the trace input is empty")
     with progress("discovering") as update:
         report = run_discover(runs, parsed, target=chosen, max_predicates=max_predicates, time_limit=time_limit,
                               folds=folds, group_by=group_by, seed=seed, min_visits=min_visits, confirm=confirm,
-                              exclude=exclude or (), action_memory=action_memory, on_progress=lambda text: update(description=text))
+                              exclude=exclude or (), action_memory=action_memory,
+                              on_progress=lambda text: update(description=text, completed=0, total=None),
+                              on_count=lambda done, total: update(completed=done, total=total))
+    for constant in report.constant_predicates:
+        warn(constant.message())
     parse_spec(report.text, source=str(output))  # what is written loads
     write_output(output, report.text)
     if format is Format.json:
@@ -116,6 +135,7 @@ def _as_dict(report: object, output: Path) -> dict[str, object]:
         "configurations": [{"name": name, **asdict(f)} for name, f in report.configurations],
         "not_helping": [{"cel": c, "brier": b, "detection": d} for c, b, d in report.not_helping],
         "notes": report.notes,
+        "constant_predicates": [{**c.to_dict(), "message": c.message()} for c in report.constant_predicates],
     }
 
 
@@ -156,7 +176,7 @@ def _print(report: object) -> None:
         out.print(f"real learner, {name}: {figures.text(target)}", highlight=False, markup=False, soft_wrap=True)
     out.print(f"search stopped: {report.stopped}", highlight=False, markup=False, soft_wrap=True)
     for cel, brier, detection in report.not_helping[:3]:
-        out.print(f"did not help: {cel} (held-out Brier {brier:.4f}, detection {detection:.1%})",
+        out.print(f"did not help: {cel} (held-out Brier {brier:.4f}, detection {detection:.1%}, as last scored)",
                   highlight=False, markup=False, soft_wrap=True)
     for line in report.skipped.lines():
         out.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)

@@ -11,10 +11,10 @@ from rich.table import Table
 
 from ...errors import ForewarnError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS
-from ..ingest import InputFormat, read_input
+from ..ingest import read_input
 from ..replay import Enforcement
 from ..storm import Method
-from ._options import Engine, Format, MkdirOption, OnError, check_alpha, check_period, out, print_json, warn
+from ._options import Engine, Format, MkdirOption, check_alpha, check_period, out, print_json, warn
 from ._replay_options import (
     BundleByOption,
     EnforcementOption,
@@ -23,12 +23,15 @@ from ._replay_options import (
     InputFormatOption,
     MinGroupRunsOption,
     OnErrorOption,
+    OnMismatchOption,
     PlotsOption,
     ReportOption,
     RunOption,
     ThetaOption,
     TriggerOption,
     check_on_error,
+    error_policy,
+    mismatch_policy,
     parse_enforcement,
     parse_thetas,
     parse_trigger,
@@ -56,8 +59,9 @@ def evaluate(
     report: ReportOption = None,
     plots: PlotsOption = None,
     run: RunOption = None,
-    input_format: InputFormatOption = InputFormat.auto,
+    input_format: InputFormatOption = "auto",
     extractor: ExtractorOption = None,
+    on_mismatch: OnMismatchOption = None,
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
     trigger: TriggerOption = None,
     bundle_by: BundleByOption = None,
@@ -67,7 +71,7 @@ def evaluate(
                                                       "each fold's model).")] = Engine.local,
     master: Annotated[str | None, typer.Option(help="Spark master for --engine spark (default: the running "
                                                        "session's, else local[*]).")] = None,
-    on_error: OnErrorOption = OnError.stop,
+    on_error: OnErrorOption = None,
     mkdir: MkdirOption = False,
 ) -> None:
     """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
@@ -87,13 +91,13 @@ def evaluate(
     if master is not None and engine is not Engine.spark:
         raise ForewarnError("--master applies to --engine spark only")
     if engine is Engine.spark:
-        if input_format not in (InputFormat.auto, InputFormat.jsonl):
-            raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format "
-                                f"{input_format.value}")
+        if input_format not in ("auto", "jsonl"):
+            raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format}")
         if bundle_by is not None:
             raise ForewarnError("--bundle-by is not available with --engine spark yet; evaluate bundles locally")
-        if extractor is not None:
-            raise ForewarnError("--extractor applies to agent logs, which --engine spark does not read")
+        if extractor is not None or on_mismatch is not None:
+            raise ForewarnError(f"--{'extractor' if extractor is not None else 'on-mismatch'} applies to agent and "
+                                "action logs, which --engine spark does not read")
         from ..spark import spark_session
         from ..spark.evaluate import evaluate_spark
 
@@ -111,10 +115,11 @@ def evaluate(
     from ..ingest import IngestSummary
 
     summary = IngestSummary()
-    with progress("reading runs") as update:
+    with progress("reading runs", unit="runs") as update:
         runs = []
         read = read_input([Path(t) for t in traces], input_format, period=period, summary=summary,
-                          extractor=extractor, on_error=on_error.value)
+                          extractor=extractor, on_error=error_policy(on_error),
+                          on_mismatch=mismatch_policy(on_mismatch))
         for n, r in enumerate(read, start=1):
             runs.append(r)
             update(completed=n)
@@ -140,6 +145,8 @@ def evaluate(
 def _show_evaluation(result: Any, name: str, folds: int, group_by: str | None, mode: Enforcement, format: Format,
                      report: Path | None, plots: Path | None, run: str | None, spec: Path, traces: Sequence[str],
                      seed: int) -> None:
+    for constant in result.constant_predicates:
+        warn(constant.message())
     if format is Format.json:
         print_json(result.to_dict())
     else:

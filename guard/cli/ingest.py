@@ -2,7 +2,6 @@
 the contract's JSONL, with a summary of what was read, skipped and rewritten."""
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -10,40 +9,35 @@ import orjson
 import typer
 
 from ...errors import ForewarnError, TraceError, UsageError
-from ..ingest import InputFormat, read_input
+from ..ingest import on_error_of, read_input
 from ..outputs import check_output, open_output
 from ..read_summary import IngestSummary
-from ._options import Format, MkdirOption, OnError, check_period, err, print_json, print_summary
-from ._replay_options import ExtractorOption
+from ._options import Format, MkdirOption, check_period, err, print_json, print_summary
+from ._replay_options import (
+    ExtractorOption,
+    InputFormatOption,
+    OnErrorOption,
+    OnMismatchOption,
+    error_policy,
+    mismatch_policy,
+)
 
 __all__ = ["register", "ingest", "refuse_poor_ingest", "DEFAULT_MAX_SKIPPED"]
 
 DEFAULT_MAX_SKIPPED = 0.5  # with --on-error skip: more than half the runs skipped fails the ingest
 
 
-class MismatchOption(str, Enum):
-    error = "error"
-    simulator = "simulator"
-
-
 def ingest(
     inputs: Annotated[list[Path], typer.Argument(help="Log files to convert.", metavar="LOGS...")],
     output: Annotated[Path, typer.Option("--output", "-o", help="JSONL trace file to write.")],
-    input_format: Annotated[InputFormat, typer.Option(
-        "--input-format", help="Format of the input files; auto says which formats it tried when none fits.")]
-    = InputFormat.auto,
-    on_error: Annotated[OnError, typer.Option(
-        "--on-error", help="A malformed record stops the ingest, or is skipped and counted in the summary.")]
-    = OnError.stop,
+    input_format: InputFormatOption = "auto",
+    on_error: OnErrorOption = None,
     extractor: ExtractorOption = None,
     period: Annotated[float | None, typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,
     time_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's seconds.")] = "t",
     action_column: Annotated[str, typer.Option(help="Columnar logs: the column with each step's action.")]
     = "action",
-    on_mismatch: Annotated[MismatchOption, typer.Option(
-        help="Action logs: a logged success the symbolic household forbids is an error, or the simulator wins "
-             "(each rewrite is counted in the summary).")]
-    = MismatchOption.error,
+    on_mismatch: OnMismatchOption = None,
     format: Annotated[Format, typer.Option("--format", help="The summary on stderr (table) or as JSON on stdout.")]
     = Format.table,
     max_skipped: Annotated[float, typer.Option(
@@ -60,13 +54,13 @@ def ingest(
     summary = IngestSummary()
     with open_output(output) as stream:
         for r in read_input(inputs, input_format, period=period, time_column=time_column,
-                            action_column=action_column, on_mismatch=on_mismatch.value, on_error=on_error.value,
-                            summary=summary, extractor=extractor):
+                            action_column=action_column, on_mismatch=mismatch_policy(on_mismatch),
+                            on_error=error_policy(on_error), summary=summary, extractor=extractor):
             try:
                 line = orjson.dumps({"id": r.id, "steps": r.steps, "meta": r.meta}, default=str)
             except orjson.JSONEncodeError as exc:  # e.g. a state nested deeper than JSON writers go
                 error = TraceError(f"cannot write this run as JSON ({exc})", source=r.source, line=r.line)
-                if on_error is OnError.stop:
+                if on_error_of(str(r.source), summary, error_policy(on_error)) == "stop":
                     raise error from exc
                 summary.runs -= 1
                 summary.skip(error)
@@ -83,7 +77,7 @@ def ingest(
 def refuse_poor_ingest(summary: IngestSummary, max_skipped: float) -> None:
     """An ingest that kept no run, or skipped more than ``max_skipped`` of them, fails with the reasons."""
     total = summary.runs + summary.skipped_count
-    reasons = "; ".join(line.strip() for line in summary.lines("read")[1:])
+    reasons = "; ".join(line.strip() for line in summary.lines("read")[1:] if not line.lstrip().startswith("kept"))
     why = f" ({reasons})" if reasons else ""
     if summary.runs == 0:
         formats = ", ".join(f"{p} as {f}" for p, f in summary.formats.items()) or "no input"

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ...errors import ConfigError, ForewarnError, UsageError
@@ -16,25 +16,35 @@ from ..outputs import check_output
 from ..read_summary import IngestSummary
 from ..storm import Method
 from ..trust import RETIRED_ALLOW_LIST
-from ._model_text import fmt, pac_lines, pac_words
+from ._model_text import enough_runs_line, fmt, pac_lines, pac_words, thin_line
 from ._options import (
     Engine,
     Format,
     MkdirOption,
-    OnError,
     check_alpha,
     check_period,
     check_precision,
     check_probability,
-    err,
     out,
     print_json,
     print_summary,
     print_warnings,
     warn,
 )
+from ._progress import progress
+from ._replay_options import (
+    ExtractorOption,
+    InputFormatOption,
+    OnErrorOption,
+    OnMismatchOption,
+    error_policy,
+    mismatch_policy,
+)
 
-__all__ = ["learn", "register", "Engine", "OnError"]
+if TYPE_CHECKING:
+    from ..traces import Run
+
+__all__ = ["learn", "register", "Engine"]
 
 
 def learn(
@@ -52,9 +62,10 @@ def learn(
     period: Annotated[float | None, typer.Option(help="Resample runs to one step every PERIOD seconds "
                                                          "(zero-order hold; needs 't' on every step).")] = None,
     format: Annotated[Format, typer.Option("--format", help="Summary format.")] = Format.table,
-    on_error: Annotated[OnError, typer.Option(
-        "--on-error", help="A malformed run stops learning, or is skipped and counted in the summary.")]
-    = OnError.stop,
+    on_error: OnErrorOption = None,
+    input_format: InputFormatOption = "auto",
+    extractor: ExtractorOption = None,
+    on_mismatch: OnMismatchOption = None,
     group_by: Annotated[str | None, typer.Option(
         "--group-by", help="Write a bundle: one model per value of this metadata key (e.g. meta.task) "
                            "with enough runs, plus a pooled model of all runs.")] = None,
@@ -72,6 +83,9 @@ def learn(
                                                        "spark://HOST:PORT, yarn (default: the running "
                                                        "session's, else local[*]).")] = None,
     mkdir: MkdirOption = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Print every figure of a single model: the summary table and every PAC bound "
+                                "(--format json always has them all).")] = False,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
     from ..signing import load_private_key
@@ -90,39 +104,52 @@ def learn(
     signing_key = load_private_key(sign) if sign is not None else None  # a bad key fails before learning
     if group_by is not None:
         group_path(group_by)  # a bad path fails before any run is read
-    if engine is Engine.local:
+    logs = input_format not in ("auto", "jsonl")  # read through the input format's reader, not the contract's
+    if engine is Engine.spark and logs:
+        raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format}")
+    if engine is Engine.local and not logs:
         _contract_only(traces)
     parsed = load_spec(spec)
     read = IngestSummary()
     options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period,
-                   on_error=on_error.value, summary=read)
+                   on_error=error_policy(on_error) or "stop", summary=read)
     if engine is Engine.spark:
         learned = _learn_on_spark(traces, parsed, master, group_by, min_group_runs, options)
+    elif logs:
+        from ..ingest import get_format, read_input
+
+        policy = error_policy(on_error) or get_format(input_format).defaults.on_error
+        runs = read_input([Path(t) for t in traces], input_format, period=period, summary=read,
+                          extractor=extractor, on_error=policy, on_mismatch=mismatch_policy(on_mismatch))
+        learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs,
+                              {**options, "on_error": policy}, logs=runs)
     else:
         learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs, options)
-    _write_learned(learned, output, format, signing_key, read)
+    _write_learned(learned, output, format, signing_key, read, verbose)
 
 
 def _learn_on_spark(traces: list[str], spec: Any, master: str | None, group_by: str | None, min_group_runs: int,
                     options: dict[str, Any]) -> GuardModel | GuardBundle:
     from ..spark import learn_bundle_spark, learn_model_spark, spark_session
 
-    session = spark_session(master)
-    if group_by is not None:
-        return learn_bundle_spark(traces, spec, group_by=group_by, min_group_runs=min_group_runs, spark=session,
-                                  **options)
-    return learn_model_spark(traces, spec, spark=session, **options)
+    with progress("learning on Spark"):  # one job counts the runs: off a terminal, a line now and then says so
+        session = spark_session(master)
+        if group_by is not None:
+            return learn_bundle_spark(traces, spec, group_by=group_by, min_group_runs=min_group_runs,
+                                      spark=session, **options)
+        return learn_model_spark(traces, spec, spark=session, **options)
 
 
 def _learn_here(traces: list[Path], parsed: Any, group_by: str | None, min_group_runs: int,
-                options: dict[str, Any]) -> GuardModel | GuardBundle:
-    with Progress(TextColumn("learning"), BarColumn(), TextColumn("{task.completed} runs"), TimeElapsedColumn(),
-                  console=err, transient=True, disable=not err.is_terminal) as progress:
-        task = progress.add_task("learn", total=None)
-
+                options: dict[str, Any], logs: Iterable[Run] | None = None) -> GuardModel | GuardBundle:
+    """Learn in this process from the contract's files, or from ``logs``: the runs an input format's reader
+    makes of ``traces`` (``--input-format``), already counted in ``options["summary"]``."""
+    with progress("learning", unit="runs") as update:
         def on_run(n: int) -> None:
-            progress.update(task, completed=n)
+            update(completed=n)
 
+        if logs is not None:
+            return _learn_logs(traces, logs, parsed, group_by, min_group_runs, on_run, options)
         if group_by is not None:
             from ..bundle import learn_bundle
 
@@ -135,8 +162,46 @@ def _learn_here(traces: list[Path], parsed: Any, group_by: str | None, min_group
     return learned
 
 
+def _learn_logs(traces: list[Path], logs: Iterable[Run], parsed: Any, group_by: str | None, min_group_runs: int,
+                on_run: Callable[[int], None], options: dict[str, Any]) -> GuardModel | GuardBundle:
+    """A model (or bundle) from runs an input format read, with the files' digests in its provenance, as
+    learning from the contract's files records them (so `replay` knows these files were learned from)."""
+    from ..bundle import learn_bundle_from_runs
+    from ..pipeline import learn_model_from_runs, learnable_runs
+    from ..trace_files import list_trace_files
+    from ..traces import file_digest
+
+    inputs = [{"path": f.name, "sha256": file_digest(f.path), "bytes": f.size} for f in list_trace_files(traces)]
+    settings = {k: v for k, v in options.items() if k not in ("period", "on_error", "summary")}
+    runs = learnable_runs(logs, parsed, summary=options["summary"]) if options["on_error"] == "skip" else logs
+    learned: GuardModel | GuardBundle
+    runs = _some_kept(runs, options["summary"])
+    if group_by is not None:
+        learned = learn_bundle_from_runs(runs, parsed, group_by=group_by, min_group_runs=min_group_runs,
+                                         inputs=inputs, on_run=on_run, **settings)
+        models = [learned.pooled, *learned.members.values()]
+        if options["period"] is not None:
+            learned.provenance["period_seconds"] = options["period"]
+    else:
+        learned = learn_model_from_runs(runs, parsed, inputs=inputs, on_run=on_run, **settings)
+        models = [learned]
+    if options["period"] is not None:
+        for model in models:
+            model.provenance["period_seconds"] = options["period"]
+    return learned
+
+
+def _some_kept(runs: Iterable[Run], summary: IngestSummary) -> Iterator[Run]:
+    """The runs, and at their end, when every one was skipped, an error giving the reasons (learning would
+    otherwise say only that the input is empty)."""
+    yield from runs
+    if summary.runs == 0 and summary.skipped:
+        reasons = "; ".join(line.strip() for line in summary.lines("read")[1:] if line.lstrip().startswith("skipped"))
+        raise ForewarnError(f"no runs to learn from: every run read was skipped ({reasons})")
+
+
 def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Format, signing_key: Any,
-                   read: IngestSummary) -> None:
+                   read: IngestSummary, verbose: bool = False) -> None:
     try:
         learned.save(output, sign_with=signing_key)
     except OSError as exc:  # e.g. -o names a folder, or a path under a file
@@ -167,22 +232,48 @@ def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Form
     if format is Format.json:
         print_json(summary)
         return
+    if verbose:
+        _print_every_figure(model, summary, output)
+    else:
+        _print_brief(model, summary, output)
+
+
+def _print_brief(model: GuardModel, summary: dict[str, Any], output: Path) -> None:
+    """The few lines a person reads: what was learned, the start risk, what is thin, whether the runs are enough."""
+    kinds = f", kinds: {summary['kinds']}" if "kinds" in summary else ""
+    lines = [f"forewarn learn → {output}: {summary['runs']} runs ({summary['unsafe_runs']} unsafe), "
+             f"{summary['steps']} steps, {summary['states']} states{kinds}",
+             _start_risk(summary), thin_line(model), enough_runs_line(model),
+             "Every figure (the summary table, the paper's PAC bound and the others): --verbose, or --format json."]
+    for line in lines:
+        if line is not None:
+            out.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def _print_every_figure(model: GuardModel, summary: dict[str, Any], output: Path) -> None:
+    """``--verbose``: the summary table (every JSON figure), the start risk and every PAC bound in words."""
     table = Table(title=f"forewarn learn → {output}", show_header=False)
     for key, value in summary.items():
         if key not in ("pac_worst", "initial_interval", "threshold_warnings", "read"):
             table.add_row(key, str(value))
     out.print(table)
-    interval = summary["initial_interval"]
-    if interval is not None:
-        out.print(f"Risk at the start: {summary['initial_risk']:.1%}, {interval['confidence']:.0%} interval "
-                  f"[{interval['ci_low']:.1%}, {interval['ci_high']:.1%}] ({interval['method']}, from "
-                  f"{interval['visits']} visits of the initial state{'s' if interval['states'] > 1 else ''})."
-                  + (" The interval is wide: the runs leave the risk largely open (few runs start here, or "
-                     "few visit the states they go on to); more runs narrow it, and guard.act_on: upper or guard.min_visits "
-                     "act on it (docs/method.md)." if interval["ci_high"] - interval["ci_low"] > 0.5 else ""),
-                  soft_wrap=True)
+    if summary["initial_interval"] is not None:
+        out.print(_start_risk(summary), soft_wrap=True)
     for line in pac_lines(model):
         out.print(line, highlight=False)
+
+
+def _start_risk(summary: dict[str, Any]) -> str:
+    """The risk of a run at its start, with its interval when the model has one."""
+    interval = summary["initial_interval"]
+    if interval is None:
+        return f"Risk at the start: {summary['initial_risk']:.1%} (no interval in this model)."
+    return (f"Risk at the start: {summary['initial_risk']:.1%}, {interval['confidence']:.0%} interval "
+            f"[{interval['ci_low']:.1%}, {interval['ci_high']:.1%}] ({interval['method']}, from "
+            f"{interval['visits']} visits of the initial state{'s' if interval['states'] > 1 else ''})."
+            + (" The interval is wide: the runs leave the risk largely open (few runs start here, or "
+               "few visit the states they go on to); more runs narrow it, and guard.act_on: upper or guard.min_visits "
+               "act on it (docs/method.md)." if interval["ci_high"] - interval["ci_low"] > 0.5 else ""))
 
 
 def _contract_only(traces: list[str]) -> None:
@@ -195,13 +286,16 @@ def _contract_only(traces: list[str]) -> None:
             kind = detect_format(path)
         except ForewarnError:
             continue  # learning will name the line at fault
-        if kind is not InputFormat.jsonl:
-            raise ForewarnError(f"{path}: these are {kind.value} logs, not the contract's JSONL; convert them first: "
-                                f"forewarn ingest {path} -o traces.jsonl")
+        kind = getattr(kind, "value", kind)  # a format registered outside Forewarn is its name
+        if kind != InputFormat.jsonl.value:
+            raise ForewarnError(f"{path}: these are {kind} logs, not the contract's JSONL; convert them first: "
+                                f"forewarn ingest {path} -o traces.jsonl (or learn from them with --input-format "
+                                f"{kind})")
 
 
 def _degenerate(model: GuardModel) -> list[str]:
     """Warnings for a spec or data that make the model say nothing useful."""
+    from ..constant_predicates import ConstantPredicate
     from ..predicates import PredicateSet
 
     found: list[str] = []
@@ -223,6 +317,7 @@ def _degenerate(model: GuardModel) -> list[str]:
                          "interval's upper end says how rare the runs that passed show it to be")
     elif model.provenance.get("unsafe_runs") == model.provenance.get("runs"):
         found.append("every run reached an unsafe state: the model cannot tell a risky start from a safe one")
+    found += [ConstantPredicate.from_dict(c).message() for c in model.provenance.get("constant_predicates", ())]
     flagged = sorted({int(i) for p in model.properties if p.mismatch is not None for i in p.mismatch.nonzero()[0]})
     if flagged:
         shown = ", ".join(f"#{i}" for i in flagged[:8]) + (", …" if len(flagged) > 8 else "")

@@ -9,13 +9,12 @@ from typing import Annotated, Any
 import typer
 
 from ...errors import ForewarnError
-from ..ingest import InputFormat, read_input
+from ..ingest import read_input
 from ..replay import Enforcement
 from ._options import (
     Engine,
     Format,
     MkdirOption,
-    OnError,
     caught_warnings,
     check_period,
     print_json,
@@ -28,12 +27,15 @@ from ._replay_options import (
     FormatOption,
     InputFormatOption,
     OnErrorOption,
+    OnMismatchOption,
     PlotsOption,
     ReportOption,
     RunOption,
     ThetaOption,
     TriggerOption,
     check_on_error,
+    error_policy,
+    mismatch_policy,
     parse_enforcement,
     parse_thetas,
     parse_trigger,
@@ -71,8 +73,9 @@ def replay(
     report: ReportOption = None,
     plots: PlotsOption = None,
     run: RunOption = None,
-    input_format: InputFormatOption = InputFormat.auto,
+    input_format: InputFormatOption = "auto",
     extractor: ExtractorOption = None,
+    on_mismatch: OnMismatchOption = None,
     baseline_traces: Annotated[list[Path] | None, typer.Option(
         "--baseline-traces", help="Runs to fit the empirical-frequency baseline on (default: the replayed runs, "
                                   "each left out of its own scoring).")] = None,
@@ -82,13 +85,15 @@ def replay(
                                                       "is broadcast to the executors).")] = Engine.local,
     master: Annotated[str | None, typer.Option(help="Spark master for --engine spark (default: the running "
                                                        "session's, else local[*]).")] = None,
-    on_error: OnErrorOption = OnError.stop,
+    on_error: OnErrorOption = None,
     mkdir: MkdirOption = False,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
     from ..bundle_guard import BundleGuard, load_guard
     from ..evaluation.baselines import score_baselines, trace_run
     from ..replay import replay as run_replay
+    from ..runtime import Guard
+    from ..thresholds import warn_initial_crossings
 
     thetas = parse_thetas(theta)
     check_period(period)
@@ -98,16 +103,19 @@ def replay(
     trigger_mode = parse_trigger(trigger)
     with caught_warnings() as warned:
         guard = load_guard(model)  # a model or a bundle: each run is replayed on its group's member
+        if isinstance(guard, Guard) and guard.start_warning:  # replayed runs open no sessions: said here
+            guard.start_warning = False
+            warn_initial_crossings(guard.model, guard.policy)
     if period is None:
         period = guard.model.provenance.get("period_seconds")
     if master is not None and engine is not Engine.spark:
         raise ForewarnError("--master applies to --engine spark only")
-    if engine is Engine.spark and input_format not in (InputFormat.auto, InputFormat.jsonl):
-        raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format.value}")
+    if engine is Engine.spark and input_format not in ("auto", "jsonl"):
+        raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format}")
     from ..ingest import IngestSummary
 
     summary = IngestSummary()
-    with progress("replaying") as update:
+    with progress("replaying", unit="runs") as update:
         if engine is Engine.spark:
             from ..spark import replay_spark, spark_session
 
@@ -115,7 +123,8 @@ def replay(
                                   enforcement=mode, trigger=trigger_mode)
         else:
             runs = read_input([Path(t) for t in traces], input_format, period=period, summary=summary,
-                              extractor=extractor, on_error=on_error.value)
+                              extractor=extractor, on_error=error_policy(on_error),
+                              on_mismatch=mismatch_policy(on_mismatch))
             result = run_replay(guard, runs, thetas, enforcement=mode, trigger=trigger_mode,
                                 on_run=lambda n: update(completed=n))
     report_skipped(summary)
@@ -131,7 +140,8 @@ def replay(
             update(description="baseline runs", completed=0)
             train = [trace_run(r, guard.predicates, guard.monitors)
                      for r in read_input(baseline_traces, input_format, period=period, extractor=extractor,
-                                         on_error=on_error.value, summary=summary)]
+                                         on_error=error_policy(on_error), summary=summary,
+                                         on_mismatch=mismatch_policy(on_mismatch))]
         member_of = None if not isinstance(guard, BundleGuard) else (lambda r: guard.member_name(r.meta))
         baselines = score_baselines(result.replays, thetas, predicates=guard.predicates, monitors=guard.monitors,
                                     train=train, unseen_alarms=result.unseen_alarms, horizon=result.horizon,

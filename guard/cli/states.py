@@ -50,6 +50,8 @@ def states(
         def one(name: str | None, m: GuardModel, rows: list[Any]) -> dict[str, Any]:
             return {"property": m.outcome.formula, "spec": m.spec.name,
                     "thresholds": policies[name].thresholds.model_dump(),
+                    "properties": [{"name": n, "formula": f, "thresholds": t.model_dump()}
+                                   for n, f, t in _guarded(m, policies[name])],
                     "unseen_state": m.spec.guard.unseen_state.value, "states": [r.to_dict() for r in rows]}
         if not bundle:
             print_json(one(None, *tables[None]))
@@ -60,9 +62,10 @@ def states(
         import csv
 
         writer = csv.writer(sys.stdout, lineterminator="\n")
+        several = any(len(m.properties) > 1 for m, _ in tables.values())  # which property each row's figures are
         writer.writerow((["member"] if bundle else []) + ["index", "state", "monitors", "unsafe", "visits",
                         "runs_started", "p_unsafe", "lower", "upper", "ci_low", "ci_high", "action", "threshold",
-                        "path", "path_probability", "markov_mismatch"])
+                        "path", "path_probability", "markov_mismatch"] + (["property"] if several else []))
         for name, (m, rows) in tables.items():
             for r in rows:
                 writer.writerow(([name] if bundle else []) + [
@@ -70,15 +73,19 @@ def states(
                     str(r.unsafe).lower(), r.visits, r.runs_started, r.p_unsafe, _blank(r.lower), _blank(r.upper),
                     _blank(r.ci_low), _blank(r.ci_high), r.action, _blank(r.threshold),
                     "" if r.path is None else " ".join(map(str, r.path)), _blank(r.path_probability),
-                    str(r.mismatch).lower()])
+                    str(r.mismatch).lower()] + ([r.property] if several else []))
         return
     for name, (m, rows) in tables.items():
         monitors = bool(m.dtmc.monitors)
-        title = (f"{'' if name is None else f'{name}: '}{m.outcome.formula}; act when p_safe < θ: "
-                 + ", ".join(f"{a.value} {t}" for a, t in policies[name].thresholds.items()))
+        guarded = _guarded(m, policies[name])
+        several = len(guarded) > 1
+        # each guarded property with the thresholds it acts on (its own, or the guard's)
+        title = "\n".join(f"{'' if name is None else f'{name}: '}{f'{n}: ' if several else ''}{f}; act when "
+                          f"p_safe < θ: " + ", ".join(f"{a.value} {t}" for a, t in thresholds.items())
+                          for n, f, thresholds in guarded)
         table = Table(title=title)
-        columns = ["#", "state"] + (["monitors"] if monitors else []) + ["visits", "p_unsafe", "bounds", "interval",
-                                                                          "action", "most likely path to unsafe"]
+        columns = ["#", "state"] + (["monitors"] if monitors else []) + ["visits"] + (["property"] if several else []) \
+            + ["p_unsafe", "bounds", "interval", "action", "most likely path to unsafe"]
         for column in columns:
             table.add_column(column, justify="right" if column in {"#", "visits", "p_unsafe"} else "left")
         for r in rows:
@@ -88,15 +95,26 @@ def states(
                 cells.append(", ".join(f"{k} {v}" for k, v in r.monitors.items()))
             path = "unreachable" if r.path is None else (
                 "here" if len(r.path) == 1 else " → ".join(f"#{i}" for i in r.path) + f"  ({r.path_probability:.3g})")
-            cells += [str(r.visits), fmt(r.p_unsafe), _interval(r.lower, r.upper), _interval(r.ci_low, r.ci_high),
-                      r.action, path]
+            cells += [str(r.visits)] + ([r.property or ""] if several else []) + [
+                fmt(r.p_unsafe), _interval(r.lower, r.upper), _interval(r.ci_low, r.ci_high), r.action, path]
             table.add_row(*cells)
         out.print(table)
         if any(r.mismatch for r in rows):
             out.print(mismatch_note(m), soft_wrap=True, highlight=False)
-    out.print("visits: departures observed from the state; bounds: Storm's numerical bounds; interval: the "
+    several = any(len(m.properties) > 1 for m, _ in tables.values())
+    out.print("visits: departures observed from the state; "
+              + ("property: the guarded property calling for the most severe action there, whose figures the row "
+                 "shows; " if several else "")
+              + "bounds: Storm's numerical bounds; interval: the "
               "statistical interval where the model has one; path: the single most probable sequence of "
               "transitions into an unsafe state (its probability, a lower bound of p_unsafe).", soft_wrap=True)
+
+
+def _guarded(m: GuardModel, policy: Any) -> list[tuple[str, str, Any]]:
+    """Each guarded property: its name, its query and the thresholds it acts on (its own, else the policy's),
+    as the guard reads them (``Guard._rules_of``)."""
+    return [(p.name, p.outcome.formula, policy.thresholds if p.definition.thresholds is None
+             else p.definition.thresholds) for p in m.properties]
 
 
 def _blank(value: float | None) -> str | float:

@@ -10,18 +10,21 @@ from rich.table import Table
 
 from ...errors import ForewarnError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS
-from ..ingest import InputFormat, read_input
+from ..ingest import read_input
 from ..outputs import check_output, write_output
 from ..read_summary import IngestSummary
 from ..replay import Enforcement
 from ..storm import Method
-from ._options import Format, MkdirOption, OnError, err, out, print_json
+from ._options import Format, MkdirOption, err, out, print_json
 from ._replay_options import (
     EnforcementOption,
     ExtractorOption,
     FormatOption,
     InputFormatOption,
     OnErrorOption,
+    OnMismatchOption,
+    error_policy,
+    mismatch_policy,
     parse_enforcement,
     parse_trigger,
 )
@@ -52,7 +55,7 @@ def tune(
     alpha: Annotated[float | None, typer.Option(help="Laplace smoothing α (default: the spec's).")] = None,
     method: Annotated[Method, typer.Option(help="Storm method for each fold's model.")] = Method.SOUND,
     format: FormatOption = Format.table,
-    input_format: InputFormatOption = InputFormat.auto,
+    input_format: InputFormatOption = "auto",
     enforcement: EnforcementOption = Enforcement.LOOKAHEAD.value,
     trigger: Annotated[str | None, typer.Option(
         "--trigger", help="Score alarms as this trigger acts: level or increase (min_increase is then tuned with "
@@ -68,7 +71,8 @@ def tune(
                                  "held-out runs its own model must have replayed for thresholds of its own.")]
     = DEFAULT_MIN_GROUP_RUNS,
     extractor: ExtractorOption = None,
-    on_error: OnErrorOption = OnError.stop,
+    on_mismatch: OnMismatchOption = None,
+    on_error: OnErrorOption = None,
     mkdir: MkdirOption = False,
 ) -> None:
     """Choose a threshold per action (and, under the increase trigger, min_increase) from cross-validation so that
@@ -89,16 +93,18 @@ def tune(
     trigger_mode = parse_trigger(trigger) or parsed.guard.trigger or (
         Trigger.INCREASE if mode is Enforcement.LOOKAHEAD else Trigger.LEVEL)
     summary = IngestSummary()
-    runs = list(read_input(traces, input_format, period=period, extractor=extractor, on_error=on_error.value,
-                           summary=summary))
+    runs = list(read_input(traces, input_format, period=period, extractor=extractor, on_error=error_policy(on_error),
+                           on_mismatch=mismatch_policy(on_mismatch), summary=summary))
     report_skipped(summary)
     if not runs:
         raise ForewarnError("no runs to tune on: the trace input is empty")
     with progress("cross-validation", total=2 * folds) as update:
+        # a fold's learning starts after 2·(fold − 1) parts; its replay after one more
         result = run_evaluate(runs, parsed, [], folds=folds, group_by=group_by, seed=seed, method=method,
                               alpha=alpha, enforcement=mode, trigger=trigger_mode, bundle_by=bundle_by,
                               min_group_runs=min_group_runs,
-                              on_progress=lambda phase, fold: update(completed=2 * fold - (phase == "learn")))
+                              on_progress=lambda phase, fold: update(completed=2 * fold - 2 + (phase == "replay"),
+                                                                     description=f"fold {fold}/{folds}: {phase}"))
     tuned: dict[str, float] = {}
     choices = run_tune(result, parsed, targets, tuned)
     min_increase = tuned.get("min_increase")
@@ -175,10 +181,20 @@ def tune(
     for note in notes:
         out.print(f"[yellow]note:[/] {note}", highlight=False)
     if output is not None:
-        err.print(f"wrote {output}" + ("" if bundle_by is None else f"; learn with --group-by {bundle_by} and it, "
-                                       "and each member decides under its own thresholds"), highlight=False)
+        err.print(f"wrote {output}" + ("" if bundle_by is None else _members_line(members, bundle_by)), highlight=False)
     else:
         err.print("pass -o SPEC_OUT to write a copy of the spec with these thresholds", highlight=False)
+
+
+def _members_line(members: list[MemberTuning], bundle_by: str) -> str:
+    """What learning with the written spec does, in words true of this tuning (issue 38: it said "each member
+    decides under its own thresholds" when no member got any)."""
+    own = sum(m.choices is not None for m in members)
+    if own == 0:
+        return (f"; no member of {bundle_by} got thresholds of its own (too few held-out runs per member), so "
+                f"every member decides under the pooled thresholds")
+    return (f"; learn with --group-by {bundle_by} and it: {own} of {len(members)} members decide under thresholds "
+            f"of their own, the rest under the pooled ones")
 
 
 def _member_json(m: MemberTuning) -> dict[str, Any]:

@@ -41,11 +41,11 @@ except ModuleNotFoundError as exc:
 
 from ..policy import Policy
 from . import _core as core
-from ._core import Op, RemoteDecision, Request, ServerError
+from ._core import Op, RemoteDecision, Request, ServerError, SidecarUnreachable
 from ._loopback import async_loopback, loopback
 
 __all__ = ["AsyncClient", "AsyncRemoteSession", "Client", "RemoteDecision", "RemoteSession", "ServerError",
-           "DEFAULT_URL"]
+           "SidecarUnreachable", "DEFAULT_URL"]
 
 DEFAULT_URL = "http://127.0.0.1:8321"
 P = ParamSpec("P")

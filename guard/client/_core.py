@@ -25,7 +25,8 @@ from ..runtime import Decision, PropertyValue
 from ..spec import Action
 from ._loopback import Answer
 
-__all__ = ["BACKOFF", "Op", "RemoteDecision", "Request", "ServerError", "SessionLike"]
+__all__ = ["BACKOFF", "Op", "RemoteDecision", "Request", "ServerError", "SessionLike", "SidecarUnreachable",
+           "unreachable"]
 
 T = TypeVar("T")
 Op = Generator["Request", Any, T]
@@ -43,6 +44,26 @@ class ServerError(ForewarnError):
         self.status = status
         self.code = code
         self.field = field
+
+
+class SidecarUnreachable(ServerError):
+    """A guard on a sidecar (the LangChain middleware, the MCP proxy with ``--serve-url``) could not reach
+    it before a tool call ran, so the call did not run (fail closed). ``url``: the sidecar's; ``tool``: the
+    call's. The message is one line: the URL, the call, what to do."""
+
+    def __init__(self, url: str, tool: str, cause: ServerError) -> None:
+        super().__init__(f"Forewarn's sidecar at {url} cannot be reached, so the call to `{tool}` did not run "
+                         f"(fail closed): start the sidecar (forewarn serve) or fix its URL, then resume the run or call "
+                         f"again; calls refused meanwhile are recorded with the session's next step there ({cause})",
+                         status=cause.status, code="sidecar_unreachable")
+        self.url = url
+        self.tool = tool
+
+
+def unreachable(exc: ServerError) -> bool:
+    """Whether a sidecar's error means it is down or cannot answer now (no answer, or a 5xx), as opposed
+    to a refusal of the request itself (4xx)."""
+    return exc.status == 0 or exc.status >= 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,14 +325,16 @@ def observe(session: SessionLike, state: Mapping[str, Any], *, action: Any = Non
 
 def propose(session: SessionLike, tool: str, arguments: Mapping[str, Any], state: Mapping[str, Any], *,
             tools: list[str] | None = None, ask: bool | None = None,
-            edit_of: str | None = None, timeout: float | None = None) -> Op[dict[str, Any]]:
+            edit_of: str | None = None, timeout: float | None = None,
+            request: str | None = None) -> Op[dict[str, Any]]:
     """Ask before a call runs: the decision on the state it would lead to; ``status`` is allowed,
     held, or pending (a human decides: :meth:`Client.wait_for_proposal`). Nothing is committed.
     ``ask``: the agent's own verdict (True: pending; False: allowed); ``edit_of``: the edited
     proposal whose call this one is, re-checked; ``timeout``: the seconds the agent will wait for a
-    human before it withdraws the call (the approver is shown when that is)."""
+    human before it withdraws the call (the approver is shown when that is); ``request``: the user's
+    request the call serves, in their words, shown to the approver beside the session's metadata."""
     body = {"tool": tool, "arguments": dict(arguments), "state": dict(state)} | _some(
-        tools=None if tools is None else list(tools), ask=ask, edit_of=edit_of, timeout=timeout)
+        tools=None if tools is None else list(tools), ask=ask, edit_of=edit_of, timeout=timeout, request=request)
     return cast(dict[str, Any], (yield Request("POST", f"/v1/sessions/{session.id}/proposals", body,
                                                idempotent=True)))
 

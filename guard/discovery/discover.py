@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ForewarnError, TraceError
+from ..constant_predicates import ConstantPredicate, constant_in_traced
 from ..evaluation.baselines import trace_run
 from ..evaluation.evaluate import evaluate
 from ..evaluation.folds import group_of, split_folds
@@ -82,11 +83,14 @@ class DiscoveryReport:
     stopped: str
     seconds: float
     notes: list[str] = field(default_factory=list)
+    # (cel, Brier, detection): each predicate once, with the figures of the last time it was scored
     not_helping: list[tuple[str, float, float]] = field(default_factory=list)
     memory: ActionMemory | None = None  # the action memory added to learning.memory
     memory_options: list[tuple[str, Score]] = field(default_factory=list)  # every option scored
     # every configuration the real learner scored (:mod:`.confirm`), the spec's own first
     configurations: list[tuple[str, Figures]] = field(default_factory=list)
+    # the spec's predicates with one value on every step of the runs (guard/constant_predicates.py)
+    constant_predicates: list[ConstantPredicate] = field(default_factory=list)
 
 
 def _figures(score: Score) -> Figures:
@@ -121,7 +125,8 @@ def held_out_figures(replays: Sequence[RunReplay], target: Target, *, unseen_ala
 def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates: int = 8,
              time_limit: float = 600.0, folds: int = 5, group_by: str | None = None, seed: int = 0,
              min_visits: int = MIN_VISITS, confirm: bool = True, exclude: Sequence[str] = (),
-             action_memory: bool = True, on_progress: Callable[[str], None] | None = None) -> DiscoveryReport:
+             action_memory: bool = True, on_progress: Callable[[str], None] | None = None,
+             on_count: Callable[[int, int], None] | None = None) -> DiscoveryReport:
     """Predicates found in ``runs`` that improve held-out prediction over ``spec``'s (see the module's doc).
 
     Args:
@@ -136,6 +141,9 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         exclude: dotted fields to propose nothing on (the ``group_by`` field is never proposed: a value
             of the grouping key sits in one fold only, so it cannot tell held-out runs anything).
         action_memory: also propose ``learning.memory.actions`` (:mod:`.recent`) when the spec sets none.
+        on_progress: called with the name of each stage as it starts.
+        on_count: called with (done, total) within the current stage: runs traced, search rounds out of
+            ``max_predicates``, fold evaluations of the confirmation.
 
     Raises:
         ForewarnError: runs that all end the same way, too few groups for the folds, a bad spec or trace.
@@ -143,12 +151,16 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     started = time.monotonic()
     deadline = started + time_limit
     progress = on_progress or (lambda _: None)
+    count = on_count or (lambda done, total: None)
     if spec.text is None:
         raise ForewarnError("discover needs the spec's YAML text (load it with load_spec or parse_spec)")
     predicates = PredicateSet(spec)
     monitors = build_monitors(spec)
     progress("tracing runs with the spec")
-    traced = [trace_run(run, predicates, monitors) for run in runs]
+    traced = []
+    for run in runs:
+        traced.append(trace_run(run, predicates, monitors))
+        count(len(traced), len(runs))
     unsafe_runs = sum(t.unsafe for t in traced)
     if not runs:
         raise ForewarnError("no runs to discover predicates from")
@@ -209,13 +221,13 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
                 for i, definition in enumerate(spec.predicates.values())]
     result = search(scorer, np.asarray(base_key, dtype=np.int64), candidates, literals,
                     max_predicates=max_predicates, min_gain=MIN_GAIN, deadline=deadline, min_visits=min_visits,
-                    min_brier_gain=MIN_BRIER_GAIN)
+                    min_brier_gain=MIN_BRIER_GAIN, on_round=lambda done: count(done, max_predicates))
     report = DiscoveryReport(
         text=spec.text, changed=False, added=[], names=[], counting_before=_figures(result.base),
         counting_after=_figures(result.base), learner_before=None, learner_after=None, runs=len(runs),
         unsafe_runs=unsafe_runs, steps=len(scored), fields=len(table.columns), candidates=len(candidates),
         skipped=table.skipped, folds=folds, group_by=group_by, target=target, stopped=result.stopped,
-        seconds=0.0, not_helping=result.rejected)
+        seconds=0.0, not_helping=result.rejected, constant_predicates=constant_in_traced(traced, predicates))
     report.notes.extend(f"--exclude {e}: no field discovery reads in these runs is at or below it; nothing left out"
                         for e in unmatched)
     steps = _checked(result, runs, spec, scored_idx, report.notes)
@@ -252,12 +264,20 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     else:
         progress(f"confirming with the real learner (grouped k-fold: the spec's own and {len(configurations)} "
                  "configuration(s))")
-        own = _learner(runs, spec, target, folds, group_by, seed)
+        # each evaluation learns and replays every fold: 2 × folds parts, the spec's own first
+        parts = 2 * folds * (1 + len(configurations))
+        evaluated = [0]
+
+        def counted(phase: str, fold: int) -> None:
+            count(evaluated[0] * 2 * folds + 2 * (fold - 1) + (phase == "replay"), parts)
+
+        own = _learner(runs, spec, target, folds, group_by, seed, counted)
         before = own[0]
 
         def score(c: Configuration) -> tuple[Figures, list[RunReplay]]:
+            evaluated[0] += 1
             return _learner(runs, parse_spec(c.text, source=spec.source or "<discovered>"), target, folds,
-                            group_by, seed)
+                            group_by, seed, counted)
 
         picked, tried = choose(configurations, own, score, target, {run.id: g for run, g in zip(runs, groups)},
                                {run.id: str(f) for run, f in zip(runs, fold_of_run.tolist())})
@@ -271,7 +291,8 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
                 f"({before.text(target)} with the spec's own; "
                 + "; ".join(f"{f.text(target)}, z {z:.2f} with {c.name}" for c, f, z in tried)
                 + "): the spec is unchanged")
-            report.not_helping = [(s.cel, s.after.brier, s.after.detection) for s in steps] + report.not_helping
+            report.not_helping = _listed_once([(s.cel, s.after.brier, s.after.detection) for s in steps],
+                                              report.not_helping)
             report.seconds = time.monotonic() - started
             return report
         after = next(f for c, f, _ in tried if c is picked)
@@ -280,8 +301,8 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
                 report.notes.append(f"not written: {c.name} ({figures.text(target)}, z {z:.2f}; the real learner "
                                     f"preferred {picked.name}, {after.text(target)})")
         if not picked.memory:
-            report.not_helping[:0] = [(c.name, f.brier if f.brier is not None else math.nan, f.detection)
-                                      for c, f, _ in tried if c.memory]
+            report.not_helping = _listed_once([(c.name, f.brier if f.brier is not None else math.nan, f.detection)
+                                               for c, f, _ in tried if c.memory], report.not_helping)
         chosen = picked
         report.learner_after = after
     kept = steps if chosen.predicates else []
@@ -294,11 +315,20 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         text = _with_confirmation(text, report.learner_before, report.learner_after, target)
     report.counting_after = _figures(remembered.after if remembered is not None else kept[-1].after)
     if not kept and steps:
-        report.not_helping = [(s.cel, s.after.brier, s.after.detection) for s in steps] + report.not_helping
+        report.not_helping = _listed_once([(s.cel, s.after.brier, s.after.detection) for s in steps],
+                                          report.not_helping)
     report.text, report.changed, report.added, report.names = text, True, kept, names
     report.memory = remembered
     report.seconds = time.monotonic() - started
     return report
+
+
+def _listed_once(newer: list[tuple[str, float, float]], older: list[tuple[str, float, float]]
+                 ) -> list[tuple[str, float, float]]:
+    """``newer`` (what was scored last: a predicate the search accepted, then the learner refused) before
+    ``older``, each predicate once: the search may have rejected a predicate in a round before accepting it."""
+    shown = {cel for cel, _, _ in newer}
+    return newer + [entry for entry in older if entry[0] not in shown]
 
 
 def _configurations(spec: Spec, steps: list[Step], memory: ActionMemory | None, alone: ActionMemory | None,
@@ -370,9 +400,9 @@ def _checked(result: SearchResult, runs: Sequence[Run], spec: Spec, scored: np.n
 
 
 def _learner(runs: Sequence[Run], spec: Spec, target: Target, folds: int, group_by: str | None,
-             seed: int) -> tuple[Figures, list[RunReplay]]:
+             seed: int, on_progress: Callable[[str, int], None] | None = None) -> tuple[Figures, list[RunReplay]]:
     report = evaluate(runs, spec, [0.5], folds=folds, group_by=group_by, seed=seed, method=Method.TOPOLOGICAL,
-                      enforcement=Enforcement.OBSERVE)
+                      enforcement=Enforcement.OBSERVE, on_progress=on_progress)
     replays = list(report.pooled.replays)
     return held_out_figures(replays, target, unseen_alarms=spec.guard.unseen_state is not Action.ALLOW), replays
 

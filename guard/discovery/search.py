@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
@@ -87,7 +87,9 @@ class SearchResult:
     final: Score
     stopped: str  # why the search stopped
     rounds: int = 0
-    rejected: list[tuple[str, float, float]] = field(default_factory=list)  # (cel, Brier, detection) of the best loser
+    # (cel, Brier, detection) of the offers that did not pay off, each once: listed at the round that first
+    # rejected it, with the figures of the last round that scored it (over the most predicates)
+    rejected: list[tuple[str, float, float]] = field(default_factory=list)
     key: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # final state of each step
     states: int = 0
 
@@ -111,7 +113,8 @@ def _fold_briers(scorer: HeldOut, risk: NDArray[np.float64]) -> NDArray[np.float
 
 def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Candidate],
            literals: list[Literal_], *, max_predicates: int, min_gain: float, deadline: float,
-           min_visits: int, min_brier_gain: float = 0.005, min_z: float | None = None) -> SearchResult:
+           min_visits: int, min_brier_gain: float = 0.005, min_z: float | None = None,
+           on_round: Callable[[int], None] | None = None) -> SearchResult:
     """Greedy forward selection with local splits (see the module's doc).
 
     Args:
@@ -121,6 +124,7 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
         literals: the user's predicates over scored steps (their CEL for local conditions).
         deadline: ``time.monotonic()`` past which no new round starts.
         min_z: the significance a gain needs (None: :func:`required_z` of the candidates).
+        on_round: called with the number of predicates chosen after each round (progress).
     """
     if min_z is None:
         min_z = required_z(len(candidates))
@@ -140,6 +144,15 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
     sample_bits: dict[int, NDArray[np.bool_]] = {}
     literal_pool = list(literals)
     result = SearchResult(steps, base, base, "no candidate improved held-out prediction")
+    rejected_at: dict[str, int] = {}  # cel -> its place in result.rejected (a round rejects an offer again)
+
+    def reject(cel: str, score: Score) -> None:
+        entry = (cel, score.brier, score.detection)
+        if cel in rejected_at:
+            result.rejected[rejected_at[cel]] = entry
+        else:
+            rejected_at[cel] = len(result.rejected)
+            result.rejected.append(entry)
     while True:
         if len(steps) >= max_predicates:
             result.stopped = f"--max-predicates {max_predicates} reached"
@@ -199,11 +212,11 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
             if pays_off(scorer, current, refined, min_brier_gain=min_brier_gain, min_z=min_z):
                 accepted = (refined, offer)
                 break
-            result.rejected.append((offer.cel, refined.brier, refined.detection))
+            reject(offer.cel, refined)
         if accepted is None:
             if scored_offers and not result.rejected:
                 top, top_offer = scored_offers[0]
-                result.rejected.append((top_offer.cel, top.brier, top.detection))
+                reject(top_offer.cel, top)
             break
         refined, offer = accepted
         steps.append(Step(offer.name, offer.cel, offer.description, offer.local, current, refined, offer.final))
@@ -211,6 +224,8 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
         current = refined
         literal_pool.append(Literal_(offer.cel, offer.scored, offer.final))
         pool = [c for c in pool if c.cel != offer.cel]
+        if on_round is not None:
+            on_round(len(steps))
     result.final = current
     result.key, result.states = key, states
     return result

@@ -15,6 +15,7 @@ from typing import Any
 from ...errors import ForewarnError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS, group_path, group_value, learn_bundle_from_runs
 from ..bundle_guard import BundleGuard
+from ..constant_predicates import ConstantPredicate, constant_in_traced
 from ..pipeline import learn_model_from_runs
 from ..predicates import PredicateSet, PythonPredicate
 from ..replay import (
@@ -74,6 +75,8 @@ class EvaluationReport:
     spec: str
     notes: list[str] = field(default_factory=list)
     bundle_by: str | None = None  # each fold's model was a bundle grouped by this key
+    # predicates with one value on every step of the runs (guard/constant_predicates.py): a warning each
+    constant_predicates: list[ConstantPredicate] = field(default_factory=list)
 
     def over_folds(self, theta: float, metric: str) -> Spread | None:
         """The spread over folds of one per-θ figure (folds where it is undefined are left out)."""
@@ -114,6 +117,7 @@ class EvaluationReport:
                               "test_groups": f.test_groups, "states": f.states, "pac": f.pac,
                               "report": f.report.to_dict()} for f in self.folds],
             "notes": list(self.notes),
+            "constant_predicates": [{**c.to_dict(), "message": c.message()} for c in self.constant_predicates],
         }
 
 
@@ -192,7 +196,7 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
                                     member_of=member_of),
                         replays))
     return finish(results, thetas, scoring, group_by=group_by, groups=len(set(groups)), seed=seed,
-                  spec=spec.name, bundle_by=bundle_by)
+                  spec=spec.name, bundle_by=bundle_by, constant=constant_in_traced(traced, predicates))
 
 
 def scoring_of(spec: Spec, enforcement: Enforcement | str, trigger: Trigger | str | None) -> dict[str, Any]:
@@ -249,7 +253,7 @@ def _bound_summary(bound: TightPAC | None) -> dict[str, Any] | None:
 
 def finish(folds: list[tuple[FoldResult, list[RunReplay]]], thetas: Sequence[float], scoring: Mapping[str, Any], *,
            group_by: str | None, groups: int, seed: int, spec: str,
-           bundle_by: str | None = None) -> EvaluationReport:
+           bundle_by: str | None = None, constant: list[ConstantPredicate] | None = None) -> EvaluationReport:
     """The pooled figures (every run replayed once) and the notes, from each fold's result and raw replays."""
     results = [fold for fold, _ in folds]
     pooled_model: list[RunReplay] = []
@@ -271,4 +275,5 @@ def finish(folds: list[tuple[FoldResult, list[RunReplay]]], thetas: Sequence[flo
                      "counted per member on the same fold's training runs (over all of them for runs the pooled "
                      "model decided), so the model and the baseline see the same data.")
     return EvaluationReport(folds=results, pooled=pooled, thetas=list(thetas), group_by=group_by,
-                            groups=groups, seed=seed, spec=spec, notes=notes, bundle_by=bundle_by)
+                            groups=groups, seed=seed, spec=spec, notes=notes, bundle_by=bundle_by,
+                            constant_predicates=list(constant or ()))

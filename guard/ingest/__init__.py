@@ -1,147 +1,154 @@
 """Reading the logs people already have, as runs in the contract's shape.
 
-Formats (:class:`InputFormat`):
+The formats are a table of readers (:mod:`guard.ingest.formats`): each is one module — what it reads, why a
+record does not fit it, how its records become runs, the options it is best read with — and one line below
+registering it. ``auto`` (the default) picks, per file, the first format in that order that fits its first
+records; when none fits, the error lists every format tried and why it did not fit.
 
-* ``jsonl`` — the contract: one run a line, ``{"id", "steps": [{"state", "action", "t"}], "meta"}``.
-* ``columnar`` — one object of equal-length arrays per run (:mod:`guard.ingest.columnar`).
+* ``jsonl`` — the contract: one run a line, ``{"id", "steps": [{"state", "action", "t"}], "meta"}``
+  (:mod:`guard.ingest.contract`).
 * ``actions`` — action-only logs, replayed in a domain's world such as the embodied
   domain's symbolic household (:mod:`forewarn.guard.ingest.actions`).
+* ``agentspec`` — AgentSpec's embodied logs as published, read with the household, the simulator's verdict and
+  skipping by default, every unmapped field kept under ``meta`` (:mod:`guard.ingest.agentspec`).
 * ``langchain`` — LangChain ``AgentExecutor`` / ReAct ``intermediate_steps``
   (:mod:`guard.ingest.langchain_log`).
 * ``otel`` — OpenTelemetry GenAI spans as OTLP JSON, one run per trace (:mod:`guard.ingest.otel`).
 * ``langgraph`` — LangGraph ``stream`` dumps, state snapshots and checkpoints of
   ``create_agent`` runs (:mod:`guard.ingest.langgraph`).
-* ``auto`` — per file, from its first records; when none fits, the error lists every
-  format tried and why it did not fit.
+* ``columnar`` — one object of equal-length arrays per run (:mod:`guard.ingest.columnar`).
 
-The three agent formats become states through a state extractor (the one the guard
+The agent formats become states through a state extractor (the one the guard
 uses: :mod:`guard.ingest.agents`). Bad records stop the reading (``on_error="stop"``)
 or are skipped and counted (``"skip"``) in an :class:`IngestSummary`, as are logged
 facts an ``on_mismatch="simulator"`` reading rewrites.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from enum import Enum
 from itertools import islice
 from pathlib import Path
-from typing import Any
 
 from ...errors import ForewarnError, TraceError
 from ..read_summary import IngestSummary, OnError
 from ..trace_files import list_trace_files, read_trace_file
-from ..traces import Run, read_runs, resample
-from ._documents import Record, kind_of, records
-from .actions import ActionWorld, OnMismatch, default_world, parse_actions, read_actions, use_world
-from .agents import AgentLog, Extractor, resolve_extractor, to_run
-from .columnar import parse_columnar, read_columnar
+from ..traces import Run, resample
+from . import actions, agentspec, columnar, contract, langchain_log, langgraph, otel
+from ._documents import Record, records
+from .actions import ActionWorld, OnMismatch, read_actions, use_world
+from .agents import Extractor, resolve_extractor
+from .columnar import read_columnar
+from .formats import AUTO, Defaults, LogFormat, Reading, format_names, formats, get_format, register, unregister
 
 __all__ = ["InputFormat", "detect_format", "read_input", "read_actions", "read_columnar", "OnMismatch", "OnError",
-           "IngestSummary", "resolve_extractor", "ActionWorld", "use_world"]
+           "IngestSummary", "resolve_extractor", "ActionWorld", "use_world", "LogFormat", "Defaults", "Reading",
+           "register", "unregister", "get_format", "formats", "format_names", "on_error_of"]
+
+# The formats, in the order `auto` tries them: the most specific first, the loosest (columnar) last.
+register(contract.FORMAT)
+register(actions.FORMAT)
+register(agentspec.FORMAT)
+register(langchain_log.FORMAT)
+register(otel.FORMAT)
+register(langgraph.FORMAT)
+register(columnar.FORMAT)
 
 _SNIFF = 20  # records looked at to recognise a file
 
 
 class InputFormat(str, Enum):
+    """The built-in formats' names, for code that names one (``InputFormat.langchain``). The registry is what
+    ``--input-format`` takes and ``read_input`` reads: every name here, and any format registered later."""
+
     auto = "auto"
     jsonl = "jsonl"
     columnar = "columnar"
     actions = "actions"
+    agentspec = "agentspec"
     langchain = "langchain"
     otel = "otel"
     langgraph = "langgraph"
 
 
-def _why_not(value: Any) -> dict[InputFormat, str | None]:
-    """For one record, each format's reason not to fit it (None: it fits)."""
-    from .langgraph import is_langgraph
-
-    if not isinstance(value, dict):
-        shape = kind_of(value)
-        reasons: dict[InputFormat, str | None] = {f: f"a record is {shape}, not an object" for f in InputFormat
-                                                  if f is not InputFormat.auto}
-        if is_langgraph(value):
-            reasons[InputFormat.langgraph] = None
-        return reasons
-    arrays = [k for k, v in value.items() if k not in ("id", "meta")]
-    not_array = next((k for k in arrays if not isinstance(value[k], list)), None)
-    columnar = None if "columns" in value or (arrays and not_array is None) else (
-        "no 'columns' and no arrays" if not arrays else f"{not_array!r} is {kind_of(value[not_array])}, not an array")
-    return {
-        InputFormat.jsonl: None if "steps" in value else "no 'steps'",
-        InputFormat.actions: None if "actions" in value else "no 'actions'",
-        InputFormat.langchain: None if "intermediate_steps" in value else "no 'intermediate_steps'",
-        InputFormat.otel: None if "resourceSpans" in value else "no 'resourceSpans'",
-        InputFormat.langgraph: None if is_langgraph(value) else
-        "no 'messages', 'checkpoint', 'channel_values', 'chunks' or node updates ({\"model\": {\"messages\": ...}})",
-        InputFormat.columnar: columnar,
-    }
+def _named(name: str) -> InputFormat | str:
+    """A built-in format as its :class:`InputFormat`, a registered one as its name."""
+    try:
+        return InputFormat(name)
+    except ValueError:
+        return name
 
 
-_ORDER = (InputFormat.jsonl, InputFormat.actions, InputFormat.langchain, InputFormat.otel, InputFormat.langgraph,
-          InputFormat.columnar)
-
-
-def detect_format(path: str | Path) -> InputFormat:
-    """The format of a file, from its first records.
+def detect_format(path: str | Path) -> InputFormat | str:
+    """The format of a file, from its first records (a format registered outside Forewarn: its name).
 
     Raises:
         TraceError: no format fits; the message says what each format expected.
     """
     found, _ = _detect(path)
-    return found
+    return _named(found.name)
 
 
-def _detect(path: str | Path) -> tuple[InputFormat, bool]:
+def _detect(path: str | Path) -> tuple[LogFormat, bool]:
     """The format, and whether the file holds any record."""
     first: Record | None = None
     bad: list[TraceError] = []
+    candidates = formats()
+    contract_format = get_format(InputFormat.jsonl.value)
     try:
         sample = list(islice(records(path, on_bad=bad.append), _SNIFF))
     except TraceError as exc:
         if "cannot read" in exc.message:
             raise
-        return InputFormat.jsonl, True  # not JSON at all: the contract's reader names the line
+        return contract_format, True  # not JSON at all: the contract's reader names the line
     for record in sample:
         first = first or record
-        reasons = _why_not(record.value)
-        for candidate in _ORDER:
-            if reasons[candidate] is None:
+        for candidate in candidates:
+            if candidate.why_not(record.value) is None:
                 return candidate, True
     if first is None:
-        return InputFormat.jsonl, bool(bad)  # no valid line: the contract's reader names them
-    reasons = _why_not(first.value)
-    tried = "; ".join(f"{f.value}: {reasons[f]}" for f in _ORDER)
+        return contract_format, bool(bad)  # no valid line: the contract's reader names them
+    tried = "; ".join(f"{f.name}: {f.why_not(first.value)}" for f in candidates)
     raise TraceError(f"no input format fits its first record (tried {tried}); pass --input-format",
                      source=first.source, line=first.line, field=first.where())
 
 
-def read_input(paths: Sequence[str | Path], input_format: InputFormat = InputFormat.auto, *,
+def read_input(paths: Sequence[str | Path], input_format: InputFormat | str = InputFormat.auto, *,
                period: float | None = None, time_column: str = "t", action_column: str = "action",
-               on_mismatch: OnMismatch = "error", on_error: OnError = "stop", summary: IngestSummary | None = None,
-               extractor: Extractor | str | None = None, world: ActionWorld | None = None) -> Iterator[Run]:
-    """Runs from files of any supported format, streamed, resampled to ``period`` seconds if given. A
+               on_mismatch: OnMismatch | None = None, on_error: OnError | None = None,
+               summary: IngestSummary | None = None, extractor: Extractor | str | None = None,
+               world: ActionWorld | None = None) -> Iterator[Run]:
+    """Runs from files of any registered format, streamed, resampled to ``period`` seconds if given. A
     path may also be a folder of part files, a glob, or Parquet (:mod:`guard.trace_files`).
 
     Args:
+        input_format: a registered format's name (or :class:`InputFormat`), or ``auto``: per file, the first
+            format that fits its first records.
+        on_mismatch, on_error, extractor: None takes each file's format's default (its ``defaults``: for
+            ``agentspec`` ``simulator``, ``skip``, ``household``; for the others ``error``, ``stop``, the tool
+            domain's extractor).
         on_error: ``stop`` raises the first bad record's error; ``skip`` counts it in
             ``summary`` and goes on.
         summary: filled with what was read, skipped and rewritten (see :class:`IngestSummary`).
         extractor: for the agent formats: a callable of a transcript, a name for
-            :func:`resolve_extractor`, or None for the tool domain's default; ``"household"``
+            :func:`resolve_extractor`, or None for the format's default; ``"household"``
             replays an embodied agent's AgentExecutor log in ``world``.
         world: where action-only logs (and ``extractor="household"``) are replayed; the one
             set with :func:`use_world` when None.
 
     Raises:
         TraceError: a malformed record (``on_error="stop"``), naming the file, line and field.
+        ForewarnError: an unknown format or option value.
     """
     if period is not None and not period > 0:
         raise ForewarnError(f"--period must be a positive number of seconds, got {period}")
+    name = input_format.value if isinstance(input_format, InputFormat) else str(input_format)
+    chosen = None if name == AUTO else get_format(name)  # an unknown name fails before any file is read
     tally = summary if summary is not None else IngestSummary()
-    handle = tally.handler(on_error)
-    resolved: Extractor | None = extractor if callable(extractor) else None
+    if on_error is not None:
+        tally.handler(on_error)  # a bad value fails before any file is read
+    resolved: dict[str | None, Extractor] = {}  # a user's extractor module is imported once for all files
     files = list_trace_files(paths)  # a folder of part files, a glob: the files in them
     several = len(files) > 1
     first_file: dict[str, str] = {}  # run id -> the file it came from first
@@ -149,26 +156,30 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat = InputFor
         path = file.path
         runs: Iterator[Run]
         if file.kind == "parquet":  # the contract's runs, one a row (guard.trace_files)
-            if input_format not in (InputFormat.auto, InputFormat.jsonl):
+            if chosen is not None and chosen.name != InputFormat.jsonl.value:
                 raise ForewarnError(f"{file.name}: Parquet holds runs in the contract's shape, not "
-                                    f"--input-format {input_format.value}")
+                                    f"--input-format {chosen.name}")
             tally.formats[str(path)] = "parquet"
+            handle = tally.handler(on_error or "stop")
             runs = read_trace_file(file, on_bad=handle)
         else:
-            kind = input_format
-            if kind is InputFormat.auto:
-                kind, any_record = _detect(path)
+            fmt = chosen
+            if fmt is None:
+                fmt, any_record = _detect(path)
                 if not any_record:
                     tally.empty.append(str(path))
                     tally.formats[str(path)] = "empty"
                     continue
-            tally.formats[str(path)] = kind.value
-            household = extractor == "household"
-            if kind in (InputFormat.langchain, InputFormat.otel, InputFormat.langgraph) and resolved is None \
-                    and not household:
-                resolved = resolve_extractor(extractor if isinstance(extractor, str) else None)
-            runs = _runs(path, kind, handle, tally, time_column=time_column, action_column=action_column,
-                         on_mismatch=on_mismatch, extractor=resolved, household=household, world=world)
+            tally.formats[str(path)] = fmt.name
+            handle = tally.handler(on_error or fmt.defaults.on_error)
+            reading = Reading(tally, handle,
+                              on_mismatch=on_mismatch or fmt.defaults.on_mismatch,
+                              extractor=extractor if extractor is not None else fmt.defaults.extractor,
+                              world=world, time_column=time_column, action_column=action_column, resolved=resolved)
+            if reading.household and not fmt.household:
+                raise ForewarnError(f"--extractor household reads LangChain AgentExecutor logs of an embodied "
+                                    f"agent; {path} is {fmt.name}")
+            runs = fmt.read(Path(path), reading)
         count, skipped = tally.runs, tally.skipped_count
         for run in runs:
             if period is not None:
@@ -181,6 +192,18 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat = InputFor
             yield _told_apart(run, str(path), first_file) if several else run
         if tally.runs == count and tally.skipped_count == skipped:
             tally.empty.append(str(path))
+
+
+def on_error_of(path: str, summary: IngestSummary, on_error: OnError | None) -> OnError:
+    """What a bad run of this file (read by :func:`read_input` into ``summary``) does: ``on_error`` when
+    given, else its format's default (``stop`` for Parquet and files not read)."""
+    if on_error is not None:
+        return on_error
+    name = summary.formats.get(path)
+    try:
+        return get_format(name).defaults.on_error if name is not None else "stop"
+    except ForewarnError:  # parquet, empty
+        return "stop"
 
 
 def _told_apart(run: Run, path: str, first_file: dict[str, str]) -> Run:
@@ -198,86 +221,3 @@ def _told_apart(run: Run, path: str, first_file: dict[str, str]) -> Run:
             run_id = f"{base}#{n}"
         first_file[run_id] = path
     return run if (meta is run.meta and run_id == run.id) else replace(run, id=run_id, meta=meta)
-
-
-def _runs(path: str | Path, kind: InputFormat, handle: Callable[[ForewarnError], None], tally: IngestSummary, *,
-          time_column: str, action_column: str, on_mismatch: OnMismatch, extractor: Extractor | None,
-          household: bool = False, world: ActionWorld | None = None) -> Iterator[Run]:
-    """The runs of one file in one format; bad records go to ``handle``."""
-    def bad(exc: TraceError) -> None:
-        handle(exc)
-
-    if kind is InputFormat.jsonl:
-        yield from _jsonl(path, handle)
-        return
-    if household:
-        if kind is not InputFormat.langchain:
-            raise ForewarnError(f"--extractor household reads LangChain AgentExecutor logs of an embodied agent; "
-                                f"{path} is {kind.value}")
-        yield from _household(path, bad, tally, on_mismatch, world if world is not None else default_world())
-        return
-    if kind in (InputFormat.langchain, InputFormat.otel, InputFormat.langgraph):
-        assert extractor is not None
-        for log in _agent_logs(path, kind, bad):
-            try:
-                yield to_run(log, extractor, kind.value)
-            except TraceError as exc:
-                handle(exc)
-        return
-    parse: Callable[[Record], Run]
-    if kind is InputFormat.columnar:
-        def parse(record: Record) -> Run:
-            return parse_columnar(record, time_column=time_column, action_column=action_column)
-    else:
-        if on_mismatch not in ("error", "simulator"):
-            raise ForewarnError(f"--on-mismatch: expected 'error' or 'simulator', got {on_mismatch!r}")
-        actions_world = world if world is not None else default_world()
-
-        def parse(record: Record) -> Run:
-            return parse_actions(record, actions_world, on_mismatch=on_mismatch, on_rewrite=tally.mismatch)
-    for record in records(path, on_bad=bad):
-        try:
-            yield parse(record)
-        except TraceError as exc:
-            handle(exc)
-
-
-def _household(path: str | Path, bad: Callable[[TraceError], None], tally: IngestSummary,
-               on_mismatch: OnMismatch, world: ActionWorld) -> Iterator[Run]:
-    """AgentExecutor logs of an embodied agent, replayed in its world (the symbolic household)."""
-    from .langchain_log import as_action_log
-
-    for log in _agent_logs(path, InputFormat.langchain, bad):
-        record = Record(as_action_log(log), log.source, line=log.line)
-        try:
-            run = parse_actions(record, world, on_mismatch=on_mismatch, on_rewrite=tally.mismatch)
-        except TraceError as exc:
-            bad(exc)
-            continue
-        run.meta["ingested_from"] = "langchain"
-        yield run
-
-
-def _agent_logs(path: str | Path, kind: InputFormat, bad: Callable[[TraceError], None]) -> Iterator[AgentLog]:
-    source = records(path, on_bad=bad)
-    if kind is InputFormat.otel:
-        from .otel import read_otel_logs
-
-        yield from read_otel_logs(source, bad)
-    elif kind is InputFormat.langgraph:
-        from .langgraph import read_langgraph_logs
-
-        yield from read_langgraph_logs(source, bad)
-    else:
-        from .langchain_log import parse_intermediate_steps
-
-        for record in source:
-            try:
-                yield parse_intermediate_steps(record)
-            except TraceError as exc:
-                bad(exc)
-
-
-def _jsonl(path: str | Path, handle: Callable[[ForewarnError], None]) -> Iterator[Run]:
-    """The contract's JSON Lines, line by line, each bad line handed to ``handle``."""
-    return read_runs(path, on_bad=handle)

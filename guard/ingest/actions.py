@@ -31,12 +31,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ...errors import ConfigError, ForewarnError
+from ...errors import ConfigError, ForewarnError, TraceError
 from ..traces import Run
 from ._documents import Record, kind_of, records
+from .formats import LogFormat, Reading, not_an_object
 
 __all__ = ["ActionWorld", "Replay", "OnMismatch", "OnRewrite", "read_actions", "parse_actions", "use_world",
-           "default_world"]
+           "default_world", "check_on_mismatch", "FORMAT"]
 
 OnMismatch = Literal["error", "simulator"]
 OnRewrite = Callable[[str, str], None]
@@ -236,3 +237,26 @@ def _parallel(record: Record, doc: dict[str, Any], key: str, length: int, types:
         if (value.__class__ is bool and bool not in types) or not isinstance(value, types):
             raise record.error(f"expected {what}, got {kind_of(value)}", f"{key}[{i}]")
     return values
+
+
+def check_on_mismatch(value: object) -> None:
+    """``--on-mismatch`` is ``error`` or ``simulator``; anything else is a one-line error."""
+    if value not in ("error", "simulator"):
+        raise ForewarnError(f"--on-mismatch: expected 'error' or 'simulator', got {value!r}")
+
+
+def _why_not(record: Any) -> str | None:
+    return not_an_object(record) or (None if "actions" in record else "no 'actions'")
+
+
+def _read(path: Path, reading: Reading) -> Iterator[Run]:
+    check_on_mismatch(reading.on_mismatch)
+    world = reading.actions_world()
+    for record in records(path, on_bad=reading.bad):
+        try:
+            yield parse_actions(record, world, on_mismatch=reading.on_mismatch, on_rewrite=reading.summary.mismatch)
+        except TraceError as exc:
+            reading.handle(exc)
+
+
+FORMAT = LogFormat("actions", "action-only embodied logs, replayed in a world such as the household", _why_not, _read)

@@ -15,7 +15,7 @@ factory that makes one when called without arguments).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +24,9 @@ from ..traces import Run
 
 if TYPE_CHECKING:
     from ..toolcalls.transcript import ToolStep, Transcript
+    from .formats import Reading
 
-__all__ = ["Call", "AgentLog", "Extractor", "resolve_extractor", "to_run"]
+__all__ = ["Call", "AgentLog", "Extractor", "resolve_extractor", "to_run", "agent_runs"]
 
 Extractor = Callable[["Transcript"], Mapping[str, Any]]
 
@@ -124,6 +125,17 @@ def to_run(log: AgentLog, extractor: Extractor, origin: str) -> Run:
         steps.append(entry)
     meta = {"source": origin, "ingested_from": origin, **log.meta}
     return Run(id=log.id, steps=steps, meta=meta, source=log.source, line=log.line or 0)
+
+
+def agent_runs(logs: Iterator[AgentLog], reading: Reading, origin: str) -> Iterator[Run]:
+    """A format's agent logs as runs through the reading's extractor; a log it cannot read goes to
+    ``reading.handle``."""
+    extractor = reading.agent_extractor()
+    for log in logs:
+        try:
+            yield to_run(log, extractor, origin)
+        except TraceError as exc:
+            reading.handle(exc)
 
 
 def _step(log: AgentLog, extractor: Extractor, transcript: Transcript, step: ToolStep | None,

@@ -18,10 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ...errors import TraceError
 from ..traces import Run
 from ._documents import Record, kind_of, records
+from .formats import LogFormat, Reading, not_an_object
 
-__all__ = ["read_columnar", "parse_columnar"]
+__all__ = ["read_columnar", "parse_columnar", "FORMAT"]
 
 _RESERVED = ("id", "meta")
 
@@ -119,3 +121,27 @@ def _check_nesting(record: Record, names: list[str], prefix: str) -> None:
             if parent in full:
                 raise record.error(f"column {parent!r} is a value, so {name!r} cannot nest inside it",
                                    prefix + name)
+
+
+def why_not(record: Any) -> str | None:
+    """Fits an object with ``columns``, or whose fields besides ``id`` and ``meta`` are all arrays."""
+    if not isinstance(record, dict):
+        return not_an_object(record)
+    if "columns" in record:
+        return None
+    arrays = [k for k in record if k not in _RESERVED]
+    if not arrays:
+        return "no 'columns' and no arrays"
+    not_array = next((k for k in arrays if not isinstance(record[k], list)), None)
+    return None if not_array is None else f"{not_array!r} is {kind_of(record[not_array])}, not an array"
+
+
+def _read(path: Path, reading: Reading) -> Iterator[Run]:
+    for record in records(path, on_bad=reading.bad):
+        try:
+            yield parse_columnar(record, time_column=reading.time_column, action_column=reading.action_column)
+        except TraceError as exc:
+            reading.handle(exc)
+
+
+FORMAT = LogFormat("columnar", "equal-length arrays per run, as driving logs are", why_not, _read)

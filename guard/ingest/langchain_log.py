@@ -19,14 +19,21 @@ text}``, or chat ``messages``) gives the user's words.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
 
-from ._documents import Record, kind_of
-from .agents import AgentLog, Call
+from ...errors import TraceError
+from ..traces import Run
+from ._documents import Record, kind_of, records
+from .actions import ActionWorld, check_on_mismatch, parse_actions
+from .agents import AgentLog, Call, agent_runs
+from .formats import LogFormat, Reading, not_an_object
 
-__all__ = ["parse_intermediate_steps", "is_langchain_log", "as_action_log"]
+__all__ = ["parse_intermediate_steps", "is_langchain_log", "as_action_log", "read_logs", "household_runs",
+           "household_run", "FORMAT"]
 
 _RESULT_KEYS = ("message", "output", "result", "observation", "content", "error")
 
@@ -183,3 +190,50 @@ def as_action_log(log: AgentLog) -> dict[str, Any]:
     if isinstance(log.meta.get("success"), bool):
         doc["task_success"] = log.meta["success"]
     return doc
+
+
+def read_logs(path: Path, reading: Reading) -> Iterator[AgentLog]:
+    """The AgentExecutor runs of a file; a bad record goes to ``reading.handle``."""
+    for record in records(path, on_bad=reading.bad):
+        try:
+            yield parse_intermediate_steps(record)
+        except TraceError as exc:
+            reading.handle(exc)
+
+
+def household_runs(logs: Iterator[AgentLog], reading: Reading, origin: str) -> Iterator[Run]:
+    """An embodied agent's runs replayed in the reading's world (``--extractor household``): each as the
+    action log :func:`as_action_log` makes of it, read as the ``actions`` format reads one."""
+    check_on_mismatch(reading.on_mismatch)
+    world = reading.actions_world()
+    for log in logs:
+        try:
+            yield household_run(log, world, reading, origin)
+        except TraceError as exc:
+            reading.handle(exc)
+
+
+def household_run(log: AgentLog, world: ActionWorld, reading: Reading, origin: str) -> Run:
+    """One embodied agent's run replayed in ``world`` (see :func:`household_runs`).
+
+    Raises:
+        TraceError: an action the world cannot read, or (``on_mismatch="error"``) cannot succeed.
+    """
+    record = Record(as_action_log(log), log.source, line=log.line)
+    run = parse_actions(record, world, on_mismatch=reading.on_mismatch, on_rewrite=reading.summary.mismatch)
+    run.meta["ingested_from"] = origin
+    return run
+
+
+def _why_not(record: Any) -> str | None:
+    return not_an_object(record) or (None if "intermediate_steps" in record else "no 'intermediate_steps'")
+
+
+def _read(path: Path, reading: Reading) -> Iterator[Run]:
+    logs = read_logs(path, reading)
+    return household_runs(logs, reading, "langchain") if reading.household else agent_runs(logs, reading,
+                                                                                            "langchain")
+
+
+FORMAT = LogFormat("langchain", "LangChain AgentExecutor / ReAct intermediate_steps", _why_not, _read,
+                   agent=True, household=True)

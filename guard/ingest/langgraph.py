@@ -27,14 +27,17 @@ states the guard sees. Needs LangChain (``pip install 'forewarn[langchain]'``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from ...errors import TraceError
 from .._extras import require
-from ._documents import Record, kind_of
-from .agents import AgentLog
+from ..traces import Run
+from ._documents import Record, kind_of, records
+from .agents import AgentLog, agent_runs
+from .formats import LogFormat, Reading, not_an_object
 
-__all__ = ["read_langgraph_logs", "is_langgraph", "is_update_chunk"]
+__all__ = ["read_langgraph_logs", "is_langgraph", "is_update_chunk", "FORMAT"]
 
 _WRAPPERS = ("chunks", "stream")
 _TYPES = {"human": "human", "user": "human", "ai": "ai", "assistant": "ai", "tool": "tool", "system": "system",
@@ -242,3 +245,18 @@ def _dedupe(messages: list[Any]) -> list[Any]:
             seen.add(message.id)
         out.append(message)
     return out
+
+
+def _why_not(record: Any) -> str | None:
+    if is_langgraph(record):
+        return None
+    return not_an_object(record) or ("no 'messages', 'checkpoint', 'channel_values', 'chunks' or node updates "
+                                     "({\"model\": {\"messages\": ...}})")
+
+
+def _read(path: Path, reading: Reading) -> Iterator[Run]:
+    return agent_runs(read_langgraph_logs(records(path, on_bad=reading.bad), reading.bad), reading, "langgraph")
+
+
+FORMAT = LogFormat("langgraph", "LangGraph stream dumps, state snapshots and checkpoints", _why_not, _read,
+                   agent=True)

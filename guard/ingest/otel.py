@@ -25,15 +25,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from ...errors import TraceError
-from ._documents import Record, kind_of
-from .agents import AgentLog, Call
+from ..traces import Run
+from ._documents import Record, kind_of, records
+from .agents import AgentLog, Call, agent_runs
+from .formats import LogFormat, Reading, not_an_object
 
-__all__ = ["read_otel_logs", "is_otlp"]
+__all__ = ["read_otel_logs", "is_otlp", "FORMAT"]
 
 _ARGS = ("gen_ai.tool.call.arguments", "gen_ai.tool.arguments", "input.value", "tool.parameters")
 _RESULT = ("gen_ai.tool.call.result", "gen_ai.tool.result", "output.value")
@@ -270,3 +273,15 @@ def _messages_user(messages: Any) -> list[str]:
             if text:
                 out.append(text)
     return out
+
+
+def _why_not(record: Any) -> str | None:
+    return not_an_object(record) or (None if "resourceSpans" in record else "no 'resourceSpans'")
+
+
+def _read(path: Path, reading: Reading) -> Iterator[Run]:
+    return agent_runs(read_otel_logs(records(path, on_bad=reading.bad), reading.bad), reading, "otel")
+
+
+FORMAT = LogFormat("otel", "OpenTelemetry GenAI spans as OTLP JSON, one run per trace", _why_not, _read,
+                   agent=True)

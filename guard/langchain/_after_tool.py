@@ -21,13 +21,13 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain._after_tool", exc) from None
 
+from ..judge import same_state
 from ..runtime import Decision, StepRecord
 from ..spec import Action
 from ..telemetry import record_decision
 from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
 from . import _explain as explain
 from ._judge import Judge
-from ._lookahead import same_state
 from ._messages import forewarn_data, mark, message_text
 from ._remote import MirroredSession
 from .review import Review

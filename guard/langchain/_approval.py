@@ -31,6 +31,7 @@ from ..toolcalls.transcript import CallStatus, ToolStep
 from . import _explain as explain
 from ._judge import Judge
 from ._lookahead import not_run, recheck
+from ._messages import last_request
 from ._remote import MirroredSession, propose_allowed, review_on_sidecar
 from .review import Review, ReviewType, check_edit, parse_review, review_payload
 from .runs import GuardedRun, Intervention, Verdict
@@ -56,7 +57,9 @@ def review_call(judge: Judge, run: GuardedRun, request: ToolCallRequest,
             review, proposal = _ask_sidecar(judge, run, request, state, edit_of=proposal if edit else None)
         else:
             payload = review_payload(call["name"], call["args"], call.get("id"), description, decision,
-                                     judge.settings.allowed_decisions)
+                                     judge.settings.allowed_decisions,
+                                     context={"request": last_request(request.state["messages"]),
+                                              "metadata": dict(run.session.metadata or {})})
             review = ask(request, payload if error is None else {**payload, "forewarn_error": error},
                          judge.settings.allowed_decisions)
         if review.type == "reject":
@@ -128,7 +131,8 @@ def _ask_sidecar(judge: Judge, run: GuardedRun, request: ToolCallRequest, state:
     assert isinstance(run.session, MirroredSession)
     tools = sorted(t.name for t in request.runtime.tools)
     return review_on_sidecar(run.session, request.tool_call, state, tools, edit_of=edit_of,
-                             timeout=judge.approval_timeout, allowed=judge.settings.allowed_decisions)
+                             timeout=judge.approval_timeout, allowed=judge.settings.allowed_decisions,
+                             request=last_request(request.state["messages"]))
 
 
 def _propose_allowed(judge: Judge, run: GuardedRun, request: ToolCallRequest, edit_of: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import ConfigError
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from ..model import GuardModel
     from ..policy import Policy
 
-__all__ = ["describe_call", "consequence", "held_back", "stopped_before", "approval_request", "after_call",
+__all__ = ["describe_call", "consequence", "held_back", "stopped_before", "approval_request", "context_words", "after_call",
            "rule_at_stake"]
 
 
@@ -151,12 +152,32 @@ def rule_at_stake(guard: Explained, decision: Decision) -> str | None:
     return None if len(guard.model.spec.guard.effective_properties()) == 1 else rule.name
 
 
-def approval_request(guard: Explained, decision: Decision, name: str, args: Any) -> str:
-    """What a human reviewer reads before approving, editing or rejecting a call: the rule at stake first."""
+def approval_request(guard: Explained, decision: Decision, name: str, args: Any, *, request: str | None = None,
+                     metadata: Mapping[str, Any] | None = None) -> str:
+    """What a human reviewer reads before approving, editing or rejecting a call: the rule at stake first,
+    then what the run is — the user's ``request`` and the run's ``metadata`` in words (a person approving a
+    production delete reads "env: production", not only a predicate's name)."""
     rule = rule_at_stake(guard, decision) if decision.abstract_state else None
     stake = f" The rule at stake: {rule}." if rule else ""
+    run = context_words(request, metadata)
     return (f"Forewarn asks for approval of {describe_call(name, args)}.{stake} "
-            f"{consequence(guard, decision, formula=True)}")
+            f"{consequence(guard, decision, formula=True)}{run}")
+
+
+def context_words(request: str | None, metadata: Mapping[str, Any] | None) -> str:
+    """" The user asked: “…”. Run: env: production." (what of them there is; long values cut)."""
+    words = ""
+    if request:
+        words += f" The user asked: “{_cut(request, 300)}”."
+    shown = [f"{k}: {_cut(v if isinstance(v, str) else repr(v), 80)}" for k, v in list((metadata or {}).items())[:12]
+             if k != "thread_id"]
+    if shown:
+        words += f" Run: {'; '.join(shown)}."
+    return words
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def after_call(guard: Explained, decision: Decision) -> str:

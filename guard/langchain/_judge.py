@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..bundle_guard import BundleGuard
+from ..judge import CallVerdict
 from ..runtime import Decision, Guard, Session
 from ..toolcalls.transcript import ToolStep, Transcript
 from ._options import Approvals, Settings
@@ -24,13 +25,19 @@ from .runs import GuardedRun
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
 
-__all__ = ["ADecide", "Decide", "Extract", "Judge", "TryExtract"]
+__all__ = ["ADecide", "Decide", "Extract", "Judge", "JudgeCall", "TryExtract"]
 
 
 class Decide(Protocol):
     def __call__(self, session: Session, transcript: Transcript, step: ToolStep, *, commit: bool) -> Decision:
         """The decision on the state ``transcript`` (ending with ``step``) leads to: observed with
         ``commit``, else previewed; an unreadable call gets the configured fallback's decision."""
+
+
+class JudgeCall(Protocol):
+    def __call__(self, session: Session, transcript: Transcript, step: ToolStep) -> CallVerdict:
+        """The verdict on the proposed call ``step`` (``transcript`` ends with it), by
+        :func:`guard.judge.judge_call`; an unreadable call gets the configured fallback's decision."""
 
 
 class ADecide(Protocol):
@@ -56,6 +63,7 @@ class Judge:
         approvals: who is asked about a call (``interrupt`` or ``sidecar``); ``approval_timeout``
             how long a sidecar's approvers are waited on.
         decide: the decision on a call (:class:`Decide`); ``adecide`` its committing, awaited form.
+        judge_call: the verdict on a proposed call (:class:`JudgeCall`).
         extract: the concrete state a transcript leads to; ``try_extract`` the same, or None.
         places: whether the extractor places a proposed call (``places(tool, transcript, step)``,
             the transcript ending with the call); warns once per tool it does not place.
@@ -70,6 +78,7 @@ class Judge:
     approval_timeout: float
     decide: Decide
     adecide: ADecide
+    judge_call: JudgeCall
     extract: Extract
     try_extract: TryExtract
     places: Callable[[str, Transcript, ToolStep], bool]

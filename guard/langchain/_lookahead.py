@@ -18,16 +18,21 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain._lookahead", exc) from None
 
+from ..judge import Why
 from ..runtime import Decision, Session
 from ..spec import Action
 from ..telemetry import record_decision
 from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
 from . import _explain as explain
 from ._judge import Judge
-from ._messages import forewarn_data, mark
+from ._messages import forewarn_data, last_request, mark
 from .runs import GuardedRun, Intervention, Outcome, Verdict
 
-__all__ = ["Turn", "not_run", "recheck", "reflections", "same_state", "unchanged", "unknown_note"]
+__all__ = ["APPROVED_ONCE_NOTE", "Turn", "not_run", "recheck", "reflections", "unknown_note"]
+
+# What the model and the approver are told when an earlier approval does not carry a call.
+APPROVED_ONCE_NOTE = (" A person approved an earlier call, and that approval covered that one call only: this "
+                      "call is judged as if the run stood where it did before that approval.")
 
 
 class Turn:
@@ -53,14 +58,10 @@ class Turn:
         session = self.run.session
         for i, call in enumerate(calls):
             step = ToolStep(call["name"], call["args"], CallStatus.PROPOSED, id=call["id"])
-            decision = self._judge.decide(session, self.base.then(*accepted, step), step, commit=False)
-            action, note = decision.action, ""
-            # (against the committed state: a call earlier in this turn has not been judged by its result yet)
-            if action is not Action.ALLOW and not self._judge.judge_unchanged and unchanged(self.run.session, decision):
-                action = Action.ALLOW
-            if action is Action.ALLOW and not self._judge.places(call["name"], self.base.then(*accepted, step), step):
-                action = self.settings.unknown_tools  # never silently allowed
-                note = unknown_note(call["name"], action)
+            verdict = self._judge.judge_call(session, self.base.then(*accepted, step), step)
+            decision, action = verdict.decision, verdict.action
+            note = (unknown_note(call["name"], action) if verdict.why is Why.UNKNOWN_TOOL
+                    else APPROVED_ONCE_NOTE if verdict.why is Why.APPROVED_ONCE else "")
             if action is Action.REFLECT and (count := reflections(self.messages)) >= self.settings.max_reflections:
                 action = self.settings.on_reflection_limit
                 note += (f" Forewarn already asked the model to revise its plan {count} time(s) since the "
@@ -77,21 +78,25 @@ class Turn:
                 self._record(call, decision, action, "stopped")
                 return {}, self._stop(calls, i, decision, note)
             if action is Action.ASK_HUMAN:
-                description = explain.approval_request(self.guard, decision, call["name"], call["args"]) + note
+                description = explain.approval_request(
+                    self.guard, decision, call["name"], call["args"], request=last_request(self.messages),
+                    metadata=self.run.session.metadata) + note
                 verdicts[call["id"] or ""] = Verdict(Action.ASK_HUMAN, decision, description)
             else:
                 verdicts[call["id"] or ""] = Verdict(Action.ALLOW, decision)
             accepted.append(step)
             if i < len(calls) - 1:
-                session = self._advance(session, accepted, step)
+                session = self._advance(session, accepted, step, asked=action is Action.ASK_HUMAN)
         return verdicts, []
 
-    def _advance(self, session: Session, accepted: list[ToolStep], step: ToolStep) -> Session:
-        scratch = Session(session.guard, [], session.monitor_states, metadata=session.metadata,
-                          baseline=session.baseline)
+    def _advance(self, session: Session, accepted: list[ToolStep], step: ToolStep, *, asked: bool) -> Session:
+        """A scratch copy of ``session`` one step on (the call ``step``, not committed); a call a human
+        will be asked about runs only if approved, so the calls after it are judged as after an approval."""
+        scratch = Session(session.guard, list(session.history), session.monitor_states, metadata=session.metadata,
+                          baseline=session.baseline, belief=session.belief, accepted=session.accepted, traced=False)
         concrete = self._judge.try_extract(self.base.then(*accepted), step)
         if concrete is not None:
-            scratch.observe(concrete, action={"tool": step.name, "args": step.args})
+            scratch.observe(concrete, action={"tool": step.name, "args": step.args}, approved=asked)
         return scratch
 
     def _record(self, call: Mapping[str, Any], decision: Decision, action: Action, outcome: Outcome) -> None:
@@ -152,18 +157,6 @@ def unknown_note(tool: str, action: Action) -> str:
 def not_run(call: Mapping[str, Any], text: str, data: dict[str, Any]) -> ToolMessage:
     return mark(ToolMessage(content=text, name=call["name"], tool_call_id=call["id"], status="error"),
                 {"executed": False, **data})
-
-
-def same_state(a: Decision, b: Decision) -> bool:
-    return a.abstract_state == b.abstract_state and a.monitors == b.monitors
-
-
-def unchanged(session: Session, decision: Decision) -> bool:
-    """Whether a call leads to the state a tool step already led to (and was judged on)."""
-    if not session.history or not decision.abstract_state:
-        return False
-    last = session.history[-1]
-    return last.action is not None and same_state(last.decision, decision)
 
 
 def reflections(messages: Sequence[BaseMessage]) -> int:

@@ -23,7 +23,8 @@ except ModuleNotFoundError as exc:
 
 from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
 
-__all__ = ["REVIEWED", "SOURCE", "TranscriptCache", "message_text", "value_text", "mark", "forewarn_data", "transcript_from_messages",
+__all__ = ["REVIEWED", "SOURCE", "TranscriptCache", "last_request",
+           "message_text", "value_text", "mark", "forewarn_data", "transcript_from_messages",
            "user_texts"]
 
 SOURCE = "forewarn"
@@ -95,6 +96,12 @@ def _executed(message: ToolMessage) -> bool:
 def _typed(message: HumanMessage) -> bool:
     """Typed by the user, not added by the harness (notification metadata)."""
     return not isinstance(message.additional_kwargs.get("lc_source"), str)
+
+
+def last_request(messages: Iterable[BaseMessage]) -> str | None:
+    """The user's last typed message (the request a call serves, shown to an approver), or None."""
+    texts = user_texts(messages)
+    return texts[-1] if texts else None
 
 
 def user_texts(messages: Iterable[BaseMessage]) -> list[str]:

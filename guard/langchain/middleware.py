@@ -52,7 +52,9 @@ except ModuleNotFoundError as exc:
 
 from ...errors import ForewarnError
 from ..bundle_guard import BundleGuard
-from ..client import AsyncClient, Client
+from ..client import AsyncClient, Client, ServerError, SidecarUnreachable
+from ..client._core import unreachable
+from ..judge import CallVerdict, judge_call
 from ..policy import Policy
 from ..runtime import Decision, Guard, Session
 from ..spec import Action, Trigger
@@ -66,7 +68,7 @@ from ._judge import Judge
 from ._lookahead import Turn
 from ._messages import REVIEWED
 from ._options import Extractor, check_approvals, check_extractor, check_settings
-from ._remote import RemoteGuard, remote_guard
+from ._remote import MirroredSession, RemoteGuard, remote_guard
 from .errors import UnknownToolWarning
 from .review import REVIEW_TYPES, ReviewType
 from .runs import GuardedRun, RunBook, Verdict, run_metadata
@@ -115,6 +117,11 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             :mod:`forewarn.guard.toolcalls.placement`.
         known_tools: tools to treat as placed whatever the extractor's output shows (for a plain
             function extractor: tools whose calls rightly change nothing in its state).
+        read_only_tools: tools whose calls only read. An approval covers the one call a person
+            approved: while the run stands where that call took it, any other call — another delete, the
+            same call with other arguments — is judged as if the approval had not happened, except
+            calls to these tools (:mod:`forewarn.guard.judge`). By default the read kinds of a
+            ``ToolStateExtractor`` (``read_file``, ``http_get``, ``web_search``, ``email_read``).
         human_in_the_loop: LangChain's ``HumanInTheLoopMiddleware`` used in the same agent: a call
             both would interrupt is asked once, by Forewarn (see :meth:`cover`).
         approvals: who is asked about a call that needs approval: ``interrupt`` (the default) — the
@@ -144,7 +151,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                  metadata: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
                  trigger: Trigger | str | None = None, model: str | None = None,
                  tools: Sequence[Any] | None = None, unknown_tools: Action | str = Action.ASK_HUMAN,
-                 known_tools: Sequence[str] | None = None,
+                 known_tools: Sequence[str] | None = None, read_only_tools: Sequence[str] | None = None,
                  reflection_template: str | None = None, human_in_the_loop: Any = None,
                  approvals: Literal["interrupt", "sidecar"] = "interrupt", approval_timeout: float = 600.0) -> None:
         super().__init__()
@@ -166,6 +173,12 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             self._session_guard = guard.with_member_policies(lambda p: with_default_trigger(p, trigger))
         # a look-ahead never acts on a run's initial state: the warning is about the states first calls lead to
         warn_initial_crossings(guard.model, effective, stacklevel=2, first_calls=True)
+        session_guard = self._session_guard
+        if isinstance(session_guard, Guard) and session_guard.start_warning:  # Guard.load's: warned just above
+            if session_guard is guard:  # the caller's guard keeps its warning for its own sessions
+                session_guard = session_guard.with_policy(effective)
+            session_guard.start_warning = False
+            self._session_guard = session_guard
         self.metadata = metadata
         settings = check_settings(max_reflections=max_reflections, on_reflection_limit=on_reflection_limit,
                                   on_extraction_error=on_extraction_error, allowed_decisions=allowed_decisions,
@@ -178,6 +191,7 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         self.unknown_tools = settings.unknown_tools
         self.reflection_template = settings.reflection_template
         self._warned: set[str] = set()
+        self.read_only_tools = frozenset(read_only_tools or ())
         self.placement = Placement(self.extractor, trained=trained_tools(guard.model.provenance),
                                    known_tools=known_tools)
         self.max_runs = max_runs
@@ -187,7 +201,8 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         # what the look-ahead, approval and after-tool steps may use of the middleware (its bound methods: a
         # reference cycle, as the agent's graph already makes with the middleware; the collector frees both)
         self._judge = Judge(self._session_guard, settings, judge_unchanged, approvals, approval_timeout,
-                            decide=self._decide, adecide=self._adecide, extract=self._extract,
+                            decide=self._decide, adecide=self._adecide, judge_call=self._judge_call,
+                            extract=self._extract,
                             try_extract=self._try_extract, places=self.places, run_of=self._run_of, lock=self._lock)
         check_extractor(guard, self.extractor, metadata)
         if tools is not None:
@@ -252,7 +267,12 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
 
     def _run_of(self, messages: Sequence[BaseMessage]) -> GuardedRun:
         return self._runs.open(messages, keep=self.max_runs, extract=self._try_extract, end=self._end,
-                               start=lambda: self._session_guard.session(metadata=run_metadata(self.metadata)))
+                               start=self._start)
+
+    def _start(self) -> Session:
+        session = self._session_guard.session(metadata=run_metadata(self.metadata))
+        session.traced = False  # the look-ahead and the after-tool step record each decision's span, with its call
+        return session
 
     def close(self, run_id: str | None = None) -> None:
         """End a run (by id: its thread id), or every run the middleware keeps: on a sidecar, their
@@ -307,8 +327,11 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
         return result
 
     def _failing(self, exc: BaseException) -> GuardedRun | None:
-        """A hook raised: the run ends there unless LangGraph is only pausing it (an interrupt)."""
-        return self._runs.current() if self._remote and not isinstance(exc, GraphBubbleUp) else None
+        """A hook raised: the run ends there unless LangGraph is only pausing it (an interrupt), or a call
+        did not run because the sidecar could not be reached (the run goes on when it is resumed, its
+        session keeping the calls refused meanwhile for the sidecar)."""
+        return (self._runs.current() if self._remote and not isinstance(exc, (GraphBubbleUp, SidecarUnreachable))
+                else None)
 
     def _failed(self, exc: BaseException) -> None:
         run = self._failing(exc)
@@ -379,11 +402,19 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
     def _tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]) -> ToolResult:
         run, verdict = self._verdict_for(request)
         if verdict is None or verdict.action is Action.ALLOW:
+            self._reach(run, request)
             return after_tool(self._judge, run, request, handler(request), None)
-        resolved = review_call(self._judge, run, request, verdict)
+        try:
+            resolved = review_call(self._judge, run, request, verdict)
+        except ServerError as exc:
+            refused = self._unreached(run, request, exc)
+            if refused is None:
+                raise
+            raise refused from exc
         if isinstance(resolved, ToolMessage):
             return resolved
         approved, review = resolved
+        self._reach(run, approved)
         token = REVIEWED.set(approved.tool_call.get("id") or "")  # the recorder records the approval
         try:
             result = handler(approved)
@@ -395,18 +426,52 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                           handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]) -> ToolResult:
         run, verdict = self._verdict_for(request)
         if verdict is None or verdict.action is Action.ALLOW:
+            await self._areach(run, request)
             return await aafter_tool(self._judge, run, request, await handler(request), None)
-        resolved = (await asyncio.to_thread(review_call, self._judge, run, request, verdict) if self.approvals == "sidecar"
-                    else review_call(self._judge, run, request, verdict))  # a sidecar's approver may take minutes
+        try:
+            resolved = (await asyncio.to_thread(review_call, self._judge, run, request, verdict)
+                        if self.approvals == "sidecar"  # a sidecar's approver may take minutes
+                        else review_call(self._judge, run, request, verdict))
+        except ServerError as exc:
+            refused = self._unreached(run, request, exc)
+            if refused is None:
+                raise
+            raise refused from exc
         if isinstance(resolved, ToolMessage):
             return resolved
         approved, review = resolved
+        await self._areach(run, approved)
         token = REVIEWED.set(approved.tool_call.get("id") or "")
         try:
             result = await handler(approved)
         finally:
             REVIEWED.reset(token)
         return await aafter_tool(self._judge, run, approved, result, review)
+
+    def _reach(self, run: GuardedRun, request: ToolCallRequest) -> None:
+        """Fail closed: on a sidecar, the call runs only once the sidecar answered for it (previews are
+        local: without this round trip, a call would run on a sidecar that is down and only its commit,
+        after the tool, would find out). Raises :class:`SidecarUnreachable` when it did not answer."""
+        if isinstance(run.session, MirroredSession):
+            with self._lock:
+                run.session.reach(request.tool_call["name"], request.tool_call["args"])
+
+    def _unreached(self, run: GuardedRun, request: ToolCallRequest, exc: ServerError) -> SidecarUnreachable | None:
+        """The error for a call whose approvers on the sidecar (``approvals="sidecar"``) could not be reached:
+        it does not run, as when :meth:`_reach` fails. None for any other error (raised as it is)."""
+        if not isinstance(run.session, MirroredSession) or isinstance(exc, SidecarUnreachable) or not unreachable(exc):
+            return None
+        with self._lock:
+            return run.session.refuse(request.tool_call["name"], request.tool_call["args"], exc)
+
+    async def _areach(self, run: GuardedRun, request: ToolCallRequest) -> None:
+        """:meth:`_reach` for the async hooks: awaited on the agent's loop when the session was created there."""
+        session = run.session
+        if isinstance(session, MirroredSession):
+            if session.acreating is None:  # created synchronously: its round trip in a worker thread
+                await asyncio.to_thread(self._reach, run, request)
+            else:
+                await session.areach(request.tool_call["name"], request.tool_call["args"])
 
     # -- the look-ahead ---------------------------------------------------------------
 
@@ -467,15 +532,33 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
                 raise
             return None
 
+    def reads_only(self, tool: str) -> bool:
+        """Whether calls to ``tool`` only read (``read_only_tools``, or the extractor's read kinds)."""
+        return tool in self.read_only_tools or (
+            isinstance(self.extractor, ToolStateExtractor) and self.extractor.reads_only(tool))
+
+    def _judge_call(self, session: Session, transcript: Transcript, step: ToolStep) -> CallVerdict:
+        try:
+            concrete = self._extract(transcript, step)
+            return judge_call(session, concrete, step.name, step.args, consequential=not self.reads_only(step.name),
+                              known=lambda: self.places(step.name, transcript, step), unknown_tools=self.unknown_tools,
+                              judge_unchanged=self.judge_unchanged)
+        except ForewarnError as exc:  # ExtractionError, or a PredicateError on the state
+            if self.on_extraction_error is None:
+                raise
+            fallback = self._fallback(step.name, str(exc))
+            return CallVerdict(fallback.action, fallback)
+
     def _decide(self, session: Session, transcript: Transcript, step: ToolStep, *, commit: bool) -> Decision:
         try:
             concrete = self._extract(transcript, step)
             action = {"tool": step.name, "args": step.args}
             if commit:  # a call a human approved says so in the run's record (the audit log, the recorder's trace)
-                return session.observe(concrete, action=action | ({"approved": True} if step.approved else {}))
+                return session.observe(concrete, action=action | ({"approved": True} if step.approved else {}),
+                                       approved=step.approved)
             return session.preview(concrete, action=action)
         except ForewarnError as exc:  # ExtractionError, or a PredicateError on the state
-            if self.on_extraction_error is None:
+            if self.on_extraction_error is None or isinstance(exc, ServerError):  # (a sidecar's refusal is no misreading)
                 raise
             return self._fallback(step.name, str(exc))
 
@@ -486,11 +569,11 @@ class ForewarnMiddleware(AgentMiddleware[Any, Any, Any]):
             action = {"tool": step.name, "args": step.args} | ({"approved": True} if step.approved else {})
             aobserve = getattr(session, "aobserve", None)
             if aobserve is not None:
-                decided: Decision = await aobserve(concrete, action=action)
+                decided: Decision = await aobserve(concrete, action=action, approved=step.approved)
                 return decided
-            return session.observe(concrete, action=action)
+            return session.observe(concrete, action=action, approved=step.approved)
         except ForewarnError as exc:
-            if self.on_extraction_error is None:
+            if self.on_extraction_error is None or isinstance(exc, ServerError):
                 raise
             return self._fallback(step.name, str(exc))
 

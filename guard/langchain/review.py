@@ -38,11 +38,13 @@ class Review:
 
 
 def review_payload(name: str, args: Any, call_id: str | None, description: str, decision: Decision,
-                   allowed: Sequence[ReviewType]) -> dict[str, Any]:
+                   allowed: Sequence[ReviewType], context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The interrupt's value: LangChain's HITL shape, and under ``forewarn`` the decision with the run's
+    ``context`` (``request``: the user's last message; ``metadata``: the run's) for a reviewer's screen."""
     return {
         "action_requests": [{"name": name, "args": args, "description": description}],
         "review_configs": [{"action_name": name, "allowed_decisions": list(allowed)}],
-        "forewarn": {"tool_call_id": call_id, **decision.to_dict()},
+        "forewarn": {"tool_call_id": call_id, **decision.to_dict(), **(context or {})},
     }
 
 

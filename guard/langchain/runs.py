@@ -200,7 +200,8 @@ def _replay(run: GuardedRun, messages: Sequence[BaseMessage],
         step = done.steps[k - 1] if k else None
         concrete = extract(Transcript(done.user_messages, done.steps[:k]), step)
         if concrete is not None:
-            run.session.observe(concrete, action=None if step is None else {"tool": step.name, "args": step.args})
+            run.session.observe(concrete, action=None if step is None else {"tool": step.name, "args": step.args},
+                                approved=step is not None and step.approved)
 
 
 def _thread_id() -> str | None:

@@ -29,6 +29,7 @@ except ModuleNotFoundError as exc:
 
 from ...errors import ForewarnError
 from ..bundle_guard import BundleGuard
+from ..judge import CallVerdict, judge_call
 from ..policy import Policy
 from ..runtime import Decision, Guard, Session
 from ..spec import Action, Trigger
@@ -85,9 +86,16 @@ class ToolGuard:
 
     def check(self, name: str, args: Any, *, approved: bool = False) -> Decision:
         """The decision on a proposed call (a look-ahead; nothing is committed)."""
+        return self.verdict(name, args, approved=approved).decision
+
+    def verdict(self, name: str, args: Any, *, approved: bool = False) -> CallVerdict:
+        """The verdict on a proposed call by the rule every integration judges by
+        (:func:`forewarn.guard.judge.judge_call`: an approval covers one call); nothing is committed."""
         step = ToolStep(name, args, CallStatus.PROPOSED, approved=approved)
+        reads = isinstance(self.extractor, ToolStateExtractor) and self.extractor.reads_only(name)
         with self._lock:
-            return self.session.preview(self._state(self.transcript.then(step), step), action={"tool": name, "args": args})
+            return judge_call(self.session, self._state(self.transcript.then(step), step), name, args,
+                              consequential=not reads)
 
     def record(self, name: str, args: Any, result: Any, *, error: bool = False, approved: bool = False) -> Decision:
         """Commit a call that ran, with its result; returns the decision on the new state."""
@@ -95,7 +103,8 @@ class ToolGuard:
         step = ToolStep(name, args, status, value_text(result), approved=approved)
         with self._lock:
             self.transcript = self.transcript.then(step)
-            return self.session.observe(self._state(self.transcript, step), action={"tool": name, "args": args})
+            return self.session.observe(self._state(self.transcript, step), action={"tool": name, "args": args},
+                                        approved=approved)
 
     def wrap(self, tool: BaseTool) -> GuardedTool:
         """The tool, guarded by this run."""
@@ -122,12 +131,13 @@ class ToolGuard:
         of approval, the approver is asked about them; held back, they do not run."""
         edited = False
         while True:
-            decision = self.check(name, args)
-            if decision.action is Action.ALLOW:
+            verdict = self.verdict(name, args)
+            decision = verdict.decision
+            if verdict.action is Action.ALLOW:
                 return args, edited, None
-            if decision.action is Action.REFLECT:
+            if verdict.action is Action.REFLECT:
                 return None, False, explain.held_back(self.guard, decision, name, args)
-            if decision.action is Action.STOP:
+            if verdict.action is Action.STOP:
                 raise RunStopped(explain.stopped_before(self.guard, decision, name, args),
                                  tool=name, args=args, decision=decision)
             text = explain.approval_request(self.guard, decision, name, args)

@@ -14,10 +14,12 @@ except ModuleNotFoundError as exc:
     raise extra_error("mcp", "forewarn.guard.mcp", exc) from None
 
 from .approval import APPROVAL_SCHEMA, Approval
+from .calls import GUARD_UNREACHABLE
 from .config import ProxyConfig, UpstreamSpec, config_from, load_config
 from .http_relay import HttpRelay
 from .judge import DecisionHook, GuardedSession, Verdict
 from .proxy import ARGUMENTS_TOO_LARGE, SESSION_STOPPED, GuardedProxy
+from .reads import HELD_BACK
 from .recording import SessionLog, TraceWriter
 from .relay import LeanRelay
 from .serve import in_process, serve_http, serve_stdio
@@ -43,7 +45,9 @@ __all__ = [
     "TraceWriter",
     "Upstream",
     "SESSION_STOPPED",
+    "HELD_BACK",
     "ARGUMENTS_TOO_LARGE",
+    "GUARD_UNREACHABLE",
     "UPSTREAM_DOWN",
     "UPSTREAM_TIMEOUT",
 ]

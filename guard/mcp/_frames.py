@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -12,14 +13,17 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from .._version import __version__
+from ._lines import escape_breaks, plain
 from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE, shown
 
-__all__ = ["MAX_CALLS", "Sink", "Pending", "Turn", "drained", "parse_problem", "invalid", "legal_id", "taken", "too_many", "error_frame",
+__all__ = ["MAX_CALLS", "JUDGED", "Sink", "plain", "rewritten", "unwritable", "batch_problem",
+           "Pending", "Turn", "drained", "parse_problem", "invalid", "legal_id", "taken", "too_many", "error_frame",
            "result_frame", "text_item", "text_of", "as_proxy", "raise_error", "elicit_result", "tool_arguments",
            "declared"]
 
 
 MAX_CALLS = 256  # tools/call requests of one session under way at once, in either lean relay
+JUDGED = frozenset({"tools/call", "resources/read", "prompts/get"})  # the requests the guard judges, as steps
 
 
 class Sink(Protocol):
@@ -107,8 +111,9 @@ def invalid(message: dict[str, Any], method: Any) -> str | None:
 
     The relays route on a message's shape and forward its bytes, so what they cannot route is refused
     here, at once, rather than left for the upstream to ignore while the client waits: a request's id is a
-    string or an integer (MCP; never null), and a ``tools/call`` is always a request — as a notification it
-    would reach the upstream unjudged (JSON-RPC servers run notifications; they only do not answer them).
+    string or an integer (MCP; never null), and a request the guard judges (:data:`JUDGED`: ``tools/call``,
+    ``resources/read``, ``prompts/get``) is always a request — as a notification it would reach the upstream
+    unjudged (JSON-RPC servers run notifications; they only do not answer them).
     Nor may a name the relays read (``method``, ``params``, a call's ``name`` and ``arguments`` …) come in
     another case as well: a parser that matches names regardless of case (Go's ``encoding/json``: ``Method``,
     ``paramſ``) would read the call from the variant, not the one judged (CVE-2026-27896).
@@ -126,15 +131,15 @@ def invalid(message: dict[str, Any], method: Any) -> str | None:
         # (orjson reads an integer beyond 64 bits as a float: one that large is taken for an integer)
         if not (kind is str or kind is int or (kind is float and abs(rid) >= 2.0 ** 63)):
             return f"the id of a request is a string or an integer, not {shown(rid)}"
-    elif method == "tools/call":
-        return "a tools/call must carry an id (as a notification it would run unjudged); not forwarded"
-    if method == "tools/call" and isinstance(params := message.get("params"), dict):
+    elif method in JUDGED:
+        return f"a {method} must carry an id (as a notification it would run unjudged); not forwarded"
+    if method in JUDGED and isinstance(params := message.get("params"), dict):
         return _variant(params, _CALL_PARAMS)
     return None
 
 
 _MEMBERS = frozenset({"jsonrpc", "id", "method", "params", "result", "error"})
-_CALL_PARAMS = frozenset({"name", "arguments", "_meta"})
+_CALL_PARAMS = frozenset({"name", "arguments", "_meta", "uri"})  # (of a tools/call, prompts/get, resources/read)
 
 
 def _variant(members: dict[str, Any], names: frozenset[str]) -> str | None:
@@ -143,6 +148,67 @@ def _variant(members: dict[str, Any], names: frozenset[str]) -> str | None:
             return (f"{shown(key)} is no name of the protocol's but reads as {key.casefold()!r} where case is "
                     f"ignored (names are case-sensitive); not forwarded")
     return None
+
+
+# -- what the relays forward: the value they judged (:mod:`._lines`: where readers cut lines) -----------------
+
+def rewritten(message: Any) -> bytes:
+    """``message`` as one line (newline-terminated) that every reader cuts as one: orjson's encoding (no
+    whitespace; control characters escaped in strings) with NEL, U+2028 and U+2029 escaped too — there they
+    can only stand in strings, where an escape means the same character.
+
+    Raises:
+        TypeError: orjson cannot write it (nested deeper than 254 levels, which it reads up to 1024).
+    """
+    return escape_breaks(orjson.dumps(message)) + b"\n"
+
+
+def unwritable(method: Any, exc: TypeError) -> tuple[int, str]:
+    """The error for a message :func:`rewritten` cannot write (nested deeper than orjson writes): -32602 for a
+    request the guard judges (its params cannot be read, as :meth:`.calls.CallJudge.check_size` says), else
+    -32600. Never its bytes as they came instead: they are what is not judged."""
+    code = types.INVALID_PARAMS if method in JUDGED else types.INVALID_REQUEST
+    return code, f"the message cannot be written again to be forwarded: {exc} (nested too deep); not forwarded"
+
+
+def batch_problem(items: list[Any], body: bytes, version: str | None) -> str | None:
+    """Why a JSON-RPC batch (``items``, parsed from ``body``) is not forwarded, or None. MCP allowed batches in
+    protocol 2025-03-26 only (``version``: the session's; None: not told, which the streamable HTTP transport
+    reads as 2025-03-26); a batch inside a batch and a key written twice in an object are never valid, and a
+    request the guard judges must come alone (its answer is read and committed, and one judged call runs at a
+    time)."""
+    if version is not None and version != "2025-03-26":
+        return (f"a JSON-RPC batch, which MCP protocol {version} does not allow (batches were removed in "
+                f"2025-06-18); send each message alone")
+    if not items:
+        return "an empty JSON-RPC batch"
+    for item in items:
+        if not isinstance(item, dict):
+            return f"in the batch, {shown(item)} is no JSON-RPC message (a batch holds objects only)"
+        if item.get("method") in JUDGED:
+            return f"a JSON-RPC batch may not carry {item['method']} through this proxy; send each call alone"
+        if (problem := invalid(item, item.get("method"))) is not None:
+            return f"in the batch, {problem}"
+    if (twice := _twice(body)) is not None:
+        return f"in the batch, the key {shown(twice)} is written twice in one object (readers differ on which counts)"
+    return None
+
+
+def _twice(body: bytes) -> str | None:
+    """A key written twice in one object of the JSON document ``body``, or None (Python's parser: slow, and
+    only batches, which are rare, pay it)."""
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen and not found:
+                found.append(key)
+            seen.add(key)
+        return dict(items)
+
+    json.loads(body, object_pairs_hook=pairs)
+    return found[0] if found else None
 
 
 def taken(rid: Any) -> str:
@@ -163,11 +229,12 @@ def legal_id(message: dict[str, Any]) -> Any:
 
 
 def error_frame(rid: Any, code: int, message: str) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}) + b"\n"
+    # (escaped: a message quotes the client's own words, a result carries the upstream's, to a client reading lines)
+    return escape_breaks(orjson.dumps({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}})) + b"\n"
 
 
 def result_frame(rid: Any, result: dict[str, Any]) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": result}) + b"\n"
+    return escape_breaks(orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": result})) + b"\n"
 
 
 def text_item(text: str) -> dict[str, str]:

@@ -146,6 +146,9 @@ class Http1:
             raise Unreachable(f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}") from None
         try:
             return await self._exchange(reader, writer, payload, method)
+        except ConnectionError as exc:  # (an upstream dying as it accepted: reset, not refused)
+            writer.close()
+            raise HttpError(f"the upstream closed the connection before it answered ({exc})") from None
         except BaseException:
             writer.close()
             raise

@@ -2,7 +2,6 @@
 request picked out of its event stream, the events before it passed on as they came."""
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -10,18 +9,25 @@ import orjson
 
 __all__ = ["answer_in", "sse_event"]
 
-_BOUNDARY = re.compile(rb"\r\n\r\n|\n\n")
-
-
 async def answer_in(chunks: AsyncIterator[bytes], rid: Any, on_event: Callable[[bytes], Awaitable[None]] | None
                     ) -> bytes:
     """The data of the event that answers request ``rid`` (empty when the stream ends without it); every
-    event before it goes to ``on_event`` as it came (None: dropped)."""
+    event before it goes to ``on_event`` (None: dropped), its lines ended by ``\n``.
+
+    A line of an event stream ends at ``\r\n``, ``\r`` or ``\n``: the stream is read in that one form, so
+    that the relay cuts events where the client does (cut only at ``\n\n``, ``\r\r`` hid an event — an
+    answer the client took for the call's — inside one the relay passed on unread)."""
     buffer = b""
+    held = b""  # a chunk's last "\r", which may be the first half of "\r\n"
     async for chunk in chunks:
+        chunk, held = held + chunk, b""
+        if chunk.endswith(b"\r"):
+            chunk, held = chunk[:-1], b"\r"
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buffer += chunk
-        while (match := _BOUNDARY.search(buffer)) is not None:
-            raw, buffer = buffer[:match.start()], buffer[match.end():]
+        while (end := buffer.find(b"\n\n")) >= 0:
+            raw, buffer = buffer[:end], buffer[end + 2:]
             data = _data(raw)
             if data and _answers(data, rid):
                 return data

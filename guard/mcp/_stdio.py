@@ -27,9 +27,10 @@ from typing import Any
 import anyio
 import mcp_types as types
 import orjson
-import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
+
+from ._lines import escape_breaks
 
 __all__ = ["pipes_available", "pipe_stdio", "raw_stdio", "stdio_pipes", "parse_error", "read_line", "Lines",
            "Overlong", "LINE_LIMIT", "TOO_LONG"]
@@ -92,10 +93,20 @@ def _wire() -> tuple[int, int] | None:
         return None
 
 
+def _on_asyncio() -> bool:
+    """Whether an asyncio loop (uvloop's too) runs this task; under trio there is none. (Not sniffio: the mcp
+    extra does not install it, and anyio no longer needs it.)"""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def pipes_available() -> bool:
     """Whether standard input and output are pipes or sockets and the running loop is asyncio's."""
     wire = _wire()
-    if wire is None or sniffio.current_async_library() != "asyncio":
+    if wire is None or not _on_asyncio():
         return False
     try:
         modes = [os.fstat(fd).st_mode for fd in wire]
@@ -178,7 +189,8 @@ async def pipe_stdio() -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionM
             async with outgoing_receive:
                 async for item in outgoing_receive:
                     json = item.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    writer.write(json.encode() + b"\n")
+                    # (pydantic leaves U+2028, U+2029 and NEL raw: a client reading lines may cut there)
+                    writer.write(escape_breaks(json.encode()) + b"\n")
                     try:
                         await writer.drain()
                     except (ConnectionError, OSError):

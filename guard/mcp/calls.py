@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,7 +23,8 @@ from mcp.shared.exceptions import MCPError
 
 from ...errors import ConfigError
 from ..bundle_guard import BundleGuard
-from ..client import ServerError
+from ..client import ServerError, SidecarUnreachable
+from ..client._core import unreachable
 from ..policy import Policy
 from ..runtime import Decision
 from ..spec import Action, Trigger
@@ -37,12 +39,13 @@ from .judge import DecisionHook, GuardedSession, Verdict, held_back_text, judge,
 from .recording import SessionLog, TraceWriter
 
 __all__ = ["CallJudge", "Forward", "Judged", "unknown_tool", "tool_name", "shown", "SESSION_STOPPED",
-           "ARGUMENTS_TOO_LARGE", "SERVER_NAME", "SERVER_TITLE", "INSTRUCTIONS"]
+           "ARGUMENTS_TOO_LARGE", "GUARD_UNREACHABLE", "SERVER_NAME", "SERVER_TITLE", "INSTRUCTIONS"]
 
 log = logging.getLogger("forewarn.mcp")
 
 SESSION_STOPPED = -32020
 ARGUMENTS_TOO_LARGE = -32021
+GUARD_UNREACHABLE = -32022  # with --serve-url: the sidecar did not answer before the call ran, so it did not run
 SERVER_NAME, SERVER_TITLE = "forewarn-mcp", "Forewarn guarding proxy"  # the proxy's serverInfo, either path
 INSTRUCTIONS = ("Tool calls pass through Forewarn, which may hold back a risky call (its result then says why) "
                 "or ask a human first.")
@@ -81,8 +84,7 @@ class CallJudge:
                 guard = guard if effective == guard.policy else guard.with_policy(effective)
         self.guard = guard
         self.config = config
-        self.extractor = ToolStateExtractor(tool_kinds=dict(config.tool_kinds),
-                                            argument_aliases={k: dict(v) for k, v in config.argument_aliases.items()})
+        self.extractor = ToolStateExtractor(tool_kinds=config.step_kinds(), argument_aliases=config.step_aliases())
         self.writer = TraceWriter(record) if record else None
         self.sidecar = sidecar
         self.model_name = model_name
@@ -90,7 +92,9 @@ class CallJudge:
         self.audit = audit if guard is not None else None  # (recording only: nothing is judged)
         self._counter = itertools.count(1)
         if guard is not None:  # fail now, not at the first call, when the predicates cannot read the states
-            guard.session().preview(self.extractor(Transcript()))
+            preflight = guard.session()
+            preflight.traced = False  # (not a decision anybody acts on)
+            preflight.preview(self.extractor(Transcript()))
         elif record is None:
             raise ConfigError("the proxy needs a model (--model), or --record to only record sessions")
 
@@ -101,6 +105,8 @@ class CallJudge:
         name = name or f"mcp-{uuid.uuid4().hex[:12]}"
         # (the session keeps its state and folds each call into it: the extractor holds no session's fold)
         guarded = GuardedSession(name, None if self.guard is None else self.guard.session(), self.extractor)
+        if guarded.session is not None:
+            guarded.session.traced = False  # the proxy records each decision's span, with the call (_emit)
         initial = guarded.initial = guarded.state
         meta = {"client": client} if client is not None else {}
         if guarded.session is not None:
@@ -112,6 +118,9 @@ class CallJudge:
         return guarded
 
     def close_session(self, guarded: GuardedSession, why: str) -> None:
+        if guarded.unsent:
+            log.warning("session %s ends with %d step(s) that ran missing from the sidecar's audit log (it did not "
+                        "answer since)", guarded.id, len(guarded.unsent))
         if self.audit is not None and guarded.session is not None:
             self.audit.close_session(guarded.id, why)
         if self.writer is not None and guarded.log is not None and guarded.calls:
@@ -135,7 +144,7 @@ class CallJudge:
         """The first judging of a proposed call, which waits for nothing: a :class:`Forward` when the guard
         allows the call as it came, else its verdict and state, for :meth:`settle` to go on from (``judged=``).
         The caller holds the session's lock and has seen that the session is not stopped."""
-        verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools, fallback=self._fallback)
+        verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_for(name), fallback=self._fallback)
         if verdict.action is Action.ALLOW:
             guarded.calls += 1
             return Forward(name, args, False, judged=verdict)  # its span and audit row: forwarded()
@@ -170,6 +179,53 @@ class CallJudge:
     async def settle(self, guarded: GuardedSession, name: str, args: dict[str, Any], *, elicit: Elicit | None,
                      lists: Callable[[str], bool], tools: Callable[[], list[str]],
                      judged: Judged | None = None) -> Forward | str:
+        """:meth:`_settle`, failing closed with a sidecar: a call to forward is forwarded only once the sidecar
+        answered for it (:meth:`_reach`; the look-ahead is local, so nothing else would ask it before the call ran).
+
+        Raises:
+            MCPError: :data:`SESSION_STOPPED`, as :meth:`_settle`; :data:`GUARD_UNREACHABLE` — the sidecar did
+                not answer, so the call did not run.
+        """
+        try:
+            go = await self._settle(guarded, name, args, elicit=elicit, lists=lists, tools=tools, judged=judged)
+        except ServerError as exc:  # the session could not be made there to ask its console: nothing ran
+            raise self._unreached(guarded, name, args, exc) from None
+        if isinstance(go, Forward) and self.sidecar is not None:
+            await self._reach(guarded, go)
+        return go
+
+    async def _reach(self, guarded: GuardedSession, go: Forward) -> None:
+        """One round trip to the sidecar before a call is forwarded: the session created there (with the state
+        before any call), or the steps it has not got (they ran while it was down), or a preview of the state."""
+        try:
+            remote = guarded.remote
+            if remote is None:
+                remote = await self._remote(guarded)
+            elif not guarded.unsent:
+                await remote.preview(dict(guarded.state))
+            if guarded.unsent:
+                await self._send_unsent(remote, guarded)
+        except ServerError as exc:
+            raise self._unreached(guarded, go.name, go.args, exc) from None
+
+    def _unreached(self, guarded: GuardedSession, name: str, args: Any, exc: ServerError) -> MCPError:
+        """The error for a call that does not run because the sidecar did not answer (kept: the next committed
+        step carries it, its action's ``refused``) or refused the request."""
+        if not unreachable(exc):
+            return MCPError(types.INTERNAL_ERROR, f"the sidecar refused the call to {tool_name(name)}, which did not "
+                                                  f"run: {exc}")
+        guarded.refused.append({"tool": name, "args": args, "at": time.time(), "error": str(exc)})
+        return MCPError(GUARD_UNREACHABLE, str(SidecarUnreachable(self.sidecar.url, name, exc)))
+
+    @staticmethod
+    async def _send_unsent(remote: Any, guarded: GuardedSession) -> None:
+        pending = [d | {"session": remote.id} for d in guarded.unsent]
+        await remote.client.batch(pending)
+        del guarded.unsent[:len(pending)]
+
+    async def _settle(self, guarded: GuardedSession, name: str, args: dict[str, Any], *, elicit: Elicit | None,
+                      lists: Callable[[str], bool], tools: Callable[[], list[str]],
+                      judged: Judged | None = None) -> Forward | str:
         """Judge a proposed call (and an approver's edits of it) until it is to be forwarded (a
         :class:`Forward`) or answered by the proxy (the text of an ``isError`` result).
 
@@ -188,7 +244,7 @@ class CallJudge:
             if judged is not None:
                 (verdict, state), judged = judged, None
             else:
-                verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_tools,
+                verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_for(name),
                                        fallback=self._fallback)
             if verdict.action is Action.ALLOW:
                 proposal: str | None = None
@@ -280,9 +336,26 @@ class CallJudge:
         committed = self._commit_here(guarded, step, audited)
         if committed is None or self.sidecar is None:
             return committed
-        remote = await self._remote(guarded)
-        decision: Decision = await remote.observe(guarded.state, action={"tool": step.name, "args": step.args},
-                                                  ask=False, proposal=proposal)
+        # with the calls refused since the last committed step (the sidecar did not answer: they did not run)
+        action: dict[str, Any] = {"tool": step.name, "args": step.args} | (
+            {"refused": list(guarded.refused)} if guarded.refused else {})
+        carried = len(guarded.refused)
+        try:
+            remote = await self._remote(guarded)
+            if guarded.unsent:
+                await self._send_unsent(remote, guarded)
+            decision: Decision = await remote.observe(guarded.state, action=action, ask=False, proposal=proposal)
+        except ServerError as exc:
+            if not unreachable(exc):
+                raise
+            # the call ran (the sidecar answered just before it): its step is sent before the next call runs
+            guarded.unsent.append({"state": dict(guarded.state), "ask": False, "action": action | {
+                "recorded_late": {"ran_at": time.time(), "error": str(exc)}} | (
+                {"proposal": proposal} if proposal is not None else {})})
+            log.warning("session %s: the sidecar did not answer the commit of %r, which ran: its step is kept and "
+                        "sent before the next call runs (%s)", guarded.id, step.name, exc)
+            decision = committed
+        del guarded.refused[:carried]
         return decision
 
     def _commit_here(self, guarded: GuardedSession, step: ToolStep, audited: str | None) -> Decision | None:
@@ -302,9 +375,10 @@ class CallJudge:
         if guarded.remote is None:
             assert self.guard is not None  # (a sidecar comes with its model)
             metadata = {"source": "mcp", "session": guarded.id}
-            guarded.remote = await self.sidecar.session(self.guard.for_metadata(metadata).policy,
-                                                        model=self.model_name, metadata=metadata)
-            await guarded.remote.observe(dict(guarded.initial), ask=False)  # the state before any call
+            remote = await self.sidecar.session(self.guard.for_metadata(metadata).policy,
+                                                model=self.model_name, metadata=metadata)
+            await remote.observe(dict(guarded.initial), ask=False)  # the state before any call
+            guarded.remote = remote  # (once both are stored: a session left without them is made anew)
         return guarded.remote
 
     def _audit_judged(self, guarded: GuardedSession, name: str, args: Any, verdict: Verdict) -> str | None:

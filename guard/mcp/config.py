@@ -18,6 +18,12 @@ several come from a config file (``--config FILE``, YAML or JSON)::
       write_file: write_file
     argument_aliases: {}          # per tool: its argument names → the ones its kind reads
     unknown_tools: ask_human      # a tool with no kind: ask_human (default), reflect, stop or allow
+    resource_kinds:               # resource URI → kind: a resources/read is judged as a call of the
+      file:///work/repo/README.md: read_file   # tool "resources/read:URI" with arguments {uri: URI}
+    prompt_kinds:                 # prompt name → kind: a prompts/get as a call of "prompts/get:NAME"
+      review: other               # with the prompt's arguments
+    unknown_resources: reflect    # a resource or prompt with no kind (default: as unknown_tools)
+    unknown_prompts: reflect
     call_timeout: 60
     approval_timeout: 300
 
@@ -36,9 +42,22 @@ import yaml
 
 from ...errors import ConfigError
 from ..spec import Action
-from ..toolcalls.kinds import ToolKind
+from ..toolcalls.kinds import ARGUMENT_NAMES, ToolKind
 
-__all__ = ["ProxyConfig", "UpstreamSpec", "load_config"]
+__all__ = ["ProxyConfig", "UpstreamSpec", "load_config", "resource_tool", "prompt_tool"]
+
+
+def resource_tool(uri: str) -> str:
+    """The tool a ``resources/read`` of ``uri`` is judged and recorded as (its arguments: ``{"uri": uri}``)."""
+    return f"resources/read:{uri}"
+
+
+def prompt_tool(name: str) -> str:
+    """The tool a ``prompts/get`` of the prompt ``name`` is judged and recorded as (its arguments: the prompt's)."""
+    return f"prompts/get:{name}"
+
+
+_RESOURCE, _PROMPT = resource_tool(""), prompt_tool("")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +101,11 @@ class ProxyConfig:
             no answer by then is a rejection.
         max_argument_bytes: a call whose arguments encode to more bytes is refused unread.
         restarts: how many times a crashed stdio upstream is restarted before it is reported down.
+        resource_kinds, prompt_kinds: resource URI or prompt name → kind. Reading a resource or getting a
+            prompt is a step the guard judges and records like a tool call (:func:`resource_tool`,
+            :func:`prompt_tool`): what it fetches enters the agent's context as a tool's result does.
+        unknown_resources, unknown_prompts: as ``unknown_tools`` for a resource or prompt with no kind
+            (None: ``unknown_tools``).
     """
 
     upstreams: tuple[UpstreamSpec, ...]
@@ -92,6 +116,31 @@ class ProxyConfig:
     approval_timeout: float = 300.0
     max_argument_bytes: int = 1 << 20
     restarts: int = 3
+    resource_kinds: Mapping[str, str] = field(default_factory=dict)
+    prompt_kinds: Mapping[str, str] = field(default_factory=dict)
+    unknown_resources: Action | None = None
+    unknown_prompts: Action | None = None
+
+    def unknown_for(self, name: str) -> Action:
+        """What a call of ``name`` gets when the guard would allow it and its kind is unknown."""
+        if name.startswith(_RESOURCE) and self.unknown_resources is not None:
+            return self.unknown_resources
+        if name.startswith(_PROMPT) and self.unknown_prompts is not None:
+            return self.unknown_prompts
+        return self.unknown_tools
+
+    def step_kinds(self) -> dict[str, str]:
+        """Every step's kind for the extractor: the tools', and the resources' and prompts' as their tools'."""
+        return {**self.tool_kinds, **{resource_tool(u): k for u, k in self.resource_kinds.items()},
+                **{prompt_tool(p): k for p, k in self.prompt_kinds.items()}}
+
+    def step_aliases(self) -> dict[str, dict[str, str]]:
+        """Every step's argument aliases: a resource whose kind reads a ``path`` reads it from its ``uri``."""
+        aliases = {k: dict(v) for k, v in self.argument_aliases.items()}
+        for uri, kind in self.resource_kinds.items():
+            if any(field == "path" for field, _, _ in ARGUMENT_NAMES[ToolKind(kind)]):
+                aliases.setdefault(resource_tool(uri), {"uri": "path"})
+        return aliases
 
     def __post_init__(self) -> None:
         if not self.upstreams:
@@ -108,10 +157,12 @@ class ProxyConfig:
             raise ConfigError(f"max_argument_bytes must be at least 1, got {self.max_argument_bytes!r}")
         if self.restarts < 0:
             raise ConfigError(f"restarts must not be negative, got {self.restarts!r}")
-        for tool, kind in self.tool_kinds.items():
-            if kind not in {k.value for k in ToolKind}:
-                known = ", ".join(k.value for k in ToolKind)
-                raise ConfigError(f"tool_kinds[{tool!r}] = {kind!r} is not a tool kind; known: {known}")
+        for label, kinds in (("tool_kinds", self.tool_kinds), ("resource_kinds", self.resource_kinds),
+                             ("prompt_kinds", self.prompt_kinds)):
+            for tool, kind in kinds.items():
+                if kind not in {k.value for k in ToolKind}:
+                    known = ", ".join(k.value for k in ToolKind)
+                    raise ConfigError(f"{label}[{tool!r}] = {kind!r} is not a tool kind; known: {known}")
 
 
 def load_config(path: str | Path, **overrides: Any) -> ProxyConfig:
@@ -139,7 +190,8 @@ def load_config(path: str | Path, **overrides: Any) -> ProxyConfig:
 
 
 _KEYS = {"servers", "mcpServers", "tool_kinds", "argument_aliases", "unknown_tools", "call_timeout",
-         "approval_timeout", "max_argument_bytes", "restarts"}
+         "approval_timeout", "max_argument_bytes", "restarts", "resource_kinds", "prompt_kinds", "unknown_resources",
+         "unknown_prompts"}
 
 
 def config_from(data: Mapping[str, Any], **overrides: Any) -> ProxyConfig:
@@ -155,13 +207,14 @@ def config_from(data: Mapping[str, Any], **overrides: Any) -> ProxyConfig:
     settings.update({k: v for k, v in overrides.items() if v is not None})
     if "upstreams" in settings:
         upstreams = tuple(settings.pop("upstreams")) + upstreams
-    if "unknown_tools" in settings:
-        try:
-            settings["unknown_tools"] = Action(settings["unknown_tools"])
-        except ValueError:
-            raise ConfigError(f"field 'unknown_tools': {settings['unknown_tools']!r} is not an action; "
-                              f"one of {[a.value for a in Action]}") from None
-    for key in ("tool_kinds", "argument_aliases"):
+    for key in ("unknown_tools", "unknown_resources", "unknown_prompts"):
+        if key in settings:
+            try:
+                settings[key] = Action(settings[key])
+            except ValueError:
+                raise ConfigError(f"field {key!r}: {settings[key]!r} is not an action; "
+                                  f"one of {[a.value for a in Action]}") from None
+    for key in ("tool_kinds", "argument_aliases", "resource_kinds", "prompt_kinds"):
         if key in settings and not isinstance(settings[key], dict):
             raise ConfigError(f"field {key!r}: expected a mapping, got {type(settings[key]).__name__}")
     for key in ("call_timeout", "approval_timeout"):

@@ -3,16 +3,17 @@ the default where it fits), the HTTP counterpart of :mod:`.relay`.
 
 An ASGI app on the proxy's MCP endpoint. Each POST, GET and DELETE goes on to the upstream's URL over one
 keep-alive HTTP/1.1 client (:mod:`._http1`), headers both ways (``Mcp-Session-Id``, ``MCP-Protocol-Version``,
-``Last-Event-ID``, authorization …) and the body as it came; the answer streams back as it comes (JSON,
-or server-sent events: the upstream's notifications and its own requests to the client pass through).
-Only a ``tools/call`` is more: it is judged by the SDK path's code (:func:`.lean.lean_call`), then
+``Last-Event-ID``, authorization …) and the body re-serialised from the value read, on one line
+(:mod:`._lines`); the answer streams back as it comes (JSON, or server-sent events: the upstream's
+notifications and its own requests to the client pass through). Only a ``tools/call`` is more (and a
+``resources/read`` or ``prompts/get``: :mod:`.reads`): it is judged by the SDK path's code (:func:`.lean.lean_call`), then
 forwarded or answered by the relay; its answer is read out of the upstream's response (the events
 before it pass through) so that the call is committed. The answer to ``initialize`` carries the
 proxy's name and instructions. A session is an ``Mcp-Session-Id`` (the upstream's: the client and
 the upstream speak one session; the relay keys its guarded sessions by it; DELETE closes one).
 
 Asking a human by elicitation: the relay answers that ``tools/call`` with an event stream of its own,
-whose first event is its request to the client (id ``forewarn-N``); the client POSTs its answer,
+whose first event is its request to the client (id ``forewarn-R-N``, R random); the client POSTs its answer,
 which the relay keeps; the call's answer is the stream's last event.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import secrets
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
@@ -58,6 +60,7 @@ from .approval import APPROVAL_SCHEMA
 from .calls import SERVER_NAME, CallJudge
 from .judge import GuardedSession
 from .lean import lean_call
+from .reads import lean_read
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 
 __all__ = ["HttpRelay", "lean_http_fits"]
@@ -103,6 +106,7 @@ class HttpRelay:
         self._tools: dict[str, frozenset[str]] = {}  # as the upstream listed them: each with its arguments' names
         self._under_way: set[tuple[str, Any]] = set()  # (session, id) of the clients' requests being answered
         self._ids = itertools.count(1)
+        self._asking = f"{_OWN}{secrets.token_hex(8)}-"  # the ids of its questions to clients: none an upstream can guess
         self._streams: set[asyncio.Task[Any]] = set()
         self._security = TransportSecurityMiddleware(_security_for(host))
 
@@ -208,15 +212,14 @@ class HttpRelay:
             message = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             return await reply(send, 400, error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
-        if isinstance(message, list):  # a batch (protocol versions before 2025-06-18): only without tools/call
-            if any(isinstance(m, dict) and m.get("method") == "tools/call" for m in message):
-                return await reply(send, 400, error_frame(None, types.INVALID_REQUEST,
-                                                           "a JSON-RPC batch may not carry tools/call through this "
-                                                           "proxy; send each call alone"))
-            for item in message:
-                if isinstance(item, dict) and (problem := wire.invalid(item, item.get("method"))) is not None:
-                    return await reply(send, 400, error_frame(None, types.INVALID_REQUEST,
-                                                              f"Invalid Request: in the batch, {problem}"))
+        if isinstance(message, list):  # a batch: MCP protocol 2025-03-26 only, and never one the guard judges
+            version = next((v.decode(errors="replace") for k, v in headers if k == b"mcp-protocol-version"), None)
+            if (problem := wire.batch_problem(message, body, version)) is not None:
+                return await reply(send, 400, error_frame(None, types.INVALID_REQUEST, f"Invalid Request: {problem}"))
+            try:
+                body = wire.rewritten(message).rstrip(b"\n")
+            except TypeError as exc:
+                return await reply(send, 400, error_frame(None, *wire.unwritable(None, exc)))
             return await self._pass("POST", headers, body, receive, send, None)
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return await reply(send, 400, error_frame(None, types.INVALID_REQUEST, "not a JSON-RPC 2.0 message"))
@@ -224,6 +227,10 @@ class HttpRelay:
         if (problem := wire.invalid(message, method)) is not None:
             return await reply(send, 400, error_frame(wire.legal_id(message), types.INVALID_REQUEST,
                                                       f"Invalid Request: {problem}"))
+        try:  # what the upstream gets is the value read, never the client's bytes: on one line that no reader cuts
+            body = wire.rewritten(message).rstrip(b"\n")  # (a bridge to a stdio server), no key written twice
+        except TypeError as exc:
+            return await reply(send, 400, error_frame(wire.legal_id(message), *wire.unwritable(method, exc)))
         sid = session_id(headers)
         mine = self._mine.get(rid) if method is None and isinstance(rid, str) else None
         if mine is not None and mine[0] == sid:  # the answer to the relay's own request
@@ -239,7 +246,7 @@ class HttpRelay:
                 return await reply(send, 400, error_frame(rid, types.INVALID_REQUEST, wire.taken(rid)))
             self._under_way.add(key)
         try:
-            if method == "tools/call":  # (a request: invalid() refuses one without an id)
+            if method in wire.JUDGED:  # (a request: invalid() refuses a tools/call without an id; see below)
                 return await self._call(message, body, headers, send)
             if method == "initialize" and rid is not None:
                 return await self._initialize(message, body, headers, send)
@@ -324,7 +331,7 @@ class HttpRelay:
     async def _ask(self, method: str, params: Any, headers: list[tuple[bytes, bytes]]
                    ) -> tuple[dict[str, Any], Response]:
         rid = f"{_OWN}{next(self._ids)}"
-        body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})})
+        body = wire.rewritten({"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})})
         _, answer, back = await self._exchange(headers, body, rid, method, None)
         wire.raise_error(answer)
         result = answer.get("result")
@@ -377,13 +384,15 @@ class HttpRelay:
                 state.guarded = self.judge.open_session(sid, state.client)
             return state.guarded
 
-        async def forward(frame: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
-            answer_frame, answer, _ = await self._exchange(headers, frame, message["id"], f"tools/call {tool!r}",
-                                                           answer_to)
+        async def forward_as(frame: bytes, what: str) -> tuple[bytes, dict[str, Any]]:
+            answer_frame, answer, _ = await self._exchange(headers, frame, message["id"], what, answer_to)
             return answer_frame, answer
 
+        async def forward(frame: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
+            return await forward_as(frame, f"tools/call {tool!r}")
+
         async def elicit(question: str) -> types.ElicitResult:
-            rid = f"{_OWN}{next(self._ids)}"
+            rid = f"{self._asking}{next(self._ids)}"
             future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
             self._mine[rid] = (sid, future)
             try:
@@ -395,9 +404,13 @@ class HttpRelay:
                 self._mine.pop(rid, None)
             return wire.elicit_result(answer)
 
-        frame = await lean_call(self.judge, message, body, session=session, lock=state.lock, tools=self._tools,
-                                list_tools=lambda: self._list_tools(headers), elicit=elicit if state.elicits else None,
-                                forward=forward)
+        if message["method"] == "tools/call":
+            frame = await lean_call(self.judge, message, body, session=session, lock=state.lock, tools=self._tools,
+                                    list_tools=lambda: self._list_tools(headers),
+                                    elicit=elicit if state.elicits else None, forward=forward)
+        else:
+            frame = await lean_read(self.judge, message, body, session=session, lock=state.lock,
+                                    elicit=elicit if state.elicits else None, forward=forward_as)
         if self._sessions.ended(sid) and not answer_to.streaming:  # the upstream did not know it
             return await reply(send, 404, frame)
         await answer_to.final(frame)

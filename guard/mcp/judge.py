@@ -2,8 +2,8 @@
 
 Pure of the protocol: a :class:`GuardedSession` holds what the session did (a
 :class:`~forewarn.guard.toolcalls.Transcript`), its guard session and whether it was stopped;
-:func:`judge` previews a proposed call on the state it would lead to — the same extractor,
-look-ahead rules and unknown-tool rule as the LangChain middleware — and :meth:`GuardedSession.ran`
+:func:`judge` previews a proposed call on the state it would lead to — by
+:func:`guard.judge.judge_call`, the rule the LangChain middleware and the sidecar judge by — and :meth:`GuardedSession.ran`
 commits a call that ran. The proxy (``proxy.py``) does the I/O around them.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...errors import ForewarnError
+from ..judge import Why, judge_call
 from ..runtime import Decision, Session
 from ..spec import Action
 from ..toolcalls.extractor import ToolStateExtractor
@@ -51,6 +52,8 @@ class GuardedSession:
     stopped: Verdict | None = None
     log: SessionLog | None = None
     remote: Any = None  # the sidecar's AsyncRemoteSession, with --serve-url
+    unsent: list[dict[str, Any]] = field(default_factory=list)  # steps that ran while the sidecar was down
+    refused: list[dict[str, Any]] = field(default_factory=list)  # calls not run: the sidecar did not answer
     calls: int = 0
     initial: Mapping[str, Any] = field(default_factory=dict)  # the state before any call
 
@@ -68,7 +71,8 @@ class GuardedSession:
         self.steps.append(step)
         state = self.state = self.extractor.then(self.state, step)
         decision = (_RECORDING if self.session is None
-                    else self.session.observe(state, action={"tool": step.name, "args": step.args}))
+                    else self.session.observe(state, action={"tool": step.name, "args": step.args},
+                                              approved=step.approved))
         if self.log is not None:
             self.log.add(state, step.name, step.args)
         return state, decision
@@ -76,39 +80,28 @@ class GuardedSession:
 
 def judge(guarded: GuardedSession, name: str, args: Any, *, unknown_tools: Action,
           fallback: Callable[[str, str], Decision]) -> tuple[Verdict, Mapping[str, Any] | None]:
-    """The verdict on calling ``name`` with ``args`` next, and the state it would lead to (None when
+    """The verdict on calling ``name`` with ``args`` next (:func:`guard.judge.judge_call`: the same rule
+    as the LangChain middleware and the sidecar's proposals), and the state it would lead to (None when
     the call cannot be read: such a call is held back, never waved through)."""
-    step = ToolStep(name, args, CallStatus.PROPOSED)
     if guarded.session is None:
         return Verdict(Action.ALLOW, _RECORDING), None
     try:
-        state = guarded.extractor.then(guarded.state, step)
-        # the proposed call is the step's action, as ran() commits it: action predicates and action
-        # memory (learning.memory.actions) read it before the call runs, not only after
-        decision = guarded.session.preview(state, action={"tool": name, "args": args})
+        state = guarded.extractor.then(guarded.state, ToolStep(name, args, CallStatus.PROPOSED))
+        judged = judge_call(guarded.session, state, name, args, consequential=not guarded.extractor.reads_only(name),
+                            known=guarded.extractor.knows(name), unknown_tools=unknown_tools)
     except ForewarnError as exc:  # ExtractionError on the arguments, PredicateError on the state
         return Verdict(Action.REFLECT, fallback(name, str(exc)), " The call cannot be judged, so it did not run."), None
-    action, note = decision.action, ""
-    # A call that leaves the watched state as the last committed step left it passes: the guard
-    # spoke when the run entered that state (as the middleware's judge_unchanged=False).
-    if action is not Action.ALLOW and _unchanged(guarded.session, decision):
-        action = Action.ALLOW
-    if action is Action.ALLOW and not guarded.extractor.knows(name):  # never silently allowed
-        action = unknown_tools
+    note = ""
+    if judged.why is Why.UNKNOWN_TOOL:  # never silently allowed
         note = (f" Forewarn's extractor does not know the tool `{name}`, so it cannot judge what the call does; "
                 f"calls to unknown tools get '{unknown_tools.value}'.")
-    return Verdict(action, decision, note), state
+    elif judged.why is Why.APPROVED_ONCE:
+        note = (" A person approved an earlier call, and that approval covered that one call only: this call is "
+                "judged as if the session stood where it did before that approval.")
+    return Verdict(judged.action, judged.decision, note), state
 
 
 _RECORDING = Decision(Action.ALLOW, None, None, "", {}, "recording only: no model judges the calls", known=False)
-
-
-def _unchanged(session: Session, decision: Decision) -> bool:
-    if not session.history or not decision.abstract_state:
-        return False
-    last = session.history[-1]
-    return (last.action is not None and last.decision.abstract_state == decision.abstract_state
-            and last.decision.monitors == decision.monitors)
 
 
 # -- words -------------------------------------------------------------------------------------

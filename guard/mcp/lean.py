@@ -15,7 +15,6 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import mcp_types as types
-import orjson
 from mcp.shared.exceptions import MCPError
 
 from . import _frames as wire
@@ -62,8 +61,8 @@ async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, 
             if isinstance(go, str):
                 return result_frame(rid, {"content": [text_item(go)], "isError": True})
             if go.name != name or go.args is not args:  # an approver's edit: the call as edited
-                frame = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
-                                      "params": {"name": go.name, "arguments": go.args}})
+                frame = wire.rewritten({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                                        "params": {"name": go.name, "arguments": go.args}})
             return await _run(judge, guarded, go, rid, frame, forward)
     except MCPError as exc:
         return error_frame(rid, exc.error.code, exc.error.message)

@@ -23,7 +23,7 @@ import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
@@ -50,11 +50,13 @@ from .calls import (
 )
 from .config import ProxyConfig
 from .judge import DecisionHook, GuardedSession
+from .reads import params_of, read_text, settle_read, step_of
 from .upstream import Upstream
 
 __all__ = ["GuardedProxy", "SESSION_STOPPED", "ARGUMENTS_TOO_LARGE"]
 
 log = logging.getLogger("forewarn.mcp")
+_Read = TypeVar("_Read", types.ReadResourceResult, types.GetPromptResult)
 
 
 
@@ -275,8 +277,13 @@ class GuardedProxy(CallJudge):
                     break
         if upstream is None:
             raise MCPError(types.INVALID_PARAMS, f"Unknown resource: {uri}")
-        result: types.ReadResourceResult = await upstream.request("resources/read", lambda s: s.read_resource(uri))
-        return result
+        owner = upstream
+
+        async def read(args: dict[str, Any]) -> types.ReadResourceResult:
+            result: types.ReadResourceResult = await owner.request("resources/read",
+                                                                   lambda s: s.read_resource(args["uri"]))
+            return result
+        return await self._judged_read(ctx, "resources/read", {"uri": uri}, read)
 
     async def _list_prompts(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         result: types.ListPromptsResult = await self._merged(
@@ -295,9 +302,32 @@ class GuardedProxy(CallJudge):
                     break
         if upstream is None:
             raise MCPError(types.INVALID_PARAMS, f"Unknown prompt: {params.name}")
-        result: types.GetPromptResult = await upstream.request(
-            "prompts/get", lambda s: s.get_prompt(params.name, params.arguments))
-        return result
+        owner = upstream
+
+        async def get(args: dict[str, Any]) -> types.GetPromptResult:
+            result: types.GetPromptResult = await owner.request(
+                "prompts/get", lambda s: s.get_prompt(params.name, args["arguments"] or None))
+            return result
+        return await self._judged_read(ctx, "prompts/get", {"name": params.name,
+                                                            "arguments": dict(params.arguments or {})}, get)
+
+    async def _judged_read(self, ctx: Any, method: str, params: dict[str, Any],
+                           fetch: Callable[[dict[str, Any]], Awaitable[_Read]]) -> _Read:
+        """A resources/read or prompts/get judged as a step (:mod:`.reads`), fetched with the params as the
+        judging let them through (``fetch``), and committed with the text it brought."""
+        name, args = step_of(method, params)
+        self.check_size(name, args)
+        guarded, lock = self._session_of(ctx)
+        async with lock:
+            go = await settle_read(self, guarded, name, args, elicit=elicit_of(ctx))
+            self.forwarded(guarded, go)
+            try:
+                result = await fetch(params_of(method, go))
+            except MCPError as exc:
+                await self.failed(guarded, go, exc.error.message)
+                raise
+            await self.ran(guarded, go, False, read_text(method, result.model_dump(mode="json", by_alias=True)))
+            return result
 
 
 def _page(params: types.PaginatedRequestParams | None) -> types.PaginatedRequestParams | None:

@@ -2,13 +2,15 @@
 
 The SDK path (:mod:`.proxy`) is a second MCP server and a second MCP client: every message is parsed,
 validated, rebuilt as SDK models and serialised again on each side. Here each newline-delimited JSON-RPC
-message is parsed once (orjson) to route it, and everything but a ``tools/call`` request goes on as the
-bytes that came in, both ways — requests, responses, notifications, the upstream's own requests to the
-client (sampling, roots, elicitation). The handshake is the client's with the upstream (its answer
+message is parsed once (orjson) to route it, and everything but a judged request (``tools/call``,
+``resources/read``, ``prompts/get``) goes on — the client's re-serialised from the value read (one ``dumps``:
+no other reading of its bytes reaches the upstream, :mod:`._lines`), the upstream's as the bytes that came
+in unless a client may cut them elsewhere — both ways: requests, responses, notifications, the upstream's
+own requests to the client (sampling, roots, elicitation). The handshake is the client's with the upstream (its answer
 carries the proxy's name and instructions). A ``tools/call`` is judged by the SDK path's code
 (:class:`.calls.CallJudge`), then forwarded as it came (or as an approver edited it) or answered by the
 relay. Asking uses elicitation when the client's ``initialize`` declared it: the relay's own requests
-to the client carry ids of its own (``forewarn-N``), whose answers it keeps. Every forwarded request
+to the client carry ids of its own (``forewarn-R-N``, R random), whose answers it keeps. Every forwarded request
 gets the call timeout (:data:`.upstream.UPSTREAM_TIMEOUT`); when the upstream's process ends, what it
 held fails with :data:`.upstream.UPSTREAM_DOWN` and it is started again (the client's handshake
 replayed), up to ``restarts`` times, as :mod:`.upstream` does.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import secrets
 from collections.abc import Coroutine
 from contextlib import nullcontext
 from functools import partial
@@ -43,6 +46,7 @@ from .approval import APPROVAL_SCHEMA
 from .calls import CallJudge, Forward, Judged
 from .judge import GuardedSession
 from .lean import Answered, judge_now, lean_call
+from .reads import lean_read
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 
 __all__ = ["LeanRelay", "lean_relay_fits"]
@@ -80,6 +84,10 @@ class LeanRelay:
         self._calls: set[bytes] = set()  # the ids of the client's tools/call requests under way (judged, forwarded)
         self._mine: dict[str, asyncio.Future[dict[str, Any]]] = {}  # the relay's requests to the client
         self._ids = itertools.count(1)
+        # the ids of its questions to the client: its requests to the upstream show the upstream its counter, and a
+        # request of the upstream's carrying a question's id would have the client's answer to it taken for the
+        # relay's (an approval the human gave to the upstream's question)
+        self._asking = f"{_OWN}{secrets.token_hex(8)}-"
         self._tools: dict[str, frozenset[str]] = {}  # as the upstream listed them: each with its arguments' names
         self._init: dict[str, Any] | None = None  # the client's initialize request, replayed after a restart
         self._initialized: bytes | None = None
@@ -204,12 +212,21 @@ class LeanRelay:
         except orjson.JSONDecodeError as exc:
             self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem(exc)))
             return
+        if isinstance(message, list):  # (MCP allowed batches in 2025-03-26 only; this relay forwards none)
+            self._to_client(error_frame(None, types.INVALID_REQUEST, "Invalid Request: a JSON-RPC batch, which this "
+                                                                     "relay does not forward; send each message alone"))
+            return
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             self._to_client(error_frame(None, types.PARSE_ERROR, wire.parse_problem("not a JSON-RPC 2.0 message")))
             return
         method = message.get("method")
         if (problem := wire.invalid(message, method)) is not None:
             self._to_client(error_frame(wire.legal_id(message), types.INVALID_REQUEST, f"Invalid Request: {problem}"))
+            return
+        try:  # what goes on is the value read, never the client's bytes: no other cut of them, nor another
+            line = wire.rewritten(message)  # reading of a key written twice or of an escape, reaches the upstream
+        except TypeError as exc:
+            self._to_client(error_frame(wire.legal_id(message), *wire.unwritable(method, exc)))
             return
         if method is None:  # an answer: to one of the relay's own requests, or to the upstream's
             key = message.get("id")
@@ -230,12 +247,15 @@ class LeanRelay:
         if key in self._calls or key in self._pending:  # (its answer would go astray, or a call never end)
             self._to_client(error_frame(rid, types.INVALID_REQUEST, wire.taken(rid)))
             return
-        if method == "tools/call":
+        if method in wire.JUDGED:
             if len(self._calls) >= MAX_CALLS:  # (they run one at a time: a client this far ahead only fills memory)
                 self._to_client(error_frame(rid, types.INVALID_REQUEST, wire.too_many(MAX_CALLS)))
                 return
             self._calls.add(key)
-            self._tools_call(message, line, key)
+            if method == "tools/call":
+                self._tools_call(message, line, key)
+            else:
+                self._spawn_task(self._read(message, line, key))
             return
         if method == "initialize":
             self._init = message
@@ -317,7 +337,7 @@ class LeanRelay:
             rid = f"{_OWN}{next(self._ids)}"
         future: asyncio.Future[tuple[bytes, dict[str, Any]]] = asyncio.get_running_loop().create_future()
         request = {"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})}
-        await self._forward(rid, method, orjson.dumps(request) + b"\n", future, ready=ready, key=key)
+        await self._forward(rid, method, wire.rewritten(request), future, ready=ready, key=key)
         _, answer = await future
         wire.raise_error(answer)
         result = answer.get("result")
@@ -328,8 +348,10 @@ class LeanRelay:
     def _from_upstream(self, line: bytes) -> None:
         try:
             message = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            log.warning("upstream %r sent a line that is not JSON; dropped", self.name)
+            # (a client may cut the line where the relay did not: a second answer, or a request, smuggled)
+            line = line if wire.plain(line) else wire.rewritten(message)
+        except (orjson.JSONDecodeError, TypeError):
+            log.warning("upstream %r sent a line that is not JSON (or not one it can write again); dropped", self.name)
             return
         if isinstance(message, dict) and "method" not in message and "id" in message:
             pending = self._pending.pop(orjson.dumps(message["id"]), None)
@@ -400,9 +422,22 @@ class LeanRelay:
                 self._turn.release()
         self._to_client(frame)
 
+    async def _read(self, message: dict[str, Any], line: bytes, key: bytes) -> None:
+        """A resources/read or prompts/get: judged as a step (:func:`.reads.lean_read`), always in a task."""
+        try:
+            frame = await lean_read(self.judge, message, line, session=self._session, lock=self._turn,
+                                    elicit=self._elicit if self._elicits else None,
+                                    forward=partial(self._forward_as, message["id"], key))
+        finally:
+            self._calls.discard(key)
+        self._to_client(frame)
+
     async def _forward_call(self, rid: Any, key: bytes, line: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
+        return await self._forward_as(rid, key, line, f"tools/call {tool!r}")
+
+    async def _forward_as(self, rid: Any, key: bytes, line: bytes, what: str) -> tuple[bytes, dict[str, Any]]:
         future: asyncio.Future[tuple[bytes, dict[str, Any]]] = asyncio.get_running_loop().create_future()
-        await self._forward(rid, f"tools/call {tool!r}", line, future, key=key)
+        await self._forward(rid, what, line, future, key=key)
         return await future
 
     async def _list_tools(self) -> None:
@@ -421,13 +456,12 @@ class LeanRelay:
         return self._guarded
 
     async def _elicit(self, question: str) -> types.ElicitResult:
-        rid = f"{_OWN}{next(self._ids)}"
+        rid = f"{self._asking}{next(self._ids)}"
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._mine[rid] = future
         try:
-            self._to_client(orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "elicitation/create",
-                                          "params": {"message": question, "requestedSchema": APPROVAL_SCHEMA}})
-                            + b"\n")
+            self._to_client(wire.rewritten({"jsonrpc": "2.0", "id": rid, "method": "elicitation/create",
+                                            "params": {"message": question, "requestedSchema": APPROVAL_SCHEMA}}))
             answer = await future
         finally:
             self._mine.pop(rid, None)

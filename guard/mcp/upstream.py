@@ -21,6 +21,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from ._lines import CODEC
 from .config import UpstreamSpec
 
 __all__ = ["Upstream", "UPSTREAM_DOWN", "UPSTREAM_TIMEOUT"]
@@ -124,8 +125,11 @@ class Upstream:
             read, write = await stack.enter_async_context(streamable_http_client(self.spec.url))
         else:
             assert self.spec.command is not None
+            # (CODEC: the SDK writes pydantic's JSON, with U+2028, U+2029 and NEL raw in strings, where a reader
+            # of lines may cut it: they go escaped)
             params = StdioServerParameters(command=self.spec.command, args=list(self.spec.args),
-                                           env=dict(self.spec.env) if self.spec.env else None, cwd=self.spec.cwd)
+                                           env=dict(self.spec.env) if self.spec.env else None, cwd=self.spec.cwd,
+                                           encoding=CODEC)
             read, write = await stack.enter_async_context(stdio_client(params, errlog=self.errlog))
         session = await stack.enter_async_context(_ForwardingSession(read, write))
         with anyio.fail_after(_CONNECT_TIMEOUT):

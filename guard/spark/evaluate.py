@@ -61,6 +61,7 @@ def evaluate_spark(source: DataFrame | Sequence[str], spec: Spec, thetas: Sequen
         ForewarnError: the first malformed run in reading order, a run without the grouping
             key, too few groups for the folds (as the single-process evaluation).
     """
+    from ..constant_predicates import constant_in_traced
     from ..evaluation.evaluate import finish, fold_result, scoring_of
     from ..evaluation.folds import split_folds
     from ..pipeline import counting_plan, model_from_counts, prepare
@@ -121,7 +122,8 @@ def evaluate_spark(source: DataFrame | Sequence[str], spec: Spec, thetas: Sequen
         fold_replays = [replays[i] for i in test]
         results.append((fold_result(f + 1, models[f], fold_replays, train, sorted({groups[i] for i in test}),
                                     thetas, predicates, monitors, scoring), fold_replays))
-    return finish(results, thetas, scoring, group_by=group_by, groups=len(set(groups)), seed=seed, spec=spec.name)
+    return finish(results, thetas, scoring, group_by=group_by, groups=len(set(groups)), seed=seed, spec=spec.name,
+                  constant=constant_in_traced(traced, predicates))
 
 
 def _raise_first(records: list[tuple[Any, Any]]) -> None:

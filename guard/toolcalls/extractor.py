@@ -43,6 +43,7 @@ from .kinds import (
     ARGUMENT_NAMES,
     DEFAULT_INTERNAL_DOMAINS,
     DEFAULT_TOOL_KINDS,
+    READ_KINDS,
     ToolKind,
     amounts_in,
     email_domain,
@@ -178,6 +179,11 @@ class ToolStateExtractor:
     def knows(self, name: str) -> bool:
         """Whether a tool has a kind here (an unknown one is ``other``, of effects unknown to the guard)."""
         return name in self.tool_kinds
+
+    def reads_only(self, name: str) -> bool:
+        """Whether calls to ``name`` only read (a kind in :data:`READ_KINDS`); unknown tools do not."""
+        kind = self.tool_kinds.get(name)
+        return kind is not None and kind in READ_KINDS
 
     def __call__(self, transcript: Transcript) -> dict[str, Any]:
         steps = transcript.steps

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 __all__ = [
     "ToolKind",
+    "READ_KINDS",
     "DEFAULT_TOOL_KINDS",
     "ARGUMENT_NAMES",
     "DEFAULT_INTERNAL_DOMAINS",
@@ -54,6 +55,11 @@ class ToolKind(str, Enum):
     MESSAGE = "message"            # a chat message to a person or channel (Slack, Teams...)
     OTHER = "other"                # harmless as far as this domain knows
 
+
+# Kinds whose calls only read: they change nothing a person approving a call would weigh (an approval
+# covers one call; a read after it is not a second consequence, guard/judge.py). HTTP (by its method
+# argument) and OTHER (unknown effects) are not among them.
+READ_KINDS = frozenset({ToolKind.READ_FILE, ToolKind.HTTP_GET, ToolKind.WEB_SEARCH, ToolKind.EMAIL_READ})
 
 DEFAULT_TOOL_KINDS: dict[str, ToolKind] = {
     **dict.fromkeys(("shell", "bash", "sh", "terminal", "run_shell", "run_command", "execute_command",

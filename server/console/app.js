@@ -138,11 +138,22 @@ function reviewLines(item, risk) {
     changes.length ? el("p", { class: "changes", text: `This call changes — ${changes.join("; ")}` }) : null,
     el("p", { class: "before-after", text: `Risk ${review.before ? evidence(review.before) : "at the start"} → ${evidence(risk)}` }),
     el("p", { class: "path", text: pathWords(review.path, item.decision || {}) }),
-    el("p", { class: "effects", text: `Approve: ${tool} runs with the arguments above and the agent goes on. `
-      + `Reject: ${tool} does not run; the agent is told your reason and does not retry it.` }),
+    review.request ? el("p", { class: "request", text: `The user asked: “${review.request}”` }) : null,
+    metadataLine(review.metadata),
+    el("p", { class: "effects", text: `Approve: ${tool} runs once, with the arguments above; any other call, `
+      + `this one again included, is judged anew. Reject: ${tool} does not run and the agent is told your `
+      + `reason; if it proposes the call again, the guard judges it again.` }),
     deadlineLine(review.deadline, tool),
     review.irreversible ? el("p", { class: "irreversible", text: "This call cannot be undone: a reason is required." }) : null,
   ];
+}
+
+// The run's metadata as the agent opened the session with it ("env: production"), in words.
+function metadataLine(metadata) {
+  const entries = Object.entries(metadata || {});
+  if (!entries.length) return null;
+  const shown = entries.slice(0, 12).map(([k, v]) => `${k}: ${typeof v === "string" ? v : JSON.stringify(v)}`);
+  return el("p", { class: "metadata", text: `Run: ${shown.join(" · ")}${entries.length > 12 ? " · …" : ""}` });
 }
 
 // The most likely way from the state the call leads to into a violation, as `forewarn states` finds it,

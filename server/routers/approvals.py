@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query
 from starlette.responses import Response
 
 from .. import schemas as S
-from .._http import ERRORS, JSON, ApiError, Route, errors_for
+from .._http import ERRORS, JSON, ApiError, Route, check_window, errors_for
 from .._steps import write
 from .._views import approval_out
 from ..deps import Anyone, ApprovalId, Approver, AppState, Idempotency
@@ -28,15 +28,22 @@ router = APIRouter(route_class=Route, tags=["approvals"], responses=dict(ERRORS)
 
 @router.get("/v1/approvals", response_model=S.ApprovalList)
 async def list_approvals(state: AppState, principal: Approver,
-                         status: Annotated[str, Query(pattern="^(pending|approved|rejected|cancelled|all)$")]
+                         status: Annotated[str, Query(pattern="^(pending|approved|rejected|cancelled|all)$",
+                                                      description="pending (the default), an answer, or all.")]
                          = "pending",
-                         session_id: Annotated[str | None, Query(pattern=S.ID_PATTERN)] = None,
+                         session_id: Annotated[str | None, Query(pattern=S.ID_PATTERN, description=(
+                             "The session's id."))] = None,
+                         since: Annotated[float | None, Query(ge=0, le=1e11, description=(
+                             "Asked at or after this time (epoch seconds)."))] = None,
+                         until: Annotated[float | None, Query(ge=0, le=1e11, description=(
+                             "Asked at or before this time (epoch seconds)."))] = None,
                          offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
                          limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
     """Approvals of the tenants the caller may see, oldest first; by default the pending ones."""
+    check_window(since, until)
     rows = state.storage.approvals(status=None if status == "all" else status, session_id=session_id,
                                    limit=min(limit, state.settings.limits.max_page), offset=offset,
-                                   tenants=principal.tenants)
+                                   tenants=principal.tenants, since=since, until=until)
     out = {"approvals": [approval_out(r) for r in rows], "offset": offset, "limit": limit}
     return Response(orjson.dumps(out), media_type=JSON)
 

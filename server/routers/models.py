@@ -15,6 +15,9 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from ...errors import ForewarnError
+from ...guard.bundle_guard import BundleGuard
+from ...guard.model import GuardModel
+from ...guard.runtime import Guard
 from .. import schemas as S
 from .._http import ERRORS, JSON, ApiError, Route, errors_for
 from .._steps import write
@@ -111,9 +114,22 @@ async def load_model(body: S.ModelLoad, state: AppState, principal: Admin) -> Re
             raw, version, model, guard = await anyio.to_thread.run_sync(parse_model, raw, source, rules)
     except ForewarnError as exc:
         raise ApiError(422, "invalid_model", str(exc), field=field_name) from exc
-    names = state.registry.names()
-    previous = state.registry.current(body.name).version if body.name in names else None
-    if previous is not None and rules.trusted_keys and not body.allow_rollback:
+    async with state.registry.lock(body.name):  # the check and the swap: no other replacement of the name between
+        loaded, previous, moved = await _replace(state, body, principal.name, source, raw, version, model, guard)
+    state.metrics.model_loads.labels(body.name).inc()
+    out = {**loaded.describe(body.name, default=body.name == state.settings.default), "replaced": previous,
+           "migrated_sessions": moved}
+    return Response(orjson.dumps(out), media_type=JSON)
+
+
+async def _replace(state: ServerState, body: S.ModelLoad, by: str, source: str, raw: bytes, version: str,
+                   model: GuardModel, guard: Guard | BundleGuard) -> tuple[LoadedModel, str | None, int]:
+    """Check, commit and install a parsed model under ``body.name`` (the caller holds the name's lock):
+    (the version installed, the one it replaced, how many sessions moved)."""
+    rules = state.registry.rules
+    previous = state.registry.current_version(body.name)
+    protect = bool(rules.trusted_keys) and not body.allow_rollback
+    if previous is not None and protect:
         _refuse_rollback(body.name, state.registry.current(body.name), signed_at(guard), version)
     to_move: list[str] = []
     if body.migrate_sessions:
@@ -124,14 +140,17 @@ async def load_model(body: S.ModelLoad, state: AppState, principal: Admin) -> Re
                 raise ApiError(409, "incompatible_model",
                                f"session {live.id!r} uses predicates {live.loaded.model.spec.predicate_names}, "
                                f"the new model {wanted}: it cannot be migrated", field="body.migrate_sessions")
-    await write(state, Storage.put_model(body.name, version, source, raw, principal.name, current=True))
-    loaded = state.registry.install(body.name, version, source, model, guard, principal.name)
+    # the database's compare-and-set: another replica may serve (and have committed) a newer one
+    current = await write(state, Storage.put_model(body.name, version, source, raw, by, current=True,
+                                                   signed_at=signed_at(guard), newer_only=protect))
+    if not current:
+        raise ApiError(409, "older_model", f"model {body.name!r}: another replica made a version signed after this "
+                       "upload current meanwhile; set allow_rollback: true to serve it anyway",
+                       field="body.allow_rollback")
+    loaded = state.registry.install(body.name, version, source, model, guard, by)
     if to_move:
         await write(state, Storage.migrate_sessions(body.name, version, to_move))
         for live in (state.sessions.get(i) for i in to_move):
             if live.loaded.version != version and not live.closed:
                 state.sessions.switch_model(live, loaded)
-    state.metrics.model_loads.labels(body.name).inc()
-    out = {**loaded.describe(body.name, default=body.name == state.settings.default), "replaced": previous,
-           "migrated_sessions": len(to_move)}
-    return Response(orjson.dumps(out), media_type=JSON)
+    return loaded, previous, len(to_move)

@@ -17,8 +17,10 @@ from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from starlette.responses import Response
 
+from ...guard.judge import judge_call
+from ...guard.toolcalls.kinds import DEFAULT_TOOL_KINDS, READ_KINDS
 from .. import schemas as S
-from .._http import ERRORS, JSON, ApiError, Route, errors_for, short
+from .._http import ERRORS, JSON, ApiError, Route, check_window, errors_for, short
 from .._steps import check_values, trace_decision, write
 from ..auth import Principal
 from ..deps import Agent, Anyone, Approver, AppState, Idempotency, live_session, step_context
@@ -32,6 +34,12 @@ __all__ = ["router"]
 
 ProposalId = Annotated[str, PathParam(pattern=S.ID_PATTERN, description="A proposal id.")]
 router = APIRouter(route_class=Route, tags=["proposals"], responses=dict(ERRORS))
+
+
+def reads_only(tool: str) -> bool:
+    """Whether a proposed tool only reads, by the default tool kinds (the sidecar holds no extractor)."""
+    kind = DEFAULT_TOOL_KINDS.get(tool)
+    return kind is not None and kind in READ_KINDS
 
 
 def _visible(state: ServerState, proposal_id: str, principal: Principal) -> Any:
@@ -63,21 +71,26 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
 
     async def work(entry: Entry | None) -> tuple[int, bytes]:
         live = step_context(state, session_id, principal)
-        try:
-            decision = live.session.preview(body.state, action={"tool": body.tool, "args": body.arguments})
+        try:  # the rule the middleware and the MCP proxy judge by (guard/judge.py)
+            verdict = judge_call(live.session, body.state, body.tool, body.arguments,
+                                 consequential=not reads_only(body.tool))
         except Exception as exc:  # a message cut short: an error never echoes the input
             raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {short(str(exc))}",
                            field="body.state") from exc
+        decision = verdict.decision
         if decision.over_budget:
             state.metrics.limit_exceeded("predicate_cpu_seconds")
-        document = decision.to_dict()
+        document = {**decision.to_dict(), "action": verdict.action.value, "why": verdict.why.value}
         document["_state_words"] = state_words(live.session.guard.model.spec, dict(decision.abstract_state))
         now = time.time()
         document["_review"] = {**review_facts(live.session.guard.model, decision, live.session.last),
-                               "deadline": None if body.timeout is None else now + body.timeout}
+                               "deadline": None if body.timeout is None else now + body.timeout,
+                               # what the run is, in words a person reads: "production" said, not only predicated
+                               "request": body.request,
+                               "metadata": None if live.session.metadata is None else dict(live.session.metadata)}
         if body.edit_of is not None:
             document["_edit_of"] = _edited_one(state, body.edit_of, session_id, principal)
-        status = STATUS_OF[decision.action] if body.ask is None else "pending" if body.ask else "allowed"
+        status = STATUS_OF[verdict.action] if body.ask is None else "pending" if body.ask else "allowed"
         row = ProposalRow("p_" + secrets.token_urlsafe(15), session_id, now, principal.name, body.tool,
                orjson.dumps(body.arguments).decode(),
                None if body.tools is None else orjson.dumps(body.tools).decode(),
@@ -90,7 +103,7 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
         if status == "pending":
             state.hub.created(live.tenant)
         # what the agent is told to do: a pending proposal waits for a human, whatever the guard's action was
-        acted = {"pending": "ask_human", "allowed": "allow"}.get(status, decision.action.value)
+        acted = {"pending": "ask_human", "allowed": "allow"}.get(status, verdict.action.value)
         state.metrics.decision(acted, "propose")
         trace_decision(decision, session_id, body.tool, "proposed", request.scope["headers"], acted)
         return 201, answer
@@ -102,14 +115,26 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
 @router.get("/v1/proposals")
 async def list_proposals(state: AppState, principal: Approver,
                          status: Annotated[str, Query(pattern="^(pending|allowed|held|approved|rejected|edited|"
-                                                              "cancelled|executed|all)$")] = "pending",
-                         session_id: Annotated[str | None, Query(pattern=S.ID_PATTERN)] = None,
+                                                              "cancelled|executed|all)$",
+                                                      description="pending (the default), another status, or all.")]
+                         = "pending",
+                         session_id: Annotated[str | None, Query(pattern=S.ID_PATTERN, description=(
+                             "The session's id."))] = None,
+                         tool: Annotated[str | None, Query(min_length=1, max_length=200, description=(
+                             "The tool proposed."))] = None,
+                         since: Annotated[float | None, Query(ge=0, le=1e11, description=(
+                             "Proposed at or after this time (epoch seconds)."))] = None,
+                         until: Annotated[float | None, Query(ge=0, le=1e11, description=(
+                             "Proposed at or before this time (epoch seconds)."))] = None,
                          offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
                          limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
     """Proposals (pending ones by default) of the tenants the approver sees, oldest first."""
+    check_window(since, until)
     rows = state.storage.proposals(status=None if status == "all" else status, session_id=session_id,
-                                   limit=limit, offset=offset, tenants=principal.tenants)
-    return Response(orjson.dumps({"proposals": [proposal_out(r) for r in rows]}), media_type=JSON)
+                                   limit=min(limit, state.settings.limits.max_page), offset=offset,
+                                   tenants=principal.tenants, tool=tool, since=since, until=until)
+    out = {"proposals": [proposal_out(r) for r in rows], "offset": offset, "limit": limit}
+    return Response(orjson.dumps(out), media_type=JSON)
 
 
 @router.get("/v1/proposals/{proposal_id}", responses=errors_for((404, "Unknown proposal")))

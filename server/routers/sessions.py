@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from ...errors import ForewarnError
 from .. import schemas as S
-from .._http import ERRORS, JSON, ApiError, Route, bad_request, errors_for, shape_error
+from .._http import ERRORS, JSON, ApiError, Route, bad_request, check_window, errors_for, held_bytes, shape_error
 from .._steps import write
 from .._views import policy_overrides, session_summary, step_out
 from ..deps import Agent, Anyone, AppState, Idempotency, SessionId, live_session
@@ -49,14 +49,16 @@ async def create_session(body: S.SessionCreate, state: AppState, principal: Agen
         raise ApiError(404, "unknown_model", str(exc), field="body.model") from None
     overrides = policy_overrides(body.policy)
     metadata = None if body.metadata is None else orjson.dumps(body.metadata).decode()
+    held = 0
     if body.metadata is not None:  # held in memory with every live session: small, and bounded
         limits = state.settings.limits
-        if (found := shape_error(body.metadata, limits.max_state_depth, None)) is not None:
-            state.metrics.limit_exceeded("max_state_depth")
+        if (found := shape_error(body.metadata, limits.max_state_depth, limits.max_metadata_items)) is not None:
+            state.metrics.limit_exceeded("max_state_depth" if "nested" in found[0] else "max_metadata_items")
             raise bad_request(f"metadata {found[0]}", f"body.metadata{found[1]}")
         if len((metadata or "").encode()) > limits.max_metadata_bytes:
             state.metrics.limit_exceeded("max_metadata_bytes")
             raise bad_request(f"metadata is larger than {limits.max_metadata_bytes} bytes as JSON", "body.metadata")
+        held = held_bytes(body.metadata)  # what the tenant's budget counts: memory, not JSON
     try:
         session = make_session(loaded, overrides, body.metadata)
     except (ValueError, TypeError) as exc:
@@ -66,7 +68,7 @@ async def create_session(body: S.SessionCreate, state: AppState, principal: Agen
         session_id = "s_" + secrets.token_urlsafe(15)
         now = time.time()
         row = SessionRow(session_id, name, loaded.version, orjson.dumps(overrides).decode() if overrides else None,
-                         metadata, now, principal.name, principal.tenant)
+                         metadata, now, principal.name, principal.tenant, held)
         out = orjson.dumps({"id": session_id, "model": {"name": name, "version": loaded.version},
                             "policy": effective_policy(session.guard.policy), "created_at": now})
         job = Storage.insert_session(row, state.settings.limits.max_tenant_metadata_bytes)
@@ -84,7 +86,8 @@ _DECISIONS = "^(allow|reflect|ask_human|stop|approved|rejected|edited|cancelled)
 
 @router.get("/v1/sessions", response_model=S.SessionList)
 async def list_sessions(state: AppState, principal: Anyone,
-                        status: Annotated[str | None, Query(pattern="^(open|closed)$")] = None,
+                        status: Annotated[str, Query(pattern="^(open|closed|all)$", description=(
+                            "open, closed, or all (the default)."))] = "all",
                         session_id: Annotated[str | None, Query(pattern=S.ID_PATTERN, description=(
                             "A part of the session's id."))] = None,
                         tool: Annotated[str | None, Query(min_length=1, max_length=200, description=(
@@ -101,10 +104,9 @@ async def list_sessions(state: AppState, principal: Anyone,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
     """Sessions the caller may see (its tenant's, an approver's tenants', all for admin), newest first;
     searched by a part of their id, a tool, a decision or answer, and the time they were open."""
-    if since is not None and until is not None and since > until:
-        raise bad_request(f"since ({since}) is after until ({until})", "query.since")
+    check_window(since, until)
     search = SessionSearch(session_id, tool, decision, since, until)
-    rows = state.storage.list_sessions(status=status, limit=min(limit, state.settings.limits.max_page),
+    rows = state.storage.list_sessions(status=None if status == "all" else status, limit=min(limit, state.settings.limits.max_page),
                                        offset=offset, tenants=principal.tenants,
                                        search=None if search == SessionSearch() else search)
     out = {"sessions": [session_summary(r) for r in rows], "offset": offset, "limit": limit}

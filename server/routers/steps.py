@@ -72,9 +72,10 @@ def evaluate(live: LiveSession, body: S.StepIn, prefix: str) -> int | None:
                        field=f"{prefix}.state") from exc
 
 
-def runnable_proposal(state: ServerState, session_id: str, body: S.StepIn) -> S.StepIn:
+def runnable_proposal(state: ServerState, session_id: str, body: S.StepIn) -> tuple[S.StepIn, bool]:
     """The step of a proposal that ran: it must be this session's, and allowed, approved or edited;
-    a human already decided on it, so it queues no approval."""
+    a human already decided on it, so it queues no approval. Also whether a person approved (or
+    edited) it: the approval covers that one call (guard/judge.py)."""
     row = None if body.proposal is None else state.storage.proposal(body.proposal)
     if row is None or row["session_id"] != session_id:
         raise ApiError(404, "not_found", f"no proposal {body.proposal!r} in session {session_id!r}",
@@ -82,7 +83,7 @@ def runnable_proposal(state: ServerState, session_id: str, body: S.StepIn) -> S.
     if row["status"] not in RUNNABLE:
         raise ApiError(409, "proposal_not_runnable", f"proposal {body.proposal!r} is {row['status']}: "
                        f"only an allowed, approved or edited proposal may run", field="body.proposal")
-    return body.model_copy(update={"ask": False})
+    return body.model_copy(update={"ask": False}), row["status"] in ("approved", "edited")
 
 
 async def observe_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes,
@@ -96,9 +97,9 @@ async def observe_core(state: ServerState, session_id: str, authorization: str |
 
     async def work(entry: Entry | None) -> tuple[int, bytes]:
         live = step_context(state, session_id, principal)  # again: a retry may have waited
-        step_body = body if body.proposal is None else runnable_proposal(state, session_id, body)
+        step_body, approved = (body, False) if body.proposal is None else runnable_proposal(state, session_id, body)
         try:  # observe evaluates the predicates itself; evaluate() only to report a failure well
-            payload, row, approval, prev = chain_step(state, live, step_body, principal)
+            payload, row, approval, prev = chain_step(state, live, step_body, principal, approved=approved)
         except ApiError:
             raise
         except Exception:

@@ -46,9 +46,9 @@ class ApprovalRecords(Backend):
         return self._one(_APPROVAL_SELECT + " WHERE a.id=?", (approval_id,))
 
     def approvals(self, *, status: str | None, session_id: str | None, limit: int, offset: int,
-                  tenants: Iterable[str] | None = None) -> list[sqlite3.Row]:
-        clauses: list[str] = []
-        params: list[Any] = []
+                  tenants: Iterable[str] | None = None, since: float | None = None,
+                  until: float | None = None) -> list[sqlite3.Row]:
+        clauses, params = _window("a.created_at", since, until)
         if tenants is not None:
             scope = sorted(tenants)
             clauses.append(f"a.session_id IN (SELECT s.id FROM sessions s WHERE {_TENANT} IN "
@@ -113,9 +113,12 @@ class ApprovalRecords(Backend):
         return self._one(f"{_PROPOSAL_SELECT} WHERE p.id=?", (proposal_id,))
 
     def proposals(self, *, status: str | None, session_id: str | None, limit: int, offset: int,
-                  tenants: Iterable[str] | None = None) -> list[Any]:
-        where: list[str] = []
-        params: list[Any] = []
+                  tenants: Iterable[str] | None = None, tool: str | None = None, since: float | None = None,
+                  until: float | None = None) -> list[Any]:
+        where, params = _window("p.created_at", since, until)
+        if tool is not None:
+            where.append("p.tool=?")
+            params.append(tool)
         if status is not None:
             where.append("p.status=?")
             params.append(status)
@@ -129,3 +132,16 @@ class ApprovalRecords(Backend):
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         return self._all(f"{_PROPOSAL_SELECT}{clause} ORDER BY p.created_at, p.id LIMIT ? OFFSET ?",
                          (*params, limit, offset))
+
+
+def _window(column: str, since: float | None, until: float | None) -> tuple[list[str], list[Any]]:
+    """The conditions of a list's time window on ``column`` (created at, epoch seconds), and their parameters."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if since is not None:
+        clauses.append(f"{column} >= ?")
+        params.append(since)
+    if until is not None:
+        clauses.append(f"{column} <= ?")
+        params.append(until)
+    return clauses, params

@@ -8,6 +8,7 @@ function the writer runs (``storage.write(job)``).
 """
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
 from typing import Any
@@ -56,15 +57,34 @@ class StorageBase(SessionRecords, ApprovalRecords):
     # -- models ----------------------------------------------------------------------------
 
     @staticmethod
-    def put_model(name: str, version: str, source: str, document: bytes, by: str, *, current: bool) -> Job:
-        def job(conn: _SqliteConn) -> None:
+    def put_model(name: str, version: str, source: str, document: bytes, by: str, *, current: bool,
+                  signed_at: float | None = None, newer_only: bool = False) -> Job:
+        """Store a model version; with ``current``, make it the one new sessions of ``name`` get.
+
+        ``newer_only`` (rollback protection, with trusted keys): a compare-and-set in the same
+        statement: the version becomes current only if the current one of ``name`` is the same
+        version, or was signed no later than ``signed_at`` (or has no signing time). The job says
+        False when it lost (the version is stored, not current): another replica made a newer one
+        current after this one checked what it serves."""
+        def job(conn: _SqliteConn) -> bool:
             now = time.time()
             conn.execute("INSERT INTO model_versions VALUES (?,?,?,?,?,?) ON CONFLICT (version) DO NOTHING",
                          (version, name, source, document, now, by))
-            if current:
-                conn.execute("INSERT INTO models VALUES (?,?,?) ON CONFLICT(name) DO UPDATE SET"
-                             " version=excluded.version, updated_at=excluded.updated_at", (name, version, now))
-                conn.notify(CHANNEL_MODELS, name)
+            if not current:
+                return True
+            upsert = ("INSERT INTO models (name, version, updated_at, signed_at) VALUES (?,?,?,?) ON CONFLICT(name)"
+                      " DO UPDATE SET version=excluded.version, updated_at=excluded.updated_at,"
+                      " signed_at=excluded.signed_at")
+            params: tuple[Any, ...] = (name, version, now, signed_at)
+            if newer_only:
+                upsert += (" WHERE models.version = excluded.version OR models.signed_at IS NULL"
+                           " OR models.signed_at <= ?")
+                # a time of None compares as -inf: newer than nothing signed
+                params += (-math.inf if signed_at is None else signed_at,)
+            if conn.execute(upsert, params).rowcount == 0:
+                return False
+            conn.notify(CHANNEL_MODELS, name)
+            return True
         return job
 
     def current_models(self) -> dict[str, str]:

@@ -30,9 +30,11 @@ from typing import Any, TypeVar
 
 from .base import StorageBase
 from .schema import (
+    BACKFILL_HELD,
     CHANNEL_APPROVALS,
     CHANNEL_MODELS,
     CHANNEL_SESSIONS,
+    LEGACY_HELD_PER_BYTE,
     SCHEMA_VERSION,
     StorageError,
 )
@@ -48,13 +50,15 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS model_versions (
     version TEXT PRIMARY KEY, name TEXT NOT NULL, source TEXT NOT NULL, document BYTEA NOT NULL,
     loaded_at DOUBLE PRECISION NOT NULL, loaded_by TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, version TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS models (
+    name TEXT PRIMARY KEY, version TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL, signed_at DOUBLE PRECISION);
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY, model_name TEXT NOT NULL, model_version TEXT NOT NULL, policy TEXT, metadata TEXT,
     created_at DOUBLE PRECISION NOT NULL, created_by TEXT NOT NULL, closed_at DOUBLE PRECISION, closed_by TEXT,
-    tenant TEXT);
+    tenant TEXT, metadata_held BIGINT);
 CREATE INDEX IF NOT EXISTS sessions_open ON sessions (model_name) WHERE closed_at IS NULL;
-CREATE INDEX IF NOT EXISTS sessions_open_tenant ON sessions ((coalesce(tenant, created_by))) WHERE closed_at IS NULL;
+CREATE INDEX IF NOT EXISTS sessions_open_held ON sessions ((coalesce(tenant, created_by)), metadata_held)
+    WHERE closed_at IS NULL;
 CREATE TABLE IF NOT EXISTS decisions (
     id BIGSERIAL PRIMARY KEY, session_id TEXT NOT NULL, step BIGINT NOT NULL, at DOUBLE PRECISION NOT NULL,
     principal TEXT NOT NULL, model_version TEXT NOT NULL, input_hash TEXT NOT NULL, abstract BIGINT NOT NULL,
@@ -75,6 +79,8 @@ CREATE TABLE IF NOT EXISTS proposals (
 CREATE INDEX IF NOT EXISTS proposals_status ON proposals (status, created_at);
 CREATE INDEX IF NOT EXISTS proposals_session ON proposals (session_id);
 """
+# Columns added after schema version 1 shipped (also in the CREATE above): added to older databases
+_ADDED_COLUMNS = [("models", "signed_at", "DOUBLE PRECISION"), ("sessions", "metadata_held", "BIGINT")]
 _SWITCH_INTERVAL = 0.0005
 # Writer connections per replica, taking groups from one queue: a step that arrives while a group
 # commits starts its own transaction at once instead of waiting a whole fsync for its turn
@@ -219,6 +225,16 @@ class PgStorage(StorageBase):
                 elif row[0] != str(SCHEMA_VERSION):
                     raise StorageError(f"{where}: database schema version {row[0]} is not supported "
                                        f"(this server uses version {SCHEMA_VERSION})")
+                for table, column, kind in _ADDED_COLUMNS:  # added after version 1 shipped; DDL only if missing
+                    if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+                                    " AND table_name=%s AND column_name=%s", (table, column)).fetchone() is None:
+                        conn.execute("SELECT pg_advisory_xact_lock(7461636)")
+                        conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}")
+                        if column == "metadata_held":
+                            conn.execute(BACKFILL_HELD.format(per_byte=LEGACY_HELD_PER_BYTE,
+                                                              length="octet_length(metadata)"))
+                            conn.execute("CREATE INDEX IF NOT EXISTS sessions_open_held ON sessions"
+                                         " ((coalesce(tenant, created_by)), metadata_held) WHERE closed_at IS NULL")
             pool = ConnectionPool(url, min_size=2, max_size=4, open=True, timeout=30,
                                   kwargs={"autocommit": True, "row_factory": _row_factory})
             pool.wait(timeout=30)

@@ -59,6 +59,7 @@ class SessionRow(NamedTuple):
     created_at: float
     created_by: str
     tenant: str
+    metadata_held: int = 0  # the memory its metadata holds, estimated (server._http.held_bytes)
 
 
 class ProposalRow(NamedTuple):

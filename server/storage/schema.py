@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS model_versions (
     loaded_by TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS models (    -- which version new sessions of a name get
-    name TEXT PRIMARY KEY, version TEXT NOT NULL, updated_at REAL NOT NULL
+    name TEXT PRIMARY KEY, version TEXT NOT NULL, updated_at REAL NOT NULL,
+    signed_at REAL                     -- its signature's time: a replacement signed before it loses (rollback)
 );
 CREATE TABLE IF NOT EXISTS sessions (
     id            TEXT PRIMARY KEY,
@@ -113,12 +114,19 @@ CREATE INDEX IF NOT EXISTS proposals_status ON proposals (status, created_at);
 CREATE INDEX IF NOT EXISTS proposals_session ON proposals (session_id);
 """
 
-# A tenant's open sessions, for the sum of their metadata (limits.max_tenant_metadata_bytes)
-_TENANT_INDEX = ("CREATE INDEX IF NOT EXISTS sessions_open_tenant ON sessions (coalesce(tenant, created_by))"
-                 " WHERE closed_at IS NULL")
+# A tenant's open sessions with the memory their metadata holds, for its sum (limits.max_tenant_metadata_bytes):
+# covering, so the sum reads the index, never the metadata's own (overflow) pages
+_TENANT_INDEX = ("CREATE INDEX IF NOT EXISTS sessions_open_held ON sessions (coalesce(tenant, created_by),"
+                 " metadata_held) WHERE closed_at IS NULL")
 
 # Columns added after schema version 1 shipped: added in place to older databases.
-_ADDED_COLUMNS = [("sessions", "tenant", "TEXT")]
+_ADDED_COLUMNS = [("sessions", "tenant", "TEXT"), ("models", "signed_at", "REAL"),
+                  ("sessions", "metadata_held", "INTEGER")]
+# What an older database's open sessions hold, when metadata_held is added: a bound from the JSON's length
+# (no JSON value costs CPython more than 32 bytes of memory per byte of its text; see server._http.held_bytes)
+LEGACY_HELD_PER_BYTE = 32
+BACKFILL_HELD = ("UPDATE sessions SET metadata_held = {per_byte} * {length} WHERE metadata IS NOT NULL"
+                 " AND metadata_held IS NULL AND closed_at IS NULL")
 
 
 class StorageError(ForewarnError):
@@ -150,6 +158,8 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
     for table, column, kind in _ADDED_COLUMNS:
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            if column == "metadata_held":
+                conn.execute(BACKFILL_HELD.format(per_byte=LEGACY_HELD_PER_BYTE, length="length(CAST(metadata AS BLOB))"))
     # after the columns: an older database has no tenant column before this point
     conn.execute(_TENANT_INDEX)
 

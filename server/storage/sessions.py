@@ -45,13 +45,14 @@ class SessionRecords(Backend):
 
     @staticmethod
     def insert_session(row: SessionRow, tenant_metadata_bytes: int | None = None) -> Job:
-        """Insert a session row; with ``tenant_metadata_bytes``, only if the metadata of its tenant's open
-        sessions, this one's included, stays within that many bytes (JSON), else :class:`OverBudget`."""
+        """Insert a session row; with ``tenant_metadata_bytes``, only if the memory the metadata of its tenant's
+        open sessions holds (``metadata_held``), this one's included, stays within that many bytes, else
+        :class:`OverBudget`."""
         def job(conn: _SqliteConn) -> None:
             if tenant_metadata_bytes is not None and row.metadata:
                 _check_metadata_budget(conn, row, tenant_metadata_bytes)
             conn.execute("INSERT INTO sessions (id, model_name, model_version, policy, metadata, created_at,"
-                         " created_by, tenant) VALUES (?,?,?,?,?,?,?,?)", row)
+                         " created_by, tenant, metadata_held) VALUES (?,?,?,?,?,?,?,?,?)", row)
         return job
 
     @staticmethod
@@ -115,6 +116,17 @@ class SessionRecords(Backend):
         row = self._one("SELECT step, abstract, monitors FROM decisions WHERE session_id=?"
                         " ORDER BY step DESC LIMIT 1", (session_id,))
         return None if row is None else (int(row[0]), int(row[1]), row[2])
+
+    def last_known_risk(self, session_id: str) -> tuple[float, ...] | None:
+        """The risk per property of the last committed step whose risk is known (the increase trigger's
+        baseline when the last step was in a state the model never saw), or None: no such step."""
+        row = self._one("SELECT decision FROM decisions WHERE session_id=? AND p_unsafe IS NOT NULL"
+                        " ORDER BY step DESC LIMIT 1", (session_id,))
+        if row is None:
+            return None
+        properties = orjson.loads(row[0]).get("properties") or []
+        risks = tuple(p.get("p_unsafe") for p in properties)
+        return None if not risks or any(r is None for r in risks) else risks
 
     def history(self, session_id: str) -> list[tuple[int, int, str | None, str | None, float | None]]:
         """(step, abstract, monitors, action_in, t) of every committed step, in order."""
@@ -220,21 +232,19 @@ class SessionSearch:
 
 
 def _check_metadata_budget(conn: Any, row: SessionRow, bound: int) -> None:
-    """Raise :class:`OverBudget` if ``row``'s metadata would take its tenant's open sessions past ``bound``
-    bytes. In the writer's transaction: on SQLite the one writer orders the creates; on PostgreSQL a lock
-    per tenant makes replicas creating sessions of one tenant wait for each other's commit."""
+    """Raise :class:`OverBudget` if ``row``'s metadata would take the memory its tenant's open sessions'
+    metadata holds past ``bound`` bytes. In the writer's transaction: on SQLite the one writer orders the
+    creates; on PostgreSQL a lock per tenant makes replicas creating sessions of one tenant wait for each
+    other's commit. The sum reads a covering index (sessions_open_held), not the metadata itself."""
     tenant = row.tenant or row.created_by
     if conn.shared:
         conn.execute("SELECT pg_advisory_xact_lock(7461637, hashtext(?))", (tenant,))
-        size = "octet_length(metadata)"
-    else:
-        size = "length(CAST(metadata AS BLOB))"
-    held = int(conn.execute(f"SELECT coalesce(sum({size}), 0) FROM sessions WHERE coalesce(tenant, created_by)=?"
-                            " AND closed_at IS NULL AND metadata IS NOT NULL", (tenant,)).fetchone()[0])
-    adding = len(row.metadata.encode()) if row.metadata else 0
+    held = int(conn.execute("SELECT coalesce(sum(metadata_held), 0) FROM sessions WHERE coalesce(tenant, created_by)=?"
+                            " AND closed_at IS NULL", (tenant,)).fetchone()[0])
+    adding = row.metadata_held
     if held + adding > bound:
-        raise OverBudget(f"the open sessions of this tenant hold {held} bytes of metadata; {adding} more would "
-                         f"exceed limits.max_tenant_metadata_bytes ({bound}): close sessions first",
+        raise OverBudget(f"the open sessions of this tenant hold {held} bytes of metadata in memory; {adding} more "
+                         f"would exceed limits.max_tenant_metadata_bytes ({bound}): close sessions first",
                          "max_tenant_metadata_bytes")
 
 

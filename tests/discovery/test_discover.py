@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -381,3 +382,17 @@ def test_an_exclusion_that_matches_no_field_is_noted(spec_file: Path) -> None:
                       group_by="meta.task", confirm=False, action_memory=False, exclude=("meta.outcme", "state.hidden"))
     assert [n for n in report.notes if n.startswith("--exclude")] == [
         "--exclude meta.outcme: no field discovery reads in these runs is at or below it; nothing left out"]
+
+
+def test_discover_off_a_terminal_prints_progress_and_clean_json(tmp_path: Path, spec_file: Path, forewarn_here: CLI,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FOREWARN_PROGRESS_SECONDS", "0.02")
+    traces = write_jsonl(tmp_path / "runs.jsonl", synthetic_runs(200, 2))
+    result = forewarn_here("discover", traces, "--spec", spec_file, "-o", tmp_path / "out.yaml", "--group-by",
+                           "meta.task", "--folds", "3", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert isinstance(result.json(), dict)  # no progress on stdout
+    # stage: done/total, elapsed, estimate (tests/test_cli_progress.py)
+    shown = re.compile(r"^discovering: confirming with the real learner .+: \d+/\d+ done, \d+ s elapsed, "
+                       r"(about \d+ s left|no estimate yet|finishing)$", re.M)
+    assert shown.search(result.stderr), result.stderr

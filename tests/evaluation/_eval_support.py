@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -28,3 +29,17 @@ def assert_user_error(result: Result, *fragments: str) -> None:
     assert line.startswith("error: "), line
     for fragment in fragments:
         assert fragment in line, (fragment, line)
+
+
+def mutation_places(value: Any, out: list[tuple[Any, Any]] | None = None) -> list[tuple[Any, Any]]:
+    """Every (container, key or index) in a JSON value, depth first: where a mutation fuzz replaces a part."""
+    out = [] if out is None else out
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.append((value, key))
+            mutation_places(item, out)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            out.append((value, index))
+            mutation_places(item, out)
+    return out

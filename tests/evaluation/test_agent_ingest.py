@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _eval_support import assert_user_error
+from _eval_support import assert_user_error, mutation_places
 from _support import CLI
 from forewarn.domains.embodied import HouseholdWorld
 from forewarn.domains.tools import ToolStateExtractor, Transcript
@@ -315,18 +315,6 @@ def test_an_embodied_agents_executor_log_replays_on_the_household(forewarn_here:
 
 # -- mutation fuzz: realistic samples with one part replaced ------------------------------------
 
-def _places(value: Any, out: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            out.append((value, key))
-            _places(item, out)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            out.append((value, index))
-            _places(item, out)
-    return out
-
-
 JUNK = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.floats() | st.text(max_size=6),
                     lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=4), inner, max_size=2),
                     max_leaves=5)
@@ -349,7 +337,7 @@ def test_mutated_agent_logs_read_or_fail_with_a_trace_error(tmp_path_factory: py
                                                             where: int, junk: Any, delete: bool) -> None:
     fmt, document = _samples()[sample]
     document = orjson.loads(orjson.dumps(document))
-    places = _places(document, [])
+    places = mutation_places(document)
     container, key = places[where % len(places)]
     if delete and isinstance(container, dict):
         del container[key]

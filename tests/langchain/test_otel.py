@@ -126,6 +126,32 @@ def test_the_execute_tool_span_is_the_parent(tool_guard: Guard, spans: InMemoryS
     assert received["attributes"]["forewarn.state"] == span.attributes["forewarn.state"]
 
 
+def test_every_attribute_is_a_plain_value(tool_guard: Guard, spans: InMemorySpanExporter,
+                                          receiver: tuple[str, Path]) -> None:
+    """Issue 36: ``forewarn.action`` was the ``Action`` enum the integration passed, whose text is
+    ``Action.REFLECT``; every attribute is now a plain str, bool, int or float (numpy scalars too)."""
+    import dataclasses
+
+    import numpy as np
+
+    from forewarn.guard.spec import Action
+
+    decision = tool_guard.decide(tool_guard_state(tool_guard))
+    record_decision(decision, tool="send_email", phase="proposed", session="s1", action=Action.REFLECT)
+    numpy_figures: dict[str, Any] = {"p_unsafe": np.float64(0.25), "visits": np.int64(7),
+                                     "threshold": np.float32(0.5), "known": np.bool_(True)}
+    record_decision(dataclasses.replace(decision, **numpy_figures), tool="t")
+    first, second = _decisions(spans)
+    for span in (first, second):
+        attributes = dict(span.attributes or {})
+        assert {k: type(v).__name__ for k, v in attributes.items() if type(v) not in (str, bool, int, float)} == {}
+    assert f"{first.attributes['forewarn.action']}" == "reflect"
+    assert f"{first.attributes['forewarn.decided']}" == decision.action.value
+    assert second.attributes["forewarn.p_unsafe"] == 0.25 and second.attributes["forewarn.visits"] == 7
+    assert second.attributes["forewarn.threshold"] == 0.5 and second.attributes["forewarn.known"] is True
+    assert _received(receiver[1], first.context.span_id)["attributes"]["forewarn.action"] == "reflect"
+
+
 def tool_guard_state(guard: Guard) -> dict[str, Any]:
     from forewarn.domains.tools import ToolStateExtractor, Transcript
 
@@ -166,3 +192,26 @@ def test_a_no_op_without_a_provider_or_without_the_api(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_a_session_used_directly_records_each_decision(tool_guard: Guard, spans: InMemorySpanExporter) -> None:
+    """A custom agent guarding itself through ``Session.observe``/``preview`` (the in-process glue) gets the
+    same span per decision the integrations record, and an integration's session records none of its own."""
+    from forewarn.domains.tools import ToolStateExtractor, Transcript
+
+    extract = ToolStateExtractor()
+    session = tool_guard.session()
+    start = extract(Transcript.of("Free some disk space."))
+    observed = session.observe(start)
+    rm = extract(Transcript.of("Free some disk space.", [{"name": "shell", "args": {"command": "rm -rf ~/*"},
+                                                          "status": "proposed"}]))
+    previewed = session.preview(rm, action={"tool": "shell", "args": {"command": "rm -rf ~/*"}})
+    found = _decisions(spans)
+    assert [(s.attributes["forewarn.phase"], s.attributes["forewarn.action"]) for s in found] == [
+        ("observed", observed.action.value), ("proposed", previewed.action.value)]
+    assert found[1].attributes["forewarn.p_unsafe"] == previewed.p_unsafe
+    spans.clear()
+    quiet = tool_guard.session()
+    quiet.traced = False  # what the middleware, the MCP proxy and the sidecar do: they record their own
+    quiet.observe(start)
+    assert _decisions(spans) == []

@@ -287,9 +287,11 @@ def test_the_async_hooks_commit_through_the_async_client(tool_sidecar: Any, log:
             return remote.id, await client.get_session(remote.id)
 
     session_id, info = asyncio.run(main())
-    # created, the first state batched with the first step, the second step, closed: all on the event loop
-    assert [s.split(" ")[1].replace(session_id, "ID") for s in sent[:4]] == [
-        "/v1/sessions", "/v1/batch", "/v1/sessions/ID/observe", "/v1/sessions/ID/close"]
+    # created; before each call runs, the sidecar reached (fail closed: the first state, then a preview); each
+    # step committed after its call; closed: all on the event loop
+    assert [s.split(" ")[1].replace(session_id, "ID") for s in sent[:6]] == [
+        "/v1/sessions", "/v1/batch", "/v1/sessions/ID/observe", "/v1/sessions/ID/preview",
+        "/v1/sessions/ID/observe", "/v1/sessions/ID/close"]
     assert info["closed_at"] is not None and [s["action"]["tool"] if s["action"] else None
                                               for s in info["steps"]] == [None, "read_file", "write_file"]
     assert log.names() == ["read_file", "write_file"]

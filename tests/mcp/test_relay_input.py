@@ -244,7 +244,8 @@ def test_http_requests_without_a_usable_id_are_refused_before_the_upstream(mcp_m
                 seen["notification"] = await raw.post(url, headers=theirs, content=b'{"jsonrpc":"2.0","method":'
                                                       b'"tools/call","params":{"name":"echo","arguments":{}}}')
                 seen["smuggled"] = await raw.post(url, headers=theirs, content=SMUGGLED[4])
-                seen["batch"] = await raw.post(url, headers=theirs, content=b"[" + SMUGGLED[1] + b"]")
+                seen["batch"] = await raw.post(url, headers={**theirs, "mcp-protocol-version": "2025-03-26"},
+                                               content=b"[" + SMUGGLED[1] + b"]")  # (the one version with batches)
                 seen["deep"] = await raw.post(url, headers=theirs, content=b'{"jsonrpc":"2.0","id":3,"method":'
                                               b'"tools/call","params":{"name":"echo","arguments":{"text":'
                                               + DEEP.encode() + b"}}}")

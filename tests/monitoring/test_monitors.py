@@ -146,10 +146,10 @@ def test_product_reach_violation_equals_exact_values_for_k0() -> None:
 
 def test_a_session_advances_the_monitor_and_looks_up_the_product_state(tmp_path: Path) -> None:
     path = learn(1).save(tmp_path / "m.json")
-    with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.64–0.82 in 2 of 3 initial states"):
-        guard = Guard.load(path)
+    guard = Guard.load(path)
     assert [m.name for m in guard.monitors] == ["answer"]
-    session = guard.session()
+    with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.64–0.82 in 2 of 3 initial states"):
+        session = guard.session()
     first = session.observe(S0)
     assert first.p_unsafe is not None and first.monitors == {"answer": "idle"}
     assert math.isclose(first.p_unsafe, 2 / 11)

@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import uvicorn
 
+from _ports import free_port as free_port
 from forewarn.server.app import create_app
 from forewarn.server.run import uvicorn_config
 from forewarn.server.settings import ServerSettings
@@ -39,12 +41,6 @@ def settings(db: Path | str, models: dict[str, Path], **extra: Any) -> ServerSet
                               "model_dirs": (Path(tempfile.gettempdir()),)}
     values.update(extra)
     return ServerSettings(**values)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ServerThread:
@@ -152,3 +148,18 @@ def wait_ready(url: str, timeout: float, process: Any = None) -> None:
 
 def auth(role: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {KEYS[role]}"}
+
+
+def refused_uploads(http: Any, name: str, document: dict[str, Any], path: Path) -> list[str]:
+    """Upload ``document`` as ``name`` in the request, then by its file ``path``: each must be a one-line
+    ``422 invalid_model`` naming its field (``body.document``, ``body.path``); their messages."""
+    path.write_bytes(orjson.dumps(document))
+    messages = []
+    for body, field in (({"name": name, "document": document}, "body.document"),
+                        ({"name": name, "path": str(path)}, "body.path")):
+        response = http.post("/v1/models", json=body, headers=auth("admin"))
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["code"] == "invalid_model" and error["field"] == field and "\n" not in error["message"]
+        messages.append(str(error["message"]))
+    return messages

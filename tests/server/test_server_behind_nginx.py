@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from _nginx import Nginx, nginx_binary
 
+from _nginx import Nginx, nginx_binary
 from _sidecar import ServerThread, auth, egg_state, settings
 from forewarn.server.settings import Limits
 

@@ -61,8 +61,9 @@ def sidecar(tmp_path: Path, models: dict[str, Path]) -> Any:
 
 
 def test_sessions_carry_their_metadata_to_the_predicates(sidecar: ServerThread, models: dict[str, Path]) -> None:
+    local = Guard.load(models["kitchen"])
     with pytest.warns(ThresholdWarning, match=r"^reflect θ 0.9 > p_safe 0.54 in 1 of 2 initial states"):
-        local = Guard.load(models["kitchen"])
+        local.session()  # its first session warns (the sidecar's own sessions log it at start)
     on = {"on": True, "left": False}
     with Client(sidecar.url, api_key=KEYS["agent"]) as agent:
         stove = agent.session(metadata={"task_hazard": "stove"})
@@ -93,7 +94,7 @@ def test_a_bundle_through_the_sidecar(sidecar: ServerThread, models: dict[str, P
             ({}, "pooled", True), (None, "pooled", True)]
         sessions = []
         for metadata, member, fallback in cases:
-            session = agent.session(model="tasks", metadata=metadata)
+            session = agent.session(LEVEL, model="tasks", metadata=metadata)  # decided as the library's
             decision = session.observe(a)
             expected = local.session(metadata=metadata).observe(a)
             assert (decision.member, decision.fallback) == (member, fallback)
@@ -105,6 +106,8 @@ def test_a_bundle_through_the_sidecar(sidecar: ServerThread, models: dict[str, P
         for session, member in sessions:
             assert session.observe({"a": False, "b": 0}).member == member
 
+
+LEVEL = {"trigger": "level"}  # the library's Guard default; the sidecar's, with none set, is increase
 
 OWN_THRESHOLDS = TOY_SPEC + """\
   member_thresholds:
@@ -133,7 +136,7 @@ def test_each_member_acts_on_its_own_thresholds_through_the_sidecar(sidecar: Ser
             "t1": {"reflect": 0.05, "ask_human": 0.02, "stop": 0.01},
             "t2": {"reflect": 0.999, "ask_human": 0.99, "stop": 0.2}}
         for task in ("t1", "t2"):
-            remote = agent.session(model="own", metadata={"task": task})
+            remote = agent.session(LEVEL, model="own", metadata={"task": task})
             assert remote.info["policy"]["thresholds"] == local.member_policy(task).thresholds.model_dump()
             decision = remote.observe(a)
             expected = local.session(metadata={"task": task}).observe(a)

@@ -5,6 +5,7 @@ agent key cannot approve; /docs renders with no network beyond the server."""
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -216,11 +217,11 @@ def _secret_read_proposal(server: ServerThread) -> tuple[str, dict[str, Any]]:
     extract = ToolStateExtractor()
     task = "Check the deploy config."
     with Client(server.url, api_key=KEYS["agent"]) as agent:
-        session = agent.session(metadata={"thread_id": "console-irreversible"})
+        session = agent.session(metadata={"thread_id": "console-irreversible", "env": "production"})
         session.observe(extract(Transcript.of(task)), action={"tool": "start"}, ask=False)
         state = extract(Transcript.of(task, [{"name": "read_file", "args": {"path": ".env"}, "status": "proposed"}]))
         proposal = session.propose("read_file", {"path": ".env"}, state, tools=["read_file"], ask=True,
-                                   timeout=600)
+                                   timeout=600, request=task)
     assert proposal["review"]["irreversible"] and proposal["review"]["path"] is not None
     return str(session.id), proposal
 
@@ -263,8 +264,11 @@ def test_an_irreversible_call_is_not_approved_without_a_reason(tools_server: Ser
              for step in steps]
     assert path.endswith(": " + " → ".join(words) + " → violation")
     assert "data left the organisation after a secret was read" in words[-1]
-    assert "Approve: read_file runs with the arguments above" in text and "Reject: read_file does not run" in text
-    assert "The agent gives up waiting at " in text and "(in 9 min " in text
+    assert "Approve: read_file runs once, with the arguments above" in text and "Reject: read_file does not run" in text
+    assert "if it proposes the call again, the guard judges it again" in text  # no promise it does not keep
+    assert "The user asked: “Check the deploy config.”" in text and "env: production" in text
+    # (the agent waits 10 minutes from the proposal: "10 min 0 s" within a second, less on a loaded machine)
+    assert "The agent gives up waiting at " in text and re.search(r"\(in (10|[0-9]) min ", text), text
     assert "This call cannot be undone: a reason is required." in text
     reason = card.locator("input[aria-label=Reason]")
     box, input_box = card.bounding_box(), reason.bounding_box()

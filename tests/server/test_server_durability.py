@@ -12,7 +12,7 @@ import httpx
 
 from _sidecar import ServerProcess, auth, egg_state, settings
 
-ASK = {"thresholds": {"ask_human": 0.9}}
+ASK = {"thresholds": {"ask_human": 0.9}, "trigger": "level"}
 KILLS = int(os.environ.get("FOREWARN_TEST_KILLS", "20"))
 
 

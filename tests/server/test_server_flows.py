@@ -18,15 +18,16 @@ from forewarn.errors import PredicateError
 from forewarn.guard import Guard, Policy
 from forewarn.guard.client import AsyncClient, Client, RemoteDecision, RemoteSession, ServerError
 from forewarn.guard.spec import Action, Thresholds
+from forewarn.server.models_registry import with_sidecar_trigger
 
 # every flow here runs on SQLite and on PostgreSQL (a throw-away cluster; see conftest.py)
 pytestmark = pytest.mark.backends
 
-ASK_EVERYTHING_RISKY = {"thresholds": {"ask_human": 0.9}}
+ASK_EVERYTHING_RISKY = {"thresholds": {"ask_human": 0.9}, "trigger": "level"}  # every risky state asks, not only a rise
 
 
 def test_observe_matches_the_library(server: ServerThread, agent: Client, builtin_path: Path) -> None:
-    local = Guard.load(builtin_path).session()
+    local = with_sidecar_trigger(Guard.load(builtin_path)).session()  # the sidecar's default: increase
     remote = agent.session()
     states = [egg_state(), egg_state(holding=True), egg_state(in_microwave=True),
               egg_state(in_microwave=True, closed=True), egg_state(in_microwave=True, closed=True, toggled=True)]
@@ -363,7 +364,38 @@ def test_a_session_can_act_on_the_increase_only(agent: Client, builtin_path: Pat
         assert got.increase == pytest.approx(expected.increase)
         actions.append(got.action)
     assert actions[0] is Action.ALLOW and actions[-1] is not Action.ALLOW and local.baseline is not None
-    level = agent.session({"thresholds": {"reflect": 0.999}}).observe(egg_state())
+    level = agent.session({"thresholds": {"reflect": 0.999}, "trigger": "level"}).observe(egg_state())
     assert level.action is Action.REFLECT and level.baseline_p_unsafe is None
+    # with neither the spec nor the session setting one, the sidecar's trigger is increase (issue 36): the
+    # first step, which raises nothing, is allowed, and the audit log records no ask_human nobody was asked
+    default = agent.session({"thresholds": {"reflect": 0.999, "ask_human": 0.999}})
+    assert default.info["policy"]["trigger"] == "increase"
+    first = default.observe(egg_state())
+    assert first.action is Action.ALLOW and first.baseline_p_unsafe is not None and first.approval_id is None
     with pytest.raises(ServerError):
         agent.session({"trigger": "rising"})
+
+
+def test_the_increase_baseline_survives_eviction(tmp_path: Path, builtin_path: Path, backend: str,
+                                                 request: pytest.FixtureRequest) -> None:
+    """Under the sidecar's default trigger (increase) a step is compared with the risk of the last step whose
+    risk was known. A session evicted after a step the model never saw resumes with that baseline, not
+    with the start's: every decision is the library's, whatever the cache drops in between."""
+    from _sidecar import settings
+    from forewarn.server.settings import ServerSettings
+
+    states = [egg_state(in_microwave=m, closed=c, toggled=t, holding=h)
+              for m in (False, True) for c in (False, True) for t in (False, True) for h in (False, True)]
+    order = [states[(7 * i + 3) % len(states)] for i in range(40)]
+    local = with_sidecar_trigger(Guard.load(builtin_path)).session()
+    db = tmp_path / "forewarn.db" if backend == "sqlite" else request.getfixturevalue("postgres_db")
+    config: ServerSettings = settings(db, {"builtin": builtin_path}, session_cache=1)
+    unseen = 0
+    with ServerThread(config) as server, Client(server.url, api_key=KEYS["agent"]) as agent:
+        remote = agent.session()
+        for i, state in enumerate(order):
+            expected, got = local.observe(state), remote.observe(state)
+            assert (got.action, got.baseline_p_unsafe) == (expected.action, expected.baseline_p_unsafe), i
+            unseen += expected.p_unsafe is None
+            agent.session()  # evicts `remote` (a cache of one): its next step resumes it from the database
+    assert unseen > 0  # the case that matters happened

@@ -9,7 +9,7 @@ import httpx
 from _sidecar import ServerThread, auth, egg_state
 from forewarn.guard import Guard, Policy
 from forewarn.guard.client import Client
-from forewarn.guard.spec import Action, Thresholds
+from forewarn.guard.spec import Action, Thresholds, Trigger
 
 
 def test_decisions_carry_the_interval_over_http(server: ServerThread, agent: Client, http: httpx.Client,
@@ -35,12 +35,13 @@ def test_act_on_and_min_visits_are_session_overrides(agent: Client, http: httpx.
     assert decision.p_safe is not None and decision.p_unsafe is not None and decision.ci_high is not None
     assert decision.visits
     theta = 1 - (decision.p_unsafe + decision.ci_high) / 2  # between the point and the pessimistic p_safe
-    point = agent.session(Policy(Thresholds(stop=theta), unseen_state=Action.ALLOW))
-    upper = agent.session({"thresholds": {"stop": theta}, "act_on": "upper"})
+    # level: the first step is decided on its risk, not on its rise (the sidecar's default, increase)
+    point = agent.session(Policy(Thresholds(stop=theta), unseen_state=Action.ALLOW, trigger=Trigger.LEVEL))
+    upper = agent.session({"thresholds": {"stop": theta}, "act_on": "upper", "trigger": "level"})
     assert upper.info["policy"]["act_on"] == "upper"
     assert point.observe(state).action is Action.ALLOW
     assert upper.observe(state).action is Action.STOP
-    thin = agent.session({"min_visits": decision.visits + 1, "unseen_state": "reflect",
+    thin = agent.session({"min_visits": decision.visits + 1, "unseen_state": "reflect", "trigger": "level",
                           "thresholds": {"reflect": None, "ask_human": None, "stop": None}})
     got = thin.observe(state)
     assert got.action is Action.REFLECT and "min_visits" in got.message

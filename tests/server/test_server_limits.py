@@ -9,11 +9,13 @@ import tracemalloc
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from _sidecar import ServerThread, auth, egg_state, settings
 from forewarn.guard.model import GuardModel
 from forewarn.guard.predicates import PredicateSet
+from forewarn.server._http import held_bytes
 from forewarn.server.models_registry import LoadRules, ModelRegistry
 from forewarn.server.sessions import SessionManager
 from forewarn.server.settings import Limits
@@ -297,25 +299,29 @@ def test_rate_buckets_are_per_tenant_and_key_never_per_display_name(tmp_path: Pa
 @pytest.mark.parametrize("db_kind", ["sqlite", "postgresql"])
 def test_a_tenant_holds_at_most_its_metadata_budget(tmp_path: Path, builtin_path: Path, db_kind: str,
                                                     request: pytest.FixtureRequest) -> None:
-    """The metadata of a tenant's open sessions is bounded in total (limits.max_tenant_metadata_bytes): a
-    create past it is a one-line 409 naming the limit, another tenant is unaffected, and closing or expiring
-    sessions gives the bytes back."""
+    """The memory the metadata of a tenant's open sessions holds is bounded in total
+    (limits.max_tenant_metadata_bytes): a create past it is a one-line 409 naming the limit, another tenant is
+    unaffected, and closing or expiring sessions gives the bytes back."""
     db: Path | str = tmp_path / "forewarn.db" if db_kind == "sqlite" else request.getfixturevalue("postgres_db")
     keys = "alpha-key-0123456789:agent:alpha:t1,beta-key-0123456789:agent:beta:t2,admin-key-0123456789:admin"
-    limits = Limits(max_metadata_bytes=1_000, max_tenant_metadata_bytes=4_000)
+    secret = "IBAN-DE89370400440532013000-"
+    metadata = {"note": secret + "x" * (900 - len(secret))}  # 913 bytes as JSON
+    each = held_bytes(metadata)  # about 1,250 bytes held: four fit in four of them and a little more
+    assert held_bytes({"n": 1}) < 400 < each
+    bound = 4 * each + 400
+    limits = Limits(max_metadata_bytes=1_000, max_tenant_metadata_bytes=bound)
     config = settings(db, {"builtin": builtin_path}, api_keys=keys, limits=limits, session_idle_seconds=5.0)
     alpha, beta = {"Authorization": "Bearer alpha-key-0123456789"}, {"Authorization": "Bearer beta-key-0123456789"}
-    secret = "IBAN-DE89370400440532013000-"
-    metadata = {"note": secret + "x" * (900 - len(secret))}  # 913 bytes as JSON: four fit in 4,000
     with ServerThread(config) as server, httpx.Client(base_url=server.url) as http:
         opened = [http.post("/v1/sessions", json={"metadata": metadata}, headers=alpha) for _ in range(4)]
         assert [r.status_code for r in opened] == [201] * 4
-        assert http.post("/v1/sessions", json={"metadata": {"n": 1}}, headers=alpha).status_code == 201  # 8 bytes fit
+        assert http.post("/v1/sessions", json={"metadata": {"n": 1}}, headers=alpha).status_code == 201  # small: fits
         over = http.post("/v1/sessions", json={"metadata": metadata}, headers={**alpha, "Idempotency-Key": "k1"})
         assert over.status_code == 409, over.text
         error = over.json()["error"]
         assert error["code"] == "tenant_limit" and error["field"] == "body.metadata"
-        assert "limits.max_tenant_metadata_bytes (4000)" in error["message"] and "\n" not in error["message"]
+        assert f"limits.max_tenant_metadata_bytes ({bound})" in error["message"] and "\n" not in error["message"]
+        assert "in memory" in error["message"]
         assert secret not in over.text and len(over.content) < 400
         # without metadata, or as another tenant, sessions still open
         assert http.post("/v1/sessions", json={}, headers=alpha).status_code == 201
@@ -333,7 +339,7 @@ def test_a_tenant_holds_at_most_its_metadata_budget(tmp_path: Path, builtin_path
             time.sleep(0.25)
         assert again.status_code == 201
         metrics = http.get("/metrics", headers={"Authorization": "Bearer admin-key-0123456789"}).text
-    assert 'forewarn_limit{name="max_tenant_metadata_bytes"} 4000.0' in metrics
+    assert f'forewarn_limit{{name="max_tenant_metadata_bytes"}} {float(bound)}' in metrics
     refused = re.search(r'^forewarn_limit_exceeded_total\{name="max_tenant_metadata_bytes"\} (\S+)$', metrics, re.M)
     assert refused is not None and float(refused.group(1)) >= 2.0  # and the polls while waiting
 
@@ -380,3 +386,126 @@ def test_without_a_cpu_budget_the_map_is_read_and_refused_as_before(tmp_path: Pa
         answer = http.post(f"/v1/sessions/{sid}/preview", json={"state": big}, headers=auth("agent"))
         assert answer.status_code == 422 and answer.json()["error"]["predicate"] == "microwave_toggled"
         assert len(answer.content) < 1_000
+
+
+# -- metadata counted as the memory it holds (issue 36) -------------------------------------------
+
+def _lists(count: int) -> dict[str, object]:
+    """The issue's metadata: empty lists, 3 bytes of JSON and 72 bytes of memory each."""
+    return {"x": [[] for _ in range(count)]}
+
+
+def test_metadata_is_bounded_by_items_and_a_tenant_by_memory_held(tmp_path: Path, builtin_path: Path) -> None:
+    """Issue 36: 15 KB of ``[[],[],…]`` per session is refused at once (one line, 422: more values than
+    limits.max_metadata_items), and a fill within the item bound is refused (409) before the memory the
+    tenant's metadata holds passes its limit, not after 20 times that much as JSON bytes allowed."""
+    limits = Limits(max_tenant_metadata_bytes=4 << 20)
+    config = settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, limits=limits)
+    agent = auth("agent")
+    with ServerThread(config) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        issue = http.post("/v1/sessions", json={"metadata": _lists(5_000)}, headers=agent)  # 15 KB of JSON
+        assert issue.status_code == 422, issue.text
+        error = issue.json()["error"]
+        assert error["field"] == "body.metadata" and "more than 2000 values" in error["message"]
+        assert "\n" not in error["message"] and len(issue.content) < 400
+        metadata = _lists(1_990)  # within the item bound: about 6 KB of JSON, 180 KB held
+        held, accepted = held_bytes(metadata), 0
+        while (answer := http.post("/v1/sessions", json={"metadata": metadata}, headers=agent)).status_code == 201:
+            accepted += 1
+            assert accepted < 1_000, "never refused"
+        assert answer.status_code == 409 and answer.json()["error"]["code"] == "tenant_limit", answer.text
+        assert "\n" not in answer.json()["error"]["message"]
+        assert accepted * held <= 4 << 20 < (accepted + 1) * held  # refused before the limit, not after
+        assert accepted * len(orjson.dumps(metadata)) < (4 << 20) // 10  # JSON bytes counted it 20x too little
+        metrics = http.get("/metrics", headers=auth("admin")).text
+    assert 'forewarn_limit_exceeded_total{name="max_metadata_items"} 1.0' in metrics
+
+
+def test_held_bytes_bounds_what_cpython_allocates() -> None:
+    """The estimate is an upper bound of what parsing the JSON allocates (tracemalloc), whatever its shape."""
+    shapes: list[object] = [_lists(1_000), {"k": [{} for _ in range(500)]}, {f"key{i}": i for i in range(800)},
+                            {"s": ["x" * i for i in range(300)]}, {"u": ["é" * 40, "€" * 40, "😀" * 40] * 100},
+                            {"n": [2**62, -1, 0.5, None, True, 10**18] * 200}, {"deep": [[[[["a"]]]]] * 100}]
+    for shape in shapes:
+        raw = orjson.dumps(shape)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            parsed = orjson.loads(raw)
+            allocated = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert allocated <= held_bytes(parsed) <= 3 * allocated + 1024, (str(shape)[:60], allocated, held_bytes(parsed))
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the server's RSS from /proc")
+def test_a_tenant_filled_to_its_limit_grows_rss_by_at_most_twice_the_limit(tmp_path: Path,
+                                                                           builtin_path: Path) -> None:
+    """Issue 36: one tenant fills its metadata budget with the costliest shape the item bound lets through;
+    the server process's RSS grows by at most twice the limit (it grew 395 MB for 16.7 MB of JSON before).
+    A bound on memory, measured once the fill is refused; no timing."""
+    from _sidecar import ServerProcess
+
+    limit = 8 << 20
+    config = settings(tmp_path / "forewarn.db", {"builtin": builtin_path},
+                      limits=Limits(max_tenant_metadata_bytes=limit))
+    agent = auth("agent")
+    metadata = _lists(1_990)
+    with ServerProcess(config) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        for _ in range(3):  # warm the paths a create takes; closing gives the budget back
+            sid = http.post("/v1/sessions", json={"metadata": metadata}, headers=agent).json()["id"]
+            assert http.post(f"/v1/sessions/{sid}/close", headers=agent).status_code == 200
+        before = _rss(server.pid)
+        accepted = 0
+        while (answer := http.post("/v1/sessions", json={"metadata": metadata}, headers=agent)).status_code == 201:
+            accepted += 1
+            assert accepted < 5_000, "never refused"
+        assert answer.status_code == 409, answer.text
+        grown = _rss(server.pid) - before
+    assert accepted > 10 and grown <= 2 * limit, (accepted, grown)
+
+
+# -- stalled connections at the cap (issue 36) ---------------------------------------------------
+
+@pytest.mark.parametrize("evict", [1.0, None])
+def test_at_the_cap_a_stalled_connection_makes_room(tmp_path: Path, builtin_path: Path, evict: float | None) -> None:
+    """Slow bodies from more addresses than the per-address cap can stop hold every slot (issue 36: 1,200
+    from 100 addresses, legitimate requests 0 %): a new connection at the cap closes the one stalled the
+    longest (its request incomplete for more than limits.evict_stalled_after), so a request that arrives
+    whole is served; a stalled one younger than that is not closed. With eviction off the new connection
+    is refused, as before."""
+    limits = Limits(header_timeout=30.0, body_timeout=30.0, max_connections=40, max_connections_per_client=64,
+                    evict_stalled_after=evict)
+    with ServerThread(settings(tmp_path / "forewarn.db", {"builtin": builtin_path}, limits=limits)) as server:
+        with httpx.Client(base_url=server.url) as http:
+            sid = http.post("/v1/sessions", json={}, headers=auth("agent")).json()["id"]
+        drip = (f"POST /v1/sessions/{sid}/observe HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                f"{auth('agent')['Authorization'][7:]}\r\nContent-Type: application/json\r\n"
+                "Content-Length: 1000\r\n\r\n{\"state\":").encode()
+        stalled = [_connect_from(f"127.0.0.{2 + i % 10}", server.port) for i in range(40)]
+        for sock in stalled:
+            sock.sendall(drip)
+        time.sleep(0.3)
+        young = _connect_from("127.0.0.1", server.port)  # every stalled one is younger than a second: refused
+        assert _closed_by_server(young)
+        young.close()
+        time.sleep(1.0)
+        with httpx.Client(base_url=server.url, timeout=5) as http:  # a fresh connection at the cap
+            try:
+                answered = http.get("/healthz").status_code
+            except httpx.TransportError:
+                answered = 0
+        if evict is None:
+            assert answered == 0  # refused at the cap, as before
+        else:
+            assert answered == 200
+            stalled[0].settimeout(2)
+            assert _closed_by_server(stalled[0])  # the oldest made room
+        for sock in stalled:
+            sock.close()

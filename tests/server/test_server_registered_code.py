@@ -11,9 +11,10 @@ import orjson
 import pytest
 
 import forewarn
-from _sidecar import ServerThread, auth, settings
+from _sidecar import ServerThread, auth, refused_uploads, settings
 from forewarn.guard.model import GuardModel, _checksum
 from forewarn.guard.runtime import Guard
+from forewarn.server.models_registry import with_sidecar_trigger
 from forewarn.server.storage import Storage, open_storage
 
 EXPLOITS = ["mypkg.predicates:logging.config.dictConfig", "subprocess:check_output", "logging.config.dictConfig",
@@ -62,7 +63,7 @@ def test_a_registered_predicate_serves(http: httpx.Client, toy_path: Path, toy_a
     document = crafted(toy_path, "toy.a")
     loaded = http.post("/v1/models", json={"name": "py", "document": document}, headers=auth("admin"))
     assert loaded.status_code == 200, loaded.text
-    local = Guard(GuardModel.from_document(document)).session()
+    local = with_sidecar_trigger(Guard(GuardModel.from_document(document))).session()  # as the sidecar: increase
     sid = http.post("/v1/sessions", json={"model": "py"}, headers=auth("agent")).json()["id"]
     for state in ({"a": False, "b": 0}, {"a": True, "b": 0}, {"a": True, "b": 5}):
         got = http.post(f"/v1/sessions/{sid}/observe", json={"state": state}, headers=auth("agent")).json()
@@ -132,3 +133,17 @@ def test_replicas_refuse_and_serve_the_same(postgres_db: str, builtin_path: Path
             step = http.post(f"{replica.url}/v1/sessions/{sid}/observe", json={"state": {"a": True, "b": 0}},
                              headers=auth("agent"))
             assert step.status_code == 200 and step.json()["abstract_state"] == {"a": True, "b": False}
+
+
+def test_an_upload_naming_a_name_nobody_registered_is_a_422(http: httpx.Client, toy_path: Path,
+                                                             tmp_path: Path) -> None:
+    """Issue 36 / docs/security.md ("What an admin upload can and cannot do"): a plain name no operator code
+    registered, uploaded or loaded by path, is a one-line 422 saying which name and how to register it;
+    nothing is stored, and the served models stay as they were."""
+    document = crafted(toy_path, "app.nobody")
+    for message in refused_uploads(http, "named", document, tmp_path / "unregistered.json"):
+        assert ("predicate 'a': python predicate 'app.nobody' is not registered (registered: none); operator code "
+                "registers functions with @forewarn.predicate(NAME) or entry points in group "
+                "'forewarn.predicates'") in message, message
+    models = http.get("/v1/models", headers=auth("admin")).json()
+    assert [m["name"] for m in models["models"]] == ["builtin", "toy"] and models["refused"] == []

@@ -20,8 +20,9 @@ import pytest
 
 from _sidecar import ServerProcess, auth, egg_state, settings
 from forewarn.guard import Guard
+from forewarn.server.models_registry import with_sidecar_trigger
 
-ASK = {"thresholds": {"ask_human": 0.9}}
+ASK = {"thresholds": {"ask_human": 0.9}, "trigger": "level"}  # every risky state asks, not only a rise
 KILLS = int(os.environ.get("FOREWARN_TEST_REPLICA_KILLS", "20"))
 STATES = [egg_state(in_microwave=m, closed=c, toggled=t, holding=h)
           for m in (False, True) for c in (False, True) for t in (False, True) for h in (False, True)]
@@ -47,7 +48,7 @@ def _db_rows(url: str, sql: str, *params: object) -> list[tuple[Any, ...]]:
 
 
 def _check_against_guard(guard: Guard, states: list[dict[str, object]], answers: list[dict[str, Any]]) -> None:
-    local = guard.session()
+    local = with_sidecar_trigger(guard).session()  # the sidecar's default trigger: increase
     for step, (state, got) in enumerate(zip(states, answers)):
         expected = local.observe(state)
         assert got["step"] == step and got["action"] == expected.action.value

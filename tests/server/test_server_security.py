@@ -12,6 +12,7 @@ import pytest
 
 from _sidecar import ServerThread, auth, settings
 from _support import CLI
+from forewarn.errors import ModelFileError
 from forewarn.guard.model import GuardModel, _checksum
 from forewarn.guard.signing import SignatureError, generate_keypair, load_private_key, load_trusted_keys
 
@@ -111,6 +112,42 @@ def test_a_server_with_trusted_keys_serves_signed_models_only(tmp_path: Path, to
     with pytest.raises(SignatureError, match="not signed"):  # nor does an unsigned configured model start
         from forewarn.server.app import start
         start(settings(tmp_path / "other.db", {"toy": unsigned}, trusted_keys=(public,)))
+
+
+def test_no_field_rides_on_a_valid_signature(tmp_path: Path, toy_path: Path, keys: tuple[Path, Path]) -> None:
+    """Issue 36: a field added to the ``signature`` object (the one part of a document a signature does not
+    cover) was accepted with the signature still valid. A signature holds its four fields only; an unknown
+    field anywhere else is signed (an edit breaks the signature) and refused by the schema even when signed."""
+    from forewarn.guard.signing import sign_document
+
+    private, public = keys
+    key, trusted = load_private_key(private), load_trusted_keys([public])
+    body = orjson.loads(toy_path.read_bytes())
+    signed = sign_document(body, key)
+    assert GuardModel.from_document(signed, trusted_keys=trusted).signed_at == signed["signature"]["signed_at"]
+    riding = {**signed, "signature": {**signed["signature"], "expires": "never"}}
+    with pytest.raises(SignatureError, match=r"^<model>: signature\.expires: not a field of a signature \(algorithm, "
+                                             r"key_id, signed_at, value\); no signature covers it, so it is refused$"):
+        GuardModel.from_document(riding, trusted_keys=trusted)
+    with pytest.raises(ModelFileError, match=r"^<model>: field signature\.expires: Extra inputs are not permitted$"):
+        GuardModel.from_document(riding, trusted_keys=())  # without keys too: the file is not one Forewarn wrote
+    added = {**signed, "note": "unsigned"}
+    added["checksum"] = _checksum(added)
+    with pytest.raises(SignatureError, match="modified after it was signed"):  # covered: the edit shows
+        GuardModel.from_document(added, trusted_keys=trusted)
+    with pytest.raises(ModelFileError, match=r"^<model>: field note: Extra inputs are not permitted$"):
+        GuardModel.from_document(sign_document(added, key), trusted_keys=trusted)  # signed, yet unknown
+    models = tmp_path / "models"
+    models.mkdir()
+    config = settings(tmp_path / "forewarn.db", {"toy": GuardModel.load(toy_path).save(
+        models / "signed.json", sign_with=key)}, trusted_keys=(public,), model_dirs=(models,))
+    with ServerThread(config) as server, httpx.Client(base_url=server.url) as http:
+        response = http.post("/v1/models", json={"name": "r", "document": riding}, headers=auth("admin"))
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["message"] == ("upload by admin-bob: signature.expires: not a field of a "
+                                                       "signature (algorithm, key_id, signed_at, value); no "
+                                                       "signature covers it, so it is refused")
+        assert "r" not in [m["name"] for m in http.get("/v1/models", headers=auth("admin")).json()["models"]]
 
 
 def test_model_paths_stay_inside_model_dirs(tmp_path: Path, toy_path: Path, builtin_path: Path) -> None:

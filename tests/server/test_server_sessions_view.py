@@ -12,7 +12,7 @@ from _sidecar import ServerThread, auth, egg_state
 from forewarn.guard.client import Client
 
 pytestmark = pytest.mark.backends
-ASK_ALL = {"thresholds": {"ask_human": 1.0, "reflect": None, "stop": None}}
+ASK_ALL = {"thresholds": {"ask_human": 1.0, "reflect": None, "stop": None}, "trigger": "level"}
 RISKY = egg_state(in_microwave=True, toggled=True, closed=True)
 
 

@@ -17,11 +17,12 @@ def test_serve_warns_where_its_sessions_start_past_a_threshold(write_runs: Write
                                                                caplog: pytest.LogCaptureFixture) -> None:
     runs = write_runs([toy_run("u", [NONE, A, AB]), toy_run("s1", [NONE, B, NONE]), toy_run("s2", [NONE, A, NONE]),
                        toy_run("s3", [NONE, B, B])], "start.jsonl")
-    risky = learn_model([runs], parse_spec(TOY_SPEC)).save(tmp_path / "risky.json")
+    risky = learn_model([runs], parse_spec(TOY_SPEC + "  trigger: level\n")).save(tmp_path / "risky.json")
     calm = learn_model([runs], parse_spec(TOY_SPEC + "  trigger: increase\n")).save(tmp_path / "calm.json")
+    unset = learn_model([runs], parse_spec(TOY_SPEC)).save(tmp_path / "unset.json")  # the sidecar's: increase
     with caplog.at_level(logging.WARNING, logger="forewarn.server"):
-        state = start(settings(tmp_path / "db.sqlite", {"risky": risky, "calm": calm}))
+        state = start(settings(tmp_path / "db.sqlite", {"risky": risky, "calm": calm, "unset": unset}))
     state.close()
     warned = [r.getMessage() for r in caplog.records if r.name == "forewarn.server"]
     assert len(warned) == 1 and warned[0].startswith("model 'risky': reflect θ 0.9 > p_safe")
-    assert "at the start: every first call will be reflected under the level trigger" in warned[0]
+    assert "at the start: every first call will be reflected (set guard.trigger: increase" in warned[0]

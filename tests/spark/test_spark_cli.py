@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,20 @@ def test_on_error_skip_on_spark_reads_as_the_local_learner(spark: Any, tmp_path:
     assert {k: distributed[k] for k in ("runs", "skipped", "skipped_by_reason")} == \
         {k: local[k] for k in ("runs", "skipped", "skipped_by_reason")}
     assert without_provenance(tmp_path / "spark.json") == without_provenance(tmp_path / "local.json")
+
+
+def test_spark_jobs_print_progress_off_a_terminal(spark: Any, tmp_path: Path, toy_spec_path: Path, toy_traces: Path,
+                                                  forewarn_here: CLI, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Spark job reports nothing while it runs: off a terminal a line every period says it is still going."""
+    monkeypatch.setenv("FOREWARN_PROGRESS_SECONDS", "0.05")
+    learned = forewarn_here("learn", toy_traces, "--spec", toy_spec_path, "-o", tmp_path / "m.json", "--engine",
+                            "spark", "--format", "json")
+    assert learned.returncode == 0, learned.stderr
+    assert isinstance(learned.json(), dict)
+    assert re.search(r"^learning on Spark: \d+ s elapsed, no estimate", learned.stderr, re.M), learned.stderr
+    evaluated = forewarn_here("evaluate", toy_traces, "--spec", toy_spec_path, "--folds", "2", "--engine", "spark",
+                              "--format", "json")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert isinstance(evaluated.json(), dict)
+    assert re.search(r"^cross-validation on Spark: (learn|replay) \(fold \d\): \d/3 done, \d+ s elapsed, ",
+                     evaluated.stderr, re.M), evaluated.stderr

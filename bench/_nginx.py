@@ -1,5 +1,5 @@
-"""A real nginx (Debian's package) in front of a test sidecar, configured by the shipped
-examples/nginx/forewarn.conf: only its ports change."""
+"""A real nginx (Debian's package) in front of a sidecar (tests/server, bench/soak.py), configured
+by the shipped examples/nginx/forewarn.conf: only its ports change."""
 from __future__ import annotations
 
 import os
@@ -9,9 +9,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from _sidecar import free_port
+from _ports import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "examples" / "nginx" / "forewarn.conf"
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from _support import AB, NONE
+from _toy import AB, NONE
 from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, learn_dtmc
 from forewarn.guard.predicates import PredicateSet
 

@@ -1,4 +1,4 @@
-"""A throw-away PostgreSQL cluster for the tests: ``initdb`` in a temporary folder, ``pg_ctl`` on a
+"""A throw-away PostgreSQL cluster for the tests and bench/http_load.py: ``initdb`` in a temporary folder, ``pg_ctl`` on a
 free loopback port, stopped (and its folder removed) at the end. Debian's ``postgresql`` package
 provides the binaries (on PATH, or under /usr/lib/postgresql/*/bin); as root they run as ``postgres``."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from _sidecar import free_port
+from _ports import free_port
 
 
 def pg_bin(name: str) -> str | None:

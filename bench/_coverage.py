@@ -1,6 +1,6 @@
 """Coverage of confidence intervals by simulation: known chains, many simulated learnings.
 
-A *known* chain over the toy domain's abstract states (tests/_support.py: NONE, A, B and
+A *known* chain over the toy domain's abstract states (_toy.py: NONE, A, B and
 the unsafe AB; ``END`` ends a run) generates runs; Forewarn learns a model from them, with
 intervals, exactly as ``forewarn learn`` does; the exact reach probability of ``unsafe`` in
 the known chain (Fractions) is then looked up in every learned state's interval. Used by
@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from _support import AB, NONE, TOY_SPEC, A, B, reach_probabilities
+from _toy import AB, NONE, TOY_SPEC, A, B, reach_probabilities
 from forewarn.guard.intervals import IntervalMethod
 from forewarn.guard.learning import END, TransitionCounts, learn_dtmc
 from forewarn.guard.model import CheckedProperty
