@@ -199,7 +199,7 @@ def test_the_first_level_session_of_a_loaded_guard_warns_once(risky: GuardModel,
 def test_no_warning_for_a_loaded_guard_in_the_middleware(risky: GuardModel, tmp_path: Path) -> None:
     """The middleware defaults to the increase trigger: a guard loaded for it warns neither at load nor at
     the middleware's sessions; its own level sessions still warn."""
-    pytest.importorskip("langchain", reason="the langchain extra")
+    pytest.importorskip("langchain_core", reason="the langchain extra")
     from forewarn.guard.langchain import ForewarnMiddleware
 
     guard = Guard.load(risky.save(tmp_path / "risky.json"))
