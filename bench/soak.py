@@ -55,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -305,21 +306,13 @@ def hostile(tmp: Path, connections: int, seconds: float) -> list[dict[str, Any]]
               None)
     finally:
         uncapped.stop()
-    from _nginx import Nginx, nginx_binary
+    def proxied_phases(proxied: Server, port: int) -> None:
+        session = _session(port)
+        phase("behind nginx, quiet", proxied, port, 0, None, None)
+        phase("behind nginx: slow headers, 10 addresses", proxied, port, 10, H.SLOW_HEADERS, None)
+        phase("behind nginx: body drip, 10 addresses", proxied, port, 10, H.drip_request(session, KEY), 20.0)
 
-    if nginx_binary() is None:
-        print("nginx is not installed: the phases behind it are left out (apt-get install nginx-light)")
-        return rows
-    proxied = Server(free_port(), tmp / "proxied.db", profile="proxied")
-    proxied.start()
-    try:
-        with Nginx(tmp / "nginx", proxied.port) as proxy:
-            session = _session(proxy.port)
-            phase("behind nginx, quiet", proxied, proxy.port, 0, None, None)
-            phase("behind nginx: slow headers, 10 addresses", proxied, proxy.port, 10, H.SLOW_HEADERS, None)
-            phase("behind nginx: body drip, 10 addresses", proxied, proxy.port, 10, H.drip_request(session, KEY), 20.0)
-    finally:
-        proxied.stop()
+    _behind_nginx(tmp, "proxied", proxied_phases)
     return rows
 
 
@@ -340,23 +333,32 @@ def drip(tmp: Path, connections: int, addresses: int, seconds: float, profiles: 
                    H.drip_request(session, KEY), 20.0, seconds)
         finally:
             server.stop()
-    sys.path.insert(0, str(C.ROOT / "tests" / "server"))
-    from _nginx import Nginx, nginx_binary  # tests/server: on the path above
+
+    def proxied_phases(proxied: Server, port: int) -> None:
+        session = _session(port)
+        _phase(rows, "behind nginx, quiet", proxied, port, connections, 0, None, None, seconds)
+        _phase(rows, f"behind nginx: body drip, {addresses} addresses", proxied, port, connections,
+               addresses, H.drip_request(session, KEY), 20.0, seconds)
+
+    _behind_nginx(tmp, "drip-proxied", proxied_phases)
+    return rows
+
+
+def _behind_nginx(tmp: Path, name: str, phases: Callable[[Server, int], None]) -> None:
+    """Run ``phases(server, nginx's port)`` on a server of the proxied profile behind nginx as docs/security.md
+    configures it; where nginx is not installed, a line says the rows behind it are left out."""
+    from _nginx import Nginx, nginx_binary
 
     if nginx_binary() is None:
         print("nginx is not installed: the rows behind it are left out (apt-get install nginx-light)")
-        return rows
-    proxied = Server(free_port(), tmp / "drip-proxied.db", profile="proxied")
+        return
+    proxied = Server(free_port(), tmp / f"{name}.db", profile="proxied")
     proxied.start()
     try:
-        with Nginx(tmp / "nginx-drip", proxied.port) as proxy:
-            session = _session(proxy.port)
-            _phase(rows, "behind nginx, quiet", proxied, proxy.port, connections, 0, None, None, seconds)
-            _phase(rows, f"behind nginx: body drip, {addresses} addresses", proxied, proxy.port, connections,
-                   addresses, H.drip_request(session, KEY), 20.0, seconds)
+        with Nginx(tmp / f"nginx-{name}", proxied.port) as proxy:
+            phases(proxied, proxy.port)
     finally:
         proxied.stop()
-    return rows
 
 
 def _session(port: int, key: str = KEY) -> str:

@@ -27,7 +27,11 @@ from typing import Any
 from .runtime import Decision, Session, StepRecord
 from .spec import Action
 
-__all__ = ["CallVerdict", "Why", "judge_call", "same_state", "unchanged"]
+__all__ = ["APPROVED_ONCE_NOTE", "CallVerdict", "Why", "judge_call", "same_state", "unchanged"]
+
+# What the agent and the approver are told when an earlier approval does not carry a call (Why.APPROVED_ONCE).
+APPROVED_ONCE_NOTE = (" A person approved an earlier call, and that approval covered that one call only: this "
+                      "call is judged as if the run stood where it did before that approval.")
 
 
 class Why(str, Enum):

@@ -9,12 +9,13 @@ import contextlib
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import stormpy
@@ -464,23 +465,8 @@ def _storm_log_quiet() -> Iterator[None]:
     JSON. Used only around interval checks, which run offline (learn, check): the notices
     there say what Storm cannot do on interval models, which becomes a ``None`` result.
     """
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        saved = [os.dup(1), os.dup(2)]
-    except (OSError, ValueError):  # no real file descriptors (embedded interpreters): nothing to quiet
+    with open(os.devnull, "wb") as null, _descriptors_to(null, null):
         yield
-        return
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 1)
-            os.dup2(null.fileno(), 2)
-        yield
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
 
 
 @contextlib.contextmanager
@@ -493,31 +479,35 @@ def _storm_errors_dropped() -> Iterator[None]:
     once, in one line, and the log line above it would say it twice, raw. stormpy's own log
     level (``stormpy.developer.set_log_level``) cannot hide errors and keep warnings.
     """
-    import tempfile
+    with tempfile.TemporaryFile() as held_out, tempfile.TemporaryFile() as held_err:
+        with _descriptors_to(held_out, held_err) as swapped:
+            yield
+        if swapped:  # (reached only when the call did not raise)
+            for fd, held in ((1, held_out), (2, held_err)):
+                held.seek(0)
+                _write_all(fd, held.read())
 
+
+@contextlib.contextmanager
+def _descriptors_to(out: IO[bytes], err: IO[bytes]) -> Iterator[bool]:
+    """Point file descriptors 1 and 2 at ``out`` and ``err`` for the block, then back; yields whether
+    it did (not where there are no real descriptors: an embedded interpreter)."""
     try:
         sys.stdout.flush()
         sys.stderr.flush()
         saved = [os.dup(1), os.dup(2)]
-    except (OSError, ValueError):  # no real file descriptors (embedded interpreters): nothing to hold
-        yield
+    except (OSError, ValueError):
+        yield False
         return
-    with tempfile.TemporaryFile() as held_out, tempfile.TemporaryFile() as held_err:
-        failed = True
-        try:
-            os.dup2(held_out.fileno(), 1)
-            os.dup2(held_err.fileno(), 2)
-            yield
-            failed = False
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-            for fd, held in ((1, held_out), (2, held_err)):
-                if not failed:
-                    held.seek(0)
-                    _write_all(fd, held.read())
+    try:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        yield True
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -34,15 +34,15 @@ application configured — so a decision the sidecar takes sits in the agent's o
 """
 from __future__ import annotations
 
-import builtins
 import os
 from collections.abc import Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from .decision import Decision
     from .spec import Action
 
 _trace: Any
@@ -58,37 +58,7 @@ _FROM_ENVIRONMENT = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ  # a provider th
 _TRACERS: dict[int, tuple[Any, Any]] = {}  # per provider: (the provider, its tracer for Forewarn)
 
 
-class Decided(Protocol):
-    """What a span reads of a decision (:class:`~guard.runtime.Decision`, which sits above this module:
-    the runtime records its own decisions' spans)."""
-
-    @builtins.property
-    def action(self) -> Action: ...
-    @builtins.property
-    def p_unsafe(self) -> float | None: ...
-    @builtins.property
-    def ci_low(self) -> float | None: ...
-    @builtins.property
-    def ci_high(self) -> float | None: ...
-    @builtins.property
-    def properties(self) -> tuple[Any, ...]: ...
-    @builtins.property
-    def abstract_state(self) -> dict[str, bool]: ...
-    @builtins.property
-    def known(self) -> bool: ...
-    @builtins.property
-    def unsafe_now(self) -> bool: ...
-    @builtins.property
-    def visits(self) -> int | None: ...
-    @builtins.property
-    def threshold(self) -> float | None: ...
-    @builtins.property
-    def baseline_p_unsafe(self) -> float | None: ...
-    @builtins.property
-    def property(self) -> str: ...
-
-
-def decision_attributes(decision: Decided, *, tool: str | None = None, phase: str | None = None,
+def decision_attributes(decision: Decision, *, tool: str | None = None, phase: str | None = None,
                         session: str | None = None, call_id: str | None = None,
                         action: Action | str | None = None) -> dict[str, Any]:
     """The span's attributes (None values left out, as OpenTelemetry requires)."""
@@ -151,7 +121,7 @@ def _configured_provider() -> Any | None:
     return None if isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider) else provider
 
 
-def record_decision(decision: Decided, *, tool: str | None = None, phase: str | None = None,
+def record_decision(decision: Decision, *, tool: str | None = None, phase: str | None = None,
                     session: str | None = None, call_id: str | None = None,
                     action: Action | str | None = None, carrier: Mapping[str, str] | None = None) -> None:
     """Emit one ``forewarn.decision`` span (see the module's doc); a no-op without a tracer provider.

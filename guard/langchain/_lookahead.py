@@ -18,7 +18,7 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain._lookahead", exc) from None
 
-from ..judge import Why
+from ..judge import APPROVED_ONCE_NOTE, Why
 from ..runtime import Decision, Session
 from ..spec import Action
 from ..telemetry import record_decision
@@ -28,11 +28,7 @@ from ._judge import Judge
 from ._messages import forewarn_data, last_request, mark
 from .runs import GuardedRun, Intervention, Outcome, Verdict
 
-__all__ = ["APPROVED_ONCE_NOTE", "Turn", "not_run", "recheck", "reflections", "unknown_note"]
-
-# What the model and the approver are told when an earlier approval does not carry a call.
-APPROVED_ONCE_NOTE = (" A person approved an earlier call, and that approval covered that one call only: this "
-                      "call is judged as if the run stood where it did before that approval.")
+__all__ = ["Turn", "not_run", "recheck", "reflections", "unknown_note"]
 
 
 class Turn:
@@ -92,7 +88,8 @@ class Turn:
     def _advance(self, session: Session, accepted: list[ToolStep], step: ToolStep, *, asked: bool) -> Session:
         """A scratch copy of ``session`` one step on (the call ``step``, not committed); a call a human
         will be asked about runs only if approved, so the calls after it are judged as after an approval."""
-        scratch = Session(session.guard, list(session.history), session.monitor_states, metadata=session.metadata,
+        # the last committed step is all the judge reads of the history (a whole copy per call would grow with the run)
+        scratch = Session(session.guard, session.history[-1:], session.monitor_states, metadata=session.metadata,
                           baseline=session.baseline, belief=session.belief, accepted=session.accepted, traced=False)
         concrete = self._judge.try_extract(self.base.then(*accepted), step)
         if concrete is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...errors import ForewarnError
-from ..judge import Why, judge_call
+from ..judge import APPROVED_ONCE_NOTE, Why, judge_call
 from ..runtime import Decision, Session
 from ..spec import Action
 from ..toolcalls.extractor import ToolStateExtractor
@@ -96,8 +96,7 @@ def judge(guarded: GuardedSession, name: str, args: Any, *, unknown_tools: Actio
         note = (f" Forewarn's extractor does not know the tool `{name}`, so it cannot judge what the call does; "
                 f"calls to unknown tools get '{unknown_tools.value}'.")
     elif judged.why is Why.APPROVED_ONCE:
-        note = (" A person approved an earlier call, and that approval covered that one call only: this call is "
-                "judged as if the session stood where it did before that approval.")
+        note = APPROVED_ONCE_NOTE
     return Verdict(judged.action, judged.decision, note), state
 
 

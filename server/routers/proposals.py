@@ -18,7 +18,7 @@ from fastapi import Path as PathParam
 from starlette.responses import Response
 
 from ...guard.judge import judge_call
-from ...guard.toolcalls.kinds import DEFAULT_TOOL_KINDS, READ_KINDS
+from ...guard.toolcalls.extractor import ToolStateExtractor
 from .. import schemas as S
 from .._http import ERRORS, JSON, ApiError, Route, check_window, errors_for, short
 from .._steps import check_values, trace_decision, write
@@ -32,14 +32,10 @@ from ..storage.rows import ProposalRow
 
 __all__ = ["router"]
 
+_KINDS = ToolStateExtractor()  # which tools only read, by the default kinds (the agent's state comes extracted)
+
 ProposalId = Annotated[str, PathParam(pattern=S.ID_PATTERN, description="A proposal id.")]
 router = APIRouter(route_class=Route, tags=["proposals"], responses=dict(ERRORS))
-
-
-def reads_only(tool: str) -> bool:
-    """Whether a proposed tool only reads, by the default tool kinds (the sidecar holds no extractor)."""
-    kind = DEFAULT_TOOL_KINDS.get(tool)
-    return kind is not None and kind in READ_KINDS
 
 
 def _visible(state: ServerState, proposal_id: str, principal: Principal) -> Any:
@@ -73,7 +69,7 @@ async def propose(session_id: Annotated[str, PathParam(pattern=S.ID_PATTERN)], b
         live = step_context(state, session_id, principal)
         try:  # the rule the middleware and the MCP proxy judge by (guard/judge.py)
             verdict = judge_call(live.session, body.state, body.tool, body.arguments,
-                                 consequential=not reads_only(body.tool))
+                                 consequential=not _KINDS.reads_only(body.tool))
         except Exception as exc:  # a message cut short: an error never echoes the input
             raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {short(str(exc))}",
                            field="body.state") from exc
