@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CORE_VENV ?= .venv-core
 
-.PHONY: demo test core-test extras-test check bench clean
+.PHONY: demo test core-test extras-test check docs bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -61,10 +61,15 @@ check: $(VENV)/.installed
 	for conftest in tests/*/conftest.py; do $(VENV)/bin/mypy $$conftest || exit 1; done
 	$(MAKE) core-test
 
+# The documentation site, from docs/ into site/ (open site/index.html; no network needed). Strict: a
+# warning, a broken internal link or anchor, or an unreadable docstring fails it. CI runs it.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench: $(VENV)/.installed
 	$(PY) bench/decision_latency.py
 	$(PY) bench/precompute.py
 	$(PY) bench/learn_throughput.py
 
 clean:
-	rm -rf $(VENV) $(CORE_VENV) build forewarn-demo .pytest_cache
+	rm -rf $(VENV) $(CORE_VENV) build forewarn-demo .pytest_cache site

@@ -170,8 +170,7 @@ def test_the_version_is_the_changelogs_newest(forewarn_here: CLI) -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]  # one source
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "forewarn._version.__version__"}
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    changelog = readme[readme.index("## Changelog"):]
+    changelog = (ROOT / "docs" / "changelog.md").read_text(encoding="utf-8")
     newest = re.search(r"^- \*\*(\d+\.\d+)", changelog, re.MULTILINE)
     assert newest is not None
     assert __version__.startswith(newest[1] + "."), (__version__, newest[1])
@@ -239,10 +238,12 @@ def test_states_shows_each_guarded_property_with_its_thresholds(toy_traces: Path
     assert "property" in table
 
 
-def test_the_readme_says_what_make_demo_takes_time_on() -> None:
+def test_the_docs_say_what_make_demo_takes_time_on() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    opening = readme[:readme.index("## Install")]
-    assert "make demo    # creates .venv, installs Forewarn, runs `forewarn demo`" in opening  # the command kept
+    assert "make demo    # creates .venv, installs Forewarn, runs `forewarn demo`" in readme  # the command kept
+    assert "docs/quickstart.md#how-long-make-demo-takes" in readme
+    quickstart = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    opening = quickstart[quickstart.index("## How long"):quickstart.index("## Your first model")]
     assert "~2 min" not in opening  # a figure without what it depends on
     said = " ".join(opening.split())
     for cause in ("**Installation**", "**Cores**", "**Load**", "one process on one core"):
