@@ -20,6 +20,11 @@ What it does
       that falls behind cannot hide it.
    b. *peak* (closed loop): 16 connections, each sending its next request as soon as the
       last one is answered, for ``--seconds``, against ``/noop`` and against ``observe``.
+   c. *one step's round trip*: one connection, one request at a time, alternating blocks of
+      ``observe`` on the sidecar and ``POST /echo`` on a **bare FastAPI app** in a second child
+      process (one route that returns the body it was sent; no sidecar middleware, no auth, no
+      storage) served by the same uvicorn set-up: what HTTP itself costs on this machine, measured
+      in the same minutes. Target: a step's p50 at most 1.5x the echo's.
 3. Prints throughput and latency, the server's own step and commit-wait times (from
    /metrics), and the two targets: p99 <= 5 ms at 500 requests/s, and peak ``observe``
    throughput >= 60% of the no-op endpoint's.
@@ -62,6 +67,8 @@ KEY = "bench-agent-key-0123456789abcdef"
 TARGET_P99_MS = 5.0
 TARGET_PG_P99_MS = 10.0  # replicas on PostgreSQL, durable commits
 TARGET_RATIO = 0.60
+TARGET_ECHO_RATIO = 1.5  # a step's round trip against a bare FastAPI echo's, p50
+ROUND_TRIPS = 2000  # per endpoint, in alternating blocks of 100
 TIMEOUT = 10.0
 
 
@@ -86,6 +93,29 @@ def serve(port: int, db: str, synchronous: Literal["normal", "full"]) -> None:
         return Response(b"{}", media_type="application/json")
 
     serve_app(app, settings)  # as `forewarn serve` runs it
+
+
+def serve_echo(port: int) -> None:
+    """A bare FastAPI app with one route that echoes its body: HTTP's own cost, as the sidecar is served."""
+    from fastapi import FastAPI
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from forewarn.server.run import serve_app
+    from forewarn.server.settings import ServerSettings
+
+    app = FastAPI()
+
+    @app.get("/readyz")
+    async def ready() -> Response:
+        return Response(b"{}", media_type="application/json")
+
+    async def echo(request: Request) -> Response:
+        return Response(await request.body(), media_type="application/json")
+
+    app.add_route("/echo", echo, methods=["POST"])  # a plain Starlette endpoint: the body, no validation
+
+    serve_app(app, ServerSettings(host="127.0.0.1", port=port, log_level="warning"))
 
 
 # -- the load generator ------------------------------------------------------------------------
@@ -265,6 +295,31 @@ async def measure(ports: list[int], seconds: float, *, noop_too: bool = True) ->
     return results
 
 
+async def round_trips(sidecar: int, echo: int, count: int = ROUND_TRIPS) -> dict[str, Any]:
+    """One request at a time on one connection each: ``observe`` beside the bare echo, in alternating blocks."""
+    conn = await Connection.open(sidecar)
+    status, body = await conn.request(post("/v1/sessions", b"{}"))
+    if status != 201:
+        raise SystemExit(f"cannot create a session: HTTP {status} {body[:200]!r}")
+    steps = Steps([orjson.loads(body)["id"]])
+    bare = await Connection.open(echo)
+    echoed = [post("/echo", orjson.dumps({"state": kitchen(i), "action": "step"})) for i in range(256)]
+    times: dict[str, list[float]] = {"observe": [], "echo": []}
+    for block in range(-2, count // 100):  # two blocks each of warm-up, not counted
+        for name, target, request in (("echo", bare, lambda i: echoed[i % 256]), ("observe", conn, lambda i: steps.next())):
+            for i in range(100):
+                start = time.perf_counter()
+                status, _ = await target.request(request(i))
+                if status != 200:
+                    raise SystemExit(f"{name}: HTTP {status}")
+                if block >= 0:
+                    times[name].append(time.perf_counter() - start)
+    conn.close()
+    bare.close()
+    return {name: {"p50_ms": percentile(sorted(v), 0.5) * 1e3, "p99_ms": percentile(sorted(v), 0.99) * 1e3}
+            for name, v in times.items()}
+
+
 def server_metrics(port: int) -> dict[str, float]:
     import httpx
 
@@ -310,6 +365,16 @@ def run_servers(db: str, synchronous: Literal["normal", "full"], count: int, sec
         for port, process in zip(ports, processes):
             wait_ready(port, process)
         results = asyncio.run(measure(ports, seconds, noop_too=noop_too))
+        if noop_too:  # the single-process run: a step's round trip beside a bare FastAPI echo
+            echo_port = free_port()
+            echo = subprocess.Popen([sys.executable, __file__, "_echo", str(echo_port)],
+                                    env={**os.environ, "PYTHONPATH": str(C.ROOT)})
+            try:
+                wait_ready(echo_port, echo)
+                results["round_trip"] = asyncio.run(round_trips(ports[0], echo_port))
+            finally:
+                echo.terminate()
+                echo.wait(30)
         metrics: dict[str, float] = {}
         for port in ports:
             for name, value in server_metrics(port).items():
@@ -382,6 +447,13 @@ def report(results: dict[str, Any], metrics: dict[str, float], seconds: float, d
     print(f"\ntarget p99 <= {TARGET_P99_MS} ms at 500 req/s: p99 {at_500['p99_ms']:.2f} ms "
           f"(with scheduling {at_500['p99_sched_ms']:.2f} ms) -> {C.verdict(at_500['p99_ms'] <= TARGET_P99_MS)}")
     print(f"target peak observe >= {TARGET_RATIO:.0%} of no-op: {ratio:.0%} -> {C.verdict(ratio >= TARGET_RATIO)}")
+    trip = results.get("round_trip")
+    if trip:
+        times = trip["observe"]["p50_ms"] / trip["echo"]["p50_ms"]
+        print(f"\none step's round trip, one request at a time ({ROUND_TRIPS} each, alternating blocks): observe "
+              f"p50 {trip['observe']['p50_ms']:.3f} ms (p99 {trip['observe']['p99_ms']:.3f}) beside a bare FastAPI "
+              f"echo p50 {trip['echo']['p50_ms']:.3f} ms (p99 {trip['echo']['p99_ms']:.3f}): {times:.2f}x")
+        print(f"target observe p50 <= {TARGET_ECHO_RATIO}x the echo's: {C.verdict(times <= TARGET_ECHO_RATIO)}")
 
 
 def compare(sqlite: dict[str, Any], pg: dict[str, Any], metrics: dict[str, float], replicas: int,
@@ -414,7 +486,9 @@ def compare(sqlite: dict[str, Any], pg: dict[str, Any], metrics: dict[str, float
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "_serve":
+    if len(sys.argv) == 3 and sys.argv[1] == "_echo":
+        serve_echo(int(sys.argv[2]))
+    elif len(sys.argv) == 5 and sys.argv[1] == "_serve":
         serve(int(sys.argv[2]), sys.argv[3], "full" if sys.argv[4] == "full" else "normal")
     else:
         main()
