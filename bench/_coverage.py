@@ -208,7 +208,7 @@ def coverage(name: str, *, learnings: int, runs: int, delta: float = 0.05,
 
 def kinds_coverage(name: str, *, learnings: int, runs: int, kinds: int | str = 2, delta: float = 0.05,
                    seed: int = 0) -> Coverage:
-    """As :func:`coverage`, learning with ``learning.kinds`` through the pipeline (guard/kinds_check.py): each
+    """As :func:`coverage`, learning with ``learning.kinds`` through the pipeline (guard/mixture_check.py): each
     learned state's stored interval (the kinds weighed by their share among the runs that visited it) against
     the true first-visit risk."""
     chain = MIXTURES[name]

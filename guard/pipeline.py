@@ -20,7 +20,6 @@ from .backoff import learn_memory_dtmc
 from .constant_predicates import constant_in_counts
 from .crossval import path_transitions
 from .intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
-from .kinds_check import KindsFit, learn_kinds
 from .learning import (
     LearnedDTMC,
     TransitionCounts,
@@ -31,6 +30,7 @@ from .learning import (
 )
 from .markov import MARKOV_LEVEL, markov_test, reaching
 from .memory import Memory, build_memory
+from .mixture_check import KindsFit, learn_kinds
 from .model import CheckedProperty, GuardModel
 from .monitoring import build_monitors, build_product
 from .outcomes import OutcomeCounts, chain_first_visits, direct_intervals, first_visit_counts, intersect
@@ -334,7 +334,7 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
         outcomes = dict(zip(reach, firsts))
     chain_values = {i: p.outcome.values for i, p in enumerate(properties)}  # the chain's own, for the Markov test
     kinds = None
-    if settings.kinds != 1:  # a mixture of kinds (guard/kinds_check.py) replaces shrinking and the chain's intervals
+    if settings.kinds != 1:  # a mixture of kinds (guard/mixture_check.py) replaces shrinking and the chain's intervals
         if paths is None:
             levers["kinds"] = "skipped: no runs to fit kinds on"
         else:
