@@ -37,7 +37,7 @@ from .model import CheckedProperty
 from .predicates import PredicateSet
 from .shrinkage import Paths, PathVisits, reach_label, summarize_paths
 
-__all__ = ["OutcomeCounts", "chain_first_visits", "first_visit_counts", "direct_intervals", "assumption_free"]
+__all__ = ["OutcomeCounts", "chain_first_visits", "first_visit_counts", "direct_intervals", "assumption_free", "with_direct"]
 
 Key = tuple[int, tuple[int, ...]]
 
@@ -113,3 +113,27 @@ def assumption_free(chain: tuple[np.ndarray, np.ndarray], direct: tuple[np.ndarr
         low = np.minimum(low, values)
         high = np.maximum(high, values)
     return np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)
+
+
+def with_direct(properties: Sequence[CheckedProperty], outcomes: Mapping[int, OutcomeCounts], delta: float,
+                method: IntervalMethod = IntervalMethod.CLOPPER_PEARSON) -> list[CheckedProperty]:
+    """Each reach property's stored interval replaced, at every state some run visited, by the runs' direct
+    interval (a union bound at ``delta`` over every visited state of every property in ``outcomes``), widened
+    to hold the stored value. ``learning.kinds`` stores the kinds weighed by their share among the runs
+    through a state: an estimate of the first-visit risk, which the direct interval holds with no model of
+    the kinds at all (guard/mixture_check.py; its own intervals stay each kind's, for sessions)."""
+    visited = sum(int((c.runs > 0).sum()) for i, c in outcomes.items() if i < len(properties))
+    if visited == 0:
+        return list(properties)
+    out = []
+    for i, prop in enumerate(properties):
+        counts = outcomes.get(i)
+        if counts is None or prop.ci_low is None or prop.ci_high is None:
+            out.append(prop)
+            continue
+        o = prop.outcome
+        contain = [o.values] + [b for b in (o.lower, o.upper) if b is not None]
+        low, high = assumption_free((prop.ci_low, prop.ci_high), direct_intervals(counts, delta / visited, method),
+                                    counts.runs > 0, contain)
+        out.append(CheckedProperty(prop.definition, o, low, high, prop.mismatch))
+    return out

@@ -33,7 +33,14 @@ from .memory import Memory, build_memory
 from .mixture_check import KindsFit, learn_kinds
 from .model import CheckedProperty, GuardModel
 from .monitoring import build_monitors, build_product
-from .outcomes import OutcomeCounts, assumption_free, chain_first_visits, direct_intervals, first_visit_counts
+from .outcomes import (
+    OutcomeCounts,
+    assumption_free,
+    chain_first_visits,
+    direct_intervals,
+    first_visit_counts,
+    with_direct,
+)
 from .pac import pac_report
 from .predicates import PredicateSet, PythonPredicate, registered_callable
 from .read_summary import IngestSummary
@@ -345,6 +352,8 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
             levers["kinds"] = fitted.lever if isinstance(fitted, KindsFit) else fitted
     if kinds is not None:
         properties, report = kinds.properties, kinds.intervals
+        if report is not None and outcomes:  # the pooled figure is a first-visit risk: the runs' interval holds it
+            properties = with_direct(properties, outcomes, delta, report.method)
         if settings.shrink != "off":
             levers["shrink"] = "off: learning.kinds weighs the kinds instead"
     elif settings.shrink != "off":
