@@ -22,9 +22,10 @@ The test, at family-wise level ``γ`` over the ``m`` states tested (each at ``γ
 
 Under the assumption each interval misses with probability at most ``γ/2m`` (the second
 asymptotically), so a false rejection anywhere has probability at most ``γ`` whatever the
-dependence between the two. A rejected state's interval falls back to the direct one
-(docs/method.md): under the assumption that costs only width, and without it the direct
-interval is the one that still holds. States visited by fewer than :data:`MIN_RUNS` runs, and
+dependence between the two. A rejected state's value becomes the runs' first-visit frequency
+and it is marked "(runs differ)"; no interval depends on the test (a visited state's interval is
+the runs' own whatever the test says: below its power the chain's cannot be trusted either,
+docs/intervals.md). States visited by fewer than :data:`MIN_RUNS` runs, and
 all but the :data:`MAX_TESTED` most visited, are not tested. σ and β come from guard/pac/_spread.py;
 past its ``DENSE_STATES`` transient states ``N`` is not formed: ``σ_x² ≤ (N·1)_x · (N·w)_x``
 (``N_xi`` is at most the expected steps from ``x``), two sparse solves, a wider chain interval and so

@@ -80,7 +80,7 @@ class PropertyEntry(_Doc):
 
 
 class IntervalsEntry(_Doc):
-    # the chain's method, with "+outcomes" when direct outcome intervals were intersected in
+    # the chain's method, with "+outcomes" when the runs' direct outcome intervals were used
     method: Literal["clopper_pearson", "hoeffding", "clopper_pearson+outcomes", "hoeffding+outcomes"]
     delta: float = Field(gt=0.0, lt=1.0)
     delta_per_entry: float = Field(gt=0.0, lt=1.0)
