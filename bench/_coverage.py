@@ -75,6 +75,13 @@ MIXTURES["second_order"] = [
     (F(1, 2), {NONE: {A: F(1)}, A: {C: F(1)}, C: {AB: F(2, 5), END: F(3, 5)}}),
     (F(1, 2), {NONE: {B: F(1)}, B: {C: F(1)}, C: {AB: F(1, 5), END: F(4, 5)}})]
 SPECS = {"second_order": TOY3_SPEC}
+# Two hidden kinds on the same states and transitions, start risks about 0.64 and 0.10 (issue 40's
+# verifier used 0.62 and 0.09): they differ in how often A and B lead to the hazard.
+MIXTURES["two_kinds_mild"] = [
+    (F(1, 2), {NONE: {A: F(1, 2), B: F(3, 10), END: F(1, 5)}, A: {AB: F(4, 5), NONE: F(1, 10), END: F(1, 10)},
+               B: {AB: F(3, 5), A: F(1, 10), END: F(3, 10)}}),
+    (F(1, 2), {NONE: {A: F(1, 5), B: F(3, 5), END: F(1, 5)}, A: {AB: F(1, 5), NONE: F(1, 10), END: F(7, 10)},
+               B: {AB: F(7, 100), A: F(1, 10), END: F(83, 100)}})]
 
 
 def spec_text(name: str) -> str:

@@ -90,15 +90,16 @@ def session_coverage(learnings: int, runs: int, seed: int) -> dict[str, float]:
             "step_misses": missed_steps, "mean_error": float(np.mean(errors)), "mean_width": float(np.mean(widths))}
 
 
-def labelled_oracle(learnings: int, runs: int, seed: int, delta: float = 0.05) -> dict[str, float]:
-    """Per learning of ``kinds: 2`` on two_types: each kind's stored interval at the start state (learned kinds
+def labelled_oracle(learnings: int, runs: int, seed: int, delta: float = 0.05, name: str = "two_types"
+                    ) -> dict[str, float]:
+    """Per learning of ``kinds: 2`` on fixture ``name``: each kind's stored interval at the start state (learned kinds
     matched to the true ones by their start value) beside the labelled-runs oracle, a Clopper–Pearson interval
     on the runs of each true kind (their own labels) at the same δ/2K; and the pooled start interval."""
     from forewarn.guard.intervals import clopper_pearson
     from forewarn.guard.learning import TransitionCounts
     from forewarn.guard.pipeline import model_from_counts, prepare
 
-    kinds = MIXTURES["two_types"]
+    kinds = MIXTURES[name]
     spec = parse_spec(TOY_SPEC.replace("  delta: 0.05\n", f"  delta: {delta}\n  kinds: 2\n"))
     predicates, monitors = prepare(spec)
     rng = np.random.default_rng(seed)
@@ -190,17 +191,27 @@ def main() -> None:
     print(C.table(["model", "learnings", "every state covered", "start covered", "point error", "mean width",
                    "seconds"], rows, title=f"two_types, {args.runs} runs per learning, δ = 0.05 (needed ≥ 0.95)"))
     oracle_rows = []
-    for runs in (200, 1000):
-        o = labelled_oracle(max(learnings // 4, 10), runs, seed=31)
-        results[f"oracle_{runs}"] = o
-        oracle_rows.append([runs, o["learnings"], o["kept_two"], f"{o['per_kind_width']:.3f}",
+    for name, runs in (("two_types", 200), ("two_types", 1000), ("two_kinds_mild", 200), ("two_kinds_mild", 1000)):
+        o = labelled_oracle(max(learnings // 4, 10), runs, seed=31, name=name)
+        results[f"oracle_{name}_{runs}"] = o
+        oracle_rows.append([name, runs, o["learnings"], o["kept_two"], f"{o['per_kind_width']:.3f}",
                             f"{o['labelled_width']:.3f}", f"{o['per_kind_width'] / o['labelled_width']:.1f}x",
                             C.verdict(o["per_kind_width"] <= 2 * o["labelled_width"]), f"{o['per_kind_covered']:.3f}",
                             f"{o['pooled_start_width']:.3f}"])
     print()
-    print(C.table(["runs", "learnings", "kept 2 kinds", "per-kind start width", "labelled-runs CP width", "ratio",
+    print(C.table(["fixture", "runs", "learnings", "kept 2 kinds", "per-kind start width", "labelled-runs CP width", "ratio",
                    "≤ 2x (issue 40)", "per-kind covered", "pooled start width"], oracle_rows,
-                  title="two_types, kinds: 2: each kind's start interval beside runs labelled with their true kind"))
+                  title="kinds: 2: each kind's start interval beside runs labelled with their true kind"))
+    auto_rows = []
+    for name, runs in (("two_kinds_mild", 200), ("two_kinds_mild", 1000), ("two_types", 1000), ("balanced", 1000),
+                       ("second_order", 1000)):
+        a = kinds_coverage(name, learnings=10, runs=runs, kinds="auto", seed=3)
+        results[f"auto_{name}_{runs}"] = {"kept_two": a.flagged, "learnings": a.learnings, "covered": a.rate}
+        auto_rows.append([name, runs, f"{a.flagged}/{a.learnings}", f"{a.rate:.3f}"])
+    print()
+    print(C.table(["fixture", "runs", "kept more than one kind", "every state covered"], auto_rows,
+                  title="kinds: auto (two_kinds_mild, two_types: start risks differ by ≥ 0.3; balanced one kind; "
+                        "second_order by 0.2)"))
     session = session_coverage(max(learnings // 2, 10), args.runs, seed=5)
     results["session"] = session
     print(f"\nsession (kinds: 2, posterior per prefix): every step covered in {session['runs_covered']:.3f} of "
