@@ -16,9 +16,10 @@ import numpy as np
 
 from _toy import AB, NONE, TOY_SPEC, A, B, reach_probabilities
 from forewarn.guard.intervals import IntervalMethod
-from forewarn.guard.learning import END, TransitionCounts, learn_dtmc
+from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, learn_dtmc
+from forewarn.guard.markov import reaching
 from forewarn.guard.model import CheckedProperty
-from forewarn.guard.outcomes import first_visit_counts
+from forewarn.guard.outcomes import OutcomeCounts, direct_intervals, first_visit_counts
 from forewarn.guard.pipeline import model_from_counts, prepare, with_intervals
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.shrinkage import label_test, summarize_paths
@@ -63,6 +64,29 @@ MIXTURES: dict[str, list[tuple[Fraction, Chain]]] = {
                   (F(3, 5), {NONE: {NONE: F(4, 5), A: F(1, 10), END: F(1, 10)}, A: {A: F(1, 2), END: F(1, 2)}})],
 }
 MIXTURES.update({name: [(F(1), chain)] for name, chain in KNOWN_CHAINS.items()})
+
+# A third predicate ``c`` (bit 2) gives the state C = 4 for the mildly second-order construction.
+C = 4
+TOY3_SPEC = TOY_SPEC.replace("    description: b is high\n", "    description: b is high\n  c: 'state.c'\n")
+# Mildly non-Markov (issue 40): S → A or B (½ each) → C → unsafe with probability 0.4 after A and
+# 0.2 after B. C's risk depends on the history; the chain averages it (0.3), so its values at A and
+# B (0.3) sit between their truths (0.4, 0.2), too close for the Markov test to see at 200 runs.
+MIXTURES["second_order"] = [
+    (F(1, 2), {NONE: {A: F(1)}, A: {C: F(1)}, C: {AB: F(2, 5), END: F(3, 5)}}),
+    (F(1, 2), {NONE: {B: F(1)}, B: {C: F(1)}, C: {AB: F(1, 5), END: F(4, 5)}})]
+SPECS = {"second_order": TOY3_SPEC}
+# Two hidden kinds on the same states and transitions, start risks about 0.64 and 0.10 (issue 40's
+# verifier used 0.62 and 0.09): they differ in how often A and B lead to the hazard.
+MIXTURES["two_kinds_mild"] = [
+    (F(1, 2), {NONE: {A: F(1, 2), B: F(3, 10), END: F(1, 5)}, A: {AB: F(4, 5), NONE: F(1, 10), END: F(1, 10)},
+               B: {AB: F(3, 5), A: F(1, 10), END: F(3, 10)}}),
+    (F(1, 2), {NONE: {A: F(1, 5), B: F(3, 5), END: F(1, 5)}, A: {AB: F(1, 5), NONE: F(1, 10), END: F(7, 10)},
+               B: {AB: F(7, 100), A: F(1, 10), END: F(83, 100)}})]
+
+
+def spec_text(name: str) -> str:
+    """The spec a fixture's runs are learned under (the toy domain's, or with ``c`` for C)."""
+    return SPECS.get(name, TOY_SPEC)
 
 
 def mixture_risk(kinds: list[tuple[Fraction, Chain]]) -> dict[int, Fraction]:
@@ -153,20 +177,40 @@ class Coverage:
                 f"no unsafe run in {self.no_unsafe_run}; flagged states {self.flagged}")
 
 
+def intersection(dtmc: LearnedDTMC, labels: dict[str, list[int]], prop: CheckedProperty, counts: OutcomeCounts,
+                 delta: float, method: IntervalMethod) -> tuple[np.ndarray, np.ndarray]:
+    """The construction before issue 40, for comparison: the chain's interval (δ/2) intersected with the runs'
+    direct one (δ/2D), the direct one alone where the Markov test flagged a state or the state can reach one."""
+    bare = CheckedProperty(prop.definition, prop.outcome)
+    (alone,), _ = with_intervals(dtmc, labels, [bare], method=method, delta=delta / 2)
+    assert alone.ci_low is not None and alone.ci_high is not None
+    visited = int((counts.runs > 0).sum())
+    direct = direct_intervals(counts, delta / 2 / max(visited, 1), method)
+    low, high = alone.ci_low.copy(), alone.ci_high.copy()
+    if prop.mismatch is not None and prop.mismatch.any():
+        suspect = reaching(dtmc.matrix, prop.mismatch)
+        low[suspect], high[suspect] = direct[0][suspect], direct[1][suspect]
+    low, high = np.maximum(low, direct[0]), np.minimum(high, direct[1])
+    values = prop.outcome.values
+    return np.minimum(low, values), np.maximum(high, values)
+
+
 def coverage(name: str, *, learnings: int, runs: int, delta: float = 0.05,
              method: IntervalMethod = IntervalMethod.CLOPPER_PEARSON, alpha: float = 0.1,
-             seed: int = 0, outcomes: bool = True) -> Coverage:
+             seed: int = 0, outcomes: bool = True, construction: str = "forewarn") -> Coverage:
     """Learn ``learnings`` models from ``runs`` simulated runs each and count covered learnings.
 
-    ``outcomes``: intersect the chain's interval with the runs' direct first-visit interval
-    (as ``forewarn learn`` does, guard/outcomes.py); else the interval chain's alone.
+    ``outcomes``: with the runs' direct first-visit interval (as ``forewarn learn`` does,
+    guard/outcomes.py); else the interval chain's alone. ``construction``: ``"forewarn"``, what
+    ``forewarn learn`` writes; ``"intersection"``, the construction before issue 40 (:func:`intersection`).
     """
     chain = MIXTURES[name]
     truth = mixture_risk(chain)
-    predicates = PredicateSet(parse_spec(TOY_SPEC))
+    predicates = PredicateSet(parse_spec(spec_text(name)))
     definition = PropertyDef(name="unsafe", formula='F "unsafe"')
     rng = np.random.default_rng(seed)
-    out = Coverage(name, method.value + ("+outcomes" if outcomes else ""), delta)
+    label = method.value + ("+outcomes" if outcomes else "") + ("" if construction == "forewarn" else f" ({construction})")
+    out = Coverage(name, label, delta)
     unsafe = label_test("unsafe", predicates, [])
     assert unsafe is not None
     for _ in range(learnings):
@@ -183,6 +227,10 @@ def coverage(name: str, *, learnings: int, runs: int, delta: float = 0.05,
             direct = {0: first_visit_counts(summaries.values(), 1, dtmc.product_index(), dtmc.size)[0]}
         (prop,), _ = with_intervals(dtmc, labels, [CheckedProperty(definition, outcome)], method=method,
                                     delta=delta, outcomes=direct)
+        assert prop.ci_low is not None and prop.ci_high is not None
+        if construction == "intersection" and direct is not None:
+            low, high = intersection(dtmc, labels, prop, direct[0], delta, method)
+            prop = CheckedProperty(prop.definition, prop.outcome, low, high, prop.mismatch)
         assert prop.ci_low is not None and prop.ci_high is not None
         out.flagged += 0 if prop.mismatch is None else int(prop.mismatch.sum())
         values = prop.outcome.values
@@ -208,12 +256,12 @@ def coverage(name: str, *, learnings: int, runs: int, delta: float = 0.05,
 
 def kinds_coverage(name: str, *, learnings: int, runs: int, kinds: int | str = 2, delta: float = 0.05,
                    seed: int = 0) -> Coverage:
-    """As :func:`coverage`, learning with ``learning.kinds`` through the pipeline (guard/kinds_check.py): each
+    """As :func:`coverage`, learning with ``learning.kinds`` through the pipeline (guard/mixture_check.py): each
     learned state's stored interval (the kinds weighed by their share among the runs that visited it) against
     the true first-visit risk."""
     chain = MIXTURES[name]
     truth = mixture_risk(chain)
-    spec = parse_spec(TOY_SPEC.replace("  delta: 0.05\n", f"  delta: {delta}\n  kinds: {kinds}\n"))
+    spec = parse_spec(spec_text(name).replace("  delta: 0.05\n", f"  delta: {delta}\n  kinds: {kinds}\n"))
     predicates, monitors = prepare(spec)
     rng = np.random.default_rng(seed)
     out = Coverage(name, f"kinds: {kinds}", delta)
@@ -245,4 +293,5 @@ def kinds_coverage(name: str, *, learnings: int, runs: int, kinds: int | str = 2
     return out
 
 
-__all__ = ["KNOWN_CHAINS", "kinds_coverage", "MIXTURES", "Coverage", "coverage", "mixture_risk", "simulate", "true_risk", "A", "B"]
+__all__ = ["C", "SPECS", "TOY3_SPEC", "spec_text", "KNOWN_CHAINS", "kinds_coverage", "MIXTURES", "Coverage",
+           "coverage", "intersection", "mixture_risk", "simulate", "true_risk", "A", "B"]

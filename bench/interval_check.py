@@ -24,6 +24,10 @@ What it does
    interval width beside it — for the interval chain alone (``clopper_pearson``, the
    construction before outcome intervals) and for its intersection with the runs' direct
    first-visit interval (``+outcomes``, what ``forewarn learn`` writes).
+4. *Mildly non-Markov runs* (issue 40): ``second_order`` (S → A or B → C → unsafe with 0.4 after A,
+   0.2 after B) and the three Markov chains, the runs' interval wherever runs visited (what
+   ``forewarn learn`` writes now) beside the intersection with the chain's interval (before): coverage
+   and mean width, same seeds; needed ≥ 0.95 and at most 1.3x the width before.
 
 Run: ``python bench/interval_check.py [--quick] [--sizes 1000,10000] [--json FILE]``
 """
@@ -162,17 +166,37 @@ def coverage_sweep(quick: bool) -> list[dict[str, Any]]:
         for name in ("balanced", "rare", "sticky"):
             for method, outcomes in ((IntervalMethod.CLOPPER_PEARSON, False), (IntervalMethod.CLOPPER_PEARSON, True),
                                      (IntervalMethod.HOEFFDING, True)):
-                started = time.perf_counter()
-                result = coverage(name, learnings=learnings, runs=runs, delta=0.05, method=method, seed=runs,
-                                  outcomes=outcomes)
-                errors = np.array(result.point_errors)
-                rows.append({"chain": name, "runs": runs, "method": result.method, "learnings": result.learnings,
-                             "coverage": result.rate, "state_misses": result.state_misses,
-                             "state_checks": result.state_checks, "point_error_mean": float(errors.mean()),
-                             "point_error_p95": float(np.percentile(errors, 95)),
-                             "mean_width": float(np.mean(result.widths)),
-                             "seconds": time.perf_counter() - started})
+                rows.append(_coverage_row(coverage, name, learnings, runs, method, outcomes, "forewarn"))
     return rows
+
+
+def second_order_sweep(quick: bool) -> list[dict[str, Any]]:
+    """Issue 40: the mildly second-order construction and the Markov ones, today's construction (the runs'
+    interval wherever runs visited) beside the one before it (the intersection with the chain's), same seeds."""
+    from _coverage import coverage
+    from forewarn.guard.intervals import IntervalMethod
+
+    learnings = 100 if quick else 200
+    rows = []
+    for runs in ((200, 500) if quick else (200, 500, 1000)):
+        for name in ("second_order", "balanced", "rare", "sticky"):
+            for construction in ("intersection", "forewarn"):
+                rows.append(_coverage_row(coverage, name, learnings, runs, IntervalMethod.CLOPPER_PEARSON, True,
+                                          construction))
+    return rows
+
+
+def _coverage_row(coverage: Any, name: str, learnings: int, runs: int, method: Any, outcomes: bool,
+                  construction: str) -> dict[str, Any]:
+    started = time.perf_counter()
+    result = coverage(name, learnings=learnings, runs=runs, delta=0.05, method=method, seed=runs,
+                      outcomes=outcomes, construction=construction)
+    errors = np.array(result.point_errors)
+    return {"chain": name, "runs": runs, "method": result.method, "learnings": result.learnings,
+            "coverage": result.rate, "state_misses": result.state_misses, "state_checks": result.state_checks,
+            "point_error_mean": float(errors.mean()), "point_error_p95": float(np.percentile(errors, 95)),
+            "mean_width": float(np.mean(result.widths)), "flagged": result.flagged,
+            "seconds": time.perf_counter() - started}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="10³ and 10⁴ states, fewer samples (about 1 min)")
     parser.add_argument("--sizes", help="comma-separated chain sizes (default 1000,10000,100000)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: check,latency,coverage")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: check,latency,coverage,second_order")
     parser.add_argument("--repeats", type=int, default=3, help="timings are the least of this many (1 at 10⁵)")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
@@ -231,6 +255,19 @@ def main(argv: list[str] | None = None) -> int:
         print(C.table(["chain", "runs/learning", "method", "learnings", "all covered", "state misses",
                        "point |err| mean", "point |err| p95", "mean width", "≥ 1−δ (0.95)"], rows,
                       title="Coverage by simulation (δ = 0.05)"))
+    if "second_order" not in skip:
+        sweep = payload["second_order"] = second_order_sweep(args.quick)
+        rows = []
+        for before, now in zip(sweep[::2], sweep[1::2]):
+            rows.append([now["chain"], now["runs"], now["learnings"], f"{before['coverage']:.3f}",
+                         f"{now['coverage']:.3f}", f"{before['mean_width']:.3f}", f"{now['mean_width']:.3f}",
+                         f"{now['mean_width'] / before['mean_width']:.2f}x", now["flagged"],
+                         C.verdict(now["coverage"] >= 0.95 and now["mean_width"] <= 1.3 * before["mean_width"])])
+        print()
+        print(C.table(["chain", "runs/learning", "learnings", "covered before", "covered now", "width before",
+                       "width now", "width ratio", "states flagged", "≥ 0.95, ≤ 1.3x"], rows,
+                      title="Issue 40: the runs' interval where runs visited (now) beside the intersection "
+                            "(before), δ = 0.05"))
     C.write_json(args.json, payload)
     return 0
 

@@ -10,6 +10,8 @@ What it does
    learnings. Also the *session* coverage of the kinds' model: after each prefix of a fresh run of the
    fixture, the session's interval against the true risk given that prefix (the kinds' posterior under
    the true chains, in Fractions).
+   Beside it (issue 40) each kind's start interval against the *labelled-runs oracle*: a
+   Clopper–Pearson interval on the runs of each true kind, as if their labels were known.
 2. *Decision latency*: ``bench/decision_latency.py``'s household model and state stream, ``Session.observe``
    timed one call at a time, for the model learned with ``kinds: 1`` (today's chain, decisions cached)
    and ``kinds: 2`` (the posterior updated per step, the decision mixed per step, not cached).
@@ -54,7 +56,8 @@ def session_coverage(learnings: int, runs: int, seed: int) -> dict[str, float]:
         rows[AB], rows[END] = {AB: Fraction(1)}, {END: Fraction(1)}
         risk.append(reach_probabilities(rows, {AB}))
     covered = steps = missed_steps = 0
-    errors = []
+    errors: list[float] = []
+    widths: list[float] = []
     for _ in range(learnings):
         paths: Counter[tuple[int, ...]] = Counter()
         counts = simulate(kinds, runs, rng, predicates, paths=paths)
@@ -77,13 +80,70 @@ def session_coverage(learnings: int, runs: int, seed: int) -> dict[str, float]:
             steps += 1
             assert decision.p_unsafe is not None and decision.ci_low is not None and decision.ci_high is not None
             errors.append(abs(decision.p_unsafe - truth))
+            widths.append(decision.ci_high - decision.ci_low)
             # within Storm's precision (1e-6): robust value iteration leaves ~1e-9 where the exact minimum is 0
             inside = decision.ci_low - 1e-6 <= truth <= decision.ci_high + 1e-6
             missed_steps += not inside
             ok &= inside
         covered += ok
     return {"learnings": learnings, "runs_covered": covered / learnings, "steps": steps,
-            "step_misses": missed_steps, "mean_error": float(np.mean(errors))}
+            "step_misses": missed_steps, "mean_error": float(np.mean(errors)), "mean_width": float(np.mean(widths))}
+
+
+def labelled_oracle(learnings: int, runs: int, seed: int, delta: float = 0.05, name: str = "two_types"
+                    ) -> dict[str, float]:
+    """Per learning of ``kinds: 2`` on fixture ``name``: each kind's stored interval at the start state (learned kinds
+    matched to the true ones by their start value) beside the labelled-runs oracle, a Clopper–Pearson interval
+    on the runs of each true kind (their own labels) at the same δ/2K; and the pooled start interval."""
+    from forewarn.guard.intervals import clopper_pearson
+    from forewarn.guard.learning import TransitionCounts
+    from forewarn.guard.pipeline import model_from_counts, prepare
+
+    kinds = MIXTURES[name]
+    spec = parse_spec(TOY_SPEC.replace("  delta: 0.05\n", f"  delta: {delta}\n  kinds: 2\n"))
+    predicates, monitors = prepare(spec)
+    rng = np.random.default_rng(seed)
+    truth = []
+    for _, chain in kinds:
+        rows = {s: dict(r) for s, r in chain.items()}
+        rows[AB], rows[END] = {AB: Fraction(1)}, {END: Fraction(1)}
+        truth.append(float(reach_probabilities(rows, {AB})[0]))
+    widths, oracle, covered, pooled, kept = [], [], 0, [], 0
+    for _ in range(learnings):
+        paths: Counter[tuple[int, ...]] = Counter()
+        labelled = []
+        for n, (_, chain) in zip(rng.multinomial(runs, [float(w) for w, _ in kinds]), kinds):
+            own: Counter[tuple[int, ...]] = Counter()
+            simulate([(Fraction(1), chain)], int(n), rng, predicates, paths=own)
+            paths.update(own)
+            reached = sum(c for path, c in own.items() if path[-1] == AB)
+            low, high = clopper_pearson(np.array([reached]), np.array([max(int(n), 1)]), delta / 4)
+            labelled.append(float(high[0] - low[0]))
+        counts = TransitionCounts()
+        for path, copies in paths.items():
+            for _ in range(copies):
+                counts.add(list(path), predicates)
+        model = model_from_counts(counts, spec, predicates, monitors, paths=paths)
+        start = model.dtmc.index()[0]
+        (prop,) = model.properties
+        assert prop.ci_low is not None and prop.ci_high is not None
+        pooled.append(float(prop.ci_high[start] - prop.ci_low[start]))
+        if model.kinds is None:
+            continue
+        kept += 1
+        columns = [model.kinds.columns[k][0] for k in range(model.kinds.kinds)]
+        order = np.argsort([-c.values[start] for c in columns])  # the riskier learned kind ↔ the first true one
+        ok = True
+        for true_k, k in enumerate(order.tolist()):
+            c = columns[k]
+            assert c.ci_low is not None and c.ci_high is not None
+            widths.append(float(c.ci_high[start] - c.ci_low[start]))
+            ok &= bool(c.ci_low[start] - 1e-6 <= truth[true_k] <= c.ci_high[start] + 1e-6)
+        oracle += labelled
+        covered += ok
+    return {"learnings": learnings, "runs": runs, "kept_two": kept, "per_kind_width": float(np.mean(widths)),
+            "labelled_width": float(np.mean(oracle)), "per_kind_covered": covered / max(kept, 1),
+            "pooled_start_width": float(np.mean(pooled))}
 
 
 def latency(samples: int, warmup: int, seed: int) -> dict[str, Any]:
@@ -130,11 +190,33 @@ def main() -> None:
         print(f"  {label}: {seconds:.0f} s", file=sys.stderr, flush=True)
     print(C.table(["model", "learnings", "every state covered", "start covered", "point error", "mean width",
                    "seconds"], rows, title=f"two_types, {args.runs} runs per learning, δ = 0.05 (needed ≥ 0.95)"))
+    oracle_rows = []
+    for name, runs in (("two_types", 200), ("two_types", 1000), ("two_kinds_mild", 200), ("two_kinds_mild", 1000)):
+        o = labelled_oracle(max(learnings // 4, 10), runs, seed=31, name=name)
+        results[f"oracle_{name}_{runs}"] = o
+        oracle_rows.append([name, runs, o["learnings"], o["kept_two"], f"{o['per_kind_width']:.3f}",
+                            f"{o['labelled_width']:.3f}", f"{o['per_kind_width'] / o['labelled_width']:.1f}x",
+                            C.verdict(o["per_kind_width"] <= 2 * o["labelled_width"]), f"{o['per_kind_covered']:.3f}",
+                            f"{o['pooled_start_width']:.3f}"])
+    print()
+    print(C.table(["fixture", "runs", "learnings", "kept 2 kinds", "per-kind start width", "labelled-runs CP width", "ratio",
+                   "≤ 2x (issue 40)", "per-kind covered", "pooled start width"], oracle_rows,
+                  title="kinds: 2: each kind's start interval beside runs labelled with their true kind"))
+    auto_rows = []
+    for name, runs in (("two_kinds_mild", 200), ("two_kinds_mild", 1000), ("two_types", 1000), ("balanced", 1000),
+                       ("second_order", 1000)):
+        a = kinds_coverage(name, learnings=10, runs=runs, kinds="auto", seed=3)
+        results[f"auto_{name}_{runs}"] = {"kept_two": a.flagged, "learnings": a.learnings, "covered": a.rate}
+        auto_rows.append([name, runs, f"{a.flagged}/{a.learnings}", f"{a.rate:.3f}"])
+    print()
+    print(C.table(["fixture", "runs", "kept more than one kind", "every state covered"], auto_rows,
+                  title="kinds: auto (two_kinds_mild, two_types: start risks differ by ≥ 0.3; balanced one kind; "
+                        "second_order by 0.2)"))
     session = session_coverage(max(learnings // 2, 10), args.runs, seed=5)
     results["session"] = session
     print(f"\nsession (kinds: 2, posterior per prefix): every step covered in {session['runs_covered']:.3f} of "
           f"{session['learnings']} runs; step misses {session['step_misses']}/{session['steps']}; "
-          f"mean error {session['mean_error']:.4f}")
+          f"mean error {session['mean_error']:.4f}; mean interval width {session['mean_width']:.3f}")
     timing = latency(4000 if args.quick else 20000, 2000, seed=7)
     results["latency"] = timing
     print()

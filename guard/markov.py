@@ -22,12 +22,14 @@ The test, at family-wise level ``γ`` over the ``m`` states tested (each at ``γ
 
 Under the assumption each interval misses with probability at most ``γ/2m`` (the second
 asymptotically), so a false rejection anywhere has probability at most ``γ`` whatever the
-dependence between the two. A rejected state's interval falls back to the direct one
-(docs/method.md): under the assumption that costs only width, and without it the direct
-interval is the one that still holds. States visited by fewer than :data:`MIN_RUNS` runs, and
-all but the :data:`MAX_TESTED` most visited, are not tested. Past :data:`DENSE_STATES` transient
-states ``N`` is not formed: ``σ_x² ≤ (N·1)_x · (N·w)_x`` (``N_xi`` is at most the expected steps
-from ``x``), two sparse solves, a wider chain interval and so a more cautious test.
+dependence between the two. A rejected state's value becomes the runs' first-visit frequency
+and it is marked "(runs differ)"; no interval depends on the test (a visited state's interval is
+the runs' own whatever the test says: below its power the chain's cannot be trusted either,
+docs/intervals.md). States visited by fewer than :data:`MIN_RUNS` runs, and
+all but the :data:`MAX_TESTED` most visited, are not tested. σ and β come from guard/pac/_spread.py;
+past its ``DENSE_STATES`` transient states ``N`` is not formed: ``σ_x² ≤ (N·1)_x · (N·w)_x``
+(``N_xi`` is at most the expected steps from ``x``), two sparse solves, a wider chain interval and so
+a more cautious test.
 """
 from __future__ import annotations
 
@@ -38,10 +40,10 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.stats import norm
 
-from .chain import LearnedDTMC, visits
+from .chain import LearnedDTMC
 from .intervals import clopper_pearson
 from .outcomes import OutcomeCounts
-from .pac import solve_nonnegative
+from .pac import chain_spread
 
 __all__ = ["MARKOV_LEVEL", "MIN_RUNS", "MAX_TESTED", "MarkovTest", "chain_spread", "markov_test", "reaching"]
 
@@ -51,7 +53,6 @@ __all__ = ["MARKOV_LEVEL", "MIN_RUNS", "MAX_TESTED", "MarkovTest", "chain_spread
 MARKOV_LEVEL = 0.5
 MIN_RUNS = 10
 MAX_TESTED = 2000
-DENSE_STATES = 2000  # up to this many transient states the fundamental matrix is inverted whole
 
 
 @dataclass(frozen=True)
@@ -61,59 +62,6 @@ class MarkovTest:
     level: float  # family-wise γ
     tested: int  # m: (state, property) pairs tested
     mismatch: list[np.ndarray]
-
-
-def chain_spread(dtmc: LearnedDTMC, values: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each of ``states``: the delta-method standard deviation σ_x of the chain's value and the
-    smoothing shift bound β_x (module docstring)."""
-    n_states = dtmc.size
-    matrix = dtmc.matrix.tocsr()
-    transient = ~dtmc.absorbing
-    index = np.flatnonzero(transient)
-    position = np.full(n_states, -1, dtype=np.int64)
-    position[index] = np.arange(len(index))
-    rows = np.repeat(np.arange(n_states), np.diff(matrix.indptr))
-    cols = matrix.indices
-    p = matrix.data
-    departures = visits(dtmc).astype(float)
-    # V_i: variance of the successors' values under the learned row
-    mean = np.bincount(rows, weights=p * values[cols], minlength=n_states)
-    second = np.bincount(rows, weights=p * values[cols] ** 2, minlength=n_states)
-    variance = np.maximum(second - mean**2, 0.0)
-    counts = dtmc.counts.tocsr().data if dtmc.counts.nnz == len(p) else None
-    empirical = p if counts is None else counts / np.maximum(departures[rows], 1.0)
-    seen = departures[rows] > 0
-    shift = 0.5 * np.bincount(rows, weights=np.where(seen, np.abs(p - empirical), 0.0), minlength=n_states)
-    shift[departures == 0] = 1.0  # a row never observed: nothing bounds how far it is off
-    # product states sharing one chain row carry correlated terms: weigh each by their number
-    share = np.ones(n_states)
-    if dtmc.monitor_states is not None:
-        chain_of = np.asarray(dtmc.states)
-        _, inverse, sizes = np.unique(chain_of, return_inverse=True, return_counts=True)
-        share = sizes[inverse.ravel()].astype(float)
-    weight = share * variance / np.maximum(departures, 1.0)
-    keep = transient[rows] & transient[cols]
-    q = sp.csr_matrix((p[keep], (position[rows[keep]], position[cols[keep]])), shape=(len(index), len(index)))
-    system = (sp.identity(len(index), format="csr") - q).tocsr()
-    local = position[states]
-    none = np.full(len(states), np.inf)
-    beta_all = solve_nonnegative(system, shift[index])
-    if beta_all is None:  # some state never absorbs: nothing bounds the chain's error, test nothing
-        return none, none
-    beta = beta_all[local]
-    if len(index) <= DENSE_STATES:  # the fundamental matrix itself
-        try:
-            fundamental = np.linalg.inv(system.toarray())
-        except np.linalg.LinAlgError:
-            return none, none
-        sigma = np.sqrt(np.maximum((fundamental[local] ** 2) @ weight[index], 0.0))
-        return sigma, beta
-    # larger chains: N_xi ≤ Σ_i N_xi (expected steps from x), so Σ_i N_xi²·w_i ≤ (N·1)_x · (N·w)_x — two solves
-    steps = solve_nonnegative(system, np.ones(len(index)))
-    spread = solve_nonnegative(system, weight[index])
-    if steps is None or spread is None:
-        return none, none
-    return np.sqrt(steps[local] * spread[local]), beta
 
 
 def markov_test(dtmc: LearnedDTMC, values: Sequence[np.ndarray], outcomes: Sequence[OutcomeCounts],

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ForewarnError, ModelFileError, UsageError
 from .chain import END, CsrArrays, LearnedDTMC, visits
-from .kind_posterior import KindMixture, KindsEntry, kinds_document, read_kinds
+from .mixture_posterior import KindMixture, KindsEntry, kinds_document, read_kinds
 from .outputs import is_special, write_output
 from .results import (
     CheckOutcome,
@@ -80,7 +80,7 @@ class PropertyEntry(_Doc):
 
 
 class IntervalsEntry(_Doc):
-    # the chain's method, with "+outcomes" when direct outcome intervals were intersected in
+    # the chain's method, with "+outcomes" when the runs' direct outcome intervals were used
     method: Literal["clopper_pearson", "hoeffding", "clopper_pearson+outcomes", "hoeffding+outcomes"]
     delta: float = Field(gt=0.0, lt=1.0)
     delta_per_entry: float = Field(gt=0.0, lt=1.0)
@@ -223,7 +223,7 @@ class GuardModel:
         self.provenance = provenance
         self.pac_valuations = pac_valuations
         self.intervals = intervals
-        self.kinds = kinds  # learning.kinds: the kinds a session weighs by its posterior (guard/kind_posterior.py)
+        self.kinds = kinds  # learning.kinds: the kinds a session weighs by its posterior (guard/mixture_posterior.py)
         self.visits = visits(dtmc)  # observed departures per state (the product's: its chain state's)
         self.signed_at: float | None = None  # the signature's time, as the file says (guard.signing)
 

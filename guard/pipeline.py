@@ -20,7 +20,6 @@ from .backoff import learn_memory_dtmc
 from .constant_predicates import constant_in_counts
 from .crossval import path_transitions
 from .intervals import IntervalMethod, IntervalReport, estimated_entries, transition_intervals
-from .kinds_check import KindsFit, learn_kinds
 from .learning import (
     LearnedDTMC,
     TransitionCounts,
@@ -31,9 +30,17 @@ from .learning import (
 )
 from .markov import MARKOV_LEVEL, markov_test, reaching
 from .memory import Memory, build_memory
+from .mixture_check import KindsFit, learn_kinds
 from .model import CheckedProperty, GuardModel
 from .monitoring import build_monitors, build_product
-from .outcomes import OutcomeCounts, chain_first_visits, direct_intervals, first_visit_counts, intersect
+from .outcomes import (
+    OutcomeCounts,
+    assumption_free,
+    chain_first_visits,
+    direct_intervals,
+    first_visit_counts,
+    with_direct,
+)
 from .pac import pac_report
 from .predicates import PredicateSet, PythonPredicate, registered_callable
 from .read_summary import IngestSummary
@@ -334,7 +341,7 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
         outcomes = dict(zip(reach, firsts))
     chain_values = {i: p.outcome.values for i, p in enumerate(properties)}  # the chain's own, for the Markov test
     kinds = None
-    if settings.kinds != 1:  # a mixture of kinds (guard/kinds_check.py) replaces shrinking and the chain's intervals
+    if settings.kinds != 1:  # a mixture of kinds (guard/mixture_check.py) replaces shrinking and the chain's intervals
         if paths is None:
             levers["kinds"] = "skipped: no runs to fit kinds on"
         else:
@@ -345,6 +352,8 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
             levers["kinds"] = fitted.lever if isinstance(fitted, KindsFit) else fitted
     if kinds is not None:
         properties, report = kinds.properties, kinds.intervals
+        if report is not None and outcomes:  # the pooled figure is a first-visit risk: the runs' interval holds it
+            properties = with_direct(properties, outcomes, delta, report.method)
         if settings.shrink != "off":
             levers["shrink"] = "off: learning.kinds weighs the kinds instead"
     elif settings.shrink != "off":
@@ -436,9 +445,11 @@ def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], prope
 
     ``outcomes``: per property index (reach properties), the runs' first-visit outcomes;
     then δ is split in halves, the chain's and a union bound over the direct intervals,
-    and each property's interval is the intersection (guard/outcomes.py) — except where the
-    Markov test (guard/markov.py, family-wise level δ) finds the chain and the runs disagree:
-    there the interval is the direct one and the value the runs' first-visit frequency.
+    and a state some run visited takes the direct interval, which holds its first-visit risk
+    whether or not the runs are Markov (guard/outcomes.py); a state no run visited, the
+    chain's. Where the Markov test (guard/markov.py) finds the chain and the runs disagree,
+    the value becomes the runs' first-visit frequency, and an unvisited state that can reach
+    a flagged one gets [0, 1] (the chain's interval there rests on the misfitting part).
     ``chain_values``: per property index, the chain's values the test compares (default: the
     properties' own; the pipeline passes them from before shrinking).
     """
@@ -480,7 +491,8 @@ def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], prope
             suspect = reaching(dtmc.matrix, mismatch)
             chain = (_put(chain[0], suspect, direct_ci[0][suspect]), _put(chain[1], suspect, direct_ci[1][suspect]))
         contain = [o.values] + [b for b in (o.lower, o.upper) if b is not None]
-        low, high = intersect(chain, direct_ci, contain)
+        visited = outcomes[i].runs > 0 if i in outcomes else np.zeros(len(o.values), dtype=bool)
+        low, high = assumption_free(chain, direct_ci, visited, contain)
         out.append(CheckedProperty(prop.definition, o, low, high, mismatch))
     report = IntervalReport(method, float(delta), intervals.delta_per_entry, intervals.entries,
                             round(time.perf_counter() - started, 6),

@@ -141,7 +141,7 @@ class IntervalReport:
     delta_per_entry: float
     entries: int
     seconds: float = 0.0  # building and checking the interval model
-    # direct outcome intervals intersected in (guard/outcomes.py): their count D and δ each;
+    # direct outcome intervals, used where runs visited (guard/outcomes.py): their count D and δ each;
     # ``delta`` stays the model-wide total, split δ/2 chain, δ/2 outcomes
     outcomes: int | None = None
     delta_per_outcome: float | None = None

@@ -19,8 +19,8 @@ from ._cel_cost import DEFAULT_CPU_BUDGET
 from ._lazy_decision import LazyDecision, PropertyRow
 from .chain import count_totals
 from .decision import Decision, PropertyValue
-from .kind_posterior import Belief
 from .memory import build_memory
+from .mixture_posterior import Belief
 from .model import GuardModel
 from .monitoring import build_monitors
 from .policy import Policy, act

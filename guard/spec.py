@@ -355,7 +355,7 @@ ALPHA_AUTO_REMOVED = ("'auto' was removed: choosing α by cross-validation moved
                       "give a number (the default is 0.1)")
 
 
-MAX_KINDS = 8  # learning.kinds: N (auto tries 1 to guard.kinds.MAX_KINDS)
+MAX_KINDS = 8  # learning.kinds: N (auto tries 1 to guard.mixture.MAX_KINDS)
 
 
 class LearningSettings(_Strict):

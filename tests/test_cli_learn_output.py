@@ -30,7 +30,7 @@ def test_the_default_is_a_few_lines(toy_traces: Path, toy_spec_path: Path, tmp_p
     assert outcome is not None and outcome.initial_runs_factor is not None and not outcome.initial_satisfied
     needed = math.ceil(outcome.initial_runs_factor * 5)
     assert (f"a run's risk from its start is within ±{outcome.initial_bound:.3g} (PAC, outcome bound, 95% "
-            f"confidence); ε needs about") in text and f"{needed:,} instead of 5." in text
+            f"confidence); ε needs about") in text and f"{needed:,} instead of 5 (met in ≥ 95% of learnings)." in text
     # thin: every state the PAC report covers, the fewest visits first
     fewest = min(model.pac.states, key=lambda s: (s.visits, s.state))
     assert f"Thin: {len(model.pac.states)} of {len(model.pac.states)} states seen fewer than 20 times" in text

@@ -240,12 +240,13 @@ def test_learn_and_states_name_the_flagged_states(tmp_path: Path, forewarn_here:
 
 def test_large_chains_bound_the_spread_from_above(monkeypatch: pytest.MonkeyPatch) -> None:
     import forewarn.guard.markov as markov
+    import forewarn.guard.pac._spread as spread
 
     model = _two_kinds_model(400)
     values = model.properties[0].outcome.values
     states = np.flatnonzero(~model.dtmc.absorbing)
     exact, beta = markov.chain_spread(model.dtmc, values, states)
-    monkeypatch.setattr(markov, "DENSE_STATES", 0)  # as for a chain past the dense limit
+    monkeypatch.setattr(spread, "DENSE_STATES", 0)  # as for a chain past the dense limit
     bound, beta_again = markov.chain_spread(model.dtmc, values, states)
     assert np.all(bound >= exact - 1e-12) and np.allclose(beta, beta_again)
     assert np.all(np.isfinite(bound)) and np.all(exact > 0)

@@ -1,6 +1,6 @@
 """Direct outcome intervals (guard/outcomes.py): first-visit counting on hand-made runs, exact
-Clopper–Pearson values against Fraction binomial tails, the intersection with the chain's
-interval, the model file, decisions, products with monitors and memory."""
+Clopper–Pearson values against Fraction binomial tails, the runs' interval where runs visited (the
+chain's elsewhere), the model file, decisions, products with monitors and memory."""
 from __future__ import annotations
 
 import math
@@ -18,7 +18,7 @@ from _support import AB, NONE, TOY_SPEC, A, B, toy_run, toy_state
 from forewarn.guard import Guard
 from forewarn.guard.intervals import IntervalMethod, clopper_pearson
 from forewarn.guard.model import CheckedProperty, GuardModel, _checksum
-from forewarn.guard.outcomes import OutcomeCounts, direct_intervals, first_visit_counts, intersect
+from forewarn.guard.outcomes import OutcomeCounts, assumption_free, direct_intervals, first_visit_counts
 from forewarn.guard.pipeline import learn_model, with_intervals
 from forewarn.guard.predicates import PredicateSet
 from forewarn.guard.shrinkage import label_test, summarize_paths
@@ -77,13 +77,15 @@ def test_direct_intervals_are_clopper_pearson_and_vacuous_where_unvisited() -> N
     _assert_clopper_pearson(float(low[3]), float(high[3]), 5, 5, 0.01)
 
 
-def test_intersection_then_widening_to_the_point_values() -> None:
+def test_the_direct_interval_where_runs_visited_then_widening_to_the_point_values() -> None:
     chain = (np.array([0.0, 0.1, 0.6, 0.0]), np.array([1.0, 0.5, 0.9, 0.2]))
     direct = (np.array([0.2, 0.3, 0.1, 0.4]), np.array([0.4, 0.9, 0.5, 0.6]))
     point = np.array([0.3, 0.35, 0.55, 0.1])
-    low, high = intersect(chain, direct, [point])
-    assert low.tolist() == [0.2, 0.3, 0.55, 0.1]  # state 2: [0.6, 0.5] is empty; the point value stays
-    assert high.tolist() == [0.4, 0.5, 0.55, 0.2]  # state 3: [0.4, 0.2] is empty; [0.1, 0.2] holds the point
+    visited = np.array([True, True, True, False])
+    low, high = assumption_free(chain, direct, visited, [point])
+    # visited: the runs' interval, however the chain's lies (state 2's chain interval misses it entirely)
+    assert low.tolist() == [0.2, 0.3, 0.1, 0.0]
+    assert high.tolist() == [0.4, 0.9, 0.55, 0.2]  # state 2 widened to its point; state 3 unvisited: the chain's
     assert np.all(low <= point) and np.all(point <= high)
 
 
@@ -97,7 +99,7 @@ def learned(tmp_path: Path) -> GuardModel:
     return learn_model([traces], parse_spec(TOY_SPEC))
 
 
-def test_a_learned_model_intersects_the_chain_interval_with_the_runs_outcomes(learned: GuardModel) -> None:
+def test_a_learned_model_takes_the_runs_outcome_interval_where_runs_visited(learned: GuardModel) -> None:
     report = learned.intervals
     assert report is not None and report.construction == "clopper_pearson+outcomes"
     # runs through NONE: all 20, 8 reach AB (r1, r4); A: r1, r3, r4 → 8 of 12; B: r2, r4, r5 → 4 of 12
@@ -116,9 +118,8 @@ def test_a_learned_model_intersects_the_chain_interval_with_the_runs_outcomes(le
         low, high = clopper_pearson(np.array([k]), np.array([n]), 0.05 / 6)
         _assert_clopper_pearson(float(low[0]), float(high[0]), k, n, 0.05 / 6)
         value = prop.outcome.values[s]
-        assert prop.ci_low[s] == min(max(chain.ci_low[s], low[0]), value)
-        assert prop.ci_high[s] == max(min(chain.ci_high[s], high[0]), value)
-        assert prop.ci_high[s] - prop.ci_low[s] <= chain.ci_high[s] - chain.ci_low[s]
+        assert prop.ci_low[s] == min(low[0], value)
+        assert prop.ci_high[s] == max(high[0], value)
     s = index[NONE]  # here the runs say more than the chain: strictly narrower
     assert prop.ci_high[s] - prop.ci_low[s] < chain.ci_high[s] - chain.ci_low[s]
 
@@ -142,7 +143,7 @@ def test_model_file_round_trip_and_files_without_outcomes(learned: GuardModel, t
     assert old.to_document()["intervals"]["method"] == "clopper_pearson"
 
 
-def test_decisions_carry_the_intersected_interval(learned: GuardModel) -> None:
+def test_decisions_carry_the_stored_interval(learned: GuardModel) -> None:
     decision = Guard(learned).decide(toy_state(NONE))
     s = learned.dtmc.index()[NONE]
     prop = learned.properties[0]
@@ -225,7 +226,7 @@ def test_memory_states_get_their_own_outcome_counts(tmp_path: Path) -> None:
     assert (decision.ci_low, decision.ci_high) == (prop.ci_low[s], prop.ci_high[s])
 
 
-# -- coverage: the intersection keeps 1 − δ and is narrower ---------------------------------
+# -- coverage: the runs' interval keeps 1 − δ and is narrower ---------------------------------
 
 
 def test_outcome_intervals_keep_coverage_on_the_rare_chain_and_narrow_it() -> None:

@@ -108,13 +108,13 @@ def pac_lines(model: GuardModel) -> list[str]:
         return lines + ["PAC, tighter bound: not in this model file (written by an older Forewarn); re-learn."]
     confidence = f"{1 - pac.delta:.0%}"
 
-    def verdict(bound: float, factor: float | None, limiting: list[int]) -> str:
+    def verdict(bound: float, factor: float | None, limiting: list[int], sure: bool = False) -> str:
         if bound <= pac.epsilon:
             return f"±{bound:.3g}: met (ε = {pac.epsilon})"
         if factor is None:
             return f"±{bound:.3g}; no forecast of the runs that would meet ε = {pac.epsilon}"
         through = ", ".join(f"{i} ({pac_words(model, i)}, {_visits(model, i)} visits)" for i in limiting[:3])
-        return f"±{bound:.3g}; ε = {pac.epsilon} needs {_more_runs(factor, runs)}" + \
+        return f"±{bound:.3g}; ε = {pac.epsilon} needs {_more_runs(factor, runs)}{_how_sure(pac.delta, sure)}" + \
             (f", most of all through state {through}" if through else "")
 
     lines += [
@@ -145,8 +145,15 @@ def pac_lines(model: GuardModel) -> list[str]:
         return lines + ["PAC, outcome bound: not computed (it needs the runs, not only their counts)."]
     return lines + [
         f"PAC, outcome bound ({confidence} confidence, from what the runs visiting each state went on to do): "
-        f"from the first state {verdict(outcome.initial_bound, outcome.initial_runs_factor, outcome.initial_limiting)}; "
-        f"every state {verdict(outcome.worst_bound, outcome.runs_factor, outcome.limiting)}."]
+        f"from the first state "
+        f"{verdict(outcome.initial_bound, outcome.initial_runs_factor, outcome.initial_limiting, True)}; "
+        f"every state {verdict(outcome.worst_bound, outcome.runs_factor, outcome.limiting, True)}."]
+
+
+def _how_sure(delta: float, sure: bool) -> str:
+    """What a runs forecast promises: the outcome bound's is met in ≥ 1 − δ of learnings (guard/pac/outcome.py);
+    the others' is what a typical learning needs, not a guarantee."""
+    return f" (met in ≥ {1 - delta:.0%} of learnings)" if sure else " (a typical learning's need, not a guarantee)"
 
 
 def _more_runs(factor: float, runs: Any) -> str:
@@ -249,5 +256,5 @@ def enough_runs_line(model: GuardModel) -> str | None:
         return f"Enough runs? Yes for ε = {pac.epsilon}: {where}."
     factor = bound.initial_runs_factor
     forecast = ("no forecast of the runs that would meet it" if factor is None else
-                f"ε needs {_more_runs(factor, runs)}")
+                f"ε needs {_more_runs(factor, runs)}{_how_sure(pac.delta, name == 'outcome')}")
     return f"Enough runs? Not for ε = {pac.epsilon}: {where}; {forecast}."

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ..results import PACReport, StatePAC, TightPAC, TightStatePAC
 from ._solve import solve_nonnegative
+from ._spread import chain_spread
 from .empirical import EMPIRICAL_SHARE, empirical_bound
 from .joint import JOINT_SHARE, JOINT_STATES, joint_bound
 from .outcome import outcome_bound
@@ -25,5 +26,5 @@ from .paper import amplification_factor, pac_report
 from .tight import tight_bound
 
 __all__ = ["EMPIRICAL_SHARE", "JOINT_SHARE", "JOINT_STATES", "StatePAC", "PACReport", "TightStatePAC", "TightPAC",
-           "amplification_factor", "empirical_bound", "joint_bound", "outcome_bound", "pac_report", "solve_nonnegative",
+           "amplification_factor", "chain_spread", "empirical_bound", "joint_bound", "outcome_bound", "pac_report", "solve_nonnegative",
            "tight_bound"]

@@ -17,9 +17,18 @@ the m transient states and the start, with probability ≥ 1 − δ all m + 1 in
 intervals alone, so this holds however x̂ was learned (smoothing, back-off, memory), and nothing is taken
 as given (the other bounds take the departure counts as given). A state no run visited has [0, 1].
 
-The runs factor is a forecast, not a guarantee: at k times the runs the first-visit shares k_s/v_s are
-kept, the distance |x̂_s − k_s/v_s| between two estimates of one number shrinks as 1/√k, and the intervals
-are recomputed at k·v_s visits (a state not yet visited counts one visit at its learned risk).
+The runs factor is the number of runs (a multiple of those learned from) after which the bound is met in
+≥ 1 − δ of learnings, not a median (docs/intervals.md derives it). At c times the runs a state has about
+c·v_s visits (a state not yet visited counts one), and its bound is at most |x̂_s − p̂_s| plus the
+Clopper–Pearson half-width around p̂_s = k_s/v_s. The half-width is largest where the risk is nearest ½:
+it is taken at p*_s, the point of the state's interval nearest ½ (the largest variance the runs cannot
+rule out). The gap |x̂_s − p̂_s| is a difference of two estimates of one number, the chain's the efficient one under
+the Markov assumption, so the chain's estimate is uncorrelated with the difference and
+Var(gap) = Var(p̂_s) − Var(x̂_s) (Hausman): p*(1−p*)/(c·v_s) less σ_s²/c, σ_s the delta-method spread of
+x̂_s (guard/pac/_spread.py). The gap stays below z·√Var(gap) but with probability δ/(m + 1), z the normal
+quantile at 1 − δ/2(m + 1). By a union bound over the m states and the
+start, a learning from c times the runs then meets the bound with probability ≥ 1 − δ (up to the normal
+reading of the gap and the visits' own randomness; tests/test_pac_forecast.py checks it by simulation).
 
 Without the Markov assumption the intervals still hold the *first-visit* risk (the runs are independent),
 so ε̂ then bounds the learned risk's distance to what runs from s really do.
@@ -29,11 +38,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.stats import norm
 
 from ..intervals import clopper_pearson
 from ..learning import LearnedDTMC
 from ..results import TightPAC, TightStatePAC
 from ._solve import smallest_scale, solve_nonnegative, start_weights, system_of
+from ._spread import chain_spread
 
 __all__ = ["outcome_bound", "outcome_widths"]
 
@@ -49,14 +60,20 @@ def outcome_widths(learned: np.ndarray, reached: np.ndarray, visited: np.ndarray
     return width
 
 
-def _forecast(learned: np.ndarray, reached: np.ndarray, visited: np.ndarray, level: float, scale: float
+def _forecast(reached: np.ndarray, visited: np.ndarray, level: float, scale: float, spread: np.ndarray
               ) -> np.ndarray:
-    """ε̂ at ``scale`` times the runs (module docstring): shares kept, their distance to x̂ as 1/√scale."""
-    counted = np.where(visited > 0, visited, 1.0)
-    share = np.where(visited > 0, reached / counted, learned)
-    gap = np.abs(learned - share) / math.sqrt(scale)
-    centre = np.clip(share, 0.0, 1.0)
-    out: np.ndarray = np.clip(gap + outcome_widths(centre, centre * counted * scale, counted * scale, level), 0.0, 1.0)
+    """ε̂ at ``scale`` times the runs that a learning exceeds with probability at most ``level`` per state
+    (module docstring): the half-width and the gap's (1 − level) quantile at the riskiest share p*;
+    ``spread``: σ², the variance of the chain's estimate at today's runs (0 where unknown: a wider gap)."""
+    seen = visited > 0
+    low, high = np.zeros(visited.size), np.ones(visited.size)
+    if seen.any():
+        low[seen], high[seen] = clopper_pearson(reached[seen], visited[seen], level)
+    centre = np.clip(0.5, low, high)  # p*: the variance the runs cannot rule out
+    counted = np.where(seen, visited, 1.0) * scale
+    variance = np.maximum(centre * (1.0 - centre) / np.where(seen, visited, 1.0) - spread, 0.0) / scale
+    gap = float(norm.ppf(1.0 - level / 2)) * np.sqrt(variance)
+    out: np.ndarray = np.clip(gap + outcome_widths(centre, centre * counted, counted, level), 0.0, 1.0)
     return out
 
 
@@ -89,11 +106,15 @@ def outcome_bound(dtmc: LearnedDTMC, first_visits: tuple[np.ndarray, np.ndarray]
     start_args = (np.array([start_risk]), np.array([min(went_wrong, runs)], dtype=float), np.array([runs], dtype=float))
     initial = float(outcome_widths(*start_args, level)[0])
 
+    sigma = chain_spread(dtmc, _full(dtmc, transient, learned), transient)[0]
+    spread = np.where(np.isfinite(sigma), sigma, 0.0) ** 2
+    start_spread = np.array([float(mu**2 @ spread)])  # a lower bound (states' errors correlate positively)
+
     def every(scale: float) -> bool:
-        return float(_forecast(learned, reached, visited, level, scale).max(initial=0.0)) <= epsilon
+        return float(_forecast(reached, visited, level, scale, spread).max(initial=0.0)) <= epsilon
 
     def start(scale: float) -> bool:
-        return float(_forecast(*start_args, level, scale)[0]) <= epsilon
+        return float(_forecast(*start_args[1:], level, scale, start_spread)[0]) <= epsilon
 
     worst = float(bound.max(initial=0.0))
     factor = 1.0 if worst <= epsilon else smallest_scale(every)
@@ -106,3 +127,10 @@ def outcome_bound(dtmc: LearnedDTMC, first_visits: tuple[np.ndarray, np.ndarray]
     # (the start's depends on the number of runs alone: no state limits it)
     order = [int(transient[k]) for k in np.argsort(-bound, kind="stable")[:limiting] if bound[k] > epsilon]
     return TightPAC(worst <= epsilon, worst, factor, order, states, initial, initial <= epsilon, initial_factor, [])
+
+
+def _full(dtmc: LearnedDTMC, transient: np.ndarray, learned: np.ndarray) -> np.ndarray:
+    """Risks per state of ``dtmc``: ``learned`` on the transient states, 1 on unsafe, 0 elsewhere."""
+    out = dtmc.unsafe.astype(float)
+    out[transient] = learned
+    return out

@@ -1,6 +1,6 @@
 """At run time, which kind of run is this? The posterior over kinds given a session's prefix.
 
-A model learned with ``learning.kinds`` (guard/kinds.py) stores, beside the pooled chain, each
+A model learned with ``learning.kinds`` (guard/mixture.py) stores, beside the pooled chain, each
 kind's weight ``w_k``, start probabilities ``π_k``, transition probabilities ``P_k`` (on the
 product's sparsity) and checked values. A session's belief after the prefix ``x_0 … x_t`` is
 
@@ -204,7 +204,7 @@ def _share(own: float, others: list[float]) -> float:
 
 def _extreme(values: Sequence[float], low: list[float], high: list[float], *, largest: bool) -> float:
     """min (max) of ``Σ ω_k·values_k`` over ``low ≤ ω ≤ high``, ``Σ ω = 1`` (the greedy fill of
-    guard/kinds_check.py's ``simplex_extreme``, for one state)."""
+    guard/mixture_check.py's ``simplex_extreme``, for one state)."""
     order = sorted(range(len(values)), key=lambda k: values[k], reverse=largest)
     room = max(1.0 - sum(low), 0.0)
     total = 0.0

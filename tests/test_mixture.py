@@ -1,4 +1,4 @@
-"""learning.kinds: a mixture of chains over latent run kinds (guard/kinds.py, kinds_check.py, kind_posterior.py).
+"""learning.kinds: a mixture of chains over latent run kinds (guard/mixture.py, mixture_check.py, mixture_posterior.py).
 
 Oracles: the single chain (one kind must be it, bit for bit), the known kinds of the two-types
 fixture (bench/_coverage.py), and posteriors computed by hand in Fractions.
@@ -21,10 +21,10 @@ from _coverage import MIXTURES, kinds_coverage, simulate
 from _support import AB, NONE, TOY_SPEC, A, B, toy_run, toy_state
 from forewarn.errors import ModelFileError, SpecError
 from forewarn.guard.intervals import IntervalMethod, clopper_pearson, estimated_entries
-from forewarn.guard.kind_posterior import Belief, KindColumns, KindMixture
-from forewarn.guard.kinds import choose_kinds, fit_mixture, path_table
-from forewarn.guard.kinds_check import doubtful_counts, kind_intervals, simplex_extreme
 from forewarn.guard.learning import END, learn_dtmc
+from forewarn.guard.mixture import choose_kinds, fit_mixture, path_table
+from forewarn.guard.mixture_check import doubtful_counts, kind_intervals, simplex_extreme
+from forewarn.guard.mixture_posterior import Belief, KindColumns, KindMixture
 from forewarn.guard.model import GuardModel
 from forewarn.guard.pipeline import learn_model, model_from_counts, prepare
 from forewarn.guard.predicates import PredicateSet

@@ -1,11 +1,11 @@
-"""``learning.kinds``: fit the mixture of kinds (guard/kinds.py), check each kind with Storm, and store it.
+"""``learning.kinds``: fit the mixture of kinds (guard/mixture.py), check each kind with Storm, and store it.
 
 Each kind is a chain on the pooled chain's states and sparsity, so its product with the monitors
 has the same states as the pooled product; Storm checks every kind's product for every guarded
 property, and, with intervals on, its interval chain (guard/intervals.py, built from the kind's
 weighted counts ``Σ_r γ_rk·c_r``) gives each kind's confidence interval, at ``δ/2K`` each.
 
-A session weighs the kinds by its posterior (guard/kind_posterior.py). A model's per-state values —
+A session weighs the kinds by its posterior (guard/mixture_posterior.py). A model's per-state values —
 what ``forewarn states`` and ``check`` show, and a decision without a session — weigh them by
 ``ω_k(x)``, the share of kind ``k`` among the training runs that visited ``x`` (their
 responsibilities), which estimates ``P(kind k | a run visits x)``: so the stored value estimates the
@@ -29,8 +29,8 @@ import scipy.sparse as sp
 from ..errors import ForewarnError
 from .chain import LearnedDTMC, visits
 from .intervals import IntervalMethod, IntervalReport, clopper_pearson, estimated_entries, hoeffding
-from .kind_posterior import KindColumns, KindMixture
-from .kinds import Mixture, PathTable, choose_kinds, fit_mixture, path_table
+from .mixture import Mixture, PathTable, choose_kinds, fit_mixture, path_table
+from .mixture_posterior import KindColumns, KindMixture
 from .model import CheckedProperty
 from .monitoring import build_product
 from .predicates import PredicateSet
