@@ -17,6 +17,7 @@ from ..replay import Enforcement
 from ..storm import Method
 from ._options import Format, MkdirOption, err, out, print_json
 from ._replay_options import (
+    DiscoverOption,
     EnforcementOption,
     ExtractorOption,
     FormatOption,
@@ -74,6 +75,7 @@ def tune(
     on_mismatch: OnMismatchOption = None,
     on_error: OnErrorOption = None,
     mkdir: MkdirOption = False,
+    discover: DiscoverOption = None,
 ) -> None:
     """Choose a threshold per action (and, under the increase trigger, min_increase) from cross-validation so that
     targets on detection or false alarms hold."""
@@ -98,15 +100,21 @@ def tune(
     report_skipped(summary)
     if not runs:
         raise ForewarnError("no runs to tune on: the trace input is empty")
+    from ..discovery.auto import fold_discovery, wanted
+
     with progress("cross-validation", total=2 * folds) as update:
+        # each fold's thresholds are scored on runs its discovered predicates never saw
+        nested = fold_discovery(parsed, group_by=group_by, seed=seed,
+                                on_progress=lambda text: update(description=text)) if wanted(parsed, discover) else None
         # a fold's learning starts after 2·(fold − 1) parts; its replay after one more
         result = run_evaluate(runs, parsed, [], folds=folds, group_by=group_by, seed=seed, method=method,
                               alpha=alpha, enforcement=mode, trigger=trigger_mode, bundle_by=bundle_by,
-                              min_group_runs=min_group_runs,
+                              min_group_runs=min_group_runs, fold_spec=nested,
                               on_progress=lambda phase, fold: update(completed=2 * fold - 2 + (phase == "replay"),
                                                                      description=f"fold {fold}/{folds}: {phase}"))
     tuned: dict[str, float] = {}
     choices = run_tune(result, parsed, targets, tuned)
+    discovered = [] if nested is None else nested.lines
     min_increase = tuned.get("min_increase")
     members: list[MemberTuning] = []
     unreplayed = 0
@@ -125,6 +133,10 @@ def tune(
                      "training runs in every fold" + (", and --group-by on the bundling key keeps each group out "
                      "of its own fold's training runs" if group_by == bundle_by else "") + "): they keep the pooled "
                      "thresholds")
+    notes.extend(f"discovery, {line}" for line in discovered)
+    if discovered and discover and parsed.discover != "auto":
+        notes.append("each fold's model was learned with what discovery found in its training runs: learn with "
+                     "--discover too, so the model these thresholds go with is learned the same way")
     if bundle_by is None and parsed.guard.member_thresholds is not None:
         notes.append("the spec's guard.member_thresholds are kept as they were (tune with --bundle-by "
                      f"{parsed.guard.member_thresholds.by} to choose them again)")
