@@ -39,8 +39,8 @@ from ..replay import Enforcement, RunReplay
 from ..spec import Action, Spec, parse_spec
 from ..storm import Method
 from ..traces import Run, abstract_run, remembered_abstractions
-from .adapt import plan_folds
 from .actions import action_columns
+from .adapt import plan_folds
 from .candidates import generate
 from .columns import Skipped, build_table
 from .confirm import Configuration, Figures, choose
