@@ -34,7 +34,7 @@ from ._replay_output import ahead_cell, detection_cells, over, pct, progress, re
 if TYPE_CHECKING:
     from ..evaluation.member_tune import MemberTuning, Tally
 
-__all__ = ["register", "tune"]
+__all__ = ["headline", "register", "tune"]
 
 
 def tune(
@@ -128,6 +128,11 @@ def tune(
     if any(p.thresholds is not None for p in parsed.guard.properties):
         notes.append("properties with thresholds of their own keep them; tune sets guard.thresholds")
     own = [m for m in members if m.choices is not None]
+    notes.extend(f"{c.action.value}: every detection is a block at the violating step itself ({mode.value} "
+                 "enforcement looks one step ahead); no violating run is warned before it. To be warned ahead, target "
+                 "warned-ahead=Y, or tune with --enforcement observe"
+                 for c in choices if c.report is not None and c.report.n_unsafe and not c.report.warned_ahead
+                 and c.report.blocked_at_step)
     if unreplayed:
         notes.append(f"{unreplayed} group(s) never had their runs replayed by a model of their own (too few "
                      "training runs in every fold" + (", and --group-by on the bundling key keeps each group out "
@@ -163,6 +168,7 @@ def tune(
                          "over_folds": {k: None if v is None else asdict(v) for k, v in c.over_folds.items()}}
                         for c in choices],
                     "members": None if bundle_by is None else [_member_json(m) for m in members],
+                    "members_with_own_thresholds": None if bundle_by is None else len(own),
                     "with_member_thresholds": None if bundle_by is None else {
                         a.value: t.to_dict() for a, t in totals.items()}})
         return
@@ -187,6 +193,7 @@ def tune(
         if c.report is not None:
             folds_line = (f"; over folds warned ahead {over(c.over_folds.get('warned_ahead_rate'))}, "
                           f"false alarms {over(c.over_folds.get('false_alarm_rate'))}")
+            out.print(headline(c.action.value, c.theta, c.report), highlight=False, markup=False, soft_wrap=True)
         out.print(f"{c.action.value}: {aim}{folds_line}", highlight=False)
     if bundle_by is not None:
         _print_members(members, choices, totals, bundle_by, min_group_runs)
@@ -196,6 +203,15 @@ def tune(
         err.print(f"wrote {output}" + ("" if bundle_by is None else _members_line(members, bundle_by)), highlight=False)
     else:
         err.print("pass -o SPEC_OUT to write a copy of the spec with these thresholds", highlight=False)
+
+
+def headline(action: str, theta: float | None, t: Any) -> str:
+    """What an action's θ did on the held-out runs, warned ahead apart from blocked at the step (as `evaluate`
+    reports them): issue 38, a headline "100 % detected, 0 false alarms" where nothing was warned ahead."""
+    return (f"{action} at θ {theta:g}: warned ahead {t.warned_ahead} of {t.n_unsafe} violating runs "
+            f"({pct(t.warned_ahead_rate)}) before the violating step, blocked at the step {t.blocked_at_step} "
+            f"({pct(t.blocked_at_step_rate)}); false alarms {t.false_alarms} of {t.n_safe} safe runs "
+            f"({pct(t.false_alarm_rate)})")
 
 
 def _members_line(members: list[MemberTuning], bundle_by: str) -> str:
