@@ -3,6 +3,7 @@ with runs it cannot learn from, and ``forewarn init``."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -250,3 +251,22 @@ def test_init_bad_input_is_one_line(tmp_path: Path, forewarn_here: CLI) -> None:
         assert result.returncode == 2, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
         assert not (tmp_path / "out.yaml").exists()
+
+
+# -- progress off a terminal -------------------------------------------------------------------------
+
+def test_nested_discovery_prints_progress_off_a_terminal(tmp_path: Path, spec_file: Path, forewarn_here: CLI,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FOREWARN_PROGRESS_SECONDS", "0.02")
+    traces = write_jsonl(tmp_path / "runs.jsonl", synthetic_runs(160, 2))
+    learned = forewarn_here("learn", traces, "-s", spec_file, "-o", tmp_path / "m.json", "--discover",
+                            "--group-by", "meta.task", "--method", "topological", "--format", "json")
+    assert learned.returncode == 0, learned.stderr
+    assert isinstance(learned.json(), dict)  # stdout stays clean
+    assert re.search(r"^discovering: confirming with the real learner .+ elapsed", learned.stderr, re.M), \
+        learned.stderr
+    evaluated = forewarn_here("evaluate", traces, "-s", spec_file, "--discover", "--group-by", "meta.task",
+                              "--folds", "3", "--method", "topological", "--format", "json")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert re.search(r"^cross-validation: fold \d: discovering: .+ elapsed", evaluated.stderr, re.M), \
+        evaluated.stderr
