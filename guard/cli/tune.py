@@ -138,7 +138,7 @@ def tune(
                      "training runs in every fold" + (", and --group-by on the bundling key keeps each group out "
                      "of its own fold's training runs" if group_by == bundle_by else "") + "): they keep the pooled "
                      "thresholds")
-    notes.extend(f"discovery, {line}" for line in discovered)
+    notes.extend(discovered)
     if discovered and discover and parsed.discover != "auto":
         notes.append("each fold's model was learned with what discovery found in its training runs: learn with "
                      "--discover too, so the model these thresholds go with is learned the same way")

@@ -270,3 +270,18 @@ def test_nested_discovery_prints_progress_off_a_terminal(tmp_path: Path, spec_fi
     assert evaluated.returncode == 0, evaluated.stderr
     assert re.search(r"^cross-validation: fold \d: discovering: .+ elapsed", evaluated.stderr, re.M), \
         evaluated.stderr
+
+
+def test_tune_discover_says_what_each_fold_found(tmp_path: Path, spec_file: Path, forewarn_here: CLI) -> None:
+    traces = write_jsonl(tmp_path / "runs.jsonl", synthetic_runs(150, 8))
+    result = forewarn_here("tune", traces, "-s", spec_file, "--target", "false-alarms=0.2", "--discover",
+                           "--group-by", "meta.task", "--folds", "3", "--method", "topological",
+                           "--enforcement", "observe", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = result.json()
+    assert isinstance(report, dict)
+    lines = [n for n in report["notes"] if n.startswith("fold ")]
+    assert len(lines) == 3, report["notes"]
+    assert all(re.match(r"fold \d: discovery over \d+ runs \(\d+ violate\)", line) for line in lines), lines
+    assert any("state.hidden.mode" in line or "hidden_mode" in line for line in lines), lines
+    assert any(n.startswith("each fold's model was learned with what discovery found") for n in report["notes"])
