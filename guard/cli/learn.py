@@ -139,19 +139,24 @@ def learn(
         runs: Iterable[Run] = read_input([Path(t) for t in traces], reader, period=period, summary=read,
                                          extractor=extractor, on_error=policy,
                                          on_mismatch=mismatch_policy(on_mismatch))
+        said = None
         if discovering:
             runs = list(runs)
-            parsed = _discovered(runs, parsed, group_by)
+            parsed, said = _discovered(runs, parsed, group_by)
         learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs,
                               {**options, "on_error": policy}, logs=runs)
+        if said is not None:  # the model file says what discovery did to the spec it carries
+            for model in [learned.pooled, *learned.members.values()] if isinstance(learned, GuardBundle) \
+                    else [learned]:
+                model.provenance["discovery"] = said
     else:
         learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs, options)
     _write_learned(learned, output, format, signing_key, read, verbose)
 
 
-def _discovered(runs: list[Run], spec: Any, group_by: str | None) -> Any:
+def _discovered(runs: list[Run], spec: Any, group_by: str | None) -> tuple[Any, str]:
     """The spec extended with what discovery finds in ``runs`` (grouped as the bundle is, when one is learned),
-    said in one line on stderr."""
+    and the line saying what it did (printed on stderr)."""
     from ..discovery.auto import discover_for_learning
 
     with progress("discovering") as update:
@@ -159,7 +164,7 @@ def _discovered(runs: list[Run], spec: Any, group_by: str | None) -> Any:
                                        on_progress=lambda text: update(description=text, completed=0, total=None),
                                        on_count=lambda done, total: update(completed=done, total=total))
     err.print(result.line(), highlight=False, markup=False, soft_wrap=True)
-    return result.spec
+    return result.spec, result.line()
 
 
 def _learn_on_spark(traces: list[str], spec: Any, master: str | None, group_by: str | None, min_group_runs: int,
@@ -438,6 +443,8 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         "method": o.method.value,
         "initial_risk": round(float(initial_risk), 6),
         "initial_interval": _initial_interval(model),
+        # what discover: auto / --discover did, when it ran
+        **({"discovery": model.provenance["discovery"]} if "discovery" in model.provenance else {}),
         "learn_seconds": model.provenance["learn_seconds"],
         "check_seconds": model.provenance.get("check_seconds", round(o.seconds, 6)),
         "pac_satisfied": pac.satisfied,

@@ -169,6 +169,9 @@ def test_learn_discovers_when_the_spec_or_the_flag_asks(tmp_path: Path, spec_fil
         assert ("discovery over 240 runs (" in result.stderr) is discovered
         if discovered:
             assert "state.hidden.mode" in " ".join(d.cel or "" for d in learned.spec.predicates.values())
+            assert str(learned.provenance["discovery"]).startswith("discovery over 240 runs (")
+        else:
+            assert "discovery" not in learned.provenance
 
 
 def test_learn_on_one_sided_runs_learns_the_spec_as_written(tmp_path: Path, spec_file: Path,
