@@ -119,13 +119,21 @@ def learn(
     from ..discovery.auto import wanted
 
     discovering = wanted(parsed, discover)
-    if discovering and engine is Engine.spark:
+    remote = [t for t in traces if "://" in t]
+    if discovering and engine is Engine.spark and remote:
+        # discovery reads every run in this process: a Hadoop URI is Spark's to read
         if discover:
-            raise UsageError("--discover runs in this process, not with --engine spark: run `forewarn discover` "
-                             "first and learn the spec it writes")
-        warn("the spec's discover: auto is not run with --engine spark: learning with the spec as written "
-             "(run `forewarn discover` first)")
+            raise UsageError(f"--discover reads the runs in this process, and {remote[0]} is for Spark to read: run "
+                             "`forewarn discover` on a local copy first and learn the spec it writes")
+        warn(f"the spec's discover: auto is not run on {remote[0]} (Spark's to read): learning with the spec as "
+             "written (run `forewarn discover` on a local copy first)")
         discovering = False
+    said = None
+    if discovering and engine is Engine.spark:  # discovery here from the local files, the counting on Spark
+        from ..ingest import read_input
+
+        parsed, said = _discovered(list(read_input([Path(t) for t in traces], "jsonl", period=period,
+                                                   on_error=error_policy(on_error) or "stop")), parsed, group_by)
     read = IngestSummary()
     options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period,
                    on_error=error_policy(on_error) or "stop", summary=read)
@@ -139,18 +147,16 @@ def learn(
         runs: Iterable[Run] = read_input([Path(t) for t in traces], reader, period=period, summary=read,
                                          extractor=extractor, on_error=policy,
                                          on_mismatch=mismatch_policy(on_mismatch))
-        said = None
         if discovering:
             runs = list(runs)
             parsed, said = _discovered(runs, parsed, group_by)
         learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs,
                               {**options, "on_error": policy}, logs=runs)
-        if said is not None:  # the model file says what discovery did to the spec it carries
-            for model in [learned.pooled, *learned.members.values()] if isinstance(learned, GuardBundle) \
-                    else [learned]:
-                model.provenance["discovery"] = said
     else:
         learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs, options)
+    if said is not None:  # the model file says what discovery did to the spec it carries
+        for model in [learned.pooled, *learned.members.values()] if isinstance(learned, GuardBundle) else [learned]:
+            model.provenance["discovery"] = said
     _write_learned(learned, output, format, signing_key, read, verbose)
 
 
