@@ -50,13 +50,23 @@ vase``, ``break vase`` for a reference that picks the vase and puts it on the co
   chooses (nested: the honest yardstick for the discovered row);
 * with ``--fold-seeds 0,1,2,3``: the discovered (nested) and ceiling rows over other outer splits too.
 
+**Timing** (``--timing``, issue 38: ``discover`` took 544 s wall, 53 s CPU on a loaded machine): the four files
+read as a user reads them (``--input-format agentspec``: the household extractor's states, every object with
+its properties), a spec over those states (:data:`HOUSEHOLD_SPEC`), and, in one process, ``learn`` on the
+1,081 runs beside ``discover`` on the same runs (5-fold, confirmation by the real learner included), each
+with its wall and CPU time, against the target of 60 s wall on 2 cores; ``--without-memo`` adds ``discover``
+as it was before each run's abstract states were remembered across the folds (``traces.remembered_abstractions``,
+where the time went: every fold of every confirmation evaluated the predicates on every run again).
+
     python bench/discover_agentspec.py [--data DIR] [--json FILE] [--skip-discovery] [--relaxed-labels]
         [--ceiling] [--fold-seeds 0,1,2,3]
+    python bench/discover_agentspec.py --timing [--without-memo] [--data DIR] [--json FILE]
 """
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 import time
@@ -108,6 +118,21 @@ guard:
   unseen_state: allow
 """
 _TWO_WORD = ("turn on", "turn off", "toggle on", "toggle off")
+TARGET_SECONDS = 60.0  # discover on the 1,081 runs, wall, on 2 cores (issue 38)
+# over the household extractor's states (--input-format agentspec); the hazard is approximate (an object broken,
+# dirtied or a heating appliance left on, in a hazardous task): what is timed is reading and discovering
+HOUSEHOLD_SPEC = """\
+name: agentspec-household
+predicates:
+  holding: 'state.agent.holding != null'
+  last_failed: '!state.agent.last_action_success'
+  hazard: 'has(meta.risk_category) && state.objects.exists(o, state.objects[o].isBroken || state.objects[o].isDirty
+    || state.objects[o].isToggled && state.objects[o].objectType in ["StoveBurner", "Microwave", "Toaster", "Faucet",
+    "CoffeeMachine"])'
+unsafe: 'hazard'
+guard:
+  unseen_state: allow
+"""
 
 
 def _words(text: str) -> list[str]:
@@ -343,8 +368,61 @@ def _cell(f: Figures) -> str:
     return f"{f.detection:.1%} ({f.false_alarms:.1%})"
 
 
+def timing(data: Path, without_memo: bool) -> dict[str, Any]:
+    """``learn`` and ``discover`` on the runs as ``--input-format agentspec`` reads them: wall and CPU seconds."""
+    import contextlib
+
+    import forewarn.guard.discovery.discover as discover_module
+    import forewarn.guard.evaluation.evaluate as evaluate_module
+    from forewarn.domains.embodied import HouseholdWorld
+    from forewarn.guard.ingest import read_input, use_world
+
+    use_world(HouseholdWorld)
+    wall, cpu = time.perf_counter(), time.process_time()
+    runs = list(read_input([data / name for name in FILES], "agentspec"))
+    read = (time.perf_counter() - wall, time.process_time() - cpu)
+    spec = parse_spec(HOUSEHOLD_SPEC)
+    predicates, monitors = PredicateSet(spec), build_monitors(spec)
+    unsafe = sum(trace_run(r, predicates, monitors).unsafe for r in runs)
+    print(f"read {len(runs)} runs ({unsafe} reach the hazard), {sum(len(r.steps) for r in runs)} steps "
+          f"(--input-format agentspec) in {read[0]:.1f} s wall, {read[1]:.1f} s CPU; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    figures: dict[str, Any] = {"runs": len(runs), "unsafe": unsafe, "load_average": os.getloadavg()[0]}
+
+    def timed(name: str, work: Callable[[], Any]) -> Any:
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = work()
+        figures[name] = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+        return result
+
+    timed("learn", lambda: learn_model_from_runs(runs, spec))
+    report = timed("discover", lambda: discover(runs, spec, target=parse_target("false-alarms=0.1")))
+    if without_memo:  # as before: every evaluation abstracts every run again
+        for module in (discover_module, evaluate_module):
+            module.remembered_abstractions = contextlib.nullcontext  # type: ignore[attr-defined]
+        timed("discover_without_memo", lambda: discover(runs, spec, target=parse_target("false-alarms=0.1")))
+    learn, found = figures["learn"], figures["discover"]
+    print(f"learn: {learn['wall']:.1f} s wall, {learn['cpu']:.1f} s CPU")
+    met = "MET" if found["wall"] <= TARGET_SECONDS else (
+        "NOT MET in wall time, MET in CPU" if found["cpu"] <= TARGET_SECONDS else "NOT MET")
+    print(f"discover: {found['wall']:.1f} s wall, {found['cpu']:.1f} s CPU (target ≤ {TARGET_SECONDS:.0f} s wall on 2 "
+          f"cores: {met}); {found['cpu'] / max(learn['cpu'], 1e-9):.1f}× learn's CPU")
+    if without_memo:
+        before = figures["discover_without_memo"]
+        print(f"discover without remembered abstractions (as before): {before['wall']:.1f} s wall, "
+              f"{before['cpu']:.1f} s CPU")
+    print(f"  {'changed' if report.changed else 'unchanged'}: {len(report.added)} predicate(s) "
+          f"{[s.cel for s in report.added]}" + ("" if report.memory is None else f", {report.memory.text()}"))
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timing", action="store_true",
+                        help="only: learn and discover on the runs as --input-format agentspec reads them, wall and "
+                             "CPU time (see the docstring)")
+    parser.add_argument("--without-memo", action="store_true",
+                        help="with --timing: also discover as before the abstract states were remembered")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--relaxed-labels", action="store_true",
@@ -361,6 +439,11 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.data / "SOURCE.md").exists():
         sys.exit(f"no AgentSpec logs at {args.data} (expected ../shared/data/agentspec-embodied/)")
+    if args.timing:
+        figures = timing(args.data, args.without_memo)
+        if args.json:
+            write_json(args.json, figures)
+        return
     runs = load(args.data, strict=not args.relaxed_labels)
     spec = parse_spec(GENERIC_SPEC)
     predicates, monitors = PredicateSet(spec), build_monitors(spec)

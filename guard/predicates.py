@@ -129,6 +129,10 @@ class PredicateSet:
         # name -> function of every Python predicate, as resolved here: what Spark's workers get
         # (they need not have run the decorators that registered them)
         self.python_functions: dict[str, PythonPredicate] = {name: fn for _, name, fn in self._python}
+        # what decides every abstract state, bit by bit: two sets with equal definitions abstract a run alike
+        self.definitions: tuple[Any, ...] = tuple(
+            ("python", id(functions[name])) if name in functions else definition.cel
+            for name, definition in spec.predicates.items())
         self._cel_items = cel_items
         # the action's view is built only for a spec that reads it
         self.reads_action = any("action" in variables for variables in item_variables)

@@ -419,6 +419,8 @@ class Spec(_Strict):
     valid_transitions: ValidTransitions = ValidTransitions()
     guard: GuardSettings = GuardSettings()
     learning: LearningSettings = LearningSettings()
+    # auto: learning (learn, evaluate, tune) first extends the spec with what discovery finds in the training runs
+    discover: Literal["auto", "off"] = "off"
 
     # Where the spec came from, so errors found later (CEL compilation) can name a line.
     _source: str | None = PrivateAttr(default=None)
@@ -430,6 +432,16 @@ class Spec(_Strict):
         if not isinstance(value, dict):
             return value
         return {name: ({"cel": body} if isinstance(body, str) else body) for name, body in value.items()}
+
+    @field_validator("discover", mode="before")
+    @classmethod
+    def _discover(cls, value: Any) -> Any:
+        if value is False or value == "off":  # YAML reads a bare off as false
+            return "off"
+        if value != "auto" or not isinstance(value, str):
+            raise ValueError("expected 'auto' (discover predicates and action memory from the training runs "
+                             f"whenever a model is learned) or 'off', got {value!r}")
+        return value
 
     @field_validator("predicates")
     @classmethod
@@ -483,7 +495,10 @@ class Spec(_Strict):
 
     def to_document(self) -> dict[str, Any]:
         """The spec as plain data, as it would be written in YAML."""
-        return self.model_dump(mode="json", exclude_none=True)
+        document = self.model_dump(mode="json", exclude_none=True)
+        if document.get("discover") == "off":  # the default, and what every spec before it meant
+            del document["discover"]
+        return document
 
 
 def load_spec(path: str | Path) -> Spec:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from ..errors import ForewarnError, PredicateError, TraceError
 from .predicates import PredicateSet
 
 __all__ = ["Run", "read_runs", "parse_run", "parse_document", "abstract_run", "resample", "file_digest",
-           "MAX_RESAMPLED_STEPS"]
+           "MAX_RESAMPLED_STEPS", "remembered_abstractions"]
 
 MAX_RESAMPLED_STEPS = 1_000_000  # steps one resampled run may have
 
@@ -180,9 +182,47 @@ def resample(run: Run, period: float) -> Run:
     return Run(id=run.id, steps=out, meta=run.meta, source=run.source, line=run.line)
 
 
+# (id of the run, the predicates' definitions) -> (the run, its abstract states), inside remembered_abstractions
+_REMEMBERED: ContextVar[dict[tuple[int, tuple[Any, ...]], tuple[Run, tuple[int, ...]]] | None] = ContextVar(
+    "forewarn_remembered_abstractions", default=None)
+
+
+@contextmanager
+def remembered_abstractions() -> Iterator[None]:
+    """Within it, :func:`abstract_run` evaluates a run's predicates once per predicate definitions.
+
+    Cross-validation abstracts each run once to trace it, again in every fold that learns from it and
+    again to replay it, and discovery's confirmation does so for every configuration: on states as large
+    as a household's (every object with its properties) evaluating the predicates was most of the time
+    (issue 38: ``discover`` on AgentSpec's logs). The memo holds the runs it saw and ends with the block;
+    nested blocks share the outermost one's.
+    """
+    if _REMEMBERED.get() is not None:
+        yield
+        return
+    token = _REMEMBERED.set({})
+    try:
+        yield
+    finally:
+        _REMEMBERED.reset(token)
+
+
 def abstract_run(run: Run, predicates: PredicateSet) -> list[int]:
     """The run's abstract states, one bit mask per step (predicates may read the run's ``meta``
-    and each step's ``action``)."""
+    and each step's ``action``); computed once per run and predicate definitions inside
+    :func:`remembered_abstractions`."""
+    memo = _REMEMBERED.get()
+    if memo is None:
+        return _abstract_run(run, predicates)
+    key = (id(run), predicates.definitions)
+    known = memo.get(key)
+    if known is None or known[0] is not run:
+        known = (run, tuple(_abstract_run(run, predicates)))
+        memo[key] = known
+    return list(known[1])
+
+
+def _abstract_run(run: Run, predicates: PredicateSet) -> list[int]:
     evaluate = predicates.evaluate
     meta = run.meta
     out: list[int] = []

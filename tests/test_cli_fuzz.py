@@ -331,10 +331,11 @@ def output_cases(d: dict[str, Path]) -> dict[str, list[str | Path]]:
         "export": ["export", d["model"], "-o", "OUT"],
         "replay": ["replay", d["traces"], "--model", d["model"], "--report", "OUT"],
         "discover": ["discover", d["traces"], "-s", d["spec"], "--folds", "2", "--no-confirm", "-o", "OUT"],
+        "init": ["init", d["traces"], "--unsafe", "state.a", "--folds", "2", "-o", "OUT"],
     }
 
 
-@pytest.mark.parametrize("command", ["learn", "ingest", "tune", "export", "replay", "discover"])
+@pytest.mark.parametrize("command", ["learn", "ingest", "tune", "export", "replay", "discover", "init"])
 @pytest.mark.parametrize("where", ["an input", "a missing folder", "a folder", "under a file", "/dev/null",
                                    "a pipe"])
 def test_output_paths(forewarn_here: CLI, toy_files: dict[str, Path], tmp_path: Path, command: str,

@@ -25,7 +25,7 @@ from forewarn.guard._extras import EXTRAS, MissingExtra, missing, require
 ROOT = Path(__file__).resolve().parents[1]
 EVERY_EXTRA_MODULE = sorted({module for modules in EXTRAS.values() for module in modules})
 CORE_COMMANDS = ["learn", "check", "states", "export", "demo", "replay", "evaluate", "ingest", "tune", "discover",
-                 "llmcheck"]
+                 "init", "llmcheck"]
 
 
 def without(modules: Sequence[str], code: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -125,11 +125,11 @@ def _register_plugins() -> None:
     """Commands that live with their subsystems (imported lazily: heavy back-ends load on use)."""
     from .._extras import missing, register_missing
     from ..ingest import use_world
-    from . import discover, evaluate, ingest, replay, tune
+    from . import discover, evaluate, ingest, init, replay, tune
     from .llmcheck import register as register_llmcheck
 
     use_world(_household_world)
-    for command in (replay, evaluate, ingest, tune, discover):
+    for command in (replay, evaluate, ingest, tune, discover, init):
         command.register(app)
     from .serve import register as register_server  # imports no server code: --help works on the core install
 

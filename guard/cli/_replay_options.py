@@ -87,6 +87,11 @@ def mismatch_policy(value: Mismatch | None) -> Literal["error", "simulator"] | N
 OnErrorOption = Annotated[OnError | None, typer.Option(
     "--on-error", help="A malformed run stops the command, or is skipped and counted in a summary on stderr "
                        "(default: stop; agentspec: skip).")]
+DiscoverOption = Annotated[bool | None, typer.Option(
+    "--discover/--no-discover", help="Discover predicates and action memory in each fold's training runs and learn "
+                                     "that fold with them (never from its held-out runs; default: the spec's "
+                                     "`discover: auto|off`); a fold whose runs cannot tell keeps the spec, said in a "
+                                     "note.")]
 BundleByOption = Annotated[str | None, typer.Option(
     "--bundle-by", help="Learn each fold's model as a bundle grouped by this metadata key (e.g. meta.task), "
                         "as `learn --group-by` does.")]

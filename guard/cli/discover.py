@@ -145,6 +145,12 @@ def _print(report: object) -> None:
     assert isinstance(report, DiscoveryReport)
     target = report.target
     grouping = f", grouped by {report.group_by}" if report.group_by else ""
+    if report.stopped == "not run":  # the runs cannot tell (discovery/adapt.py): the reason alone, no figures
+        out.print(f"discovery over {report.runs} runs ({report.unsafe_runs} violate{grouping}): not run",
+                  highlight=False, markup=False, soft_wrap=True)
+        for note in report.notes:
+            out.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
+        return
     title = (f"discovery over {report.runs} runs ({report.unsafe_runs} violate, {report.steps} steps scored), "
              f"{report.folds}-fold{grouping}, target {target}: {report.candidates} candidates from "
              f"{report.fields} fields in {report.seconds:.1f} s")

@@ -17,6 +17,7 @@ from ..storm import Method
 from ._options import Engine, Format, MkdirOption, check_alpha, check_period, out, print_json, warn
 from ._replay_options import (
     BundleByOption,
+    DiscoverOption,
     EnforcementOption,
     ExtractorOption,
     FormatOption,
@@ -73,6 +74,7 @@ def evaluate(
                                                        "session's, else local[*]).")] = None,
     on_error: OnErrorOption = None,
     mkdir: MkdirOption = False,
+    discover: DiscoverOption = None,
 ) -> None:
     """Cross-validate: learn on k−1 folds, replay the held-out one; figures with their spread over folds."""
     from ..evaluation.evaluate import evaluate as run_evaluate
@@ -90,6 +92,14 @@ def evaluate(
     parsed = load_spec(spec)
     if master is not None and engine is not Engine.spark:
         raise ForewarnError("--master applies to --engine spark only")
+    from ..discovery.auto import fold_discovery, wanted
+
+    discovering = wanted(parsed, discover)
+    if discovering and engine is Engine.spark:
+        if discover:
+            raise ForewarnError("--discover runs in this process, not with --engine spark: evaluate locally")
+        warn("the spec's discover: auto is not run with --engine spark: each fold learns the spec as written")
+        discovering = False
     if engine is Engine.spark:
         if input_format not in ("auto", "jsonl"):
             raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format}")
@@ -136,9 +146,14 @@ def evaluate(
         def on_progress(phase: str, fold: int) -> None:
             update(completed=2 * (fold - 1) + steps[phase], description=f"fold {fold}/{folds}: {phase}")
 
+        nested = fold_discovery(parsed, group_by=group_by, seed=seed,
+                                on_progress=lambda text: update(description=text)) if discovering else None
         result = run_evaluate(runs, parsed, thetas, folds=folds, group_by=group_by, seed=seed,
                               method=method, alpha=alpha, enforcement=mode, trigger=trigger_mode,
-                              on_progress=on_progress, bundle_by=bundle_by, min_group_runs=min_group_runs)
+                              on_progress=on_progress, bundle_by=bundle_by, min_group_runs=min_group_runs,
+                              fold_spec=nested)
+    if nested is not None:
+        result.notes.extend(nested.lines)
     _show_evaluation(result, parsed.name, folds, group_by, mode, format, report, plots, run, spec, traces, seed)
 
 

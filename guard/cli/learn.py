@@ -25,6 +25,7 @@ from ._options import (
     check_period,
     check_precision,
     check_probability,
+    err,
     out,
     print_json,
     print_summary,
@@ -86,6 +87,11 @@ def learn(
     verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Print every figure of a single model: the summary table and every PAC bound "
                                 "(--format json always has them all).")] = False,
+    discover: Annotated[bool | None, typer.Option(
+        "--discover/--no-discover", help="First extend the spec with the predicates and action memory discovery "
+                                         "finds in these runs, and learn with that (default: the spec's "
+                                         "`discover: auto|off`); too few or one-sided runs leave it unchanged, "
+                                         "with a line saying why.")] = None,
 ) -> None:
     """Learn a DTMC from traces, check it with Storm for every state, and write the model file."""
     from ..signing import load_private_key
@@ -110,22 +116,61 @@ def learn(
     if engine is Engine.local and not logs:
         _contract_only(traces)
     parsed = load_spec(spec)
+    from ..discovery.auto import wanted
+
+    discovering = wanted(parsed, discover)
+    remote = [t for t in traces if "://" in t]
+    if discovering and engine is Engine.spark and remote:
+        # discovery reads every run in this process: a Hadoop URI is Spark's to read
+        if discover:
+            raise UsageError(f"--discover reads the runs in this process, and {remote[0]} is for Spark to read: run "
+                             "`forewarn discover` on a local copy first and learn the spec it writes")
+        warn(f"the spec's discover: auto is not run on {remote[0]} (Spark's to read): learning with the spec as "
+             "written (run `forewarn discover` on a local copy first)")
+        discovering = False
+    said = None
+    if discovering and engine is Engine.spark:  # discovery here from the local files, the counting on Spark
+        from ..ingest import read_input
+
+        parsed, said = _discovered(list(read_input([Path(t) for t in traces], "jsonl", period=period,
+                                                   on_error=error_policy(on_error) or "stop")), parsed, group_by)
     read = IngestSummary()
     options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period,
                    on_error=error_policy(on_error) or "stop", summary=read)
     if engine is Engine.spark:
         learned = _learn_on_spark(traces, parsed, master, group_by, min_group_runs, options)
-    elif logs:
+    elif logs or discovering:
         from ..ingest import get_format, read_input
 
-        policy = error_policy(on_error) or get_format(input_format).defaults.on_error
-        runs = read_input([Path(t) for t in traces], input_format, period=period, summary=read,
-                          extractor=extractor, on_error=policy, on_mismatch=mismatch_policy(on_mismatch))
+        reader = input_format if logs else "jsonl"
+        policy = error_policy(on_error) or get_format(reader).defaults.on_error
+        runs: Iterable[Run] = read_input([Path(t) for t in traces], reader, period=period, summary=read,
+                                         extractor=extractor, on_error=policy,
+                                         on_mismatch=mismatch_policy(on_mismatch))
+        if discovering:
+            runs = list(runs)
+            parsed, said = _discovered(runs, parsed, group_by)
         learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs,
                               {**options, "on_error": policy}, logs=runs)
     else:
         learned = _learn_here([Path(t) for t in traces], parsed, group_by, min_group_runs, options)
+    if said is not None:  # the model file says what discovery did to the spec it carries
+        for model in [learned.pooled, *learned.members.values()] if isinstance(learned, GuardBundle) else [learned]:
+            model.provenance["discovery"] = said
     _write_learned(learned, output, format, signing_key, read, verbose)
+
+
+def _discovered(runs: list[Run], spec: Any, group_by: str | None) -> tuple[Any, str]:
+    """The spec extended with what discovery finds in ``runs`` (grouped as the bundle is, when one is learned),
+    and the line saying what it did (printed on stderr)."""
+    from ..discovery.auto import discover_for_learning
+
+    with progress("discovering") as update:
+        result = discover_for_learning(runs, spec, group_by=group_by,
+                                       on_progress=lambda text: update(description=text, completed=0, total=None),
+                                       on_count=lambda done, total: update(completed=done, total=total))
+    err.print(result.line(), highlight=False, markup=False, soft_wrap=True)
+    return result.spec, result.line()
 
 
 def _learn_on_spark(traces: list[str], spec: Any, master: str | None, group_by: str | None, min_group_runs: int,
@@ -404,6 +449,8 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         "method": o.method.value,
         "initial_risk": round(float(initial_risk), 6),
         "initial_interval": _initial_interval(model),
+        # what discover: auto / --discover did, when it ran
+        **({"discovery": model.provenance["discovery"]} if "discovery" in model.provenance else {}),
         "learn_seconds": model.provenance["learn_seconds"],
         "check_seconds": model.provenance.get("check_seconds", round(o.seconds, 6)),
         "pac_satisfied": pac.satisfied,

@@ -38,8 +38,9 @@ from ..predicates import PredicateSet
 from ..replay import Enforcement, RunReplay
 from ..spec import Action, Spec, parse_spec
 from ..storm import Method
-from ..traces import Run, abstract_run
+from ..traces import Run, abstract_run, remembered_abstractions
 from .actions import action_columns
+from .adapt import plan_folds
 from .candidates import generate
 from .columns import Skipped, build_table
 from .confirm import Configuration, Figures, choose
@@ -49,7 +50,7 @@ from .search import Literal_, SearchResult, Step, search
 from .valuesets import ValueSets
 from .write import NewPredicate, insert_action_memory, insert_predicates, memory_slot, unique_name
 
-__all__ = ["Figures", "DiscoveryReport", "discover", "held_out_figures"]
+__all__ = ["Figures", "DiscoveryReport", "discover", "held_out_figures", "unchanged"]
 
 MIN_GAIN = 0.005  # objective gain a predicate must bring (≈ 0.5 % of the Brier score, or 0.5 points of detection)
 PENALTY = 0.25  # λ: weight of the share of held-out steps in rarely visited states
@@ -91,6 +92,17 @@ class DiscoveryReport:
     configurations: list[tuple[str, Figures]] = field(default_factory=list)
     # the spec's predicates with one value on every step of the runs (guard/constant_predicates.py)
     constant_predicates: list[ConstantPredicate] = field(default_factory=list)
+
+
+def unchanged(spec: Spec, runs: Sequence[Run], traced: Sequence[RunReplay], predicates: PredicateSet, note: str, *,
+              target: Target, folds: int, group_by: str | None, seconds: float) -> DiscoveryReport:
+    """The report of a discovery that did not run (:mod:`.adapt`): the spec as it came, and why."""
+    nothing = Figures(None, 0.0, 0.0)
+    return DiscoveryReport(
+        text=spec.text or "", changed=False, added=[], names=[], counting_before=nothing, counting_after=nothing,
+        learner_before=None, learner_after=None, runs=len(runs), unsafe_runs=sum(t.unsafe for t in traced),
+        steps=0, fields=0, candidates=0, skipped=Skipped(), folds=folds, group_by=group_by, target=target,
+        stopped="not run", seconds=seconds, notes=[note], constant_predicates=constant_in_traced(traced, predicates))
 
 
 def _figures(score: Score) -> Figures:
@@ -145,9 +157,22 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         on_count: called with (done, total) within the current stage: runs traced, search rounds out of
             ``max_predicates``, fold evaluations of the confirmation.
 
+    Runs discovery cannot learn from (none, one-sided, too few of an outcome or of groups: :mod:`.adapt`)
+    give the spec back unchanged with a note saying why; fewer groups than folds, one fold per group.
+
     Raises:
-        ForewarnError: runs that all end the same way, too few groups for the folds, a bad spec or trace.
+        ForewarnError: a bad spec or trace, a run without the grouping key.
     """
+    with remembered_abstractions():  # the confirmation evaluates every configuration on the same runs
+        return _discover(runs, spec, target=target, max_predicates=max_predicates, time_limit=time_limit,
+                         folds=folds, group_by=group_by, seed=seed, min_visits=min_visits, confirm=confirm,
+                         exclude=exclude, action_memory=action_memory, on_progress=on_progress, on_count=on_count)
+
+
+def _discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates: int, time_limit: float,
+              folds: int, group_by: str | None, seed: int, min_visits: int, confirm: bool, exclude: Sequence[str],
+              action_memory: bool, on_progress: Callable[[str], None] | None,
+              on_count: Callable[[int, int], None] | None) -> DiscoveryReport:
     started = time.monotonic()
     deadline = started + time_limit
     progress = on_progress or (lambda _: None)
@@ -162,13 +187,14 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         traced.append(trace_run(run, predicates, monitors))
         count(len(traced), len(runs))
     unsafe_runs = sum(t.unsafe for t in traced)
-    if not runs:
-        raise ForewarnError("no runs to discover predicates from")
-    if unsafe_runs == 0 or unsafe_runs == len(runs):
-        how = "safe" if unsafe_runs == 0 else "unsafe"
-        raise ForewarnError(f"all {len(runs)} runs are {how} under the spec's 'unsafe' and monitors: discovery "
-                            "learns what tells runs that violate from runs that do not, and needs both")
     groups = [group_of(run, group_by) for run in runs]
+    plan = plan_folds([t.unsafe for t in traced], groups, folds, group_by)
+    if plan.folds is None:
+        assert plan.note is not None
+        return unchanged(spec, runs, traced, predicates, plan.note, target=target, folds=folds, group_by=group_by,
+                         seconds=time.monotonic() - started)
+    adapted = [] if plan.note is None else [plan.note]
+    folds = plan.folds
     assignment = split_folds(groups, [t.unsafe for t in traced], folds, seed=seed, key=group_by)
     fold_of_run = np.zeros(len(runs), dtype=np.int64)
     for f, members in enumerate(assignment):
@@ -228,6 +254,7 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         unsafe_runs=unsafe_runs, steps=len(scored), fields=len(table.columns), candidates=len(candidates),
         skipped=table.skipped, folds=folds, group_by=group_by, target=target, stopped=result.stopped,
         seconds=0.0, not_helping=result.rejected, constant_predicates=constant_in_traced(traced, predicates))
+    report.notes.extend(adapted)
     report.notes.extend(f"--exclude {e}: no field discovery reads in these runs is at or below it; nothing left out"
                         for e in unmatched)
     steps = _checked(result, runs, spec, scored_idx, report.notes)

@@ -32,7 +32,7 @@ from ..results import TightPAC
 from ..runtime import Guard
 from ..spec import Action, Spec, Trigger
 from ..storm import Method
-from ..traces import Run
+from ..traces import Run, remembered_abstractions
 from .baselines import score_baselines, trace_run
 from .folds import group_of, split_folds
 
@@ -130,7 +130,8 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
              alpha: float | None = None, python_predicates: Mapping[str, PythonPredicate] | None = None,
              enforcement: Enforcement | str = Enforcement.LOOKAHEAD, trigger: Trigger | str | None = None,
              on_progress: Callable[[str, int], None] | None = None, bundle_by: str | None = None,
-             min_group_runs: int = DEFAULT_MIN_GROUP_RUNS) -> EvaluationReport:
+             min_group_runs: int = DEFAULT_MIN_GROUP_RUNS,
+             fold_spec: Callable[[list[Run], int], Spec] | None = None) -> EvaluationReport:
     """K-fold cross-validation of learning a guard from ``spec`` on ``runs``.
 
     Args:
@@ -150,19 +151,35 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
             (as ``forewarn learn --group-by``); held-out runs are replayed on their group's
             member, or on the pooled model when their group has none in that fold.
         min_group_runs: runs a group needs, within a fold's training runs, for a member.
+        fold_spec: called with a fold's training runs and the fold's number, the spec that fold learns
+            with (discovery nested in the folds: no held-out run informs the predicates it is scored by);
+            the fold's baselines count over that spec's abstraction. ``None``: ``spec`` in every fold.
 
     Raises:
         ForewarnError: too few groups for the folds, a run without the grouping key, a
             bad spec or trace.
     """
-    from ..monitoring import build_monitors
-
     if bundle_by is not None:  # a bad key fails before any fold is learned, naming the option and all the runs
         path = group_path(bundle_by, "--bundle-by")
         if runs and all(group_value(run.meta, path) is None for run in runs):
             keys = sorted({k for run in runs[:1000] for k in run.meta})
             raise ForewarnError(f"--bundle-by {bundle_by}: none of the {len(runs)} runs has it in its metadata "
                                 f"(keys the runs have: {', '.join(f'meta.{k}' for k in keys[:8]) or 'none'})")
+    with remembered_abstractions():  # every fold abstracts the same runs again: once per run is enough
+        return _evaluate(runs, spec, thetas, folds=folds, group_by=group_by, seed=seed, method=method, alpha=alpha,
+                         python_predicates=python_predicates, enforcement=enforcement, trigger=trigger,
+                         on_progress=on_progress, bundle_by=bundle_by, min_group_runs=min_group_runs,
+                         fold_spec=fold_spec)
+
+
+def _evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds: int, group_by: str | None,
+              seed: int, method: Method, alpha: float | None,
+              python_predicates: Mapping[str, PythonPredicate] | None, enforcement: Enforcement | str,
+              trigger: Trigger | str | None, on_progress: Callable[[str, int], None] | None,
+              bundle_by: str | None, min_group_runs: int,
+              fold_spec: Callable[[list[Run], int], Spec] | None) -> EvaluationReport:
+    from ..monitoring import build_monitors
+
     predicates = PredicateSet(spec, python_predicates)
     monitors = build_monitors(spec)
     traced = [trace_run(run, predicates, monitors) for run in runs]
@@ -173,27 +190,35 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
     for index, test in enumerate(assignment, start=1):
         held_out = set(test)
         train = [i for i in range(len(runs)) if i not in held_out]
+        learned_with, fold_predicates, fold_monitors = spec, predicates, monitors
+        if fold_spec is not None:
+            learned_with = fold_spec([runs[i] for i in train], index)
+            if learned_with is not spec:
+                fold_predicates = PredicateSet(learned_with, python_predicates)
+                fold_monitors = build_monitors(learned_with)
+        train_traced = ([traced[i] for i in train] if fold_predicates is predicates
+                        else [trace_run(runs[i], fold_predicates, fold_monitors) for i in train])
         if on_progress is not None:
             on_progress("learn", index)
         guard: Guard | BundleGuard
         member_of: Callable[[RunReplay], str | None] | None = None
         if bundle_by is None:
-            model = learn_model_from_runs((runs[i] for i in train), spec, alpha=alpha, method=method,
+            model = learn_model_from_runs((runs[i] for i in train), learned_with, alpha=alpha, method=method,
                                           python_predicates=python_predicates)
             guard = Guard(model, python_predicates=python_predicates)
         else:
-            bundle = learn_bundle_from_runs((runs[i] for i in train), spec, group_by=bundle_by,
+            bundle = learn_bundle_from_runs((runs[i] for i in train), learned_with, group_by=bundle_by,
                                             min_group_runs=min_group_runs, python_predicates=python_predicates,
                                             alpha=alpha, method=method)
-            bundled = guard = BundleGuard(bundle, predicates=predicates)
+            bundled = guard = BundleGuard(bundle, predicates=fold_predicates)
             model = bundle.pooled  # the fold's PAC figures below are the pooled model's
             member_of = lambda r, bundled=bundled: bundled.member_name(r.meta)  # noqa: E731
         if on_progress is not None:
             on_progress("replay", index)
         replays = [replay_run(guard, runs[i]) for i in test]
-        results.append((fold_result(index, model, replays, [traced[i] for i in train],
-                                    sorted({groups[i] for i in test}), thetas, predicates, monitors, scoring,
-                                    member_of=member_of),
+        results.append((fold_result(index, model, replays, train_traced,
+                                    sorted({groups[i] for i in test}), thetas, fold_predicates, fold_monitors,
+                                    scoring, member_of=member_of),
                         replays))
     return finish(results, thetas, scoring, group_by=group_by, groups=len(set(groups)), seed=seed,
                   spec=spec.name, bundle_by=bundle_by, constant=constant_in_traced(traced, predicates))
