@@ -269,7 +269,7 @@ class CallJudge:
             audited = self._audit_judged(guarded, name, args, verdict)
             if verdict.action is Action.STOP:
                 guarded.stopped = verdict
-                guarded.stopped_kinds.add(self.extractor.kind_of(name).value)
+                guarded.stopped_tools.add(name)
                 guarded.calls += 1
                 raise MCPError(SESSION_STOPPED, " ".join([*edits, stop_text(name, verdict, self.config.after_stop)]))
             if verdict.action is Action.REFLECT:
@@ -336,7 +336,7 @@ class CallJudge:
         if after.action is Action.STOP:
             guarded.stopped = Verdict(Action.STOP, after)
             if guarded.steps:
-                guarded.stopped_kinds.add(self.extractor.kind_of(guarded.steps[-1].name).value)
+                guarded.stopped_tools.add(guarded.steps[-1].name)
             words += " Forewarn stopped the session: " + {
                 "session": "every later call is refused.",
                 "all": "every later call is refused until a person resets it (forewarn_reset).",

@@ -5,8 +5,9 @@ for good left the host's session dead until the host restarted the server. ``aft
 says what a stop refuses from then on:
 
 * ``all`` (default): every call, until a person resets the session;
-* ``kinds``: calls of the stopped call's kind (``git_reset`` stopped: every ``discard_changes`` call) and
-  calls of tools of unknown effect, until reset; other calls are judged as usual (a read goes on);
+* ``kinds``: calls of the stopped tool, of tools of its kind (unless that kind is ``other``, which says
+  nothing of what a tool does) and of tools of unknown effect, until reset; other calls are judged as
+  usual (after a stopped ``git_reset``, a ``git_log`` goes on);
 * ``session``: every call, for good (the proxy lists no reset).
 
 The proxy lists a tool of its own, ``forewarn_reset``: calling it asks a person (elicitation, else the
@@ -21,6 +22,7 @@ from typing import Any
 
 from ..spec import Action
 from ..toolcalls.extractor import ToolStateExtractor
+from ..toolcalls.kinds import ToolKind
 from .approval import Approval, Elicit, ask_human
 from .judge import GuardedSession, Verdict, stopped_text
 
@@ -46,7 +48,8 @@ def refuses(guarded: GuardedSession, name: str, extractor: ToolStateExtractor, a
         return False
     if after_stop != "kinds":
         return True
-    return not extractor.knows(name) or extractor.kind_of(name).value in guarded.stopped_kinds
+    kinds = {extractor.kind_of(t) for t in guarded.stopped_tools} - {ToolKind.OTHER}
+    return name in guarded.stopped_tools or not extractor.knows(name) or extractor.kind_of(name) in kinds
 
 
 def refusal_text(name: str, guarded: GuardedSession, after_stop: str) -> str:
@@ -58,8 +61,8 @@ def refusal_text(name: str, guarded: GuardedSession, after_stop: str) -> str:
         return (f"Forewarn stopped this session earlier; the call to `{name}` was refused, as is every later call "
                 f"of the session. {risk}")
     what = ("every later call of the session" if after_stop == "all" else
-            f"every later call of the kind(s) {', '.join(sorted(guarded.stopped_kinds))} or of a tool of unknown "
-            f"effect")
+            f"every later call of {', '.join(f'`{t}`' for t in sorted(guarded.stopped_tools))}, of a tool of its "
+            f"kind or of a tool of unknown effect")
     return (f"Forewarn stopped this session earlier; the call to `{name}` was refused, as is {what}, until a "
             f"person resets the session (the tool `{RESET_TOOL}`, which asks them). {risk}")
 
@@ -69,7 +72,7 @@ def stop_text(name: str, verdict: Verdict, after_stop: str) -> str:
     if after_stop == "session":
         return stopped_text(name, verdict)
     what = "every later call of the session is refused" if after_stop == "all" else \
-        "later calls of its kind, and of tools of unknown effect, are refused"
+        "later calls of it, of tools of its kind and of tools of unknown effect are refused"
     return (f"Forewarn stopped this session before the call to `{name}`: it did not run, and {what} until a person "
             f"resets the session (the tool `{RESET_TOOL}`, which asks them). "
             f"{verdict.decision.message or 'The run was at risk.'}{verdict.note}")
@@ -95,6 +98,6 @@ async def reset(guarded: GuardedSession, *, elicit: Elicit | None, remote: Calla
     if not approval.approved:
         return False, f"The stop stays: {approval.message or 'the person did not approve lifting it.'}"
     guarded.stopped = None
-    guarded.stopped_kinds = set()
+    guarded.stopped_tools = set()
     return True, ("Forewarn's stop is lifted: the session's calls are judged again as usual. Avoid the line of work "
                   "that was stopped.")
