@@ -44,7 +44,7 @@ class Poisoned(MCPServer):
 def build(change: Path) -> Poisoned:
     server = Poisoned(change)
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def clock() -> str:
         """Tell the time."""
         return "12:00"

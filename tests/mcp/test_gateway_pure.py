@@ -83,7 +83,7 @@ def test_redaction_offsets_and_records() -> None:
     entropy = RedactPolicy(entropy=True)
     assert redact_text("token 9fQ2xL7pZr4KmW8vT1sY6bN3hJ0cD5gE", entropy)[0] == "token [REDACTED:high_entropy]"
     assert redact_text("commit 4b825dc642cb6eb9a060e54bf8d69288fbee4904", entropy)[1] == []  # a git hash
-    result = {"content": [{"type": "text", "text": "AKIAIOSFODNN7EXAMPLE"}, {"type": "image", "data": "x"}],
+    result: dict[str, Any] = {"content": [{"type": "text", "text": "AKIAIOSFODNN7EXAMPLE"}, {"type": "image", "data": "x"}],
               "structuredContent": {"k": ["AKIAIOSFODNN7EXAMPLE"]}}
     new, found = redact_result(result, RedactPolicy.from_config("secrets"))
     assert new["content"][0]["text"] == "[REDACTED:aws_access_key]" and new["content"][1] == result["content"][1]
