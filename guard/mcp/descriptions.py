@@ -35,20 +35,24 @@ KINDS: dict[str, str] = {
 ACTIONS = ("warn", "hide", "refuse")
 _SEVERITY = {"warn": 0, "hide": 1, "refuse": 2}
 
-_HIDDEN = re.compile(r"""(?ix)
-      \bignore\s+(all\s+|any\s+|the\s+)?(previous|prior|above|earlier|other)\s+(instructions|rules|prompts?)
-    | \bdisregard\s+(all\s+|any\s+|the\s+)?(previous|prior|above|earlier)\b
-    | <\s*/?\s*(important|system|instructions?|secret|hidden)\s*>
-    | \bbefore\s+(using|calling|running|invoking)\s+(this|the|any)\s+tool\b
-    | \b(do\s+not|don'?t|never)\s+(tell|inform|mention|reveal|show|notify)\s+(this\s+to\s+)?(the\s+)?(user|human|person)
-    | \bwithout\s+(telling|informing|notifying|asking)\s+(the\s+)?(user|human)
-    | \b(the\s+)?(user|human)\s+(must|should)\s+not\s+(know|see|be\s+told)
-    | \byou\s+(must|have\s+to|need\s+to)\s+(first\s+|always\s+)?(read|call|send|include|pass|use|upload|forward)\b
-    | \b(pass|include|put|send)\s+(its|the|their)\s+(content|contents|text)\s+(as|in|to)\b
-    | \b(system|assistant)\s+(prompt|instruction)s?\s*:
-    | \bnew\s+instructions?\s*:
-    | \b(otherwise|or\s+else)\s+the\s+tool\s+will\s+(not\s+work|fail)
-""")
+# each rule runs only on a text (lower-cased) that holds one of its words: a regex of many alternatives that
+# cannot start from a literal tries them all at every position (a 300-character description took 0.4 ms)
+_HIDDEN_RULES: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = tuple((words, re.compile(rule, re.I)) for words, rule in (
+    (("ignore",), r"\bignore\s+(all\s+|any\s+|the\s+)?(previous|prior|above|earlier|other)\s+(instructions|rules|prompts?)"),
+    (("disregard",), r"\bdisregard\s+(all\s+|any\s+|the\s+)?(previous|prior|above|earlier)\b"),
+    (("<",), r"<\s*/?\s*(important|system|instructions?|secret|hidden)\s*>"),
+    (("before",), r"\bbefore\s+(using|calling|running|invoking)\s+(this|the|any)\s+tool\b"),
+    (("tell", "inform", "mention", "reveal", "show", "notify"),
+     r"\b(do\s+not|don'?t|never)\s+(tell|inform|mention|reveal|show|notify)\s+(this\s+to\s+)?(the\s+)?(user|human|person)"),
+    (("without",), r"\bwithout\s+(telling|informing|notifying|asking)\s+(the\s+)?(user|human)"),
+    (("must", "should"), r"\b(the\s+)?(user|human)\s+(must|should)\s+not\s+(know|see|be\s+told)"),
+    (("you",), r"\byou\s+(must|have\s+to|need\s+to)\s+(first\s+|always\s+)?(read|call|send|include|pass|use|upload|forward)\b"),
+    (("content", "text"), r"\b(pass|include|put|send)\s+(its|the|their)\s+(content|contents|text)\s+(as|in|to)\b"),
+    (("prompt", "instruction"), r"\b(system|assistant)\s+(prompt|instruction)s?\s*:|\bnew\s+instructions?\s*:"),
+    (("tool will",), r"\b(otherwise|or\s+else)\s+the\s+tool\s+will\s+(not\s+work|fail)"),
+))
+_SENSITIVE_WORDS = (".ssh", "id_", ".env", ".aws", ".netrc", ".kube", ".docker", "/etc/", ".git-cred", ".npmrc",
+                    ".pypirc", ".json", "private", "api", "password", "secret", "token", "credential", "seed")
 _SENSITIVE = re.compile(r"""(?ix)
       ~?/?\.ssh\b | \bid_(rsa|dsa|ecdsa|ed25519)\b | (^|[\s/"'`(])\.env\b | \.aws/credentials | \.netrc\b
     | \.kube/config | \.docker/config\.json | /etc/(passwd|shadow) | \.git-credentials | \.npmrc | \.pypirc
@@ -170,16 +174,19 @@ def scan_tool(tool: Mapping[str, Any], others: frozenset[str] = frozenset()) -> 
             found.append(Finding("invisible_characters", name, where,
                                  f"{count} invisible character(s), the first {_escaped(hit.group())} at {hit.start()}"))
         plain = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))  # (what a model reads through them)
-        if (hit := _HIDDEN.search(plain)) is not None:
+        lower = plain.lower()
+        if (hit := _hidden(plain, lower)) is not None:
             found.append(Finding("hidden_instruction", name, where, _excerpt(plain, hit)))
-        if where != "name" and (hit := _SENSITIVE.search(plain)) is not None:
+        if where != "name" and any(w in lower for w in _SENSITIVE_WORDS) and (hit := _SENSITIVE.search(plain)):
             found.append(Finding("sensitive_reference", name, where, _excerpt(plain, hit)))
         if (word := _mixed_word(text)) is not None:
             found.append(Finding("confusable_characters", name, where, f"{_escaped(word)} mixes {_scripts(word)}"))
         if where != "name":
             for other in sorted(others - {name}):
-                hit = re.search(r"(?<![\w-])" + re.escape(other) + r"(?![\w-])", plain) if len(other) >= 4 else None
-                if hit is not None and (_ORDER.search(plain[:hit.start()].rstrip("`'\" ")) or _HIDDEN.search(plain)):
+                if len(other) < 4 or other not in plain:
+                    continue
+                hit = re.search(r"(?<![\w-])" + re.escape(other) + r"(?![\w-])", plain)
+                if hit is not None and (_ORDER.search(plain[:hit.start()].rstrip("`'\" ")) or _hidden(plain, lower)):
                     found.append(Finding("other_tool", name, where, f"gives orders about the tool {other!r}: "
                                                                     f"{_excerpt(plain, hit)}"))
     return found
@@ -215,6 +222,14 @@ def inspect_tools_list(result: Mapping[str, Any], policy: DescriptionPolicy, *, 
     return Inspection({**result, "tools": kept}, tuple(findings), hidden, None)
 
 
+def _hidden(plain: str, lower: str) -> re.Match[str] | None:
+    """The first hidden instruction in ``plain`` (``lower``: it lower-cased), or None."""
+    for words, rule in _HIDDEN_RULES:
+        if any(w in lower for w in words) and (hit := rule.search(plain)) is not None:
+            return hit
+    return None
+
+
 def _said(finding: Finding) -> str:
     words = {"hidden_instruction": "a hidden instruction", "invisible_characters": "invisible characters",
              "confusable_characters": "look-alike characters", "sensitive_reference": "a reference to credentials",
@@ -246,6 +261,8 @@ def _scripts(word: str) -> str:
 
 def _mixed_word(text: str) -> str | None:
     """The first word that mixes Latin letters with Cyrillic or Greek ones (a homoglyph spelling)."""
+    if text.isascii():
+        return None
     for match in _WORD.finditer(text):
         word = match.group()
         if word.isascii():

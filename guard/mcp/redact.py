@@ -38,6 +38,14 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "stripe_key": re.compile(r"(?<![A-Za-z0-9_])(sk|rk)_(live|test)_[A-Za-z0-9]{16,}"),
     "password_assignment": re.compile(r"(?i)(?<=password)(\s*[=:]\s*)[\"']?[^\s\"']{6,}"),
 }
+# a literal each kind's match holds (case as written; "i": in the lower-cased text): a pattern runs only on a text
+# that holds its literal, since a regex that cannot start from a literal tries every position (most results hold none)
+_LITERALS: dict[str, tuple[str, ...]] = {
+    "private_key": ("PRIVATE KEY-----",), "aws_access_key": ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA"),
+    "aws_secret_key": ("i", "aws_secret_access_key"), "github_token": ("gh", "github_pat_"), "slack_token": ("xox",),
+    "slack_webhook": ("hooks.slack.com",), "jwt": ("eyJ",), "google_api_key": ("AIza",), "openai_key": ("sk-",),
+    "stripe_key": ("_live_", "_test_"), "password_assignment": ("i", "password"),
+}
 _CANDIDATE = re.compile(r"[A-Za-z0-9+/_=-]{24,}")  # a run that may be a generic secret (entropy decides)
 
 
@@ -101,12 +109,20 @@ def redact_text(text: str, policy: RedactPolicy, where: str = "text") -> tuple[s
     """``text`` with what ``policy`` names replaced by ``[REDACTED:KIND]``, and what was replaced (offsets in
     the original text)."""
     spans: list[tuple[int, int, str]] = []
+    lower: str | None = None
     for kind in sorted(policy.kinds):
+        literals = _LITERALS[kind]
+        if literals[0] == "i":
+            lower = text.lower() if lower is None else lower
+            if not any(word in lower for word in literals[1:]):
+                continue
+        elif not any(word in text for word in literals):
+            continue
         for hit in PATTERNS[kind].finditer(text):
             start = hit.end(1) if kind in ("aws_secret_key", "password_assignment") else hit.start()
             if hit.end() > start:
                 spans.append((start, hit.end(), kind))
-    if policy.entropy:
+    if policy.entropy and max(map(len, text.split()), default=0) >= 24:
         for hit in _CANDIDATE.finditer(text):
             run = hit.group()
             if _generic(run, policy.min_entropy):
