@@ -56,9 +56,10 @@ def mcp(
         "--approval-timeout", help="Seconds a call waits for a human (default 300); then it is refused.")] = None,
     descriptions: Annotated[str | None, typer.Option(
         "--descriptions", help="What a finding in a tool's description does (hidden instructions, invisible or "
-                               "look-alike characters, credential paths, orders about other tools): warn, hide (the "
-                               "tool), refuse (the server), or off. Default: hide the first two kinds, warn the rest; "
-                               "per kind in the config's 'descriptions'.")] = None,
+                               "look-alike characters, credential paths, orders about other tools): warn, ask (a "
+                               "person, at its first call), hide (the tool), refuse (the server), or off. Default: "
+                               "hide the first two kinds, warn the rest; per kind in the config's 'descriptions'.")]
+    = None,
     approve_tool_changes: Annotated[bool, typer.Option(
         "--approve-tool-changes", help="Pin the servers' tools as they list them now: approves a tool changed since "
                                        "it was first pinned (otherwise hidden).")] = False,

@@ -344,6 +344,24 @@ class CallJudge:
                 self.config.after_stop]
         return words
 
+    async def confirm_tool(self, guarded: GuardedSession, name: str, elicit: Elicit | None) -> None:
+        """(gateway) A call to a tool with a finding whose action is ``ask`` (gate.py): a person approves the tool
+        as it is listed now (then it is pinned so, and its calls go on), or the call is refused.
+
+        Raises:
+            MCPError: ``-32602``, the person did not approve (or nobody could be asked); the call did not run.
+        """
+        why = self.gate.asks(name)
+        if why is None:
+            return
+        asked = Decision(Action.ASK_HUMAN, None, None, "", {}, f"{why}.", known=False)
+        remote = await self._remote(guarded) if self.sidecar is not None else None
+        answer = await ask_human(elicit, name, {}, Verdict(Action.ASK_HUMAN, asked, " Approve the tool as it is now?"),
+                                 guarded.state, remote=remote, tools=[name], timeout=self.config.approval_timeout)
+        if not answer.approved:
+            raise MCPError(types.INVALID_PARAMS, f"{why}; {answer.message or 'the person did not approve the tool.'}")
+        self.gate.approve(name)
+
     async def reset_call(self, guarded: GuardedSession, elicit: Elicit | None) -> dict[str, Any]:
         """A call of the proxy's own ``forewarn_reset`` (:mod:`.stops`): the ``tools/call`` result the client gets.
         The caller holds the session's lock."""

@@ -6,7 +6,8 @@ text hidden from the person in zero-width, bidi-control or tag characters, words
 letters of another script, orders about *other* tools. :func:`scan_tool` finds those in every string of
 a tool the model reads (name, title, description, the input schema's descriptions and titles);
 :func:`inspect_tools_list` applies a :class:`DescriptionPolicy` — per kind of finding ``warn`` (pass it
-on, record it), ``hide`` (the tool leaves the list; calls to it are refused) or ``refuse`` (the whole
+on, record it), ``ask`` (the tool is listed; its first call asks a person to approve the tool as it is
+listed now), ``hide`` (the tool leaves the list; calls to it are refused) or ``refuse`` (the whole
 server's list is refused). Pure: no I/O; the relays call it where a ``tools/list`` answer passes back
 (:mod:`.gate`), and pinning (:mod:`.pinning`) adds its own findings (``changed``).
 """
@@ -32,8 +33,7 @@ KINDS: dict[str, str] = {
     "other_tool": "warn",            # instructions about another tool this proxy lists
     "changed": "hide",               # the tool differs from the one pinned on first use (a "rug pull")
 }
-ACTIONS = ("warn", "hide", "refuse")
-_SEVERITY = {"warn": 0, "hide": 1, "refuse": 2}
+ACTIONS = ("warn", "ask", "hide", "refuse")
 
 # each rule runs only on a text (lower-cased) that holds one of its words: a regex of many alternatives that
 # cannot start from a literal tries them all at every position (a 300-character description took 0.4 ms)
@@ -125,12 +125,14 @@ class DescriptionPolicy:
 class Inspection:
     """A ``tools/list`` result after inspection: ``result`` (what the client gets: the hidden tools gone;
     the original object when nothing changed), every ``finding`` with the action it got, the tools
-    ``hidden`` (name → why) and ``refused`` (why the whole server is refused, else None)."""
+    ``hidden`` (name → why), those whose calls ask a person first (``asking``: name → why) and ``refused``
+    (why the whole server is refused, else None)."""
 
     result: Mapping[str, Any]
     findings: tuple[tuple[Finding, str], ...]
     hidden: Mapping[str, str]
     refused: str | None
+    asking: Mapping[str, str] = field(default_factory=dict)
 
 
 def strings_of(tool: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
@@ -206,20 +208,25 @@ def inspect_tools_list(result: Mapping[str, Any], policy: DescriptionPolicy, *, 
             findings += [(f, policy.action(f.kind)) for f in scan_tool(tool, names)]
     findings += [(f, policy.action(f.kind)) for f in extra]
     hidden: dict[str, str] = {}
+    asking: dict[str, str] = {}
     refused = None
     for finding, action in findings:
         if action == "refuse" and refused is None:
             refused = (f"Forewarn refused the server {server!r}: its tool {finding.tool!r} has "
                        f"{_said(finding)}")
+        elif action == "ask":
+            asking.setdefault(finding.tool, f"Forewarn found in the tool {finding.tool!r} of the server {server!r} "
+                                            f"{_said(finding)}")
         elif action == "hide":
             hidden.setdefault(finding.tool, f"Forewarn hid the tool {finding.tool!r} of the server {server!r}: it has "
                                             f"{_said(finding)}")
     if refused is not None:
         return Inspection({**result, "tools": []}, tuple(findings), {}, refused)
+    asking = {k: v for k, v in asking.items() if k not in hidden}
     if not hidden:
-        return Inspection(result, tuple(findings), {}, None)
+        return Inspection(result, tuple(findings), {}, None, asking)
     kept = [t for t in tools if not (isinstance(t, Mapping) and t.get("name") in hidden)]
-    return Inspection({**result, "tools": kept}, tuple(findings), hidden, None)
+    return Inspection({**result, "tools": kept}, tuple(findings), hidden, None, asking)
 
 
 def _hidden(plain: str, lower: str) -> re.Match[str] | None:

@@ -44,6 +44,7 @@ class ToolGate:
         self.described: dict[str, dict[str, Any]] = {}  # tool → {"text", "findings"}: what the state may show
         self.read_only: set[str] = set()  # tools whose annotations say readOnlyHint (unknown tools' default)
         self._blocked: dict[str, str] = {}  # tool → why a call to it is refused (hidden, or its server refused)
+        self._asking: dict[str, tuple[str, str, Mapping[str, Any]]] = {}  # tool → (why, server, the tool as listed)
         self._seen: set[tuple[str, ...]] = set()  # findings recorded already (each once per process)
 
     # -- tools/list -----------------------------------------------------------------------
@@ -60,6 +61,9 @@ class ToolGate:
         for tool in tools:
             if isinstance(tool, Mapping) and isinstance(name := tool.get("name"), str):
                 self._blocked.pop(name, None)
+                self._asking.pop(name, None)
+                if name in inspection.asking:
+                    self._asking[name] = (inspection.asking[name], server, tool)
                 kinds = sorted({f.kind for f, _ in inspection.findings if f.tool == name})
                 self.described[name] = {"text": str(tool.get("description") or ""), "findings": kinds}
                 annotations = tool.get("annotations")
@@ -76,7 +80,7 @@ class ToolGate:
         if self.lists_reset and last_page and inspection.refused is None and isinstance(out.get("tools"), list) \
                 and not any(isinstance(t, Mapping) and t.get("name") == RESET_TOOL for t in out["tools"]):
             out = {**out, "tools": [*out["tools"], reset_tool()]}
-        return Inspection(out, inspection.findings, inspection.hidden, inspection.refused)
+        return Inspection(out, inspection.findings, inspection.hidden, inspection.refused, inspection.asking)
 
     def listed_frame(self, server: str, message: dict[str, Any], line: bytes) -> tuple[bytes, dict[str, Any]]:
         """A lean relay's ``tools/list`` answer (``message``, its bytes ``line``) as the client gets it."""
@@ -110,7 +114,19 @@ class ToolGate:
                                                  f"descriptions: in the proxy config)")
 
     def blocks(self, name: str) -> bool:
-        return name in self._blocked
+        """Whether a call to ``name`` cannot go on as it came: refused, or a person is to be asked first."""
+        return name in self._blocked or name in self._asking
+
+    def asks(self, name: str) -> str | None:
+        """Why a call to ``name`` asks a person first (a finding whose action is ``ask``), else None."""
+        asking = self._asking.get(name)
+        return None if asking is None else asking[0]
+
+    def approve(self, name: str) -> None:
+        """A person approved the tool ``name`` as listed: pinned as it is, its calls go on unasked."""
+        asking = self._asking.pop(name, None)
+        if asking is not None:
+            self.pins.accept(asking[1], asking[2])
 
     # -- tools/call results -----------------------------------------------------------------
 

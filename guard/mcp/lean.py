@@ -54,6 +54,8 @@ async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, 
                 return result_frame(rid, await judge.reset_call(session(), elicit))
         judge.gate.check_call(name)  # (gateway: a hidden tool, a refused server: gate.py)
         judge.check_size(name, args)
+        if judge.gate.asks(name) is not None:  # (gateway: a finding a person approves first: gate.py)
+            await judge.confirm_tool(session(), name, elicit)
         if name not in tools:
             await list_tools()
             if name not in tools:

@@ -70,3 +70,10 @@ class Pins:
                 continue
             changed.append(Finding("changed", name, "the tool", f"pinned sha256 {pinned[:12]}…, now {digest[:12]}…"))
         return tuple(changed)
+
+    def accept(self, server: str, tool: Mapping[str, Any]) -> None:
+        """Pin ``tool`` as it is now (a person approved it)."""
+        name, digest = str(tool.get("name")), tool_hash(tool)
+        self._pins.setdefault(server, {})[name] = digest
+        if self.store is not None:
+            self.store.pin(server, name, digest, str(tool.get("description", "")))

@@ -214,6 +214,8 @@ class GuardedProxy(CallJudge):
                 return types.CallToolResult.model_validate(await self.reset_call(guarded, elicit_of(ctx)))
         self.gate.check_call(name)  # (gateway: a hidden tool, a refused server: gate.py)
         self.check_size(name, args)
+        if self.gate.asks(name) is not None:  # (gateway: a finding a person approves first: gate.py)
+            await self.confirm_tool(self._session_of(ctx)[0], name, elicit_of(ctx))
         if name not in self._routes:
             await self._refresh_tools()
             if name not in self._routes:

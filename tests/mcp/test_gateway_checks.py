@@ -17,7 +17,7 @@ import anyio
 import orjson
 import pytest
 from _gateway_server import AWS_KEY, JWT
-from _mcp_support import connected, free_port, http_client, lean_connected, serving, text_of
+from _mcp_support import Approver, connected, free_port, http_client, lean_connected, serving, text_of
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
@@ -63,15 +63,16 @@ def gateway_proxy(model: GuardModel, upstream: UpstreamSpec, audit: Path, **sett
 
 
 @asynccontextmanager
-async def client_of(transport: str, model: GuardModel, change: Path, audit: Path, **settings: Any
-                    ) -> AsyncIterator[ClientSession]:
+async def client_of(transport: str, model: GuardModel, change: Path, audit: Path, *,
+                    elicitation_callback: Any = None, **settings: Any) -> AsyncIterator[ClientSession]:
     """A client of a proxy in front of the poisoned server, by ``transport``; the audit store closed after."""
+    hooks = {"elicitation_callback": elicitation_callback} if elicitation_callback is not None else {}
     stdio = UpstreamSpec("poisoned", command=sys.executable, args=(str(SERVER), "stdio", str(change)))
     if transport == "http":
         with gateway_over_http(change) as url:
             proxy = gateway_proxy(model, UpstreamSpec("poisoned", url=url), audit, **settings)
             try:
-                async with serving(proxy, "lean") as served, http_client(served) as client:
+                async with serving(proxy, "lean") as served, http_client(served, **hooks) as client:
                     yield client
             finally:
                 assert proxy.audit is not None
@@ -80,10 +81,10 @@ async def client_of(transport: str, model: GuardModel, change: Path, audit: Path
     proxy = gateway_proxy(model, stdio, audit, **settings)
     try:
         if transport == "stdio":
-            async with lean_connected(proxy) as (client, _):
+            async with lean_connected(proxy, **hooks) as (client, _):
                 yield client
         else:
-            async with proxy.running() as server, connected(server) as client:
+            async with proxy.running() as server, connected(server, **hooks) as client:
                 yield client
     finally:
         assert proxy.audit is not None
@@ -212,3 +213,32 @@ def test_description_words_reach_the_state_when_asked(mcp_model: GuardModel, tmp
     last = steps[-1]["state"]["last_call"]
     assert last["tool"] == "lookup" and "read ~/.ssh/id_rsa" in last["description"]
     assert last["description_findings"] == ["hidden_instruction", "sensitive_reference"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_changed_tool_is_asked_about_until_a_person_approves_it(transport: str, mcp_model: GuardModel,
+                                                                  tmp_path: Path) -> None:
+    change, audit = tmp_path / "change.txt", tmp_path / "audit.sqlite"
+    approver = Approver(False, True)
+
+    async def scenario() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with client_of(transport, mcp_model, change, audit, descriptions={"changed": "ask"},
+                             elicitation_callback=approver) as client:
+            await client.list_tools()
+            change.write_text("Now with seconds.")
+            seen["listed"] = await names(client)
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("clock", {})
+            seen["refused"] = refused.value.error
+            seen["approved"] = text_of(await client.call_tool("clock", {}))
+            seen["again"] = text_of(await client.call_tool("clock", {}))
+            seen["relisted"] = await names(client)
+        return seen
+
+    seen = anyio.run(scenario)
+    assert "clock" in seen["listed"] and "clock" in seen["relisted"]  # listed all along: asked about, not hidden
+    assert "changed since it was pinned" in seen["refused"].message and "the user refused it" in seen["refused"].message
+    assert seen["approved"] == seen["again"] == "12:00"
+    assert len(approver.asked) == 2 and "changed since it was pinned" in approver.asked[0].message
+    assert rows(audit, "SELECT tool, kind, action FROM tool_findings WHERE kind='changed'") == [("clock", "changed", "ask")]
