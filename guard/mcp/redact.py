@@ -42,7 +42,8 @@ PATTERNS: dict[str, re.Pattern[str]] = {
 # that holds its literal, since a regex that cannot start from a literal tries every position (most results hold none)
 _LITERALS: dict[str, tuple[str, ...]] = {
     "private_key": ("PRIVATE KEY-----",), "aws_access_key": ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA"),
-    "aws_secret_key": ("i", "aws_secret_access_key"), "github_token": ("gh", "github_pat_"), "slack_token": ("xox",),
+    "aws_secret_key": ("i", "aws_secret_access_key"), "slack_token": ("xox",),
+    "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     "slack_webhook": ("hooks.slack.com",), "jwt": ("eyJ",), "google_api_key": ("AIza",), "openai_key": ("sk-",),
     "stripe_key": ("_live_", "_test_"), "password_assignment": ("i", "password"),
 }
