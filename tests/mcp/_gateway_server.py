@@ -6,11 +6,16 @@
 Its tools: `clock` (annotated read-only; its description gains the text of the file CHANGE once that
 exists: a "rug pull"), `lookup` (a hidden instruction to read ~/.ssh/id_rsa), `notes` (zero-width
 characters in its description), `vault` (its result carries an AWS access key and a JWT) and `touch`
-(no annotations).
+(no annotations). The tests start its HTTP form with :func:`gateway_over_http`.
 """
 from __future__ import annotations
 
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +73,35 @@ def build(change: Path) -> Poisoned:
         return "touched"
 
     return server
+
+
+@contextmanager
+def gateway_over_http(change: Path) -> Iterator[str]:
+    """``_gateway_server.py http`` in a process of its own: its URL."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(Path(__file__)), "http", str(port), str(change)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("the gateway test server did not start") from None
+            time.sleep(0.1)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def main() -> None:

@@ -3,21 +3,18 @@ poisoned server on the official SDK (``_gateway_server.py``), driven by the SDK'
 relay), over streamable HTTP (the lean HTTP relay, in front of the server's own HTTP) and through the SDK path."""
 from __future__ import annotations
 
-import socket
 import sqlite3
-import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import orjson
 import pytest
-from _gateway_server import AWS_KEY, JWT
-from _mcp_support import Approver, connected, free_port, http_client, lean_connected, serving, text_of
+from _gateway_server import AWS_KEY, JWT, gateway_over_http
+from _mcp_support import Approver, connected, http_client, lean_connected, serving, text_of
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
@@ -30,29 +27,6 @@ from forewarn.guard.mcp.gate import TOOLS_REFUSED
 SERVER = Path(__file__).with_name("_gateway_server.py")
 KINDS = {"vault": "read_file", "lookup": "other", "notes": "other"}  # clock and touch: no kind
 TRANSPORTS = ("stdio", "http", "sdk")
-
-
-@contextmanager
-def gateway_over_http(change: Path) -> Iterator[str]:
-    """``_gateway_server.py http`` in a process of its own: its URL."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(SERVER), "http", str(port), str(change)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("the gateway test server did not start") from None
-            time.sleep(0.1)
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def gateway_proxy(model: GuardModel, upstream: UpstreamSpec, audit: Path, **settings: Any) -> GuardedProxy:
