@@ -110,8 +110,9 @@ class ToolGate:
         why = self._blocked.get(name)
         if why is not None:
             raise MCPError(types.INVALID_PARAMS, f"{why}; the call did not run (an operator who trusts the server "
-                                                 f"approves it with forewarn mcp --approve-tool-changes, or sets "
-                                                 f"descriptions: in the proxy config)")
+                                                 f"sets another action: --descriptions, or descriptions: in the proxy "
+                                                 f"config; a changed tool is approved with forewarn mcp "
+                                                 f"--approve-tool-changes)")
 
     def blocks(self, name: str) -> bool:
         """Whether a call to ``name`` cannot go on as it came: refused, or a person is to be asked first."""
