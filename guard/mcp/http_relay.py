@@ -375,7 +375,10 @@ class HttpRelay:
         try:
             frame, answer, _ = await self._exchange(headers, body, rid, "tools/list", answer_to)
         except MCPError as exc:
-            return await answer_to.final(error_frame(rid, exc.error.code, exc.error.message))
+            failed = error_frame(rid, exc.error.code, exc.error.message)
+            if self._sessions.ended(session_id(headers)) and not answer_to.streaming:  # (as _judged: 404, start anew)
+                return await reply(send, 404, failed)
+            return await answer_to.final(failed)
         frame, answer = self.judge.gate.listed_frame(self._server, answer, frame)
         self._tools.update(wire.tool_arguments(answer))
         await answer_to.final(frame)
