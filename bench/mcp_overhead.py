@@ -20,11 +20,16 @@ What it does
    upstream directly. Every call through a proxy is one judged decision; p50 and p99 are the calls'
    latencies at saturation, and the HTTP proxy's CPU per call says what one core of it sustains.
 
+5. *gate* (issue 43): the lean stdio relay with the gateway's per-call work on — ``--redact secrets`` (every
+   result searched for secrets) and the tool descriptions judged (the default) — beside the same relay with
+   both off (``--descriptions off``) and the direct path, interleaved; and, in this process, what judging a
+   ``tools/list`` answer and redacting one result cost.
+
 Target: added p50 ≤ 1 ms over stdio, ≤ 2 ms over streamable HTTP. Nothing is asserted; figures are
 printed beside their targets.
 
 Run: ``python bench/mcp_overhead.py [--calls N] [--sessions S] [--stdio-sessions S] [--seconds T]
-[--only stdio|http|saturation] [--repeat N] [--json FILE]``;
+[--only stdio|http|saturation|gate] [--repeat N] [--json FILE]``;
 the load average before and after is printed beside the figures (on a busy machine every process
 hop waits for a CPU, and the direct path's own figure shows how much).
 """
@@ -314,6 +319,52 @@ async def saturation_stdio(model: Path, sessions: int, seconds: float) -> dict[s
     return {"direct": direct, "lean": await saturate([through] * sessions, seconds)}
 
 
+async def bench_gate(model: Path, calls: int) -> dict[str, dict[str, float]]:
+    """The direct path, the lean stdio relay with the gateway's checks off, and with secrets redacted from every
+    result (descriptions judged too, at each tools/list), interleaved."""
+    upstream = ["--local-timezone", "UTC"]
+
+    def through(*flags: str) -> Any:
+        return stdio_session(sys.executable, [*proxy_args(model), "--relay", "lean", *flags, "--", TIME_SERVER,
+                                              *upstream])
+
+    async with stdio_session(TIME_SERVER, upstream) as direct, through("--descriptions", "off") as plain, \
+            through("--redact", "secrets") as gated:
+        pids = {"upstream": child_pid("mcp-server-time", without="forewarn"), "plain": child_pid("--descriptions off"),
+                "gated": child_pid("--redact secrets")}
+        (direct_ms, plain_ms, gated_ms), cpu = await interleaved([direct, plain, gated], calls, pids)
+        out = {name: summary(direct_ms, ms, {"proxy": cpu[name], "upstream": cpu["upstream"]}, calls)
+               for name, ms in (("plain", plain_ms), ("gated", gated_ms))}
+        out["gated"]["over_plain_median_of_pairs_ms"] = statistics.median(g - p for p, g in zip(plain_ms, gated_ms))
+        return out
+
+
+def gate_in_process(rounds: int = 2000) -> dict[str, float]:
+    """Microseconds to judge a 12-tool ``tools/list`` answer (descriptions of about 300 characters) and to
+    redact a result of 1 KB and of 16 KB of text (no secret in it: the common case)."""
+    from forewarn.guard.mcp.descriptions import DescriptionPolicy, inspect_tools_list
+    from forewarn.guard.mcp.redact import RedactPolicy, redact_result
+
+    words = "Shows the working tree status of the repository, with staged and unstaged changes listed by path. "
+    tools = {"tools": [{"name": f"tool_{i}", "description": words * 3, "inputSchema": {
+        "type": "object", "properties": {"repo_path": {"type": "string", "description": "The repository."}}}}
+        for i in range(12)]}
+    policy, secrets = DescriptionPolicy(), RedactPolicy.from_config("secrets")
+    text = "On branch main, modified: src/app.py; 3 files changed, 41 insertions(+), 7 deletions(-). "
+    out: dict[str, float] = {}
+    for label, run in (("tools_list_us", lambda: inspect_tools_list(tools, policy, server="s")),
+                       ("redact_1k_us", lambda: redact_result({"content": [{"type": "text", "text": text * 11}]},
+                                                              secrets)),
+                       ("redact_16k_us", lambda: redact_result({"content": [{"type": "text", "text": text * 180}]},
+                                                               secrets))):
+        run()
+        start = time.perf_counter_ns()
+        for _ in range(rounds):
+            run()
+        out[label] = (time.perf_counter_ns() - start) / rounds / 1e3
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300)
@@ -321,13 +372,13 @@ def main() -> None:
     parser.add_argument("--stdio-sessions", type=int, default=4,
                         help="concurrent stdio sessions at saturation (each its own proxy and upstream processes)")
     parser.add_argument("--seconds", type=float, default=5.0, help="how long each saturation run lasts")
-    parser.add_argument("--only", choices=("stdio", "http", "saturation"))
+    parser.add_argument("--only", choices=("stdio", "http", "saturation", "gate"))
     parser.add_argument("--repeat", type=int, default=1,
                         help="run the stdio and HTTP comparisons this many times (fresh processes each): each "
                              "run's added p50 and their median are printed")
     parser.add_argument("--json", type=Path)
     options = parser.parse_args()
-    parts = {options.only} if options.only else {"stdio", "http", "saturation"}
+    parts = {options.only} if options.only else {"stdio", "http", "saturation", "gate"}
     with tempfile.TemporaryDirectory() as tmp:
         traces, model_path = Path(tmp) / "runs.jsonl", Path(tmp) / "model.json"
         traces.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in synthetic_runs(600, seed=1)))
@@ -339,6 +390,9 @@ def main() -> None:
             if part in parts:
                 runs = [anyio.run(bench, model_path, options.calls) for _ in range(max(options.repeat, 1))]
                 results[part], results[f"{part}_repeats"] = runs[-1], runs
+        if "gate" in parts:
+            results["gate"] = anyio.run(bench_gate, model_path, options.calls)
+            results["gate_in_process"] = gate_in_process()
         if "saturation" in parts:
             results["decisions_per_s"] = decisions_per_second(guard)
             results["proxied_calls_per_s"] = anyio.run(calls_per_second, guard, options.sessions)
@@ -364,6 +418,15 @@ def main() -> None:
             print(f"{transport}, --relay {relay}, added p50 over {len(added)} runs: "
                   f"{', '.join(f'{a:.3f}' for a in added)} ms; median {statistics.median(added):.3f} ms "
                   f"(target ≤ {target:g} ms)")
+    if "gate" in parts:
+        plain, gated, micro = results["gate"]["plain"], results["gate"]["gated"], results["gate_in_process"]
+        print(f"gate, stdio, --relay lean: direct p50 {plain['direct_p50_ms']:.3f} ms; checks off: added p50 "
+              f"{plain['added_p50_ms']:.3f} ms (proxy CPU {plain['proxy_cpu_ms_per_call']:.3f} ms a call); --redact "
+              f"secrets: added p50 {gated['added_p50_ms']:.3f} ms (proxy CPU {gated['proxy_cpu_ms_per_call']:.3f} ms "
+              f"a call); redaction over the plain relay, median of the paired differences "
+              f"{gated['over_plain_median_of_pairs_ms']:+.3f} ms")
+        print(f"       in process: judging a 12-tool tools/list {micro['tools_list_us']:.0f} µs (once per list); "
+              f"redacting a result of 1 KB {micro['redact_1k_us']:.0f} µs, of 16 KB {micro['redact_16k_us']:.0f} µs")
     if "saturation" in parts:
         print(f"decision path alone: {results['decisions_per_s']:,.0f} decisions/s; whole calls through the "
               f"in-process SDK proxy ({options.sessions} sessions): {results['proxied_calls_per_s']:,.0f} calls/s")

@@ -54,6 +54,22 @@ def mcp(
         "--call-timeout", help="Seconds a forwarded call may take (default 60).")] = None,
     approval_timeout: Annotated[float | None, typer.Option(
         "--approval-timeout", help="Seconds a call waits for a human (default 300); then it is refused.")] = None,
+    descriptions: Annotated[str | None, typer.Option(
+        "--descriptions", help="What a finding in a tool's description does (hidden instructions, invisible or "
+                               "look-alike characters, credential paths, orders about other tools): warn, ask (a "
+                               "person, at its first call), hide (the tool), refuse (the server), or off. Default: "
+                               "hide the first two kinds, warn the rest; per kind in the config's 'descriptions'.")]
+    = None,
+    approve_tool_changes: Annotated[bool, typer.Option(
+        "--approve-tool-changes", help="Pin the servers' tools as they list them now: approves a tool changed since "
+                                       "it was first pinned (otherwise hidden).")] = False,
+    redact: Annotated[str | None, typer.Option(
+        "--redact", help="Redact secrets from tool results before the model reads them: 'secrets' (every known "
+                         "token and key format, and high-entropy strings), KIND,KIND… (e.g. aws_access_key,jwt), or "
+                         "'off' (default).")] = None,
+    after_stop: Annotated[str | None, typer.Option(
+        "--after-stop", help="What a stop refuses from then on: 'all' calls (default) or the stopped tool's 'kinds' "
+                             "until a person resets the session (forewarn_reset), or the 'session' for good.")] = None,
     relay: Annotated[str, typer.Option(
         "--relay", help="How calls are carried: 'lean' passes messages through as they came and judges only "
                         "tools/call (stdio to one upstream command, or --http to one --upstream-url); 'sdk' serves "
@@ -76,7 +92,10 @@ def mcp(
     if upstream_url:
         upstreams.append(UpstreamSpec("upstream-http" if upstreams else "upstream", url=upstream_url))
     overrides: dict[str, Any] = {"upstreams": upstreams, "unknown_tools": unknown_tools,
-                                 "call_timeout": call_timeout, "approval_timeout": approval_timeout}
+                                 "call_timeout": call_timeout, "approval_timeout": approval_timeout,
+                                 "descriptions": descriptions, "after_stop": after_stop,
+                                 "approve_tool_changes": True if approve_tool_changes else None,
+                                 "redact": redact if redact in (None, "off", "secrets") else redact.split(",")}
     kinds = _tool_kinds(tool_kind or [])
     proxy_config = load_config(config, **overrides) if config is not None else config_from({}, **overrides)
     if kinds:

@@ -70,7 +70,19 @@ CREATE TABLE IF NOT EXISTS proposals (
 );
 CREATE INDEX IF NOT EXISTS proposals_status ON proposals (status, created_at);
 CREATE INDEX IF NOT EXISTS proposals_session ON proposals (session_id);
-"""
+CREATE TABLE IF NOT EXISTS tool_pins (
+    server TEXT NOT NULL, tool TEXT NOT NULL, hash TEXT NOT NULL, description TEXT, pinned_at REAL NOT NULL,
+    PRIMARY KEY (server, tool)
+);
+CREATE TABLE IF NOT EXISTS tool_findings (
+    id INTEGER PRIMARY KEY, at REAL NOT NULL, server TEXT NOT NULL, tool TEXT NOT NULL, kind TEXT NOT NULL,
+    location TEXT NOT NULL, detail TEXT NOT NULL, action TEXT NOT NULL, proxy TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS redactions (
+    id INTEGER PRIMARY KEY, at REAL NOT NULL, session_id TEXT NOT NULL, tool TEXT NOT NULL, kind TEXT NOT NULL,
+    location TEXT NOT NULL, start INTEGER NOT NULL, length INTEGER NOT NULL
+);
+"""  # (the last three are the proxy's own, not the server's: tool pins, description findings, redactions)
 
 _Job = Callable[[sqlite3.Connection], object]
 _LINGER = 0.05  # seconds a write waits for others to commit with
@@ -177,6 +189,33 @@ class AuditStore:
                    decision.p_unsafe, _json(body), None))
         if proposal is not None:
             c.execute("UPDATE proposals SET status='executed', step=? WHERE id=?", (number, proposal))
+
+    # -- the gateway's records (gate.py): pins, description findings, redactions --------------
+
+    def pins(self, server: str) -> dict[str, str]:
+        """The tools pinned for ``server``: name → hash (read now, off the writer: once per server)."""
+        conn = _connect(self.path)
+        try:
+            return dict(conn.execute("SELECT tool, hash FROM tool_pins WHERE server=?", (server,)).fetchall())
+        finally:
+            conn.close()
+
+    def pin(self, server: str, tool: str, digest: str, description: str) -> None:
+        row = (server, tool, digest, description, time.time())
+        self._jobs.put(lambda c: c.execute("INSERT OR REPLACE INTO tool_pins VALUES (?,?,?,?,?)", row))
+
+    def finding(self, server: str, finding: Mapping[str, str], action: str) -> None:
+        row = (time.time(), server, finding["tool"], finding["kind"], finding["where"], finding["detail"], action,
+               self.proxy)
+        self._jobs.put(lambda c: c.execute("INSERT INTO tool_findings (at, server, tool, kind, location, detail,"
+                                           " action, proxy) VALUES (?,?,?,?,?,?,?,?)", row))
+
+    def redacted(self, session_id: str, tool: str, records: list[Mapping[str, Any]]) -> None:
+        """What was redacted from a call's result: kind, where, offset and length, never the value."""
+        now = time.time()
+        rows = [(now, session_id, tool, r["kind"], r["where"], r["offset"], r["length"]) for r in records]
+        self._jobs.put(lambda c: c.executemany("INSERT INTO redactions (at, session_id, tool, kind, location, start,"
+                                               " length) VALUES (?,?,?,?,?,?,?)", rows))
 
     def close_session(self, session_id: str, why: str) -> None:
         self._steps.pop(session_id, None)

@@ -35,8 +35,10 @@ from ..toolcalls.transcript import CallStatus, ToolStep, Transcript, describe_ca
 from .approval import Approval, Elicit, ask_human
 from .audit import AuditStore
 from .config import ProxyConfig
-from .judge import DecisionHook, GuardedSession, Verdict, held_back_text, judge, stopped_text
+from .gate import ToolGate
+from .judge import DecisionHook, GuardedSession, Verdict, held_back_text, judge
 from .recording import SessionLog, TraceWriter
+from .stops import RESET_TOOL, refusal_text, refuses, reset, stop_text
 
 __all__ = ["CallJudge", "Forward", "Judged", "unknown_tool", "tool_name", "shown", "SESSION_STOPPED",
            "ARGUMENTS_TOO_LARGE", "GUARD_UNREACHABLE", "SERVER_NAME", "SERVER_TITLE", "INSTRUCTIONS"]
@@ -84,7 +86,11 @@ class CallJudge:
                 guard = guard if effective == guard.policy else guard.with_policy(effective)
         self.guard = guard
         self.config = config
-        self.extractor = ToolStateExtractor(tool_kinds=config.step_kinds(), argument_aliases=config.step_aliases())
+        # (gateway: descriptions judged and pinned, results redacted, forewarn_reset listed: gate.py, stops.py)
+        self.gate = ToolGate(config, audit if guard is not None else None,
+                             lists_reset=guard is not None and config.after_stop != "session")
+        self.extractor = ToolStateExtractor(tool_kinds=config.step_kinds(), argument_aliases=config.step_aliases(),
+                                            descriptions=self.gate.described if config.descriptions.state else None)
         self.writer = TraceWriter(record) if record else None
         self.sidecar = sidecar
         self.model_name = model_name
@@ -144,7 +150,7 @@ class CallJudge:
         """The first judging of a proposed call, which waits for nothing: a :class:`Forward` when the guard
         allows the call as it came, else its verdict and state, for :meth:`settle` to go on from (``judged=``).
         The caller holds the session's lock and has seen that the session is not stopped."""
-        verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_for(name), fallback=self._fallback)
+        verdict, state = judge(guarded, name, args, unknown_tools=self.unknown_for(name), fallback=self._fallback)
         if verdict.action is Action.ALLOW:
             guarded.calls += 1
             return Forward(name, args, False, judged=verdict)  # its span and audit row: forwarded()
@@ -239,12 +245,12 @@ class CallJudge:
         edit_of: str | None = None  # the console proposal an approver edited into this call
         edits: list[str] = []
         while True:
-            if guarded.stopped is not None:
-                raise MCPError(SESSION_STOPPED, stopped_text(name, guarded.stopped, later=True))
+            if refuses(guarded, name, self.extractor, self.config.after_stop):  # (a stop: stops.py)
+                raise MCPError(SESSION_STOPPED, refusal_text(name, guarded, self.config.after_stop))
             if judged is not None:
                 (verdict, state), judged = judged, None
             else:
-                verdict, state = judge(guarded, name, args, unknown_tools=self.config.unknown_for(name),
+                verdict, state = judge(guarded, name, args, unknown_tools=self.unknown_for(name),
                                        fallback=self._fallback)
             if verdict.action is Action.ALLOW:
                 proposal: str | None = None
@@ -263,8 +269,9 @@ class CallJudge:
             audited = self._audit_judged(guarded, name, args, verdict)
             if verdict.action is Action.STOP:
                 guarded.stopped = verdict
+                guarded.stopped_tools.add(name)
                 guarded.calls += 1
-                raise MCPError(SESSION_STOPPED, " ".join([*edits, stopped_text(name, verdict)]))
+                raise MCPError(SESSION_STOPPED, " ".join([*edits, stop_text(name, verdict, self.config.after_stop)]))
             if verdict.action is Action.REFLECT:
                 guarded.calls += 1
                 return " ".join([*edits, held_back_text(name, args, verdict)])
@@ -328,8 +335,50 @@ class CallJudge:
         words = f"Forewarn: after this call, {after.message or 'the run is at risk'}"
         if after.action is Action.STOP:
             guarded.stopped = Verdict(Action.STOP, after)
-            words += " Forewarn stopped the session: every later call is refused."
+            if guarded.steps:
+                guarded.stopped_tools.add(guarded.steps[-1].name)
+            words += " Forewarn stopped the session: " + {
+                "session": "every later call is refused.",
+                "all": "every later call is refused until a person resets it (forewarn_reset).",
+                "kinds": "later calls of this kind are refused until a person resets it (forewarn_reset)."}[
+                self.config.after_stop]
         return words
+
+    async def confirm_tool(self, guarded: GuardedSession, name: str, elicit: Elicit | None) -> None:
+        """(gateway) A call to a tool with a finding whose action is ``ask`` (gate.py): a person approves the tool
+        as it is listed now (then it is pinned so, and its calls go on), or the call is refused.
+
+        Raises:
+            MCPError: ``-32602``, the person did not approve (or nobody could be asked); the call did not run.
+        """
+        why = self.gate.asks(name)
+        if why is None:
+            return
+        asked = Decision(Action.ASK_HUMAN, None, None, "", {}, f"{why}.", known=False)
+        remote = await self._remote(guarded) if self.sidecar is not None else None
+        answer = await ask_human(elicit, name, {}, Verdict(Action.ASK_HUMAN, asked, " Approve the tool as it is now?"),
+                                 guarded.state, remote=remote, tools=[name], timeout=self.config.approval_timeout)
+        if not answer.approved:
+            raise MCPError(types.INVALID_PARAMS, f"{why}; {answer.message or 'the person did not approve the tool.'}")
+        self.gate.approve(name)
+
+    async def reset_call(self, guarded: GuardedSession, elicit: Elicit | None) -> dict[str, Any]:
+        """A call of the proxy's own ``forewarn_reset`` (:mod:`.stops`): the ``tools/call`` result the client gets.
+        The caller holds the session's lock."""
+        stopped = guarded.stopped
+        remote = (lambda: self._remote(guarded)) if self.sidecar is not None else None
+        lifted, text = await reset(guarded, elicit=elicit, remote=remote, asks=self.config.reset_asks,
+                                   timeout=self.config.approval_timeout)
+        if self.audit is not None and guarded.session is not None and stopped is not None:
+            self.audit.judged(guarded.id, RESET_TOOL, {}, stopped.decision, "approved" if lifted else "rejected", text)
+        return {"content": [{"type": "text", "text": text}], "isError": not lifted}
+
+    def unknown_for(self, name: str) -> Action:
+        """What a call of ``name`` gets when the guard would allow it and its kind is unknown: ``allow`` (and
+        recorded) for a tool whose annotations say it only reads (``read_only_hints``), else the config's."""
+        if self.config.read_only_hints and name in self.gate.read_only and not self.extractor.knows(name):
+            return Action.ALLOW
+        return self.config.unknown_for(name)
 
     async def _commit(self, guarded: GuardedSession, step: ToolStep, proposal: str | None,
                       audited: str | None = None) -> Decision | None:

@@ -26,6 +26,11 @@ several come from a config file (``--config FILE``, YAML or JSON)::
     unknown_prompts: reflect
     call_timeout: 60
     approval_timeout: 300
+    descriptions: {hidden_instruction: hide, sensitive_reference: warn}  # tool descriptions judged (descriptions.py)
+    redact: secrets               # secrets in tool results redacted (redact.py); default off
+    after_stop: all               # what a stop refuses from then on: all, kinds, session (stops.py)
+    reset_asks: true              # forewarn_reset asks a person (false: the call itself resets)
+    read_only_hints: true         # a tool with no kind whose annotations say readOnlyHint is allowed and recorded
 
 Every tool name must be listed by one upstream only (two servers offering ``read_file`` is an
 error naming both, not a silent pick).
@@ -43,6 +48,8 @@ import yaml
 from ...errors import ConfigError
 from ..spec import Action
 from ..toolcalls.kinds import ARGUMENT_NAMES, ToolKind
+from .descriptions import DescriptionPolicy
+from .redact import RedactPolicy
 
 __all__ = ["ProxyConfig", "UpstreamSpec", "load_config", "resource_tool", "prompt_tool"]
 
@@ -106,6 +113,14 @@ class ProxyConfig:
             :func:`prompt_tool`): what it fetches enters the agent's context as a tool's result does.
         unknown_resources, unknown_prompts: as ``unknown_tools`` for a resource or prompt with no kind
             (None: ``unknown_tools``).
+        descriptions: what each finding in a tool's description does (:mod:`.descriptions`), and pinning.
+        approve_tool_changes: pin the tools as listed now, changed or not (the operator approved them).
+        redact: what is redacted from tool results before the model reads them (:mod:`.redact`; default none).
+        after_stop: what a stop refuses from then on: ``all`` calls or the stopped ``kinds`` until a person
+            resets the session, or the whole ``session`` for good (:mod:`.stops`).
+        reset_asks: whether ``forewarn_reset`` asks a person (False: calling it resets).
+        read_only_hints: a tool with no kind whose annotations say ``readOnlyHint`` is allowed (and recorded)
+            where ``unknown_tools`` would apply.
     """
 
     upstreams: tuple[UpstreamSpec, ...]
@@ -120,6 +135,12 @@ class ProxyConfig:
     prompt_kinds: Mapping[str, str] = field(default_factory=dict)
     unknown_resources: Action | None = None
     unknown_prompts: Action | None = None
+    descriptions: DescriptionPolicy = field(default_factory=DescriptionPolicy)
+    approve_tool_changes: bool = False
+    redact: RedactPolicy = field(default_factory=RedactPolicy)
+    after_stop: str = "all"
+    reset_asks: bool = True
+    read_only_hints: bool = True
 
     def unknown_for(self, name: str) -> Action:
         """What a call of ``name`` gets when the guard would allow it and its kind is unknown."""
@@ -155,6 +176,8 @@ class ProxyConfig:
                 raise ConfigError(f"{label} must be a positive number of seconds, got {value!r}")
         if self.max_argument_bytes < 1:
             raise ConfigError(f"max_argument_bytes must be at least 1, got {self.max_argument_bytes!r}")
+        if self.after_stop not in ("all", "kinds", "session"):
+            raise ConfigError(f"after_stop must be one of all, kinds, session; got {self.after_stop!r}")
         if self.restarts < 0:
             raise ConfigError(f"restarts must not be negative, got {self.restarts!r}")
         for label, kinds in (("tool_kinds", self.tool_kinds), ("resource_kinds", self.resource_kinds),
@@ -191,7 +214,8 @@ def load_config(path: str | Path, **overrides: Any) -> ProxyConfig:
 
 _KEYS = {"servers", "mcpServers", "tool_kinds", "argument_aliases", "unknown_tools", "call_timeout",
          "approval_timeout", "max_argument_bytes", "restarts", "resource_kinds", "prompt_kinds", "unknown_resources",
-         "unknown_prompts"}
+         "unknown_prompts", "descriptions", "approve_tool_changes", "redact", "after_stop", "reset_asks",
+         "read_only_hints"}
 
 
 def config_from(data: Mapping[str, Any], **overrides: Any) -> ProxyConfig:
@@ -214,6 +238,13 @@ def config_from(data: Mapping[str, Any], **overrides: Any) -> ProxyConfig:
             except ValueError:
                 raise ConfigError(f"field {key!r}: {settings[key]!r} is not an action; "
                                   f"one of {[a.value for a in Action]}") from None
+    if not isinstance(settings.get("descriptions", DescriptionPolicy()), DescriptionPolicy):
+        settings["descriptions"] = DescriptionPolicy.from_config(settings["descriptions"])
+    if not isinstance(settings.get("redact", RedactPolicy()), RedactPolicy):
+        settings["redact"] = RedactPolicy.from_config(settings["redact"])
+    for key in ("approve_tool_changes", "reset_asks", "read_only_hints"):
+        if key in settings and not isinstance(settings[key], bool):
+            raise ConfigError(f"field {key!r}: expected true or false, got {settings[key]!r}")
     for key in ("tool_kinds", "argument_aliases", "resource_kinds", "prompt_kinds"):
         if key in settings and not isinstance(settings[key], dict):
             raise ConfigError(f"field {key!r}: expected a mapping, got {type(settings[key]).__name__}")

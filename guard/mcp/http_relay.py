@@ -60,6 +60,7 @@ from .approval import APPROVAL_SCHEMA
 from .calls import SERVER_NAME, CallJudge
 from .judge import GuardedSession
 from .lean import lean_call
+from .pinning import server_key
 from .reads import lean_read
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 
@@ -93,6 +94,7 @@ class HttpRelay:
         self.spec = judge.config.upstreams[0]
         self.name = self.spec.name
         self.url: str = self.spec.url or ""
+        self._server = server_key(self.name, self.spec.describe())  # (its tools' pins: pinning.py)
         self.path = path
         self.timeout = self.spec.timeout or judge.config.call_timeout
         # a body holds one message (or a batch) whose arguments the judge refuses above its limit
@@ -250,6 +252,8 @@ class HttpRelay:
                 return await self._call(message, body, headers, send)
             if method == "initialize" and rid is not None:
                 return await self._initialize(message, body, headers, send)
+            if method == "tools/list" and rid is not None:  # (gateway: descriptions judged, tools pinned: gate.py)
+                return await self._tools_list(message, body, headers, send)
             await self._pass("POST", headers, body, receive, send, rid)
         finally:
             if key is not None:
@@ -341,7 +345,7 @@ class HttpRelay:
         cursor: str | None = None
         while True:
             page, _ = await self._ask("tools/list", {"cursor": cursor} if cursor else None, headers)
-            self._tools.update(wire.tool_arguments({"result": page}))
+            self._tools.update(wire.tool_arguments({"result": self.judge.gate.listed_page(self._server, page)}))
             cursor = page.get("nextCursor")
             if not isinstance(cursor, str) or not cursor:
                 return
@@ -362,6 +366,22 @@ class HttpRelay:
                             isinstance(capabilities, dict) and "elicitation" in capabilities)
         answer_to.headers = [h for h in back.headers if h[0] in (b"mcp-session-id", b"mcp-protocol-version")]
         await answer_to.final(wire.as_proxy(answer, frame))
+
+    async def _tools_list(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
+                          send: Send) -> None:
+        """The client's ``tools/list``: the upstream's answer as the gate lets it through (:mod:`.gate`)."""
+        rid = message["id"]
+        answer_to = Reply(send)
+        try:
+            frame, answer, _ = await self._exchange(headers, body, rid, "tools/list", answer_to)
+        except MCPError as exc:
+            failed = error_frame(rid, exc.error.code, exc.error.message)
+            if self._sessions.ended(session_id(headers)) and not answer_to.streaming:  # (as _judged: 404, start anew)
+                return await reply(send, 404, failed)
+            return await answer_to.final(failed)
+        frame, answer = self.judge.gate.listed_frame(self._server, answer, frame)
+        self._tools.update(wire.tool_arguments(answer))
+        await answer_to.final(frame)
 
     async def _call(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
                     send: Send) -> None:

@@ -50,6 +50,7 @@ class GuardedSession:
     steps: list[ToolStep] = field(default_factory=list)  # the calls that ran, oldest first
     state: Mapping[str, Any] = field(default_factory=dict)  # the extractor's state of those calls (never mutated)
     stopped: Verdict | None = None
+    stopped_tools: set[str] = field(default_factory=set)  # the tools whose calls a stop was about (stops.py)
     log: SessionLog | None = None
     remote: Any = None  # the sidecar's AsyncRemoteSession, with --serve-url
     unsent: list[dict[str, Any]] = field(default_factory=list)  # steps that ran while the sidecar was down

@@ -22,6 +22,7 @@ from ._frames import error_frame, result_frame, text_item
 from .approval import Elicit
 from .calls import CallJudge, Forward, Judged, unknown_tool
 from .judge import GuardedSession
+from .stops import RESET_TOOL
 
 __all__ = ["lean_call", "judge_now", "answered_now", "Answered", "failure_frame", "Forwarder"]
 
@@ -48,7 +49,13 @@ async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, 
         return error_frame(rid, types.INVALID_PARAMS, "tools/call needs params.name (a string) and "
                                                       "params.arguments (an object)")
     try:
+        if name == RESET_TOOL and judge.gate.lists_reset:  # (gateway: the proxy's own tool, stops.py)
+            async with lock:
+                return result_frame(rid, await judge.reset_call(session(), elicit))
+        judge.gate.check_call(name)  # (gateway: a hidden tool, a refused server: gate.py)
         judge.check_size(name, args)
+        if judge.gate.asks(name) is not None:  # (gateway: a finding a person approves first: gate.py)
+            await judge.confirm_tool(session(), name, elicit)
         if name not in tools:
             await list_tools()
             if name not in tools:
@@ -79,7 +86,8 @@ def judge_now(judge: CallJudge, message: dict[str, Any], *, session: Callable[[]
     params, too large, a stopped session), listing the tools again, or a sidecar. The caller holds the
     session's turn (one judged call at a time)."""
     name, args = _name_and_args(message)
-    if name is None or args is None or name not in tools or judge.sidecar is not None:
+    if name is None or args is None or name not in tools or judge.sidecar is not None or judge.gate.blocks(name) \
+            or name == RESET_TOOL:  # (gateway: gate.py, stops.py)
         return None
     try:
         judge.check_size(name, args)
@@ -107,8 +115,8 @@ def answered_now(judge: CallJudge, guarded: GuardedSession, go: Forward, rid: An
             judge.failed_now(guarded, go, _error_text(answer))
             return answer_frame
         result = _result(answer)
-        return _answer(rid, go, answer_frame, result, judge.ran_now(guarded, go, bool(result.get("isError")),
-                                                                    wire.text_of(result)))
+        words = judge.ran_now(guarded, go, bool(result.get("isError")), wire.text_of(result))
+        return _answer(judge, guarded, rid, go, answer_frame, result, words)
     except Exception as exc:  # a bug: one error for this call, never a hung client
         return failure_frame(rid, go.name, exc)
 
@@ -174,8 +182,8 @@ async def _run(judge: CallJudge, guarded: GuardedSession, go: Forward, rid: Any,
         await judge.failed(guarded, go, _error_text(answer))
         return answer_frame
     result = _result(answer)
-    return _answer(rid, go, answer_frame, result,
-                   await judge.ran(guarded, go, bool(result.get("isError")), wire.text_of(result)))
+    words = await judge.ran(guarded, go, bool(result.get("isError")), wire.text_of(result))
+    return _answer(judge, guarded, rid, go, answer_frame, result, words)
 
 
 def _error_text(answer: dict[str, Any]) -> str:
@@ -187,11 +195,15 @@ def _result(answer: dict[str, Any]) -> dict[str, Any]:
     return answer["result"] if isinstance(answer.get("result"), dict) else {}
 
 
-def _answer(rid: Any, go: Forward, answer_frame: bytes, result: dict[str, Any], words: str | None) -> bytes:
+def _answer(judge: CallJudge, guarded: GuardedSession, rid: Any, go: Forward, answer_frame: bytes,
+            result: dict[str, Any], words: str | None) -> bytes:
     """The upstream's answer to a call that ran, as the client gets it: as it came, or with the guard's words
-    after it (the state it led to) and what the approvers changed."""
-    if words is None and not go.edits:
+    after it (the state it led to) and what the approvers changed, and its secrets redacted where the config
+    asks (after the guard read it: gate.py)."""
+    redacted, records = judge.gate.redact(guarded.id, go.name, result)
+    if words is None and not go.edits and not records:
         return answer_frame  # as the upstream said it
+    result = dict(redacted)
     content = list(result.get("content") or [])
     if words is not None:
         content.append(text_item(words))

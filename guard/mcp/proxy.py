@@ -49,8 +49,11 @@ from .calls import (
     unknown_tool,
 )
 from .config import ProxyConfig
+from .gate import TOOLS_REFUSED
 from .judge import DecisionHook, GuardedSession
+from .pinning import server_key
 from .reads import params_of, read_text, settle_read, step_of
+from .stops import RESET_TOOL, reset_tool
 from .upstream import Upstream
 
 __all__ = ["GuardedProxy", "SESSION_STOPPED", "ARGUMENTS_TOO_LARGE"]
@@ -167,6 +170,7 @@ class GuardedProxy(CallJudge):
                                       f"upstream {upstream.name!r}: {said}") from None
                 log.warning("tools/list of upstream %r failed: %s", upstream.name, exc.error.message)
                 continue
+            listed = _gated(self, upstream, listed)  # (gateway: descriptions judged, tools pinned: gate.py)
             for tool in listed:
                 other = routes.get(tool.name)
                 if other is not None:
@@ -187,16 +191,31 @@ class GuardedProxy(CallJudge):
         if len(self.upstreams) == 1:  # unchanged, cursor and all
             upstream = self.upstreams[0]
             result = await upstream.request("tools/list", lambda s: s.list_tools(params=_page(params)))
+            seen = self.gate.listed(_server(upstream), result.model_dump(by_alias=True, exclude_none=True),
+                                    last_page=result.next_cursor is None)  # (gateway: gate.py)
+            if seen.refused is not None:
+                raise MCPError(TOOLS_REFUSED, seen.refused)
+            result = types.ListToolsResult.model_validate(seen.result)
             for tool in result.tools:
                 self._routes[tool.name] = upstream
                 self._arguments[tool.name] = declared(tool.input_schema)
             return result
-        return types.ListToolsResult(tools=await self._refresh_tools())
+        tools = await self._refresh_tools()
+        if self.gate.lists_reset:  # (the proxy's own tool: stops.py)
+            tools.append(types.Tool.model_validate(reset_tool()))
+        return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
         name, args = params.name, dict(params.arguments or {})
+        if name == RESET_TOOL and self.gate.lists_reset:  # (gateway: the proxy's own tool, stops.py)
+            guarded, lock = self._session_of(ctx)
+            async with lock:
+                return types.CallToolResult.model_validate(await self.reset_call(guarded, elicit_of(ctx)))
+        self.gate.check_call(name)  # (gateway: a hidden tool, a refused server: gate.py)
         self.check_size(name, args)
+        if self.gate.asks(name) is not None:  # (gateway: a finding a person approves first: gate.py)
+            await self.confirm_tool(self._session_of(ctx)[0], name, elicit_of(ctx))
         if name not in self._routes:
             await self._refresh_tools()
             if name not in self._routes:
@@ -215,6 +234,10 @@ class GuardedProxy(CallJudge):
                 await self.failed(guarded, go, exc.error.message)
                 raise
             words = await self.ran(guarded, go, bool(result.is_error), _text_of(result))
+            redacted, records = self.gate.redact(guarded.id, go.name, result.model_dump(by_alias=True,
+                                                                                        exclude_none=True))
+            if records:  # (gateway: after the guard read the result as it came: gate.py)
+                result = types.CallToolResult.model_validate(redacted)
             if words is not None:
                 result = result.model_copy(update={"content": [*result.content, types.TextContent(type="text",
                                                                                                    text=words)]})
@@ -328,6 +351,17 @@ class GuardedProxy(CallJudge):
                 raise
             await self.ran(guarded, go, False, read_text(method, result.model_dump(mode="json", by_alias=True)))
             return result
+
+
+def _server(upstream: Upstream) -> str:
+    return server_key(upstream.name, upstream.spec.describe())
+
+
+def _gated(proxy: GuardedProxy, upstream: Upstream, listed: list[types.Tool]) -> list[types.Tool]:
+    """An upstream's tools as the gate lets them through (none when it refuses the server)."""
+    page = {"tools": [t.model_dump(by_alias=True, exclude_none=True) for t in listed]}
+    kept = proxy.gate.listed(_server(upstream), page, last_page=False).result.get("tools") or []
+    return [types.Tool.model_validate(t) for t in kept]
 
 
 def _page(params: types.PaginatedRequestParams | None) -> types.PaginatedRequestParams | None:

@@ -46,6 +46,7 @@ from .approval import APPROVAL_SCHEMA
 from .calls import CallJudge, Forward, Judged
 from .judge import GuardedSession
 from .lean import Answered, judge_now, lean_call
+from .pinning import server_key
 from .reads import lean_read
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 
@@ -75,6 +76,7 @@ class LeanRelay:
         self.spec = judge.config.upstreams[0]
         self.name = self.spec.name
         self.timeout = self.spec.timeout or judge.config.call_timeout
+        self._server = server_key(self.name, self.spec.describe())  # (its tools' pins: pinning.py)
         self.connections = 0
         self._proc: UpstreamEnd | None = None
         self._ready = asyncio.Event()
@@ -359,7 +361,8 @@ class LeanRelay:
                 return  # answered already (it timed out), or the relay's replayed handshake
             if pending.timer is not None:
                 pending.timer.cancel()
-            if pending.what == "tools/list":
+            if pending.what == "tools/list":  # (gateway: descriptions judged, tools pinned: gate.py)
+                line, message = self.judge.gate.listed_frame(self._server, message, line)
                 self._learn_tools(message)
             elif pending.what == "initialize" and pending.future is None:
                 line = wire.as_proxy(message, line)

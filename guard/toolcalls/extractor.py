@@ -137,6 +137,9 @@ class ToolStateExtractor:
         payment_limit: payments above this amount need the user's confirmation.
         argument_aliases: per tool, its argument names → the canonical ones its kind reads,
             e.g. ``{"run_sql": {"query": "command"}}`` with ``tool_kinds={"run_sql": "shell"}``.
+        descriptions: tool → ``{"text": its description, "findings": [kinds]}`` (the MCP proxy's, kept up to date
+            as servers list their tools); given, ``last_call`` also carries ``description`` and
+            ``description_findings`` (empty for a tool not described), for predicates to weigh.
 
     Calling the extractor on a :class:`Transcript` returns the state (a new dict).
 
@@ -148,7 +151,9 @@ class ToolStateExtractor:
 
     def __init__(self, *, tool_kinds: Mapping[str, ToolKind | str] | None = None,
                  internal_domains: Sequence[str] | None = None, payment_limit: float = 500.0,
-                 argument_aliases: Mapping[str, Mapping[str, str]] | None = None) -> None:
+                 argument_aliases: Mapping[str, Mapping[str, str]] | None = None,
+                 descriptions: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self.descriptions = descriptions
         kinds = dict(DEFAULT_TOOL_KINDS)
         for name, kind in (tool_kinds or {}).items():
             try:
@@ -188,7 +193,7 @@ class ToolStateExtractor:
     def __call__(self, transcript: Transcript) -> dict[str, Any]:
         steps = transcript.steps
         if not steps:
-            return initial_state(self.payment_limit)
+            return self._described(initial_state(self.payment_limit))
         users = transcript.user_messages
         # An agent's transcript grows a call at a time: resume the fold where the last call
         # left it (all but its last step, which is often a proposed call), so a step costs
@@ -203,7 +208,7 @@ class ToolStateExtractor:
             if index == len(steps) - 1 and index != done:  # else the memo already holds this prefix
                 self._memo = (users, steps[:index], _copy(state))
             self._fold(state, steps[index], user_text, user_amounts)
-        return _last(state, len(steps), steps[-1], self.kind_of(steps[-1].name))
+        return self._described(_last(state, len(steps), steps[-1], self.kind_of(steps[-1].name)))
 
     def then(self, state: Mapping[str, Any], step: ToolStep, user_messages: tuple[str, ...] = ()) -> dict[str, Any]:
         """The state after one more call: ``state`` is this extractor's state of a transcript whose user
@@ -217,7 +222,16 @@ class ToolStateExtractor:
         """
         out = _copy(state)
         self._fold(out, step, *self._user_words(user_messages))
-        return _last(out, int(state["steps"]) + 1, step, self.kind_of(step.name))
+        return self._described(_last(out, int(state["steps"]) + 1, step, self.kind_of(step.name)))
+
+    def _described(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The state with its last call's description words, when the extractor was given descriptions."""
+        if self.descriptions is not None:
+            last = state["last_call"] = dict(state["last_call"])
+            described = self.descriptions.get(last["tool"]) or {}
+            last["description"] = str(described.get("text", ""))
+            last["description_findings"] = list(described.get("findings", ()))
+        return state
 
     def _user_words(self, users: tuple[str, ...]) -> tuple[str, set[float]]:
         """The user's messages as one lower-case text, and the amounts they state (cached)."""

@@ -59,7 +59,8 @@ async def status_through(command: str, args: list[str], repo: Path) -> str:
         return text_of(result)
 
 
-@pytest.mark.parametrize(("heading", "servers"), [("A desktop assistant", "mcpServers"), ("An IDE", "servers")])
+@pytest.mark.parametrize(("heading", "servers"), [("A desktop assistant", "mcpServers"), ("An IDE", "servers"),
+                                                 ("Cursor", "mcpServers"), ("Windsurf", "mcpServers")])
 def test_the_host_configs_launch_a_guarding_proxy(heading: str, servers: str, model_file: Path, repo: Path,
                                                   tmp_path: Path) -> None:
     config = json.loads(filled(snippet(heading), model_file, repo, tmp_path))

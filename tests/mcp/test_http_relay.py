@@ -49,7 +49,9 @@ def test_reflect_an_unknown_tool_a_tool_no_upstream_lists_and_the_proxys_name(mc
         seen: dict[str, Any] = {}
         async with http_client(git_over_http) as direct:
             seen["upstream"] = (await direct.list_tools()).tools
-        proxy = proxy_for(Guard(mcp_model), UpstreamSpec("git", url=git_over_http), trigger="level")
+        # (read_only_hints off: git_log's annotations say read-only, which would allow it: test_gateway_stops.py)
+        proxy = proxy_for(Guard(mcp_model), UpstreamSpec("git", url=git_over_http), trigger="level",
+                          read_only_hints=False)
         async with serving(proxy, "lean") as url, http_client(url) as client:
             seen["proxied"] = (await client.list_tools()).tools
             seen["held"] = await client.call_tool("git_add", {"repo_path": r, "files": ["notes.txt"]})
@@ -69,7 +71,8 @@ def test_reflect_an_unknown_tool_a_tool_no_upstream_lists_and_the_proxys_name(mc
         return seen
 
     seen = anyio.run(scenario)
-    assert [t.model_dump() for t in seen["proxied"]] == [t.model_dump() for t in seen["upstream"]]
+    assert [t.model_dump() for t in seen["proxied"][:-1]] == [t.model_dump() for t in seen["upstream"]]
+    assert seen["proxied"][-1].name == "forewarn_reset"  # the proxy's own tool, last (stops.py)
     held = seen["held"]
     assert held.is_error and "held back the call `git_add`" in text_of(held) and "did not run" in text_of(held)
     assert git(repo, "diff", "--cached", "--name-only") == ""  # never staged: upstream not called

@@ -30,7 +30,8 @@ def test_tools_list_passes_through_unchanged(mcp_model: GuardModel, repo: Path) 
         return upstream, proxied
 
     upstream, proxied = anyio.run(scenario)
-    assert [t.model_dump() for t in proxied] == [t.model_dump() for t in upstream]
+    assert [t.model_dump() for t in proxied[:-1]] == [t.model_dump() for t in upstream]
+    assert proxied[-1].name == "forewarn_reset"  # the proxy's own tool, last (stops.py)
     assert "git_reset" in {t.name for t in proxied}
 
 
@@ -89,7 +90,8 @@ def test_an_unknown_tool_fails_closed_and_a_tool_no_upstream_lists_is_an_error(m
                                                                                repo: Path) -> None:
     async def scenario() -> tuple[Any, MCPError]:
         # mcp-server-time's tools have kinds in proxy.yaml; drop one so it is unknown to the extractor
-        proxy = proxy_for(Guard(mcp_model), UpstreamSpec("time", command=TIME_SERVER))
+        # (read_only_hints off: its annotations say read-only, which would allow it: test_gateway_stops.py)
+        proxy = proxy_for(Guard(mcp_model), UpstreamSpec("time", command=TIME_SERVER), read_only_hints=False)
         proxy.extractor.tool_kinds.pop("get_current_time", None)
         async with proxy.running() as server, connected(server) as client:
             unknown = await client.call_tool("get_current_time", {"timezone": "UTC"})

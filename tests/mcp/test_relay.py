@@ -63,7 +63,8 @@ def test_tools_list_is_the_upstreams_own_and_the_reset_over_uncommitted_work_is_
         return seen
 
     seen = anyio.run(scenario)
-    assert [t.model_dump() for t in seen["proxied"]] == [t.model_dump() for t in seen["upstream"]]
+    assert [t.model_dump() for t in seen["proxied"][:-1]] == [t.model_dump() for t in seen["upstream"]]
+    assert seen["proxied"][-1].name == "forewarn_reset"  # the proxy's own tool, last (stops.py)
     assert "notes.txt" in seen["status"] and "staged" in seen["added"].lower()
     assert seen["stopped"].code == seen["later"].code == SESSION_STOPPED
     assert "stopped this session before the call to `git_reset`" in seen["stopped"].message
@@ -79,7 +80,8 @@ def test_reflect_an_unknown_tool_and_a_tool_no_upstream_lists(mcp_model: GuardMo
         async with lean_connected(proxy_for(Guard(mcp_model), git_upstream(repo), trigger="level")) as (client, _):
             held = await client.call_tool("git_add", {"repo_path": str(repo), "files": ["notes.txt"]})
             fine = await client.call_tool("git_log", {"repo_path": str(repo), "max_count": 1})
-        proxy = proxy_for(Guard(mcp_model), UpstreamSpec("time", command=TIME_SERVER))
+        # (read_only_hints off: its annotations say read-only, which would allow it: test_gateway_stops.py)
+        proxy = proxy_for(Guard(mcp_model), UpstreamSpec("time", command=TIME_SERVER), read_only_hints=False)
         allowed = None
         async with lean_connected(proxy) as (client, _):
             allowed = await client.call_tool("get_current_time", {"timezone": "UTC"})
