@@ -198,7 +198,9 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     progress(f"reading the fields of {len(states)} steps")
     table = build_table(states, [run.meta for run in runs], action_columns(actions),
                         np.asarray(run_of_all, dtype=np.int64))
-    excluded = [*exclude, *([group_by] if group_by and group_by.startswith("meta.") else [])]
+    # (s38-text: each field of a two-field grouping, meta.attack,meta.task)
+    grouping = [k.strip() for k in group_by.split(",")] if group_by else []
+    excluded = [*exclude, *(k for k in grouping if k.startswith("meta."))]
     # a mistyped exclusion (meta.outcme) would leave a label in without a word
     unmatched = [e for e in exclude if not any(_under(c.path, e) for c in table.columns)]
     if excluded:
