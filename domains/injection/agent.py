@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from ...errors import ConfigError
 from .attacks import GOALS, PHRASINGS, SECRETS, Injection, injection
-from .tasks import READS, TASKS, Step, Task, detour
+from .tasks import READS, TASKS, Step, Task, detour, with_filler
 
 __all__ = ["HttpPages", "RunPlan", "generate_runs", "initial_state", "next_state", "plan_run", "play"]
 
@@ -65,7 +65,7 @@ def plan_run(rng: random.Random, task: str, goal: str | None = None, phrasing: s
     for step in planned.steps:
         if rng.random() < _P_DETOUR:
             steps.append(detour(rng))
-        steps.append(step)
+        steps.append(Step(step.tool, step.args, with_filler(step.output, rng)) if step.tool in READS else step)
     if goal is None or phrasing is None:
         return RunPlan(planned, steps)
     attack = injection(rng, goal, phrasing)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -131,8 +132,8 @@ def text_candidates(column: Column, scored: NDArray[np.int64], outcome: NDArray[
             value_rows.append(v)
             phrase_cols.append(phrase_index.setdefault(p, len(phrase_index)))
     phrases = list(phrase_index)
-    # a phrase of fewer than three characters, or without a letter, is part of too many texts by chance
-    usable = np.fromiter((len(p) >= 3 and any(ch.isalpha() for ch in p) for p in phrases), dtype=np.bool_,
+    # a phrase of one character, or without a letter, is part of too many texts by chance
+    usable = np.fromiter((len(p) >= 2 and any(ch.isalpha() for ch in p) for p in phrases), dtype=np.bool_,
                          count=len(phrases))
     steps_of_value = np.bincount(at[at >= 0], minlength=len(distinct))
     vr, pc = np.asarray(value_rows, dtype=np.int64), np.asarray(phrase_cols, dtype=np.int64)
@@ -163,7 +164,7 @@ def text_candidates(column: Column, scored: NDArray[np.int64], outcome: NDArray[
     for c in chosen:
         phrase = phrases[c]
         add_text(column, f"{text}.contains({_quote(phrase)})", name(*field, "says", phrase),
-            f"{text} contains {phrase!r}", bits_of(lambda v, p=phrase: p in v), None)
+            f"{text} contains {phrase!r}", bits_of(_holds((phrase,))), None)
     if sets is not None and len(eligible) >= 3:
         _phrase_sets(column, text, field, scored, at, vr, pc, phrases, eligible, min_support, add_text, name, sets,
                      factors, bits_of)
@@ -173,13 +174,26 @@ def text_candidates(column: Column, scored: NDArray[np.int64], outcome: NDArray[
     cue_list = _list_literal(forms)
     for t in np.unique(counted)[:-1].tolist()[:6]:
         add_text(column, f"size({cue_list}.filter(c, {text}.contains(c))) > {t}", name(*field, "cues", "above", str(t)),
-            f"{text} holds more than {t} instruction cue(s)", bits_of(lambda v, t=t: sum(f in v for f in forms) > t),
+            f"{text} holds more than {t} instruction cue(s)", bits_of(_cues_above(forms, t)),
             None)
     lengths = np.fromiter((len(v) for v in distinct), dtype=np.int64, count=len(distinct))[at[at >= 0]]
     if len(lengths):
         for t in np.unique(np.quantile(lengths, (0.1, 0.3, 0.5, 0.7, 0.9), method="lower")).tolist():
             add_text(column, f"size({text}) > {t}", name(*field, "longer", str(t)), f"{text} is longer than {t}",
-                bits_of(lambda v, t=t: len(v) > t), None)
+                bits_of(_longer(t)), None)
+
+
+def _holds(phrases: tuple[str, ...]) -> Callable[[str], bool]:
+    """Python's twin of ``x.contains(p)`` for one phrase, or of their ``exists`` for several."""
+    return lambda v: any(p in v for p in phrases)
+
+
+def _cues_above(forms: tuple[str, ...], t: int) -> Callable[[str], bool]:
+    return lambda v: sum(f in v for f in forms) > t
+
+
+def _longer(t: int) -> Callable[[str], bool]:
+    return lambda v: len(v) > t  # CEL's size of a string counts code points, as len does
 
 
 def _telling(eligible: NDArray[np.int64], vr: NDArray[np.int64], pc: NDArray[np.int64], at: NDArray[np.int64],
@@ -242,13 +256,14 @@ def _phrase_sets(column: Column, text: str, field: list[str], scored: NDArray[np
         add(column, f"{_list_literal(members)}.exists(p, {text}.contains(p))",
             name(*field, "says", "risky", f"{factor:g}x"),
             f"{text} contains one of {len(members)} phrases whose steps violate >= {factor:g}x as often ({shown})",
-            bits_of(lambda v, ms=tuple(members): any(m in v for m in ms)), held_out)
+            bits_of(_holds(tuple(members))), held_out)
 
 
 def _choose(rows: NDArray[np.int64], codes: NDArray[np.int64], size: int, sets: Any, factor: float,
             min_support: int, without: int | None) -> NDArray[np.int64]:
     """The phrases whose training steps (those not in fold ``without``) belong to violating runs at least
-    ``factor`` times as often as training steps overall (a one-sided 95 % Wilson lower bound), seen on
+    ``factor`` times as often as training steps overall (a one-sided Wilson lower bound, 95 % over all the
+    phrases tried), seen on
     violating runs of at least :data:`MIN_GROUPS` groups: a phrase one group of runs alone showed (one
     attack's wording, one task's document) stays out. The :data:`MAX_SET_PHRASES` with the highest bound."""
     y, fold, group = sets.y, sets.fold, sets.group
@@ -261,14 +276,17 @@ def _choose(rows: NDArray[np.int64], codes: NDArray[np.int64], size: int, sets: 
     keep = steps[rows]
     r, c = rows[keep], codes[keep]
     n = np.bincount(c, minlength=size).astype(np.float64)
-    u = np.bincount(c, weights=y[r], minlength=size)
+    u = np.bincount(c, weights=y[r], minlength=size).astype(np.float64)
     width = int(group.max()) + 1
     bad = y[r] > 0
     pairs = np.unique(c[bad] * width + group[r[bad]])
     groups = np.bincount(pairs // width, minlength=size)
     lower = np.zeros(size)
     seen = n > 0
-    lower[seen] = wilson_lower(u[seen], n[seen])
+    # hundreds of phrases are tried: the bound is taken at 95 % over all of them (Bonferroni), or common
+    # words would get in by chance
+    tried = max(int(np.sum(n >= min_support)), 1)
+    lower[seen] = wilson_lower(u[seen], n[seen], NormalDist().inv_cdf(1.0 - 0.05 / tried))
     chosen = np.flatnonzero((n >= min_support) & (groups >= MIN_GROUPS) & (lower >= factor * base))
     if len(chosen) > MAX_SET_PHRASES:
         chosen = chosen[np.argsort(-lower[chosen], kind="stable")[:MAX_SET_PHRASES]]
