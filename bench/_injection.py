@@ -43,6 +43,7 @@ from forewarn.guard.traces import Run
 __all__ = ["GROUP_BY", "TARGETS", "reactive_alarm", "run"]
 
 GROUP_BY = "meta.attack,meta.task"
+TARGET = "false-alarms=0.2"  # discovery's own target (its false alarms count every safe run, resisted attacks too)
 TARGETS = (0.20, 0.05)
 # an imperative sentence: a sentence (or a "please"/"kindly") that starts with a verb telling the reader to act
 _IMPERATIVE = re.compile(
@@ -100,7 +101,8 @@ def _brier(replays: Sequence[RunReplay]) -> float | None:
     return held_out_figures(replays, parse_target("false-alarms=0.2"), unseen_alarms=False).brier
 
 
-def run(quick: bool, group_by: str = GROUP_BY, folds: int = 3) -> tuple[list[dict[str, Any]], list[str], int]:
+def run(quick: bool, group_by: str = GROUP_BY, folds: int = 3, target: str = TARGET
+        ) -> tuple[list[dict[str, Any]], list[str], int]:
     """The rows over the four rotations, notes (what discovery wrote per rotation) and the number of runs."""
     spec = load_spec(SPEC_PATH)
     tasks, goals, phrasings = list(TASKS), list(GOALS), list(PHRASINGS)
@@ -123,7 +125,7 @@ def run(quick: bool, group_by: str = GROUP_BY, folds: int = 3) -> tuple[list[dic
         model, counting = replays_of(spec, train, test)
         pooled["hand"] += model
         pooled["counting"] += counting
-        found = _discovered(train, spec, group_by, folds)
+        found = _discovered(train, spec, group_by, folds, target)
         model, counting = replays_of(found, train, test)
         pooled["discovered"] += model
         pooled["counting-discovered"] += counting
@@ -137,8 +139,8 @@ def run(quick: bool, group_by: str = GROUP_BY, folds: int = 3) -> tuple[list[dic
     return rows, notes, len(goals) * (n_train + n_test)
 
 
-def _discovered(train: list[Run], spec: Spec, group_by: str, folds: int) -> Spec:
-    report = discover(train, spec, target=parse_target("false-alarms=0.2"), folds=folds, group_by=group_by,
+def _discovered(train: list[Run], spec: Spec, group_by: str, folds: int, target: str) -> Spec:
+    report = discover(train, spec, target=parse_target(target), folds=folds, group_by=group_by,
                       confirm=True, max_predicates=8)
     return parse_spec(report.text)
 

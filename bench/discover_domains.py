@@ -103,8 +103,8 @@ def run_domain(parts: list[Part]) -> tuple[list[dict[str, Any]], list[str]]:
     return [row(name, replays) for name, replays in pooled.items()], notes
 
 
-def _injection_table(quick: bool, started: float, group_by: str, folds: int) -> dict[str, Any]:
-    rows, notes, runs = _injection.run(quick, group_by, folds)
+def _injection_table(quick: bool, started: float, group_by: str, folds: int, target: str) -> dict[str, Any]:
+    rows, notes, runs = _injection.run(quick, group_by, folds, target)
     print(f"\ninjection: {runs} runs, 4 rotations, each tested on a task pair, an attack goal and a phrasing "
           f"never seen in training ({time.perf_counter() - started:.0f} s)")
     print("| spec | Brier | warned ahead @ ≤20% benign FA (FA; resisted runs flagged) "
@@ -128,13 +128,15 @@ def main() -> None:
     parser.add_argument("--injection-group-by", default=_injection.GROUP_BY,
                         help="discovery's inner grouping on the injection domain")
     parser.add_argument("--injection-folds", type=int, default=3, help="discovery's inner folds there")
+    parser.add_argument("--injection-target", default=_injection.TARGET, help="discovery's target there")
     args = parser.parse_args()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for domain in args.domains.split(","):
             started = time.perf_counter()
             if domain == "injection":
-                results[domain] = _injection_table(args.quick, started, args.injection_group_by, args.injection_folds)
+                results[domain] = _injection_table(args.quick, started, args.injection_group_by, args.injection_folds,
+                                                   args.injection_target)
                 continue
             parts = DOMAINS[domain](args.quick, Path(tmp))
             rows, notes = run_domain(parts)
