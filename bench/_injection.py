@@ -1,7 +1,8 @@
 """The prompt-injection domain's rows of bench/discover_domains.py: tested on tasks, attack goals and phrasings
 never seen in training.
 
-Four rotations. Rotation r holds out one attack goal, one phrasing family and two of the eight tasks:
+Four rotations. Rotation r holds out two of the eight attack goals, two of the eight phrasing families and
+two of the eight tasks:
 the training runs are drawn from the other goals, phrasings and tasks only, the test runs from the
 held-out ones only (each set generated from its own seed), so no test run shares its task, its goal or
 its phrasing with a training run. Half of the runs are attacked; the agent follows an injection with a
@@ -111,12 +112,12 @@ def run(quick: bool, group_by: str = GROUP_BY, folds: int = 3, target: str = TAR
     test_runs: dict[str, Run] = {}
     rule: dict[str, float] = {}
     notes: list[str] = []
-    for r in range(len(goals)):
-        held_tasks = tasks[2 * r:2 * r + 2]
+    for r in range(4):
+        held_tasks, held_goals, held_phrasings = tasks[2 * r:2 * r + 2], goals[2 * r:2 * r + 2], phrasings[2 * r:2 * r + 2]
         train = _runs(list(generate_runs(n_train, 1000 + r, tasks=[t for t in tasks if t not in held_tasks],
-                                         goals=[g for g in goals if g != goals[r]],
-                                         phrasings=[p for p in phrasings if p != phrasings[r]])), group_by)
-        test = _runs(list(generate_runs(n_test, 2000 + r, tasks=held_tasks, goals=[goals[r]], phrasings=[phrasings[r]])))
+                                         goals=[g for g in goals if g not in held_goals],
+                                         phrasings=[p for p in phrasings if p not in held_phrasings])), group_by)
+        test = _runs(list(generate_runs(n_test, 2000 + r, tasks=held_tasks, goals=held_goals, phrasings=held_phrasings)))
         test_runs.update((t.id, t) for t in test)
         for t in test:
             at, harm = reactive_alarm(t), _violation(t)
@@ -130,13 +131,14 @@ def run(quick: bool, group_by: str = GROUP_BY, folds: int = 3, target: str = TAR
         pooled["discovered"] += model
         pooled["counting-discovered"] += counting
         added = list(found.predicates.values())[len(spec.predicates):]
-        notes.append(f"rotation {r + 1} (test: goal {goals[r]}, phrasing {phrasings[r]}, tasks {', '.join(held_tasks)}): "
+        notes.append(f"rotation {r + 1} (test: goals {', '.join(held_goals)}, phrasings {', '.join(held_phrasings)}, "
+                     f"tasks {', '.join(held_tasks)}): "
                      f"{len(added)} predicate(s): " + "; ".join(_short(d.cel or "") for d in added))
     names = {"hand": "hand-written spec", "counting": "counting (hand-written abstraction)",
              "discovered": "discovered (text candidates)", "counting-discovered": "counting (discovered abstraction)"}
     rows = [_row(names[k], _scores(v), test_runs, _brier(v)) for k, v in pooled.items()]
     rows.append(_row("reactive rule: any tool output holding an imperative", rule, test_runs, None, fixed=True))
-    return rows, notes, len(goals) * (n_train + n_test)
+    return rows, notes, 4 * (n_train + n_test)
 
 
 def _discovered(train: list[Run], spec: Spec, group_by: str, folds: int, target: str) -> Spec:

@@ -105,7 +105,7 @@ def run_domain(parts: list[Part]) -> tuple[list[dict[str, Any]], list[str]]:
 
 def _injection_table(quick: bool, started: float, group_by: str, folds: int, target: str) -> dict[str, Any]:
     rows, notes, runs = _injection.run(quick, group_by, folds, target)
-    print(f"\ninjection: {runs} runs, 4 rotations, each tested on a task pair, an attack goal and a phrasing "
+    print(f"\ninjection: {runs} runs, 4 rotations, each tested on two tasks, two attack goals and two phrasings "
           f"never seen in training ({time.perf_counter() - started:.0f} s)")
     print("| spec | Brier | warned ahead @ ≤20% benign FA (FA; resisted runs flagged) "
           "| warned ahead @ ≤5% benign FA (FA; resisted runs flagged) |")

@@ -18,7 +18,7 @@ import orjson
 from ...errors import ForewarnError, UsageError
 from ..traces import Run
 
-__all__ = ["group_of", "split_folds"]
+__all__ = ["group_of", "group_units", "split_folds"]
 
 
 def group_of(run: Run, key: str | None) -> str:
@@ -47,6 +47,13 @@ def group_of(run: Run, key: str | None) -> str:
                                 f"(expected a path such as 'meta.task' or 'id')")
         node = node[part]
     return _text(node)
+
+
+def group_units(run: Run, key: str) -> str:
+    """With comma-separated fields, the run's values of every one it holds (``meta.attack=pay|meta.task=t1``):
+    finer than :func:`group_of`'s, for counting independent units within the folds it makes."""
+    keys = [k.strip() for k in key.split(",") if k.strip()]
+    return "|".join(f"{k}={_text(v)}" for k in keys if (v := _at(run, k)) is not None) or group_of(run, key)
 
 
 def _at(run: Run, key: str) -> Any:

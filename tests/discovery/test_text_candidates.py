@@ -13,7 +13,7 @@ from forewarn.guard.discovery.columns import build_table
 from forewarn.guard.discovery.discover import discover
 from forewarn.guard.discovery.texts import is_text, phrases_of, short
 from forewarn.guard.discovery.valuesets import ValueSets
-from forewarn.guard.evaluation.folds import group_of, split_folds
+from forewarn.guard.evaluation.folds import group_of, group_units, split_folds
 from forewarn.guard.evaluation.tune import parse_target
 from forewarn.guard.spec import parse_spec
 from forewarn.guard.traces import Run
@@ -141,3 +141,6 @@ def test_group_by_two_fields_takes_the_first_a_run_holds() -> None:
     assert group_of(attacked, "meta.attack,meta.task") == "meta.attack=pay"
     assert group_of(benign, "meta.attack,meta.task") == "meta.task=t1"
     assert group_of(nulled, "meta.attack, meta.task") == "meta.task=t2"
+    # the units a gain must be significant over: every field a run holds
+    assert group_units(attacked, "meta.attack,meta.task") == "meta.attack=pay|meta.task=t1"
+    assert group_units(benign, "meta.attack,meta.task") == "meta.task=t1"
