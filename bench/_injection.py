@@ -13,7 +13,7 @@ the four rotations pooled:
 
 * the domain's hand-written spec (what the agent read and changed; nothing of the text);
 * counting: the per-state frequency over that spec's abstraction;
-* discovered: ``discover`` extends the hand-written spec from the training runs alone (4 inner folds
+* discovered: ``discover`` extends the hand-written spec from the training runs alone (3 inner folds
   grouped by ``meta.attack,meta.task``: an attacked run by its goal, a benign run by its task; target
   false-alarms=0.2), then learned and replayed as the spec is;
 * counting over the discovered abstraction;

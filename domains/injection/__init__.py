@@ -5,7 +5,7 @@ Typical use::
     from forewarn.domains.injection import SPEC_PATH, generate_traces
     generate_traces(1000, seed=0, path="injection-runs.jsonl")
 
-Eight tasks (:mod:`.tasks`); four attacker goals × five phrasing families of injections
+Eight tasks (:mod:`.tasks`); eight attacker goals × eight phrasing families of injections
 (:mod:`.attacks`); a simulated agent that follows an injection with a probability set by its
 phrasing, and a state whose ``harm`` lists what the attacker got done (:mod:`.agent`). The
 unsafe condition is ``size(state.harm) > 0``. docs/injection.md says more.
