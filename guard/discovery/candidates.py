@@ -182,7 +182,8 @@ def _codes(values: list[object], scored: NDArray[np.int64]) -> tuple[NDArray[np.
 
 
 def _strings(b: _Builder, column: Column) -> None:
-    if is_text(column.values):
+    text_field = is_text(column.values)
+    if text_field:
         text_candidates(column, b.scored, b.outcome, b.min_support, b.add, _name, b.sets, FACTORS)
     codes, values, counts = _codes(column.values, b.scored)
     # equality (and sets of values) only with short values: one whole text cannot tell another run
@@ -195,7 +196,7 @@ def _strings(b: _Builder, column: Column) -> None:
         assert isinstance(value, str)
         b.add(column, f"{text} == {_quote(value)}", _name(*_field_name(column.path), "is", value),
               f"{text} is {value!r}", codes == code)
-    if len(real) >= MIN_VALUES and not is_text(column.values):
+    if len(real) >= MIN_VALUES and not text_field:
         at = codes[b.scored]
         text_steps = np.isin(at, np.asarray(real, dtype=np.int64))
         _value_sets(b, column, np.flatnonzero(text_steps), at[text_steps], values, codes)

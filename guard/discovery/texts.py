@@ -43,7 +43,8 @@ MAX_EQUAL_WORDS = 3  # equality is proposed with values of at most this many wor
 MAX_PHRASE_WORDS = 3
 MAX_PHRASES = 12  # frequent phrases, and as many telling ones, proposed per field
 MAX_SET_PHRASES = 400  # phrases a set may hold before those a shorter one contains are dropped
-MAX_EXACT = 2000  # phrases (the most frequent with the support) whose steps are read exactly
+MAX_EXACT = 400  # phrases (the most frequent and the most telling) whose steps are read exactly
+EXACT_BUDGET = 4_000_000_000  # characters scanned to read phrases exactly (a few seconds): fewer phrases on more text
 # Words with which a text addresses its reader and tells them what to do: fixed, never learned from the
 # runs (each in lower case and capitalised: ``contains`` is exact)
 CUES = ("ignore", "instead", "must", "immediately", "now", "make sure", "do not", "don't", "you are",
@@ -139,66 +140,69 @@ def text_candidates(column: Column, scored: NDArray[np.int64], outcome: NDArray[
     vr, pc = np.asarray(value_rows, dtype=np.int64), np.asarray(phrase_cols, dtype=np.int64)
     support = np.bincount(pc, weights=steps_of_value[vr], minlength=len(phrases)) if len(pc) else np.zeros(0)
     eligible = np.flatnonzero((support >= min_support) & (support <= len(scored) - min_support) & usable)
-    # the pairs again, exactly as CEL reads them: a phrase is in every text that contains it ("id" in "provide")
-    order = eligible[np.argsort(-support[eligible], kind="stable")][:MAX_EXACT]
-    phrases = [phrases[c] for c in order.tolist()]
-    value_rows, phrase_cols = [], []
+    # the pairs again, exactly as CEL reads them: a phrase is in every text that contains it ("id" in "provide");
+    # one scan of all the texts joined per phrase (a phrase holds no NUL, so no match spans two texts)
+    # (of the phrases with the support: the most frequent, and the most telling by their words)
+    exact = max(2 * MAX_PHRASES, min(MAX_EXACT, EXACT_BUDGET // max(sum(map(len, distinct)), 1)))
+    frequent = [int(c) for c in eligible[np.argsort(-support[eligible], kind="stable")][:2 * MAX_PHRASES]]
+    telling = [] if outcome is None else _telling(eligible, vr, pc, at, outcome, len(distinct), set(frequent),
+                                                  exact - len(frequent))
+    phrases = [phrases[c] for c in (frequent + telling)[:exact]]
+    joined = "\x00".join(distinct)
+    starts = np.cumsum([0] + [len(v) + 1 for v in distinct[:-1]])
+    rows_parts: list[NDArray[np.int64]] = []
+    cols_parts: list[NDArray[np.int64]] = []
     for c, phrase in enumerate(phrases):
-        for v, value in enumerate(distinct):
-            if phrase in value:
-                value_rows.append(v)
-                phrase_cols.append(c)
-    vr, pc = np.asarray(value_rows, dtype=np.int64), np.asarray(phrase_cols, dtype=np.int64)
+        if "\x00" in phrase:
+            continue
+        at_chars = np.fromiter((m.start() for m in re.finditer(re.escape(phrase), joined)), dtype=np.int64)
+        hit = np.unique(np.searchsorted(starts, at_chars, side="right") - 1)
+        rows_parts.append(hit)
+        cols_parts.append(np.full(len(hit), c, dtype=np.int64))
+    vr = np.concatenate(rows_parts) if rows_parts else np.zeros(0, dtype=np.int64)
+    pc = np.concatenate(cols_parts) if cols_parts else np.zeros(0, dtype=np.int64)
     support = np.bincount(pc, weights=steps_of_value[vr], minlength=len(phrases)) if len(pc) else np.zeros(0)
     eligible = np.flatnonzero((support >= min_support) & (support <= len(scored) - min_support))
 
-    def bits_of(contained: Callable[[str], bool]) -> NDArray[np.bool_]:
-        per_value = np.fromiter((contained(v) for v in distinct), dtype=np.bool_, count=len(distinct))
+    def spread(per_value: NDArray[np.bool_]) -> NDArray[np.bool_]:
         out = np.zeros(len(values), dtype=np.bool_)
         out[codes >= 0] = per_value[codes[codes >= 0]]
         return out
 
+    def holding(members: list[int]) -> NDArray[np.bool_]:
+        """Each step's bit: its text contains one of these phrases (by code), from the exact pairs."""
+        per_value = np.zeros(len(distinct), dtype=np.bool_)
+        per_value[vr[np.isin(pc, members)]] = True
+        return spread(per_value)
+
     chosen = [int(c) for c in eligible[np.argsort(-support[eligible], kind="stable")[:MAX_PHRASES]]]
     if outcome is not None and len(eligible) > MAX_PHRASES:
-        chosen += _telling(eligible, vr, pc, at, outcome, len(distinct), set(chosen))
+        chosen += _telling(eligible, vr, pc, at, outcome, len(distinct), set(chosen), MAX_PHRASES)
     for c in chosen:
         phrase = phrases[c]
         add_text(column, f"{text}.contains({_quote(phrase)})", name(*field, "says", phrase),
-            f"{text} contains {phrase!r}", bits_of(_holds((phrase,))), None)
+            f"{text} contains {phrase!r}", holding([c]), None)
     if sets is not None and len(eligible) >= 3:
         _phrase_sets(column, text, field, scored, at, vr, pc, phrases, eligible, min_support, add_text, name, sets,
-                     factors, bits_of)
+                     factors, holding)
     forms = cue_forms()
     cue_counts = np.fromiter((sum(f in v for f in forms) for v in distinct), dtype=np.int64, count=len(distinct))
     counted = cue_counts[at[at >= 0]]
     cue_list = _list_literal(forms)
     for t in np.unique(counted)[:-1].tolist()[:6]:
         add_text(column, f"size({cue_list}.filter(c, {text}.contains(c))) > {t}", name(*field, "cues", "above", str(t)),
-            f"{text} holds more than {t} instruction cue(s)", bits_of(_cues_above(forms, t)),
-            None)
-    lengths = np.fromiter((len(v) for v in distinct), dtype=np.int64, count=len(distinct))[at[at >= 0]]
+            f"{text} holds more than {t} instruction cue(s)", spread(cue_counts > t), None)
+    sizes = np.fromiter((len(v) for v in distinct), dtype=np.int64, count=len(distinct))
+    lengths = sizes[at[at >= 0]]
     if len(lengths):
         for t in np.unique(np.quantile(lengths, (0.1, 0.3, 0.5, 0.7, 0.9), method="lower")).tolist():
             add_text(column, f"size({text}) > {t}", name(*field, "longer", str(t)), f"{text} is longer than {t}",
-                bits_of(_longer(t)), None)
-
-
-def _holds(phrases: tuple[str, ...]) -> Callable[[str], bool]:
-    """Python's twin of ``x.contains(p)`` for one phrase, or of their ``exists`` for several."""
-    return lambda v: any(p in v for p in phrases)
-
-
-def _cues_above(forms: tuple[str, ...], t: int) -> Callable[[str], bool]:
-    return lambda v: sum(f in v for f in forms) > t
-
-
-def _longer(t: int) -> Callable[[str], bool]:
-    return lambda v: len(v) > t  # CEL's size of a string counts code points, as len does
+                spread(sizes > t), None)  # CEL's size of a string counts code points, as len does
 
 
 def _telling(eligible: NDArray[np.int64], vr: NDArray[np.int64], pc: NDArray[np.int64], at: NDArray[np.int64],
-             outcome: NDArray[np.float64], n_values: int, taken: set[int]) -> list[int]:
-    """The eligible phrases whose steps' outcome differs most from the rest (a z-score), not yet taken."""
+             outcome: NDArray[np.float64], n_values: int, taken: set[int], limit: int) -> list[int]:
+    """The ``limit`` eligible phrases whose steps' outcome differs most from the rest (a z-score), not yet taken."""
     p = float(outcome.mean()) if len(outcome) else 0.0
     if not 0.0 < p < 1.0:
         return []
@@ -210,13 +214,13 @@ def _telling(eligible: NDArray[np.int64], vr: NDArray[np.int64], pc: NDArray[np.
     u = np.bincount(pc, weights=bad[vr], minlength=size)
     z = np.abs(u - n * p) / np.maximum(np.sqrt(n * p * (1 - p)), 1e-12)
     ranked = eligible[np.argsort(-z[eligible], kind="stable")]
-    return [int(c) for c in ranked if int(c) not in taken][:MAX_PHRASES]
+    return [int(c) for c in ranked if int(c) not in taken][:max(limit, 0)]
 
 
 def _phrase_sets(column: Column, text: str, field: list[str], scored: NDArray[np.int64], at: NDArray[np.int64],
                  vr: NDArray[np.int64], pc: NDArray[np.int64], phrases: list[str], eligible: NDArray[np.int64],
                  min_support: int, add: Add, name: Callable[..., str], sets: Any, factors: tuple[float, ...],
-                 bits_of: Callable[[Callable[[str], bool]], NDArray[np.bool_]]) -> None:
+                 holding: Callable[[list[int]], NDArray[np.bool_]]) -> None:
     """One phrase-set candidate per factor: the (scored step, phrase) pairs go to :class:`~.valuesets.ValueSets`
     as a list field's (step, element) pairs do."""
     keep = np.isin(pc, eligible)
@@ -246,6 +250,7 @@ def _phrase_sets(column: Column, text: str, field: list[str], scored: NDArray[np
         if not len(final):
             continue
         members = _outermost([phrases[c] for c in final.tolist()])
+        code_of = {p: c for c, p in enumerate(phrases)}
         held_out = np.zeros(len(scored), dtype=np.bool_)
         for f in range(sets.folds):
             chosen = _choose(rows, codes, len(phrases), sets, factor, min_support, f)
@@ -256,7 +261,7 @@ def _phrase_sets(column: Column, text: str, field: list[str], scored: NDArray[np
         add(column, f"{_list_literal(members)}.exists(p, {text}.contains(p))",
             name(*field, "says", "risky", f"{factor:g}x"),
             f"{text} contains one of {len(members)} phrases whose steps violate >= {factor:g}x as often ({shown})",
-            bits_of(_holds(tuple(members))), held_out)
+            holding([code_of[m] for m in members]), held_out)
 
 
 def _choose(rows: NDArray[np.int64], codes: NDArray[np.int64], size: int, sets: Any, factor: float,
