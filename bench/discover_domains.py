@@ -2,7 +2,8 @@
 
 For each shipped domain (embodied household tasks — one spec and model per task —, driving at a
 signalled junction, a tool-using agent) the domain's simulator generates runs (seeded), and an outer
-grouped 5-fold cross-validation scores, on the same folds:
+grouped 5-fold cross-validation scores, on the same folds (the prompt-injection domain is tested on
+tasks, attack goals and phrasings never seen in training instead: bench/_injection.py):
 
 * the domain's hand-written spec (learned and checked with Storm);
 * counting: the per-state frequency baseline over that spec's abstraction;
@@ -16,7 +17,7 @@ no alarm here (the table compares estimates, as bench/estimation_levers.py does)
 embodied group by run, tools by ``meta.task``. The runs' ``meta`` keeps the task only: the simulators
 also write each run's outcome there (a label discovery would otherwise find, and did).
 
-    python bench/discover_domains.py [--quick] [--domains embodied,driving,tools] [--json FILE]
+    python bench/discover_domains.py [--quick] [--domains embodied,driving,tools,injection] [--json FILE]
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import _injection
 from discover_agentspec import cross_validate, discovered, row
 
 from _common import ROOT, write_json
@@ -101,16 +103,41 @@ def run_domain(parts: list[Part]) -> tuple[list[dict[str, Any]], list[str]]:
     return [row(name, replays) for name, replays in pooled.items()], notes
 
 
+def _injection_table(quick: bool, started: float, group_by: str, folds: int, target: str) -> dict[str, Any]:
+    rows, notes, runs = _injection.run(quick, group_by, folds, target)
+    print(f"\ninjection: {runs} runs, 4 rotations, each tested on two tasks, two attack goals and two phrasings "
+          f"never seen in training ({time.perf_counter() - started:.0f} s)")
+    print("| spec | Brier | warned ahead @ ≤20% benign FA (FA; resisted runs flagged) "
+          "| warned ahead @ ≤5% benign FA (FA; resisted runs flagged) |")
+    print("| --- | --- | --- | --- |")
+    for r in rows:
+        brier = "–" if r["brier"] is None else f"{r['brier']:.4f}"
+        cells = " | ".join(f"{d:.1%} ({fa:.1%}; {res:.1%})" for d, fa, res in r["detection"].values())
+        print(f"| {r['name']} | {brier} | {cells} |")
+    for line in notes:
+        print(f"  {line}")
+    sys.stdout.flush()
+    return {"runs": runs, "rows": rows, "notes": notes}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer runs and tasks")
-    parser.add_argument("--domains", default="embodied,driving,tools")
+    parser.add_argument("--domains", default="embodied,driving,tools,injection")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--injection-group-by", default=_injection.GROUP_BY,
+                        help="discovery's inner grouping on the injection domain")
+    parser.add_argument("--injection-folds", type=int, default=3, help="discovery's inner folds there")
+    parser.add_argument("--injection-target", default=_injection.TARGET, help="discovery's target there")
     args = parser.parse_args()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for domain in args.domains.split(","):
             started = time.perf_counter()
+            if domain == "injection":
+                results[domain] = _injection_table(args.quick, started, args.injection_group_by, args.injection_folds,
+                                                   args.injection_target)
+                continue
             parts = DOMAINS[domain](args.quick, Path(tmp))
             rows, notes = run_domain(parts)
             runs = sum(len(p[1]) for p in parts)

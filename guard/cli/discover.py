@@ -42,7 +42,8 @@ def discover(
                              "learner comes after).")] = 600.0,
     folds: Annotated[int, typer.Option(help="Number of folds (the same folds as `forewarn evaluate`).")] = 5,
     group_by: Annotated[str | None, typer.Option(
-        "--group-by", help="Dotted path whose runs stay together, e.g. meta.task (default: each run alone).")]
+        "--group-by", help="Dotted path whose runs stay together, e.g. meta.task (default: each run alone); "
+                            "two, comma-separated (meta.attack,meta.task): the first a run holds.")]
     = None,
     seed: Annotated[int, typer.Option(help="Seed for assigning equal-sized groups to folds.")] = 0,
     period: Annotated[float | None, typer.Option(help="Resample runs to PERIOD seconds per step.")] = None,

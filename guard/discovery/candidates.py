@@ -5,8 +5,12 @@ What is proposed, per kind of field (:mod:`.columns`):
 * a Boolean field — the field itself;
 * a number — ``x > t`` at the field's distinct values when there are few, else at its
   deciles;
-* a string — ``x == v`` for its frequent values (and, with many, the values whose steps' outcome
-  differs most from the rest); an identifier offers nothing: no value has the support;
+* a string — ``x == v`` for its frequent values of at most a few words (and, with many, the values
+  whose steps' outcome differs most from the rest); an identifier offers nothing: no value has the
+  support; equality with a longer text is never proposed (it tells one run, not the next);
+* a text (a string field whose values average four words or more: a tool's output, an argument,
+  a message) — the phrases it contains, phrase sets, counts of instruction cues and its length
+  (:mod:`.texts`);
 * a list — ``v in x`` for its frequent (and most telling) elements, and ``size(x) > 0``;
 * a text field (or list of text) of at least three values — also *value sets*, the values whose
   runs violate far more often pooled into one bit, scored held out (:mod:`.valuesets`).
@@ -29,6 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .columns import _CEL_RESERVED, _IDENT, MISSING, Column, _quote, path_text
+from .texts import is_text, short, text_candidates
 from .valuesets import FACTORS, MIN_VALUES, ValueSets, set_expression
 
 __all__ = ["Candidate", "MAX_VALUES", "generate", "guard_of"]
@@ -177,8 +182,12 @@ def _codes(values: list[object], scored: NDArray[np.int64]) -> tuple[NDArray[np.
 
 
 def _strings(b: _Builder, column: Column) -> None:
+    text_field = is_text(column.values)
+    if text_field:
+        text_candidates(column, b.scored, b.outcome, b.min_support, b.add, _name, b.sets, FACTORS)
     codes, values, counts = _codes(column.values, b.scored)
-    real = [c for c, v in enumerate(values) if v.__class__ is str]
+    # equality (and sets of values) only with short values: one whole text cannot tell another run
+    real = [c for c, v in enumerate(values) if v.__class__ is str and short(v)]
     if not real:
         return
     text = path_text(column.path)
@@ -187,7 +196,7 @@ def _strings(b: _Builder, column: Column) -> None:
         assert isinstance(value, str)
         b.add(column, f"{text} == {_quote(value)}", _name(*_field_name(column.path), "is", value),
               f"{text} is {value!r}", codes == code)
-    if len(real) >= MIN_VALUES:
+    if len(real) >= MIN_VALUES and not text_field:
         at = codes[b.scored]
         text_steps = np.isin(at, np.asarray(real, dtype=np.int64))
         _value_sets(b, column, np.flatnonzero(text_steps), at[text_steps], values, codes)
@@ -242,12 +251,13 @@ def _lists(b: _Builder, column: Column) -> None:
         mask[row_array[scored_rows & (col_array == code)]] = True
         return np.asarray(mask[b.scored], dtype=np.bool_)
 
-    if len(elements) >= MIN_VALUES and all(e.__class__ is str for e in elements):
+    if len(elements) >= MIN_VALUES and all(e.__class__ is str and short(e) for e in elements):
         position = np.full(len(values), -1, dtype=np.int64)
         position[b.scored] = np.arange(len(b.scored))
         _value_sets(b, column, position[row_array[scored_rows]], col_array[scored_rows], elements, None,
                     row_array, col_array)
-    for code in _chosen(b, list(range(len(elements))), counts, steps_with):
+    for code in _chosen(b, [c for c, e in enumerate(elements) if not isinstance(e, str) or short(e)], counts,
+                        steps_with):
         element = elements[code]
         literal = _quote(element) if isinstance(element, str) else (
             ("true" if element else "false") if isinstance(element, bool) else _number_text(float(element)))  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ from ...errors import ForewarnError, TraceError
 from ..constant_predicates import ConstantPredicate, constant_in_traced
 from ..evaluation.baselines import trace_run
 from ..evaluation.evaluate import evaluate
-from ..evaluation.folds import group_of, split_folds
+from ..evaluation.folds import group_of, group_units, split_folds
 from ..evaluation.tune import Target
 from ..monitoring import build_monitors
 from ..predicates import PredicateSet
@@ -224,7 +224,9 @@ def _discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates
     progress(f"reading the fields of {len(states)} steps")
     table = build_table(states, [run.meta for run in runs], action_columns(actions),
                         np.asarray(run_of_all, dtype=np.int64))
-    excluded = [*exclude, *([group_by] if group_by and group_by.startswith("meta.") else [])]
+    # (s38-text: each field of a two-field grouping, meta.attack,meta.task)
+    grouping = [k.strip() for k in group_by.split(",")] if group_by else []
+    excluded = [*exclude, *(k for k in grouping if k.startswith("meta."))]
     # a mistyped exclusion (meta.outcme) would leave a label in without a word
     unmatched = [e for e in exclude if not any(_under(c.path, e) for c in table.columns)]
     if excluded:
@@ -241,7 +243,8 @@ def _discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates
     # the counting scorer only ever counts alarms strictly before the violation: detection is warned-ahead here
     metric = "detection" if target.metric == "warned-ahead" else target.metric
     scorer = HeldOut(np.asarray(run_of_scored, dtype=np.int64), fold_of_run, unsafe_arr, metric=metric,
-                     target=target.value, min_visits=min_visits, penalty=PENALTY, group_of_run=group_of_run)
+                     target=target.value, min_visits=min_visits, penalty=PENALTY, group_of_run=_units(runs, group_by,
+                                                                                                       group_of_run))
     bits_array = np.asarray(abstract_bits, dtype=np.int64)
     literals = [Literal_(definition.cel, ((bits_array >> i) & 1).astype(np.bool_))
                 for i, definition in enumerate(spec.predicates.values())]
@@ -348,6 +351,15 @@ def _discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates
     report.memory = remembered
     report.seconds = time.monotonic() - started
     return report
+
+
+def _units(runs: Sequence[Run], group_by: str | None, group_of_run: np.ndarray) -> np.ndarray:
+    """The units a gain must be significant over: the groups, or with two grouping fields (s38-text) each run's
+    combination of the fields it holds (an attack on a task), the folds still holding out whole first fields."""
+    if not group_by or "," not in group_by:
+        return group_of_run
+    ids: dict[str, int] = {}
+    return np.array([ids.setdefault(group_units(run, group_by), len(ids)) for run in runs], dtype=np.int64)
 
 
 def _listed_once(newer: list[tuple[str, float, float]], older: list[tuple[str, float, float]]

@@ -18,23 +18,55 @@ import orjson
 from ...errors import ForewarnError, UsageError
 from ..traces import Run
 
-__all__ = ["group_of", "split_folds"]
+__all__ = ["group_of", "group_units", "split_folds"]
 
 
 def group_of(run: Run, key: str | None) -> str:
     """The run's group: the value at a dotted path (``meta.task``, ``id``), or its id when ``key`` is None.
 
+    Two or more paths, comma-separated (``meta.attack,meta.task``), group by the first the run holds
+    (not null): runs that carry an attack are grouped by it, the others by their task, so a test fold's
+    attacks are never in training, nor are its benign runs' tasks.
+
     Raises:
-        ForewarnError: when the run has no value at that path.
+        ForewarnError: when the run has no value at that path (at none of them).
     """
     if key is None or key == "id":
         return run.id
+    if "," in key:  # s38-text: grouping by two fields
+        keys = [k.strip() for k in key.split(",") if k.strip()]
+        for k in keys[:-1]:
+            value = _at(run, k)
+            if value is not None:
+                return f"{k}={_text(value)}"
+        return f"{keys[-1]}={group_of(run, keys[-1])}"
     node: Any = {"id": run.id, "meta": run.meta}
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
             raise ForewarnError(f"{run.source}:{run.line}: run {run.id!r} has no {key!r} to group by "
                                 f"(expected a path such as 'meta.task' or 'id')")
         node = node[part]
+    return _text(node)
+
+
+def group_units(run: Run, key: str) -> str:
+    """With comma-separated fields, the run's values of every one it holds (``meta.attack=pay|meta.task=t1``):
+    finer than :func:`group_of`'s, for counting independent units within the folds it makes."""
+    keys = [k.strip() for k in key.split(",") if k.strip()]
+    return "|".join(f"{k}={_text(v)}" for k in keys if (v := _at(run, k)) is not None) or group_of(run, key)
+
+
+def _at(run: Run, key: str) -> Any:
+    """The value at a dotted path of the run, None where it has none."""
+    node: Any = {"id": run.id, "meta": run.meta}
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _text(node: Any) -> str:
     return node if isinstance(node, str) else orjson.dumps(node, option=orjson.OPT_SORT_KEYS).decode()
 
 
