@@ -66,7 +66,7 @@ class LazyDecision(Decision):
         d.lower, d.upper, d.threshold, d.known, d.unsafe_now = lower, upper, threshold, known, unsafe_now
         d.monitors, d.ci_low, d.ci_high, d.visits, d.index = monitors, ci_low, ci_high, visits, index
         d.baseline_p_unsafe, d.increase = baseline_p_unsafe, increase
-        d.p_min, d.alternatives, d.action_risk = p_min, alternatives, None
+        d.p_min, d.alternatives, d.proposed = p_min, alternatives, None
         d.message, d.properties, d.member, d.group, d.fallback, d.over_budget = "", (), None, None, False, False
         d._rows, d._write = rows, write
         d.__class__ = LazyDecision

@@ -5,6 +5,7 @@ Plain values (frozen dataclasses). The guard makes its decisions as
 """
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,10 +97,16 @@ class Decision:
     # the predicates could not read the state within their CPU budget (Guard.over_budget); said in the message
     over_budget: bool = False
     # with an MDP (learning.mdp, docs/shield.md): the lowest risk any continuation from the state reaches,
-    # the next moves from it safest first, and (a proposed call, guard/judge.py) the risk of its action class
+    # the next moves from it safest first, and (a proposed call, guard/judge.py) its own move
     p_min: float | None = None
     alternatives: tuple[Alternative, ...] = ()
-    action_risk: float | None = None
+    proposed: Alternative | None = None
+
+    @builtins.property  # (``property`` is a field's name here)
+    def action_risk(self) -> float | None:
+        """The risk of the proposed call's action class from where the run stands (None: no call, no MDP,
+        or a class the runs never took from there)."""
+        return None if self.proposed is None else self.proposed.risk
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,5 +119,5 @@ class Decision:
             "properties": [p.to_dict() for p in self.properties], "monitors": dict(self.monitors),
             "member": self.member, "group": self.group, "fallback": self.fallback,
             "p_min": self.p_min, "alternatives": [a.to_dict() for a in self.alternatives],
-            "action_risk": self.action_risk,
+            "action_risk": self.action_risk, "proposed": None if self.proposed is None else self.proposed.to_dict(),
         }

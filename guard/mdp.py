@@ -30,7 +30,7 @@ from ..errors import ModelFileError
 from .actions import ActionClass, action_class, action_view
 from .decision import Alternative
 
-__all__ = ["ANY", "END_CHOICE", "Advice", "LearnedMDP", "mdp_document", "read_mdp"]
+__all__ = ["ANY", "END_CHOICE", "Advice", "LearnedMDP", "advice_words", "mdp_document", "percent", "read_mdp"]
 
 END_CHOICE = "(end)"  # the run ended here
 ANY = "(any)"  # no action observed from here: the chain's row (or an absorbing self-loop)
@@ -180,6 +180,9 @@ class Advice:
 
     def class_of(self, action: Any) -> str:
         """An action's class, as the MDP was learned with."""
+        if self.action_class == "verb" and action.__class__ is dict and action.get("tool").__class__ is str:
+            tool: str = action["tool"]  # a tool call's verb is its name: no view of its arguments needed
+            return tool
         if action.__class__ is str:
             found = self._class_cache.get(action)
             if found is None and len(self._class_cache) < 4096:
@@ -199,20 +202,26 @@ class Advice:
         return tuple(a for a in self.alternatives(state) if a.risk < theta)
 
 
+def percent(p: float) -> str:
+    """A risk in words: whole percents, one decimal where they would say 0 % or 100 % of what is neither."""
+    text = f"{p:.0%}"
+    return f"{p:.1%}" if (text in ("0%", "100%")) and 0.0 < p < 1.0 else text
+
+
 def advice_words(proposed: Alternative | None, alternatives: Sequence[Alternative], *, limit: int = 3) -> str:
     """"`delete_file` from here leads to a violation in 62 % of runs [48 %, 75 %]; `list_files` keeps it
     at 3 %" — the proposed call's risk and the safest other moves, in words."""
     def span(a: Alternative) -> str:
-        return "" if a.ci_low is None or a.ci_high is None else f" [{a.ci_low:.0%}, {a.ci_high:.0%}]"
+        return "" if a.ci_low is None or a.ci_high is None else f" [{percent(a.ci_low)}, {percent(a.ci_high)}]"
 
     parts = []
     if proposed is not None:
-        parts.append(f"`{proposed.action_class}` from here leads to a violation in {proposed.risk:.0%} of runs"
+        parts.append(f"`{proposed.action_class}` from here leads to a violation in {percent(proposed.risk)} of runs"
                      f"{span(proposed)} even if every later step is the safest")
     others = [a for a in alternatives
               if proposed is None or (a.action_class != proposed.action_class and a.risk < proposed.risk)][:limit]
     if others:
         parts.append(("safer" if proposed is not None else "safest") + " next moves: " + ", ".join(
-            f"`{a.action_class}` keeps it at {a.risk:.0%}{span(a)}" if a.action_class != END_CHOICE
-            else f"ending the run here keeps it at {a.risk:.0%}" for a in others))
+            f"`{a.action_class}` keeps it at {percent(a.risk)}{span(a)}" if a.action_class != END_CHOICE
+            else f"ending the run here keeps it at {percent(a.risk)}" for a in others))
     return "; ".join(parts) + "." if parts else ""
