@@ -23,6 +23,7 @@ from .actions import ActionClass, action_class, action_view
 from .chain import LearnedDTMC
 from .intervals import clopper_pearson
 from .mdp import ANY, END_CHOICE, LearnedMDP
+from .memory import Memory
 from .predicates import PredicateSet
 from .results import CheckOutcome
 from .spec import Meaning, PropertyDef, Spec
@@ -57,18 +58,23 @@ def mdp_refusal(spec: Spec) -> str | None:
     """Why this spec cannot have an MDP (None: it can)."""
     if spec.monitors:
         return "learning.mdp: a spec with monitors is not supported yet (the MDP is over the chain's states)"
-    if spec.learning.memory.enabled:
-        return "learning.mdp: a spec with learning.memory is not supported yet (turn one of them off)"
+    if spec.learning.memory.actions:
+        return ("learning.mdp: a spec whose learning.memory remembers actions is not supported yet (the MDP's "
+                "choices are the actions: set memory.actions to 0)")
     if spec.learning.kinds != 1:
         return "learning.mdp: a spec with learning.kinds is not supported yet (set kinds: 1)"
     return None
 
 
-def tap_choices(runs: Iterable[Run], predicates: PredicateSet, of: ActionClass, counts: ChoiceCounts) -> Iterator[Run]:
-    """The runs, unchanged, each also counted into ``counts`` (one pass over the data for chain and MDP)."""
+def tap_choices(runs: Iterable[Run], predicates: PredicateSet, of: ActionClass, counts: ChoiceCounts,
+                memory: Memory | None = None) -> Iterator[Run]:
+    """The runs, unchanged, each also counted into ``counts`` (one pass over the data for chain and MDP);
+    ``memory`` (dwell, previous state: no actions) encodes the abstract states as the chain's."""
     for run in runs:
         yield run
         abstract = abstract_run(run, predicates)
+        if memory is not None:
+            abstract = memory.encode_run(abstract)
         counts.add(abstract, [action_class(action_view(step.get("action")), of) for step in run.steps], predicates)
 
 

@@ -243,7 +243,7 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     memory, paths = counting_plan(spec, predicates)
     choices = _choice_counts(spec, spec.learning.mdp if mdp is None else mdp)
     source = counted(runs) if choices is None else tap_choices(counted(runs), predicates,
-                                                              spec.learning.memory.action_class, choices)
+                                                              spec.learning.memory.action_class, choices, memory)
     counts = count_transitions(source, predicates, paths=paths,
                                encode=None if memory is None else memory.encode_run)
     if counts.runs == 0:

@@ -16,7 +16,7 @@ import orjson
 import pytest
 import stormpy
 
-from forewarn.errors import ModelFileError
+from forewarn.errors import ModelFileError, SpecError
 from forewarn.guard.mdp import ANY, END_CHOICE, Advice
 from forewarn.guard.mdp_learn import check_mdp
 from forewarn.guard.model import GuardModel, _checksum
@@ -302,3 +302,23 @@ def test_learn_check_and_states_on_the_command_line(tmp_path: Path, learned: tup
     assert cli("learn", runs, "--spec", spec, "-o", plain, cwd=tmp_path).returncode == 0
     refused = cli("check", plain, "-p", 'Pmax=? [F "unsafe"]', cwd=tmp_path)
     assert refused.returncode == 2 and "learn it with --mdp" in refused.stderr
+
+
+def test_an_mdp_over_a_chain_with_memory_matches_the_oracle(tmp_path: Path) -> None:
+    """With learning.memory (the previous state, dwell; no actions) the MDP is over the chain's memory states."""
+    spec = parse_spec(SPEC.replace("learning: {alpha: 0.5, mdp: true}",
+                                   "learning: {alpha: 0.5, mdp: true, memory: {previous: true, dwell: 4}}"))
+    model = learn_model_from_runs(corridor_runs(200, 3), spec, precision=1e-10)
+    mdp = model.mdp
+    assert mdp is not None and mdp.pmin is not None and mdp.pmax is not None
+    assert mdp.states == model.dtmc.size > 5  # more states than the predicates alone make
+    low, high = oracle(exact_choices(model), set(np.flatnonzero(model.dtmc.unsafe).tolist()))
+    assert mdp.pmin.tolist() == pytest.approx([float(low[s]) for s in range(mdp.states)], abs=1e-8)
+    assert mdp.pmax.tolist() == pytest.approx([float(high[s]) for s in range(mdp.states)], abs=1e-8)
+    path = model.save(tmp_path / "memory.json")
+    decision = Guard.load(path).session().observe({"x": 0})
+    assert decision.index is not None and decision.p_min == pytest.approx(mdp.pmin[decision.index])
+    refused = parse_spec(SPEC.replace("learning: {alpha: 0.5, mdp: true}",
+                                      "learning: {mdp: true, memory: {actions: 1}}"))
+    with pytest.raises(SpecError, match="remembers actions is not supported yet"):
+        learn_model_from_runs(corridor_runs(20, 3), refused)
