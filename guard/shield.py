@@ -12,7 +12,8 @@ MCP proxy all judge by it. Pure: no I/O.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .decision import Decision
@@ -20,7 +21,8 @@ from .mdp import Advice, advice_words, percent
 from .runtime import Session
 from .spec import Action
 
-__all__ = ["advise", "advised_message", "call_advice", "shield_action", "shield_theta"]
+__all__ = ["Counterfactual", "advise", "advised_message", "call_advice", "shield_action", "shield_counterfactual",
+           "shield_theta"]
 
 
 def _advice(session: Session) -> Advice | None:
@@ -104,3 +106,57 @@ def advised_message(session: Session, decision: Decision, action: Action, shield
                 f"{theta:.0%}: the least any continuation reaches is {percent(decision.p_min or 0.0)}. {words}").strip()
     return (f"Shield ({spec}): this call is blocked because its risk is at least {theta:.0%}; the run goes on. "
             f"{words} Choose another next step.")
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    """What the shield would have done on logged runs (:func:`shield_counterfactual`).
+
+    ``caught``: runs that reached a violation, blocked (or stopped) before it; ``blocked_safe``: runs that
+    stayed safe, blocked anyway; ``steps_left``: in those, the steps from the first block to the run's
+    end (what the shield would have left undone unless the agent found another way).
+    """
+
+    runs: int
+    unsafe_runs: int
+    caught: int
+    blocked_safe: int
+    steps_left: int
+    safe_steps: int
+
+
+def shield_counterfactual(guard: Any, runs: Iterable[Any], theta: float) -> Counterfactual:
+    """Replay logged runs (``Run``: ``steps`` with ``state`` and ``action``, ``meta``) under the shield's rule
+    at ``theta``: each step's move judged from the state the run stood in before it, as :func:`shield_action`
+    judges a proposed call (a move no run made there, or a state the model never saw, passes)."""
+    advice: Advice | None = guard.advice
+    if advice is None:
+        raise ValueError("the shield needs the model's MDP (learning.mdp)")
+    total = unsafe = caught = blocked_safe = steps_left = safe_steps = 0
+    for run in runs:
+        session = guard.session(metadata=run.meta)
+        session.traced = False
+        first: int | None = None
+        violated = False
+        decision: Decision | None = None
+        for t, step in enumerate(run.steps):
+            action = step.get("action")
+            if decision is not None and first is None:
+                here = decision.index
+                p_min = advice.p_min(here)
+                move = advice.option(here, advice.class_of(action))
+                if (p_min is not None and p_min >= theta) or (move is not None and move.risk >= theta):
+                    first = t
+            decision = session.observe(step["state"], action=action)
+            if decision.unsafe_now:
+                violated = True
+                break
+        total += 1
+        unsafe += violated
+        caught += violated and first is not None
+        if not violated:
+            safe_steps += len(run.steps)
+            if first is not None:
+                blocked_safe += 1
+                steps_left += len(run.steps) - first
+    return Counterfactual(total, unsafe, caught, blocked_safe, steps_left, safe_steps)

@@ -108,3 +108,19 @@ def test_a_model_without_an_mdp_decides_as_before(tmp_path: Path) -> None:
     session.observe(files_state(0))
     verdict = judge_call(session, files_state(1), "delete_file", {"path": "a"})
     assert verdict.why is not Why.SHIELD and verdict.decision.p_min is None and verdict.decision.alternatives == ()
+
+
+def test_the_counterfactual_on_logged_runs(shield_model: GuardModel) -> None:
+    from _shield_files import shield_runs
+
+    from forewarn.guard.shield import shield_counterfactual
+    from forewarn.guard.traces import Run
+
+    runs = [Run(id=r["id"], steps=r["steps"], meta={}) for r in shield_runs()]
+    seen = shield_counterfactual(Guard(shield_model), runs, 0.5)
+    # the 40 runs that deleted three times are blocked at their second delete, before the violation; the
+    # 160 others (reads, one delete) are never blocked
+    assert (seen.runs, seen.unsafe_runs, seen.caught, seen.blocked_safe, seen.steps_left) == (200, 40, 40, 0, 0)
+    assert seen.safe_steps == 80 * 3 + 60 * 3 + 20 * 3
+    strict = shield_counterfactual(Guard(shield_model), runs, 0.001)  # θ below every risk of a delete or read
+    assert strict.caught == 40 and strict.blocked_safe == 160 and strict.steps_left > 0
