@@ -124,3 +124,33 @@ def test_the_counterfactual_on_logged_runs(shield_model: GuardModel) -> None:
     assert seen.safe_steps == 80 * 3 + 60 * 3 + 20 * 3
     strict = shield_counterfactual(Guard(shield_model), runs, 0.001)  # θ below every risk of a delete or read
     assert strict.caught == 40 and strict.blocked_safe == 160 and strict.steps_left > 0
+
+
+def test_replay_says_what_the_shield_would_have_blocked(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import orjson
+    from _shield_files import shield_runs
+
+    runs, spec = tmp_path / "runs.jsonl", tmp_path / "spec.yaml"
+    runs.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in shield_runs()))
+    spec.write_text(SHIELD_SPEC)
+
+    def forewarn(*args: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "forewarn", *map(str, args)], cwd=tmp_path, text=True,
+                              capture_output=True, timeout=180)
+
+    assert forewarn("learn", runs, "--spec", spec, "-o", "m.json").returncode == 0
+    answer = forewarn("replay", runs, "--model", "m.json", "--theta", "0.5", "--shield", "0.5", "--format", "json")
+    assert answer.returncode == 0, answer.stderr
+    shield = orjson.loads(answer.stdout)["shield"]
+    assert (shield["runs"], shield["unsafe_runs"], shield["caught"], shield["blocked_safe"]) == (200, 40, 40, 0)
+    table = forewarn("replay", runs, "--model", "m.json", "--shield", "0.5")
+    assert table.returncode == 0 and "40 of the 40 runs that reached a violation would have been blocked" in \
+        " ".join(table.stdout.split())
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(SHIELD_SPEC.replace("  mdp: true\n", ""))
+    assert forewarn("learn", runs, "--spec", plain, "-o", "plain.json").returncode == 0
+    refused = forewarn("replay", runs, "--model", "plain.json", "--shield", "0.5")
+    assert refused.returncode == 2 and "--shield needs a single model learned with --mdp" in refused.stderr
