@@ -27,6 +27,13 @@ What it does
       the same steps on a guard that first observed ``--action-warmup`` steps of *other*
       runs (another seed), as a long-lived guard has.
 
+   d. *MDP on* (docs/shield.md): the model of (a) learned with ``learning.mdp`` (the MDP over the
+      actions' verbs beside the chain): ``observe`` as in (a), each decision carrying ``p_min`` and
+      the next moves; and a *proposed call* — ``Session.preview`` of the next step with its action,
+      then (MDP on) ``guard.shield.advise``, which puts the call's move, the moves from where the run
+      stands and ``p_min`` on it, as ``judge_call`` does — against ``preview`` alone on the model
+      without the MDP, interleaved run by run. The issue's target: at most 2× without.
+
    One session per run (a session's history grows with its run, as in production).
 3. Baseline, same process, same model: the uncached approach of the Pro2Guard paper.
    Per step: evaluate the predicates (the same projected CEL program, no memo) and call
@@ -55,6 +62,7 @@ import stormpy
 
 import _common as C
 from forewarn.guard import Guard, Method, learn_model, parse_spec
+from forewarn.guard.shield import advise
 from forewarn.guard.storm import build_sparse_dtmc, check_sparse_model, labels_of
 
 TARGET_P99_US = 100.0
@@ -86,6 +94,8 @@ def stream_steps(n_steps: int, seed: int) -> list[list[tuple[dict[str, Any], Any
 ACTION_SPEC_YAML = C.SPEC_YAML.replace(
     "unsafe:", "  putting: 'action.verb == \"PutObject\"'\nunsafe:").replace(
     "guard:", "learning:\n  memory: {actions: 2}\nguard:")
+
+MDP_SPEC_YAML = C.SPEC_YAML.replace("guard:", "learning:\n  memory: {action_class: verb}\nguard:")
 
 
 def distinct_variant(runs: list[list[dict[str, Any]]], offset: int) -> list[list[dict[str, Any]]]:
@@ -149,6 +159,37 @@ def time_observe(guard: Guard, runs: list[list[Any]], warmup: int, samples: int,
     info = {"cpu_share": cpu_share, "memo_hit_rate": None if cleared else 1 - misses / max(1, len(samples_ns)),
             "memo_entries": len(memo), "decision_cache_entries": len(getattr(guard, "_decisions", ()))}
     return samples_ns, info
+
+
+def time_proposals(plain: Guard, advised: Guard, runs: list[list[tuple[dict[str, Any], Any]]], warmup: int,
+                   samples: int) -> tuple[list[int], list[int]]:
+    """Per step of each run: time ``preview`` of the next (state, action) on ``plain``, and ``preview`` +
+    :func:`guard.shield.advise` on ``advised`` (alternating which goes first), then commit the step on
+    both, untimed."""
+    clock = time.perf_counter_ns
+    out: tuple[list[int], list[int]] = ([], [])
+    seen = 0
+    with C.gc_paused():
+        for run in runs:
+            sessions = (plain.session(), advised.session())
+            for sessions_state in sessions:
+                sessions_state.traced = False
+            for k, (state, action) in enumerate(run):
+                for which in ((0, 1) if k % 2 else (1, 0)):
+                    session = sessions[which]
+                    t0 = clock()
+                    decision = session.preview(state, action=action)
+                    if which:
+                        decision = advise(session, decision, action)
+                    t1 = clock()
+                    if seen >= warmup:
+                        out[which].append(t1 - t0)
+                for session in sessions:
+                    session.observe(state, action=action)
+                seen += 1
+                if len(out[0]) >= samples:
+                    return out
+    return out
 
 
 def time_storm_baseline(guard: Guard, runs: list[list[dict[str, Any]]], warmup: int,
@@ -259,11 +300,18 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         action_model = learn_model([traces], parse_spec(ACTION_SPEC_YAML))
         action_learn_s = time.perf_counter() - started
+        started = time.perf_counter()
+        mdp_model = learn_model([traces], parse_spec(MDP_SPEC_YAML), mdp=True)
+        mdp_learn_s = time.perf_counter() - started
     dtmc = model.dtmc
     print(f"model: {dtmc.size} abstract states, {dtmc.matrix.nnz} transitions, {int(dtmc.unsafe.sum())} unsafe; "
           f"learned from {n_runs} runs / {n_steps} steps in {learn_s:.2f} s")
     print(f"model with action memory: {action_model.dtmc.size} chain states over "
           f"{len(action_model.dtmc.actions)} action classes, learned in {action_learn_s:.2f} s")
+
+    assert mdp_model.mdp is not None
+    print(f"model with an MDP: {len(mdp_model.mdp.choice_class)} choices over {len(mdp_model.mdp.classes)} "
+          f"action classes, learned in {mdp_learn_s:.2f} s")
 
     stream = stream_runs(warmup + samples + 500, seed=args.seed + 1000)
     worst = distinct_variant(stream, offset=0)
@@ -286,6 +334,11 @@ def main(argv: list[str] | None = None) -> int:
             session.observe(state, action=action)
     warm_ns, warm_info = time_observe(long_lived, acted, warmup, samples, actions=True)
     results["action_memory_warm"] = {**C.summarize_ns(warm_ns), **warm_info}
+    mdp_ns, mdp_info = time_observe(Guard(mdp_model), stream, warmup, samples)
+    results["mdp_observe"] = {**C.summarize_ns(mdp_ns), **mdp_info}
+    plain_ns, advised_ns = time_proposals(Guard(model), Guard(mdp_model), acted, warmup, samples)
+    results["proposal"] = C.summarize_ns(plain_ns)
+    results["proposal_mdp"] = C.summarize_ns(advised_ns)
 
     guard = Guard(model)
     wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -302,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
               "all_distinct": "Forewarn observe, all-distinct (every step misses)",
               "action_memory": "Forewarn observe, realistic, action memory on (fresh guard)",
               "action_memory_warm": "Forewarn observe, realistic, action memory on (long-lived guard)",
+              "mdp_observe": "Forewarn observe, realistic, MDP on (p_min and next moves on every decision)",
+              "proposal": "a proposed call: preview (model without MDP)",
+              "proposal_mdp": "a proposed call: preview + advise (MDP on: the call's move, alternatives)",
               "storm_baseline": "Pro2Guard per-step: CEL + stormpy.model_checking",
               "storm_check_sparse_model": "Pro2Guard per-step via check_sparse_model"}
     for key, label in labels.items():
@@ -338,6 +394,12 @@ def main(argv: list[str] | None = None) -> int:
          C.verdict(p99_action <= TARGET_P99_US)],
         ["p99 <= 100 µs, action memory on, long-lived guard",
          f"{p99_action_warm:.1f} µs (without: {p99_real:.1f} µs)", C.verdict(p99_action_warm <= TARGET_P99_US)],
+        ["MDP on: observe <= 2x without (mean)",
+         f"{results['mdp_observe']['mean_us']:.1f} µs vs {results['realistic']['mean_us']:.1f} µs",
+         C.verdict(results["mdp_observe"]["mean_us"] <= 2 * results["realistic"]["mean_us"])],
+        ["MDP on: a proposed call <= 2x without (mean)",
+         f"{results['proposal_mdp']['mean_us']:.1f} µs vs {results['proposal']['mean_us']:.1f} µs",
+         C.verdict(results["proposal_mdp"]["mean_us"] <= 2 * results["proposal"]["mean_us"])],
         [">= 100x vs Storm (p50), realistic", f"{sp_real:,.0f}x", C.verdict(sp_real >= TARGET_SPEEDUP)],
         [">= 100x vs Storm (p50), all-distinct", f"{sp_worst:,.0f}x", C.verdict(sp_worst >= TARGET_SPEEDUP)],
     ]

@@ -56,7 +56,8 @@ class LazyDecision(Decision):
                 upper: float | None = None, threshold: float | None = None, known: bool = True,
                 unsafe_now: bool = False, ci_low: float | None = None, ci_high: float | None = None,
                 visits: int | None = None, baseline_p_unsafe: float | None = None, increase: float | None = None,
-                index: int | None = None) -> LazyDecision:
+                index: int | None = None, p_min: float | None = None,
+                alternatives: tuple[Any, ...] = ()) -> LazyDecision:
         """The decision with these figures (Decision's fields; the rest default) whose properties are
         ``rows`` and whose message is ``write(properties)``, or "" without ``write``. Every field of
         Decision is set here (a new one must be too: reading an unset slot raises)."""
@@ -65,6 +66,7 @@ class LazyDecision(Decision):
         d.lower, d.upper, d.threshold, d.known, d.unsafe_now = lower, upper, threshold, known, unsafe_now
         d.monitors, d.ci_low, d.ci_high, d.visits, d.index = monitors, ci_low, ci_high, visits, index
         d.baseline_p_unsafe, d.increase = baseline_p_unsafe, increase
+        d.p_min, d.alternatives, d.proposed = p_min, alternatives, None
         d.message, d.properties, d.member, d.group, d.fallback, d.over_budget = "", (), None, None, False, False
         d._rows, d._write = rows, write
         d.__class__ = LazyDecision

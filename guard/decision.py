@@ -5,12 +5,30 @@ Plain values (frozen dataclasses). The guard makes its decisions as
 """
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from typing import Any
 
 from .spec import Action
 
-__all__ = ["Decision", "PropertyValue"]
+__all__ = ["Alternative", "Decision", "PropertyValue"]
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    """One next move from a state (the MDP beside the chain, docs/shield.md): an action class, the
+    risk of taking it then continuing as safely as possible, that risk's confidence interval, and
+    the times the runs took it from there."""
+
+    action_class: str
+    risk: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    visits: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action_class": self.action_class, "risk": self.risk, "ci_low": self.ci_low,
+                "ci_high": self.ci_high, "visits": self.visits}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +96,17 @@ class Decision:
     index: int | None = None
     # the predicates could not read the state within their CPU budget (Guard.over_budget); said in the message
     over_budget: bool = False
+    # with an MDP (learning.mdp, docs/shield.md): the lowest risk any continuation from the state reaches,
+    # the next moves from it safest first, and (a proposed call, guard/judge.py) its own move
+    p_min: float | None = None
+    alternatives: tuple[Alternative, ...] = ()
+    proposed: Alternative | None = None
+
+    @builtins.property  # (``property`` is a field's name here)
+    def action_risk(self) -> float | None:
+        """The risk of the proposed call's action class from where the run stands (None: no call, no MDP,
+        or a class the runs never took from there)."""
+        return None if self.proposed is None else self.proposed.risk
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,4 +118,6 @@ class Decision:
             "baseline_p_unsafe": self.baseline_p_unsafe, "increase": self.increase,
             "properties": [p.to_dict() for p in self.properties], "monitors": dict(self.monitors),
             "member": self.member, "group": self.group, "fallback": self.fallback,
+            "p_min": self.p_min, "alternatives": [a.to_dict() for a in self.alternatives],
+            "action_risk": self.action_risk, "proposed": None if self.proposed is None else self.proposed.to_dict(),
         }

@@ -15,16 +15,21 @@ with it (:func:`judge_call`). The rule, in order:
    then — so a second delete is asked about again, a read is not.
 4. A call the extractor cannot place never passes silently: it gets ``unknown_tools``.
 
+With the model's MDP the decision also carries the call's move and the safer moves from where the run
+stands (:mod:`guard.shield`), said in its message when the verdict acts; under ``guard.enforcement:
+shield`` the shield's rule replaces 1–3 for a move the runs made from here.
+
 Pure of any protocol: the integrations do the I/O and the words around it.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
 from .runtime import Decision, Session, StepRecord
+from .shield import advise, advised_message, shield_action
 from .spec import Action
 
 __all__ = ["APPROVED_ONCE_NOTE", "CallVerdict", "Why", "judge_call", "same_state", "unchanged"]
@@ -41,6 +46,7 @@ class Why(str, Enum):
     UNCHANGED = "unchanged"  # passed: the call leaves the watched state as the last step left it
     APPROVED_ONCE = "approved_once"  # judged again: an earlier approval covered its own call only
     UNKNOWN_TOOL = "unknown_tool"  # the extractor cannot place the call: ``unknown_tools``' action
+    SHIELD = "shield"  # guard.enforcement: shield: the call's move judged against θ (guard/shield.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,15 +73,16 @@ def judge_call(session: Session, state: Mapping[str, Any], tool: str, args: Any,
         judge_unchanged: act on calls that leave the watched state as it is, too.
     """
     action_of = {"tool": tool, "args": args}
-    decision = session.preview(state, action=action_of)
-    action, why = decision.action, Why.GUARD
+    decision = advise(session, session.preview(state, action=action_of), action_of)
+    shielded = shield_action(session, decision)
+    action, why = (decision.action, Why.GUARD) if shielded is None else (shielded, Why.SHIELD)
     last = session.history[-1] if session.history else None
-    if action is not Action.ALLOW and not judge_unchanged and unchanged(last, decision):
+    if shielded is None and action is not Action.ALLOW and not judge_unchanged and unchanged(last, decision):
         action, why = Action.ALLOW, Why.UNCHANGED
     accepted = session.accepted
     # a step that breaks the rule anew (not the violation the run already stood in) is its own consequence
     violates = decision.unsafe_now and not unchanged(last, decision)
-    if action is Action.ALLOW and accepted is not None and (consequential or violates):
+    if shielded is None and action is Action.ALLOW and accepted is not None and (consequential or violates):
         before = session.preview_from_approval(state, action=action_of)
         assert before is not None  # (accepted is set)
         passes = not judge_unchanged and not violates and unchanged(accepted.last, before)
@@ -83,6 +90,8 @@ def judge_call(session: Session, state: Mapping[str, Any], tool: str, args: Any,
             action, why, decision = before.action, Why.APPROVED_ONCE, before
     if action is Action.ALLOW and not (known() if callable(known) else known):
         action, why = unknown_tools, Why.UNKNOWN_TOOL
+    if action is not Action.ALLOW and decision.p_min is not None:  # the safer moves, in words
+        decision = replace(decision, message=advised_message(session, decision, action, why is Why.SHIELD))
     return CallVerdict(action, decision, why)
 
 

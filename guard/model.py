@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import ForewarnError, ModelFileError, UsageError
 from .chain import END, CsrArrays, LearnedDTMC, visits
 from .mixture_posterior import KindMixture, KindsEntry, kinds_document, read_kinds
+from .mdp import LearnedMDP, mdp_document, read_mdp
 from .outputs import is_special, write_output
 from .results import (
     CheckOutcome,
@@ -145,6 +146,26 @@ class PACEntry(_Doc):
     outcome: TightPACEntry | None = None  # the outcome bound, the same fields (method "first-visit-clopper-pearson")
 
 
+class MdpEntry(_Doc):
+    """The MDP beside the chain (learning.mdp, guard/mdp.py; docs/model-file.md); absent from older files."""
+
+    classes: list[str]
+    action_class: Literal["raw", "verb", "tool"]
+    choices: list[Count]  # per state, the offset of its first choice (n + 1 entries)
+    choice_class: list[Count]  # per choice, its class's index in `classes`
+    indptr: list[Count]  # per choice, the offset of its row (choices + 1 entries)
+    indices: list[Count]
+    probabilities: list[float]
+    counts: list[float]
+    formula: str | None = None  # the property the values below are for (None: no advice)
+    pmin: list[float] | None = None  # per state
+    pmax: list[float] | None = None
+    risk: list[float] | None = None  # per choice: Q(s, a) = Σ_j P(s, a, j)·Pmin(j)
+    risk_low: list[float] | None = None
+    risk_high: list[float] | None = None
+    delta: float | None = Field(default=None, gt=0.0, lt=1.0)
+
+
 class SignatureEntry(_Doc):
     """An Ed25519 signature (guard.signing): these fields only; one the loader does not know would be
     covered by no signature, so it is refused like an unknown field anywhere else (extra="forbid")."""
@@ -176,6 +197,7 @@ class ModelDocument(_Doc):
     intervals: IntervalsEntry | None = None  # None: a model without confidence intervals
     visits: list[Int64] | None = None  # observed departures per state (written since intervals)
     kinds: KindsEntry | None = None  # learning.kinds: the mixture's kinds (absent with one kind)
+    mdp: MdpEntry | None = None  # learning.mdp: the MDP over action classes (absent without it)
     provenance: dict[str, Any]
     checksum: str = ""
     signature: SignatureEntry | None = None  # Ed25519 over the canonical body (guard.signing)
@@ -226,6 +248,7 @@ class GuardModel:
         self.kinds = kinds  # learning.kinds: the kinds a session weighs by its posterior (guard/mixture_posterior.py)
         self.visits = visits(dtmc)  # observed departures per state (the product's: its chain state's)
         self.signed_at: float | None = None  # the signature's time, as the file says (guard.signing)
+        self.mdp: LearnedMDP | None = None  # learning.mdp: the MDP beside the chain (guard/mdp.py)
 
     @property
     def outcome(self) -> CheckOutcome:
@@ -300,6 +323,7 @@ class GuardModel:
             "intervals": None if self.intervals is None else self.intervals.to_document(),
             "visits": self.visits.tolist(),
             **({} if self.kinds is None else {"kinds": kinds_document(self.kinds)}),
+            **({} if self.mdp is None else {"mdp": mdp_document(self.mdp)}),
             "provenance": self.provenance,
         }
         body["checksum"] = _checksum(body)
@@ -403,6 +427,11 @@ class GuardModel:
         model = cls(spec, dtmc, properties, pac, provenance, pac_valuations=valuations, intervals=report,
                     kinds=kinds)
         model.signed_at = signing_time(document)
+        if doc.mdp is not None:
+            if dtmc.monitors or dtmc.actions or spec.learning.memory.actions:
+                raise ModelFileError(f"{source}: mdp: an MDP is learned only for a spec without monitors or "
+                                     "remembered actions")
+            model.mdp = read_mdp(doc.mdp, dtmc.size, source)
         return model
 
 

@@ -29,6 +29,7 @@ from .learning import (
     spec_transition_rule,
 )
 from .markov import MARKOV_LEVEL, markov_test, reaching
+from .mdp_learn import ChoiceCounts, learn_mdp, mdp_refusal, tap_choices
 from .memory import Memory, build_memory
 from .mixture_check import KindsFit, learn_kinds
 from .model import CheckedProperty, GuardModel
@@ -219,7 +220,7 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
                           valid_transition: ValidTransitionRule | None = None,
                           python_predicates: Mapping[str, PythonPredicate] | None = None,
                           inputs: list[dict[str, Any]] | None = None,
-                          on_run: Callable[[int], None] | None = None) -> GuardModel:
+                          on_run: Callable[[int], None] | None = None, mdp: bool | None = None) -> GuardModel:
     """Count, smooth, check with Storm and package a model.
 
     Args:
@@ -228,6 +229,7 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
         method: Storm's solving method; ``sound`` keeps certified bounds.
         valid_transition: a domain rule over (src, dst) valuations, in code.
         on_run: called with the number of runs read so far (progress bars).
+        mdp: learn the MDP over action classes beside the chain (None: the spec's ``learning.mdp``).
     """
     learning_bounds(spec, epsilon, delta)  # refuse a bad ε or δ before reading any data
     predicates, monitors = prepare(spec, python_predicates)
@@ -246,16 +248,34 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
                 on_run(n)
 
     memory, paths = counting_plan(spec, predicates)
-    counts = count_transitions(counted(runs), predicates, paths=paths,
+    choices = _choice_counts(spec, spec.learning.mdp if mdp is None else mdp)
+    source = counted(runs) if choices is None else tap_choices(counted(runs), predicates,
+                                                              spec.learning.memory.action_class, choices, memory)
+    counts = count_transitions(source, predicates, paths=paths,
                                encode=None if memory is None else memory.encode_run)
     if counts.runs == 0:
         raise TraceError("no runs to learn from: the trace input is empty")
     model = model_from_counts(counts, spec, predicates, monitors, alpha=alpha, method=method, precision=precision,
                               epsilon=epsilon, delta=delta, valid_transition=valid_transition, inputs=inputs,
                               learn_seconds=time.perf_counter() - started, paths=paths)
+    if choices is not None:  # the MDP beside the chain, over its states (guard/mdp_learn.py)
+        mdp_started = time.perf_counter()
+        model.mdp = learn_mdp(choices, model.dtmc, spec, alpha=float(spec.learning.alpha if alpha is None else alpha),
+                              delta=learning_bounds(spec, epsilon, delta)[1], precision=precision)
+        model.provenance["mdp_seconds"] = round(time.perf_counter() - mdp_started, 6)
     if tools:
         model.provenance["tools"] = sorted(tools)
     return model
+
+
+def _choice_counts(spec: Spec, wanted: bool) -> ChoiceCounts | None:
+    """Where the runs' choices are counted for the MDP (None: no MDP); a spec it cannot serve is refused."""
+    if not wanted:
+        return None
+    refusal = mdp_refusal(spec)
+    if refusal is not None:
+        raise spec.error(refusal, "learning", "mdp")
+    return ChoiceCounts()
 
 
 def counting_plan(spec: Spec, predicates: PredicateSet) -> tuple[Memory | None, Counter[tuple[int, ...]] | None]:

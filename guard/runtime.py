@@ -19,6 +19,7 @@ from ._cel_cost import DEFAULT_CPU_BUDGET
 from ._lazy_decision import LazyDecision, PropertyRow
 from .chain import count_totals
 from .decision import Decision, PropertyValue
+from .mdp import Advice
 from .memory import build_memory
 from .mixture_posterior import Belief
 from .model import GuardModel
@@ -98,6 +99,8 @@ class Guard:
         self._words: dict[tuple[int, MonitorStates], _StateWords] = {}  # by (bits, monitor states)
         self._origin: tuple[str | None, str | None, bool, str] = (None, None, False, "")  # see with_origin
         self.kinds = model.kinds  # learning.kinds: sessions weigh the kinds by their posterior
+        # learning.mdp: per state, the next moves safest first and p_min (docs/shield.md)
+        self.advice = Advice(model.mdp) if model.mdp is not None and model.mdp.risk is not None else None
         if self.memory is not None:
             self._add_history_fallback()
 
@@ -335,7 +338,9 @@ class Guard:
                                 threshold=threshold, known=index is not None, unsafe_now=unsafe_now,
                                 monitors=monitor_words, ci_low=ci_low, ci_high=ci_high, visits=visits,
                                 baseline_p_unsafe=base, increase=rise,
-                                index=index if index is not None and index < self._size else None)
+                                index=index if index is not None and index < self._size else None,
+                                p_min=None if self.advice is None else self.advice.p_min(index),
+                                alternatives=() if self.advice is None else self.advice.alternatives(index))
 
     def _describe(self, bits: int, monitor_words: dict[str, str]) -> str:
         words = self.predicates.describe(bits)

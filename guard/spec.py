@@ -224,6 +224,10 @@ class GuardSettings(_Strict):
     min_increase: float = Field(default=0.0, ge=0.0, le=1.0)
     # per bundle member: thresholds (and min_increase) of its own; None: every member uses the above
     member_thresholds: MemberThresholds | None = None
+    # shield (docs/shield.md): a proposed call is blocked when its action class's risk from the run's state is
+    # at least shield_theta, let through otherwise; the run is stopped where no class is under it
+    enforcement: Literal["thresholds", "shield"] = "thresholds"
+    shield_theta: float = Field(default=0.5, gt=0.0, le=1.0)
 
     @field_validator("property")
     @classmethod
@@ -372,6 +376,8 @@ class LearningSettings(_Strict):
     memory: MemorySettings = MemorySettings()
     # latent run kinds: a mixture of this many chains (1: the single chain), or chosen on held-out runs
     kinds: int | Literal["auto"] = 1
+    # an MDP over action classes beside the chain (guard/mdp.py, docs/shield.md)
+    mdp: bool = False
 
     @field_validator("kinds", mode="before")
     @classmethod

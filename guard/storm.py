@@ -35,6 +35,7 @@ __all__ = [
     "labels_of",
     "build_sparse_dtmc",
     "build_interval_dtmc",
+    "build_sparse_mdp",
     "check_sparse_model",
     "interval_bounds",
     "check_dtmc",
@@ -103,6 +104,29 @@ def build_sparse_dtmc(matrix: Any, labels: Mapping[str, Sequence[int]], *,
     components = _models.SparseModelComponents[value_type](transition_matrix=builder.build(),
                                                            state_labeling=_labeling(n, labels))
     return _models.SparseDtmc[value_type](components)
+
+
+def build_sparse_mdp(choices: np.ndarray, indptr: np.ndarray, indices: np.ndarray, probabilities: np.ndarray,
+                     labels: Mapping[str, Sequence[int]], *,
+                     exact: Sequence[Fraction] | None = None) -> Any:
+    """A Storm sparse MDP: state ``s``'s choices are rows ``choices[s]:choices[s + 1]`` of the CSR
+    (``indptr``, ``indices``, ``probabilities``); ``exact``: the entries as Fractions (a Rational model)."""
+    n, m = len(choices) - 1, len(indptr) - 1
+    value_type: Any = float if exact is None else stormpy.Rational
+    builder = _ds.SparseMatrixBuilder[value_type](m, n, len(indices), force_dimensions=True,
+                                                  has_custom_row_grouping=True, row_groups=n)
+    columns = indices.tolist()
+    values = probabilities.tolist() if exact is None else \
+        [stormpy.Rational(f"{p.numerator}/{p.denominator}") for p in exact]
+    starts, ends = choices.tolist(), indptr.tolist()
+    for s in range(n):
+        builder.new_row_group(starts[s])
+        for c in range(starts[s], starts[s + 1]):
+            for k in range(ends[c], ends[c + 1]):
+                builder.add_next_value(c, columns[k], values[k])
+    components = _models.SparseModelComponents[value_type](transition_matrix=builder.build(),
+                                                           state_labeling=_labeling(n, labels))
+    return _models.SparseMdp[value_type](components)
 
 
 def _labeling(n: int, labels: Mapping[str, Sequence[int]]) -> Any:
@@ -200,6 +224,9 @@ def _environment(method: Method, precision: float) -> Any:
     # Probabilities live in [0, 1] and the guard compares them with absolute thresholds:
     # an absolute criterion is what a decision needs, and converges faster than a relative one.
     native.relative_termination_criterion = False
+    minmax = env.solver().min_max()  # an MDP's Pmin/Pmax (guard/mdp_learn.py): the same absolute criterion
+    minmax.precision = stormpy.Rational(repr(precision))
+    minmax.relative_termination_criterion = False
     return env
 
 

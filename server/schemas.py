@@ -15,7 +15,7 @@ from ..guard.spec import Action
 from .settings import MODEL_NAME_PATTERN
 
 __all__ = [
-    "ApprovalList", "ApprovalOut", "ApprovalResolve", "BatchIn", "BatchItem", "BatchOut", "DecisionOut",
+    "AlternativeOut", "ApprovalList", "ApprovalOut", "ApprovalResolve", "BatchIn", "BatchItem", "BatchOut", "DecisionOut",
     "ErrorBody", "Health", "ModelList", "ModelLoad", "ModelLoaded", "ModelOut", "PolicyOverrides",
     "Ready", "SessionCreate", "SessionCreated", "SessionList", "SessionOut", "StepIn", "StepOut", "Trail",
     "TrailEvent",
@@ -164,6 +164,14 @@ class PropertyValue(_Out):
     increase: float | None = None
 
 
+class AlternativeOut(_Out):
+    action_class: str
+    risk: float = Field(description="The probability of a violation after this move, then the safest continuation.")
+    ci_low: float | None = None
+    ci_high: float | None = None
+    visits: int = Field(default=0, description="The times the training runs made this move from the state.")
+
+
 class ModelRef(_Out):
     name: str
     version: str
@@ -199,6 +207,15 @@ class DecisionOut(_Out):
     group: str | None = Field(default=None, description="A bundle's group of the session (from its metadata).")
     fallback: bool = Field(default=False, description="True when the session's group has no model of its own "
                                                       "and the pooled model decided.")
+    p_min: float | None = Field(default=None, description="With the model's MDP (docs/shield.md): the least risk "
+                                                          "any continuation from the state reaches.")
+    alternatives: list[AlternativeOut] = Field(default_factory=list, description=(
+        "With the model's MDP: the next moves from the state, safest first (under the shield, those under "
+        "its theta)."))
+    action_risk: float | None = Field(default=None, description="A proposal with the model's MDP: the risk of the "
+                                                                "call's move from where the session stands.")
+    proposed: AlternativeOut | None = Field(default=None, description="A proposal with the model's MDP: the "
+                                                                      "call's own move, with its interval.")
 
 
 class SessionCreated(_Out):

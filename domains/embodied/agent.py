@@ -103,6 +103,14 @@ class SimulatedAgent:
         """Take a reflection prompt to heart: act carefully from now on."""
         self.careful = True
 
+    def avoid(self, action: str) -> None:
+        """Take a block of ``action`` to heart (the shield, docs/shield.md): act carefully from now on, and drop
+        the blocked step if it is the plan's next one rather than propose it again."""
+        self.careful = True
+        if self._queue and self._queue[0].action == action:
+            self._queue.popleft()
+            self._retries = 0
+
     def next_action(self, sim: HouseholdSim) -> str | None:
         """The next action to execute in ``sim``, or None when done or given up."""
         self._current = None

@@ -89,7 +89,14 @@ def _check_rows(loaded: GuardModel, property: str | None, method: Method, precis
                 ) -> tuple[list[tuple[str, Any]], list[dict[str, Any]]]:
     """The checked properties of one model, and its states as ``check --format json`` lists them."""
     dtmc = loaded.dtmc
-    if property is not None:
+    if property is not None and _MDP_QUERY.match(property):  # Pmin/Pmax: the MDP beside the chain (docs/shield.md)
+        if loaded.mdp is None:
+            raise UsageError(f"{property}: Pmin/Pmax need the model's MDP: learn it with --mdp (learning.mdp: true)")
+        from ..mdp_learn import check_mdp
+
+        query = check_mdp(loaded.mdp, labels_of(dtmc), property, method=method, precision=precision)
+        checked = [CheckedProperty(PropertyDef(name="query", formula="true"), query)]
+    elif property is not None:
         # check_dtmc builds a rational model for --method exact (a float model is not exact)
         query = check_dtmc(dtmc, property, method=method, precision=precision)
         checked = [CheckedProperty(PropertyDef(name="query", formula="true"), query)]
@@ -208,7 +215,8 @@ def _print_check(loaded: GuardModel, outcomes: list[tuple[str, Any]], rows: list
         out.print(line, highlight=False)
 
 
-_BOUND = re.compile(r"^\s*P\s*(?:<=|>=|<|>)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\[")
+_MDP_QUERY = re.compile(r"^\s*P(min|max)\s*(=\?|<=|>=|<|>)")
+_BOUND = re.compile(r"^\s*P(?:min|max)?\s*(?:<=|>=|<|>)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\[")
 
 
 def near_bound(outcome: Any, formula: str | None) -> np.ndarray:

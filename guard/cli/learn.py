@@ -84,6 +84,9 @@ def learn(
                                                        "spark://HOST:PORT, yarn (default: the running "
                                                        "session's, else local[*]).")] = None,
     mkdir: MkdirOption = False,
+    mdp: Annotated[bool, typer.Option(
+        "--mdp", help="Learn the MDP over action classes beside the chain (docs/shield.md; as learning.mdp: "
+                      "true in the spec).")] = False,
     verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Print every figure of a single model: the summary table and every PAC bound "
                                 "(--format json always has them all).")] = False,
@@ -137,6 +140,11 @@ def learn(
     read = IngestSummary()
     options = dict(alpha=alpha, method=method, precision=precision, epsilon=epsilon, delta=delta, period=period,
                    on_error=error_policy(on_error) or "stop", summary=read)
+    if mdp or parsed.learning.mdp:
+        if group_by is not None or engine is Engine.spark:
+            raise UsageError("an MDP (--mdp, learning.mdp) is learned for a single model in this process: "
+                             "not with --group-by or --engine spark")
+        options["mdp"] = True
     if engine is Engine.spark:
         learned = _learn_on_spark(traces, parsed, master, group_by, min_group_runs, options)
     elif logs or discovering:

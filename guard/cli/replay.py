@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ...errors import ForewarnError
+from ...errors import ForewarnError, UsageError
 from ..ingest import read_input
 from ..replay import Enforcement
 from ._options import (
@@ -87,6 +87,10 @@ def replay(
                                                        "session's, else local[*]).")] = None,
     on_error: OnErrorOption = None,
     mkdir: MkdirOption = False,
+    shield: Annotated[float | None, typer.Option(
+        "--shield", help="Also replay the runs under the shield at this θ (a model learned with --mdp; "
+                         "docs/shield.md): the runs it would have blocked before their violation, the safe "
+                         "runs it would have blocked, and the steps left after the first block.")] = None,
 ) -> None:
     """Replay logged runs: detection, false alarms, advance warning, stop outcomes and calibration per θ."""
     from ..bundle_guard import BundleGuard, load_guard
@@ -101,11 +105,16 @@ def replay(
     check_report_paths(report, plots, inputs=[*traces, model], mkdir=mkdir)
     mode = parse_enforcement(enforcement)
     trigger_mode = parse_trigger(trigger)
+    if shield is not None and not 0.0 < shield <= 1.0:
+        raise UsageError(f"--shield: θ must lie in (0, 1], got {shield}")
     with caught_warnings() as warned:
         guard = load_guard(model)  # a model or a bundle: each run is replayed on its group's member
         if isinstance(guard, Guard) and guard.start_warning:  # replayed runs open no sessions: said here
             guard.start_warning = False
             warn_initial_crossings(guard.model, guard.policy)
+    if shield is not None and (engine is Engine.spark or getattr(guard, "advice", None) is None):
+        raise UsageError(f"--shield needs a single model learned with --mdp (learning.mdp), {model} has no MDP"
+                         if engine is not Engine.spark else "--shield replays in this process, not on Spark")
     if period is None:
         period = guard.model.provenance.get("period_seconds")
     if master is not None and engine is not Engine.spark:
@@ -158,9 +167,22 @@ def replay(
     if train is None:
         notes.append("The empirical-frequency baseline was fitted on the replayed runs, each left out of its own "
                      "scoring (pass --baseline-traces to fit it on other runs).")
+    shielded = None
+    if shield is not None:  # the runs again, under the shield's rule (guard/shield.py)
+        from ..shield import shield_counterfactual
+
+        shielded = shield_counterfactual(guard, read_input(
+            [Path(t) for t in traces], input_format, period=period, extractor=extractor,
+            on_error=error_policy(on_error), on_mismatch=mismatch_policy(on_mismatch)), shield)
+        notes.append(f"Under the shield at θ {shield:g} (docs/shield.md): {shielded.caught} of the "
+                     f"{shielded.unsafe_runs} runs that reached a violation would have been blocked before it, and "
+                     f"{shielded.blocked_safe} of the {shielded.runs - shielded.unsafe_runs} safe runs, leaving "
+                     f"{shielded.steps_left} of their {shielded.safe_steps} steps after the first block.")
     result = replace(result, baselines=baselines, notes=notes)
     if format is Format.json:
-        print_json(result.theta_entries())
+        entries = result.theta_entries()
+        print_json(entries if shielded is None else {"thetas": entries, "shield": {"theta": shield,
+                                                                                   **asdict(shielded)}})
         print_warnings(warned)
     else:
         result = replace(result, notes=[*notes, *warned])

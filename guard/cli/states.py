@@ -52,7 +52,8 @@ def states(
                     "thresholds": policies[name].thresholds.model_dump(),
                     "properties": [{"name": n, "formula": f, "thresholds": t.model_dump()}
                                    for n, f, t in _guarded(m, policies[name])],
-                    "unseen_state": m.spec.guard.unseen_state.value, "states": [r.to_dict() for r in rows]}
+                    "unseen_state": m.spec.guard.unseen_state.value,
+                    "states": [{**r.to_dict(), **_moves_document(m, r.index)} for r in rows]}
         if not bundle:
             print_json(one(None, *tables[None]))
         else:
@@ -85,7 +86,8 @@ def states(
                           for n, f, thresholds in guarded)
         table = Table(title=title)
         columns = ["#", "state"] + (["monitors"] if monitors else []) + ["visits"] + (["property"] if several else []) \
-            + ["p_unsafe", "bounds", "interval", "action", "most likely path to unsafe"]
+            + ["p_unsafe", "bounds", "interval", "action", "most likely path to unsafe"] \
+            + (["Pmin", "next moves: risk, interval, ×visits"] if _has_moves(m) else [])
         for column in columns:
             table.add_column(column, justify="right" if column in {"#", "visits", "p_unsafe"} else "left")
         for r in rows:
@@ -97,6 +99,11 @@ def states(
                 "here" if len(r.path) == 1 else " → ".join(f"#{i}" for i in r.path) + f"  ({r.path_probability:.3g})")
             cells += [str(r.visits)] + ([r.property or ""] if several else []) + [
                 fmt(r.p_unsafe), _interval(r.lower, r.upper), _interval(r.ci_low, r.ci_high), r.action, path]
+            if _has_moves(m):
+                moves = _moves_document(m, r.index)
+                cells += [fmt(moves["p_min"]), "; ".join(
+                    f"{a['action_class']} {a['risk']:.3f} {_interval(a['ci_low'], a['ci_high'])} ×{a['visits']}"
+                    for a in moves["next_moves"])]
             table.add_row(*cells)
         out.print(table)
         if any(r.mismatch for r in rows):
@@ -108,6 +115,29 @@ def states(
               + "bounds: Storm's numerical bounds; interval: the "
               "statistical interval where the model has one; path: the single most probable sequence of "
               "transitions into an unsafe state (its probability, a lower bound of p_unsafe).", soft_wrap=True)
+
+
+def _has_moves(m: GuardModel) -> bool:
+    return m.mdp is not None and m.mdp.risk is not None
+
+
+def _moves_document(m: GuardModel, index: int) -> dict[str, Any]:
+    """With the model's MDP (docs/shield.md): the state's Pmin, Pmax and each next move (action class) with
+    its risk, interval and visits, safest first; nothing without one."""
+    mdp = m.mdp
+    if mdp is None or mdp.risk is None or mdp.pmin is None:
+        return {}
+    from ..mdp import ANY
+
+    start, stop = int(mdp.choices[index]), int(mdp.choices[index + 1])
+    visits = mdp.visits
+    moves = [{"action_class": mdp.classes[int(mdp.choice_class[c])], "risk": float(mdp.risk[c]),
+              "ci_low": None if mdp.risk_low is None else float(mdp.risk_low[c]),
+              "ci_high": None if mdp.risk_high is None else float(mdp.risk_high[c]),
+              "visits": round(float(visits[c]))} for c in range(start, stop)]
+    moves = sorted((a for a in moves if a["action_class"] != ANY), key=lambda a: (a["risk"], a["action_class"]))
+    return {"p_min": float(mdp.pmin[index]), "p_max": None if mdp.pmax is None else float(mdp.pmax[index]),
+            "next_moves": moves}
 
 
 def _guarded(m: GuardModel, policy: Any) -> list[tuple[str, str, Any]]:

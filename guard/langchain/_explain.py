@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import ConfigError
 from ..runtime import Decision
+from ..shield import call_advice
 from ..spec import Action
 from ..toolcalls.transcript import describe_call
 
@@ -123,7 +124,13 @@ def held_back(guard: Explained, decision: Decision, name: str, args: Any, templa
               "avoid": avoid_words(guard), "state": _state_words(guard, decision) if decision.abstract_state else "",
               "threshold": "" if decision.threshold is None else f"{decision.threshold:g}",
               "formula": decision.property, "unsafe": spec.unsafe or ""}
-    return (template or DEFAULT_REFLECTION).format(**fields)
+    return (template or DEFAULT_REFLECTION).format(**fields) + _advice(guard, decision)
+
+
+def _advice(guard: Explained, decision: Decision) -> str:
+    """With the model's MDP: the call's move and the safer moves from here, in words (guard/shield.py)."""
+    words = call_advice(guard, decision)
+    return f" {words}" if words else ""
 
 
 def check_template(template: str) -> None:
@@ -137,7 +144,7 @@ def check_template(template: str) -> None:
 def stopped_before(guard: Explained, decision: Decision, name: str, args: Any) -> str:
     """The final message of a run the guard stopped before a call."""
     return (f"Forewarn stopped this run before {describe_call(name, args)} could run; it was not executed. "
-            f"{consequence(guard, decision)}")
+            f"{consequence(guard, decision)}{_advice(guard, decision)}")
 
 
 def rule_at_stake(guard: Explained, decision: Decision) -> str | None:
@@ -161,7 +168,7 @@ def approval_request(guard: Explained, decision: Decision, name: str, args: Any,
     stake = f" The rule at stake: {rule}." if rule else ""
     run = context_words(request, metadata)
     return (f"Forewarn asks for approval of {describe_call(name, args)}.{stake} "
-            f"{consequence(guard, decision, formula=True)}{run}")
+            f"{consequence(guard, decision, formula=True)}{_advice(guard, decision)}{run}")
 
 
 def context_words(request: str | None, metadata: Mapping[str, Any] | None) -> str:

@@ -67,8 +67,9 @@ class Turn:
                                 call_id=call["id"], action=action)
             if action is Action.REFLECT:
                 self._record(call, decision, action, "held back")
-                text = explain.held_back(self.guard, decision, call["name"], call["args"],
-                                         self.settings.reflection_template) + note
+                text = (decision.message if verdict.why is Why.SHIELD  # the shield's words: the move, the safer ones
+                        else explain.held_back(self.guard, decision, call["name"], call["args"],
+                                               self.settings.reflection_template)) + note
                 return verdicts, self._hold_back(calls[i:], text, "reflect", decision)
             if action is Action.STOP:
                 self._record(call, decision, action, "stopped")

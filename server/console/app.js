@@ -105,6 +105,7 @@ function card(item) {
     ...reviewLines(item, risk),
     item.state_words ? el("p", { class: "why", text: `Leads to: ${item.state_words}` }) : null,
     d.message ? el("p", { class: "why", text: d.message }) : null,
+    movesLine(d),
     item.session_risk ? riskChart(item.session_risk, `the session's risk over ${item.session_risk.length} steps`) : null,
     args, buttons);
   node.addEventListener("keydown", (event) => {
@@ -121,6 +122,17 @@ function card(item) {
     }
   });
   return node;
+}
+
+// With the model's MDP (docs/shield.md): the call's own move and the other moves from where the run stands,
+// safest first, each with its risk and interval.
+function movesLine(d) {
+  const moves = (d.alternatives || []).filter((m) => !d.proposed || m.action_class !== d.proposed.action_class);
+  if (!moves.length && !d.proposed) return null;
+  const span = (m) => (m.ci_low != null && m.ci_high != null ? ` (${pct(m.ci_low)}–${pct(m.ci_high)})` : "");
+  const own = d.proposed ? `This move, ${d.proposed.action_class}: ${pct(d.proposed.risk)}${span(d.proposed)}. ` : "";
+  const others = moves.slice(0, 4).map((m) => `${m.action_class} ${pct(m.risk)}${span(m)}`).join("; ");
+  return el("p", { class: "why moves", text: `${own}${others ? `Next moves from here, safest first: ${others}` : ""}` });
 }
 
 // What an approver needs in five seconds: the rule at stake, what the call changes, the risk before and
