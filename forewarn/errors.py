@@ -13,6 +13,7 @@ from __future__ import annotations
 
 __all__ = [
     "ForewarnError",
+    "InputError",
     "SpecError",
     "TraceError",
     "PredicateError",
@@ -28,12 +29,14 @@ __all__ = [
 ]
 
 
-class ForewarnError(ValueError):
-    """Base of every error caused by what a user handed to Forewarn.
+class ForewarnError(Exception):
+    """Base of every error Forewarn raises on purpose, with a one-line message.
 
-    Subclasses ``ValueError`` so callers that already catch bad values keep working. The
-    message is one line (scripts grep it); a multi-line text handed in (a parser's report
-    quoted whole) is joined into one, and kept as it was in ``detail``.
+    Two kinds below it: :class:`InputError` (what a user handed in is wrong; also a
+    ``ValueError``) and the infrastructure's errors (a database, a sidecar, a missing extra),
+    which are not ``ValueError`` subclasses: a caller that catches bad values does not swallow an
+    outage. The message is one line (scripts grep it); a multi-line text handed in (a parser's
+    report quoted whole) is joined into one, and kept as it was in ``detail``.
     """
 
     def __init__(self, message: str) -> None:
@@ -51,7 +54,13 @@ class ForewarnError(ValueError):
         return f"{type(self).__name__}({self.message!r})"
 
 
-class SpecError(ForewarnError):
+class InputError(ForewarnError, ValueError):
+    """What a user handed to Forewarn (a file, a setting, an option, a request) is wrong.
+
+    Also a ``ValueError``, so callers that already catch bad values keep working."""
+
+
+class SpecError(InputError):
     """A spec that does not parse or does not make sense; names the file and line."""
 
     def __init__(self, message: str, *, source: str | None = None, line: int | None = None) -> None:
@@ -63,7 +72,7 @@ class SpecError(ForewarnError):
         self.line = line
 
 
-class TraceError(ForewarnError):
+class TraceError(InputError):
     """A trace line that is malformed; names the file, line and field."""
 
     def __init__(self, message: str, *, source: str | None = None, line: int | None = None,
@@ -78,7 +87,7 @@ class TraceError(ForewarnError):
         self.field = field
 
 
-class PredicateError(ForewarnError):
+class PredicateError(InputError):
     """A predicate that cannot be evaluated on a given state (missing field, wrong type)."""
 
     def __init__(self, message: str, *, predicate: str | None = None, where: str = "state") -> None:
@@ -92,30 +101,30 @@ class PredicateBudgetExceeded(PredicateError):
     before anything runs). A guard answers such a step with the policy's unseen-state action."""
 
 
-class ModelFileError(ForewarnError):
+class ModelFileError(InputError):
     """A model file that is missing, corrupt, hand-edited or of an unknown schema."""
 
 
-class CheckError(ForewarnError):
+class CheckError(InputError):
     """A property Storm cannot parse or check on the given model."""
 
 
-class ConfigError(ForewarnError):
+class ConfigError(InputError):
     """A setting, option or argument that is out of range, contradictory or names something unknown
     (server settings, middleware options, simulator parameters); names the key."""
 
 
-class UsageError(ForewarnError):
+class UsageError(InputError):
     """A request that cannot apply where it was made: an option of another mode, waiting for the
     approval of a decision that has none, a look-up the object does not offer."""
 
 
-class MonitorError(ForewarnError):
+class MonitorError(InputError):
     """A runtime-verification monitor that is ill-defined (``monitors``: ConditionError,
     MonitorSemanticsError)."""
 
 
-class StateSpaceTooLargeError(ForewarnError):
+class StateSpaceTooLargeError(InputError):
     """A state space past a configured limit (the dense chain without a transition rule, a
     monitor product); the message says the limit and how to stay under it or raise it."""
 

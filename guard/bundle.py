@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import ForewarnError, ModelFileError, TraceError
+from ..errors import ForewarnError, InputError, ModelFileError, TraceError
 from ._version import __version__
 from .memory import run_actions
 from .model import GuardModel, SignatureEntry, write_document
@@ -56,7 +56,7 @@ def group_path(group_by: str, option: str = "--group-by") -> tuple[str, ...]:
     """
     parts = group_by.split(".")
     if len(parts) < 2 or parts[0] != "meta" or not all(p.strip() for p in parts[1:]):
-        raise ForewarnError(f"{option} {group_by!r}: expected a path into the runs' metadata such as "
+        raise InputError(f"{option} {group_by!r}: expected a path into the runs' metadata such as "
                             "'meta.task' (it must start with 'meta.')")
     return tuple(parts[1:])
 
@@ -104,7 +104,7 @@ class GuardBundle:
             why = (f"group {name!r} had {runs} runs, fewer than {self.min_group_runs}" if runs
                    else f"no group {name!r} in this bundle")
             shown = ", ".join(repr(g) for g in sorted(self.members)[:10]) or "none"
-            raise ForewarnError(f"{why}; members: {POOLED!r} and groups {shown}"
+            raise InputError(f"{why}; members: {POOLED!r} and groups {shown}"
                                 + (" …" if len(self.members) > 10 else ""))
         return model
 
@@ -318,7 +318,7 @@ def learn_bundle_from_runs(runs: Iterable[Run], spec: Spec, *, group_by: str,
     """
     path = group_path(group_by)
     if isinstance(min_group_runs, bool) or not isinstance(min_group_runs, int) or min_group_runs < 1:
-        raise ForewarnError(f"--min-group-runs {min_group_runs!r}: expected a whole number of runs, at least 1")
+        raise InputError(f"--min-group-runs {min_group_runs!r}: expected a whole number of runs, at least 1")
     from .learning import TransitionCounts
     from .pipeline import counting_plan, prepare
 
@@ -378,7 +378,7 @@ def bundle_from_counts(pooled: TransitionCounts, groups: Mapping[str, Transition
     check_member_thresholds(spec, group_by)
     if not groups:
         seen = ", ".join(f"meta.{k}" for k in sorted(keys_seen)[:8]) or "none"
-        raise ForewarnError(f"--group-by {group_by}: none of the {pooled.runs} runs has it in its metadata "
+        raise InputError(f"--group-by {group_by}: none of the {pooled.runs} runs has it in its metadata "
                             f"(keys the runs have: {seen})")
 
     def model(counts: TransitionCounts, paths: Counter[tuple[int, ...]] | None) -> GuardModel:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import ForewarnError
+from ..errors import InputError
 from .chain import LearnedDTMC, visits
 from .intervals import IntervalMethod, IntervalReport, clopper_pearson, estimated_entries, hoeffding
 from .mixture import Mixture, PathTable, choose_kinds, fit_mixture, path_table
@@ -93,7 +93,7 @@ def learn_kinds(setting: int | str, *, paths: Mapping[tuple[int, ...], int], cha
     started = time.perf_counter()
     for p in properties:
         if p.outcome.verdicts is not None or np.isnan(p.outcome.values).any():
-            raise ForewarnError(f"learning.kinds weighs probabilities, but property {p.name!r} ({p.outcome.formula}) "
+            raise InputError(f"learning.kinds weighs probabilities, but property {p.name!r} ({p.outcome.formula}) "
                                 "is a state formula with a bound: guard it as P=? [...] to learn kinds")
     table = path_table(paths, predicates, chain)
     scores = None

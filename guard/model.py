@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ForewarnError, ModelFileError, UsageError
 from .chain import END, CsrArrays, LearnedDTMC, visits
-from .mixture_posterior import KindMixture, KindsEntry, kinds_document, read_kinds
 from .mdp import LearnedMDP, mdp_document, read_mdp
+from .mixture_posterior import KindMixture, KindsEntry, kinds_document, read_kinds
 from .outputs import is_special, write_output
 from .results import (
     CheckOutcome,

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from ..errors import ForewarnError
+from ..errors import InputError
 
 __all__ = ["OutputError", "check_output", "write_output", "open_output", "is_special"]
 
@@ -33,7 +33,7 @@ __all__ = ["OutputError", "check_output", "write_output", "open_output", "is_spe
 _STDOUT = {"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}
 
 
-class OutputError(ForewarnError):
+class OutputError(InputError):
     """An output path that cannot or must not be written."""
 
 

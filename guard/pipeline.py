@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CheckError, ForewarnError, TraceError
+from ..errors import CheckError, ForewarnError, InputError, TraceError
 from ._version import __version__
 from .backoff import learn_memory_dtmc
 from .constant_predicates import constant_in_counts
@@ -109,7 +109,7 @@ def _reported(rule: ValidTransitionRule, name: str) -> ValidTransitionRule:
         try:
             verdict = rule(src, dst)
         except Exception as exc:  # the user's code: report it as theirs
-            raise ForewarnError(f"valid_transitions.function {name} raised {type(exc).__name__}: {exc} "
+            raise InputError(f"valid_transitions.function {name} raised {type(exc).__name__}: {exc} "
                                 f"(on {list(src)} -> {list(dst)})") from exc
         return bool(verdict)
 
@@ -308,7 +308,7 @@ def learning_bounds(spec: Spec, epsilon: float | None, delta: float | None) -> t
     delta = spec.learning.delta if delta is None else delta
     for name, value in (("epsilon", epsilon), ("delta", delta)):
         if not 0.0 < value < 1.0:  # the spec's are checked on parse; these came from a caller or the CLI
-            raise ForewarnError(f"learning {name} must lie strictly between 0 and 1, got {value}")
+            raise InputError(f"learning {name} must lie strictly between 0 and 1, got {value}")
     return epsilon, delta
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ForewarnError, TraceError
+from ..errors import ForewarnError, InputError, TraceError
 
 __all__ = ["OnError", "IngestSummary", "reason_of"]
 
@@ -101,7 +101,7 @@ class IngestSummary:
     def handler(self, on_error: OnError) -> Callable[[ForewarnError], None]:
         """What to do with a bad record: raise it (``stop``) or count it (``skip``)."""
         if on_error not in ("skip", "stop"):
-            raise ForewarnError(f"--on-error: expected 'skip' or 'stop', got {on_error!r}")
+            raise InputError(f"--on-error: expected 'skip' or 'stop', got {on_error!r}")
 
         def handle(exc: ForewarnError) -> None:
             if on_error == "stop":

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import ForewarnError, PredicateError, TraceError
+from ..errors import InputError, PredicateError, TraceError
 from .predicates import PredicateSet
 
 __all__ = ["Run", "read_runs", "parse_run", "parse_document", "abstract_run", "resample", "file_digest",
@@ -147,7 +147,7 @@ def resample(run: Run, period: float) -> Run:
         TraceError: a step without ``t``, or times that go backwards.
     """
     if not (period > 0 and math.isfinite(period)):
-        raise ForewarnError(f"period must be a positive number of seconds, got {period}")
+        raise InputError(f"period must be a positive number of seconds, got {period}")
     times: list[float] = []
     for index, step in enumerate(run.steps):
         t = step.get("t")

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import ForewarnError
+from ..errors import InputError
 
 __all__ = ["ENTRY_POINT_GROUP", "NAME_PATTERN", "RETIRED_ALLOW_LIST", "CodeNotAllowed", "CodeNotFound", "check_name", "migration_hint",
            "predicate", "registered_callable", "registered_names"]
@@ -62,11 +62,11 @@ _REGISTERED: dict[str, Callable[..., Any]] = {}  # filled by the decorator only
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-class CodeNotAllowed(ForewarnError):
+class CodeNotAllowed(InputError):
     """A name no operator code registered, an import path, or a name registered twice."""
 
 
-class CodeNotFound(ForewarnError):
+class CodeNotFound(InputError):
     """A registered entry point that does not load, or that is not a function."""
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import ForewarnError, ModelFileError
+from ..errors import ForewarnError, InputError, ModelFileError
 from ..guard._cel_cost import DEFAULT_CPU_BUDGET
 from ..guard.bundle import GuardBundle, parse_model_or_bundle
 from ..guard.bundle_guard import BundleGuard
@@ -47,7 +47,7 @@ log = logging.getLogger("forewarn.server")
 MAX_MODEL_BYTES = 1 << 30
 
 
-class UnknownModel(ForewarnError):
+class UnknownModel(InputError):
     """A model name or version that this server does not have."""
 
 

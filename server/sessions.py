@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import ForewarnError
+from ..errors import InputError
 from ..guard.policy import Policy
 from ..guard.runtime import MonitorStates, Session
 from .models_registry import LoadedModel, ModelRegistry
@@ -24,7 +24,7 @@ from .storage import StorageBase
 __all__ = ["LiveSession", "SessionManager", "SessionNotFound", "effective_policy"]
 
 
-class SessionNotFound(ForewarnError, KeyError):
+class SessionNotFound(InputError, KeyError):
     """No session of this id (a KeyError too, as it always was). Catch it before ForewarnError:
     the HTTP layer answers it with 404, other ForewarnErrors of a session with 503."""
 

@@ -252,8 +252,7 @@ def test_a_monitor_product_too_large_to_pack_is_one_line(forewarn_here: CLI, fil
 
 # -- the documented names ------------------------------------------------------------------
 
-DOCUMENTED = [  # (module, name, extra base besides ForewarnError) as docs/errors.md lists them
-    ("forewarn.errors", "ForewarnError", ValueError),
+DOCUMENTED = [  # (module, name, extra base besides InputError) as docs/errors.md lists them: bad input
     ("forewarn.errors", "SpecError", None),
     ("forewarn.errors", "TraceError", None),
     ("forewarn.errors", "PredicateError", None),
@@ -269,7 +268,6 @@ DOCUMENTED = [  # (module, name, extra base besides ForewarnError) as docs/error
     ("forewarn.guard.trust", "CodeNotFound", None),
     ("forewarn.guard.predicates", "CodeNotAllowed", None),
     ("forewarn.guard.evaluation.tune", "TargetUnreachable", None),
-    ("forewarn.guard._extras", "MissingExtra", ImportError),
     ("forewarn.monitors", "MonitorError", family.MonitorError),
     ("forewarn.monitors", "ConditionError", family.MonitorError),
     ("forewarn.monitors", "MonitorSemanticsError", family.MonitorError),
@@ -278,9 +276,7 @@ DOCUMENTED = [  # (module, name, extra base besides ForewarnError) as docs/error
     ("forewarn.domains.embodied.errors", "ActionParseError", None),
     ("forewarn.domains.embodied.errors", "TaskFileError", None),
 ]
-WITH_EXTRAS = [  # (module, name, extra base, the extra the module needs)
-    ("forewarn.guard.client", "ServerError", None, "client"),
-    ("forewarn.guard.client", "SidecarUnreachable", None, "client"),
+WITH_EXTRAS = [  # (module, name, extra base, the extra the module needs): bad input
     ("forewarn.guard.llmcheck.errors", "LLMCheckError", None, "llmcheck"),
     ("forewarn.guard.llmcheck.errors", "SourceError", None, "llmcheck"),
     ("forewarn.guard.llmcheck.errors", "QueryError", None, "llmcheck"),
@@ -288,9 +284,6 @@ WITH_EXTRAS = [  # (module, name, extra base, the extra the module needs)
     ("forewarn.guard.langchain", "ExtractionError", None, "langchain"),
     ("forewarn.guard.langchain", "ReviewError", None, "langchain"),
     ("forewarn.server.settings", "ConfigError", family.ConfigError, "server"),
-    ("forewarn.server.storage", "StorageError", None, "server"),
-    ("forewarn.server.storage", "DatabaseLocked", None, "server"),
-    ("forewarn.server.storage", "Conflict", None, "server"),
     ("forewarn.server.storage", "OverBudget", None, "server"),
     ("forewarn.server.models_registry", "UnknownModel", None, "server"),
     ("forewarn.server.sessions", "SessionNotFound", KeyError, "server"),
@@ -300,7 +293,7 @@ WITH_EXTRAS = [  # (module, name, extra base, the extra the module needs)
 @pytest.mark.parametrize(("module", "name", "base"), DOCUMENTED, ids=[f"{m}.{n}" for m, n, _ in DOCUMENTED])
 def test_documented_names_are_in_the_family(module: str, name: str, base: type | None) -> None:
     cls = getattr(importlib.import_module(module), name)
-    assert issubclass(cls, ForewarnError) and issubclass(cls, ValueError)
+    assert issubclass(cls, family.InputError) and issubclass(cls, ValueError)
     assert base is None or issubclass(cls, base)
 
 
@@ -308,8 +301,34 @@ def test_documented_names_are_in_the_family(module: str, name: str, base: type |
     pytest.param(m, n, b, id=f"{m}.{n}", marks=getattr(pytest.mark, extra)) for m, n, b, extra in WITH_EXTRAS])
 def test_documented_names_of_the_integrations_are_in_the_family(module: str, name: str, base: type | None) -> None:
     cls = getattr(importlib.import_module(module), name)
-    assert issubclass(cls, ForewarnError) and issubclass(cls, ValueError)
+    assert issubclass(cls, family.InputError) and issubclass(cls, ValueError)
     assert base is None or issubclass(cls, base)
+
+
+INFRASTRUCTURE = [  # (module, name, extra base, the extra the module needs, or None): not the user's input
+    ("forewarn.guard._extras", "MissingExtra", ImportError, None),
+    ("forewarn.guard.client", "ServerError", None, "client"),
+    ("forewarn.guard.client", "SidecarUnreachable", None, "client"),
+    ("forewarn.server.storage", "StorageError", None, "server"),
+    ("forewarn.server.storage", "DatabaseLocked", None, "server"),
+    ("forewarn.server.storage", "Conflict", None, "server"),
+]
+
+
+@pytest.mark.parametrize(("module", "name", "base"), [
+    pytest.param(m, n, b, id=f"{m}.{n}", marks=[getattr(pytest.mark, extra)] if extra else [])
+    for m, n, b, extra in INFRASTRUCTURE])
+def test_infrastructure_errors_are_in_the_family_but_not_value_errors(module: str, name: str,
+                                                                       base: type | None) -> None:
+    """An outage (a locked database, an unreachable sidecar) is no bad value: ``except ValueError`` misses it."""
+    cls = getattr(importlib.import_module(module), name)
+    assert issubclass(cls, ForewarnError) and not issubclass(cls, ValueError)
+    assert base is None or issubclass(cls, base)
+
+
+def test_the_root_is_no_value_error_and_bad_input_is() -> None:
+    assert not issubclass(ForewarnError, ValueError)
+    assert issubclass(family.InputError, ForewarnError) and issubclass(family.InputError, ValueError)
 
 
 def test_the_family_is_one_set_of_classes_under_two_names() -> None:

@@ -1,12 +1,12 @@
 """Errors of the embodied domain: bad task files and action strings that do not parse."""
 from __future__ import annotations
 
-from ...errors import ForewarnError
+from ...errors import InputError
 
 __all__ = ["EmbodiedError", "ActionParseError", "TaskFileError"]
 
 
-class EmbodiedError(ForewarnError):
+class EmbodiedError(InputError):
     """Base of every error the embodied domain raises for bad input (a ForewarnError, so a ValueError)."""
 
 

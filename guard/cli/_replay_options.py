@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from ...errors import ForewarnError
+from ...errors import ForewarnError, InputError
 from ..ingest import LogFormat, format_names, formats, get_format
 from ..replay import Enforcement
 from ..spec import Trigger
@@ -102,7 +102,7 @@ MinGroupRunsOption = Annotated[int, typer.Option(
 def check_on_error(on_error: OnError | None, engine: object = None) -> None:
     """``--on-error skip`` is read by this process's readers; Spark's replay stops at a malformed run."""
     if on_error is OnError.skip and getattr(engine, "value", "local") == "spark":
-        raise ForewarnError("--on-error skip applies to --engine local; Spark's replay stops at a malformed run")
+        raise InputError("--on-error skip applies to --engine local; Spark's replay stops at a malformed run")
 
 
 EnforcementOption = Annotated[str, typer.Option(
@@ -124,7 +124,7 @@ def parse_trigger(text: str | None) -> Trigger | None:
     try:
         return Trigger(text.strip().lower())
     except ValueError:
-        raise ForewarnError(f"--trigger: expected 'level' or 'increase', got {text!r}") from None
+        raise InputError(f"--trigger: expected 'level' or 'increase', got {text!r}") from None
 
 
 def parse_enforcement(text: str) -> Enforcement:
@@ -132,19 +132,19 @@ def parse_enforcement(text: str) -> Enforcement:
     try:
         return Enforcement(text.strip().lower())
     except ValueError:
-        raise ForewarnError(f"--enforcement: expected 'lookahead' or 'observe', got {text!r}") from None
+        raise InputError(f"--enforcement: expected 'lookahead' or 'observe', got {text!r}") from None
 
 
 def parse_thetas(text: str) -> list[float]:
     """``"0.1,0.5"`` → ``[0.1, 0.5]``; every threshold must lie in [0, 1], and none be empty."""
     items = text.split(",")
     if any(not x.strip() for x in items):
-        raise ForewarnError(f"--theta: an empty threshold in {text!r}; expected comma-separated numbers "
+        raise InputError(f"--theta: an empty threshold in {text!r}; expected comma-separated numbers "
                             "such as 0.1,0.5")
     try:
         thetas = [float(x) for x in items]
     except ValueError as exc:
-        raise ForewarnError(f"--theta: expected comma-separated numbers, got {text!r}") from exc
+        raise InputError(f"--theta: expected comma-separated numbers, got {text!r}") from exc
     if any(not 0.0 <= t <= 1.0 for t in thetas):  # NaN fails this too
-        raise ForewarnError(f"--theta: thresholds must lie in [0, 1], got {text!r}")
+        raise InputError(f"--theta: thresholds must lie in [0, 1], got {text!r}")
     return thetas

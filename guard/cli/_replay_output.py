@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ...errors import ForewarnError
+from ...errors import InputError
 from ..outputs import check_output, write_output
 from ..replay import ReplayReport
 from ._options import err, out, print_summary
@@ -39,7 +39,7 @@ def check_report_paths(report: Path | None, plots: Path | None, *, inputs: Seque
         check_output(report, inputs=inputs, mkdir=mkdir, option="--report")
     if plots is not None and not plots.is_dir():  # the folder itself is made; the one it is in must exist
         if plots.exists():
-            raise ForewarnError(f"--plots {plots}: is not a directory")
+            raise InputError(f"--plots {plots}: is not a directory")
         check_output(plots, inputs=inputs, mkdir=mkdir, option="--plots")
 
 
@@ -50,7 +50,7 @@ def write_outputs(report: ReplayReport, *, html_path: Path | None, plots_dir: Pa
     from ..evaluation.plots import report_images, save_images
 
     if run_id is not None and not any(r.id == run_id for r in report.replays):
-        raise ForewarnError(f"--run: no replayed run has the id {run_id!r}")
+        raise InputError(f"--run: no replayed run has the id {run_id!r}")
     with progress("drawing figures") as update:
         images, chosen = report_images(report, run_id=run_id, folds=folds)
         update(description="writing")
@@ -62,7 +62,7 @@ def write_outputs(report: ReplayReport, *, html_path: Path | None, plots_dir: Pa
                 write_output(html_path, render(images, chosen))
                 err.print(f"wrote {html_path}", highlight=False)
         except OSError as exc:
-            raise ForewarnError(f"cannot write the report: {exc.strerror} ({exc.filename})") from exc
+            raise InputError(f"cannot write the report: {exc.strerror} ({exc.filename})") from exc
 
 
 def report_skipped(summary: Any) -> None:

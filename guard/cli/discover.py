@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from ...errors import ForewarnError
+from ...errors import InputError
 from ..ingest import read_input
 from ..outputs import check_output, write_output
 from ..read_summary import IngestSummary
@@ -74,13 +74,13 @@ def discover(
 
     chosen = parse_target(target)
     if chosen.action is not None:
-        raise ForewarnError(f"--target {target!r}: discover takes false-alarms=X or detection=Y, without an action")
+        raise InputError(f"--target {target!r}: discover takes false-alarms=X or detection=Y, without an action")
     check_positive_int(max_predicates, "--max-predicates")
     check_positive_int(min_visits, "--min-visits")
     if not time_limit > 0:
-        raise ForewarnError(f"--time-limit: expected a positive number of seconds, got {time_limit:g}")
+        raise InputError(f"--time-limit: expected a positive number of seconds, got {time_limit:g}")
     if folds < 2:
-        raise ForewarnError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
+        raise InputError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
     check_output(output, inputs=[*traces, spec], mkdir=mkdir)
     parsed = load_spec(spec)
     summary = IngestSummary()
@@ -88,7 +88,7 @@ def discover(
                            on_error=error_policy(on_error), on_mismatch=mismatch_policy(on_mismatch)))
     report_skipped(summary)
     if not runs:
-        raise ForewarnError("no runs to discover predicates from: the trace input is empty")
+        raise InputError("no runs to discover predicates from: the trace input is empty")
     with progress("discovering") as update:
         report = run_discover(runs, parsed, target=chosen, max_predicates=max_predicates, time_limit=time_limit,
                               folds=folds, group_by=group_by, seed=seed, min_visits=min_visits, confirm=confirm,

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ...errors import ForewarnError
+from ...errors import InputError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS
 from ..ingest import read_input
 from ..replay import Enforcement
@@ -86,27 +86,27 @@ def evaluate(
     check_on_error(on_error, engine)
     check_report_paths(report, plots, inputs=[*traces, spec], mkdir=mkdir)
     if folds < 2:
-        raise ForewarnError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
+        raise InputError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
     mode = parse_enforcement(enforcement)
     trigger_mode = parse_trigger(trigger)
     parsed = load_spec(spec)
     if master is not None and engine is not Engine.spark:
-        raise ForewarnError("--master applies to --engine spark only")
+        raise InputError("--master applies to --engine spark only")
     from ..discovery.auto import fold_discovery, wanted
 
     discovering = wanted(parsed, discover)
     if discovering and engine is Engine.spark:
         if discover:
-            raise ForewarnError("--discover runs in this process, not with --engine spark: evaluate locally")
+            raise InputError("--discover runs in this process, not with --engine spark: evaluate locally")
         warn("the spec's discover: auto is not run with --engine spark: each fold learns the spec as written")
         discovering = False
     if engine is Engine.spark:
         if input_format not in ("auto", "jsonl"):
-            raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format}")
+            raise InputError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format}")
         if bundle_by is not None:
-            raise ForewarnError("--bundle-by is not available with --engine spark yet; evaluate bundles locally")
+            raise InputError("--bundle-by is not available with --engine spark yet; evaluate bundles locally")
         if extractor is not None or on_mismatch is not None:
-            raise ForewarnError(f"--{'extractor' if extractor is not None else 'on-mismatch'} applies to agent and "
+            raise InputError(f"--{'extractor' if extractor is not None else 'on-mismatch'} applies to agent and "
                                 "action logs, which --engine spark does not read")
         from ..spark import spark_session
         from ..spark.evaluate import evaluate_spark
@@ -119,7 +119,7 @@ def evaluate(
                                     seed=seed, method=method, alpha=alpha, enforcement=mode, trigger=trigger_mode,
                                     spark=spark_session(master), period=period, on_progress=on_spark_progress)
         if run is not None and not any(r.id == run for r in result.pooled.replays):
-            raise ForewarnError(f"--run: no run has the id {run!r}")
+            raise InputError(f"--run: no run has the id {run!r}")
         _show_evaluation(result, parsed.name, folds, group_by, mode, format, report, plots, run, spec, traces, seed)
         return
     from ..ingest import IngestSummary
@@ -135,11 +135,11 @@ def evaluate(
             update(completed=n)
     report_skipped(summary)
     if not runs:
-        raise ForewarnError("no runs to evaluate: the trace input is empty")
+        raise InputError("no runs to evaluate: the trace input is empty")
     for path in summary.empty:
         warn(f"{path} holds no runs")
     if run is not None and not any(r.id == run for r in runs):
-        raise ForewarnError(f"--run: no run has the id {run!r}")
+        raise InputError(f"--run: no run has the id {run!r}")
     with progress("cross-validation", total=2 * folds) as update:
         steps = {"learn": 0, "replay": 1}
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import orjson
 import typer
 
-from ...errors import ForewarnError, TraceError, UsageError
+from ...errors import InputError, TraceError, UsageError
 from ..ingest import on_error_of, read_input
 from ..outputs import check_output, open_output
 from ..read_summary import IngestSummary
@@ -81,9 +81,9 @@ def refuse_poor_ingest(summary: IngestSummary, max_skipped: float) -> None:
     why = f" ({reasons})" if reasons else ""
     if summary.runs == 0:
         formats = ", ".join(f"{p} as {f}" for p, f in summary.formats.items()) or "no input"
-        raise ForewarnError(f"ingest found no run to write in {formats}{why}; nothing was written")
+        raise InputError(f"ingest found no run to write in {formats}{why}; nothing was written")
     if summary.skipped_count > max_skipped * total:
-        raise ForewarnError(f"ingest skipped {summary.skipped_count} of {total} runs, more than --max-skipped "
+        raise InputError(f"ingest skipped {summary.skipped_count} of {total} runs, more than --max-skipped "
                             f"{max_skipped:g}{why}; nothing was written")
 
 

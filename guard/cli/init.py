@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from ...errors import ForewarnError
+from ...errors import InputError
 from ..ingest import read_input
 from ..outputs import check_output, write_output
 from ..read_summary import IngestSummary
@@ -76,19 +76,19 @@ def init(
 
     chosen = parse_target(target)
     if chosen.action is not None:
-        raise ForewarnError(f"--target {target!r}: init takes false-alarms=X or detection=Y, without an action")
+        raise InputError(f"--target {target!r}: init takes false-alarms=X or detection=Y, without an action")
     check_positive_int(folds, "--folds")
     if folds < 2:
-        raise ForewarnError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
+        raise InputError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
     if not unsafe.strip():
-        raise ForewarnError("--unsafe: expected a CEL expression, e.g. 'state.objects.Pot.isDirty'")
+        raise InputError("--unsafe: expected a CEL expression, e.g. 'state.objects.Pot.isDirty'")
     check_output(output, inputs=traces, mkdir=mkdir)
     summary = IngestSummary()
     runs = list(read_input(traces, input_format, period=period, extractor=extractor, summary=summary,
                            on_error=error_policy(on_error), on_mismatch=mismatch_policy(on_mismatch)))
     report_skipped(summary)
     if not runs:
-        raise ForewarnError("no runs to start a spec from: the trace input is empty")
+        raise InputError("no runs to start a spec from: the trace input is empty")
     text = starting_spec(unsafe, name or output.stem, len(runs))
     spec = parse_spec(text, source="--unsafe")
     PredicateSet(spec)  # a condition that is no CEL is one line naming --unsafe, before any run is traced

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from ...errors import ConfigError, ForewarnError, UsageError
+from ...errors import ConfigError, ForewarnError, InputError, UsageError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
 from ..model import GuardModel
 from ..outputs import check_output
@@ -115,7 +115,7 @@ def learn(
         group_path(group_by)  # a bad path fails before any run is read
     logs = input_format not in ("auto", "jsonl")  # read through the input format's reader, not the contract's
     if engine is Engine.spark and logs:
-        raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format}")
+        raise InputError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format}")
     if engine is Engine.local and not logs:
         _contract_only(traces)
     parsed = load_spec(spec)
@@ -250,7 +250,7 @@ def _some_kept(runs: Iterable[Run], summary: IngestSummary) -> Iterator[Run]:
     yield from runs
     if summary.runs == 0 and summary.skipped:
         reasons = "; ".join(line.strip() for line in summary.lines("read")[1:] if line.lstrip().startswith("skipped"))
-        raise ForewarnError(f"no runs to learn from: every run read was skipped ({reasons})")
+        raise InputError(f"no runs to learn from: every run read was skipped ({reasons})")
 
 
 def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Format, signing_key: Any,
@@ -258,7 +258,7 @@ def _write_learned(learned: GuardModel | GuardBundle, output: Path, format: Form
     try:
         learned.save(output, sign_with=signing_key)
     except OSError as exc:  # e.g. -o names a folder, or a path under a file
-        raise ForewarnError(f"{output}: cannot write the model file: {exc.strerror}") from exc
+        raise InputError(f"{output}: cannot write the model file: {exc.strerror}") from exc
     if format is Format.table or read.skipped or read.mismatches or read.empty:  # JSON carries it under "read"
         print_summary(read, "learned from")
     for message in _degenerate(learned.pooled if isinstance(learned, GuardBundle) else learned):
@@ -341,7 +341,7 @@ def _contract_only(traces: list[str]) -> None:
             continue  # learning will name the line at fault
         kind = getattr(kind, "value", kind)  # a format registered outside Forewarn is its name
         if kind != InputFormat.jsonl.value:
-            raise ForewarnError(f"{path}: these are {kind} logs, not the contract's JSONL; convert them first: "
+            raise InputError(f"{path}: these are {kind} logs, not the contract's JSONL; convert them first: "
                                 f"forewarn ingest {path} -o traces.jsonl (or learn from them with --input-format "
                                 f"{kind})")
 

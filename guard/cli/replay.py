@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ...errors import ForewarnError, UsageError
+from ...errors import InputError, UsageError
 from ..ingest import read_input
 from ..replay import Enforcement
 from ._options import (
@@ -118,9 +118,9 @@ def replay(
     if period is None:
         period = guard.model.provenance.get("period_seconds")
     if master is not None and engine is not Engine.spark:
-        raise ForewarnError("--master applies to --engine spark only")
+        raise InputError("--master applies to --engine spark only")
     if engine is Engine.spark and input_format not in ("auto", "jsonl"):
-        raise ForewarnError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format}")
+        raise InputError(f"--engine spark reads JSONL and Parquet runs, not --input-format {input_format}")
     from ..ingest import IngestSummary
 
     summary = IngestSummary()
@@ -142,7 +142,7 @@ def replay(
     if result.runs == 0:
         warn("no runs to replay: every figure below is empty")
     if run is not None and not any(r.id == run for r in result.replays):
-        raise ForewarnError(f"--run: no replayed run has the id {run!r}")
+        raise InputError(f"--run: no replayed run has the id {run!r}")
     with progress("baselines") as update:
         train = None
         if baseline_traces:

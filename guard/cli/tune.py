@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from ...errors import ForewarnError
+from ...errors import InputError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS
 from ..ingest import read_input
 from ..outputs import check_output, write_output
@@ -99,7 +99,7 @@ def tune(
                            on_mismatch=mismatch_policy(on_mismatch), summary=summary))
     report_skipped(summary)
     if not runs:
-        raise ForewarnError("no runs to tune on: the trace input is empty")
+        raise InputError("no runs to tune on: the trace input is empty")
     from ..discovery.auto import fold_discovery, wanted
 
     with progress("cross-validation", total=2 * folds) as update:

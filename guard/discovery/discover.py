@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ForewarnError, TraceError
+from ...errors import ForewarnError, InputError, TraceError
 from ..constant_predicates import ConstantPredicate, constant_in_traced
 from ..evaluation.baselines import trace_run
 from ..evaluation.evaluate import evaluate
@@ -178,7 +178,7 @@ def _discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates
     progress = on_progress or (lambda _: None)
     count = on_count or (lambda done, total: None)
     if spec.text is None:
-        raise ForewarnError("discover needs the spec's YAML text (load it with load_spec or parse_spec)")
+        raise InputError("discover needs the spec's YAML text (load it with load_spec or parse_spec)")
     predicates = PredicateSet(spec)
     monitors = build_monitors(spec)
     progress("tracing runs with the spec")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from ...errors import ForewarnError
+from ...errors import InputError
 from ..spec import RESERVED_NAMES
 
 __all__ = ["NewPredicate", "insert_action_memory", "insert_predicates", "memory_slot", "unique_name"]
@@ -60,10 +60,10 @@ def insert_predicates(text: str, predicates: Sequence[NewPredicate], header: Seq
         return top + text
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     if not isinstance(root, yaml.MappingNode):
-        raise ForewarnError(f"{source}: a spec must be a YAML mapping")
+        raise InputError(f"{source}: a spec must be a YAML mapping")
     node = next((v for k, v in root.value if isinstance(k, yaml.ScalarNode) and k.value == "predicates"), None)
     if not isinstance(node, yaml.MappingNode) or not node.value:
-        raise ForewarnError(f"{source}: 'predicates' must be a mapping")
+        raise InputError(f"{source}: 'predicates' must be a mapping")
     if node.flow_style:  # `predicates: {a: ..., b: ...}`: rewrite that mapping in block style
         start, end = node.start_mark.index, node.end_mark.index
         document = yaml.safe_load(text[start:end]) or {}

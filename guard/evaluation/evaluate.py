@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ...errors import ForewarnError
+from ...errors import InputError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS, group_path, group_value, learn_bundle_from_runs
 from ..bundle_guard import BundleGuard
 from ..constant_predicates import ConstantPredicate, constant_in_traced
@@ -163,7 +163,7 @@ def evaluate(runs: Sequence[Run], spec: Spec, thetas: Sequence[float], *, folds:
         path = group_path(bundle_by, "--bundle-by")
         if runs and all(group_value(run.meta, path) is None for run in runs):
             keys = sorted({k for run in runs[:1000] for k in run.meta})
-            raise ForewarnError(f"--bundle-by {bundle_by}: none of the {len(runs)} runs has it in its metadata "
+            raise InputError(f"--bundle-by {bundle_by}: none of the {len(runs)} runs has it in its metadata "
                                 f"(keys the runs have: {', '.join(f'meta.{k}' for k in keys[:8]) or 'none'})")
     with remembered_abstractions():  # every fold abstracts the same runs again: once per run is enough
         return _evaluate(runs, spec, thetas, folds=folds, group_by=group_by, seed=seed, method=method, alpha=alpha,

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ...errors import ForewarnError, UsageError
+from ...errors import InputError, UsageError
 from ..traces import Run
 
 __all__ = ["group_of", "group_units", "split_folds"]
@@ -43,7 +43,7 @@ def group_of(run: Run, key: str | None) -> str:
     node: Any = {"id": run.id, "meta": run.meta}
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
-            raise ForewarnError(f"{run.source}:{run.line}: run {run.id!r} has no {key!r} to group by "
+            raise InputError(f"{run.source}:{run.line}: run {run.id!r} has no {key!r} to group by "
                                 f"(expected a path such as 'meta.task' or 'id')")
         node = node[part]
     return _text(node)
@@ -90,14 +90,14 @@ def split_folds(groups: Sequence[str], unsafe: Sequence[bool], folds: int, *, se
     for index, group in enumerate(groups):
         members.setdefault(group, []).append(index)
     if folds < 2:
-        raise ForewarnError(f"--folds must be at least 2, got {folds}")
+        raise InputError(f"--folds must be at least 2, got {folds}")
     if folds > len(members):
         what = "distinct run ids" if key in (None, "id") else f"distinct values of {key!r}"
         if len(members) < 2:  # no --folds helps: cross-validation needs two groups at the least
             same = " (runs sharing an id count as one: give them distinct ids)" if key in (None, "id") else ""
-            raise ForewarnError(f"cross-validation needs at least 2 groups, but there is only {len(members)} of "
+            raise InputError(f"cross-validation needs at least 2 groups, but there is only {len(members)} of "
                                 f"{what} among {len(groups)} runs{same}; group by another key or add runs")
-        raise ForewarnError(f"--folds {folds} needs at least {folds} groups, but there are only {len(members)} "
+        raise InputError(f"--folds {folds} needs at least {folds} groups, but there are only {len(members)} "
                             f"{what}; use --folds {len(members)} or less, or group by another key")
     order = list(members)
     random.Random(seed).shuffle(order)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from ...errors import ForewarnError
+from ...errors import ForewarnError, InputError
 from ..bundle import group_path, group_value
 from ..policy import Policy
 from ..replay import RunReplay, summarize
@@ -59,7 +59,7 @@ def tune_members(evaluation: EvaluationReport, spec: Spec, targets: Sequence[Tar
         ForewarnError: the evaluation was not of bundles.
     """
     if evaluation.bundle_by is None:
-        raise ForewarnError("per-member thresholds need a cross-validation of bundles (--bundle-by meta.KEY)")
+        raise InputError("per-member thresholds need a cross-validation of bundles (--bundle-by meta.KEY)")
     path = group_path(evaluation.bundle_by)
     replays = evaluation.pooled.replays
     by_member = Counter(r.member for r in replays if r.member is not None)
@@ -150,7 +150,7 @@ def write_member_thresholds(text: str, by: str | None, members: Mapping[str, tup
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     guard = _value(root, "guard") if isinstance(root, yaml.MappingNode) else None
     if not isinstance(guard, yaml.MappingNode):
-        raise ForewarnError(f"{source}: no guard mapping to write member_thresholds into")
+        raise InputError(f"{source}: no guard mapping to write member_thresholds into")
     entries = {g: {"thresholds": {k: v for k, v in t.model_dump().items() if v is not None},
                    **({} if mi is None else {"min_increase": mi})} for g, (t, mi) in sorted(members.items())}
     if guard.flow_style:

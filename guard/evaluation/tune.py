@@ -30,7 +30,7 @@ from typing import Literal
 
 import yaml
 
-from ...errors import ForewarnError
+from ...errors import InputError
 from ..replay import Enforcement, RunReplay, Spread, ThetaReport, summarize
 from ..spec import Action, Spec, Thresholds
 from .evaluate import EvaluationReport
@@ -49,7 +49,7 @@ _ORDER = (Action.REFLECT, Action.ASK_HUMAN, Action.STOP)  # least severe first: 
 _TARGET = re.compile(r"^\s*(?:(?P<action>[a-z_]+)\s*:\s*)?(?P<metric>[a-z-]+)\s*=\s*(?P<value>\S+)\s*$")
 
 
-class TargetUnreachable(ForewarnError):
+class TargetUnreachable(InputError):
     """No θ in [0, 1] meets a target on the held-out runs; the message gives the closest."""
 
 
@@ -86,17 +86,17 @@ def parse_target(text: str) -> Target:
     usage = "expected [ACTION:]false-alarms=X, [ACTION:]warned-ahead=Y or [ACTION:]detection=Y with X, Y in (0, 1)"
     match = _TARGET.match(text)
     if match is None or match["metric"] not in METRICS:
-        raise ForewarnError(f"--target {text!r}: {usage}")
+        raise InputError(f"--target {text!r}: {usage}")
     try:
         value = float(match["value"])
     except ValueError:
-        raise ForewarnError(f"--target {text!r}: {match['value']!r} is not a number; {usage}") from None
+        raise InputError(f"--target {text!r}: {match['value']!r} is not a number; {usage}") from None
     if not 0.0 < value < 1.0:  # also rejects nan
-        raise ForewarnError(f"--target {text!r}: {value:g} is not in (0, 1); {usage}")
+        raise InputError(f"--target {text!r}: {value:g} is not in (0, 1); {usage}")
     action = None
     if match["action"] is not None:
         if match["action"] not in {a.value for a in _ORDER}:
-            raise ForewarnError(f"--target {text!r}: unknown action {match['action']!r}; "
+            raise InputError(f"--target {text!r}: unknown action {match['action']!r}; "
                                 f"choose reflect, ask_human or stop")
         action = Action(match["action"])
     return Target(match["metric"], value, action)  # type: ignore[arg-type]
@@ -233,7 +233,7 @@ def tune(evaluation: EvaluationReport, spec: Spec, targets: Sequence[Target],
     for target in targets:
         action = target.action or default_action
         if action in by_action:
-            raise ForewarnError(f"--target: two targets for {action.value} ({by_action[action]} and {target})")
+            raise InputError(f"--target: two targets for {action.value} ({by_action[action]} and {target})")
         by_action[action] = target
     pooled = evaluation.pooled
     lookahead = pooled.enforcement is Enforcement.LOOKAHEAD
@@ -251,7 +251,7 @@ def tune(evaluation: EvaluationReport, spec: Spec, targets: Sequence[Target],
     targeted = [a for a in _ORDER if a in chosen]
     for less, more in itertools.pairwise(targeted):
         if chosen[less] < chosen[more]:
-            raise ForewarnError(
+            raise InputError(
                 f"--target: {by_action[more]} needs {more.value} θ {chosen[more]:g}, above {less.value} θ "
                 f"{chosen[less]:g} from {by_action[less]}; thresholds must keep reflect ≥ ask_human ≥ stop")
     thetas: dict[Action, float | None] = {}
@@ -289,11 +289,11 @@ def write_thresholds(text: str, thresholds: Thresholds, *, source: str = "<spec>
     flow = "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in values.items() if v is not None) + "}"
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     if not isinstance(root, yaml.MappingNode):
-        raise ForewarnError(f"{source}: a spec must be a YAML mapping")
+        raise InputError(f"{source}: a spec must be a YAML mapping")
     guard = _value(root, "guard")
     if guard is None or not isinstance(guard, yaml.MappingNode):
         if guard is not None and not (isinstance(guard, yaml.ScalarNode) and guard.tag.endswith(":null")):
-            raise ForewarnError(f"{source}:{guard.start_mark.line + 1}: guard: expected a mapping")
+            raise InputError(f"{source}:{guard.start_mark.line + 1}: guard: expected a mapping")
         body = text.rstrip("\n") + "\n" if guard is None else text[:guard.start_mark.index].rstrip(" ") + "\n"
         tail = "" if guard is None else text[guard.end_mark.index:]
         return body + ("guard:\n" if guard is None else "") + f"  thresholds: {flow}\n" + tail.lstrip("\n")
@@ -341,7 +341,7 @@ def write_min_increase(text: str, value: float, *, source: str = "<spec>") -> st
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     guard = _value(root, "guard") if isinstance(root, yaml.MappingNode) else None
     if not isinstance(guard, yaml.MappingNode):
-        raise ForewarnError(f"{source}: no guard mapping to write min_increase into")
+        raise InputError(f"{source}: no guard mapping to write min_increase into")
     if guard.flow_style:
         document = yaml.safe_load(text[guard.start_mark.index:guard.end_mark.index]) or {}
         document |= {"trigger": "increase", "min_increase": value}

@@ -31,7 +31,7 @@ from enum import Enum
 from itertools import islice
 from pathlib import Path
 
-from ...errors import ForewarnError, TraceError
+from ...errors import ForewarnError, InputError, TraceError
 from ..read_summary import IngestSummary, OnError
 from ..trace_files import list_trace_files, read_trace_file
 from ..traces import Run, resample
@@ -142,7 +142,7 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat | str = In
         ForewarnError: an unknown format or option value.
     """
     if period is not None and not period > 0:
-        raise ForewarnError(f"--period must be a positive number of seconds, got {period}")
+        raise InputError(f"--period must be a positive number of seconds, got {period}")
     name = input_format.value if isinstance(input_format, InputFormat) else str(input_format)
     chosen = None if name == AUTO else get_format(name)  # an unknown name fails before any file is read
     tally = summary if summary is not None else IngestSummary()
@@ -157,7 +157,7 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat | str = In
         runs: Iterator[Run]
         if file.kind == "parquet":  # the contract's runs, one a row (guard.trace_files)
             if chosen is not None and chosen.name != InputFormat.jsonl.value:
-                raise ForewarnError(f"{file.name}: Parquet holds runs in the contract's shape, not "
+                raise InputError(f"{file.name}: Parquet holds runs in the contract's shape, not "
                                     f"--input-format {chosen.name}")
             tally.formats[str(path)] = "parquet"
             handle = tally.handler(on_error or "stop")
@@ -177,7 +177,7 @@ def read_input(paths: Sequence[str | Path], input_format: InputFormat | str = In
                               extractor=extractor if extractor is not None else fmt.defaults.extractor,
                               world=world, time_column=time_column, action_column=action_column, resolved=resolved)
             if reading.household and not fmt.household:
-                raise ForewarnError(f"--extractor household reads LangChain AgentExecutor logs of an embodied "
+                raise InputError(f"--extractor household reads LangChain AgentExecutor logs of an embodied "
                                     f"agent; {path} is {fmt.name}")
             runs = fmt.read(Path(path), reading)
         count, skipped = tally.runs, tally.skipped_count

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ...errors import ConfigError, ForewarnError, TraceError
+from ...errors import ConfigError, InputError, TraceError
 from ..traces import Run
 from ._documents import Record, kind_of, records
 from .formats import LogFormat, Reading, not_an_object
@@ -102,7 +102,7 @@ def default_world() -> ActionWorld:
         ForewarnError: none is set.
     """
     if _default is None:
-        raise ForewarnError("action-only logs are replayed in a domain's world, and none is set: pass "
+        raise InputError("action-only logs are replayed in a domain's world, and none is set: pass "
                             "world=forewarn.domains.embodied.HouseholdWorld() (or call use_world)")
     return _default()
 
@@ -242,7 +242,7 @@ def _parallel(record: Record, doc: dict[str, Any], key: str, length: int, types:
 def check_on_mismatch(value: object) -> None:
     """``--on-mismatch`` is ``error`` or ``simulator``; anything else is a one-line error."""
     if value not in ("error", "simulator"):
-        raise ForewarnError(f"--on-mismatch: expected 'error' or 'simulator', got {value!r}")
+        raise InputError(f"--on-mismatch: expected 'error' or 'simulator', got {value!r}")
 
 
 def _why_not(record: Any) -> str | None:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ForewarnError, TraceError
+from ...errors import ForewarnError, InputError, TraceError
 from ..traces import Run
 
 if TYPE_CHECKING:
@@ -70,25 +70,25 @@ def resolve_extractor(name: str | None) -> Extractor:
         return ToolStateExtractor()
     module_name, colon, attribute = name.partition(":")
     if not colon or not module_name or not attribute:
-        raise ForewarnError(f"--extractor: expected 'tools', 'household' or MODULE:NAME "
+        raise InputError(f"--extractor: expected 'tools', 'household' or MODULE:NAME "
                             f"(e.g. mypkg.guarding:extractor), got {name!r}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ForewarnError(f"--extractor {name}: cannot import {module_name!r} ({exc})") from exc
+        raise InputError(f"--extractor {name}: cannot import {module_name!r} ({exc})") from exc
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise ForewarnError(f"--extractor {name}: {module_name!r} has no attribute {attribute!r}")
+            raise InputError(f"--extractor {name}: {module_name!r} has no attribute {attribute!r}")
         target = getattr(target, part)
     if isinstance(target, type):
         try:
             target = target()
         except Exception as exc:  # a user's class
-            raise ForewarnError(f"--extractor {name}: calling it without arguments raised "
+            raise InputError(f"--extractor {name}: calling it without arguments raised "
                                 f"{type(exc).__name__}: {exc}") from exc
     if not callable(target):
-        raise ForewarnError(f"--extractor {name}: not callable (got {type(target).__name__})")
+        raise InputError(f"--extractor {name}: not callable (got {type(target).__name__})")
     return target  # type: ignore[no-any-return]
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ForewarnError, TraceError
+from ...errors import ForewarnError, InputError, TraceError
 from ..read_summary import IngestSummary, OnError
 from ..traces import Run
 from ._documents import kind_of
@@ -122,14 +122,14 @@ def register(fmt: LogFormat, *, before: str | None = None) -> None:
         ForewarnError: its name is taken (or is ``auto``), or ``before`` names no format.
     """
     if fmt.name == AUTO or fmt.name in _FORMATS:
-        raise ForewarnError(f"input format {fmt.name!r} is already registered")
+        raise InputError(f"input format {fmt.name!r} is already registered")
     if not fmt.name or not fmt.name.replace("-", "").replace("_", "").isalnum():
-        raise ForewarnError(f"input format name {fmt.name!r}: expected letters, digits, '-' or '_'")
+        raise InputError(f"input format name {fmt.name!r}: expected letters, digits, '-' or '_'")
     if before is None:
         _FORMATS[fmt.name] = fmt
         return
     if before not in _FORMATS:
-        raise ForewarnError(f"register(before={before!r}): no such input format; known: {', '.join(_FORMATS)}")
+        raise InputError(f"register(before={before!r}): no such input format; known: {', '.join(_FORMATS)}")
     items = list(_FORMATS.items())
     at = [name for name, _ in items].index(before)
     _FORMATS.clear()
@@ -160,7 +160,7 @@ def get_format(name: str) -> LogFormat:
     try:
         return _FORMATS[name]
     except KeyError:
-        raise ForewarnError(f"--input-format: unknown format {name!r}; expected one of "
+        raise InputError(f"--input-format: unknown format {name!r}; expected one of "
                             f"{', '.join(format_names())}") from None
 
 

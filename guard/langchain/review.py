@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...errors import ForewarnError
+from ...errors import InputError
 from ..runtime import Decision
 
 __all__ = ["ReviewType", "Review", "ReviewError", "review_payload", "parse_review", "check_edit"]
@@ -22,7 +22,7 @@ ReviewType = Literal["approve", "edit", "reject"]
 REVIEW_TYPES: tuple[ReviewType, ...] = ("approve", "edit", "reject")
 
 
-class ReviewError(ForewarnError):
+class ReviewError(InputError):
     """A reviewer's answer that cannot be read, is not allowed here, or edits the call to a tool the
     agent does not have."""
 

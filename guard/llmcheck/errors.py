@@ -1,12 +1,12 @@
 """Errors of LLM-output checking: all are :class:`forewarn.errors.ForewarnError` (exit code 2 in the CLI)."""
 from __future__ import annotations
 
-from ...errors import ForewarnError
+from ...errors import InputError
 
 __all__ = ["LLMCheckError", "SourceError", "QueryError", "QuantificationError"]
 
 
-class LLMCheckError(ForewarnError):
+class LLMCheckError(InputError):
     """Base of every llmcheck input error."""
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ...errors import ForewarnError, TraceError
+from ...errors import ForewarnError, InputError, TraceError
 from ..learning import TransitionCounts
 from ..memory import run_actions
 from ..predicates import PredicateSet, PythonPredicate
@@ -78,7 +78,7 @@ def evaluate_spark(source: DataFrame | Sequence[str], spec: Spec, thetas: Sequen
     groups = [group for _, (group, _) in ordered]
     traced = [t for _, (_, t) in ordered]
     if not traced:
-        raise ForewarnError("no runs to evaluate: the trace input is empty")
+        raise InputError("no runs to evaluate: the trace input is empty")
     assignment = split_folds(groups, [t.unsafe for t in traced], folds, seed=seed, key=group_by)
     fold_of = {groups[i]: f for f, test in enumerate(assignment) for i in test}  # whole groups per fold
     # 2. each fold's counts, summed; a fold trains on the others'

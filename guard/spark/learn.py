@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ForewarnError, TraceError
+from ...errors import InputError, TraceError
 from ..learning import TransitionCounts
 from ..memory import run_actions
 from ..predicates import PredicateSet, PythonPredicate
@@ -86,7 +86,7 @@ def _count_groups(source: DataFrame | Sequence[str], spec: Spec, group: tuple[st
                   python_predicates: Mapping[str, PythonPredicate] | None,
                   split_bytes: int | None) -> tuple[_Grouped, list[dict[str, Any]]]:
     if on_error not in ("stop", "skip"):
-        raise ForewarnError(f"on_error: expected 'skip' or 'stop', got {on_error!r}")
+        raise InputError(f"on_error: expected 'skip' or 'stop', got {on_error!r}")
     from .session import spark_session
 
     session = spark or spark_session()
@@ -148,7 +148,7 @@ def learn_bundle_spark(source: DataFrame | Sequence[str], spec: Spec, *, group_b
     path = group_path(group_by)
     min_group_runs = DEFAULT_MIN_GROUP_RUNS if min_group_runs is None else min_group_runs
     if isinstance(min_group_runs, bool) or not isinstance(min_group_runs, int) or min_group_runs < 1:
-        raise ForewarnError(f"--min-group-runs {min_group_runs!r}: expected a whole number of runs, at least 1")
+        raise InputError(f"--min-group-runs {min_group_runs!r}: expected a whole number of runs, at least 1")
     learning_bounds(spec, options.get("epsilon"), options.get("delta"))
     predicates, monitors = prepare(spec, python_predicates)
     session = spark or spark_session()

@@ -10,7 +10,7 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from ...errors import ForewarnError
+from ...errors import InputError
 from .._extras import require
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def require_pyspark() -> None:
     """Raise a one-line user error when pyspark or Java is missing (instead of a traceback)."""
     require("spark", "--engine spark")
     if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
-        raise ForewarnError("--engine spark needs Java 17 or later (e.g. Debian's default-jre-headless); "
+        raise InputError("--engine spark needs Java 17 or later (e.g. Debian's default-jre-headless); "
                             "none found on PATH or in JAVA_HOME")
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
-from ...errors import ForewarnError
+from ...errors import InputError
 
 __all__ = ["CallStatus", "ExtractionError", "StateExtractor", "ToolStep", "Transcript", "describe_call"]
 
@@ -109,7 +109,7 @@ class StateExtractor(Protocol):
     def __call__(self, transcript: Transcript) -> Mapping[str, Any]: ...
 
 
-class ExtractionError(ForewarnError):
+class ExtractionError(InputError):
     """A tool call whose arguments the state extractor cannot read.
 
     The guard cannot judge a call it cannot read, so this is raised rather than the

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from ...errors import ForewarnError
+from ...errors import ForewarnError, InputError
 
 __all__ = ["SCHEMA_VERSION", "CHANNEL_APPROVALS", "CHANNEL_MODELS", "CHANNEL_SESSIONS", "StorageError",
            "DatabaseLocked", "Conflict", "OverBudget", "migrate"]
@@ -133,7 +133,7 @@ class StorageError(ForewarnError):
     """The database cannot be opened or used (wrong schema, locked, disk trouble)."""
 
 
-class OverBudget(ForewarnError):
+class OverBudget(InputError):
     """A write would take a tenant past a bound on what it may hold (``limit``: the setting's name);
     nothing of it is committed."""
 
