@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import pytest
@@ -25,6 +26,12 @@ TOLERANCE = 2e-3
 # the whole text: llama.cpp's 4-bit kernels take other paths for one token and for a batch, and round
 # differently (seen: up to 0.1 in log-probability on this 270M model). The same split gives the same floats.
 LOG_TOLERANCE = 0.15
+
+
+def ids(tokens: Sequence[Hashable]) -> list[int]:
+    """A GGUF source's tokens are ids."""
+    assert all(isinstance(t, int) for t in tokens)
+    return [t for t in tokens if isinstance(t, int)]
 
 
 def direct_log_likelihood(gguf: Any, prompt: str, continuation: str) -> float:
@@ -73,17 +80,16 @@ def test_the_llmcheck_chain_carries_the_models_probabilities(gguf: Any) -> None:
         # the model's distribution after this state's text, from a fresh context, in the explorer's split
         # (the prompt in one pass, then a token at a time): the same floats
         gguf.reset()
-        for depth in range(len(state.tokens) + 1):
-            logits = gguf.next_logits([*prompt, *map(int, state.tokens[:depth])])
-        for target, prob in state.children:
-            if tuple(model.states[target].tokens[:-1]) == tuple(state.tokens):
-                assert prob == pytest.approx(math.exp(log_softmax_at(logits, int(model.states[target].tokens[-1]))),
-                                             rel=1e-9)
+        path = ids(state.tokens)
+        for depth in range(len(path) + 1):
+            logits = gguf.next_logits([*prompt, *path[:depth]])
         for target, prob in state.children:
             child = model.states[target]
             if tuple(child.tokens[:-1]) != tuple(state.tokens):
                 continue  # merged with another path to the same text: its token is another path's
-            (logprob,) = gguf.sequence_log_probs([*prompt, *map(int, child.tokens)], len(prompt) + len(state.tokens))
+            token = ids(child.tokens)[-1]
+            assert prob == pytest.approx(math.exp(log_softmax_at(logits, token)), rel=1e-9)
+            (logprob,) = gguf.sequence_log_probs([*prompt, *path, token], len(prompt) + len(path))
             assert math.log(prob) == pytest.approx(logprob, abs=LOG_TOLERANCE)
             compared += 1
         # each row sums to one: the kept probabilities and the unexplored rest
