@@ -22,7 +22,7 @@ def open_source(spec: str, **options: Any) -> TokenSource:
         spec: the source, as ``forewarn llmcheck --model`` takes it.
         options: passed to the adapter (``order``/``smoothing`` for n-gram, ``eos_tokens``,
             ``max_batch``, ``api_key`` for OpenAI, ``max_batch``/``device`` for Hugging Face,
-            ``n_ctx``/``n_threads``/``seed`` for GGUF).
+            ``n_ctx``/``n_threads``/``max_candidates`` for GGUF).
     """
     if spec.startswith("ngram:"):
         return NgramSource.from_file(spec[len("ngram:"):], **options)
