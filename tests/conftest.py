@@ -26,12 +26,14 @@ NEEDS_EXTRA = {
     "server": "server",
     "llmcheck": "llmcheck",
     "llmcheck/test_llm_hf.py": "hf",
+    "llm": "llm",
     "spark": "spark",
     "evaluation/test_report.py": "report",
     "langchain/test_otel.py": "otel",
     "mcp": "mcp",
 }
-EXTRAS = ("langchain", "server", "client", "report", "llmcheck", "hf", "spark", "postgres", "parquet", "otel", "mcp")
+EXTRAS = ("langchain", "server", "client", "report", "llmcheck", "hf", "spark", "postgres", "parquet", "otel", "mcp",
+          "llm")
 
 
 def extra_of(path: Path) -> str | None:

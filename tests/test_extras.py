@@ -144,7 +144,7 @@ def test_the_extras_table_is_pyprojects() -> None:
         "optional-dependencies"]
     assert set(optional) - {"all", "test", "dev"} == set(EXTRAS)
     assert optional["all"] == ["forewarn[langchain,server,client,report,llmcheck,postgres,parquet,mcp]"]
-    assert optional["test"][0] == "forewarn[all,hf,spark,dev]"
+    assert optional["test"][0] == "forewarn[all,hf,spark,llm,dev]"
 
 
 def _name(requirement: str) -> str:

@@ -90,21 +90,47 @@ def demo(
         help="Built-in domain: embodied, driving, or mcp (the MCP proxy before a real git server).")] = "embodied",
     out_dir: Annotated[Path, typer.Option("--out", help="Where traces, specs and models go.")]
     = Path("forewarn-demo"),
-    runs: Annotated[int, typer.Option(help="Logged runs per task to learn from.")] = 150,
-    episodes: Annotated[int, typer.Option(help="Simulated episodes per task and configuration.")] = 40,
+    runs: Annotated[int | None, typer.Option(help="Logged runs per task to learn from (150; 6 with --agent llm).")]
+    = None,
+    episodes: Annotated[int | None, typer.Option(
+        help="Episodes per task and configuration (40; 5 with --agent llm).")] = None,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 7,
     heed: Annotated[float | None, typer.Option(help="Probability the agent heeds a reflection prompt.")]
     = None,
+    agent: Annotated[str, typer.Option(
+        help="The embodied agent: 'simulated', or 'llm' (a real local model; the llm extra).")] = "simulated",
+    model: Annotated[str, typer.Option(
+        help="With --agent llm: 'gguf:package' (the llm extra's model) or 'gguf:FILE.gguf'.")] = "gguf:package",
+    tasks: Annotated[int, typer.Option(help="With --agent llm: how many household tasks.")] = 3,
+    temperature: Annotated[float, typer.Option(help="With --agent llm: of the model's choice of action.")] = 0.5,
     mkdir: Annotated[bool, typer.Option("--mkdir", help="Create the missing folders above --out.")] = False,
 ) -> None:
     """Run the whole pipeline on a built-in domain and print a Table-3-style comparison."""
-    from ...domains.demo import run_demo
+    from ...errors import ConfigError
     from ..outputs import check_output
 
     if not out_dir.is_dir():  # --out itself is made; the folder it goes in must exist (or --mkdir)
         check_output(out_dir, mkdir=mkdir, option="--out")
+    if agent == "llm":
+        from ...domains.llm_demo import run_llm_demo
+        from .._extras import require
 
-    run_demo(domain=domain, out_dir=out_dir, runs=runs, episodes=episodes, seed=seed, heed=heed, console=out)
+        if domain != "embodied":
+            raise ConfigError(f"--agent llm runs on the embodied domain, not {domain!r}")
+        if not model.startswith("gguf:"):
+            raise ConfigError(f"--model {model!r}: expected gguf:package or gguf:FILE.gguf")
+        require("llm", "forewarn demo --agent llm")
+        out_dir.mkdir(exist_ok=True)
+        run_llm_demo(out_dir=out_dir, model=model[len("gguf:"):], tasks=tasks, runs=6 if runs is None else runs,
+                     episodes=5 if episodes is None else episodes, seed=seed, temperature=temperature,
+                     console=out)
+        return
+    if agent != "simulated":
+        raise ConfigError(f"--agent {agent!r}: expected simulated or llm")
+    from ...domains.demo import run_demo
+
+    run_demo(domain=domain, out_dir=out_dir, runs=150 if runs is None else runs,
+             episodes=40 if episodes is None else episodes, seed=seed, heed=heed, console=out)
 
 
 def _builtin_model() -> Path:

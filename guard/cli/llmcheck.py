@@ -56,7 +56,8 @@ def parse_sweep(items: list[str]) -> dict[str, list[float]]:
 
 def llmcheck(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Token source: a Hugging Face model path or "
-                                                 "name, 'openai:URL#MODEL', or 'ngram:TEXTFILE'.")] = None,
+                                                 "name, 'gguf:FILE.gguf', 'gguf:package' (the llm extra's model), "
+                                                 "'openai:URL#MODEL', or 'ngram:TEXTFILE'.")] = None,
     prompt: Annotated[str | None, typer.Option("--prompt", help="The start text.")] = None,
     property: Annotated[str | None, typer.Option("--property", "-p", help="PCTL query over quantification "
                                                     "labels, e.g. 'P=? [F \"gender_bias>0\"]'.")] = None,

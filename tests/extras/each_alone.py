@@ -28,9 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 USES = Path(__file__).with_name("smallest_uses.py")
 # The server extra before the client: the client's use talks to a `forewarn serve` of the server's venv.
-# hf last: torch is the largest install (about 45 s from pip's cache; CI's `make test` fills it).
+# hf: torch is the largest install (about 45 s from pip's cache; CI's `make test` fills it); llm last: its
+# llama-cpp-python wheel comes from pip's cache too (`make test` built it; about 15 minutes when it must compile).
 EXTRAS = ["mcp", "server", "client", "langchain", "report", "parquet", "llmcheck", "postgres", "spark", "otel",
-          "hf"]
+          "hf", "llm"]
 # An upstream MCP server for `forewarn demo --domain mcp`, in a venv of its own, so that what it
 # depends on cannot stand in for what the mcp extra forgot to declare.
 DEMO_SERVER = "mcp-server-git>=2025.1"

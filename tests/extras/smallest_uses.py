@@ -377,8 +377,17 @@ def hf() -> None:
     assert 0 <= json.loads(done.stdout)["value"] <= 1
 
 
+def llm() -> None:
+    """``llmcheck`` over the llm extra's own model (Gemma 3 270M from its chunk packages), run by llama.cpp."""
+    done = forewarn("llmcheck", "--model", "gguf:package", "--prompt", "Step 1: find Fork\nStep 2:", "--depth", "1",
+                    "--k", "3", "--quantify", "fork=keywords:Fork", "--property", 'P=? [F "fork>0"]',
+                    "--format", "json")
+    answer = json.loads(done.stdout)
+    assert 0 <= answer["lower"] <= answer["value"] <= answer["upper"] <= 1, answer
+
+
 USES: dict[str, Callable[[], None]] = {f.__name__: f for f in (mcp, server, client, langchain, report, parquet,
-                                                                llmcheck, postgres, spark, otel, hf)}
+                                                                llmcheck, postgres, spark, otel, hf, llm)}
 
 if __name__ == "__main__":
     USES[sys.argv[1]]()
