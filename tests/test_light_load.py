@@ -118,3 +118,12 @@ def test_the_top_level_names_are_the_guard_packages_and_load_light(tmp_path: Pat
     before, heavy, missing = done.stdout.splitlines()
     assert missing == "module 'forewarn' has no attribute 'Nope'"
     assert before == "['forewarn', 'forewarn._version']" and heavy == "[]"
+
+
+def test_the_command_line_starts_without_storm_or_scipy() -> None:
+    """`forewarn mcp` and `forewarn serve` start a long-lived process that a host waits on: the CLI itself loads
+    neither Storm nor scipy (a command that learns or checks loads them when it runs)."""
+    code = f"import sys, forewarn.guard.cli; print(sorted(m for m in sys.modules if m.startswith({HEAVY!r})))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

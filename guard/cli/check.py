@@ -13,16 +13,8 @@ from rich.table import Table
 from ...errors import UsageError
 from ..model import CheckedProperty, GuardModel
 from ..predicates import resolve_python_predicates
+from ..results import Method
 from ..spec import PropertyDef
-from ..storm import (
-    Method,
-    build_sparse_dtmc,
-    check_dtmc,
-    check_prism_file,
-    ctl_verdicts,
-    labels_of,
-    quantitative_form,
-)
 from ._model_text import (
     MISMATCH_MARK,
     fmt,
@@ -58,6 +50,8 @@ def check(
     if model.suffix in {".pm", ".prism"}:
         if property is None:
             raise UsageError("checking a PRISM file needs --property, e.g. --property 'P=? [F \"goal\"]'")
+        from ..storm import check_prism_file  # Storm loads when a command checks, not when the CLI starts
+
         result = check_prism_file(model, property, constants=const, method=method, precision=precision)
         _print_prism(result, format)
         return
@@ -88,6 +82,8 @@ def check(
 def _check_rows(loaded: GuardModel, property: str | None, method: Method, precision: float
                 ) -> tuple[list[tuple[str, Any]], list[dict[str, Any]]]:
     """The checked properties of one model, and its states as ``check --format json`` lists them."""
+    from ..storm import build_sparse_dtmc, check_dtmc, ctl_verdicts, labels_of, quantitative_form
+
     dtmc = loaded.dtmc
     if property is not None and _MDP_QUERY.match(property):  # Pmin/Pmax: the MDP beside the chain (docs/shield.md)
         if loaded.mdp is None:

@@ -13,7 +13,7 @@ from ...errors import InputError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS
 from ..ingest import read_input
 from ..replay import Enforcement
-from ..storm import Method
+from ..results import Method
 from ._options import Engine, Format, MkdirOption, check_alpha, check_period, out, print_json, warn
 from ._replay_options import (
     BundleByOption,

@@ -14,7 +14,7 @@ from ..bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
 from ..model import GuardModel
 from ..outputs import check_output
 from ..read_summary import IngestSummary
-from ..storm import Method
+from ..results import Method
 from ..trust import RETIRED_ALLOW_LIST
 from ._model_text import enough_runs_line, fmt, pac_lines, pac_words, thin_line
 from ._options import (

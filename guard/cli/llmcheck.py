@@ -14,9 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from ..llmcheck.errors import LLMCheckError
 from ..outputs import check_output, write_output
-from ..storm import Method
+from ..results import Method
 from ._options import Format, MkdirOption, check_positive_int, check_precision
 
 __all__ = ["llmcheck", "register", "parse_sweep"]
@@ -37,6 +36,8 @@ class ScopeOption(str, Enum):
 
 def parse_sweep(items: list[str]) -> dict[str, list[float]]:
     """``["alpha=0.5,0.8", "k=3,5"]`` (or one string with spaces) → ``{"alpha": [...], "k": [...]}``."""
+    from ..llmcheck.errors import LLMCheckError  # the llmcheck package (its explorer, Storm) loads on use
+
     grid: dict[str, list[float]] = {}
     for item in (part for entry in items for part in entry.split()):
         name, sep, values = item.partition("=")
@@ -96,6 +97,7 @@ def llmcheck(
     mkdir: MkdirOption = False,
 ) -> None:
     """Check what an LLM is likely to write: the α-k-bounded DTMC of its generation, verified by Storm."""
+    from ..llmcheck.errors import LLMCheckError
     from ..llmcheck.quantify import available_quantifications
 
     check_precision(precision)

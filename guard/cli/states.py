@@ -14,7 +14,6 @@ from ...errors import UsageError
 from ..bundle import GuardBundle
 from ..model import GuardModel
 from ..outputs import check_output, write_output
-from ..storm import export_drn, prism_text
 from ._model_text import MISMATCH_MARK, fmt, members_of, mismatch_note, state_words
 from ._options import MkdirOption, out, print_json
 
@@ -180,12 +179,16 @@ def export(
                          f"({', '.join(found.names()[:6])}{', …' if len(found.names()) > 6 else ''})")
     loaded = next(iter(members_of(found, group).values()))
     if format is ExportFormat.prism:
+        from ..storm import prism_text  # Storm loads when a command exports, not when the CLI starts
+
         text = prism_text(loaded.dtmc, name=loaded.spec.name)
     else:  # Storm writes DRN to a path only: a scratch file, then written like any output
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "model.drn"
+            from ..storm import export_drn
+
             export_drn(loaded.dtmc, path)
             text = path.read_text(encoding="utf-8")
     if output is None:

@@ -14,7 +14,7 @@ from ..ingest import read_input
 from ..outputs import check_output, write_output
 from ..read_summary import IngestSummary
 from ..replay import Enforcement
-from ..storm import Method
+from ..results import Method
 from ._options import Format, MkdirOption, err, out, print_json
 from ._replay_options import (
     DiscoverOption,
