@@ -2,7 +2,7 @@
 the default where it fits), the HTTP counterpart of :mod:`.relay`.
 
 An ASGI app on the proxy's MCP endpoint. Each POST, GET and DELETE goes on to the upstream's URL over one
-keep-alive HTTP/1.1 client (:mod:`._http1`), headers both ways (``Mcp-Session-Id``, ``MCP-Protocol-Version``,
+keep-alive HTTP client (httpx2, the SDK's: :mod:`._http_upstream`), headers both ways (``Mcp-Session-Id``, ``MCP-Protocol-Version``,
 ``Last-Event-ID``, authorization …) and the body re-serialised from the value read, on one line
 (:mod:`._lines`); the answer streams back as it comes (JSON, or server-sent events: the upstream's
 notifications and its own requests to the client pass through). Only a ``tools/call`` is more (and a
@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx2
 import mcp_types as types
 import orjson
 from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
@@ -43,8 +44,6 @@ from ._asgi import (
     Scope,
     Send,
     back_headers,
-    done,
-    drain,
     empty,
     pump,
     read_body,
@@ -53,9 +52,8 @@ from ._asgi import (
     until_gone,
 )
 from ._frames import MAX_CALLS, error_frame
-from ._http1 import Http1, HttpError, Response, Unreachable
 from ._http_sessions import HttpSession, HttpSessions
-from ._sse import answer_in, sse_event
+from ._http_upstream import BROKEN, HttpUpstream, answer_in, head_of, sse_event
 from .approval import APPROVAL_SCHEMA
 from .calls import SERVER_NAME, CallJudge
 from .judge import GuardedSession
@@ -98,7 +96,7 @@ class HttpRelay:
         # a body holds one message (or a batch) whose arguments the judge refuses above its limit
         self.body_limit = max(4 << 20, 2 * judge.config.max_argument_bytes)
         self.body_timeout = BODY_TIMEOUT
-        self._http = Http1(self.url)
+        self._http = HttpUpstream(self.url)
         # a session without requests for idle_timeout is ended, here and upstream (:mod:`._http_sessions`)
         self._sessions = HttpSessions(judge, idle_timeout, lambda sid: self._background(self._forget(sid)))
         # the relay's requests to clients: id → the session asked, and its answer
@@ -129,7 +127,7 @@ class HttpRelay:
                 sweeper.cancel()
         finally:
             self.close()
-            self._http.close()
+            await self._http.aclose()
 
     def close(self) -> None:
         """End the open streams (a client's GET stream lives as long as its session) and the sessions."""
@@ -143,7 +141,7 @@ class HttpRelay:
             try:
                 await self._handshake()
                 return
-            except (HttpError, MCPError, TimeoutError, ValueError) as exc:
+            except (*BROKEN, MCPError, TimeoutError, ValueError) as exc:
                 failures += 1
                 reason = exc.error.message if isinstance(exc, MCPError) else f"{type(exc).__name__}: {exc}"
                 if failures > self.judge.config.restarts:
@@ -158,13 +156,13 @@ class HttpRelay:
         answer, back = await self._ask("initialize", request, _OWN_HEADERS)
         version = (answer.get("protocolVersion") or types.LATEST_PROTOCOL_VERSION).encode()
         mine = [*_OWN_HEADERS, (b"mcp-protocol-version", version)]
-        if (sid := back.header(b"mcp-session-id")) is not None:
-            mine.append((b"mcp-session-id", sid))
+        if (sid := back.headers.get("mcp-session-id")) is not None:
+            mine.append((b"mcp-session-id", sid.encode()))
         async with asyncio.timeout(_CONNECT_TIMEOUT):
-            await done(await self._http.request("POST", mine, b'{"jsonrpc":"2.0","method":"notifications/initialized"}'))
+            await self._http.done("POST", mine, b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
             await self._list_tools(mine)
             if sid is not None:
-                await done(await self._http.request("DELETE", mine))
+                await self._http.done("DELETE", mine)
 
     # -- the ASGI app ---------------------------------------------------------------------
 
@@ -263,11 +261,11 @@ class HttpRelay:
         try:
             async with asyncio.timeout(self.timeout):
                 response = await self._http.request(method, headers, body)
-        except (HttpError, TimeoutError) as exc:
+        except (*BROKEN, TimeoutError) as exc:
             return await self._unreachable(send, rid, method, exc)
         try:
-            await send({"type": "http.response.start", "status": response.status,
-                        "headers": back_headers(response.headers)})
+            await send({"type": "http.response.start", "status": response.status_code,
+                        "headers": back_headers(head_of(response))})
             pumping = asyncio.create_task(pump(response, send, None if stream else self.timeout))
             self._streams.add(pumping)
             try:
@@ -276,7 +274,7 @@ class HttpRelay:
                 self._streams.discard(pumping)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            response.close()
+            await response.aclose()
 
     async def _unreachable(self, send: Send, rid: Any, what: str, exc: Exception) -> None:
         timeout = isinstance(exc, TimeoutError)
@@ -288,48 +286,46 @@ class HttpRelay:
     # -- requests the relay reads the answer of --------------------------------------------
 
     async def _exchange(self, headers: list[tuple[bytes, bytes]], body: bytes, rid: Any, what: str,
-                        answer_to: Reply | None) -> tuple[bytes, dict[str, Any], Response]:
+                        answer_to: Reply | None) -> tuple[bytes, dict[str, Any], httpx2.Response]:
         """POST ``body`` (a request of id ``rid``) upstream; its answer (bytes, parsed) and the response's
         headers. Events before the answer go to ``answer_to`` (None: dropped).
 
         Raises:
             MCPError: the upstream is unreachable, answers with an HTTP error, or not within the timeout.
         """
-        response: Response | None = None
+        response: httpx2.Response | None = None
         try:
             async with asyncio.timeout(self.timeout):
                 response = back = await self._http.request("POST", headers, body)
-                if response.status >= 400:
-                    if response.status == 404:  # a session the upstream ended (or never had): the relay's goes too
+                if response.status_code >= 400:
+                    if response.status_code == 404:  # a session the upstream ended (or never had): the relay's goes too
                         self._sessions.end(session_id(headers), "the upstream does not know the session")
-                    text = (await response.read()).decode(errors="replace")
+                    text = (await response.aread()).decode(errors="replace")
                     raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} answered {what} with HTTP "
-                                                  f"{response.status}: {' '.join(text.split())[:300]}")
-                if (response.header(b"content-type") or b"").startswith(b"text/event-stream"):
-                    chunks = response.chunks()
-                    frame = await answer_in(chunks, rid, answer_to.event if answer_to else None)
-                    # the stream ends after its answer: read to its end apart, so that its connection is
-                    # kept for the next request (closed early, it would be dropped) without the client waiting
-                    self._background(drain(response, chunks))
-                    response = None
+                                                  f"{response.status_code}: {' '.join(text.split())[:300]}")
+                if response.headers.get("content-type", "").startswith("text/event-stream"):
+                    frame = await answer_in(response, rid, answer_to.event if answer_to else None)
+                    if frame:  # (the rest of the stream is read apart, and the response closed: answer_in)
+                        response = None
                 else:
-                    frame = await response.read()
+                    frame = await response.aread()
                 answer = orjson.loads(frame) if frame else None
         except TimeoutError:
             raise MCPError(UPSTREAM_TIMEOUT, f"upstream {self.name!r} did not answer {what} within "
                                              f"{self.timeout:g} s (the call may still run there)") from None
-        except HttpError as exc:
-            happened = "is unreachable" if isinstance(exc, Unreachable) else f"failed during {what}"
-            raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ({self.url}) {happened}: {exc}") from None
+        except BROKEN as exc:
+            happened = "is unreachable" if isinstance(exc, httpx2.ConnectError) else f"failed during {what}"
+            raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ({self.url}) {happened}: "
+                                          f"{exc or type(exc).__name__}") from None
         finally:
             if response is not None:
-                response.close()
+                await response.aclose()
         if not isinstance(answer, dict) or answer.get("id") != rid:
             raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ended its answer to {what} without one")
         return frame, answer, back
 
     async def _ask(self, method: str, params: Any, headers: list[tuple[bytes, bytes]]
-                   ) -> tuple[dict[str, Any], Response]:
+                   ) -> tuple[dict[str, Any], httpx2.Response]:
         rid = f"{_OWN}{next(self._ids)}"
         body = wire.rewritten({"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})})
         _, answer, back = await self._exchange(headers, body, rid, method, None)
@@ -357,10 +353,9 @@ class HttpRelay:
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
         info, capabilities = params.get("clientInfo"), params.get("capabilities")
-        sid = back.header(b"mcp-session-id")
-        self._sessions.open(sid.decode() if sid is not None else None, info.get("name") if isinstance(info, dict) else None,
+        self._sessions.open(back.headers.get("mcp-session-id"), info.get("name") if isinstance(info, dict) else None,
                             isinstance(capabilities, dict) and "elicitation" in capabilities)
-        answer_to.headers = [h for h in back.headers if h[0] in (b"mcp-session-id", b"mcp-protocol-version")]
+        answer_to.headers = [h for h in head_of(back) if h[0] in (b"mcp-session-id", b"mcp-protocol-version")]
         await answer_to.final(wire.as_proxy(answer, frame))
 
     async def _call(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
@@ -424,8 +419,8 @@ class HttpRelay:
         """End an idle session upstream too (best effort: the upstream also ends idle sessions of its own)."""
         try:
             async with asyncio.timeout(self.timeout):
-                await done(await self._http.request("DELETE", [*_OWN_HEADERS, (b"mcp-session-id", sid.encode())]))
-        except (HttpError, TimeoutError) as exc:
+                await self._http.done("DELETE", [*_OWN_HEADERS, (b"mcp-session-id", sid.encode())])
+        except (*BROKEN, TimeoutError) as exc:
             log.warning("upstream %r: ending idle session %s: %s", self.name, sid, exc)
 
 
