@@ -54,10 +54,10 @@ from ._asgi import (
 from ._frames import MAX_CALLS, error_frame
 from ._http_sessions import HttpSession, HttpSessions
 from ._http_upstream import BROKEN, HttpUpstream, answer_in, head_of, sse_event
-from .approval import APPROVAL_SCHEMA
+from .approval import APPROVAL_SCHEMA, Elicit
 from .calls import SERVER_NAME, CallJudge
 from .judge import GuardedSession
-from .lean import lean_call
+from .lean import lean_call, tools_listed
 from .reads import lean_read
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 
@@ -248,6 +248,8 @@ class HttpRelay:
                 return await self._call(message, body, headers, send)
             if method == "initialize" and rid is not None:
                 return await self._initialize(message, body, headers, send)
+            if method == "tools/list" and rid is not None:
+                return await self._tools_list(rid, body, headers, send)
             await self._pass("POST", headers, body, receive, send, rid)
         finally:
             if key is not None:
@@ -358,6 +360,19 @@ class HttpRelay:
         answer_to.headers = [h for h in head_of(back) if h[0] in (b"mcp-session-id", b"mcp-protocol-version")]
         await answer_to.final(wire.as_proxy(answer, frame))
 
+    async def _tools_list(self, rid: Any, body: bytes, headers: list[tuple[bytes, bytes]], send: Send) -> None:
+        """A client's ``tools/list``: its answer read (the events before it pass on), and passed back through
+        :func:`.lean.tools_listed`, as over stdio."""
+        answer_to = Reply(send)
+        try:
+            frame, answer, _ = await self._exchange(headers, body, rid, "tools/list", answer_to)
+        except MCPError as exc:
+            frame = error_frame(rid, exc.error.code, exc.error.message)
+            if self._sessions.ended(session_id(headers)) and not answer_to.streaming:  # the upstream did not know it
+                return await reply(send, 404, frame)
+            return await answer_to.final(frame)
+        await answer_to.final(tools_listed(self._tools, answer, frame))
+
     async def _call(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
                     send: Send) -> None:
         sid = session_id(headers)
@@ -373,39 +388,11 @@ class HttpRelay:
     async def _judged(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]], send: Send,
                       sid: str | None, state: HttpSession) -> None:
         answer_to = Reply(send)
-
-        def session() -> GuardedSession:
-            if state.guarded is None:
-                state.guarded = self.judge.open_session(sid, state.client)
-            return state.guarded
-
-        async def forward_as(frame: bytes, what: str) -> tuple[bytes, dict[str, Any]]:
-            answer_frame, answer, _ = await self._exchange(headers, frame, message["id"], what, answer_to)
-            return answer_frame, answer
-
-        async def forward(frame: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
-            return await forward_as(frame, f"tools/call {tool!r}")
-
-        async def elicit(question: str) -> types.ElicitResult:
-            rid = f"{self._asking}{next(self._ids)}"
-            future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-            self._mine[rid] = (sid, future)
-            try:
-                await answer_to.event(sse_event(orjson.dumps({
-                    "jsonrpc": "2.0", "id": rid, "method": "elicitation/create",
-                    "params": {"message": question, "requestedSchema": APPROVAL_SCHEMA}})))
-                answer = await future
-            finally:
-                self._mine.pop(rid, None)
-            return wire.elicit_result(answer)
-
+        relayed = _Relayed(self, headers, sid, state, answer_to)
         if message["method"] == "tools/call":
-            frame = await lean_call(self.judge, message, body, session=session, lock=state.lock, tools=self._tools,
-                                    list_tools=lambda: self._list_tools(headers),
-                                    elicit=elicit if state.elicits else None, forward=forward)
+            frame = await lean_call(self.judge, relayed, message, body, lock=state.lock)
         else:
-            frame = await lean_read(self.judge, message, body, session=session, lock=state.lock,
-                                    elicit=elicit if state.elicits else None, forward=forward_as)
+            frame = await lean_read(self.judge, relayed, message, body, lock=state.lock)
         if self._sessions.ended(sid) and not answer_to.streaming:  # the upstream did not know it
             return await reply(send, 404, frame)
         await answer_to.final(frame)
@@ -422,6 +409,51 @@ class HttpRelay:
                 await self._http.done("DELETE", [*_OWN_HEADERS, (b"mcp-session-id", sid.encode())])
         except (*BROKEN, TimeoutError) as exc:
             log.warning("upstream %r: ending idle session %s: %s", self.name, sid, exc)
+
+
+class _Relayed:
+    """One judged request of a session, as the call handling sees the relay (:class:`.lean.Relayed`): what it
+    sends upstream carries the request's headers, and what goes to the client before the answer (the events
+    before it, the relay's questions) goes on the request's own answer (``answer_to``)."""
+
+    def __init__(self, relay: HttpRelay, headers: list[tuple[bytes, bytes]], sid: str | None, state: HttpSession,
+                 answer_to: Reply) -> None:
+        self._relay, self._headers, self._sid, self._state, self._answer_to = relay, headers, sid, state, answer_to
+
+    @property
+    def tools(self) -> dict[str, frozenset[str]]:
+        return self._relay._tools
+
+    @property
+    def elicit(self) -> Elicit | None:
+        return self._elicit if self._state.elicits else None
+
+    def session(self) -> GuardedSession:
+        if self._state.guarded is None:
+            self._state.guarded = self._relay.judge.open_session(self._sid, self._state.client)
+        return self._state.guarded
+
+    async def list_tools(self) -> None:
+        await self._relay._list_tools(self._headers)
+
+    async def exchange(self, message: dict[str, Any], frame: bytes, what: str) -> tuple[bytes, dict[str, Any]]:
+        answer_frame, answer, _ = await self._relay._exchange(self._headers, frame, message["id"], what,
+                                                              self._answer_to)
+        return answer_frame, answer
+
+    async def _elicit(self, question: str) -> types.ElicitResult:
+        relay = self._relay
+        rid = f"{relay._asking}{next(relay._ids)}"
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        relay._mine[rid] = (self._sid, future)
+        try:
+            await self._answer_to.event(sse_event(orjson.dumps({
+                "jsonrpc": "2.0", "id": rid, "method": "elicitation/create",
+                "params": {"message": question, "requestedSchema": APPROVAL_SCHEMA}})))
+            answer = await future
+        finally:
+            relay._mine.pop(rid, None)
+        return wire.elicit_result(answer)
 
 
 def _security_for(host: str) -> TransportSecuritySettings | None:

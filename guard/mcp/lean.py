@@ -4,15 +4,15 @@ as the SDK path judges it, forwarded as it came (or as an approver edited it) th
 transport, and the frame to answer the client with.
 
 What differs between the relays is only how a request reaches the upstream and how the client is
-asked (elicitation): they pass those in.
+asked (elicitation): each gives them as a :class:`Relayed`.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Protocol
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
@@ -20,29 +20,48 @@ from mcp.shared.exceptions import MCPError
 from . import _frames as wire
 from ._frames import error_frame, result_frame, text_item
 from .approval import Elicit
-from .calls import CallJudge, Forward, Judged, unknown_tool
+from .calls import CallJudge, Forward, Judged, failed_step, ran_step, unknown_tool
 from .judge import GuardedSession
 
-__all__ = ["lean_call", "judge_now", "answered_now", "Answered", "failure_frame", "Forwarder"]
+__all__ = ["Relayed", "lean_call", "tools_listed", "judge_now", "answered_now", "Answered", "failure_frame"]
 
 log = logging.getLogger("forewarn.mcp")
 
-# sends a tools/call request (a JSON-RPC frame; the tool it calls) upstream: its answer as it came (bytes)
-# and parsed; raises MCPError when the upstream is down or does not answer in time
-Forwarder = Callable[[bytes, str], Awaitable[tuple[bytes, dict[str, Any]]]]
+
+class Relayed(Protocol):
+    """What the call handling needs of a lean relay, for one client's session."""
+
+    @property
+    def tools(self) -> Mapping[str, frozenset[str]]:
+        """The tools the upstream listed so far, each with its arguments' names."""
+
+    @property
+    def elicit(self) -> Elicit | None:
+        """How to ask the client (None: its ``initialize`` did not declare elicitation)."""
+
+    def session(self) -> GuardedSession:
+        """The client's guarded session, opened on first use."""
+
+    async def list_tools(self) -> None:
+        """List the upstream's tools again (into :attr:`tools`)."""
+
+    async def exchange(self, message: dict[str, Any], frame: bytes, what: str) -> tuple[bytes, dict[str, Any]]:
+        """Send ``frame`` (the request ``message``, or as an approver edited it; ``what`` names it for errors)
+        upstream: its answer as it came (bytes) and parsed.
+
+        Raises:
+            MCPError: the upstream is down, or did not answer in time.
+        """
 
 
-async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, session: Callable[[], GuardedSession],
-                    lock: AbstractAsyncContextManager[Any], tools: Mapping[str, frozenset[str]],
-                    list_tools: Callable[[], Awaitable[None]],
-                    elicit: Elicit | None, forward: Forwarder, judged: Judged | None = None) -> bytes:
+async def lean_call(judge: CallJudge, relay: Relayed, message: dict[str, Any], frame: bytes, *,
+                    lock: AbstractAsyncContextManager[Any], judged: Judged | None = None) -> bytes:
     """The frame that answers the ``tools/call`` request ``message`` (``frame``: its bytes as they came).
 
-    ``session``: the client's guarded session (opened on first use); ``lock``: the session's;
-    ``tools``: the tools the upstream listed so far (each with its arguments' names), ``list_tools`` refreshes them; ``elicit``: how to ask
-    the client (None: it did not declare elicitation); ``judged``: the call's verdict from :func:`judge_now`
-    (the caller then holds the session's turn, and ``lock`` is a no-op)."""
+    ``lock``: the session's; ``judged``: the call's verdict from :func:`judge_now` (the caller then holds the
+    session's turn, and ``lock`` is a no-op)."""
     rid = message["id"]
+    tools = relay.tools
     name, args = _name_and_args(message)
     if name is None or args is None:
         return error_frame(rid, types.INVALID_PARAMS, "tools/call needs params.name (a string) and "
@@ -50,28 +69,28 @@ async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, 
     try:
         judge.check_size(name, args)
         if name not in tools:
-            await list_tools()
+            await relay.list_tools()
             if name not in tools:
                 raise unknown_tool(name)
         judge.check_names(name, args, tools[name])
-        guarded = session()
+        guarded = relay.session()
         async with lock:
-            go = await judge.settle(guarded, name, args, elicit=elicit, lists=tools.__contains__,
+            go = await judge.settle(guarded, name, args, elicit=relay.elicit, lists=tools.__contains__,
                                     tools=lambda: sorted(tools), judged=judged)
             if isinstance(go, str):
                 return result_frame(rid, {"content": [text_item(go)], "isError": True})
             if go.name != name or go.args is not args:  # an approver's edit: the call as edited
                 frame = wire.rewritten({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
                                         "params": {"name": go.name, "arguments": go.args}})
-            return await _run(judge, guarded, go, rid, frame, forward)
+            return await _run(judge, guarded, go, message, frame, relay)
     except MCPError as exc:
         return error_frame(rid, exc.error.code, exc.error.message)
     except Exception as exc:  # a bug or a sidecar gone: one error for this call, never a hung client
         return failure_frame(rid, name, exc)
 
 
-def judge_now(judge: CallJudge, message: dict[str, Any], *, session: Callable[[], GuardedSession],
-              tools: Mapping[str, frozenset[str]]) -> tuple[GuardedSession, Forward | Judged] | None:
+def judge_now(judge: CallJudge, relay: Relayed, message: dict[str, Any]
+              ) -> tuple[GuardedSession, Forward | Judged] | None:
     """The fast path's judging of the ``tools/call`` request ``message``, which waits for nothing: the
     session and a :class:`.calls.Forward` when the guard allows the call as it came (forward it now, then
     :func:`answered_now`), or the session and the call's verdict (:func:`lean_call` goes on from it:
@@ -79,6 +98,7 @@ def judge_now(judge: CallJudge, message: dict[str, Any], *, session: Callable[[]
     params, too large, a stopped session), listing the tools again, or a sidecar. The caller holds the
     session's turn (one judged call at a time)."""
     name, args = _name_and_args(message)
+    tools = relay.tools
     if name is None or args is None or name not in tools or judge.sidecar is not None:
         return None
     try:
@@ -86,7 +106,7 @@ def judge_now(judge: CallJudge, message: dict[str, Any], *, session: Callable[[]
         judge.check_names(name, args, tools[name])
     except MCPError:
         return None
-    guarded = session()
+    guarded = relay.session()
     if guarded.stopped is not None:
         return None
     return guarded, judge.judge_now(guarded, name, args)
@@ -100,15 +120,15 @@ def answered_now(judge: CallJudge, guarded: GuardedSession, go: Forward, rid: An
         if isinstance(answered, BaseException):
             if not isinstance(answered, MCPError):
                 raise answered
-            judge.failed_now(guarded, go, answered.error.message)
+            judge.commit(guarded, go, failed_step(go, answered.error.message))
             return error_frame(rid, answered.error.code, answered.error.message)
         answer_frame, answer = answered
         if "error" in answer:  # the upstream's own error, unchanged
-            judge.failed_now(guarded, go, _error_text(answer))
+            judge.commit(guarded, go, failed_step(go, _error_text(answer)))
             return answer_frame
         result = _result(answer)
-        return _answer(rid, go, answer_frame, result, judge.ran_now(guarded, go, bool(result.get("isError")),
-                                                                    wire.text_of(result)))
+        after = judge.commit(guarded, go, ran_step(go, bool(result.get("isError")), wire.text_of(result)))
+        return _answer(rid, go, answer_frame, result, judge.words_after(guarded, after))
     except Exception as exc:  # a bug: one error for this call, never a hung client
         return failure_frame(rid, go.name, exc)
 
@@ -147,6 +167,15 @@ class Answered:
             self._reply(frame)
 
 
+def tools_listed(tools: dict[str, frozenset[str]], answer: dict[str, Any], frame: bytes) -> bytes:
+    """The one place where a ``tools/list`` answer passes back to the client, on either lean relay (``frame``:
+    the upstream's answer as it came; ``answer``: its parse): the tools it lists are learnt into ``tools`` (each
+    with its arguments' names), and the frame the client gets is returned. (A ``tools/call`` result passes
+    back in one place too: :func:`_answer`.)"""
+    tools.update(wire.tool_arguments(answer))
+    return frame
+
+
 def failure_frame(rid: Any, name: str, exc: Exception) -> bytes:
     log.error("tools/call %r failed in the proxy", name, exc_info=exc)
     return error_frame(rid, types.INTERNAL_ERROR, f"the proxy failed on the call to {name!r}: {exc}")
@@ -160,22 +189,22 @@ def _name_and_args(message: dict[str, Any]) -> tuple[str | None, dict[str, Any] 
     return (name if isinstance(name, str) else None), (args if isinstance(args, dict) else None)
 
 
-async def _run(judge: CallJudge, guarded: GuardedSession, go: Forward, rid: Any, frame: bytes,
-               forward: Forwarder) -> bytes:
+async def _run(judge: CallJudge, guarded: GuardedSession, go: Forward, message: dict[str, Any], frame: bytes,
+               relay: Relayed) -> bytes:
     # the call's span and audit row are written in the loop's next turn: after the request left, while the
     # upstream works (forward writes it before it first waits)
     asyncio.get_running_loop().call_soon(judge.forwarded, guarded, go)
     try:
-        answer_frame, answer = await forward(frame, go.name)
+        answer_frame, answer = await relay.exchange(message, frame, f"tools/call {go.name!r}")
     except MCPError as exc:
-        await judge.failed(guarded, go, exc.error.message)
+        await judge.finish(guarded, go, failed_step(go, exc.error.message))
         raise
     if "error" in answer:  # the upstream's own error, unchanged
-        await judge.failed(guarded, go, _error_text(answer))
+        await judge.finish(guarded, go, failed_step(go, _error_text(answer)))
         return answer_frame
     result = _result(answer)
-    return _answer(rid, go, answer_frame, result,
-                   await judge.ran(guarded, go, bool(result.get("isError")), wire.text_of(result)))
+    after = await judge.finish(guarded, go, ran_step(go, bool(result.get("isError")), wire.text_of(result)))
+    return _answer(message["id"], go, answer_frame, result, judge.words_after(guarded, after))
 
 
 def _error_text(answer: dict[str, Any]) -> str:
@@ -189,7 +218,8 @@ def _result(answer: dict[str, Any]) -> dict[str, Any]:
 
 def _answer(rid: Any, go: Forward, answer_frame: bytes, result: dict[str, Any], words: str | None) -> bytes:
     """The upstream's answer to a call that ran, as the client gets it: as it came, or with the guard's words
-    after it (the state it led to) and what the approvers changed."""
+    after it (the state it led to) and what the approvers changed. The one place where a ``tools/call``
+    result passes back to the client, on either lean relay (fast path or not)."""
     if words is None and not go.edits:
         return answer_frame  # as the upstream said it
     content = list(result.get("content") or [])
