@@ -137,11 +137,11 @@ class LeanRelay:
             client_in.reading(False)
             for task in list(self._tasks):
                 task.cancel()
+            supervisor.cancel()
+            if self._guarded is not None:  # (first: nothing that waits comes before it)
+                self.judge.close_session(self._guarded, "client disconnected")
             if self._proc is not None:
                 await self._proc.stop()
-            supervisor.cancel()
-            if self._guarded is not None:
-                self.judge.close_session(self._guarded, "client disconnected")
 
     async def _spawn(self) -> None:
         self._proc = await UpstreamEnd.start(self.spec, self._upstream_line, partial(self._flow.hold, "upstream"),
