@@ -3,7 +3,7 @@
 that ran (the state it led to, the audit store, the sidecar, the recording).
 
 :class:`CallJudge` is the base of :class:`.proxy.GuardedProxy` (the SDK's server in front of SDK
-clients of the upstreams) and is what :mod:`.relay` (stdio, one upstream, frames passed through
+clients of the upstreams) and is what :mod:`.stdio.relay` (stdio, one upstream, frames passed through
 as bytes) judges with, so the two paths decide alike by construction.
 """
 from __future__ import annotations

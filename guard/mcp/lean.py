@@ -1,4 +1,4 @@
-"""A ``tools/call`` as both lean relays handle it (:mod:`.relay` over stdio, :mod:`.http_relay` over
+"""A ``tools/call`` as both lean relays handle it (:mod:`.stdio.relay` over stdio, :mod:`.http.relay` over
 streamable HTTP): the request as it came (bytes and its parse), judged by :class:`.calls.CallJudge`
 as the SDK path judges it, forwarded as it came (or as an approver edited it) through the relay's
 transport, and the frame to answer the client with.

@@ -1,4 +1,4 @@
-"""The lean HTTP relay's client of its one upstream (:mod:`.http_relay`): httpx2, the MCP SDK's own HTTP
+"""The lean HTTP relay's client of its one upstream (:mod:`.relay`): httpx2, the MCP SDK's own HTTP
 client, on kept-alive connections; the upstream's event streams read with httpx2's ``EventSource``.
 
 The relay reads the answer to a judged call out of the upstream's event stream. It must cut that stream into

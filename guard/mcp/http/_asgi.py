@@ -1,4 +1,4 @@
-"""ASGI plumbing of the lean HTTP relay (:mod:`.http_relay`): request bodies, answers (one JSON body, or an
+"""ASGI plumbing of the lean HTTP relay (:mod:`.relay`): request bodies, answers (one JSON body, or an
 event stream the relay writes), and bodies streamed from the upstream to the client until it leaves."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx2
 
-from ._http_upstream import BROKEN, sse_event
+from ._upstream import BROKEN, sse_event
 
 __all__ = ["Scope", "Receive", "Send", "Reply", "BODY_TIMEOUT", "read_body", "pump", "until_gone", "reply", "empty",
            "back_headers", "session_id"]

@@ -1,8 +1,8 @@
 """The lean streamable-HTTP relay: ``forewarn mcp --upstream-url URL --http HOST:PORT`` (``--relay lean``,
-the default where it fits), the HTTP counterpart of :mod:`.relay`.
+the default where it fits), the HTTP counterpart of :mod:`..stdio.relay`.
 
 An ASGI app on the proxy's MCP endpoint. Each POST, GET and DELETE goes on to the upstream's URL over one
-keep-alive HTTP client (httpx2, the SDK's: :mod:`._http_upstream`), headers both ways (``Mcp-Session-Id``, ``MCP-Protocol-Version``,
+keep-alive HTTP client (httpx2, the SDK's: :mod:`._upstream`), headers both ways (``Mcp-Session-Id``, ``MCP-Protocol-Version``,
 ``Last-Event-ID``, authorization …) and the body re-serialised from the value read, on one line
 (:mod:`._lines`); the answer streams back as it comes (JSON, or server-sent events: the upstream's
 notifications and its own requests to the client pass through). Only a ``tools/call`` is more (and a
@@ -34,9 +34,16 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 
-from ...errors import ConfigError
-from .._version import __version__
-from . import _frames as wire
+from ....errors import ConfigError
+from ..._version import __version__
+from .. import _frames as wire
+from .._frames import MAX_CALLS, error_frame
+from ..approval import APPROVAL_SCHEMA, Elicit
+from ..calls import SERVER_NAME, CallJudge
+from ..judge import GuardedSession
+from ..lean import lean_call, tools_listed
+from ..reads import lean_read
+from ..upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 from ._asgi import (
     BODY_TIMEOUT,
     Receive,
@@ -51,15 +58,8 @@ from ._asgi import (
     session_id,
     until_gone,
 )
-from ._frames import MAX_CALLS, error_frame
-from ._http_sessions import HttpSession, HttpSessions
-from ._http_upstream import BROKEN, HttpUpstream, answer_in, head_of, sse_event
-from .approval import APPROVAL_SCHEMA, Elicit
-from .calls import SERVER_NAME, CallJudge
-from .judge import GuardedSession
-from .lean import lean_call, tools_listed
-from .reads import lean_read
-from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
+from ._sessions import HttpSession, HttpSessions
+from ._upstream import BROKEN, HttpUpstream, answer_in, head_of, sse_event
 
 __all__ = ["HttpRelay", "lean_http_fits"]
 
@@ -97,7 +97,7 @@ class HttpRelay:
         self.body_limit = max(4 << 20, 2 * judge.config.max_argument_bytes)
         self.body_timeout = BODY_TIMEOUT
         self._http = HttpUpstream(self.url)
-        # a session without requests for idle_timeout is ended, here and upstream (:mod:`._http_sessions`)
+        # a session without requests for idle_timeout is ended, here and upstream (:mod:`._sessions`)
         self._sessions = HttpSessions(judge, idle_timeout, lambda sid: self._background(self._forget(sid)))
         # the relay's requests to clients: id → the session asked, and its answer
         self._mine: dict[str, tuple[str | None, asyncio.Future[dict[str, Any]]]] = {}

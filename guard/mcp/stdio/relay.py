@@ -37,17 +37,17 @@ import mcp_types as types
 import orjson
 from mcp.shared.exceptions import MCPError
 
-from ...errors import ConfigError
-from . import _frames as wire
-from ._frames import MAX_CALLS, Pending, Sink, Turn, drained, error_frame
+from ....errors import ConfigError
+from .. import _frames as wire
+from .._frames import MAX_CALLS, Pending, Sink, Turn, drained, error_frame
+from ..approval import APPROVAL_SCHEMA, Elicit
+from ..calls import CallJudge, Forward, Judged
+from ..judge import GuardedSession
+from ..lean import Answered, judge_now, lean_call, tools_listed
+from ..reads import lean_read
+from ..upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 from ._pipes import ClientEnd, Flow, UpstreamEnd
-from ._stdio import LINE_LIMIT, Overlong
-from .approval import APPROVAL_SCHEMA, Elicit
-from .calls import CallJudge, Forward, Judged
-from .judge import GuardedSession
-from .lean import Answered, judge_now, lean_call, tools_listed
-from .reads import lean_read
-from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
+from ._transport import LINE_LIMIT, Overlong
 
 __all__ = ["LeanRelay", "lean_relay_fits"]
 
