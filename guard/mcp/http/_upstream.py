@@ -8,9 +8,9 @@ client reads it with makes the two cuts one. The events before the answer go on 
 read (:func:`event_bytes`), never as the bytes that came.
 
 httpx2 costs more CPU a request than the hand-written HTTP/1.1 client and SSE parser it replaced, and stays
-within the budget (``bench/mcp_overhead.py --only http``, 200 calls, 2 CPUs): the lean relay added +0.12 ms
-p50 over the server's own HTTP with them (load 5; the proxy's CPU 1.15 ms a call) and +1.13 ms with httpx2
-(load 8; 1.85 ms a call), against a target of ≤ 2 ms.
+within the budget (``bench/mcp_overhead.py --only http``, 300 calls, 2 CPUs at load 3-4, the two checkouts
+run one after the other): the lean relay added +0.23 ms p50 over the server's own HTTP with them (the proxy's
+CPU 0.90 ms a call) and +0.75 ms with httpx2 (1.63 ms a call), against a target of ≤ 2 ms.
 """
 from __future__ import annotations
 
