@@ -12,7 +12,11 @@ What it does
 3. *streamable HTTP*: the same with mcp-server-time's server served over streamable HTTP in its own
    process, and ``forewarn mcp --upstream-url ... --http`` in front of it, once with each relay
    (``--relay lean``, ``--relay sdk``); the client speaks HTTP to all three.
-4. *saturation*: decisions per second — the decision path alone (``judge`` on a growing session, in
+4. *start*: seconds from launching a process to its answer to ``initialize``, ``--starts`` times, interleaved:
+   ``mcp-server-time`` alone, and ``forewarn mcp --model ... -- mcp-server-time`` (the lean stdio relay, audit
+   off: a desktop host starts every configured server when it opens). Target (issue 43): the proxy answers
+   within 1.5 s on a 2-core machine.
+5. *saturation*: decisions per second — the decision path alone (``judge`` on a growing session, in
    this process); whole calls through an in-process SDK proxy with ``--sessions`` concurrent sessions; and
    the lean relays as hosts run them, each session calling back to back for ``--seconds``: ``--sessions``
    concurrent sessions to one ``--relay lean --http`` proxy, and ``--stdio-sessions`` stdio sessions (a stdio
@@ -20,7 +24,7 @@ What it does
    upstream directly. Every call through a proxy is one judged decision; p50 and p99 are the calls'
    latencies at saturation, and the HTTP proxy's CPU per call says what one core of it sustains.
 
-5. *gate* (issue 43): the lean stdio relay with the gateway's per-call work on — ``--redact secrets`` (every
+6. *gate* (issue 43): the lean stdio relay with the gateway's per-call work on — ``--redact secrets`` (every
    result searched for secrets) and the tool descriptions judged (the default) — beside the same relay with
    both off (``--descriptions off``) and the direct path, interleaved; and, in this process, what judging a
    ``tools/list`` answer and redacting one result cost.
@@ -29,7 +33,7 @@ Target: added p50 ≤ 1 ms over stdio, ≤ 2 ms over streamable HTTP. Nothing is
 printed beside their targets.
 
 Run: ``python bench/mcp_overhead.py [--calls N] [--sessions S] [--stdio-sessions S] [--seconds T]
-[--only stdio|http|saturation|gate] [--repeat N] [--json FILE]``;
+[--starts N] [--only stdio|http|start|saturation|gate] [--repeat N] [--json FILE]``;
 the load average before and after is printed beside the figures (on a busy machine every process
 hop waits for a CPU, and the direct path's own figure shows how much).
 """
@@ -101,6 +105,41 @@ async def http_session(url: str) -> AsyncIterator[ClientSession]:
     async with streamable_http_client(url) as (r, w), ClientSession(r, w) as session:
         await session.initialize()
         yield session
+
+
+_INITIALIZE = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}) + b"\n"
+
+
+def seconds_to_initialize(command: list[str]) -> float:
+    """Seconds from launching ``command`` to its answer to ``initialize`` (read raw from its standard output)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(_INITIALIZE)
+        proc.stdin.flush()
+        answer = orjson.loads(proc.stdout.readline())
+        took = time.perf_counter() - started
+        assert answer.get("id") == 1 and "result" in answer, answer
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        proc.stdout.close()
+    return took
+
+
+def bench_start(model_path: Path, starts: int) -> dict[str, list[float]]:
+    """Start-up of the server alone and of the proxy in front of it, interleaved."""
+    direct = [TIME_SERVER]
+    proxy = [sys.executable, "-m", "forewarn", "mcp", "--model", str(model_path), "--config", str(PROXY_CONFIG),
+             "--audit", "off", "--", TIME_SERVER]
+    seconds_to_initialize(direct)  # (the first launch reads the files from disk: both read them warm)
+    times: dict[str, list[float]] = {"direct": [], "proxy": []}
+    for _ in range(starts):
+        times["direct"].append(seconds_to_initialize(direct))
+        times["proxy"].append(seconds_to_initialize(proxy))
+    return times
 
 
 def cpu_seconds(pid: int) -> float:
@@ -372,13 +411,14 @@ def main() -> None:
     parser.add_argument("--stdio-sessions", type=int, default=4,
                         help="concurrent stdio sessions at saturation (each its own proxy and upstream processes)")
     parser.add_argument("--seconds", type=float, default=5.0, help="how long each saturation run lasts")
-    parser.add_argument("--only", choices=("stdio", "http", "saturation", "gate"))
+    parser.add_argument("--starts", type=int, default=5, help="launches of each for the start-up figures")
+    parser.add_argument("--only", choices=("stdio", "http", "start", "saturation", "gate"))
     parser.add_argument("--repeat", type=int, default=1,
                         help="run the stdio and HTTP comparisons this many times (fresh processes each): each "
                              "run's added p50 and their median are printed")
     parser.add_argument("--json", type=Path)
     options = parser.parse_args()
-    parts = {options.only} if options.only else {"stdio", "http", "saturation", "gate"}
+    parts = {options.only} if options.only else {"stdio", "http", "start", "saturation", "gate"}
     with tempfile.TemporaryDirectory() as tmp:
         traces, model_path = Path(tmp) / "runs.jsonl", Path(tmp) / "model.json"
         traces.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in synthetic_runs(600, seed=1)))
@@ -393,6 +433,8 @@ def main() -> None:
         if "gate" in parts:
             results["gate"] = anyio.run(bench_gate, model_path, options.calls)
             results["gate_in_process"] = gate_in_process()
+        if "start" in parts:
+            results["start_s"] = bench_start(model_path, options.starts)
         if "saturation" in parts:
             results["decisions_per_s"] = decisions_per_second(guard)
             results["proxied_calls_per_s"] = anyio.run(calls_per_second, guard, options.sessions)
@@ -427,6 +469,12 @@ def main() -> None:
               f"{gated['over_plain_median_of_pairs_ms']:+.3f} ms")
         print(f"       in process: judging a 12-tool tools/list {micro['tools_list_us']:.0f} µs (once per list); "
               f"redacting a result of 1 KB {micro['redact_1k_us']:.0f} µs, of 16 KB {micro['redact_16k_us']:.0f} µs")
+    if "start" in parts:
+        start = results["start_s"]
+        print(f"start-up to the answer to initialize, {options.starts} launches each, interleaved: mcp-server-time "
+              f"alone median {statistics.median(start['direct']):.2f} s (min {min(start['direct']):.2f}), "
+              f"forewarn mcp in front of it median {statistics.median(start['proxy']):.2f} s (min "
+              f"{min(start['proxy']):.2f}) (target ≤ 1.5 s)")
     if "saturation" in parts:
         print(f"decision path alone: {results['decisions_per_s']:,.0f} decisions/s; whole calls through the "
               f"in-process SDK proxy ({options.sessions} sessions): {results['proxied_calls_per_s']:,.0f} calls/s")

@@ -7,7 +7,9 @@ Figures (``--root`` a checkout, default this one; an older commit: ``git worktre
   ``Session.observe`` decides in process, (a) the sidecar answers one ``POST /v1/sessions/{id}/observe`` (uvicorn on 127.0.0.1 in a
   thread, SQLite) and (b) ``ForewarnMiddleware`` guards one agent step (the model's turn
   proposing a tool call, the look-ahead, the call, its commit), each after a warm-up of the
-  same call, so lazy imports and first-use caches do not count. Recorded with
+  same call, so lazy imports and first-use caches do not count; and (c) one MCP ``tools/call`` through the
+  lean relay over stdio and over streamable HTTP (the relay's loop in a thread, ``mcp-server-time`` as the
+  upstream; ``--no-mcp`` to skip). Recorded with
   ``sys.setprofile``/``threading.setprofile`` (every thread the call runs on).
 * **import cycles**: strongly connected groups of modules in the import graph (grimp, the
   graph import-linter checks; function-level imports count), listed.
@@ -17,10 +19,11 @@ Figures (``--root`` a checkout, default this one; an older commit: ``git worktre
   total, and the CPU time it takes beyond a bare interpreter (the best of five runs: a busy
   machine only adds).
 * **install**: the top-level names and ``.pth`` files of the wheel ``pip wheel`` builds.
+* **guard/mcp/**: its modules and lines.
 * **package lines**: lines of the package's ``.py`` files (forewarn/, guard/, monitors/,
   server/, domains/, and setup.py if any).
 
-Run: ``python bench/structure.py [--root DIR] [--no-flows] [--no-wheel] [--json FILE]``
+Run: ``python bench/structure.py [--root DIR] [--no-flows] [--no-wheel] [--no-mcp] [--json FILE]``
 (the flows need the server and langchain extras).
 """
 from __future__ import annotations
@@ -95,6 +98,127 @@ def in_process_observe(crossed: Crossed, model: Any) -> list[str]:
     for _ in range(3):
         session.observe(state)
     return crossed.record(lambda: session.observe(state))
+
+
+_MCP_HELLO = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}
+_MCP_READY = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+_MCP_CALL = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+             "params": {"name": "get_current_time", "arguments": {"timezone": "UTC"}}}
+
+
+def mcp_tools_call(crossed: Crossed, folder: Path) -> dict[str, list[str]]:
+    """One ``tools/call`` through each lean relay in this process (its event loop in a thread), in front of
+    ``mcp-server-time`` (PyPI): over stdio (the client a socket, the upstream the command) and over streamable
+    HTTP (uvicorn, the upstream the same server over HTTP in its own process)."""
+    import asyncio
+    import socket
+    import subprocess
+
+    import anyio
+    import httpx
+    import orjson
+
+    from forewarn.domains.mcp import PROXY_CONFIG, SPEC_PATH, synthetic_runs
+    from forewarn.guard import Guard, learn_model, load_spec
+    from forewarn.guard.mcp import GuardedProxy, LeanRelay, UpstreamSpec, load_config, serve_http
+
+    traces = folder / "mcp-runs.jsonl"
+    traces.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in synthetic_runs(600, seed=1)))
+    guard = Guard(learn_model([traces], load_spec(SPEC_PATH)))
+    server = str(Path(sys.executable).parent / "mcp-server-time")
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def run(work: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(work, loop).result(120)
+
+    out: dict[str, list[str]] = {}
+    # stdio
+    relay = LeanRelay(GuardedProxy(guard, load_config(PROXY_CONFIG, upstreams=[UpstreamSpec("time", command=server)])))
+    ours, theirs = socket.socketpair()
+
+    async def serve_stdio() -> asyncio.Future[None]:
+        transport, protocol = await loop.create_connection(relay.client_side, sock=theirs)
+        return asyncio.ensure_future(relay.serve(asyncio.StreamWriter(transport, protocol, None, loop)))
+
+    served = run(serve_stdio())
+    wire = ours.makefile("rwb")
+
+    def line(message: dict[str, Any]) -> None:
+        wire.write(orjson.dumps(message) + b"\n")
+        wire.flush()
+        if "id" in message:
+            assert orjson.loads(wire.readline())["id"] == message["id"]
+
+    line(_MCP_HELLO)
+    line(_MCP_READY)
+    for _ in range(3):
+        line(_MCP_CALL)
+    out["files_mcp_tools_call_stdio"] = crossed.record(lambda: line(_MCP_CALL))
+    ours.shutdown(socket.SHUT_WR)
+    run(asyncio.wait_for(served, 60))
+    wire.close()
+    ours.close()
+    # streamable HTTP
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        up_port = probe.getsockname()[1]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    upstream = subprocess.Popen([sys.executable, "-c", "from mcp_server_time.server import create_server; "
+                                 f"create_server('UTC').run('streamable-http', host='127.0.0.1', port={up_port})"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", up_port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and upstream.poll() is None, "mcp-server-time did not listen"
+                time.sleep(0.1)
+        proxy = GuardedProxy(guard, load_config(PROXY_CONFIG, upstreams=[
+            UpstreamSpec("time", url=f"http://127.0.0.1:{up_port}/mcp")]))
+
+        async def events() -> tuple[anyio.Event, anyio.Event]:
+            return anyio.Event(), anyio.Event()
+
+        started, stop = run(events())
+        serving = asyncio.run_coroutine_threadsafe(serve_http(proxy, host="127.0.0.1", port=port, started=started,
+                                                              stop=stop, relay="lean"), loop)
+        run(started.wait())
+        headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=60) as client:
+            hello = client.post("/mcp", content=orjson.dumps(_MCP_HELLO))
+            hello.raise_for_status()
+            headers = {k: hello.headers[k] for k in ("mcp-session-id",) if k in hello.headers}
+            client.post("/mcp", content=orjson.dumps(_MCP_READY), headers=headers)
+
+            def call() -> None:
+                answer = client.post("/mcp", content=orjson.dumps(_MCP_CALL), headers=headers)
+                answer.raise_for_status()
+                assert b'"id":2' in answer.content.replace(b" ", b""), answer.content
+
+            for _ in range(3):
+                call()
+            out["files_mcp_tools_call_http"] = crossed.record(call)
+        loop.call_soon_threadsafe(stop.set)
+        serving.result(60)
+    finally:
+        upstream.terminate()
+        upstream.wait(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(15)
+    return out
+
+
+def mcp_folder(root: Path) -> tuple[int, int]:
+    """Modules and lines of ``guard/mcp/`` (its sub-folders too)."""
+    files = sorted((root / "guard" / "mcp").rglob("*.py"))
+    return len(files), sum(len(f.read_bytes().splitlines()) for f in files)
 
 
 def sidecar_observe(crossed: Crossed, model: Any, folder: Path) -> list[str]:
@@ -316,6 +440,7 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=HERE)
     parser.add_argument("--no-flows", dest="flows", action="store_false")
     parser.add_argument("--no-wheel", dest="wheel", action="store_false")
+    parser.add_argument("--no-mcp", dest="mcp", action="store_false", help="no MCP flows (they need the mcp extra)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     root = args.root.resolve()
@@ -327,6 +452,7 @@ def main() -> None:
     out["import_arrows"] = sum(len(graph.find_modules_directly_imported_by(m)) for m in graph.modules)
     out["import_modules"], out["import_ms"], out["import_cpu_ms"] = import_time(root)
     out["package_lines"] = package_lines(root)
+    out["mcp_modules"], out["mcp_lines"] = mcp_folder(root)
     if args.wheel:
         out["top_level_names"], out["pth_files"] = wheel_contents(root)
     if args.flows:
@@ -337,6 +463,8 @@ def main() -> None:
             out["files_in_process_observe"] = in_process_observe(crossed, model)
             out["files_sidecar_observe"] = sidecar_observe(crossed, model, Path(tmp))
             out["files_middleware_step"] = middleware_step(crossed, model)
+            if args.mcp:
+                out.update(mcp_tools_call(crossed, Path(tmp)))
         sys.setprofile(None)
         threading.setprofile(None)
     print(f"import graph: {out['modules']} modules, {out['import_arrows']} arrows")
@@ -349,10 +477,14 @@ def main() -> None:
     print(f"from forewarn import Guard: {out['import_modules']} modules, {out['import_ms']:.0f} ms wall, "
           f"{out['import_cpu_ms']:.0f} ms CPU beyond a bare interpreter (best of 5)")
     print(f"package lines: {out['package_lines']}")
+    print(f"guard/mcp/: {out['mcp_modules']} modules, {out['mcp_lines']} lines")
     if args.wheel:
         print(f"wheel: top-level names {out['top_level_names']}, .pth files {out['pth_files']}")
     if args.flows:
-        for key in ("files_in_process_observe", "files_sidecar_observe", "files_middleware_step"):
+        for key in ("files_in_process_observe", "files_sidecar_observe", "files_middleware_step",
+                    "files_mcp_tools_call_stdio", "files_mcp_tools_call_http"):
+            if key not in out:
+                continue
             print(f"{key}: {len(out[key])}")
             for name in out[key]:
                 print("  " + name)

@@ -9,9 +9,12 @@ default ``$XDG_STATE_HOME/forewarn/mcp-audit.sqlite``, i.e. ``~/.local/state/for
 """
 from __future__ import annotations
 
+import asyncio
 import gc
 import hashlib
 import os
+import signal
+from contextlib import suppress
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -114,19 +117,37 @@ def mcp(
         raise UsageError(f"--http {http!r}: expected HOST:PORT, e.g. 127.0.0.1:8765")
     guard, sidecar, name = _guard(model, serve_url, api_key) if model else (None, None, None)
     store = _audit_store(audit, model, serve_url) if guard is not None else None
-    proxy = GuardedProxy(guard, proxy_config, record=str(record) if record else None, sidecar=sidecar,
-                         model_name=name, audit=store)
 
     async def main() -> None:
-        if http is None:
-            await serve_stdio(proxy, relay=relay)
-        else:
-            await serve_http(proxy, host=host, port=int(port), relay=relay)
+        # SIGTERM (a host closing its servers, a service manager) ends the proxy as the client's EOF does: the
+        # serving task cancelled once, so its sessions are closed and recorded and its upstream stopped, then
+        # the audit store closed (the finally below), and the next proxy on the file does not take it for one
+        # killed outright. (Once: an anyio scope would cancel every await of that cleanup again.)
+        serving, terminated = asyncio.current_task(), asyncio.Event()
 
-    # what lives as long as the proxy (modules, the model, the config) is set out of the cyclic collector's
-    # reach: its full collections then scan what the sessions made, not the whole process (tens of ms a pass)
-    gc.freeze()
-    try:
+        def terminate() -> None:
+            if serving is not None and not terminated.is_set():
+                terminated.set()
+                serving.cancel()
+
+        with suppress(NotImplementedError):  # (Windows: no signal handlers on the loop)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminate)
+        try:
+            if http is None:
+                await serve_stdio(proxy, relay=relay)
+            else:
+                await serve_http(proxy, host=host, port=int(port), relay=relay)
+        except asyncio.CancelledError:
+            if not terminated.is_set() or serving is None:
+                raise
+            serving.uncancel()  # (SIGTERM: a normal end)
+
+    try:  # (every exit closes the store: a failed start, SIGTERM, the client's EOF)
+        proxy = GuardedProxy(guard, proxy_config, record=str(record) if record else None, sidecar=sidecar,
+                             model_name=name, audit=store)
+        # what lives as long as the proxy (modules, the model, the config) is set out of the cyclic collector's
+        # reach: its full collections then scan what the sessions made, not the whole process (tens of ms a pass)
+        gc.freeze()
         anyio.run(main, backend_options={"use_uvloop": _uvloop()})
     except BaseExceptionGroup as group:  # the proxy's task groups wrap a bad upstream's ConfigError
         mistakes = group.subgroup(lambda e: isinstance(e, ForewarnError))

@@ -16,13 +16,13 @@ except ModuleNotFoundError as exc:
 from .approval import APPROVAL_SCHEMA, Approval
 from .calls import GUARD_UNREACHABLE
 from .config import ProxyConfig, UpstreamSpec, config_from, load_config
-from .http_relay import HttpRelay
+from .http.relay import HttpRelay
 from .judge import DecisionHook, GuardedSession, Verdict
 from .proxy import ARGUMENTS_TOO_LARGE, SESSION_STOPPED, GuardedProxy
 from .reads import HELD_BACK
 from .recording import SessionLog, TraceWriter
-from .relay import LeanRelay
 from .serve import in_process, serve_http, serve_stdio
+from .stdio.relay import LeanRelay
 from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT, Upstream
 
 __all__ = [

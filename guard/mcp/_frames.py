@@ -1,4 +1,4 @@
-"""JSON-RPC frames as the lean relay (:mod:`.relay`) reads and writes them: bytes, parsed with orjson."""
+"""JSON-RPC frames as the lean relay (:mod:`.stdio.relay`) reads and writes them: bytes, parsed with orjson."""
 from __future__ import annotations
 
 import asyncio

@@ -3,7 +3,7 @@
 that ran (the state it led to, the audit store, the sidecar, the recording).
 
 :class:`CallJudge` is the base of :class:`.proxy.GuardedProxy` (the SDK's server in front of SDK
-clients of the upstreams) and is what :mod:`.relay` (stdio, one upstream, frames passed through
+clients of the upstreams) and is what :mod:`.stdio.relay` (stdio, one upstream, frames passed through
 as bytes) judges with, so the two paths decide alike by construction.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ from .recording import SessionLog, TraceWriter
 from .stops import RESET_TOOL, refusal_text, refuses, reset, stop_text
 
 __all__ = ["CallJudge", "Forward", "Judged", "unknown_tool", "tool_name", "shown", "SESSION_STOPPED",
-           "ARGUMENTS_TOO_LARGE", "GUARD_UNREACHABLE", "SERVER_NAME", "SERVER_TITLE", "INSTRUCTIONS"]
+           "ran_step", "failed_step", "ARGUMENTS_TOO_LARGE", "GUARD_UNREACHABLE", "SERVER_NAME", "SERVER_TITLE", "INSTRUCTIONS"]
 
 log = logging.getLogger("forewarn.mcp")
 
@@ -60,7 +60,7 @@ Judged = tuple[Verdict, Mapping[str, Any] | None]  # a call's verdict and the st
 
 @dataclass
 class Forward:
-    """A call the judging let through: forward ``name`` with ``args``, then :meth:`CallJudge.ran`."""
+    """A call the judging let through: forward ``name`` with ``args``, then :meth:`CallJudge.finish`."""
 
     name: str
     args: dict[str, Any]
@@ -297,7 +297,7 @@ class CallJudge:
     def forwarded(self, guarded: GuardedSession, go: Forward) -> None:
         """Record an allowed call once it is on its way to the upstream: its ``forewarn.decision`` span, the
         decision hook and its audit row, written while the upstream works rather than before the call
-        leaves. (Idempotent; :meth:`ran` and :meth:`failed` record it first if nobody did.)"""
+        leaves. (Idempotent; :meth:`commit` records it first if nobody did.)"""
         if go.judged is not None:
             verdict, go.judged = go.judged, None
             self._emit(guarded, go.name, go.args, verdict)
@@ -305,31 +305,52 @@ class CallJudge:
 
     # -- after the upstream answered ------------------------------------------------------
 
-    async def failed(self, guarded: GuardedSession, go: Forward, message: str) -> None:
-        """The forwarded call failed (an MCP error): it may have run in part, so an error step is committed."""
+    def commit(self, guarded: GuardedSession, go: Forward, step: ToolStep) -> Decision | None:
+        """Commit what a forwarded call did (:func:`ran_step`; :func:`failed_step` for an MCP error, as the call
+        may have run in part) to the session and the local audit store: the guard's decision after it (None
+        when the extractor cannot read the result). It waits for nothing, so the lean relays' fast path
+        commits in the callback that read the answer; :meth:`finish` adds the sidecar's round trip."""
         self.forwarded(guarded, go)
-        await self._commit(guarded, _failed_step(go, message), go.proposal, go.audited)
+        try:
+            state, decision = guarded.ran(step)
+        except Exception as exc:  # a result the extractor cannot read: the call ran, the state is unknown
+            log.warning("session %s: cannot read the state after %r: %s", guarded.id, step.name, exc)
+            return None
+        if self.audit is not None and guarded.session is not None:
+            self.audit.step(guarded.id, state, {"tool": step.name, "args": step.args}, guarded.session.history[-1],
+                            go.audited)
+        return decision
 
-    async def ran(self, guarded: GuardedSession, go: Forward, is_error: bool, text: str) -> str | None:
-        """Commit the forwarded call's result; the words to append to it when the state it led to is one
-        the guard acts on (and the session is then stopped if the guard says stop), else None."""
-        self.forwarded(guarded, go)
-        return self._words_after(guarded, await self._commit(guarded, _ran_step(go, is_error, text), go.proposal,
-                                                             go.audited))
+    async def finish(self, guarded: GuardedSession, go: Forward, step: ToolStep) -> Decision | None:
+        """:meth:`commit`, then, with a sidecar, the step observed there too: the sidecar's decision after it."""
+        committed = self.commit(guarded, go, step)
+        if committed is None or self.sidecar is None:
+            return committed
+        # with the calls refused since the last committed step (the sidecar did not answer: they did not run)
+        action: dict[str, Any] = {"tool": step.name, "args": step.args} | (
+            {"refused": list(guarded.refused)} if guarded.refused else {})
+        carried = len(guarded.refused)
+        try:
+            remote = await self._remote(guarded)
+            if guarded.unsent:
+                await self._send_unsent(remote, guarded)
+            decision: Decision = await remote.observe(guarded.state, action=action, ask=False, proposal=go.proposal)
+        except ServerError as exc:
+            if not unreachable(exc):
+                raise
+            # the call ran (the sidecar answered just before it): its step is sent before the next call runs
+            guarded.unsent.append({"state": dict(guarded.state), "ask": False, "action": action | {
+                "recorded_late": {"ran_at": time.time(), "error": str(exc)}} | (
+                {"proposal": go.proposal} if go.proposal is not None else {})})
+            log.warning("session %s: the sidecar did not answer the commit of %r, which ran: its step is kept and "
+                        "sent before the next call runs (%s)", guarded.id, step.name, exc)
+            decision = committed
+        del guarded.refused[:carried]
+        return decision
 
-    def failed_now(self, guarded: GuardedSession, go: Forward, message: str) -> None:
-        """:meth:`failed` where there is nothing to wait for: no sidecar (``self.sidecar`` is None)."""
-        assert self.sidecar is None
-        self.forwarded(guarded, go)
-        self._commit_here(guarded, _failed_step(go, message), go.audited)
-
-    def ran_now(self, guarded: GuardedSession, go: Forward, is_error: bool, text: str) -> str | None:
-        """:meth:`ran` where there is nothing to wait for: no sidecar (``self.sidecar`` is None)."""
-        assert self.sidecar is None
-        self.forwarded(guarded, go)
-        return self._words_after(guarded, self._commit_here(guarded, _ran_step(go, is_error, text), go.audited))
-
-    def _words_after(self, guarded: GuardedSession, after: Decision | None) -> str | None:
+    def words_after(self, guarded: GuardedSession, after: Decision | None) -> str | None:
+        """The words to append to a call's result when the state it led to (``after``) is one the guard acts on
+        (and the session is then stopped if the guard says stop, as ``after_stop`` says: stops.py), else None."""
         if after is None or after.action not in (Action.STOP, Action.REFLECT) or not after.known:
             return None
         words = f"Forewarn: after this call, {after.message or 'the run is at risk'}"
@@ -379,45 +400,6 @@ class CallJudge:
         if self.config.read_only_hints and name in self.gate.read_only and not self.extractor.knows(name):
             return Action.ALLOW
         return self.config.unknown_for(name)
-
-    async def _commit(self, guarded: GuardedSession, step: ToolStep, proposal: str | None,
-                      audited: str | None = None) -> Decision | None:
-        committed = self._commit_here(guarded, step, audited)
-        if committed is None or self.sidecar is None:
-            return committed
-        # with the calls refused since the last committed step (the sidecar did not answer: they did not run)
-        action: dict[str, Any] = {"tool": step.name, "args": step.args} | (
-            {"refused": list(guarded.refused)} if guarded.refused else {})
-        carried = len(guarded.refused)
-        try:
-            remote = await self._remote(guarded)
-            if guarded.unsent:
-                await self._send_unsent(remote, guarded)
-            decision: Decision = await remote.observe(guarded.state, action=action, ask=False, proposal=proposal)
-        except ServerError as exc:
-            if not unreachable(exc):
-                raise
-            # the call ran (the sidecar answered just before it): its step is sent before the next call runs
-            guarded.unsent.append({"state": dict(guarded.state), "ask": False, "action": action | {
-                "recorded_late": {"ran_at": time.time(), "error": str(exc)}} | (
-                {"proposal": proposal} if proposal is not None else {})})
-            log.warning("session %s: the sidecar did not answer the commit of %r, which ran: its step is kept and "
-                        "sent before the next call runs (%s)", guarded.id, step.name, exc)
-            decision = committed
-        del guarded.refused[:carried]
-        return decision
-
-    def _commit_here(self, guarded: GuardedSession, step: ToolStep, audited: str | None) -> Decision | None:
-        """Commit a call that ran to the session and the local audit store: the guard's decision after it."""
-        try:
-            state, decision = guarded.ran(step)
-        except Exception as exc:  # a result the extractor cannot read: the call ran, the state is unknown
-            log.warning("session %s: cannot read the state after %r: %s", guarded.id, step.name, exc)
-            return None
-        if self.audit is not None and guarded.session is not None:
-            self.audit.step(guarded.id, state, {"tool": step.name, "args": step.args}, guarded.session.history[-1],
-                            audited)
-        return decision
 
     async def _remote(self, guarded: GuardedSession) -> Any:
         """The session's twin on the sidecar (created at its first commit, with its first state)."""
@@ -484,9 +466,9 @@ def _folded(declared: frozenset[str]) -> dict[str, str]:
     return {k.casefold(): k for k in declared}
 
 
-def _ran_step(go: Forward, is_error: bool, text: str) -> ToolStep:
+def ran_step(go: Forward, is_error: bool, text: str) -> ToolStep:
     return ToolStep(go.name, go.args, CallStatus.ERROR if is_error else CallStatus.SUCCESS, text, approved=go.approved)
 
 
-def _failed_step(go: Forward, message: str) -> ToolStep:
+def failed_step(go: Forward, message: str) -> ToolStep:
     return ToolStep(go.name, go.args, CallStatus.ERROR, message, approved=go.approved)

@@ -1,18 +1,18 @@
-"""A ``tools/call`` as both lean relays handle it (:mod:`.relay` over stdio, :mod:`.http_relay` over
+"""A ``tools/call`` as both lean relays handle it (:mod:`.stdio.relay` over stdio, :mod:`.http.relay` over
 streamable HTTP): the request as it came (bytes and its parse), judged by :class:`.calls.CallJudge`
 as the SDK path judges it, forwarded as it came (or as an approver edited it) through the relay's
 transport, and the frame to answer the client with.
 
 What differs between the relays is only how a request reaches the upstream and how the client is
-asked (elicitation): they pass those in.
+asked (elicitation): each gives them as a :class:`Relayed`.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Protocol
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
@@ -20,30 +20,49 @@ from mcp.shared.exceptions import MCPError
 from . import _frames as wire
 from ._frames import error_frame, result_frame, text_item
 from .approval import Elicit
-from .calls import CallJudge, Forward, Judged, unknown_tool
+from .calls import CallJudge, Forward, Judged, failed_step, ran_step, unknown_tool
 from .judge import GuardedSession
 from .stops import RESET_TOOL
 
-__all__ = ["lean_call", "judge_now", "answered_now", "Answered", "failure_frame", "Forwarder"]
+__all__ = ["Relayed", "lean_call", "tools_listed", "judge_now", "answered_now", "Answered", "failure_frame"]
 
 log = logging.getLogger("forewarn.mcp")
 
-# sends a tools/call request (a JSON-RPC frame; the tool it calls) upstream: its answer as it came (bytes)
-# and parsed; raises MCPError when the upstream is down or does not answer in time
-Forwarder = Callable[[bytes, str], Awaitable[tuple[bytes, dict[str, Any]]]]
+
+class Relayed(Protocol):
+    """What the call handling needs of a lean relay, for one client's session."""
+
+    @property
+    def tools(self) -> Mapping[str, frozenset[str]]:
+        """The tools the upstream listed so far, each with its arguments' names."""
+
+    @property
+    def elicit(self) -> Elicit | None:
+        """How to ask the client (None: its ``initialize`` did not declare elicitation)."""
+
+    def session(self) -> GuardedSession:
+        """The client's guarded session, opened on first use."""
+
+    async def list_tools(self) -> None:
+        """List the upstream's tools again (into :attr:`tools`)."""
+
+    async def exchange(self, message: dict[str, Any], frame: bytes, what: str) -> tuple[bytes, dict[str, Any]]:
+        """Send ``frame`` (the request ``message``, or as an approver edited it; ``what`` names it for errors)
+        upstream: its answer as it came (bytes) and parsed.
+
+        Raises:
+            MCPError: the upstream is down, or did not answer in time.
+        """
 
 
-async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, session: Callable[[], GuardedSession],
-                    lock: AbstractAsyncContextManager[Any], tools: Mapping[str, frozenset[str]],
-                    list_tools: Callable[[], Awaitable[None]],
-                    elicit: Elicit | None, forward: Forwarder, judged: Judged | None = None) -> bytes:
+async def lean_call(judge: CallJudge, relay: Relayed, message: dict[str, Any], frame: bytes, *,
+                    lock: AbstractAsyncContextManager[Any], judged: Judged | None = None) -> bytes:
     """The frame that answers the ``tools/call`` request ``message`` (``frame``: its bytes as they came).
 
-    ``session``: the client's guarded session (opened on first use); ``lock``: the session's;
-    ``tools``: the tools the upstream listed so far (each with its arguments' names), ``list_tools`` refreshes them; ``elicit``: how to ask
-    the client (None: it did not declare elicitation); ``judged``: the call's verdict from :func:`judge_now`
-    (the caller then holds the session's turn, and ``lock`` is a no-op)."""
+    ``lock``: the session's; ``judged``: the call's verdict from :func:`judge_now` (the caller then holds the
+    session's turn, and ``lock`` is a no-op)."""
     rid = message["id"]
+    tools = relay.tools
     name, args = _name_and_args(message)
     if name is None or args is None:
         return error_frame(rid, types.INVALID_PARAMS, "tools/call needs params.name (a string) and "
@@ -51,34 +70,34 @@ async def lean_call(judge: CallJudge, message: dict[str, Any], frame: bytes, *, 
     try:
         if name == RESET_TOOL and judge.gate.lists_reset:  # (gateway: the proxy's own tool, stops.py)
             async with lock:
-                return result_frame(rid, await judge.reset_call(session(), elicit))
+                return result_frame(rid, await judge.reset_call(relay.session(), relay.elicit))
         judge.gate.check_call(name)  # (gateway: a hidden tool, a refused server: gate.py)
         judge.check_size(name, args)
         if judge.gate.asks(name) is not None:  # (gateway: a finding a person approves first: gate.py)
-            await judge.confirm_tool(session(), name, elicit)
+            await judge.confirm_tool(relay.session(), name, relay.elicit)
         if name not in tools:
-            await list_tools()
+            await relay.list_tools()
             if name not in tools:
                 raise unknown_tool(name)
         judge.check_names(name, args, tools[name])
-        guarded = session()
+        guarded = relay.session()
         async with lock:
-            go = await judge.settle(guarded, name, args, elicit=elicit, lists=tools.__contains__,
+            go = await judge.settle(guarded, name, args, elicit=relay.elicit, lists=tools.__contains__,
                                     tools=lambda: sorted(tools), judged=judged)
             if isinstance(go, str):
                 return result_frame(rid, {"content": [text_item(go)], "isError": True})
             if go.name != name or go.args is not args:  # an approver's edit: the call as edited
                 frame = wire.rewritten({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
                                         "params": {"name": go.name, "arguments": go.args}})
-            return await _run(judge, guarded, go, rid, frame, forward)
+            return await _run(judge, guarded, go, message, frame, relay)
     except MCPError as exc:
         return error_frame(rid, exc.error.code, exc.error.message)
     except Exception as exc:  # a bug or a sidecar gone: one error for this call, never a hung client
         return failure_frame(rid, name, exc)
 
 
-def judge_now(judge: CallJudge, message: dict[str, Any], *, session: Callable[[], GuardedSession],
-              tools: Mapping[str, frozenset[str]]) -> tuple[GuardedSession, Forward | Judged] | None:
+def judge_now(judge: CallJudge, relay: Relayed, message: dict[str, Any]
+              ) -> tuple[GuardedSession, Forward | Judged] | None:
     """The fast path's judging of the ``tools/call`` request ``message``, which waits for nothing: the
     session and a :class:`.calls.Forward` when the guard allows the call as it came (forward it now, then
     :func:`answered_now`), or the session and the call's verdict (:func:`lean_call` goes on from it:
@@ -86,6 +105,7 @@ def judge_now(judge: CallJudge, message: dict[str, Any], *, session: Callable[[]
     params, too large, a stopped session), listing the tools again, or a sidecar. The caller holds the
     session's turn (one judged call at a time)."""
     name, args = _name_and_args(message)
+    tools = relay.tools
     if name is None or args is None or name not in tools or judge.sidecar is not None or judge.gate.blocks(name) \
             or name == RESET_TOOL:  # (gateway: gate.py, stops.py)
         return None
@@ -94,7 +114,7 @@ def judge_now(judge: CallJudge, message: dict[str, Any], *, session: Callable[[]
         judge.check_names(name, args, tools[name])
     except MCPError:
         return None
-    guarded = session()
+    guarded = relay.session()
     if guarded.stopped is not None:
         return None
     return guarded, judge.judge_now(guarded, name, args)
@@ -108,15 +128,15 @@ def answered_now(judge: CallJudge, guarded: GuardedSession, go: Forward, rid: An
         if isinstance(answered, BaseException):
             if not isinstance(answered, MCPError):
                 raise answered
-            judge.failed_now(guarded, go, answered.error.message)
+            judge.commit(guarded, go, failed_step(go, answered.error.message))
             return error_frame(rid, answered.error.code, answered.error.message)
         answer_frame, answer = answered
         if "error" in answer:  # the upstream's own error, unchanged
-            judge.failed_now(guarded, go, _error_text(answer))
+            judge.commit(guarded, go, failed_step(go, _error_text(answer)))
             return answer_frame
         result = _result(answer)
-        words = judge.ran_now(guarded, go, bool(result.get("isError")), wire.text_of(result))
-        return _answer(judge, guarded, rid, go, answer_frame, result, words)
+        after = judge.commit(guarded, go, ran_step(go, bool(result.get("isError")), wire.text_of(result)))
+        return _answer(judge, guarded, rid, go, answer_frame, result, judge.words_after(guarded, after))
     except Exception as exc:  # a bug: one error for this call, never a hung client
         return failure_frame(rid, go.name, exc)
 
@@ -155,6 +175,19 @@ class Answered:
             self._reply(frame)
 
 
+def tools_listed(judge: CallJudge, server: str, tools: dict[str, frozenset[str]], answer: dict[str, Any],
+                 frame: bytes) -> tuple[bytes, dict[str, Any]]:
+    """The one place where a ``tools/list`` answer passes back to the client, on either lean relay (``frame``:
+    the upstream's answer as it came; ``answer``: its parse; ``server``: the upstream's key for its pins,
+    :func:`.pinning.server_key`): the gate judges its descriptions, pins its tools and lists ``forewarn_reset``
+    (:mod:`.gate`), the tools it lets through are learnt into ``tools`` (each with its arguments' names), and
+    the answer the client gets is returned (its frame and parse: an error when the gate refuses the server).
+    (A ``tools/call`` result passes back in one place too: :func:`_answer`.)"""
+    frame, answer = judge.gate.listed_frame(server, answer, frame)  # (gateway: descriptions judged, tools pinned)
+    tools.update(wire.tool_arguments(answer))
+    return frame, answer
+
+
 def failure_frame(rid: Any, name: str, exc: Exception) -> bytes:
     log.error("tools/call %r failed in the proxy", name, exc_info=exc)
     return error_frame(rid, types.INTERNAL_ERROR, f"the proxy failed on the call to {name!r}: {exc}")
@@ -168,22 +201,22 @@ def _name_and_args(message: dict[str, Any]) -> tuple[str | None, dict[str, Any] 
     return (name if isinstance(name, str) else None), (args if isinstance(args, dict) else None)
 
 
-async def _run(judge: CallJudge, guarded: GuardedSession, go: Forward, rid: Any, frame: bytes,
-               forward: Forwarder) -> bytes:
+async def _run(judge: CallJudge, guarded: GuardedSession, go: Forward, message: dict[str, Any], frame: bytes,
+               relay: Relayed) -> bytes:
     # the call's span and audit row are written in the loop's next turn: after the request left, while the
     # upstream works (forward writes it before it first waits)
     asyncio.get_running_loop().call_soon(judge.forwarded, guarded, go)
     try:
-        answer_frame, answer = await forward(frame, go.name)
+        answer_frame, answer = await relay.exchange(message, frame, f"tools/call {go.name!r}")
     except MCPError as exc:
-        await judge.failed(guarded, go, exc.error.message)
+        await judge.finish(guarded, go, failed_step(go, exc.error.message))
         raise
     if "error" in answer:  # the upstream's own error, unchanged
-        await judge.failed(guarded, go, _error_text(answer))
+        await judge.finish(guarded, go, failed_step(go, _error_text(answer)))
         return answer_frame
     result = _result(answer)
-    words = await judge.ran(guarded, go, bool(result.get("isError")), wire.text_of(result))
-    return _answer(judge, guarded, rid, go, answer_frame, result, words)
+    after = await judge.finish(guarded, go, ran_step(go, bool(result.get("isError")), wire.text_of(result)))
+    return _answer(judge, guarded, message["id"], go, answer_frame, result, judge.words_after(guarded, after))
 
 
 def _error_text(answer: dict[str, Any]) -> str:
@@ -199,7 +232,8 @@ def _answer(judge: CallJudge, guarded: GuardedSession, rid: Any, go: Forward, an
             result: dict[str, Any], words: str | None) -> bytes:
     """The upstream's answer to a call that ran, as the client gets it: as it came, or with the guard's words
     after it (the state it led to) and what the approvers changed, and its secrets redacted where the config
-    asks (after the guard read it: gate.py)."""
+    asks (after the guard read it: gate.py). The one place where a ``tools/call`` result passes back to the
+    client, on either lean relay (fast path or not)."""
     redacted, records = judge.gate.redact(guarded.id, go.name, result)
     if words is None and not go.edits and not records:
         return answer_frame  # as the upstream said it

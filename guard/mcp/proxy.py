@@ -46,6 +46,8 @@ from .calls import (
     SERVER_TITLE,
     SESSION_STOPPED,
     CallJudge,
+    failed_step,
+    ran_step,
     unknown_tool,
 )
 from .config import ProxyConfig
@@ -231,9 +233,10 @@ class GuardedProxy(CallJudge):
             try:
                 result = await self._routes[go.name].call_tool(go.name, go.args)
             except MCPError as exc:
-                await self.failed(guarded, go, exc.error.message)
+                await self.finish(guarded, go, failed_step(go, exc.error.message))
                 raise
-            words = await self.ran(guarded, go, bool(result.is_error), _text_of(result))
+            words = self.words_after(guarded, await self.finish(guarded, go, ran_step(go, bool(result.is_error),
+                                                                                    _text_of(result))))
             redacted, records = self.gate.redact(guarded.id, go.name, result.model_dump(by_alias=True,
                                                                                         exclude_none=True))
             if records:  # (gateway: after the guard read the result as it came: gate.py)
@@ -347,9 +350,10 @@ class GuardedProxy(CallJudge):
             try:
                 result = await fetch(params_of(method, go))
             except MCPError as exc:
-                await self.failed(guarded, go, exc.error.message)
+                await self.finish(guarded, go, failed_step(go, exc.error.message))
                 raise
-            await self.ran(guarded, go, False, read_text(method, result.model_dump(mode="json", by_alias=True)))
+            await self.finish(guarded, go, ran_step(go, False, read_text(method, result.model_dump(mode="json",
+                                                                                                  by_alias=True))))
             return result
 
 

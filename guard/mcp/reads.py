@@ -12,7 +12,6 @@ methods have no ``isError`` result to say it in.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -21,20 +20,16 @@ from mcp.shared.exceptions import MCPError
 
 from ._frames import error_frame, rewritten
 from .approval import Elicit
-from .calls import CallJudge, Forward
+from .calls import CallJudge, Forward, failed_step, ran_step
 from .config import prompt_tool, resource_tool
 from .judge import GuardedSession
-from .lean import failure_frame
+from .lean import Relayed, failure_frame
 
-__all__ = ["HELD_BACK", "READS", "step_of", "params_of", "settle_read", "read_text", "lean_read", "ReadForwarder"]
+__all__ = ["HELD_BACK", "READS", "step_of", "params_of", "settle_read", "read_text", "lean_read"]
 
 HELD_BACK = -32012  # a resources/read or prompts/get the guard held back, or a human refused: it did not run
 READS = frozenset({"resources/read", "prompts/get"})
 _RESOURCE, _PROMPT = resource_tool(""), prompt_tool("")
-
-# sends a judged read (its JSON-RPC frame; what it is, for errors) upstream: its answer as it came and parsed
-ReadForwarder = Callable[[bytes, str], Awaitable[tuple[bytes, dict[str, Any]]]]
-
 
 def step_of(method: str, params: Any) -> tuple[str, dict[str, Any]]:
     """The step a read is judged as: its tool's name and arguments.
@@ -92,9 +87,8 @@ def read_text(method: str, result: Any) -> str:
     return "\n".join(c["text"] for c in contents if isinstance(c, dict) and isinstance(c.get("text"), str))
 
 
-async def lean_read(judge: CallJudge, message: dict[str, Any], frame: bytes, *,
-                    session: Callable[[], GuardedSession], lock: AbstractAsyncContextManager[Any],
-                    elicit: Elicit | None, forward: ReadForwarder) -> bytes:
+async def lean_read(judge: CallJudge, relay: Relayed, message: dict[str, Any], frame: bytes, *,
+                    lock: AbstractAsyncContextManager[Any]) -> bytes:
     """The frame that answers the read request ``message`` in a lean relay (``frame``: the bytes to forward
     when the judging lets it through as it came); the arguments as :func:`.lean.lean_call`'s."""
     rid, method = message["id"], message["method"]
@@ -102,23 +96,24 @@ async def lean_read(judge: CallJudge, message: dict[str, Any], frame: bytes, *,
     try:
         name, args = step_of(method, message.get("params"))
         judge.check_size(name, args)
-        guarded = session()
+        guarded = relay.session()
         async with lock:
-            go = await settle_read(judge, guarded, name, args, elicit=elicit)
+            go = await settle_read(judge, guarded, name, args, elicit=relay.elicit)
             if go.args is not args:  # an approver's edit
                 frame = rewritten({"jsonrpc": "2.0", "id": rid, "method": method, "params": params_of(method, go)})
             # (its span and audit row once the request left, as a call's)
             asyncio.get_running_loop().call_soon(judge.forwarded, guarded, go)
             try:
-                answer_frame, answer = await forward(frame, f"{method} {name.split(':', 1)[1][:100]!r}")
+                answer_frame, answer = await relay.exchange(message, frame, f"{method} {name.split(':', 1)[1][:100]!r}")
             except MCPError as exc:
-                await judge.failed(guarded, go, exc.error.message)
+                await judge.finish(guarded, go, failed_step(go, exc.error.message))
                 raise
             if "error" in answer:  # the upstream's own error, unchanged
                 error = answer["error"]
-                await judge.failed(guarded, go, str(error.get("message", "") if isinstance(error, dict) else error))
+                said = str(error.get("message", "") if isinstance(error, dict) else error)
+                await judge.finish(guarded, go, failed_step(go, said))
             else:
-                await judge.ran(guarded, go, False, read_text(method, answer.get("result")))
+                await judge.finish(guarded, go, ran_step(go, False, read_text(method, answer.get("result"))))
             return answer_frame
     except MCPError as exc:
         return error_frame(rid, exc.error.code, exc.error.message)

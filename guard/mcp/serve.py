@@ -12,10 +12,10 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from ...errors import ConfigError
-from ._stdio import parse_error, pipe_stdio, pipes_available, stdio_pipes
-from .http_relay import HttpRelay, lean_http_fits
+from .http.relay import HttpRelay, lean_http_fits
 from .proxy import GuardedProxy
-from .relay import LeanRelay, lean_relay_fits
+from .stdio._transport import parse_error, pipe_stdio, pipes_available, stdio_pipes
+from .stdio.relay import LeanRelay, lean_relay_fits
 
 __all__ = ["serve_stdio", "serve_http", "in_process"]
 
@@ -24,7 +24,7 @@ async def serve_stdio(proxy: GuardedProxy, *, relay: str = "auto") -> None:
     """Serve one client on this process's standard input and output until it closes them (pipes, as hosts
     launch servers, are read and written on the event loop; anything else through the SDK's transport).
 
-    ``relay="lean"``: frames pass through as bytes (:mod:`.relay`: one upstream launched as a command, and
+    ``relay="lean"``: frames pass through as bytes (:mod:`.stdio.relay`: one upstream launched as a command, and
     standard input and output pipes, else the SDK's server serves); ``"auto"``: lean where it fits;
     ``"sdk"``: the SDK's server."""
     if relay == "lean" or (relay == "auto" and lean_relay_fits(proxy)):
@@ -65,7 +65,7 @@ async def serve_http(proxy: GuardedProxy, *, host: str = "127.0.0.1", port: int 
     """Serve streamable HTTP on ``http://host:port/path`` (uvicorn in this event loop) until interrupted,
     or until ``stop`` is set; ``started`` is set once the port accepts connections.
 
-    ``relay="lean"``: requests pass through to the one upstream reached by its URL (:mod:`.http_relay`);
+    ``relay="lean"``: requests pass through to the one upstream reached by its URL (:mod:`.http.relay`);
     ``"auto"``: lean where it fits; ``"sdk"``: the SDK's server in front of SDK clients of the upstreams.
     ``idle_timeout``: seconds after which a session without requests is ended (None: the SDK's 30 minutes)."""
     import uvicorn

@@ -34,8 +34,8 @@ from forewarn.guard.mcp import (
     load_config,
     serve_http,
 )
-from forewarn.guard.mcp._stdio import LINE_LIMIT
-from forewarn.guard.mcp.relay import LeanRelay
+from forewarn.guard.mcp.stdio._transport import LINE_LIMIT
+from forewarn.guard.mcp.stdio.relay import LeanRelay
 from forewarn.guard.policy import Policy
 from forewarn.guard.spec import Action, Thresholds
 

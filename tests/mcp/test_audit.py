@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -133,3 +134,46 @@ def test_a_proxy_killed_outright_is_not_a_silent_gap(model_file: Path, repo: Pat
     assert "up to 50 ms of them, may be missing" in closed_by
     assert left == (0,)  # the killed proxy's mark is gone, and the store just opened and closed removed its own
     assert f"the proxy of pid {proc.pid}" in caplog.text and "1 open session(s) are closed" in caplog.text
+
+
+def _started(model_file: Path, repo: Path, audit: Path) -> subprocess.Popen[bytes]:
+    """A real ``forewarn mcp`` (lean stdio relay) that answered ``initialize`` (so its store is open) and one call."""
+    proc = subprocess.Popen([sys.executable, "-m", "forewarn", "mcp", "--model", str(model_file), "--config",
+                             str(PROXY_CONFIG), "--audit", str(audit), "--", GIT_SERVER, "--repository", str(repo)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}},
+                    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                     "params": {"name": "git_status", "arguments": {"repo_path": str(repo)}}}):
+        proc.stdin.write(orjson.dumps(message) + b"\n")
+        proc.stdin.flush()
+        if "id" in message:
+            assert orjson.loads(proc.stdout.readline())["id"] == message["id"]
+    return proc
+
+
+def test_a_proxy_ended_by_sigterm_closes_its_store_and_the_next_start_does_not_warn(model_file: Path, repo: Path,
+                                                                                     tmp_path: Path) -> None:
+    """SIGTERM (a host closing its servers) ends the proxy as the client's EOF does: its session closed and
+    recorded, its mark removed, so the next proxy started on the file has nothing to warn about."""
+    audit = tmp_path / "audit.sqlite"
+    first = _started(model_file, repo, audit)
+    first.send_signal(signal.SIGTERM)
+    _, first_err = first.communicate(timeout=60)
+    assert first.returncode == 0, first_err.decode(errors="replace")
+    with sqlite3.connect(audit) as db:
+        [(closed_by,)] = db.execute("SELECT closed_by FROM sessions").fetchall()
+        assert db.execute("SELECT count(*) FROM decisions").fetchone() == (2,)  # step 0 and the call that ran
+        assert db.execute("SELECT count(*) FROM meta WHERE key LIKE 'mcp-proxy:%'").fetchone() == (0,)
+    assert closed_by == "forewarn-mcp: client disconnected", first_err.decode(errors="replace")
+
+    second = _started(model_file, repo, audit)
+    _, second_err = second.communicate(timeout=60)  # (its stdin closed: the client's EOF)
+    assert second.returncode == 0, second_err.decode(errors="replace")
+    assert b"ended without closing" not in second_err, second_err.decode(errors="replace")
+    with sqlite3.connect(audit) as db:
+        closed = [c for (c,) in db.execute("SELECT closed_by FROM sessions ORDER BY created_at")]
+        assert db.execute("SELECT count(*) FROM meta WHERE key LIKE 'mcp-proxy:%'").fetchone() == (0,)
+    assert closed == ["forewarn-mcp: client disconnected"] * 2

@@ -279,7 +279,7 @@ def test_an_http_body_that_never_ends_is_answered_408_and_others_are_served_mean
         mcp_model: GuardModel, monkeypatch: pytest.MonkeyPatch) -> None:
     """A client that sends part of its body and stops: uvicorn would wait for the rest for good, holding the
     connection; the relay answers 408 after its body timeout (30 s; 1 s here)."""
-    monkeypatch.setattr("forewarn.guard.mcp.http_relay.BODY_TIMEOUT", 1.0, raising=False)
+    monkeypatch.setattr("forewarn.guard.mcp.http.relay.BODY_TIMEOUT", 1.0, raising=False)
     body = call(1, text="whole")
 
     async def scenario() -> tuple[bytes, httpx.Response]:
@@ -308,7 +308,7 @@ def test_http_calls_of_one_session_far_ahead_of_their_answers_are_refused_past_a
         mcp_model: GuardModel, monkeypatch: pytest.MonkeyPatch) -> None:
     """A session's calls run one at a time; past ``MAX_CALLS`` under way (256; 3 here) the next is refused at
     once (429, -32600) rather than held on a connection of its own, and once they end the session goes on."""
-    monkeypatch.setattr("forewarn.guard.mcp.http_relay.MAX_CALLS", 3)
+    monkeypatch.setattr("forewarn.guard.mcp.http.relay.MAX_CALLS", 3)
 
     async def scenario() -> tuple[list[httpx.Response], httpx.Response, httpx.Response]:
         with http_server("flaky-http") as upstream:

@@ -15,7 +15,7 @@ from _mcp_support import TIME_SERVER, lean_connected, proxy_for, text_of
 from forewarn.guard import Guard, GuardModel
 from forewarn.guard.mcp import UpstreamSpec
 from forewarn.guard.mcp._frames import Turn
-from forewarn.guard.mcp._stdio import Lines, Overlong
+from forewarn.guard.mcp.stdio._transport import Lines, Overlong
 
 
 def test_lines_cuts_a_stream_into_lines_as_it_comes_and_drops_one_above_the_limit() -> None:

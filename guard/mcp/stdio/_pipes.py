@@ -14,10 +14,10 @@ from typing import Any, cast
 
 from mcp.client.stdio import get_default_environment
 
-from ...errors import ConfigError
-from ._frames import drained
-from ._stdio import LINE_LIMIT, Lines, Overlong
-from .config import UpstreamSpec
+from ....errors import ConfigError
+from .._frames import drained
+from ..config import UpstreamSpec
+from ._transport import LINE_LIMIT, Lines, Overlong
 
 __all__ = ["ClientEnd", "UpstreamEnd", "Flow", "BACKLOG"]
 

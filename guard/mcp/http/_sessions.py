@@ -1,4 +1,4 @@
-"""The lean HTTP relay's sessions (:mod:`.http_relay`): one per ``Mcp-Session-Id``, each with its guarded
+"""The lean HTTP relay's sessions (:mod:`.relay`): one per ``Mcp-Session-Id``, each with its guarded
 session (opened at its first ``tools/call``), the lock its calls take turns on, and when it was last seen.
 
 A session without requests for ``idle_timeout`` seconds is ended — its guarded session closed and recorded,
@@ -14,8 +14,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .calls import CallJudge
-from .judge import GuardedSession
+from ..calls import CallJudge
+from ..judge import GuardedSession
 
 __all__ = ["HttpSession", "HttpSessions"]
 

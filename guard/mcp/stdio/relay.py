@@ -37,18 +37,18 @@ import mcp_types as types
 import orjson
 from mcp.shared.exceptions import MCPError
 
-from ...errors import ConfigError
-from . import _frames as wire
-from ._frames import MAX_CALLS, Pending, Sink, Turn, drained, error_frame
+from ....errors import ConfigError
+from .. import _frames as wire
+from .._frames import MAX_CALLS, Pending, Sink, Turn, drained, error_frame
+from ..approval import APPROVAL_SCHEMA, Elicit
+from ..calls import CallJudge, Forward, Judged
+from ..judge import GuardedSession
+from ..lean import Answered, judge_now, lean_call, tools_listed
+from ..pinning import server_key
+from ..reads import lean_read
+from ..upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 from ._pipes import ClientEnd, Flow, UpstreamEnd
-from ._stdio import LINE_LIMIT, Overlong
-from .approval import APPROVAL_SCHEMA
-from .calls import CallJudge, Forward, Judged
-from .judge import GuardedSession
-from .lean import Answered, judge_now, lean_call
-from .pinning import server_key
-from .reads import lean_read
-from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
+from ._transport import LINE_LIMIT, Overlong
 
 __all__ = ["LeanRelay", "lean_relay_fits"]
 
@@ -90,7 +90,7 @@ class LeanRelay:
         # request of the upstream's carrying a question's id would have the client's answer to it taken for the
         # relay's (an approval the human gave to the upstream's question)
         self._asking = f"{_OWN}{secrets.token_hex(8)}-"
-        self._tools: dict[str, frozenset[str]] = {}  # as the upstream listed them: each with its arguments' names
+        self.tools: dict[str, frozenset[str]] = {}  # as the upstream listed them: each with its arguments' names
         self._init: dict[str, Any] | None = None  # the client's initialize request, replayed after a restart
         self._initialized: bytes | None = None
         self._elicits = False
@@ -139,11 +139,11 @@ class LeanRelay:
             client_in.reading(False)
             for task in list(self._tasks):
                 task.cancel()
+            supervisor.cancel()
+            if self._guarded is not None:  # (first: nothing that waits comes before it)
+                self.judge.close_session(self._guarded, "client disconnected")
             if self._proc is not None:
                 await self._proc.stop()
-            supervisor.cancel()
-            if self._guarded is not None:
-                self.judge.close_session(self._guarded, "client disconnected")
 
     async def _spawn(self) -> None:
         self._proc = await UpstreamEnd.start(self.spec, self._upstream_line, partial(self._flow.hold, "upstream"),
@@ -361,9 +361,8 @@ class LeanRelay:
                 return  # answered already (it timed out), or the relay's replayed handshake
             if pending.timer is not None:
                 pending.timer.cancel()
-            if pending.what == "tools/list":  # (gateway: descriptions judged, tools pinned: gate.py)
-                line, message = self.judge.gate.listed_frame(self._server, message, line)
-                self._learn_tools(message)
+            if pending.what == "tools/list":  # (gateway: descriptions judged, tools pinned: gate.py, in tools_listed)
+                line, message = tools_listed(self.judge, self._server, self.tools, message, line)
             elif pending.what == "initialize" and pending.future is None:
                 line = wire.as_proxy(message, line)
             if pending.future is not None:
@@ -371,9 +370,6 @@ class LeanRelay:
                     pending.future.set_result((line, message))
                 return
         self._to_client(line)
-
-    def _learn_tools(self, message: dict[str, Any]) -> None:
-        self._tools.update(wire.tool_arguments(message))
 
     # -- tools/call -------------------------------------------------------------------------
 
@@ -386,7 +382,7 @@ class LeanRelay:
         judged: Judged | None = None
         if not self._waiting and self._ready.is_set() and self._down is None and self._turn.take_now():
             try:
-                now = judge_now(self.judge, message, session=self._session, tools=self._tools)
+                now = judge_now(self.judge, self, message)
             except Exception:  # a bug: lean_call meets it again and answers with it
                 now = None
             if now is None:
@@ -415,10 +411,8 @@ class LeanRelay:
     async def _call(self, message: dict[str, Any], line: bytes, key: bytes, judged: Judged | None) -> None:
         """A call on the slow path; ``judged``: its verdict from the fast path, which handed it the turn."""
         try:  # (the turn is taken once the tool is known to be listed, as the SDK path takes its lock)
-            frame = await lean_call(self.judge, message, line, session=self._session,
-                                    lock=self._turn if judged is None else nullcontext(), tools=self._tools,
-                                    list_tools=self._list_tools, elicit=self._elicit if self._elicits else None,
-                                    forward=partial(self._forward_call, message["id"], key), judged=judged)
+            frame = await lean_call(self.judge, self, message, line, lock=self._turn if judged is None else nullcontext(),
+                                    judged=judged)
         finally:
             self._calls.discard(key)
             if judged is not None:
@@ -428,31 +422,33 @@ class LeanRelay:
     async def _read(self, message: dict[str, Any], line: bytes, key: bytes) -> None:
         """A resources/read or prompts/get: judged as a step (:func:`.reads.lean_read`), always in a task."""
         try:
-            frame = await lean_read(self.judge, message, line, session=self._session, lock=self._turn,
-                                    elicit=self._elicit if self._elicits else None,
-                                    forward=partial(self._forward_as, message["id"], key))
+            frame = await lean_read(self.judge, self, message, line, lock=self._turn)
         finally:
             self._calls.discard(key)
         self._to_client(frame)
 
-    async def _forward_call(self, rid: Any, key: bytes, line: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
-        return await self._forward_as(rid, key, line, f"tools/call {tool!r}")
+    # -- what the call handling needs of the relay (:class:`.lean.Relayed`) --------------------
 
-    async def _forward_as(self, rid: Any, key: bytes, line: bytes, what: str) -> tuple[bytes, dict[str, Any]]:
+    async def exchange(self, message: dict[str, Any], frame: bytes, what: str) -> tuple[bytes, dict[str, Any]]:
+        rid = message["id"]
         future: asyncio.Future[tuple[bytes, dict[str, Any]]] = asyncio.get_running_loop().create_future()
-        await self._forward(rid, what, line, future, key=key)
+        await self._forward(rid, what, frame, future, key=orjson.dumps(rid))
         return await future
 
-    async def _list_tools(self) -> None:
+    @property
+    def elicit(self) -> Elicit | None:
+        return self._elicit if self._elicits else None
+
+    async def list_tools(self) -> None:
         cursor: str | None = None
         while True:
             page = await self._ask_upstream("tools/list", {"cursor": cursor} if cursor else None)
-            self._learn_tools({"result": page})
+            self.tools.update(wire.tool_arguments({"result": page}))
             cursor = page.get("nextCursor")
             if not isinstance(cursor, str) or not cursor:
                 return
 
-    def _session(self) -> GuardedSession:
+    def session(self) -> GuardedSession:
         if self._guarded is None:
             info = ((self._init or {}).get("params") or {}).get("clientInfo") or {}
             self._guarded = self.judge.open_session(None, info.get("name") if isinstance(info, dict) else None)

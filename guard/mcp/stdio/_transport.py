@@ -30,7 +30,7 @@ import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from ._lines import escape_breaks
+from .._lines import escape_breaks
 
 __all__ = ["pipes_available", "pipe_stdio", "raw_stdio", "stdio_pipes", "parse_error", "read_line", "Lines",
            "Overlong", "LINE_LIMIT", "TOO_LONG"]

@@ -1,17 +1,18 @@
-"""ASGI plumbing of the lean HTTP relay (:mod:`.http_relay`): request bodies, answers (one JSON body, or an
+"""ASGI plumbing of the lean HTTP relay (:mod:`.relay`): request bodies, answers (one JSON body, or an
 event stream the relay writes), and bodies streamed from the upstream to the client until it leaves."""
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from ._http1 import HttpError, Response
-from ._sse import sse_event
+import httpx2
 
-__all__ = ["Scope", "Receive", "Send", "Reply", "BODY_TIMEOUT", "read_body", "done", "drain", "pump", "until_gone",
-           "reply", "empty", "back_headers", "session_id"]
+from ._upstream import BROKEN, sse_event
+
+__all__ = ["Scope", "Receive", "Send", "Reply", "BODY_TIMEOUT", "read_body", "pump", "until_gone", "reply", "empty",
+           "back_headers", "session_id"]
 
 log = logging.getLogger("forewarn.mcp")
 
@@ -23,7 +24,6 @@ _JSON = [(b"content-type", b"application/json")]
 # the hop's own headers, not passed back (the body goes back decoded of its transfer encoding)
 _HOP_BACK = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"te", b"trailer",
                        b"upgrade"})
-_DRAIN_TIMEOUT = 30.0
 BODY_TIMEOUT = 30.0
 
 
@@ -79,27 +79,9 @@ async def read_body(receive: Receive, limit: int, timeout: float = BODY_TIMEOUT)
     return None if size > limit else b"".join(parts)
 
 
-async def done(response: Response) -> None:
-    try:
-        await response.read()
-    finally:
-        response.close()
-
-
-async def drain(response: Response, chunks: AsyncIterator[bytes]) -> None:
-    try:
-        async with asyncio.timeout(_DRAIN_TIMEOUT):
-            async for _ in chunks:
-                pass
-    except (TimeoutError, HttpError):
-        pass
-    finally:
-        response.close()
-
-
-async def pump(response: Response, send: Send, timeout: float | None) -> None:
+async def pump(response: httpx2.Response, send: Send, timeout: float | None) -> None:
     """The body to the client as it comes (``timeout``: the longest wait for the next piece)."""
-    chunks = response.chunks()
+    chunks = response.aiter_raw()
     try:
         while True:
             async with asyncio.timeout(timeout):
@@ -107,8 +89,8 @@ async def pump(response: Response, send: Send, timeout: float | None) -> None:
             if chunk is None:
                 return
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    except (HttpError, TimeoutError) as exc:  # the upstream went away mid-answer: the client sees the stream end
-        log.warning("%s", exc)
+    except (*BROKEN, TimeoutError) as exc:  # the upstream went away mid-answer: the client sees the stream end
+        log.warning("upstream broke its answer off: %s", type(exc).__name__ if not str(exc) else exc)
 
 
 async def until_gone(pump: asyncio.Task[None], receive: Receive) -> None:

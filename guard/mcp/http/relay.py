@@ -1,8 +1,8 @@
 """The lean streamable-HTTP relay: ``forewarn mcp --upstream-url URL --http HOST:PORT`` (``--relay lean``,
-the default where it fits), the HTTP counterpart of :mod:`.relay`.
+the default where it fits), the HTTP counterpart of :mod:`..stdio.relay`.
 
 An ASGI app on the proxy's MCP endpoint. Each POST, GET and DELETE goes on to the upstream's URL over one
-keep-alive HTTP/1.1 client (:mod:`._http1`), headers both ways (``Mcp-Session-Id``, ``MCP-Protocol-Version``,
+keep-alive HTTP client (httpx2, the SDK's: :mod:`._upstream`), headers both ways (``Mcp-Session-Id``, ``MCP-Protocol-Version``,
 ``Last-Event-ID``, authorization …) and the body re-serialised from the value read, on one line
 (:mod:`._lines`); the answer streams back as it comes (JSON, or server-sent events: the upstream's
 notifications and its own requests to the client pass through). Only a ``tools/call`` is more (and a
@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx2
 import mcp_types as types
 import orjson
 from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
@@ -33,9 +34,17 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 
-from ...errors import ConfigError
-from .._version import __version__
-from . import _frames as wire
+from ....errors import ConfigError
+from ..._version import __version__
+from .. import _frames as wire
+from .._frames import MAX_CALLS, error_frame
+from ..approval import APPROVAL_SCHEMA, Elicit
+from ..calls import SERVER_NAME, CallJudge
+from ..judge import GuardedSession
+from ..lean import lean_call, tools_listed
+from ..pinning import server_key
+from ..reads import lean_read
+from ..upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 from ._asgi import (
     BODY_TIMEOUT,
     Receive,
@@ -43,8 +52,6 @@ from ._asgi import (
     Scope,
     Send,
     back_headers,
-    done,
-    drain,
     empty,
     pump,
     read_body,
@@ -52,17 +59,8 @@ from ._asgi import (
     session_id,
     until_gone,
 )
-from ._frames import MAX_CALLS, error_frame
-from ._http1 import Http1, HttpError, Response, Unreachable
-from ._http_sessions import HttpSession, HttpSessions
-from ._sse import answer_in, sse_event
-from .approval import APPROVAL_SCHEMA
-from .calls import SERVER_NAME, CallJudge
-from .judge import GuardedSession
-from .lean import lean_call
-from .pinning import server_key
-from .reads import lean_read
-from .upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
+from ._sessions import HttpSession, HttpSessions
+from ._upstream import BROKEN, HttpUpstream, answer_in, head_of, sse_event
 
 __all__ = ["HttpRelay", "lean_http_fits"]
 
@@ -100,8 +98,8 @@ class HttpRelay:
         # a body holds one message (or a batch) whose arguments the judge refuses above its limit
         self.body_limit = max(4 << 20, 2 * judge.config.max_argument_bytes)
         self.body_timeout = BODY_TIMEOUT
-        self._http = Http1(self.url)
-        # a session without requests for idle_timeout is ended, here and upstream (:mod:`._http_sessions`)
+        self._http = HttpUpstream(self.url)
+        # a session without requests for idle_timeout is ended, here and upstream (:mod:`._sessions`)
         self._sessions = HttpSessions(judge, idle_timeout, lambda sid: self._background(self._forget(sid)))
         # the relay's requests to clients: id → the session asked, and its answer
         self._mine: dict[str, tuple[str | None, asyncio.Future[dict[str, Any]]]] = {}
@@ -131,7 +129,7 @@ class HttpRelay:
                 sweeper.cancel()
         finally:
             self.close()
-            self._http.close()
+            await self._http.aclose()
 
     def close(self) -> None:
         """End the open streams (a client's GET stream lives as long as its session) and the sessions."""
@@ -145,7 +143,7 @@ class HttpRelay:
             try:
                 await self._handshake()
                 return
-            except (HttpError, MCPError, TimeoutError, ValueError) as exc:
+            except (*BROKEN, MCPError, TimeoutError, ValueError) as exc:
                 failures += 1
                 reason = exc.error.message if isinstance(exc, MCPError) else f"{type(exc).__name__}: {exc}"
                 if failures > self.judge.config.restarts:
@@ -160,13 +158,13 @@ class HttpRelay:
         answer, back = await self._ask("initialize", request, _OWN_HEADERS)
         version = (answer.get("protocolVersion") or types.LATEST_PROTOCOL_VERSION).encode()
         mine = [*_OWN_HEADERS, (b"mcp-protocol-version", version)]
-        if (sid := back.header(b"mcp-session-id")) is not None:
-            mine.append((b"mcp-session-id", sid))
+        if (sid := back.headers.get("mcp-session-id")) is not None:
+            mine.append((b"mcp-session-id", sid.encode()))
         async with asyncio.timeout(_CONNECT_TIMEOUT):
-            await done(await self._http.request("POST", mine, b'{"jsonrpc":"2.0","method":"notifications/initialized"}'))
+            await self._http.done("POST", mine, b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
             await self._list_tools(mine)
             if sid is not None:
-                await done(await self._http.request("DELETE", mine))
+                await self._http.done("DELETE", mine)
 
     # -- the ASGI app ---------------------------------------------------------------------
 
@@ -253,7 +251,7 @@ class HttpRelay:
             if method == "initialize" and rid is not None:
                 return await self._initialize(message, body, headers, send)
             if method == "tools/list" and rid is not None:  # (gateway: descriptions judged, tools pinned: gate.py)
-                return await self._tools_list(message, body, headers, send)
+                return await self._tools_list(rid, body, headers, send)
             await self._pass("POST", headers, body, receive, send, rid)
         finally:
             if key is not None:
@@ -267,11 +265,11 @@ class HttpRelay:
         try:
             async with asyncio.timeout(self.timeout):
                 response = await self._http.request(method, headers, body)
-        except (HttpError, TimeoutError) as exc:
+        except (*BROKEN, TimeoutError) as exc:
             return await self._unreachable(send, rid, method, exc)
         try:
-            await send({"type": "http.response.start", "status": response.status,
-                        "headers": back_headers(response.headers)})
+            await send({"type": "http.response.start", "status": response.status_code,
+                        "headers": back_headers(head_of(response))})
             pumping = asyncio.create_task(pump(response, send, None if stream else self.timeout))
             self._streams.add(pumping)
             try:
@@ -280,7 +278,7 @@ class HttpRelay:
                 self._streams.discard(pumping)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            response.close()
+            await response.aclose()
 
     async def _unreachable(self, send: Send, rid: Any, what: str, exc: Exception) -> None:
         timeout = isinstance(exc, TimeoutError)
@@ -292,48 +290,46 @@ class HttpRelay:
     # -- requests the relay reads the answer of --------------------------------------------
 
     async def _exchange(self, headers: list[tuple[bytes, bytes]], body: bytes, rid: Any, what: str,
-                        answer_to: Reply | None) -> tuple[bytes, dict[str, Any], Response]:
+                        answer_to: Reply | None) -> tuple[bytes, dict[str, Any], httpx2.Response]:
         """POST ``body`` (a request of id ``rid``) upstream; its answer (bytes, parsed) and the response's
         headers. Events before the answer go to ``answer_to`` (None: dropped).
 
         Raises:
             MCPError: the upstream is unreachable, answers with an HTTP error, or not within the timeout.
         """
-        response: Response | None = None
+        response: httpx2.Response | None = None
         try:
             async with asyncio.timeout(self.timeout):
                 response = back = await self._http.request("POST", headers, body)
-                if response.status >= 400:
-                    if response.status == 404:  # a session the upstream ended (or never had): the relay's goes too
+                if response.status_code >= 400:
+                    if response.status_code == 404:  # a session the upstream ended (or never had): the relay's goes too
                         self._sessions.end(session_id(headers), "the upstream does not know the session")
-                    text = (await response.read()).decode(errors="replace")
+                    text = (await response.aread()).decode(errors="replace")
                     raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} answered {what} with HTTP "
-                                                  f"{response.status}: {' '.join(text.split())[:300]}")
-                if (response.header(b"content-type") or b"").startswith(b"text/event-stream"):
-                    chunks = response.chunks()
-                    frame = await answer_in(chunks, rid, answer_to.event if answer_to else None)
-                    # the stream ends after its answer: read to its end apart, so that its connection is
-                    # kept for the next request (closed early, it would be dropped) without the client waiting
-                    self._background(drain(response, chunks))
-                    response = None
+                                                  f"{response.status_code}: {' '.join(text.split())[:300]}")
+                if response.headers.get("content-type", "").startswith("text/event-stream"):
+                    frame = await answer_in(response, rid, answer_to.event if answer_to else None)
+                    if frame:  # (the rest of the stream is read apart, and the response closed: answer_in)
+                        response = None
                 else:
-                    frame = await response.read()
+                    frame = await response.aread()
                 answer = orjson.loads(frame) if frame else None
         except TimeoutError:
             raise MCPError(UPSTREAM_TIMEOUT, f"upstream {self.name!r} did not answer {what} within "
                                              f"{self.timeout:g} s (the call may still run there)") from None
-        except HttpError as exc:
-            happened = "is unreachable" if isinstance(exc, Unreachable) else f"failed during {what}"
-            raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ({self.url}) {happened}: {exc}") from None
+        except BROKEN as exc:
+            happened = "is unreachable" if isinstance(exc, httpx2.ConnectError) else f"failed during {what}"
+            raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ({self.url}) {happened}: "
+                                          f"{exc or type(exc).__name__}") from None
         finally:
             if response is not None:
-                response.close()
+                await response.aclose()
         if not isinstance(answer, dict) or answer.get("id") != rid:
             raise MCPError(UPSTREAM_DOWN, f"upstream {self.name!r} ended its answer to {what} without one")
         return frame, answer, back
 
     async def _ask(self, method: str, params: Any, headers: list[tuple[bytes, bytes]]
-                   ) -> tuple[dict[str, Any], Response]:
+                   ) -> tuple[dict[str, Any], httpx2.Response]:
         rid = f"{_OWN}{next(self._ids)}"
         body = wire.rewritten({"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})})
         _, answer, back = await self._exchange(headers, body, rid, method, None)
@@ -361,26 +357,23 @@ class HttpRelay:
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
         info, capabilities = params.get("clientInfo"), params.get("capabilities")
-        sid = back.header(b"mcp-session-id")
-        self._sessions.open(sid.decode() if sid is not None else None, info.get("name") if isinstance(info, dict) else None,
+        self._sessions.open(back.headers.get("mcp-session-id"), info.get("name") if isinstance(info, dict) else None,
                             isinstance(capabilities, dict) and "elicitation" in capabilities)
-        answer_to.headers = [h for h in back.headers if h[0] in (b"mcp-session-id", b"mcp-protocol-version")]
+        answer_to.headers = [h for h in head_of(back) if h[0] in (b"mcp-session-id", b"mcp-protocol-version")]
         await answer_to.final(wire.as_proxy(answer, frame))
 
-    async def _tools_list(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
-                          send: Send) -> None:
-        """The client's ``tools/list``: the upstream's answer as the gate lets it through (:mod:`.gate`)."""
-        rid = message["id"]
+    async def _tools_list(self, rid: Any, body: bytes, headers: list[tuple[bytes, bytes]], send: Send) -> None:
+        """A client's ``tools/list``: its answer read (the events before it pass on), and passed back through
+        :func:`.lean.tools_listed` (the gate's checks: :mod:`.gate`), as over stdio."""
         answer_to = Reply(send)
         try:
             frame, answer, _ = await self._exchange(headers, body, rid, "tools/list", answer_to)
         except MCPError as exc:
-            failed = error_frame(rid, exc.error.code, exc.error.message)
-            if self._sessions.ended(session_id(headers)) and not answer_to.streaming:  # (as _judged: 404, start anew)
-                return await reply(send, 404, failed)
-            return await answer_to.final(failed)
-        frame, answer = self.judge.gate.listed_frame(self._server, answer, frame)
-        self._tools.update(wire.tool_arguments(answer))
+            frame = error_frame(rid, exc.error.code, exc.error.message)
+            if self._sessions.ended(session_id(headers)) and not answer_to.streaming:  # the upstream did not know it
+                return await reply(send, 404, frame)
+            return await answer_to.final(frame)
+        frame, _ = tools_listed(self.judge, self._server, self._tools, answer, frame)
         await answer_to.final(frame)
 
     async def _call(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]],
@@ -398,39 +391,11 @@ class HttpRelay:
     async def _judged(self, message: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]], send: Send,
                       sid: str | None, state: HttpSession) -> None:
         answer_to = Reply(send)
-
-        def session() -> GuardedSession:
-            if state.guarded is None:
-                state.guarded = self.judge.open_session(sid, state.client)
-            return state.guarded
-
-        async def forward_as(frame: bytes, what: str) -> tuple[bytes, dict[str, Any]]:
-            answer_frame, answer, _ = await self._exchange(headers, frame, message["id"], what, answer_to)
-            return answer_frame, answer
-
-        async def forward(frame: bytes, tool: str) -> tuple[bytes, dict[str, Any]]:
-            return await forward_as(frame, f"tools/call {tool!r}")
-
-        async def elicit(question: str) -> types.ElicitResult:
-            rid = f"{self._asking}{next(self._ids)}"
-            future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-            self._mine[rid] = (sid, future)
-            try:
-                await answer_to.event(sse_event(orjson.dumps({
-                    "jsonrpc": "2.0", "id": rid, "method": "elicitation/create",
-                    "params": {"message": question, "requestedSchema": APPROVAL_SCHEMA}})))
-                answer = await future
-            finally:
-                self._mine.pop(rid, None)
-            return wire.elicit_result(answer)
-
+        relayed = _Relayed(self, headers, sid, state, answer_to)
         if message["method"] == "tools/call":
-            frame = await lean_call(self.judge, message, body, session=session, lock=state.lock, tools=self._tools,
-                                    list_tools=lambda: self._list_tools(headers),
-                                    elicit=elicit if state.elicits else None, forward=forward)
+            frame = await lean_call(self.judge, relayed, message, body, lock=state.lock)
         else:
-            frame = await lean_read(self.judge, message, body, session=session, lock=state.lock,
-                                    elicit=elicit if state.elicits else None, forward=forward_as)
+            frame = await lean_read(self.judge, relayed, message, body, lock=state.lock)
         if self._sessions.ended(sid) and not answer_to.streaming:  # the upstream did not know it
             return await reply(send, 404, frame)
         await answer_to.final(frame)
@@ -444,9 +409,54 @@ class HttpRelay:
         """End an idle session upstream too (best effort: the upstream also ends idle sessions of its own)."""
         try:
             async with asyncio.timeout(self.timeout):
-                await done(await self._http.request("DELETE", [*_OWN_HEADERS, (b"mcp-session-id", sid.encode())]))
-        except (HttpError, TimeoutError) as exc:
+                await self._http.done("DELETE", [*_OWN_HEADERS, (b"mcp-session-id", sid.encode())])
+        except (*BROKEN, TimeoutError) as exc:
             log.warning("upstream %r: ending idle session %s: %s", self.name, sid, exc)
+
+
+class _Relayed:
+    """One judged request of a session, as the call handling sees the relay (:class:`.lean.Relayed`): what it
+    sends upstream carries the request's headers, and what goes to the client before the answer (the events
+    before it, the relay's questions) goes on the request's own answer (``answer_to``)."""
+
+    def __init__(self, relay: HttpRelay, headers: list[tuple[bytes, bytes]], sid: str | None, state: HttpSession,
+                 answer_to: Reply) -> None:
+        self._relay, self._headers, self._sid, self._state, self._answer_to = relay, headers, sid, state, answer_to
+
+    @property
+    def tools(self) -> dict[str, frozenset[str]]:
+        return self._relay._tools
+
+    @property
+    def elicit(self) -> Elicit | None:
+        return self._elicit if self._state.elicits else None
+
+    def session(self) -> GuardedSession:
+        if self._state.guarded is None:
+            self._state.guarded = self._relay.judge.open_session(self._sid, self._state.client)
+        return self._state.guarded
+
+    async def list_tools(self) -> None:
+        await self._relay._list_tools(self._headers)
+
+    async def exchange(self, message: dict[str, Any], frame: bytes, what: str) -> tuple[bytes, dict[str, Any]]:
+        answer_frame, answer, _ = await self._relay._exchange(self._headers, frame, message["id"], what,
+                                                              self._answer_to)
+        return answer_frame, answer
+
+    async def _elicit(self, question: str) -> types.ElicitResult:
+        relay = self._relay
+        rid = f"{relay._asking}{next(relay._ids)}"
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        relay._mine[rid] = (self._sid, future)
+        try:
+            await self._answer_to.event(sse_event(orjson.dumps({
+                "jsonrpc": "2.0", "id": rid, "method": "elicitation/create",
+                "params": {"message": question, "requestedSchema": APPROVAL_SCHEMA}})))
+            answer = await future
+        finally:
+            relay._mine.pop(rid, None)
+        return wire.elicit_result(answer)
 
 
 def _security_for(host: str) -> TransportSecuritySettings | None:
