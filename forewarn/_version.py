@@ -1,1 +1,1 @@
-__version__ = "0.3.0"  # the one version: pyproject.toml reads it, the changelog in README.md names it
+__version__ = "0.4.0"  # the one version: pyproject.toml reads it, docs/changelog.md names it
