@@ -20,6 +20,19 @@ saw the run it predicts looks better than it is, and picks too large a κ. The c
 (κ = ∞) is the default, and another κ is taken only when its improvement over held-out runs
 is significant (:func:`choose_kappa`).
 
+**Never worse than counting.** ``forewarn evaluate`` scores every model beside counting: the
+share of a state's *visits* followed by a violation (``guard/evaluation/baselines.py``). That
+per-visit frequency ``K_s / V_s`` is what the per-step Brier score rewards where runs linger
+(a state held ten steps is scored ten times), and no first-visit blend reaches it. So
+``shrink: auto`` also weighs the blends towards the visit frequency,
+``(K_s + κ·p_s) / (V_s + κ)``, κ ∈ {0} ∪ the grid, whose κ = 0 is counting itself wherever
+the training runs visited ``s`` (the chain's value elsewhere, where counting has none). The
+default is whichever of the chain alone and counting scores lower on the held-out folds, and
+any other blend replaces it only if it beats that default significantly. Without a violation in
+the training runs counting says 0 everywhere, which the chain refuses on purpose (docs/method.md,
+"Learning"): only the first-visit blends are weighed then. The choice is made
+inside the training runs only (their own folds), so a held-out figure never informs it.
+
 Only properties of the form ``F "label"`` and ``F<=h "label"`` have an outcome that a
 finite run decides at every step; other formulas keep the chain's values.
 """
@@ -40,11 +53,13 @@ from .learning import LearnedDTMC
 from .model import CheckedProperty
 from .predicates import PredicateSet
 
-__all__ = ["KAPPA_GRID", "FOLDS", "CV_PATHS", "Fit", "PathVisits", "summarize_paths", "choose_kappa",
+__all__ = ["KAPPA_GRID", "VISIT_GRID", "FOLDS", "CV_PATHS", "Fit", "PathVisits", "summarize_paths", "choose_kappa",
            "reach_label", "label_test", "reach_targets", "shrink_properties"]
 
 # Candidate strengths for ``shrink: auto`` (∞: the chain alone), ascending.
 KAPPA_GRID = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, math.inf)
+# Strengths of the blends towards the visit frequency (0: counting itself where the runs visited).
+VISIT_GRID = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 FOLDS = 5
 Z_IMPROVE = 1.645  # a κ must beat the chain alone by this many standard errors (one-sided 5 %)
 CV_PATHS = 1000  # at most this many distinct runs (every m-th in sorted order) take part in choosing κ
@@ -152,6 +167,19 @@ def _first_totals(summaries: Sequence[PathVisits], targets: int) -> tuple[Counte
     return n, k
 
 
+def _visit_totals(summaries: Sequence[PathVisits], targets: int) -> tuple[Counter[Key], list[Counter[Key]]]:
+    """Per state, every visit of every run and, per target, the visits it followed (counting's figures)."""
+    n: Counter[Key] = Counter()
+    k: list[Counter[Key]] = [Counter() for _ in range(targets)]
+    for pv in summaries:
+        for key, v in pv.visits.items():
+            n[key] += v * pv.weight
+        for t, hits in enumerate(pv.hits):
+            for key, h in hits.items():
+                k[t][key] += h * pv.weight
+    return n, k
+
+
 def _blend(k: np.ndarray, n: np.ndarray, p: np.ndarray, kappa: float) -> np.ndarray:
     if math.isinf(kappa):
         return p
@@ -160,26 +188,40 @@ def _blend(k: np.ndarray, n: np.ndarray, p: np.ndarray, kappa: float) -> np.ndar
     return np.where(n > 0, out, p)
 
 
+Choice = tuple[str, float]  # (what κ blends towards: "runs" first visits, "visits" every visit; κ)
+
+
+def candidates() -> list[Choice]:
+    """Every blend ``shrink: auto`` weighs, in the order of its scores: first visits, then every visit."""
+    return [("runs", kappa) for kappa in KAPPA_GRID] + [("visits", kappa) for kappa in VISIT_GRID]
+
+
+CHAIN_ALONE: Choice = ("runs", math.inf)
+COUNTING: Choice = ("visits", 0.0)
+
+
 def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[[Paths], Fit],
-                 properties: Sequence[int], grid: Sequence[float] = KAPPA_GRID) -> list[tuple[float, list[float]]]:
-    """Per target (property index ``properties[t]`` of a fit): the κ chosen, and every κ's held-out Brier score.
+                 properties: Sequence[int]) -> list[tuple[Choice, list[float]]]:
+    """Per target (property index ``properties[t]`` of a fit): the blend chosen, and every candidate's
+    held-out Brier score (in the order of :func:`candidates`).
 
     Folds: the distinct paths in sorted order (every m-th of them beyond :data:`CV_PATHS`),
     dealt round-robin (deterministic; copies of one run stay in one fold). For each fold, ``fit``
-    learns and checks the chain from every other run, whose first-visit counts give the
-    frequencies; the fold's ``v`` visits with ``h`` hits to a state score ``v·pred² − 2·pred·h + h``
+    learns and checks the chain from every other run, whose first-visit and every-visit counts give
+    the frequencies; the fold's ``v`` visits with ``h`` hits to a state score ``v·pred² − 2·pred·h + h``
     (the per-step Brier score ``forewarn evaluate`` reports).
 
-    The chain alone (κ = ∞, no shrinking) is the default: the κ with the lowest score replaces
-    it only if it improves the held-out score by more than :data:`Z_IMPROVE` standard errors of
-    the per-run improvements (a one-sided paired test over held-out runs), so noise cannot pick
-    a κ that makes the estimate worse.
+    The default is the lower scoring of the chain alone and counting (:data:`CHAIN_ALONE`,
+    :data:`COUNTING`); the candidate with the lowest score replaces it only if it improves the
+    held-out score by more than :data:`Z_IMPROVE` standard errors of the per-run improvements (a
+    one-sided paired test over held-out runs), so noise cannot pick a blend that makes it worse.
     """
+    grid = candidates()
     items = sorted(summaries)
     if len(items) > CV_PATHS:  # κ needs no more held-out runs: bound the refits' cost on large inputs
         items = items[::math.ceil(len(items) / CV_PATHS)]
     targets = len(properties)
-    n_all, k_all = _first_totals(list(summaries.values()), targets)
+    (fn, fk), (vn, vk) = _first_totals(list(summaries.values()), targets), _visit_totals(list(summaries.values()), targets)
     per_run: list[list[np.ndarray]] = [[] for _ in range(targets)]  # per fold: runs × grid, each run's sum
     weights: list[list[np.ndarray]] = [[] for _ in range(targets)]
     scored = 0.0
@@ -189,44 +231,50 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
             continue
         fitted = fit({p: summaries[p].weight for p in test})  # learned without the fold
         index = fitted.dtmc.product_index()
-        n_test, k_test = _first_totals([summaries[p] for p in test], targets)
+        (hfn, hfk), (hvn, hvk) = (_first_totals([summaries[p] for p in test], targets),
+                                  _visit_totals([summaries[p] for p in test], targets))
         for t in range(targets):
-            rows = []  # (run, state index, training runs, training hits, v, h)
+            rows = []  # (run, state index, training runs, their hits, training visits, their hits, v, h)
             for r, p in enumerate(test):
                 pv = summaries[p]
                 for key, v in pv.visits.items():
                     s = index.get(key)
                     if s is not None:
-                        rows.append((r, s, n_all[key] - n_test[key], k_all[t][key] - k_test[t][key], v,
-                                     pv.hits[t].get(key, 0)))
+                        rows.append((r, s, fn[key] - hfn[key], vn[key] - hvn[key], fk[t][key] - hfk[t][key],
+                                     vk[t][key] - hvk[t][key], v, pv.hits[t].get(key, 0)))
             if not rows:
                 continue
-            r_, s_, n_, k_, v_, h = (np.asarray(c, dtype=float) for c in zip(*rows))
+            r_, s_, n_runs, n_visits, k_runs, k_visits, v_, h = (np.asarray(c, dtype=float) for c in zip(*rows))
             p_ = fitted.values[properties[t]][s_.astype(np.int64)]
             runs = r_.astype(np.int64)
             sums = np.zeros((len(test), len(grid)))
-            for g, kappa in enumerate(grid):
-                pred = _blend(k_, n_, p_, kappa)
+            for g, (towards, kappa) in enumerate(grid):
+                pred = _blend(k_runs, n_runs, p_, kappa) if towards == "runs" else _blend(k_visits, n_visits, p_, kappa)
                 sums[:, g] = np.bincount(runs, weights=v_ * pred * pred - 2 * pred * h + h, minlength=len(test))
             per_run[t].append(sums)
             weights[t].append(np.array([summaries[p].weight for p in test], dtype=float))
             if t == 0:
                 scored += float((np.array([summaries[p].weight for p in test])[runs] * v_).sum())
     out = []
-    chain_alone = next(g for g, kappa in enumerate(grid) if math.isinf(kappa))
+    chain_alone, counting = grid.index(CHAIN_ALONE), grid.index(COUNTING)
     for t in range(targets):
         if not per_run[t]:
-            out.append((float(grid[chain_alone]), [math.nan] * len(grid)))
+            out.append((CHAIN_ALONE, [math.nan] * len(grid)))
             continue
         sums, w = np.concatenate(per_run[t]), np.concatenate(weights[t])
         total = (w[:, None] * sums).sum(axis=0)
         scores = (total / max(scored, 1.0)).tolist()
-        best = min(range(len(grid)), key=lambda g: (round(scores[g], 12), -grid[g]))
-        gain = sums[:, chain_alone] - sums[:, best]  # per run: how much κ improved on the chain
+        # without a single violation counting says 0 everywhere, which the chain refuses on purpose (an
+        # unsafe state the spec allows is in the model, seen or not): only the first-visit blends then
+        allowed = range(len(grid)) if sum(vk[t].values()) else range(len(KAPPA_GRID))
+        default = counting if counting in allowed and round(scores[counting], 12) < round(scores[chain_alone], 12) \
+            else chain_alone
+        best = min(allowed, key=lambda g: (round(scores[g], 12), g != default))
+        gain = sums[:, default] - sums[:, best]  # per run: how much the best improved on the default
         mean = float((w * gain).sum() / w.sum())
         spread = math.sqrt(float((w * (gain - mean) ** 2).sum()))  # the standard error of the total gain
-        chosen = best if float((w * gain).sum()) > Z_IMPROVE * spread else chain_alone
-        out.append((float(grid[chosen]), scores))
+        chosen = best if float((w * gain).sum()) > Z_IMPROVE * spread else default
+        out.append((grid[chosen], scores))
     return out
 
 
@@ -269,23 +317,26 @@ def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: Lea
     if setting == "auto":
         if fit is None:
             raise UsageError("shrink 'auto' needs a fit function")
-        kappas = choose_kappa(summaries, fit, chosen)
+        choices = choose_kappa(summaries, fit, chosen)
     else:
-        kappas = [(float(setting), [])] * len(chosen)
-    n_all, k_all = _first_totals(list(summaries.values()), len(chosen))
+        choices = [(("runs", float(setting)), [])] * len(chosen)
+    totals = {"runs": _first_totals(list(summaries.values()), len(chosen)),
+              "visits": _visit_totals(list(summaries.values()), len(chosen))}
     index = dtmc.product_index()
-    n = np.zeros(dtmc.size)
-    for key, v in n_all.items():
-        n[index[key]] = v
     out = list(properties)
     for t, i in enumerate(chosen):
-        k = np.zeros(dtmc.size)
+        (towards, kappa), scores = choices[t]
+        n_all, k_all = totals[towards]
+        n, k = np.zeros(dtmc.size), np.zeros(dtmc.size)
+        for key, v in n_all.items():
+            n[index[key]] = v
         for key, h in k_all[t].items():
             k[index[key]] = h
-        kappa, scores = kappas[t]
         prop = properties[i]
+        first = len(KAPPA_GRID)
         report[prop.name] = {"kappa": kappa} if setting != "auto" else {
-            "kappa": kappa, "grid": list(KAPPA_GRID), "cv_brier": scores, "folds": FOLDS}
+            "kappa": kappa, "towards": towards, "grid": list(KAPPA_GRID), "cv_brier": scores[:first],
+            "visit_grid": list(VISIT_GRID), "cv_brier_visits": scores[first:], "folds": FOLDS}
         o = prop.outcome
         outcome = replace(o, values=_blend(k, n, o.values, kappa),
                           lower=None if o.lower is None else _blend(k, n, o.lower, kappa),
