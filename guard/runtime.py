@@ -57,6 +57,8 @@ class Guard:
         cpu_budget: seconds of CPU the CEL predicates of one step may cost, estimated before
             they run (``guard/_cel_cost.py``); a step past it is decided as an unseen state.
             None: unbounded. Applies to predicates built here (shared ones keep theirs).
+        near_states: how many predicates away an unseen abstract state looks for seen ones to be judged
+            from (guard/nearest.py); None: the spec's ``guard.near_states``.
 
     Attributes:
         start_warning: whether the guard's first session under the level trigger warns
@@ -70,7 +72,8 @@ class Guard:
 
     def __init__(self, model: GuardModel, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
-                 predicates: PredicateSet | None = None, cpu_budget: float | None = DEFAULT_CPU_BUDGET) -> None:
+                 predicates: PredicateSet | None = None, cpu_budget: float | None = DEFAULT_CPU_BUDGET,
+                 near_states: int | None = None) -> None:
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
         self._rules = self._rules_of(self.policy)
@@ -104,7 +107,8 @@ class Guard:
         if self.memory is not None:
             self._add_history_fallback()
         # an unseen abstract state backs off to the nearest seen ones (guard/nearest.py), found on first sight
-        self._near_states = model.spec.guard.near_states if self.kinds is None else 0
+        reach = model.spec.guard.near_states if near_states is None else near_states
+        self._near_states = reach if self.kinds is None else 0
         self._seen = self._seen_states() if self._near_states else {}
         self._near: dict[tuple[int, MonitorStates], int | None] = {}
         self._near_note: dict[int, tuple[int, int]] = {}  # appended entry → (distance, neighbours)

@@ -26,9 +26,12 @@ per-visit frequency ``K_s / V_s`` is what the per-step Brier score rewards where
 (a state held ten steps is scored ten times), and no first-visit blend reaches it. So
 ``shrink: auto`` also weighs the blends towards the visit frequency,
 ``(K_s + κ·p_s) / (V_s + κ)``, κ ∈ {0} ∪ the grid, whose κ = 0 is counting itself wherever
-the training runs visited ``s`` (the chain's value elsewhere, where counting has none). The
-default is whichever of the chain alone and counting scores lower on the held-out folds, and
-any other blend replaces it only if it beats that default significantly. Without a violation in
+the training runs visited ``s`` (the chain's value elsewhere, where counting has none), and the
+stacks ``w·p_s + (1 − w)·K_s/V_s`` between the chain and counting. The default is the member of
+that family (the chain alone, a stack, counting) that scores lowest on the held-out folds: the
+Brier score is convex, so a stack scores at most the weighted mean of the two's, and choosing
+along the family is not the coin toss that choosing one of two close estimates is. Any other
+blend replaces the default only if it beats it significantly. Without a violation in
 the training runs counting says 0 everywhere, which the chain refuses on purpose (docs/method.md,
 "Learning"): only the first-visit blends are weighed then. The choice is made
 inside the training runs only (their own folds), so a held-out figure never informs it.
@@ -53,13 +56,15 @@ from .learning import LearnedDTMC
 from .model import CheckedProperty
 from .predicates import PredicateSet
 
-__all__ = ["KAPPA_GRID", "VISIT_GRID", "FOLDS", "CV_PATHS", "Fit", "PathVisits", "summarize_paths", "choose_kappa",
+__all__ = ["KAPPA_GRID", "VISIT_GRID", "STACK_GRID", "FOLDS", "CV_PATHS", "Fit", "PathVisits", "summarize_paths", "choose_kappa",
            "reach_label", "label_test", "reach_targets", "shrink_properties"]
 
 # Candidate strengths for ``shrink: auto`` (∞: the chain alone), ascending.
 KAPPA_GRID = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, math.inf)
 # Strengths of the blends towards the visit frequency (0: counting itself where the runs visited).
 VISIT_GRID = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
+# The chain's weight in the stacks of the chain and counting, w·p_s + (1 − w)·K_s/V_s (0 and 1: the two alone).
+STACK_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 FOLDS = 5
 Z_IMPROVE = 1.645  # a κ must beat the chain alone by this many standard errors (one-sided 5 %)
 CV_PATHS = 1000  # at most this many distinct runs (every m-th in sorted order) take part in choosing κ
@@ -192,8 +197,22 @@ Choice = tuple[str, float]  # (what κ blends towards: "runs" first visits, "vis
 
 
 def candidates() -> list[Choice]:
-    """Every blend ``shrink: auto`` weighs, in the order of its scores: first visits, then every visit."""
-    return [("runs", kappa) for kappa in KAPPA_GRID] + [("visits", kappa) for kappa in VISIT_GRID]
+    """Every estimate ``shrink: auto`` weighs, in the order of its scores: the blends towards first visits
+    (κ), towards every visit (κ), then the stacks of the chain and counting (the chain's weight)."""
+    return ([("runs", kappa) for kappa in KAPPA_GRID] + [("visits", kappa) for kappa in VISIT_GRID]
+            + [("stack", w) for w in STACK_GRID])
+
+
+def estimate(choice: Choice, runs: tuple[np.ndarray, np.ndarray], visits: tuple[np.ndarray, np.ndarray],
+             p: np.ndarray) -> np.ndarray:
+    """The stored value for a choice, from the (hits, runs) of first visits, the (hits, visits) of every
+    visit, and the chain's values ``p``; a state the runs never visited keeps ``p``."""
+    towards, kappa = choice
+    if towards == "runs":
+        return _blend(*runs, p, kappa)
+    if towards == "visits":
+        return _blend(*visits, p, kappa)
+    return kappa * p + (1.0 - kappa) * _blend(*visits, p, 0.0)
 
 
 CHAIN_ALONE: Choice = ("runs", math.inf)
@@ -211,10 +230,11 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
     the frequencies; the fold's ``v`` visits with ``h`` hits to a state score ``v·pred² − 2·pred·h + h``
     (the per-step Brier score ``forewarn evaluate`` reports).
 
-    The default is the lower scoring of the chain alone and counting (:data:`CHAIN_ALONE`,
-    :data:`COUNTING`); the candidate with the lowest score replaces it only if it improves the
-    held-out score by more than :data:`Z_IMPROVE` standard errors of the per-run improvements (a
-    one-sided paired test over held-out runs), so noise cannot pick a blend that makes it worse.
+    The default is the lowest scoring of the chain alone, the stacks and counting (:data:`CHAIN_ALONE`,
+    :data:`STACK_GRID`, :data:`COUNTING`; the first of equals from the chain's side); the candidate
+    with the lowest score replaces it only if it improves the held-out score by more than
+    :data:`Z_IMPROVE` standard errors of the per-run improvements (a one-sided paired test over
+    held-out runs), so noise cannot pick a blend that makes it worse.
     """
     grid = candidates()
     items = sorted(summaries)
@@ -248,8 +268,8 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
             p_ = fitted.values[properties[t]][s_.astype(np.int64)]
             runs = r_.astype(np.int64)
             sums = np.zeros((len(test), len(grid)))
-            for g, (towards, kappa) in enumerate(grid):
-                pred = _blend(k_runs, n_runs, p_, kappa) if towards == "runs" else _blend(k_visits, n_visits, p_, kappa)
+            for g, choice in enumerate(grid):
+                pred = estimate(choice, (k_runs, n_runs), (k_visits, n_visits), p_)
                 sums[:, g] = np.bincount(runs, weights=v_ * pred * pred - 2 * pred * h + h, minlength=len(test))
             per_run[t].append(sums)
             weights[t].append(np.array([summaries[p].weight for p in test], dtype=float))
@@ -257,6 +277,7 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
                 scored += float((np.array([summaries[p].weight for p in test])[runs] * v_).sum())
     out = []
     chain_alone, counting = grid.index(CHAIN_ALONE), grid.index(COUNTING)
+    stacks = [grid.index(("stack", w)) for w in sorted(STACK_GRID, reverse=True)]
     for t in range(targets):
         if not per_run[t]:
             out.append((CHAIN_ALONE, [math.nan] * len(grid)))
@@ -267,8 +288,8 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
         # without a single violation counting says 0 everywhere, which the chain refuses on purpose (an
         # unsafe state the spec allows is in the model, seen or not): only the first-visit blends then
         allowed = range(len(grid)) if sum(vk[t].values()) else range(len(KAPPA_GRID))
-        default = counting if counting in allowed and round(scores[counting], 12) < round(scores[chain_alone], 12) \
-            else chain_alone
+        family = [g for g in [chain_alone, *stacks, counting] if g in allowed]  # from the chain to counting
+        default = min(family, key=lambda g: round(scores[g], 12))
         best = min(allowed, key=lambda g: (round(scores[g], 12), g != default))
         gain = sums[:, default] - sums[:, best]  # per run: how much the best improved on the default
         mean = float((w * gain).sum() / w.sum())
@@ -325,22 +346,31 @@ def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: Lea
     index = dtmc.product_index()
     out = list(properties)
     for t, i in enumerate(chosen):
-        (towards, kappa), scores = choices[t]
-        n_all, k_all = totals[towards]
-        n, k = np.zeros(dtmc.size), np.zeros(dtmc.size)
-        for key, v in n_all.items():
-            n[index[key]] = v
-        for key, h in k_all[t].items():
-            k[index[key]] = h
+        choice, scores = choices[t]
+        arrays = {}
+        for kind, (n_all, k_all) in totals.items():
+            n, k = np.zeros(dtmc.size), np.zeros(dtmc.size)
+            for key, v in n_all.items():
+                n[index[key]] = v
+            for key, h in k_all[t].items():
+                k[index[key]] = h
+            arrays[kind] = (k, n)
         prop = properties[i]
-        first = len(KAPPA_GRID)
+        first, stacked = len(KAPPA_GRID), len(KAPPA_GRID) + len(VISIT_GRID)
+        towards, kappa = choice
         report[prop.name] = {"kappa": kappa} if setting != "auto" else {
-            "kappa": kappa, "towards": towards, "grid": list(KAPPA_GRID), "cv_brier": scores[:first],
-            "visit_grid": list(VISIT_GRID), "cv_brier_visits": scores[first:], "folds": FOLDS}
+            "kappa": None if towards == "stack" else kappa, "towards": towards,
+            "chain_weight": kappa if towards == "stack" else None,
+            "grid": list(KAPPA_GRID), "cv_brier": scores[:first], "visit_grid": list(VISIT_GRID),
+            "cv_brier_visits": scores[first:stacked], "stack_grid": list(STACK_GRID), "cv_brier_stacks": scores[stacked:],
+            "folds": FOLDS}
         o = prop.outcome
-        outcome = replace(o, values=_blend(k, n, o.values, kappa),
-                          lower=None if o.lower is None else _blend(k, n, o.lower, kappa),
-                          upper=None if o.upper is None else _blend(k, n, o.upper, kappa))
+
+        def value(p: np.ndarray) -> np.ndarray:
+            return estimate(choice, arrays["runs"], arrays["visits"], p)  # noqa: B023  (used in this iteration)
+
+        outcome = replace(o, values=value(o.values), lower=None if o.lower is None else value(o.lower),
+                          upper=None if o.upper is None else value(o.upper))
         out[i] = CheckedProperty(prop.definition, outcome)
     for entry in report.values():  # JSON has no infinity: ∞ means "the chain alone"
         if entry["kappa"] is not None and math.isinf(entry["kappa"]):

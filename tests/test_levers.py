@@ -18,7 +18,7 @@ from forewarn.guard import Guard
 from forewarn.guard.learning import END, LearnedDTMC
 from forewarn.guard.memory import Memory
 from forewarn.guard.pipeline import learn_model
-from forewarn.guard.shrinkage import KAPPA_GRID, VISIT_GRID, reach_label
+from forewarn.guard.shrinkage import KAPPA_GRID, STACK_GRID, VISIT_GRID, reach_label
 from forewarn.guard.spec import ALPHA_AUTO_REMOVED, Spec, parse_spec
 from forewarn.guard.storm import Method
 
@@ -119,7 +119,8 @@ def test_shrink_auto_scores_are_the_kfold_brier_of_refitted_models(write_runs: W
     entry = model.provenance["levers"]["shrink"]["unsafe"]
     items = sorted(Counter(tuple(b) for b in SHRINK_RUNS).items())
     off = toy_with("  alpha: 0.1\n  shrink: off\n")
-    grid = [("runs", kappa) for kappa in KAPPA_GRID] + [("visits", kappa) for kappa in VISIT_GRID]
+    grid = ([("runs", kappa) for kappa in KAPPA_GRID] + [("visits", kappa) for kappa in VISIT_GRID]
+            + [("stack", w) for w in STACK_GRID])
     squared = np.zeros(len(grid))
     visits = 0
     per_run = []  # each held-out run's squared errors per blend
@@ -151,24 +152,33 @@ def test_shrink_auto_scores_are_the_kfold_brier_of_refitted_models(write_runs: W
                 visits += 1
                 for g, (towards, kappa) in enumerate(grid):
                     hits, out_of = (k[b], n[b]) if towards == "runs" else (kv[b], nv[b])
-                    pred = p if math.isinf(kappa) or out_of == 0 else (hits + kappa * p) / (out_of + kappa)
+                    if towards == "stack":  # the chain's weight, the rest counting's (the chain's where unseen)
+                        pred = kappa * p + (1 - kappa) * (kv[b] / nv[b] if nv[b] else p)
+                    else:
+                        pred = p if math.isinf(kappa) or out_of == 0 else (hits + kappa * p) / (out_of + kappa)
                     run[g] += (pred - (cut < len(bits))) ** 2
             squared += run
             per_run.append(run)
-    first = len(KAPPA_GRID)
+    first, stacked = len(KAPPA_GRID), len(KAPPA_GRID) + len(VISIT_GRID)
     assert np.allclose(entry["cv_brier"], squared[:first] / visits, rtol=1e-9)
-    assert np.allclose(entry["cv_brier_visits"], squared[first:] / visits, rtol=1e-9)
-    scores = list(entry["cv_brier"]) + list(entry["cv_brier_visits"])
+    assert np.allclose(entry["cv_brier_visits"], squared[first:stacked] / visits, rtol=1e-9)
+    assert np.allclose(entry["cv_brier_stacks"], squared[stacked:] / visits, rtol=1e-9)
+    scores = list(entry["cv_brier"]) + list(entry["cv_brier_visits"]) + list(entry["cv_brier_stacks"])
     chain_alone, counting = first - 1, first  # κ = ∞ towards runs; κ = 0 towards visits
-    # the default is the better of the chain alone and counting; the best blend replaces it only if its
-    # gain over held-out runs is significant (one-sided, 1.645 SE)
-    default = counting if round(scores[counting], 12) < round(scores[chain_alone], 12) else chain_alone
+    # the default is the best from the chain alone through the stacks to counting (the first of equals
+    # from the chain's side); the best of all replaces it only if its gain over held-out runs is
+    # significant (one-sided, 1.645 SE)
+    family = [chain_alone, *(grid.index(("stack", w)) for w in sorted(STACK_GRID, reverse=True)), counting]
+    default = min(family, key=lambda i: round(scores[i], 12))
     best = min(range(len(grid)), key=lambda i: (round(scores[i], 12), i != default))
     gain = np.array([r[default] - r[best] for r in per_run])
     significant = gain.sum() > 1.645 * math.sqrt(((gain - gain.mean()) ** 2).sum())
     towards, chosen = grid[best if significant else default]
-    assert (entry["towards"], entry["kappa"]) == (towards, "inf" if math.isinf(chosen) else chosen)
-    assert scores[grid.index((entry["towards"], chosen))] <= min(scores[chain_alone], scores[counting])
+    if towards == "stack":
+        assert (entry["towards"], entry["chain_weight"], entry["kappa"]) == ("stack", chosen, None)
+    else:
+        assert (entry["towards"], entry["kappa"]) == (towards, "inf" if math.isinf(chosen) else chosen)
+    assert scores[grid.index((towards, chosen))] <= min(scores[chain_alone], scores[counting])
     again = learn_model([write_runs([toy_run(f"r{i}", b) for i, b in enumerate(SHRINK_RUNS)], name="again.jsonl")],
                         spec)
     assert again.provenance["levers"]["shrink"] == model.provenance["levers"]["shrink"]
