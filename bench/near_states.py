@@ -9,7 +9,8 @@ A tool agent's model is learned from the tools domain's generated runs (forewarn
   state the training runs never showed (the ``unseen_state`` action, ``ask_human`` in the shipped spec);
 * **detection**: held-out generated runs (another seed) replayed with ``--enforcement observe``: the share
   of violating runs warned strictly before the violation, and of safe runs warned at all (false alarms),
-  at the spec's ``ask_human`` θ (an alarm: p_safe below it, or an unseen state while it alarms).
+  at the spec's ``ask_human`` θ (an alarm: p_safe below it, or an unseen state while it alarms); and at
+  matched false alarms, the largest θ that warns at most 5 % of the safe runs.
 
 The spec is the tools domain's with four predicates over the step's action added (which tool was
 just called), as a user, or ``forewarn discover``, adds them: the state then tells a web search from
@@ -25,17 +26,21 @@ so the rows' Brier figures cover different steps.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from _common import write_json
 from forewarn.domains.tools.generator import generate_traces
 from forewarn.domains.tools.spec import SPEC_PATH
 from forewarn.guard.pipeline import learn_model
-from forewarn.guard.replay import replay
+from forewarn.guard.replay import RunReplay, replay
 from forewarn.guard.runtime import Guard
 from forewarn.guard.spec import Action, Spec, parse_spec
 from forewarn.guard.toolcalls.extractor import ToolStateExtractor
@@ -125,18 +130,29 @@ def main() -> None:
         rows.append({"near_states": near, "acted_per_benign_run": acted / args.benign,
                      "unseen_per_benign_run": unseen / args.benign, "detection": t.warned_ahead_rate,
                      "false_alarms": t.false_alarm_rate, "unseen_steps_held_out": report.unseen_steps,
-                     "brier": report.brier})
+                     "brier": report.brier, "detection_at_5": detection_at(report.replays, 0.05)})
     print("| guard.near_states | benign run: decisions not allow | of them, the unseen action | "
-          "held-out: warned ahead | false alarms | unseen steps | Brier |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "held-out: warned ahead | false alarms | warned ahead at ≤ 5 % false alarms | unseen steps | Brier |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         label = {0: "0 (before: the unseen action)", 1: "1 (default)", 2: "2"}[r["near_states"]]
         print(f"| {label} | {r['acted_per_benign_run']:.2f} | {r['unseen_per_benign_run']:.2f} | "
-              f"{_pct(r['detection'])} | {_pct(r['false_alarms'])} | {r['unseen_steps_held_out']} | "
+              f"{_pct(r['detection'])} | {_pct(r['false_alarms'])} | {_pct(r['detection_at_5'][0])} "
+              f"({_pct(r['detection_at_5'][1])}) | {r['unseen_steps_held_out']} | "
               f"{'–' if r['brier'] is None else format(r['brier'], '.4f')} |")
     if args.json:
         write_json(args.json, {"benchmark": "near_states", "train": args.train, "test": args.test,
                                "benign": args.benign, "theta": theta, "rows": rows})
+
+
+def detection_at(replays: Sequence[RunReplay], target: float) -> tuple[float, float]:
+    """(warned ahead, false alarms) at the largest θ whose false-alarm rate is at most ``target``, an unseen
+    state alarming (as the shipped policy's ask_human does) — bench/estimation_levers.py's rule."""
+    safe = np.sort([r.min_p_safe(True, lookahead=False) for r in replays if not r.unsafe])
+    unsafe = np.array([r.min_p_safe(True, lookahead=False) for r in replays if r.unsafe])
+    k = math.floor(target * len(safe) + 1e-9)
+    theta = safe[k] if k < len(safe) else math.inf
+    return float((unsafe < theta).mean()), float((safe < theta).mean())
 
 
 def _pct(value: float | None) -> str:
