@@ -27,13 +27,12 @@ per-visit frequency ``K_s / V_s`` is what the per-step Brier score rewards where
 ``shrink: auto`` also weighs the blends towards the visit frequency,
 ``(K_s + κ·p_s) / (V_s + κ)``, κ ∈ {0} ∪ the grid, whose κ = 0 is counting itself wherever
 the training runs visited ``s`` (the chain's value elsewhere, where counting has none), and the
-stacks ``w·p_s + (1 − w)·K_s/V_s`` between the chain and counting. The default is the member of
-that family (the chain alone, a stack, counting) that scores lowest on the held-out folds: the
-Brier score is convex, so a stack scores at most the weighted mean of the two's, and choosing
-along the family is not the coin toss that choosing one of two close estimates is. Any other
-blend replaces the default only if it beats it significantly. Without a violation in
-the training runs counting says 0 everywhere, which the chain refuses on purpose (docs/method.md,
-"Learning"): only the first-visit blends are weighed then. The choice is made
+stacks ``w·p_s + (1 − w)·K_s/V_s`` between the chain and counting. **Counting is the default**,
+the baseline every model is scored against: any other estimate replaces it only if it beats it
+significantly on the held-out folds (taking the lower scoring of two close estimates is a coin
+toss on new runs). Without a violation in the training runs counting says 0 everywhere, which
+the chain refuses on purpose (docs/method.md, "Learning"): the chain alone is the default then,
+and only the first-visit blends are weighed. The choice is made
 inside the training runs only (their own folds), so a held-out figure never informs it.
 
 Only properties of the form ``F "label"`` and ``F<=h "label"`` have an outcome that a
@@ -230,11 +229,10 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
     the frequencies; the fold's ``v`` visits with ``h`` hits to a state score ``v·pred² − 2·pred·h + h``
     (the per-step Brier score ``forewarn evaluate`` reports).
 
-    The default is the lowest scoring of the chain alone, the stacks and counting (:data:`CHAIN_ALONE`,
-    :data:`STACK_GRID`, :data:`COUNTING`; the first of equals from the chain's side); the candidate
-    with the lowest score replaces it only if it improves the held-out score by more than
-    :data:`Z_IMPROVE` standard errors of the per-run improvements (a one-sided paired test over
-    held-out runs), so noise cannot pick a blend that makes it worse.
+    Counting (:data:`COUNTING`) is the default, or the chain alone (:data:`CHAIN_ALONE`) where the runs
+    hold no violation; the candidate with the lowest score replaces it only if it improves the held-out
+    score by more than :data:`Z_IMPROVE` standard errors of the per-run improvements (a one-sided paired
+    test over held-out runs), so noise cannot pick an estimate that does worse than the baseline.
     """
     grid = candidates()
     items = sorted(summaries)
@@ -277,7 +275,6 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
                 scored += float((np.array([summaries[p].weight for p in test])[runs] * v_).sum())
     out = []
     chain_alone, counting = grid.index(CHAIN_ALONE), grid.index(COUNTING)
-    stacks = [grid.index(("stack", w)) for w in sorted(STACK_GRID, reverse=True)]
     for t in range(targets):
         if not per_run[t]:
             out.append((CHAIN_ALONE, [math.nan] * len(grid)))
@@ -288,8 +285,7 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
         # without a single violation counting says 0 everywhere, which the chain refuses on purpose (an
         # unsafe state the spec allows is in the model, seen or not): only the first-visit blends then
         allowed = range(len(grid)) if sum(vk[t].values()) else range(len(KAPPA_GRID))
-        family = [g for g in [chain_alone, *stacks, counting] if g in allowed]  # from the chain to counting
-        default = min(family, key=lambda g: round(scores[g], 12))
+        default = counting if counting in allowed else chain_alone  # the baseline: others must beat it
         best = min(allowed, key=lambda g: (round(scores[g], 12), g != default))
         gain = sums[:, default] - sums[:, best]  # per run: how much the best improved on the default
         mean = float((w * gain).sum() / w.sum())
