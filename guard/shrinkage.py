@@ -30,10 +30,13 @@ the training runs visited ``s`` (the chain's value elsewhere, where counting has
 stacks ``w·p_s + (1 − w)·K_s/V_s`` between the chain and counting. **Counting is the default**,
 the baseline every model is scored against: any other estimate replaces it only if it beats it
 significantly on the held-out folds (taking the lower scoring of two close estimates is a coin
-toss on new runs). Without a violation in the training runs counting says 0 everywhere, which
-the chain refuses on purpose (docs/method.md, "Learning"): the chain alone is the default then,
-and only the first-visit blends are weighed. The choice is made
-inside the training runs only (their own folds), so a held-out figure never informs it.
+toss on new runs). With ``learning.memory`` the chain's states are finer than counting's (a
+state's histories apart), counting over them is not the baseline and is noisier: the chain
+alone is the default there, as before, and counting must earn its place like any blend.
+Without a violation in the training runs counting says 0 everywhere, which the chain refuses
+on purpose (docs/method.md, "Learning"): the chain alone is the default then, and only the
+first-visit blends are weighed. The choice is made inside the training runs only (their own
+folds), so a held-out figure never informs it.
 
 Only properties of the form ``F "label"`` and ``F<=h "label"`` have an outcome that a
 finite run decides at every step; other formulas keep the chain's values.
@@ -219,7 +222,7 @@ COUNTING: Choice = ("visits", 0.0)
 
 
 def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[[Paths], Fit],
-                 properties: Sequence[int]) -> list[tuple[Choice, list[float]]]:
+                 properties: Sequence[int], baseline: Choice = ("visits", 0.0)) -> list[tuple[Choice, list[float]]]:
     """Per target (property index ``properties[t]`` of a fit): the blend chosen, and every candidate's
     held-out Brier score (in the order of :func:`candidates`).
 
@@ -229,10 +232,11 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
     the frequencies; the fold's ``v`` visits with ``h`` hits to a state score ``v·pred² − 2·pred·h + h``
     (the per-step Brier score ``forewarn evaluate`` reports).
 
-    Counting (:data:`COUNTING`) is the default, or the chain alone (:data:`CHAIN_ALONE`) where the runs
-    hold no violation; the candidate with the lowest score replaces it only if it improves the held-out
-    score by more than :data:`Z_IMPROVE` standard errors of the per-run improvements (a one-sided paired
-    test over held-out runs), so noise cannot pick an estimate that does worse than the baseline.
+    ``baseline`` is the default (:data:`COUNTING`; the pipeline gives :data:`CHAIN_ALONE` for a chain
+    with memory), and the chain alone where the runs hold no violation; the candidate with the lowest
+    score replaces it only if it improves the held-out score by more than :data:`Z_IMPROVE` standard
+    errors of the per-run improvements (a one-sided paired test over held-out runs), so noise cannot
+    pick an estimate that does worse than the baseline.
     """
     grid = candidates()
     items = sorted(summaries)
@@ -274,7 +278,7 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
             if t == 0:
                 scored += float((np.array([summaries[p].weight for p in test])[runs] * v_).sum())
     out = []
-    chain_alone, counting = grid.index(CHAIN_ALONE), grid.index(COUNTING)
+    chain_alone = grid.index(CHAIN_ALONE)
     for t in range(targets):
         if not per_run[t]:
             out.append((CHAIN_ALONE, [math.nan] * len(grid)))
@@ -285,7 +289,7 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
         # without a single violation counting says 0 everywhere, which the chain refuses on purpose (an
         # unsafe state the spec allows is in the model, seen or not): only the first-visit blends then
         allowed = range(len(grid)) if sum(vk[t].values()) else range(len(KAPPA_GRID))
-        default = counting if counting in allowed else chain_alone  # the baseline: others must beat it
+        default = grid.index(baseline) if grid.index(baseline) in allowed else chain_alone  # others must beat it
         best = min(allowed, key=lambda g: (round(scores[g], 12), g != default))
         gain = sums[:, default] - sums[:, best]  # per run: how much the best improved on the default
         mean = float((w * gain).sum() / w.sum())
@@ -312,8 +316,8 @@ def reach_targets(properties: Sequence[CheckedProperty], predicates: PredicateSe
 def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: LearnedDTMC,
                       predicates: PredicateSet, monitors: Sequence[Monitor], setting: float | str,
                       fit: Callable[[Paths], Fit] | None = None,
-                      summaries: Mapping[tuple[int, ...], PathVisits] | None = None
-                      ) -> tuple[list[CheckedProperty], dict[str, Any]]:
+                      summaries: Mapping[tuple[int, ...], PathVisits] | None = None,
+                      baseline: Choice = ("visits", 0.0)) -> tuple[list[CheckedProperty], dict[str, Any]]:
     """Each reach property's values (and Storm's bounds) blended; what was chosen, per property.
 
     Args:
@@ -321,6 +325,7 @@ def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: Lea
             the given ones).
         summaries: :func:`summarize_paths` of ``paths`` over :func:`reach_targets`, when the
             caller made them already (the pipeline shares them with the outcome intervals).
+        baseline: what ``auto`` keeps unless another estimate beats it significantly.
     """
     report: dict[str, Any] = {}
     chosen, targets = reach_targets(properties, predicates, monitors)
@@ -334,7 +339,7 @@ def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: Lea
     if setting == "auto":
         if fit is None:
             raise UsageError("shrink 'auto' needs a fit function")
-        choices = choose_kappa(summaries, fit, chosen)
+        choices = choose_kappa(summaries, fit, chosen, baseline)
     else:
         choices = [(("runs", float(setting)), [])] * len(chosen)
     totals = {"runs": _first_totals(list(summaries.values()), len(chosen)),
