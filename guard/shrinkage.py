@@ -25,8 +25,10 @@ share of a state's *visits* followed by a violation (``guard/evaluation/baseline
 per-visit frequency ``K_s / V_s`` is what the per-step Brier score rewards where runs linger
 (a state held ten steps is scored ten times), and no first-visit blend reaches it. So
 ``shrink: auto`` also weighs the blends towards the visit frequency,
-``(K_s + κ·p_s) / (V_s + κ)``, κ ∈ {0} ∪ the grid, whose κ = 0 is counting itself wherever
-the training runs visited ``s`` (the chain's value elsewhere, where counting has none), and the
+``(K_s + κ·p_s) / (V_s + κ)``, κ ∈ {1} ∪ the grid, whose κ = 1 is counting with one visit's
+worth of the chain added: counting where the runs visited ``s`` much, never exactly 0 where the
+chain is not (a risk of 0 is what the chain refuses on purpose; the chain's value where the runs
+never visited ``s``, where counting has none), and the
 stacks ``w·p_s + (1 − w)·K_s/V_s`` between the chain and counting. **Counting is the default**,
 the baseline every model is scored against: any other estimate replaces it only if it beats it
 significantly on the held-out folds (taking the lower scoring of two close estimates is a coin
@@ -63,8 +65,8 @@ __all__ = ["KAPPA_GRID", "VISIT_GRID", "STACK_GRID", "FOLDS", "CV_PATHS", "Fit",
 
 # Candidate strengths for ``shrink: auto`` (∞: the chain alone), ascending.
 KAPPA_GRID = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, math.inf)
-# Strengths of the blends towards the visit frequency (0: counting itself where the runs visited).
-VISIT_GRID = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
+# Strengths of the blends towards the visit frequency (1: counting, with one visit's worth of the chain).
+VISIT_GRID = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 # The chain's weight in the stacks of the chain and counting, w·p_s + (1 − w)·K_s/V_s (0 and 1: the two alone).
 STACK_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 FOLDS = 5
@@ -218,11 +220,11 @@ def estimate(choice: Choice, runs: tuple[np.ndarray, np.ndarray], visits: tuple[
 
 
 CHAIN_ALONE: Choice = ("runs", math.inf)
-COUNTING: Choice = ("visits", 0.0)
+COUNTING: Choice = ("visits", 1.0)
 
 
 def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[[Paths], Fit],
-                 properties: Sequence[int], baseline: Choice = ("visits", 0.0)) -> list[tuple[Choice, list[float]]]:
+                 properties: Sequence[int], baseline: Choice = COUNTING) -> list[tuple[Choice, list[float]]]:
     """Per target (property index ``properties[t]`` of a fit): the blend chosen, and every candidate's
     held-out Brier score (in the order of :func:`candidates`).
 
@@ -317,7 +319,7 @@ def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: Lea
                       predicates: PredicateSet, monitors: Sequence[Monitor], setting: float | str,
                       fit: Callable[[Paths], Fit] | None = None,
                       summaries: Mapping[tuple[int, ...], PathVisits] | None = None,
-                      baseline: Choice = ("visits", 0.0)) -> tuple[list[CheckedProperty], dict[str, Any]]:
+                      baseline: Choice = COUNTING) -> tuple[list[CheckedProperty], dict[str, Any]]:
     """Each reach property's values (and Storm's bounds) blended; what was chosen, per property.
 
     Args:

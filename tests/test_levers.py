@@ -164,7 +164,7 @@ def test_shrink_auto_scores_are_the_kfold_brier_of_refitted_models(write_runs: W
     assert np.allclose(entry["cv_brier_visits"], squared[first:stacked] / visits, rtol=1e-9)
     assert np.allclose(entry["cv_brier_stacks"], squared[stacked:] / visits, rtol=1e-9)
     scores = list(entry["cv_brier"]) + list(entry["cv_brier_visits"]) + list(entry["cv_brier_stacks"])
-    counting = first  # κ = 0 towards visits
+    counting = first  # κ = 1 towards visits: counting with one visit's worth of the chain
     # counting is the default (the runs hold violations); the best of all replaces it only if its gain
     # over held-out runs is significant (one-sided, 1.645 SE)
     default = counting
@@ -185,16 +185,19 @@ def test_shrink_auto_scores_are_the_kfold_brier_of_refitted_models(write_runs: W
 
 def test_shrink_auto_takes_counting_where_it_wins_held_out(write_runs: WriteRuns) -> None:
     """Safe runs linger in the start state, violating ones leave it at once: the per-step frequency (counting)
-    beats the chain on every held-out fold, so the default stores it, exactly, where the runs visited."""
+    beats the chain on every held-out fold, so the default stores it where the runs visited, with one visit's
+    worth of the chain's value added."""
     runs = [[NONE, A, AB]] * 20 + [[NONE] * 6 + [B]] * 20 + [[NONE] * 5 + [A, NONE]] * 10
     model = learn_model([write_runs([toy_run(f"r{i}", b) for i, b in enumerate(runs)])],
                         toy_with("  alpha: 0.1\n  shrink: auto\n"))
     entry = model.provenance["levers"]["shrink"]["unsafe"]
-    assert (entry["towards"], entry["kappa"]) == ("visits", 0.0)
-    start = model.dtmc.states.index(NONE)
-    # every visit of NONE before a violation: 20 (followed), 20·6 + 10·6 (not)
-    assert model.outcome.values[start] == float(F(20, 20 + 120 + 60))  # k / n, correctly rounded
-    assert model.outcome.values[model.dtmc.states.index(A)] == float(F(20, 30))
+    assert (entry["towards"], entry["kappa"]) == ("visits", 1.0)
+    chain = learn_model([write_runs([toy_run(f"r{i}", b) for i, b in enumerate(runs)], name="chain.jsonl")],
+                        toy_with("  alpha: 0.1\n  shrink: off\n"))
+    for state, hits, visits in ((NONE, 20, 20 + 120 + 60), (A, 20, 30)):  # every visit before a violation
+        i = model.dtmc.states.index(state)
+        p = F(chain.outcome.values[chain.dtmc.states.index(state)])
+        assert math.isclose(model.outcome.values[i], float((hits + p) / (visits + 1)), rel_tol=1e-12)
 
 
 def test_reach_label_reads_reach_properties_only() -> None:
