@@ -61,7 +61,8 @@ def back_off(values: Sequence[N], visits: Sequence[int], lows: Sequence[N] | Non
     total = sum(visits)
     weights = list(visits) if total > 0 else [1] * len(values)
     mass = sum(weights)
-    value = sum((w * v for w, v in zip(weights, values)), values[0] * 0) / mass
+    # one neighbour: its value as it is (a float's w·v / w may differ from v in the last bit)
+    value = values[0] if len(values) == 1 else sum((w * v for w, v in zip(weights, values)), values[0] * 0) / mass
     low = None if lows is None else min(lows)
     high = None if highs is None else max(highs)
     return Near(value, low, high, total)
