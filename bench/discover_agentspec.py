@@ -100,7 +100,7 @@ FILES = {"unsafe_agent_records.jsonl": True, "unsafe_agent_recors_eval.jsonl": T
          "safe_records.jsonl": False, "safe_records_eval.jsonl": False}
 FOLDS = 5
 INNER_FOLDS = 4  # discovery's own folds inside each outer training part
-TARGETS = (0.20, 0.05)
+TARGETS = (0.20, 0.10, 0.05)
 
 GENERIC_SPEC = """\
 name: agentspec-generic
@@ -479,8 +479,8 @@ def main() -> None:
         rows += [row(f"discovered (nested), fold seed {seed}", model),
                  row(f"counting over the discovered spec, fold seed {seed}", counting)]
     print(f"\ngrouped {FOLDS}-fold by task; detection strictly before the hazard (false alarms reached)")
-    print("| spec | Brier | det @ ≤20% FA | det @ ≤5% FA |")
-    print("| --- | --- | --- | --- |")
+    print("| spec | Brier | det @ ≤20% FA | det @ ≤10% FA | det @ ≤5% FA |")
+    print("| --- | --- | --- | --- | --- |")
     for r in rows:
         brier = "–" if r["brier"] is None else f"{r['brier']:.4f}"
         cells = " | ".join(f"{d:.1%} ({fa:.1%})" for d, fa in r["detection"].values())

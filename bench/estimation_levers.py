@@ -29,9 +29,16 @@ Figures, pooled over every held-out run of every fold (and, for embodied, every 
   flags whole tasks by their start risk (bench/README.md, "estimation_levers.py").
 
 Folds: driving and embodied group by run (every run is its own seeded simulation);
-tools group by ``meta.task``, so a task's runs are never on both sides.
+tools group by ``meta.task``, so a task's runs are never on both sides; AgentSpec's real logs
+(``agentspec``: read from ``../shared/data/agentspec-embodied/`` as bench/discover_agentspec.py
+reads them, with its generic spec; skipped when the data is absent) by the file a run came from,
+one fold per file, as a new user holds out a log of their own.
 
-    python bench/estimation_levers.py [--quick] [--domains embodied,driving,tools] [--json FILE]
+After the tables, one summary: per domain the default's Brier beside counting's on the same steps,
+and beside the previous release's default (0.3, measured with this script at commit 369987e;
+:data:`PREVIOUS`), so a regression against either shows in one run.
+
+    python bench/estimation_levers.py [--quick] [--domains embodied,driving,tools,agentspec] [--json FILE]
 """
 from __future__ import annotations
 
@@ -50,6 +57,7 @@ import numpy as np
 from _common import ROOT, write_json
 from forewarn.guard.evaluation.baselines import EMPIRICAL
 from forewarn.guard.evaluation.evaluate import evaluate
+from forewarn.guard.evaluation.folds import group_of
 from forewarn.guard.replay import RunReplay
 from forewarn.guard.spec import MemorySettings, Spec, load_spec
 from forewarn.guard.storm import Method
@@ -184,8 +192,28 @@ def embodied(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]
     return out
 
 
+def agentspec(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]]:
+    import discover_agentspec as logs
+
+    from forewarn.guard.spec import parse_spec
+
+    if not logs.DATA.exists():
+        return []
+    runs = [Run(id=r.id, steps=r.steps, meta={**r.meta, "file": r.source}, source=r.source, line=r.line)
+            for r in logs.load(logs.DATA)]
+    return [(parse_spec(logs.GENERIC_SPEC), runs, "meta.file")]
+
+
 DOMAINS: dict[str, Callable[[bool, Path], list[tuple[Spec, list[Run], str | None]]]] = {
-    "embodied": embodied, "driving": driving, "tools": tools}
+    "embodied": embodied, "driving": driving, "tools": tools, "agentspec": agentspec}
+
+# The previous release's default (0.3, commit 369987e) and counting, measured with this script: per mode, per
+# domain, (default's Brier, counting's on the same steps).
+PREVIOUS: dict[str, dict[str, tuple[float, float]]] = {
+    "quick": {"driving": (0.0749, 0.0754), "tools": (0.0811, 0.0793), "embodied": (0.1594, 0.1732),
+              "agentspec": (0.0663, 0.0641)},
+    "full": {},
+}
 
 
 def run_domain(parts: list[tuple[Spec, list[Run], str | None]], folds: int,
@@ -203,7 +231,8 @@ def run_domain(parts: list[tuple[Spec, list[Run], str | None]], folds: int,
         model_parts: list[list[RunReplay]] = []
         empirical_parts: list[list[RunReplay]] = []
         for spec, part, group_by in parts:
-            report = evaluate(part, variant(spec, lever), [0.5], folds=folds, group_by=group_by,
+            groups = len({group_of(r, group_by) for r in part})  # one fold per group at most (agentspec's files)
+            report = evaluate(part, variant(spec, lever), [0.5], folds=min(folds, groups), group_by=group_by,
                               method=Method.TOPOLOGICAL)
             model_parts.append(list(report.pooled.replays))
             empirical_parts.append(list(report.pooled.baselines[EMPIRICAL].replays))
@@ -239,13 +268,26 @@ def print_table(domain: str, rows: list[Row], runs: int, unsafe: int, models: in
         print(f"| {r.name} | {r.brier:.4f} | {ref} | {r.covered:.3f} | {dets} |")
 
 
+def print_summary(results: dict[str, Any], previous: dict[str, tuple[float, float]]) -> None:
+    """The default beside counting (same steps) and beside the previous release's default, per domain."""
+    print("\nsummary: the default estimator against counting and against the previous release (0.3)")
+    print("| domain | default's Brier | counting's, same steps | default − counting | 0.3 default (counting) |")
+    print("| --- | --- | --- | --- | --- |")
+    for domain, result in results.items():
+        default = next(r for r in result["rows"] if r["name"] == "default: the shipped spec")
+        before = previous.get(domain)
+        was = "not measured" if before is None else f"{before[0]:.4f} ({before[1]:.4f})"
+        print(f"| {domain} | {default['brier']:.4f} | {default['reference_brier']:.4f} | "
+              f"{default['brier'] - default['reference_brier']:+.4f} | {was} |")
+
+
 FOLDS = 5
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer runs and tasks")
-    parser.add_argument("--domains", default="embodied,driving,tools")
+    parser.add_argument("--domains", default="embodied,driving,tools,agentspec")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--levers", help="semicolon-separated lever names to run (default: all); e.g. "
                         "'chain (no lever);memory: actions 2'")
@@ -256,10 +298,14 @@ def main() -> None:
         for domain in args.domains.split(","):
             started = time.perf_counter()
             parts = DOMAINS[domain](args.quick, Path(tmp))
+            if not parts:
+                print(f"{domain}: no runs (data absent), skipped", file=sys.stderr)
+                continue
             print(f"{domain}: runs generated in {time.perf_counter() - started:.1f} s", file=sys.stderr)
             rows, runs, unsafe = run_domain(parts, FOLDS, chosen)
             print_table(domain, rows, runs, unsafe, len(parts))
             results[domain] = {"runs": runs, "rows": [r.__dict__ for r in rows]}
+    print_summary(results, PREVIOUS["quick" if args.quick else "full"])
     if args.json:
         write_json(args.json, {"folds": FOLDS, "targets": TARGETS, "results": results})
 

@@ -45,7 +45,7 @@ from .outcomes import (
 from .pac import pac_report
 from .predicates import PredicateSet, PythonPredicate, registered_callable
 from .read_summary import IngestSummary
-from .shrinkage import Fit, Paths, reach_targets, shrink_properties, summarize_paths
+from .shrinkage import CHAIN_ALONE, COUNTING, Fit, Paths, reach_targets, shrink_properties, summarize_paths
 from .spec import Spec
 from .storm import (
     Method,
@@ -384,7 +384,7 @@ def model_from_counts(counts: TransitionCounts, spec: Spec, predicates: Predicat
                 properties, paths, dtmc, predicates, monitors, settings.shrink,
                 fit=_refit(counts, predicates, monitors, definitions, memory, float(alpha),
                            levers.get("backoff", {}).get("chosen"), rule, settings.structure, method, precision),
-                summaries=summaries)
+                summaries=summaries, baseline=COUNTING if memory is None else CHAIN_ALONE)
     if kinds is None:
         properties, report = with_intervals(dtmc, labels, properties, method=IntervalMethod(spec.learning.intervals),
                                             delta=delta, entries=estimated_entries(chain), precision=precision,

@@ -10,11 +10,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from threading import Lock
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import PredicateBudgetExceeded
+from ..monitors.base import VIOL
 from ._cel_cost import DEFAULT_CPU_BUDGET
 from ._lazy_decision import LazyDecision, PropertyRow
 from .chain import count_totals
@@ -24,6 +26,7 @@ from .memory import build_memory
 from .mixture_posterior import Belief
 from .model import GuardModel
 from .monitoring import build_monitors
+from .nearest import back_off, nearest
 from .policy import Policy, act
 from .predicates import PredicateSet, PythonPredicate
 from .spec import Action, Meaning, Trigger
@@ -55,6 +58,8 @@ class Guard:
         cpu_budget: seconds of CPU the CEL predicates of one step may cost, estimated before
             they run (``guard/_cel_cost.py``); a step past it is decided as an unseen state.
             None: unbounded. Applies to predicates built here (shared ones keep theirs).
+        near_states: how many predicates away an unseen abstract state looks for seen ones to be judged
+            from (guard/nearest.py); None: the spec's ``guard.near_states``.
 
     Attributes:
         start_warning: whether the guard's first session under the level trigger warns
@@ -68,7 +73,8 @@ class Guard:
 
     def __init__(self, model: GuardModel, *, policy: Policy | None = None,
                  python_predicates: Mapping[str, PythonPredicate] | None = None,
-                 predicates: PredicateSet | None = None, cpu_budget: float | None = DEFAULT_CPU_BUDGET) -> None:
+                 predicates: PredicateSet | None = None, cpu_budget: float | None = DEFAULT_CPU_BUDGET,
+                 near_states: int | None = None) -> None:
         self.model = model
         self.policy = policy or Policy.from_settings(model.spec.guard)
         self._rules = self._rules_of(self.policy)
@@ -103,6 +109,13 @@ class Guard:
         self.advice = Advice(model.mdp) if model.mdp is not None and model.mdp.risk is not None else None
         if self.memory is not None:
             self._add_history_fallback()
+        # an unseen abstract state backs off to the nearest seen ones (guard/nearest.py), found on first sight
+        reach = model.spec.guard.near_states if near_states is None else near_states
+        self._near_states = reach if self.kinds is None else 0
+        self._seen = self._seen_states() if self._near_states else {}
+        self._near: dict[tuple[int, MonitorStates], int | None] = {}
+        self._near_note: dict[int, tuple[int, int]] = {}  # appended entry → (distance, neighbours)
+        self._near_lock = Lock()
 
     def _add_history_fallback(self) -> None:
         """Entries for a history the training runs never showed, from the histories of the same
@@ -130,6 +143,51 @@ class Guard:
                     low.append(min(low[i] for i in members))
                 if high is not None:
                     high.append(max(high[i] for i in members))
+
+    def _seen_states(self) -> dict[MonitorStates, tuple[list[int], list[int]]]:
+        """Per monitor states, the safe abstract states the runs left at least once, and their entries."""
+        mask = (1 << len(self.model.dtmc.predicates)) - 1
+        seen: dict[MonitorStates, tuple[list[int], list[int]]] = {}
+        for (bits, q), i in (self._index if self.memory is None else self._fallback).items():
+            if self._visits[i] > 0 and not self.predicates.is_unsafe(bits & mask) and VIOL not in q:
+                group = seen.setdefault(q, ([], []))
+                group[0].append(bits & mask)
+                group[1].append(i)
+        return seen
+
+    def _near_index(self, bits: int, q: MonitorStates) -> int | None:
+        """The entry of an unseen abstract state, backed off to its nearest seen states (appended on first
+        sight, as a history fallback is at load); None where none is within ``near_states`` predicates."""
+        key = (bits, q)
+        with self._near_lock:  # sessions on other threads may meet the same state: one entry each
+            if key in self._near:
+                return self._near[key]
+            index = None
+            seen = self._seen.get(q)
+            if seen is not None and not self.predicates.is_unsafe(bits) and VIOL not in q:
+                distance, near = nearest(bits, seen[0], self._near_states)
+                if near:
+                    index = self._append_near([seen[1][p] for p in near])
+                    self._near_note[index] = (distance, len(near))
+            self._near[key] = index
+        return index
+
+    def _append_near(self, members: list[int]) -> int:
+        visits = [self._visits[i] for i in members]
+        index = len(self._visits)
+        for _, _, column, lower, upper, low, high in self._columns:
+            near = back_off([column[i] for i in members], visits, None if low is None else [low[i] for i in members],
+                            None if high is None else [high[i] for i in members])
+            column.append(near.value)
+            for bound in (lower, upper):  # Storm's bounds: a mean of bounds bounds the mean
+                if bound is not None:
+                    bound.append(back_off([bound[i] for i in members], visits).value)
+            if low is not None and near.low is not None:
+                low.append(near.low)
+            if high is not None and near.high is not None:
+                high.append(near.high)
+        self._visits.append(sum(visits))
+        return index
 
     @classmethod
     def load(cls, path: str | Path, *, trusted_keys: Any = None, **options: Any) -> Guard:
@@ -256,12 +314,16 @@ class Guard:
 
     def state_index(self, bits: int, q: MonitorStates) -> int | None:
         """The product state's index in the model (None: never seen)."""
-        if self.memory is None:
-            return self._index.get((bits, q))
-        # the chain state carries the memory's label; an unseen history borrows its abstract state's
         n = len(self.monitors)
-        index = self._index.get((self.memory.encode(bits, q[n]), q[:n]))
-        return self._fallback.get((bits, q[:n])) if index is None else index
+        if self.memory is None:
+            index = self._index.get((bits, q))
+        else:  # the chain state carries the memory's label; an unseen history borrows its abstract state's
+            index = self._index.get((self.memory.encode(bits, q[n]), q[:n]))
+            if index is None:
+                index = self._fallback.get((bits, q[:n]))
+        if index is None and self._near_states:  # an unseen abstract state: the nearest seen ones
+            index = self._near_index(bits, q[:n])
+        return index
 
     def believe(self, belief: Belief | None, bits: int, q: MonitorStates) -> Belief | None:
         """The posterior over kinds after a step into (bits, q), from the one before it (None: the run's first
@@ -333,6 +395,8 @@ class Guard:
             write = partial(self._evidence_message, policy, bits, monitor_words, w, visits)
         elif action is not Action.ALLOW:
             write = partial(self._risk_message, policy, bits, monitor_words, w, unsafe_now, violated, visits)
+        if write is not None and index in self._near_note:
+            write = partial(self._near_message, write, index)
         return LazyDecision.pending(tuple(rows), write, action=action, p_unsafe=p_unsafe, p_safe=p_safe,
                                 property=formula, abstract_state=abstract, lower=lower, upper=upper,
                                 threshold=threshold, known=index is not None, unsafe_now=unsafe_now,
@@ -353,6 +417,13 @@ class Guard:
         return (f"The current state ({self._describe(bits, monitor_words)}) never occurred in the runs this "
                 f"model was learned from, so its risk is unknown; the policy for unseen states is "
                 f"'{policy.unseen_state.value}'.")
+
+    def _near_message(self, write: Callable[[tuple[PropertyValue, ...]], str], index: int,
+                      values: tuple[PropertyValue, ...]) -> str:
+        distance, count = self._near_note[index]
+        states = "the seen state" if count == 1 else f"the {count} seen states"
+        return (f"{write(values)} The runs this model was learned from never showed this state: its risk is "
+                f"that of {states} {distance} predicate{'s' * (distance > 1)} away, its interval spans theirs.")
 
     def _evidence(self, value: PropertyValue, visits: int | None) -> str:
         """"p_unsafe 31.0 %, 95 % interval [12.0 %, 58.0 %], from 14 visits" (what is known of it)."""

@@ -20,6 +20,26 @@ saw the run it predicts looks better than it is, and picks too large a κ. The c
 (κ = ∞) is the default, and another κ is taken only when its improvement over held-out runs
 is significant (:func:`choose_kappa`).
 
+**Never worse than counting.** ``forewarn evaluate`` scores every model beside counting: the
+share of a state's *visits* followed by a violation (``guard/evaluation/baselines.py``). That
+per-visit frequency ``K_s / V_s`` is what the per-step Brier score rewards where runs linger
+(a state held ten steps is scored ten times), and no first-visit blend reaches it. So
+``shrink: auto`` also weighs the blends towards the visit frequency,
+``(K_s + κ·p_s) / (V_s + κ)``, κ ∈ {1} ∪ the grid, whose κ = 1 is counting with one visit's
+worth of the chain added: counting where the runs visited ``s`` much, never exactly 0 where the
+chain is not (a risk of 0 is what the chain refuses on purpose; the chain's value where the runs
+never visited ``s``, where counting has none), and the
+stacks ``w·p_s + (1 − w)·K_s/V_s`` between the chain and counting. **Counting is the default**,
+the baseline every model is scored against: any other estimate replaces it only if it beats it
+significantly on the held-out folds (taking the lower scoring of two close estimates is a coin
+toss on new runs). With ``learning.memory`` the chain's states are finer than counting's (a
+state's histories apart), counting over them is not the baseline and is noisier: the chain
+alone is the default there, as before, and counting must earn its place like any blend.
+Without a violation in the training runs counting says 0 everywhere, which the chain refuses
+on purpose (docs/method.md, "Learning"): the chain alone is the default then, and only the
+first-visit blends are weighed. The choice is made inside the training runs only (their own
+folds), so a held-out figure never informs it.
+
 Only properties of the form ``F "label"`` and ``F<=h "label"`` have an outcome that a
 finite run decides at every step; other formulas keep the chain's values.
 """
@@ -40,11 +60,15 @@ from .learning import LearnedDTMC
 from .model import CheckedProperty
 from .predicates import PredicateSet
 
-__all__ = ["KAPPA_GRID", "FOLDS", "CV_PATHS", "Fit", "PathVisits", "summarize_paths", "choose_kappa",
+__all__ = ["KAPPA_GRID", "VISIT_GRID", "STACK_GRID", "FOLDS", "CV_PATHS", "Fit", "PathVisits", "summarize_paths", "choose_kappa",
            "reach_label", "label_test", "reach_targets", "shrink_properties"]
 
 # Candidate strengths for ``shrink: auto`` (∞: the chain alone), ascending.
 KAPPA_GRID = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, math.inf)
+# Strengths of the blends towards the visit frequency (1: counting, with one visit's worth of the chain).
+VISIT_GRID = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
+# The chain's weight in the stacks of the chain and counting, w·p_s + (1 − w)·K_s/V_s (0 and 1: the two alone).
+STACK_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 FOLDS = 5
 Z_IMPROVE = 1.645  # a κ must beat the chain alone by this many standard errors (one-sided 5 %)
 CV_PATHS = 1000  # at most this many distinct runs (every m-th in sorted order) take part in choosing κ
@@ -152,6 +176,19 @@ def _first_totals(summaries: Sequence[PathVisits], targets: int) -> tuple[Counte
     return n, k
 
 
+def _visit_totals(summaries: Sequence[PathVisits], targets: int) -> tuple[Counter[Key], list[Counter[Key]]]:
+    """Per state, every visit of every run and, per target, the visits it followed (counting's figures)."""
+    n: Counter[Key] = Counter()
+    k: list[Counter[Key]] = [Counter() for _ in range(targets)]
+    for pv in summaries:
+        for key, v in pv.visits.items():
+            n[key] += v * pv.weight
+        for t, hits in enumerate(pv.hits):
+            for key, h in hits.items():
+                k[t][key] += h * pv.weight
+    return n, k
+
+
 def _blend(k: np.ndarray, n: np.ndarray, p: np.ndarray, kappa: float) -> np.ndarray:
     if math.isinf(kappa):
         return p
@@ -160,26 +197,55 @@ def _blend(k: np.ndarray, n: np.ndarray, p: np.ndarray, kappa: float) -> np.ndar
     return np.where(n > 0, out, p)
 
 
+Choice = tuple[str, float]  # (what κ blends towards: "runs" first visits, "visits" every visit; κ)
+
+
+def candidates() -> list[Choice]:
+    """Every estimate ``shrink: auto`` weighs, in the order of its scores: the blends towards first visits
+    (κ), towards every visit (κ), then the stacks of the chain and counting (the chain's weight)."""
+    return ([("runs", kappa) for kappa in KAPPA_GRID] + [("visits", kappa) for kappa in VISIT_GRID]
+            + [("stack", w) for w in STACK_GRID])
+
+
+def estimate(choice: Choice, runs: tuple[np.ndarray, np.ndarray], visits: tuple[np.ndarray, np.ndarray],
+             p: np.ndarray) -> np.ndarray:
+    """The stored value for a choice, from the (hits, runs) of first visits, the (hits, visits) of every
+    visit, and the chain's values ``p``; a state the runs never visited keeps ``p``."""
+    towards, kappa = choice
+    if towards == "runs":
+        return _blend(*runs, p, kappa)
+    if towards == "visits":
+        return _blend(*visits, p, kappa)
+    return kappa * p + (1.0 - kappa) * _blend(*visits, p, 0.0)
+
+
+CHAIN_ALONE: Choice = ("runs", math.inf)
+COUNTING: Choice = ("visits", 1.0)
+
+
 def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[[Paths], Fit],
-                 properties: Sequence[int], grid: Sequence[float] = KAPPA_GRID) -> list[tuple[float, list[float]]]:
-    """Per target (property index ``properties[t]`` of a fit): the κ chosen, and every κ's held-out Brier score.
+                 properties: Sequence[int], baseline: Choice = COUNTING) -> list[tuple[Choice, list[float]]]:
+    """Per target (property index ``properties[t]`` of a fit): the blend chosen, and every candidate's
+    held-out Brier score (in the order of :func:`candidates`).
 
     Folds: the distinct paths in sorted order (every m-th of them beyond :data:`CV_PATHS`),
     dealt round-robin (deterministic; copies of one run stay in one fold). For each fold, ``fit``
-    learns and checks the chain from every other run, whose first-visit counts give the
-    frequencies; the fold's ``v`` visits with ``h`` hits to a state score ``v·pred² − 2·pred·h + h``
+    learns and checks the chain from every other run, whose first-visit and every-visit counts give
+    the frequencies; the fold's ``v`` visits with ``h`` hits to a state score ``v·pred² − 2·pred·h + h``
     (the per-step Brier score ``forewarn evaluate`` reports).
 
-    The chain alone (κ = ∞, no shrinking) is the default: the κ with the lowest score replaces
-    it only if it improves the held-out score by more than :data:`Z_IMPROVE` standard errors of
-    the per-run improvements (a one-sided paired test over held-out runs), so noise cannot pick
-    a κ that makes the estimate worse.
+    ``baseline`` is the default (:data:`COUNTING`; the pipeline gives :data:`CHAIN_ALONE` for a chain
+    with memory), and the chain alone where the runs hold no violation; the candidate with the lowest
+    score replaces it only if it improves the held-out score by more than :data:`Z_IMPROVE` standard
+    errors of the per-run improvements (a one-sided paired test over held-out runs), so noise cannot
+    pick an estimate that does worse than the baseline.
     """
+    grid = candidates()
     items = sorted(summaries)
     if len(items) > CV_PATHS:  # κ needs no more held-out runs: bound the refits' cost on large inputs
         items = items[::math.ceil(len(items) / CV_PATHS)]
     targets = len(properties)
-    n_all, k_all = _first_totals(list(summaries.values()), targets)
+    (fn, fk), (vn, vk) = _first_totals(list(summaries.values()), targets), _visit_totals(list(summaries.values()), targets)
     per_run: list[list[np.ndarray]] = [[] for _ in range(targets)]  # per fold: runs × grid, each run's sum
     weights: list[list[np.ndarray]] = [[] for _ in range(targets)]
     scored = 0.0
@@ -189,44 +255,49 @@ def choose_kappa(summaries: Mapping[tuple[int, ...], PathVisits], fit: Callable[
             continue
         fitted = fit({p: summaries[p].weight for p in test})  # learned without the fold
         index = fitted.dtmc.product_index()
-        n_test, k_test = _first_totals([summaries[p] for p in test], targets)
+        (hfn, hfk), (hvn, hvk) = (_first_totals([summaries[p] for p in test], targets),
+                                  _visit_totals([summaries[p] for p in test], targets))
         for t in range(targets):
-            rows = []  # (run, state index, training runs, training hits, v, h)
+            rows = []  # (run, state index, training runs, their hits, training visits, their hits, v, h)
             for r, p in enumerate(test):
                 pv = summaries[p]
                 for key, v in pv.visits.items():
                     s = index.get(key)
                     if s is not None:
-                        rows.append((r, s, n_all[key] - n_test[key], k_all[t][key] - k_test[t][key], v,
-                                     pv.hits[t].get(key, 0)))
+                        rows.append((r, s, fn[key] - hfn[key], vn[key] - hvn[key], fk[t][key] - hfk[t][key],
+                                     vk[t][key] - hvk[t][key], v, pv.hits[t].get(key, 0)))
             if not rows:
                 continue
-            r_, s_, n_, k_, v_, h = (np.asarray(c, dtype=float) for c in zip(*rows))
+            r_, s_, n_runs, n_visits, k_runs, k_visits, v_, h = (np.asarray(c, dtype=float) for c in zip(*rows))
             p_ = fitted.values[properties[t]][s_.astype(np.int64)]
             runs = r_.astype(np.int64)
             sums = np.zeros((len(test), len(grid)))
-            for g, kappa in enumerate(grid):
-                pred = _blend(k_, n_, p_, kappa)
+            for g, choice in enumerate(grid):
+                pred = estimate(choice, (k_runs, n_runs), (k_visits, n_visits), p_)
                 sums[:, g] = np.bincount(runs, weights=v_ * pred * pred - 2 * pred * h + h, minlength=len(test))
             per_run[t].append(sums)
             weights[t].append(np.array([summaries[p].weight for p in test], dtype=float))
             if t == 0:
                 scored += float((np.array([summaries[p].weight for p in test])[runs] * v_).sum())
     out = []
-    chain_alone = next(g for g, kappa in enumerate(grid) if math.isinf(kappa))
+    chain_alone = grid.index(CHAIN_ALONE)
     for t in range(targets):
         if not per_run[t]:
-            out.append((float(grid[chain_alone]), [math.nan] * len(grid)))
+            out.append((CHAIN_ALONE, [math.nan] * len(grid)))
             continue
         sums, w = np.concatenate(per_run[t]), np.concatenate(weights[t])
         total = (w[:, None] * sums).sum(axis=0)
         scores = (total / max(scored, 1.0)).tolist()
-        best = min(range(len(grid)), key=lambda g: (round(scores[g], 12), -grid[g]))
-        gain = sums[:, chain_alone] - sums[:, best]  # per run: how much κ improved on the chain
+        # without a single violation counting says 0 everywhere, which the chain refuses on purpose (an
+        # unsafe state the spec allows is in the model, seen or not): only the first-visit blends then
+        allowed = range(len(grid)) if sum(vk[t].values()) else range(len(KAPPA_GRID))
+        default = grid.index(baseline) if grid.index(baseline) in allowed else chain_alone  # others must beat it
+        best = min(allowed, key=lambda g: (round(scores[g], 12), g != default))
+        gain = sums[:, default] - sums[:, best]  # per run: how much the best improved on the default
         mean = float((w * gain).sum() / w.sum())
         spread = math.sqrt(float((w * (gain - mean) ** 2).sum()))  # the standard error of the total gain
-        chosen = best if float((w * gain).sum()) > Z_IMPROVE * spread else chain_alone
-        out.append((float(grid[chosen]), scores))
+        chosen = best if float((w * gain).sum()) > Z_IMPROVE * spread else default
+        out.append((grid[chosen], scores))
     return out
 
 
@@ -247,8 +318,8 @@ def reach_targets(properties: Sequence[CheckedProperty], predicates: PredicateSe
 def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: LearnedDTMC,
                       predicates: PredicateSet, monitors: Sequence[Monitor], setting: float | str,
                       fit: Callable[[Paths], Fit] | None = None,
-                      summaries: Mapping[tuple[int, ...], PathVisits] | None = None
-                      ) -> tuple[list[CheckedProperty], dict[str, Any]]:
+                      summaries: Mapping[tuple[int, ...], PathVisits] | None = None,
+                      baseline: Choice = COUNTING) -> tuple[list[CheckedProperty], dict[str, Any]]:
     """Each reach property's values (and Storm's bounds) blended; what was chosen, per property.
 
     Args:
@@ -256,6 +327,7 @@ def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: Lea
             the given ones).
         summaries: :func:`summarize_paths` of ``paths`` over :func:`reach_targets`, when the
             caller made them already (the pipeline shares them with the outcome intervals).
+        baseline: what ``auto`` keeps unless another estimate beats it significantly.
     """
     report: dict[str, Any] = {}
     chosen, targets = reach_targets(properties, predicates, monitors)
@@ -269,27 +341,39 @@ def shrink_properties(properties: list[CheckedProperty], paths: Paths, dtmc: Lea
     if setting == "auto":
         if fit is None:
             raise UsageError("shrink 'auto' needs a fit function")
-        kappas = choose_kappa(summaries, fit, chosen)
+        choices = choose_kappa(summaries, fit, chosen, baseline)
     else:
-        kappas = [(float(setting), [])] * len(chosen)
-    n_all, k_all = _first_totals(list(summaries.values()), len(chosen))
+        choices = [(("runs", float(setting)), [])] * len(chosen)
+    totals = {"runs": _first_totals(list(summaries.values()), len(chosen)),
+              "visits": _visit_totals(list(summaries.values()), len(chosen))}
     index = dtmc.product_index()
-    n = np.zeros(dtmc.size)
-    for key, v in n_all.items():
-        n[index[key]] = v
     out = list(properties)
     for t, i in enumerate(chosen):
-        k = np.zeros(dtmc.size)
-        for key, h in k_all[t].items():
-            k[index[key]] = h
-        kappa, scores = kappas[t]
+        choice, scores = choices[t]
+        arrays = {}
+        for kind, (n_all, k_all) in totals.items():
+            n, k = np.zeros(dtmc.size), np.zeros(dtmc.size)
+            for key, v in n_all.items():
+                n[index[key]] = v
+            for key, h in k_all[t].items():
+                k[index[key]] = h
+            arrays[kind] = (k, n)
         prop = properties[i]
+        first, stacked = len(KAPPA_GRID), len(KAPPA_GRID) + len(VISIT_GRID)
+        towards, kappa = choice
         report[prop.name] = {"kappa": kappa} if setting != "auto" else {
-            "kappa": kappa, "grid": list(KAPPA_GRID), "cv_brier": scores, "folds": FOLDS}
+            "kappa": None if towards == "stack" else kappa, "towards": towards,
+            "chain_weight": kappa if towards == "stack" else None,
+            "grid": list(KAPPA_GRID), "cv_brier": scores[:first], "visit_grid": list(VISIT_GRID),
+            "cv_brier_visits": scores[first:stacked], "stack_grid": list(STACK_GRID), "cv_brier_stacks": scores[stacked:],
+            "folds": FOLDS}
         o = prop.outcome
-        outcome = replace(o, values=_blend(k, n, o.values, kappa),
-                          lower=None if o.lower is None else _blend(k, n, o.lower, kappa),
-                          upper=None if o.upper is None else _blend(k, n, o.upper, kappa))
+
+        def value(p: np.ndarray) -> np.ndarray:
+            return estimate(choice, arrays["runs"], arrays["visits"], p)  # noqa: B023  (used in this iteration)
+
+        outcome = replace(o, values=value(o.values), lower=None if o.lower is None else value(o.lower),
+                          upper=None if o.upper is None else value(o.upper))
         out[i] = CheckedProperty(prop.definition, outcome)
     for entry in report.values():  # JSON has no infinity: ∞ means "the chain alone"
         if entry["kappa"] is not None and math.isinf(entry["kappa"]):

@@ -219,6 +219,8 @@ class GuardSettings(_Strict):
     unseen_state: Action = Action.ASK_HUMAN
     act_on: Literal["point", "upper"] = "point"  # the risk acted on: p_unsafe, or its interval's ci_high
     min_visits: int = Field(default=0, ge=0)  # a state seen fewer times is treated as unseen
+    # an unseen abstract state takes the risk of the seen ones at most this many predicates away (0: never)
+    near_states: int = Field(default=1, ge=0, le=64)
     # None: not set — a Guard uses level, the LangChain middleware increase (docs/langchain.md)
     trigger: Trigger | None = None
     min_increase: float = Field(default=0.0, ge=0.0, le=1.0)

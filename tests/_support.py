@@ -26,6 +26,10 @@ from _toy import reach_probabilities as reach_probabilities
 from _toy import solve_fractions as solve_fractions
 from _toy import toy_state as toy_state
 
+# The toy spec where an unseen state is never judged from the seen ones near it (guard.near_states: 0):
+# for the tests of the unseen-state policy itself.
+FAR_SPEC = TOY_SPEC.replace("  unseen_state: ask_human\n", "  unseen_state: ask_human\n  near_states: 0\n")
+
 WriteRuns = Callable[..., Path]  # the write_runs fixture: (runs, name=...) -> path of a JSONL file
 
 

@@ -18,7 +18,7 @@ from forewarn.guard import Guard
 from forewarn.guard.learning import END, LearnedDTMC
 from forewarn.guard.memory import Memory
 from forewarn.guard.pipeline import learn_model
-from forewarn.guard.shrinkage import KAPPA_GRID, reach_label
+from forewarn.guard.shrinkage import KAPPA_GRID, STACK_GRID, VISIT_GRID, reach_label
 from forewarn.guard.spec import ALPHA_AUTO_REMOVED, Spec, parse_spec
 from forewarn.guard.storm import Method
 
@@ -119,47 +119,85 @@ def test_shrink_auto_scores_are_the_kfold_brier_of_refitted_models(write_runs: W
     entry = model.provenance["levers"]["shrink"]["unsafe"]
     items = sorted(Counter(tuple(b) for b in SHRINK_RUNS).items())
     off = toy_with("  alpha: 0.1\n  shrink: off\n")
-    squared = np.zeros(len(KAPPA_GRID))
+    grid = ([("runs", kappa) for kappa in KAPPA_GRID] + [("visits", kappa) for kappa in VISIT_GRID]
+            + [("stack", w) for w in STACK_GRID])
+    squared = np.zeros(len(grid))
     visits = 0
-    per_run = []  # each held-out run's squared errors per κ
+    per_run = []  # each held-out run's squared errors per blend
     for fold in range(5):  # the distinct runs in sorted order, dealt round-robin
         train = [list(p) for n, (p, w) in enumerate(items) if n % 5 != fold for _ in range(w)]
         test = [list(p) for n, (p, w) in enumerate(items) if n % 5 == fold for _ in range(w)]
         sub = learn_model([write_runs([toy_run(f"t{i}", b) for i, b in enumerate(train)], name=f"f{fold}.jsonl")],
                           off)
         index = sub.dtmc.index()
-        n: Counter[int] = Counter()
-        k: Counter[int] = Counter()
-        for bits in train:  # runs that visit a state before the violation, each once; hits: the run violates
+        n: Counter[int] = Counter()  # runs that visit a state before the violation, each once
+        k: Counter[int] = Counter()  # of them, those that violate
+        nv: Counter[int] = Counter()  # every visit before the violation (counting)
+        kv: Counter[int] = Counter()  # of them, those a violation followed
+        for bits in train:
             cut = next((i for i, b in enumerate(bits) if b == AB), len(bits))
             for b in set(bits[:cut]):
                 n[b] += 1
                 k[b] += cut < len(bits)
+            for b in bits[:cut]:
+                nv[b] += 1
+                kv[b] += cut < len(bits)
         for bits in test:  # scored at every step, as forewarn evaluate does
             cut = next((i for i, b in enumerate(bits) if b == AB), len(bits))
-            run = np.zeros(len(KAPPA_GRID))
+            run = np.zeros(len(grid))
             for b in bits[:cut]:
                 if b not in index:
                     continue
                 p = sub.outcome.values[index[b]]
                 visits += 1
-                for g, kappa in enumerate(KAPPA_GRID):
-                    pred = p if math.isinf(kappa) or n[b] == 0 else (k[b] + kappa * p) / (n[b] + kappa)
+                for g, (towards, kappa) in enumerate(grid):
+                    hits, out_of = (k[b], n[b]) if towards == "runs" else (kv[b], nv[b])
+                    if towards == "stack":  # the chain's weight, the rest counting's (the chain's where unseen)
+                        pred = kappa * p + (1 - kappa) * (kv[b] / nv[b] if nv[b] else p)
+                    else:
+                        pred = p if math.isinf(kappa) or out_of == 0 else (hits + kappa * p) / (out_of + kappa)
                     run[g] += (pred - (cut < len(bits))) ** 2
             squared += run
             per_run.append(run)
-    assert np.allclose(entry["cv_brier"], squared / visits, rtol=1e-9)
-    scores = entry["cv_brier"]
-    best = min(range(len(KAPPA_GRID)), key=lambda i: (round(scores[i], 12), -KAPPA_GRID[i]))
-    # the chain alone stays unless the best κ's gain over held-out runs is significant (one-sided, 1.645 SE)
-    gain = np.array([r[-1] - r[best] for r in per_run])
+    first, stacked = len(KAPPA_GRID), len(KAPPA_GRID) + len(VISIT_GRID)
+    assert np.allclose(entry["cv_brier"], squared[:first] / visits, rtol=1e-9)
+    assert np.allclose(entry["cv_brier_visits"], squared[first:stacked] / visits, rtol=1e-9)
+    assert np.allclose(entry["cv_brier_stacks"], squared[stacked:] / visits, rtol=1e-9)
+    scores = list(entry["cv_brier"]) + list(entry["cv_brier_visits"]) + list(entry["cv_brier_stacks"])
+    counting = first  # κ = 1 towards visits: counting with one visit's worth of the chain
+    # counting is the default (the runs hold violations); the best of all replaces it only if its gain
+    # over held-out runs is significant (one-sided, 1.645 SE)
+    default = counting
+    best = min(range(len(grid)), key=lambda i: (round(scores[i], 12), i != default))
+    gain = np.array([r[default] - r[best] for r in per_run])
     significant = gain.sum() > 1.645 * math.sqrt(((gain - gain.mean()) ** 2).sum())
-    chosen = KAPPA_GRID[best] if significant else math.inf
-    assert entry["kappa"] == ("inf" if math.isinf(chosen) else chosen)
+    towards, chosen = grid[best if significant else default]
+    if towards == "stack":
+        assert (entry["towards"], entry["chain_weight"], entry["kappa"]) == ("stack", chosen, None)
+    else:
+        assert (entry["towards"], entry["kappa"]) == (towards, "inf" if math.isinf(chosen) else chosen)
+    assert scores[grid.index((towards, chosen))] <= scores[counting]
     again = learn_model([write_runs([toy_run(f"r{i}", b) for i, b in enumerate(SHRINK_RUNS)], name="again.jsonl")],
                         spec)
     assert again.provenance["levers"]["shrink"] == model.provenance["levers"]["shrink"]
     assert np.array_equal(again.outcome.values, model.outcome.values)
+
+
+def test_shrink_auto_takes_counting_where_it_wins_held_out(write_runs: WriteRuns) -> None:
+    """Safe runs linger in the start state, violating ones leave it at once: the per-step frequency (counting)
+    beats the chain on every held-out fold, so the default stores it where the runs visited, with one visit's
+    worth of the chain's value added."""
+    runs = [[NONE, A, AB]] * 20 + [[NONE] * 6 + [B]] * 20 + [[NONE] * 5 + [A, NONE]] * 10
+    model = learn_model([write_runs([toy_run(f"r{i}", b) for i, b in enumerate(runs)])],
+                        toy_with("  alpha: 0.1\n  shrink: auto\n"))
+    entry = model.provenance["levers"]["shrink"]["unsafe"]
+    assert (entry["towards"], entry["kappa"]) == ("visits", 1.0)
+    chain = learn_model([write_runs([toy_run(f"r{i}", b) for i, b in enumerate(runs)], name="chain.jsonl")],
+                        toy_with("  alpha: 0.1\n  shrink: off\n"))
+    for state, hits, visits in ((NONE, 20, 20 + 120 + 60), (A, 20, 30)):  # every visit before a violation
+        i = model.dtmc.states.index(state)
+        p = F(chain.outcome.values[chain.dtmc.states.index(state)])
+        assert math.isclose(model.outcome.values[i], float((hits + p) / (visits + 1)), rel_tol=1e-12)
 
 
 def test_reach_label_reads_reach_properties_only() -> None:

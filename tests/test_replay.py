@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _support import AB, NONE, A, B, WriteRuns, toy_run
+from _support import AB, FAR_SPEC, NONE, A, B, WriteRuns, toy_run
 from forewarn.guard import Guard, Policy
 from forewarn.guard.learning import END
 from forewarn.guard.model import GuardModel
 from forewarn.guard.pipeline import learn_model
 from forewarn.guard.replay import Enforcement, RunReplay, rate_curve, replay, replay_run, summarize
-from forewarn.guard.spec import Action, Spec
+from forewarn.guard.spec import Action, parse_spec
 from forewarn.guard.storm import CheckOutcome, Method
 from forewarn.guard.traces import read_runs
 
@@ -122,8 +122,8 @@ def test_lookahead_counts_an_alarm_on_the_violating_step_as_a_prevention(guard: 
     assert report.theta_entries()[0]["enforcement"] == "lookahead" and report.to_dict()["enforcement"] == "lookahead"
 
 
-def test_unseen_states_alarm_unless_the_policy_allows_them(write_runs: WriteRuns, toy_spec: Spec) -> None:
-    partial = learn_model([write_runs([toy_run("q", [NONE, A, NONE])], "train.jsonl")], toy_spec)
+def test_unseen_states_alarm_unless_the_policy_allows_them(write_runs: WriteRuns) -> None:
+    partial = learn_model([write_runs([toy_run("q", [NONE, A, NONE])], "train.jsonl")], parse_spec(FAR_SPEC))
     assert B not in partial.dtmc.states and AB in partial.dtmc.states  # AB: unsafe, in the model, never reached
     model = with_risk(partial, {NONE: Fraction(1, 10), A: Fraction(2, 10), AB: Fraction(1), END: Fraction(0)})
     runs = write_runs([toy_run("v1", [NONE, B, AB], times=[0.0, 1.0, 2.0]), toy_run("v2", [NONE, B])],

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from _support import AB, CLI, NONE, TOY_SPEC, A, B, WriteRuns, toy_run, toy_state
+from _support import AB, CLI, FAR_SPEC, NONE, TOY_SPEC, A, B, WriteRuns, toy_run, toy_state
 from forewarn.errors import ForewarnError, SpecError, ThresholdWarning
 from forewarn.guard import Guard, Policy
 from forewarn.guard.learning import END
@@ -116,7 +116,7 @@ def test_restore_threads_the_runs_risk(risky: GuardModel) -> None:
 
 
 def test_unseen_states_follow_their_policy_and_keep_the_runs_risk(write_runs: WriteRuns) -> None:
-    partial = learn_model([write_runs([toy_run("q", [NONE, A, NONE])], "q.jsonl")], parse_spec(TOY_SPEC))
+    partial = learn_model([write_runs([toy_run("q", [NONE, A, NONE])], "q.jsonl")], parse_spec(FAR_SPEC))
     risk = {NONE: Fraction(3, 10), A: Fraction(6, 10), AB: Fraction(1), END: Fraction(0)}  # AB: never reached
     session = increase(with_risk(partial, risk)).session()
     session.observe(toy_state(NONE))

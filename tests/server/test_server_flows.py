@@ -17,7 +17,8 @@ from _sidecar import KEYS, ServerThread, auth, egg_state
 from forewarn.errors import PredicateError
 from forewarn.guard import Guard, Policy
 from forewarn.guard.client import AsyncClient, Client, RemoteDecision, RemoteSession, ServerError
-from forewarn.guard.spec import Action, Thresholds
+from forewarn.guard.model import GuardModel
+from forewarn.guard.spec import Action, Thresholds, parse_spec
 from forewarn.server.models_registry import with_sidecar_trigger
 
 # every flow here runs on SQLite and on PostgreSQL (a throw-away cluster; see conftest.py)
@@ -387,9 +388,15 @@ def test_the_increase_baseline_survives_eviction(tmp_path: Path, builtin_path: P
     states = [egg_state(in_microwave=m, closed=c, toggled=t, holding=h)
               for m in (False, True) for c in (False, True) for t in (False, True) for h in (False, True)]
     order = [states[(7 * i + 3) % len(states)] for i in range(40)]
-    local = with_sidecar_trigger(Guard.load(builtin_path)).session()
+    # every state of the 16 is one predicate from a seen one: judged from it (guard.near_states, default 1);
+    # the same model with near_states 0 meets the states it never saw as unseen, the case this test is about
+    model = GuardModel.load(builtin_path)
+    assert model.spec.text is not None and "\nguard:\n" in model.spec.text
+    model.spec = parse_spec(model.spec.text.replace("\nguard:\n", "\nguard:\n  near_states: 0\n"))
+    far = model.save(tmp_path / "far.json")
+    local = with_sidecar_trigger(Guard.load(far)).session()
     db = tmp_path / "forewarn.db" if backend == "sqlite" else request.getfixturevalue("postgres_db")
-    config: ServerSettings = settings(db, {"builtin": builtin_path}, session_cache=1)
+    config: ServerSettings = settings(db, {"builtin": far}, session_cache=1)
     unseen = 0
     with ServerThread(config) as server, Client(server.url, api_key=KEYS["agent"]) as agent:
         remote = agent.session()
