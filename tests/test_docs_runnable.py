@@ -51,3 +51,22 @@ def test_the_readme_is_a_front_page() -> None:
     assert "make demo    # creates .venv" in opening and "make test    # creates .venv" in opening
     for link in re.findall(r"\]\((docs/[^)#]+)", readme):
         assert (ROOT / link).is_file(), link
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors MkDocs gives a page's headings (Python-Markdown's slugify, without its unicode step)."""
+    found = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", path.read_text(encoding="utf-8"), re.MULTILINE):
+        text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+        found.add(re.sub(r"[-\s]+", "-", text))
+    return found
+
+
+def test_the_pages_forewarn_help_points_to_exist() -> None:
+    """`forewarn COMMAND -h` ends with the page (and section) that explains the command."""
+    from forewarn.guard.cli import _GUIDE
+
+    for command, (_, _, where) in _GUIDE.items():
+        page, _, anchor = where.partition("#")
+        assert (ROOT / page).is_file(), (command, where)
+        assert not anchor or anchor in _anchors(ROOT / page), (command, where)
