@@ -87,7 +87,7 @@ sys.exit(main())
 @pytest.mark.parametrize("module", [
     "stormpy",  # the core's commands, loaded with the CLI
     "forewarn.guard.cli.discover",  # the other commands, registered with the CLI
-    "forewarn.guard.llmcheck",
+    "forewarn.guard.cli.llmcheck",  # a command module registered with the CLI (its package loads on use)
     "forewarn.guard.pipeline",  # a command's own lazy import
 ])
 def test_ctrl_c_while_modules_load_exits_130_without_a_traceback(toy_traces: Path, toy_spec_path: Path,
