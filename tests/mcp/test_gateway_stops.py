@@ -52,6 +52,16 @@ async def client_for(path: str, proxy: GuardedProxy, **client: Any) -> AsyncIter
             yield session, None
 
 
+def _staging(model: GuardModel) -> Guard:
+    """The domain's guard with reflection at the ask threshold: staging work (git_add) passes, as these stop-scope
+    scenarios need. Counting, the default estimate since 0.4, puts a state with pending work past the spec's reflect
+    threshold (0.7 on p_safe); a reset that discards the work still leads into the unsafe state and is stopped."""
+    from dataclasses import replace
+
+    guard = Guard(model)
+    return guard.with_policy(replace(guard.policy, thresholds=guard.policy.thresholds.model_copy(update={"reflect": 0.5})))
+
+
 def git_for(path: str, repo: Path, request: pytest.FixtureRequest) -> UpstreamSpec:
     """mcp-server-git as the path's upstream: over stdio, or its own streamable HTTP for the HTTP relay."""
     return UpstreamSpec("git", url=request.getfixturevalue("git_over_http")) if path == "http" else git_upstream(repo)
@@ -64,7 +74,7 @@ def test_after_a_stop_of_its_kinds_a_read_goes_on(path: str, mcp_model: GuardMod
 
     async def scenario() -> dict[str, Any]:
         seen: dict[str, Any] = {}
-        proxy = proxy_for(Guard(mcp_model), git_for(path, repo, request), after_stop="kinds")
+        proxy = proxy_for(_staging(mcp_model), git_for(path, repo, request), after_stop="kinds")
         async with client_for(path, proxy) as (client, _):
             await client.call_tool("git_add", {"repo_path": r, "files": ["notes.txt"]})
             with pytest.raises(MCPError) as stopped:
@@ -93,7 +103,7 @@ def test_a_person_lifts_a_stop_through_forewarn_reset(path: str, mcp_model: Guar
     async def scenario() -> dict[str, Any]:
         seen: dict[str, Any] = {}
         approver = Approver(False, True)
-        async with client_for(path, proxy_for(Guard(mcp_model), git_for(path, repo, request)),
+        async with client_for(path, proxy_for(_staging(mcp_model), git_for(path, repo, request)),
                               elicitation_callback=approver) as (client, _):
             await client.call_tool("git_add", {"repo_path": r, "files": ["notes.txt"]})
             with pytest.raises(MCPError):
@@ -105,7 +115,7 @@ def test_a_person_lifts_a_stop_through_forewarn_reset(path: str, mcp_model: Guar
             seen["approved"] = await client.call_tool("forewarn_reset", {})
             seen["log"] = await client.call_tool("git_log", {"repo_path": r, "max_count": 1})
         seen["asked"] = [q.message for q in approver.asked]
-        async with client_for(path, proxy_for(Guard(mcp_model), git_for(path, repo, request))) as (client, _):
+        async with client_for(path, proxy_for(_staging(mcp_model), git_for(path, repo, request))) as (client, _):
             seen["nothing"] = await client.call_tool("forewarn_reset", {})
             await client.call_tool("git_add", {"repo_path": r, "files": ["README.md"]})
             with pytest.raises(MCPError):
@@ -132,7 +142,7 @@ def test_an_unknown_tool_without_elicitation(path: str, mcp_model: GuardModel, t
     async def scenario(upstream: UpstreamSpec) -> dict[str, Any]:
         config = load_config(PROXY_CONFIG, upstreams=[upstream], argument_aliases={}, tool_kinds={})
         store = AuditStore(audit, model_name="mcp", model_version="test")
-        proxy = GuardedProxy(Guard(mcp_model), config, audit=store)
+        proxy = GuardedProxy(_staging(mcp_model), config, audit=store)
         try:
             async with client_for(path, proxy) as (client, _):
                 return {"clock": await client.call_tool("clock", {}),
