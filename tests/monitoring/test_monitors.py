@@ -91,6 +91,8 @@ name: respond
 predicates:
   t: state.t
   r: state.r
+learning:
+  shrink: off  # the chain's own values, which the exact oracles below compute
 monitors:
   - name: answer
     kind: bounded_response
