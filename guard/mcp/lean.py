@@ -24,7 +24,7 @@ from .calls import CallJudge, Forward, Judged, failed_step, ran_step, unknown_to
 from .judge import GuardedSession
 from .stops import RESET_TOOL
 
-__all__ = ["Relayed", "lean_call", "tools_listed", "judge_now", "answered_now", "Answered", "failure_frame"]
+__all__ = ["Relayed", "lean_call", "tools_listed", "judge_now", "answered_now", "Answered", "failure_frame", "error_text"]
 
 log = logging.getLogger("forewarn.mcp")
 
@@ -132,7 +132,7 @@ def answered_now(judge: CallJudge, guarded: GuardedSession, go: Forward, rid: An
             return error_frame(rid, answered.error.code, answered.error.message)
         answer_frame, answer = answered
         if "error" in answer:  # the upstream's own error, unchanged
-            judge.commit(guarded, go, failed_step(go, _error_text(answer)))
+            judge.commit(guarded, go, failed_step(go, error_text(answer)))
             return answer_frame
         result = _result(answer)
         after = judge.commit(guarded, go, ran_step(go, bool(result.get("isError")), wire.text_of(result)))
@@ -212,14 +212,15 @@ async def _run(judge: CallJudge, guarded: GuardedSession, go: Forward, message: 
         await judge.finish(guarded, go, failed_step(go, exc.error.message))
         raise
     if "error" in answer:  # the upstream's own error, unchanged
-        await judge.finish(guarded, go, failed_step(go, _error_text(answer)))
+        await judge.finish(guarded, go, failed_step(go, error_text(answer)))
         return answer_frame
     result = _result(answer)
     after = await judge.finish(guarded, go, ran_step(go, bool(result.get("isError")), wire.text_of(result)))
     return _answer(judge, guarded, message["id"], go, answer_frame, result, judge.words_after(guarded, after))
 
 
-def _error_text(answer: dict[str, Any]) -> str:
+def error_text(answer: dict[str, Any]) -> str:
+    """What an upstream's error answer says, as a failed step records it."""
     error = answer["error"]  # (an upstream's error that is not an object is passed on, and committed as a failure)
     return str(error.get("message", "") if isinstance(error, dict) else error)
 

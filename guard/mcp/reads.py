@@ -23,7 +23,7 @@ from .approval import Elicit
 from .calls import CallJudge, Forward, failed_step, ran_step
 from .config import prompt_tool, resource_tool
 from .judge import GuardedSession
-from .lean import Relayed, failure_frame
+from .lean import Relayed, error_text, failure_frame
 
 __all__ = ["HELD_BACK", "READS", "step_of", "params_of", "settle_read", "read_text", "lean_read"]
 
@@ -109,9 +109,7 @@ async def lean_read(judge: CallJudge, relay: Relayed, message: dict[str, Any], f
                 await judge.finish(guarded, go, failed_step(go, exc.error.message))
                 raise
             if "error" in answer:  # the upstream's own error, unchanged
-                error = answer["error"]
-                said = str(error.get("message", "") if isinstance(error, dict) else error)
-                await judge.finish(guarded, go, failed_step(go, said))
+                await judge.finish(guarded, go, failed_step(go, error_text(answer)))
             else:
                 await judge.finish(guarded, go, ran_step(go, False, read_text(method, answer.get("result"))))
             return answer_frame
