@@ -145,8 +145,9 @@ def main() -> None:
             runs = sum(len(p[1]) for p in parts)
             print(f"\n{domain}: {runs} runs, {len(parts)} spec(s), grouped 5-fold "
                   f"({time.perf_counter() - started:.0f} s)")
-            print("| spec | Brier | det @ ≤20% FA | det @ ≤5% FA |")
-            print("| --- | --- | --- | --- |")
+            rates = list(rows[0]["detection"]) if rows else []
+            print("| spec | Brier | " + " | ".join(f"det @ ≤{rate} FA" for rate in rates) + " |")
+            print("| --- | --- | " + " | ".join("---" for _ in rates) + " |")
             for r in rows:
                 brier = "–" if r["brier"] is None else f"{r['brier']:.4f}"
                 cells = " | ".join(f"{d:.1%} ({fa:.1%})" for d, fa in r["detection"].values())

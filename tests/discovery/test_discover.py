@@ -268,6 +268,22 @@ def test_fields_written_after_the_run_are_no_candidates(spec_file: Path) -> None
     assert any(n.startswith("left out meta.record.eval:") for n in named.notes)
 
 
+def test_include_on_the_command_line(tmp_path: Path, spec_file: Path, forewarn_here: CLI) -> None:
+    lines = synthetic_runs(200, 12)
+    for line in lines:
+        line["meta"]["output"] = "It broke." if any(s["state"]["broken"] for s in line["steps"]) else "Done."
+    traces = write_jsonl(tmp_path / "runs.jsonl", lines)
+    plain = forewarn_here("discover", traces, "--spec", spec_file, "-o", tmp_path / "plain.yaml",
+                          "--group-by", "meta.task", "--no-confirm")
+    assert plain.returncode == 0, plain.stderr
+    assert "note: left out meta.output: written after a run ends" in plain.stdout
+    assert "meta.output" not in (tmp_path / "plain.yaml").read_text()
+    named = forewarn_here("discover", traces, "--spec", spec_file, "-o", tmp_path / "named.yaml",
+                          "--group-by", "meta.task", "--no-confirm", "--include", "meta.output")
+    assert named.returncode == 0, named.stderr
+    assert "left out" not in named.stdout and "meta.output" in (tmp_path / "named.yaml").read_text()
+
+
 def with_junk(lines: list[dict[str, Any]], fields: int, seed: int) -> list[dict[str, Any]]:
     """``lines`` with ``fields`` more noise fields in every state: Booleans, numbers, strings of five values
     and lists of up to two of four letters (about five candidates each)."""
