@@ -36,7 +36,7 @@ ACTION_ON_ARTEFACT = ACTION_VERBS + _CLAUSE + ARTEFACTS  # "… transfer 480 EUR
 
 # (name, what it says, pattern). One bit for either shape: offered apart, the search took whichever shape the
 # training runs' attacks showed more of, and missed attacks of the other (a goal without a URL or an account,
-# a phrasing that names no agent): warned ahead 38 % on goals and phrasings never seen, against 81 % for one bit
+# a phrasing that names no agent): warned ahead 37.7 % on goals and phrasings never seen, 63.0 % with one bit
 SHAPES: tuple[tuple[str, str, str], ...] = (
     ("instruction_shaped", "holds an instruction to an agent: an automated reader addressed and an action named, "
                            "or an action on a URL, an e-mail address, an account or a shell, in one sentence",
