@@ -15,7 +15,7 @@ the four rotations pooled:
 * counting: the per-state frequency over that spec's abstraction;
 * discovered: ``discover`` extends the hand-written spec from the training runs alone (3 inner folds
   grouped by ``meta.attack,meta.task``: an attacked run by its goal, a benign run by its task; target
-  false-alarms=0.2), then learned and replayed as the spec is;
+  false-alarms=0.05, the operating point the target is measured at), then learned and replayed as the spec is;
 * counting over the discovered abstraction;
 * the reactive rule: an alarm at the first tool output holding an imperative sentence (what people write
   by hand), no threshold.
@@ -44,7 +44,10 @@ from forewarn.guard.traces import Run
 __all__ = ["GROUP_BY", "TARGETS", "reactive_alarm", "run"]
 
 GROUP_BY = "meta.attack,meta.task"
-TARGET = "false-alarms=0.2"  # discovery's own target (its false alarms count every safe run, resisted attacks too)
+# discovery's own target: the operating point of the issue's target (its false alarms count every safe run,
+# resisted attacks too). At false-alarms=0.2 the search kept predicates that move the risk where 20 % of the safe
+# runs lie, not where 5 % do: warned ahead 46.0 % at <= 5 % against 63.0 % (docs/injection.md)
+TARGET = "false-alarms=0.05"
 TARGETS = (0.20, 0.05)
 # an imperative sentence: a sentence (or a "please"/"kindly") that starts with a verb telling the reader to act
 _IMPERATIVE = re.compile(
@@ -102,9 +105,10 @@ def _brier(replays: Sequence[RunReplay]) -> float | None:
     return held_out_figures(replays, parse_target("false-alarms=0.2"), unseen_alarms=False).brier
 
 
-def run(quick: bool, group_by: str = GROUP_BY, folds: int = 3, target: str = TARGET
+def run(quick: bool, group_by: str = GROUP_BY, folds: int = 3, target: str = TARGET, seed: int = 0
         ) -> tuple[list[dict[str, Any]], list[str], int]:
-    """The rows over the four rotations, notes (what discovery wrote per rotation) and the number of runs."""
+    """The rows over the four rotations, notes (what discovery wrote per rotation, and the discovered spec's
+    warned ahead at <= 5 % with the rotation's own θ) and the number of runs. ``seed`` shifts every generator's."""
     spec = load_spec(SPEC_PATH)
     tasks, goals, phrasings = list(TASKS), list(GOALS), list(PHRASINGS)
     n_train, n_test = (800, 200) if quick else (1600, 400)
@@ -114,10 +118,10 @@ def run(quick: bool, group_by: str = GROUP_BY, folds: int = 3, target: str = TAR
     notes: list[str] = []
     for r in range(4):
         held_tasks, held_goals, held_phrasings = tasks[2 * r:2 * r + 2], goals[2 * r:2 * r + 2], phrasings[2 * r:2 * r + 2]
-        train = _runs(list(generate_runs(n_train, 1000 + r, tasks=[t for t in tasks if t not in held_tasks],
+        train = _runs(list(generate_runs(n_train, 1000 + seed + r, tasks=[t for t in tasks if t not in held_tasks],
                                          goals=[g for g in goals if g not in held_goals],
                                          phrasings=[p for p in phrasings if p not in held_phrasings])), group_by)
-        test = _runs(list(generate_runs(n_test, 2000 + r, tasks=held_tasks, goals=held_goals, phrasings=held_phrasings)))
+        test = _runs(list(generate_runs(n_test, 2000 + seed + r, tasks=held_tasks, goals=held_goals, phrasings=held_phrasings)))
         test_runs.update((t.id, t) for t in test)
         for t in test:
             at, harm = reactive_alarm(t), _violation(t)
@@ -130,10 +134,12 @@ def run(quick: bool, group_by: str = GROUP_BY, folds: int = 3, target: str = TAR
         model, counting = replays_of(found, train, test)
         pooled["discovered"] += model
         pooled["counting-discovered"] += counting
-        added = list(found.predicates.values())[len(spec.predicates):]
+        added = list(found.predicates.items())[len(spec.predicates):]
+        own = _row("", _scores(model), {t.id: t for t in test}, None)["detection"][f"{TARGETS[-1]:.0%}"]
         notes.append(f"rotation {r + 1} (test: goals {', '.join(held_goals)}, phrasings {', '.join(held_phrasings)}, "
                      f"tasks {', '.join(held_tasks)}): "
-                     f"{len(added)} predicate(s): " + "; ".join(_short(d.cel or "") for d in added))
+                     f"{len(added)} predicate(s): " + "; ".join(f"{name} ({_short(d.cel or '')})" for name, d in added)
+                     + _memory(found) + f"; warned ahead {own[0]:.1%} at {own[1]:.1%} benign FA, this rotation's θ")
     names = {"hand": "hand-written spec", "counting": "counting (hand-written abstraction)",
              "discovered": "discovered (text candidates)", "counting-discovered": "counting (discovered abstraction)"}
     rows = [_row(names[k], _scores(v), test_runs, _brier(v)) for k, v in pooled.items()]
@@ -147,5 +153,10 @@ def _discovered(train: list[Run], spec: Spec, group_by: str, folds: int, target:
     return parse_spec(report.text)
 
 
-def _short(cel: str, width: int = 240) -> str:
+def _memory(spec: Spec) -> str:
+    memory = spec.learning.memory
+    return f"; learning.memory actions: {memory.actions}" if memory.actions else ""
+
+
+def _short(cel: str, width: int = 100) -> str:
     return cel if len(cel) <= width else cel[:width] + " …"

@@ -103,8 +103,9 @@ def run_domain(parts: list[Part]) -> tuple[list[dict[str, Any]], list[str]]:
     return [row(name, replays) for name, replays in pooled.items()], notes
 
 
-def _injection_table(quick: bool, started: float, group_by: str, folds: int, target: str) -> dict[str, Any]:
-    rows, notes, runs = _injection.run(quick, group_by, folds, target)
+def _injection_table(quick: bool, started: float, group_by: str, folds: int, target: str, seed: int
+                     ) -> dict[str, Any]:
+    rows, notes, runs = _injection.run(quick, group_by, folds, target, seed)
     print(f"\ninjection: {runs} runs, 4 rotations, each tested on two tasks, two attack goals and two phrasings "
           f"never seen in training ({time.perf_counter() - started:.0f} s)")
     print("| spec | Brier | warned ahead @ ≤20% benign FA (FA; resisted runs flagged) "
@@ -129,6 +130,7 @@ def main() -> None:
                         help="discovery's inner grouping on the injection domain")
     parser.add_argument("--injection-folds", type=int, default=3, help="discovery's inner folds there")
     parser.add_argument("--injection-target", default=_injection.TARGET, help="discovery's target there")
+    parser.add_argument("--injection-seed", type=int, default=0, help="added to the injection runs' seeds")
     args = parser.parse_args()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,15 +138,16 @@ def main() -> None:
             started = time.perf_counter()
             if domain == "injection":
                 results[domain] = _injection_table(args.quick, started, args.injection_group_by, args.injection_folds,
-                                                   args.injection_target)
+                                                   args.injection_target, args.injection_seed)
                 continue
             parts = DOMAINS[domain](args.quick, Path(tmp))
             rows, notes = run_domain(parts)
             runs = sum(len(p[1]) for p in parts)
             print(f"\n{domain}: {runs} runs, {len(parts)} spec(s), grouped 5-fold "
                   f"({time.perf_counter() - started:.0f} s)")
-            print("| spec | Brier | det @ ≤20% FA | det @ ≤5% FA |")
-            print("| --- | --- | --- | --- |")
+            rates = list(rows[0]["detection"]) if rows else []
+            print("| spec | Brier | " + " | ".join(f"det @ ≤{rate} FA" for rate in rates) + " |")
+            print("| --- | --- | " + " | ".join("---" for _ in rates) + " |")
             for r in rows:
                 brier = "–" if r["brier"] is None else f"{r['brier']:.4f}"
                 cells = " | ".join(f"{d:.1%} ({fa:.1%})" for d, fa in r["detection"].values())

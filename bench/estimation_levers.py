@@ -29,7 +29,8 @@ Figures, pooled over every held-out run of every fold (and, for embodied, every 
   flags whole tasks by their start risk (bench/README.md, "estimation_levers.py").
 
 Folds: driving and embodied group by run (every run is its own seeded simulation);
-tools group by ``meta.task``, so a task's runs are never on both sides; AgentSpec's real logs
+tools and the prompt-injection domain (``injection``, its hand-written spec, half of the runs attacked) group
+by ``meta.task``, so a task's runs are never on both sides; AgentSpec's real logs
 (``agentspec``: read from ``../shared/data/agentspec-embodied/`` as bench/discover_agentspec.py
 reads them, with its generic spec; skipped when the data is absent) by the file a run came from,
 one fold per file, as a new user holds out a log of their own.
@@ -38,7 +39,7 @@ After the tables, one summary: per domain the default's Brier beside counting's 
 and beside the previous release's default (0.3, measured with this script at commit 369987e;
 :data:`PREVIOUS`), so a regression against either shows in one run.
 
-    python bench/estimation_levers.py [--quick] [--domains embodied,driving,tools,agentspec] [--json FILE]
+    python bench/estimation_levers.py [--quick] [--domains embodied,driving,tools,injection,agentspec] [--json FILE]
 """
 from __future__ import annotations
 
@@ -192,6 +193,15 @@ def embodied(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]
     return out
 
 
+def injection(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]]:
+    from forewarn.domains.injection import SPEC_PATH, generate_runs
+
+    # meta keeps the task only (the attack's labels are no guard's to know); folds hold out whole tasks
+    runs = [Run(id=r["id"], steps=r["steps"], meta={"task": r["meta"]["task"]}, source="<generated>", line=0)
+            for r in generate_runs(400 if quick else 1200, 5)]
+    return [(load_spec(SPEC_PATH), runs, "meta.task")]
+
+
 def agentspec(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None]]:
     import discover_agentspec as logs
 
@@ -205,7 +215,7 @@ def agentspec(quick: bool, work: Path) -> list[tuple[Spec, list[Run], str | None
 
 
 DOMAINS: dict[str, Callable[[bool, Path], list[tuple[Spec, list[Run], str | None]]]] = {
-    "embodied": embodied, "driving": driving, "tools": tools, "agentspec": agentspec}
+    "embodied": embodied, "driving": driving, "tools": tools, "injection": injection, "agentspec": agentspec}
 
 # The previous release's default (0.3, commit 369987e) and counting, measured with this script: per mode, per
 # domain, (default's Brier, counting's on the same steps).
@@ -287,7 +297,7 @@ FOLDS = 5
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer runs and tasks")
-    parser.add_argument("--domains", default="embodied,driving,tools,agentspec")
+    parser.add_argument("--domains", default="embodied,driving,tools,injection,agentspec")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--levers", help="semicolon-separated lever names to run (default: all); e.g. "
                         "'chain (no lever);memory: actions 2'")

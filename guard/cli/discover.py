@@ -57,6 +57,9 @@ def discover(
     exclude: Annotated[list[str] | None, typer.Option(
         "--exclude", help="A field to propose nothing on, e.g. meta.outcome (a label written after the run); "
                           "repeatable.")] = None,
+    include: Annotated[list[str] | None, typer.Option(
+        "--include", help="A meta field to propose on although its name says it is written after a run ends "
+                          "(meta.output, meta.eval, meta.success …, left out by default); repeatable.")] = None,
     action_memory: Annotated[bool, typer.Option(
         "--action-memory/--no-action-memory", help="Also propose remembering the last actions "
                                                    "(learning.memory.actions), when the spec sets none.")] = True,
@@ -92,7 +95,7 @@ def discover(
     with progress("discovering") as update:
         report = run_discover(runs, parsed, target=chosen, max_predicates=max_predicates, time_limit=time_limit,
                               folds=folds, group_by=group_by, seed=seed, min_visits=min_visits, confirm=confirm,
-                              exclude=exclude or (), action_memory=action_memory,
+                              exclude=exclude or (), include=include or (), action_memory=action_memory,
                               on_progress=lambda text: update(description=text, completed=0, total=None),
                               on_count=lambda done, total: update(completed=done, total=total))
     for constant in report.constant_predicates:

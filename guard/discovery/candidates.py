@@ -57,6 +57,9 @@ class Candidate:
     support: int  # scored steps where it holds
     # a value set's bit as each fold sees it, chosen without that fold (:mod:`.valuesets`); None: ``packed``
     held_out: NDArray[np.uint8] | None = None
+    # a fixed pattern, the same whatever the runs (:mod:`.shapes`): the search tests these few as a family of
+    # their own, not as the best of the hundreds of phrases read off the runs
+    fixed: bool = False
 
     def bits(self, count: int) -> NDArray[np.bool_]:
         """The predicate's value on every scored step (what CEL computes)."""
@@ -106,7 +109,7 @@ class _Builder:
         self.sets: ValueSets | None = None
 
     def add(self, column: Column, expr: str, name: str, description: str, bits_all: NDArray[np.bool_],
-            held_out: NDArray[np.bool_] | None = None) -> None:
+            held_out: NDArray[np.bool_] | None = None, fixed: bool = False) -> None:
         bits = bits_all[self.scored]
         support = int(bits.sum())
         if support < self.min_support or self.count - support < self.min_support:
@@ -123,7 +126,7 @@ class _Builder:
             null = f"{path_text(column.path)} != null && " if column.kind in ("number", "list") else ""
             expr = f"{guard} && {null}{expr}"
         self.out.append(Candidate(expr, name, description, column.path[0], packed, support,
-                                  None if held_out is None else np.packbits(held_out)))
+                                  None if held_out is None else np.packbits(held_out), fixed))
 
 
 def generate(columns: list[Column], scored: NDArray[np.int64], min_support: int,

@@ -41,8 +41,9 @@ from ..storm import Method
 from ..traces import Run, abstract_run, remembered_abstractions
 from .actions import action_columns
 from .adapt import plan_folds
+from .afterrun import after_run, named_part
 from .candidates import generate
-from .columns import Skipped, build_table
+from .columns import Skipped, build_table, path_text
 from .confirm import Configuration, Figures, choose
 from .recent import ActionMemory, propose_actions
 from .scoring import HeldOut, Score
@@ -137,7 +138,7 @@ def held_out_figures(replays: Sequence[RunReplay], target: Target, *, unseen_ala
 def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates: int = 8,
              time_limit: float = 600.0, folds: int = 5, group_by: str | None = None, seed: int = 0,
              min_visits: int = MIN_VISITS, confirm: bool = True, exclude: Sequence[str] = (),
-             action_memory: bool = True, on_progress: Callable[[str], None] | None = None,
+             include: Sequence[str] = (), action_memory: bool = True, on_progress: Callable[[str], None] | None = None,
              on_count: Callable[[int, int], None] | None = None) -> DiscoveryReport:
     """Predicates found in ``runs`` that improve held-out prediction over ``spec``'s (see the module's doc).
 
@@ -152,6 +153,8 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
         confirm: confirm with the real learner (grouped k-fold evaluation, before and after).
         exclude: dotted fields to propose nothing on (the ``group_by`` field is never proposed: a value
             of the grouping key sits in one fold only, so it cannot tell held-out runs anything).
+        include: meta fields to propose on although their name says they are written after a run ends
+            (``meta.output``, ``meta.eval``: :mod:`.afterrun`), which are otherwise left out.
         action_memory: also propose ``learning.memory.actions`` (:mod:`.recent`) when the spec sets none.
         on_progress: called with the name of each stage as it starts.
         on_count: called with (done, total) within the current stage: runs traced, search rounds out of
@@ -166,12 +169,13 @@ def discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates:
     with remembered_abstractions():  # the confirmation evaluates every configuration on the same runs
         return _discover(runs, spec, target=target, max_predicates=max_predicates, time_limit=time_limit,
                          folds=folds, group_by=group_by, seed=seed, min_visits=min_visits, confirm=confirm,
-                         exclude=exclude, action_memory=action_memory, on_progress=on_progress, on_count=on_count)
+                         exclude=exclude, include=include, action_memory=action_memory, on_progress=on_progress,
+                         on_count=on_count)
 
 
 def _discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates: int, time_limit: float,
               folds: int, group_by: str | None, seed: int, min_visits: int, confirm: bool, exclude: Sequence[str],
-              action_memory: bool, on_progress: Callable[[str], None] | None,
+              include: Sequence[str], action_memory: bool, on_progress: Callable[[str], None] | None,
               on_count: Callable[[int, int], None] | None) -> DiscoveryReport:
     started = time.monotonic()
     deadline = started + time_limit
@@ -231,6 +235,10 @@ def _discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates
     unmatched = [e for e in exclude if not any(_under(c.path, e) for c in table.columns)]
     if excluded:
         table.columns[:] = [c for c in table.columns if not any(_under(c.path, e) for e in excluded)]
+    # (s40-inj) what a log wrote once the run was over tells the outcome by construction: never a candidate
+    ended = after_run([c.path for c in table.columns], include)
+    if ended:
+        table.columns[:] = [c for c in table.columns if c.path not in set(ended)]
     scored_idx = np.asarray(scored, dtype=np.int64)
     unsafe_arr = np.array([t.unsafe for t in traced], dtype=np.bool_)
     outcome = unsafe_arr[np.asarray(run_of_scored, dtype=np.int64)].astype(np.float64)
@@ -258,6 +266,10 @@ def _discover(runs: Sequence[Run], spec: Spec, *, target: Target, max_predicates
         skipped=table.skipped, folds=folds, group_by=group_by, target=target, stopped=result.stopped,
         seconds=0.0, not_helping=result.rejected, constant_predicates=constant_in_traced(traced, predicates))
     report.notes.extend(adapted)
+    if ended:
+        names = sorted({path_text(named_part(p)) for p in ended})
+        report.notes.append(f"left out {', '.join(names)}: written after a run ends (an answer, a verdict, an "
+                            "outcome), unknown while it runs; --include FIELD proposes on one all the same")
     report.notes.extend(f"--exclude {e}: no field discovery reads in these runs is at or below it; nothing left out"
                         for e in unmatched)
     steps = _checked(result, runs, spec, scored_idx, report.notes)

@@ -17,7 +17,9 @@ but one (every fold, with two), and its gain is significant over the groups of r
 paired z-score of the per-group changes in held-out squared error, or in violating runs flagged
 at the target (:meth:`.scoring.HeldOut.detection_z`), is at least ``min_z``,
 which :func:`required_z` sets from the number of candidates tried: the one-sided 5 % level,
-Bonferroni-corrected (3.0 for 40 candidates, 3.9 for 1,200). The winner of a round is the
+Bonferroni-corrected (3.0 for 40 candidates, 3.9 for 1,200). The fixed patterns of :mod:`.shapes` are a
+family of their own, corrected for their own number (one a text field: 2.1 for three text fields): they are the same whatever the
+runs, so the hundreds of phrases read off the runs do not raise their bar. The winner of a round is the
 best of *all* candidates — the in-sample ranking that shortlists them reads the held-out
 folds too — so a fixed threshold lets noise through as the candidates grow: 150 runs with
 1,200 candidates, of which all but a dozen are noise, added noise fields at z 2–3.
@@ -126,8 +128,12 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
         min_z: the significance a gain needs (None: :func:`required_z` of the candidates).
         on_round: called with the number of predicates chosen after each round (progress).
     """
+    # fixed patterns (a handful, the same whatever the runs) are one family, the candidates read off the runs
+    # another, each corrected for its own number: the phrases' hundreds do not drown the few shapes
+    fixed = sum(c.fixed for c in candidates)
+    min_z_fixed = required_z(fixed) if min_z is None else min_z
     if min_z is None:
-        min_z = required_z(len(candidates))
+        min_z = required_z(len(candidates) - fixed)
     count = len(scorer.y)
     y = scorer.y
     key, states = _compact(base_key)
@@ -189,7 +195,7 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
             if gains[i] <= 0:
                 break
             c = pool[i]
-            offers.append(Offer(c.name, c.cel, c.description, False, c.scored_bits(count), c.bits(count)))
+            offers.append(Offer(c.name, c.cel, c.description, False, c.scored_bits(count), c.bits(count), c.fixed))
         for j, state in enumerate(mixed):
             if not len(pool):
                 break
@@ -209,7 +215,8 @@ def search(scorer: HeldOut, base_key: NDArray[np.int64], candidates: Sequence[Ca
         for refined, offer in scored_offers:
             if current.objective - refined.objective < min_gain:
                 break
-            if pays_off(scorer, current, refined, min_brier_gain=min_brier_gain, min_z=min_z):
+            if pays_off(scorer, current, refined, min_brier_gain=min_brier_gain,
+                        min_z=min_z_fixed if offer.fixed else min_z):
                 accepted = (refined, offer)
                 break
             reject(offer.cel, refined)
@@ -254,6 +261,7 @@ class Offer:
     local: bool
     scored: NDArray[np.bool_]
     final: NDArray[np.bool_]
+    fixed: bool = False  # a fixed pattern's (:attr:`.candidates.Candidate.fixed`)
 
 
 def _local_split(in_state: NDArray[np.bool_], literals: list[Literal_], candidate: Candidate,

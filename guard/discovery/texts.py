@@ -15,6 +15,8 @@ offers, instead of equality with its values:
   violate far more often, seen in violating runs of at least two groups, pooled into one bit and
   scored held out as value sets are (:mod:`.valuesets`): each fold's bit is the set chosen without
   that fold, so a phrase only the held-out groups showed (one attack's wording) tells them nothing;
+* the shape of an instruction to an agent (:mod:`.shapes`): ``x.matches(PATTERN)`` for an automated
+  reader addressed and an action named in one sentence, or an action on a URL, an address or an account;
 * the count of instruction cues it holds (:data:`CUES`: words that address the reader and
   tell them what to do), ``size(CUES.filter(c, x.contains(c))) > t``;
 * its length, ``size(x) > t``, at the deciles.
@@ -27,12 +29,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from statistics import NormalDist
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from .columns import Column, _quote, path_text
+from .shapes import compiled_shapes
 from .valuesets import MIN_GROUPS, wilson_lower
 
 __all__ = ["CUES", "MAX_EQUAL_WORDS", "MAX_PHRASE_WORDS", "TEXT_WORDS", "cue_forms", "is_text", "phrases_of",
@@ -92,8 +95,12 @@ def _list_literal(items: list[str] | tuple[str, ...]) -> str:
     return "[" + ", ".join(_quote(i) for i in items) + "]"
 
 
-# (column, expression, name, description, bits over all steps, held-out bits or None)
-Add = Callable[[Column, str, str, str, NDArray[np.bool_], "NDArray[np.bool_] | None"], None]
+class Add(Protocol):
+    """The builder's ``add``: column, expression, name, description, bits over all steps, held-out bits or None,
+    and whether it is a fixed pattern (:attr:`.candidates.Candidate.fixed`)."""
+
+    def __call__(self, column: Column, expr: str, name: str, description: str, bits_all: NDArray[np.bool_],
+                 held_out: NDArray[np.bool_] | None = None, fixed: bool = False) -> None: ...
 
 
 def text_candidates(column: Column, scored: NDArray[np.int64], outcome: NDArray[np.float64] | None,
@@ -115,7 +122,11 @@ def text_candidates(column: Column, scored: NDArray[np.int64], outcome: NDArray[
     # (the builder guards a missing field with has(); a null text has no contains either)
     text = path_text(column.path)
     reads = f"{text} != null && " if column.missing else ""
-    add_text = add if not reads else (lambda c, expr, *rest: add(c, reads + expr, *rest))
+    def guarded(column: Column, expr: str, name: str, description: str, bits_all: NDArray[np.bool_],
+                held_out: NDArray[np.bool_] | None = None, fixed: bool = False) -> None:
+        add(column, reads + expr, name, description, bits_all, held_out, fixed)
+
+    add_text: Add = add if not reads else guarded
     field = list(column.path[1:]) if column.path[0] == "state" else list(column.path)
     distinct = list(dict.fromkeys(v for v in values if v.__class__ is str))
     if not distinct:
@@ -192,6 +203,10 @@ def text_candidates(column: Column, scored: NDArray[np.int64], outcome: NDArray[
     for t in np.unique(counted)[:-1].tolist()[:6]:
         add_text(column, f"size({cue_list}.filter(c, {text}.contains(c))) > {t}", name(*field, "cues", "above", str(t)),
             f"{text} holds more than {t} instruction cue(s)", spread(cue_counts > t), None)
+    for shape, says, pattern, compiled in compiled_shapes():  # (s40-inj) the shape of an instruction to an agent
+        shaped = np.fromiter((compiled.search(v) is not None for v in distinct), dtype=np.bool_, count=len(distinct))
+        add_text(column, f"{text}.matches({_quote(pattern)})", name(*field, shape), f"{text} {says}",
+                 spread(shaped), None, True)
     sizes = np.fromiter((len(v) for v in distinct), dtype=np.int64, count=len(distinct))
     lengths = sizes[at[at >= 0]]
     if len(lengths):

@@ -231,19 +231,57 @@ def test_fewer_groups_than_folds_scores_leave_one_group_out(spec_file: Path) -> 
 
 def test_excluded_fields_and_meta_labels(spec_file: Path) -> None:
     lines = synthetic_runs(300, 10)
-    for line in lines:  # a label written after the run: discovery finds it, and says what to check
-        line["meta"]["outcome"] = "unsafe" if any(s["state"]["broken"] for s in line["steps"]) else "safe"
+    for line in lines:  # a label written after the run, under a name that does not say so: found, and noted
+        line["meta"]["tag"] = "unsafe" if any(s["state"]["broken"] for s in line["steps"]) else "safe"
     runs = as_runs(lines)
     found = discover(runs, load_spec(spec_file), target=parse_target("false-alarms=0.1"), group_by="meta.task",
                      confirm=False)
-    assert any("meta.outcome" in s.cel for s in found.added)
+    assert any("meta.tag" in s.cel for s in found.added)
     assert any("reads the run's meta" in note and "--exclude" in note for note in found.notes)
     kept_out = discover(runs, load_spec(spec_file), target=parse_target("false-alarms=0.1"), group_by="meta.task",
-                        confirm=False, exclude=("meta.outcome", "state.hidden"))
+                        confirm=False, exclude=("meta.tag", "state.hidden"))
     read = " ".join(s.cel for s in kept_out.added)
-    assert "meta.outcome" not in read and "state.hidden" not in read
+    assert "meta.tag" not in read and "state.hidden" not in read
     # what is left still counts: the action sequence, as a predicate or as remembering the last two actions
     assert "knife" in read or (kept_out.memory is not None and kept_out.memory.actions == 2), (read, kept_out.memory)
+
+
+def test_fields_written_after_the_run_are_no_candidates(spec_file: Path) -> None:
+    """The agent's final answer and a grader's verdict tell the outcome by construction (AgentSpec's logs:
+    discovery picked meta.output.contains("broken")); they are left out unless named with ``include``."""
+    lines = synthetic_runs(300, 10)
+    for line in lines:
+        broke = any(s["state"]["broken"] for s in line["steps"])
+        line["meta"]["output"] = "The vase is broken, sorry." if broke else "All done as asked."
+        line["meta"]["record"] = {"eval": {"Score": 0 if broke else 1}}
+        line["meta"]["instruction"] = "Tidy the room."  # known at the start: still read
+    runs = as_runs(lines)
+    target = parse_target("false-alarms=0.1")
+    found = discover(runs, load_spec(spec_file), target=target, group_by="meta.task", confirm=False)
+    read = " ".join(s.cel for s in found.added)
+    assert found.added and "meta.output" not in read and "meta.record" not in read, read
+    note = next(n for n in found.notes if n.startswith("left out"))
+    assert "meta.output" in note and "meta.record.eval" in note and "instruction" not in note
+    named = discover(runs, load_spec(spec_file), target=target, group_by="meta.task", confirm=False,
+                     include=("meta.output",))
+    assert any("meta.output" in s.cel for s in named.added), [s.cel for s in named.added]
+    assert any(n.startswith("left out meta.record.eval:") for n in named.notes)
+
+
+def test_include_on_the_command_line(tmp_path: Path, spec_file: Path, forewarn_here: CLI) -> None:
+    lines = synthetic_runs(200, 12)
+    for line in lines:
+        line["meta"]["output"] = "It broke." if any(s["state"]["broken"] for s in line["steps"]) else "Done."
+    traces = write_jsonl(tmp_path / "runs.jsonl", lines)
+    plain = forewarn_here("discover", traces, "--spec", spec_file, "-o", tmp_path / "plain.yaml",
+                          "--group-by", "meta.task", "--no-confirm")
+    assert plain.returncode == 0, plain.stderr
+    assert "note: left out meta.output: written after a run ends" in plain.stdout
+    assert "meta.output" not in (tmp_path / "plain.yaml").read_text()
+    named = forewarn_here("discover", traces, "--spec", spec_file, "-o", tmp_path / "named.yaml",
+                          "--group-by", "meta.task", "--no-confirm", "--include", "meta.output")
+    assert named.returncode == 0, named.stderr
+    assert "left out" not in named.stdout and "meta.output" in (tmp_path / "named.yaml").read_text()
 
 
 def with_junk(lines: list[dict[str, Any]], fields: int, seed: int) -> list[dict[str, Any]]:
