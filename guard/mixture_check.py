@@ -48,7 +48,9 @@ from .results import CheckOutcome
 from .shrinkage import PathVisits, reach_targets, summarize_paths
 from .storm import Method, build_interval_dtmc, build_sparse_dtmc, check_sparse_model, interval_bounds, labels_of
 
-__all__ = ["KindsFit", "kind_intervals", "learn_kinds", "simplex_extreme", "visit_shares"]
+__all__ = ["SAMPLED_RUNS", "KindsFit", "kind_intervals", "learn_kinds", "simplex_extreme", "visit_shares"]
+
+SAMPLED_RUNS = 1000  # above this many distinct runs the labels are not sampled (EM's responsibilities alone)
 
 
 @dataclass(frozen=True)
@@ -178,17 +180,21 @@ def learn_kinds(setting: int | str, *, paths: Mapping[tuple[int, ...], int], cha
                     bounds[i] = (np.where(seen, 0.0, b[0]), np.where(seen, 1.0, b[1]))
             elif items:  # where runs visited, the kind's first-visit interval (mixture_bounds.py): the hull of the
                 # one from EM's responsibilities and the one from labels sampled with the fit's doubt in them
-                if drawn is None:
+                sampling = len(table.weight) <= SAMPLED_RUNS  # its cost grows with the distinct runs
+                if drawn is None and sampling:
                     drawn = sample_labels(table, _Pattern.of(chain), mixture, alpha)
+                elif not sampling:
+                    lever["sampled_labels"] = f"skipped: {len(table.weight)} distinct runs > {SAMPLED_RUNS}"
                 gamma_n = count_moments(visited, table.weight, gamma)
                 for t, i in enumerate(reach):
                     x = count_moments(followed[t], table.weight, gamma)
                     low, high = proportion_bounds((x[0], x[1], np.ones(len(seen))),
                                                   (gamma_n[0] - x[0], np.maximum(gamma_n[1] - x[1], 0.0),
                                                    np.ones(len(seen))), each / 2 / items, intervals)
-                    low_d, high_d = first_visit_bounds(drawn[:, :, k], visited, followed[t], each / 2 / items,
-                                                       intervals)
-                    low, high = np.minimum(low, low_d), np.maximum(high, high_d)
+                    if drawn is not None:
+                        low_d, high_d = first_visit_bounds(drawn[:, :, k], visited, followed[t], each / 2 / items,
+                                                           intervals)
+                        low, high = np.minimum(low, low_d), np.maximum(high, high_d)
                     b = bounds[i]
                     assert b is not None
                     bounds[i] = _contain((np.where(seen, low, b[0]), np.where(seen, high, b[1]), 0.0), outcomes[i])

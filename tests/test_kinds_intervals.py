@@ -213,3 +213,18 @@ def test_sampled_labels_keep_every_copy_of_every_run() -> None:
     assert np.array_equal(drawn.sum(axis=2), np.broadcast_to(table.weight, drawn.shape[:2]))
     again = sample_labels(table, pattern, mixture, 0.1, samples=50, burn_in=10)
     assert np.array_equal(drawn, again)  # seeded: the same runs give the same model
+
+
+def test_many_distinct_runs_skip_the_sampler_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import forewarn.guard.mixture_check as mixture_check
+
+    sampled, _ = _learn("two_types", 300, np.random.default_rng(9))
+    monkeypatch.setattr(mixture_check, "SAMPLED_RUNS", 0)
+    alone, _ = _learn("two_types", 300, np.random.default_rng(9))
+    assert "sampled_labels" not in sampled.provenance["levers"]["kinds"]
+    assert alone.provenance["levers"]["kinds"]["sampled_labels"].startswith("skipped")
+    assert sampled.kinds is not None and alone.kinds is not None
+    for k in range(2):  # the stored interval is the hull: with the sampled labels it can only be wider
+        a, b = sampled.kinds.columns[k][0], alone.kinds.columns[k][0]
+        assert a.ci_low is not None and a.ci_high is not None and b.ci_low is not None and b.ci_high is not None
+        assert np.all(a.ci_low <= b.ci_low + 1e-12) and np.all(a.ci_high >= b.ci_high - 1e-12)
