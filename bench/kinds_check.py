@@ -41,12 +41,12 @@ from forewarn.guard import Guard, learn_model, parse_spec
 from forewarn.guard.learning import END
 
 
-def session_coverage(learnings: int, runs: int, seed: int) -> dict[str, float]:
+def session_coverage(learnings: int, runs: int, seed: int, name: str = "two_types") -> dict[str, float]:
     """Per learning, one fresh run of the fixture observed step by step: is the true risk given the prefix
     inside the session's interval at every step? (The truth weighs the true kinds by their posterior.)"""
     from forewarn.guard.pipeline import model_from_counts, prepare
 
-    kinds = MIXTURES["two_types"]
+    kinds = MIXTURES[name]
     spec = parse_spec(TOY_SPEC.replace("  delta: 0.05\n", "  delta: 0.05\n  kinds: 2\n"))
     predicates, monitors = prepare(spec)
     rng = np.random.default_rng(seed)
@@ -58,9 +58,13 @@ def session_coverage(learnings: int, runs: int, seed: int) -> dict[str, float]:
     covered = steps = missed_steps = 0
     errors: list[float] = []
     widths: list[float] = []
+    oracle: list[float] = []
     for _ in range(learnings):
         paths: Counter[tuple[int, ...]] = Counter()
         counts = simulate(kinds, runs, rng, predicates, paths=paths)
+        # the oracle: per true kind, Clopper–Pearson at δ/2K on the runs of that kind that visited each state and
+        # then reached the hazard, weighed by the true posterior (labelled runs of a mixture: by the fixture's weights)
+        labelled = _labelled_state_widths(kinds, runs, rng, predicates)
         guard = Guard(model_from_counts(counts, spec, predicates, monitors, paths=paths))
         probe: Counter[tuple[int, ...]] = Counter()
         simulate(kinds, 1, rng, predicates, paths=probe)
@@ -81,13 +85,38 @@ def session_coverage(learnings: int, runs: int, seed: int) -> dict[str, float]:
             assert decision.p_unsafe is not None and decision.ci_low is not None and decision.ci_high is not None
             errors.append(abs(decision.p_unsafe - truth))
             widths.append(decision.ci_high - decision.ci_low)
+            oracle.append(float(sum(p * labelled[k].get(bits, 1.0) for k, p in enumerate(posterior))))
             # within Storm's precision (1e-6): robust value iteration leaves ~1e-9 where the exact minimum is 0
             inside = decision.ci_low - 1e-6 <= truth <= decision.ci_high + 1e-6
             missed_steps += not inside
             ok &= inside
         covered += ok
     return {"learnings": learnings, "runs_covered": covered / learnings, "steps": steps,
-            "step_misses": missed_steps, "mean_error": float(np.mean(errors)), "mean_width": float(np.mean(widths))}
+            "step_misses": missed_steps, "mean_error": float(np.mean(errors)), "mean_width": float(np.mean(widths)),
+            "oracle_width": float(np.mean(oracle))}
+
+
+def _labelled_state_widths(kinds: list[tuple[Fraction, Any]], runs: int, rng: np.random.Generator,
+                           predicates: Any, delta: float = 0.05) -> list[dict[int, float]]:
+    """Per true kind, per abstract state: the width of the Clopper–Pearson interval (δ/2K) on a fresh sample's runs of
+    that kind that visited the state, by whether they then reached the hazard (the labelled-runs oracle)."""
+    from forewarn.guard.intervals import clopper_pearson
+
+    out = []
+    for n, (_, chain) in zip(rng.multinomial(runs, [float(w) for w, _ in kinds]), kinds):
+        own: Counter[tuple[int, ...]] = Counter()
+        simulate([(Fraction(1), chain)], int(n), rng, predicates, paths=own)
+        visited: Counter[int] = Counter()
+        reached: Counter[int] = Counter()
+        for path, copies in own.items():
+            for bits in set(path) - {AB}:
+                visited[bits] += copies
+                reached[bits] += copies * (path[-1] == AB)
+        states = sorted(visited)
+        low, high = clopper_pearson(np.array([reached[b] for b in states]), np.array([visited[b] for b in states]),
+                                    delta / (2 * len(kinds)))
+        out.append({b: float(h - lo) for b, lo, h in zip(states, low, high)})
+    return out
 
 
 def labelled_oracle(learnings: int, runs: int, seed: int, delta: float = 0.05, name: str = "two_types"
@@ -108,7 +137,7 @@ def labelled_oracle(learnings: int, runs: int, seed: int, delta: float = 0.05, n
         rows = {s: dict(r) for s, r in chain.items()}
         rows[AB], rows[END] = {AB: Fraction(1)}, {END: Fraction(1)}
         truth.append(float(reach_probabilities(rows, {AB})[0]))
-    widths, oracle, covered, pooled, kept = [], [], 0, [], 0
+    widths, oracle, covered, pooled, kept, supported = [], [], 0, [], 0, 0
     for _ in range(learnings):
         paths: Counter[tuple[int, ...]] = Counter()
         labelled = []
@@ -131,6 +160,7 @@ def labelled_oracle(learnings: int, runs: int, seed: int, delta: float = 0.05, n
         if model.kinds is None:
             continue
         kept += 1
+        supported += "supported" not in model.provenance["levers"]["kinds"]
         columns = [model.kinds.columns[k][0] for k in range(model.kinds.kinds)]
         order = np.argsort([-c.values[start] for c in columns])  # the riskier learned kind ↔ the first true one
         ok = True
@@ -143,7 +173,14 @@ def labelled_oracle(learnings: int, runs: int, seed: int, delta: float = 0.05, n
         covered += ok
     return {"learnings": learnings, "runs": runs, "kept_two": kept, "per_kind_width": float(np.mean(widths)),
             "labelled_width": float(np.mean(oracle)), "per_kind_covered": covered / max(kept, 1),
-            "pooled_start_width": float(np.mean(pooled))}
+            "pooled_start_width": float(np.mean(pooled)), "supported": supported}
+
+
+# Session 2's figures (bench/kinds_check.py --quick, 10 learnings; docs/intervals.md), before issue 40 item 2
+BEFORE_WIDTH = {("two_types", 200): 0.388, ("two_types", 1000): 0.127, ("two_kinds_mild", 200): 0.743,
+                ("two_kinds_mild", 1000): 0.532}
+BEFORE_AUTO = {("two_types", 1000): "10/10", ("two_kinds_mild", 200): "0/10", ("two_kinds_mild", 1000): "0/10",
+               ("balanced", 1000): "0/10", ("second_order", 1000): "0/10"}
 
 
 def latency(samples: int, warmup: int, seed: int) -> dict[str, Any]:
@@ -191,32 +228,42 @@ def main() -> None:
     print(C.table(["model", "learnings", "every state covered", "start covered", "point error", "mean width",
                    "seconds"], rows, title=f"two_types, {args.runs} runs per learning, δ = 0.05 (needed ≥ 0.95)"))
     oracle_rows = []
-    for name, runs in (("two_types", 200), ("two_types", 1000), ("two_kinds_mild", 200), ("two_kinds_mild", 1000)):
-        o = labelled_oracle(max(learnings // 4, 10), runs, seed=31, name=name)
+    for name, runs in (("two_types", 200), ("two_types", 1000), ("two_kinds_lingering", 200),
+                       ("two_kinds_lingering", 1000), ("two_kinds_mild", 200), ("two_kinds_mild", 1000)):
+        o = labelled_oracle(learnings, runs, seed=31, name=name)
         results[f"oracle_{name}_{runs}"] = o
-        oracle_rows.append([name, runs, o["learnings"], o["kept_two"], f"{o['per_kind_width']:.3f}",
-                            f"{o['labelled_width']:.3f}", f"{o['per_kind_width'] / o['labelled_width']:.1f}x",
+        before = BEFORE_WIDTH.get((name, runs))
+        oracle_rows.append([name, runs, o["learnings"], f"{o['per_kind_width']:.3f}",
+                            "–" if before is None else f"{before:.3f}", f"{o['labelled_width']:.3f}",
+                            f"{o['per_kind_width'] / o['labelled_width']:.2f}x",
                             C.verdict(o["per_kind_width"] <= 2 * o["labelled_width"]), f"{o['per_kind_covered']:.3f}",
+                            C.verdict(o["per_kind_covered"] >= 0.95), f"{o['supported']}/{o['learnings']}",
                             f"{o['pooled_start_width']:.3f}"])
     print()
-    print(C.table(["fixture", "runs", "learnings", "kept 2 kinds", "per-kind start width", "labelled-runs CP width", "ratio",
-                   "≤ 2x (issue 40)", "per-kind covered", "pooled start width"], oracle_rows,
-                  title="kinds: 2: each kind's start interval beside runs labelled with their true kind"))
+    print(C.table(["fixture", "runs", "learnings", "per-kind start width", "before (session 2)",
+                   "labelled-runs CP width", "ratio", "≤ 2x", "per-kind covered", "≥ 0.95", "BIC supports 2",
+                   "pooled start width"], oracle_rows,
+                  title="kinds: 2: each kind's start interval beside runs labelled with their true kind (δ/2K each)"))
     auto_rows = []
-    for name, runs in (("two_kinds_mild", 200), ("two_kinds_mild", 1000), ("two_types", 1000), ("balanced", 1000),
-                       ("second_order", 1000)):
-        a = kinds_coverage(name, learnings=10, runs=runs, kinds="auto", seed=3)
+    for name, runs in (("two_types", 1000), ("two_kinds_lingering", 200), ("two_kinds_lingering", 1000),
+                       ("two_kinds_mild", 200), ("two_kinds_mild", 1000), ("balanced", 1000), ("second_order", 1000)):
+        a = kinds_coverage(name, learnings=max(learnings // 2, 10), runs=runs, kinds="auto", seed=3)
         results[f"auto_{name}_{runs}"] = {"kept_two": a.flagged, "learnings": a.learnings, "covered": a.rate}
-        auto_rows.append([name, runs, f"{a.flagged}/{a.learnings}", f"{a.rate:.3f}"])
+        before = BEFORE_AUTO.get((name, runs), "–")
+        auto_rows.append([name, runs, f"{a.flagged}/{a.learnings}", before, f"{a.rate:.3f}"])
     print()
-    print(C.table(["fixture", "runs", "kept more than one kind", "every state covered"], auto_rows,
-                  title="kinds: auto (two_kinds_mild, two_types: start risks differ by ≥ 0.3; balanced one kind; "
-                        "second_order by 0.2)"))
-    session = session_coverage(max(learnings // 2, 10), args.runs, seed=5)
-    results["session"] = session
-    print(f"\nsession (kinds: 2, posterior per prefix): every step covered in {session['runs_covered']:.3f} of "
-          f"{session['learnings']} runs; step misses {session['step_misses']}/{session['steps']}; "
-          f"mean error {session['mean_error']:.4f}; mean interval width {session['mean_width']:.3f}")
+    print(C.table(["fixture", "runs", "kept more than one kind", "before (session 2)", "every state covered"],
+                  auto_rows,
+                  title="kinds: auto by BIC (two_types, two_kinds_lingering, two_kinds_mild: start risks differ by "
+                        "≥ 0.3; balanced one kind; second_order two kinds whose risks differ by 0.2)"))
+    for name, runs in (("two_types", 200), ("two_types", 1000), ("two_kinds_lingering", 1000)):
+        session = session_coverage(max(learnings // 2, 10), runs, seed=5, name=name)
+        results[f"session_{name}_{runs}"] = session
+        print(f"\nsession ({name}, {runs} runs, kinds: 2, posterior per prefix): every step covered in "
+              f"{session['runs_covered']:.3f} of {session['learnings']} runs; step misses "
+              f"{session['step_misses']}/{session['steps']}; mean error {session['mean_error']:.4f}; mean interval "
+              f"width {session['mean_width']:.3f} (before, two_types at 200 runs: 0.540); the labelled-runs "
+              f"intervals weighed by the true posterior {session['oracle_width']:.3f}")
     timing = latency(4000 if args.quick else 20000, 2000, seed=7)
     results["latency"] = timing
     print()

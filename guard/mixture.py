@@ -20,11 +20,12 @@ from :data:`RESTARTS` random starts (a seeded generator: the same runs give the 
 the fit of highest likelihood is kept, its kinds ordered by weight.
 
 ``kinds: auto`` chooses ``K`` among 1..:data:`MAX_KINDS` (stopping at the first that does not improve on
-the one before) on held-out likelihood: the distinct runs
-in sorted order are dealt round-robin into :data:`FOLDS` folds (copies of one run stay in one fold,
-as ``shrink: auto``'s folds), each fold scored under the mixture fitted on the others. One kind is
-the default; more are taken only when their per-run improvement over one kind is significant
-(:data:`Z_IMPROVE` standard errors, one-sided), so noise cannot pick a mixture.
+the one before) by the Bayesian information criterion on the whole runs, ``BIC_K = −2·log L_K + d_K·ln R``
+with ``L_K`` the fitted mixture's likelihood of the ``R`` runs (each an independent draw, so the runs are
+the sample size) and ``d_K`` its free parameters (:func:`free_parameters`). BIC is consistent for the
+number of components of a finite mixture: its penalty grows as ``ln R`` while a real second kind's
+gain in log-likelihood grows as ``R``. (Held-out likelihood over folds of *distinct* runs, used before,
+scored every held-out path with a fit that never saw it, which a mixture fits worse than one chain.)
 """
 from __future__ import annotations
 
@@ -40,18 +41,14 @@ from .crossval import path_transitions
 from .learning import END
 from .predicates import PredicateSet
 
-__all__ = ["MAX_KINDS", "FOLDS", "RESTARTS", "Z_IMPROVE", "PathTable", "Mixture", "path_table", "fit_mixture",
-           "score_runs", "choose_kinds"]
+__all__ = ["MAX_KINDS", "RESTARTS", "PathTable", "Mixture", "path_table", "fit_mixture", "score_runs",
+           "choose_kinds", "free_parameters", "bic"]
 
 MAX_KINDS = 4
-FOLDS = 5
 RESTARTS = 5
-CV_RESTARTS = 3  # per fold and candidate, when choosing K
-CV_RUNS = 1000  # at most this many distinct runs take part in choosing K
-Z_IMPROVE = 1.645
-ITERATIONS = 300
+ITERATIONS = 3000
 DENSE_CELLS = 4_000_000
-TOLERANCE = 1e-6  # relative change of the log-likelihood at which EM stops
+TOLERANCE = 1e-10  # relative change of the log-likelihood at which EM stops (EM crawls along flat ridges)
 
 
 @dataclass(frozen=True)
@@ -225,49 +222,36 @@ def fit_mixture(table: PathTable, chain: LearnedDTMC | _Pattern, kinds: int, alp
                    best.responsibilities[:, order], best.log_likelihood)
 
 
+def free_parameters(pattern: _Pattern, table: PathTable, kinds: int) -> int:
+    """The mixture's free parameters: per kind, each estimated row's successors but one and the start states but
+    one; and the weights but one."""
+    first = np.r_[True, pattern.rows[1:] != pattern.rows[:-1]]  # one entry per row
+    estimated = (~pattern.absorbing) & (pattern.successors >= 2) & first
+    per_kind = int((pattern.successors[estimated] - 1).sum()) + len(table.starts) - 1
+    return kinds * per_kind + kinds - 1
+
+
+def bic(table: PathTable, chain: LearnedDTMC | _Pattern, fitted: Mixture) -> float:
+    """``−2·log L + d·ln R`` of a fitted mixture of the runs (module docstring)."""
+    pattern = chain if isinstance(chain, _Pattern) else _Pattern.of(chain)
+    runs = max(float(table.weight.sum()), 1.0)
+    return -2.0 * fitted.log_likelihood + free_parameters(pattern, table, fitted.kinds) * math.log(runs)
+
+
 def choose_kinds(table: PathTable, chain: LearnedDTMC, alpha: float, *, max_kinds: int = MAX_KINDS,
                  seed: int = 0) -> tuple[int, dict[int, float]]:
-    """``K`` for ``kinds: auto`` and each candidate's held-out log-likelihood per run (module docstring).
+    """``K`` for ``kinds: auto`` by BIC, and each candidate's BIC (module docstring; lower is better).
 
     Candidates are tried in increasing order, and the search stops at the first that does not improve on the
-    one before (a mixture that cannot use a third kind will not use a fourth). Beyond :data:`CV_RUNS` distinct
-    runs every m-th (in sorted order) takes part, which bounds the cost on large inputs.
+    one before (a mixture that cannot use a third kind will not use a fourth).
     """
-    if table.counts.shape[0] > CV_RUNS:
-        table = table.rows(np.arange(0, table.counts.shape[0], math.ceil(table.counts.shape[0] / CV_RUNS)))
-    runs = table.counts.shape[0]
-    candidates = [k for k in range(1, max_kinds + 1) if k == 1 or k <= runs // 2]
-    if runs < 2 * FOLDS or len(candidates) == 1:
+    runs = float(table.weight.sum())
+    if runs < 2:
         return 1, {}
     pattern = _Pattern.of(chain)
-    folds = np.arange(runs) % FOLDS
-    scores: dict[int, np.ndarray] = {}
-    for kinds in candidates:
-        held = np.zeros(runs)
-        for fold in range(FOLDS):
-            test = folds == fold
-            fitted = fit_mixture(table.rows(~test), pattern, kinds, alpha, seed=seed, restarts=CV_RESTARTS)
-            _, ll = _normalise(score_runs(table.rows(test), fitted.weights, fitted.probabilities, fitted.initial))
-            held[test] = ll
-        scores[kinds] = held
-        if kinds > 1 and _mean(held, scores[kinds - 1], table.weight) <= _mean(scores[kinds - 1], held, table.weight):
+    scores: dict[int, float] = {}
+    for kinds in range(1, max_kinds + 1):
+        scores[kinds] = bic(table, pattern, fit_mixture(table, pattern, kinds, alpha, seed=seed))
+        if kinds > 1 and scores[kinds] >= scores[kinds - 1]:
             break
-    usable = np.all([np.isfinite(v) for v in scores.values()], axis=0)  # a run no fit can produce (α = 0)
-    weight = table.weight[usable]
-    total = max(float(weight.sum()), 1.0)
-    means = {k: float(v[usable] @ weight / total) for k, v in scores.items()}
-    best = max(means, key=lambda k: (means[k], -k))
-    if best == 1:
-        return 1, means
-    gain = scores[best][usable] - scores[1][usable]  # per distinct run, paired
-    mean = float(gain @ weight / total)
-    spread = float(((gain - mean) ** 2) @ weight / max(total - 1.0, 1.0))
-    if mean > Z_IMPROVE * math.sqrt(spread / total):
-        return best, means
-    return 1, means
-
-
-def _mean(scores: np.ndarray, other: np.ndarray, weight: np.ndarray) -> float:
-    """Mean held-out log-likelihood per run, over the runs both candidates can score."""
-    both = np.isfinite(scores) & np.isfinite(other)
-    return float(scores[both] @ weight[both] / max(float(weight[both].sum()), 1.0))
+    return min(scores, key=lambda k: (scores[k], k)), scores

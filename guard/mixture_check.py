@@ -29,16 +29,28 @@ import scipy.sparse as sp
 from ..errors import InputError
 from .chain import LearnedDTMC, visits
 from .intervals import IntervalMethod, IntervalReport, clopper_pearson, estimated_entries, hoeffding
-from .mixture import Mixture, PathTable, choose_kinds, fit_mixture, path_table
+from .mixture import Mixture, PathTable, _Pattern, bic, choose_kinds, fit_mixture, path_table
+from .mixture_bounds import (
+    CP_SHARE,
+    LABEL_SHARE,
+    count_moments,
+    first_visit_bounds,
+    label_range,
+    proportion_bounds,
+    transition_moments,
+)
+from .mixture_gibbs import sample_labels
 from .mixture_posterior import KindColumns, KindMixture
 from .model import CheckedProperty
 from .monitoring import build_product
 from .predicates import PredicateSet
 from .results import CheckOutcome
-from .shrinkage import summarize_paths
+from .shrinkage import PathVisits, reach_targets, summarize_paths
 from .storm import Method, build_interval_dtmc, build_sparse_dtmc, check_sparse_model, interval_bounds, labels_of
 
-__all__ = ["KindsFit", "doubtful_counts", "kind_intervals", "learn_kinds", "simplex_extreme", "visit_shares"]
+__all__ = ["SAMPLED_RUNS", "KindsFit", "kind_intervals", "learn_kinds", "simplex_extreme", "visit_shares"]
+
+SAMPLED_RUNS = 1000  # above this many distinct runs the labels are not sampled (EM's responsibilities alone)
 
 
 @dataclass(frozen=True)
@@ -68,21 +80,35 @@ def simplex_extreme(values: np.ndarray, low: np.ndarray, high: np.ndarray, *, la
     return out
 
 
-def visit_shares(table: PathTable, mixture: Mixture, paths: Mapping[tuple[int, ...], int],
-                 predicates: PredicateSet, monitors: Sequence[Any], product: LearnedDTMC
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def visit_shares(table: PathTable, mixture: Mixture, summaries: Mapping[tuple[int, ...], PathVisits],
+                 product: LearnedDTMC) -> tuple[np.ndarray, np.ndarray]:
     """Per product state: the runs that visited it (each once), and per kind the responsibility mass among them
     (states × K)."""
-    index = product.product_index()
-    summaries = summarize_paths(paths, predicates, monitors, [])
-    runs = np.zeros(product.size)
-    mass = np.zeros((product.size, mixture.kinds))
-    for r, path in enumerate(sorted(paths)):  # the table's row order
-        weight = float(table.weight[r])
-        states = [index[key] for key in summaries[path].visits if key in index]
-        runs[states] += weight
-        mass[states] += weight * mixture.responsibilities[r]
+    visited = _indicators(summaries, product)[0]
+    runs = np.asarray(visited.T @ table.weight).ravel()
+    mass = np.asarray(visited.T @ (mixture.responsibilities * table.weight[:, None]))
     return runs, mass
+
+
+def _indicators(summaries: Mapping[tuple[int, ...], PathVisits], product: LearnedDTMC
+                ) -> tuple[sp.csr_matrix, list[sp.csr_matrix]]:
+    """Runs (in the table's order) × product states: which states each run visited, and per reach target the
+    states whose first visit the target followed."""
+    index = product.product_index()
+    items = sorted(summaries)
+    targets = len(summaries[items[0]].first) if items else 0
+    cells: list[list[tuple[int, int]]] = [[] for _ in range(targets + 1)]
+    for r, path in enumerate(items):
+        pv = summaries[path]
+        cells[0] += [(r, index[key]) for key in pv.visits if key in index]
+        for t, first in enumerate(pv.first):
+            cells[t + 1] += [(r, index[key]) for key in first if key in index]
+
+    def matrix(pairs: list[tuple[int, int]]) -> sp.csr_matrix:
+        r, c = (np.array([p[i] for p in pairs], dtype=np.int64) for i in (0, 1))
+        return sp.csr_matrix((np.ones(len(pairs)), (r, c)), shape=(len(items), product.size))
+
+    return matrix(cells[0]), [matrix(c) for c in cells[1:]]
 
 
 def learn_kinds(setting: int | str, *, paths: Mapping[tuple[int, ...], int], chain: LearnedDTMC,
@@ -103,19 +129,29 @@ def learn_kinds(setting: int | str, *, paths: Mapping[tuple[int, ...], int], cha
         kinds = int(setting)
     lever: dict[str, Any] = {"setting": setting, "chosen": kinds}
     if scores:
-        lever["cv_log_likelihood"] = {str(k): round(v, 6) for k, v in scores.items()}
+        lever["bic"] = {str(k): round(v, 6) for k, v in scores.items()}
     if kinds == 1:
         lever["seconds"] = round(time.perf_counter() - started, 6)
         return lever
     mixture = fit_mixture(table, chain, kinds, alpha)
-    ambiguity = doubtful_counts(table, mixture)
+    supported = True
+    if setting != "auto" and intervals is not IntervalMethod.NONE:  # auto chose K by BIC already
+        supported = bic(table, chain, mixture) < bic(table, chain, fit_mixture(table, chain, 1, alpha))
+        if not supported:
+            lever["supported"] = "no: BIC prefers one kind, so each kind's interval where runs visited is [0, 1]"
     labels = labels_of(product)
     kind_method = Method.SOUND if method is Method.EXACT else method  # weighted counts are not integers
-    each = delta / (2 * kinds)
+    each = delta / (2 * kinds)  # per kind: half to its transitions and starts, half to its first visits
+    reach, targets = reach_targets(properties, predicates, monitors)
+    summaries = summarize_paths(paths, predicates, monitors, targets)
+    visited, followed = _indicators(summaries, product)
+    seen = np.asarray(visited.sum(axis=0)).ravel() > 0
+    items = int(seen.sum()) * len(reach)
     columns: list[list[KindColumns]] = []
-    probabilities, counts, transition_low, transition_high = [], [], [], []
+    probabilities, counts, transition_low, transition_high, start_low, start_high = [], [], [], [], [], []
     report = None
-    start_counts = _start_counts(table, mixture, ambiguity_starts(table, mixture), product, chain)
+    rows = np.repeat(np.arange(chain.size), np.diff(chain.matrix.indptr))
+    drawn = None
     for k in range(kinds):
         part = _kind_chain(chain, mixture, k)
         kind_product = build_product(part, monitors)
@@ -126,26 +162,58 @@ def learn_kinds(setting: int | str, *, paths: Mapping[tuple[int, ...], int], cha
                     for p in properties]
         bounds: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(outcomes)
         if intervals is not IntervalMethod.NONE:
-            ambiguous = build_product(_kind_chain(chain, mixture, k, counts=ambiguity[k]), monitors).counts.data
+            gamma = mixture.responsibilities[:, k]
+            moments = transition_moments(table.counts, table.weight, gamma, rows, chain.size)
+            carried = [build_product(_kind_chain(chain, mixture, k, counts=m), monitors).counts.data
+                       for m in moments[1:]]  # each product transition inherits its chain transition's
             # the union bound runs over the kind's estimated transitions and its start shares
-            lower, upper, per_entry, entries = kind_intervals(kind_product, ambiguous, each, intervals,
+            lower, upper, per_entry, entries = kind_intervals(kind_product, carried, each / 2, intervals,
                                                               estimated_entries(part) + len(table.starts))
             transition_low.append(lower)
             transition_high.append(upper)
             interval_model = build_interval_dtmc(kind_product.matrix, lower, upper, labels)
             bounds = [_contain(interval_bounds(interval_model, o.formula, precision=precision), o) for o in outcomes]
+            if items and not supported:  # the runs do not tell the kinds apart: a kind's risk is not identified
+                for i in reach:
+                    b = bounds[i]
+                    assert b is not None
+                    bounds[i] = (np.where(seen, 0.0, b[0]), np.where(seen, 1.0, b[1]))
+            elif items:  # where runs visited, the kind's first-visit interval (mixture_bounds.py): the hull of the
+                # one from EM's responsibilities and the one from labels sampled with the fit's doubt in them
+                sampling = len(table.weight) <= SAMPLED_RUNS  # its cost grows with the distinct runs
+                if drawn is None and sampling:
+                    drawn = sample_labels(table, _Pattern.of(chain), mixture, alpha)
+                elif not sampling:
+                    lever["sampled_labels"] = f"skipped: {len(table.weight)} distinct runs > {SAMPLED_RUNS}"
+                gamma_n = count_moments(visited, table.weight, gamma)
+                for t, i in enumerate(reach):
+                    x = count_moments(followed[t], table.weight, gamma)
+                    low, high = proportion_bounds((x[0], x[1], np.ones(len(seen))),
+                                                  (gamma_n[0] - x[0], np.maximum(gamma_n[1] - x[1], 0.0),
+                                                   np.ones(len(seen))), each / 2 / items, intervals)
+                    if drawn is not None:
+                        low_d, high_d = first_visit_bounds(drawn[:, :, k], visited, followed[t], each / 2 / items,
+                                                           intervals)
+                        low, high = np.minimum(low, low_d), np.maximum(high, high_d)
+                    b = bounds[i]
+                    assert b is not None
+                    bounds[i] = _contain((np.where(seen, low, b[0]), np.where(seen, high, b[1]), 0.0), outcomes[i])
+            low_s, high_s = _start_bounds(table, gamma, product, chain, per_entry, intervals)
+            start_low.append(low_s)
+            start_high.append(high_s)
             report = IntervalReport(intervals, float(delta), per_entry, entries)
         columns.append([KindColumns(o.values, o.lower, o.upper, *(b if b is not None else (None, None)))
                         for o, b in zip(outcomes, bounds)])
         probabilities.append(kind_product.matrix.data)
         counts.append(kind_product.counts.data)
-    runs, mass = visit_shares(table, mixture, paths, predicates, monitors, product)
+    runs, mass = visit_shares(table, mixture, summaries, product)
     stored = _per_state(properties, columns, mixture, runs, mass, delta)
     initial = _product_initial(mixture, product, chain)
     transition_bounds = start_bounds = None
     if transition_low:
         transition_bounds = (np.array(transition_low), np.array(transition_high))
-        start_bounds = _start_bounds(start_counts, table, initial, each, intervals, report)
+        point = initial * mixture.weights[:, None]  # w_k·π_k(x), as the model's own estimate holds it
+        start_bounds = (np.minimum(np.array(start_low), point), np.maximum(np.array(start_high), point))
     kept = KindMixture(mixture.weights, initial, np.array(probabilities), np.array(counts), columns,
                        product.matrix.indptr, product.matrix.indices, str(setting), scores, transition_bounds,
                        start_bounds)
@@ -157,85 +225,47 @@ def learn_kinds(setting: int | str, *, paths: Mapping[tuple[int, ...], int], cha
     return KindsFit(kept, stored, report, lever)
 
 
-def ambiguity_starts(table: PathTable, mixture: Mixture) -> np.ndarray:
-    """Per kind and start state of S₀ (K × S₀): the runs starting there, weighted by ``min(γ, 1 − γ)``."""
-    doubt = np.minimum(mixture.responsibilities, 1.0 - mixture.responsibilities) * table.weight[:, None]
-    out: np.ndarray = np.asarray(doubt.T @ table.starting)
-    return out
-
-
-def _start_counts(table: PathTable, mixture: Mixture, doubt: np.ndarray, product: LearnedDTMC, chain: LearnedDTMC
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Per kind and product state (K × states): the runs of the kind that started there (responsibilities),
-    and their doubtful part; 0 off the start states."""
-    mass = np.asarray((mixture.responsibilities * table.weight[:, None]).T @ table.starting)  # K × S₀
+def _start_bounds(table: PathTable, gamma: np.ndarray, product: LearnedDTMC, chain: LearnedDTMC, per: float,
+                  method: IntervalMethod) -> tuple[np.ndarray, np.ndarray]:
+    """Per product state, an interval of ``w_k·π_k(x)``, the share of all runs that are of kind ``k`` and start
+    in ``x``: the kind's latent count of runs starting there (mixture_bounds.py) out of all runs."""
+    mean, var = count_moments(sp.csr_matrix(table.starting), table.weight, gamma)
+    low_n, high_n = label_range(mean, var, np.ones(len(mean)), per * LABEL_SHARE)
+    total = np.full(len(mean), float(table.weight.sum()))
+    bound = clopper_pearson if method is IntervalMethod.CLOPPER_PEARSON else hoeffding
+    low_s, high_s = bound(low_n, total, per * CP_SHARE)[0], bound(high_n, total, per * CP_SHARE)[1]
     column = {int(s): c for c, s in enumerate(table.starts.tolist())}
     index = chain.index()
-    runs, doubtful = np.zeros((mixture.kinds, product.size)), np.zeros((mixture.kinds, product.size))
+    low, high = np.zeros(product.size), np.zeros(product.size)
     for i, bits in enumerate(product.states[:-1]):
         c = column.get(index[bits])
         if c is not None and (i in product.initial or not product.monitors):
-            runs[:, i], doubtful[:, i] = mass[:, c], doubt[:, c]
-    return runs, doubtful
-
-
-def _start_bounds(start_counts: tuple[np.ndarray, np.ndarray], table: PathTable, initial: np.ndarray, each: float,
-                  method: IntervalMethod, report: IntervalReport | None) -> tuple[np.ndarray, np.ndarray]:
-    """Intervals of ``w_k·π_k(x)`` (K × states): the share of all runs that are of kind ``k`` and start in
-    ``x``, from the responsibilities, widened by the doubtful runs as :func:`kind_intervals` does."""
-    runs, doubtful = start_counts
-    total = float(table.weight.sum())
-    per = report.delta_per_entry if report is not None else each
-    bound = clopper_pearson if method is IntervalMethod.CLOPPER_PEARSON else hoeffding
-    where = runs > 0
-    low, high = np.zeros_like(runs), np.zeros_like(runs)
-    n = np.full(int(where.sum()), total)
-    low[where] = bound(np.floor(np.maximum(runs[where] - doubtful[where], 0.0)), n, per)[0]
-    high[where] = bound(np.minimum(np.ceil(runs[where] + doubtful[where]), total), n, per)[1]
-    point = initial * (runs.sum(axis=1, keepdims=True) / total)  # w_k·π_k(x), as the model's own estimate holds it
-    return np.minimum(low, point), np.maximum(high, point)
+            low[i], high[i] = low_s[c], high_s[c]
+    return low, high
 
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
 
 
-def doubtful_counts(table: PathTable, mixture: Mixture) -> np.ndarray:
-    """Per kind and CSR entry of the chain (K × entries), the counts of runs whose kind is in doubt, each
-    weighted by ``min(γ_rk, 1 − γ_rk)``: how much of the kind's weighted count could be another's, or missing."""
-    doubt = np.minimum(mixture.responsibilities, 1.0 - mixture.responsibilities) * table.weight[:, None]
-    out: np.ndarray = np.asarray(table.counts.T @ doubt).T
-    return out
-
-
-def kind_intervals(product: LearnedDTMC, ambiguous: np.ndarray, delta: float, method: IntervalMethod, entries: int
-                   ) -> tuple[np.ndarray, np.ndarray, float, int]:
-    """Per CSR entry of a kind's chain, an interval for its transition probability (as guard/intervals.py, at
-    ``δ/entries`` each), from the kind's weighted counts ``x`` out of ``n`` departures, widened for the runs
-    whose kind is in doubt (a run the posterior splits could belong wholly to the kind, or not at all): with
-    ``a`` the entry's counts weighted by ``min(γ, 1 − γ)`` and ``A`` its row's, the lower end is that of
-    ``x − a`` out of ``n − a + (A − a)`` (this entry's doubtful counts gone, the row's others kept), the upper
-    that of ``x + a`` out of ``n + a − (A − a)``. Then widened to hold the point estimate.
+def kind_intervals(product: LearnedDTMC, moments: Sequence[np.ndarray], delta: float, method: IntervalMethod,
+                   entries: int) -> tuple[np.ndarray, np.ndarray, float, int]:
+    """Per CSR entry of a kind's chain, an interval for its transition probability at ``δ/entries`` each: the
+    proportion of the kind's latent count of the entry (mean: the kind's weighted count) out of its row's
+    departures (mixture_bounds.py); ``moments``: the entry's count variance, and the rest of the row's mean and
+    variance, and the summands' scale, per entry. Then widened to hold the point estimate.
     Returns (lower, upper, δ per entry, entries)."""
     matrix, counts = product.matrix, product.counts
     lengths = np.diff(matrix.indptr)
     rows = np.repeat(np.arange(product.size), lengths)
-    n = visits(product)[rows].astype(float)
-    x = counts.data
+    x_var, o_mean, o_var, scale = moments
     per_entry = delta / max(entries, 1)
-    lower, upper = np.zeros(len(x)), np.ones(len(x))
-    estimated = (~product.absorbing[rows]) & (lengths[rows] >= 2) & (n > 0)
-    bound = clopper_pearson if method is IntervalMethod.CLOPPER_PEARSON else hoeffding
+    lower, upper = np.zeros(len(matrix.data)), np.ones(len(matrix.data))
+    estimated = (~product.absorbing[rows]) & (lengths[rows] >= 2) & (visits(product)[rows] > 0)
     if estimated.any():
-        row_doubt = np.bincount(rows, weights=ambiguous, minlength=product.size)[rows]
-        xe, ae, ne, re = x[estimated], ambiguous[estimated], n[estimated], row_doubt[estimated]
-        rest = np.maximum(ne - xe, 0.0)  # the row's other entries, whose doubtful counts may move too
-        low_x = np.floor(np.maximum(xe - ae, 0.0))
-        low_n = np.maximum(np.ceil(low_x + rest + np.maximum(re - ae, 0.0)), 1.0)
-        high_x = np.ceil(xe + ae)
-        high_n = np.maximum(np.floor(high_x + np.maximum(rest - np.maximum(re - ae, 0.0), 0.0)), high_x)
-        lower[estimated] = bound(low_x, low_n, per_entry)[0]
-        upper[estimated] = np.where(high_n > 0, bound(high_x, np.maximum(high_n, 1.0), per_entry)[1], 1.0)
+        e = estimated
+        lower[e], upper[e] = proportion_bounds((counts.data[e], x_var[e], scale[e]),
+                                               (np.maximum(o_mean[e], 0.0), o_var[e], scale[e]), per_entry, method)
     fixed = product.absorbing[rows] | (lengths[rows] == 1)
     lower[fixed] = upper[fixed] = 1.0
     return np.minimum(lower, matrix.data), np.maximum(upper, matrix.data), per_entry, int(entries)

@@ -85,7 +85,7 @@ class KindMixture:
     the order of the model's ``transitions`` (same ``indptr``/``indices``); ``initial[k]``: its start
     probability per product state (0 where no training run started); ``columns[k][p]``: property
     ``p``'s values in kind ``k``; ``chosen``: how K was set (``"auto"`` or the spec's number) and, for
-    auto, the held-out log-likelihood per run of each candidate. With intervals, ``transition_bounds``
+    auto, the BIC of each candidate (lower is better). With intervals, ``transition_bounds``
     (K × entries, low and high) are each kind's transition intervals and ``start_bounds`` (K × states)
     intervals of ``w_k·π_k(x)``, the share of runs of kind ``k`` that start in ``x``.
     """
@@ -268,7 +268,7 @@ class KindEntry(_Doc):
 
 class KindsEntry(_Doc):
     chosen: str  # "auto" or the spec's number of kinds
-    # auto: held-out log-likelihood per run, per candidate K (a number of kinds, as JSON keys are strings)
+    # auto: the BIC per candidate K (a number of kinds, as JSON keys are strings)
     scores: dict[Annotated[str, Field(pattern=r"^[1-9][0-9]{0,5}$")], float] | None = None
     components: list[KindEntry] = Field(min_length=2)
 

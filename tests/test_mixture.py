@@ -23,7 +23,8 @@ from forewarn.errors import ModelFileError, SpecError
 from forewarn.guard.intervals import IntervalMethod, clopper_pearson, estimated_entries
 from forewarn.guard.learning import END, learn_dtmc
 from forewarn.guard.mixture import choose_kinds, fit_mixture, path_table
-from forewarn.guard.mixture_check import doubtful_counts, kind_intervals, simplex_extreme
+from forewarn.guard.mixture_bounds import transition_moments
+from forewarn.guard.mixture_check import kind_intervals, simplex_extreme
 from forewarn.guard.mixture_posterior import Belief, KindColumns, KindMixture
 from forewarn.guard.model import GuardModel
 from forewarn.guard.pipeline import learn_model, model_from_counts, prepare
@@ -86,7 +87,7 @@ def test_em_recovers_the_two_known_kinds_within_their_intervals() -> None:
     chain = learn_dtmc(counts, predicates, alpha=0.1)
     table = path_table(paths, predicates, chain)
     mixture = fit_mixture(table, chain, 2, 0.1)
-    doubt = doubtful_counts(table, mixture)
+    rows = np.repeat(np.arange(chain.size), np.diff(chain.matrix.indptr))
     truth = [chain_of for _, chain_of in MIXTURES["two_types"]]
     index = chain.index()
     matrix = chain.matrix
@@ -96,7 +97,10 @@ def test_em_recovers_the_two_known_kinds_within_their_intervals() -> None:
         part = learn_dtmc(counts, predicates, alpha=0.1)  # the pooled pattern, with kind k's numbers
         part.matrix.data[:] = mixture.probabilities[k]
         part.counts.data[:] = mixture.counts[k]
-        lower, upper, _, _ = kind_intervals(part, doubt[k], delta / 2, IntervalMethod.CLOPPER_PEARSON,
+        moments = transition_moments(table.counts, table.weight, mixture.responsibilities[:, k], rows, chain.size)
+        # the latent count's mean is the kind's weighted count (from the responsibilities one E-step later)
+        assert np.allclose(moments[0], mixture.counts[k], rtol=1e-4, atol=1e-3)
+        lower, upper, _, _ = kind_intervals(part, moments[1:], delta / 2, IntervalMethod.CLOPPER_PEARSON,
                                             estimated_entries(part))
         # the kind that goes to B first intends the hazard (fixture order: truth[0])
         goes_to_b = mixture.probabilities[k][_entry(matrix, index[NONE], index[B])] > 0.5
@@ -128,9 +132,15 @@ def _entry(matrix: Any, i: int, j: int) -> int | None:
 def test_auto_finds_two_kinds_where_there_are_two_and_says_why() -> None:
     predicates, paths, counts = simulated("two_types", 400, seed=3)
     chain = learn_dtmc(counts, predicates, alpha=0.1)
-    kinds, scores = choose_kinds(path_table(paths, predicates, chain), chain, 0.1)
+    table = path_table(paths, predicates, chain)
+    kinds, scores = choose_kinds(table, chain, 0.1)
     assert kinds == 2
-    assert scores[2] > scores[1] and scores[2] > scores[3]
+    assert scores[2] < scores[1] and scores[2] < scores[3]  # BIC: lower is better, and a third kind does not help
+    for k in (1, 2, 3):  # each score is −2·log L + d·ln R of the fit, with d counted by hand for this chain
+        fitted = fit_mixture(table, chain, k, 0.1)
+        lengths = np.diff(chain.matrix.indptr)
+        per_kind = int((lengths[(~chain.absorbing) & (lengths >= 2)] - 1).sum()) + len(table.starts) - 1
+        assert scores[k] == pytest.approx(-2 * fitted.log_likelihood + (k * per_kind + k - 1) * math.log(400))
 
 
 def test_the_fit_is_deterministic() -> None:
