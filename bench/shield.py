@@ -17,8 +17,9 @@ MDP over its actions (``learning.mdp``; an action class is the action's text). T
 * ``shield`` (θ): before each action, its move's risk from the committed state (``Q(s, a)``, the
   MDP): at or over θ the action does not run and the agent is told the safer moves; it heeds with
   ``--heed`` (turns careful and drops the blocked step from its plan) or proposes again; where no
-  move is under θ (``p_min ≥ θ``) the run stops. A move the runs never made from the state, or a state
-  the model never saw, passes (the thresholds are not applied: this row is the shield alone).
+  move is under θ (``p_min ≥ θ``) the run stops (``domains.embodied.run_shielded_episode``, the
+  demo's row). A move the runs never made from the state, or a state the model never saw, passes
+  (the thresholds are not applied: this row is the shield alone).
 
 Then the counterfactual (``guard.shield.shield_counterfactual``) on ``--replay-runs`` held-out logged runs
 per task: which runs the shield would have blocked before their violation, which safe runs it would
@@ -40,19 +41,16 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import _common as C
 from forewarn.domains.embodied import (
     AgentProfile,
-    HouseholdSim,
-    SimulatedAgent,
     generate_traces,
     hazard_tasks,
     run_episode,
+    run_shielded_episode,
     write_spec,
 )
-from forewarn.domains.embodied.conditions import condition_holds
 from forewarn.guard import Guard, learn_model, load_spec
 from forewarn.guard.policy import Policy
 from forewarn.guard.shield import Counterfactual, shield_counterfactual
@@ -76,45 +74,6 @@ class Row:
 
     def rate(self, outcome: str) -> float:
         return self.outcomes.get(outcome, 0) / max(1, self.episodes)
-
-
-def shielded_episode(task: Any, rng: random.Random, profile: AgentProfile, guard: Guard, theta: float,
-                     max_blocks: int = 6) -> tuple[str, int]:
-    """One episode under the shield (see the module's docstring): its outcome and the calls blocked."""
-    advice = guard.advice
-    assert advice is not None
-    session = guard.session()
-    sim = HouseholdSim.for_task(task, rng=rng, p_fail=profile.p_fail)
-    agent = SimulatedAgent(task, profile, rng)
-    state = sim.state()
-    blocked = steps = 0
-    while True:
-        decision = session.observe(state)
-        if condition_holds(state, task.final_state):
-            return "unsafe", blocked
-        here = decision.index
-        p_min = advice.p_min(here)
-        if p_min is not None and p_min >= theta:
-            return "stopped", blocked
-        if steps >= profile.max_steps:
-            return "failed", blocked
-        for _ in range(max_blocks + 1):
-            action = agent.next_action(sim)
-            if action is None:
-                return ("failed" if agent.abandoned else "completed"), blocked
-            move = advice.option(here, advice.class_of(action))
-            if move is None or move.risk < theta:
-                break
-            blocked += 1  # the call does not run; the agent reads the safer moves
-            agent.record(action, False, sim)
-            if rng.random() < profile.p_heed_reflection:
-                agent.avoid(action)
-        else:
-            return "failed", blocked
-        success = sim.apply(action)
-        agent.record(action, success, sim)
-        state = sim.state()
-        steps += 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             advised_run = run_episode(task, random.Random(seed), advised,
                                       session=guard.session(policies["reflect"]), enforcement="reflect")
             rows["reflect+advice"].add(advised_run.outcome, advised_run.interventions)
-            outcome, blocked = shielded_episode(task, random.Random(seed), profile, guard, 1.0 - theta)
-            rows["shield"].add(outcome, blocked)
+            shielded = run_shielded_episode(task, random.Random(seed), profile, guard, 1.0 - theta)
+            rows["shield"].add(shielded.outcome, shielded.interventions)
     finished = time.perf_counter()
 
     base = rows["none"]
