@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..monitors.base import Monitor
+from ..monitors.product import advance
 from .actions import ActionClass, action_class, action_view
 from .chain import LearnedDTMC
 from .intervals import clopper_pearson
@@ -56,13 +58,13 @@ class ChoiceCounts:
 
 def mdp_refusal(spec: Spec) -> str | None:
     """Why this spec cannot have an MDP (None: it can)."""
-    if spec.monitors:
-        return "learning.mdp: a spec with monitors is not supported yet (the MDP is over the chain's states)"
     if spec.learning.memory.actions:
         return ("learning.mdp: a spec whose learning.memory remembers actions is not supported yet (the MDP's "
                 "choices are the actions: set memory.actions to 0)")
     if spec.learning.kinds != 1:
-        return "learning.mdp: a spec with learning.kinds is not supported yet (set kinds: 1)"
+        return ("learning.mdp: a spec with learning.kinds is refused: a run's kind is hidden, so the safest next "
+                "move over a mixture of MDPs is a partially observable problem, not one MDP's per-state risk "
+                "(set kinds: 1)")
     return None
 
 
@@ -86,18 +88,24 @@ def advice_property(spec: Spec) -> PropertyDef | None:
 
 
 def learn_mdp(counts: ChoiceCounts, dtmc: LearnedDTMC, spec: Spec, *, alpha: float, delta: float,
-              precision: float = 1e-6) -> LearnedMDP:
-    """Smooth the counted choices over the chain's states, check them with Storm, and attach the risks."""
-    if dtmc.monitors:
-        raise ConfigError("learning.mdp: the MDP is over the chain's states; a product with monitors has others")
-    index = dtmc.index()
+              precision: float = 1e-6, monitors: Sequence[Monitor] = ()) -> LearnedMDP:
+    """Smooth the counted choices over the model's states, check them with Storm, and attach the risks.
+
+    With monitors the states are the product's (abstract state × monitor states, ``dtmc``): a choice from
+    ``(s, q)`` goes where the chain's choice from ``s`` goes, each successor ``s'`` with the monitor states
+    ``q`` steps to on it — the product of the MDP with the monitors' automata, over the product's states."""
+    if len(monitors) != len(dtmc.monitors):
+        raise ConfigError(f"learning.mdp: the model has monitors {dtmc.monitors}, {len(monitors)} were given")
     end = dtmc.end_index
     matrix = dtmc.matrix
     absorbing = dtmc.absorbing
-    by_state: dict[int, dict[str, Counter[int]]] = {}
+    # counted by abstract state (bits): each product state (bits, monitor states) takes its bits' counts, the
+    # successor's monitor states following from its bits (a monitor steps deterministically on them)
+    by_bits: dict[int, dict[str, Counter[int]]] = {}
     for (src, cls, dst), n in counts.steps.items():
-        s = index[src]
-        by_state.setdefault(s, {}).setdefault(cls, Counter())[index[dst]] += n
+        by_bits.setdefault(src, {}).setdefault(cls, Counter())[dst] += n
+    index = dtmc.product_index()
+    rows_q = dtmc.monitor_states.tolist() if dtmc.monitor_states is not None else None
     names: set[str] = {ANY}
     choices = [0]
     rows: list[tuple[str, list[int], list[float], list[float]]] = []
@@ -108,7 +116,17 @@ def learn_mdp(counts: ChoiceCounts, dtmc: LearnedDTMC, spec: Spec, *, alpha: flo
             here.append((ANY, [s], [1.0], [0.0]))
         else:
             support = [j for j in chain_targets if j != end]
-            for cls, seen in sorted(by_state.get(s, {}).items()):
+            q = () if rows_q is None else tuple(rows_q[s])
+            by_state: dict[str, Counter[int]] = {}
+            for cls, seen_bits in by_bits.get(dtmc.states[s], {}).items():
+                mapped: Counter[int] = Counter()
+                for dst, n in seen_bits.items():
+                    j = index.get((dst, advance(monitors, q, dst) if monitors else ()))
+                    if j is not None:  # the product has every successor the chain has (monitors only relabel)
+                        mapped[j] += n
+                if mapped:
+                    by_state[cls] = mapped
+            for cls, seen in sorted(by_state.items()):
                 targets = sorted(set(support) | set(seen)) if alpha > 0 else sorted(seen)
                 observed = [float(seen.get(j, 0)) for j in targets]
                 total = sum(observed) + len(targets) * alpha
