@@ -25,7 +25,7 @@ from .actions import ActionClass, action_class, action_view
 from .chain import LearnedDTMC
 from .intervals import clopper_pearson
 from .mdp import ANY, END_CHOICE, LearnedMDP
-from .memory import Memory
+from .memory import Memory, build_memory
 from .predicates import PredicateSet
 from .results import CheckOutcome
 from .spec import Meaning, PropertyDef, Spec
@@ -58,9 +58,6 @@ class ChoiceCounts:
 
 def mdp_refusal(spec: Spec) -> str | None:
     """Why this spec cannot have an MDP (None: it can)."""
-    if spec.learning.memory.actions:
-        return ("learning.mdp: a spec whose learning.memory remembers actions is not supported yet (the MDP's "
-                "choices are the actions: set memory.actions to 0)")
     if spec.learning.kinds != 1:
         return ("learning.mdp: a spec with learning.kinds is refused: a run's kind is hidden, so the safest next "
                 "move over a mixture of MDPs is a partially observable problem, not one MDP's per-state risk "
@@ -71,12 +68,13 @@ def mdp_refusal(spec: Spec) -> str | None:
 def tap_choices(runs: Iterable[Run], predicates: PredicateSet, of: ActionClass, counts: ChoiceCounts,
                 memory: Memory | None = None) -> Iterator[Run]:
     """The runs, unchanged, each also counted into ``counts`` (one pass over the data for chain and MDP);
-    ``memory`` (dwell, previous state: no actions) encodes the abstract states as the chain's."""
+    ``memory`` encodes the abstract states as the chain's counting does (with ``actions``, portably:
+    :func:`learn_mdp` numbers them as the model does)."""
     for run in runs:
         yield run
         abstract = abstract_run(run, predicates)
         if memory is not None:
-            abstract = memory.encode_run(abstract)
+            abstract = memory.encode_run(abstract, [step.get("action") for step in run.steps])
         counts.add(abstract, [action_class(action_view(step.get("action")), of) for step in run.steps], predicates)
 
 
@@ -102,7 +100,16 @@ def learn_mdp(counts: ChoiceCounts, dtmc: LearnedDTMC, spec: Spec, *, alpha: flo
     # counted by abstract state (bits): each product state (bits, monitor states) takes its bits' counts, the
     # successor's monitor states following from its bits (a monitor steps deterministically on them)
     by_bits: dict[int, dict[str, Counter[int]]] = {}
+    # learning.memory.actions: the runs were counted with portable histories; the model numbers them by its
+    # vocabulary, and a choice of class a leads only to states whose newest remembered action is a
+    portable = build_memory(spec.learning.memory, len(dtmc.predicates)) if spec.learning.memory.actions else None
+    compact = build_memory(spec.learning.memory, len(dtmc.predicates), dtmc.actions) if portable else None
+    ends: Counter[int] = Counter()
+    for state, n in counts.ends.items():
+        ends[state if portable is None or compact is None else portable.recode(state, compact)] += n
     for (src, cls, dst), n in counts.steps.items():
+        if portable is not None and compact is not None:
+            src, dst = portable.recode(src, compact), portable.recode(dst, compact)
         by_bits.setdefault(src, {}).setdefault(cls, Counter())[dst] += n
     index = dtmc.product_index()
     rows_q = dtmc.monitor_states.tolist() if dtmc.monitor_states is not None else None
@@ -117,6 +124,7 @@ def learn_mdp(counts: ChoiceCounts, dtmc: LearnedDTMC, spec: Spec, *, alpha: flo
         else:
             support = [j for j in chain_targets if j != end]
             q = () if rows_q is None else tuple(rows_q[s])
+            width = len(dtmc.predicates)
             by_state: dict[str, Counter[int]] = {}
             for cls, seen_bits in by_bits.get(dtmc.states[s], {}).items():
                 mapped: Counter[int] = Counter()
@@ -127,12 +135,14 @@ def learn_mdp(counts: ChoiceCounts, dtmc: LearnedDTMC, spec: Spec, *, alpha: flo
                 if mapped:
                     by_state[cls] = mapped
             for cls, seen in sorted(by_state.items()):
-                targets = sorted(set(support) | set(seen)) if alpha > 0 else sorted(seen)
+                allowed = support if compact is None else [  # the states that remember this move as the newest
+                    j for j in support if compact.newest_action(dtmc.states[j] >> width) == compact.class_id(cls)]
+                targets = sorted(set(allowed) | set(seen)) if alpha > 0 else sorted(seen)
                 observed = [float(seen.get(j, 0)) for j in targets]
                 total = sum(observed) + len(targets) * alpha
                 here.append((cls, targets, [(c + alpha) / total for c in observed], observed))
-            if counts.ends.get(dtmc.states[s], 0):
-                here.append((END_CHOICE, [end], [1.0], [float(counts.ends[dtmc.states[s]])]))
+            if ends.get(dtmc.states[s], 0):
+                here.append((END_CHOICE, [end], [1.0], [float(ends[dtmc.states[s]])]))
             if not here:  # never left by an action: the chain's row
                 start, stop = matrix.indptr[s], matrix.indptr[s + 1]
                 here.append((ANY, chain_targets, matrix.data[start:stop].tolist(), [0.0] * (stop - start)))

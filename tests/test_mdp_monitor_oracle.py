@@ -1,7 +1,8 @@
-"""The MDP over the product with monitors (learning.mdp with ``monitors``): Pmin, Pmax and every choice's
-risk against an exact oracle — the product MDP built here from the runs' counts and the monitor's steps,
-solved by backward induction in Fractions (the runs only move forward: the MDP is acyclic) — and the
-shield's property on it; a spec with learning.kinds is refused with its reason."""
+"""The MDP over the product with monitors, and over states that remember the last action
+(learning.memory.actions): Pmin, Pmax and every choice's risk against an exact oracle — the MDP built
+here from the runs' counts (and the monitor's steps), solved by backward induction in Fractions (the
+runs only move forward: the MDP is acyclic) — and the shield's property on it; a spec with
+learning.kinds is refused with its reason."""
 from __future__ import annotations
 
 import random
@@ -14,6 +15,7 @@ import pytest
 
 from forewarn.errors import SpecError
 from forewarn.guard.mdp import ANY, END_CHOICE
+from forewarn.guard.memory import build_memory
 from forewarn.guard.model import GuardModel
 from forewarn.guard.monitoring import build_monitors
 from forewarn.guard.pipeline import learn_model_from_runs
@@ -187,3 +189,98 @@ def test_a_spec_with_kinds_is_refused_with_its_reason() -> None:
                       + "learning: {mdp: true, kinds: 2}\n")
     with pytest.raises(SpecError, match="partially observable"):
         learn_model_from_runs(ladder_runs(40, 1), spec)
+
+
+MEMORY_SPEC = SPEC.split("monitors:")[0] + "learning: {alpha: 0, mdp: true, memory: {actions: 1}}\n" \
+    + "guard: {thresholds: {reflect: 0.2, ask_human: null, stop: null}}\n"
+
+
+def memory_oracle(model: GuardModel, runs: list[Run]) -> tuple[Rows, dict[tuple[int, str], int]]:
+    """The MDP over (abstract state, the last action's class) from the runs (α = 0), and where each such
+    pair is among the model's states (the memory's label read back with ``label_parts``)."""
+    dtmc = model.dtmc
+    width = len(dtmc.predicates)
+    memory = build_memory(model.spec.learning.memory, width, dtmc.actions)
+    assert memory is not None
+    where: dict[tuple[int, str], int] = {}
+    for i, state in enumerate(dtmc.states[:-1]):
+        _, _, remembered = memory.label_parts(state >> width)
+        assert remembered is not None
+        where[state & ((1 << width) - 1), remembered[0]] = i
+    counts: dict[tuple[tuple[int, str], str], dict[tuple[int, str], int]] = {}
+    ends: dict[tuple[int, str], int] = {}
+    for run in runs:
+        states = [(abstract(dtmc.predicates, step["state"]), step.get("action") or "") for step in run.steps]
+        for t in range(1, len(states)):
+            row = counts.setdefault((states[t - 1], run.steps[t]["action"]), {})
+            row[states[t]] = row.get(states[t], 0) + 1
+        if not run.steps[-1]["state"]["bad"]:
+            ends[states[-1]] = ends.get(states[-1], 0) + 1
+    rows: Rows = {dtmc.end_index: [(ANY, {dtmc.end_index: Fraction(1)})]}
+    for key, i in where.items():
+        if dtmc.absorbing[i]:
+            rows[i] = [(ANY, {i: Fraction(1)})]
+            continue
+        rows[i] = [(action, {where[d]: Fraction(n, sum(seen.values())) for d, n in seen.items()})
+                   for (src, action), seen in sorted(counts.items()) if src == key]
+        if ends.get(key):
+            rows[i].append((END_CHOICE, {dtmc.end_index: Fraction(1)}))
+    return rows, where
+
+
+def test_an_mdp_whose_states_remember_the_last_action_matches_the_oracle() -> None:
+    """learning.memory.actions: the remembered action is part of the state, the next move's class the choice."""
+    runs = ladder_runs(400, 9)
+    model = learn_model_from_runs(runs, parse_spec(MEMORY_SPEC), precision=1e-10)
+    mdp, dtmc = model.mdp, model.dtmc
+    assert mdp is not None and mdp.pmin is not None and mdp.pmax is not None and mdp.risk is not None
+    rows, where = memory_oracle(model, runs)
+    assert {last for _, last in where} >= {"step", "leap"}  # the same abstract state, other remembered moves
+    unsafe = set(int(i) for i in dtmc.unsafe.nonzero()[0])
+
+    @cache
+    def value(s: int, best: bool) -> Fraction:
+        if s in unsafe:
+            return Fraction(1)
+        if rows[s] == [(ANY, {s: Fraction(1)})]:
+            return Fraction(0)
+        q = [sum((p * value(j, best) for j, p in row.items()), Fraction(0)) for _, row in rows[s]]
+        return min(q) if best else max(q)
+
+    for s in range(mdp.states):
+        got = {mdp.classes[int(mdp.choice_class[c])]: c for c in range(int(mdp.choices[s]), int(mdp.choices[s + 1]))}
+        assert sorted(got) == sorted(name for name, _ in rows[s])
+        assert mdp.pmin[s] == pytest.approx(float(value(s, True)), abs=1e-9)
+        assert mdp.pmax[s] == pytest.approx(float(value(s, False)), abs=1e-9)
+        for name, row in rows[s]:
+            c = got[name]
+            targets = dict(zip(mdp.indices[mdp.indptr[c]:mdp.indptr[c + 1]].tolist(),
+                               mdp.probabilities[mdp.indptr[c]:mdp.indptr[c + 1]].tolist()))
+            assert targets == pytest.approx({j: float(p) for j, p in row.items()}, abs=1e-12)
+            assert mdp.risk[c] == pytest.approx(float(sum((p * value(j, True) for j, p in row.items()),
+                                                         Fraction(0))), abs=1e-9)
+
+
+def test_a_smoothed_move_leads_only_to_states_that_remember_it(tmp_path: Path) -> None:
+    model = learn_model_from_runs(ladder_runs(300, 4), parse_spec(MEMORY_SPEC.replace("alpha: 0", "alpha: 0.5")))
+    mdp, dtmc = model.mdp, model.dtmc
+    assert mdp is not None
+    width = len(dtmc.predicates)
+    memory = build_memory(model.spec.learning.memory, width, dtmc.actions)
+    assert memory is not None
+    smoothed = 0
+    for c in range(len(mdp.choice_class)):
+        name = mdp.classes[int(mdp.choice_class[c])]
+        if name in (ANY, END_CHOICE):
+            continue
+        targets = mdp.indices[mdp.indptr[c]:mdp.indptr[c + 1]].tolist()
+        smoothed += int((mdp.counts[mdp.indptr[c]:mdp.indptr[c + 1]] == 0).sum())
+        for j in targets:
+            remembered = memory.label_parts(dtmc.states[j] >> width)[2]
+            assert remembered == (name,)  # taking `name` can only lead where `name` is the last action
+    assert smoothed > 0  # α gave some unobserved successor mass: the restriction was exercised
+    guard = Guard.load(model.save(tmp_path / "memory-actions.json"))  # the model file loads, with its MDP
+    session = guard.session()
+    session.observe({"x": 0, "bad": False})
+    decision = session.observe({"x": 1, "bad": False}, action="step")
+    assert decision.p_min is not None and decision.alternatives
