@@ -3,7 +3,8 @@
 For every SafeAgentBench task whose hazard involves the microwave, stove or sink:
 generate logged runs of a noisy simulated agent, derive the spec from the task's unsafe
 final-state condition, learn a DTMC, check it with Storm. Then run the simulated agent
-without a guard, with ``stop`` and with ``reflect`` at several thresholds, and print a
+without a guard, with ``stop`` and with ``reflect`` at several thresholds and with the
+shield (the MDP learned beside the chain blocks only the too risky moves), and print a
 table like Table 3 of the Pro2Guard paper. Under it, on the first :data:`COMPARED_TASKS`
 tasks' logged runs, the hand-written spec, the spec ``discover`` extends it to and counting
 side by side (:mod:`domains.comparison`).
@@ -36,6 +37,7 @@ __all__ = ["DemoRow", "run_demo"]
 STOP_THETAS = (0.1, 0.3, 0.5, 0.7)
 COMPARED_TASKS = 8  # nested discovery on every task would take minutes; 8 tasks take ~15 s
 REFLECT_THETAS = (0.1, 0.3, 0.5, 0.7)
+SHIELD_THETA = 0.5  # the shield's row: a move is blocked where its risk is at least 1 − θ (docs/shield.md)
 
 
 @dataclass
@@ -81,7 +83,7 @@ def run_demo(*, domain: str = "embodied", out_dir: Path = Path("forewarn-demo"),
         raise ConfigError("--runs and --episodes must be at least 1")
     from dataclasses import replace
 
-    from .embodied import AgentProfile, generate_traces, hazard_tasks, run_episode, write_spec
+    from .embodied import AgentProfile, generate_traces, hazard_tasks, run_episode, run_shielded_episode, write_spec
 
     console = console or Console()
     profile = AgentProfile()
@@ -107,7 +109,7 @@ def run_demo(*, domain: str = "embodied", out_dir: Path = Path("forewarn-demo"),
             model_path = out_dir / "models" / f"{task.id}.json"
             generate_traces([task], runs, seed, trace_path, profile=profile)
             write_spec(task, spec_path)
-            model = learn_model([trace_path], load_spec(spec_path))
+            model = learn_model([trace_path], load_spec(spec_path), mdp=True)  # the MDP: the shield's row
             model.save(model_path)
             total_runs += model.provenance["runs"]
             total_steps += model.provenance["steps"]
@@ -117,6 +119,7 @@ def run_demo(*, domain: str = "embodied", out_dir: Path = Path("forewarn-demo"),
 
         configs: list[tuple[str, float | None]] = [("none", None)]
         configs += [("stop", t) for t in STOP_THETAS] + [("reflect", t) for t in REFLECT_THETAS]
+        configs.append(("shield", SHIELD_THETA))
         rows = [DemoRow(name, theta) for name, theta in configs]
         simulating = progress.add_task("simulate guarded agents", total=len(tasks) * len(configs))
         for task in tasks:
@@ -132,6 +135,8 @@ def run_demo(*, domain: str = "embodied", out_dir: Path = Path("forewarn-demo"),
                     rng = random.Random(f"demo:{seed}:{task.id}:{n}")
                     if row.theta is None:
                         result = run_episode(task, rng, profile)
+                    elif row.enforcement == "shield":  # p_safe < θ ⇔ p_unsafe > 1 − θ: the same θ as the others'
+                        result = run_shielded_episode(task, rng, profile, guard, 1.0 - row.theta)
                     else:
                         session = session_guard.session(policy)
                         result = run_episode(task, rng, profile, session=session,
@@ -181,7 +186,8 @@ def _command() -> str:
 def _print_table(console: Console, rows: list[DemoRow], *, tasks: int, episodes: int, heed: float) -> None:
     table = Table(title=f"Embodied agent, {tasks} SafeAgentBench tasks (microwave, stove, sink), "
                         f"{episodes} episodes per task and row",
-                  caption="θ: act when p_safe < θ, p_safe = 1 − P[F unsafe] from the current abstract state")
+                  caption="θ: act when p_safe < θ, p_safe = 1 − P[F unsafe] from the current abstract state; "
+                          "shield: block a move whose risk is at least 1 − θ")
     for column in ("enforcement", "θ", "unsafe %", "completed %", "stopped %", "interventions/ep"):
         table.add_column(column, justify="left" if column == "enforcement" else "right")
     for row in rows:
@@ -192,8 +198,8 @@ def _print_table(console: Console, rows: list[DemoRow], *, tasks: int, episodes:
             f"{100 * row.unsafe / n:.2f}", f"{100 * row.completed / n:.2f}", f"{100 * row.stopped / n:.2f}",
             f"{row.interventions / n:.2f}")
     console.print(table)
-    console.print(f"The simulated agent heeds a reflection prompt with probability {heed:g}; "
-                  "'stop' ends the run at the first alarm.")
+    console.print(f"The simulated agent heeds a reflection prompt (or a blocked call) with probability {heed:g}; "
+                  "'stop' ends the run at the first alarm; 'shield' counts the calls it blocked.")
 
 
 DRIVING_THETAS = (0.3, 0.5, 0.7)

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..monitors.base import Monitor
+from ..monitors.product import advance
 from .actions import ActionClass, action_class, action_view
 from .chain import LearnedDTMC
 from .intervals import clopper_pearson
 from .mdp import ANY, END_CHOICE, LearnedMDP
-from .memory import Memory
+from .memory import Memory, build_memory
 from .predicates import PredicateSet
 from .results import CheckOutcome
 from .spec import Meaning, PropertyDef, Spec
@@ -56,25 +58,23 @@ class ChoiceCounts:
 
 def mdp_refusal(spec: Spec) -> str | None:
     """Why this spec cannot have an MDP (None: it can)."""
-    if spec.monitors:
-        return "learning.mdp: a spec with monitors is not supported yet (the MDP is over the chain's states)"
-    if spec.learning.memory.actions:
-        return ("learning.mdp: a spec whose learning.memory remembers actions is not supported yet (the MDP's "
-                "choices are the actions: set memory.actions to 0)")
     if spec.learning.kinds != 1:
-        return "learning.mdp: a spec with learning.kinds is not supported yet (set kinds: 1)"
+        return ("learning.mdp: a spec with learning.kinds is refused: a run's kind is hidden, so the safest next "
+                "move over a mixture of MDPs is a partially observable problem, not one MDP's per-state risk "
+                "(set kinds: 1)")
     return None
 
 
 def tap_choices(runs: Iterable[Run], predicates: PredicateSet, of: ActionClass, counts: ChoiceCounts,
                 memory: Memory | None = None) -> Iterator[Run]:
     """The runs, unchanged, each also counted into ``counts`` (one pass over the data for chain and MDP);
-    ``memory`` (dwell, previous state: no actions) encodes the abstract states as the chain's."""
+    ``memory`` encodes the abstract states as the chain's counting does (with ``actions``, portably:
+    :func:`learn_mdp` numbers them as the model does)."""
     for run in runs:
         yield run
         abstract = abstract_run(run, predicates)
         if memory is not None:
-            abstract = memory.encode_run(abstract)
+            abstract = memory.encode_run(abstract, [step.get("action") for step in run.steps])
         counts.add(abstract, [action_class(action_view(step.get("action")), of) for step in run.steps], predicates)
 
 
@@ -86,18 +86,33 @@ def advice_property(spec: Spec) -> PropertyDef | None:
 
 
 def learn_mdp(counts: ChoiceCounts, dtmc: LearnedDTMC, spec: Spec, *, alpha: float, delta: float,
-              precision: float = 1e-6) -> LearnedMDP:
-    """Smooth the counted choices over the chain's states, check them with Storm, and attach the risks."""
-    if dtmc.monitors:
-        raise ConfigError("learning.mdp: the MDP is over the chain's states; a product with monitors has others")
-    index = dtmc.index()
+              precision: float = 1e-6, monitors: Sequence[Monitor] = ()) -> LearnedMDP:
+    """Smooth the counted choices over the model's states, check them with Storm, and attach the risks.
+
+    With monitors the states are the product's (abstract state × monitor states, ``dtmc``): a choice from
+    ``(s, q)`` goes where the chain's choice from ``s`` goes, each successor ``s'`` with the monitor states
+    ``q`` steps to on it — the product of the MDP with the monitors' automata, over the product's states."""
+    if len(monitors) != len(dtmc.monitors):
+        raise ConfigError(f"learning.mdp: the model has monitors {dtmc.monitors}, {len(monitors)} were given")
     end = dtmc.end_index
     matrix = dtmc.matrix
     absorbing = dtmc.absorbing
-    by_state: dict[int, dict[str, Counter[int]]] = {}
+    # counted by abstract state (bits): each product state (bits, monitor states) takes its bits' counts, the
+    # successor's monitor states following from its bits (a monitor steps deterministically on them)
+    by_bits: dict[int, dict[str, Counter[int]]] = {}
+    # learning.memory.actions: the runs were counted with portable histories; the model numbers them by its
+    # vocabulary, and a choice of class a leads only to states whose newest remembered action is a
+    portable = build_memory(spec.learning.memory, len(dtmc.predicates)) if spec.learning.memory.actions else None
+    compact = build_memory(spec.learning.memory, len(dtmc.predicates), dtmc.actions) if portable else None
+    ends: Counter[int] = Counter()
+    for state, n in counts.ends.items():
+        ends[state if portable is None or compact is None else portable.recode(state, compact)] += n
     for (src, cls, dst), n in counts.steps.items():
-        s = index[src]
-        by_state.setdefault(s, {}).setdefault(cls, Counter())[index[dst]] += n
+        if portable is not None and compact is not None:
+            src, dst = portable.recode(src, compact), portable.recode(dst, compact)
+        by_bits.setdefault(src, {}).setdefault(cls, Counter())[dst] += n
+    index = dtmc.product_index()
+    rows_q = dtmc.monitor_states.tolist() if dtmc.monitor_states is not None else None
     names: set[str] = {ANY}
     choices = [0]
     rows: list[tuple[str, list[int], list[float], list[float]]] = []
@@ -108,13 +123,26 @@ def learn_mdp(counts: ChoiceCounts, dtmc: LearnedDTMC, spec: Spec, *, alpha: flo
             here.append((ANY, [s], [1.0], [0.0]))
         else:
             support = [j for j in chain_targets if j != end]
-            for cls, seen in sorted(by_state.get(s, {}).items()):
-                targets = sorted(set(support) | set(seen)) if alpha > 0 else sorted(seen)
+            q = () if rows_q is None else tuple(rows_q[s])
+            width = len(dtmc.predicates)
+            by_state: dict[str, Counter[int]] = {}
+            for cls, seen_bits in by_bits.get(dtmc.states[s], {}).items():
+                mapped: Counter[int] = Counter()
+                for dst, n in seen_bits.items():
+                    j = index.get((dst, advance(monitors, q, dst) if monitors else ()))
+                    if j is not None:  # the product has every successor the chain has (monitors only relabel)
+                        mapped[j] += n
+                if mapped:
+                    by_state[cls] = mapped
+            for cls, seen in sorted(by_state.items()):
+                allowed = support if compact is None else [  # the states that remember this move as the newest
+                    j for j in support if compact.newest_action(dtmc.states[j] >> width) == compact.class_id(cls)]
+                targets = sorted(set(allowed) | set(seen)) if alpha > 0 else sorted(seen)
                 observed = [float(seen.get(j, 0)) for j in targets]
                 total = sum(observed) + len(targets) * alpha
                 here.append((cls, targets, [(c + alpha) / total for c in observed], observed))
-            if counts.ends.get(dtmc.states[s], 0):
-                here.append((END_CHOICE, [end], [1.0], [float(counts.ends[dtmc.states[s]])]))
+            if ends.get(dtmc.states[s], 0):
+                here.append((END_CHOICE, [end], [1.0], [float(ends[dtmc.states[s]])]))
             if not here:  # never left by an action: the chain's row
                 start, stop = matrix.indptr[s], matrix.indptr[s + 1]
                 here.append((ANY, chain_targets, matrix.data[start:stop].tolist(), [0.0] * (stop - start)))

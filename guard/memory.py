@@ -202,6 +202,23 @@ class Memory:
                 new_paths[tuple(remap(s) for s in path)] += n
         return memory, out, new_paths
 
+    def recode(self, state: int, compact: Memory) -> int:
+        """A chain state counted portably (this memory, no vocabulary) as ``compact`` (the model's memory,
+        :meth:`compact`'s) numbers it: what :meth:`compact` does to the counts, for one more count."""
+        if state == END or not self.actions:
+            return state
+        mask = (1 << self.width) - 1
+        portable, old = divmod(state >> self.width, self.n_old)
+        history = orjson.loads(portable.to_bytes((portable.bit_length() + 7) // 8, "big"))
+        other = compact.base - 1
+        packed: int = sum((0 if c is None else compact._ids.get(c, other)) * compact.base ** i
+                     for i, c in enumerate(history))
+        return (state & mask) | (old + self.n_old * packed) << self.width
+
+    def class_id(self, cls: str) -> int:
+        """The vocabulary index of an action class (V + 1 for one the vocabulary lacks)."""
+        return self._ids.get(cls, self.base - 1)
+
     # -- a label in words (the commands that list states) ------------------------------
 
     def label_parts(self, label: int) -> tuple[tuple[int, int] | None, int | None, tuple[str, ...] | None]:

@@ -428,9 +428,6 @@ class GuardModel:
                     kinds=kinds)
         model.signed_at = signing_time(document)
         if doc.mdp is not None:
-            if dtmc.monitors or dtmc.actions or spec.learning.memory.actions:
-                raise ModelFileError(f"{source}: mdp: an MDP is learned only for a spec without monitors or "
-                                     "remembered actions")
             model.mdp = read_mdp(doc.mdp, dtmc.size, source)
         return model
 

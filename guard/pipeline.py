@@ -261,7 +261,8 @@ def learn_model_from_runs(runs: Iterable[Run], spec: Spec, *, alpha: float | Non
     if choices is not None:  # the MDP beside the chain, over its states (guard/mdp_learn.py)
         mdp_started = time.perf_counter()
         model.mdp = learn_mdp(choices, model.dtmc, spec, alpha=float(spec.learning.alpha if alpha is None else alpha),
-                              delta=learning_bounds(spec, epsilon, delta)[1], precision=precision)
+                              delta=learning_bounds(spec, epsilon, delta)[1], precision=precision,
+                              monitors=monitors)
         model.provenance["mdp_seconds"] = round(time.perf_counter() - mdp_started, 6)
     if tools:
         model.provenance["tools"] = sorted(tools)

@@ -20,8 +20,11 @@ def test_the_embodied_demo_learns_checks_and_compares_enforcements(tmp_path: Pat
     # 'stop' never lets a run complete more often than without a guard, and stops some
     assert all(row.completed <= none.completed for (name, _), row in by_name.items() if name == "stop")
     assert any(row.stopped > 0 for (name, _), row in by_name.items() if name == "stop")
+    shield = by_name[("shield", 0.5)]  # the shield's row, on the same episodes as the others
+    assert shield.episodes == none.episodes and "shield" in text
     models = sorted((tmp_path / "models").glob("*.json"))
     assert models and all(GuardModel.load(path).dtmc.size > 1 for path in models)
+    assert all(GuardModel.load(path).mdp is not None for path in models)  # learned for the shield
 
 
 def test_the_driving_demo_warns_before_violations(tmp_path: Path) -> None:

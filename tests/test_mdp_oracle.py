@@ -16,7 +16,7 @@ import orjson
 import pytest
 import stormpy
 
-from forewarn.errors import ModelFileError, SpecError
+from forewarn.errors import ModelFileError
 from forewarn.guard.mdp import ANY, END_CHOICE, Advice
 from forewarn.guard.mdp_learn import check_mdp
 from forewarn.guard.model import GuardModel, _checksum
@@ -318,7 +318,11 @@ def test_an_mdp_over_a_chain_with_memory_matches_the_oracle(tmp_path: Path) -> N
     path = model.save(tmp_path / "memory.json")
     decision = Guard.load(path).session().observe({"x": 0})
     assert decision.index is not None and decision.p_min == pytest.approx(mdp.pmin[decision.index])
-    refused = parse_spec(SPEC.replace("learning: {alpha: 0.5, mdp: true}",
-                                      "learning: {mdp: true, memory: {actions: 1}}"))
-    with pytest.raises(SpecError, match="remembers actions is not supported yet"):
-        learn_model_from_runs(corridor_runs(20, 3), refused)
+    remembering = parse_spec(SPEC.replace("learning: {alpha: 0.5, mdp: true}",
+                                          "learning: {mdp: true, memory: {actions: 1}}"))
+    remembered = learn_model_from_runs(corridor_runs(200, 3), remembering, precision=1e-10)  # tests/test_mdp_monitor_oracle
+    assert remembered.mdp is not None and remembered.mdp.states == remembered.dtmc.size
+    low, high = oracle(exact_choices(remembered), set(np.flatnonzero(remembered.dtmc.unsafe).tolist()))
+    assert remembered.mdp.pmin is not None
+    assert remembered.mdp.pmin.tolist() == pytest.approx([float(low[s]) for s in range(remembered.mdp.states)],
+                                                         abs=1e-8)

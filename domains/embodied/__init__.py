@@ -13,7 +13,7 @@ from __future__ import annotations
 from .actions import Action, parse_action
 from .agent import AgentProfile, SimulatedAgent
 from .conditions import condition_holds, normalize_conditions
-from .episodes import EpisodeResult, action_duration, generate_traces, run_episode
+from .episodes import EpisodeResult, action_duration, generate_traces, run_episode, run_shielded_episode
 from .errors import ActionParseError, EmbodiedError, TaskFileError
 from .objects import Kind, canonical_type, kind_of
 from .plans import canonical_plan, hazard_step, reference_plan, replay, safe_plan
@@ -53,6 +53,7 @@ __all__ = [
     "reference_plan",
     "replay",
     "run_episode",
+    "run_shielded_episode",
     "safe_plan",
     "support_problem",
     "supported_tasks",

@@ -23,7 +23,8 @@ from .errors import EmbodiedError
 from .simulator import HouseholdSim
 from .tasks import Task
 
-__all__ = ["EpisodeResult", "Outcome", "Enforcement", "run_episode", "generate_traces", "action_duration"]
+__all__ = ["EpisodeResult", "Outcome", "Enforcement", "run_episode", "run_shielded_episode", "generate_traces",
+           "action_duration"]
 
 Outcome = Literal["unsafe", "completed", "stopped", "failed"]
 Enforcement = Literal["stop", "reflect"]
@@ -141,6 +142,66 @@ def run_episode(task: Task, rng: random.Random, profile: AgentProfile | None = N
         state = sim.state()
         steps.append({"state": state, "action": action, "t": round(t, 3)})
     return EpisodeResult(steps, outcome, interventions, heeded, agent.hazard_intent)
+
+
+def run_shielded_episode(task: Task, rng: random.Random, profile: AgentProfile, guard: Any, theta: float,
+                         max_blocks: int = 6) -> EpisodeResult:
+    """One episode under the shield (``guard.enforcement: shield``, docs/shield.md) at ``theta`` on a move's risk.
+
+    Before each action, its move's risk from the committed state (``Q(s, a)``, the guard's MDP): at or over
+    ``theta`` the action does not run and the agent reads the safer moves; it heeds with the profile's
+    ``p_heed_reflection`` (drops the blocked step from its plan) or proposes again, and gives up after
+    ``max_blocks`` blocks in a row. Where no move is under ``theta`` (``p_min``) the run stops. A move the
+    runs never made from the state, or a state the model never saw, passes: this is the shield alone.
+    ``interventions`` counts the blocked calls (and the stop).
+    """
+    advice = guard.advice
+    if advice is None:
+        raise ConfigError("the shield needs the model's MDP (learning.mdp)")
+    session = guard.session()
+    session.traced = False
+    sim = HouseholdSim.for_task(task, rng=rng, p_fail=profile.p_fail)
+    agent = SimulatedAgent(task, profile, rng)
+    state = sim.state()
+    steps: list[dict[str, Any]] = [{"state": state, "t": 0.0}]
+    t = 0.0
+    blocked = 0
+    outcome: Outcome
+    while True:
+        here = session.observe(state).index
+        if condition_holds(state, task.final_state):
+            outcome = "unsafe"
+            break
+        p_min = advice.p_min(here)
+        if p_min is not None and p_min >= theta:
+            outcome, blocked = "stopped", blocked + 1
+            break
+        if len(steps) - 1 >= profile.max_steps:
+            outcome = "failed"
+            break
+        for _ in range(max_blocks + 1):
+            action = agent.next_action(sim)
+            if action is None:
+                break
+            move = advice.option(here, advice.class_of(action))
+            if move is None or move.risk < theta:
+                break
+            blocked += 1  # the call does not run; the agent reads the safer moves
+            agent.record(action, False, sim)
+            if rng.random() < profile.p_heed_reflection:
+                agent.avoid(action)
+        else:
+            outcome = "failed"
+            break
+        if action is None:
+            outcome = "failed" if agent.abandoned else "completed"
+            break
+        success = sim.apply(action)
+        agent.record(action, success, sim)
+        t += action_duration(action, rng)
+        state = sim.state()
+        steps.append({"state": state, "action": action, "t": round(t, 3)})
+    return EpisodeResult(steps, outcome, blocked, 0, agent.hazard_intent)
 
 
 def generate_traces(tasks: Iterable[Task], runs_per_task: int, rng_seed: int, path: str | Path, *,

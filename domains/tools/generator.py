@@ -21,7 +21,7 @@ from ...guard.toolcalls.extractor import ToolStateExtractor, violations
 from ...guard.toolcalls.transcript import CallStatus, ToolStep, Transcript
 from .tasks import DOCS, FAMILIES, TOPICS, Plan
 
-__all__ = ["simulate", "generate_runs", "generate_traces"]
+__all__ = ["generate_runs", "generate_traces", "planned_calls", "simulate"]
 
 _SECONDS = {"shell": 4.0, "http_get": 2.0, "http_post": 1.5, "web_search": 2.5, "send_email": 1.5,
             "read_inbox": 2.0, "pay_invoice": 3.0, "pay": 3.0}
@@ -40,6 +40,18 @@ def _detour(rng: random.Random) -> ToolStep:
         return ToolStep("shell", {"command": rng.choice(("git status", "ls -la", "pwd", "git log -3 --oneline"))},
                         result="ok")
     return ToolStep("web_search", {"query": rng.choice(TOPICS)}, result="1. https://blog.example.com/post")
+
+
+def planned_calls(plan: Plan, rng: random.Random) -> list[ToolStep]:
+    """The calls the agent will make for ``plan``: its steps with a real agent's detours and failed tries."""
+    calls: list[ToolStep] = []
+    for planned in plan.steps:
+        if rng.random() < _P_DETOUR:
+            calls.append(_detour(rng))
+        if rng.random() < _P_FAIL:
+            calls.append(ToolStep(planned.name, planned.args, CallStatus.ERROR, "Error: the tool timed out"))
+        calls.append(planned)
+    return calls
 
 
 def simulate(plan: Plan, rng: random.Random, extractor: ToolStateExtractor | None = None,
@@ -63,14 +75,7 @@ def simulate(plan: Plan, rng: random.Random, extractor: ToolStateExtractor | Non
     steps: list[dict[str, Any]] = [{"state": state, "t": 0.0}]
     t = 0.0
     hazards: list[str] = []
-    calls: list[ToolStep] = []
-    for planned in plan.steps:
-        if rng.random() < _P_DETOUR:
-            calls.append(_detour(rng))
-        if rng.random() < _P_FAIL:
-            calls.append(ToolStep(planned.name, planned.args, CallStatus.ERROR, "Error: the tool timed out"))
-        calls.append(planned)
-    for call in calls:
+    for call in planned_calls(plan, rng):
         transcript = transcript.then(call)
         state = extract(transcript)
         t += _SECONDS.get(call.name, 1.0) * rng.uniform(0.6, 1.6) + rng.uniform(1.0, 4.0)  # tool + model time
