@@ -15,6 +15,15 @@ back), so ``forewarn serve --db FILE`` lists these sessions and their
 steps. Several proxies may share one file (SQLite's locking; WAL). Writes go to a thread of their
 own and are committed in groups: nothing waits for the disk on a call's path.
 
+Shared with the server, not copied: the tables and their migration (:mod:`forewarn.guard.store_schema`)
+and the group-commit writer (:class:`forewarn.guard.store_writer.GroupWriter`, the server's
+``synchronous=FULL`` and PostgreSQL writer). Not the server's ``Storage`` itself: it takes an
+exclusive lock on the file (one server per database, since it holds each live session's next step in
+memory), so a second proxy opening the default file gets ``DatabaseLocked`` ("the database is in use
+by another forewarn server", checked), where a host starts one proxy per configured server; and it
+needs the server's extra (FastAPI). What stays here is the proxy's own: three tables (tool pins,
+description findings, redactions), its marks in ``meta``, and the rows it writes.
+
 The trade-off: a row is committed within ``_LINGER`` (50 ms) of the call that made it, not before its
 answer, so a proxy killed outright (``kill -9``, a crash; not a stop, which commits what is queued)
 loses the rows of its last 50 ms of calls. Not silently: each proxy marks the file when it starts (a
