@@ -9,10 +9,20 @@ step that ran, in SQLite, in the tables of ``forewarn serve``'s database.
 * ``decisions``: the audit log proper, one row per committed step — step 0 the state before any
   call, then each call that ran — with the decision as the sidecar would have answered it.
 
-The columns are the server's (``server/storage/schema.py``; a test opens a proxy's file with the
-server's storage and reads it back), so ``forewarn serve --db FILE`` lists these sessions and their
+The tables are the server's, created by the same code (:mod:`forewarn.guard.store_schema`, which
+``server/storage/schema.py`` uses too; a test opens a proxy's file with the server's storage and reads it
+back), so ``forewarn serve --db FILE`` lists these sessions and their
 steps. Several proxies may share one file (SQLite's locking; WAL). Writes go to a thread of their
 own and are committed in groups: nothing waits for the disk on a call's path.
+
+Shared with the server, not copied: the tables and their migration (:mod:`forewarn.guard.store_schema`)
+and the group-commit writer (:class:`forewarn.guard.store_writer.GroupWriter`, the server's
+``synchronous=FULL`` and PostgreSQL writer). Not the server's ``Storage`` itself: it takes an
+exclusive lock on the file (one server per database, since it holds each live session's next step in
+memory), so a second proxy opening the default file gets ``DatabaseLocked`` ("the database is in use
+by another forewarn server", checked), where a host starts one proxy per configured server; and it
+needs the server's extra (FastAPI). What stays here is the proxy's own: three tables (tool pins,
+description findings, redactions), its marks in ``meta``, and the rows it writes.
 
 The trade-off: a row is committed within ``_LINGER`` (50 ms) of the call that made it, not before its
 answer, so a proxy killed outright (``kill -9``, a crash; not a stop, which commits what is queued)
@@ -26,50 +36,31 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import queue
 import socket
 import sqlite3
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from ...errors import ConfigError
+from .. import store_schema
 from ..runtime import Decision, StepRecord
+from ..store_writer import GroupWriter
 
 __all__ = ["AuditStore", "SCHEMA_VERSION"]
 
 log = logging.getLogger("forewarn.mcp")
 
-SCHEMA_VERSION = 1  # the server's (server/storage/schema.py): a file with another version is refused
+SCHEMA_VERSION = store_schema.SCHEMA_VERSION  # a file with another version is refused
 PRINCIPAL = "forewarn-mcp"
 
-# The server's tables this store writes, as the server creates them (server/storage/schema.py).
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY, model_name TEXT NOT NULL, model_version TEXT NOT NULL, policy TEXT, metadata TEXT,
-    created_at REAL NOT NULL, created_by TEXT NOT NULL, closed_at REAL, closed_by TEXT, tenant TEXT
-);
-CREATE INDEX IF NOT EXISTS sessions_open ON sessions (model_name) WHERE closed_at IS NULL;
-CREATE TABLE IF NOT EXISTS decisions (
-    id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, step INTEGER NOT NULL, at REAL NOT NULL,
-    principal TEXT NOT NULL, model_version TEXT NOT NULL, input_hash TEXT NOT NULL, abstract INTEGER NOT NULL,
-    monitors TEXT, action_in TEXT, t REAL, state TEXT, action TEXT NOT NULL, p_unsafe REAL,
-    decision TEXT NOT NULL, approval_id TEXT, UNIQUE (session_id, step)
-);
-CREATE TABLE IF NOT EXISTS proposals (
-    id TEXT PRIMARY KEY, session_id TEXT NOT NULL, created_at REAL NOT NULL, created_by TEXT NOT NULL,
-    tool TEXT NOT NULL, arguments TEXT NOT NULL, tools TEXT, decision TEXT NOT NULL, status TEXT NOT NULL,
-    resolved_at REAL, resolved_by TEXT, reason TEXT, edited TEXT, step INTEGER
-);
-CREATE INDEX IF NOT EXISTS proposals_status ON proposals (status, created_at);
-CREATE INDEX IF NOT EXISTS proposals_session ON proposals (session_id);
+# The proxy's own tables, beside the server's (guard/store_schema.py): tool pins, description findings,
+# redactions.
+_PROXY_TABLES = """
 CREATE TABLE IF NOT EXISTS tool_pins (
     server TEXT NOT NULL, tool TEXT NOT NULL, hash TEXT NOT NULL, description TEXT, pinned_at REAL NOT NULL,
     PRIMARY KEY (server, tool)
@@ -82,7 +73,7 @@ CREATE TABLE IF NOT EXISTS redactions (
     id INTEGER PRIMARY KEY, at REAL NOT NULL, session_id TEXT NOT NULL, tool TEXT NOT NULL, kind TEXT NOT NULL,
     location TEXT NOT NULL, start INTEGER NOT NULL, length INTEGER NOT NULL
 );
-"""  # (the last three are the proxy's own, not the server's: tool pins, description findings, redactions)
+"""
 
 _Job = Callable[[sqlite3.Connection], object]
 _LINGER = 0.05  # seconds a write waits for others to commit with
@@ -110,25 +101,22 @@ class AuditStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = _connect(self.path)
             try:
-                conn.executescript(_SCHEMA)
-                row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-                if row is None:
-                    conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                elif row[0] != str(SCHEMA_VERSION):
-                    raise ConfigError(f"--audit {self.path}: database schema version {row[0]} is not supported "
-                                      f"(the proxy writes version {SCHEMA_VERSION})")
+                store_schema.migrate(conn, self.path, ConfigError, "the proxy")
+                conn.executescript(_PROXY_TABLES)
                 self._close_orphans(conn)
                 # committed before any call is served: a proxy killed later is known to have been here
                 conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (_MARK + self.proxy, str(time.time())))
-            finally:
+            except BaseException:
                 conn.close()
+                raise
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(f"--audit {self.path}: cannot use it as the audit store: {exc}") from exc
         self._steps: dict[str, int] = {}
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._flush = threading.Event()  # set: commit what is queued now (closing)
-        self._thread = threading.Thread(target=self._write, name="forewarn-mcp-audit", daemon=True)
-        self._thread.start()
+        # the connection goes on to the writer, the server's (group commit): whatever queues within _LINGER
+        # goes in the same transaction (a commit costs more than the rows it writes; a call's two rows come a
+        # round trip to the upstream apart)
+        self._writer = GroupWriter(conn, name="forewarn-mcp-audit", linger=_LINGER)
+        self._writer.start()
 
     # -- what the proxy tells it (each returns at once; the writer thread commits) ------------
 
@@ -136,10 +124,13 @@ class AuditStore:
                 record: StepRecord) -> None:
         """A new session and its step 0: the state before any call, and the guard's decision there."""
         now = time.time()
-        row = (session_id, self.model_name, self.model_version, None, _json({**metadata, "proxy": self.proxy}), now,
-               PRINCIPAL, PRINCIPAL)
-        self._jobs.put(lambda c: c.execute("INSERT INTO sessions (id, model_name, model_version, policy, metadata,"
-                                           " created_at, created_by, tenant) VALUES (?,?,?,?,?,?,?,?)", row))
+        meta = _json({**metadata, "proxy": self.proxy})
+        # (the memory bound the server keeps per open session: as it fills it in for rows it did not write)
+        held = store_schema.LEGACY_HELD_PER_BYTE * len(meta.encode())
+        row = (session_id, self.model_name, self.model_version, None, meta, now, PRINCIPAL, PRINCIPAL, held)
+        self._put(lambda c: c.execute("INSERT INTO sessions (id, model_name, model_version, policy, metadata,"
+                                      " created_at, created_by, tenant, metadata_held) VALUES (?,?,?,?,?,?,?,?,?)",
+                                      row))
         self.step(session_id, initial, None, record)
 
     def judged(self, session_id: str, tool: str, args: Any, decision: Decision, status: str,
@@ -153,7 +144,7 @@ class AuditStore:
                       " status, reason) VALUES (?,?,?,?,?,?,?,?,?)",
                       (proposal, session_id, now, PRINCIPAL, tool, _json(args), _json(decision.to_dict()), status,
                        reason or None))
-        self._jobs.put(job)
+        self._put(job)
         return proposal
 
     def resolved(self, proposal: str, status: str, by: str, reason: str = "",
@@ -161,8 +152,8 @@ class AuditStore:
         """The answer to a call that was asked about (approved, rejected, edited)."""
         edit = None if edited is None else _json({"tool": edited[0], "arguments": edited[1]})
         row = (status, time.time(), by, reason or None, edit, proposal)
-        self._jobs.put(lambda c: c.execute("UPDATE proposals SET status=?, resolved_at=?, resolved_by=?, reason=?,"
-                                           " edited=? WHERE id=?", row))
+        self._put(lambda c: c.execute("UPDATE proposals SET status=?, resolved_at=?, resolved_by=?, reason=?,"
+                                      " edited=? WHERE id=?", row))
 
     def step(self, session_id: str, state: Mapping[str, Any], action: Any, record: StepRecord,
              proposal: str | None = None) -> None:
@@ -170,7 +161,7 @@ class AuditStore:
         number = self._steps.get(session_id, 0)
         self._steps[session_id] = number + 1
         now = time.time()
-        self._jobs.put(lambda c: self._step_row(c, session_id, number, now, state, action, record, proposal))
+        self._put(lambda c: self._step_row(c, session_id, number, now, state, action, record, proposal))
 
     def _step_row(self, c: sqlite3.Connection, session_id: str, number: int, now: float, state: Mapping[str, Any],
                   action: Any, record: StepRecord, proposal: str | None) -> None:
@@ -202,35 +193,41 @@ class AuditStore:
 
     def pin(self, server: str, tool: str, digest: str, description: str) -> None:
         row = (server, tool, digest, description, time.time())
-        self._jobs.put(lambda c: c.execute("INSERT OR REPLACE INTO tool_pins VALUES (?,?,?,?,?)", row))
+        self._put(lambda c: c.execute("INSERT OR REPLACE INTO tool_pins VALUES (?,?,?,?,?)", row))
 
     def finding(self, server: str, finding: Mapping[str, str], action: str) -> None:
         row = (time.time(), server, finding["tool"], finding["kind"], finding["where"], finding["detail"], action,
                self.proxy)
-        self._jobs.put(lambda c: c.execute("INSERT INTO tool_findings (at, server, tool, kind, location, detail,"
-                                           " action, proxy) VALUES (?,?,?,?,?,?,?,?)", row))
+        self._put(lambda c: c.execute("INSERT INTO tool_findings (at, server, tool, kind, location, detail,"
+                                      " action, proxy) VALUES (?,?,?,?,?,?,?,?)", row))
 
     def redacted(self, session_id: str, tool: str, records: list[Mapping[str, Any]]) -> None:
         """What was redacted from a call's result: kind, where, offset and length, never the value."""
         now = time.time()
         rows = [(now, session_id, tool, r["kind"], r["where"], r["offset"], r["length"]) for r in records]
-        self._jobs.put(lambda c: c.executemany("INSERT INTO redactions (at, session_id, tool, kind, location, start,"
-                                               " length) VALUES (?,?,?,?,?,?,?)", rows))
+        self._put(lambda c: c.executemany("INSERT INTO redactions (at, session_id, tool, kind, location, start,"
+                                          " length) VALUES (?,?,?,?,?,?,?)", rows))
 
     def close_session(self, session_id: str, why: str) -> None:
         self._steps.pop(session_id, None)
         row = (time.time(), f"{PRINCIPAL}: {why}", session_id)
-        self._jobs.put(lambda c: c.execute("UPDATE sessions SET closed_at=?, closed_by=? WHERE id=?"
-                                           " AND closed_at IS NULL", row))
+        self._put(lambda c: c.execute("UPDATE sessions SET closed_at=?, closed_by=? WHERE id=?"
+                                      " AND closed_at IS NULL", row))
 
     def close(self) -> None:
         """Commit what is queued and stop the writer (the proxy's mark goes with the last rows)."""
-        if self._thread.is_alive():
+        if self._writer.is_alive():
             mark = _MARK + self.proxy
-            self._jobs.put(lambda c: c.execute("DELETE FROM meta WHERE key=?", (mark,)))
-            self._jobs.put(None)
-            self._flush.set()
-            self._thread.join()
+            self._put(lambda c: c.execute("DELETE FROM meta WHERE key=?", (mark,)))
+            self._writer.close(timeout=None)
+
+    def _put(self, job: _Job) -> None:
+        self._writer.put(job, self._lost)
+
+    def _lost(self, _result: object, exc: BaseException | None) -> None:
+        # (in the writer thread) SQLite, or a row that cannot be encoded: the audit must not stop the proxy
+        if exc is not None:
+            log.error("audit store %s: a write lost: %s", self.path, exc)
 
     def _close_orphans(self, conn: sqlite3.Connection) -> None:
         """The proxies of this host that wrote here and ended without closing the store (killed: ``kill -9``,
@@ -252,39 +249,6 @@ class AuditStore:
                         "session(s) are closed as such, and the rows of its last calls (up to %g ms) may be missing",
                         self.path, pid, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(started))), closed,
                         _LINGER * 1e3)
-
-    # -- the writer thread ------------------------------------------------------------------
-
-    def _write(self) -> None:
-        conn = _connect(self.path)
-        try:
-            while True:
-                jobs = [self._jobs.get()]
-                # group commit: whatever queues within _LINGER goes in the same transaction (a commit costs
-                # more than the rows it writes; a call's two rows come a round trip to the upstream apart)
-                # (one wake-up per group: waking for each row would cost more than the rows)
-                if jobs[0] is not None:
-                    self._flush.wait(_LINGER)
-                while True:
-                    try:
-                        jobs.append(self._jobs.get_nowait())
-                    except queue.Empty:
-                        break
-                done = None in jobs
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    for job in jobs:
-                        if job is not None:
-                            job(conn)
-                    conn.execute("COMMIT")
-                except Exception as exc:  # (SQLite, or a row that cannot be encoded) the audit must not stop the proxy
-                    with suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                    log.error("audit store %s: %d write(s) lost: %s", self.path, len(jobs), exc)
-                if done:
-                    return
-        finally:
-            conn.close()
 
 
 def _running(pid: int) -> bool:

@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from ...guard.store_writer import commit_group, rollback
 from .schema import Conflict
 
 __all__ = ["Backend", "Job"]
@@ -67,26 +68,9 @@ class Backend:
 
 def _commit_group(conn: Any, fns: Sequence[Job], begin: str = "BEGIN IMMEDIATE"
                   ) -> list[tuple[Any, BaseException | None]]:
-    """Run ``fns`` in one transaction; if that fails, each in its own, so one bad job cannot sink
-    the others that happened to share its transaction. One (result, error) per job."""
-    try:
-        conn.execute(begin)
-        results = [fn(conn) for fn in fns]
-        conn.execute("COMMIT")
-        return [(result, None) for result in results]
-    except Exception:
-        _rollback(conn)
-    outcomes: list[tuple[Any, BaseException | None]] = []
-    for fn in fns:
-        try:
-            conn.execute(begin)
-            result = fn(conn)
-            conn.execute("COMMIT")
-            outcomes.append((result, None))
-        except Exception as exc:
-            _rollback(conn)
-            outcomes.append((None, _conflict(exc)))
-    return outcomes
+    """Run ``fns`` in one transaction, else each in its own (:func:`forewarn.guard.store_writer.commit_group`);
+    a unique-key violation is a :class:`Conflict`."""
+    return commit_group(conn, fns, begin, _conflict)
 
 
 def _conflict(exc: Exception) -> Exception:
@@ -97,12 +81,7 @@ def _conflict(exc: Exception) -> Exception:
     return exc
 
 
-def _rollback(conn: Any) -> None:
-    if conn.in_transaction:
-        try:
-            conn.execute("ROLLBACK")
-        except Exception:
-            pass
+_rollback = rollback
 
 
 def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:

@@ -21,29 +21,20 @@ ones (:class:`_Checkpointer`), which never block the writer.
 from __future__ import annotations
 
 import asyncio
-import queue
 import sqlite3
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future as SyncFuture
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .backend import Job, _commit_group, _settle, _SqliteConn
+from ...guard.store_writer import STOP, GroupWriter
+from .backend import Job, _commit_group, _conflict, _settle, _SqliteConn
 from .schema import StorageError
 
 __all__: list[str] = []
 
 
-@dataclass(slots=True)
-class _Job:
-    fn: Job
-    deliver: Callable[[Any, BaseException | None], None]
-
-
-_STOP = object()
-_MAX_GROUP = 512
+_STOP = STOP
 _CHECKPOINT_SECONDS = 0.5
 
 
@@ -89,45 +80,12 @@ class _LoopWriter:
         self.conn.close()
 
 
-class _ThreadWriter(threading.Thread):
-    """Group commit in a thread of its own (expensive commits: synchronous=FULL fsyncs each)."""
+class _ThreadWriter(GroupWriter):
+    """Group commit in a thread of its own (expensive commits: synchronous=FULL fsyncs each), with
+    answers for those who await them (:class:`forewarn.guard.store_writer.GroupWriter`)."""
 
     def __init__(self, conn: Any) -> None:
-        super().__init__(name="forewarn-sqlite-writer", daemon=True)
-        self.conn = conn
-        self.begin = "BEGIN IMMEDIATE"
-        self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.commits = 0
-
-    @property
-    def alive(self) -> bool:
-        return self.is_alive()
-
-    def run(self) -> None:
-        try:
-            while True:
-                first = self.jobs.get()
-                if first is _STOP:
-                    break
-                group = [first]
-                stop = False
-                while len(group) < _MAX_GROUP:
-                    try:
-                        item = self.jobs.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is _STOP:
-                        stop = True
-                        break
-                    group.append(item)
-                outcomes = _commit_group(self.conn, [job.fn for job in group], self.begin)
-                self.commits += 1
-                for job, (result, exc) in zip(group, outcomes):
-                    job.deliver(result, exc)
-                if stop:
-                    break
-        finally:
-            self.conn.close()
+        super().__init__(conn, name="forewarn-sqlite-writer", wrap=_conflict)
 
     def submit(self, fn: Job) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -136,7 +94,7 @@ class _ThreadWriter(threading.Thread):
         def deliver(result: Any, exc: BaseException | None) -> None:
             loop.call_soon_threadsafe(_settle, future, result, exc)
 
-        self.jobs.put(_Job(fn, deliver))
+        self.put(fn, deliver)
         return future
 
     def run_sync(self, fn: Job) -> Any:
@@ -148,12 +106,8 @@ class _ThreadWriter(threading.Thread):
             else:
                 future.set_exception(exc)
 
-        self.jobs.put(_Job(fn, deliver))
+        self.put(fn, deliver)
         return future.result()
-
-    def close(self) -> None:
-        self.jobs.put(_STOP)  # after everything queued before it
-        self.join(timeout=30)
 
 
 class _Checkpointer(threading.Thread):
