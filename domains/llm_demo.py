@@ -9,11 +9,13 @@ number draws without it, and how often the run then stayed safe (Clopper–Pears
 """
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -31,7 +33,7 @@ from .embodied import hazard_tasks, reference_plan, write_spec
 from .embodied.llm_agent import LLMEpisode, Scorer, run_llm_episode, trace_record
 from .embodied.tasks import Task
 
-__all__ = ["Heeding", "LLMDemo", "demo_tasks", "run_llm_demo", "measure", "print_llm_table"]
+__all__ = ["Heeding", "LLMDemo", "demo_tasks", "open_scorer", "run_llm_demo", "measure", "print_llm_table"]
 
 
 @dataclass
@@ -155,17 +157,36 @@ def print_llm_table(console: Console, demo: LLMDemo, *, title: str) -> None:
         f"{100 * safe_high:.0f} %), {h.safe_after_changed} of them after a changed action.")
 
 
-def run_llm_demo(*, out_dir: Path, model: str = "package", tasks: int = 3, runs: int = 6, episodes: int = 5,
+def open_scorer(spec: str) -> Any:
+    """The agent's model from ``--model``: ``gguf:package``, ``gguf:FILE.gguf``, ``openai:URL#MODEL`` (an
+    OpenAI-compatible completions endpoint; the key, if any, from ``OPENAI_API_KEY``) or ``openai`` (the
+    URL from ``OPENAI_BASE_URL``, the model name from ``OPENAI_MODEL``)."""
+    if spec.startswith("gguf:"):
+        from ..guard.llmcheck.sources.gguf import GGUFSource
+
+        return GGUFSource(spec[len("gguf:"):])
+    if spec == "openai":
+        url, name = os.environ.get("OPENAI_BASE_URL"), os.environ.get("OPENAI_MODEL")
+        if not url or not name:
+            raise ConfigError("--model openai needs OPENAI_BASE_URL and OPENAI_MODEL in the environment "
+                              "(or give --model openai:URL#MODEL)")
+        spec = f"openai:{url}#{name}"
+    if spec.startswith("openai:"):
+        from ..guard.llmcheck.sources.openai import OpenAISource
+
+        return OpenAISource.from_spec(spec[len("openai:"):], timeout=600.0)
+    raise ConfigError(f"--model {spec!r}: expected gguf:package, gguf:FILE.gguf, openai:URL#MODEL or openai")
+
+
+def run_llm_demo(*, out_dir: Path, model: str = "gguf:package", tasks: int = 3, runs: int = 6, episodes: int = 5,
                  seed: int = 7, temperature: float = 0.5, theta: float = 0.5,
                  console: Console | None = None) -> LLMDemo:
     """``forewarn demo --agent llm``; returns the figures (also printed)."""
-    from ..guard.llmcheck.sources.gguf import GGUFSource
-
     if tasks < 1 or runs < 1 or episodes < 1:
         raise ConfigError("--tasks, --runs and --episodes must be at least 1")
     console = console or Console()
     started = time.perf_counter()
-    source = GGUFSource(model)
+    source = open_scorer(model)
     try:
         loaded = time.perf_counter() - started
         demo = measure(demo_tasks(tasks), source, Path(out_dir), runs=runs, episodes=episodes, seed=seed,

@@ -21,9 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-import anyio
-
 from ...errors import ConfigError
+from ...guard._extras import require
 from ..embodied.llm_agent import Choice, Scorer, _draw, choice_probabilities, total_variation
 from .agent import _insert, initial_state, next_state
 from .attacks import GOALS, PHRASINGS, Injection, injection
@@ -159,6 +158,9 @@ def run_tool_episode(plan: ToolPlan, scorer: Scorer, rng: random.Random, *, temp
     """Run the model agent through the run's MCP workspace server; the same seed repeats the run."""
     if enforcement not in (None, "stop", "reflect", "approval"):
         raise ConfigError(f"enforcement={enforcement!r}; expected None, 'stop', 'reflect' or 'approval'")
+    require("mcp", "the injection domain's model agent", ("mcp", "anyio"))
+    import anyio
+
     workspace = Workspace.of(plan.steps, fetch)
     server = workspace_server(workspace)
     episode = ToolEpisode(plan, [{"state": initial_state(plan.instruction)}])
