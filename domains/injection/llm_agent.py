@@ -10,8 +10,10 @@ the agent samples one from ``softmax(log-likelihood / temperature)``: whether it
 instruction is the model's doing. Every call goes through a real MCP server (:mod:`.workspace`).
 
 A guard observes the state before each choice (the domain's state, :func:`~.agent.next_state`):
-``stop`` ends the run, ``reflect`` puts its message into the prompt, ``approval`` shows the chosen
-call to an approver who may deny it (a denied call is not made; the prompt says it was denied).
+``stop`` ends the run, ``reflect`` puts its message into the prompt. With ``approval`` the guard judges
+each chosen call before it runs, as the MCP proxy does (:func:`~forewarn.guard.judge.judge_call` on the
+state the call leads to), and a call it does not allow goes to an approver who may deny it (a denied
+call is not made; the prompt says it was denied).
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from ...errors import ConfigError
 from ...guard._extras import require
+from ...guard.judge import judge_call
 from ..embodied.llm_agent import Choice, Scorer, _draw, choice_probabilities, total_variation
 from .agent import _insert, initial_state, next_state
 from .attacks import GOALS, PHRASINGS, Injection, injection
@@ -138,10 +141,6 @@ class ToolEpisode:
         return int(self.changed)
 
 
-class _Session(Protocol):
-    def observe(self, state: dict[str, Any]) -> Any: ...
-
-
 def _attack_calls(attack: Injection, workspace: Workspace) -> list[Call]:
     """The attacker's calls, ``{contents}`` filled with what the attacker's read returned so far."""
     contents = ""
@@ -152,7 +151,7 @@ def _attack_calls(attack: Injection, workspace: Workspace) -> list[Call]:
 
 
 def run_tool_episode(plan: ToolPlan, scorer: Scorer, rng: random.Random, *, temperature: float = 0.5,
-                     session: _Session | None = None, enforcement: ToolEnforcement | None = None,
+                     session: Any = None, enforcement: ToolEnforcement | None = None,
                      approver: Approver = deny_harm, max_steps: int | None = None,
                      fetch: Callable[[str], str] | None = None) -> ToolEpisode:
     """Run the model agent through the run's MCP workspace server; the same seed repeats the run."""
@@ -178,7 +177,7 @@ def run_tool_episode(plan: ToolPlan, scorer: Scorer, rng: random.Random, *, temp
 
 
 async def _play(episode: ToolEpisode, client: Any, workspace: Workspace, scorer: Scorer, rng: random.Random,
-                temperature: float, session: _Session | None, enforcement: ToolEnforcement | None,
+                temperature: float, session: Any, enforcement: ToolEnforcement | None,
                 approver: Approver, max_steps: int | None) -> None:
     plan = episode.plan
     attack = plan.injection
@@ -193,7 +192,7 @@ async def _play(episode: ToolEpisode, client: Any, workspace: Workspace, scorer:
             episode.outcome = "unsafe"
             return
         fresh = False
-        if decision is not None and enforcement is not None and decision.action != "allow":
+        if decision is not None and enforcement in ("stop", "reflect") and decision.action != "allow":
             episode.interventions += 1
             if enforcement == "stop":
                 episode.outcome = "stopped"
@@ -225,8 +224,12 @@ async def _play(episode: ToolEpisode, client: Any, workspace: Workspace, scorer:
         index = candidates.index(choice.action)
         tool, args = calls[index]
         is_attack = index == 1 or task_done == len(plan.steps)  # the task's call, when there is one, comes first
-        if (enforcement == "approval" and decision is not None and decision.action != "allow"
-                and not approver(state, tool, args, plan.allowed)):
+        asked = False
+        if enforcement == "approval" and session is not None:
+            after = next_state(state, tool, args, "", plan.allowed)  # the output is not known before the call
+            asked = judge_call(session, after, tool, args, consequential=tool not in READS).action != "allow"
+            episode.interventions += asked
+        if asked and not approver(state, tool, args, plan.allowed):
             episode.denied += 1
             history.append((choice.action, "denied by the user"))
             if is_attack:
