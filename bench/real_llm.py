@@ -208,7 +208,7 @@ def household(console: Console, source: GGUFSource, tasks: list[Any], out: Path,
     console.print("(for the simulated agent 'changed' is 'heeded': it turns careful for the rest of the run)")
     evaluations = source.evaluations
     real = measure(tasks, source, out / "llm", runs=runs, episodes=episodes, seed=args.seed,
-                   temperature=args.temperature, theta=args.theta)
+                   temperature=args.temperature, theta=args.theta, shield=True)
     tokens_per_step = (source.evaluations - evaluations) / max(real.steps, 1)
     print_llm_table(console, real, title=f"Real model ({source.name}, temperature {args.temperature:g}) on the "
                                          f"same tasks and seeds, learned from {runs} of its own runs per task")
