@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 import random
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
@@ -118,3 +121,33 @@ def test_the_same_seed_repeats_the_run_exactly(gguf: Any) -> None:
     second = _episode(gguf, 1)
     assert first.steps == second.steps and first.outcome == second.outcome
     assert [c.log_likelihoods for c in first.choices] == [c.log_likelihoods for c in second.choices]
+
+
+def test_web_pages_fetched_from_a_local_server_give_the_same_run(gguf: Any) -> None:
+    from forewarn.domains.injection import HttpPages
+
+    task, goal, phrasing, seed = _RUNS[2]  # onboarding: the task fetches its page
+    pages = {urlsplit(s.args["url"]).path: s.output
+             for s in plan_tool_run(random.Random(seed), task, goal, phrasing).steps if s.tool == "fetch"}
+    assert pages
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = pages.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.end_headers()
+            self.wfile.write((body or "").encode("utf-8"))
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        fetched = _episode(gguf, 2, fetch=HttpPages(f"http://127.0.0.1:{server.server_address[1]}"))
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert fetched.steps == _episode(gguf, 2).steps
