@@ -2,21 +2,25 @@
 
 On a few household tasks (the shortest reference plans among the demo's microwave, stove and
 sink tasks): record unguarded runs of the model agent (:mod:`.embodied.llm_agent`), learn a
-model per task from them, then run the model agent without a guard, with ``stop`` and with
-``reflect`` at one threshold, on the same seeds, and print the table — and the measured heeding
+model per task from them (and one with its MDP, for the shield), then run the model agent without
+a guard, with ``stop``, with ``reflect`` and under the ``shield`` at one threshold, on the same
+seeds, and print the table — and the measured heeding
 rate: how often the action drawn at the first reflection differs from the one the same random
 number draws without it, and how often the run then stayed safe (Clopper–Pearson 95 % intervals).
 """
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -27,11 +31,11 @@ from ..guard.policy import Policy
 from ..guard.runtime import Guard
 from ..guard.spec import Action, Thresholds, load_spec
 from .demo import DemoRow
-from .embodied import hazard_tasks, reference_plan, write_spec
+from .embodied import derive_spec, hazard_tasks, reference_plan, write_spec
 from .embodied.llm_agent import LLMEpisode, Scorer, run_llm_episode, trace_record
 from .embodied.tasks import Task
 
-__all__ = ["Heeding", "LLMDemo", "demo_tasks", "run_llm_demo", "measure", "print_llm_table"]
+__all__ = ["Heeding", "LLMDemo", "demo_tasks", "open_scorer", "run_llm_demo", "measure", "print_llm_table"]
 
 
 @dataclass
@@ -83,13 +87,15 @@ def demo_tasks(count: int) -> list[Task]:
 
 
 def measure(tasks: Sequence[Task], scorer: Scorer, out_dir: Path, *, runs: int, episodes: int, seed: int,
-            temperature: float, theta: float) -> LLMDemo:
-    """Record, learn, and run the three rows; the figures of the table (see the module's doc)."""
+            temperature: float, theta: float, shield: bool = False) -> LLMDemo:
+    """Record, learn, and run the three rows (four with ``shield``); the figures of the table (see the
+    module's doc)."""
     for sub in ("traces", "specs", "models"):
         (out_dir / sub).mkdir(parents=True, exist_ok=True)
     steps = 0
     model_seconds = 0.0
     guards: dict[str, Guard] = {}
+    shields: dict[str, Guard] = {}
 
     def episode(task: Task, rng: random.Random, **options: object) -> LLMEpisode:
         nonlocal steps, model_seconds
@@ -111,8 +117,18 @@ def measure(tasks: Sequence[Task], scorer: Scorer, out_dir: Path, *, runs: int, 
         model = learn_model([trace_path], load_spec(spec_path))
         model.save(out_dir / "models" / f"{task.id}.json")
         guards[task.id] = Guard(model)
+        if shield:  # the same runs, learned with the MDP over the model's actions (docs/shield.md)
+            shield_spec = derive_spec(task)
+            shield_spec["learning"]["mdp"] = True
+            shield_spec["guard"].update(enforcement="shield", shield_theta=theta)
+            shield_path = out_dir / "specs" / f"{task.id}-shield.yaml"
+            shield_path.write_text(yaml.safe_dump(shield_spec, sort_keys=False), encoding="utf-8")
+            shielded = learn_model([trace_path], load_spec(shield_path))
+            shielded.save(out_dir / "models" / f"{task.id}-shield.json")
+            shields[task.id] = Guard(shielded)
 
     rows = [DemoRow("none", None), DemoRow("stop", theta), DemoRow("reflect", theta)]
+    rows += [DemoRow("shield", theta)] if shield else []
     heeding = Heeding()
     for task in tasks:
         for row in rows:
@@ -120,6 +136,8 @@ def measure(tasks: Sequence[Task], scorer: Scorer, out_dir: Path, *, runs: int, 
                 rng = random.Random(f"llm-demo:{seed}:{task.id}:{n}")  # the same seeds in every row: paired
                 if row.theta is None:
                     result = episode(task, rng)
+                elif row.enforcement == "shield":
+                    result = episode(task, rng, session=shields[task.id].session(), enforcement="shield")
                 else:
                     action = Action.STOP if row.enforcement == "stop" else Action.REFLECT
                     policy = Policy(thresholds=Thresholds(**{action.value: theta}), unseen_state=action)
@@ -155,21 +173,40 @@ def print_llm_table(console: Console, demo: LLMDemo, *, title: str) -> None:
         f"{100 * safe_high:.0f} %), {h.safe_after_changed} of them after a changed action.")
 
 
-def run_llm_demo(*, out_dir: Path, model: str = "package", tasks: int = 3, runs: int = 6, episodes: int = 5,
+def open_scorer(spec: str) -> Any:
+    """The agent's model from ``--model``: ``gguf:package``, ``gguf:FILE.gguf``, ``openai:URL#MODEL`` (an
+    OpenAI-compatible completions endpoint; the key, if any, from ``OPENAI_API_KEY``) or ``openai`` (the
+    URL from ``OPENAI_BASE_URL``, the model name from ``OPENAI_MODEL``)."""
+    if spec.startswith("gguf:"):
+        from ..guard.llmcheck.sources.gguf import GGUFSource
+
+        return GGUFSource(spec[len("gguf:"):])
+    if spec == "openai":
+        url, name = os.environ.get("OPENAI_BASE_URL"), os.environ.get("OPENAI_MODEL")
+        if not url or not name:
+            raise ConfigError("--model openai needs OPENAI_BASE_URL and OPENAI_MODEL in the environment "
+                              "(or give --model openai:URL#MODEL)")
+        spec = f"openai:{url}#{name}"
+    if spec.startswith("openai:"):
+        from ..guard.llmcheck.sources.openai import OpenAISource
+
+        return OpenAISource.from_spec(spec[len("openai:"):], timeout=600.0)
+    raise ConfigError(f"--model {spec!r}: expected gguf:package, gguf:FILE.gguf, openai:URL#MODEL or openai")
+
+
+def run_llm_demo(*, out_dir: Path, model: str = "gguf:package", tasks: int = 3, runs: int = 6, episodes: int = 5,
                  seed: int = 7, temperature: float = 0.5, theta: float = 0.5,
                  console: Console | None = None) -> LLMDemo:
     """``forewarn demo --agent llm``; returns the figures (also printed)."""
-    from ..guard.llmcheck.sources.gguf import GGUFSource
-
     if tasks < 1 or runs < 1 or episodes < 1:
         raise ConfigError("--tasks, --runs and --episodes must be at least 1")
     console = console or Console()
     started = time.perf_counter()
-    source = GGUFSource(model)
+    source = open_scorer(model)
     try:
         loaded = time.perf_counter() - started
         demo = measure(demo_tasks(tasks), source, Path(out_dir), runs=runs, episodes=episodes, seed=seed,
-                       temperature=temperature, theta=theta)
+                       temperature=temperature, theta=theta, shield=True)
     finally:
         source.close()
     print_llm_table(console, demo, title=f"Real model agent ({source.name}, temperature {temperature:g}) on "

@@ -14,9 +14,11 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from ...errors import ConfigError
+from ...guard.shield import advise, shield_action
+from ...guard.spec import Action
 from .actions import parse_action
 from .conditions import condition_holds
 from .episodes import Enforcement, Outcome, action_duration
@@ -27,7 +29,7 @@ from .simulator import HouseholdSim
 from .tasks import Task
 
 __all__ = ["Scorer", "Choice", "LLMAgent", "LLMEpisode", "valid_actions", "choice_probabilities", "run_llm_episode",
-           "DONE", "P_FAIL", "max_steps_for", "total_variation", "trace_record"]
+           "DONE", "P_FAIL", "max_steps_for", "shielded", "total_variation", "trace_record"]
 
 DONE = "done"
 P_FAIL = 0.05  # the simulated agent's controller failure rate (AgentProfile.p_fail)
@@ -146,9 +148,11 @@ class LLMAgent:
         lines.append(f"Step {len(self.history) + 1}:")
         return "\n".join(lines)
 
-    def consider(self, sim: HouseholdSim, u: float, *, warning: str | None = None) -> Choice:
-        """Score the valid actions (and ``done``) and pick the one whose interval holds ``u`` in [0, 1)."""
-        candidates = (*valid_actions(sim), DONE)
+    def consider(self, sim: HouseholdSim, u: float, *, warning: str | None = None,
+                 blocked: frozenset[str] = frozenset()) -> Choice:
+        """Score the valid actions (and ``done``) but the ``blocked`` ones, and pick the one whose interval
+        holds ``u`` in [0, 1)."""
+        candidates = (*(a for a in valid_actions(sim) if a not in blocked), DONE)
         prompt = self.prompt(sim, warning=warning)
         scores = self.scorer.score(prompt, [f" {c}\n" for c in candidates])
         probabilities = choice_probabilities(scores, self.temperature)
@@ -173,6 +177,7 @@ class LLMEpisode:
             the one drawn from the same random number without it.
         shift: the total-variation distance between the two distributions at that step.
         choices: every decision, in order (prompts included).
+        blocked: per decision, the actions the shield took out of its candidates (``shield`` only).
     """
 
     steps: list[dict[str, Any]]
@@ -182,6 +187,7 @@ class LLMEpisode:
     changed: bool = False
     shift: float = 0.0
     choices: list[Choice] = field(default_factory=list)
+    blocked: list[frozenset[str]] = field(default_factory=list)
 
     @property
     def heeded(self) -> int:
@@ -198,16 +204,18 @@ def max_steps_for(task: Task) -> int:
 
 
 def run_llm_episode(task: Task, scorer: Scorer, rng: random.Random, *, temperature: float = 0.5,
-                    session: _Session | None = None, enforcement: Enforcement | None = None,
+                    session: _Session | None = None, enforcement: Enforcement | Literal["shield"] | None = None,
                     max_steps: int | None = None) -> LLMEpisode:
     """Run the model agent on a task, as :func:`~.episodes.run_episode` runs the simulated one.
 
     The guard observes the initial state and the state after every action; a non-allow decision
-    stops the run (``stop``) or goes into the model's prompt (``reflect``). ``rng`` draws the
+    stops the run (``stop``) or goes into the model's prompt (``reflect``); with ``shield`` (a model
+    learned with its MDP and ``guard.enforcement: shield``) the moves that risk θ or more are taken
+    out of the candidates, and the run stops where no move is under θ (:func:`shielded`). ``rng`` draws the
     controller failures, the action choices and the step durations: the same seed repeats the run.
     """
-    if enforcement not in (None, "stop", "reflect"):
-        raise ConfigError(f"enforcement={enforcement!r}; expected None, 'stop' or 'reflect'")
+    if enforcement not in (None, "stop", "reflect", "shield"):
+        raise ConfigError(f"enforcement={enforcement!r}; expected None, 'stop', 'reflect' or 'shield'")
     if not task.final_state:
         raise EmbodiedError(f"task {task.id} has no final_state condition to guard against")
     budget = max_steps_for(task) if max_steps is None else max_steps
@@ -223,7 +231,16 @@ def run_llm_episode(task: Task, scorer: Scorer, rng: random.Random, *, temperatu
             episode.outcome = "unsafe"
             break
         fresh = False
-        if decision is not None and enforcement is not None and decision.action != "allow":
+        blocked: frozenset[str] = frozenset()
+        if decision is not None and enforcement == "shield":
+            shield = shielded(session, decision, valid_actions(sim))
+            if shield is None:
+                episode.interventions += 1
+                episode.outcome = "stopped"
+                break
+            blocked = shield
+            episode.interventions += bool(blocked)
+        elif decision is not None and enforcement is not None and decision.action != "allow":
             episode.interventions += 1
             if enforcement == "stop":
                 episode.outcome = "stopped"
@@ -235,12 +252,14 @@ def run_llm_episode(task: Task, scorer: Scorer, rng: random.Random, *, temperatu
             episode.outcome = "failed"
             break
         u = rng.random()
-        choice = agent.consider(sim, u, warning=agent.warning)
+        choice = agent.consider(sim, u, warning=agent.warning, blocked=blocked)
         if fresh:  # the paired measurement: the same draw without the warning
             before = agent.consider(sim, u, warning=None)
             episode.changed = before.action != choice.action
             episode.shift = total_variation(before, choice)
         episode.choices.append(choice)
+        if enforcement == "shield":
+            episode.blocked.append(blocked)
         if choice.action == DONE:
             episode.outcome = "completed"
             break
@@ -250,6 +269,21 @@ def run_llm_episode(task: Task, scorer: Scorer, rng: random.Random, *, temperatu
         state = sim.state()
         episode.steps.append({"state": state, "action": choice.action, "t": round(t, 3)})
     return episode
+
+
+def shielded(session: Any, decision: Any, actions: Sequence[str]) -> frozenset[str] | None:
+    """The actions the shield blocks from the state ``decision`` is on (``guard.enforcement: shield``, a model
+    with its MDP; docs/shield.md): those whose move risks θ or more; None where no move is under θ (stop)."""
+    if decision.p_min is None:  # no MDP state here (an unseen state): nothing to shield by
+        return frozenset()
+    out = set()
+    for action in actions:
+        verdict = shield_action(session, advise(session, decision, action))
+        if verdict is Action.STOP:
+            return None
+        if verdict is Action.REFLECT:
+            out.add(action)
+    return frozenset(out)
 
 
 def total_variation(a: Choice, b: Choice) -> float:

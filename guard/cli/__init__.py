@@ -100,7 +100,8 @@ def demo(
     agent: Annotated[str, typer.Option(
         help="The embodied agent: 'simulated', or 'llm' (a real local model; the llm extra).")] = "simulated",
     model: Annotated[str, typer.Option(
-        help="With --agent llm: 'gguf:package' (the llm extra's model) or 'gguf:FILE.gguf'.")] = "gguf:package",
+        help="With --agent llm: 'gguf:package' (the llm extra's model), 'gguf:FILE.gguf', 'openai:URL#MODEL' (an "
+             "OpenAI-compatible endpoint) or 'openai' (OPENAI_BASE_URL, OPENAI_MODEL).")] = "gguf:package",
     tasks: Annotated[int, typer.Option(help="With --agent llm: how many household tasks.")] = 3,
     temperature: Annotated[float, typer.Option(help="With --agent llm: of the model's choice of action.")] = 0.5,
     mkdir: Annotated[bool, typer.Option("--mkdir", help="Create the missing folders above --out.")] = False,
@@ -117,11 +118,14 @@ def demo(
 
         if domain != "embodied":
             raise ConfigError(f"--agent llm runs on the embodied domain, not {domain!r}")
-        if not model.startswith("gguf:"):
-            raise ConfigError(f"--model {model!r}: expected gguf:package or gguf:FILE.gguf")
-        require("llm", "forewarn demo --agent llm")
+        if not model.startswith(("gguf:", "openai:")) and model != "openai":
+            raise ConfigError(f"--model {model!r}: expected gguf:package, gguf:FILE.gguf, openai:URL#MODEL or openai")
+        if model.startswith("gguf:"):
+            require("llm", "forewarn demo --agent llm")
+        else:
+            require("llmcheck", "forewarn demo --agent llm --model openai", ("httpx",))
         out_dir.mkdir(exist_ok=True)
-        run_llm_demo(out_dir=out_dir, model=model[len("gguf:"):], tasks=tasks, runs=6 if runs is None else runs,
+        run_llm_demo(out_dir=out_dir, model=model, tasks=tasks, runs=6 if runs is None else runs,
                      episodes=5 if episodes is None else episodes, seed=seed, temperature=temperature,
                      console=out)
         return

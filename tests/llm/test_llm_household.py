@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
+import yaml
 
 from _support import CLI
 from forewarn.domains.embodied import HouseholdSim, hazard_tasks, parse_action, write_spec
@@ -159,3 +160,49 @@ def test_demo_with_the_real_model_prints_the_table_and_the_heeding_rate(forewarn
     assert "heeding" in done.stdout or "No reflection reached the model" in done.stdout
     traces = list((tmp_path / "demo" / "traces").glob("*.jsonl"))
     assert len(traces) == 1 and len(list(read_runs(traces[0]))) == 2
+
+
+def test_the_shield_takes_the_risky_moves_out_of_the_models_candidates(gguf: Any, tmp_path: Path) -> None:
+    from forewarn.domains.embodied import derive_spec
+    from forewarn.domains.embodied.llm_agent import shielded
+    from forewarn.guard.shield import advise
+
+    task = demo_tasks(1)[0]
+    path = tmp_path / "runs.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(trace_record(
+        task, n, run_llm_episode(task, gguf, random.Random(f"s:{n}"), max_steps=2 if n % 2 else 6), model=gguf.name,
+        temperature=0.5)) + b"\n" for n in range(4)))  # runs cut short end safe: both outcomes to learn from
+    acted = []
+    for theta in (0.3, 0.9):
+        spec = derive_spec(task)
+        spec["learning"]["mdp"] = True
+        spec["guard"].update(enforcement="shield", shield_theta=theta)
+        spec_path = tmp_path / f"shield-{theta}.yaml"
+        spec_path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+        guard = Guard(learn_model([path], load_spec(spec_path)))
+        # where the run starts: blocked are exactly the moves whose risk from here is θ or more
+        session = guard.session()
+        sim = HouseholdSim.for_task(task, rng=random.Random("shielded"))
+        decision = session.observe(sim.state())
+        assert decision.p_min is not None
+        blocked = shielded(session, decision, valid_actions(sim))
+        if decision.p_min >= theta:
+            assert blocked is None
+        else:
+            assert blocked is not None
+            for action in valid_actions(sim):
+                risk = advise(session, decision, action).action_risk
+                assert (action in blocked) == (risk is not None and risk >= theta), (action, risk)
+        # the shielded run: stopped where no move is under θ, else the model chose among the rest
+        episode = run_llm_episode(task, gguf, random.Random("shielded"), session=guard.session(),
+                                  enforcement="shield", max_steps=6)
+        if blocked is None:
+            assert episode.outcome == "stopped" and episode.choices == []
+        else:
+            assert episode.choices[0].candidates == (*(a for a in valid_actions(sim) if a not in blocked), DONE)
+        assert len(episode.blocked) == len(episode.choices)
+        for choice, out in zip(episode.choices, episode.blocked):
+            assert not set(choice.candidates) & out
+        assert episode.interventions == sum(bool(b) for b in episode.blocked) + (episode.outcome == "stopped")
+        acted.append(episode.outcome == "stopped" or any(episode.blocked))
+    assert any(acted)  # the shield acted at some θ: blocked a move or stopped the run

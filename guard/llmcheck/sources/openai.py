@@ -5,6 +5,16 @@ Uses ``POST {base}/completions`` with ``max_tokens=1`` and ``logprobs=k``: the a
 request with a list of prompts (servers that refuse lists are asked one prompt at a time).
 Token strings are joined to make texts; ``bytes:\\xNN`` tokens (partial UTF-8 characters)
 are joined as bytes first.
+
+It is also a *scorer* for the model agents (:meth:`OpenAISource.score`, as ``GGUFSource.score``): the
+log-likelihood of each candidate continuation after a prompt. With ``method="logprobs"`` (the default)
+each candidate goes as ``prompt + continuation`` with ``echo: true`` and ``logprobs``: the server
+returns the log-probability of every token of the text it was sent, and the continuation's are summed
+— the model's own likelihood, as in process. Endpoints that give no log-probabilities (most chat APIs)
+can use ``method="sample"``, a weaker estimate: ``samples`` completions of the prompt at temperature 1
+(seeded), and each candidate scored ``log((count + ½) / (samples + ½·k))`` by how many of them begin
+with it (k candidates). It costs ``samples`` requests per step and sees only what the model writes
+often; a candidate it never writes gets the same small score as every other one it never writes.
 """
 from __future__ import annotations
 
@@ -42,11 +52,15 @@ class OpenAISource(TokenSource):
         eos_tokens: token strings that end the text.
         timeout: seconds per request.
         client: an ``httpx.Client`` to use instead of a new one.
+        method: how :meth:`score` scores candidates, ``logprobs`` or ``sample`` (the module's doc).
+        samples: completions per step with ``method="sample"``.
+        seed: the first sample's seed (the n-th is ``seed + n``; the server must honour ``seed``).
     """
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, max_batch: int = 16,
                  eos_tokens: Iterable[str] | None = None, timeout: float = 60.0,
-                 client: httpx.Client | None = None) -> None:
+                 client: httpx.Client | None = None, method: str = "logprobs", samples: int = 20,
+                 seed: int = 0) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.max_batch = max_batch
@@ -57,6 +71,12 @@ class OpenAISource(TokenSource):
         self._own_client = client is None
         self._client = client or httpx.Client(timeout=timeout, headers=headers)
         self._lists = True  # whether the server takes a list of prompts
+        self.method = method
+        self.samples = samples
+        self.seed = seed
+        self.evaluations = 0  # requests made by score(), for the time-per-step figures
+        if method not in ("logprobs", "sample") or samples < 1:
+            raise SourceError(f"method={method!r} must be 'logprobs' or 'sample', and samples={samples!r} at least 1")
 
     @classmethod
     def from_spec(cls, spec: str, **options: Any) -> OpenAISource:
@@ -111,6 +131,84 @@ class OpenAISource(TokenSource):
         if len(out) != len(prompts):
             raise SourceError(f"{url} returned {len(out)} choices for {len(prompts)} prompts")
         return out
+
+    def reset(self) -> None:
+        """Nothing to forget: every request carries its whole text."""
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        url = f"{self.base_url}/completions"
+        try:
+            response = self._client.post(url, json={"model": self.model, **body})
+        except httpx.HTTPError as exc:
+            raise SourceError(f"cannot reach {url}: {exc}") from exc
+        if response.status_code != 200:
+            raise SourceError(f"{url} answered HTTP {response.status_code}: {response.text[:200]}",
+                              status=response.status_code)
+        self.evaluations += 1
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    def score(self, prompt: str, continuations: Sequence[str]) -> list[float]:
+        """``log P(continuation | prompt)`` of each continuation (by ``method``; see the module's doc)."""
+        if self.method == "sample":
+            return self._sampled(prompt, continuations)
+        return [self._echoed(prompt, text) for text in continuations]
+
+    def _echoed(self, prompt: str, continuation: str) -> float:
+        """The sum of the continuation's token log-probabilities, read from the echo of ``prompt + continuation``.
+
+        The echo ends with the one token generated after the text; the continuation's tokens are the
+        ones before it whose strings make up the continuation exactly (a token that straddles the
+        prompt's end is an error: the endpoint tokenized the two together differently).
+        """
+        url = f"{self.base_url}/completions"
+        answer = self._post({"prompt": prompt + continuation, "max_tokens": 1, "echo": True, "logprobs": 1,
+                             "temperature": 0.0})
+        try:
+            choice = answer["choices"][0]
+            tokens: list[str] = choice["logprobs"]["tokens"]
+            values: list[float | None] = choice["logprobs"]["token_logprobs"]
+            echoed: str = choice["text"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise SourceError(f"{url} did not echo the text's log-probabilities (is 'echo' with 'logprobs' "
+                              f"supported?): {str(answer)[:200]}") from exc
+        if not echoed.startswith(prompt + continuation):
+            raise SourceError(f"{url} echoed a text that does not begin with the one sent")
+        end, tail = len(tokens), echoed[len(prompt) + len(continuation):]
+        while end > 0 and tail:  # the generated token(s) after the text
+            end -= 1
+            if not tail.endswith(tokens[end]):
+                raise SourceError(f"{url} echoed tokens that do not make up the generated text {tail!r}")
+            tail = tail[:len(tail) - len(tokens[end])]
+        text, total = "", 0.0
+        while len(text) < len(continuation) and end > 0:
+            end -= 1
+            text = tokens[end] + text
+            value = values[end]
+            if value is None:
+                raise SourceError(f"{url} gave no log-probability for the token {tokens[end]!r}")
+            total += value
+        if text != continuation:
+            raise SourceError(f"{url} tokenized {continuation!r} together with the prompt's end ({text!r}); "
+                              "score a continuation that starts a new token (e.g. with a space)")
+        return total
+
+    def _sampled(self, prompt: str, continuations: Sequence[str]) -> list[float]:
+        counts = [0] * len(continuations)
+        wanted = [c.strip() for c in continuations]
+        for n in range(self.samples):
+            answer = self._post({"prompt": prompt, "max_tokens": 64, "temperature": 1.0, "seed": self.seed + n,
+                                 "stop": ["\n"]})
+            try:
+                written = str(answer["choices"][0]["text"]).strip()
+            except (KeyError, IndexError, TypeError) as exc:
+                raise SourceError(f"{self.base_url}/completions returned no text: {str(answer)[:200]}") from exc
+            for i, candidate in enumerate(wanted):
+                if written == candidate:
+                    counts[i] += 1
+                    break
+        k = len(continuations)
+        return [math.log((c + 0.5) / (self.samples + 0.5 * k)) for c in counts]
 
     def _distribution(self, top: dict[str, float]) -> TokenDistribution:
         ranked = sorted(top.items(), key=lambda kv: -kv[1])
