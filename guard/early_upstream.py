@@ -49,15 +49,12 @@ def take(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: 
 
 
 def discard() -> None:
-    """End the launched processes no relay took (their input closed, then killed if still running)."""
+    """End the launched processes no relay took, at once: none was sent a message, so none has work to lose
+    (killed rather than asked, so that a proxy serving on another path does not wait for them)."""
     while _launched:
         _, proc = _launched.popitem()
-        if proc.stdin is not None:
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()

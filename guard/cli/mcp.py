@@ -104,7 +104,10 @@ def _mcp(upstream_command: list[str] | None, model: str, upstream_url: str | Non
     require("mcp", "forewarn mcp")
     import anyio
 
+    from .. import early_upstream
     from ..mcp import GuardedProxy, UpstreamSpec, config_from, load_config, serve_http, serve_stdio
+    from ..mcp.stdio._transport import pipes_available
+    from ..mcp.stdio.relay import lean_relay_fits
 
     if not model and record is None:
         raise UsageError("forewarn mcp needs --model MODEL (or --record FILE alone, to record sessions to learn from)")
@@ -151,6 +154,8 @@ def _mcp(upstream_command: list[str] | None, model: str, upstream_url: str | Non
 
         with suppress(NotImplementedError):  # (Windows: no signal handlers on the loop)
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminate)
+        if not (http is None and relay != "sdk" and lean_relay_fits(proxy) and pipes_available()):
+            early_upstream.discard()  # (fast start: no lean stdio relay here to take a launched upstream)
         try:
             if http is None:
                 await serve_stdio(proxy, relay=relay)
