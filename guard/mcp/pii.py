@@ -54,7 +54,8 @@ def preload() -> None:
 def find(text: str, kinds: Sequence[str], threshold: float) -> list[tuple[int, int, str]]:
     """The spans of ``text`` holding personal data of ``kinds`` scored at least ``threshold``: (start, end,
     kind). Waits for the recognizers if they are still loading."""
-    preload()
+    if not _loading:
+        preload()
     recognizers = _loading[0].result()
     spans = []
     for kind in kinds:
