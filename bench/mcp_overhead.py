@@ -29,11 +29,17 @@ What it does
    both off (``--descriptions off``) and the direct path, interleaved; and, in this process, what judging a
    ``tools/list`` answer and redacting one result cost.
 
+7. *peers* (issue 43): Lasso's ``mcp-gateway`` 1.2.1 and ``mcp-proxy`` 0.13 from their own venvs under
+   ``bench/.peers/`` (``--install-peers`` creates them; ``bench/_mcp_peers.py``), interleaved with Forewarn on
+   the same ``mcp-server-time``: added p50 per call over stdio (Forewarn's lean relay, Lasso's gateway) and over
+   streamable HTTP in front of the stdio server (Forewarn's SDK relay, mcp-proxy; the server's own HTTP as the
+   base), and start-up of each. A peer not installed is skipped with a line saying how to install it.
+
 Target: added p50 ≤ 1 ms over stdio, ≤ 2 ms over streamable HTTP. Nothing is asserted; figures are
 printed beside their targets.
 
 Run: ``python bench/mcp_overhead.py [--calls N] [--sessions S] [--stdio-sessions S] [--seconds T]
-[--starts N] [--only stdio|http|start|saturation|gate] [--repeat N] [--json FILE]``;
+[--starts N] [--only stdio|http|start|saturation|gate|peers] [--install-peers] [--repeat N] [--json FILE]``;
 the load average before and after is printed beside the figures (on a busy machine every process
 hop waits for a CPU, and the direct path's own figure shows how much).
 """
@@ -60,6 +66,7 @@ if str(ROOT) not in sys.path:  # run from anywhere
 
 import anyio  # noqa: E402
 import orjson  # noqa: E402
+from _mcp_peers import INSTALL, bench_peers, install_peers, peer_starts  # noqa: E402
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
@@ -404,6 +411,26 @@ def gate_in_process(rounds: int = 2000) -> dict[str, float]:
     return out
 
 
+def print_peers(peers: dict[str, Any], starts: dict[str, list[float]], calls: int, launches: int) -> None:
+    """The peers' table (docs/mcp-gateway.md shows one): added p50 per call and start-up, median of the launches."""
+    for line in peers["skipped"]:
+        print(f"peers: {line}")
+    print(f"peers, {calls} calls each interleaved, start-up median of {launches} launches:")
+    print("| system | p50 per call | added p50 per call | start-up |\n|---|---|---|---|")
+    names = {"direct": "mcp-server-time directly", "forewarn": "Forewarn `mcp`, lean relay",
+             "mcp-gateway": "Lasso `mcp-gateway`"}
+    for label, row in peers["stdio"].items():
+        added = "—" if label == "direct" else f"{row['added_p50_ms']:+.2f} ms ({row['ratio']:.2f}×)"
+        print(f"| stdio: {names[label]} | {row['p50_ms']:.2f} ms | {added} | {statistics.median(starts[label]):.2f} s |")
+    names = {"direct": "the server's own streamable HTTP", "forewarn": "Forewarn `mcp --http`, SDK relay, before "
+             "the stdio server", "mcp-proxy": "`mcp-proxy`, before the stdio server"}
+    for label, row in peers["http"].items():
+        added = "—" if label == "direct" else f"{row['added_p50_ms']:+.2f} ms"
+        start = {"forewarn": "forewarn http", "mcp-proxy": "mcp-proxy"}.get(label)
+        took = "—" if start is None else f"{statistics.median(starts[start]):.2f} s"
+        print(f"| HTTP: {names[label]} | {row['p50_ms']:.2f} ms | {added} | {took} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300)
@@ -412,13 +439,17 @@ def main() -> None:
                         help="concurrent stdio sessions at saturation (each its own proxy and upstream processes)")
     parser.add_argument("--seconds", type=float, default=5.0, help="how long each saturation run lasts")
     parser.add_argument("--starts", type=int, default=5, help="launches of each for the start-up figures")
-    parser.add_argument("--only", choices=("stdio", "http", "start", "saturation", "gate"))
+    parser.add_argument("--only", choices=("stdio", "http", "start", "saturation", "gate", "peers"))
+    parser.add_argument("--install-peers", action="store_true",
+                        help=f"first create the peers' venvs under bench/.peers/ ({', '.join(INSTALL)}; from PyPI)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run the stdio and HTTP comparisons this many times (fresh processes each): each "
                              "run's added p50 and their median are printed")
     parser.add_argument("--json", type=Path)
     options = parser.parse_args()
-    parts = {options.only} if options.only else {"stdio", "http", "start", "saturation", "gate"}
+    parts = {options.only} if options.only else {"stdio", "http", "start", "saturation", "gate", "peers"}
+    if options.install_peers:
+        install_peers()
     with tempfile.TemporaryDirectory() as tmp:
         traces, model_path = Path(tmp) / "runs.jsonl", Path(tmp) / "model.json"
         traces.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in synthetic_runs(600, seed=1)))
@@ -441,6 +472,11 @@ def main() -> None:
             results["saturation_http"] = anyio.run(saturation_http, model_path, options.sessions, options.seconds)
             results["saturation_stdio"] = anyio.run(saturation_stdio, model_path, options.stdio_sessions,
                                                     options.seconds)
+        if "peers" in parts:
+            command = [sys.executable, *proxy_args(model_path)]
+            results["peers"] = anyio.run(bench_peers, command, TIME_SERVER, options.calls, free_port, wait_for)
+            results["peer_starts_s"] = peer_starts(command, TIME_SERVER, options.starts, seconds_to_initialize,
+                                                   free_port)
         results["load_after"] = os.getloadavg()[0]
     print(f"load average (1 min): {results['load_before']:.2f} before, {results['load_after']:.2f} after, "
           f"on {os.cpu_count()} CPUs; the proxies' event loop: {proxy_loop()}")
@@ -485,6 +521,8 @@ def main() -> None:
             print(f"saturation, {transport}, --relay lean, {count} sessions at once: {lean['calls_per_s']:,.0f} "
                   f"decisions/s (p50 {lean['p50_ms']:.2f} ms, p99 {lean['p99_ms']:.2f} ms){cpu}; direct "
                   f"{direct['calls_per_s']:,.0f} calls/s (p50 {direct['p50_ms']:.2f} ms, p99 {direct['p99_ms']:.2f} ms)")
+    if "peers" in parts:
+        print_peers(results["peers"], results["peer_starts_s"], options.calls, options.starts)
     if options.json:
         options.json.write_text(json.dumps(results, indent=2))
 

@@ -31,6 +31,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg", "psycopg_pool"),
     "otel": ("opentelemetry",),
     "mcp": ("mcp", "mcp_types", "anyio", "starlette", "uvicorn", "httpx"),
+    "pii": ("presidio_analyzer", "tldextract"),
 }
 
 

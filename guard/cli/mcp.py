@@ -68,7 +68,8 @@ def mcp(
                                        "it was first pinned (otherwise hidden).")] = False,
     redact: Annotated[str | None, typer.Option(
         "--redact", help="Redact secrets from tool results before the model reads them: 'secrets' (every known "
-                         "token and key format, and high-entropy strings), KIND,KIND… (e.g. aws_access_key,jwt), or "
+                         "token and key format, and high-entropy strings), 'pii' (personal data: e-mail, phone, card "
+                         "numbers …; the pii extra), 'all' (both), KIND,KIND… (e.g. aws_access_key,jwt,email), or "
                          "'off' (default).")] = None,
     after_stop: Annotated[str | None, typer.Option(
         "--after-stop", help="What a stop refuses from then on: 'all' calls (default) or the stopped tool's 'kinds' "
@@ -80,12 +81,33 @@ def mcp(
                         "Cost).")] = "auto",
 ) -> None:
     """Guard any MCP server: a proxy that judges every tool call before it is forwarded."""
+    from .. import early_upstream
+
+    if upstream_command and upstream_url is None and http is None and relay != "sdk":
+        # (fast start: the upstream starts while the proxy loads; the lean stdio relay takes it, else discarded)
+        early_upstream.launch(upstream_command[0], upstream_command[1:])
+    try:
+        _mcp(upstream_command, model, upstream_url, config, record, serve_url, api_key, audit, http, tool_kind,
+             unknown_tools, call_timeout, approval_timeout, descriptions, approve_tool_changes, redact, after_stop,
+             relay)
+    finally:
+        early_upstream.discard()
+
+
+def _mcp(upstream_command: list[str] | None, model: str, upstream_url: str | None, config: Path | None,
+         record: Path | None, serve_url: str | None, api_key: str | None, audit: str | None, http: str | None,
+         tool_kind: list[str] | None, unknown_tools: str | None, call_timeout: float | None,
+         approval_timeout: float | None, descriptions: str | None, approve_tool_changes: bool, redact: str | None,
+         after_stop: str | None, relay: str) -> None:
     from .._extras import require
 
     require("mcp", "forewarn mcp")
     import anyio
 
+    from .. import early_upstream
     from ..mcp import GuardedProxy, UpstreamSpec, config_from, load_config, serve_http, serve_stdio
+    from ..mcp.stdio._transport import pipes_available
+    from ..mcp.stdio.relay import lean_relay_fits
 
     if not model and record is None:
         raise UsageError("forewarn mcp needs --model MODEL (or --record FILE alone, to record sessions to learn from)")
@@ -98,7 +120,7 @@ def mcp(
                                  "call_timeout": call_timeout, "approval_timeout": approval_timeout,
                                  "descriptions": descriptions, "after_stop": after_stop,
                                  "approve_tool_changes": True if approve_tool_changes else None,
-                                 "redact": redact if redact in (None, "off", "secrets") else redact.split(",")}
+                                 "redact": redact if redact in (None, "off", "secrets", "pii", "all") else redact.split(",")}
     kinds = _tool_kinds(tool_kind or [])
     proxy_config = load_config(config, **overrides) if config is not None else config_from({}, **overrides)
     if kinds:
@@ -132,6 +154,8 @@ def mcp(
 
         with suppress(NotImplementedError):  # (Windows: no signal handlers on the loop)
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminate)
+        if not (http is None and relay != "sdk" and lean_relay_fits(proxy) and pipes_available()):
+            early_upstream.discard()  # (fast start: no lean stdio relay here to take a launched upstream)
         try:
             if http is None:
                 await serve_stdio(proxy, relay=relay)

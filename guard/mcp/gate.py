@@ -16,12 +16,13 @@ import mcp_types as types
 import orjson
 from mcp.shared.exceptions import MCPError
 
+from . import pii
 from ._lines import escape_breaks
 from .audit import AuditStore
 from .config import ProxyConfig
 from .descriptions import Finding, Inspection, inspect_tools_list
 from .pinning import Pins
-from .redact import Redaction, redact_result
+from .redact import Redaction, redact_read, redact_result
 from .stops import RESET_TOOL, reset_tool
 
 __all__ = ["ToolGate", "TOOLS_REFUSED"]
@@ -38,6 +39,8 @@ class ToolGate:
     def __init__(self, config: ProxyConfig, audit: AuditStore | None, *, lists_reset: bool) -> None:
         self.policy = config.descriptions
         self.redaction = config.redact
+        if self.redaction.pii:  # (Presidio takes seconds to load: in a thread, while the upstream starts)
+            pii.preload()
         self.audit = audit
         self.pins = Pins(audit, approve=config.approve_tool_changes)
         self.lists_reset = lists_reset
@@ -136,11 +139,24 @@ class ToolGate:
         if not self.redaction.active:
             return result, []
         out, records = redact_result(result, self.redaction)
+        self._note(session, tool, records)
+        return out, records
+
+    def _note(self, session: str, tool: str, records: list[Redaction]) -> None:
         if records:
-            log.warning("session %s: %d secret(s) redacted from the result of %r: %s", session, len(records), tool,
+            log.warning("session %s: %d value(s) redacted from the result of %r: %s", session, len(records), tool,
                         ", ".join(f"{r.kind} at {r.where}" for r in records))
             if self.audit is not None:
                 self.audit.redacted(session, tool, [r.to_dict() for r in records])
+
+    def redact_read(self, session: str, method: str, step: str, result: Mapping[str, Any]
+                    ) -> tuple[Mapping[str, Any], list[Redaction]]:
+        """A ``resources/read`` or ``prompts/get`` result (its step's tool name ``step``: :mod:`.reads`) with its
+        secrets redacted, recorded as a call's are (after the guard read it as it came)."""
+        if not self.redaction.active:
+            return result, []
+        out, records = redact_read(method, result, self.redaction)
+        self._note(session, step, records)
         return out, records
 
     def redacted_frame(self, session: str, tool: str, rid: Any, result: Mapping[str, Any], frame: bytes) -> bytes:

@@ -352,8 +352,11 @@ class GuardedProxy(CallJudge):
             except MCPError as exc:
                 await self.finish(guarded, go, failed_step(go, exc.error.message))
                 raise
-            await self.finish(guarded, go, ran_step(go, False, read_text(method, result.model_dump(mode="json",
-                                                                                                  by_alias=True))))
+            dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+            await self.finish(guarded, go, ran_step(go, False, read_text(method, dumped)))
+            redacted, records = self.gate.redact_read(guarded.id, method, go.name, dumped)
+            if records:  # (gateway: after the guard read it as it came: gate.py)
+                return type(result).model_validate(redacted)
             return result
 
 

@@ -7,7 +7,8 @@ records once it ran: a call of the tool :func:`.config.resource_tool` (arguments
 ``prompt_kinds`` and, when it has none, whose verdict is ``unknown_resources`` or ``unknown_prompts``.
 It goes through :meth:`.calls.CallJudge.settle` as a tool call does (asked, held back, stopped alike);
 a read the guard does not let through is answered with a JSON-RPC error (:data:`HELD_BACK`) — these
-methods have no ``isError`` result to say it in.
+methods have no ``isError`` result to say it in. What a read brought is redacted as a call's result is
+(``redact:``; :meth:`.gate.ToolGate.redact_read`), after the guard has read it as it came.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ._frames import error_frame, rewritten
 from .approval import Elicit
 from .calls import CallJudge, Forward, failed_step, ran_step
 from .config import prompt_tool, resource_tool
+from .gate import result_frame
 from .judge import GuardedSession
 from .lean import Relayed, error_text, failure_frame
 
@@ -111,7 +113,12 @@ async def lean_read(judge: CallJudge, relay: Relayed, message: dict[str, Any], f
             if "error" in answer:  # the upstream's own error, unchanged
                 await judge.finish(guarded, go, failed_step(go, error_text(answer)))
             else:
-                await judge.finish(guarded, go, ran_step(go, False, read_text(method, answer.get("result"))))
+                result = answer.get("result")
+                await judge.finish(guarded, go, ran_step(go, False, read_text(method, result)))
+                if isinstance(result, dict):  # (gateway: redacted after the guard read it as it came: gate.py)
+                    redacted, records = judge.gate.redact_read(guarded.id, method, go.name, result)
+                    if records:
+                        return result_frame(rid, dict(redacted))
             return answer_frame
     except MCPError as exc:
         return error_frame(rid, exc.error.code, exc.error.message)

@@ -9,7 +9,8 @@ replaced by ``[REDACTED:KIND]``. :func:`redact_result` returns the new result an
 offset), never the value. Pure; the relays call it after the guard has read the result as it came
 into the session's state (so ``secrets_read`` still sees what the model no longer does).
 
-Personal data (names, addresses, phone numbers) is not masked: no suitable package is installed here.
+With the ``pii`` extra, personal data too (``redact: {pii: [email, phone, credit_card, ...]}``:
+:mod:`.pii` names what is found and how), masked and recorded the same way (``[REDACTED:email]``).
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ConfigError
+from . import pii
 
-__all__ = ["RedactPolicy", "Redaction", "redact_result", "redact_text", "PATTERNS"]
+__all__ = ["RedactPolicy", "Redaction", "redact_result", "redact_read", "redact_text", "PATTERNS"]
 
 # kind → pattern (the whole match is replaced)
 PATTERNS: dict[str, re.Pattern[str]] = {
@@ -58,38 +60,57 @@ class RedactPolicy:
     kinds: frozenset[str] = frozenset()
     entropy: bool = False
     min_entropy: float = 4.0
+    pii: frozenset[str] = frozenset()  # personal data (of :data:`.pii.KINDS`), scored at least pii_threshold
+    pii_threshold: float = 0.4  # (Presidio scores a phone number with no context words around it 0.4)
 
     def __post_init__(self) -> None:
         unknown = sorted(self.kinds - set(PATTERNS))
         if unknown:
             raise ConfigError(f"redact: unknown kind(s) {unknown}; known: {sorted(PATTERNS)}")
+        unknown = sorted(self.pii - set(pii.KINDS))
+        if unknown:
+            raise ConfigError(f"redact.pii: unknown kind(s) {unknown}; known: {sorted(pii.KINDS)}")
+        if not 0 <= self.pii_threshold <= 1:
+            raise ConfigError(f"redact.pii_threshold: expected a score in [0, 1], got {self.pii_threshold}")
 
     @property
     def active(self) -> bool:
-        return bool(self.kinds) or self.entropy
+        return bool(self.kinds) or self.entropy or bool(self.pii)
 
     @classmethod
     def from_config(cls, data: Any) -> RedactPolicy:
-        """From the config's ``redact`` field: ``off``, ``secrets`` (every kind and high entropy), a list of
-        kinds (``entropy`` among them for high-entropy strings), or a mapping ``{kinds: [...], entropy: bool,
-        min_entropy: bits}``."""
+        """From the config's ``redact`` field: ``off``, ``secrets`` (every kind and high entropy), ``pii``
+        (every kind of personal data), ``all`` (both), a list of kinds (``entropy`` among them for high-entropy
+        strings, personal data's kinds too), or a mapping ``{kinds: [...], entropy: bool, min_entropy: bits,
+        pii: [...] or true, pii_threshold: score}``."""
         if data is None or data == "off" or data is False:
             return cls()
         if data == "secrets" or data is True:
             return cls(frozenset(PATTERNS), True)
+        if data in ("pii", "all"):
+            every = data == "all"
+            return cls(frozenset(PATTERNS) if every else frozenset(), every, pii=frozenset(pii.KINDS))
         if isinstance(data, list):
             names = {str(k) for k in data}
-            return cls(frozenset(names - {"entropy"}), "entropy" in names)
+            return cls(frozenset(names - {"entropy"} - set(pii.KINDS)), "entropy" in names,
+                       pii=frozenset(names & set(pii.KINDS)))
         if isinstance(data, Mapping):
-            extra = sorted(set(data) - {"kinds", "entropy", "min_entropy"})
+            extra = sorted(set(data) - {"kinds", "entropy", "min_entropy", "pii", "pii_threshold"})
             if extra:
-                raise ConfigError(f"field 'redact': unknown field(s) {extra}; known: entropy, kinds, min_entropy")
+                raise ConfigError(f"field 'redact': unknown field(s) {extra}; known: entropy, kinds, min_entropy, "
+                                  f"pii, pii_threshold")
             kinds = data.get("kinds", sorted(PATTERNS))
             if not isinstance(kinds, list):
                 raise ConfigError(f"field 'redact.kinds': expected a list of kinds, got {kinds!r}")
+            personal = data.get("pii", [])
+            personal = sorted(pii.KINDS) if personal is True else [] if personal is False else personal
+            if not isinstance(personal, list):
+                raise ConfigError(f"field 'redact.pii': expected true or a list of kinds, got {personal!r}")
             return cls(frozenset(str(k) for k in kinds), bool(data.get("entropy", True)),
-                       float(data.get("min_entropy", 4.0)))
-        raise ConfigError(f"field 'redact': expected off, secrets, a list of kinds or a mapping, got {data!r}")
+                       float(data.get("min_entropy", 4.0)), frozenset(str(k) for k in personal),
+                       float(data.get("pii_threshold", 0.4)))
+        raise ConfigError(f"field 'redact': expected off, secrets, pii, all, a list of kinds or a mapping, "
+                          f"got {data!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +149,8 @@ def redact_text(text: str, policy: RedactPolicy, where: str = "text") -> tuple[s
             run = hit.group()
             if _generic(run, policy.min_entropy):
                 spans.append((hit.start(), hit.end(), "high_entropy"))
+    if policy.pii:
+        spans += pii.find(text, sorted(policy.pii), policy.pii_threshold)
     if not spans:
         return text, []
     spans.sort(key=lambda s: (s[0], -(s[1] - s[0])))
@@ -167,6 +190,31 @@ def redact_result(result: Mapping[str, Any], policy: RedactPolicy) -> tuple[Mapp
     if len(records) > before:
         out["structuredContent"] = new_structured
     return out, records
+
+
+def redact_read(method: str, result: Mapping[str, Any], policy: RedactPolicy
+                ) -> tuple[Mapping[str, Any], list[Redaction]]:
+    """A ``resources/read`` result (its ``contents`` texts) or a ``prompts/get`` result (its ``messages``'
+    content: text, or an embedded resource's text) with its secrets redacted, as :func:`redact_result` does
+    for a call's (the same object when there were none)."""
+    if not policy.active:
+        return result, []
+    field = "contents" if method == "resources/read" else "messages"
+    items = result.get(field)
+    if not isinstance(items, list):
+        return result, []
+    records: list[Redaction] = []
+    out = []
+    for index, item in enumerate(items):
+        where = f"{field}[{index}]"
+        if field == "messages" and isinstance(item, Mapping) and isinstance(item.get("content"), Mapping):
+            content = _item(item["content"], f"{where}.content", policy, records)
+            out.append(item if content is item["content"] else {**item, "content": content})
+        else:
+            out.append(_item(item, where, policy, records))
+    if not records:
+        return result, []
+    return {**result, field: out}, records
 
 
 def _item(item: Any, where: str, policy: RedactPolicy, records: list[Redaction]) -> Any:

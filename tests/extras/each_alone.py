@@ -31,7 +31,7 @@ USES = Path(__file__).with_name("smallest_uses.py")
 # hf: torch is the largest install (about 45 s from pip's cache; CI's `make test` fills it); llm last: its
 # llama-cpp-python wheel comes from pip's cache too (`make test` built it; about 15 minutes when it must compile).
 EXTRAS = ["mcp", "server", "client", "langchain", "report", "parquet", "llmcheck", "postgres", "spark", "otel",
-          "hf", "llm"]
+          "pii", "hf", "llm"]
 # An upstream MCP server for `forewarn demo --domain mcp`, in a venv of its own, so that what it
 # depends on cannot stand in for what the mcp extra forgot to declare.
 DEMO_SERVER = "mcp-server-git>=2025.1"

@@ -356,6 +356,16 @@ def otel() -> None:
     assert any(SPAN_NAME.encode() in body for body in received), received
 
 
+def pii() -> None:
+    """An e-mail address, a phone number and a card number masked in a text by the proxy's redaction."""
+    from forewarn.guard.mcp.redact import RedactPolicy, redact_text
+
+    text = "Ann: ann.smith@example.com, +1 415-555-0132, card 4111 1111 1111 1111."
+    out, records = redact_text(text, RedactPolicy.from_config("pii"))
+    assert out == "Ann: [REDACTED:email], [REDACTED:phone], card [REDACTED:credit_card].", out
+    assert [r.kind for r in records] == ["email", "phone", "credit_card"], records
+
+
 def hf() -> None:
     """``llmcheck`` over a Hugging Face model: a 2-layer GPT-2 built here, saved, and loaded by path."""
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -387,7 +397,7 @@ def llm() -> None:
 
 
 USES: dict[str, Callable[[], None]] = {f.__name__: f for f in (mcp, server, client, langchain, report, parquet,
-                                                                llmcheck, postgres, spark, otel, hf, llm)}
+                                                                llmcheck, postgres, spark, otel, pii, hf, llm)}
 
 if __name__ == "__main__":
     USES[sys.argv[1]]()

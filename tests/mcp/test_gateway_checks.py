@@ -143,6 +143,32 @@ def test_an_aws_key_and_a_jwt_are_redacted_after_the_guard_read_them(transport: 
     assert steps[-1]["action"]["tool"] == "vault" and steps[-1]["state"]["secrets_read"] is True
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_resource_read_and_a_prompt_are_redacted_after_the_guard_read_them(
+        transport: str, mcp_model: GuardModel, tmp_path: Path) -> None:
+    change, audit, record = tmp_path / "change.txt", tmp_path / "audit.sqlite", tmp_path / "runs.jsonl"
+    kinds = {"resource_kinds": {"vault://keys": "read_file"}, "prompt_kinds": {"handover": "other"}}
+
+    async def scenario() -> tuple[Any, Any]:
+        async with client_of(transport, mcp_model, change, audit, redact="secrets", record=str(record),
+                             **kinds) as client:
+            read = await client.read_resource("vault://keys")
+            prompt = await client.get_prompt("handover", {"who": "Ann"})
+            return read, prompt
+
+    read, prompt = anyio.run(scenario)
+    assert read.contents[0].text == "aws_access_key_id = [REDACTED:aws_access_key]"
+    assert prompt.messages[0].content.text == "Hand the session [REDACTED:jwt] over to Ann."
+    redacted = rows(audit, "SELECT tool, kind, location, start, length FROM redactions ORDER BY id")
+    assert redacted == [("resources/read:vault://keys", "aws_access_key", "contents[0].text", 20, 20),
+                        ("prompts/get:handover", "jwt", "messages[0].content.text", 17, len(JWT))]
+    assert AWS_KEY.encode() not in audit.read_bytes() and JWT.encode() not in audit.read_bytes()
+    # the guard read the resource as it came: the state after the read has read a secret
+    steps = orjson.loads(record.read_bytes().splitlines()[0])["steps"]
+    read_step = next(s for s in steps if s.get("action", {}).get("tool") == "resources/read:vault://keys")
+    assert read_step["state"]["secrets_read"] is True
+
+
 def test_each_finding_is_acted_on_as_configured(mcp_model: GuardModel, tmp_path: Path) -> None:
     change = tmp_path / "change.txt"
 

@@ -15,8 +15,10 @@ from typing import Any, cast
 from mcp.client.stdio import get_default_environment
 
 from ....errors import ConfigError
+from ...early_upstream import take
 from .._frames import drained
 from ..config import UpstreamSpec
+from ._adopted import adopt
 from ._transport import LINE_LIMIT, Lines, Overlong
 
 __all__ = ["ClientEnd", "UpstreamEnd", "Flow", "BACKLOG"]
@@ -118,6 +120,10 @@ class UpstreamEnd(asyncio.streams.FlowControlMixin, asyncio.SubprocessProtocol):
             ConfigError: its command could not be run (missing, not executable), naming the upstream.
         """
         assert spec.command is not None
+        launched = take(spec.command, spec.args, spec.env, spec.cwd)  # (fast start: the CLI launched it already)
+        if launched is not None:
+            adopted: UpstreamEnd = await adopt(cls(line, full, too_long, limit), launched)
+            return adopted
         env = {**get_default_environment(), **(spec.env or {})}
         try:
             _, end = await asyncio.get_running_loop().subprocess_exec(
