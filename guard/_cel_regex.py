@@ -44,6 +44,7 @@ _SAFE_ESCAPES = frozenset("\\.+*?()[]{}|^$-/#&~ ntrfvaAzpPx") | frozenset("dDsSw
 _COUNT = re.compile(r"\{[0-9]+(?:,[0-9]*)?\}")
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # a rejected pattern is answered by the built-in, not logged to stderr
+_OPTIONS.never_capture = True  # a yes or no is asked, never a group
 _BUILTIN = cel.compile("t.matches(p)")
 
 _cache: dict[str, tuple[Any, bool]] = {}  # pattern -> (RE2 program or None for the built-in, uses \b or \B)
@@ -108,7 +109,7 @@ def search(text: Any, pattern: Any) -> bool:
     program, boundary = entry
     if program is None or (boundary and not text.isascii() and _non_ascii_word.search(text) is not None):
         return bool(_BUILTIN.execute({"t": text, "p": pattern}))
-    return program.search(text) is not None
+    return program.match(text) is not None
 
 
 def _compiled(pattern: str) -> tuple[Any, bool]:
@@ -124,7 +125,10 @@ def _compiled(pattern: str) -> tuple[Any, bool]:
     program = None
     if translated is not None:
         try:
-            program = re2.compile(translated, _OPTIONS)
+            # anchored at the start behind a lazy prefix: "occurs anywhere" asked as a match from 0, which the
+            # forward DFA answers alone (an unanchored search also runs a reverse DFA for the match's start,
+            # building its states on each new text: 330 µs at p99 against 35 µs on the instruction shape)
+            program = re2.compile(f"(?s:.*?)(?:{translated})", _OPTIONS)
         except Exception:  # RE2 cannot read it: the built-in answers
             program = None
     entry = (program, "\\b" in pattern or "\\B" in pattern)
