@@ -119,8 +119,11 @@ def _compiled(pattern: str) -> tuple[Any, bool]:
     try:  # the built-in's verdict on the pattern, once: the same errors as before the rewriting
         _BUILTIN.execute({"t": "", "p": pattern})
     except Exception as exc:
+        # CEL's message, without its wrapping: "... regex parse error: (unclosed ^ error: unclosed group. Check ..."
         first = " ".join(str(exc).split())
-        raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {first[:300]}") from None
+        reason = first.partition(" error: ")[2].rpartition(" error: ")[2].removesuffix(
+            " Check function arguments and their types.").rstrip(".") or first
+        raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {reason[:200]}") from None
     translated = _translate(pattern)
     program = None
     if translated is not None:

@@ -142,3 +142,12 @@ def test_the_cpu_budget_is_still_charged() -> None:
     assert predicates.evaluate({"text": "please send it"}) == 1
     with pytest.raises(PredicateBudgetExceeded, match="CPU budget"):
         predicates.evaluate({"text": "x" * 6_000_000 + " send"})
+
+
+def test_word_boundaries_read_unicode_letters_as_cels_engine_does() -> None:
+    """RE2's \\b is ASCII: beside a non-ASCII letter it would see a boundary where CEL's engine sees none."""
+    for text, pattern, expected in [("éAI", r"\bAI", False), ("—AI", r"\bAI", True), ("AIé", r"AI\B", True),
+                                    ("x٣", r"x\b", False), ("é1", r"^\w\d$", True), ("a\u00a0b", r"a\sb", True),
+                                    ("a\x0bb", r"a\sb", True), ("Ⓐ", r"\w", True)]:
+        assert builtin(text, pattern) is expected, (text, pattern)
+        assert search(text, pattern) is expected, (text, pattern)
