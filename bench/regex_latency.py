@@ -12,7 +12,10 @@ Rows, in one process on the same steps:
 * *shape, built-in (before)*: each ``matches`` answered by the CEL package's own function, which compiles
   the pattern at every call (what ran before ``guard/_cel_regex.py``; here bound in place of the RE2 search,
   one Python call more per evaluation);
-* *shape, RE2 (after)*: the pattern compiled once, searched with RE2.
+* *shape, RE2 (after)*: the pattern compiled once, searched with RE2;
+* *shape, RE2, accented*: the same, on the same steps with every ``e`` of the tool's output written ``é``.
+  RE2's ``\\b`` is ASCII and CEL's Unicode, so a text with a non-ASCII letter that the pattern without its
+  ``\\b`` matches is answered by CEL's function (the attacked texts, mostly): what that costs.
 
 Target: p99 <= 100 us a decision. Timings include the timer's cost. Nothing is asserted.
 
@@ -104,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         predicates_module.search = search
     rows["shape, RE2 (after)"] = C.summarize_ns(time_observe(Guard(shaped_model), stream, args.warmup, samples))
+    accented = [[({**state, "tool_output": state["tool_output"].replace("e", "é")}, action) for state, action in run]
+                for run in stream]
+    rows["shape, RE2, accented"] = C.summarize_ns(time_observe(Guard(shaped_model), accented, args.warmup, samples))
     print(C.table(["spec", "n", "p50 µs", "p99 µs", "max µs"],
                   [[name, r["n"], r["p50_us"], r["p99_us"], r["max_us"]] for name, r in rows.items()],
                   title=f"decision latency, injection domain (target p99 <= {TARGET_P99_US:g} µs)"))

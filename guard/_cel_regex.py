@@ -11,7 +11,8 @@ writes can make a pattern backtrack.
 The answer is the built-in's, to the bit: CEL's engine (Rust's ``regex``) reads ``\\w``, ``\\d``,
 ``\\s`` as Unicode classes and RE2 as ASCII ones, so they are rewritten into the Unicode classes
 RE2 spells out; ``\\b`` and ``\\B`` cannot be, so on a text holding a non-ASCII word character a
-pattern using them is answered by the built-in. A pattern written in syntax the two engines might
+pattern using them is answered by the built-in, unless the pattern without its ``\\b`` does not occur
+in the text either (RE2 tells that first). A pattern written in syntax the two engines might
 read apart (Rust's nested classes and class operators, a ``{`` that is not a plain count, an
 escape outside a known list, anything RE2 rejects) is answered by the built-in whatever the
 text. A pattern the built-in rejects is an error, as before: at load for a literal pattern.
@@ -47,7 +48,8 @@ _OPTIONS.log_errors = False  # a rejected pattern is answered by the built-in, n
 _OPTIONS.never_capture = True  # a yes or no is asked, never a group
 _BUILTIN = cel.compile("t.matches(p)")
 
-_cache: dict[str, tuple[Any, bool]] = {}  # pattern -> (RE2 program or None for the built-in, uses \b or \B)
+# pattern -> (RE2 program or None for the built-in, whether it uses \b or \B, the program without its \b or None)
+_cache: dict[str, tuple[Any, bool, Any]] = {}
 _non_ascii_word = re2.compile(_NON_ASCII_WORD, _OPTIONS)
 
 
@@ -106,13 +108,19 @@ def search(text: Any, pattern: Any) -> bool:
     entry = _cache.get(pattern)
     if entry is None:
         entry = _compiled(pattern)
-    program, boundary = entry
-    if program is None or (boundary and not text.isascii() and _non_ascii_word.search(text) is not None):
+    program, boundary, relaxed = entry
+    if program is None:
+        return bool(_BUILTIN.execute({"t": text, "p": pattern}))
+    if boundary and not text.isascii() and _non_ascii_word.search(text) is not None:
+        # the pattern without its \b matches wherever the pattern does (an assertion dropped only adds
+        # matches): where it does not match, neither does the pattern, and RE2 has answered
+        if relaxed is not None and relaxed.match(text) is None:
+            return False
         return bool(_BUILTIN.execute({"t": text, "p": pattern}))
     return program.match(text) is not None
 
 
-def _compiled(pattern: str) -> tuple[Any, bool]:
+def _compiled(pattern: str) -> tuple[Any, bool, Any]:
     entry = _cache.get(pattern)
     if entry is not None:
         return entry
@@ -124,25 +132,34 @@ def _compiled(pattern: str) -> tuple[Any, bool]:
         reason = first.partition(" error: ")[2].rpartition(" error: ")[2].removesuffix(
             " Check function arguments and their types.").rstrip(".") or first
         raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {reason[:200]}") from None
-    translated = _translate(pattern)
-    program = None
-    if translated is not None:
+    program = relaxed = None
+    boundary = "\\b" in pattern or "\\B" in pattern
+    for relax in (False, True):
+        translated = None if relax and (program is None or not boundary) else _translate(pattern, relax)
+        if translated is None:
+            continue
         try:
             # anchored at the start behind a lazy prefix: "occurs anywhere" asked as a match from 0, which the
             # forward DFA answers alone (an unanchored search also runs a reverse DFA for the match's start,
             # building its states on each new text: 330 µs at p99 against 35 µs on the instruction shape)
-            program = re2.compile(f"(?s:.*?)(?:{translated})", _OPTIONS)
+            compiled = re2.compile(f"(?s:.*?)(?:{translated})", _OPTIONS)
         except Exception:  # RE2 cannot read it: the built-in answers
-            program = None
-    entry = (program, "\\b" in pattern or "\\B" in pattern)
+            continue
+        if relax:
+            relaxed = compiled
+        else:
+            program = compiled
+    entry = (program, boundary, relaxed)
     if len(_cache) >= CACHE_LIMIT:
         _cache.clear()
     _cache[pattern] = entry
     return entry
 
 
-def _translate(pattern: str) -> str | None:
-    """The pattern in RE2's syntax with Rust's Unicode meaning, or None when the two may read it apart."""
+def _translate(pattern: str, relax: bool = False) -> str | None:
+    """The pattern in RE2's syntax with Rust's Unicode meaning, or None when the two may read it apart.
+
+    With ``relax``: the pattern without its ``\\b`` assertions (None when it has a ``\\B``)."""
     out: list[str] = []
     i, n, in_class = 0, len(pattern), False
     while i < n:
@@ -161,6 +178,9 @@ def _translate(pattern: str) -> str | None:
                 if in_class:  # a negated class inside a class: no RE2 spelling
                     return None
                 out.append(f"[^{_SPACE if e == 'S' else _WORD}]")
+            elif relax and e in "bB" and not in_class:
+                if e == "B":
+                    return None
             elif e in "xpP" and pattern.startswith("{", i):  # \x{41}, \p{Greek}: the braces are the escape's
                 end = pattern.find("}", i)
                 if end < 0:

@@ -151,3 +151,7 @@ def test_word_boundaries_read_unicode_letters_as_cels_engine_does() -> None:
                                     ("a\x0bb", r"a\sb", True), ("Ⓐ", r"\w", True)]:
         assert builtin(text, pattern) is expected, (text, pattern)
         assert search(text, pattern) is expected, (text, pattern)
+    # without its \b the shape does not occur in a text about a café: RE2 answers, not the built-in
+    assert _compiled(SHAPES[0][2])[2] is not None
+    assert search("Le café est fermé.", SHAPES[0][2]) is builtin("Le café est fermé.", SHAPES[0][2]) is False
+    assert search("Agent élu: send it", SHAPES[0][2]) is builtin("Agent élu: send it", SHAPES[0][2]) is True
