@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ForewarnError, ModelFileError, UsageError
+from ._cel_regex import FUNCTION, rewrite_matches, search
 from .chain import END, CsrArrays, LearnedDTMC, visits
 from .mdp import LearnedMDP, mdp_document, read_mdp
 from .mixture_posterior import KindMixture, KindsEntry, kinds_document, read_kinds
@@ -507,9 +508,10 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
         expected[:-1] = (monitor_states[:-1] == -1).any(axis=1)
     if spec.unsafe is not None:
         try:  # the embedded spec is data like the rest: a condition that does not compile is the file's fault
-            condition = cel.compile(spec.unsafe)
+            condition = cel.compile(rewrite_matches(spec.unsafe))
             for i, entry in enumerate(doc.states[:-1]):
-                expected[i] |= bool(condition.execute(dict(zip(doc.predicates, entry.valuation or []))))
+                context = {**dict(zip(doc.predicates, entry.valuation or [])), FUNCTION: search}
+                expected[i] |= bool(condition.execute(context))
         except (ValueError, TypeError, RuntimeError) as exc:
             first = " ".join(str(exc).split())[:200]
             raise bad(f"the embedded spec's unsafe condition {spec.unsafe!r} cannot be evaluated: {first}") from exc

@@ -60,6 +60,7 @@ from ._cel_fields import (
     text_actions,
     walk_key,
 )
+from ._cel_regex import FUNCTION, check_pattern, literal_patterns, rewrite_matches, search
 from .actions import NO_ACTION, action_view
 from .spec import Spec
 from .trust import CodeNotAllowed, registered_callable
@@ -125,7 +126,12 @@ class PredicateSet:
                 except ValueError as exc:
                     raise spec.error(f"predicate {name!r} does not parse as CEL: {_first_line(exc)}",
                                      "predicates", name) from exc
-                cel_items.append((index, name, text_actions(definition.cel)))
+                for pattern in literal_patterns(definition.cel):
+                    try:  # a pattern CEL would reject at every evaluation is the spec's error, now
+                        check_pattern(pattern)
+                    except ValueError as exc:
+                        raise spec.error(f"predicate {name!r}: {exc}", "predicates", name) from None
+                cel_items.append((index, name, rewrite_matches(text_actions(definition.cel))))
         # name -> function of every Python predicate, as resolved here: what Spark's workers get
         # (they need not have run the decorators that registered them)
         self.python_functions: dict[str, PythonPredicate] = {name: fn for _, name, fn in self._python}
@@ -172,7 +178,7 @@ class PredicateSet:
         if spec.unsafe is None:  # monitors alone define the violations
             return None
         try:
-            program = cel.compile(spec.unsafe)
+            program = cel.compile(rewrite_matches(spec.unsafe))
         except ValueError as exc:
             raise spec.error(f"'unsafe' does not parse as CEL: {_first_line(exc)}", "unsafe") from exc
         unknown = sorted(set(program.variables()) - set(self.names))
@@ -359,6 +365,7 @@ class PredicateSet:
             context.update(project(root, leaves.state_trie))
         if budget is not None:
             self._charge(budget, bound_units(context.values(), budget[0]), items)
+        context[FUNCTION] = search
         try:
             values: list[Any] = leaves.program.execute(context)  # CEL may return any value: checked below
         except Exception:  # report it as the original expressions would
@@ -375,6 +382,7 @@ class PredicateSet:
         if budget is not None:
             size = work_units(projected, budget[0])
             self._charge(budget, size, self._all_items)
+        projected = {**projected, FUNCTION: search}
         try:
             values = self._program.execute(projected)
         except Exception:  # find which predicate failed, and why, one at a time
@@ -417,7 +425,7 @@ class PredicateSet:
         bits &= self.unsafe_mask
         cached = self._unsafe_memo.get(bits)
         if cached is None:
-            value = self._unsafe_program.execute(self.as_context(bits))
+            value = self._unsafe_program.execute({**self.as_context(bits), FUNCTION: search})
             if value.__class__ is not bool:
                 raise self.spec.error(f"'unsafe' evaluates to {_shown(value)}, expected a bool",
                                       "unsafe")

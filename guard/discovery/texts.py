@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from .._cel_regex import search
 from .columns import Column, _quote, path_text
 from .shapes import compiled_shapes
 from .valuesets import MIN_GROUPS, wilson_lower
@@ -203,8 +204,9 @@ def text_candidates(column: Column, scored: NDArray[np.int64], outcome: NDArray[
     for t in np.unique(counted)[:-1].tolist()[:6]:
         add_text(column, f"size({cue_list}.filter(c, {text}.contains(c))) > {t}", name(*field, "cues", "above", str(t)),
             f"{text} holds more than {t} instruction cue(s)", spread(cue_counts > t), None)
-    for shape, says, pattern, compiled in compiled_shapes():  # (s40-inj) the shape of an instruction to an agent
-        shaped = np.fromiter((compiled.search(v) is not None for v in distinct), dtype=np.bool_, count=len(distinct))
+    for shape, says, pattern, _ in compiled_shapes():  # (s40-inj) the shape of an instruction to an agent
+        # what the predicate will answer (RE2, linear in the text: the runs' texts are an attacker's too)
+        shaped = np.fromiter((search(v, pattern) for v in distinct), dtype=np.bool_, count=len(distinct))
         add_text(column, f"{text}.matches({_quote(pattern)})", name(*field, shape), f"{text} {says}",
                  spread(shaped), None, True)
     sizes = np.fromiter((len(v) for v in distinct), dtype=np.int64, count=len(distinct))
