@@ -8,6 +8,7 @@ model and deciding need only these values, never Storm or scipy (bench/import_ti
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -83,22 +84,54 @@ class TightPAC:
     initial_satisfied: bool = False
     initial_runs_factor: float | None = None
     initial_limiting: list[int] = field(default_factory=list)
+    # the model file's `method` (guard/pac/registry.py); what a report was computed with, not part of its value
+    method: str = field(default="hoeffding-bernstein", compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class PACReport:
-    """``states``, ``satisfied``, ``amplification``: the paper's bound; ``tight``: the tighter one
-    (``None`` in model files written before it existed)."""
+    """``states``, ``satisfied``, ``amplification``: the paper's bound; ``bounds``: the per-state bounds by name,
+    in the order registered (guard/pac/registry.py; a model file written before a bound existed lacks it).
+
+    A bound may be given by its name too (``PACReport(..., joint=report)``; ``None`` leaves it out), so that
+    ``dataclasses.replace(report, joint=None)`` drops one."""
 
     epsilon: float
     delta: float
     delta_per_state: float
     amplification: float  # B
     states: list[StatePAC]
-    tight: TightPAC | None = None
-    empirical: TightPAC | None = None  # the empirical-Bernstein bound (None: files written before it)
-    joint: TightPAC | None = None  # the joint bound (None: files written before it, or past JOINT_STATES)
-    outcome: TightPAC | None = None  # the outcome bound (None: learned without the runs, or files written before it)
+    bounds: Mapping[str, TightPAC]
+
+    def __init__(self, epsilon: float, delta: float, delta_per_state: float, amplification: float,
+                 states: list[StatePAC], bounds: Mapping[str, TightPAC] | None = None,
+                 **named: TightPAC | None) -> None:
+        merged = dict(bounds or {})
+        for name, bound in named.items():
+            if bound is None:
+                merged.pop(name, None)
+            else:
+                merged[name] = bound
+        for name, value in (("epsilon", epsilon), ("delta", delta), ("delta_per_state", delta_per_state),
+                            ("amplification", amplification), ("states", states), ("bounds", merged)):
+            object.__setattr__(self, name, value)
+
+    # the built-in bounds by name (guard/pac/): the tighter, empirical-Bernstein, joint and outcome bounds
+    @property
+    def tight(self) -> TightPAC | None:
+        return self.bounds.get("tight")
+
+    @property
+    def empirical(self) -> TightPAC | None:
+        return self.bounds.get("empirical")
+
+    @property
+    def joint(self) -> TightPAC | None:
+        return self.bounds.get("joint")  # also None past JOINT_STATES transient states
+
+    @property
+    def outcome(self) -> TightPAC | None:
+        return self.bounds.get("outcome")  # also None when learned without the runs
 
     @property
     def satisfied(self) -> bool:
