@@ -88,33 +88,17 @@ class TightPAC:
     method: str = field(default="hoeffding-bernstein", compare=False)
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class PACReport:
     """``states``, ``satisfied``, ``amplification``: the paper's bound; ``bounds``: the per-state bounds by name,
-    in the order registered (guard/pac/registry.py; a model file written before a bound existed lacks it).
-
-    A bound may be given by its name too (``PACReport(..., joint=report)``; ``None`` leaves it out), so that
-    ``dataclasses.replace(report, joint=None)`` drops one."""
+    in the order registered (guard/pac/registry.py; a model file written before a bound existed lacks it)."""
 
     epsilon: float
     delta: float
     delta_per_state: float
     amplification: float  # B
     states: list[StatePAC]
-    bounds: Mapping[str, TightPAC]
-
-    def __init__(self, epsilon: float, delta: float, delta_per_state: float, amplification: float,
-                 states: list[StatePAC], bounds: Mapping[str, TightPAC] | None = None,
-                 **named: TightPAC | None) -> None:
-        merged = dict(bounds or {})
-        for name, bound in named.items():
-            if bound is None:
-                merged.pop(name, None)
-            else:
-                merged[name] = bound
-        for name, value in (("epsilon", epsilon), ("delta", delta), ("delta_per_state", delta_per_state),
-                            ("amplification", amplification), ("states", states), ("bounds", merged)):
-            object.__setattr__(self, name, value)
+    bounds: Mapping[str, TightPAC] = field(default_factory=dict)
 
     # the built-in bounds by name (guard/pac/): the tighter, empirical-Bernstein, joint and outcome bounds
     @property
