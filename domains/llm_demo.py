@@ -31,8 +31,6 @@ from .embodied import hazard_tasks, reference_plan, write_spec
 from .embodied.llm_agent import LLMEpisode, Scorer, run_llm_episode, trace_record
 from .embodied.tasks import Task
 
-__all__ = ["Heeding", "LLMDemo", "demo_tasks", "run_llm_demo", "measure", "print_llm_table"]
-
 
 @dataclass
 class Heeding:

@@ -40,9 +40,6 @@ from .crossval import path_transitions
 from .learning import END
 from .predicates import PredicateSet
 
-__all__ = ["MAX_KINDS", "FOLDS", "RESTARTS", "Z_IMPROVE", "PathTable", "Mixture", "path_table", "fit_mixture",
-           "score_runs", "choose_kinds"]
-
 MAX_KINDS = 4
 FOLDS = 5
 RESTARTS = 5

@@ -38,8 +38,6 @@ from .results import CheckOutcome
 from .shrinkage import summarize_paths
 from .storm import Method, build_interval_dtmc, build_sparse_dtmc, check_sparse_model, interval_bounds, labels_of
 
-__all__ = ["KindsFit", "doubtful_counts", "kind_intervals", "learn_kinds", "simplex_extreme", "visit_shares"]
-
 
 @dataclass(frozen=True)
 class KindsFit:

@@ -37,8 +37,6 @@ from .results import (
 )
 from .spec import Meaning, PropertyDef, Spec, parse_spec
 
-__all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument", "write_document"]
-
 SCHEMA_VERSION = 1
 _TOLERANCE = 1e-9
 INT64_MAX = 2**63 - 1

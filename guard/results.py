@@ -14,9 +14,6 @@ from enum import Enum
 
 import numpy as np
 
-__all__ = ["Method", "CheckOutcome", "StatePAC", "TightStatePAC", "TightPAC", "PACReport", "IntervalMethod",
-           "IntervalReport"]
-
 
 class Method(str, Enum):
     """How Storm solves: certified bounds, fast but uncertified, or exact rationals."""

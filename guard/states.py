@@ -24,8 +24,6 @@ import scipy.sparse as sp
 from .model import GuardModel
 from .runtime import Guard
 
-__all__ = ["StateRow", "most_likely_paths", "path_to_unsafe", "state_rows"]
-
 _PATHS: dict[int, tuple[GuardModel, np.ndarray, np.ndarray]] = {}  # per model: its most likely paths
 
 

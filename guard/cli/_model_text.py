@@ -13,9 +13,6 @@ from ..model import GuardModel
 from ..results import JOINT_STATES as JOINT_STATES  # the joint bound's limit, read here before the registry
 from ..results import TightPAC
 
-__all__ = ["fmt", "state_words", "memory_document", "pac_words", "members_of", "pac_lines", "pac_document",
-           "MISMATCH_MARK", "mismatch_note", "thin_line", "enough_runs_line", "THIN_VISITS"]
-
 
 def fmt(value: float | None, digits: int = 4) -> str:
     """A number for a table cell; a dash where there is none."""

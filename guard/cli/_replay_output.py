@@ -14,8 +14,7 @@ from ..replay import ReplayReport
 from ._options import err, out, print_summary
 from ._progress import progress
 
-__all__ = ["fmt", "pct", "over", "progress", "write_outputs", "check_report_paths", "print_replay", "detection_cells", "report_skipped",
-           "ahead_cell"]
+__all__ = ["progress"]  # names other modules import through this one
 
 
 def fmt(value: float | None, digits: int = 2) -> str:

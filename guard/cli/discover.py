@@ -23,8 +23,6 @@ from ._replay_options import (
 )
 from ._replay_output import progress, report_skipped
 
-__all__ = ["discover", "register"]
-
 
 def discover(
     traces: Annotated[list[Path], typer.Argument(help="Trace files (JSONL, columnar or action logs).")],

@@ -22,8 +22,6 @@ from ._replay_options import (
     mismatch_policy,
 )
 
-__all__ = ["register", "ingest", "refuse_poor_ingest", "DEFAULT_MAX_SKIPPED"]
-
 DEFAULT_MAX_SKIPPED = 0.5  # with --on-error skip: more than half the runs skipped fails the ingest
 
 

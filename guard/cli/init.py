@@ -29,8 +29,6 @@ from ._replay_options import (
 )
 from ._replay_output import progress, report_skipped
 
-__all__ = ["init", "register", "starting_spec"]
-
 PREDICATE = "violation"  # the unsafe condition's predicate in the starting spec
 
 

@@ -45,7 +45,7 @@ from ._replay_options import (
 if TYPE_CHECKING:
     from ..traces import Run
 
-__all__ = ["learn", "register", "Engine"]
+__all__ = ["Engine"]  # names other modules import through this one
 
 
 def learn(

@@ -34,8 +34,6 @@ from ._replay_output import ahead_cell, detection_cells, over, pct, progress, re
 if TYPE_CHECKING:
     from ..evaluation.member_tune import MemberTuning, Tally
 
-__all__ = ["headline", "register", "tune"]
-
 
 def tune(
     traces: Annotated[list[Path], typer.Argument(help="Trace files (JSONL, columnar or action logs).")],

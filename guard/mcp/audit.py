@@ -42,8 +42,6 @@ import orjson
 from ...errors import ConfigError
 from ..runtime import Decision, StepRecord
 
-__all__ = ["AuditStore", "SCHEMA_VERSION"]
-
 log = logging.getLogger("forewarn.mcp")
 
 SCHEMA_VERSION = 1  # the server's (server/storage/schema.py): a file with another version is refused

@@ -22,8 +22,6 @@ from typing import Any
 
 from ...errors import ConfigError
 
-__all__ = ["RedactPolicy", "Redaction", "redact_result", "redact_text", "PATTERNS"]
-
 # kind → pattern (the whole match is replaced)
 PATTERNS: dict[str, re.Pattern[str]] = {
     "private_key": re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)"),

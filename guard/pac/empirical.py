@@ -21,9 +21,6 @@ from ._solve import (
 from .registry import BoundInputs, PACBound
 from .tight import bound_report
 
-__all__ = ["EMPIRICAL_SHARE", "empirical_bound"]
-
-
 EMPIRICAL_SHARE = 0.8
 """The share of δ the empirical-Bernstein bound gives its mean deviations; the rest bounds the variances."""
 

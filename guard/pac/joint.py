@@ -44,7 +44,7 @@ from ._solve import jump_chain, smallest_scale, smoothing_shift, start_weights, 
 from .registry import BoundInputs, PACBound, older_file
 from .tight import bound_report
 
-__all__ = ["JOINT_SHARE", "JOINT_STATES", "joint_bound", "upper_fundamental"]
+__all__ = ["JOINT_STATES"]  # names other modules import through this one
 
 JOINT_SHARE = 0.9
 """The share of δ the joint bound gives the states' Bernstein bounds; the rest bounds the transitions."""

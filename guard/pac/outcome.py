@@ -47,8 +47,6 @@ from ._solve import smallest_scale, solve_nonnegative, start_weights, system_of
 from ._spread import chain_spread
 from .registry import BoundInputs, PACBound
 
-__all__ = ["outcome_bound", "outcome_widths"]
-
 
 def outcome_widths(learned: np.ndarray, reached: np.ndarray, visited: np.ndarray, level: float) -> np.ndarray:
     """max(x̂ − lo, hi − x̂) per entry, [lo, hi] the Clopper–Pearson interval on (reached, visited) at

@@ -22,8 +22,6 @@ from ..results import PACReport, StatePAC
 from ._solve import solve_nonnegative, system_of
 from .registry import BoundInputs, compute_bounds
 
-__all__ = ["amplification_factor", "pac_report"]
-
 
 def amplification_factor(dtmc: LearnedDTMC) -> float:
     """B = max expected steps to absorption over transient states (∞ if some never absorb).

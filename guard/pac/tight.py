@@ -60,8 +60,6 @@ from ._solve import (
 )
 from .registry import BoundInputs, PACBound
 
-__all__ = ["bound_report", "tight_bound"]
-
 
 def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, limiting: int = 5,
                 rounds: int = 8) -> TightPAC:

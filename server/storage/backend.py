@@ -15,8 +15,6 @@ from typing import Any, TypeVar
 
 from .schema import Conflict
 
-__all__ = ["Backend", "Job"]
-
 T = TypeVar("T")
 Job = Callable[["_SqliteConn"], Any]  # PostgreSQL's adapter offers the same connection interface
 

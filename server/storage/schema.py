@@ -11,9 +11,6 @@ from pathlib import Path
 
 from ...errors import ForewarnError, InputError
 
-__all__ = ["SCHEMA_VERSION", "CHANNEL_APPROVALS", "CHANNEL_MODELS", "CHANNEL_SESSIONS", "StorageError",
-           "DatabaseLocked", "Conflict", "OverBudget", "migrate"]
-
 SCHEMA_VERSION = 1
 # LISTEN/NOTIFY channels of a shared (PostgreSQL) database: what other replicas must hear about
 CHANNEL_APPROVALS = "forewarn_approvals"  # payload: resolved approval ids, comma-separated
