@@ -24,7 +24,7 @@ from ..errors import ForewarnError, ModelFileError, UsageError
 from .chain import END, CsrArrays, LearnedDTMC, visits
 from .mdp import LearnedMDP, mdp_document, read_mdp
 from .mixture_posterior import KindMixture, KindsEntry, kinds_document, read_kinds
-from .outputs import is_special, write_output
+from .output_files import is_special, write_output
 from .results import (
     CheckOutcome,
     IntervalMethod,
@@ -456,7 +456,7 @@ def _tight_entry(tp: TightPACEntry) -> TightPAC:
 
 def write_document(path: str | Path, document: dict[str, Any]) -> Path:
     """Write a JSON document whole (a crash leaves the old file, never half a new one; a device such as
-    ``/dev/null`` is written in place, see :mod:`guard.outputs`)."""
+    ``/dev/null`` is written in place, see :mod:`guard.output_files`)."""
     path = Path(path)
     data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
     if not is_special(path):

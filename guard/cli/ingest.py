@@ -10,7 +10,7 @@ import typer
 
 from ...errors import InputError, TraceError, UsageError
 from ..ingest import on_error_of, read_input
-from ..outputs import check_output, open_output
+from ..output_files import check_output, open_output
 from ..read_summary import IngestSummary
 from ._options import Format, MkdirOption, check_period, err, print_json, print_summary
 from ._replay_options import (

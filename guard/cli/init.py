@@ -15,7 +15,7 @@ import typer
 
 from ...errors import InputError
 from ..ingest import read_input
-from ..outputs import check_output, write_output
+from ..output_files import check_output, write_output
 from ..read_summary import IngestSummary
 from ._options import Format, MkdirOption, check_positive_int, err, print_json
 from ._replay_options import (

@@ -12,7 +12,7 @@ from rich.table import Table
 from ...errors import ConfigError, ForewarnError, InputError, UsageError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
 from ..model import GuardModel
-from ..outputs import check_output
+from ..output_files import check_output
 from ..read_summary import IngestSummary
 from ..results import Method
 from ..trust import RETIRED_ALLOW_LIST

@@ -11,7 +11,7 @@ from rich.table import Table
 from ...errors import InputError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS
 from ..ingest import read_input
-from ..outputs import check_output, write_output
+from ..output_files import check_output, write_output
 from ..read_summary import IngestSummary
 from ..replay import Enforcement
 from ..results import Method
