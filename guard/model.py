@@ -74,7 +74,7 @@ class PropertyEntry(_Doc):
     upper: list[float] | None = None
     ci_low: list[float] | None = None  # statistical confidence interval of `values` (intervals.py)
     ci_high: list[float] | None = None
-    # states where the chain and the runs' first-visit outcomes disagree (guard/markov.py), ascending
+    # states where the chain and the runs' first-visit outcomes disagree (guard/markov_check.py), ascending
     markov_mismatch: list[Int64] | None = None
 
 

@@ -159,7 +159,7 @@ class IntervalReport:
     # ``delta`` stays the model-wide total, split δ/2 chain, δ/2 outcomes
     outcomes: int | None = None
     delta_per_outcome: float | None = None
-    # the per-state test of the Markov assumption (guard/markov.py): its family-wise level and
+    # the per-state test of the Markov assumption (guard/markov_check.py): its family-wise level and
     # the (state, property) pairs it tested; None when no direct interval was made
     markov_level: float | None = None
     markov_tested: int | None = None
