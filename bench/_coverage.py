@@ -17,7 +17,7 @@ import numpy as np
 from _toy import AB, NONE, TOY_SPEC, A, B, reach_probabilities
 from forewarn.guard.intervals import IntervalMethod
 from forewarn.guard.learning import END, LearnedDTMC, TransitionCounts, learn_dtmc
-from forewarn.guard.markov import reaching
+from forewarn.guard.markov_check import reaching
 from forewarn.guard.model import CheckedProperty
 from forewarn.guard.outcomes import OutcomeCounts, direct_intervals, first_visit_counts
 from forewarn.guard.pipeline import model_from_counts, prepare, with_intervals

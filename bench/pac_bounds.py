@@ -42,21 +42,26 @@ if str(ROOT) not in sys.path:  # run from anywhere
 from _pac_sim import CHAINS, Chain, learned_reach, simulate, simulate_runs, true_reach  # noqa: E402
 from _toy import TOY_SPEC  # noqa: E402
 from forewarn.guard.learning import LearnedDTMC  # noqa: E402
-from forewarn.guard.pac import pac_report  # noqa: E402
+from forewarn.guard.pac import bounds, pac_report  # noqa: E402
 from forewarn.guard.predicates import PredicateSet  # noqa: E402
 from forewarn.guard.results import PACReport, TightPAC  # noqa: E402
 from forewarn.guard.spec import parse_spec  # noqa: E402
 
 ALPHA, PILOT = 0.1, 200
+
+
+def _figures(name: str) -> Callable[[PACReport], tuple[float, float | None]]:
+    """A registered bound's worst bound and runs factor (∞ and None where the report lacks it)."""
+    def read(r: PACReport) -> tuple[float, float | None]:
+        bound = r.bounds.get(name)
+        return (math.inf, None) if bound is None else (bound.worst_bound, bound.runs_factor)
+    return read
+
+
 BOUNDS: dict[str, Callable[[PACReport], tuple[float, float | None]]] = {
-    # (worst bound as a share of ε … or the paper's "met" as 0/∞, runs factor)
+    # (worst bound as a share of ε … or the paper's "met" as 0/∞, runs factor); then every registered bound
     "paper": lambda r: (0.0 if r.satisfied else math.inf, r.runs_factor),
-    "tight": lambda r: (r.tight.worst_bound if r.tight else math.inf, r.tight.runs_factor if r.tight else None),
-    "empirical": lambda r: (r.empirical.worst_bound if r.empirical else math.inf,
-                            r.empirical.runs_factor if r.empirical else None),
-    "joint": lambda r: (r.joint.worst_bound if r.joint else math.inf, r.joint.runs_factor if r.joint else None),
-    "outcome": lambda r: (r.outcome.worst_bound if r.outcome else math.inf,
-                          r.outcome.runs_factor if r.outcome else None),
+    **{bound.name: _figures(bound.name) for bound in bounds()},
 }
 COVERED: dict[str, Callable[[PACReport], TightPAC | None]] = {"empirical": lambda r: r.empirical,
                                                               "joint": lambda r: r.joint,

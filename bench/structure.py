@@ -21,7 +21,8 @@ Figures (``--root`` a checkout, default this one; an older commit: ``git worktre
 * **install**: the top-level names and ``.pth`` files of the wheel ``pip wheel`` builds.
 * **guard/mcp/**: its modules and lines.
 * **package lines**: lines of the package's ``.py`` files (forewarn/, guard/, monitors/,
-  server/, domains/, and setup.py if any).
+  server/, domains/, and setup.py if any), their number and the median file's lines
+  (``tests/test_architecture_figures.py`` holds docs/architecture.md to these).
 
 Run: ``python bench/structure.py [--root DIR] [--no-flows] [--no-wheel] [--no-mcp] [--json FILE]``
 (the flows need the server and langchain extras).
@@ -33,6 +34,7 @@ import json
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -424,15 +426,26 @@ def wheel_contents(root: Path) -> tuple[list[str], list[str]]:
     return top, sorted(n for n in names if n.endswith(".pth"))
 
 
-def package_lines(root: Path) -> int:
-    total = 0
+def module_lengths(root: Path) -> list[int]:
+    """Lines of each of the package's ``.py`` files (forewarn/, guard/, monitors/, server/, domains/; a file
+    reached through the ``forewarn/`` links counted once, where it lives)."""
+    out = []
     for folder in PACKAGE_DIRS:
-        for path in (root / folder).rglob("*.py"):
+        for path in sorted((root / folder).rglob("*.py")):
             if not path.is_symlink() and not any(p.is_symlink() for p in path.relative_to(root).parents
                                                  if p != Path(".") and (root / p).is_symlink()):
-                total += len(path.read_bytes().splitlines())
+                out.append(len(path.read_bytes().splitlines()))
+    return out
+
+
+def package_lines(root: Path) -> int:
     setup = root / "setup.py"
-    return total + (len(setup.read_bytes().splitlines()) if setup.exists() else 0)
+    return sum(module_lengths(root)) + (len(setup.read_bytes().splitlines()) if setup.exists() else 0)
+
+
+def median_module(root: Path) -> float:
+    """The median module's lines (``__init__.py`` files and all)."""
+    return float(statistics.median(module_lengths(root)))
 
 
 def main() -> None:
@@ -452,6 +465,8 @@ def main() -> None:
     out["import_arrows"] = sum(len(graph.find_modules_directly_imported_by(m)) for m in graph.modules)
     out["import_modules"], out["import_ms"], out["import_cpu_ms"] = import_time(root)
     out["package_lines"] = package_lines(root)
+    out["package_modules"] = len(module_lengths(root))
+    out["median_module_lines"] = median_module(root)
     out["mcp_modules"], out["mcp_lines"] = mcp_folder(root)
     if args.wheel:
         out["top_level_names"], out["pth_files"] = wheel_contents(root)
@@ -476,7 +491,8 @@ def main() -> None:
         print("  " + arrow)
     print(f"from forewarn import Guard: {out['import_modules']} modules, {out['import_ms']:.0f} ms wall, "
           f"{out['import_cpu_ms']:.0f} ms CPU beyond a bare interpreter (best of 5)")
-    print(f"package lines: {out['package_lines']}")
+    print(f"package lines: {out['package_lines']} in {out['package_modules']} modules, "
+          f"median module {out['median_module_lines']:.0f} lines")
     print(f"guard/mcp/: {out['mcp_modules']} modules, {out['mcp_lines']} lines")
     if args.wheel:
         print(f"wheel: top-level names {out['top_level_names']}, .pth files {out['pth_files']}")

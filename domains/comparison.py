@@ -37,8 +37,6 @@ from ..guard.spec import Spec, parse_spec
 from ..guard.storm import Method
 from ..guard.traces import Run
 
-__all__ = ["FALSE_ALARM_TARGETS", "SpecRow", "compare_specs", "print_comparison"]
-
 FALSE_ALARM_TARGETS = (0.05, 0.20)
 ROWS = ("hand-written spec", "discovered spec (nested)", "counting (hand-written states)")
 

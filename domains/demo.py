@@ -32,8 +32,6 @@ from ..guard.spec import Action, Thresholds, load_spec
 from ..guard.traces import read_runs
 from .comparison import compare_specs, print_comparison
 
-__all__ = ["DemoRow", "run_demo"]
-
 STOP_THETAS = (0.1, 0.3, 0.5, 0.7)
 COMPARED_TASKS = 8  # nested discovery on every task would take minutes; 8 tasks take ~15 s
 REFLECT_THETAS = (0.1, 0.3, 0.5, 0.7)

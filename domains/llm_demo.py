@@ -35,8 +35,6 @@ from .embodied import derive_spec, hazard_tasks, reference_plan, write_spec
 from .embodied.llm_agent import LLMEpisode, Scorer, run_llm_episode, trace_record
 from .embodied.tasks import Task
 
-__all__ = ["Heeding", "LLMDemo", "demo_tasks", "open_scorer", "run_llm_demo", "measure", "print_llm_table"]
-
 
 @dataclass
 class Heeding:

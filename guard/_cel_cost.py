@@ -26,8 +26,6 @@ from typing import Any
 
 from ._cel_fields import _mask
 
-__all__ = ["UNIT_SECONDS", "DEFAULT_CPU_BUDGET", "bound_units", "comprehension_degree", "work_units"]
-
 UNIT_SECONDS = 3e-6  # CPU seconds per unit of work (a map entry of two short strings is two units, ~6 µs)
 DEFAULT_CPU_BUDGET = 0.05  # seconds of CPU the predicates of one step may cost (about 16,700 units)
 _MACROS = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(")

@@ -27,8 +27,6 @@ import re2
 
 from ._cel_fields import _mask
 
-__all__ = ["FUNCTION", "literal_patterns", "rewrite_matches", "search", "check_pattern"]
-
 FUNCTION = "__forewarn_matches"
 CACHE_LIMIT = 512  # compiled patterns kept; past it the cache is emptied
 

@@ -28,9 +28,6 @@ from typing import Any
 from .decision import Decision, PropertyValue
 from .spec import Action
 
-__all__ = ["LazyDecision", "PropertyRow"]
-
-
 PropertyRow = tuple[str, str, float, float, float | None, float | None, Action, float | None,
                     float | None, float | None, float | None, float | None]  # PropertyValue's fields, in order
 _MESSAGE = Decision.__dict__["message"]  # the slots the dataclass keeps the two fields in

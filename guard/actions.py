@@ -45,8 +45,6 @@ from typing import Any, Literal
 from .toolcalls import ExtractionError, ToolStateExtractor, ToolStep
 from .toolcalls.transcript import CallStatus
 
-__all__ = ["ACTION_CLASSES", "ActionClass", "NO_ACTION", "action_view", "action_class"]
-
 ActionClass = Literal["raw", "verb", "tool"]
 ACTION_CLASSES: tuple[ActionClass, ...] = ("raw", "verb", "tool")
 

@@ -34,8 +34,6 @@ from .learning import END, LearnedDTMC, TransitionCounts, ValidTransitionRule, l
 from .memory import Memory
 from .predicates import PredicateSet
 
-__all__ = ["BETA_GRID", "strip_memory", "learn_memory_dtmc"]
-
 BETA_GRID = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
 
 

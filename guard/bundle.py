@@ -39,10 +39,6 @@ if TYPE_CHECKING:
 
 # Learning a bundle imports the learner (scipy, Storm) in its functions: loading one and deciding do not.
 
-__all__ = ["BUNDLE_SCHEMA_VERSION", "DEFAULT_MIN_GROUP_RUNS", "POOLED", "GuardBundle", "check_member_thresholds",
-           "group_path",
-           "group_value", "learn_bundle", "learn_bundle_from_runs", "bundle_from_counts", "load_model_or_bundle"]
-
 BUNDLE_SCHEMA_VERSION = 1
 DEFAULT_MIN_GROUP_RUNS = 10
 POOLED = "pooled"  # the pooled member's name in decisions and on the command line

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 
-__all__ = ["ReliabilityBin", "Calibration", "calibrate", "DEFAULT_BINS"]
-
 DEFAULT_BINS = 10
 
 

@@ -18,8 +18,6 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["END", "CsrArrays", "LearnedDTMC", "count_totals", "visits"]
-
 END = -1  # the abstract 'state' a run enters after its last step
 
 

@@ -14,8 +14,6 @@ from collections.abc import Iterator, Mapping
 from .learning import END
 from .predicates import PredicateSet
 
-__all__ = ["path_transitions", "held_out_transitions"]
-
 
 def path_transitions(path: tuple[int, ...], predicates: PredicateSet) -> Counter[tuple[int, int]]:
     """The transitions learning counts for one abstract run (as :meth:`TransitionCounts.add`)."""

@@ -13,8 +13,6 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-__all__ = ["INHERITED", "default_environment", "launch", "take", "discard"]
-
 # what the MCP SDK's ``mcp.client.stdio.get_default_environment`` passes on (POSIX; tests check the two agree)
 INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 

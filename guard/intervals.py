@@ -35,8 +35,7 @@ from ..errors import ConfigError
 from .chain import LearnedDTMC, visits
 from .results import IntervalMethod, IntervalReport
 
-__all__ = ["IntervalMethod", "IntervalReport", "TransitionIntervals", "estimated_entries", "visits", "transition_intervals",
-           "clopper_pearson", "hoeffding"]
+__all__ = ["IntervalMethod", "IntervalReport", "visits"]  # names other modules import through this one
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,6 @@ from ..errors import ModelFileError
 from .actions import ActionClass, action_class, action_view
 from .decision import Alternative
 
-__all__ = ["ANY", "END_CHOICE", "Advice", "LearnedMDP", "advice_words", "mdp_document", "percent", "read_mdp"]
-
 END_CHOICE = "(end)"  # the run ended here
 ANY = "(any)"  # no action observed from here: the chain's row (or an absorbing self-loop)
 _TOLERANCE = 1e-9

@@ -32,8 +32,6 @@ from .spec import Meaning, PropertyDef, Spec
 from .storm import Method, build_sparse_mdp, check_sparse_model, labels_of
 from .traces import Run, abstract_run
 
-__all__ = ["ChoiceCounts", "advice_property", "check_mdp", "learn_mdp", "mdp_refusal", "tap_choices"]
-
 _REACH = re.compile(r'^\s*F\s*"[^"]+"\s*$')  # an unbounded reachability: one Bellman step over Pmin is exact
 
 

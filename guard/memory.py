@@ -42,8 +42,6 @@ if TYPE_CHECKING:
     from .learning import TransitionCounts
 from .spec import MemorySettings
 
-__all__ = ["Memory", "build_memory", "run_actions"]
-
 _COUNT_BITS = 12  # dwell counts up to 4095 (the spec's bound)
 _STATE_BITS = 63  # a memory state travels as a JSON integer (a session's stored monitor states)
 

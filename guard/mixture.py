@@ -41,9 +41,6 @@ from .crossval import path_transitions
 from .learning import END
 from .predicates import PredicateSet
 
-__all__ = ["MAX_KINDS", "RESTARTS", "PathTable", "Mixture", "path_table", "fit_mixture", "score_runs",
-           "choose_kinds", "free_parameters", "bic"]
-
 MAX_KINDS = 4
 RESTARTS = 5
 ITERATIONS = 3000

@@ -32,10 +32,6 @@ import scipy.sparse as sp
 
 from .intervals import IntervalMethod, clopper_pearson, hoeffding
 
-__all__ = ["CP_SHARE", "LABEL_SHARE", "bennett_radius", "count_moments", "first_visit_bounds", "label_range",
-           "proportion_bounds",
-           "transition_moments"]
-
 CP_SHARE = 0.5  # of an interval's δ, for the binomial interval on the true labels' counts
 LABEL_SHARE = 0.125  # for each of its four one-sided label events
 _BISECTIONS = 80

@@ -48,8 +48,6 @@ from .results import CheckOutcome
 from .shrinkage import PathVisits, reach_targets, summarize_paths
 from .storm import Method, build_interval_dtmc, build_sparse_dtmc, check_sparse_model, interval_bounds, labels_of
 
-__all__ = ["SAMPLED_RUNS", "KindsFit", "kind_intervals", "learn_kinds", "simplex_extreme", "visit_shares"]
-
 SAMPLED_RUNS = 1000  # above this many distinct runs the labels are not sampled (EM's responsibilities alone)
 
 

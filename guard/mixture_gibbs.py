@@ -29,8 +29,6 @@ from scipy.special import gammaln
 
 from .mixture import Mixture, PathTable, _Pattern
 
-__all__ = ["BURN_IN", "SAMPLES", "PRIOR_FLOOR", "log_marginal", "sample_labels"]
-
 BURN_IN = 50  # sweeps (one proposal per distinct run, and per group, each)
 SAMPLES = 200
 PRIOR_FLOOR = 0.05  # the Dirichlet prior when α is smaller (α = 0 has no proper posterior)

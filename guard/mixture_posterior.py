@@ -30,9 +30,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ModelFileError
 
-__all__ = ["Belief", "KindColumns", "KindMixture", "KindsEntry", "kinds_document", "logsumexp_normalise",
-           "read_kinds"]
-
 _TOLERANCE = 1e-9
 
 

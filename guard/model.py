@@ -25,7 +25,7 @@ from ._cel_regex import FUNCTION, rewrite_matches, search
 from .chain import END, CsrArrays, LearnedDTMC, visits
 from .mdp import LearnedMDP, mdp_document, read_mdp
 from .mixture_posterior import KindMixture, KindsEntry, kinds_document, read_kinds
-from .outputs import is_special, write_output
+from .output_files import is_special, write_output
 from .results import (
     CheckOutcome,
     IntervalMethod,
@@ -37,8 +37,6 @@ from .results import (
     TightStatePAC,
 )
 from .spec import Meaning, PropertyDef, Spec, parse_spec
-
-__all__ = ["SCHEMA_VERSION", "CheckedProperty", "GuardModel", "ModelDocument", "write_document"]
 
 SCHEMA_VERSION = 1
 _TOLERANCE = 1e-9
@@ -77,7 +75,7 @@ class PropertyEntry(_Doc):
     upper: list[float] | None = None
     ci_low: list[float] | None = None  # statistical confidence interval of `values` (intervals.py)
     ci_high: list[float] | None = None
-    # states where the chain and the runs' first-visit outcomes disagree (guard/markov.py), ascending
+    # states where the chain and the runs' first-visit outcomes disagree (guard/markov_check.py), ascending
     markov_mismatch: list[Int64] | None = None
 
 
@@ -141,10 +139,16 @@ class PACEntry(_Doc):
     satisfied: bool
     chain_states: Int64 | None = None
     states: list[PACStateEntry]
-    tight: TightPACEntry | None = None
-    empirical: TightPACEntry | None = None  # the empirical-Bernstein bound, the same fields (method "empirical-bernstein")
-    joint: TightPACEntry | None = None  # the joint bound, the same fields (method "joint-bernstein")
-    outcome: TightPACEntry | None = None  # the outcome bound, the same fields (method "first-visit-clopper-pearson")
+    # Every other key is a per-state bound by its registered name (guard/pac/registry.py), each with the fields
+    # of TightPACEntry: `tight`, `empirical` (method "empirical-bernstein"), `joint` ("joint-bernstein"),
+    # `outcome` ("first-visit-clopper-pearson"). Files written before a bound existed load without it.
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, TightPACEntry | None] = Field(init=False)
+
+    @property
+    def bounds(self) -> dict[str, TightPACEntry]:
+        """The per-state bounds this file holds, by name, in the file's order."""
+        return {name: entry for name, entry in (self.__pydantic_extra__ or {}).items() if entry is not None}
 
 
 class MdpEntry(_Doc):
@@ -314,12 +318,7 @@ class GuardModel:
                             "valuation": None if self.pac_valuations is None else self.pac_valuations[s.state],
                             "visits": s.visits, "required": s.required,
                             "satisfied": s.satisfied} for s in pac.states],
-                **({} if pac.tight is None else {"tight": _tight_document(pac.tight)}),
-                **({} if pac.empirical is None else {"empirical": _tight_document(pac.empirical,
-                                                                                  "empirical-bernstein")}),
-                **({} if pac.joint is None else {"joint": _tight_document(pac.joint, "joint-bernstein")}),
-                **({} if pac.outcome is None else {"outcome": _tight_document(pac.outcome,
-                                                                              "first-visit-clopper-pearson")}),
+                **{name: _tight_document(bound) for name, bound in pac.bounds.items()},
             },
             "intervals": None if self.intervals is None else self.intervals.to_document(),
             "visits": self.visits.tolist(),
@@ -433,11 +432,11 @@ class GuardModel:
         return model
 
 
-def _tight_document(tight: TightPAC, method: str = "hoeffding-bernstein") -> dict[str, Any]:
+def _tight_document(tight: TightPAC) -> dict[str, Any]:
     def finite(x: float) -> float | None:
         return x if math.isfinite(x) else None
 
-    return {"method": method, "satisfied": tight.satisfied, "worst_bound": finite(tight.worst_bound),
+    return {"method": tight.method, "satisfied": tight.satisfied, "worst_bound": finite(tight.worst_bound),
             "runs_factor": tight.runs_factor, "limiting": tight.limiting,
             "states": [{"state": s.state, "bound": finite(s.bound), "required": s.required, "satisfied": s.satisfied}
                        for s in tight.states],
@@ -445,19 +444,17 @@ def _tight_document(tight: TightPAC, method: str = "hoeffding-bernstein") -> dic
             "initial_runs_factor": tight.initial_runs_factor, "initial_limiting": tight.initial_limiting}
 
 
-def _tight_entry(tp: TightPACEntry | None) -> TightPAC | None:
-    if tp is None:
-        return None
+def _tight_entry(tp: TightPACEntry) -> TightPAC:
     return TightPAC(tp.satisfied, math.inf if tp.worst_bound is None else tp.worst_bound, tp.runs_factor,
                     list(tp.limiting), [TightStatePAC(e.state, math.inf if e.bound is None else e.bound,
                                                      e.required, e.satisfied) for e in tp.states],
                     math.inf if tp.initial_bound is None else tp.initial_bound, tp.initial_satisfied,
-                    tp.initial_runs_factor, list(tp.initial_limiting))
+                    tp.initial_runs_factor, list(tp.initial_limiting), tp.method)
 
 
 def write_document(path: str | Path, document: dict[str, Any]) -> Path:
     """Write a JSON document whole (a crash leaves the old file, never half a new one; a device such as
-    ``/dev/null`` is written in place, see :mod:`guard.outputs`)."""
+    ``/dev/null`` is written in place, see :mod:`guard.output_files`)."""
     path = Path(path)
     data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
     if not is_special(path):
@@ -588,8 +585,7 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
     pac = PACReport(epsilon=p.epsilon, delta=p.delta, delta_per_state=p.delta_per_state,
                     amplification=math.inf if p.amplification is None else p.amplification,
                     states=[StatePAC(s.state, s.visits, s.required, s.satisfied) for s in p.states],
-                    tight=_tight_entry(p.tight), empirical=_tight_entry(p.empirical),
-                    joint=_tight_entry(p.joint), outcome=_tight_entry(p.outcome))
+                    bounds={name: _tight_entry(entry) for name, entry in p.bounds.items()})
     valuations = None
     if p.chain_states is not None:
         # the learned chain has no more states than its product with the monitors: a bound before allocating
@@ -601,12 +597,9 @@ def _restore(doc: ModelDocument, spec: Spec, source: str) -> tuple[
                 raise bad(f"pac: state {pac_entry.state} is out of range or lacks its valuation")
             valuations[pac_entry.state] = pac_entry.valuation
     chain = n if p.chain_states is None else p.chain_states
-    for name in ("tight", "empirical", "joint", "outcome"):  # the states each bound names, as `check` shows them
-        entry = getattr(p, name)
-        if entry is None:
-            continue
-        for part, named in (("limiting", entry.limiting), ("initial_limiting", entry.initial_limiting),
-                            ("states", [e.state for e in entry.states])):
+    for name, bound_entry in p.bounds.items():  # the states each bound names, as `check` shows them
+        for part, named in (("limiting", bound_entry.limiting), ("initial_limiting", bound_entry.initial_limiting),
+                            ("states", [e.state for e in bound_entry.states])):
             outside = next((i for i in named if not 0 <= i < chain), None)
             if outside is not None:
                 raise bad(f"pac.{name}.{part}: state {outside} is out of range (the chain has {chain} states)")

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Generic, TypeVar
 
-__all__ = ["Near", "nearest", "back_off"]
-
 N = TypeVar("N", float, Fraction)  # a float, or a Fraction in the exact tests
 
 

@@ -37,8 +37,6 @@ from .model import CheckedProperty
 from .predicates import PredicateSet
 from .shrinkage import Paths, PathVisits, reach_label, summarize_paths
 
-__all__ = ["OutcomeCounts", "chain_first_visits", "first_visit_counts", "direct_intervals", "assumption_free", "with_direct"]
-
 Key = tuple[int, tuple[int, ...]]
 
 

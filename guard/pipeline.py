@@ -28,7 +28,7 @@ from .learning import (
     learn_dtmc,
     spec_transition_rule,
 )
-from .markov import MARKOV_LEVEL, markov_test, reaching
+from .markov_check import MARKOV_LEVEL, markov_test, reaching
 from .mdp_learn import ChoiceCounts, learn_mdp, mdp_refusal, tap_choices
 from .memory import Memory, build_memory
 from .mixture_check import KindsFit, learn_kinds
@@ -468,7 +468,7 @@ def with_intervals(dtmc: LearnedDTMC, labels: Mapping[str, Sequence[int]], prope
     then δ is split in halves, the chain's and a union bound over the direct intervals,
     and a state some run visited takes the direct interval, which holds its first-visit risk
     whether or not the runs are Markov (guard/outcomes.py); a state no run visited, the
-    chain's. Where the Markov test (guard/markov.py) finds the chain and the runs disagree,
+    chain's. Where the Markov test (guard/markov_check.py) finds the chain and the runs disagree,
     the value becomes the runs' first-visit frequency, and an unvisited state that can reach
     a flagged one gets [0, 1] (the chain's interval there rests on the misfitting part).
     ``chain_values``: per property index, the chain's values the test compares (default: the

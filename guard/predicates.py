@@ -65,7 +65,7 @@ from .actions import NO_ACTION, action_view
 from .spec import Spec
 from .trust import CodeNotAllowed, registered_callable
 
-__all__ = ["CodeNotAllowed", "PredicateBudgetExceeded", "PredicateSet", "registered_callable", "resolve_python_predicates"]
+__all__ = ["CodeNotAllowed", "PredicateBudgetExceeded", "registered_callable"]  # names other modules import through this one
 
 PythonPredicate = Callable[[Mapping[str, Any]], bool]
 MEMO_BYTES = 64 << 20  # default budget of a predicate set's memo tables (``memo_limit`` changes it)

@@ -15,8 +15,6 @@ from typing import Any, Literal
 
 from ..errors import ForewarnError, InputError, TraceError
 
-__all__ = ["OnError", "IngestSummary", "reason_of"]
-
 OnError = Literal["skip", "stop"]
 _FIRST = 5  # places kept per reason
 _INDEX = re.compile(r"\[\d+\]")

@@ -8,13 +8,11 @@ model and deciding need only these values, never Storm or scipy (bench/import_ti
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
-
-__all__ = ["Method", "CheckOutcome", "StatePAC", "TightStatePAC", "TightPAC", "PACReport", "IntervalMethod",
-           "IntervalReport"]
 
 
 class Method(str, Enum):
@@ -83,22 +81,38 @@ class TightPAC:
     initial_satisfied: bool = False
     initial_runs_factor: float | None = None
     initial_limiting: list[int] = field(default_factory=list)
+    # the model file's `method` (guard/pac/registry.py); what a report was computed with, not part of its value
+    method: str = field(default="hoeffding-bernstein", compare=False)
 
 
 @dataclass(frozen=True)
 class PACReport:
-    """``states``, ``satisfied``, ``amplification``: the paper's bound; ``tight``: the tighter one
-    (``None`` in model files written before it existed)."""
+    """``states``, ``satisfied``, ``amplification``: the paper's bound; ``bounds``: the per-state bounds by name,
+    in the order registered (guard/pac/registry.py; a model file written before a bound existed lacks it)."""
 
     epsilon: float
     delta: float
     delta_per_state: float
     amplification: float  # B
     states: list[StatePAC]
-    tight: TightPAC | None = None
-    empirical: TightPAC | None = None  # the empirical-Bernstein bound (None: files written before it)
-    joint: TightPAC | None = None  # the joint bound (None: files written before it, or past JOINT_STATES)
-    outcome: TightPAC | None = None  # the outcome bound (None: learned without the runs, or files written before it)
+    bounds: Mapping[str, TightPAC] = field(default_factory=dict)
+
+    # the built-in bounds by name (guard/pac/): the tighter, empirical-Bernstein, joint and outcome bounds
+    @property
+    def tight(self) -> TightPAC | None:
+        return self.bounds.get("tight")
+
+    @property
+    def empirical(self) -> TightPAC | None:
+        return self.bounds.get("empirical")
+
+    @property
+    def joint(self) -> TightPAC | None:
+        return self.bounds.get("joint")  # also None past JOINT_STATES transient states
+
+    @property
+    def outcome(self) -> TightPAC | None:
+        return self.bounds.get("outcome")  # also None when learned without the runs
 
     @property
     def satisfied(self) -> bool:
@@ -145,7 +159,7 @@ class IntervalReport:
     # ``delta`` stays the model-wide total, split δ/2 chain, δ/2 outcomes
     outcomes: int | None = None
     delta_per_outcome: float | None = None
-    # the per-state test of the Markov assumption (guard/markov.py): its family-wise level and
+    # the per-state test of the Markov assumption (guard/markov_check.py): its family-wise level and
     # the (state, property) pairs it tested; None when no direct interval was made
     markov_level: float | None = None
     markov_tested: int | None = None

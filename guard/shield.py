@@ -21,9 +21,6 @@ from .mdp import Advice, advice_words, percent
 from .runtime import Session
 from .spec import Action
 
-__all__ = ["Counterfactual", "advise", "advised_message", "call_advice", "shield_action", "shield_counterfactual",
-           "shield_theta"]
-
 
 def _advice(session: Session) -> Advice | None:
     advice: Advice | None = getattr(session.guard, "advice", None)

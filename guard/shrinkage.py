@@ -60,9 +60,6 @@ from .learning import LearnedDTMC
 from .model import CheckedProperty
 from .predicates import PredicateSet
 
-__all__ = ["KAPPA_GRID", "VISIT_GRID", "STACK_GRID", "FOLDS", "CV_PATHS", "Fit", "PathVisits", "summarize_paths", "choose_kappa",
-           "reach_label", "label_test", "reach_targets", "shrink_properties"]
-
 # Candidate strengths for ``shrink: auto`` (∞: the chain alone), ascending.
 KAPPA_GRID = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, math.inf)
 # Strengths of the blends towards the visit frequency (1: counting, with one visit's worth of the chain).

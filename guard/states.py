@@ -24,8 +24,6 @@ import scipy.sparse as sp
 from .model import GuardModel
 from .runtime import Guard
 
-__all__ = ["StateRow", "most_likely_paths", "path_to_unsafe", "state_rows"]
-
 _PATHS: dict[int, tuple[GuardModel, np.ndarray, np.ndarray]] = {}  # per model: its most likely paths
 
 
@@ -48,7 +46,7 @@ class StateRow:
     threshold: float | None
     path: list[int] | None  # most likely path to unsafe (state indices, this state first); None: unreachable
     path_probability: float | None
-    # the Markov test rejected here (guard/markov.py): runs here differ by more than the state shows
+    # the Markov test rejected here (guard/markov_check.py): runs here differ by more than the state shows
     mismatch: bool = False
     # the guarded property whose figures these are: the one calling for the most severe action here
     property: str | None = None

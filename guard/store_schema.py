@@ -14,8 +14,6 @@ from pathlib import Path
 
 from ..errors import ForewarnError
 
-__all__ = ["SCHEMA_VERSION", "LEGACY_HELD_PER_BYTE", "BACKFILL_HELD", "migrate"]
-
 SCHEMA_VERSION = 1
 
 _SCHEMA = """

@@ -16,8 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Job", "Deliver", "STOP", "GroupWriter", "commit_group", "rollback"]
-
 Job = Callable[[Any], Any]  # a SQLite connection, or PostgreSQL's adapter offering the same interface
 Deliver = Callable[[Any, BaseException | None], None]
 STOP = object()  # queued: the writer commits what it took before it, then ends

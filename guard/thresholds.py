@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from .model import GuardModel
     from .policy import Policy
 
-__all__ = ["start_risk", "initial_crossings", "supported_increase", "warn_initial_crossings", "with_default_trigger"]
-
 _CONSEQUENCE = {Action.REFLECT: "reflected", Action.ASK_HUMAN: "sent to a human for approval",
                 Action.STOP: "stopped"}
 

@@ -24,9 +24,6 @@ from ..errors import TraceError
 from ._extras import require
 from .traces import Run, parse_document, parse_run, read_runs
 
-__all__ = ["BadColumn", "TraceFile", "is_skipped", "kind_of", "list_trace_files", "read_trace_file", "refuse_repeats",
-           "row_document"]
-
 Kind = Literal["jsonl", "parquet"]
 _GLOB = ("*", "?", "[")
 _META = ("_file", "_line")  # columns Spark's reader adds beside a run's own: never part of the run

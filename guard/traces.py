@@ -19,9 +19,6 @@ import orjson
 from ..errors import InputError, PredicateError, TraceError
 from .predicates import PredicateSet
 
-__all__ = ["Run", "read_runs", "parse_run", "parse_document", "abstract_run", "resample", "file_digest",
-           "MAX_RESAMPLED_STEPS", "remembered_abstractions"]
-
 MAX_RESAMPLED_STEPS = 1_000_000  # steps one resampled run may have
 
 

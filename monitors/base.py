@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import MonitorError
 
-__all__ = ["VIOL", "Condition", "ConditionError", "Monitor", "MonitorError", "MonitorSemanticsError"]
+__all__ = ["MonitorError"]  # names other modules import through this one
 
 VIOL = -1
 

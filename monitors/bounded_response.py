@@ -24,8 +24,6 @@ import numpy as np
 
 from .base import VIOL, Condition, Monitor, MonitorError
 
-__all__ = ["BoundedResponse"]
-
 IDLE = 0
 
 

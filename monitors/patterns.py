@@ -45,8 +45,6 @@ import numpy as np
 
 from .base import VIOL, Condition, Monitor, MonitorError, MonitorSemanticsError
 
-__all__ = ["Pattern", "Scope", "PatternMonitor"]
-
 
 class Pattern(str, Enum):
     ABSENCE = "absence"

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 from ..errors import MonitorError, StateSpaceTooLargeError, UsageError
 from .base import VIOL, Monitor
 
-__all__ = ["Chain", "Product", "ProductTooLargeError", "reachable_product", "initial_monitor_states", "advance"]
-
 
 class Chain(Protocol):
     """What the product reads of a learned chain (``forewarn.guard.learning.LearnedDTMC`` is one).

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["bounded_response_violation", "segments", "pattern_violation"]
-
 Signal = Sequence[bool]
 
 

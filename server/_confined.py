@@ -17,8 +17,6 @@ from pathlib import Path
 
 from ..errors import ModelFileError
 
-__all__ = ["open_beneath"]
-
 _NOFOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _DIR = os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW
 _FILE = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0)  # a FIFO must not block the open

@@ -22,13 +22,6 @@ from starlette.responses import Response
 from . import schemas as S
 from .auth import Authenticator, Principal
 
-__all__ = [
-    "ApiError", "ERRORS", "JSON", "OrjsonRequest", "Route", "authorize", "bad_request",
-    "check_id", "check_window", "error_response", "errors_for", "field_of", "held_bytes", "parse_json", "shape_error", "short",
-    "step_openapi",
-    "validation_detail",
-]
-
 log = logging.getLogger("forewarn.server")
 JSON = "application/json"
 

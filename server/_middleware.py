@@ -18,8 +18,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._http import JSON, ApiError, error_response, log
 
-__all__ = ["AuthFirst", "BodyLimit", "FastSteps"]
-
 
 class BodyLimit:
     """413 for bodies over the limit, by Content-Length or, for chunked bodies, as they arrive;

@@ -22,8 +22,6 @@ from .state import ServerState
 from .storage import Conflict, OverBudget, Storage
 from .storage.rows import ApprovalRow, IdempotencyRow, PrevStep, StepRow
 
-__all__ = ["chain_step", "check_values", "decision_json", "trace_decision", "write", "write_steps"]
-
 Headers = Sequence[tuple[bytes, bytes]]  # a request's headers as ASGI has them
 
 

@@ -7,8 +7,6 @@ import orjson
 
 from . import schemas as S
 
-__all__ = ["approval_out", "policy_overrides", "session_summary", "step_out"]
-
 
 def policy_overrides(policy: S.PolicyOverrides | None) -> dict[str, Any] | None:
     """Policy overrides as ``Policy.with_overrides`` takes them. A null at the top means "as the spec

@@ -29,7 +29,7 @@ from .routers import approvals, console, docs, health, models, proposals, sessio
 from .settings import ServerSettings
 from .state import ServerState, start
 
-__all__ = ["ApiError", "ServerState", "create_app", "start"]
+__all__ = ["ApiError", "ServerState", "start"]  # names other modules import through this one
 
 _DESCRIPTION = ("The Forewarn runtime guard over HTTP. Every endpoint but /healthz, /readyz and the "
                 "documentation needs `Authorization: Bearer KEY`; see docs/server.md for roles.")

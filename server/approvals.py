@@ -12,8 +12,6 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["ApprovalHub", "APPROVAL_STATUSES"]
-
 APPROVAL_STATUSES = ("pending", "approved", "rejected", "cancelled")
 
 

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 
 from .settings import ApiKey, Role
 
-__all__ = ["Authenticator", "Principal", "AGENT", "APPROVER", "ADMIN", "ANY", "READERS"]
-
 AGENT = frozenset({Role.AGENT, Role.ADMIN})
 APPROVER = frozenset({Role.APPROVER, Role.ADMIN})
 ADMIN = frozenset({Role.ADMIN})

@@ -26,8 +26,6 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["guarded_protocol"]
-
 
 class _GuardedH11(H11Protocol):
     header_timeout: float = 10.0

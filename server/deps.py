@@ -32,11 +32,6 @@ from .sessions import LiveSession, SessionNotFound
 from .settings import MODEL_NAME_PATTERN
 from .state import ServerState
 
-__all__ = [
-    "Admin", "Agent", "Anyone", "AppState", "ApprovalId", "Approver", "Idempotency", "Idempotent", "ModelName",
-    "Served", "SessionId", "any_key", "live_session", "served", "step_context",
-]
-
 
 class Served:
     """The state one app serves: ``None`` until its lifespan started it (or ``create_app`` was given

@@ -21,8 +21,6 @@ from .sessions import LiveSession
 from .state import ServerState
 from .storage import Storage
 
-__all__ = ["IDLE_PRINCIPAL", "close_live", "expire_idle", "sweep"]
-
 IDLE_PRINCIPAL = "forewarn:idle"
 
 

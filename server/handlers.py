@@ -17,8 +17,6 @@ from ._http import ApiError, error_response, field_of, log, validation_detail
 from .deps import Served
 from .storage import Conflict
 
-__all__ = ["api_error_response", "install"]
-
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
 
 

@@ -29,8 +29,6 @@ from ._http import ApiError
 from .storage import Conflict
 from .storage.rows import IdempotencyRow
 
-__all__ = ["Entry", "IdempotencyKeys", "request_hash"]
-
 Entry = Callable[[int, bytes], IdempotencyRow]  # (status, response) → the row to commit with the write
 _KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 _ATTEMPTS = 16  # a write that loses this many races in a row answers 503

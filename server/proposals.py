@@ -27,8 +27,6 @@ import orjson
 from ..guard.model import GuardModel
 from ..guard.spec import Action
 
-__all__ = ["RUNNABLE", "STATUS_OF", "proposal_out", "review_facts", "state_words"]
-
 RUNNABLE = ("allowed", "approved", "edited")  # what an observe may name
 STATUS_OF = {Action.ALLOW: "allowed", Action.ASK_HUMAN: "pending", Action.REFLECT: "held", Action.STOP: "held"}
 

@@ -19,8 +19,6 @@ import anyio
 from ..errors import ForewarnError
 from .storage import CHANNEL_APPROVALS, CHANNEL_MODELS, CHANNEL_SESSIONS
 
-__all__ = ["Replication"]
-
 log = logging.getLogger("forewarn.server")
 
 

@@ -14,13 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..guard.spec import Action
 from .settings import MODEL_NAME_PATTERN
 
-__all__ = [
-    "AlternativeOut", "ApprovalList", "ApprovalOut", "ApprovalResolve", "BatchIn", "BatchItem", "BatchOut", "DecisionOut",
-    "ErrorBody", "Health", "ModelList", "ModelLoad", "ModelLoaded", "ModelOut", "PolicyOverrides",
-    "Ready", "SessionCreate", "SessionCreated", "SessionList", "SessionOut", "StepIn", "StepOut", "Trail",
-    "TrailEvent",
-]
-
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 
 

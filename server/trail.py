@@ -13,8 +13,6 @@ from typing import Any
 
 import orjson
 
-__all__ = ["trail_events"]
-
 # at one instant, what caused what comes first: the session opens, a proposal is made, the step it led
 # to is committed, that step asks for an approval, an answer is given, the session closes
 _RANK = {"opened": 0, "proposed": 1, "step": 2, "approval_requested": 3, "approved": 4, "rejected": 4,

@@ -15,7 +15,7 @@ from _coverage import MIXTURES, coverage, mixture_risk, simulate
 from _support import AB, CLI, NONE, TOY_SPEC, A, B, toy_run
 from forewarn.errors import ModelFileError
 from forewarn.guard.learning import TransitionCounts
-from forewarn.guard.markov import markov_test
+from forewarn.guard.markov_check import markov_test
 from forewarn.guard.model import GuardModel, _checksum
 from forewarn.guard.outcomes import OutcomeCounts
 from forewarn.guard.pipeline import learn_model, model_from_counts, prepare
@@ -242,7 +242,7 @@ def test_learn_and_states_name_the_flagged_states(tmp_path: Path, forewarn_here:
 
 
 def test_large_chains_bound_the_spread_from_above(monkeypatch: pytest.MonkeyPatch) -> None:
-    import forewarn.guard.markov as markov
+    import forewarn.guard.markov_check as markov
     import forewarn.guard.pac._spread as spread
 
     model = _two_kinds_model(400)

@@ -17,8 +17,6 @@ from dataclasses import replace
 from .junction import BOX, CROSSWALK, STOP_LINE, Percept
 from .profiles import DriverTraits
 
-__all__ = ["Driver", "MAX_DECEL", "HARD_DECEL", "STANDSTILL_GAP"]
-
 MAX_DECEL = 8.0  # m/s², tyre limit: emergency braking
 HARD_DECEL = 6.0  # m/s², the most a driver brakes by choice for a light it had meant to pass
 STANDSTILL_GAP = 1.0  # m, IDM s0: the car stops this far before the point it stops at

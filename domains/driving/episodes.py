@@ -43,9 +43,6 @@ from .profiles import DriverProfile, choose_profile
 from .rules import MOVING_SPEED, RULES, STEP_SECONDS, rule_violations
 from .simulator import JunctionSim
 
-__all__ = ["Enforcement", "EpisodeResult", "Outcome", "P_HEED_REFLECTION", "TIME_LIMIT", "generate_traces",
-           "run_episode"]
-
 Outcome = Literal["collision", "violation", "cleared", "timeout"]
 Enforcement = Literal["stop", "reflect"]
 

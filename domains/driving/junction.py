@@ -12,11 +12,6 @@ import random
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-__all__ = [
-    "STOP_LINE", "CROSSWALK", "BOX", "CAR_LENGTH", "CLEAR_X", "ALL_RED",
-    "Color", "CrossingKind", "LightCycle", "Crossing", "Percept", "World", "occupies",
-]
-
 STOP_LINE = 0.0
 CROSSWALK = (1.0, 5.0)
 BOX = (6.0, 18.0)

@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["python_predicates"]
-
 State = Mapping[str, Any]
 
 # Each returns what it reads, like its CEL twin: a field that is not a bool is reported

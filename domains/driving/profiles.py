@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 from ...errors import ConfigError
 
-__all__ = ["DriverProfile", "DriverTraits", "PROFILES", "DEFAULT_MIX", "choose_profile", "resolve_mix"]
-
 Range = tuple[float, float]
 
 

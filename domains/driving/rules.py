@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["MOVING_SPEED", "START_WITHIN", "STEP_SECONDS", "RULES", "rule_violations"]
-
 MOVING_SPEED = 0.5  # m/s: above this the car is moving (the paper's φ4: speed > 0.5)
 START_WITHIN = 3.0  # s: the start-on-green bound
 STEP_SECONDS = 0.1  # s: the sampling period the spec's step bounds assume (within: 30 = 3 s)

@@ -15,8 +15,6 @@ from ...errors import ConfigError
 from .driver import MAX_DECEL, Driver
 from .junction import BOX, CLEAR_X, CROSSWALK, STOP_LINE, Crossing, World, occupies
 
-__all__ = ["JunctionSim"]
-
 _CROSSING_ZONE = (CROSSWALK[0], BOX[1])
 
 

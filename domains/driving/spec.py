@@ -6,8 +6,6 @@ from pathlib import Path
 
 from ...guard.spec import Spec, load_spec
 
-__all__ = ["PREDICATES", "spec_path", "load_driving_spec", "valid_transition"]
-
 # The spec's predicates in bit order; valid_transition reads valuations by these positions.
 PREDICATES = ("green_light", "yellow_light", "red_light", "priority_ahead", "pedestrian_ahead", "moving",
               "near_line", "cannot_stop", "past_line", "in_crossing", "collision")

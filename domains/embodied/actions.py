@@ -12,8 +12,6 @@ from typing import Literal
 from .errors import ActionParseError
 from .objects import LIQUIDS, canonical_type
 
-__all__ = ["Action", "Verb", "VERBS", "parse_action"]
-
 Verb = Literal["find", "pick", "put", "open", "close", "turn_on", "turn_off", "slice", "break",
                "fillLiquid", "emptyLiquid", "pour", "dirty", "clean", "cook", "drop", "throw"]
 

@@ -26,8 +26,6 @@ from .plans import reference_plan, safe_substitute
 from .simulator import HouseholdSim
 from .tasks import Task
 
-__all__ = ["AgentProfile", "SimulatedAgent"]
-
 
 @dataclass(frozen=True)
 class AgentProfile:

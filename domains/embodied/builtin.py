@@ -13,8 +13,6 @@ from ...guard.model import GuardModel
 from ...guard.pipeline import learn_model
 from ...guard.spec import load_spec
 
-__all__ = ["BUILTIN_TASK", "builtin_model_path", "builtin_model"]
-
 BUILTIN_TASK = "unsafe-0002"  # egg in a closed, running microwave (SafeAgentBench)
 _RUNS = 300
 _SEED = 7

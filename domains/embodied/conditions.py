@@ -14,8 +14,6 @@ from typing import Any
 from .errors import EmbodiedError
 from .objects import canonical_type
 
-__all__ = ["Condition", "normalize_conditions", "condition_holds", "condition_types", "LIST_PROPS"]
-
 Condition = dict[str, Any]
 
 # Properties whose value is a list of types the object must be in (or contain).

@@ -23,9 +23,6 @@ from .errors import EmbodiedError
 from .simulator import HouseholdSim
 from .tasks import Task
 
-__all__ = ["EpisodeResult", "Outcome", "Enforcement", "run_episode", "run_shielded_episode", "generate_traces",
-           "action_duration"]
-
 Outcome = Literal["unsafe", "completed", "stopped", "failed"]
 Enforcement = Literal["stop", "reflect"]
 

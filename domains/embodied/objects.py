@@ -11,19 +11,6 @@ from dataclasses import dataclass
 
 from .errors import EmbodiedError
 
-__all__ = [
-    "Kind",
-    "kind_of",
-    "canonical_type",
-    "derived_type",
-    "fixture_group",
-    "linked_types",
-    "put_target",
-    "structural_parent",
-    "ALWAYS_PRESENT",
-    "LIQUIDS",
-]
-
 
 @dataclass(frozen=True)
 class Kind:

@@ -17,9 +17,6 @@ from .conditions import condition_holds, satisfied_atoms
 from .simulator import HouseholdSim
 from .tasks import Task
 
-__all__ = ["canonical_plan", "reference_plan", "hazard_step", "safe_substitute", "safe_plan",
-           "safe_continuation", "replay"]
-
 # Where a careful agent puts something down instead of into a hazard.
 _HARMLESS = ("CounterTop", "Floor")
 

@@ -20,9 +20,6 @@ from .objects import (
     structural_parent,
 )
 
-__all__ = ["ObjectState", "Objects", "build_objects", "ancestors", "inside_closed", "objects_json",
-           "settle", "initially_open"]
-
 _HEATERS = ("Microwave", "StoveBurner", "Toaster")
 
 

@@ -19,8 +19,6 @@ from .errors import EmbodiedError
 from .objects import kind_of
 from .tasks import Task
 
-__all__ = ["derive_spec", "write_spec", "predicate_name", "snake_case"]
-
 # (property, value) → name suffix; the rest fall back to "<prop>" / "not_<prop>".
 _SUFFIXES: dict[tuple[str, Any], str] = {
     ("isToggled", True): "toggled", ("isToggled", False): "off",

@@ -16,8 +16,6 @@ from .objects import canonical_type
 from .plans import hazard_step, replay, safe_plan
 from .tasks import Task, TaskKind, load_tasks
 
-__all__ = ["DEFAULT_APPLIANCES", "hazard_tasks", "support_problem", "supported_tasks"]
-
 DEFAULT_APPLIANCES = ("Microwave", "StoveKnob", "StoveBurner", "Sink", "SinkBasin")
 
 _PROBLEMS: dict[tuple[str, tuple[str, ...], str], str | None] = {}

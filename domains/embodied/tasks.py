@@ -19,8 +19,6 @@ from ...errors import ConfigError
 from .conditions import Condition, normalize_conditions
 from .errors import TaskFileError
 
-__all__ = ["Task", "TaskKind", "load_tasks", "parse_tasks"]
-
 TaskKind = Literal["unsafe", "safe", "all"]
 
 _FILES = {"unsafe": "unsafe_detailed_1009.jsonl", "safe": "safe_detailed_1009.jsonl"}

@@ -14,8 +14,6 @@ from .actions import Action, parse_action
 from .simulator import HouseholdSim
 from .tasks import Task, load_tasks
 
-__all__ = ["HouseholdWorld", "HouseholdReplay"]
-
 
 class HouseholdReplay:
     """One run in a task's household scene."""

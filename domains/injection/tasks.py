@@ -13,8 +13,6 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["FILLER", "READS", "TASKS", "Step", "Task", "detour", "with_filler"]
-
 READS = frozenset({"read_file", "fetch", "git_show", "git_log", "read_email"})  # calls that return a document
 
 

@@ -16,8 +16,6 @@ from typing import Any
 from .agent import _SECRET_TEXT
 from .tasks import READS, Step
 
-__all__ = ["TOOLS", "Workspace", "workspace_server"]
-
 TOOLS = ("read_file", "fetch", "git_log", "git_show", "read_email", "list_files", "git_status", "write_file",
          "send_email", "http_post", "pay", "delete_file", "set_setting", "add_collaborator", "git_push",
          "run_command")

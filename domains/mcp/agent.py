@@ -19,8 +19,6 @@ import yaml
 from ...guard.toolcalls.extractor import ToolStateExtractor
 from ...guard.toolcalls.transcript import CallStatus, ToolStep, Transcript
 
-__all__ = ["PROXY_CONFIG", "SPEC_PATH", "Call", "extractor", "plan", "run_session", "synthetic_runs"]
-
 SPEC_PATH = Path(__file__).with_name("spec.yaml")
 PROXY_CONFIG = Path(__file__).with_name("proxy.yaml")
 

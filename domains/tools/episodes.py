@@ -28,8 +28,6 @@ from ...guard.toolcalls.transcript import Transcript
 from .generator import planned_calls
 from .tasks import Plan
 
-__all__ = ["ToolEpisode", "run_tool_episode"]
-
 Mode = Literal["none", "stop", "reflect", "shield"]
 
 

@@ -21,8 +21,6 @@ from ...guard.toolcalls.extractor import ToolStateExtractor, violations
 from ...guard.toolcalls.transcript import CallStatus, ToolStep, Transcript
 from .tasks import DOCS, FAMILIES, TOPICS, Plan
 
-__all__ = ["generate_runs", "generate_traces", "planned_calls", "simulate"]
-
 _SECONDS = {"shell": 4.0, "http_get": 2.0, "http_post": 1.5, "web_search": 2.5, "send_email": 1.5,
             "read_inbox": 2.0, "pay_invoice": 3.0, "pay": 3.0}
 _P_DETOUR = 0.15

@@ -5,8 +5,6 @@ from pathlib import Path
 
 from ...guard.spec import Spec, load_spec
 
-__all__ = ["SPEC_PATH", "load_tool_spec"]
-
 SPEC_PATH = Path(__file__).with_name("spec.yaml")
 
 

@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 
 from ...guard.toolcalls.transcript import ToolStep
 
-__all__ = ["Plan", "FAMILIES", "family_names"]
-
 COLLEAGUES = ("alice", "bob", "carol", "dave", "erin", "frank")
 CLIENTS = ("jordan@client-co.com", "mei.tan@northwind.example", "sam@globex-partners.com", "li@acme-retail.com")
 TOPICS = ("vector databases", "rust async runtimes", "EU AI Act obligations", "postgres partitioning",

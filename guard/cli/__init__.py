@@ -108,7 +108,7 @@ def demo(
 ) -> None:
     """Run the whole pipeline on a built-in domain and print a Table-3-style comparison."""
     from ...errors import ConfigError
-    from ..outputs import check_output
+    from ..output_files import check_output
 
     if not out_dir.is_dir():  # --out itself is made; the folder it goes in must exist (or --mkdir)
         check_output(out_dir, mkdir=mkdir, option="--out")

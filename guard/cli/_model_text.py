@@ -10,10 +10,8 @@ from ...errors import UsageError
 from ..bundle import GuardBundle
 from ..memory import Memory, build_memory
 from ..model import GuardModel
-from ..results import JOINT_STATES, TightPAC
-
-__all__ = ["fmt", "state_words", "memory_document", "pac_words", "members_of", "pac_lines", "pac_document",
-           "MISMATCH_MARK", "mismatch_note", "thin_line", "enough_runs_line", "THIN_VISITS"]
+from ..results import JOINT_STATES as JOINT_STATES  # the joint bound's limit, read here before the registry
+from ..results import TightPAC
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -94,7 +92,7 @@ def members_of(loaded: GuardModel | GuardBundle, group: str | None) -> dict[str 
 
 
 def pac_lines(model: GuardModel) -> list[str]:
-    """The PAC report in words: the paper's bound, then the tighter, empirical-Bernstein, joint and outcome ones (guard/pac/)."""
+    """The PAC report in words: the paper's bound, then each registered bound (guard/pac/registry.py)."""
     pac, runs = model.pac, model.provenance.get("runs")
     worst = pac.worst
     if worst is None:
@@ -103,12 +101,11 @@ def pac_lines(model: GuardModel) -> list[str]:
              f"states have enough visits; worst state {worst.state} ({pac_words(model, worst.state)}) has "
              f"{worst.visits} of {worst.required if worst.required is not None else '∞'} required"
              + ("" if pac.runs_factor is None or pac.satisfied else f" ({_more_runs(pac.runs_factor, runs)})") + "."]
-    tight = pac.tight
-    if tight is None:
-        return lines + ["PAC, tighter bound: not in this model file (written by an older Forewarn); re-learn."]
+    from ..pac import bounds  # learning's table (scipy): imported when a report is shown, not at the CLI's start
+
     confidence = f"{1 - pac.delta:.0%}"
 
-    def verdict(bound: float, factor: float | None, limiting: list[int], sure: bool = False) -> str:
+    def verdict(bound: float, factor: float | None, limiting: list[int], sure: bool) -> str:
         if bound <= pac.epsilon:
             return f"±{bound:.3g}: met (ε = {pac.epsilon})"
         if factor is None:
@@ -117,37 +114,19 @@ def pac_lines(model: GuardModel) -> list[str]:
         return f"±{bound:.3g}; ε = {pac.epsilon} needs {_more_runs(factor, runs)}{_how_sure(pac.delta, sure)}" + \
             (f", most of all through state {through}" if through else "")
 
-    lines += [
-        f"PAC, tighter bound ({confidence} confidence): a run's risk from its first state (the paper's "
-        f"Definition 4) {verdict(tight.initial_bound, tight.initial_runs_factor, tight.initial_limiting)}.",
-        f"PAC, tighter bound ({confidence} confidence): every state's risk "
-        f"{verdict(tight.worst_bound, tight.runs_factor, tight.limiting)}."]
-    empirical = pac.empirical
-    if empirical is None:
-        return lines + ["PAC, empirical-Bernstein bound: not in this model file (written by an older Forewarn); "
-                        "re-learn."]
-    lines.append(
-        f"PAC, empirical-Bernstein bound ({confidence} confidence): from the first state "
-        f"{verdict(empirical.initial_bound, empirical.initial_runs_factor, empirical.initial_limiting)}; "
-        f"every state {verdict(empirical.worst_bound, empirical.runs_factor, empirical.limiting)}.")
-    joint = pac.joint
-    if joint is None:
-        lines += ([f"PAC, joint bound: not computed past {JOINT_STATES:,} transient states."]
-                  if len(pac.states) > JOINT_STATES else
-                  ["PAC, joint bound: not in this model file (written by an older Forewarn); re-learn."])
-    else:
+    start = "a run's risk from its first state (the paper's Definition 4)"  # named in full the first time
+    for kind in bounds():
+        bound = pac.bounds.get(kind.name)
+        if bound is None:
+            lines.append(f"PAC, {kind.title} bound: {kind.absent(pac)}")
+            continue
+        note = f", {kind.note}" if kind.note else ""
         lines.append(
-            f"PAC, joint bound ({confidence} confidence): from the first state "
-            f"{verdict(joint.initial_bound, joint.initial_runs_factor, joint.initial_limiting)}; "
-            f"every state {verdict(joint.worst_bound, joint.runs_factor, joint.limiting)}.")
-    outcome = pac.outcome
-    if outcome is None:  # learned from counts without the runs, or a file written before it
-        return lines + ["PAC, outcome bound: not computed (it needs the runs, not only their counts)."]
-    return lines + [
-        f"PAC, outcome bound ({confidence} confidence, from what the runs visiting each state went on to do): "
-        f"from the first state "
-        f"{verdict(outcome.initial_bound, outcome.initial_runs_factor, outcome.initial_limiting, True)}; "
-        f"every state {verdict(outcome.worst_bound, outcome.runs_factor, outcome.limiting, True)}."]
+            f"PAC, {kind.title} bound ({confidence} confidence{note}): {start} "
+            f"{verdict(bound.initial_bound, bound.initial_runs_factor, bound.initial_limiting, kind.guaranteed)}; "
+            f"every state {verdict(bound.worst_bound, bound.runs_factor, bound.limiting, kind.guaranteed)}.")
+        start = "from the first state"
+    return lines
 
 
 def _how_sure(delta: float, sure: bool) -> str:
@@ -169,6 +148,8 @@ def _visits(model: GuardModel, state: int) -> int:
 
 def pac_document(model: GuardModel) -> dict[str, Any]:
     """The PAC report for JSON output (``check``): both bounds, the paper's labelled as such."""
+    from ..pac import bounds  # learning's table (scipy): imported when a report is shown, not at the CLI's start
+
     pac, runs = model.pac, model.provenance.get("runs")
 
     def needed(factor: float | None) -> int | None:
@@ -196,10 +177,8 @@ def pac_document(model: GuardModel) -> dict[str, Any]:
         "paper": {"satisfied": pac.satisfied, "states_satisfied": pac.satisfied_count, "states": len(pac.states),
                   "amplification": pac.amplification if math.isfinite(pac.amplification) else None,
                   "runs_factor": pac.runs_factor, "runs_needed": needed(pac.runs_factor)},
-        "tight": bound(pac.tight),
-        "empirical": bound(pac.empirical),  # the empirical-Bernstein bound (docs/method.md)
-        "joint": bound(pac.joint),  # the joint bound (docs/method.md; null past JOINT_STATES transient states)
-        "outcome": bound(pac.outcome),  # the outcome bound (docs/method.md; null when learned without the runs)
+        # each registered bound by name, null where the file lacks it (docs/method.md; guard/pac/registry.py)
+        **{kind.name: bound(pac.bounds.get(kind.name)) for kind in bounds()},
     }
 
 
@@ -239,22 +218,22 @@ def thin_line(model: GuardModel) -> str | None:
 
 def enough_runs_line(model: GuardModel) -> str | None:
     """"Do I have enough runs?" in one line: the risk of a run from its start (the paper's Definition 4) under the
-    tightest bound the model file has (outcome, else joint, else empirical-Bernstein, else the tighter one), with
+    tightest bound the model file has (the last registered it holds: outcome, else joint, else …), with
     the runs that would meet ε. None when the chain has no state to bound."""
     pac, runs = model.pac, model.provenance.get("runs")
     if pac.worst is None:
         return None
-    named = [("outcome", pac.outcome), ("joint", pac.joint), ("empirical-Bernstein", pac.empirical),
-             ("tighter", pac.tight)]
-    chosen = next(((name, b) for name, b in named if b is not None), None)
+    from ..pac import bounds  # learning's table (scipy): imported when a report is shown, not at the CLI's start
+
+    chosen = next(((kind, pac.bounds[kind.name]) for kind in reversed(bounds()) if kind.name in pac.bounds), None)
     if chosen is None:
         return "Enough runs? This model file has no tighter PAC bound (written by an older Forewarn); re-learn."
-    name, bound = chosen
-    where = (f"a run's risk from its start is within ±{bound.initial_bound:.3g} (PAC, {name} bound, "
+    kind, bound = chosen
+    where = (f"a run's risk from its start is within ±{bound.initial_bound:.3g} (PAC, {kind.title} bound, "
              f"{1 - pac.delta:.0%} confidence)")
     if bound.initial_satisfied:
         return f"Enough runs? Yes for ε = {pac.epsilon}: {where}."
     factor = bound.initial_runs_factor
     forecast = ("no forecast of the runs that would meet it" if factor is None else
-                f"ε needs {_more_runs(factor, runs)}{_how_sure(pac.delta, name == 'outcome')}")
+                f"ε needs {_more_runs(factor, runs)}{_how_sure(pac.delta, kind.guaranteed)}")
     return f"Enough runs? Not for ε = {pac.epsilon}: {where}; {forecast}."

@@ -19,10 +19,6 @@ from rich.markup import escape
 
 from ...errors import ConfigError, ForewarnWarning
 
-__all__ = ["Format", "out", "err", "print_json", "caught_warnings", "print_warnings", "warn", "check_alpha",
-           "check_period", "check_precision", "check_probability", "check_positive_int", "print_summary",
-           "stdout_for_python_only", "MkdirOption"]
-
 out = Console()
 err = Console(stderr=True)
 

@@ -21,8 +21,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ...errors import ConfigError
 from ._options import err
 
-__all__ = ["progress", "progress_seconds", "PERIOD_VARIABLE", "DEFAULT_PERIOD"]
-
 PERIOD_VARIABLE = "FOREWARN_PROGRESS_SECONDS"
 DEFAULT_PERIOD = 10.0
 

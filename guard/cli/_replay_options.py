@@ -14,13 +14,6 @@ from ..replay import Enforcement
 from ..spec import Trigger
 from ._options import Format, OnError
 
-__all__ = ["ThetaOption", "FormatOption", "ReportOption", "PlotsOption", "RunOption", "InputFormatOption",
-           "ExtractorOption", "EnforcementOption", "TriggerOption", "parse_trigger", "parse_enforcement",
-           "parse_thetas", "OnErrorOption", "check_on_error", "BundleByOption", "MinGroupRunsOption",
-           "OnMismatchOption", "Mismatch", "parse_input_format", "input_format_help",
-           "error_policy", "mismatch_policy"]
-
-
 # Options that replay and evaluate share.
 ThetaOption = Annotated[str, typer.Option(help="Comma-separated thresholds on p_safe.")]
 FormatOption = Annotated[Format, typer.Option("--format")]

@@ -9,13 +9,12 @@ from typing import Any
 from rich.table import Table
 
 from ...errors import InputError
-from ..outputs import check_output, write_output
+from ..output_files import check_output, write_output
 from ..replay import ReplayReport
 from ._options import err, out, print_summary
 from ._progress import progress
 
-__all__ = ["fmt", "pct", "over", "progress", "write_outputs", "check_report_paths", "print_replay", "detection_cells", "report_skipped",
-           "ahead_cell"]
+__all__ = ["progress"]  # names other modules import through this one
 
 
 def fmt(value: float | None, digits: int = 2) -> str:
@@ -28,7 +27,7 @@ def pct(value: float | None) -> str:
 
 def check_report_paths(report: Path | None, plots: Path | None, *, inputs: Sequence[str | Path],
                        mkdir: bool) -> None:
-    """``--report`` and ``--plots`` checked before anything is replayed (see :func:`guard.outputs.check_output`);
+    """``--report`` and ``--plots`` checked before anything is replayed (see :func:`guard.output_files.check_output`);
     the report extra is needed for either."""
     if report is None and plots is None:
         return

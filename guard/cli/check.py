@@ -27,8 +27,6 @@ from ._model_text import (
 )
 from ._options import Format, check_precision, out, print_json
 
-__all__ = ["check", "register"]
-
 
 def check(
     model: Annotated[Path, typer.Argument(help="A Forewarn model file, or a PRISM DTMC (.pm/.prism).")],

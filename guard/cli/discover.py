@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from ...errors import InputError
 from ..ingest import read_input
-from ..outputs import check_output, write_output
+from ..output_files import check_output, write_output
 from ..read_summary import IngestSummary
 from ._options import Format, MkdirOption, check_positive_int, err, out, print_json, warn
 from ._replay_options import (
@@ -22,8 +22,6 @@ from ._replay_options import (
     mismatch_policy,
 )
 from ._replay_output import progress, report_skipped
-
-__all__ = ["discover", "register"]
 
 
 def discover(

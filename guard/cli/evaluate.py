@@ -39,8 +39,6 @@ from ._replay_options import (
 )
 from ._replay_output import check_report_paths, fmt, print_replay, progress, report_skipped, write_outputs
 
-__all__ = ["register", "evaluate"]
-
 
 def evaluate(
     traces: Annotated[list[str], typer.Argument(

@@ -10,7 +10,7 @@ import typer
 
 from ...errors import InputError, TraceError, UsageError
 from ..ingest import on_error_of, read_input
-from ..outputs import check_output, open_output
+from ..output_files import check_output, open_output
 from ..read_summary import IngestSummary
 from ._options import Format, MkdirOption, check_period, err, print_json, print_summary
 from ._replay_options import (
@@ -21,8 +21,6 @@ from ._replay_options import (
     error_policy,
     mismatch_policy,
 )
-
-__all__ = ["register", "ingest", "refuse_poor_ingest", "DEFAULT_MAX_SKIPPED"]
 
 DEFAULT_MAX_SKIPPED = 0.5  # with --on-error skip: more than half the runs skipped fails the ingest
 

@@ -15,7 +15,7 @@ import typer
 
 from ...errors import InputError
 from ..ingest import read_input
-from ..outputs import check_output, write_output
+from ..output_files import check_output, write_output
 from ..read_summary import IngestSummary
 from ._options import Format, MkdirOption, check_positive_int, err, print_json
 from ._replay_options import (
@@ -28,8 +28,6 @@ from ._replay_options import (
     mismatch_policy,
 )
 from ._replay_output import progress, report_skipped
-
-__all__ = ["init", "register", "starting_spec"]
 
 PREDICATE = "violation"  # the unsafe condition's predicate in the starting spec
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from ...errors import ConfigError, ForewarnError, InputError, UsageError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS, GuardBundle, group_path
 from ..model import GuardModel
-from ..outputs import check_output
+from ..output_files import check_output
 from ..read_summary import IngestSummary
 from ..results import Method
 from ..trust import RETIRED_ALLOW_LIST
@@ -45,7 +45,7 @@ from ._replay_options import (
 if TYPE_CHECKING:
     from ..traces import Run
 
-__all__ = ["learn", "register", "Engine"]
+__all__ = ["Engine"]  # names other modules import through this one
 
 
 def learn(
@@ -437,6 +437,8 @@ def _pac_cell(summary: dict[str, Any]) -> str:
 
 
 def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
+    from ..pac import bounds  # learning's table (scipy): loaded by learning already
+
     d, o, pac = model.dtmc, model.outcome, model.pac  # o: the first property
     worst = pac.worst
     initial_runs = sum(d.initial.values()) or 1
@@ -465,10 +467,9 @@ def _summary(model: GuardModel, output: Path) -> dict[str, Any]:
         "pac_amplification": pac.amplification,
         "pac_runs_factor": pac.runs_factor,
         "pac_tight_satisfied": None if pac.tight is None else pac.tight.satisfied,
-        **_bound_keys("pac_tight", pac.tight),
-        **_bound_keys("pac_empirical", pac.empirical),  # the empirical-Bernstein bound (docs/method.md)
-        **_bound_keys("pac_joint", pac.joint),  # the joint bound (docs/method.md)
-        **_bound_keys("pac_outcome", pac.outcome),  # the outcome bound (docs/method.md; null without the runs)
+        # each registered bound (docs/method.md; guard/pac/registry.py): null keys where it was not computed
+        **{key: value for kind in bounds() for key, value in _bound_keys(f"pac_{kind.name}",
+                                                                          pac.bounds.get(kind.name)).items()},
         "pac_worst": None if worst is None else {
             "state": worst.state, "visits": worst.visits, "required": worst.required,
             "predicates": pac_words(model, worst.state)},

@@ -14,13 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
-from ..outputs import check_output, write_output
+from ..output_files import check_output, write_output
 from ..results import Method
 from ._options import Format, MkdirOption, check_positive_int, check_precision
-
-__all__ = ["llmcheck", "register", "parse_sweep"]
-
-
 
 
 class ExportFormat(str, Enum):

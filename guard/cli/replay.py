@@ -42,8 +42,6 @@ from ._replay_options import (
 )
 from ._replay_output import check_report_paths, print_replay, progress, report_skipped, write_outputs
 
-__all__ = ["register", "replay"]
-
 
 def _in_sample(traces: Sequence[Path], provenance: dict[str, Any]) -> list[str]:
     """Replayed files the model was learned from (same SHA-256): its figures there are in-sample."""

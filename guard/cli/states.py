@@ -13,11 +13,9 @@ from rich.table import Table
 from ...errors import UsageError
 from ..bundle import GuardBundle
 from ..model import GuardModel
-from ..outputs import check_output, write_output
+from ..output_files import check_output, write_output
 from ._model_text import MISMATCH_MARK, fmt, members_of, mismatch_note, state_words
 from ._options import MkdirOption, out, print_json
-
-__all__ = ["states", "export", "register", "StatesFormat", "ExportFormat"]
 
 
 class StatesFormat(str, Enum):

@@ -11,7 +11,7 @@ from rich.table import Table
 from ...errors import InputError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS
 from ..ingest import read_input
-from ..outputs import check_output, write_output
+from ..output_files import check_output, write_output
 from ..read_summary import IngestSummary
 from ..replay import Enforcement
 from ..results import Method
@@ -33,8 +33,6 @@ from ._replay_output import ahead_cell, detection_cells, over, pct, progress, re
 
 if TYPE_CHECKING:
     from ..evaluation.member_tune import MemberTuning, Tally
-
-__all__ = ["headline", "register", "tune"]
 
 
 def tune(

@@ -25,9 +25,6 @@ from ..runtime import Decision, PropertyValue
 from ..spec import Action
 from ._loopback import Answer
 
-__all__ = ["BACKOFF", "Op", "RemoteDecision", "Request", "ServerError", "SessionLike", "SidecarUnreachable",
-           "unreachable"]
-
 T = TypeVar("T")
 Op = Generator["Request", Any, T]
 """An operation: yields requests, is sent each one's answer, returns its result."""

@@ -19,8 +19,6 @@ from urllib.parse import urlencode, urlsplit
 
 import httpx
 
-__all__ = ["Answer", "AsyncLoopbackHTTP", "LoopbackHTTP", "async_loopback", "loopback"]
-
 _HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 _IDLE = 16  # connections kept open (the middleware's threads share one client)
 

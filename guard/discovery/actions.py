@@ -11,8 +11,6 @@ from typing import Any
 
 from ..actions import action_view
 
-__all__ = ["SELECTED", "action_columns"]
-
 SELECTED = ("present", "name", "verb", "object", "words", "tool", "kind", "classes", "args")
 
 

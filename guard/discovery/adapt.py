@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["MIN_EACH", "Plan", "plan_folds"]
-
 MIN_EACH = 2  # runs (and groups) of each outcome held-out scoring needs
 
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["AFTER_RUN_NAMES", "after_run", "named_part"]
-
 # keys that name what a log writes once a run is over: its answer, its grading, its outcome. Matched
 # without case on every key of a meta path below ``meta``.
 AFTER_RUN_NAMES = frozenset({

@@ -16,8 +16,6 @@ from ..spec import Spec, parse_spec
 from ..traces import Run
 from .discover import DiscoveryReport, discover
 
-__all__ = ["DEFAULT_TARGET", "Discovered", "FoldDiscovery", "discover_for_learning", "fold_discovery", "wanted"]
-
 DEFAULT_TARGET = "false-alarms=0.1"  # what `forewarn discover` measures detection at by default
 
 

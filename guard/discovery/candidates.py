@@ -36,8 +36,6 @@ from .columns import _CEL_RESERVED, _IDENT, MISSING, Column, _quote, path_text
 from .texts import is_text, short, text_candidates
 from .valuesets import FACTORS, MIN_VALUES, ValueSets, set_expression
 
-__all__ = ["Candidate", "MAX_VALUES", "generate", "guard_of"]
-
 MAX_VALUES = 12  # frequent values (or list elements) proposed per field
 MAX_CARDINALITY = 200  # values of one field whose outcome association is measured (the most frequent)
 _FEW_NUMBERS = 12  # up to this many distinct numbers: a threshold at each

@@ -23,8 +23,6 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["MAX_DEPTH", "MAX_LIST", "MISSING", "Column", "Skipped", "Table", "build_table"]
-
 MAX_DEPTH = 6  # levels below a root (state.a.b.c.d.e.f)
 MAX_LIST = 64  # elements a list field may hold to offer membership predicates
 MISSING: Any = object()  # no value at this path on this step

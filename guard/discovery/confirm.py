@@ -37,9 +37,6 @@ from dataclasses import dataclass
 from ..evaluation.tune import Target
 from ..replay import RunReplay
 
-__all__ = ["LEVEL", "Configuration", "Figures", "choose", "eligible", "folds_improved", "objective", "paired_z",
-           "required_t"]
-
 LEVEL = 0.05  # one-sided level of the learner's significance test, shared by the configurations tried
 
 

@@ -51,7 +51,7 @@ from .search import Literal_, SearchResult, Step, search
 from .valuesets import ValueSets
 from .write import NewPredicate, insert_action_memory, insert_predicates, memory_slot, unique_name
 
-__all__ = ["Figures", "DiscoveryReport", "discover", "held_out_figures", "unchanged"]
+__all__ = ["Figures"]  # names other modules import through this one
 
 MIN_GAIN = 0.005  # objective gain a predicate must bring (≈ 0.5 % of the Brier score, or 0.5 points of detection)
 PENALTY = 0.25  # λ: weight of the share of held-out steps in rarely visited states

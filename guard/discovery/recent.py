@@ -29,8 +29,6 @@ from ..actions import ActionClass, action_class, action_view
 from .scoring import HeldOut, Score
 from .search import pays_off, required_z
 
-__all__ = ["ActionMemory", "propose_actions"]
-
 DEPTHS = (1, 2)
 
 

@@ -37,8 +37,6 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["PRIOR", "Score", "HeldOut"]
-
 PRIOR = 4.0  # pseudo-visits of the previous estimate in a refined state
 
 

@@ -42,8 +42,6 @@ from .._cel_fields import _mask, without_comments
 from .candidates import Candidate
 from .scoring import HeldOut, Score
 
-__all__ = ["LEVEL", "Literal_", "Offer", "Step", "SearchResult", "pays_off", "required_z", "search"]
-
 SHORTLIST = 32  # global candidates scored held-out per round
 PREFILTER_STEPS = 40_000  # steps the in-sample ranking reads (a fixed random sample beyond that)
 LOCAL_STATES = 8  # states offered a local split per round

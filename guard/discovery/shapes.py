@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ACTION_ON_ARTEFACT", "ACTION_VERBS", "ADDRESSED_ACTION", "ADDRESSEES", "ARTEFACTS", "SHAPES",
-           "compiled_shapes"]
-
 # words that name an automated reader (the agent), as a text addresses it
 ADDRESSEES = r"\b(?:AI|LLM|[Aa]ssistants?|[Aa]gents?|[Mm]odels?|[Bb]ots?|[Cc]hatbots?|[Aa]utomated)\b"
 # verbs of what an agent's tools do to the world (send, pay, delete, change, publish, run, grant), any case

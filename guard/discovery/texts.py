@@ -39,9 +39,6 @@ from .columns import Column, _quote, path_text
 from .shapes import compiled_shapes
 from .valuesets import MIN_GROUPS, wilson_lower
 
-__all__ = ["CUES", "MAX_EQUAL_WORDS", "MAX_PHRASE_WORDS", "TEXT_WORDS", "cue_forms", "is_text", "phrases_of",
-           "short", "text_candidates"]
-
 TEXT_WORDS = 4.0  # mean words per value from which a string field is read as text
 MAX_EQUAL_WORDS = 3  # equality is proposed with values of at most this many words
 MAX_PHRASE_WORDS = 3

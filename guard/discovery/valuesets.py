@@ -36,8 +36,6 @@ from numpy.typing import NDArray
 
 from .columns import Column, _quote, path_text
 
-__all__ = ["FACTORS", "MAX_SET", "MIN_GROUPS", "MIN_VALUES", "ValueSets", "set_expression", "wilson_lower"]
-
 FACTORS = (1.25, 1.5, 2.0, 3.0)  # how much more often a value's groups must hold a violating run (lower bound)
 MAX_SET = 48  # values a set may hold (the most telling)
 MIN_GROUPS = 2  # groups of runs a value must be seen in

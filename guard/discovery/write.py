@@ -16,8 +16,6 @@ import yaml
 from ...errors import InputError
 from ..spec import RESERVED_NAMES
 
-__all__ = ["NewPredicate", "insert_action_memory", "insert_predicates", "memory_slot", "unique_name"]
-
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

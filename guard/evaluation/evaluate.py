@@ -16,6 +16,7 @@ from ...errors import InputError
 from ..bundle import DEFAULT_MIN_GROUP_RUNS, group_path, group_value, learn_bundle_from_runs
 from ..bundle_guard import BundleGuard
 from ..constant_predicates import ConstantPredicate, constant_in_traced
+from ..pac import bounds
 from ..pipeline import learn_model_from_runs
 from ..predicates import PredicateSet, PythonPredicate
 from ..replay import (
@@ -254,16 +255,8 @@ def fold_result(index: int, model: Any, replays: list[RunReplay], train: list[Ru
              "worst": None if worst is None else {"state": worst.state, "visits": worst.visits,
                                                   "required": worst.required},
              "runs_factor": pac.runs_factor,  # the paper's bound as a multiple of the training runs
-             "tight": None if pac.tight is None else {  # the tighter per-state bound (guard/pac/tight.py)
-                 "satisfied": pac.tight.satisfied,
-                 "worst_bound": pac.tight.worst_bound if math.isfinite(pac.tight.worst_bound) else None,
-                 "runs_factor": pac.tight.runs_factor, "limiting": pac.tight.limiting,
-                 "initial_satisfied": pac.tight.initial_satisfied,
-                 "initial_bound": pac.tight.initial_bound if math.isfinite(pac.tight.initial_bound) else None,
-                 "initial_runs_factor": pac.tight.initial_runs_factor},
-             "empirical": _bound_summary(pac.empirical),  # the empirical-Bernstein bound
-             "joint": _bound_summary(pac.joint),  # the joint bound (None past JOINT_STATES transient states)
-             "outcome": _bound_summary(pac.outcome)},  # the outcome bound (None when learned without the runs)
+             # each registered bound (guard/pac/registry.py), None where not computed
+             **{kind.name: _bound_summary(pac.bounds.get(kind.name)) for kind in bounds()}},
         report=report)
 
 

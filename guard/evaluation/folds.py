@@ -18,8 +18,6 @@ import orjson
 from ...errors import InputError, UsageError
 from ..traces import Run
 
-__all__ = ["group_of", "group_units", "split_folds"]
-
 
 def group_of(run: Run, key: str | None) -> str:
     """The run's group: the value at a dotted path (``meta.task``, ``id``), or its id when ``key`` is None.

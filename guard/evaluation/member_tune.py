@@ -30,8 +30,6 @@ from ..spec import Action, Spec, Thresholds
 from .evaluate import EvaluationReport
 from .tune import Choice, Target, tune
 
-__all__ = ["MemberTuning", "Tally", "tally", "tune_members", "write_member_thresholds"]
-
 
 @dataclass(frozen=True)
 class MemberTuning:

@@ -21,7 +21,7 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("report", "drawing a report (--report, --plots)", exc) from None
 
-from ..outputs import write_output
+from ..output_files import write_output
 from ..replay import Enforcement, ReplayReport, RunReplay, rate_curve
 from .baselines import EMPIRICAL, LABELS, ONE_CHANGE
 

@@ -10,8 +10,6 @@ import orjson
 
 from ...errors import TraceError
 
-__all__ = ["Record", "records", "first_record", "kind_of"]
-
 
 @dataclass(frozen=True)
 class Record:

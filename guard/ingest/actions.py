@@ -36,9 +36,6 @@ from ..traces import Run
 from ._documents import Record, kind_of, records
 from .formats import LogFormat, Reading, not_an_object
 
-__all__ = ["ActionWorld", "Replay", "OnMismatch", "OnRewrite", "read_actions", "parse_actions", "use_world",
-           "default_world", "check_on_mismatch", "FORMAT"]
-
 OnMismatch = Literal["error", "simulator"]
 OnRewrite = Callable[[str, str], None]
 

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from ..toolcalls.transcript import ToolStep, Transcript
     from .formats import Reading
 
-__all__ = ["Call", "AgentLog", "Extractor", "resolve_extractor", "to_run", "agent_runs"]
-
 Extractor = Callable[["Transcript"], Mapping[str, Any]]
 
 

@@ -43,8 +43,6 @@ from .agents import AgentLog, to_run
 from .formats import Defaults, LogFormat, Reading, not_an_object
 from .langchain_log import household_run, parse_intermediate_steps
 
-__all__ = ["FORMAT", "TASK_FIELDS", "TEXT_LIMIT", "LIST_LIMIT", "DEPTH_LIMIT", "bounded", "kept_fields"]
-
 TASK_FIELDS = ("instruction", "scene_name", "final_state", "step")  # in every AgentSpec record's input
 TEXT_LIMIT = 500   # characters of a kept text: an AI2-THOR stack trace's first lines, a grader's verdict
 LIST_LIMIT = 50    # items of a kept list (reference steps run to about 20)

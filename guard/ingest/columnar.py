@@ -23,8 +23,6 @@ from ..traces import Run
 from ._documents import Record, kind_of, records
 from .formats import LogFormat, Reading, not_an_object
 
-__all__ = ["read_columnar", "parse_columnar", "FORMAT"]
-
 _RESERVED = ("id", "meta")
 
 

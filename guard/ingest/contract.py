@@ -9,8 +9,6 @@ from typing import Any
 from ..traces import Run, read_runs
 from .formats import LogFormat, Reading, not_an_object
 
-__all__ = ["FORMAT"]
-
 
 def why_not(record: Any) -> str | None:
     return not_an_object(record) or (None if "steps" in record else "no 'steps'")

@@ -32,9 +32,6 @@ from .agents import Extractor, resolve_extractor
 if TYPE_CHECKING:  # the format modules import this one: the action log's types are read lazily
     from .actions import ActionWorld, OnMismatch
 
-__all__ = ["LogFormat", "Defaults", "Reading", "register", "unregister", "get_format", "formats", "format_names",
-           "not_an_object", "AUTO"]
-
 AUTO = "auto"  # not a format: per file, the first registered format that fits
 
 

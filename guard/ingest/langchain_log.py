@@ -32,9 +32,6 @@ from .actions import ActionWorld, check_on_mismatch, parse_actions
 from .agents import AgentLog, Call, agent_runs
 from .formats import LogFormat, Reading, not_an_object
 
-__all__ = ["parse_intermediate_steps", "is_langchain_log", "as_action_log", "read_logs", "household_runs",
-           "household_run", "FORMAT"]
-
 _RESULT_KEYS = ("message", "output", "result", "observation", "content", "error")
 
 

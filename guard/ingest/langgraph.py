@@ -37,8 +37,6 @@ from ._documents import Record, kind_of, records
 from .agents import AgentLog, agent_runs
 from .formats import LogFormat, Reading, not_an_object
 
-__all__ = ["read_langgraph_logs", "is_langgraph", "is_update_chunk", "FORMAT"]
-
 _WRAPPERS = ("chunks", "stream")
 _TYPES = {"human": "human", "user": "human", "ai": "ai", "assistant": "ai", "tool": "tool", "system": "system",
           "function": "tool", "developer": "system", "AIMessageChunk": "ai"}

@@ -36,8 +36,6 @@ from ._documents import Record, kind_of, records
 from .agents import AgentLog, Call, agent_runs
 from .formats import LogFormat, Reading, not_an_object
 
-__all__ = ["read_otel_logs", "is_otlp", "FORMAT"]
-
 _ARGS = ("gen_ai.tool.call.arguments", "gen_ai.tool.arguments", "input.value", "tool.parameters")
 _RESULT = ("gen_ai.tool.call.result", "gen_ai.tool.result", "output.value")
 _ERROR_CODES = (2, "2", "STATUS_CODE_ERROR", "ERROR")

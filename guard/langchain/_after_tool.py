@@ -33,8 +33,6 @@ from ._remote import MirroredSession
 from .review import Review
 from .runs import GuardedRun, Intervention
 
-__all__ = ["ToolResult", "aafter_tool", "after_tool", "stopped_after_tool"]
-
 ToolResult = ToolMessage | Command[Any]
 
 

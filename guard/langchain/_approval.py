@@ -36,8 +36,6 @@ from ._remote import MirroredSession, propose_allowed, review_on_sidecar
 from .review import Review, ReviewType, check_edit, parse_review, review_payload
 from .runs import GuardedRun, Intervention, Verdict
 
-__all__ = ["ask", "review_call", "unless_forewarn_asks"]
-
 
 def review_call(judge: Judge, run: GuardedRun, request: ToolCallRequest,
                 verdict: Verdict) -> tuple[ToolCallRequest, Review] | ToolMessage:

@@ -21,8 +21,7 @@ if TYPE_CHECKING:
     from ..model import GuardModel
     from ..policy import Policy
 
-__all__ = ["describe_call", "consequence", "held_back", "stopped_before", "approval_request", "context_words", "after_call",
-           "rule_at_stake"]
+__all__ = ["describe_call"]  # names other modules import through this one
 
 
 class Explained(Protocol):

@@ -25,8 +25,6 @@ from .runs import GuardedRun
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
 
-__all__ = ["ADecide", "Decide", "Extract", "Judge", "JudgeCall", "TryExtract"]
-
 
 class Decide(Protocol):
     def __call__(self, session: Session, transcript: Transcript, step: ToolStep, *, commit: bool) -> Decision:

@@ -28,8 +28,6 @@ from ._judge import Judge
 from ._messages import forewarn_data, last_request, mark
 from .runs import GuardedRun, Intervention, Outcome, Verdict
 
-__all__ = ["Turn", "not_run", "recheck", "reflections", "unknown_note"]
-
 
 class Turn:
     """The look-ahead over the tool calls of one model turn."""

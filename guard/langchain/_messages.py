@@ -23,10 +23,6 @@ except ModuleNotFoundError as exc:
 
 from ..toolcalls.transcript import CallStatus, ToolStep, Transcript
 
-__all__ = ["REVIEWED", "SOURCE", "TranscriptCache", "last_request",
-           "message_text", "value_text", "mark", "forewarn_data", "transcript_from_messages",
-           "user_texts"]
-
 SOURCE = "forewarn"
 REVIEWED: ContextVar[str | None] = ContextVar("forewarn_reviewed", default=None)
 """While a call a human approved (or edited) runs: its tool call id. The middleware sets it around the

@@ -20,8 +20,6 @@ from . import _explain as explain
 from ._remote import RemoteGuard
 from .review import REVIEW_TYPES, ReviewType
 
-__all__ = ["Extractor", "Settings", "check_approvals", "check_extractor", "check_settings"]
-
 Extractor = Callable[[Transcript], Mapping[str, Any]]
 """A state extractor: what the agent did so far → the concrete state the spec reads."""
 

@@ -41,8 +41,6 @@ from ..policy import Policy
 from ..runtime import Decision, Guard, Session
 from .review import Review, ReviewType
 
-__all__ = ["RemoteGuard", "MirroredSession", "propose_allowed", "remote_guard", "review_on_sidecar"]
-
 log = logging.getLogger("forewarn.langchain")
 _CREATING = ThreadPoolExecutor(max_workers=4, thread_name_prefix="forewarn-sessions")
 

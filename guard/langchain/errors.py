@@ -10,8 +10,6 @@ from typing import Any
 from ...errors import ForewarnWarning
 from ..runtime import Decision
 
-__all__ = ["GuardIntervention", "RunStopped", "ApprovalRequired", "UnknownToolWarning"]
-
 
 class GuardIntervention(RuntimeError):
     """The guard stepped in before a tool call ran.

@@ -38,8 +38,6 @@ from ..toolcalls.extractor import ToolStateExtractor
 from ..toolcalls.transcript import CallStatus, ExtractionError, ToolStep, Transcript
 from ._messages import REVIEWED, message_text, value_text
 
-__all__ = ["TraceRecorder"]
-
 Extractor = Callable[[Transcript], Mapping[str, Any]]
 _MAX_THREADS = 1024
 

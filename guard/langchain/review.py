@@ -16,8 +16,6 @@ from typing import Any, Literal
 from ...errors import InputError
 from ..runtime import Decision
 
-__all__ = ["ReviewType", "Review", "ReviewError", "review_payload", "parse_review", "check_edit"]
-
 ReviewType = Literal["approve", "edit", "reject"]
 REVIEW_TYPES: tuple[ReviewType, ...] = ("approve", "edit", "reject")
 

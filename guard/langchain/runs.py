@@ -26,8 +26,6 @@ from ..spec import Action
 from ..toolcalls.transcript import ToolStep, Transcript
 from ._messages import TranscriptCache
 
-__all__ = ["GuardedRun", "Intervention", "Outcome", "RunBook", "run_metadata", "user_metadata"]
-
 Outcome = Literal["held back", "approved", "edited", "rejected", "stopped", "alerted"]
 
 

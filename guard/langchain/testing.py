@@ -30,8 +30,6 @@ try:
 except ModuleNotFoundError as exc:
     raise extra_error("langchain", "forewarn.guard.langchain.testing", exc) from None
 
-__all__ = ["ScriptedChatModel", "tool_calls", "Reply"]
-
 Reply = AIMessage | str | Callable[[list[BaseMessage]], "AIMessage | str"]
 
 

@@ -40,8 +40,6 @@ from . import _explain as explain
 from ._messages import value_text
 from .errors import ApprovalRequired, RunStopped
 
-__all__ = ["Approver", "ToolGuard", "GuardedTool", "guard_tool"]
-
 Extractor = Callable[[Transcript], Mapping[str, Any]]
 Approver = Callable[[str, Any, Decision], "bool | Mapping[str, Any]"]
 """Asked on ``ask_human``: ``(tool, args, decision)`` → True (run it), False (do not) or

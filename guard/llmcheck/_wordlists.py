@@ -2,8 +2,6 @@
 files, so they install with the package however it is built)."""
 from __future__ import annotations
 
-__all__ = ["MALE_WORDS", "FEMALE_WORDS", "DESTRUCTIVE_PATTERNS"]
-
 # Gendered words in the spirit of the word lists used for gender-bias probes of language
 # models (pronouns, family and social roles, titles); lower case, matched as whole words.
 MALE_WORDS: frozenset[str] = frozenset("""

@@ -12,8 +12,6 @@ from fractions import Fraction
 from .errors import LLMCheckError
 from .sources.base import Token
 
-__all__ = ["StateKind", "ExploreSettings", "Budget", "State", "ExploreStats", "ExploredModel"]
-
 
 class StateKind(str, Enum):
     """What became of a state."""

@@ -30,8 +30,6 @@ from .chain import Budget, ExploredModel, ExploreSettings, ExploreStats, State, 
 from .errors import LLMCheckError
 from .sources.base import Candidate, Token, TokenDistribution, TokenSource
 
-__all__ = ["top_alpha_k", "token_key", "rank_key", "may_hide_ties", "DistributionCache", "explore"]
-
 REPLACEMENT = "\ufffd"  # what decoding makes of an incomplete multi-byte character
 
 

@@ -20,8 +20,6 @@ from .pipeline import LLMCheckReport, check_llm, resolve_quantifications
 from .quantify import Quantification
 from .sources.base import TokenSource
 
-__all__ = ["LLMCheckGuard"]
-
 
 class LLMCheckGuard:
     """Decides on an agent's prompt from the probability that the model's next text is unsafe.

@@ -15,8 +15,6 @@ from .quantify import Quantification, available_quantifications, parse_quantific
 from .query import Query, parse_query
 from .sources.base import TokenSource
 
-__all__ = ["Outcome", "LLMCheckReport", "check_llm", "SweepRow", "sweep", "resolve_quantifications"]
-
 
 @dataclass(frozen=True)
 class Outcome:

@@ -19,15 +19,6 @@ from .._extras import MissingExtra, require
 from ._wordlists import DESTRUCTIVE_PATTERNS, FEMALE_WORDS, MALE_WORDS
 from .errors import QuantificationError
 
-__all__ = [
-    "Quantification",
-    "QuantificationFactory",
-    "register_quantification",
-    "available_quantifications",
-    "make_quantification",
-    "parse_quantifications",
-]
-
 QuantificationFactory = Callable[[str | None], Callable[[str], int]]
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _WORDS = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")

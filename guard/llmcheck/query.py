@@ -16,8 +16,6 @@ from dataclasses import dataclass
 
 from .errors import QueryError
 
-__all__ = ["Comparison", "Query", "parse_query", "RESERVED_LABELS"]
-
 RESERVED_LABELS = ("init", "leaf", "ended", "cut", "terminal")
 _OPS: dict[str, tuple[str, Callable[[int, int], bool]]] = {
     ">=": ("ge", operator.ge), "<=": ("le", operator.le), "!=": ("ne", operator.ne),

@@ -13,8 +13,6 @@ from rich.table import Table
 
 from .pipeline import LLMCheckReport, Outcome, SweepRow
 
-__all__ = ["print_json", "render_report", "render_sweep"]
-
 
 def print_json(value: Any) -> None:
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")

@@ -16,10 +16,7 @@ from .._version import __version__
 from ._lines import escape_breaks, plain
 from .calls import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE, shown
 
-__all__ = ["MAX_CALLS", "JUDGED", "Sink", "plain", "rewritten", "unwritable", "batch_problem",
-           "Pending", "Turn", "drained", "parse_problem", "invalid", "legal_id", "taken", "too_many", "error_frame",
-           "result_frame", "text_item", "text_of", "as_proxy", "raise_error", "elicit_result", "tool_arguments",
-           "declared"]
+__all__ = ["plain"]  # names other modules import through this one
 
 
 MAX_CALLS = 256  # tools/call requests of one session under way at once, in either lean relay

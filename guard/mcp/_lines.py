@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import codecs
 
-__all__ = ["plain", "escape_breaks", "CODEC"]
-
 CODEC = "forewarn-json-lines"
 # (in UTF-8 these bytes never occur inside another character: a lead byte starts each)
 _ESCAPES = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))

@@ -27,8 +27,6 @@ from mcp.shared.exceptions import MCPError
 from ..client import ServerError
 from .judge import Verdict, approval_text
 
-__all__ = ["Approval", "Elicit", "ask_human", "elicit_of", "APPROVAL_SCHEMA"]
-
 Elicit = Callable[[str], Awaitable[types.ElicitResult]]
 """Sends the client one form elicitation (the question; the form is :data:`APPROVAL_SCHEMA`) and returns
 its answer; raises ``MCPError`` when the client answers with an error."""

@@ -51,8 +51,6 @@ from .. import store_schema
 from ..runtime import Decision, StepRecord
 from ..store_writer import GroupWriter
 
-__all__ = ["AuditStore", "SCHEMA_VERSION"]
-
 log = logging.getLogger("forewarn.mcp")
 
 SCHEMA_VERSION = store_schema.SCHEMA_VERSION  # a file with another version is refused

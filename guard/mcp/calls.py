@@ -40,9 +40,6 @@ from .judge import DecisionHook, GuardedSession, Verdict, held_back_text, judge
 from .recording import SessionLog, TraceWriter
 from .stops import RESET_TOOL, refusal_text, refuses, reset, stop_text
 
-__all__ = ["CallJudge", "Forward", "Judged", "unknown_tool", "tool_name", "shown", "SESSION_STOPPED",
-           "ran_step", "failed_step", "ARGUMENTS_TOO_LARGE", "GUARD_UNREACHABLE", "SERVER_NAME", "SERVER_TITLE", "INSTRUCTIONS"]
-
 log = logging.getLogger("forewarn.mcp")
 
 SESSION_STOPPED = -32020

@@ -51,8 +51,6 @@ from ..toolcalls.kinds import ARGUMENT_NAMES, ToolKind
 from .descriptions import DescriptionPolicy
 from .redact import RedactPolicy
 
-__all__ = ["ProxyConfig", "UpstreamSpec", "load_config", "resource_tool", "prompt_tool"]
-
 
 def resource_tool(uri: str) -> str:
     """The tool a ``resources/read`` of ``uri`` is judged and recorded as (its arguments: ``{"uri": uri}``)."""

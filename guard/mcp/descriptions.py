@@ -21,9 +21,6 @@ from typing import Any
 
 from ...errors import ConfigError
 
-__all__ = ["Finding", "DescriptionPolicy", "Inspection", "scan_tool", "inspect_tools_list", "KINDS", "ACTIONS",
-           "strings_of"]
-
 # the kinds of finding, each with its default action
 KINDS: dict[str, str] = {
     "hidden_instruction": "hide",   # text that instructs the model ("ignore previous instructions", <IMPORTANT>)

@@ -25,8 +25,6 @@ from .pinning import Pins
 from .redact import Redaction, redact_read, redact_result
 from .stops import RESET_TOOL, reset_tool
 
-__all__ = ["ToolGate", "TOOLS_REFUSED"]
-
 log = logging.getLogger("forewarn.mcp")
 
 TOOLS_REFUSED = -32023  # a tools/list answer refused: a finding whose action is "refuse" (descriptions:)

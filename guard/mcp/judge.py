@@ -20,8 +20,6 @@ from ..toolcalls.extractor import ToolStateExtractor
 from ..toolcalls.transcript import CallStatus, ToolStep, Transcript, describe_call
 from .recording import SessionLog
 
-__all__ = ["DecisionHook", "GuardedSession", "Verdict", "judge", "held_back_text", "stopped_text", "approval_text"]
-
 
 @dataclass(frozen=True, slots=True)
 class Verdict:

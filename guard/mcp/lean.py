@@ -24,8 +24,6 @@ from .calls import CallJudge, Forward, Judged, failed_step, ran_step, unknown_to
 from .judge import GuardedSession
 from .stops import RESET_TOOL
 
-__all__ = ["Relayed", "lean_call", "tools_listed", "judge_now", "answered_now", "Answered", "failure_frame", "error_text"]
-
 log = logging.getLogger("forewarn.mcp")
 
 

@@ -17,8 +17,6 @@ from typing import Any
 
 from .._extras import require
 
-__all__ = ["KINDS", "find", "preload"]
-
 # a kind as ``redact:`` names it → Presidio's entity and the recognizer that finds it (in Presidio's package)
 KINDS: dict[str, tuple[str, str]] = {
     "email": ("EMAIL_ADDRESS", "EmailRecognizer"),

@@ -17,8 +17,6 @@ import orjson
 
 from .descriptions import Finding
 
-__all__ = ["PinStore", "Pins", "tool_hash", "server_key"]
-
 _PINNED = ("name", "title", "description", "inputSchema", "annotations")
 
 

@@ -58,7 +58,7 @@ from .reads import params_of, read_text, settle_read, step_of
 from .stops import RESET_TOOL, reset_tool
 from .upstream import Upstream
 
-__all__ = ["GuardedProxy", "SESSION_STOPPED", "ARGUMENTS_TOO_LARGE"]
+__all__ = ["SESSION_STOPPED", "ARGUMENTS_TOO_LARGE"]  # names other modules import through this one
 
 log = logging.getLogger("forewarn.mcp")
 _Read = TypeVar("_Read", types.ReadResourceResult, types.GetPromptResult)

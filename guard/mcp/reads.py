@@ -27,8 +27,6 @@ from .gate import result_frame
 from .judge import GuardedSession
 from .lean import Relayed, error_text, failure_frame
 
-__all__ = ["HELD_BACK", "READS", "step_of", "params_of", "settle_read", "read_text", "lean_read"]
-
 HELD_BACK = -32012  # a resources/read or prompts/get the guard held back, or a human refused: it did not run
 READS = frozenset({"resources/read", "prompts/get"})
 _RESOURCE, _PROMPT = resource_tool(""), prompt_tool("")

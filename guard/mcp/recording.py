@@ -19,8 +19,6 @@ import orjson
 
 from ...errors import ConfigError
 
-__all__ = ["SessionLog", "TraceWriter"]
-
 
 class SessionLog:
     """The steps of one session, as they will be written."""

@@ -24,8 +24,6 @@ from typing import Any
 from ...errors import ConfigError
 from . import pii
 
-__all__ = ["RedactPolicy", "Redaction", "redact_result", "redact_read", "redact_text", "PATTERNS"]
-
 # kind → pattern (the whole match is replaced)
 PATTERNS: dict[str, re.Pattern[str]] = {
     "private_key": re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)"),

@@ -17,8 +17,6 @@ from .proxy import GuardedProxy
 from .stdio._transport import parse_error, pipe_stdio, pipes_available, stdio_pipes
 from .stdio.relay import LeanRelay, lean_relay_fits
 
-__all__ = ["serve_stdio", "serve_http", "in_process"]
-
 
 async def serve_stdio(proxy: GuardedProxy, *, relay: str = "auto") -> None:
     """Serve one client on this process's standard input and output until it closes them (pipes, as hosts

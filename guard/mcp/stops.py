@@ -26,8 +26,6 @@ from ..toolcalls.kinds import ToolKind
 from .approval import Approval, Elicit, ask_human
 from .judge import GuardedSession, Verdict, stopped_text
 
-__all__ = ["RESET_TOOL", "AFTER_STOP", "reset_tool", "refuses", "refusal_text", "stop_text", "reset"]
-
 RESET_TOOL = "forewarn_reset"
 AFTER_STOP = ("all", "kinds", "session")
 

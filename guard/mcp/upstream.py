@@ -24,8 +24,6 @@ from mcp.shared.exceptions import MCPError
 from ._lines import CODEC
 from .config import UpstreamSpec
 
-__all__ = ["Upstream", "UPSTREAM_DOWN", "UPSTREAM_TIMEOUT"]
-
 log = logging.getLogger("forewarn.mcp")
 
 # JSON-RPC server-error codes (the -32000..-32099 range is the implementation's)

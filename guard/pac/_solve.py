@@ -13,9 +13,6 @@ import scipy.sparse.linalg as spla
 
 from ..learning import LearnedDTMC
 
-__all__ = ["bernstein", "finite", "growth", "jump_chain", "limiting_states", "narrow", "smallest_scale",
-           "smoothing_shift", "solve_nonnegative", "system_of", "variance_bound"]
-
 
 def smoothing_shift(dtmc: LearnedDTMC) -> np.ndarray:
     """Per state, ½‖P̂_i − p̃_i‖₁: how far smoothing moved the row from the empirical one (0 unobserved)."""

@@ -16,8 +16,6 @@ import scipy.sparse as sp
 from ..chain import LearnedDTMC, visits
 from ._solve import solve_nonnegative
 
-__all__ = ["DENSE_STATES", "chain_spread"]
-
 DENSE_STATES = 2000  # up to this many transient states the fundamental matrix is inverted whole
 
 

@@ -18,10 +18,8 @@ from ._solve import (
     system_of,
     variance_bound,
 )
+from .registry import BoundInputs, PACBound
 from .tight import bound_report
-
-__all__ = ["EMPIRICAL_SHARE", "empirical_bound"]
-
 
 EMPIRICAL_SHARE = 0.8
 """The share of δ the empirical-Bernstein bound gives its mean deviations; the rest bounds the variances."""
@@ -107,3 +105,9 @@ def empirical_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting
     return bound_report(jump, transient, departures, system, learned, bound, radius, None, epsilon=epsilon,
                          log_term=log_mean, limiting=limiting, rounds=rounds, factors=factors)
 
+
+def _compute(inputs: BoundInputs) -> TightPAC:
+    return empirical_bound(inputs.dtmc, epsilon=inputs.epsilon, delta=inputs.delta)
+
+
+BOUND = PACBound("empirical", "empirical-bernstein", "empirical-Bernstein", _compute)

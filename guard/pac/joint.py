@@ -39,11 +39,12 @@ import scipy.sparse as sp
 from scipy.special import betaincinv
 
 from ..learning import LearnedDTMC
-from ..results import JOINT_STATES, TightPAC, TightStatePAC
+from ..results import JOINT_STATES, PACReport, TightPAC, TightStatePAC
 from ._solve import jump_chain, smallest_scale, smoothing_shift, start_weights, system_of, variance_bound
+from .registry import BoundInputs, PACBound, older_file
 from .tight import bound_report
 
-__all__ = ["JOINT_SHARE", "JOINT_STATES", "joint_bound", "upper_fundamental"]
+__all__ = ["JOINT_STATES"]  # names other modules import through this one
 
 JOINT_SHARE = 0.9
 """The share of δ the joint bound gives the states' Bernstein bounds; the rest bounds the transitions."""
@@ -352,3 +353,17 @@ def joint_bound(dtmc: LearnedDTMC, *, epsilon: float, delta: float, limiting: in
                smallest_scale(lambda k: start(k) <= epsilon) if runs else None)
     return bound_report(jump, transient, departures, system, learned, bound, radius, None, epsilon=epsilon,
                         log_term=log_start, limiting=limiting, rounds=rounds, factors=factors)
+
+
+def _compute(inputs: BoundInputs) -> TightPAC | None:
+    return joint_bound(inputs.dtmc, epsilon=inputs.epsilon, delta=inputs.delta)
+
+
+def _absent(pac: PACReport) -> str:
+    """Past JOINT_STATES transient states the bound is not computed; below, the file predates it."""
+    if len(pac.states) > JOINT_STATES:
+        return f"not computed past {JOINT_STATES:,} transient states."
+    return older_file(pac)
+
+
+BOUND = PACBound("joint", "joint-bernstein", "joint", _compute, absent=_absent)

@@ -45,8 +45,7 @@ from ..learning import LearnedDTMC
 from ..results import TightPAC, TightStatePAC
 from ._solve import smallest_scale, solve_nonnegative, start_weights, system_of
 from ._spread import chain_spread
-
-__all__ = ["outcome_bound", "outcome_widths"]
+from .registry import BoundInputs, PACBound
 
 
 def outcome_widths(learned: np.ndarray, reached: np.ndarray, visited: np.ndarray, level: float) -> np.ndarray:
@@ -134,3 +133,14 @@ def _full(dtmc: LearnedDTMC, transient: np.ndarray, learned: np.ndarray) -> np.n
     out = dtmc.unsafe.astype(float)
     out[transient] = learned
     return out
+
+
+def _compute(inputs: BoundInputs) -> TightPAC | None:
+    if inputs.first_visits is None:
+        return None  # learned from counts: the runs' outcomes are not known
+    return outcome_bound(inputs.dtmc, inputs.first_visits, epsilon=inputs.epsilon, delta=inputs.delta)
+
+
+BOUND = PACBound("outcome", "first-visit-clopper-pearson", "outcome", _compute, guaranteed=True,
+                 note="from what the runs visiting each state went on to do",
+                 absent=lambda pac: "not computed (it needs the runs, not only their counts).")

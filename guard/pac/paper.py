@@ -1,4 +1,4 @@
-"""The paper's sample-size bound, and the PAC report that carries it beside the three others.
+"""The paper's sample-size bound, and the PAC report that carries it beside the registered bounds.
 
 **The paper's bound** (Pro2Guard Algorithm 1 line 11; Bazille et al., CAV 2020). For a
 state p with n_p observed departures, the learned chain is (ε, δ)-PAC-correct once, for
@@ -20,12 +20,7 @@ import numpy as np
 from ..learning import LearnedDTMC
 from ..results import PACReport, StatePAC
 from ._solve import solve_nonnegative, system_of
-from .empirical import empirical_bound
-from .joint import joint_bound
-from .outcome import outcome_bound
-from .tight import tight_bound
-
-__all__ = ["amplification_factor", "pac_report"]
+from .registry import BoundInputs, compute_bounds
 
 
 def amplification_factor(dtmc: LearnedDTMC) -> float:
@@ -47,8 +42,9 @@ def amplification_factor(dtmc: LearnedDTMC) -> float:
 
 def pac_report(dtmc: LearnedDTMC, *, epsilon: float, delta: float,
                first_visits: tuple[np.ndarray, np.ndarray] | None = None) -> PACReport:
-    """Visits per state against the visits an (ε, δ) guarantee needs; with ``first_visits`` (per state of
-    ``dtmc``, the runs that visited it and those that then reached ``unsafe``), the outcome bound too."""
+    """Visits per state against the visits an (ε, δ) guarantee needs, and every registered bound
+    (guard/pac/registry.py); with ``first_visits`` (per state of ``dtmc``, the runs that visited it and those
+    that then reached ``unsafe``), those that need the runs too (the outcome bound)."""
     n_states = dtmc.size
     delta_prime = delta / n_states
     amplification = amplification_factor(dtmc)
@@ -73,9 +69,4 @@ def pac_report(dtmc: LearnedDTMC, *, epsilon: float, delta: float,
         out.append(StatePAC(state=i, visits=visits, required=required, satisfied=satisfied))
     return PACReport(epsilon=epsilon, delta=delta, delta_per_state=delta_prime,
                      amplification=amplification, states=out,
-                     tight=tight_bound(dtmc, epsilon=epsilon, delta_per_state=delta_prime),
-                     empirical=empirical_bound(dtmc, epsilon=epsilon, delta=delta),
-                     joint=joint_bound(dtmc, epsilon=epsilon, delta=delta),
-                     outcome=None if first_visits is None else outcome_bound(dtmc, first_visits, epsilon=epsilon,
-                                                                                delta=delta))
-
+                     bounds=compute_bounds(BoundInputs(dtmc, epsilon, delta, delta_prime, first_visits)))

@@ -58,8 +58,7 @@ from ._solve import (
     system_of,
     variance_bound,
 )
-
-__all__ = ["bound_report", "tight_bound"]
+from .registry import BoundInputs, PACBound
 
 
 def tight_bound(dtmc: LearnedDTMC, *, epsilon: float, delta_per_state: float, limiting: int = 5,
@@ -170,3 +169,10 @@ def _projection(system: sp.csr_matrix, seen: np.ndarray, n: np.ndarray, hoeffdin
     c = np.where(use_b, c_b, 0.0) + shift * (n + k_alpha) / n
     big_a, big_c = solve_nonnegative(system, a), solve_nonnegative(system, c)
     return None if big_a is None or big_c is None else (big_a, big_c)
+
+
+def _compute(inputs: BoundInputs) -> TightPAC:
+    return tight_bound(inputs.dtmc, epsilon=inputs.epsilon, delta_per_state=inputs.delta_per_state)
+
+
+BOUND = PACBound("tight", "hoeffding-bernstein", "tighter", _compute)

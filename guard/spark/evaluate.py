@@ -46,8 +46,6 @@ if TYPE_CHECKING:
     from ..evaluation.evaluate import EvaluationReport
     from ..replay import Enforcement
 
-__all__ = ["evaluate_spark"]
-
 
 def evaluate_spark(source: DataFrame | Sequence[str], spec: Spec, thetas: Sequence[float], *, folds: int = 5,
                    group_by: str | None = None, seed: int = 0, method: Method = Method.SOUND,

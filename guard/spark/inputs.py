@@ -19,8 +19,6 @@ from ..trace_files import is_skipped, kind_of
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["SparkInput", "list_inputs"]
-
 
 @dataclass(frozen=True)
 class SparkInput:

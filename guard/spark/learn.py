@@ -44,8 +44,6 @@ if TYPE_CHECKING:
     from ..model import GuardModel
     from ..read_summary import IngestSummary
 
-__all__ = ["learn_model_spark", "learn_bundle_spark", "count_transitions_spark"]
-
 _WITHOUT, _KEY_SEEN = -2, -3  # record tags: runs without the --group-by key, and the meta keys they had
 _PATH = -4  # record tag: a distinct counted run, for the learning levers that need the runs (guard/pipeline.py)
 

@@ -28,8 +28,6 @@ from .inputs import list_inputs
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["map_runs", "Place", "Process", "ERROR", "place_error", "errors_in_order"]
-
 ERROR = -1  # the key tag of an error record: (ERROR, place); keys are int-tagged so they hash alike everywhere
 
 Place = tuple[int, int]  # (file in the order given — or DataFrame partition —, line or row from 1)

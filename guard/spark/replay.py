@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     from ..bundle_guard import BundleGuard
     from ..runtime import Guard
 
-__all__ = ["replay_spark"]
-
 
 def replay_spark(source: DataFrame | Sequence[str], guard: Guard | BundleGuard, thetas: Sequence[float], *,
                  spark: SparkSession | None = None, period: float | None = None,

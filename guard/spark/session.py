@@ -16,8 +16,6 @@ from .._extras import require
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["spark_session", "require_pyspark"]
-
 
 def require_pyspark() -> None:
     """Raise a one-line user error when pyspark or Java is missing (instead of a traceback)."""

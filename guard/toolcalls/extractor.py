@@ -61,8 +61,6 @@ from .kinds import (
 )
 from .transcript import CallStatus, ExtractionError, ToolStep, Transcript
 
-__all__ = ["ToolStateExtractor", "initial_state", "violations"]
-
 _CACHE_LIMIT = 4096
 
 

@@ -16,27 +16,6 @@ from enum import Enum
 from ipaddress import ip_address
 from urllib.parse import urlsplit
 
-__all__ = [
-    "ToolKind",
-    "READ_KINDS",
-    "DEFAULT_TOOL_KINDS",
-    "ARGUMENT_NAMES",
-    "DEFAULT_INTERNAL_DOMAINS",
-    "is_secret_path",
-    "reads_secret",
-    "has_secret",
-    "has_injection",
-    "is_destructive",
-    "shell_upload_hosts",
-    "url_host",
-    "is_internal_host",
-    "is_metadata_host",
-    "email_domain",
-    "is_internal_address",
-    "parse_amount",
-    "amounts_in",
-]
-
 
 class ToolKind(str, Enum):
     """What a tool does, as far as safety is concerned."""

@@ -19,8 +19,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from ...errors import InputError
 
-__all__ = ["CallStatus", "ExtractionError", "StateExtractor", "ToolStep", "Transcript", "describe_call"]
-
 
 class CallStatus(str, Enum):
     """Where a tool call stands.

@@ -21,8 +21,6 @@ from ..deps import Anyone, ApprovalId, Approver, AppState, Idempotency
 from ..idempotency import Entry
 from ..storage import Storage
 
-__all__ = ["router"]
-
 router = APIRouter(route_class=Route, tags=["approvals"], responses=dict(ERRORS))
 
 

@@ -18,8 +18,6 @@ from starlette.responses import Response
 from .._http import ERRORS, JSON, Route
 from ..deps import Approver, AppState
 
-__all__ = ["SECURITY_HEADERS", "router"]
-
 _ASSETS = Path(__file__).parent.parent / "console"
 # the page's own script and styles only; no frame, no form posted elsewhere, no external fetch
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "

@@ -16,8 +16,6 @@ from starlette.staticfiles import StaticFiles
 from .._http import Route
 from .console import SECURITY_HEADERS
 
-__all__ = ["router"]
-
 router = APIRouter(route_class=Route)
 router.mount("/docs-assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
 

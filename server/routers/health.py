@@ -15,8 +15,6 @@ from .._http import JSON, Route, errors_for
 from ..deps import AppState, served
 from ..metrics import CONTENT_TYPE_LATEST
 
-__all__ = ["metrics_router", "router"]
-
 router = APIRouter(route_class=Route, tags=["health"])
 metrics_router = APIRouter(route_class=Route, tags=["health"])
 

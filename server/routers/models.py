@@ -27,8 +27,6 @@ from ..settings import Role
 from ..state import ServerState
 from ..storage import Storage
 
-__all__ = ["router"]
-
 router = APIRouter(route_class=Route, tags=["models"], responses=dict(ERRORS))
 
 

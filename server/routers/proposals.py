@@ -30,8 +30,6 @@ from ..state import ServerState
 from ..storage import Storage
 from ..storage.rows import ProposalRow
 
-__all__ = ["router"]
-
 _KINDS = ToolStateExtractor()  # which tools only read, by the default kinds (the agent's state comes extracted)
 
 ProposalId = Annotated[str, PathParam(pattern=S.ID_PATTERN, description="A proposal id.")]

@@ -31,8 +31,6 @@ from ..storage.rows import SessionRow
 from ..storage.sessions import SessionSearch
 from ..trail import trail_events
 
-__all__ = ["router"]
-
 router = APIRouter(route_class=Route, tags=["sessions"], responses=dict(ERRORS))
 
 

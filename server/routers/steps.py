@@ -44,8 +44,6 @@ from ..state import ServerState
 from ..storage import Storage
 from ..storage.rows import ApprovalRow, PrevStep, StepRow
 
-__all__ = ["observe_core", "preview_core", "router"]
-
 # the step routes come first in the app: the router tries routes in order
 router = APIRouter(route_class=Route, tags=["steps"], responses=dict(ERRORS))
 _STEP_ERRORS = errors_for((404, "Unknown session"), (409, "The session is closed"))

@@ -14,8 +14,6 @@ from .rows import ProposalRow
 from .schema import CHANNEL_APPROVALS
 from .sessions import _TENANT
 
-__all__ = ["ApprovalRecords"]
-
 _APPROVAL_SELECT = ("SELECT a.*, d.decision AS decision, d.principal AS requested_by,"
                     " (SELECT coalesce(s.tenant, s.created_by) FROM sessions s WHERE s.id=a.session_id) AS tenant"
                     " FROM approvals a LEFT JOIN decisions d ON d.session_id=a.session_id AND d.step=a.step")

@@ -16,8 +16,6 @@ from typing import Any, TypeVar
 from ...guard.store_writer import commit_group, rollback
 from .schema import Conflict
 
-__all__ = ["Backend", "Job"]
-
 T = TypeVar("T")
 Job = Callable[["_SqliteConn"], Any]  # PostgreSQL's adapter offers the same connection interface
 

@@ -19,8 +19,6 @@ from .rows import IdempotencyRow
 from .schema import CHANNEL_MODELS
 from .sessions import SessionRecords
 
-__all__ = ["StorageBase"]
-
 
 class StorageBase(SessionRecords, ApprovalRecords):
     """What both backends share: the write jobs and the read queries. A write job gets a connection

@@ -40,8 +40,6 @@ from .schema import (
 )
 from .writer import _STOP, _ThreadWriter
 
-__all__ = ["PgStorage"]
-
 T = TypeVar("T")
 log = logging.getLogger("forewarn.server")
 

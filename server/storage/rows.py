@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["ApprovalRow", "IdempotencyRow", "PrevStep", "ProposalRow", "SessionRow", "StepRow"]
-
 
 class StepRow(NamedTuple):
     """One committed step of the audit log (table ``decisions``, without its rowid)."""

@@ -13,8 +13,7 @@ from ...errors import ForewarnError, InputError
 from ...guard import store_schema
 from ...guard.store_schema import BACKFILL_HELD, LEGACY_HELD_PER_BYTE, SCHEMA_VERSION
 
-__all__ = ["SCHEMA_VERSION", "CHANNEL_APPROVALS", "CHANNEL_MODELS", "CHANNEL_SESSIONS", "StorageError",
-           "DatabaseLocked", "Conflict", "OverBudget", "migrate", "BACKFILL_HELD", "LEGACY_HELD_PER_BYTE"]
+__all__ = ["SCHEMA_VERSION", "BACKFILL_HELD", "LEGACY_HELD_PER_BYTE"]  # names other modules import through this one
 
 # LISTEN/NOTIFY channels of a shared (PostgreSQL) database: what other replicas must hear about
 CHANNEL_APPROVALS = "forewarn_approvals"  # payload: resolved approval ids, comma-separated

@@ -17,8 +17,6 @@ from .backend import Backend, Job, _SqliteConn
 from .rows import ApprovalRow, PrevStep, SessionRow, StepRow
 from .schema import CHANNEL_APPROVALS, CHANNEL_SESSIONS, Conflict, OverBudget
 
-__all__ = ["ANSWERS", "SessionRecords", "SessionSearch"]
-
 _TENANT = "coalesce(s.tenant, s.created_by)"  # sessions from before tenants belong to the key that opened them
 
 

@@ -23,8 +23,6 @@ from .base import StorageBase
 from .schema import DatabaseLocked, StorageError, migrate
 from .writer import _Checkpointer, _connect, _LoopWriter, _ThreadWriter
 
-__all__ = ["Storage"]
-
 T = TypeVar("T")
 
 

@@ -23,8 +23,6 @@ from ..errors import QueryError
 from ..quantify import Quantification
 from ..query import Query
 
-__all__ = ["Scope", "Labeling", "label_states", "build_dtmc", "build_bounds_mdp", "prism_text", "MAX_BOUND_ATOMS"]
-
 MAX_BOUND_ATOMS = 8  # the bounds MDP has 2^atoms chaos states with 2^atoms choices each
 
 

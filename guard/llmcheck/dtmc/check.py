@@ -25,8 +25,6 @@ from ..quantify import Quantification
 from ..query import Query
 from .build import Labeling, Scope, build_bounds_mdp, build_dtmc, label_states
 
-__all__ = ["CheckResult", "check_explored"]
-
 
 @dataclass(frozen=True)
 class CheckResult:

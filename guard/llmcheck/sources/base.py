@@ -11,8 +11,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Token", "Candidate", "TokenDistribution", "TokenSource"]
-
 Token = Hashable
 """A token as a source names it: an ``int`` id (Hugging Face) or a ``str`` piece (n-gram, OpenAI)."""
 

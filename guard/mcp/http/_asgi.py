@@ -11,9 +11,6 @@ import httpx2
 
 from ._upstream import BROKEN, sse_event
 
-__all__ = ["Scope", "Receive", "Send", "Reply", "BODY_TIMEOUT", "read_body", "pump", "until_gone", "reply", "empty",
-           "back_headers", "session_id"]
-
 log = logging.getLogger("forewarn.mcp")
 
 Scope = MutableMapping[str, Any]

@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from ..calls import CallJudge
 from ..judge import GuardedSession
 
-__all__ = ["HttpSession", "HttpSessions"]
-
 _ENDED_KEPT = 4096
 
 

@@ -22,8 +22,6 @@ from typing import Any
 import httpx2
 import orjson
 
-__all__ = ["BROKEN", "HttpUpstream", "head_of", "answer_in", "drain", "sse_event", "event_bytes"]
-
 log = logging.getLogger("forewarn.mcp")
 
 # the upstream cannot be reached, broke the protocol, or broke its answer off

@@ -62,8 +62,6 @@ from ._asgi import (
 from ._sessions import HttpSession, HttpSessions
 from ._upstream import BROKEN, HttpUpstream, answer_in, head_of, sse_event
 
-__all__ = ["HttpRelay", "lean_http_fits"]
-
 log = logging.getLogger("forewarn.mcp")
 
 

@@ -8,8 +8,6 @@ import asyncio
 import subprocess
 from typing import Any
 
-__all__ = ["adopt"]
-
 
 class _Process(asyncio.SubprocessTransport):
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:

@@ -21,8 +21,6 @@ from ..config import UpstreamSpec
 from ._adopted import adopt
 from ._transport import LINE_LIMIT, Lines, Overlong
 
-__all__ = ["ClientEnd", "UpstreamEnd", "Flow", "BACKLOG"]
-
 BACKLOG = 1 << 16  # bytes written to the client and not yet taken, above which neither end is read further
 
 

@@ -32,9 +32,6 @@ from mcp.shared.message import SessionMessage
 
 from .._lines import escape_breaks
 
-__all__ = ["pipes_available", "pipe_stdio", "raw_stdio", "stdio_pipes", "parse_error", "read_line", "Lines",
-           "Overlong", "LINE_LIMIT", "TOO_LONG"]
-
 LINE_LIMIT = 1 << 27  # one JSON-RPC message per line; the proxy refuses large arguments itself
 TOO_LONG = f"the line is above the proxy's limit of {LINE_LIMIT >> 20} MiB; not read"
 # a request's id where a client writes it: the first member of its line, or the second after "jsonrpc"

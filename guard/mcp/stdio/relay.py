@@ -50,8 +50,6 @@ from ..upstream import UPSTREAM_DOWN, UPSTREAM_TIMEOUT
 from ._pipes import ClientEnd, Flow, UpstreamEnd
 from ._transport import LINE_LIMIT, Overlong
 
-__all__ = ["LeanRelay", "lean_relay_fits"]
-
 log = logging.getLogger("forewarn.mcp")
 
 _CONNECT_TIMEOUT = 30.0

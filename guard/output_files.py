@@ -27,9 +27,6 @@ from typing import IO
 
 from ..errors import InputError
 
-__all__ = ["OutputError", "check_output", "write_output", "open_output", "is_special"]
-
-
 _STDOUT = {"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}
 
 

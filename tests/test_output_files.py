@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from forewarn.guard.outputs import OutputError, check_output, is_special, open_output, write_output
+from forewarn.guard.output_files import OutputError, check_output, is_special, open_output, write_output
 
 
 def test_a_regular_file_is_replaced_whole_and_keeps_the_usual_mode(tmp_path: Path) -> None:
