@@ -249,8 +249,8 @@ def main() -> None:
                        ("two_kinds_mild", 200), ("two_kinds_mild", 1000), ("balanced", 1000), ("second_order", 1000)):
         a = kinds_coverage(name, learnings=max(learnings // 2, 10), runs=runs, kinds="auto", seed=3)
         results[f"auto_{name}_{runs}"] = {"kept_two": a.flagged, "learnings": a.learnings, "covered": a.rate}
-        before = BEFORE_AUTO.get((name, runs), "–")
-        auto_rows.append([name, runs, f"{a.flagged}/{a.learnings}", before, f"{a.rate:.3f}"])
+        kept_before = BEFORE_AUTO.get((name, runs), "–")
+        auto_rows.append([name, runs, f"{a.flagged}/{a.learnings}", kept_before, f"{a.rate:.3f}"])
     print()
     print(C.table(["fixture", "runs", "kept more than one kind", "before (session 2)", "every state covered"],
                   auto_rows,
