@@ -1,7 +1,7 @@
 """The symbolic household as a world that action-only logs are replayed in.
 
 ``forewarn ingest --input-format actions`` (and ``--extractor household``) hand each
-logged action to :class:`HouseholdWorld`, an :class:`~forewarn.guard.ingest.actions.ActionWorld`:
+logged action to :class:`HouseholdWorld`, an :class:`~forewarn.guard.ingest.worlds.ActionWorld`:
 the task's scene is built, a successful action is applied, a failed one changes nothing
 but the agent's ``last_action``/``last_action_success``.
 """

@@ -37,10 +37,11 @@ from ..trace_files import list_trace_files, read_trace_file
 from ..traces import Run, resample
 from . import actions, agentspec, columnar, contract, langchain_log, langgraph, otel
 from ._documents import Record, records
-from .actions import ActionWorld, OnMismatch, read_actions, use_world
+from .actions import read_actions
 from .agents import Extractor, resolve_extractor
 from .columnar import read_columnar
 from .formats import AUTO, Defaults, LogFormat, Reading, format_names, formats, get_format, register, unregister
+from .worlds import ActionWorld, OnMismatch, use_world
 
 __all__ = ["InputFormat", "detect_format", "read_input", "read_actions", "read_columnar", "OnMismatch", "OnError",
            "IngestSummary", "resolve_extractor", "ActionWorld", "use_world", "LogFormat", "Defaults", "Reading",

@@ -17,14 +17,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import ForewarnError, InputError, TraceError
 from ..traces import Run
 
 if TYPE_CHECKING:
     from ..toolcalls.transcript import ToolStep, Transcript
-    from .formats import Reading
 
 Extractor = Callable[["Transcript"], Mapping[str, Any]]
 
@@ -125,7 +124,16 @@ def to_run(log: AgentLog, extractor: Extractor, origin: str) -> Run:
     return Run(id=log.id, steps=steps, meta=meta, source=log.source, line=log.line or 0)
 
 
-def agent_runs(logs: Iterator[AgentLog], reading: Reading, origin: str) -> Iterator[Run]:
+class _Reading(Protocol):
+    """What :func:`agent_runs` reads of a format's ``Reading`` (:mod:`.formats` imports this module)."""
+
+    @property
+    def handle(self) -> Callable[[ForewarnError], None]: ...
+
+    def agent_extractor(self) -> Extractor: ...
+
+
+def agent_runs(logs: Iterator[AgentLog], reading: _Reading, origin: str) -> Iterator[Run]:
     """A format's agent logs as runs through the reading's extractor; a log it cannot read goes to
     ``reading.handle``."""
     extractor = reading.agent_extractor()

@@ -21,16 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...errors import ForewarnError, InputError, TraceError
 from ..read_summary import IngestSummary, OnError
 from ..traces import Run
 from ._documents import kind_of
 from .agents import Extractor, resolve_extractor
-
-if TYPE_CHECKING:  # the format modules import this one: the action log's types are read lazily
-    from .actions import ActionWorld, OnMismatch
+from .worlds import ActionWorld, OnMismatch, default_world
 
 AUTO = "auto"  # not a format: per file, the first registered format that fits
 
@@ -74,8 +72,6 @@ class Reading:
 
     def actions_world(self) -> ActionWorld:
         """Where action-only logs are replayed: the one passed in, else the process's (:func:`use_world`)."""
-        from .actions import default_world
-
         return self.world if self.world is not None else default_world()
 
     def bad(self, exc: TraceError) -> None:

@@ -28,9 +28,10 @@ import orjson
 from ...errors import TraceError
 from ..traces import Run
 from ._documents import Record, kind_of, records
-from .actions import ActionWorld, check_on_mismatch, parse_actions
+from .actions import check_on_mismatch, parse_actions
 from .agents import AgentLog, Call, agent_runs
 from .formats import LogFormat, Reading, not_an_object
+from .worlds import ActionWorld
 
 _RESULT_KEYS = ("message", "output", "result", "observation", "content", "error")
 

@@ -191,17 +191,17 @@ def test_auto_detection_falls_back_to_the_contract(tmp_path: Path) -> None:
 
 def test_action_logs_need_a_world_to_replay_in(tmp_path: Path) -> None:
     """The ingest knows no domain: a library call names the world (the CLI sets the household's)."""
-    from forewarn.guard.ingest import actions
+    from forewarn.guard.ingest import worlds
 
     path = tmp_path / "actions.jsonl"
     path.write_bytes(orjson.dumps(GOOD) + b"\n")
-    saved = actions._default
-    actions.use_world(None)
+    saved = worlds._default
+    worlds.use_world(None)
     try:
         with pytest.raises(ForewarnError, match="replayed in a domain's world, and none is set"):
             list(read_actions(path))
-        actions.use_world(HouseholdWorld)
+        worlds.use_world(HouseholdWorld)
         [run] = read_input([path])
     finally:
-        actions.use_world(saved)
+        worlds.use_world(saved)
     assert run.meta["task"] == "unsafe-0002" and run.steps[-1]["action"] == "pick Egg"
