@@ -87,16 +87,22 @@ def runnable_proposal(state: ServerState, session_id: str, body: S.StepIn) -> tu
 
 
 async def observe_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes,
-                       idempotency_key: str | None = None, headers: Headers = ()) -> bytes:
-    """The observe step, from raw parts to the answer's bytes (shared by the route and the fast path)."""
+                       idempotency_key: str | None = None, headers: Headers = (),
+                       known: Principal | None = None) -> bytes:
+    """The observe step, from raw parts to the answer's bytes (shared by the route and the fast path;
+    ``known``: the caller the fast path's middleware already authenticated)."""
     started = time.perf_counter()
-    principal = authorize(state.auth, authorization, AGENT)
-    step_context(state, check_id(session_id, "session_id"), principal)
+    principal = authorize(state.auth, authorization, AGENT, known)
+    first: LiveSession | None = step_context(state, check_id(session_id, "session_id"), principal)
     body = parse_json(raw, S.StepIn)
     check_state(state, body, "body")
 
     async def work(entry: Entry | None) -> tuple[int, bytes]:
-        live = step_context(state, session_id, principal)  # again: a retry may have waited
+        nonlocal first
+        # the first attempt without a key runs with no await since the look-up; a retry (a race lost,
+        # or a key's wait) looks the session up again
+        live = first if first is not None and entry is None else step_context(state, session_id, principal)
+        first = None
         step_body, approved = (body, False) if body.proposal is None else runnable_proposal(state, session_id, body)
         try:  # observe evaluates the predicates itself; evaluate() only to report a failure well
             payload, row, approval, prev = chain_step(state, live, step_body, principal, approved=approved)
@@ -123,10 +129,11 @@ async def observe_core(state: ServerState, session_id: str, authorization: str |
 
 
 async def preview_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes,
-                       idempotency_key: str | None = None, headers: Headers = ()) -> bytes:
+                       idempotency_key: str | None = None, headers: Headers = (),
+                       known: Principal | None = None) -> bytes:
     """The preview step, from raw parts to the answer's bytes (nothing is committed)."""
     started = time.perf_counter()
-    principal = authorize(state.auth, authorization, AGENT)
+    principal = authorize(state.auth, authorization, AGENT, known)
     live = step_context(state, check_id(session_id, "session_id"), principal)
     body = parse_json(raw, S.StepIn)
     check_state(state, body, "body")
