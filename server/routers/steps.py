@@ -65,11 +65,16 @@ def evaluate(live: LiveSession, body: S.StepIn, prefix: str) -> int | None:
     except PredicateBudgetExceeded:
         return None
     except PredicateError as exc:
-        field = {"meta": "session.metadata", "action": f"{prefix}.action"}.get(exc.where, f"{prefix}.state")
-        raise ApiError(422, "predicate_error", str(exc), field=field, predicate=exc.predicate) from exc
+        raise predicate_failure(exc, prefix) from exc
     except Exception as exc:  # a state the predicates cannot digest is the request's fault, not a 500
         raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {short(str(exc))}",
                        field=f"{prefix}.state") from exc
+
+
+def predicate_failure(exc: PredicateError, prefix: str) -> ApiError:
+    """The 422 for a predicate that could not read the step, in the predicate's own words."""
+    field = {"meta": "session.metadata", "action": f"{prefix}.action"}.get(exc.where, f"{prefix}.state")
+    return ApiError(422, "predicate_error", str(exc), field=field, predicate=exc.predicate)
 
 
 def runnable_proposal(state: ServerState, session_id: str, body: S.StepIn) -> tuple[S.StepIn, bool]:
@@ -104,11 +109,13 @@ async def observe_core(state: ServerState, session_id: str, authorization: str |
         live = first if first is not None and entry is None else step_context(state, session_id, principal)
         first = None
         step_body, approved = (body, False) if body.proposal is None else runnable_proposal(state, session_id, body)
-        try:  # observe evaluates the predicates itself; evaluate() only to report a failure well
+        try:
             payload, row, approval, prev = chain_step(state, live, step_body, principal, approved=approved)
         except ApiError:
             raise
-        except Exception:
+        except PredicateError as exc:  # worded from what observe raised: the predicates do not run again
+            raise predicate_failure(exc, "body") from exc
+        except Exception:  # the predicates' fault (a 422) or the server's (raised as is): evaluate() tells
             evaluate(live, body, "body")
             raise
         decision = live.session.last  # (no await since the step: it is this step's)
@@ -139,7 +146,9 @@ async def preview_core(state: ServerState, session_id: str, authorization: str |
     check_state(state, body, "body")
     try:
         decision = live.session.preview(body.state, action=body.action)
-    except Exception:
+    except PredicateError as exc:  # worded from what preview raised: the predicates do not run again
+        raise predicate_failure(exc, "body") from exc
+    except Exception:  # the predicates' fault (a 422) or the server's (raised as is): evaluate() tells
         evaluate(live, body, "body")
         raise
     payload = decision_json(decision, live, step=None, approval_id=None, at=time.time(), committed=False)
