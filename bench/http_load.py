@@ -68,6 +68,7 @@ RATES = (100, 500, 1000)
 CONNECTIONS = 16
 SESSIONS = 16
 KEY = "bench-agent-key-0123456789abcdef"
+ADMIN_KEY = "bench-admin-key-0123456789abcdef"  # /metrics answers an admin key only
 TARGET_P99_MS = 5.0
 TARGET_PG_P99_MS = 10.0  # replicas on PostgreSQL, durable commits
 TARGET_RATIO = 0.60
@@ -91,7 +92,7 @@ def serve(port: int, db: str, synchronous: Literal["normal", "full"]) -> None:
     from forewarn.server.run import serve_app
     from forewarn.server.settings import ServerSettings
 
-    keys: Any = f"{KEY}:agent"  # parsed by the settings, as FOREWARN_API_KEYS is
+    keys: Any = f"{KEY}:agent,{ADMIN_KEY}:admin"  # parsed by the settings, as FOREWARN_API_KEYS is
     settings = ServerSettings(host="127.0.0.1", port=port, db=db, models={"builtin": builtin_model_path()}, api_keys=keys,
                               synchronous=synchronous, log_level="warning")
     app = create_app(settings, state=start(settings))
@@ -394,7 +395,7 @@ def compare_checkouts(before: Path, db_dir: str) -> dict[str, Any]:
 def server_metrics(port: int) -> dict[str, float]:
     import httpx
 
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).text
     values: dict[str, float] = {}
     for line in text.splitlines():
         for name in ('forewarn_step_seconds_sum{op="observe"}', 'forewarn_step_seconds_count{op="observe"}',
