@@ -40,8 +40,12 @@ a temporary folder, loopback port, durable commits: ``fsync`` and ``synchronous_
 its own sessions, as a load balancer with session affinity would), and prints them beside the
 single SQLite process; target p99 <= 10 ms at 500 requests/s.
 
+With ``--before DIR`` (another checkout, e.g. ``git worktree add /tmp/main main``) only 2c runs: this
+checkout's sidecar and DIR's, each a child process with its own package on the path, beside the echo, in
+alternating blocks of the same run, with each p50's ratio to the echo's.
+
 Run: ``python bench/http_load.py [--seconds 5] [--quick] [--synchronous normal|full]
-[--db sqlite|postgresql] [--replicas 3] [--json FILE]``
+[--db sqlite|postgresql] [--replicas 3] [--before DIR] [--json FILE]``
 """
 from __future__ import annotations
 
@@ -64,6 +68,7 @@ RATES = (100, 500, 1000)
 CONNECTIONS = 16
 SESSIONS = 16
 KEY = "bench-agent-key-0123456789abcdef"
+ADMIN_KEY = "bench-admin-key-0123456789abcdef"  # /metrics answers an admin key only
 TARGET_P99_MS = 5.0
 TARGET_PG_P99_MS = 10.0  # replicas on PostgreSQL, durable commits
 TARGET_RATIO = 0.60
@@ -78,12 +83,16 @@ TIMEOUT = 10.0
 def serve(port: int, db: str, synchronous: Literal["normal", "full"]) -> None:
     from starlette.responses import Response
 
+    import forewarn
     from forewarn.domains.embodied.builtin import builtin_model_path
     from forewarn.server.app import create_app, start
+
+    if os.environ.get("FOREWARN_BENCH_SAY_ROOT"):
+        print(f"sidecar on port {port} serves {Path(forewarn.__file__).resolve().parent.parent}", flush=True)
     from forewarn.server.run import serve_app
     from forewarn.server.settings import ServerSettings
 
-    keys: Any = f"{KEY}:agent"  # parsed by the settings, as FOREWARN_API_KEYS is
+    keys: Any = f"{KEY}:agent,{ADMIN_KEY}:admin"  # parsed by the settings, as FOREWARN_API_KEYS is
     settings = ServerSettings(host="127.0.0.1", port=port, db=db, models={"builtin": builtin_model_path()}, api_keys=keys,
                               synchronous=synchronous, log_level="warning")
     app = create_app(settings, state=start(settings))
@@ -320,10 +329,73 @@ async def round_trips(sidecar: int, echo: int, count: int = ROUND_TRIPS) -> dict
             for name, v in times.items()}
 
 
+async def round_trips_against(sidecars: dict[str, int], echo: int, count: int = ROUND_TRIPS) -> dict[str, Any]:
+    """:func:`round_trips` over several sidecars (e.g. this checkout's and another's) and the echo, in
+    alternating blocks of 100: a change's step cost beside its baseline's, on the same minutes' machine."""
+    targets: list[tuple[str, Connection, Any]] = []
+    for name, port in sidecars.items():
+        conn = await Connection.open(port)
+        status, body = await conn.request(post("/v1/sessions", b"{}"))
+        if status != 201:
+            raise SystemExit(f"{name}: cannot create a session: HTTP {status} {body[:200]!r}")
+        targets.append((name, conn, Steps([orjson.loads(body)["id"]]).next))
+    echoed = [post("/echo", orjson.dumps({"state": kitchen(i), "action": "step"})) for i in range(256)]
+    ring = iter(range(1 << 62))
+    targets.append(("echo", await Connection.open(echo), lambda: echoed[next(ring) % 256]))
+    times: dict[str, list[float]] = {name: [] for name, _, _ in targets}
+    for block in range(-2, count // 100):  # two blocks each of warm-up, not counted
+        for name, conn, request in targets:
+            for _ in range(100):
+                raw = request()
+                start = time.perf_counter()
+                status, _ = await conn.request(raw)
+                if status != 200:
+                    raise SystemExit(f"{name}: HTTP {status}")
+                if block >= 0:
+                    times[name].append(time.perf_counter() - start)
+    for _, conn, _ in targets:
+        conn.close()
+    return {name: {"p50_ms": percentile(sorted(v), 0.5) * 1e3, "p99_ms": percentile(sorted(v), 0.99) * 1e3}
+            for name, v in times.items()}
+
+
+def compare_checkouts(before: Path, db_dir: str) -> dict[str, Any]:
+    """Round trips only: this checkout's sidecar, ``before``'s (its own ``forewarn`` package on the
+    path) and the bare echo, each in a child process, alternating; printed with the ratios."""
+    roots = {"after": C.ROOT, "before": before.resolve()}
+    ports = {name: free_port() for name in roots}
+    processes = [subprocess.Popen([sys.executable, __file__, "_serve", str(ports[name]),
+                                   str(Path(db_dir) / f"{name}.db"), "normal", str(root)],
+                                  env={**os.environ, "PYTHONPATH": str(root), "FOREWARN_BENCH_SAY_ROOT": "1"})
+                 for name, root in roots.items()]
+    echo_port = free_port()
+    processes.append(subprocess.Popen([sys.executable, __file__, "_echo", str(echo_port)],
+                                      env={**os.environ, "PYTHONPATH": str(C.ROOT)}))
+    try:
+        for port, process in zip([*ports.values(), echo_port], processes, strict=True):
+            wait_ready(port, process)
+        trip = asyncio.run(round_trips_against(ports, echo_port))
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(30)
+    machine = C.machine()
+    print(f"one step's round trip, one request at a time ({ROUND_TRIPS} each, alternating blocks of 100); "
+          f"machine: {machine['cpus']} cpus, load average {machine['loadavg']}")
+    echo = trip["echo"]["p50_ms"]
+    rows = [[name, str(roots.get(name, "bare FastAPI")), t["p50_ms"], t["p99_ms"], f"{t['p50_ms'] / echo:.2f}x"]
+            for name, t in trip.items()]
+    print(C.table(["sidecar", "checkout", "p50 ms", "p99 ms", "p50 / echo"], rows, title="observe beside the echo"))
+    print(f"target observe p50 <= {TARGET_ECHO_RATIO}x the echo's: after "
+          f"{C.verdict(trip['after']['p50_ms'] / echo <= TARGET_ECHO_RATIO)}")
+    return trip
+
+
 def server_metrics(port: int) -> dict[str, float]:
     import httpx
 
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).text
     values: dict[str, float] = {}
     for line in text.splitlines():
         for name in ('forewarn_step_seconds_sum{op="observe"}', 'forewarn_step_seconds_count{op="observe"}',
@@ -397,8 +469,16 @@ def main() -> None:
                         help="postgresql: also measure --replicas replicas on a throw-away local cluster, "
                              "beside one SQLite process in the same run")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--before", type=Path, help="only the round trips: this checkout's sidecar beside "
+                        "this other checkout's (e.g. a worktree of main) and the echo, in one run")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
+    if args.before is not None:
+        if not (args.before / "forewarn" / "server").is_dir():
+            raise SystemExit(f"--before {args.before}: not a checkout (no forewarn/server in it)")
+        with tempfile.TemporaryDirectory() as tmp:
+            C.write_json(args.json, {"round_trip": compare_checkouts(args.before, tmp)})
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         results, metrics = run_servers(str(Path(tmp) / "bench.db"), args.synchronous, 1, seconds, True)
@@ -488,7 +568,9 @@ def compare(sqlite: dict[str, Any], pg: dict[str, Any], metrics: dict[str, float
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "_echo":
         serve_echo(int(sys.argv[2]))
-    elif len(sys.argv) == 5 and sys.argv[1] == "_serve":
+    elif len(sys.argv) in (5, 6) and sys.argv[1] == "_serve":
+        if len(sys.argv) == 6:  # another checkout's package first (_common put this one's on the path)
+            sys.path.insert(0, sys.argv[5])
         serve(int(sys.argv[2]), sys.argv[3], "full" if sys.argv[4] == "full" else "normal")
     else:
         main()

@@ -177,9 +177,11 @@ def field_of(loc: Any) -> str:
     return ".".join(parts)
 
 
-def authorize(auth: Authenticator, header: str | None, roles: frozenset[Any]) -> Principal:
-    """The caller of a request with this ``Authorization`` header, if its role is one of ``roles``."""
-    principal = auth.principal(header)
+def authorize(auth: Authenticator, header: str | None, roles: frozenset[Any],
+              known: Principal | None = None) -> Principal:
+    """The caller of a request with this ``Authorization`` header, if its role is one of ``roles``;
+    ``known``: the caller the middleware already found for this very header (not looked up again)."""
+    principal = auth.principal(header) if known is None else known
     if principal is None:
         raise ApiError(401, "unauthorized", "a valid API key is required: 'Authorization: Bearer KEY'",
                        field="header.authorization", headers={"WWW-Authenticate": "Bearer"})

@@ -63,11 +63,16 @@ def evaluate(live: LiveSession, body: S.StepIn, prefix: str) -> int | None:
     except PredicateBudgetExceeded:
         return None
     except PredicateError as exc:
-        field = {"meta": "session.metadata", "action": f"{prefix}.action"}.get(exc.where, f"{prefix}.state")
-        raise ApiError(422, "predicate_error", str(exc), field=field, predicate=exc.predicate) from exc
+        raise predicate_failure(exc, prefix) from exc
     except Exception as exc:  # a state the predicates cannot digest is the request's fault, not a 500
         raise ApiError(422, "predicate_error", f"the state cannot be evaluated: {short(str(exc))}",
                        field=f"{prefix}.state") from exc
+
+
+def predicate_failure(exc: PredicateError, prefix: str) -> ApiError:
+    """The 422 for a predicate that could not read the step, in the predicate's own words."""
+    field = {"meta": "session.metadata", "action": f"{prefix}.action"}.get(exc.where, f"{prefix}.state")
+    return ApiError(422, "predicate_error", str(exc), field=field, predicate=exc.predicate)
 
 
 def runnable_proposal(state: ServerState, session_id: str, body: S.StepIn) -> tuple[S.StepIn, bool]:
@@ -85,22 +90,30 @@ def runnable_proposal(state: ServerState, session_id: str, body: S.StepIn) -> tu
 
 
 async def observe_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes,
-                       idempotency_key: str | None = None, headers: Headers = ()) -> bytes:
-    """The observe step, from raw parts to the answer's bytes (shared by the route and the fast path)."""
+                       idempotency_key: str | None = None, headers: Headers = (),
+                       known: Principal | None = None) -> bytes:
+    """The observe step, from raw parts to the answer's bytes (shared by the route and the fast path;
+    ``known``: the caller the fast path's middleware already authenticated)."""
     started = time.perf_counter()
-    principal = authorize(state.auth, authorization, AGENT)
-    step_context(state, check_id(session_id, "session_id"), principal)
+    principal = authorize(state.auth, authorization, AGENT, known)
+    first: LiveSession | None = step_context(state, check_id(session_id, "session_id"), principal)
     body = parse_json(raw, S.StepIn)
     check_state(state, body, "body")
 
     async def work(entry: Entry | None) -> tuple[int, bytes]:
-        live = step_context(state, session_id, principal)  # again: a retry may have waited
+        nonlocal first
+        # the first attempt without a key runs with no await since the look-up; a retry (a race lost,
+        # or a key's wait) looks the session up again
+        live = first if first is not None and entry is None else step_context(state, session_id, principal)
+        first = None
         step_body, approved = (body, False) if body.proposal is None else runnable_proposal(state, session_id, body)
-        try:  # observe evaluates the predicates itself; evaluate() only to report a failure well
+        try:
             payload, row, approval, prev = chain_step(state, live, step_body, principal, approved=approved)
         except ApiError:
             raise
-        except Exception:
+        except PredicateError as exc:  # worded from what observe raised: the predicates do not run again
+            raise predicate_failure(exc, "body") from exc
+        except Exception:  # the predicates' fault (a 422) or the server's (raised as is): evaluate() tells
             evaluate(live, body, "body")
             raise
         decision = live.session.last  # (no await since the step: it is this step's)
@@ -121,16 +134,19 @@ async def observe_core(state: ServerState, session_id: str, authorization: str |
 
 
 async def preview_core(state: ServerState, session_id: str, authorization: str | None, raw: bytes,
-                       idempotency_key: str | None = None, headers: Headers = ()) -> bytes:
+                       idempotency_key: str | None = None, headers: Headers = (),
+                       known: Principal | None = None) -> bytes:
     """The preview step, from raw parts to the answer's bytes (nothing is committed)."""
     started = time.perf_counter()
-    principal = authorize(state.auth, authorization, AGENT)
+    principal = authorize(state.auth, authorization, AGENT, known)
     live = step_context(state, check_id(session_id, "session_id"), principal)
     body = parse_json(raw, S.StepIn)
     check_state(state, body, "body")
     try:
         decision = live.session.preview(body.state, action=body.action)
-    except Exception:
+    except PredicateError as exc:  # worded from what preview raised: the predicates do not run again
+        raise predicate_failure(exc, "body") from exc
+    except Exception:  # the predicates' fault (a 422) or the server's (raised as is): evaluate() tells
         evaluate(live, body, "body")
         raise
     payload = decision_json(decision, live, step=None, approval_id=None, at=time.time(), committed=False)
