@@ -1,1 +1,1 @@
-__version__ = "0.4.0"  # the one version: pyproject.toml reads it, docs/changelog.md names it
+__version__ = "0.5.0"  # the one version: pyproject.toml reads it, docs/changelog.md names it
