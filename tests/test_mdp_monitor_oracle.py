@@ -104,20 +104,10 @@ def oracle_rows(model: GuardModel, runs: list[Run]) -> Rows:
     return rows
 
 
-@pytest.fixture(scope="module")
-def ladder(tmp_path_factory: pytest.TempPathFactory) -> tuple[GuardModel, list[Run], Path]:
-    runs = ladder_runs(400, 5)
-    model = learn_model_from_runs(runs, parse_spec(SPEC), precision=1e-10)
-    path = model.save(tmp_path_factory.mktemp("ladder") / "model.json")
-    return model, runs, path
-
-
-def test_the_product_mdp_matches_the_exact_oracle(ladder: tuple[GuardModel, list[Run], Path]) -> None:
-    model, runs, _ = ladder
+def assert_matches_oracle(model: GuardModel, rows: Rows) -> None:
+    """Pmin, Pmax, each choice's row and risk against backward induction in Fractions over ``rows``."""
     mdp, dtmc = model.mdp, model.dtmc
     assert mdp is not None and mdp.pmin is not None and mdp.pmax is not None and mdp.risk is not None
-    assert dtmc.monitors == ["three_after_one"] and mdp.states == dtmc.size
-    rows = oracle_rows(model, runs)
     unsafe = set(int(i) for i in dtmc.unsafe.nonzero()[0])
 
     @cache
@@ -141,6 +131,23 @@ def test_the_product_mdp_matches_the_exact_oracle(ladder: tuple[GuardModel, list
             assert targets == pytest.approx({j: float(p) for j, p in row.items()}, abs=1e-12)
             risk = sum((p * value(j, True) for j, p in row.items()), Fraction(0))
             assert mdp.risk[c] == pytest.approx(float(risk), abs=1e-9)
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory: pytest.TempPathFactory) -> tuple[GuardModel, list[Run], Path]:
+    runs = ladder_runs(400, 5)
+    model = learn_model_from_runs(runs, parse_spec(SPEC), precision=1e-10)
+    path = model.save(tmp_path_factory.mktemp("ladder") / "model.json")
+    return model, runs, path
+
+
+def test_the_product_mdp_matches_the_exact_oracle(ladder: tuple[GuardModel, list[Run], Path]) -> None:
+    model, runs, _ = ladder
+    mdp, dtmc = model.mdp, model.dtmc
+    assert mdp is not None and mdp.pmin is not None and mdp.pmax is not None and mdp.risk is not None
+    assert dtmc.monitors == ["three_after_one"] and mdp.states == dtmc.size
+    rows = oracle_rows(model, runs)
+    assert_matches_oracle(model, rows)
     # the monitor makes the same abstract state two product states with other risks: after `one`, a step
     # to `two` breaks the rule (three within one step), a leap to `three` keeps it
     one = [i for (bits, _), i in dtmc.product_index().items()
@@ -232,33 +239,9 @@ def test_an_mdp_whose_states_remember_the_last_action_matches_the_oracle() -> No
     """learning.memory.actions: the remembered action is part of the state, the next move's class the choice."""
     runs = ladder_runs(400, 9)
     model = learn_model_from_runs(runs, parse_spec(MEMORY_SPEC), precision=1e-10)
-    mdp, dtmc = model.mdp, model.dtmc
-    assert mdp is not None and mdp.pmin is not None and mdp.pmax is not None and mdp.risk is not None
     rows, where = memory_oracle(model, runs)
     assert {last for _, last in where} >= {"step", "leap"}  # the same abstract state, other remembered moves
-    unsafe = set(int(i) for i in dtmc.unsafe.nonzero()[0])
-
-    @cache
-    def value(s: int, best: bool) -> Fraction:
-        if s in unsafe:
-            return Fraction(1)
-        if rows[s] == [(ANY, {s: Fraction(1)})]:
-            return Fraction(0)
-        q = [sum((p * value(j, best) for j, p in row.items()), Fraction(0)) for _, row in rows[s]]
-        return min(q) if best else max(q)
-
-    for s in range(mdp.states):
-        got = {mdp.classes[int(mdp.choice_class[c])]: c for c in range(int(mdp.choices[s]), int(mdp.choices[s + 1]))}
-        assert sorted(got) == sorted(name for name, _ in rows[s])
-        assert mdp.pmin[s] == pytest.approx(float(value(s, True)), abs=1e-9)
-        assert mdp.pmax[s] == pytest.approx(float(value(s, False)), abs=1e-9)
-        for name, row in rows[s]:
-            c = got[name]
-            targets = dict(zip(mdp.indices[mdp.indptr[c]:mdp.indptr[c + 1]].tolist(),
-                               mdp.probabilities[mdp.indptr[c]:mdp.indptr[c + 1]].tolist()))
-            assert targets == pytest.approx({j: float(p) for j, p in row.items()}, abs=1e-12)
-            assert mdp.risk[c] == pytest.approx(float(sum((p * value(j, True) for j, p in row.items()),
-                                                         Fraction(0))), abs=1e-9)
+    assert_matches_oracle(model, rows)
 
 
 def test_a_smoothed_move_leads_only_to_states_that_remember_it(tmp_path: Path) -> None:
