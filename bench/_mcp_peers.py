@@ -6,6 +6,7 @@ the same upstream, ``mcp-server-time``: added p50 per call and start-up (seconds
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -56,17 +57,18 @@ def lasso_config(folder: Path, time_server: str) -> Path:
 
 
 @asynccontextmanager
-async def stdio_session(command: list[str]) -> AsyncIterator[ClientSession]:
-    import os
-
-    async with stdio_client(StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))) \
-            as (r, w), ClientSession(r, w) as session:
+async def stdio_session(command: str, args: list[str]) -> AsyncIterator[ClientSession]:
+    """An initialized SDK client session with a server started as ``command args``."""
+    # this process's environment (PYTHONPATH: the proxy is this checkout's), not the SDK's trimmed default
+    async with stdio_client(StdioServerParameters(command=command, args=args, env=dict(os.environ))) as (r, w), \
+            ClientSession(r, w) as session:
         await session.initialize()
         yield session
 
 
 @asynccontextmanager
 async def http_session(url: str) -> AsyncIterator[ClientSession]:
+    """An initialized SDK client session with the streamable-HTTP server at ``url``."""
     async with streamable_http_client(url) as (r, w), ClientSession(r, w) as session:
         await session.initialize()
         yield session
@@ -102,13 +104,13 @@ async def bench_peers(proxy: list[str], time_server: str, calls: int, free_port:
     upstream = [time_server, "--local-timezone", "UTC"]
     with tempfile.TemporaryDirectory() as tmp:
         async with AsyncExitStack() as stack:
-            sessions = {"direct": (await stack.enter_async_context(stdio_session(upstream)), "get_current_time"),
-                        "forewarn": (await stack.enter_async_context(stdio_session([*proxy, "--", *upstream])),
+            sessions = {"direct": (await stack.enter_async_context(stdio_session(upstream[0], upstream[1:])), "get_current_time"),
+                        "forewarn": (await stack.enter_async_context(stdio_session(proxy[0], [*proxy[1:], "--", *upstream])),
                                      "get_current_time")}
             lasso = peer("mcp-gateway")
             if lasso is not None:
                 command = [str(lasso), "--mcp-json-path", str(lasso_config(Path(tmp), time_server))]
-                sessions["mcp-gateway"] = (await stack.enter_async_context(stdio_session(command)),
+                sessions["mcp-gateway"] = (await stack.enter_async_context(stdio_session(command[0], command[1:])),
                                            "time_get_current_time")
             out["stdio"] = _added(await interleaved(sessions, calls), "direct")
     ports = {"direct": free_port(), "forewarn": free_port(), "mcp-proxy": free_port()}

@@ -55,8 +55,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +64,15 @@ if str(ROOT) not in sys.path:  # run from anywhere
 
 import anyio  # noqa: E402
 import orjson  # noqa: E402
-from _mcp_peers import INSTALL, bench_peers, install_peers, peer_starts  # noqa: E402
-from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from _mcp_peers import (  # noqa: E402
+    INSTALL,
+    bench_peers,
+    http_session,
+    install_peers,
+    peer_starts,
+    stdio_session,
+)
+from mcp import ClientSession  # noqa: E402
 
 from forewarn.domains.mcp import PROXY_CONFIG, SPEC_PATH, synthetic_runs  # noqa: E402
 from forewarn.guard import Guard, learn_model, load_spec  # noqa: E402
@@ -96,22 +100,6 @@ def wait_for(port: int, proc: subprocess.Popen[bytes]) -> None:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"nothing listens on port {port}") from None
             time.sleep(0.1)
-
-
-@asynccontextmanager
-async def stdio_session(command: str, args: list[str]) -> AsyncIterator[ClientSession]:
-    # this process's environment (PYTHONPATH: the proxy is this checkout's), not the SDK's trimmed default
-    async with stdio_client(StdioServerParameters(command=command, args=args, env=dict(os.environ))) as (r, w), \
-            ClientSession(r, w) as session:
-        await session.initialize()
-        yield session
-
-
-@asynccontextmanager
-async def http_session(url: str) -> AsyncIterator[ClientSession]:
-    async with streamable_http_client(url) as (r, w), ClientSession(r, w) as session:
-        await session.initialize()
-        yield session
 
 
 _INITIALIZE = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
