@@ -72,6 +72,17 @@ def action_duration(action: str, rng: random.Random) -> float:
     return base * rng.uniform(0.8, 1.25) + rng.uniform(1.0, 3.0)
 
 
+def _take(action: str, sim: HouseholdSim, agent: SimulatedAgent, rng: random.Random, t: float,
+          steps: list[dict[str, Any]]) -> tuple[dict[str, Any], float]:
+    """Run ``action`` in the simulator, tell the agent how it went and append the step: the new state and time."""
+    success = sim.apply(action)
+    agent.record(action, success, sim)
+    t += action_duration(action, rng)
+    state = sim.state()
+    steps.append({"state": state, "action": action, "t": round(t, 3)})
+    return state, t
+
+
 def run_episode(task: Task, rng: random.Random, profile: AgentProfile | None = None,
                 session: _Session | None = None, enforcement: Enforcement | None = None) -> EpisodeResult:
     """Run the simulated agent on a task, optionally guarded.
@@ -133,11 +144,7 @@ def run_episode(task: Task, rng: random.Random, profile: AgentProfile | None = N
         if action is None:
             outcome = "failed" if agent.abandoned else "completed"
             break
-        success = sim.apply(action)
-        agent.record(action, success, sim)
-        t += action_duration(action, rng)
-        state = sim.state()
-        steps.append({"state": state, "action": action, "t": round(t, 3)})
+        state, t = _take(action, sim, agent, rng, t, steps)
     return EpisodeResult(steps, outcome, interventions, heeded, agent.hazard_intent)
 
 
@@ -193,11 +200,7 @@ def run_shielded_episode(task: Task, rng: random.Random, profile: AgentProfile, 
         if action is None:
             outcome = "failed" if agent.abandoned else "completed"
             break
-        success = sim.apply(action)
-        agent.record(action, success, sim)
-        t += action_duration(action, rng)
-        state = sim.state()
-        steps.append({"state": state, "action": action, "t": round(t, 3)})
+        state, t = _take(action, sim, agent, rng, t, steps)
     return EpisodeResult(steps, outcome, blocked, 0, agent.hazard_intent)
 
 
