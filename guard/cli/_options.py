@@ -10,14 +10,17 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
-from typing import Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ...errors import ConfigError, ForewarnWarning
+from ...errors import ConfigError, ForewarnWarning, InputError
+
+if TYPE_CHECKING:
+    from ..evaluation.tune import Target
 
 out = Console()
 err = Console(stderr=True)
@@ -126,6 +129,22 @@ def check_probability(value: float | None, option: str) -> None:
 def check_positive_int(value: int | None, option: str) -> None:
     if value is not None and value < 1:
         raise ConfigError(f"{option}: expected a positive whole number, got {value}")
+
+
+def check_folds(folds: int) -> None:
+    """``--folds`` of a cross-validating command (evaluate, discover, init)."""
+    if folds < 2:
+        raise InputError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
+
+
+def discovery_target(target: str, command: str) -> Target:
+    """``--target`` of discovery (``false-alarms=X`` or ``detection=Y``), parsed: a target without an action."""
+    from ..evaluation.tune import parse_target  # the tuning code loads only for commands that use it
+
+    chosen = parse_target(target)
+    if chosen.action is not None:
+        raise InputError(f"--target {target!r}: {command} takes false-alarms=X or detection=Y, without an action")
+    return chosen
 
 
 def print_summary(summary: Any, verb: str) -> None:

@@ -11,7 +11,7 @@ from ...errors import InputError
 from ..ingest import read_input
 from ..output_files import check_output, write_output
 from ..read_summary import IngestSummary
-from ._options import Format, MkdirOption, check_positive_int, err, out, print_json, warn
+from ._options import Format, MkdirOption, check_folds, check_positive_int, discovery_target, err, out, print_json, warn
 from ._replay_options import (
     ExtractorOption,
     FormatOption,
@@ -70,18 +70,14 @@ def discover(
 ) -> None:
     """Find predicates in the runs that improve held-out prediction, and write the spec with them."""
     from ..discovery.discover import discover as run_discover
-    from ..evaluation.tune import parse_target
     from ..spec import load_spec, parse_spec
 
-    chosen = parse_target(target)
-    if chosen.action is not None:
-        raise InputError(f"--target {target!r}: discover takes false-alarms=X or detection=Y, without an action")
+    chosen = discovery_target(target, "discover")
     check_positive_int(max_predicates, "--max-predicates")
     check_positive_int(min_visits, "--min-visits")
     if not time_limit > 0:
         raise InputError(f"--time-limit: expected a positive number of seconds, got {time_limit:g}")
-    if folds < 2:
-        raise InputError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
+    check_folds(folds)
     check_output(output, inputs=[*traces, spec], mkdir=mkdir)
     parsed = load_spec(spec)
     summary = IngestSummary()

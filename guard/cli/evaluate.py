@@ -14,7 +14,7 @@ from ..bundle import DEFAULT_MIN_GROUP_RUNS
 from ..ingest import read_input
 from ..replay import Enforcement
 from ..results import Method
-from ._options import Engine, Format, MkdirOption, check_alpha, check_period, out, print_json, warn
+from ._options import Engine, Format, MkdirOption, check_alpha, check_folds, check_period, out, print_json, warn
 from ._replay_options import (
     BundleByOption,
     DiscoverOption,
@@ -83,8 +83,7 @@ def evaluate(
     check_alpha(alpha)
     check_on_error(on_error, engine)
     check_report_paths(report, plots, inputs=[*traces, spec], mkdir=mkdir)
-    if folds < 2:
-        raise InputError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
+    check_folds(folds)
     mode = parse_enforcement(enforcement)
     trigger_mode = parse_trigger(trigger)
     parsed = load_spec(spec)

@@ -17,7 +17,7 @@ from ...errors import InputError
 from ..ingest import read_input
 from ..output_files import check_output, write_output
 from ..read_summary import IngestSummary
-from ._options import Format, MkdirOption, check_positive_int, err, print_json
+from ._options import Format, MkdirOption, check_folds, check_positive_int, discovery_target, err, print_json
 from ._replay_options import (
     ExtractorOption,
     FormatOption,
@@ -68,16 +68,12 @@ def init(
 ) -> None:
     """Write a starting spec from runs and an unsafe condition: the condition, and what discovery finds."""
     from ..discovery.auto import discover_for_learning
-    from ..evaluation.tune import parse_target
     from ..predicates import PredicateSet
     from ..spec import parse_spec
 
-    chosen = parse_target(target)
-    if chosen.action is not None:
-        raise InputError(f"--target {target!r}: init takes false-alarms=X or detection=Y, without an action")
+    chosen = discovery_target(target, "init")
     check_positive_int(folds, "--folds")
-    if folds < 2:
-        raise InputError(f"--folds: cross-validation needs at least 2 folds, got {folds}")
+    check_folds(folds)
     if not unsafe.strip():
         raise InputError("--unsafe: expected a CEL expression, e.g. 'state.objects.Pot.isDirty'")
     check_output(output, inputs=traces, mkdir=mkdir)
