@@ -11,6 +11,7 @@ import orjson
 import pytest
 import yaml
 
+from _llm_support import Recording
 from _support import CLI
 from forewarn.domains.embodied import HouseholdSim, hazard_tasks, parse_action, write_spec
 from forewarn.domains.embodied.actions import VERBS
@@ -104,19 +105,6 @@ def _guard(task: Any, gguf: Any, tmp_path: Path) -> Guard:
     spec_path = tmp_path / "spec.yaml"
     write_spec(task, spec_path)
     return Guard(learn_model([path], load_spec(spec_path)))
-
-
-class Recording:
-    """A real guard session whose decisions are kept, to compare with what reached the prompts."""
-
-    def __init__(self, session: Any) -> None:
-        self.session = session
-        self.decisions: list[Any] = []
-
-    def observe(self, state: dict[str, Any]) -> Any:
-        decision = self.session.observe(state)
-        self.decisions.append(decision)
-        return decision
 
 
 def test_a_reflection_goes_into_the_models_prompt_and_a_stop_ends_the_run(gguf: Any, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
+from _llm_support import Recording
 from forewarn.domains.injection import SPEC_PATH, generate_traces
 from forewarn.domains.injection.agent import next_state
 from forewarn.domains.injection.llm_agent import (
@@ -72,17 +73,6 @@ def test_model_calls_are_valid_and_the_runs_are_traces_forewarn_learns_from(gguf
     assert [r.id for r in runs] == ["llm-0", "llm-1", "llm-2"]
     assert all(r.meta["agent"] == "llm" and r.meta["attack"] for r in runs)
     assert learn_model([path], load_spec(SPEC_PATH)).provenance["runs"] == 3
-
-
-class Recording:
-    def __init__(self, session: Any) -> None:
-        self.session = session
-        self.decisions: list[Any] = []
-
-    def observe(self, state: dict[str, Any]) -> Any:
-        decision = self.session.observe(state)
-        self.decisions.append(decision)
-        return decision
 
 
 def _guard(tmp_path: Path) -> Guard:
