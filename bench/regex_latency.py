@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import cel
+from decision_latency import time_observe
 
 import _common as C
 from forewarn.domains.injection import SPEC_PATH, generate_runs
@@ -60,24 +60,9 @@ def steps_of(n_runs: int, seed: int) -> list[list[tuple[dict[str, Any], Any]]]:
     return [[(step["state"], step.get("action")) for step in run["steps"]] for run in generate_runs(n_runs, seed)]
 
 
-def time_observe(guard: Guard, runs: list[list[tuple[dict[str, Any], Any]]], warmup: int, samples: int) -> list[int]:
-    clock = time.perf_counter_ns
-    out: list[int] = []
-    seen = 0
-    with C.gc_paused():
-        for run in runs:
-            session = guard.session()
-            for state, action in run:
-                if seen < warmup:
-                    session.observe(state, action=action)
-                    seen += 1
-                    continue
-                t0 = clock()
-                session.observe(state, action=action)
-                out.append(clock() - t0)
-                if len(out) >= samples:
-                    return out
-    return out
+def observed_ns(guard: Guard, runs: list[list[tuple[dict[str, Any], Any]]], warmup: int, samples: int) -> list[int]:
+    """Nanoseconds per ``Session.observe`` with the step's action (decision_latency.py's timing loop)."""
+    return time_observe(guard, runs, warmup, samples, actions=True)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,17 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     need = (args.warmup + samples) // 3 + 50  # runs of about four steps each
     stream = steps_of(need, args.seed + 1000)
     rows: dict[str, dict[str, float]] = {}
-    rows["hand-written spec"] = C.summarize_ns(time_observe(Guard(hand_model), stream, args.warmup, samples))
+    rows["hand-written spec"] = C.summarize_ns(observed_ns(Guard(hand_model), stream, args.warmup, samples))
     before = Guard(shaped_model)
     vars(predicates_module)["search"] = builtin_search  # the bench's "before" only
     try:
-        rows["shape, built-in (before)"] = C.summarize_ns(time_observe(before, stream, args.warmup, samples))
+        rows["shape, built-in (before)"] = C.summarize_ns(observed_ns(before, stream, args.warmup, samples))
     finally:
         vars(predicates_module)["search"] = search
-    rows["shape, RE2 (after)"] = C.summarize_ns(time_observe(Guard(shaped_model), stream, args.warmup, samples))
+    rows["shape, RE2 (after)"] = C.summarize_ns(observed_ns(Guard(shaped_model), stream, args.warmup, samples))
     accented = [[({**state, "tool_output": state["tool_output"].replace("e", "é")}, action) for state, action in run]
                 for run in stream]
-    rows["shape, RE2, accented"] = C.summarize_ns(time_observe(Guard(shaped_model), accented, args.warmup, samples))
+    rows["shape, RE2, accented"] = C.summarize_ns(observed_ns(Guard(shaped_model), accented, args.warmup, samples))
     print(C.table(["spec", "n", "p50 µs", "p99 µs", "max µs"],
                   [[name, r["n"], r["p50_us"], r["p99_us"], r["max_us"]] for name, r in rows.items()],
                   title=f"decision latency, injection domain (target p99 <= {TARGET_P99_US:g} µs)"))
