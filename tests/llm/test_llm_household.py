@@ -11,7 +11,7 @@ import orjson
 import pytest
 import yaml
 
-from _llm_support import Recording
+from _real_model_support import Recording
 from _support import CLI
 from forewarn.domains.embodied import HouseholdSim, hazard_tasks, parse_action, write_spec
 from forewarn.domains.embodied.actions import VERBS

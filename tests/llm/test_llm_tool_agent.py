@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from _llm_support import Recording
+from _real_model_support import Recording
 from forewarn.domains.injection import SPEC_PATH, generate_traces
 from forewarn.domains.injection.agent import next_state
 from forewarn.domains.injection.llm_agent import (
